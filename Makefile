@@ -1,0 +1,61 @@
+# mhe - build the examples, tools and tests. Everything generated goes to build/.
+#   make              examples and tools (build/)
+#   make run          train the main example on the bundled corpus, then generate text
+#   make test         every test; ends with "N passed, N failed"
+#   make test-sanitize  the same tests under AddressSanitizer + UBSan
+#   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
+#   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
+CC      ?= cc
+OPT     ?= -O2 -march=native
+WARN    = -Wall -Wextra -pedantic -std=c99
+OPENMP  ?= 1
+ifeq ($(OPENMP),1)
+OMPFLAG = -fopenmp
+endif
+CFLAGS  ?=
+ALLFLAGS = $(OPT) $(WARN) $(OMPFLAG) $(CFLAGS) -I.
+LDLIBS  = -lm
+B       = build
+
+TOOLS    = $(patsubst tools/%.c,$(B)/%,$(wildcard tools/*.c))
+EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
+TESTS    = $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
+DEPS     = mhe.h $(wildcard parts/*.inc)
+
+all: $(TOOLS) $(EXAMPLES)
+
+$(B)/%: tools/%.c $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm,$@),$(BLASFLAGS),)
+
+$(B)/examples/%: examples/%.c $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
+
+$(B)/tests/%: tests/%.c tests/test.h $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
+
+# bench_gemm links OpenBLAS when its header is installed (apt-get install libopenblas-dev)
+BLASFLAGS := $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
+
+run: all
+	./$(B)/examples/train_tiny_lm
+
+test: all $(TESTS)
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} sh tests/run.sh
+
+test-sanitize:
+	$(MAKE) B=build/san OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" OPENMP=0 CFLAGS="-DMHE_ARENA_DEBUG -DMHE_TEST_QUICK" all-tests
+	MHE_TEST_BUILD=build/san sh tests/run.sh
+
+test-fastmath:
+	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" all-tests
+	MHE_TEST_BUILD=build/fast sh tests/run.sh
+
+all-tests: $(TESTS) $(TOOLS)
+
+clean:
+	rm -rf build
+
+.PHONY: all run test test-sanitize test-fastmath all-tests clean

@@ -1,0 +1,38 @@
+#!/bin/sh
+# Runs every test program in build/tests (and the Python cross-checks), adds up
+# their "RESULT: N passed, N failed" lines and ends with the total line.
+# A program that crashes or prints no RESULT line counts as one failure.
+cd "$(dirname "$0")/.." || exit 2
+BUILD=${MHE_TEST_BUILD:-build}
+export MHE_BIN="$BUILD/mhe"
+pass=0; fail=0; skip=0
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    out=$("$t" 2>&1); rc=$?
+    line=$(printf '%s\n' "$out" | grep '^RESULT:' | tail -n 1)
+    if [ -z "$line" ]; then
+        printf '%s\n' "$out" | tail -n 20
+        echo "CRASH $t (exit $rc, no RESULT line)"; fail=$((fail + 1)); continue
+    fi
+    p=$(echo "$line" | sed 's/RESULT: \([0-9]*\) passed.*/\1/')
+    f=$(echo "$line" | sed 's/.* \([0-9]*\) failed.*/\1/')
+    s=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
+    [ "$f" -ne 0 ] || [ "$rc" -ne 0 ] && printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 30
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    echo "$t: $p passed, $f failed${s:+, $s skipped}"
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
+done
+for py in tests/*.py; do
+    [ -f "$py" ] || continue
+    out=$(sh tests/python.sh "$py" 2>&1); rc=$?
+    line=$(printf '%s\n' "$out" | grep '^RESULT:' | tail -n 1)
+    if [ -z "$line" ]; then printf '%s\n' "$out" | tail -n 20; echo "CRASH $py"; fail=$((fail + 1)); continue; fi
+    printf '%s\n' "$out" | grep -E '^(SKIP|FAIL)' | head -n 30
+    p=$(echo "$line" | sed 's/RESULT: \([0-9]*\) passed.*/\1/')
+    f=$(echo "$line" | sed 's/.* \([0-9]*\) failed.*/\1/')
+    s=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
+    echo "$py: $p passed, $f failed${s:+, $s skipped}"
+    pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
+done
+if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+[ "$fail" -eq 0 ]
