@@ -162,6 +162,256 @@ MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc);
 
+/* Elementwise kernels and norms. Forward functions write their output;
+   backward functions ACCUMULATE into the input gradient (dinp += ...) and the
+   parameter gradients, so several consumers can add into one buffer.
+   N rows of C columns unless said otherwise. */
+
+/* LayerNorm (Ba et al. 2016): out = (x - mean) * rstd * w + b, biased variance */
+MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C, float eps);
+MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                              const float *w, const float *mean, const float *rstd, int N, int C);
+/* RMSNorm (Zhang and Sennrich 2019): out = x * rsqrt(mean(x^2) + eps) * w */
+MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int N, int C);
+
+enum { MHE_ACT_GELU = 0, MHE_ACT_RELU, MHE_ACT_SILU };
+/* GELU uses the tanh approximation (Hendrycks and Gimpel 2016, eq. in sec. 2) */
+MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n);
+MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n);
+
+/* row softmax over the last dimension; rows may be -INFINITY (masked) but
+   not all of them */
+MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C);
+MHEDEF void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C);
+
+/* Cross-entropy of logits [N,V] against targets[N]; a target < 0 is ignored.
+   losses[i] = logsumexp(logits_i) - logits_i[target_i]. Returns the mean
+   over counted rows through *mean_loss and their count through *count. */
+MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const float *logits,
+                         const int *targets, int N, int V);
+/* dlogits += scale * (softmax(logits) - onehot(target)) for counted rows */
+MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale);
+
+/* Inverted dropout with a counter-based mask: element i is kept when
+   mhe_hash_uniform(seed, offset + i) >= p and then scaled by 1/(1-p). The
+   backward regenerates the mask from (seed, offset), nothing is stored. */
+MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset);
+MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset);
+
+/* out[i,:] = table[ids[i],:] (+= when accumulate); backward adds rows into dtable */
+MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate);
+MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C);
+
+/* Linear layer as torch.nn.Linear: out[N,OC] = inp[N,IC] W[OC,IC]^T + b[OC] (b may be NULL) */
+MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
+MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, int N, int IC, int OC);
+
+/* ======================================================================== */
+/* 4. attention cores                                                       */
+/* ======================================================================== */
+/* Scaled dot-product attention, O = softmax(Q K^T * scale + mask) V
+   (Vaswani et al. 2017, eq. 1), for B sequences and n query heads that share
+   n_kv key/value heads (query head h reads K/V head h / (n / n_kv)).
+   Q of (b, t, h) is at q[(b*Tq + t)*q_stride + h*d_head]; K, V, O likewise.
+   Causal: query t sees keys j <= t + q_offset (q_offset = Tk - Tq when the
+   queries are the last Tq positions, 0 in training). Attention dropout uses
+   mhe_hash_uniform(seed, ((b*n + h)*Tq + t)*Tk + j), so it can be replayed. */
+typedef struct mhe_attn_dims {
+    int B, n_heads, n_kv_heads, Tq, Tk, d_head;
+    int q_stride, k_stride, v_stride, o_stride;
+    int causal, q_offset;
+    float scale;                /* usually 1/sqrt(d_head) */
+    float dropout;              /* probability of zeroing an attention weight */
+    uint64_t seed;
+} mhe_attn_dims;
+
+/* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
+MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
+                             const float *q, const float *k, const float *v);
+MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k, const float *v);
+/* Fused path: tiled, online softmax (Milakov and Gimelshein 2018; Dao et al.
+   2022); stores only lse[B, n, Tq] = log-sum-exp of each score row. The
+   backward recomputes the scores tile by tile. */
+MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+                               const float *q, const float *k, const float *v);
+MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q, const float *k, const float *v);
+
+/* ======================================================================== */
+/* 5. attention variants                                                    */
+/* ======================================================================== */
+/* How each kind makes Q, K and V. Names are used in configs ("attn=mha"). */
+enum { MHE_ATTN_MHA = 0, MHE_ATTN_KIND_COUNT };
+MHEDEF const char *mhe_attn_kind_name(int kind);
+MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
+
+/* ======================================================================== */
+/* 7. models                                                                */
+/* ======================================================================== */
+#define MHE_MAX_LAYERS 64
+
+enum { MHE_ARCH_DECODER = 0 };
+enum { MHE_NORM_LAYERNORM = 0, MHE_NORM_RMSNORM };
+
+/* The model config. Its text form is one `key=value` per line (or the same
+   pairs as --key value command-line flags); mhe_config_validate says what is
+   wrong with a field. It is stored in every checkpoint's __metadata__. */
+typedef struct mhe_config {
+    int arch;               /* arch=decoder */
+    int vocab_size;         /* V; 256 for the byte tokenizer */
+    int d_model;            /* C */
+    int n_heads;            /* n */
+    int d_head;             /* d_h; 0 means d_model / n_heads */
+    int n_layers;
+    int d_ff;               /* MLP hidden width; 0 means 4 * d_model */
+    int max_seq_len;        /* rows of the learned position table */
+    int attn[MHE_MAX_LAYERS]; /* attention kind per layer */
+    int norm;               /* layernorm | rmsnorm */
+    float norm_eps;
+    int post_norm;          /* norm_position=pre|post */
+    int activation;         /* gelu | relu | silu */
+    int bias;               /* biases on every linear layer except the LM head */
+    int tie_embeddings;     /* LM head reuses tok_emb.weight */
+    float dropout;          /* embedding and residual dropout */
+    float attn_dropout;     /* dropout on attention weights */
+    float init_std;         /* N(0, init_std) for weights; residual outputs get /sqrt(2*n_layers) */
+    int fused_attention;    /* 1: online-softmax core, 0: reference core (tests, teaching) */
+} mhe_config;
+
+MHEDEF mhe_config mhe_config_default(void);
+/* set one field from text; unknown key or bad value -> MHE_ERR_CONFIG with a message in err */
+MHEDEF mhe_status mhe_config_set(mhe_config *c, const char *key, const char *value, char *err);
+/* parse `key=value` lines ('#' starts a comment, blank lines ignored) */
+MHEDEF mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, char *err);
+MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err);
+/* the i-th field as key and value text; returns 0 past the last field */
+MHEDEF int mhe_config_field(const mhe_config *c, int i, const char **key, char *value, size_t value_len);
+MHEDEF int mhe_config_d_head(const mhe_config *c);
+MHEDEF int mhe_config_d_ff(const mhe_config *c);
+
+typedef struct mhe_layer {
+    mhe_tensor *norm1_w, *norm1_b, *norm2_w, *norm2_b;
+    mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;     /* wq, wk, wv are adjacent in memory */
+    mhe_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+} mhe_layer;
+
+/* Activations saved by the forward pass for the backward pass, one block. */
+typedef struct mhe_acts {
+    int B, T;                       /* capacity: B*T rows */
+    float *emb;                     /* [BT, C] layer-0 input */
+    float *in[MHE_MAX_LAYERS];      /* layer input (points at the previous layer's output) */
+    float *n1[MHE_MAX_LAYERS], *n2[MHE_MAX_LAYERS];           /* norm outputs [BT, C] */
+    float *mean1[MHE_MAX_LAYERS], *rstd1[MHE_MAX_LAYERS], *mean2[MHE_MAX_LAYERS], *rstd2[MHE_MAX_LAYERS];
+    float *qkv[MHE_MAX_LAYERS];     /* [BT, (n + 2 n_kv) d_h] */
+    float *att[MHE_MAX_LAYERS];     /* [BT, n d_h] attention output before W^O */
+    float *lse[MHE_MAX_LAYERS];     /* [B, n, T] fused core, or probs [B, n, T, T] reference core */
+    float *res1[MHE_MAX_LAYERS], *res2[MHE_MAX_LAYERS];       /* residual sums [BT, C] */
+    float *fc1[MHE_MAX_LAYERS], *act[MHE_MAX_LAYERS];         /* [BT, d_ff] */
+    float *nf, *meanf, *rstdf;      /* final norm */
+    float *logits;                  /* [BT, V] */
+    float *losses;                  /* [BT] */
+    const float *final_h;           /* input of the LM head */
+    int *tokens, *targets;          /* copies of the last batch [BT] */
+    /* backward scratch */
+    float *d_res, *d_n, *d_tmp, *d_att, *d_qkv, *d_fc1, *d_act, *d_logits, *scratch;
+    size_t bytes;
+} mhe_acts;
+
+typedef struct mhe_model {
+    mhe_config cfg;
+    int n_tensors;
+    mhe_tensor *params;             /* every parameter, in memory order */
+    float *param_data, *grad_data;  /* one block each, same layout */
+    int64_t n_params;
+    mhe_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *lm_head;
+    mhe_layer layers[MHE_MAX_LAYERS];
+    mhe_acts acts;
+    void *acts_block;
+    int training;                   /* dropout on when 1 */
+    uint64_t dropout_seed;          /* set per step by the trainer */
+    int last_B, last_T;             /* shape of the last forward */
+    int last_has_targets, last_count; /* targets given; rows counted in the loss */
+    float last_loss;
+    size_t bytes_params, bytes_acts;
+    void *alloc_ctx;
+    char err[MHE_ERR_LEN];
+} mhe_model;
+
+/* build a model with freshly initialised weights (seeded) */
+MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
+MHEDEF void mhe_model_free(mhe_model *m);
+MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
+/* make room for activations of B sequences of T tokens (forward does this itself) */
+MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T);
+/* Forward pass over tokens[B*T]. With targets (a target < 0 is ignored),
+   *loss gets the mean cross-entropy. Keeps what the backward needs. */
+MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
+/* Backward of the last forward (which had targets): grads += d loss / d param */
+MHEDEF mhe_status mhe_model_backward(mhe_model *m);
+MHEDEF void mhe_model_zero_grad(mhe_model *m);
+
+/* ======================================================================== */
+/* 9. optimizer: AdamW, clipping, schedules                                 */
+/* ======================================================================== */
+enum { MHE_SCHED_CONSTANT = 0, MHE_SCHED_LINEAR, MHE_SCHED_COSINE, MHE_SCHED_INVSQRT, MHE_SCHED_COSINE_RESTARTS };
+
+typedef struct mhe_train_config {
+    int steps, batch, seq_len;
+    float lr, min_lr;               /* min_lr: floor of the decaying schedules */
+    int warmup, schedule, cycles;   /* cycles: for cosine-restarts */
+    float beta1, beta2, eps, weight_decay, clip;   /* clip <= 0: no clipping */
+    uint64_t seed;
+    int eval_every, eval_batches, save_every, log_every;
+} mhe_train_config;
+
+MHEDEF mhe_train_config mhe_train_config_default(void);
+MHEDEF mhe_status mhe_train_config_set(mhe_train_config *c, const char *key, const char *value, char *err);
+MHEDEF mhe_status mhe_train_config_parse(mhe_train_config *c, const char *text, size_t len, char *err);
+MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err);
+MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char **key, char *value, size_t value_len);
+/* learning rate at step (0-based) */
+MHEDEF float mhe_lr_at(const mhe_train_config *c, int step);
+
+/* AdamW (Loshchilov and Hutter 2019, Algorithm 2), PyTorch's ordering:
+   p -= lr*wd*p (decay tensors only); m, v moments; bias-corrected step. */
+MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t);
+/* global L2 norm of all gradients; scales them to max_norm when larger
+   (max_norm <= 0 only measures). Returns the norm before clipping. */
+MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm);
+
+/* The trainer owns AdamW state, the batch RNG and the step counter: all
+   that is saved in a checkpoint so a resumed run equals an unbroken one. */
+typedef struct mhe_trainer {
+    mhe_model *model;
+    mhe_train_config tc;
+    float *adam_m, *adam_v;
+    int step;                       /* steps done */
+    mhe_rng rng;
+    int *batch_tokens, *batch_targets;
+    float last_loss, last_grad_norm, last_lr;
+    char err[MHE_ERR_LEN];
+} mhe_trainer;
+
+MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
+MHEDEF void mhe_trainer_free(mhe_trainer *t);
+/* one step on a batch of tc.batch random windows of tc.seq_len+1 tokens from data[n] */
+MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
+/* mean loss over up to max_batches batches of consecutive windows of data (deterministic) */
+MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                               int max_batches, float *mean_loss);
+
+/* ======================================================================== */
+/* 8. tokenizer                                                             */
+/* ======================================================================== */
+/* Byte-level: token id = byte value (vocab 256). Returns the token count. */
+MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
+
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
 /* ======================================================================== */
@@ -233,6 +483,55 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
 MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err);
 #endif
 
+/* Model checkpoints. The file holds the parameters under their names and the
+   config in __metadata__ ("format": "mhe-1" plus every config field). A
+   trainer checkpoint adds "optim.m.<name>", "optim.v.<name>" tensors and the
+   metadata "step", "rng" and "train.<field>". */
+#define MHE_FORMAT "mhe-1"
+MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
+/* restore optimizer state, step and RNG from a trainer checkpoint buffer */
+MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size);
+/* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
+MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
+MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
+MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
+/* atomic: temp file + rename; t may be NULL for weights only */
+MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
+/* the gradients of the last backward, as a safetensors file with `loss` */
+MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
+#endif
+
+/* ======================================================================== */
+/* 11. metrics                                                              */
+/* ======================================================================== */
+/* mean loss over the counted tokens -> perplexity */
+MHEDEF double mhe_perplexity(double mean_loss);
+/* entropy (nats) of the unigram distribution of data: the loss of the best
+   context-free predictor, a baseline a trained LM must beat */
+MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
+
+/* ======================================================================== */
+/* 12. inference: KV cache and sampling                                     */
+/* ======================================================================== */
+typedef struct mhe_kv_cache {
+    int max_len, len;               /* capacity and tokens cached */
+    int n_layers, kv_width;         /* kv_width = n_kv * d_h floats per token and layer */
+    float *k, *v;                   /* [n_layers, max_len, kv_width] */
+    float *scratch;                 /* per-token activations */
+    float *logits;                  /* [V] */
+    size_t bytes;
+    void *alloc_ctx;
+} mhe_kv_cache;
+
+MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
+MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
+/* run one token at position c->len; c->logits gets the next-token logits */
+MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token);
+/* sample from logits[V]: temperature <= 0 is greedy; top_k <= 0 keeps all */
+MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, mhe_rng *rng);
+
 #endif /* MHE_H_INCLUDED */
 
 /* ######################################################################## */
@@ -246,10 +545,8 @@ MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void
 #include <string.h>
 #include <float.h>
 #include <limits.h>
-#ifndef MHE_NO_STDIO
-#include <stdio.h>
+#include <stdio.h>   /* snprintf for messages; files only without MHE_NO_STDIO */
 #include <stdarg.h>
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -307,16 +604,10 @@ static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...)
     ;
 static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...) {
     if (err) {
-#ifndef MHE_NO_STDIO
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err, MHE_ERR_LEN, fmt, ap);
         va_end(ap);
-#else
-        size_t i = 0; /* no vsnprintf: keep the format text itself */
-        for (; fmt[i] && i + 1 < MHE_ERR_LEN; i++) err[i] = fmt[i];
-        err[i] = 0;
-#endif
     }
     return st;
 }
@@ -456,8 +747,1851 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 /* ---- 3. kernels: GEMM --------------------------------------------------- */
 #include "parts/gemm.inc"
 
+/* ---- 3. kernels: norms, activations, softmax, cross-entropy, dropout ---- */
+
+/* Threads only pay off above a few hundred thousand flops per call. */
+#define MHE__PAR_MIN 32768
+
+MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C, float eps) {
+    int i;
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        float m = 0, v = 0, s;
+        int j;
+        for (j = 0; j < C; j++) m += x[j];
+        m /= (float)C;
+        for (j = 0; j < C; j++) { float d = x[j] - m; v += d * d; }
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + eps);
+        for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j] + (b ? b[j] : 0.0f);
+        mean[i] = m; rstd[i] = s;
+    }
+}
+
+/* forward was: xhat = (x - mean) * rstd; out = xhat * w + b. So
+   dxhat = dout * w and dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)). */
+MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                              const float *w, const float *mean, const float *rstd, int N, int C) {
+    int i, j;
+    /* input gradient: rows are independent */
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+        float *dx = dinp + (size_t)i * C;
+        float m = mean[i], s = rstd[i], sum_d = 0, sum_dx = 0;
+        int k;
+        for (k = 0; k < C; k++) {
+            float xhat = (x[k] - m) * s, d = dy[k] * w[k];
+            sum_d += d; sum_dx += d * xhat;
+        }
+        sum_d /= (float)C; sum_dx /= (float)C;
+        for (k = 0; k < C; k++) {
+            float xhat = (x[k] - m) * s, d = dy[k] * w[k];
+            dx[k] += s * (d - sum_d - xhat * sum_dx);
+        }
+    }
+    /* parameter gradients: a column sum, in row order (reproducible) */
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+        float m = mean[i], s = rstd[i];
+        for (j = 0; j < C; j++) {
+            dw[j] += dy[j] * (x[j] - m) * s;
+            if (db) db[j] += dy[j];
+        }
+    }
+}
+
+MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+    int i;
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C, ms = 0, s;
+        int j;
+        for (j = 0; j < C; j++) ms += x[j] * x[j];
+        s = 1.0f / sqrtf(ms / (float)C + eps);
+        for (j = 0; j < C; j++) o[j] = x[j] * s * w[j];
+        rstd[i] = s;
+    }
+}
+
+/* forward was: out = x * s * w with s = (mean(x^2) + eps)^-1/2, so
+   dx = s * (dout*w) - x * s^3 * mean(dout*w*x) */
+MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                            const float *w, const float *rstd, int N, int C) {
+    int i, j;
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+        float *dx = dinp + (size_t)i * C, s = rstd[i], dot = 0;
+        int k;
+        for (k = 0; k < C; k++) dot += dy[k] * w[k] * x[k];
+        dot /= (float)C;
+        for (k = 0; k < C; k++) dx[k] += s * dy[k] * w[k] - x[k] * s * s * s * dot;
+    }
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+        float s = rstd[i];
+        for (j = 0; j < C; j++) dw[j] += dy[j] * x[j] * s;
+    }
+}
+
+#define MHE__GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
+
+MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
+    int64_t i;
+#pragma omp parallel for if (n > MHE__PAR_MIN)
+    for (i = 0; i < n; i++) {
+        float x = inp[i];
+        if (act == MHE_ACT_GELU) out[i] = 0.5f * x * (1.0f + tanhf(MHE__GELU_K * (x + 0.044715f * x * x * x)));
+        else if (act == MHE_ACT_RELU) out[i] = x > 0 ? x : 0.0f;
+        else out[i] = x / (1.0f + expf(-x));
+    }
+}
+
+/* GELU backward needs true tanh/exp: -ffast-math may change them (README). */
+MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
+    int64_t i;
+#pragma omp parallel for if (n > MHE__PAR_MIN)
+    for (i = 0; i < n; i++) {
+        float x = inp[i], g;
+        if (act == MHE_ACT_GELU) {
+            float u = MHE__GELU_K * (x + 0.044715f * x * x * x), t = tanhf(u);
+            g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        } else if (act == MHE_ACT_RELU) {
+            g = x > 0 ? 1.0f : 0.0f;
+        } else {
+            float sg = 1.0f / (1.0f + expf(-x));
+            g = sg * (1.0f + x * (1.0f - sg));
+        }
+        dinp[i] += dout[i] * g;
+    }
+}
+
+MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
+    int i;
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C, mx = -INFINITY, sum = 0;
+        int j;
+        for (j = 0; j < C; j++) if (x[j] > mx) mx = x[j];
+        for (j = 0; j < C; j++) { o[j] = expf(x[j] - mx); sum += o[j]; }
+        for (j = 0; j < C; j++) o[j] /= sum;
+    }
+}
+
+/* dx_j = y_j * (dy_j - sum_k dy_k y_k) */
+MHEDEF void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
+    int i;
+#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *y = out + (size_t)i * C, *dy = dout + (size_t)i * C;
+        float *dx = dinp + (size_t)i * C, dot = 0;
+        int j;
+        for (j = 0; j < C; j++) dot += dy[j] * y[j];
+        for (j = 0; j < C; j++) dx[j] += y[j] * (dy[j] - dot);
+    }
+}
+
+static float mhe__logsumexp(const float *x, int n) {
+    float mx = -INFINITY, sum = 0;
+    int j;
+    for (j = 0; j < n; j++) if (x[j] > mx) mx = x[j];
+    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    return mx + logf(sum);
+}
+
+MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const float *logits,
+                         const int *targets, int N, int V) {
+    int i, c = 0;
+    double total = 0;
+#pragma omp parallel for if ((int64_t)N * V > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * V;
+        losses[i] = targets[i] < 0 ? 0.0f : mhe__logsumexp(x, V) - x[targets[i]];
+    }
+    for (i = 0; i < N; i++) if (targets[i] >= 0) { total += losses[i]; c++; }
+    if (mean_loss) *mean_loss = c ? (float)(total / c) : 0.0f;
+    if (count) *count = c;
+}
+
+MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale) {
+    int i;
+#pragma omp parallel for if ((int64_t)N * V > MHE__PAR_MIN)
+    for (i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * V;
+        float *dx = dlogits + (size_t)i * V, lse;
+        int j;
+        if (targets[i] < 0) continue;
+        lse = mhe__logsumexp(x, V);
+        for (j = 0; j < V; j++) dx[j] += scale * expf(x[j] - lse);
+        dx[targets[i]] -= scale;
+    }
+}
+
+MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
+    int64_t i;
+    float keep = 1.0f / (1.0f - p);
+    if (p <= 0) { if (out != inp) memcpy(out, inp, (size_t)n * sizeof(float)); return; }
+#pragma omp parallel for if (n > MHE__PAR_MIN)
+    for (i = 0; i < n; i++)
+        out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
+}
+
+MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
+    int64_t i;
+    float keep = 1.0f / (1.0f - p);
+#pragma omp parallel for if (n > MHE__PAR_MIN)
+    for (i = 0; i < n; i++)
+        if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p) dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
+}
+
+MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate) {
+    int i, j;
+    for (i = 0; i < N; i++) {
+        const float *row = table + (size_t)ids[i] * C;
+        float *o = out + (size_t)i * C;
+        if (accumulate) for (j = 0; j < C; j++) o[j] += row[j];
+        else memcpy(o, row, (size_t)C * sizeof(float));
+    }
+}
+
+/* sequential: two rows may share a token id, and the sum order stays fixed */
+MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
+    int i, j;
+    for (i = 0; i < N; i++) {
+        float *row = dtable + (size_t)ids[i] * C;
+        const float *d = dout + (size_t)i * C;
+        for (j = 0; j < C; j++) row[j] += d[j];
+    }
+}
+
+MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
+    int i, j;
+    mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+    if (b)
+#pragma omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j)
+        for (i = 0; i < N; i++)
+            for (j = 0; j < OC; j++) out[(size_t)i * OC + j] += b[j];
+}
+
+/* forward was out = inp W^T + b: dinp += dout W, dW += dout^T inp, db += colsum(dout) */
+MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                           const float *w, int N, int IC, int OC) {
+    int i, j;
+    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (db)
+        for (i = 0; i < N; i++)
+            for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * OC + j];
+}
+
+/* ---- 4. attention cores ------------------------------------------------- */
+
+/* index of the attention weight (b, h, t, j) for the dropout hash */
+#define MHE__ATT_IDX(d, b, h, t, j) \
+    ((((uint64_t)(b) * (uint64_t)(d)->n_heads + (uint64_t)(h)) * (uint64_t)(d)->Tq + (uint64_t)(t)) * (uint64_t)(d)->Tk + (uint64_t)(j))
+
+/* number of keys query t may see */
+static int mhe__att_visible(const mhe_attn_dims *d, int t) {
+    int n = d->causal ? t + d->q_offset + 1 : d->Tk;
+    return n < 0 ? 0 : (n > d->Tk ? d->Tk : n);
+}
+
+static float mhe__dot(const float *a, const float *b, int n) {
+    float s = 0;
+    int i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void mhe__axpy(float *y, float a, const float *x, int n) {
+    int i;
+    for (i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* Reference: S = Q K^T * scale; S_tj = -inf where masked; P = softmax(S);
+   O = dropout(P) V. One (b, kv-group) per iteration so K/V gradients of
+   heads that share them never race. */
+MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
+                             const float *q, const float *k, const float *v) {
+    int group = d->n_heads / d->n_kv_heads, bg;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+#pragma omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+    for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
+        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (t = 0; t < d->Tq; t++) {
+                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+                float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+                int vis = mhe__att_visible(d, t);
+                for (j = 0; j < d->Tk; j++) {
+                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head;
+                    p[j] = j < vis ? d->scale * mhe__dot(qt, kj, d->d_head) : -INFINITY;
+                }
+                if (vis > 0) mhe_softmax_fwd(p, p, 1, d->Tk);
+                else for (j = 0; j < d->Tk; j++) p[j] = 0;
+                memset(o, 0, (size_t)d->d_head * sizeof(float));
+                for (j = 0; j < vis; j++) {
+                    float w = p[j];
+                    if (d->dropout > 0) w = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? w * keep : 0.0f;
+                    mhe__axpy(o, w, v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head, d->d_head);
+                }
+            }
+    }
+}
+
+/* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale q k^T.
+   dv_j += Pd_tj do_t; dPd_tj = do_t . v_j; dP = dPd * mask/(1-p);
+   dS_tj = P_tj (dP_tj - sum_k P_tk dP_tk); dq_t += scale dS k; dk_j += scale dS q_t. */
+MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                             const float *probs, const float *q, const float *k, const float *v) {
+    int group = d->n_heads / d->n_kv_heads, bg;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+#pragma omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+    for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
+        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (t = 0; t < d->Tq; t++) {
+                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                const float *dot_ = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+                const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+                float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                int vis = mhe__att_visible(d, t);
+                float sum = 0;
+                for (j = 0; j < vis; j++) {   /* pass 1: sum_k P dP */
+                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head;
+                    float m = 1.0f, dp;
+                    if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
+                    dp = mhe__dot(dot_, vj, d->d_head) * m;
+                    sum += p[j] * dp;
+                    mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head, p[j] * m, dot_, d->d_head);
+                }
+                for (j = 0; j < vis; j++) {   /* pass 2: dS, dq, dk */
+                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head;
+                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head;
+                    float m = 1.0f, ds;
+                    if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
+                    ds = p[j] * (mhe__dot(dot_, vj, d->d_head) * m - sum) * d->scale;
+                    mhe__axpy(dqt, ds, kj, d->d_head);
+                    mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head, ds, qt, d->d_head);
+                }
+            }
+    }
+}
+
+/* Tile sizes of the fused core: a query block of MHE__BQ rows meets key
+   blocks of MHE__BK rows; the transposed key block (d_head x MHE__BK) and the
+   accumulators stay in L1/L2. d_head is at most MHE_MAX_D_HEAD. */
+#define MHE__BQ 32
+#define MHE__BK 64
+#define MHE_MAX_D_HEAD 256
+
+/* S[i][jj] = sum_c X[i][c] * Yt[c][jj]: vectorises along jj */
+static void mhe__tile_scores(float *S, const float *X, size_t x_stride, int rows,
+                             const float *Yt, int cols, int dh) {
+    int i, c, jj;
+    for (i = 0; i < rows; i++) {
+        float *s = S + (size_t)i * MHE__BK;
+        const float *x = X + (size_t)i * x_stride;
+        for (jj = 0; jj < cols; jj++) s[jj] = 0;
+        for (c = 0; c < dh; c++) {
+            float a = x[c];
+            const float *y = Yt + (size_t)c * MHE__BK;
+            for (jj = 0; jj < cols; jj++) s[jj] += a * y[jj];
+        }
+    }
+}
+
+/* Yt[c][jj] = Y[jj][c] for a block of cols rows of Y */
+static void mhe__tile_transpose(float *Yt, const float *Y, size_t y_stride, int cols, int dh) {
+    int c, jj;
+    for (jj = 0; jj < cols; jj++)
+        for (c = 0; c < dh; c++) Yt[(size_t)c * MHE__BK + jj] = Y[(size_t)jj * y_stride + c];
+}
+
+MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+                               const float *q, const float *k, const float *v) {
+    int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
+    int dh = d->d_head;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+    /* one (b, h, query block) per iteration: outputs never overlap */
+#pragma omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+    for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
+        float S[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD];
+        float mrow[MHE__BQ], lrow[MHE__BQ];
+        int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
+        int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
+        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, c;
+        const float *qb_ptr = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+        for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
+        memset(acc, 0, sizeof(float) * (size_t)rows * dh);
+        for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+            int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+            const float *kb = k + ((size_t)b * d->Tk + j0) * d->k_stride + (size_t)g * dh;
+            const float *vb = v + ((size_t)b * d->Tk + j0) * d->v_stride + (size_t)g * dh;
+            mhe__tile_transpose(Kt, kb, (size_t)d->k_stride, cols, dh);
+            mhe__tile_scores(S, qb_ptr, (size_t)d->q_stride, rows, Kt, cols, dh);
+            for (i = 0; i < rows; i++) {
+                float *s = S + (size_t)i * MHE__BK, *a = acc + (size_t)i * dh, mx = mrow[i], corr;
+                int vis = mhe__att_visible(d, t0 + i) - j0;
+                if (vis > cols) vis = cols;
+                if (vis <= 0) continue;
+                for (jj = 0; jj < vis; jj++) { s[jj] *= d->scale; if (s[jj] > mx) mx = s[jj]; }
+                corr = expf(mrow[i] - mx);   /* 0 on the first block (exp(-inf)) */
+                lrow[i] *= corr;
+                for (c = 0; c < dh; c++) a[c] *= corr;
+                for (jj = 0; jj < vis; jj++) {
+                    float p = expf(s[jj] - mx);
+                    lrow[i] += p;
+                    if (d->dropout > 0)
+                        p = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? p * keep : 0.0f;
+                    mhe__axpy(a, p, vb + (size_t)jj * d->v_stride, dh);
+                }
+                mrow[i] = mx;
+            }
+        }
+        for (i = 0; i < rows; i++) {
+            float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh;
+            float inv = lrow[i] > 0 ? 1.0f / lrow[i] : 0.0f;
+            for (c = 0; c < dh; c++) o[c] = acc[(size_t)i * dh + c] * inv;
+            lse[((size_t)b * d->n_heads + h) * d->Tq + t0 + i] = lrow[i] > 0 ? mrow[i] + logf(lrow[i]) : -INFINITY;
+        }
+    }
+}
+
+/* Backward with recomputation (Dao et al. 2022, Algorithm 4 without the
+   parallel-over-keys split): P = exp(S - lse), D_t = do_t . o_t, and
+   dS = P * (dPd*mask/(1-p) - D). One (b, kv-group) per iteration. */
+MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                               const float *out, const float *lse, const float *q, const float *k, const float *v) {
+    int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+#pragma omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+    for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
+        float S[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], Vt[MHE_MAX_D_HEAD * MHE__BK];
+        float Drow[MHE__BQ];
+        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj;
+        for (h = g * group; h < (g + 1) * group; h++)
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__BQ) {
+                int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
+                int kend = mhe__att_visible(d, t0 + rows - 1);
+                const float *qb_ptr = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+                const float *dob = dout + ((size_t)b * d->Tq + t0) * d->o_stride + (size_t)h * dh;
+                const float *ob = out + ((size_t)b * d->Tq + t0) * d->o_stride + (size_t)h * dh;
+                float *dqb = dq + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+                const float *lse_b = lse + ((size_t)b * d->n_heads + h) * d->Tq + t0;
+                for (i = 0; i < rows; i++)
+                    Drow[i] = mhe__dot(dob + (size_t)i * d->o_stride, ob + (size_t)i * d->o_stride, dh);
+                for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+                    int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+                    size_t koff = ((size_t)b * d->Tk + j0);
+                    const float *kb = k + koff * d->k_stride + (size_t)g * dh;
+                    const float *vb = v + koff * d->v_stride + (size_t)g * dh;
+                    float *dkb = dk + koff * d->k_stride + (size_t)g * dh;
+                    float *dvb = dv + koff * d->v_stride + (size_t)g * dh;
+                    mhe__tile_transpose(Kt, kb, (size_t)d->k_stride, cols, dh);
+                    mhe__tile_transpose(Vt, vb, (size_t)d->v_stride, cols, dh);
+                    mhe__tile_scores(S, qb_ptr, (size_t)d->q_stride, rows, Kt, cols, dh);
+                    mhe__tile_scores(dP, dob, (size_t)d->o_stride, rows, Vt, cols, dh);
+                    for (i = 0; i < rows; i++) {
+                        float *s = S + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK;
+                        const float *qi = qb_ptr + (size_t)i * d->q_stride, *doi = dob + (size_t)i * d->o_stride;
+                        float *dqi = dqb + (size_t)i * d->q_stride;
+                        int vis = mhe__att_visible(d, t0 + i) - j0;
+                        if (vis > cols) vis = cols;
+                        for (jj = 0; jj < vis; jj++) {
+                            float p = expf(s[jj] * d->scale - lse_b[i]), m = 1.0f, ds;
+                            if (d->dropout > 0)
+                                m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
+                            if (m != 0.0f) mhe__axpy(dvb + (size_t)jj * d->v_stride, p * m, doi, dh);
+                            ds = p * (dp[jj] * m - Drow[i]) * d->scale;
+                            mhe__axpy(dqi, ds, kb + (size_t)jj * d->k_stride, dh);
+                            mhe__axpy(dkb + (size_t)jj * d->k_stride, ds, qi, dh);
+                        }
+                    }
+                }
+            }
+    }
+}
+
+/* ---- 5. attention variants ---------------------------------------------- */
+
+static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = { "mha" };
+
+MHEDEF const char *mhe_attn_kind_name(int kind) {
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__attn_names[kind] : "?";
+}
+
+MHEDEF int mhe_attn_kind_from_name(const char *name) {
+    int i;
+    for (i = 0; i < MHE_ATTN_KIND_COUNT; i++) if (strcmp(name, mhe__attn_names[i]) == 0) return i;
+    return -1;
+}
+
+/* ---- 7. models: config ---------------------------------------------------- */
+
+MHEDEF mhe_config mhe_config_default(void) {
+    mhe_config c;
+    int i;
+    memset(&c, 0, sizeof c);
+    c.arch = MHE_ARCH_DECODER;
+    c.vocab_size = 256;
+    c.d_model = 128;
+    c.n_heads = 4;
+    c.n_layers = 4;
+    c.max_seq_len = 256;
+    for (i = 0; i < MHE_MAX_LAYERS; i++) c.attn[i] = MHE_ATTN_MHA;
+    c.norm = MHE_NORM_LAYERNORM;
+    c.norm_eps = 1e-5f;
+    c.activation = MHE_ACT_GELU;
+    c.bias = 1;
+    c.tie_embeddings = 1;
+    c.init_std = 0.02f;
+    c.fused_attention = 1;
+    return c;
+}
+
+MHEDEF int mhe_config_d_head(const mhe_config *c) { return c->d_head > 0 ? c->d_head : c->d_model / (c->n_heads > 0 ? c->n_heads : 1); }
+MHEDEF int mhe_config_d_ff(const mhe_config *c) { return c->d_ff > 0 ? c->d_ff : 4 * c->d_model; }
+
+/* A table of fields drives parsing, printing and validation alike. */
+enum { MHE__F_INT, MHE__F_FLOAT, MHE__F_ENUM, MHE__F_ATTN, MHE__F_U64 };
+typedef struct mhe__field {
+    const char *key;
+    int type;
+    size_t offset;
+    double lo, hi;                  /* accepted range (ints and floats) */
+    const char *names;              /* enum: names separated by '|' in value order */
+    const char *help;
+} mhe__field;
+
+#define MHE__CF(name) offsetof(mhe_config, name)
+static const mhe__field mhe__config_fields[] = {
+    { "arch", MHE__F_ENUM, MHE__CF(arch), 0, 0, "decoder", "model architecture" },
+    { "vocab_size", MHE__F_INT, MHE__CF(vocab_size), 1, 16777216, 0, "vocabulary size (256 for bytes)" },
+    { "d_model", MHE__F_INT, MHE__CF(d_model), 1, 65536, 0, "model width" },
+    { "n_heads", MHE__F_INT, MHE__CF(n_heads), 1, 4096, 0, "attention heads" },
+    { "d_head", MHE__F_INT, MHE__CF(d_head), 0, MHE_MAX_D_HEAD, 0, "head size (0: d_model/n_heads)" },
+    { "n_layers", MHE__F_INT, MHE__CF(n_layers), 1, MHE_MAX_LAYERS, 0, "transformer blocks" },
+    { "d_ff", MHE__F_INT, MHE__CF(d_ff), 0, 1048576, 0, "MLP hidden width (0: 4*d_model)" },
+    { "max_seq_len", MHE__F_INT, MHE__CF(max_seq_len), 1, 1048576, 0, "longest sequence (position table rows)" },
+    { "attn", MHE__F_ATTN, MHE__CF(attn), 0, 0, 0, "attention kind, or one per layer separated by commas" },
+    { "norm", MHE__F_ENUM, MHE__CF(norm), 0, 0, "layernorm|rmsnorm", "normalisation" },
+    { "norm_eps", MHE__F_FLOAT, MHE__CF(norm_eps), 1e-12, 1, 0, "epsilon inside the norm" },
+    { "norm_position", MHE__F_ENUM, MHE__CF(post_norm), 0, 0, "pre|post", "norm before (pre) or after (post) each residual sum" },
+    { "activation", MHE__F_ENUM, MHE__CF(activation), 0, 0, "gelu|relu|silu", "MLP activation" },
+    { "bias", MHE__F_INT, MHE__CF(bias), 0, 1, 0, "biases in linear layers (0/1)" },
+    { "tie_embeddings", MHE__F_INT, MHE__CF(tie_embeddings), 0, 1, 0, "LM head shares tok_emb.weight (0/1)" },
+    { "dropout", MHE__F_FLOAT, MHE__CF(dropout), 0, 0.99, 0, "embedding and residual dropout" },
+    { "attn_dropout", MHE__F_FLOAT, MHE__CF(attn_dropout), 0, 0.99, 0, "dropout on attention weights" },
+    { "init_std", MHE__F_FLOAT, MHE__CF(init_std), 1e-6, 10, 0, "std of the normal weight init" },
+    { "fused_attention", MHE__F_INT, MHE__CF(fused_attention), 0, 1, 0, "1: fused online-softmax core, 0: reference core" },
+};
+#define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
+
+#define MHE__TF(name) offsetof(mhe_train_config, name)
+static const mhe__field mhe__train_fields[] = {
+    { "steps", MHE__F_INT, MHE__TF(steps), 0, 2147483647.0, 0, "optimizer steps" },
+    { "batch", MHE__F_INT, MHE__TF(batch), 1, 1048576, 0, "sequences per batch" },
+    { "seq_len", MHE__F_INT, MHE__TF(seq_len), 1, 1048576, 0, "tokens per sequence" },
+    { "lr", MHE__F_FLOAT, MHE__TF(lr), 0, 100, 0, "peak learning rate" },
+    { "min_lr", MHE__F_FLOAT, MHE__TF(min_lr), 0, 100, 0, "learning rate at the end of decay" },
+    { "warmup", MHE__F_INT, MHE__TF(warmup), 0, 2147483647.0, 0, "linear warmup steps" },
+    { "schedule", MHE__F_ENUM, MHE__TF(schedule), 0, 0, "constant|linear|cosine|invsqrt|cosine-restarts", "learning-rate schedule" },
+    { "cycles", MHE__F_INT, MHE__TF(cycles), 1, 1000000, 0, "hard restarts of cosine-restarts" },
+    { "beta1", MHE__F_FLOAT, MHE__TF(beta1), 0, 0.999999, 0, "AdamW beta1" },
+    { "beta2", MHE__F_FLOAT, MHE__TF(beta2), 0, 0.999999, 0, "AdamW beta2" },
+    { "eps", MHE__F_FLOAT, MHE__TF(eps), 1e-30, 1, 0, "AdamW epsilon" },
+    { "weight_decay", MHE__F_FLOAT, MHE__TF(weight_decay), 0, 10, 0, "decoupled weight decay" },
+    { "clip", MHE__F_FLOAT, MHE__TF(clip), 0, 1e30, 0, "global gradient-norm clip (0: off)" },
+    { "seed", MHE__F_U64, MHE__TF(seed), 0, 0, 0, "seed of batches and dropout" },
+    { "eval_every", MHE__F_INT, MHE__TF(eval_every), 0, 2147483647.0, 0, "validate every N steps (0: never)" },
+    { "eval_batches", MHE__F_INT, MHE__TF(eval_batches), 1, 1000000, 0, "validation batches" },
+    { "save_every", MHE__F_INT, MHE__TF(save_every), 0, 2147483647.0, 0, "checkpoint every N steps (0: at the end only)" },
+    { "log_every", MHE__F_INT, MHE__TF(log_every), 1, 2147483647.0, 0, "progress line every N steps" },
+};
+#define MHE__N_TRAIN_FIELDS ((int)(sizeof mhe__train_fields / sizeof mhe__train_fields[0]))
+
+static int mhe__enum_index(const char *names, const char *value) {
+    int idx = 0;
+    size_t n = strlen(value);
+    const char *p = names;
+    while (*p) {
+        const char *e = strchr(p, '|');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return idx;
+        idx++;
+        p += len + (e ? 1 : 0);
+    }
+    return -1;
+}
+
+static void mhe__enum_name(const char *names, int idx, char *out, size_t cap) {
+    const char *p = names;
+    size_t len;
+    while (idx-- > 0 && p) { p = strchr(p, '|'); if (p) p++; }
+    if (!p) { if (cap) out[0] = 0; return; }
+    len = strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p);
+    if (len >= cap) len = cap - 1;
+    memcpy(out, p, len);
+    out[len] = 0;
+}
+
+static int mhe__is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+static mhe_status mhe__parse_i64(const char *s, int64_t *out) {
+    int64_t v = 0;
+    int neg = 0, digits = 0;
+    if (*s == '-' || *s == '+') neg = (*s++ == '-');
+    for (; *s >= '0' && *s <= '9'; s++, digits++) {
+        if (v > (INT64_MAX - (*s - '0')) / 10) return MHE_ERR_OVERFLOW;
+        v = v * 10 + (*s - '0');
+    }
+    if (!digits || *s) return MHE_ERR_CONFIG;
+    *out = neg ? -v : v;
+    return MHE_OK;
+}
+
+static mhe_status mhe__parse_u64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int digits = 0;
+    for (; *s >= '0' && *s <= '9'; s++, digits++) {
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10) return MHE_ERR_OVERFLOW;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    if (!digits || *s) return MHE_ERR_CONFIG;
+    *out = v;
+    return MHE_OK;
+}
+
+/* strict decimal float: digits, one '.', optional exponent; no hex, inf or nan */
+static mhe_status mhe__parse_float(const char *s, double *out) {
+    double v = 0, scale = 1;
+    int neg = 0, digits = 0, e = 0, eneg = 0, edigits = 0;
+    if (*s == '-' || *s == '+') neg = (*s++ == '-');
+    for (; *s >= '0' && *s <= '9'; s++, digits++) v = v * 10 + (*s - '0');
+    if (*s == '.') for (s++; *s >= '0' && *s <= '9'; s++, digits++) { scale /= 10; v += (*s - '0') * scale; }
+    if (!digits) return MHE_ERR_CONFIG;
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '-' || *s == '+') eneg = (*s++ == '-');
+        for (; *s >= '0' && *s <= '9'; s++, edigits++) if (e < 400) e = e * 10 + (*s - '0');
+        if (!edigits) return MHE_ERR_CONFIG;
+        v *= pow(10.0, eneg ? -e : e);
+    }
+    if (*s || !(v <= DBL_MAX)) return MHE_ERR_CONFIG;
+    *out = neg ? -v : v;
+    return MHE_OK;
+}
+
+static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, const char *what,
+                                 const char *key, const char *value, char *err) {
+    int i;
+    for (i = 0; i < nf; i++) {
+        const mhe__field *f = &fields[i];
+        unsigned char *p = (unsigned char *)obj + f->offset;
+        if (strcmp(f->key, key) != 0) continue;
+        if (f->type == MHE__F_INT) {
+            int64_t v;
+            if (mhe__parse_i64(value, &v) != MHE_OK)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': '%s' is not an integer", what, key, value);
+            if ((double)v < f->lo || (double)v > f->hi)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %s is out of range [%.0f, %.0f]", what, key, value, f->lo, f->hi);
+            *(int *)(void *)p = (int)v;
+        } else if (f->type == MHE__F_U64) {
+            uint64_t v;
+            if (mhe__parse_u64(value, &v) != MHE_OK)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': '%s' is not an unsigned integer", what, key, value);
+            *(uint64_t *)(void *)p = v;
+        } else if (f->type == MHE__F_FLOAT) {
+            double v;
+            if (mhe__parse_float(value, &v) != MHE_OK)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': '%s' is not a number", what, key, value);
+            if (v < f->lo || v > f->hi)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %s is out of range [%g, %g]", what, key, value, f->lo, f->hi);
+            *(float *)(void *)p = (float)v;
+        } else if (f->type == MHE__F_ENUM) {
+            int idx = mhe__enum_index(f->names, value);
+            if (idx < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown value '%s' (expected %s)", what, key, value, f->names);
+            *(int *)(void *)p = idx;
+        } else { /* MHE__F_ATTN: one kind for all layers, or a comma list (rest set to -1) */
+            int *kinds = (int *)(void *)p, n = 0, j;
+            const char *s = value;
+            char name[32];
+            int tmp[MHE_MAX_LAYERS];
+            while (1) {
+                const char *e = strchr(s, ',');
+                size_t len = e ? (size_t)(e - s) : strlen(s);
+                int kind;
+                if (len == 0 || len >= sizeof name)
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': empty or too long kind name in '%s'", what, value);
+                memcpy(name, s, len); name[len] = 0;
+                kind = mhe_attn_kind_from_name(name);
+                if (kind < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': unknown attention kind '%s'", what, name);
+                if (n == MHE_MAX_LAYERS) return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': more than %d kinds", what, MHE_MAX_LAYERS);
+                tmp[n++] = kind;
+                if (!e) break;
+                s = e + 1;
+            }
+            for (j = 0; j < MHE_MAX_LAYERS; j++) kinds[j] = n == 1 ? tmp[0] : (j < n ? tmp[j] : -1);
+        }
+        return MHE_OK;
+    }
+    return mhe__fail(err, MHE_ERR_CONFIG, "unknown %s field '%s'", what, key);
+}
+
+static int mhe__field_get(const mhe__field *fields, int nf, const void *obj, int i, const char **key,
+                          char *value, size_t cap) {
+    const mhe__field *f;
+    const unsigned char *p;
+    if (i < 0 || i >= nf) return 0;
+    f = &fields[i];
+    p = (const unsigned char *)obj + f->offset;
+    *key = f->key;
+    if (f->type == MHE__F_INT) snprintf(value, cap, "%d", *(const int *)(const void *)p);
+    else if (f->type == MHE__F_U64) snprintf(value, cap, "%llu", (unsigned long long)*(const uint64_t *)(const void *)p);
+    else if (f->type == MHE__F_FLOAT) snprintf(value, cap, "%.9g", (double)*(const float *)(const void *)p);
+    else if (f->type == MHE__F_ENUM) mhe__enum_name(f->names, *(const int *)(const void *)p, value, cap);
+    else {
+        const int *kinds = (const int *)(const void *)p;
+        int n = 0, same = 1, j;
+        size_t used = 0;
+        while (n < MHE_MAX_LAYERS && kinds[n] >= 0) { if (kinds[n] != kinds[0]) same = 0; n++; }
+        if (cap) value[0] = 0;
+        for (j = 0; j < (same ? 1 : n); j++) {
+            int w = snprintf(value + used, cap - used, "%s%s", j ? "," : "", mhe_attn_kind_name(kinds[j]));
+            if (w < 0 || (size_t)w >= cap - used) break;
+            used += (size_t)w;
+        }
+    }
+    return 1;
+}
+
+MHEDEF mhe_status mhe_config_set(mhe_config *c, const char *key, const char *value, char *err) {
+    return mhe__field_set(mhe__config_fields, MHE__N_CONFIG_FIELDS, c, "config", key, value, err);
+}
+
+MHEDEF int mhe_config_field(const mhe_config *c, int i, const char **key, char *value, size_t value_len) {
+    return mhe__field_get(mhe__config_fields, MHE__N_CONFIG_FIELDS, c, i, key, value, value_len);
+}
+
+MHEDEF mhe_status mhe_train_config_set(mhe_train_config *c, const char *key, const char *value, char *err) {
+    return mhe__field_set(mhe__train_fields, MHE__N_TRAIN_FIELDS, c, "train", key, value, err);
+}
+
+MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char **key, char *value, size_t value_len) {
+    return mhe__field_get(mhe__train_fields, MHE__N_TRAIN_FIELDS, c, i, key, value, value_len);
+}
+
+/* `key=value` lines; calls set(obj, key, value) for each */
+static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
+                                   mhe_status (*set)(void *, const char *, const char *, char *), char *err) {
+    size_t pos = 0;
+    int line = 0;
+    while (pos < len) {
+        char buf[512], *eq, *k, *v, *end;
+        size_t e = pos, n;
+        mhe_status st;
+        line++;
+        while (e < len && text[e] != '\n') e++;
+        n = e - pos;
+        if (n >= sizeof buf) return mhe__fail(err, MHE_ERR_CONFIG, "line %d: longer than %d characters", line, (int)sizeof buf - 1);
+        memcpy(buf, text + pos, n); buf[n] = 0;
+        pos = e + 1;
+        if (memchr(buf, 0, n)) return mhe__fail(err, MHE_ERR_CONFIG, "line %d: contains a NUL byte", line);
+        if ((eq = strchr(buf, '#')) != NULL) *eq = 0;
+        k = buf;
+        while (mhe__is_space(*k)) k++;
+        if (!*k) continue;
+        eq = strchr(k, '=');
+        if (!eq) return mhe__fail(err, MHE_ERR_CONFIG, "line %d: expected key=value, got '%s'", line, k);
+        *eq = 0; v = eq + 1;
+        for (end = eq; end > k && mhe__is_space(end[-1]); end--) end[-1] = 0;
+        while (mhe__is_space(*v)) v++;
+        for (end = v + strlen(v); end > v && mhe__is_space(end[-1]); end--) end[-1] = 0;
+        st = set(obj, k, v, err);
+        if (st != MHE_OK) {
+            char tmp[MHE_ERR_LEN];
+            if (err) { memcpy(tmp, err, MHE_ERR_LEN); snprintf(err, MHE_ERR_LEN, "line %d: %.200s", line, tmp); }
+            return st;
+        }
+    }
+    return MHE_OK;
+}
+
+static mhe_status mhe__config_set_v(void *o, const char *k, const char *v, char *err) { return mhe_config_set((mhe_config *)o, k, v, err); }
+MHEDEF mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, char *err) {
+    return mhe__parse_lines(text, len, c, mhe__config_set_v, err);
+}
+
+MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
+    int i, dh = mhe_config_d_head(c), nkinds = 0;
+    /* every field within its table range (catches values set directly in C) */
+    for (i = 0; i < MHE__N_CONFIG_FIELDS; i++) {
+        const mhe__field *f = &mhe__config_fields[i];
+        const void *p = (const unsigned char *)c + f->offset;
+        if (f->type == MHE__F_INT) {
+            int v = *(const int *)p;
+            if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
+        } else if (f->type == MHE__F_FLOAT) {
+            float v = *(const float *)p;
+            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+        } else if (f->type == MHE__F_ENUM) {
+            int v = *(const int *)p;
+            char tmp[64];
+            mhe__enum_name(f->names, v, tmp, sizeof tmp);
+            if (v < 0 || !tmp[0]) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': invalid value %d", f->key, v);
+        }
+    }
+    if (c->d_head == 0 && c->d_model % c->n_heads != 0)
+        return mhe__fail(err, MHE_ERR_CONFIG, "d_model %d is not divisible by n_heads %d (set d_head explicitly)", c->d_model, c->n_heads);
+    if (dh < 1 || dh > MHE_MAX_D_HEAD)
+        return mhe__fail(err, MHE_ERR_CONFIG, "head size %d is out of range [1, %d]", dh, MHE_MAX_D_HEAD);
+    while (nkinds < MHE_MAX_LAYERS && c->attn[nkinds] >= 0) {
+        if (c->attn[nkinds] >= MHE_ATTN_KIND_COUNT) return mhe__fail(err, MHE_ERR_CONFIG, "attn: invalid kind %d for layer %d", c->attn[nkinds], nkinds);
+        nkinds++;
+    }
+    if (nkinds < c->n_layers)
+        return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
+    if (nkinds > c->n_layers && nkinds < MHE_MAX_LAYERS)
+        return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
+    /* every GEMM dimension must fit an int and every tensor a size_t */
+    if ((int64_t)c->n_heads * dh > 1048576 || (int64_t)c->vocab_size * c->d_model > ((int64_t)1 << 31) - 1 ||
+        (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1)
+        return mhe__fail(err, MHE_ERR_OVERFLOW, "model too large: a tensor would exceed 2^31 elements");
+    return MHE_OK;
+}
+
+/* ---- 7. models: parameters ---------------------------------------------- */
+
+/* Walks the parameter list in memory order. With m->params == NULL it only
+   counts; then it fills the tensors. The order puts wq, wk, wv (and their
+   biases) next to each other so one GEMM computes Q, K and V together. */
+typedef struct mhe__layout { mhe_model *m; int count; int64_t floats; int overflow; } mhe__layout;
+
+static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_t d0, int64_t d1, int decay) {
+    mhe_tensor *t;
+    int64_t shape[2], size;
+    shape[0] = d0; shape[1] = d1;
+    size = mhe_shape_size(ndim, shape);
+    if (size < 0 || L->floats > INT64_MAX / 4 - size) { L->overflow = 1; return NULL; }
+    if (!L->m->params) { L->count++; L->floats += size; return NULL; }
+    t = &L->m->params[L->count++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
+    t->size = size;
+    t->data = L->m->param_data + L->floats;
+    t->grad = L->m->grad_data + L->floats;
+    t->decay = decay;
+    L->floats += size;
+    return t;
+}
+
+static void mhe__layout_walk(mhe__layout *L) {
+    mhe_model *m = L->m;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, dh = mhe_config_d_head(c), n = c->n_heads, nkv = n, F = mhe_config_d_ff(c), l;
+    int ln = c->norm == MHE_NORM_LAYERNORM;
+    char nm[MHE_NAME_LEN];
+    m->tok_emb = mhe__param(L, "tok_emb.weight", 2, c->vocab_size, C, 1);
+    m->pos_emb = mhe__param(L, "pos_emb.weight", 2, c->max_seq_len, C, 1);
+    for (l = 0; l < c->n_layers; l++) {
+        mhe_layer *y = &m->layers[l];
+#define MHE__P(field, suffix, nd, a, b, dec) (snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix), y->field = mhe__param(L, nm, nd, a, b, dec))
+        MHE__P(norm1_w, "norm1.weight", 1, C, 0, 0);
+        if (ln) MHE__P(norm1_b, "norm1.bias", 1, C, 0, 0);
+        MHE__P(wq, "attn.wq.weight", 2, (int64_t)n * dh, C, 1);
+        MHE__P(wk, "attn.wk.weight", 2, (int64_t)nkv * dh, C, 1);
+        MHE__P(wv, "attn.wv.weight", 2, (int64_t)nkv * dh, C, 1);
+        if (c->bias) {
+            MHE__P(bq, "attn.wq.bias", 1, (int64_t)n * dh, 0, 0);
+            MHE__P(bk, "attn.wk.bias", 1, (int64_t)nkv * dh, 0, 0);
+            MHE__P(bv, "attn.wv.bias", 1, (int64_t)nkv * dh, 0, 0);
+        }
+        MHE__P(wo, "attn.wo.weight", 2, C, (int64_t)n * dh, 1);
+        if (c->bias) MHE__P(bo, "attn.wo.bias", 1, C, 0, 0);
+        MHE__P(norm2_w, "norm2.weight", 1, C, 0, 0);
+        if (ln) MHE__P(norm2_b, "norm2.bias", 1, C, 0, 0);
+        MHE__P(fc1_w, "mlp.fc1.weight", 2, F, C, 1);
+        if (c->bias) MHE__P(fc1_b, "mlp.fc1.bias", 1, F, 0, 0);
+        MHE__P(fc2_w, "mlp.fc2.weight", 2, C, F, 1);
+        if (c->bias) MHE__P(fc2_b, "mlp.fc2.bias", 1, C, 0, 0);
+#undef MHE__P
+    }
+    if (!c->post_norm) {
+        m->lnf_w = mhe__param(L, "ln_f.weight", 1, C, 0, 0);
+        if (ln) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0);
+    }
+    if (!c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1);
+}
+
+static void mhe__fill_normal(float *x, int64_t n, float std, mhe_rng *r) {
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = std * mhe_rng_normal(r);
+}
+
+/* GPT-2 init: weights N(0, std), residual-output projections (W^O, fc2)
+   N(0, std/sqrt(2 n_layers)), biases 0, norm gains 1. */
+static void mhe__init_weights(mhe_model *m, uint64_t seed) {
+    mhe_rng r;
+    int i;
+    float std = m->cfg.init_std, res_std = std / sqrtf(2.0f * (float)m->cfg.n_layers);
+    mhe_rng_seed(&r, seed);
+    for (i = 0; i < m->n_tensors; i++) {
+        mhe_tensor *t = &m->params[i];
+        size_t len = strlen(t->name);
+        if (t->ndim == 1) {
+            float v = strstr(t->name, "norm") || strncmp(t->name, "ln_f", 4) == 0 ? (len > 7 && strcmp(t->name + len - 7, ".weight") == 0 ? 1.0f : 0.0f) : 0.0f;
+            int64_t j;
+            for (j = 0; j < t->size; j++) t->data[j] = v;
+        } else {
+            int residual = strstr(t->name, "attn.wo.") || strstr(t->name, "mlp.fc2.");
+            mhe__fill_normal(t->data, t->size, residual ? res_std : std, &r);
+        }
+    }
+}
+
+MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
+    mhe__layout L;
+    mhe_status st;
+    size_t tbytes, fbytes;
+    int ok = 1;
+    if (!m) return MHE_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    m->alloc_ctx = alloc_ctx;
+    if (!cfg) return mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_init: config is NULL");
+    if ((st = mhe_config_validate(cfg, m->err)) != MHE_OK) return st;
+    m->cfg = *cfg;
+    memset(&L, 0, sizeof L);
+    L.m = m;
+    mhe__layout_walk(&L);
+    if (L.overflow) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "parameter count overflows");
+    tbytes = mhe__mul_size((size_t)L.count, sizeof(mhe_tensor), &ok);
+    fbytes = mhe__mul_size((size_t)L.floats, sizeof(float), &ok);
+    if (!ok || (int64_t)(size_t)L.floats != L.floats) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "parameter memory size overflows");
+    m->params = (mhe_tensor *)MHE_MALLOC(alloc_ctx, tbytes);
+    m->param_data = (float *)MHE_MALLOC(alloc_ctx, fbytes);
+    m->grad_data = (float *)MHE_MALLOC(alloc_ctx, fbytes);
+    if (!m->params || !m->param_data || !m->grad_data) {
+        mhe_model_free(m);
+        m->alloc_ctx = alloc_ctx;
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of parameters", 2 * fbytes + tbytes);
+    }
+    memset(m->grad_data, 0, fbytes);
+    m->n_tensors = L.count;
+    m->n_params = L.floats;
+    m->bytes_params = 2 * fbytes + tbytes;
+    memset(&L, 0, sizeof L);
+    L.m = m;
+    mhe__layout_walk(&L);
+    mhe__init_weights(m, seed);
+    return MHE_OK;
+}
+
+MHEDEF void mhe_model_free(mhe_model *m) {
+    void *ctx;
+    if (!m) return;
+    ctx = m->alloc_ctx;
+    if (m->params) MHE_FREE(ctx, m->params);
+    if (m->param_data) MHE_FREE(ctx, m->param_data);
+    if (m->grad_data) MHE_FREE(ctx, m->grad_data);
+    if (m->acts_block) MHE_FREE(ctx, m->acts_block);
+    memset(m, 0, sizeof *m);
+}
+
+MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name) {
+    int i;
+    for (i = 0; i < m->n_tensors; i++) if (strcmp(m->params[i].name, name) == 0) return &m->params[i];
+    return NULL;
+}
+
+MHEDEF void mhe_model_zero_grad(mhe_model *m) {
+    memset(m->grad_data, 0, (size_t)m->n_params * sizeof(float));
+}
+
+/* ---- 7. models: activations ----------------------------------------------- */
+
+static int mhe__qkv_width(const mhe_config *c) { return (c->n_heads + 2 * c->n_heads) * mhe_config_d_head(c); }
+
+/* carve (or, with base == NULL, measure) the activation block */
+static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    size_t BT = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c);
+    size_t QKV = (size_t)mhe__qkv_width(c), HD = (size_t)c->n_heads * mhe_config_d_head(c), used = 0;
+    size_t att_stats = c->fused_attention ? (size_t)B * c->n_heads * T : (size_t)B * c->n_heads * T * T;
+    int l;
+#define MHE__A(ptr, count) do { size_t n_ = MHE_ARENA_ROUND((count) * sizeof(float)); \
+        if (base) { (ptr) = (float *)(void *)(base + used); } used += n_; } while (0)
+    MHE__A(a->emb, BT * C);
+    for (l = 0; l < c->n_layers; l++) {
+        MHE__A(a->n1[l], BT * C); MHE__A(a->n2[l], BT * C);
+        MHE__A(a->mean1[l], BT); MHE__A(a->rstd1[l], BT); MHE__A(a->mean2[l], BT); MHE__A(a->rstd2[l], BT);
+        MHE__A(a->qkv[l], BT * QKV); MHE__A(a->att[l], BT * HD); MHE__A(a->lse[l], att_stats);
+        MHE__A(a->res1[l], BT * C); MHE__A(a->res2[l], BT * C);
+        MHE__A(a->fc1[l], BT * F); MHE__A(a->act[l], BT * F);
+    }
+    MHE__A(a->nf, BT * C); MHE__A(a->meanf, BT); MHE__A(a->rstdf, BT);
+    MHE__A(a->logits, BT * (size_t)c->vocab_size); MHE__A(a->losses, BT);
+    MHE__A(a->d_res, BT * C); MHE__A(a->d_n, BT * C); MHE__A(a->scratch, BT * C);
+    MHE__A(a->d_tmp, BT * C);
+    MHE__A(a->d_att, BT * HD); MHE__A(a->d_qkv, BT * QKV);
+    MHE__A(a->d_fc1, BT * F); MHE__A(a->d_act, BT * F);
+    MHE__A(a->d_logits, BT * (size_t)c->vocab_size);
+#undef MHE__A
+    if (base) {
+        a->tokens = (int *)(void *)(base + used);
+        a->targets = a->tokens + BT;
+    }
+    used += MHE_ARENA_ROUND(2 * BT * sizeof(int));
+    return used;
+}
+
+MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T) {
+    size_t bytes;
+    void *block;
+    if (B < 1 || T < 1) return mhe__fail(m->err, MHE_ERR_ARG, "batch %d x length %d: both must be >= 1", B, T);
+    if (T > m->cfg.max_seq_len) return mhe__fail(m->err, MHE_ERR_ARG, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
+    if ((int64_t)B * T > (1 << 24)) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "batch %d x length %d is too many tokens", B, T);
+    if (m->acts_block && (int64_t)B * T <= (int64_t)m->acts.B * m->acts.T && T <= m->acts.T) return MHE_OK;
+    bytes = mhe__acts_layout(m, B, T, NULL);
+    block = MHE_MALLOC(m->alloc_ctx, bytes + MHE_ARENA_ALIGN);
+    if (!block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of activations", bytes);
+    if (m->acts_block) MHE_FREE(m->alloc_ctx, m->acts_block);
+    m->acts_block = block;
+    mhe__acts_layout(m, B, T, (unsigned char *)(((uintptr_t)block + MHE_ARENA_ALIGN - 1) & ~(uintptr_t)(MHE_ARENA_ALIGN - 1)));
+    m->acts.B = B; m->acts.T = T; m->acts.bytes = bytes;
+    m->bytes_acts = bytes;
+    return MHE_OK;
+}
+
+/* ---- 7. models: forward and backward -------------------------------------- */
+
+/* one dropout stream per site: 0 embeddings, then 3 per layer */
+static uint64_t mhe__site_seed(const mhe_model *m, int site) {
+    uint64_t x = m->dropout_seed ^ ((uint64_t)(site + 1) * 0x9e3779b97f4a7c15ULL);
+    return mhe__splitmix64(&x);
+}
+
+static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
+                          const mhe_tensor *w, const mhe_tensor *b, int N) {
+    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_fwd(out, mean, rstd, inp, w->data, b->data, N, m->cfg.d_model, m->cfg.norm_eps);
+    else mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
+}
+
+static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, const float *inp,
+                          const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd, int N) {
+    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_bwd(dinp, w->grad, b->grad, dout, inp, w->data, mean, rstd, N, m->cfg.d_model);
+    else mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
+}
+
+static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
+static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
+
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, int layer, int B, int T) {
+    mhe_attn_dims d;
+    const mhe_config *c = &m->cfg;
+    int dh = mhe_config_d_head(c), qkvw = mhe__qkv_width(c);
+    memset(&d, 0, sizeof d);
+    d.B = B; d.n_heads = c->n_heads; d.n_kv_heads = c->n_heads; d.Tq = T; d.Tk = T; d.d_head = dh;
+    d.q_stride = d.k_stride = d.v_stride = qkvw;
+    d.o_stride = c->n_heads * dh;
+    d.causal = 1;
+    d.scale = 1.0f / sqrtf((float)dh);
+    d.dropout = m->training ? c->attn_dropout : 0.0f;
+    d.seed = mhe__site_seed(m, 3 * layer + 3);
+    return d;
+}
+
+/* y = x + dropout(branch) for the residual sums */
+static void mhe__residual(const mhe_model *m, float *y, const float *x, float *branch, int64_t n, int site) {
+    int64_t i;
+    float p = m->training ? m->cfg.dropout : 0.0f;
+    if (p > 0) mhe_dropout_fwd(branch, branch, n, p, mhe__site_seed(m, site), 0);
+    for (i = 0; i < n; i++) y[i] = x[i] + branch[i];
+}
+
+/* dbranch: where the branch gradient is; d itself when no dropout */
+static const float *mhe__residual_bwd(const mhe_model *m, float *tmp, const float *d, int64_t n, int site) {
+    float p = m->training ? m->cfg.dropout : 0.0f;
+    if (p <= 0) return d;
+    memset(tmp, 0, (size_t)n * sizeof(float));
+    mhe_dropout_bwd(tmp, d, n, p, mhe__site_seed(m, site), 0);
+    return tmp;
+}
+
+MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    mhe_status st;
+    int C = c->d_model, F = mhe_config_d_ff(c), QKV = mhe__qkv_width(c), HD = c->n_heads * mhe_config_d_head(c);
+    int V = c->vocab_size, BT, l, i, t;
+    const float *x;
+    if (!tokens) return mhe__fail(m->err, MHE_ERR_ARG, "forward: tokens is NULL");
+    if ((st = mhe_model_reserve(m, B, T)) != MHE_OK) return st;
+    BT = B * T;
+    for (i = 0; i < BT; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, V);
+        if (targets && targets[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
+    }
+    memcpy(a->tokens, tokens, (size_t)BT * sizeof(int));
+    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int));
+    m->last_B = B; m->last_T = T; m->last_has_targets = targets != NULL;
+
+    /* x = tok_emb[tokens] + pos_emb[t], then embedding dropout */
+    mhe_embedding_fwd(a->emb, m->tok_emb->data, tokens, BT, C, 0);
+    for (i = 0; i < B; i++)
+        for (t = 0; t < T; t++) mhe__axpy(a->emb + ((size_t)i * T + t) * C, 1.0f, m->pos_emb->data + (size_t)t * C, C);
+    if (m->training && c->dropout > 0) mhe_dropout_fwd(a->emb, a->emb, (int64_t)BT * C, c->dropout, mhe__site_seed(m, 0), 0);
+    x = a->emb;
+
+    for (l = 0; l < c->n_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        mhe_attn_dims d = mhe__attn_dims(m, l, B, T);
+        const float *attn_in, *mlp_in;
+        a->in[l] = (float *)x;
+        /* pre-norm: h = x + Attn(N1(x)); out = h + MLP(N2(h)).
+           post-norm: h = N1(x + Attn(x)); out = N2(h + MLP(h)). */
+        if (!c->post_norm) { mhe__norm_fwd(m, a->n1[l], a->mean1[l], a->rstd1[l], x, y->norm1_w, y->norm1_b, BT); attn_in = a->n1[l]; }
+        else attn_in = x;
+        mhe_linear_fwd(a->qkv[l], attn_in, y->wq->data, mhe__opt_data(y->bq), BT, C, QKV);
+        if (c->fused_attention) mhe_attn_fused_fwd(&d, a->att[l], a->lse[l], a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
+        else mhe_attn_ref_fwd(&d, a->att[l], a->lse[l], a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
+        mhe_linear_fwd(a->scratch, a->att[l], y->wo->data, mhe__opt_data(y->bo), BT, HD, C);
+        mhe__residual(m, a->res1[l], x, a->scratch, (int64_t)BT * C, 3 * l + 1);
+        if (!c->post_norm) { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res1[l], y->norm2_w, y->norm2_b, BT); mlp_in = a->n2[l]; }
+        else { mhe__norm_fwd(m, a->n1[l], a->mean1[l], a->rstd1[l], a->res1[l], y->norm1_w, y->norm1_b, BT); mlp_in = a->n1[l]; }
+        mhe_linear_fwd(a->fc1[l], mlp_in, y->fc1_w->data, mhe__opt_data(y->fc1_b), BT, C, F);
+        mhe_act_fwd(c->activation, a->act[l], a->fc1[l], (int64_t)BT * F);
+        mhe_linear_fwd(a->scratch, a->act[l], y->fc2_w->data, mhe__opt_data(y->fc2_b), BT, F, C);
+        mhe__residual(m, a->res2[l], mlp_in, a->scratch, (int64_t)BT * C, 3 * l + 2);
+        if (!c->post_norm) x = a->res2[l];
+        else { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res2[l], y->norm2_w, y->norm2_b, BT); x = a->n2[l]; }
+    }
+    if (!c->post_norm) { mhe__norm_fwd(m, a->nf, a->meanf, a->rstdf, x, m->lnf_w, m->lnf_b, BT); x = a->nf; }
+    a->final_h = x;
+    mhe_linear_fwd(a->logits, x, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, BT, C, V);
+    if (targets) {
+        float mean;
+        int count;
+        mhe_xent_fwd(a->losses, &mean, &count, a->logits, targets, BT, V);
+        m->last_loss = mean;
+        m->last_count = count;
+        if (loss) *loss = mean;
+        if (!(mean == mean) || mean > FLT_MAX) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+    }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int B = m->last_B, T = m->last_T, BT = B * T, C = c->d_model, F = mhe_config_d_ff(c);
+    int QKV = mhe__qkv_width(c), HD = c->n_heads * mhe_config_d_head(c), V = c->vocab_size, l, i, t;
+    size_t nC = (size_t)BT * C * sizeof(float);
+    const mhe_tensor *head = m->lm_head ? m->lm_head : m->tok_emb;
+    if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
+
+    /* loss = mean over counted rows of xent(logits) */
+    memset(a->d_logits, 0, (size_t)BT * V * sizeof(float));
+    if (m->last_count > 0) mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count);
+    memset(a->d_res, 0, nC);
+    if (!c->post_norm) {
+        const float *xl = c->n_layers ? (const float *)a->res2[c->n_layers - 1] : a->emb;
+        memset(a->d_n, 0, nC);
+        mhe_linear_bwd(a->d_n, head->grad, NULL, a->d_logits, a->nf, head->data, BT, C, V);
+        mhe__norm_bwd(m, a->d_res, a->d_n, xl, m->lnf_w, m->lnf_b, a->meanf, a->rstdf, BT);
+    } else {
+        mhe_linear_bwd(a->d_res, head->grad, NULL, a->d_logits, a->final_h, head->data, BT, C, V);
+    }
+
+    for (l = c->n_layers - 1; l >= 0; l--) {
+        const mhe_layer *y = &m->layers[l];
+        mhe_attn_dims d = mhe__attn_dims(m, l, B, T);
+        const float *db, *mlp_in = c->post_norm ? a->n1[l] : a->n2[l], *attn_in = c->post_norm ? a->in[l] : a->n1[l];
+        float *d_mlp_in;
+        if (c->post_norm) {
+            /* out = N2(res2): d_res holds d out; d_n gets d res2 */
+            memset(a->d_n, 0, nC);
+            mhe__norm_bwd(m, a->d_n, a->d_res, a->res2[l], y->norm2_w, y->norm2_b, a->mean2[l], a->rstd2[l], BT);
+            d_mlp_in = a->d_n;      /* res2 = n1 + MLP(n1): identity part already in d_n */
+        } else {
+            d_mlp_in = NULL;        /* filled below */
+        }
+        /* MLP branch: branch = fc2(act(fc1(mlp_in))) */
+        {
+            const float *dbr = mhe__residual_bwd(m, a->d_tmp, c->post_norm ? a->d_n : a->d_res, (int64_t)BT * C, 3 * l + 2);
+            memset(a->d_act, 0, (size_t)BT * F * sizeof(float));
+            mhe_linear_bwd(a->d_act, y->fc2_w->grad, mhe__opt_grad(y->fc2_b), dbr, a->act[l], y->fc2_w->data, BT, F, C);
+            memset(a->d_fc1, 0, (size_t)BT * F * sizeof(float));
+            mhe_act_bwd(c->activation, a->d_fc1, a->fc1[l], a->d_act, (int64_t)BT * F);
+            if (!c->post_norm) { memset(a->d_n, 0, nC); d_mlp_in = a->d_n; }
+            mhe_linear_bwd(d_mlp_in, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, mlp_in, y->fc1_w->data, BT, C, F);
+        }
+        if (!c->post_norm) {
+            /* res2 = res1 + branch; mlp_in = N2(res1): d res1 = d_res + N2'(d_n) */
+            mhe__norm_bwd(m, a->d_res, a->d_n, a->res1[l], y->norm2_w, y->norm2_b, a->mean2[l], a->rstd2[l], BT);
+        } else {
+            /* n1 = N1(res1): d res1 = N1'(d n1) */
+            memset(a->d_res, 0, nC);
+            mhe__norm_bwd(m, a->d_res, a->d_n, a->res1[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
+        }
+        /* attention branch: res1 = x + Wo(attn(qkv(attn_in))); d_res holds d res1 */
+        db = mhe__residual_bwd(m, a->d_tmp, a->d_res, (int64_t)BT * C, 3 * l + 1);
+        memset(a->d_att, 0, (size_t)BT * HD * sizeof(float));
+        mhe_linear_bwd(a->d_att, y->wo->grad, mhe__opt_grad(y->bo), db, a->att[l], y->wo->data, BT, HD, C);
+        memset(a->d_qkv, 0, (size_t)BT * QKV * sizeof(float));
+        if (c->fused_attention)
+            mhe_attn_fused_bwd(&d, a->d_qkv, a->d_qkv + HD, a->d_qkv + 2 * HD, a->d_att, a->att[l], a->lse[l],
+                               a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
+        else
+            mhe_attn_ref_bwd(&d, a->d_qkv, a->d_qkv + HD, a->d_qkv + 2 * HD, a->d_att, a->lse[l],
+                             a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
+        if (!c->post_norm) {
+            memset(a->d_n, 0, nC);
+            mhe_linear_bwd(a->d_n, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, QKV);
+            mhe__norm_bwd(m, a->d_res, a->d_n, a->in[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
+        } else {
+            mhe_linear_bwd(a->d_res, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, QKV);
+        }
+    }
+    /* embeddings: x0 = dropout(tok_emb[tokens] + pos_emb[t]) */
+    if (m->training && c->dropout > 0) {
+        memset(a->d_tmp, 0, nC);
+        mhe_dropout_bwd(a->d_tmp, a->d_res, (int64_t)BT * C, c->dropout, mhe__site_seed(m, 0), 0);
+        memcpy(a->d_res, a->d_tmp, nC);
+    }
+    mhe_embedding_bwd(m->tok_emb->grad, a->d_res, a->tokens, BT, C);
+    for (i = 0; i < B; i++)
+        for (t = 0; t < T; t++) mhe__axpy(m->pos_emb->grad + (size_t)t * C, 1.0f, a->d_res + ((size_t)i * T + t) * C, C);
+    return MHE_OK;
+}
+
+/* ---- 6. tokenizer --------------------------------------------------------- */
+
+MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out) {
+    size_t i;
+    for (i = 0; i < len; i++) out[i] = (unsigned char)text[i];
+    return len;
+}
+
+/* ---- 9. optimizer: AdamW, clipping, schedules ----------------------------- */
+
+MHEDEF mhe_train_config mhe_train_config_default(void) {
+    mhe_train_config c;
+    memset(&c, 0, sizeof c);
+    c.steps = 1000; c.batch = 16; c.seq_len = 128;
+    c.lr = 1e-3f; c.min_lr = 1e-4f; c.warmup = 100; c.schedule = MHE_SCHED_COSINE; c.cycles = 1;
+    c.beta1 = 0.9f; c.beta2 = 0.95f; c.eps = 1e-8f; c.weight_decay = 0.1f; c.clip = 1.0f;
+    c.seed = 1337; c.eval_every = 200; c.eval_batches = 8; c.save_every = 0; c.log_every = 10;
+    return c;
+}
+
+static mhe_status mhe__train_set_v(void *o, const char *k, const char *v, char *err) { return mhe_train_config_set((mhe_train_config *)o, k, v, err); }
+
+MHEDEF mhe_status mhe_train_config_parse(mhe_train_config *c, const char *text, size_t len, char *err) {
+    return mhe__parse_lines(text, len, c, mhe__train_set_v, err);
+}
+
+MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err) {
+    int i;
+    for (i = 0; i < MHE__N_TRAIN_FIELDS; i++) {
+        const mhe__field *f = &mhe__train_fields[i];
+        const void *p = (const unsigned char *)c + f->offset;
+        if (f->type == MHE__F_INT) {
+            int v = *(const int *)p;
+            if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
+        } else if (f->type == MHE__F_FLOAT) {
+            float v = *(const float *)p;
+            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+        } else if (f->type == MHE__F_ENUM) {
+            int v = *(const int *)p;
+            if (v < 0 || v > MHE_SCHED_COSINE_RESTARTS) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': invalid value %d", f->key, v);
+        }
+    }
+    if (c->min_lr > c->lr) return mhe__fail(err, MHE_ERR_CONFIG, "min_lr %g is larger than lr %g", (double)c->min_lr, (double)c->lr);
+    return MHE_OK;
+}
+
+/* Schedules: linear warmup from 0 over `warmup` steps, then
+   constant: lr; linear: lr -> min_lr at `steps`; cosine: min_lr + (lr-min_lr)(1+cos(pi p))/2;
+   invsqrt: lr * sqrt(warmup / step) (Vaswani et al. 2017, eq. 3 shape);
+   cosine-restarts: the cosine restarted `cycles` times (hard restarts). */
+MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
+    double lr = c->lr, lo = c->min_lr, p;
+    int decay_steps = c->steps - c->warmup;
+    if (c->warmup > 0 && step < c->warmup) return (float)(lr * (step + 1) / c->warmup);
+    if (c->schedule == MHE_SCHED_CONSTANT) return (float)lr;
+    if (c->schedule == MHE_SCHED_INVSQRT) {
+        double w = c->warmup > 0 ? c->warmup : 1;
+        return (float)(lr * sqrt(w / (step + 1 > w ? step + 1 : w)));
+    }
+    p = decay_steps > 0 ? (double)(step - c->warmup) / decay_steps : 1.0;
+    if (p > 1) p = 1;
+    if (p < 0) p = 0;
+    if (c->schedule == MHE_SCHED_LINEAR) return (float)(lr + (lo - lr) * p);
+    if (c->schedule == MHE_SCHED_COSINE_RESTARTS) {
+        double q;
+        if (p >= 1) return (float)lo;
+        q = fmod(p * c->cycles, 1.0);
+        return (float)(lo + (lr - lo) * 0.5 * (1 + cos(3.141592653589793 * q)));
+    }
+    return (float)(lo + (lr - lo) * 0.5 * (1 + cos(3.141592653589793 * p)));
+}
+
+MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t) {
+    int64_t i;
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    float step = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for if (n > 4 * MHE__PAR_MIN)
+    for (i = 0; i < n; i++) {
+        float gi = g[i];
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
+MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm) {
+    double sum = 0;
+    float norm;
+    int64_t i;
+    for (i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    norm = (float)sqrt(sum);
+    if (max_norm > 0 && norm > max_norm && norm <= FLT_MAX) {
+        float s = max_norm / (norm + 1e-6f);
+        for (i = 0; i < n; i++) g[i] *= s;
+    }
+    return norm;
+}
+
+MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
+    mhe_status st;
+    size_t bytes;
+    int ok = 1;
+    if (!t) return MHE_ERR_ARG;
+    memset(t, 0, sizeof *t);
+    if (!m || !tc) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: model or config is NULL");
+    if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
+    if (tc->seq_len > m->cfg.max_seq_len)
+        return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
+    t->model = m;
+    t->tc = *tc;
+    bytes = mhe__mul_size((size_t)m->n_params, sizeof(float), &ok);
+    if (!ok) return mhe__fail(t->err, MHE_ERR_OVERFLOW, "optimizer state size overflows");
+    t->adam_m = (float *)MHE_MALLOC(m->alloc_ctx, bytes);
+    t->adam_v = (float *)MHE_MALLOC(m->alloc_ctx, bytes);
+    t->batch_tokens = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)tc->batch * tc->seq_len * sizeof(int));
+    if (!t->adam_m || !t->adam_v || !t->batch_tokens) {
+        mhe_trainer_free(t);
+        return mhe__fail(t->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of optimizer state", 2 * bytes);
+    }
+    t->batch_targets = t->batch_tokens + (size_t)tc->batch * tc->seq_len;
+    memset(t->adam_m, 0, bytes);
+    memset(t->adam_v, 0, bytes);
+    mhe_rng_seed(&t->rng, tc->seed);
+    if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len)) != MHE_OK) {
+        memcpy(t->err, m->err, MHE_ERR_LEN);
+        mhe_trainer_free(t);
+        return st;
+    }
+    return MHE_OK;
+}
+
+MHEDEF void mhe_trainer_free(mhe_trainer *t) {
+    void *ctx;
+    if (!t || !t->model) return;
+    ctx = t->model->alloc_ctx;
+    if (t->adam_m) MHE_FREE(ctx, t->adam_m);
+    if (t->adam_v) MHE_FREE(ctx, t->adam_v);
+    if (t->batch_tokens) MHE_FREE(ctx, t->batch_tokens);
+    t->adam_m = t->adam_v = NULL;
+    t->batch_tokens = t->batch_targets = NULL;
+}
+
+MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
+    mhe_model *m = t->model;
+    const mhe_train_config *tc = &t->tc;
+    int T = tc->seq_len, b, i;
+    float loss, norm, lr;
+    mhe_status st;
+    if (!data || n < (size_t)T + 1)
+        return mhe__fail(t->err, MHE_ERR_DATA, "training data has %zu tokens, a batch row needs seq_len+1 = %d", n, T + 1);
+    /* random windows of T+1 tokens: inputs are the first T, targets the last T */
+    for (b = 0; b < tc->batch; b++) {
+        size_t span = n - (size_t)T, off;
+        off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&t->rng) % span) : (size_t)mhe_rng_below(&t->rng, (uint32_t)span);
+        for (i = 0; i < T; i++) {
+            t->batch_tokens[(size_t)b * T + i] = data[off + i];
+            t->batch_targets[(size_t)b * T + i] = data[off + i + 1];
+        }
+    }
+    m->training = 1;
+    m->dropout_seed = mhe_rng_u64(&t->rng);
+    mhe_model_zero_grad(m);
+    st = mhe_model_forward(m, t->batch_tokens, t->batch_targets, tc->batch, T, &loss);
+    m->training = 0;
+    if (st != MHE_OK) { memcpy(t->err, m->err, MHE_ERR_LEN); return st; }
+    m->training = 1;
+    st = mhe_model_backward(m);
+    m->training = 0;
+    if (st != MHE_OK) { memcpy(t->err, m->err, MHE_ERR_LEN); return st; }
+    norm = mhe_clip_grad_norm(m->grad_data, m->n_params, tc->clip);
+    t->last_loss = loss;
+    t->last_grad_norm = norm;
+    if (!(norm <= FLT_MAX)) return mhe__fail(t->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm, t->step);
+    lr = mhe_lr_at(tc, t->step);
+    t->last_lr = lr;
+    for (i = 0; i < m->n_tensors; i++) {
+        mhe_tensor *p = &m->params[i];
+        size_t off = (size_t)(p->data - m->param_data);
+        mhe_adamw_update(p->data, p->grad, t->adam_m + off, t->adam_v + off, p->size, lr,
+                         tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f, t->step + 1);
+    }
+    t->step++;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                               int max_batches, float *mean_loss) {
+    size_t windows, w = 0;
+    double total = 0;
+    int64_t count = 0;
+    int *buf, b, i, nb = 0;
+    mhe_status st = MHE_OK;
+    if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
+    if (!data || n < (size_t)seq_len + 1)
+        return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least seq_len+1 = %d", n, seq_len + 1);
+    windows = (n - 1) / (size_t)seq_len;
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * seq_len * sizeof(int));
+    if (!buf) return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    m->training = 0;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        int rows = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        float loss;
+        for (b = 0; b < rows; b++, w++)
+            for (i = 0; i < seq_len; i++) {
+                buf[(size_t)b * seq_len + i] = data[w * seq_len + i];
+                buf[(size_t)(batch + b) * seq_len + i] = data[w * seq_len + i + 1];
+            }
+        st = mhe_model_forward(m, buf, buf + (size_t)batch * seq_len, rows, seq_len, &loss);
+        if (st != MHE_OK) break;
+        total += (double)loss * m->last_count;
+        count += m->last_count;
+        nb++;
+    }
+    MHE_FREE(m->alloc_ctx, buf);
+    if (st == MHE_OK && mean_loss) *mean_loss = count ? (float)(total / count) : 0.0f;
+    return st;
+}
+
+
 /* ---- 10. checkpoints: safetensors --------------------------------------- */
 #include "parts/safetensors.inc"
+
+/* ---- 10. checkpoints: model and trainer ----------------------------------- */
+
+/* Metadata strings and tensor items of a checkpoint, in one scratch block. */
+typedef struct mhe__ckpt {
+    mhe_st_item *items;
+    const char **keys, **values;
+    char *text;
+    int n_items, n_meta;
+    void *block;
+} mhe__ckpt;
+
+#define MHE__META_VAL 96
+
+static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
+    int nt = m->n_tensors, max_items = grads_only ? nt + 1 : (t ? 3 * nt : nt);
+    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 2 + MHE__N_TRAIN_FIELDS : 0), i, f;
+    size_t name_bytes = (size_t)max_items * (MHE_NAME_LEN + 16), bytes;
+    char *p;
+    memset(k, 0, sizeof *k);
+    bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) +
+            (size_t)max_meta * (2 * MHE__META_VAL) + name_bytes;
+    k->block = MHE_MALLOC(m->alloc_ctx, bytes);
+    if (!k->block) return mhe__fail(err, MHE_ERR_NOMEM, "checkpoint: out of memory");
+    k->items = (mhe_st_item *)k->block;
+    k->keys = (const char **)(void *)(k->items + max_items);
+    k->values = k->keys + max_meta;
+    p = (char *)(void *)(k->values + max_meta);
+#define MHE__META(key_fmt, key_arg, ...) do { char *kk = p; p += MHE__META_VAL; char *vv = p; p += MHE__META_VAL; \
+        snprintf(kk, MHE__META_VAL, key_fmt, key_arg); snprintf(vv, MHE__META_VAL, __VA_ARGS__); \
+        k->keys[k->n_meta] = kk; k->values[k->n_meta++] = vv; } while (0)
+    MHE__META("%s", "format", "%s", MHE_FORMAT);
+    for (f = 0; ; f++) {
+        const char *key;
+        char val[MHE__META_VAL * 4];
+        if (!mhe_config_field(&m->cfg, f, &key, val, sizeof val)) break;
+        if (strlen(val) >= MHE__META_VAL) { /* a long per-layer attn list gets its own room */
+            MHE_FREE(m->alloc_ctx, k->block);
+            return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: config field %s is too long", key);
+        }
+        MHE__META("%s", key, "%s", val);
+    }
+    if (t) {
+        MHE__META("%s", "step", "%d", t->step);
+        MHE__META("%s", "rng", "%016llx%016llx%016llx%016llx", (unsigned long long)t->rng.s[0],
+                  (unsigned long long)t->rng.s[1], (unsigned long long)t->rng.s[2], (unsigned long long)t->rng.s[3]);
+        for (f = 0; ; f++) {
+            const char *key;
+            char val[MHE__META_VAL];
+            if (!mhe_train_config_field(&t->tc, f, &key, val, sizeof val)) break;
+            MHE__META("train.%s", key, "%s", val);
+        }
+    }
+#undef MHE__META
+    if (grads_only) {
+        static const float zero = 0;
+        mhe_st_item *it = &k->items[k->n_items++];
+        memset(it, 0, sizeof *it);
+        it->name = "loss"; it->ndim = 1; it->shape[0] = 1;
+        it->data = &m->last_loss;
+        (void)zero;
+    }
+    for (i = 0; i < nt; i++) {
+        const mhe_tensor *pt = &m->params[i];
+        int copy, d;
+        for (copy = 0; copy < (grads_only ? 1 : (t ? 3 : 1)); copy++) {
+            mhe_st_item *it = &k->items[k->n_items++];
+            size_t off = (size_t)(pt->data - m->param_data);
+            memset(it, 0, sizeof *it);
+            it->ndim = pt->ndim;
+            for (d = 0; d < pt->ndim; d++) it->shape[d] = pt->shape[d];
+            if (copy == 0) { it->name = pt->name; it->data = grads_only ? pt->grad : pt->data; continue; }
+            snprintf(p, MHE_NAME_LEN + 16, "optim.%s.%s", copy == 1 ? "m" : "v", pt->name);
+            it->name = p;
+            p += MHE_NAME_LEN + 16;
+            it->data = (copy == 1 ? t->adam_m : t->adam_v) + off;
+        }
+    }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size) {
+    mhe__ckpt k;
+    char err[MHE_ERR_LEN];
+    mhe_status st = mhe__ckpt_build(m, t, &k, 0, err);
+    if (st != MHE_OK) return st;
+    st = mhe_st_write_size(k.items, k.n_items, k.keys, k.values, k.n_meta, size, err);
+    MHE_FREE(m->alloc_ctx, k.block);
+    return st;
+}
+
+MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written) {
+    mhe__ckpt k;
+    char err[MHE_ERR_LEN];
+    mhe_status st = mhe__ckpt_build(m, t, &k, 0, err);
+    if (st != MHE_OK) return st;
+    st = mhe_st_write_mem(buf, cap, written, k.items, k.n_items, k.keys, k.values, k.n_meta, err);
+    MHE_FREE(m->alloc_ctx, k.block);
+    return st;
+}
+
+/* copy one named F32 tensor of the file into dst, checking its shape */
+static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, const mhe_tensor *like, float *dst, char *err) {
+    const mhe_st_tensor *t = mhe_st_find(st, name);
+    int d;
+    mhe_status s;
+    if (!t) return mhe__fail(err, MHE_ERR_MISSING, "checkpoint has no tensor '%s'", name);
+    if (t->ndim != like->ndim) return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' has %d dimensions, the model expects %d", name, t->ndim, like->ndim);
+    for (d = 0; d < like->ndim; d++)
+        if (t->shape[d] != like->shape[d])
+            return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' dimension %d is %lld, the model expects %lld", name, d,
+                             (long long)t->shape[d], (long long)like->shape[d]);
+    s = mhe_st_read_f32(st, t, dst, like->size);
+    if (s != MHE_OK) return mhe__fail(err, s, "tensor '%s': %s", name, st->err);
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx) {
+    mhe_safetensors st;
+    mhe_config cfg = mhe_config_default();
+    mhe_status s;
+    const char *fmt;
+    char err[MHE_ERR_LEN];
+    int i, f;
+    if (!m) return MHE_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    s = mhe_st_parse(&st, buf, size, alloc_ctx);
+    if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
+    fmt = mhe_st_meta(&st, "format");
+    if (!fmt) { mhe_st_free(&st); return mhe__fail(m->err, MHE_ERR_FORMAT, "not an mhe checkpoint: no __metadata__ 'format'"); }
+    if (strcmp(fmt, MHE_FORMAT) != 0) {
+        mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint format '%.64s', this build reads '%s'", fmt, MHE_FORMAT);
+        mhe_st_free(&st);
+        return MHE_ERR_FORMAT;
+    }
+    for (f = 0; f < MHE__N_CONFIG_FIELDS; f++) {
+        const char *v = mhe_st_meta(&st, mhe__config_fields[f].key);
+        if (!v) { mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata lacks config field '%s'", mhe__config_fields[f].key); mhe_st_free(&st); return MHE_ERR_MISSING; }
+        if ((s = mhe_config_set(&cfg, mhe__config_fields[f].key, v, err)) != MHE_OK) {
+            mhe__fail(m->err, s, "checkpoint metadata: %s", err);
+            mhe_st_free(&st);
+            return s;
+        }
+    }
+    if ((s = mhe_model_init(m, &cfg, 0, alloc_ctx)) != MHE_OK) { mhe_st_free(&st); return s; }
+    for (i = 0; i < m->n_tensors && s == MHE_OK; i++)
+        s = mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
+    for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
+        const char *nm = st.tensors[i].name;
+        if (strncmp(nm, "optim.", 6) != 0 && !mhe_model_find(m, nm))
+            s = mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint has tensor '%.100s' that this model does not", nm);
+    }
+    mhe_st_free(&st);
+    if (s != MHE_OK) {
+        memcpy(err, m->err, MHE_ERR_LEN);
+        mhe_model_free(m);
+        memcpy(m->err, err, MHE_ERR_LEN);
+    }
+    return s;
+}
+
+static int mhe__hex_u64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
+}
+
+MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size) {
+    mhe_model *m = t->model;
+    mhe_safetensors st;
+    mhe_status s;
+    const char *step, *rng;
+    mhe_train_config tc = t->tc;
+    int64_t stepv;
+    mhe_rng r;
+    int i, f;
+    char tmp[MHE_ERR_LEN];
+    s = mhe_st_parse(&st, buf, size, m->alloc_ctx);
+    if (s != MHE_OK) return mhe__fail(t->err, s, "%s", st.err);
+    step = mhe_st_meta(&st, "step");
+    rng = mhe_st_meta(&st, "rng");
+    if (!step || !rng) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_MISSING, "not a trainer checkpoint: metadata 'step' or 'rng' missing"); }
+    if (mhe__parse_i64(step, &stepv) != MHE_OK || stepv < 0 || stepv > INT_MAX) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad step '%.32s'", step); }
+    if (strlen(rng) != 64) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+    for (i = 0; i < 4; i++)
+        if (!mhe__hex_u64(rng + 16 * i, &r.s[i])) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+    for (f = 0; f < MHE__N_TRAIN_FIELDS; f++) {
+        char key[64];
+        const char *v;
+        snprintf(key, sizeof key, "train.%s", mhe__train_fields[f].key);
+        v = mhe_st_meta(&st, key);
+        if (v && (s = mhe_train_config_set(&tc, mhe__train_fields[f].key, v, tmp)) != MHE_OK) {
+            mhe_st_free(&st);
+            return mhe__fail(t->err, s, "checkpoint metadata: %s", tmp);
+        }
+    }
+    if (tc.batch != t->tc.batch || tc.seq_len != t->tc.seq_len) {
+        mhe_st_free(&st);
+        return mhe__fail(t->err, MHE_ERR_CONFIG, "checkpoint trained with batch %d x seq_len %d, this trainer has %d x %d",
+                         tc.batch, tc.seq_len, t->tc.batch, t->tc.seq_len);
+    }
+    for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
+        char nm[MHE_NAME_LEN + 16];
+        size_t off = (size_t)(m->params[i].data - m->param_data);
+        snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
+        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_m + off, t->err);
+        if (s != MHE_OK) break;
+        snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
+        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_v + off, t->err);
+    }
+    mhe_st_free(&st);
+    if (s != MHE_OK) return s;
+    t->tc = tc;
+    t->step = (int)stepv;
+    t->rng = r;
+    return MHE_OK;
+}
+
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx) {
+    void *buf;
+    size_t size;
+    mhe_status s;
+    char err[MHE_ERR_LEN];
+    if (!m) return MHE_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if ((s = mhe_read_file(path, &buf, &size, alloc_ctx, m->err)) != MHE_OK) return s;
+    s = mhe_model_load_mem(m, buf, size, alloc_ctx);
+    MHE_FREE(alloc_ctx, buf);
+    if (s != MHE_OK) {
+        memcpy(err, m->err, MHE_ERR_LEN);
+        snprintf(m->err, MHE_ERR_LEN, "%.100s: %.140s", path, err);
+    }
+    return s;
+}
+
+MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
+    void *buf;
+    size_t size;
+    mhe_status s;
+    if ((s = mhe_read_file(path, &buf, &size, t->model->alloc_ctx, t->err)) != MHE_OK) return s;
+    s = mhe_trainer_load_mem(t, buf, size);
+    MHE_FREE(t->model->alloc_ctx, buf);
+    return s;
+}
+
+static mhe_status mhe__save(const mhe_model *m, const mhe_trainer *t, const char *path, int grads_only, char *err) {
+    mhe__ckpt k;
+    mhe_status st = mhe__ckpt_build(m, t, &k, grads_only, err);
+    if (st != MHE_OK) return st;
+    st = mhe_st_save_file(path, k.items, k.n_items, k.keys, k.values, k.n_meta, m->alloc_ctx, err);
+    MHE_FREE(m->alloc_ctx, k.block);
+    return st;
+}
+
+MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path) {
+    return mhe__save(m, t, path, 0, t ? ((mhe_trainer *)t)->err : ((mhe_model *)m)->err);
+}
+
+MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path) {
+    return mhe__save(m, NULL, path, 1, ((mhe_model *)m)->err);
+}
+#endif
+
+/* ---- 11. metrics ------------------------------------------------------------ */
+
+MHEDEF double mhe_perplexity(double mean_loss) { return exp(mean_loss); }
+
+MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
+    double h = 0;
+    size_t i;
+    int v;
+    int64_t counts[256];
+    if (vocab > 256 || n == 0) { /* only the byte vocabulary needs no allocation; others: count by sorting is overkill */
+        if (n == 0) return 0;
+    }
+    memset(counts, 0, sizeof counts);
+    for (i = 0; i < n; i++) if (data[i] >= 0 && data[i] < 256) counts[data[i]]++;
+    for (v = 0; v < 256 && v < vocab; v++)
+        if (counts[v]) { double p = (double)counts[v] / (double)n; h -= p * log(p); }
+    return h;
+}
+
+/* ---- 12. inference: KV cache and sampling ----------------------------------- */
+
+MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
+    const mhe_config *cfg = &m->cfg;
+    size_t per, total, scratch;
+    int ok = 1;
+    if (!c) return MHE_ERR_ARG;
+    memset(c, 0, sizeof *c);
+    if (max_len < 1 || max_len > cfg->max_seq_len) return MHE_ERR_ARG;
+    c->max_len = max_len;
+    c->n_layers = cfg->n_layers;
+    c->kv_width = cfg->n_heads * mhe_config_d_head(cfg);
+    per = mhe__mul_size(mhe__mul_size((size_t)cfg->n_layers, (size_t)max_len, &ok), (size_t)c->kv_width, &ok);
+    scratch = (size_t)4 * cfg->d_model + (size_t)mhe__qkv_width(cfg) + (size_t)cfg->n_heads * mhe_config_d_head(cfg) +
+              2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + (size_t)cfg->vocab_size;
+    total = mhe__add_size(mhe__mul_size(per, 2, &ok), scratch, &ok);
+    total = mhe__mul_size(total, sizeof(float), &ok);
+    if (!ok) return MHE_ERR_OVERFLOW;
+    c->k = (float *)MHE_MALLOC(alloc_ctx, total);
+    if (!c->k) return MHE_ERR_NOMEM;
+    c->v = c->k + per;
+    c->scratch = c->v + per;
+    c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;
+    c->bytes = 2 * per * sizeof(float);
+    c->alloc_ctx = alloc_ctx;
+    return MHE_OK;
+}
+
+MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c) {
+    if (c && c->k) MHE_FREE(c->alloc_ctx, c->k);
+    if (c) memset(c, 0, sizeof *c);
+}
+
+/* The forward pass for one token, reading earlier keys and values from the
+   cache: the same equations as mhe_model_forward with T = 1. */
+MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
+    const mhe_config *cfg = &m->cfg;
+    int C = cfg->d_model, F = mhe_config_d_ff(cfg), HD = cfg->n_heads * mhe_config_d_head(cfg), l, pos = c->len;
+    float *x = c->scratch, *h = x + C, *tmp = h + C, *qkv = tmp + C, *att = qkv + mhe__qkv_width(cfg);
+    float *f1 = att + HD, *f2 = f1 + F, *lse = f2 + F, *stats = lse + cfg->n_heads, *hn = stats + 4;
+    const float *out;
+    if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
+    if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
+    for (l = 0; l < C; l++) x[l] = m->tok_emb->data[(size_t)token * C + l] + m->pos_emb->data[(size_t)pos * C + l];
+    for (l = 0; l < cfg->n_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        float *kc = c->k + (size_t)l * c->max_len * c->kv_width, *vc = c->v + (size_t)l * c->max_len * c->kv_width;
+        const float *ain = x;
+        mhe_attn_dims d = mhe__attn_dims(m, l, 1, 1);
+        int i;
+        if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm1_w, y->norm1_b, 1); ain = h; }
+        mhe_linear_fwd(qkv, ain, y->wq->data, mhe__opt_data(y->bq), 1, C, mhe__qkv_width(cfg));
+        memcpy(kc + (size_t)pos * c->kv_width, qkv + HD, (size_t)c->kv_width * sizeof(float));
+        memcpy(vc + (size_t)pos * c->kv_width, qkv + 2 * HD, (size_t)c->kv_width * sizeof(float));
+        d.Tk = pos + 1; d.k_stride = d.v_stride = c->kv_width; d.causal = 0; d.dropout = 0;
+        mhe_attn_fused_fwd(&d, att, lse, qkv, kc, vc);
+        mhe_linear_fwd(tmp, att, y->wo->data, mhe__opt_data(y->bo), 1, HD, C);
+        for (i = 0; i < C; i++) x[i] += tmp[i];
+        if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm2_w, y->norm2_b, 1); ain = h; }
+        else { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm1_w, y->norm1_b, 1); memcpy(x, h, (size_t)C * sizeof(float)); ain = x; }
+        mhe_linear_fwd(f1, ain, y->fc1_w->data, mhe__opt_data(y->fc1_b), 1, C, F);
+        mhe_act_fwd(cfg->activation, f2, f1, F);
+        mhe_linear_fwd(tmp, f2, y->fc2_w->data, mhe__opt_data(y->fc2_b), 1, F, C);
+        for (i = 0; i < C; i++) x[i] += tmp[i];
+        if (cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm2_w, y->norm2_b, 1); memcpy(x, h, (size_t)C * sizeof(float)); }
+    }
+    out = x;
+    if (!cfg->post_norm) { mhe__norm_fwd(m, hn, stats, stats + 1, x, m->lnf_w, m->lnf_b, 1); out = hn; }
+    mhe_linear_fwd(c->logits, out, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, 1, C, cfg->vocab_size);
+    c->len++;
+    return MHE_OK;
+}
+
+MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, mhe_rng *rng) {
+    float mx = -INFINITY, thr = -INFINITY;
+    double sum = 0, u, acc = 0;
+    int i, best = 0;
+    for (i = 0; i < V; i++) if (logits[i] > mx) { mx = logits[i]; best = i; }
+    if (temperature <= 0 || top_k == 1) return best;
+    if (top_k > 0 && top_k < V) {
+        /* k-th largest value, ties counted: lower the threshold until k values pass it */
+        int taken = 0;
+        float cur = INFINITY;
+        while (taken < top_k) {
+            float next = -INFINITY;
+            int cnt = 0;
+            for (i = 0; i < V; i++) if (logits[i] < cur && logits[i] > next) next = logits[i];
+            if (next == -INFINITY) break;
+            for (i = 0; i < V; i++) if (logits[i] == next) cnt++;
+            taken += cnt;
+            cur = next;
+        }
+        thr = cur;
+    }
+    for (i = 0; i < V; i++) if (logits[i] >= thr) sum += exp((logits[i] - mx) / temperature);
+    u = mhe_rng_uniform(rng) * sum;
+    for (i = 0; i < V; i++) {
+        if (logits[i] < thr) continue;
+        acc += exp((logits[i] - mx) / temperature);
+        if (acc > u) return i;
+    }
+    return best;
+}
 
 #endif /* MHE_IMPLEMENTATION_DONE */
 #endif /* MHE_IMPLEMENTATION */

@@ -1,0 +1,830 @@
+#!/usr/bin/env python3
+"""Cross-checks the C model against an independent PyTorch float64 model.
+
+For each of several small configs it runs
+
+    $MHE_BIN init --config CFG.txt --seed S --out M.safetensors
+    $MHE_BIN grad --model M.safetensors --tokens TOK.txt --out G.safetensors
+
+loads the parameters into a float64 PyTorch implementation of the GPT that
+mhe describes, and compares the loss and the gradient of every parameter.
+Each config is checked twice: with the parameters exactly as `mhe init` made
+them, and with every parameter perturbed (norm weights away from 1, biases
+away from 0), written back into a copy of the model file with the same header.
+
+Checks (each one counts as one pass or fail):
+  * the model's metadata holds format=mhe-1 and the config that was asked for;
+  * the model holds exactly the expected parameter names, with their shapes;
+  * per variant: `loss` has shape [1] and relative error <= 1e-4;
+  * per variant: gradient names == parameter names, with the same shapes;
+  * per variant and parameter: max|g_c - g_t| / max(max|g_t|, 1e-6) <= 1e-4.
+    Exception: the gradient of attn.wk.bias is exactly zero in exact arithmetic
+    (softmax ignores the per-query constant q.b_k), so its rounding noise is
+    divided by max|g_t| of attn.wk.weight instead.
+
+Usage (from anywhere; the tool runs from the repository root):
+  python3 tests/torch_crosscheck.py [--verbose] [--keep DIR] [--only NAME] [--list]
+MHE_BIN selects the binary (default build/mhe, relative to the repo root).
+Without PyTorch/numpy, or without the binary, it prints a SKIP line and
+"RESULT: 0 passed, 0 failed, 1 skipped" and exits 0.
+
+Output: "FAIL ..." lines, an "ok ..." summary line per config and variant,
+then "RESULT: N passed, N failed"; exit status 1 if anything failed.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.abspath(__file__)
+
+LOSS_RTOL = 1e-4
+GRAD_RTOL = 1e-4
+GRAD_FLOOR = 1e-6
+CMD_TIMEOUT = 300
+
+# The config keys of the spec, in the order they are written to CFG.txt.
+SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff",
+             "max_seq_len", "attn", "norm", "norm_eps", "norm_position", "activation",
+             "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
+INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
+            "bias", "tie_embeddings"}
+FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
+
+BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps": "1e-5",
+        "dropout": "0", "attn_dropout": "0", "init_std": "0.02"}
+
+
+def _cfg(name, B, T, extra=None, **kw):
+    c = dict(BASE)
+    c.update({k: str(v) for k, v in kw.items()})
+    return {"name": name, "B": B, "T": T, "cfg": c, "extra": dict(extra or {})}
+
+
+# Small configs covering: pre/post norm, layernorm/rmsnorm, gelu/relu/silu,
+# bias 0/1, tied/untied, d_head != C/n, d_ff explicit or 4C, T < max_seq_len
+# and T == max_seq_len, 1..3 layers, a per-layer attn list.
+# "extra" keys are sent only when the tool's metadata shows it knows them.
+CONFIGS = [
+    _cfg("pre-ln-gelu-bias-tied", 2, 12, vocab_size=37, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=16, norm="layernorm", norm_position="pre", activation="gelu",
+         bias=1, tie_embeddings=1),
+    _cfg("pre-rms-relu-nobias-untied-dh16", 3, 16, vocab_size=50, d_model=48, n_heads=4,
+         d_head=16, n_layers=2, d_ff=80, max_seq_len=16, norm="rmsnorm", norm_position="pre",
+         activation="relu", bias=0, tie_embeddings=0),
+    _cfg("post-ln-silu-bias-untied", 2, 7, vocab_size=29, d_model=24, n_heads=3, n_layers=3,
+         max_seq_len=20, norm="layernorm", norm_position="post", activation="silu",
+         bias=1, tie_embeddings=0),
+    _cfg("post-rms-gelu-nobias-tied-dh16", 3, 5, vocab_size=61, d_model=48, n_heads=4,
+         d_head=16, n_layers=1, max_seq_len=12, norm="rmsnorm", norm_position="post",
+         activation="gelu", bias=0, tie_embeddings=1, norm_eps="1e-6"),
+    _cfg("pre-ln-silu-nobias-tied-1head", 2, 9, vocab_size=23, d_model=16, n_heads=1,
+         n_layers=2, d_ff=24, max_seq_len=9, norm="layernorm", norm_position="pre",
+         activation="silu", bias=0, tie_embeddings=1),
+    _cfg("pre-rms-gelu-bias-untied-dh6", 2, 10, vocab_size=40, d_model=20, n_heads=5,
+         d_head=6, n_layers=2, d_ff=36, max_seq_len=24, norm="rmsnorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=0, init_std="0.05"),
+    _cfg("post-ln-relu-bias-tied-attnlist", 2, 8, vocab_size=31, d_model=32, n_heads=2,
+         n_layers=3, max_seq_len=10, attn="mha,mha,mha", norm="layernorm",
+         norm_position="post", activation="relu", bias=1, tie_embeddings=1),
+    _cfg("pre-ln-gelu-bias-untied-v256", 2, 16, vocab_size=256, d_model=64, n_heads=8,
+         n_layers=2, max_seq_len=32, norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=0),
+    _cfg("pre-ln-gelu-bias-tied-refcore", 2, 11, {"fused_attention": "0"}, vocab_size=37,
+         d_model=32, n_heads=4, d_head=12, n_layers=2, max_seq_len=16, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
+    _cfg("post-rms-silu-bias-untied-refcore", 3, 6, {"fused_attention": "0"}, vocab_size=19,
+         d_model=24, n_heads=2, n_layers=2, max_seq_len=8, norm="rmsnorm",
+         norm_position="post", activation="silu", bias=1, tie_embeddings=0),
+]
+
+
+# --------------------------------------------------------------------------
+# safetensors, by hand (numpy only)
+# --------------------------------------------------------------------------
+
+def st_read(path):
+    """-> (tensors {name: np.float32 array}, metadata {str: str}, header dict, data offset).
+    Raises ValueError on anything malformed."""
+    import numpy as np
+    with open(path, "rb") as f:
+        buf = f.read()
+    if len(buf) < 8:
+        raise ValueError("%s: %d bytes, shorter than the 8-byte header length" % (path, len(buf)))
+    (n,) = struct.unpack("<Q", buf[:8])
+    if 8 + n > len(buf):
+        raise ValueError("%s: header length %d runs past the end of the file (%d bytes)"
+                         % (path, n, len(buf)))
+    try:
+        header = json.loads(buf[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError("%s: bad JSON header: %s" % (path, e))
+    if not isinstance(header, dict):
+        raise ValueError("%s: header is not a JSON object" % path)
+    base = 8 + n
+    data_len = len(buf) - base
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in meta.items()):
+        raise ValueError("%s: __metadata__ is not a {string: string} object" % path)
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("%s: tensor %r: bad entry %r" % (path, name, info))
+        if dtype != "F32":
+            raise ValueError("%s: tensor %r has dtype %r, expected F32" % (path, name, dtype))
+        if not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise ValueError("%s: tensor %r: bad shape %r" % (path, name, shape))
+        count = 1
+        for d in shape:
+            count *= d
+        if not (isinstance(b, int) and isinstance(e, int) and 0 <= b <= e <= data_len):
+            raise ValueError("%s: tensor %r: data_offsets %r outside the %d data bytes"
+                             % (path, name, [b, e], data_len))
+        if e - b != 4 * count:
+            raise ValueError("%s: tensor %r: shape %r needs %d bytes, offsets give %d"
+                             % (path, name, shape, 4 * count, e - b))
+        arr = np.frombuffer(buf, dtype="<f4", count=count, offset=base + b).reshape(shape)
+        tensors[name] = arr.astype(np.float32)
+    return tensors, meta, header, base
+
+
+def st_write(path, tensors, meta):
+    """tensors: list of (name, np array) written as F32 in that order."""
+    import numpy as np
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors:
+        a = np.ascontiguousarray(np.asarray(arr, dtype="<f4"))
+        raw = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    if meta:
+        header["__metadata__"] = dict(meta)
+    hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for raw in blobs:
+            f.write(raw)
+
+
+def st_rewrite_data(src, dst, new_tensors):
+    """Copy src to dst with the data of the given tensors replaced, header bytes untouched
+    (so a reader that is picky about layout sees exactly what the tool wrote)."""
+    import numpy as np
+    _, _, header, base = st_read(src)
+    with open(src, "rb") as f:
+        buf = bytearray(f.read())
+    for name, arr in new_tensors.items():
+        b, e = header[name]["data_offsets"]
+        raw = np.ascontiguousarray(np.asarray(arr, dtype="<f4")).tobytes()
+        assert len(raw) == e - b, name
+        buf[base + b:base + e] = raw
+    with open(dst, "wb") as f:
+        f.write(bytes(buf))
+
+
+# --------------------------------------------------------------------------
+# the model per the spec
+# --------------------------------------------------------------------------
+
+def resolved(cfg):
+    """config strings -> dict of python values with d_head / d_ff / attn resolved."""
+    r = {}
+    for k, v in cfg.items():
+        if k in INT_KEYS:
+            r[k] = int(v)
+        elif k in FLOAT_KEYS:
+            r[k] = float(v)
+        else:
+            r[k] = v
+    C, n = r["d_model"], r["n_heads"]
+    r["d_head"] = r["d_head"] or C // n
+    r["d_ff"] = r["d_ff"] or 4 * C
+    kinds = [a.strip() for a in r["attn"].split(",")]
+    r["attn"] = kinds * r["n_layers"] if len(kinds) == 1 else kinds
+    return r
+
+
+def expected_params(cfg):
+    """[(name, shape)] of the spec, in a canonical order."""
+    r = resolved(cfg)
+    V, C, L, F = r["vocab_size"], r["d_model"], r["n_layers"], r["d_ff"]
+    H = r["n_heads"] * r["d_head"]
+    ln, bias = r["norm"] == "layernorm", r["bias"] == 1
+    out = [("tok_emb.weight", (V, C)), ("pos_emb.weight", (r["max_seq_len"], C))]
+
+    def lin(p, o, i):
+        out.append((p + ".weight", (o, i)))
+        if bias:
+            out.append((p + ".bias", (o,)))
+
+    def norm(p):
+        out.append((p + ".weight", (C,)))
+        if ln:
+            out.append((p + ".bias", (C,)))
+
+    for l in range(L):
+        p = "layers.%d." % l
+        norm(p + "norm1")
+        lin(p + "attn.wq", H, C)
+        lin(p + "attn.wk", H, C)
+        lin(p + "attn.wv", H, C)
+        lin(p + "attn.wo", C, H)
+        norm(p + "norm2")
+        lin(p + "mlp.fc1", F, C)
+        lin(p + "mlp.fc2", C, F)
+    if r["norm_position"] == "pre":
+        norm("ln_f")
+    if r["tie_embeddings"] == 0:
+        out.append(("lm_head.weight", (V, C)))
+    return out
+
+
+def reference_loss(torch, cfg, P, inputs, targets):
+    """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}."""
+    F = torch.nn.functional
+    r = resolved(cfg)
+    B, T = inputs.shape
+    C, n, dh, V = r["d_model"], r["n_heads"], r["d_head"], r["vocab_size"]
+    eps = r["norm_eps"]
+
+    def norm(x, p):
+        if r["norm"] == "layernorm":
+            return F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], eps)
+        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * P[p + ".weight"]
+
+    def linear(x, p):
+        return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
+
+    def act(x):
+        a = r["activation"]
+        if a == "gelu":
+            return F.gelu(x, approximate="tanh")
+        if a == "relu":
+            return F.relu(x)
+        if a == "silu":
+            return F.silu(x)
+        raise ValueError("unknown activation " + a)
+
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+
+    def attn(x, p):
+        q = linear(x, p + ".wq").view(B, T, n, dh).transpose(1, 2)
+        k = linear(x, p + ".wk").view(B, T, n, dh).transpose(1, 2)
+        v = linear(x, p + ".wv").view(B, T, n, dh).transpose(1, 2)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+        s = s.masked_fill(causal, float("-inf"))
+        o = torch.softmax(s, dim=-1) @ v
+        return linear(o.transpose(1, 2).reshape(B, T, n * dh), p + ".wo")
+
+    def mlp(x, p):
+        return linear(act(linear(x, p + ".fc1")), p + ".fc2")
+
+    x = P["tok_emb.weight"][inputs] + P["pos_emb.weight"][:T]
+    for l in range(r["n_layers"]):
+        p = "layers.%d." % l
+        if r["attn"][l] != "mha":
+            raise ValueError("unknown attn kind " + r["attn"][l])
+        if r["norm_position"] == "pre":
+            x = x + attn(norm(x, p + "norm1"), p + "attn")
+            x = x + mlp(norm(x, p + "norm2"), p + "mlp")
+        else:
+            x = norm(x + attn(x, p + "attn"), p + "norm1")
+            x = norm(x + mlp(x, p + "mlp"), p + "norm2")
+    if r["norm_position"] == "pre":
+        x = norm(x, "ln_f")
+    W = P["tok_emb.weight"] if r["tie_embeddings"] else P["lm_head.weight"]
+    logits = x @ W.t()
+    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T))
+
+
+def reference_grads(torch, cfg, params_np, inputs_np, targets_np):
+    P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params_np.items()}
+    inputs = torch.tensor(inputs_np, dtype=torch.long)
+    targets = torch.tensor(targets_np, dtype=torch.long)
+    loss = reference_loss(torch, cfg, P, inputs, targets)
+    loss.backward()
+    return float(loss.item()), {k: t.grad.numpy() for k, t in P.items()}
+
+
+# --------------------------------------------------------------------------
+# stand-in for the C tool (only for --selftest): float32, nn.Module style,
+# written separately from reference_loss so the two check each other
+# --------------------------------------------------------------------------
+
+def _fake_model(torch, cfg):
+    nn = torch.nn
+    r = resolved(cfg)
+    C, n, dh, V, L, Fd = (r["d_model"], r["n_heads"], r["d_head"], r["vocab_size"],
+                          r["n_layers"], r["d_ff"])
+    bias = r["bias"] == 1
+
+    class RMS(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(C))
+
+        def forward(self, x):
+            return self.weight * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + r["norm_eps"]))
+
+    def mknorm():
+        return nn.LayerNorm(C, eps=r["norm_eps"]) if r["norm"] == "layernorm" else RMS()
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = nn.Linear(C, n * dh, bias=bias)
+            self.wk = nn.Linear(C, n * dh, bias=bias)
+            self.wv = nn.Linear(C, n * dh, bias=bias)
+            self.wo = nn.Linear(n * dh, C, bias=bias)
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            q = self.wq(x).reshape(B, T, n, dh)
+            k = self.wk(x).reshape(B, T, n, dh)
+            v = self.wv(x).reshape(B, T, n, dh)
+            s = torch.einsum("bihd,bjhd->bhij", q, k) * (dh ** -0.5)
+            keep = torch.tril(torch.ones(T, T)).bool()
+            s = torch.where(keep, s, torch.full_like(s, -1e30))
+            a = torch.exp(s - s.amax(-1, keepdim=True))
+            a = a / a.sum(-1, keepdim=True)
+            o = torch.einsum("bhij,bjhd->bihd", a, v).reshape(B, T, n * dh)
+            return self.wo(o)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(C, Fd, bias=bias)
+            self.fc2 = nn.Linear(Fd, C, bias=bias)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            if r["activation"] == "gelu":
+                h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+            elif r["activation"] == "relu":
+                h = torch.clamp(h, min=0)
+            else:
+                h = h * torch.sigmoid(h)
+            return self.fc2(h)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.attn, self.norm2, self.mlp = mknorm(), Attn(), mknorm(), MLP()
+
+        def forward(self, x):
+            if r["norm_position"] == "pre":
+                x = x + self.attn(self.norm1(x))
+                return x + self.mlp(self.norm2(x))
+            x = self.norm1(x + self.attn(x))
+            return self.norm2(x + self.mlp(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb = nn.Embedding(V, C)
+            self.pos_emb = nn.Embedding(r["max_seq_len"], C)
+            self.layers = nn.ModuleList([Block() for _ in range(L)])
+            if r["norm_position"] == "pre":
+                self.ln_f = mknorm()
+            if not r["tie_embeddings"]:
+                self.lm_head = nn.Linear(C, V, bias=False)
+
+        def forward(self, idx, tgt):
+            B, T = idx.shape
+            x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
+            for blk in self.layers:
+                x = blk(x)
+            if r["norm_position"] == "pre":
+                x = self.ln_f(x)
+            W = self.tok_emb.weight if r["tie_embeddings"] else self.lm_head.weight
+            logp = torch.log_softmax(torch.matmul(x, W.t()), dim=-1)
+            return -logp.gather(-1, tgt.unsqueeze(-1)).mean()
+
+    return GPT()
+
+
+def fake_mhe(argv):
+    """Plays `mhe init` / `mhe grad` for --selftest. MHE_FAKE_BUG injects a fault."""
+    import numpy as np
+    import torch
+    bug = os.environ.get("MHE_FAKE_BUG", "")
+
+    def opt(name):
+        i = argv.index(name)
+        return argv[i + 1]
+
+    if bug == "fail":
+        sys.stderr.write("mhe: injected failure\n")
+        return 3
+    if argv[0] == "init":
+        cfg = {}
+        with open(opt("--config")) as f:
+            for line in f:
+                line = line.split("#")[0].strip()
+                if line:
+                    k, v = line.split("=", 1)
+                    if k not in SPEC_KEYS + ["fused_attention"]:
+                        sys.stderr.write("mhe: unknown config key '%s'\n" % k)
+                        return 2
+                    cfg[k.strip()] = v.strip()
+        torch.manual_seed(int(opt("--seed")))
+        m = _fake_model(torch, cfg)
+        std = float(cfg["init_std"])
+        sd = m.state_dict()
+        out = []
+        for name, shape in expected_params(cfg):
+            t = sd[name]
+            if name.endswith(".bias"):
+                v = torch.zeros(shape)
+            elif ".norm" in name or name.startswith("ln_f."):
+                v = torch.ones(shape)
+            else:
+                v = torch.randn(shape) * std
+            assert tuple(t.shape) == tuple(shape), name
+            out.append((name, v.numpy()))
+        meta = {"format": "mhe-1"}
+        if bug != "nometa":
+            meta.update(cfg)
+            meta["d_head"] = str(resolved(cfg)["d_head"])       # a tool may store resolved values
+            meta["norm_eps"] = repr(float(np.float32(float(cfg["norm_eps"]))))
+        if bug == "dropparam":
+            out = out[1:]
+        st_write(opt("--out"), out, meta)
+        return 0
+    if argv[0] == "grad":
+        params, meta, _, _ = st_read(opt("--model"))
+        cfg = {k: meta[k] for k in SPEC_KEYS}
+        m = _fake_model(torch, cfg)
+        m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()})
+        rows = []
+        with open(opt("--tokens")) as f:
+            for line in f:
+                if line.strip():
+                    rows.append([int(t) for t in line.split()])
+        tok = torch.tensor(rows, dtype=torch.long)
+        loss = m(tok[:, :-1], tok[:, 1:])
+        loss.backward()
+        g = {k: p.grad.numpy() for k, p in m.named_parameters()}
+        if "tok_emb.weight" not in g:
+            raise RuntimeError("no tok_emb grad")
+        names = [name for name, _ in expected_params(cfg)]
+        lv = float(loss.item())
+        if bug == "loss":
+            lv *= 1.001
+        out = [("loss", np.array([lv], dtype=np.float32))]
+        for name in names:
+            a = g[name]
+            if bug == "drop" and name == names[-1]:
+                continue
+            if bug == "scale" and name == names[2]:
+                a = a * 1.001
+            if (bug == "perturb-only" and name.endswith(".weight") and ("norm" in name or "ln_f" in name)
+                    and abs(params[name] - 1).max() > 0):
+                a = a * 0.99    # wrong only when norm weights differ from 1
+            if bug == "shape" and a.ndim == 2 and name.endswith("fc1.weight"):
+                a = a.T
+            out.append((name, a))
+        if bug == "extra":
+            out.append(("bogus.weight", np.zeros(3, dtype=np.float32)))
+        st_write(opt("--out"), out, {})
+        return 0
+    sys.stderr.write("mhe: unknown command %s\n" % argv[0])
+    return 2
+
+
+# --------------------------------------------------------------------------
+# the checks
+# --------------------------------------------------------------------------
+
+class Results:
+    def __init__(self, quiet=False):
+        self.passed = self.failed = self.skipped = 0
+        self.quiet = quiet
+        self.lines = []
+
+    def say(self, msg):
+        self.lines.append(msg)
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def check(self, ok, msg):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.say("FAIL " + msg)
+        return ok
+
+
+def run_tool(tool, args, res, what):
+    cmd = tool + args
+    try:
+        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=CMD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        res.check(False, "%s: `%s` timed out after %d s" % (what, " ".join(cmd), CMD_TIMEOUT))
+        return False
+    except OSError as e:
+        res.check(False, "%s: `%s` could not run: %s" % (what, " ".join(cmd), e))
+        return False
+    if p.returncode != 0:
+        err = (p.stderr.decode("utf-8", "replace").strip() or
+               p.stdout.decode("utf-8", "replace").strip())
+        res.check(False, "%s: `%s` exited with %d: %s" % (what, " ".join(cmd), p.returncode,
+                                                         err[-2000:] or "(no output)"))
+        return False
+    return True
+
+
+def meta_matches(key, want, got, cfg):
+    """Is the metadata value `got` the config value `want` (allowing resolved defaults)?"""
+    if key in ("d_head", "d_ff"):
+        return int(got) in (int(want), resolved(cfg)[key])
+    if key in INT_KEYS:
+        s = got.strip().lower()
+        s = {"true": "1", "false": "0"}.get(s, s)
+        return int(s) == int(want)
+    if key in FLOAT_KEYS:
+        a, b = float(got), float(want)
+        return abs(a - b) <= 1e-6 * max(abs(b), 1e-30)
+    if key == "attn":
+        n = int(cfg["n_layers"])
+        g = [s.strip() for s in got.split(",")]
+        w = [s.strip() for s in want.split(",")]
+        return (g * n if len(g) == 1 else g) == (w * n if len(w) == 1 else w)
+    return got.strip() == want.strip()
+
+
+def check_meta(meta, cfg, res, tag):
+    bad = []
+    if meta.get("format") != "mhe-1":
+        bad.append("format=%r (want 'mhe-1')" % meta.get("format"))
+    for k, v in cfg.items():
+        if k not in meta:
+            bad.append("%s missing" % k)
+            continue
+        try:
+            ok = meta_matches(k, v, meta[k], cfg)
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append("%s=%r (want %r)" % (k, meta[k], v))
+    return res.check(not bad, "%s: model metadata: %s" % (tag, "; ".join(bad)))
+
+
+def check_names(tensors, exp, res, tag, what):
+    exp_d = dict(exp)
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    missing = sorted(set(exp_d) - set(got))
+    extra = sorted(set(got) - set(exp_d))
+    wrong = ["%s %s (want %s)" % (k, list(got[k]), list(exp_d[k]))
+             for k in sorted(set(got) & set(exp_d)) if got[k] != tuple(exp_d[k])]
+    parts = []
+    if missing:
+        parts.append("missing " + ", ".join(missing))
+    if extra:
+        parts.append("unexpected " + ", ".join(extra))
+    if wrong:
+        parts.append("wrong shape " + ", ".join(wrong))
+    return res.check(not parts, "%s: %s names/shapes: %s" % (tag, what, "; ".join(parts)))
+
+
+def perturbed(params, cfg, rng):
+    import numpy as np
+    std = float(cfg["init_std"])
+    out = {}
+    for k, v in params.items():
+        s = 0.1 if v.ndim == 1 else max(std, 0.02)
+        out[k] = (v.astype(np.float64) + s * rng.standard_normal(v.shape)).astype(np.float32)
+    return out
+
+
+def check_config(c, tool, workdir, seed, res, verbose, known_keys):
+    import numpy as np
+    import torch
+    name, B, T = c["name"], c["B"], c["T"]
+    cfg = dict(c["cfg"])
+    sent = dict(cfg)
+    for k, v in c["extra"].items():
+        if k in known_keys:
+            sent[k] = v
+        else:
+            res.say("note %s: not sending %s=%s (the tool's metadata does not list %s)"
+                    % (name, k, v, k))
+    os.makedirs(workdir, exist_ok=True)
+    cfg_path = os.path.join(workdir, "config.txt")
+    with open(cfg_path, "w") as f:
+        for k in SPEC_KEYS:
+            f.write("%s=%s\n" % (k, sent[k]))
+        for k in sorted(set(sent) - set(SPEC_KEYS)):
+            f.write("%s=%s\n" % (k, sent[k]))
+    model_path = os.path.join(workdir, "model.safetensors")
+    if not run_tool(tool, ["init", "--config", cfg_path, "--seed", str(seed), "--out", model_path],
+                    res, name + ": init"):
+        return None
+    try:
+        params, meta, _, _ = st_read(model_path)
+    except (ValueError, OSError) as e:
+        res.check(False, "%s: cannot read the model: %s" % (name, e))
+        return None
+    check_meta(meta, sent, res, name)
+    exp = expected_params(cfg)
+    if not check_names(params, exp, res, name, "model parameter"):
+        return meta
+
+    V = int(cfg["vocab_size"])
+    rng = np.random.RandomState(seed)
+    tokens = rng.randint(0, V, size=(B, T + 1))
+    tok_path = os.path.join(workdir, "tokens.txt")
+    with open(tok_path, "w") as f:
+        for row in tokens:
+            f.write(" ".join(str(int(t)) for t in row) + "\n")
+
+    pert_path = os.path.join(workdir, "model_perturbed.safetensors")
+    st_rewrite_data(model_path, pert_path, perturbed(params, cfg, rng))
+
+    for variant, mpath in (("init", model_path), ("perturbed", pert_path)):
+        tag = "%s [%s]" % (name, variant)
+        failed_before = res.failed
+        gpath = os.path.join(workdir, "grads_%s.safetensors" % variant)
+        if not run_tool(tool, ["grad", "--model", mpath, "--tokens", tok_path, "--out", gpath],
+                        res, tag + ": grad"):
+            continue
+        try:
+            grads, _, _, _ = st_read(gpath)
+            model_now, _, _, _ = st_read(mpath)
+        except (ValueError, OSError) as e:
+            res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
+            continue
+        loss_ref, g_ref = reference_grads(torch, cfg, model_now, tokens[:, :-1], tokens[:, 1:])
+        if "loss" not in grads:
+            res.check(False, "%s: no `loss` tensor in the gradient file" % tag)
+            loss_err = float("nan")
+        else:
+            lc = grads.pop("loss")
+            ok_shape = tuple(lc.shape) == (1,)
+            lval = float(lc.reshape(-1)[0]) if lc.size else float("nan")
+            loss_err = abs(lval - loss_ref) / max(abs(loss_ref), 1e-12)
+            res.check(ok_shape and loss_err <= LOSS_RTOL,
+                      "%s: loss %s shape %s, torch %.8f, rel err %.3g (limit %g)"
+                      % (tag, repr(lval), list(lc.shape), loss_ref, loss_err, LOSS_RTOL))
+        check_names(grads, exp, res, tag, "gradient")
+        worst, worst_name = -1.0, "-"
+        for pname, _ in exp:
+            if pname not in grads or grads[pname].shape != g_ref[pname].shape:
+                continue            # already reported by check_names
+            gc = grads[pname].astype(np.float64)
+            gt = g_ref[pname]
+            scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
+            if pname.endswith(".attn.wk.bias"):
+                # Exactly zero in exact arithmetic (the bias adds q.b_k to a whole row of
+                # scores, which softmax ignores), so both sides hold only rounding noise:
+                # measure it against the gradient of the same projection's weight.
+                sib = g_ref[pname[:-len("bias")] + "weight"]
+                scale = max(scale, float(np.abs(sib).max()))
+            err = float(np.abs(gc - gt).max()) / scale if gt.size else 0.0
+            if not np.all(np.isfinite(gc)):
+                err = float("inf")
+            if verbose:
+                res.say("  %s %-28s err %.3g  (max|g_t| %.3g)" % (tag, pname, err, scale))
+            if err > worst:
+                worst, worst_name = err, pname
+            res.check(err <= GRAD_RTOL, "%s: grad %s: max|g_c-g_t|/max|g_t| = %.3g (limit %g, "
+                      "max|g_t| %.3g)" % (tag, pname, err, GRAD_RTOL, scale))
+        res.say("%s %s: loss %.6f rel err %.2g; worst grad %s err %.2g"
+                % ("ok" if res.failed == failed_before else "BAD", tag, loss_ref, loss_err,
+                   worst_name, worst))
+    return meta
+
+
+def probe_keys(tool, root):
+    """Config keys the tool writes into its metadata (from a throw-away init of the
+    first config), or an empty set if that fails (the real run reports it)."""
+    d = os.path.join(root, "_probe")
+    os.makedirs(d, exist_ok=True)
+    cfg_path, out = os.path.join(d, "config.txt"), os.path.join(d, "model.safetensors")
+    with open(cfg_path, "w") as f:
+        for k in SPEC_KEYS:
+            f.write("%s=%s\n" % (k, CONFIGS[0]["cfg"][k]))
+    if not run_tool(tool, ["init", "--config", cfg_path, "--seed", "1", "--out", out],
+                    Results(quiet=True), "probe"):
+        return set()
+    try:
+        return set(st_read(out)[1])
+    except (ValueError, OSError):
+        return set()
+
+
+def run_all(configs, tool, keep, seed, res, verbose):
+    tmp = None
+    root = keep
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+    else:
+        tmp = tempfile.mkdtemp(prefix="mhe_crosscheck_")
+        root = tmp
+    try:
+        known = probe_keys(tool, root) if any(c["extra"] for c in configs) else set()
+        for c in configs:
+            check_config(c, tool, os.path.join(root, c["name"]), seed + CONFIGS.index(c), res,
+                         verbose, known)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def selftest(configs, seed, verbose):
+    """Runs the whole check against the Python stand-in, then checks that injected
+    faults are caught. Counts: stand-in checks + one per fault."""
+    tool = [sys.executable, SCRIPT, "--as-mhe"]
+    res = Results()
+    print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
+    os.environ.pop("MHE_FAKE_BUG", None)
+    run_all(configs, tool, None, seed, res, verbose)
+    faults = ["fail", "nometa", "dropparam", "loss", "drop", "extra", "scale", "shape",
+              "perturb-only"]
+    for bug in faults:
+        os.environ["MHE_FAKE_BUG"] = bug
+        sub = Results(quiet=True)
+        run_all(configs[:1], tool, None, seed, sub, False)
+        first = next((l for l in sub.lines if l.startswith("FAIL")), "(none)")
+        res.check(sub.failed > 0, "selftest: injected fault '%s' was not detected" % bug)
+        print("selftest: fault %-12s -> %d FAIL line(s), first: %s" % (bug, sub.failed, first[:160]))
+    os.environ.pop("MHE_FAKE_BUG", None)
+    return res
+
+
+def finish(res):
+    line = "RESULT: %d passed, %d failed" % (res.passed, res.failed)
+    if res.skipped:
+        line += ", %d skipped" % res.skipped
+    print(line, flush=True)
+    return 1 if res.failed else 0
+
+
+def skip(reason):
+    print("SKIP torch_crosscheck: " + reason)
+    print("RESULT: 0 passed, 0 failed, 1 skipped")
+    return 0
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--as-mhe":
+        return fake_mhe(sys.argv[2:])
+    ap = argparse.ArgumentParser(description="Cross-check mhe's loss and gradients against PyTorch.")
+    ap.add_argument("--keep", metavar="DIR", help="write (and keep) every file under DIR")
+    ap.add_argument("--verbose", action="store_true", help="print every tensor's error")
+    ap.add_argument("--only", metavar="NAME", action="append",
+                    help="run only configs whose name contains NAME (repeatable)")
+    ap.add_argument("--list", action="store_true", help="list the configs and exit")
+    ap.add_argument("--seed", type=int, default=1234, help="base seed (default 1234)")
+    ap.add_argument("--selftest", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    configs = CONFIGS
+    if a.only:
+        configs = [c for c in CONFIGS if any(s in c["name"] for s in a.only)]
+    if a.list:
+        for c in configs:
+            print("%-36s B=%d T=%d %s %s" % (c["name"], c["B"], c["T"],
+                                              " ".join("%s=%s" % kv for kv in c["cfg"].items()),
+                                              " ".join("%s=%s" % kv for kv in c["extra"].items())))
+        return 0
+    try:
+        import numpy  # noqa: F401
+        import torch
+    except ImportError as e:
+        return skip("PyTorch/numpy not available to %s (%s)" % (sys.executable, e))
+    torch.set_num_threads(1)
+    if not configs:
+        print("FAIL no config matches --only")
+        print("RESULT: 0 passed, 1 failed")
+        return 1
+    if a.selftest:
+        return finish(selftest(configs, a.seed, a.verbose))
+
+    bin_ = os.environ.get("MHE_BIN") or "build/mhe"
+    path = bin_ if os.path.isabs(bin_) else os.path.join(REPO, bin_)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        return skip("no mhe binary at %s (build it with make, or set MHE_BIN)" % path)
+    res = Results()
+    run_all(configs, [path], a.keep, a.seed, res, a.verbose)
+    return finish(res)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
