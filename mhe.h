@@ -1874,7 +1874,7 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
         mhe_linear_fwd(a->fc1[l], mlp_in, y->fc1_w->data, mhe__opt_data(y->fc1_b), BT, C, F);
         mhe_act_fwd(c->activation, a->act[l], a->fc1[l], (int64_t)BT * F);
         mhe_linear_fwd(a->scratch, a->act[l], y->fc2_w->data, mhe__opt_data(y->fc2_b), BT, F, C);
-        mhe__residual(m, a->res2[l], mlp_in, a->scratch, (int64_t)BT * C, 3 * l + 2);
+        mhe__residual(m, a->res2[l], c->post_norm ? a->n1[l] : a->res1[l], a->scratch, (int64_t)BT * C, 3 * l + 2);
         if (!c->post_norm) x = a->res2[l];
         else { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res2[l], y->norm2_w, y->norm2_b, BT); x = a->n2[l]; }
     }

@@ -23,7 +23,7 @@ static int test_pass_count, test_fail_count;
                      test_fail_count ? 1 : 0)
 
 /* max |a-b| / max(|b|, floor) over n values */
-static double test_max_rel_err(const float *a, const float *b, long n, double floor_) {
+static inline double test_max_rel_err(const float *a, const float *b, long n, double floor_) {
     double m = 0;
     long i;
     for (i = 0; i < n; i++) {

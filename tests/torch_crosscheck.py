@@ -54,7 +54,7 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "max_seq_len", "attn", "norm", "norm_eps", "norm_position", "activation",
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
-            "bias", "tie_embeddings"}
+            "bias", "tie_embeddings", "fused_attention"}
 FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
 
 BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps": "1e-5",
@@ -459,6 +459,7 @@ def fake_mhe(argv):
         meta = {"format": "mhe-1"}
         if bug != "nometa":
             meta.update(cfg)
+            meta.setdefault("fused_attention", "1")     # like the C tool: every field
             meta["d_head"] = str(resolved(cfg)["d_head"])       # a tool may store resolved values
             meta["norm_eps"] = repr(float(np.float32(float(cfg["norm_eps"]))))
         if bug == "dropparam":

@@ -1,0 +1,158 @@
+/* The whole model: finite-difference gradient check of the loss w.r.t.
+   every parameter tensor (sampled entries), fused core == reference core
+   inside the model, KV-cache decoding == full forward, checkpoints. */
+#define MHE_IMPLEMENTATION
+#include "../mhe.h"
+#include "test.h"
+#include <stdlib.h>
+
+static mhe_config tiny(const char *extra) {
+    mhe_config c = mhe_config_default();
+    char err[MHE_ERR_LEN];
+    const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\ninit_std=0.3\n";
+    mhe_config_parse(&c, base, strlen(base), err);
+    if (extra && mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) printf("bad test config: %s\n", err);
+    return c;
+}
+
+static void batch(int *tok, int *tgt, int n, int V, mhe_rng *r) {
+    int i;
+    for (i = 0; i < n; i++) { tok[i] = (int)mhe_rng_below(r, (uint32_t)V); tgt[i] = (int)mhe_rng_below(r, (uint32_t)V); }
+}
+
+static void model_gradcheck(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    mhe_rng r;
+    int tok[2 * 7], tgt[2 * 7], i, j, bad = 0, checked = 0;
+    float loss;
+    double worst = 0;
+    mhe_rng_seed(&r, 9);
+    CHECK(mhe_model_init(&m, &c, 4, NULL) == MHE_OK, "init: %s", m.err);
+    batch(tok, tgt, 14, c.vocab_size, &r);
+    tgt[3] = -1;                              /* an ignored position */
+    mhe_model_zero_grad(&m);
+    CHECK(mhe_model_forward(&m, tok, tgt, 2, 7, &loss) == MHE_OK, "forward: %s", m.err);
+    CHECK(mhe_model_backward(&m) == MHE_OK, "backward: %s", m.err);
+    for (i = 0; i < m.n_tensors; i++) {
+        mhe_tensor *t = &m.params[i];
+        double tworst = 0;
+        for (j = 0; j < 5; j++) {
+            int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
+            float keep = t->data[e], h = 1e-2f, lp, lm;
+            double num, err;
+            t->data[e] = keep + h; mhe_model_forward(&m, tok, tgt, 2, 7, &lp);
+            t->data[e] = keep - h; mhe_model_forward(&m, tok, tgt, 2, 7, &lm);
+            t->data[e] = keep;
+            num = ((double)lp - lm) / (2.0 * h);
+            err = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
+            if (err > tworst) tworst = err;
+            checked++;
+        }
+        if (tworst > 5e-2) { bad++; printf("  %s: worst relative error %.3g\n", t->name, tworst); }
+        if (tworst > worst) worst = tworst;
+    }
+    CHECK(bad == 0, "model gradient check [%s]: %d tensors off, worst %.3g over %d entries", extra ? extra : "", bad, worst, checked);
+    mhe_model_free(&m);
+}
+
+static void fused_equals_reference(const char *extra) {
+    mhe_config c = tiny(extra), c2;
+    mhe_model a, b;
+    mhe_rng r;
+    int tok[3 * 8], tgt[3 * 8];
+    float la, lb;
+    double eg;
+    mhe_rng_seed(&r, 2);
+    batch(tok, tgt, 24, c.vocab_size, &r);
+    c2 = c; c2.fused_attention = 0;
+    mhe_model_init(&a, &c, 7, NULL);
+    mhe_model_init(&b, &c2, 7, NULL);
+    mhe_model_forward(&a, tok, tgt, 3, 8, &la); mhe_model_backward(&a);
+    mhe_model_forward(&b, tok, tgt, 3, 8, &lb); mhe_model_backward(&b);
+    eg = test_max_rel_err(a.grad_data, b.grad_data, (long)a.n_params, 1e-3);
+    CHECK(fabs(la - lb) < 1e-5 && eg < 1e-3, "model fused vs reference core [%s]: loss %g vs %g, grads %.3g", extra, la, lb, eg);
+    mhe_model_free(&a); mhe_model_free(&b);
+}
+
+static void decode_equals_forward(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    mhe_kv_cache kv;
+    mhe_rng r;
+    int tok[8], t;
+    double worst = 0;
+    mhe_rng_seed(&r, 5);
+    batch(tok, tok, 8, c.vocab_size, &r);
+    mhe_model_init(&m, &c, 3, NULL);
+    mhe_model_forward(&m, tok, NULL, 1, 8, NULL);
+    CHECK(mhe_kv_cache_init(&kv, &m, 8, NULL) == MHE_OK, "kv cache init");
+    for (t = 0; t < 8; t++) {
+        double e;
+        mhe_decode_step(&m, &kv, tok[t]);
+        e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 1e-5, "KV-cache decoding equals the full forward [%s]: %.3g", extra, worst);
+    CHECK(mhe_decode_step(&m, &kv, tok[0]) == MHE_ERR_ARG, "full cache is an error, not an overrun");
+    CHECK(mhe_decode_step(&m, &kv, 99) == MHE_ERR_DATA, "bad token rejected");
+    mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+}
+
+static void checkpoint_roundtrip(void) {
+    mhe_config c = tiny("norm=rmsnorm\ntie_embeddings=0\n");
+    mhe_model a, b;
+    size_t size, written;
+    void *buf;
+    int tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    float la, lb;
+    mhe_model_init(&a, &c, 11, NULL);
+    CHECK(mhe_checkpoint_size(&a, NULL, &size) == MHE_OK, "checkpoint size");
+    buf = malloc(size);
+    CHECK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &written) == MHE_OK && written == size, "write to memory");
+    CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK, "load from memory: %s", b.err);
+    CHECK(memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0, "config restored from __metadata__");
+    CHECK(a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0, "weights restored bit for bit");
+    mhe_model_forward(&a, tok, tok, 1, 8, &la);
+    mhe_model_forward(&b, tok, tok, 1, 8, &lb);
+    CHECK(la == lb, "same loss after reload");
+    mhe_model_free(&b);
+    /* a truncated checkpoint is an error, never a crash */
+    CHECK(mhe_model_load_mem(&b, buf, size - 1, NULL) != MHE_OK, "truncated checkpoint rejected");
+    CHECK(mhe_model_load_mem(&b, buf, 8, NULL) != MHE_OK, "header-only checkpoint rejected: %s", b.err);
+    {   /* a model of another shape cannot take these weights */
+        char *t = malloc(size);
+        memcpy(t, buf, size);
+        /* corrupt the format tag */
+        {
+            char *f = NULL; size_t i;
+            for (i = 8; i + 5 < size; i++) if (memcmp(t + i, "mhe-1", 5) == 0) { f = t + i; break; }
+            if (f) f[4] = '9';
+            CHECK(f && mhe_model_load_mem(&b, t, size, NULL) == MHE_ERR_FORMAT, "other format version rejected: %s", b.err);
+        }
+        free(t);
+    }
+    free(buf);
+    mhe_model_free(&a);
+}
+
+int main(void) {
+    const char *variants[] = {
+        "",
+        "norm=rmsnorm\nactivation=relu\n",
+        "activation=silu\nbias=0\ntie_embeddings=0\n",
+        "norm_position=post\n",
+        "norm_position=post\nnorm=rmsnorm\ntie_embeddings=0\n",
+        "d_head=5\nfused_attention=0\n",
+        "n_layers=1\nd_ff=7\n",
+    };
+    int i;
+    for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {
+        model_gradcheck(variants[i]);
+        fused_equals_reference(variants[i]);
+        decode_equals_forward(variants[i]);
+    }
+    checkpoint_roundtrip();
+    return TEST_END();
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Times one training step of mhe's GPT in PyTorch (CPU, float32): the yardstick
+for the C library's own step-time benchmark.
+
+    /usr/bin/python3 tools/bench_train_torch.py --config C1 --threads 1
+    /usr/bin/python3 tools/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
+
+Model: byte vocabulary, learned positions, pre-norm blocks with LayerNorm,
+multi-head attention (Q, K, V projections fused into one Linear, which is the
+same function as three), GELU (tanh approximation) MLP of width 4C, final
+LayerNorm, LM head tied to the token embedding, biases on every other Linear,
+weights N(0, 0.02). Attention is written out (q k^T * scale, causal mask with
+masked_fill(-inf), softmax, @ v) because torch 1.13 has no
+scaled_dot_product_attention.
+
+One step = zero_grad(set_to_none=True) + forward + cross-entropy + backward +
+AdamW(lr 3e-4, betas (0.9, 0.95), weight_decay 0.1 on every parameter,
+foreach=False). The batch is one fixed random byte batch (seed 0).
+
+Threads: Debian's torch sends matmuls to the system OpenBLAS, whose thread
+pool ignores torch.set_num_threads, and torch's OpenMP workers spin between
+regions and steal the cores OpenBLAS needs. So before torch is imported this
+script makes sure OPENBLAS_NUM_THREADS=N, OMP_NUM_THREADS=N and
+OMP_WAIT_POLICY=PASSIVE are in the environment, re-executing itself with them
+if they are not; it also re-executes under /usr/bin/python3 when the running
+interpreter has no torch.
+
+Output: human-readable lines, then one last line
+    JSON {"config":..., "threads":..., "ms_median":..., "ms_min":..., "tokens_per_s":..., "peak_rss_mb":..., ...}
+"""
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+CONFIGS = {
+    "C1": dict(vocab=256, d_model=256, n_heads=8, n_layers=4, seq=128, batch=8),
+    "C2": dict(vocab=256, d_model=512, n_heads=8, n_layers=6, seq=256, batch=4),
+}
+DEFAULT_STEPS = {"C1": (20, 5), "C2": (10, 3)}   # (timed steps, warm-up steps)
+DEBIAN_PY = "/usr/bin/python3"
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="Time one GPT training step in PyTorch (CPU, float32).")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="C1")
+    ap.add_argument("--threads", type=int, default=1, help="threads for torch and OpenBLAS (default 1)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default C1: 20, C2: 10)")
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default C1: 5, C2: 3)")
+    a = ap.parse_args()
+    if a.threads < 1:
+        ap.error("--threads must be >= 1")
+    steps, warmup = DEFAULT_STEPS[a.config]
+    a.steps = steps if a.steps is None else a.steps
+    a.warmup = warmup if a.warmup is None else a.warmup
+    if a.steps < 1 or a.warmup < 0:
+        ap.error("--steps must be >= 1 and --warmup >= 0")
+    return a
+
+
+def ensure_environment(threads):
+    """Re-exec with the thread variables set (and with Debian's python if this one
+    lacks torch). They must be in the environment before torch/OpenBLAS load."""
+    want = {"OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
+            "OMP_WAIT_POLICY": "PASSIVE"}
+    python = sys.executable
+    if importlib.util.find_spec("torch") is None:
+        if os.path.exists(DEBIAN_PY) and os.path.realpath(DEBIAN_PY) != os.path.realpath(python):
+            python = DEBIAN_PY
+        else:
+            sys.exit("bench_train_torch: PyTorch is not installed for %s "
+                     "(apt-get install python3-torch)" % python)
+    if python == sys.executable and all(os.environ.get(k) == v for k, v in want.items()):
+        return
+    if os.environ.get("MHE_BENCH_REEXEC") == "1":
+        sys.exit("bench_train_torch: re-exec did not take effect")
+    env = dict(os.environ)
+    env.update(want)
+    env["MHE_BENCH_REEXEC"] = "1"
+    os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
+
+
+def build_model(torch, cfg):
+    nn = torch.nn
+    F = torch.nn.functional
+    V, C, n, L, Tmax = cfg["vocab"], cfg["d_model"], cfg["n_heads"], cfg["n_layers"], cfg["seq"]
+    dh = C // n
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(C, 3 * C)
+            self.proj = nn.Linear(C, C)
+            self.register_buffer("mask", torch.ones(Tmax, Tmax, dtype=torch.bool).triu(1),
+                                 persistent=False)
+            self.scale = dh ** -0.5
+
+        def forward(self, x):
+            B, T, _ = x.shape
+            q, k, v = self.qkv(x).split(C, dim=2)
+            q = q.view(B, T, n, dh).transpose(1, 2)
+            k = k.view(B, T, n, dh).transpose(1, 2)
+            v = v.view(B, T, n, dh).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * self.scale
+            att = att.masked_fill(self.mask[:T, :T], float("-inf"))
+            att = torch.softmax(att, dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            return self.proj(y)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(C)
+            self.attn = Attention()
+            self.ln2 = nn.LayerNorm(C)
+            self.fc1 = nn.Linear(C, 4 * C)
+            self.fc2 = nn.Linear(4 * C, C)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_emb = nn.Embedding(V, C)
+            self.pos_emb = nn.Embedding(Tmax, C)
+            self.blocks = nn.ModuleList([Block() for _ in range(L)])
+            self.ln_f = nn.LayerNorm(C)
+            for mod in self.modules():
+                if isinstance(mod, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(mod.weight, mean=0.0, std=0.02)
+                    if getattr(mod, "bias", None) is not None:
+                        nn.init.zeros_(mod.bias)
+
+        def forward(self, idx, targets):
+            B, T = idx.shape
+            x = self.tok_emb(idx) + self.pos_emb.weight[:T]
+            for blk in self.blocks:
+                x = blk(x)
+            logits = self.ln_f(x) @ self.tok_emb.weight.t()     # tied LM head, no bias
+            return F.cross_entropy(logits.view(B * T, V), targets.view(B * T))
+
+    return GPT()
+
+
+def model_flops(cfg):
+    """3 x forward matmul FLOPs per step (Linear layers, LM head, full T x T scores and AV)."""
+    C, L, T, B, V = cfg["d_model"], cfg["n_layers"], cfg["seq"], cfg["batch"], cfg["vocab"]
+    per_tok = L * (2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C) + 2 * C * V
+    attn = L * 2 * (2 * T * T * C)          # q k^T and att v, full square
+    return 3 * (B * T * per_tok + B * attn)
+
+
+def main():
+    a = parse_args()
+    ensure_environment(a.threads)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    cfg = CONFIGS[a.config]
+    torch.manual_seed(0)
+    model = build_model(torch, cfg)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), generator=g)
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            foreach=False)
+
+    print("bench_train_torch: config %s %s" % (a.config, " ".join("%s=%d" % kv for kv in cfg.items())))
+    print("torch %s, %s, torch threads %d, OPENBLAS_NUM_THREADS=%s, OMP_WAIT_POLICY=%s"
+          % (torch.__version__, sys.executable, torch.get_num_threads(),
+             os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_WAIT_POLICY")))
+    print("parameters %d (tied head counted once); %d tokens/step; %d warm-up + %d timed steps"
+          % (n_params, cfg["batch"] * cfg["seq"], a.warmup, a.steps), flush=True)
+
+    t_step, t_fwd, t_bwd, t_opt, losses = [], [], [], [], []
+    for i in range(a.warmup + a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        t3 = time.perf_counter()
+        losses.append(loss.item())
+        if i >= a.warmup:
+            t_step.append((t3 - t0) * 1e3)
+            t_fwd.append((t1 - t0) * 1e3)
+            t_bwd.append((t2 - t1) * 1e3)
+            t_opt.append((t3 - t2) * 1e3)
+
+    med = statistics.median(t_step)
+    tokens = cfg["batch"] * cfg["seq"]
+    flops = model_flops(cfg)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # Linux: KiB
+    print("loss: first step %.4f, last step %.4f (same batch every step)" % (losses[0], losses[-1]))
+    print("step ms: median %.1f, min %.1f, max %.1f" % (med, min(t_step), max(t_step)))
+    print("  forward+loss %.1f, backward %.1f, AdamW %.1f (medians, ms)"
+          % (statistics.median(t_fwd), statistics.median(t_bwd), statistics.median(t_opt)))
+    print("tokens/s %.0f; model %.2f GFLOP/step -> %.1f GFLOP/s; peak RSS %.0f MB"
+          % (tokens / (med / 1e3), flops / 1e9, flops / 1e9 / (med / 1e3), rss_mb))
+    out = {
+        "config": a.config, "threads": a.threads,
+        "ms_median": round(med, 3), "ms_min": round(min(t_step), 3),
+        "tokens_per_s": round(tokens / (med / 1e3), 1), "peak_rss_mb": round(rss_mb, 1),
+        "ms_max": round(max(t_step), 3), "ms_fwd": round(statistics.median(t_fwd), 3),
+        "ms_bwd": round(statistics.median(t_bwd), 3), "ms_opt": round(statistics.median(t_opt), 3),
+        "steps": a.steps, "warmup": a.warmup, "params": n_params,
+        "gflop_per_step": round(flops / 1e9, 3), "torch": torch.__version__,
+    }
+    print("JSON " + json.dumps(out, separators=(", ", ": ")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
