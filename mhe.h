@@ -489,7 +489,8 @@ MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void
    metadata "step", "rng" and "train.<field>". */
 #define MHE_FORMAT "mhe-1"
 MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
-/* restore optimizer state, step and RNG from a trainer checkpoint buffer */
+/* restore optimizer state, step and RNG from a trainer checkpoint buffer
+   (the trainer's config stays; its batch and seq_len must match the file's) */
 MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size);
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
 MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
@@ -2402,6 +2403,8 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
             return mhe__fail(t->err, s, "checkpoint metadata: %s", tmp);
         }
     }
+    /* the trainer keeps its own config (a resumed run may train longer);
+       only the batch shape must match the saved state */
     if (tc.batch != t->tc.batch || tc.seq_len != t->tc.seq_len) {
         mhe_st_free(&st);
         return mhe__fail(t->err, MHE_ERR_CONFIG, "checkpoint trained with batch %d x seq_len %d, this trainer has %d x %d",
@@ -2418,7 +2421,6 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
     }
     mhe_st_free(&st);
     if (s != MHE_OK) return s;
-    t->tc = tc;
     t->step = (int)stepv;
     t->rng = r;
     return MHE_OK;

@@ -1,0 +1,491 @@
+/* mhe - command-line front end of mhe.h: init, train, eval, generate, grad, inspect.
+   Every subcommand prints its usage with --help. Errors print one line and
+   exit with status 1 (2 for a usage error). */
+#define _POSIX_C_SOURCE 200809L
+#define MHE_IMPLEMENTATION
+#include "../mhe.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+static double peak_rss_mb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss / 1024.0; }
+
+static int die(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "mhe: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+typedef struct {
+    mhe_config cfg;
+    mhe_train_config tc;
+    int cfg_given, tc_keys_given;
+    char tc_given[64];                 /* which train fields came from the command line */
+    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt;
+    uint64_t seed;
+    int threads, n_tokens, top_k, batches, quiet;
+    float temperature;
+} opts;
+
+static int read_text(const char *path, char **buf, size_t *len) {
+    void *b;
+    char err[MHE_ERR_LEN];
+    if (mhe_read_file(path, &b, len, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    *buf = (char *)b;
+    return 1;
+}
+
+static int train_field_index(const char *key) {
+    mhe_train_config t = mhe_train_config_default();
+    const char *k;
+    char v[64];
+    int i;
+    for (i = 0; mhe_train_config_field(&t, i, &k, v, sizeof v); i++) if (strcmp(k, key) == 0) return i;
+    return -1;
+}
+
+static int model_field(const char *key) {
+    mhe_config c = mhe_config_default();
+    const char *k;
+    char v[512];
+    int i;
+    for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) if (strcmp(k, key) == 0) return 1;
+    return 0;
+}
+
+/* --key value for config and train fields, and the tool's own flags */
+static int parse_opts(int argc, char **argv, opts *o) {
+    int i;
+    char err[MHE_ERR_LEN];
+    memset(o, 0, sizeof *o);
+    o->cfg = mhe_config_default();
+    o->tc = mhe_train_config_default();
+    o->seed = 42; o->n_tokens = 200; o->top_k = 40; o->temperature = 0.8f; o->batches = 50;
+    /* the config file first, so flags override it */
+    for (i = 2; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) {
+            char *text;
+            size_t len;
+            if (!read_text(argv[i + 1], &text, &len)) return 0;
+            if (mhe_config_parse(&o->cfg, text, len, err) != MHE_OK) {
+                fprintf(stderr, "mhe: %s: %s\n", argv[i + 1], err);
+                free(text);
+                return 0;
+            }
+            free(text);
+            o->cfg_given = 1;
+        }
+    for (i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *key = a + 2;
+        if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s'\n", a); return 0; }
+        if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
+        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return 0; }
+        i++;
+        if (strcmp(key, "config") == 0) continue;
+        else if (strcmp(key, "model") == 0) o->model = v;
+        else if (strcmp(key, "out") == 0) o->out = v;
+        else if (strcmp(key, "data") == 0) o->data = v;
+        else if (strcmp(key, "valid") == 0) o->valid = v;
+        else if (strcmp(key, "tokens") == 0) o->tokens = v;
+        else if (strcmp(key, "resume") == 0) o->resume = v;
+        else if (strcmp(key, "prompt") == 0) o->prompt = v;
+        else if (strcmp(key, "threads") == 0) o->threads = atoi(v);
+        else if (strcmp(key, "n") == 0 || strcmp(key, "length") == 0) o->n_tokens = atoi(v);
+        else if (strcmp(key, "top-k") == 0) o->top_k = atoi(v);
+        else if (strcmp(key, "batches") == 0) o->batches = atoi(v);
+        else if (strcmp(key, "temperature") == 0) o->temperature = (float)atof(v);
+        else if (strcmp(key, "seed") == 0 && strcmp(argv[1], "init") == 0) o->seed = strtoull(v, NULL, 10);
+        else if (model_field(key)) {
+            if (mhe_config_set(&o->cfg, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+            o->cfg_given = 1;
+        } else if (train_field_index(key) >= 0) {
+            if (mhe_train_config_set(&o->tc, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+            o->tc_given[train_field_index(key)] = 1;
+        } else { fprintf(stderr, "mhe: unknown option %s (see --help)\n", a); return 0; }
+    }
+    if (o->threads < 0 || o->n_tokens < 0) { fprintf(stderr, "mhe: --threads and --n must be >= 0\n"); return 0; }
+    set_threads(o->threads);
+    return 1;
+}
+
+static void print_fields(FILE *f, int model) {
+    mhe_config c = mhe_config_default();
+    mhe_train_config t = mhe_train_config_default();
+    const char *k;
+    char v[512];
+    int i;
+    if (model) for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) fprintf(f, "    --%-16s (default %s)\n", k, v);
+    else for (i = 0; mhe_train_config_field(&t, i, &k, v, sizeof v); i++) fprintf(f, "    --%-16s (default %s)\n", k, v);
+}
+
+/* bytes of a text file as tokens; rejects empty and binary files */
+static int load_corpus(const char *path, int **tokens, size_t *n) {
+    char *text;
+    size_t len;
+    if (!path) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 0; }
+    if (!read_text(path, &text, &len)) return 0;
+    if (len == 0) { fprintf(stderr, "mhe: %s: corpus is empty\n", path); free(text); return 0; }
+    if (memchr(text, 0, len)) { fprintf(stderr, "mhe: %s: contains NUL bytes, not a text file\n", path); free(text); return 0; }
+    *tokens = (int *)malloc(len * sizeof(int));
+    if (!*tokens) { free(text); fprintf(stderr, "mhe: out of memory\n"); return 0; }
+    *n = mhe_tokenize_bytes(text, len, *tokens);
+    free(text);
+    return 1;
+}
+
+static int load_model(const char *path, mhe_model *m) {
+    mhe_status s;
+    if (!path) { fprintf(stderr, "mhe: no model given (--model FILE)\n"); return 0; }
+    s = mhe_model_load(m, path, NULL);
+    if (s != MHE_OK) { fprintf(stderr, "mhe: %s (%s)\n", m->err, mhe_status_str(s)); return 0; }
+    return 1;
+}
+
+static void describe(const mhe_model *m) {
+    const char *k;
+    char v[512];
+    int i;
+    printf("model:");
+    for (i = 0; mhe_config_field(&m->cfg, i, &k, v, sizeof v); i++) printf(" %s=%s", k, v);
+    printf("\nparameters: %lld (%.2f M)\n", (long long)m->n_params, m->n_params / 1e6);
+}
+
+/* ---- init --------------------------------------------------------------- */
+
+static int cmd_init(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    mhe_status s;
+    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe init [--config CFG] [--KEY VALUE ...] [--seed S] --out MODEL.safetensors\n"
+               "Creates a model with freshly initialised weights. CFG holds key=value lines;\n"
+               "flags override it. Model fields:\n");
+        print_fields(stdout, 1);
+        return 0;
+    }
+    if (!parse_opts(argc, argv, &o)) return 2;
+    if (!o.out) return die("init: --out FILE is required%s%s", "", "");
+    s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
+    if (s != MHE_OK) return die("init: %s%s", m.err, "");
+    s = mhe_checkpoint_save(&m, NULL, o.out);
+    if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); mhe_model_free(&m); return 1; }
+    describe(&m);
+    printf("wrote %s\n", o.out);
+    mhe_model_free(&m);
+    return 0;
+}
+
+/* ---- train -------------------------------------------------------------- */
+
+static int cmd_train(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    mhe_trainer t;
+    mhe_status s;
+    int *train = NULL, *valid = NULL, i, rc = 1, tty = isatty(1);
+    size_t n_train = 0, n_valid = 0;
+    double t0, last_t;
+    float val_loss = 0;
+    int first_step;
+    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
+               "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
+               "                 [--resume CKPT.safetensors] [--threads N] [train flags]\n"
+               "Trains a byte-level causal LM. A new model comes from --model (weights) or from\n"
+               "--config/model flags; --resume continues a checkpoint written by this command\n"
+               "exactly where it stopped (weights, AdamW moments, RNG, step; the train settings\n"
+               "saved in it are used unless a flag overrides them). Progress: step, loss,\n"
+               "tokens/s, learning rate and time left; validation loss and perplexity every\n"
+               "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
+               "every save_every steps and at the end. Train fields:\n");
+        print_fields(stdout, 0);
+        printf("Model fields (for a new model): see `mhe init --help`.\n");
+        return 0;
+    }
+    if (!parse_opts(argc, argv, &o)) return 2;
+    if (!o.out) return die("train: --out FILE is required%s%s", "", "");
+    if (!load_corpus(o.data, &train, &n_train)) return 1;
+    if (o.valid && !load_corpus(o.valid, &valid, &n_valid)) { free(train); return 1; }
+    if (o.resume) {
+        /* the saved train settings, overridden by flags given now */
+        void *buf;
+        size_t size;
+        mhe_safetensors st;
+        char err[MHE_ERR_LEN];
+        mhe_train_config tc = mhe_train_config_default();
+        const char *k;
+        char v[64];
+        if (!load_model(o.resume, &m)) goto out;
+        if (mhe_read_file(o.resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_model_free(&m); goto out; }
+        if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+            for (i = 0; mhe_train_config_field(&tc, i, &k, v, sizeof v); i++) {
+                char key[64];
+                const char *val;
+                snprintf(key, sizeof key, "train.%s", k);
+                val = mhe_st_meta(&st, key);
+                if (val && !o.tc_given[i]) mhe_train_config_set(&o.tc, k, val, err);
+            }
+            mhe_st_free(&st);
+        }
+        free(buf);
+    } else if (o.model) {
+        if (!load_model(o.model, &m)) goto out;
+    } else {
+        s = mhe_model_init(&m, &o.cfg, o.tc.seed, NULL);
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
+    }
+    s = mhe_trainer_init(&t, &m, &o.tc);
+    if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); mhe_model_free(&m); goto out; }
+    if (o.resume && (s = mhe_trainer_load(&t, o.resume)) != MHE_OK) {
+        fprintf(stderr, "mhe: %s: %s\n", o.resume, t.err);
+        goto free_all;
+    }
+    if (n_train < (size_t)o.tc.seq_len + 1) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, fewer than seq_len+1 = %d\n", o.data, n_train, o.tc.seq_len + 1); goto free_all; }
+    if (!o.quiet) {
+        describe(&m);
+        printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", n_train, n_valid,
+               mhe_unigram_entropy(train, n_train, m.cfg.vocab_size));
+        printf("training %d steps of %d x %d tokens%s\n", o.tc.steps, o.tc.batch, o.tc.seq_len,
+               t.step ? " (resumed)" : "");
+    }
+    t0 = last_t = now_s();
+    first_step = t.step;
+    while (t.step < o.tc.steps) {
+        s = mhe_trainer_step(&t, train, n_train);
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto free_all; }
+        if (!o.quiet && (t.step % o.tc.log_every == 0 || t.step == o.tc.steps)) {
+            double el = now_s() - t0, per = el / (t.step - first_step);
+            double tps = (double)(t.step - first_step) * o.tc.batch * o.tc.seq_len / el;
+            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %7.0f tok/s  %5.0f ms/step  left %4.0fs%s",
+                   tty ? "\r" : "", t.step, o.tc.steps, t.last_loss, t.last_lr, tps, per * 1e3,
+                   per * (o.tc.steps - t.step), tty ? "" : "\n");
+            fflush(stdout);
+        }
+        if (valid && o.tc.eval_every > 0 && (t.step % o.tc.eval_every == 0 || t.step == o.tc.steps)) {
+            s = mhe_evaluate(&m, valid, n_valid, o.tc.batch, o.tc.seq_len, o.tc.eval_batches, &val_loss);
+            if (s != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", m.err); goto free_all; }
+            if (!o.quiet) printf("%sstep %6d  val loss %.4f  val ppl %.3f\n", tty ? "\n" : "", t.step, val_loss, mhe_perplexity(val_loss));
+        }
+        if (o.tc.save_every > 0 && t.step % o.tc.save_every == 0 && t.step < o.tc.steps) {
+            if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
+        }
+        (void)last_t;
+    }
+    if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
+    if (!o.quiet) {
+        printf("%sfinal train loss %.4f", tty ? "\n" : "", t.last_loss);
+        if (valid) printf(", val loss %.4f (ppl %.3f)", val_loss, mhe_perplexity(val_loss));
+        printf("\nwrote %s\n", o.out);
+        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
+               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
+    }
+    rc = 0;
+free_all:
+    mhe_trainer_free(&t);
+    mhe_model_free(&m);
+out:
+    free(train); free(valid);
+    return rc;
+}
+
+/* ---- eval --------------------------------------------------------------- */
+
+static int cmd_eval(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    int *data;
+    size_t n;
+    float loss;
+    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--batch B] [--batches N] [--threads N]\n"
+               "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
+               "consecutive windows of the text (N <= 0: all of it).\n");
+        return 0;
+    }
+    if (!parse_opts(argc, argv, &o)) return 2;
+    if (!load_model(o.model, &m)) return 1;
+    if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
+    if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+    if (mhe_evaluate(&m, data, n, o.tc.batch, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
+        fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
+    }
+    printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
+           loss / log(2.0), mhe_unigram_entropy(data, n, m.cfg.vocab_size));
+    free(data);
+    mhe_model_free(&m);
+    return 0;
+}
+
+/* ---- generate ----------------------------------------------------------- */
+
+static int cmd_generate(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    mhe_kv_cache kv;
+    mhe_rng r;
+    const char *prompt;
+    size_t i, plen;
+    int len, tok;
+    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe generate --model M.safetensors [--prompt TEXT] [--n TOKENS] [--temperature T] [--top-k K] [--seed S]\n"
+               "Writes the prompt and a continuation sampled with a KV cache (temperature <= 0: greedy;\n"
+               "top-k <= 0: no cut). Prints the KV-cache size on stderr.\n");
+        return 0;
+    }
+    if (!parse_opts(argc, argv, &o)) return 2;
+    if (!load_model(o.model, &m)) return 1;
+    prompt = o.prompt ? o.prompt : "\n";
+    plen = strlen(prompt);
+    len = m.cfg.max_seq_len;
+    if (plen + (size_t)o.n_tokens < (size_t)len) len = (int)(plen + o.n_tokens);
+    if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
+    if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
+    fprintf(stderr, "KV cache: %d tokens x %d layers x %d floats x 2 (K, V) = %.1f KB\n", len, kv.n_layers, kv.kv_width, kv.bytes / 1024.0);
+    mhe_rng_seed(&r, o.tc.seed);
+    fwrite(prompt, 1, plen, stdout);
+    for (i = 0; i < plen; i++)
+        if (mhe_decode_step(&m, &kv, (unsigned char)prompt[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+    while (kv.len < len) {
+        tok = mhe_sample(kv.logits, m.cfg.vocab_size, o.temperature, o.top_k, &r);
+        putchar(tok);
+        if (mhe_decode_step(&m, &kv, tok) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+    }
+    tok = mhe_sample(kv.logits, m.cfg.vocab_size, o.temperature, o.top_k, &r);
+    putchar(tok);
+    putchar('\n');
+done:
+    mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+    return 0;
+}
+
+/* ---- grad --------------------------------------------------------------- */
+
+static int cmd_grad(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    char *text, *p;
+    size_t len;
+    int *vals = NULL, n = 0, cap = 0, rows = 0, width = -1, cur = 0, B, T, b, t, rc = 1;
+    int *tok, *tgt;
+    float loss;
+    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe grad --model M.safetensors --tokens TOKENS.txt --out G.safetensors\n"
+               "Runs one forward and backward pass (no dropout) and writes the loss (tensor `loss`,\n"
+               "shape [1]) and the gradient of every parameter under the parameter's name.\n"
+               "TOKENS.txt: one sequence per line, T+1 whitespace-separated token ids, the same\n"
+               "count on every line; inputs are the first T ids, targets the last T; the lines\n"
+               "form the batch. A target of -1 is ignored by the loss.\n");
+        return 0;
+    }
+    if (!parse_opts(argc, argv, &o)) return 2;
+    if (!o.tokens || !o.out) return die("grad: --tokens and --out are required%s%s", "", "");
+    if (!load_model(o.model, &m)) return 1;
+    if (!read_text(o.tokens, &text, &len)) { mhe_model_free(&m); return 1; }
+    text = (char *)realloc(text, len + 1);
+    text[len] = 0;
+    for (p = text; ; ) {
+        char *end;
+        long v;
+        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        if (*p == '\n' || *p == 0) {
+            if (cur > 0) {
+                if (width >= 0 && cur != width) { fprintf(stderr, "mhe: %s: line %d has %d ids, earlier lines %d\n", o.tokens, rows + 1, cur, width); goto out; }
+                width = cur; rows++; cur = 0;
+            }
+            if (*p == 0) break;
+            p++;
+            continue;
+        }
+        v = strtol(p, &end, 10);
+        if (end == p || v < -1 || v > 2147483647L) { fprintf(stderr, "mhe: %s: bad token id near '%.10s'\n", o.tokens, p); goto out; }
+        if (n == cap) { cap = cap ? 2 * cap : 1024; vals = (int *)realloc(vals, (size_t)cap * sizeof(int)); }
+        vals[n++] = (int)v;
+        cur++;
+        p = end;
+    }
+    if (rows == 0 || width < 2) { fprintf(stderr, "mhe: %s: needs at least one line of 2 or more token ids\n", o.tokens); goto out; }
+    B = rows; T = width - 1;
+    tok = (int *)malloc(2 * (size_t)B * T * sizeof(int));
+    tgt = tok + (size_t)B * T;
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) { tok[b * T + t] = vals[b * width + t]; tgt[b * T + t] = vals[b * width + t + 1]; }
+    mhe_model_zero_grad(&m);
+    if (mhe_model_forward(&m, tok, tgt, B, T, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK ||
+        mhe_grads_save(&m, o.out) != MHE_OK) {
+        fprintf(stderr, "mhe: %s\n", m.err);
+    } else {
+        printf("loss %.6f over %d x %d tokens; wrote %s\n", loss, B, T, o.out);
+        rc = 0;
+    }
+    free(tok);
+out:
+    free(vals); free(text);
+    mhe_model_free(&m);
+    return rc;
+}
+
+/* ---- inspect ------------------------------------------------------------ */
+
+static int cmd_inspect(int argc, char **argv) {
+    void *buf;
+    size_t size;
+    mhe_safetensors st;
+    char err[MHE_ERR_LEN];
+    int i, d;
+    long long total = 0;
+    if (argc < 3 || strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe inspect FILE.safetensors\nPrints the metadata and every tensor (name, dtype, shape) of a safetensors file.\n");
+        return argc < 3 ? 2 : 0;
+    }
+    if (mhe_read_file(argv[2], &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 1; }
+    if (mhe_st_parse(&st, buf, size, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", argv[2], st.err); free(buf); return 1; }
+    printf("%s: %zu bytes, %d tensors, %d metadata entries\n", argv[2], size, st.n_tensors, st.n_meta);
+    for (i = 0; i < st.n_meta; i++) printf("  meta %-20s = %s\n", st.meta_keys[i], st.meta_values[i]);
+    for (i = 0; i < st.n_tensors; i++) {
+        static const char *dt[] = { "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL" };
+        printf("  %-40s %-4s [", st.tensors[i].name, dt[st.tensors[i].dtype]);
+        for (d = 0; d < st.tensors[i].ndim; d++) printf("%s%lld", d ? ", " : "", (long long)st.tensors[i].shape[d]);
+        printf("]\n");
+        if (strncmp(st.tensors[i].name, "optim.", 6) != 0) total += st.tensors[i].size;
+    }
+    printf("parameters (without optimizer state): %lld\n", total);
+    mhe_st_free(&st);
+    free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *cmd = argc > 1 ? argv[1] : "--help";
+    if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
+    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
+    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc, argv);
+    if (strcmp(cmd, "grad") == 0) return cmd_grad(argc, argv);
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc, argv);
+    printf("mhe %s - train and run parameter-efficient transformers\n"
+           "usage: mhe COMMAND [options]   (mhe COMMAND --help for each)\n"
+           "  init       create a model file from a config\n"
+           "  train      train a byte-level LM on a text file, with checkpoints and resume\n"
+           "  eval       loss and perplexity of a model on a text file\n"
+           "  generate   sample text with a KV cache\n"
+           "  grad       loss and every parameter gradient of one batch, as safetensors\n"
+           "  inspect    list the metadata and tensors of a safetensors file\n", MHE_VERSION);
+    return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
+}
