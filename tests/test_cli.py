@@ -1,0 +1,116 @@
+"""The mhe tool on bad input: every mistake gives one clear message and a
+non-zero exit, and no checkpoint already on disk is damaged. Also the happy
+path: init -> train (with resume) -> eval -> generate -> inspect, and --help
+for every command. Needs only python3 and build/mhe."""
+import os
+import subprocess
+import sys
+import tempfile
+
+MHE = os.environ.get("MHE_BIN", "build/mhe")
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL", what)
+
+
+def run(*args):
+    p = subprocess.run([MHE] + [str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect_error(args, words, what):
+    rc, out, err = run(*args)
+    ok = rc != 0 and "mhe:" in err and all(w in err for w in words) and "Segmentation" not in err
+    check(ok, "%s: rc %d, stderr %r" % (what, rc, err.strip()[-300:]))
+
+
+def main():
+    if not os.path.exists(MHE):
+        print("SKIP test_cli.py: %s not built" % MHE)
+        print("RESULT: 0 passed, 0 failed, 1 skipped")
+        return 0
+    d = tempfile.mkdtemp(prefix="mhe_cli_")
+    model = os.path.join(d, "m.safetensors")
+    ckpt = os.path.join(d, "ck.safetensors")
+    text = os.path.join(d, "t.txt")
+    with open(text, "w") as f:
+        f.write("In the beginning God created the heaven and the earth. " * 40)
+    small = ["--d_model", 32, "--n_heads", 2, "--n_layers", 1, "--max_seq_len", 32]
+    for cmd in ["init", "train", "eval", "generate", "grad", "inspect"]:
+        rc, out, err = run(cmd, "--help")
+        check(rc == 0 and "usage: mhe " + cmd in out, "%s --help" % cmd)
+
+    rc, out, err = run("init", *small, "--out", model)
+    check(rc == 0 and os.path.exists(model), "init: %s" % err)
+    # bad configs
+    expect_error(["init", "--d_model", 0, "--out", model], ["d_model"], "zero d_model")
+    expect_error(["init", "--d_model", 30, "--n_heads", 4, "--out", model], ["divisible"], "indivisible heads")
+    expect_error(["init", "--attn", "nope", "--out", model], ["nope"], "unknown attention kind")
+    expect_error(["init", "--colour", "red", "--out", model], ["colour"], "unknown flag")
+    cfgf = os.path.join(d, "bad.cfg")
+    with open(cfgf, "w") as f:
+        f.write("d_model=64\nn_heads=four\n")
+    expect_error(["init", "--config", cfgf, "--out", model], ["n_heads", "line 2"], "bad config file")
+    # corpus problems
+    tc = ["--steps", 4, "--batch", 2, "--seq_len", 16, "--eval_every", 0, "--log_every", 1]
+    expect_error(["train", "--data", os.path.join(d, "missing.txt"), "--model", model, "--out", ckpt] + tc, ["missing.txt"], "missing corpus")
+    empty = os.path.join(d, "empty.txt")
+    open(empty, "w").close()
+    expect_error(["train", "--data", empty, "--model", model, "--out", ckpt] + tc, ["empty"], "empty corpus")
+    binf = os.path.join(d, "bin.txt")
+    with open(binf, "wb") as f:
+        f.write(b"abc\0def" * 10)
+    expect_error(["train", "--data", binf, "--model", model, "--out", ckpt] + tc, ["NUL"], "binary corpus")
+    # training, resume
+    rc, out, err = run("train", "--data", text, "--valid", text, "--model", model, "--out", ckpt, *tc)
+    check(rc == 0 and "step" in out and "peak memory" in out and os.path.exists(ckpt), "train: %s %s" % (out[-300:], err))
+    rc, out, err = run("train", "--data", text, "--resume", ckpt, "--out", ckpt, "--steps", 6, "--batch", 2, "--seq_len", 16, "--eval_every", 0)
+    check(rc == 0 and "resumed" in out, "resume: %s" % err)
+    good = open(ckpt, "rb").read()
+    # a corrupt or truncated checkpoint is rejected, and the good one is not touched by a failed run
+    trunc = os.path.join(d, "trunc.safetensors")
+    for cut in [0, 5, 8, 100, len(good) // 2, len(good) - 1]:
+        with open(trunc, "wb") as f:
+            f.write(good[:cut])
+        expect_error(["eval", "--model", trunc, "--data", text], [], "truncated checkpoint at %d" % cut)
+    expect_error(["train", "--data", text, "--resume", trunc, "--out", ckpt] + tc, [], "resume from a truncated checkpoint")
+    check(open(ckpt, "rb").read() == good, "existing checkpoint unchanged after failed runs")
+    expect_error(["train", "--data", text, "--model", model, "--out", ckpt, "--lr", "1e9"] + tc, ["lr"], "lr out of range")
+    # a model whose weights hold a NaN: training stops with a message and writes nothing
+    import struct
+    raw = bytearray(open(model, "rb").read())
+    hlen = struct.unpack("<Q", bytes(raw[:8]))[0]
+    raw[8 + hlen:8 + hlen + 4] = struct.pack("<f", float("nan"))
+    nanm = os.path.join(d, "nan_model.safetensors")
+    open(nanm, "wb").write(bytes(raw))
+    nanout = os.path.join(d, "nan_out.safetensors")
+    expect_error(["train", "--data", text, "--model", nanm, "--out", nanout] + tc, ["non-finite"], "NaN loss")
+    check(not os.path.exists(nanout), "nothing written after a NaN loss")
+    # eval, generate, grad, inspect
+    rc, out, err = run("eval", "--model", ckpt, "--data", text, "--seq_len", 16, "--batch", 2)
+    check(rc == 0 and "perplexity" in out, "eval: %s" % err)
+    rc, out, err = run("generate", "--model", ckpt, "--prompt", "In the", "--n", 10)
+    check(rc == 0 and out.startswith("In the") and "KV cache" in err, "generate: %s" % err)
+    tok = os.path.join(d, "tok.txt")
+    with open(tok, "w") as f:
+        f.write("1 2 3\n4 5\n")
+    expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["line 2"], "ragged token file")
+    with open(tok, "w") as f:
+        f.write("1 2 999\n")
+    expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["999"], "token outside vocabulary")
+    rc, out, err = run("inspect", ckpt)
+    check(rc == 0 and "optim.m.tok_emb.weight" in out and "format" in out, "inspect: %s" % err)
+    expect_error(["inspect", text], [], "inspect a text file")
+    print("RESULT: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
