@@ -37,7 +37,7 @@ $(B)/tests/%: tests/%.c tests/test.h $(DEPS)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
 # bench_gemm links OpenBLAS when its header is installed (apt-get install libopenblas-dev)
-BLASFLAGS := $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
+BLASFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cblas.h - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
 
 run: all
 	./$(B)/examples/train_tiny_lm

@@ -31,7 +31,8 @@
      MHE_NO_STDIO          drop everything that touches files or prints
      MHE_NO_SIMD           use the portable scalar GEMM micro-kernel only
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
-                           AddressSanitizer sees every overrun
+                           AddressSanitizer sees every overrun (their alignment
+                           is then malloc's, not 64 bytes)
      Threads: compile with -fopenmp to use OpenMP; without it the pragmas vanish
      and everything runs on one thread.
 
@@ -550,6 +551,9 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <stdarg.h>
 #ifdef _OPENMP
 #include <omp.h>
+#define MHE__OMP(...) _Pragma(#__VA_ARGS__)   /* thread pragmas vanish without -fopenmp */
+#else
+#define MHE__OMP(...)
 #endif
 
 #if defined(MHE_MALLOC) && defined(MHE_FREE) && defined(MHE_REALLOC)
@@ -756,7 +760,7 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C, float eps) {
     int i;
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float *o = out + (size_t)i * C;
@@ -778,7 +782,7 @@ MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *do
                               const float *w, const float *mean, const float *rstd, int N, int C) {
     int i, j;
     /* input gradient: rows are independent */
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
         float *dx = dinp + (size_t)i * C;
@@ -807,7 +811,7 @@ MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *do
 
 MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
     int i;
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float *o = out + (size_t)i * C, ms = 0, s;
@@ -824,7 +828,7 @@ MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const flo
 MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const float *rstd, int N, int C) {
     int i, j;
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
         float *dx = dinp + (size_t)i * C, s = rstd[i], dot = 0;
@@ -844,7 +848,7 @@ MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const flo
 
 MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
     int64_t i;
-#pragma omp parallel for if (n > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (i = 0; i < n; i++) {
         float x = inp[i];
         if (act == MHE_ACT_GELU) out[i] = 0.5f * x * (1.0f + tanhf(MHE__GELU_K * (x + 0.044715f * x * x * x)));
@@ -856,7 +860,7 @@ MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
 /* GELU backward needs true tanh/exp: -ffast-math may change them (README). */
 MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t i;
-#pragma omp parallel for if (n > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (i = 0; i < n; i++) {
         float x = inp[i], g;
         if (act == MHE_ACT_GELU) {
@@ -874,7 +878,7 @@ MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dou
 
 MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
     int i;
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float *o = out + (size_t)i * C, mx = -INFINITY, sum = 0;
@@ -888,7 +892,7 @@ MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
 /* dx_j = y_j * (dy_j - sum_k dy_k y_k) */
 MHEDEF void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
     int i;
-#pragma omp parallel for if ((int64_t)N * C > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *y = out + (size_t)i * C, *dy = dout + (size_t)i * C;
         float *dx = dinp + (size_t)i * C, dot = 0;
@@ -910,7 +914,7 @@ MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const floa
                          const int *targets, int N, int V) {
     int i, c = 0;
     double total = 0;
-#pragma omp parallel for if ((int64_t)N * V > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = logits + (size_t)i * V;
         losses[i] = targets[i] < 0 ? 0.0f : mhe__logsumexp(x, V) - x[targets[i]];
@@ -922,7 +926,7 @@ MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const floa
 
 MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale) {
     int i;
-#pragma omp parallel for if ((int64_t)N * V > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = logits + (size_t)i * V;
         float *dx = dlogits + (size_t)i * V, lse;
@@ -938,7 +942,7 @@ MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, ui
     int64_t i;
     float keep = 1.0f / (1.0f - p);
     if (p <= 0) { if (out != inp) memcpy(out, inp, (size_t)n * sizeof(float)); return; }
-#pragma omp parallel for if (n > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (i = 0; i < n; i++)
         out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
 }
@@ -946,7 +950,7 @@ MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, ui
 MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
     int64_t i;
     float keep = 1.0f / (1.0f - p);
-#pragma omp parallel for if (n > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (i = 0; i < n; i++)
         if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p) dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
 }
@@ -975,7 +979,7 @@ MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const f
     int i, j;
     mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
     if (b)
-#pragma omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j)
+MHE__OMP(omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j))
         for (i = 0; i < N; i++)
             for (j = 0; j < OC; j++) out[(size_t)i * OC + j] += b[j];
 }
@@ -1022,7 +1026,7 @@ MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
-#pragma omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
         for (h = g * group; h < (g + 1) * group; h++)
@@ -1054,7 +1058,7 @@ MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float
                              const float *probs, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
-#pragma omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
         for (h = g * group; h < (g + 1) * group; h++)
@@ -1123,7 +1127,7 @@ MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
     /* one (b, h, query block) per iteration: outputs never overlap */
-#pragma omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
         float S[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD];
         float mrow[MHE__BQ], lrow[MHE__BQ];
@@ -1175,7 +1179,7 @@ MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, flo
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
-#pragma omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN)
+MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         float S[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], Vt[MHE_MAX_D_HEAD * MHE__BK];
         float Drow[MHE__BQ];
@@ -2055,7 +2059,7 @@ MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64
     int64_t i;
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     float step = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * weight_decay;
-#pragma omp parallel for if (n > 4 * MHE__PAR_MIN)
+MHE__OMP(omp parallel for if (n > 4 * MHE__PAR_MIN))
     for (i = 0; i < n; i++) {
         float gi = g[i];
         m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -2212,7 +2216,7 @@ typedef struct mhe__ckpt {
     void *block;
 } mhe__ckpt;
 
-#define MHE__META_VAL 96
+#define MHE__META_VAL 1024   /* a per-layer attn list of 64 kinds fits */
 
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
     int nt = m->n_tensors, max_items = grads_only ? nt + 1 : (t ? 3 * nt : nt);
@@ -2234,7 +2238,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     MHE__META("%s", "format", "%s", MHE_FORMAT);
     for (f = 0; ; f++) {
         const char *key;
-        char val[MHE__META_VAL * 4];
+        char val[MHE__META_VAL];
         if (!mhe_config_field(&m->cfg, f, &key, val, sizeof val)) break;
         if (strlen(val) >= MHE__META_VAL) { /* a long per-layer attn list gets its own room */
             MHE_FREE(m->alloc_ctx, k->block);
@@ -2313,7 +2317,7 @@ static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, 
             return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' dimension %d is %lld, the model expects %lld", name, d,
                              (long long)t->shape[d], (long long)like->shape[d]);
     s = mhe_st_read_f32(st, t, dst, like->size);
-    if (s != MHE_OK) return mhe__fail(err, s, "tensor '%s': %s", name, st->err);
+    if (s != MHE_OK) return mhe__fail(err, s, "tensor '%s': %s", name, mhe_status_str(s));
     return MHE_OK;
 }
 

