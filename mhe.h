@@ -572,6 +572,14 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #define MHE_ASSERT(x) assert(x)
 #endif
 
+/* Lets gcc if-convert the quiet selects of mhe__exp and vectorise the loops
+   that call it without -ffast-math; results are bit for bit the same. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define MHE__VECTORISE __attribute__((optimize("no-trapping-math")))
+#else
+#define MHE__VECTORISE
+#endif
+
 #ifdef __cplusplus
 #define MHE__CAST(T, x) ((T)(x))
 #else
@@ -757,6 +765,38 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 /* Threads only pay off above a few hundred thousand flops per call. */
 #define MHE__PAR_MIN 32768
 
+/* exp by range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6
+   polynomial: about 2 ulp, branch-free so loops over it vectorise, and the
+   same bits whatever the compiler flags (libm's expf may differ). Inputs
+   below -87.3 give 0, above 88 infinity; NaN stays NaN. */
+MHE__VECTORISE static inline float mhe__exp(float x) {
+    union { float f; int32_t i; } sc;
+    /* quiet comparisons (isless, isgreater, x != x) keep the loop free of
+       trapping compares, so gcc vectorises it without -ffast-math */
+    float n, r, p, y, xc = isless(x, -87.3f) ? -87.3f : (isgreater(x, 88.0f) ? 88.0f : x);
+    xc = x != x ? 0.0f : xc;
+    int32_t k = (int32_t)(xc * 1.44269504088896341f + 128.5f) - 128;   /* floor(x/ln2 + 1/2) */
+    n = (float)k;
+    r = xc - n * 0.693145751953125f;
+    r = r - n * 1.42860682030941723e-06f;
+    p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666671633720398e-01f + r * (4.16666716337203979e-02f +
+        r * (8.33333376795053482e-03f + r * 1.38888892251998186e-03f)))));
+    sc.i = (k + 127) * (1 << 23);
+    y = p * sc.f;
+    y = isgreater(x, 88.0f) ? INFINITY : y;
+    y = isless(x, -87.3f) ? 0.0f : y;
+    return x != x ? x : y;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1), from mhe__exp; near 0, where that form
+   cancels, its Taylor series to u^9 (error < 2e-9 for |u| < 0.25) */
+MHE__VECTORISE static inline float mhe__tanh(float u) {
+    float e = mhe__exp(2.0f * (isless(u, -9.0f) ? -9.0f : (isgreater(u, 9.0f) ? 9.0f : u)));
+    float big = 1.0f - 2.0f / (e + 1.0f), u2 = u * u;
+    float small = u * (1.0f + u2 * (-0.333333343f + u2 * (0.13333334f + u2 * (-0.0539682545f + u2 * 0.0218694888f))));
+    return isless(u2, 0.0625f) ? small : big;
+}
+
 MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C, float eps) {
     int i;
@@ -846,33 +886,53 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
 
 #define MHE__GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 
-MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
-    int64_t i;
-MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
-    for (i = 0; i < n; i++) {
-        float x = inp[i];
-        if (act == MHE_ACT_GELU) out[i] = 0.5f * x * (1.0f + tanhf(MHE__GELU_K * (x + 0.044715f * x * x * x)));
-        else if (act == MHE_ACT_RELU) out[i] = x > 0 ? x : 0.0f;
-        else out[i] = x / (1.0f + expf(-x));
+MHE__VECTORISE static inline float mhe__gelu(float x) { return 0.5f * x * (1.0f + mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x))); }
+MHE__VECTORISE static inline float mhe__gelu_grad(float x) {
+    float t = mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+}
+MHE__VECTORISE static inline float mhe__silu(float x) { return x / (1.0f + mhe__exp(-x)); }
+MHE__VECTORISE static inline float mhe__silu_grad(float x) { float sg = 1.0f / (1.0f + mhe__exp(-x)); return sg * (1.0f + x * (1.0f - sg)); }
+
+/* chunks of MHE__CHUNK elements spread over threads; one simple loop per
+   activation inside, so the compiler vectorises it */
+#define MHE__CHUNK 4096
+
+MHE__VECTORISE MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
+    int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
+    MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
+    for (c = 0; c < nc; c++) {
+        int64_t i, lo = c * MHE__CHUNK, hi = lo + MHE__CHUNK < n ? lo + MHE__CHUNK : n;
+        if (act == MHE_ACT_GELU) {
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) out[i] = mhe__gelu(inp[i]);
+        } else if (act == MHE_ACT_RELU) {
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) out[i] = isgreater(inp[i], 0.0f) ? inp[i] : 0.0f;
+        } else {
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) out[i] = mhe__silu(inp[i]);
+        }
     }
 }
 
-/* GELU backward needs true tanh/exp: -ffast-math may change them (README). */
-MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
-    int64_t i;
-MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
-    for (i = 0; i < n; i++) {
-        float x = inp[i], g;
+/* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
+   the library's own mhe__exp keeps them the same under -ffast-math. */
+MHE__VECTORISE MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
+    int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
+    MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
+    for (c = 0; c < nc; c++) {
+        int64_t i, lo = c * MHE__CHUNK, hi = lo + MHE__CHUNK < n ? lo + MHE__CHUNK : n;
         if (act == MHE_ACT_GELU) {
-            float u = MHE__GELU_K * (x + 0.044715f * x * x * x), t = tanhf(u);
-            g = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) dinp[i] += dout[i] * mhe__gelu_grad(inp[i]);
         } else if (act == MHE_ACT_RELU) {
-            g = x > 0 ? 1.0f : 0.0f;
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) dinp[i] += isgreater(inp[i], 0.0f) ? dout[i] : 0.0f;
         } else {
-            float sg = 1.0f / (1.0f + expf(-x));
-            g = sg * (1.0f + x * (1.0f - sg));
+            MHE__OMP(omp simd)
+            for (i = lo; i < hi; i++) dinp[i] += dout[i] * mhe__silu_grad(inp[i]);
         }
-        dinp[i] += dout[i] * g;
     }
 }
 
@@ -1090,77 +1150,62 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
     }
 }
 
-/* Tile sizes of the fused core: a query block of MHE__BQ rows meets key
-   blocks of MHE__BK rows; the transposed key block (d_head x MHE__BK) and the
-   accumulators stay in L1/L2. d_head is at most MHE_MAX_D_HEAD. */
-#define MHE__BQ 32
+/* Tile sizes of the fused core: a block of MHE__BQ queries meets blocks of
+   MHE__BK keys; the score tile and its partners live on the stack and every
+   tile product is a small mhe_gemm (fast even at these sizes). */
+#define MHE__BQ 64
 #define MHE__BK 64
 #define MHE_MAX_D_HEAD 256
 
-/* S[i][jj] = sum_c X[i][c] * Yt[c][jj]: vectorises along jj */
-static void mhe__tile_scores(float *S, const float *X, size_t x_stride, int rows,
-                             const float *Yt, int cols, int dh) {
-    int i, c, jj;
+/* P[i][jj] = exp(scale*S - row_max) for visible keys, 0 for masked ones */
+static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int t0, int rows, int j0, int cols) {
+    int i, jj;
     for (i = 0; i < rows; i++) {
-        float *s = S + (size_t)i * MHE__BK;
-        const float *x = X + (size_t)i * x_stride;
-        for (jj = 0; jj < cols; jj++) s[jj] = 0;
-        for (c = 0; c < dh; c++) {
-            float a = x[c];
-            const float *y = Yt + (size_t)c * MHE__BK;
-            for (jj = 0; jj < cols; jj++) s[jj] += a * y[jj];
-        }
+        int vis = mhe__att_visible(d, t0 + i) - j0;
+        for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) S[(size_t)i * MHE__BK + jj] = -INFINITY;
     }
 }
 
-/* Yt[c][jj] = Y[jj][c] for a block of cols rows of Y */
-static void mhe__tile_transpose(float *Yt, const float *Y, size_t y_stride, int cols, int dh) {
-    int c, jj;
-    for (jj = 0; jj < cols; jj++)
-        for (c = 0; c < dh; c++) Yt[(size_t)c * MHE__BK + jj] = Y[(size_t)jj * y_stride + c];
-}
-
-MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+MHE__VECTORISE MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
     int dh = d->d_head;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
     /* one (b, h, query block) per iteration: outputs never overlap */
-MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
-        float S[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD];
-        float mrow[MHE__BQ], lrow[MHE__BQ];
+        float S[MHE__BQ * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD], mrow[MHE__BQ], lrow[MHE__BQ];
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
         int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, c;
-        const float *qb_ptr = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+        const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
         for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
         memset(acc, 0, sizeof(float) * (size_t)rows * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
-            const float *kb = k + ((size_t)b * d->Tk + j0) * d->k_stride + (size_t)g * dh;
-            const float *vb = v + ((size_t)b * d->Tk + j0) * d->v_stride + (size_t)g * dh;
-            mhe__tile_transpose(Kt, kb, (size_t)d->k_stride, cols, dh);
-            mhe__tile_scores(S, qb_ptr, (size_t)d->q_stride, rows, Kt, cols, dh);
+            size_t koff = (size_t)b * d->Tk + j0;
+            /* S = scale * Q_blk K_blk^T */
+            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, k + koff * d->k_stride + (size_t)g * dh,
+                     d->k_stride, 0.0f, S, MHE__BK);
+            if (d->causal) mhe__tile_mask(d, S, t0, rows, j0, cols);
+            /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
-                float *s = S + (size_t)i * MHE__BK, *a = acc + (size_t)i * dh, mx = mrow[i], corr;
-                int vis = mhe__att_visible(d, t0 + i) - j0;
-                if (vis > cols) vis = cols;
-                if (vis <= 0) continue;
-                for (jj = 0; jj < vis; jj++) { s[jj] *= d->scale; if (s[jj] > mx) mx = s[jj]; }
-                corr = expf(mrow[i] - mx);   /* 0 on the first block (exp(-inf)) */
-                lrow[i] *= corr;
-                for (c = 0; c < dh; c++) a[c] *= corr;
-                for (jj = 0; jj < vis; jj++) {
-                    float p = expf(s[jj] - mx);
-                    lrow[i] += p;
-                    if (d->dropout > 0)
-                        p = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? p * keep : 0.0f;
-                    mhe__axpy(a, p, vb + (size_t)jj * d->v_stride, dh);
-                }
+                float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
+                for (jj = 0; jj < cols; jj++) mx = s[jj] > mx ? s[jj] : mx;
+                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
+                corr = expf(mrow[i] - mx);       /* 0 on the first visible block */
+                for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
+                lrow[i] = lrow[i] * corr + sum;
+                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)i * dh + c] *= corr;
                 mrow[i] = mx;
+                if (d->dropout > 0)
+                    for (jj = 0; jj < cols; jj++)
+                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
             }
+            /* acc += P V_blk */
+            mhe_gemm(0, 0, rows, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride + (size_t)g * dh, d->v_stride,
+                     1.0f, acc, dh);
         }
         for (i = 0; i < rows; i++) {
             float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh;
@@ -1172,56 +1217,57 @@ MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->
 }
 
 /* Backward with recomputation (Dao et al. 2022, Algorithm 4 without the
-   parallel-over-keys split): P = exp(S - lse), D_t = do_t . o_t, and
-   dS = P * (dPd*mask/(1-p) - D). One (b, kv-group) per iteration. */
-MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+   parallel-over-keys split): P = exp(S - lse), D_t = do_t . o_t,
+   dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd*mask/(1-p) - D),
+   dQ += scale dS K, dK += scale dS^T Q. One (b, kv-group) per iteration so
+   heads sharing K/V add into dK, dV in a fixed order without races. */
+MHE__VECTORISE MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
-MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
-        float S[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Kt[MHE_MAX_D_HEAD * MHE__BK], Vt[MHE_MAX_D_HEAD * MHE__BK];
-        float Drow[MHE__BQ];
+        float P[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Drow[MHE__BQ];
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj;
         for (h = g * group; h < (g + 1) * group; h++)
             for (t0 = 0; t0 < d->Tq; t0 += MHE__BQ) {
                 int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
                 int kend = mhe__att_visible(d, t0 + rows - 1);
-                const float *qb_ptr = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
-                const float *dob = dout + ((size_t)b * d->Tq + t0) * d->o_stride + (size_t)h * dh;
-                const float *ob = out + ((size_t)b * d->Tq + t0) * d->o_stride + (size_t)h * dh;
-                float *dqb = dq + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+                size_t qoff = (size_t)b * d->Tq + t0;
+                const float *qblk = q + qoff * d->q_stride + (size_t)h * dh;
+                const float *doblk = dout + qoff * d->o_stride + (size_t)h * dh;
+                const float *oblk = out + qoff * d->o_stride + (size_t)h * dh;
+                float *dqblk = dq + qoff * d->q_stride + (size_t)h * dh;
                 const float *lse_b = lse + ((size_t)b * d->n_heads + h) * d->Tq + t0;
                 for (i = 0; i < rows; i++)
-                    Drow[i] = mhe__dot(dob + (size_t)i * d->o_stride, ob + (size_t)i * d->o_stride, dh);
+                    Drow[i] = mhe__dot(doblk + (size_t)i * d->o_stride, oblk + (size_t)i * d->o_stride, dh);
                 for (j0 = 0; j0 < kend; j0 += MHE__BK) {
                     int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
-                    size_t koff = ((size_t)b * d->Tk + j0);
-                    const float *kb = k + koff * d->k_stride + (size_t)g * dh;
-                    const float *vb = v + koff * d->v_stride + (size_t)g * dh;
-                    float *dkb = dk + koff * d->k_stride + (size_t)g * dh;
-                    float *dvb = dv + koff * d->v_stride + (size_t)g * dh;
-                    mhe__tile_transpose(Kt, kb, (size_t)d->k_stride, cols, dh);
-                    mhe__tile_transpose(Vt, vb, (size_t)d->v_stride, cols, dh);
-                    mhe__tile_scores(S, qb_ptr, (size_t)d->q_stride, rows, Kt, cols, dh);
-                    mhe__tile_scores(dP, dob, (size_t)d->o_stride, rows, Vt, cols, dh);
+                    size_t koff = (size_t)b * d->Tk + j0;
+                    const float *kblk = k + koff * d->k_stride + (size_t)g * dh;
+                    const float *vblk = v + koff * d->v_stride + (size_t)g * dh;
+                    mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, P, MHE__BK);
+                    if (d->causal) mhe__tile_mask(d, P, t0, rows, j0, cols);
+                    mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, d->v_stride, 0.0f, dP, MHE__BK);
                     for (i = 0; i < rows; i++) {
-                        float *s = S + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK;
-                        const float *qi = qb_ptr + (size_t)i * d->q_stride, *doi = dob + (size_t)i * d->o_stride;
-                        float *dqi = dqb + (size_t)i * d->q_stride;
-                        int vis = mhe__att_visible(d, t0 + i) - j0;
-                        if (vis > cols) vis = cols;
-                        for (jj = 0; jj < vis; jj++) {
-                            float p = expf(s[jj] * d->scale - lse_b[i]), m = 1.0f, ds;
-                            if (d->dropout > 0)
-                                m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
-                            if (m != 0.0f) mhe__axpy(dvb + (size_t)jj * d->v_stride, p * m, doi, dh);
-                            ds = p * (dp[jj] * m - Drow[i]) * d->scale;
-                            mhe__axpy(dqi, ds, kb + (size_t)jj * d->k_stride, dh);
-                            mhe__axpy(dkb + (size_t)jj * d->k_stride, ds, qi, dh);
-                        }
+                        float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, l = lse_b[i];
+                        for (jj = 0; jj < cols; jj++) p[jj] = mhe__exp(p[jj] - l);   /* exp(-inf) = 0 */
+                        if (d->dropout > 0)
+                            for (jj = 0; jj < cols; jj++) {
+                                float m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
+                                dp[jj] = p[jj] * (dp[jj] * m - Drow[i]) * d->scale;   /* dS */
+                                p[jj] *= m;                                           /* Pd */
+                            }
+                        else
+                            for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] - Drow[i]) * d->scale;
                     }
+                    /* dV += Pd^T dO;  dQ += dS K;  dK += dS^T Q */
+                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 1.0f,
+                             dv + koff * d->v_stride + (size_t)g * dh, d->v_stride);
+                    mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dqblk, d->q_stride);
+                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, d->q_stride, 1.0f,
+                             dk + koff * d->k_stride + (size_t)g * dh, d->k_stride);
                 }
             }
     }
