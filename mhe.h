@@ -625,6 +625,14 @@ static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...) {
     return st;
 }
 
+/* finite test on the bits, so -ffast-math (-ffinite-math-only) cannot
+   compile it away the way it removes isnan() and x != x */
+static int mhe__is_finite(float x) {
+    union { float f; uint32_t u; } b;
+    b.f = x;
+    return (b.u & 0x7f800000u) != 0x7f800000u;
+}
+
 /* a*b for sizes, 0 on overflow is signalled through *ok */
 static size_t mhe__mul_size(size_t a, size_t b, int *ok) {
     if (a != 0 && b > SIZE_MAX / a) { *ok = 0; return 0; }
@@ -1939,7 +1947,7 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
-        if (!(mean == mean) || mean > FLT_MAX) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
     }
     return MHE_OK;
 }
@@ -2120,7 +2128,7 @@ MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm) {
     int64_t i;
     for (i = 0; i < n; i++) sum += (double)g[i] * g[i];
     norm = (float)sqrt(sum);
-    if (max_norm > 0 && norm > max_norm && norm <= FLT_MAX) {
+    if (max_norm > 0 && norm > max_norm && mhe__is_finite(norm)) {
         float s = max_norm / (norm + 1e-6f);
         for (i = 0; i < n; i++) g[i] *= s;
     }
@@ -2201,7 +2209,7 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
     norm = mhe_clip_grad_norm(m->grad_data, m->n_params, tc->clip);
     t->last_loss = loss;
     t->last_grad_norm = norm;
-    if (!(norm <= FLT_MAX)) return mhe__fail(t->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm, t->step);
+    if (!mhe__is_finite(norm)) return mhe__fail(t->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm, t->step);
     lr = mhe_lr_at(tc, t->step);
     t->last_lr = lr;
     for (i = 0; i < m->n_tensors; i++) {

@@ -111,7 +111,10 @@ static void exp_accuracy(void) {
     }
     CHECK(worst < 5e-7, "exp relative error %.3g", worst);
     CHECK(worst_t < 5e-7, "tanh absolute error %.3g", worst_t);
-    CHECK(mhe__exp(-INFINITY) == 0.0f && mhe__exp(-100.0f) == 0.0f && isinf(mhe__exp(100.0f)) && isnan(mhe__exp(NAN)), "exp at the edges");
+    CHECK(mhe__exp(-100.0f) == 0.0f && mhe__exp(100.0f) > 3e38f, "exp at the edges");
+#ifndef __FAST_MATH__   /* -ffast-math assumes there are no infinities or NaNs */
+    CHECK(mhe__exp(-INFINITY) == 0.0f && isinf(mhe__exp(100.0f)) && isnan(mhe__exp(NAN)), "exp of -inf, +large, NaN");
+#endif
 }
 
 static void dropout_stats(void) {
