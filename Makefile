@@ -20,7 +20,7 @@ B       = build
 TOOLS    = $(patsubst tools/%.c,$(B)/%,$(wildcard tools/*.c))
 EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TESTS    = $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
-DEPS     = mhe.h $(wildcard parts/*.inc)
+DEPS     = mhe.h
 
 all: $(TOOLS) $(EXAMPLES)
 
@@ -55,7 +55,15 @@ test-fastmath:
 
 all-tests: $(TESTS) $(TOOLS)
 
+# the header as C++, included twice, and with MHE_STATIC; no warnings allowed
+check-build:
+	@mkdir -p $(B)
+	$(CXX) -std=c++11 -O1 -Wall -Wextra -Werror -I. -o $(B)/build_cpp tests/build_cpp.cpp -lm && ./$(B)/build_cpp
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -I. -o $(B)/build_static tests/build_static.c -lm && ./$(B)/build_static
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
+	@echo "check-build: ok"
+
 clean:
 	rm -rf build
 
-.PHONY: all run test test-sanitize test-fastmath all-tests clean
+.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean

@@ -54,7 +54,11 @@
 #include <stdint.h>
 
 #ifdef MHE_STATIC
+#if defined(__GNUC__)
+#define MHEDEF static __attribute__((unused))   /* a program uses a few of them */
+#else
 #define MHEDEF static
+#endif
 #else
 #ifdef __cplusplus
 #define MHEDEF extern "C"
@@ -549,6 +553,20 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <limits.h>
 #include <stdio.h>   /* snprintf for messages; files only without MHE_NO_STDIO */
 #include <stdarg.h>
+#include <stdlib.h>   /* qsort in the safetensors checks */
+#ifndef MHE_NO_STDIO
+#include <errno.h>
+#if defined(_WIN32)
+#include <io.h>                 /* _commit, _fileno */
+#elif defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>             /* fsync */
+#define MHE__HAVE_FSYNC 1
+#if defined(__STRICT_ANSI__) && !defined(__cplusplus) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE)
+extern int fileno(FILE *);      /* POSIX, but hidden by strict -std=c99 headers */
+#endif
+#endif
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #define MHE__OMP(...) _Pragma(#__VA_ARGS__)   /* thread pragmas vanish without -fopenmp */
@@ -766,7 +784,575 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 }
 
 /* ---- 3. kernels: GEMM --------------------------------------------------- */
-#include "parts/gemm.inc"
+/* GEMM, C = alpha*op(A)*op(B) + beta*C, row-major.
+
+   Design: the Goto/BLIS scheme, with the roles of A and B swapped because C
+   is row-major, so the vectors run along N.
+     for ib in M step MC          rows of C whose A block stays in L3 and
+                                  whose C block stays in L2 (and in the TLB)
+       for jc in N step NC
+         for pc in K step KC      pack op(B)[pc:+KC, jc:+NC] -> bp (L2)
+           for ic in ib step MR   pack op(A)[ic:+MR, pc:+KC] -> ap (L1)
+             for jr in NC step NR micro-kernel: C[MR,NR] (+)= ap * bp panel
+   Packing absorbs the transposes, so all four trans cases run one kernel.
+   The micro-kernel keeps an MR x NR tile of C in registers; per k it loads
+   NR floats of B and broadcasts MR floats of A. M == 1 and N == 1 go to a
+   matrix-vector path that reads the matrix once, without packing.
+
+   Determinism: every element of C is computed by the same sequence of
+   operations over k = 0..K-1 (K cut into the same KC blocks), whatever
+   tile, mask or thread computes it, so 1 and N threads give bit-identical
+   results.
+
+   Memory: no heap. Each thread's packing buffers live on its stack:
+   KC*NC + MR*KC floats = (128*384 + 12*128) * 4 bytes = 198 KiB (AVX-512;
+   less for the other kernels); the matrix-vector path uses 12 KiB. */
+
+#if !defined(MHE_NO_SIMD) && defined(__AVX512F__)
+#define MHE__GEMM_AVX512 1
+#elif !defined(MHE_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
+#define MHE__GEMM_AVX2 1
+#endif
+#if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
+#include <immintrin.h>
+#endif
+
+/* MR x NR register tile: AVX-512 12 rows x 2 zmm = 24 accumulators (of 32
+   registers); AVX2 6 x 2 ymm = 12 (of 16); scalar 4 x 16 floats. */
+#if defined(MHE__GEMM_AVX512)
+#define MHE__GEMM_MR 12
+#define MHE__GEMM_NR 32
+#elif defined(MHE__GEMM_AVX2)
+#define MHE__GEMM_MR 6
+#define MHE__GEMM_NR 16
+#else
+#define MHE__GEMM_MR 4
+#define MHE__GEMM_NR 16
+#endif
+/* KC x NR floats of B (16 KiB) stream from L2 through each kernel call, next
+   to an A sliver of MR x KC (6 KiB) that stays in L1 for NC/NR calls; the
+   packed block of B (KC x NC = 192 KiB) stays in L2 (1 MiB per core), with
+   room for the C block (MC x NC). A wide NC means few repacks of A (once per
+   NC columns), which costs more than the extra passes over C of a short KC.
+   MC bounds the rows swept per B block so that A and C blocks stay cached
+   and their 4 KiB pages stay in the TLB. Tuned on Zen 5 (AVX-512). */
+#define MHE__GEMM_KC 128
+#define MHE__GEMM_NC 384
+#define MHE__GEMM_MC 528
+
+#if defined(__GNUC__)
+#define MHE__ALIGNED64 __attribute__((aligned(64)))
+#define MHE__FORCE_INLINE static inline __attribute__((always_inline))
+#else
+#define MHE__ALIGNED64
+#define MHE__FORCE_INLINE static inline
+#endif
+
+/* ---- micro-kernels ------------------------------------------------------
+   c[mr, nr] (row stride ldc) = alpha * a*b + beta * c, where a is an MR-strided
+   sliver (a[k*MR + i]) and b an NR-wide zero-padded panel (b[k*NR + j]).
+   beta == 0 does not read c. Called with beta = 1 for the second and later
+   KC blocks, where fma(alpha, acc, 1*c) is the plain accumulation.
+   The SIMD kernels name every accumulator (arrays indexed in a loop end up
+   in memory unless the compiler unrolls fully, which clang does not
+   promise): MHE__GEMM_ROWS_n(X) expands X(0) .. X(n-1), and one kernel is
+   instantiated per row count so edge rows cost only what they compute. */
+#define MHE__GEMM_ROWS_1(X) X(0)
+#define MHE__GEMM_ROWS_2(X) MHE__GEMM_ROWS_1(X) X(1)
+#define MHE__GEMM_ROWS_3(X) MHE__GEMM_ROWS_2(X) X(2)
+#define MHE__GEMM_ROWS_4(X) MHE__GEMM_ROWS_3(X) X(3)
+#define MHE__GEMM_ROWS_5(X) MHE__GEMM_ROWS_4(X) X(4)
+#define MHE__GEMM_ROWS_6(X) MHE__GEMM_ROWS_5(X) X(5)
+#define MHE__GEMM_ROWS_7(X) MHE__GEMM_ROWS_6(X) X(6)
+#define MHE__GEMM_ROWS_8(X) MHE__GEMM_ROWS_7(X) X(7)
+#define MHE__GEMM_ROWS_9(X) MHE__GEMM_ROWS_8(X) X(8)
+#define MHE__GEMM_ROWS_10(X) MHE__GEMM_ROWS_9(X) X(9)
+#define MHE__GEMM_ROWS_11(X) MHE__GEMM_ROWS_10(X) X(10)
+#define MHE__GEMM_ROWS_12(X) MHE__GEMM_ROWS_11(X) X(11)
+
+typedef void (*mhe__gemm_kernel_fn)(int nr, int kc, const float *a, const float *b,
+                                    float *c, int ldc, float alpha, float beta);
+
+#if defined(MHE__GEMM_AVX512)
+/* one row of the tile: 2 zmm = 32 columns, the lanes past nr masked off */
+MHE__FORCE_INLINE void mhe__gemm_store512(float *c, __m512 x0, __m512 x1, __mmask16 m0,
+                                          __mmask16 m1, float alpha, float beta) {
+    __m512 va = _mm512_set1_ps(alpha);
+    if (beta == 0.0f) {
+        x0 = _mm512_mul_ps(va, x0);
+        x1 = _mm512_mul_ps(va, x1);
+    } else {
+        __m512 vb = _mm512_set1_ps(beta);
+        x0 = _mm512_fmadd_ps(va, x0, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m0, c)));
+        x1 = _mm512_fmadd_ps(va, x1, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(m1, c + 16)));
+    }
+    _mm512_mask_storeu_ps(c, m0, x0);
+    _mm512_mask_storeu_ps(c + 16, m1, x1);
+}
+#define MHE__K512_ZERO(i) __m512 x##i##a = _mm512_setzero_ps(), x##i##b = _mm512_setzero_ps();
+#define MHE__K512_PREF(i) _mm_prefetch((const char *)(c + (size_t)(i) * ldc), _MM_HINT_T0); \
+    _mm_prefetch((const char *)(c + (size_t)(i) * ldc + 16), _MM_HINT_T0);
+#define MHE__K512_FMA(i) { __m512 ai = _mm512_set1_ps(a[i]); \
+    x##i##a = _mm512_fmadd_ps(ai, b0, x##i##a); x##i##b = _mm512_fmadd_ps(ai, b1, x##i##b); }
+#define MHE__K512_STORE(i) mhe__gemm_store512(c + (size_t)(i) * ldc, x##i##a, x##i##b, m0, m1, alpha, beta);
+#define MHE__K512_DEF(n) \
+static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
+                           float *c, int ldc, float alpha, float beta) { \
+    MHE__GEMM_ROWS_##n(MHE__K512_ZERO) \
+    __mmask16 m0 = (__mmask16)(nr >= 16 ? 0xFFFF : (1u << nr) - 1); \
+    __mmask16 m1 = (__mmask16)(nr >= 32 ? 0xFFFF : nr <= 16 ? 0 : (1u << (nr - 16)) - 1); \
+    int k; \
+    MHE__GEMM_ROWS_##n(MHE__K512_PREF) \
+    for (k = 0; k < kc; k++) { \
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16); \
+        MHE__GEMM_ROWS_##n(MHE__K512_FMA) \
+        a += MHE__GEMM_MR; \
+        b += MHE__GEMM_NR; \
+    } \
+    MHE__GEMM_ROWS_##n(MHE__K512_STORE) \
+}
+#define MHE__KDEF(n) MHE__K512_DEF(n)
+
+#elif defined(MHE__GEMM_AVX2)
+/* one row of the tile: 2 ymm = 16 columns; masked only on edge tiles, as
+   vmaskmovps stores are slow on some cores (Zen 2/3) */
+MHE__FORCE_INLINE void mhe__gemm_store256(float *c, __m256 x0, __m256 x1, int nr, __m256i m0,
+                                          __m256i m1, float alpha, float beta) {
+    __m256 va = _mm256_set1_ps(alpha);
+    if (nr == 16) {
+        if (beta == 0.0f) {
+            x0 = _mm256_mul_ps(va, x0);
+            x1 = _mm256_mul_ps(va, x1);
+        } else {
+            __m256 vb = _mm256_set1_ps(beta);
+            x0 = _mm256_fmadd_ps(va, x0, _mm256_mul_ps(vb, _mm256_loadu_ps(c)));
+            x1 = _mm256_fmadd_ps(va, x1, _mm256_mul_ps(vb, _mm256_loadu_ps(c + 8)));
+        }
+        _mm256_storeu_ps(c, x0);
+        _mm256_storeu_ps(c + 8, x1);
+        return;
+    }
+    if (beta == 0.0f) {
+        x0 = _mm256_mul_ps(va, x0);
+        x1 = _mm256_mul_ps(va, x1);
+    } else {
+        __m256 vb = _mm256_set1_ps(beta);
+        x0 = _mm256_fmadd_ps(va, x0, _mm256_mul_ps(vb, _mm256_maskload_ps(c, m0)));
+        x1 = _mm256_fmadd_ps(va, x1, _mm256_mul_ps(vb, _mm256_maskload_ps(c + 8, m1)));
+    }
+    _mm256_maskstore_ps(c, m0, x0);
+    _mm256_maskstore_ps(c + 8, m1, x1);
+}
+#define MHE__K256_ZERO(i) __m256 x##i##a = _mm256_setzero_ps(), x##i##b = _mm256_setzero_ps();
+#define MHE__K256_PREF(i) _mm_prefetch((const char *)(c + (size_t)(i) * ldc), _MM_HINT_T0);
+#define MHE__K256_FMA(i) { __m256 ai = _mm256_broadcast_ss(a + (i)); \
+    x##i##a = _mm256_fmadd_ps(ai, b0, x##i##a); x##i##b = _mm256_fmadd_ps(ai, b1, x##i##b); }
+#define MHE__K256_STORE(i) mhe__gemm_store256(c + (size_t)(i) * ldc, x##i##a, x##i##b, nr, m0, m1, alpha, beta);
+#define MHE__K256_DEF(n) \
+static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
+                           float *c, int ldc, float alpha, float beta) { \
+    MHE__GEMM_ROWS_##n(MHE__K256_ZERO) \
+    __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); \
+    __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), lane); \
+    __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), lane); \
+    int k; \
+    MHE__GEMM_ROWS_##n(MHE__K256_PREF) \
+    for (k = 0; k < kc; k++) { \
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8); \
+        MHE__GEMM_ROWS_##n(MHE__K256_FMA) \
+        a += MHE__GEMM_MR; \
+        b += MHE__GEMM_NR; \
+    } \
+    MHE__GEMM_ROWS_##n(MHE__K256_STORE) \
+}
+#define MHE__KDEF(n) MHE__K256_DEF(n)
+
+#else
+/* portable: the j loops have a constant trip count and independent lanes,
+   which gcc and clang turn into vector code at -O2. The tile stays in memory
+   (compilers do not keep a 2-D array in registers), so each pass adds four
+   k steps to it: one load and one store per four multiply-adds, and each
+   element still sums its terms in k order. */
+MHE__FORCE_INLINE void mhe__gemm_tile(const int mr, int nr, int kc, const float *a,
+                                      const float *b, float *c, int ldc, float alpha, float beta) {
+    float acc[MHE__GEMM_MR][MHE__GEMM_NR];
+    int i, j, k;
+    for (i = 0; i < mr; i++)
+        for (j = 0; j < MHE__GEMM_NR; j++) acc[i][j] = 0.0f;
+    for (k = 0; k + 4 <= kc; k += 4) {
+        const float *b0 = b, *b1 = b + MHE__GEMM_NR, *b2 = b1 + MHE__GEMM_NR, *b3 = b2 + MHE__GEMM_NR;
+        for (i = 0; i < mr; i++) {
+            float a0 = a[i], a1 = a[MHE__GEMM_MR + i], a2 = a[2 * MHE__GEMM_MR + i], a3 = a[3 * MHE__GEMM_MR + i];
+            for (j = 0; j < MHE__GEMM_NR; j++) {
+                float t = acc[i][j];
+                t += a0 * b0[j];
+                t += a1 * b1[j];
+                t += a2 * b2[j];
+                t += a3 * b3[j];
+                acc[i][j] = t;
+            }
+        }
+        a += 4 * MHE__GEMM_MR;
+        b += 4 * MHE__GEMM_NR;
+    }
+    for (; k < kc; k++) {
+        for (i = 0; i < mr; i++) {
+            float ai = a[i];
+            for (j = 0; j < MHE__GEMM_NR; j++) acc[i][j] += ai * b[j];
+        }
+        a += MHE__GEMM_MR;
+        b += MHE__GEMM_NR;
+    }
+    for (i = 0; i < mr; i++) {
+        float *ci = c + (size_t)i * ldc;
+        if (beta == 0.0f)
+            for (j = 0; j < nr; j++) ci[j] = alpha * acc[i][j];
+        else
+            for (j = 0; j < nr; j++) ci[j] = alpha * acc[i][j] + beta * ci[j];
+    }
+}
+#define MHE__KDEF(n) \
+static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
+                           float *c, int ldc, float alpha, float beta) { \
+    mhe__gemm_tile(n, nr, kc, a, b, c, ldc, alpha, beta); \
+}
+#endif
+
+MHE__KDEF(1) MHE__KDEF(2) MHE__KDEF(3) MHE__KDEF(4)
+#if MHE__GEMM_MR > 4
+MHE__KDEF(5) MHE__KDEF(6)
+#endif
+#if MHE__GEMM_MR > 6
+MHE__KDEF(7) MHE__KDEF(8)
+#endif
+#if MHE__GEMM_MR > 8
+MHE__KDEF(9) MHE__KDEF(10) MHE__KDEF(11) MHE__KDEF(12)
+#endif
+
+/* kernel for mr rows, mr in 1..MR */
+static mhe__gemm_kernel_fn mhe__gemm_kernel_for(int mr) {
+    static const mhe__gemm_kernel_fn tab[MHE__GEMM_MR] = {
+        mhe__gemm_k1, mhe__gemm_k2, mhe__gemm_k3, mhe__gemm_k4
+#if MHE__GEMM_MR > 4
+        , mhe__gemm_k5, mhe__gemm_k6
+#endif
+#if MHE__GEMM_MR > 6
+        , mhe__gemm_k7, mhe__gemm_k8
+#endif
+#if MHE__GEMM_MR > 8
+        , mhe__gemm_k9, mhe__gemm_k10, mhe__gemm_k11, mhe__gemm_k12
+#endif
+    };
+    return tab[mr - 1];
+}
+
+/* ---- packing ------------------------------------------------------------ */
+
+/* dst[k*ds + r] = src[r*ld + k] for r < rows, k < kc: the transposing copy
+   behind op(A) for a row-major A and op(B) for a transposed B. The SIMD
+   version moves 4 rows x 8 k per step (4 loads, 8 shuffles, 8 stores); a
+   scalar element-by-element transpose costs as much as the FMAs it feeds. */
+static void mhe__gemm_pack_t(const float *src, int ld, int rows, int kc, float *dst, int ds) {
+    int r = 0, k;
+#if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
+    for (; r + 4 <= rows; r += 4) {
+        const float *s0 = src + (size_t)r * ld, *s1 = s0 + ld, *s2 = s1 + ld, *s3 = s2 + ld;
+        float *d = dst + r;
+        for (k = 0; k + 8 <= kc; k += 8, d += 8 * (size_t)ds) {
+            __m256 r0 = _mm256_loadu_ps(s0 + k), r1 = _mm256_loadu_ps(s1 + k);
+            __m256 r2 = _mm256_loadu_ps(s2 + k), r3 = _mm256_loadu_ps(s3 + k);
+            __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+            /* u_q holds k+q in its low half and k+q+4 in its high half */
+            __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            _mm_storeu_ps(d, _mm256_castps256_ps128(u0));
+            _mm_storeu_ps(d + ds, _mm256_castps256_ps128(u1));
+            _mm_storeu_ps(d + 2 * ds, _mm256_castps256_ps128(u2));
+            _mm_storeu_ps(d + 3 * ds, _mm256_castps256_ps128(u3));
+            _mm_storeu_ps(d + 4 * ds, _mm256_extractf128_ps(u0, 1));
+            _mm_storeu_ps(d + 5 * ds, _mm256_extractf128_ps(u1, 1));
+            _mm_storeu_ps(d + 6 * ds, _mm256_extractf128_ps(u2, 1));
+            _mm_storeu_ps(d + 7 * ds, _mm256_extractf128_ps(u3, 1));
+        }
+        for (; k < kc; k++, d += ds) {
+            d[0] = s0[k]; d[1] = s1[k]; d[2] = s2[k]; d[3] = s3[k];
+        }
+    }
+#endif
+    for (; r < rows; r++) {
+        const float *s = src + (size_t)r * ld;
+        for (k = 0; k < kc; k++) dst[(size_t)k * ds + r] = s[k];
+    }
+}
+
+/* op(B)[k0:k0+kc, j0:j0+nc] -> bp as ceil(nc/NR) panels of kc x NR, zero-padded */
+static void mhe__gemm_pack_b(int tb, const float *B, int ldb, int k0, int kc, int j0, int nc, float *bp) {
+    int jp, k, j;
+    for (jp = 0; jp < nc; jp += MHE__GEMM_NR, bp += (size_t)kc * MHE__GEMM_NR) {
+        int nr = nc - jp < MHE__GEMM_NR ? nc - jp : MHE__GEMM_NR;
+        if (!tb) {
+            const float *src = B + (size_t)k0 * ldb + j0 + jp;
+            float *d = bp;
+            for (k = 0; k < kc; k++, src += ldb, d += MHE__GEMM_NR) {
+                if (nr == MHE__GEMM_NR) {
+                    memcpy(d, src, sizeof(float) * MHE__GEMM_NR);
+                } else {
+                    for (j = 0; j < nr; j++) d[j] = src[j];
+                    for (; j < MHE__GEMM_NR; j++) d[j] = 0.0f;
+                }
+            }
+        } else {
+            /* op(B)[k][j] = B[j][k]: rows of B become columns of the panel */
+            mhe__gemm_pack_t(B + (size_t)(j0 + jp) * ldb + k0, ldb, nr, kc, bp, MHE__GEMM_NR);
+            if (nr < MHE__GEMM_NR)
+                for (k = 0; k < kc; k++)
+                    for (j = nr; j < MHE__GEMM_NR; j++) bp[(size_t)k * MHE__GEMM_NR + j] = 0.0f;
+        }
+    }
+}
+
+/* op(A)[i0:i0+mr, k0:k0+kc] -> ap[k*MR + i] */
+static void mhe__gemm_pack_a(int ta, const float *A, int lda, int i0, int mr, int k0, int kc, float *ap) {
+    int i, k;
+    if (ta) {
+        /* op(A)[i][k] = A[k][i]: mr contiguous floats per k */
+        const float *src = A + (size_t)k0 * lda + i0;
+        for (k = 0; k < kc; k++, src += lda, ap += MHE__GEMM_MR) {
+            if (mr == MHE__GEMM_MR) memcpy(ap, src, sizeof(float) * MHE__GEMM_MR);
+            else for (i = 0; i < mr; i++) ap[i] = src[i];
+        }
+    } else {
+        mhe__gemm_pack_t(A + (size_t)i0 * lda + k0, lda, mr, kc, ap, MHE__GEMM_MR);
+    }
+}
+
+/* ---- blocked driver ------------------------------------------------------ */
+
+typedef struct mhe__gemm_args {
+    int ta, tb, M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    int lda, ldb, ldc;
+    float *C;
+} mhe__gemm_args;
+
+/* step that cuts n into ceil(n/max) even blocks, rounded up to a multiple of unit */
+static int mhe__gemm_step(int n, int max, int unit) {
+    int nb = (n + max - 1) / max, step = (n + nb - 1) / nb;
+    return (step + unit - 1) / unit * unit;
+}
+
+/* C[i0:i1, j0:j1] on the calling thread */
+static void mhe__gemm_block(const mhe__gemm_args *g, int i0, int i1, int j0, int j1) {
+    float bp[MHE__GEMM_KC * MHE__GEMM_NC] MHE__ALIGNED64;
+    float ap[MHE__GEMM_MR * MHE__GEMM_KC] MHE__ALIGNED64;
+    int K = g->K, kstep, nstep, mstep, ib, jc, pc, ic, jr;
+    if (i0 >= i1 || j0 >= j1) return;
+    /* even blocks: K = 257 makes two KC blocks of 129, not 256 + 1 */
+    kstep = mhe__gemm_step(K, MHE__GEMM_KC, 1);
+    nstep = mhe__gemm_step(j1 - j0, MHE__GEMM_NC, MHE__GEMM_NR);
+    mstep = mhe__gemm_step(i1 - i0, MHE__GEMM_MC, MHE__GEMM_MR);
+    for (ib = i0; ib < i1; ib += mstep) {
+        int ie = i1 - ib < mstep ? i1 : ib + mstep;
+        for (jc = j0; jc < j1; jc += nstep) {
+            int nc = j1 - jc < nstep ? j1 - jc : nstep;
+            for (pc = 0; pc < K; pc += kstep) {
+                int kc = K - pc < kstep ? K - pc : kstep;
+                float beta = pc == 0 ? g->beta : 1.0f;
+                mhe__gemm_pack_b(g->tb, g->B, g->ldb, pc, kc, jc, nc, bp);
+                for (ic = ib; ic < ie; ic += MHE__GEMM_MR) {
+                    int mr = ie - ic < MHE__GEMM_MR ? ie - ic : MHE__GEMM_MR;
+                    float *crow = g->C + (size_t)ic * g->ldc + jc;
+                    mhe__gemm_kernel_fn kern = mhe__gemm_kernel_for(mr);
+                    mhe__gemm_pack_a(g->ta, g->A, g->lda, ic, mr, pc, kc, ap);
+                    for (jr = 0; jr < nc; jr += MHE__GEMM_NR) {
+                        int nr = nc - jr < MHE__GEMM_NR ? nc - jr : MHE__GEMM_NR;
+                        kern(nr, kc, ap, bp + (size_t)jr * kc, crow + jr, g->ldc, g->alpha, beta);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- matrix-vector (M == 1 or N == 1) ----------------------------------- */
+
+#define MHE__GEMV_JB 2048  /* outputs per chunk (8 KiB of stack accumulators) */
+#define MHE__GEMV_KB 1024  /* x values per chunk when x is strided */
+
+/* y[j*ys] = alpha * sum_k x[k*xs] * W(k,j) + beta * y[j*ys] for j in [j0, j1),
+   W(k,j) = w[k*ldw + j] when kmajor, else w[j*ldw + k]. Memory-bound: W is
+   read once, in storage order. The inner loops have constant trip counts
+   and independent lanes, so they vectorise without intrinsics. */
+static void mhe__gemv_range(int j0, int j1, int K, float alpha, const float *x, int xs,
+                            const float *w, int ldw, int kmajor, float beta, float *y, int ys) {
+    float acc[MHE__GEMV_JB];
+    int jb, j, k, l;
+    for (jb = j0; jb < j1; jb += MHE__GEMV_JB) {
+        int jn = j1 - jb < MHE__GEMV_JB ? j1 - jb : MHE__GEMV_JB;
+        for (j = 0; j < jn; j++) acc[j] = 0.0f;
+        if (kmajor) {
+            /* rows of W run along j: acc += x[k] * W[k, :], four rows per pass
+               (each lane still adds its terms in k order) */
+            for (k = 0; k < K; k += 4) {
+                const float *w0 = w + (size_t)k * ldw + jb, *w1 = w0, *w2 = w0, *w3 = w0;
+                float x0 = x[(size_t)k * xs], x1 = 0.0f, x2 = 0.0f, x3 = 0.0f;
+                if (k + 4 > K) { /* the last 1..3 rows: one at a time */
+                    for (; k < K; k++, w0 += ldw) {
+                        x0 = x[(size_t)k * xs];
+                        for (j = 0; j < jn; j++) acc[j] += x0 * w0[j];
+                    }
+                    break;
+                }
+                w1 = w0 + ldw; w2 = w1 + ldw; w3 = w2 + ldw;
+                x1 = x[(size_t)(k + 1) * xs]; x2 = x[(size_t)(k + 2) * xs]; x3 = x[(size_t)(k + 3) * xs];
+                for (j = 0; j + 16 <= jn; j += 16)
+                    for (l = j; l < j + 16; l++) {
+                        float a = acc[l];
+                        a += x0 * w0[l];
+                        a += x1 * w1[l];
+                        a += x2 * w2[l];
+                        a += x3 * w3[l];
+                        acc[l] = a;
+                    }
+                for (l = j; l < jn; l++) {
+                    float a = acc[l];
+                    a += x0 * w0[l];
+                    a += x1 * w1[l];
+                    a += x2 * w2[l];
+                    a += x3 * w3[l];
+                    acc[l] = a;
+                }
+            }
+        } else {
+            /* rows of W run along k: dot products in 16 lanes */
+            float xb[MHE__GEMV_KB];
+            int kb;
+            for (kb = 0; kb < K; kb += MHE__GEMV_KB) {
+                int kn = K - kb < MHE__GEMV_KB ? K - kb : MHE__GEMV_KB;
+                const float *xp = x + (size_t)kb * xs;
+                if (xs != 1) {
+                    for (k = 0; k < kn; k++) xb[k] = xp[(size_t)k * xs];
+                    xp = xb;
+                }
+                for (j = 0; j < jn; j++) {
+                    const float *wj = w + (size_t)(jb + j) * ldw + kb;
+                    float s[16];
+                    for (l = 0; l < 16; l++) s[l] = 0.0f;
+                    for (k = 0; k + 16 <= kn; k += 16)
+                        for (l = 0; l < 16; l++) s[l] += xp[k + l] * wj[k + l];
+                    for (l = 0; k < kn; k++, l++) s[l] += xp[k] * wj[k];
+                    for (l = 0; l < 8; l++) s[l] += s[l + 8];
+                    for (l = 0; l < 4; l++) s[l] += s[l + 4];
+                    acc[j] += (s[0] + s[2]) + (s[1] + s[3]);
+                }
+            }
+        }
+        for (j = 0; j < jn; j++) {
+            float *yj = y + (size_t)(jb + j) * ys;
+            *yj = beta == 0.0f ? alpha * acc[j] : alpha * acc[j] + beta * *yj;
+        }
+    }
+}
+
+/* ---- threads -------------------------------------------------------------- */
+
+/* boundary p of [0, n) cut into `parts` pieces whose sizes are multiples of unit */
+static int mhe__gemm_split(int n, int parts, int p, int unit) {
+    int64_t units = ((int64_t)n + unit - 1) / unit, b = units * p / parts * unit;
+    return b < n ? (int)b : n;
+}
+
+/* pick a tm x tn grid of output blocks for nt threads: per-thread time, in
+   rough cycles per k, of its FMAs plus repacking A for each NC block and
+   packing its columns of B */
+static void mhe__gemm_grid(int M, int N, int nt, int *tm, int *tn) {
+    double best = -1;
+    int d;
+    for (d = 1; d <= nt; d++) {
+        double mt, ntt, cost;
+        if (nt % d) continue;
+        mt = (double)mhe__gemm_split(M, nt / d, 1, MHE__GEMM_MR);
+        ntt = (double)mhe__gemm_split(N, d, 1, MHE__GEMM_NR);
+        cost = 2.0 * mt * ntt / 64.0 + mt * ceil(ntt / MHE__GEMM_NC) + ntt;
+        if (best < 0 || cost < best) { best = cost; *tm = nt / d; *tn = d; }
+    }
+}
+
+/* ---- entry point ---------------------------------------------------------- */
+
+/* Below these sizes (2*M*N*K) one thread is faster than waking a second: a
+   blocked GEMM of 4 MFLOP takes ~20 us on one core; the memory-bound
+   matrix-vector product gains from a second core's bandwidth sooner. */
+#define MHE__GEMM_PAR_FLOPS 4e6
+#define MHE__GEMV_PAR_FLOPS 5e5
+
+MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb,
+                     float beta, float *C, int ldc) {
+    double flops = 2.0 * M * N * K;
+    int nt = 1;
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0 || alpha == 0.0f) {
+        /* nothing to multiply: C = beta*C (beta == 0 writes zeros) */
+        int i, j;
+        for (i = 0; i < M; i++) {
+            float *ci = C + (size_t)i * ldc;
+            if (beta == 0.0f) for (j = 0; j < N; j++) ci[j] = 0.0f;
+            else if (beta != 1.0f) for (j = 0; j < N; j++) ci[j] *= beta;
+        }
+        return;
+    }
+#ifdef _OPENMP
+    nt = omp_get_max_threads();
+#endif
+    if (M == 1 || N == 1) {
+        /* matrix-vector: no packing, split the outputs across threads */
+        int n = M == 1 ? N : M, t;
+        const float *x = M == 1 ? A : B, *w = M == 1 ? B : A;
+        int xs = M == 1 ? (trans_a ? lda : 1) : (trans_b ? 1 : ldb);
+        int ldw = M == 1 ? ldb : lda, kmajor = M == 1 ? !trans_b : trans_a;
+        int ys = M == 1 ? 1 : ldc;
+        if (nt > n / 64) nt = n / 64 > 1 ? n / 64 : 1;
+        if (nt == 1 || flops < MHE__GEMV_PAR_FLOPS) {
+            mhe__gemv_range(0, n, K, alpha, x, xs, w, ldw, kmajor, beta, C, ys);
+            return;
+        }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if(flops >= MHE__GEMV_PAR_FLOPS)
+#endif
+        for (t = 0; t < nt; t++) {
+            /* boundaries on multiples of 16, so every output lands in the same
+               (vector body or scalar tail) loop whatever the thread count */
+            int j0 = mhe__gemm_split(n, nt, t, 16), j1 = mhe__gemm_split(n, nt, t + 1, 16);
+            mhe__gemv_range(j0, j1, K, alpha, x, xs, w, ldw, kmajor, beta, C, ys);
+        }
+        return;
+    }
+    {
+        mhe__gemm_args g;
+        int tm = 1, tn = 1, t, ntask;
+        g.ta = trans_a; g.tb = trans_b; g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta; g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        if (nt == 1 || flops < MHE__GEMM_PAR_FLOPS) {
+            mhe__gemm_block(&g, 0, M, 0, N); /* no OpenMP runtime call at all */
+            return;
+        }
+        mhe__gemm_grid(M, N, nt, &tm, &tn);
+        ntask = tm * tn;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(ntask) if(flops >= MHE__GEMM_PAR_FLOPS)
+#endif
+        for (t = 0; t < ntask; t++) {
+            int bi = t / tn, bj = t % tn;
+            int i0 = mhe__gemm_split(M, tm, bi, MHE__GEMM_MR), i1 = mhe__gemm_split(M, tm, bi + 1, MHE__GEMM_MR);
+            int j0 = mhe__gemm_split(N, tn, bj, MHE__GEMM_NR), j1 = mhe__gemm_split(N, tn, bj + 1, MHE__GEMM_NR);
+            mhe__gemm_block(&g, i0, i1, j0, j1);
+        }
+    }
+}
 
 /* ---- 3. kernels: norms, activations, softmax, cross-entropy, dropout ---- */
 
@@ -777,7 +1363,7 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
    polynomial: about 2 ulp, branch-free so loops over it vectorise, and the
    same bits whatever the compiler flags (libm's expf may differ). Inputs
    below -87.3 give 0, above 88 infinity; NaN stays NaN. */
-MHE__VECTORISE static inline float mhe__exp(float x) {
+static inline MHE__VECTORISE float mhe__exp(float x) {
     union { float f; int32_t i; } sc;
     /* quiet comparisons (isless, isgreater, x != x) keep the loop free of
        trapping compares, so gcc vectorises it without -ffast-math */
@@ -798,7 +1384,7 @@ MHE__VECTORISE static inline float mhe__exp(float x) {
 
 /* tanh(u) = 1 - 2 / (exp(2u) + 1), from mhe__exp; near 0, where that form
    cancels, its Taylor series to u^9 (error < 2e-9 for |u| < 0.25) */
-MHE__VECTORISE static inline float mhe__tanh(float u) {
+static inline MHE__VECTORISE float mhe__tanh(float u) {
     float e = mhe__exp(2.0f * (isless(u, -9.0f) ? -9.0f : (isgreater(u, 9.0f) ? 9.0f : u)));
     float big = 1.0f - 2.0f / (e + 1.0f), u2 = u * u;
     float small = u * (1.0f + u2 * (-0.333333343f + u2 * (0.13333334f + u2 * (-0.0539682545f + u2 * 0.0218694888f))));
@@ -894,19 +1480,19 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
 
 #define MHE__GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 
-MHE__VECTORISE static inline float mhe__gelu(float x) { return 0.5f * x * (1.0f + mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x))); }
-MHE__VECTORISE static inline float mhe__gelu_grad(float x) {
+static inline MHE__VECTORISE float mhe__gelu(float x) { return 0.5f * x * (1.0f + mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x))); }
+static inline MHE__VECTORISE float mhe__gelu_grad(float x) {
     float t = mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
-MHE__VECTORISE static inline float mhe__silu(float x) { return x / (1.0f + mhe__exp(-x)); }
-MHE__VECTORISE static inline float mhe__silu_grad(float x) { float sg = 1.0f / (1.0f + mhe__exp(-x)); return sg * (1.0f + x * (1.0f - sg)); }
+static inline MHE__VECTORISE float mhe__silu(float x) { return x / (1.0f + mhe__exp(-x)); }
+static inline MHE__VECTORISE float mhe__silu_grad(float x) { float sg = 1.0f / (1.0f + mhe__exp(-x)); return sg * (1.0f + x * (1.0f - sg)); }
 
 /* chunks of MHE__CHUNK elements spread over threads; one simple loop per
    activation inside, so the compiler vectorises it */
 #define MHE__CHUNK 4096
 
-MHE__VECTORISE MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
+MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (c = 0; c < nc; c++) {
@@ -926,7 +1512,7 @@ MHE__VECTORISE MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, in
 
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
    the library's own mhe__exp keeps them the same under -ffast-math. */
-MHE__VECTORISE MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
+MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
     for (c = 0; c < nc; c++) {
@@ -1174,7 +1760,7 @@ static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int t0, int rows, i
     }
 }
 
-MHE__VECTORISE MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
     int dh = d->d_head;
@@ -1229,7 +1815,7 @@ MHE__VECTORISE MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
    dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd*mask/(1-p) - D),
    dQ += scale dS K, dK += scale dS^T Q. One (b, kv-group) per iteration so
    heads sharing K/V add into dK, dV in a fixed order without races. */
-MHE__VECTORISE MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
@@ -2257,7 +2843,1133 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
 
 
 /* ---- 10. checkpoints: safetensors --------------------------------------- */
-#include "parts/safetensors.inc"
+
+#ifndef MHE_ST_MAX_HEADER
+#define MHE_ST_MAX_HEADER 100000000u   /* the reference implementation's limit */
+#endif
+#define MHE__JSON_MAX_DEPTH 64
+/* integers above 2^53 are not exact in the float64 most JSON readers use */
+#define MHE__JSON_MAX_INT 9007199254740992ULL
+
+static const struct { const char *name; int size; } mhe__st_dtypes[] = {
+    {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I64", 8},
+    {"I32", 4}, {"I16", 2}, {"I8", 1}, {"U8", 1}, {"BOOL", 1}
+};
+#define MHE__ST_NDTYPES ((int)(sizeof mhe__st_dtypes / sizeof mhe__st_dtypes[0]))
+
+typedef char mhe__st_float_is_ieee32[sizeof(float) == 4 ? 1 : -1];
+
+/* ---- byte order ---------------------------------------------------------- */
+
+/* compilers fold this to a constant */
+static int mhe__little_endian(void) {
+    const uint32_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static uint32_t mhe__bswap32(uint32_t x) {
+    return (x >> 24) | ((x >> 8) & 0xff00u) | ((x << 8) & 0xff0000u) | (x << 24);
+}
+
+static void mhe__f32_from_le(float *dst, const unsigned char *src, size_t n) {
+    if (n) memcpy(dst, src, n * 4);
+    if (!mhe__little_endian()) {
+        size_t i;
+        for (i = 0; i < n; i++) {
+            uint32_t w;
+            memcpy(&w, dst + i, 4);
+            w = mhe__bswap32(w);
+            memcpy(dst + i, &w, 4);
+        }
+    }
+}
+
+static void mhe__f32_to_le(unsigned char *dst, const float *src, size_t n) {
+    if (n) memcpy(dst, src, n * 4);
+    if (!mhe__little_endian()) {
+        size_t i;
+        for (i = 0; i < n; i++) {
+            uint32_t w;
+            memcpy(&w, dst + 4 * i, 4);
+            w = mhe__bswap32(w);
+            memcpy(dst + 4 * i, &w, 4);
+        }
+    }
+}
+
+/* ---- UTF-8 ---------------------------------------------------------------- */
+
+/* length (1..4) of the well-formed UTF-8 sequence at p, 0 when it is not one
+   (overlongs, encoded surrogates, > U+10FFFF and cut sequences are refused) */
+static size_t mhe__utf8_seq(const unsigned char *p, size_t avail) {
+    unsigned c = p[0], lo = 0x80, hi = 0xBF;
+    size_t k, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { k = 3; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 4; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (avail < k || p[1] < lo || p[1] > hi) return 0;
+    for (i = 2; i < k; i++) if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return k;
+}
+
+static int mhe__utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, k;
+    while (i < n) {
+        if (!(k = mhe__utf8_seq(p + i, n - i))) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static size_t mhe__utf8_put(unsigned long cp, unsigned char *u) {
+    if (cp < 0x80) { u[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (unsigned char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* A short printable copy of a name for messages: at most 40 bytes, cut at a
+   character boundary with "..." appended, control characters shown as '?'.
+   dst holds 48 bytes; s must hold at least min(len, 41) bytes. */
+static const char *mhe__st_show(char *dst, const char *s, size_t len) {
+    size_t i, k = len;
+    if (k > 40) { k = 40; while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--; }
+    for (i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)s[i];
+        dst[i] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
+    }
+    if (k < len) { memcpy(dst + k, "...", 3); k += 3; }
+    dst[k] = 0;
+    return dst;
+}
+
+/* ---- strict JSON over a byte range (not NUL-terminated) ------------------ */
+
+typedef struct mhe__json {
+    const unsigned char *s;
+    size_t n, pos;
+    char *err;
+} mhe__json;
+
+typedef struct mhe__json_num { int neg, frac, exp, big; uint64_t v; } mhe__json_num;
+
+static mhe_status mhe__json_err(const mhe__json *j, size_t at, const char *what) {
+    unsigned long long b = (unsigned long long)at;
+    if (at >= j->n) return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (end of header)", what, b);
+    if (j->s[at] >= 0x20 && j->s[at] < 0x7f)
+        return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu ('%c')", what, b, (char)j->s[at]);
+    return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (byte 0x%02x)", what, b, (unsigned)j->s[at]);
+}
+
+static int mhe__json_peek(const mhe__json *j) { return j->pos < j->n ? j->s[j->pos] : -1; }
+static int mhe__isdigit(int c) { return c >= '0' && c <= '9'; }
+
+static void mhe__json_ws(mhe__json *j) {
+    while (j->pos < j->n) {
+        unsigned char c = j->s[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static mhe_status mhe__json_expect(mhe__json *j, int c, const char *what) {
+    mhe__json_ws(j);
+    if (mhe__json_peek(j) != c) return mhe__json_err(j, j->pos, what);
+    j->pos++;
+    mhe__json_ws(j);
+    return MHE_OK;
+}
+
+/* the kind of value at the cursor, for "expected X, found Y" messages */
+static const char *mhe__json_kind(const mhe__json *j) {
+    switch (mhe__json_peek(j)) {
+    case '{': return "an object";
+    case '[': return "an array";
+    case '"': return "a string";
+    case 't': case 'f': return "a boolean";
+    case 'n': return "null";
+    case -1: return "the end of the header";
+    default: return "a number";
+    }
+}
+
+static int mhe__json_hex4(const mhe__json *j, size_t at, unsigned long *v) {
+    size_t i;
+    *v = 0;
+    if (j->n - at < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        unsigned c = j->s[at + i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        *v = *v * 16 + d;
+    }
+    return 1;
+}
+
+/* Decode the string at the cursor to UTF-8: the first `cap` bytes go to out
+   (when out is not NULL), the full decoded length to *len. Decoded text is
+   never longer than its JSON form, so the header size bounds every string.
+   \u0000 is refused: names and values are handed out as C strings. */
+static mhe_status mhe__json_string(mhe__json *j, char *out, size_t cap, size_t *len) {
+    const unsigned char *s = j->s;
+    size_t n = 0;
+    *len = 0;
+    if (mhe__json_peek(j) != '"') return mhe__json_err(j, j->pos, "expected a string");
+    j->pos++;
+    for (;;) {
+        size_t at = j->pos, k, i;
+        unsigned char u[4];
+        unsigned c;
+        if (at >= j->n) return mhe__json_err(j, at, "unterminated string");
+        c = s[at];
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) return mhe__json_err(j, at, "unescaped control character in a string");
+        if (c == '\\') {
+            unsigned long cp = 0, lo;
+            if (at + 1 >= j->n) return mhe__json_err(j, at + 1, "unterminated string");
+            j->pos = at + 2;
+            switch (s[at + 1]) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (!mhe__json_hex4(j, at + 2, &cp)) return mhe__json_err(j, at, "\\u escape without 4 hex digits");
+                j->pos = at + 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return mhe__json_err(j, at, "lone low surrogate \\u escape");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (j->n - at < 12 || s[at + 6] != '\\' || s[at + 7] != 'u' || !mhe__json_hex4(j, at + 8, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return mhe__json_err(j, at, "high surrogate \\u escape not followed by a low surrogate");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    j->pos = at + 12;
+                }
+                if (cp == 0) return mhe__json_err(j, at, "\\u0000 (NUL) in a string");
+                break;
+            default: return mhe__json_err(j, at + 1, "invalid escape character after '\\'");
+            }
+            k = mhe__utf8_put(cp, u);
+        } else if (c < 0x80) {
+            u[0] = (unsigned char)c; k = 1; j->pos++;
+        } else {
+            if (!(k = mhe__utf8_seq(s + at, j->n - at))) return mhe__json_err(j, at, "invalid UTF-8 in a string");
+            memcpy(u, s + at, k);
+            j->pos += k;
+        }
+        for (i = 0; i < k; i++, n++) if (out && n < cap) out[n] = (char)u[i];
+    }
+    *len = n;
+    return MHE_OK;
+}
+
+/* JSON number grammar; also says whether it is a plain non-negative integer
+   and its value (num->big: above 2^53) */
+static mhe_status mhe__json_number(mhe__json *j, mhe__json_num *num) {
+    const unsigned char *s = j->s;
+    size_t start = j->pos;
+    memset(num, 0, sizeof *num);
+    if (mhe__json_peek(j) == '-') { num->neg = 1; j->pos++; }
+    if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "invalid number");
+    if (s[j->pos] == '0') {
+        j->pos++;
+        if (mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, start, "number with a leading zero");
+    } else {
+        while (mhe__isdigit(mhe__json_peek(j))) {
+            unsigned d = (unsigned)(s[j->pos++] - '0');
+            if (num->big) continue;
+            if (num->v > (MHE__JSON_MAX_INT - d) / 10) num->big = 1;
+            else num->v = num->v * 10 + d;
+        }
+    }
+    if (mhe__json_peek(j) == '.') {
+        num->frac = 1; j->pos++;
+        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit after the decimal point");
+        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
+    }
+    if (mhe__json_peek(j) == 'e' || mhe__json_peek(j) == 'E') {
+        num->exp = 1; j->pos++;
+        if (mhe__json_peek(j) == '+' || mhe__json_peek(j) == '-') j->pos++;
+        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit in the exponent");
+        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
+    }
+    return MHE_OK;
+}
+
+static mhe_status mhe__json_literal(mhe__json *j, const char *word) {
+    size_t k = strlen(word);
+    if (j->n - j->pos < k || memcmp(j->s + j->pos, word, k) != 0)
+        return mhe__json_err(j, j->pos, "invalid literal (expected true, false or null)");
+    j->pos += k;
+    return MHE_OK;
+}
+
+/* Check the syntax of one value of any kind, nesting at most
+   MHE__JSON_MAX_DEPTH deep so that hostile input cannot exhaust the stack. */
+static mhe_status mhe__json_skip(mhe__json *j, int depth) {
+    mhe_status s;
+    size_t len;
+    mhe__json_num num;
+    int c;
+    mhe__json_ws(j);
+    c = mhe__json_peek(j);
+    if (c == '{' || c == '[') {
+        int close = c == '{' ? '}' : ']';
+        if (depth >= MHE__JSON_MAX_DEPTH) return mhe__json_err(j, j->pos, "arrays/objects nested more than 64 deep");
+        j->pos++;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
+        for (;;) {
+            if (c == '{') {
+                mhe__json_ws(j);
+                if ((s = mhe__json_string(j, NULL, 0, &len)) != MHE_OK) return s;
+                if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
+            }
+            if ((s = mhe__json_skip(j, depth + 1)) != MHE_OK) return s;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
+            if (mhe__json_peek(j) != ',')
+                return mhe__json_err(j, j->pos, c == '{' ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+            j->pos++;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == close) return mhe__json_err(j, j->pos, "trailing comma");
+        }
+    }
+    if (c == '"') return mhe__json_string(j, NULL, 0, &len);
+    if (c == 't') return mhe__json_literal(j, "true");
+    if (c == 'f') return mhe__json_literal(j, "false");
+    if (c == 'n') return mhe__json_literal(j, "null");
+    if (c == '-' || mhe__isdigit(c)) return mhe__json_number(j, &num);
+    return mhe__json_err(j, j->pos, c < 0 ? "unexpected end of header" : "unexpected character");
+}
+
+/* ---- safetensors header schema --------------------------------------------- */
+/* Run twice over syntactically valid JSON: first to validate every entry and
+   count tensors, metadata pairs and string bytes, then (p->st set) to fill the
+   tables in the single block sized from those counts. */
+
+typedef struct mhe__st_pass {
+    mhe__json j;
+    mhe_safetensors *st;     /* fill pass: tables to fill; NULL while counting */
+    char *str, *str_end;     /* fill pass: free part of the string area */
+    int nt, nm, cap_nt, cap_nm, have_meta;
+    size_t nstr;             /* string bytes (NULs included) the tables need */
+} mhe__st_pass;
+
+/* store the string at byte `at` (already checked) in the string area during
+   the fill pass, or count its bytes during the first pass */
+static const char *mhe__st_keep(mhe__st_pass *p, size_t at, size_t len) {
+    size_t save = p->j.pos, n2 = 0;
+    char *out = p->str;
+    if (!p->st) { p->nstr += len + 1; return NULL; }
+    MHE_ASSERT(len < (size_t)(p->str_end - p->str));
+    p->j.pos = at;
+    mhe__json_string(&p->j, out, len, &n2);
+    MHE_ASSERT(n2 == len);
+    out[len] = 0;
+    p->str += len + 1;
+    p->j.pos = save;
+    return out;
+}
+
+static mhe_status mhe__st_uint(mhe__st_pass *p, const char *show, const char *field, uint64_t *v) {
+    mhe__json *j = &p->j;
+    mhe__json_num num;
+    size_t at = j->pos, w;
+    mhe_status s;
+    int c = mhe__json_peek(j);
+    if (c != '-' && !mhe__isdigit(c))
+        return mhe__fail(j->err, MHE_ERR_HEADER, "tensor '%s': %s must hold integers, found %s", show, field, mhe__json_kind(j));
+    if ((s = mhe__json_number(j, &num)) != MHE_OK) return s;
+    w = j->pos - at < 30 ? j->pos - at : 30;
+    if (num.neg || num.frac || num.exp)
+        return mhe__fail(j->err, MHE_ERR_HEADER, "tensor '%s': %s must hold non-negative integers, found %.*s",
+                         show, field, (int)w, (const char *)j->s + at);
+    if (num.big)
+        return mhe__fail(j->err, MHE_ERR_HEADER, "tensor '%s': %s value %.*s is above 2^53",
+                         show, field, (int)w, (const char *)j->s + at);
+    *v = num.v;
+    return MHE_OK;
+}
+
+/* "[d0, d1, ...]" for messages */
+static void mhe__st_fmt_shape(char *dst, size_t cap, const int64_t *shape, int nd) {
+    size_t n = 0;
+    int i;
+    if (cap < 2) return;
+    dst[n++] = '[';
+    for (i = 0; i < nd; i++) {
+        char tmp[24];
+        int k = 0;
+        uint64_t v = (uint64_t)shape[i];
+        do { tmp[k++] = (char)('0' + v % 10); v /= 10; } while (v);
+        if (i && n + 2 < cap) { dst[n++] = ','; dst[n++] = ' '; }
+        while (k > 0 && n + 1 < cap) dst[n++] = tmp[--k];
+    }
+    if (n + 1 < cap) dst[n++] = ']';
+    dst[n] = 0;
+}
+
+/* one tensor entry {"dtype": .., "shape": [..], "data_offsets": [b, e]} */
+static mhe_status mhe__st_entry(mhe__st_pass *p, const char *show, size_t data_size,
+                                mhe_st_tensor *t, uint64_t *begin, uint64_t *end) {
+    mhe__json *j = &p->j;
+    static const char two[] = "tensor '%s': data_offsets must hold exactly two integers [begin, end]";
+    char *err = j->err, key[48], kshow[48], sh[200];
+    size_t klen;
+    mhe_status s;
+    int seen = 0, i, dsize, has_zero = 0;
+    uint64_t count = 1, nbytes;
+    memset(t, 0, sizeof *t);
+    *begin = *end = 0;
+    if (mhe__json_peek(j) != '{')
+        return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': expected an object, found %s", show, mhe__json_kind(j));
+    j->pos++;
+    mhe__json_ws(j);
+    if (mhe__json_peek(j) == '}') j->pos++;
+    else for (;;) {
+        int bit;
+        mhe__json_ws(j);
+        if ((s = mhe__json_string(j, key, sizeof key, &klen)) != MHE_OK) return s;
+        if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
+        if (klen == 5 && !memcmp(key, "dtype", 5)) bit = 1;
+        else if (klen == 5 && !memcmp(key, "shape", 5)) bit = 2;
+        else if (klen == 12 && !memcmp(key, "data_offsets", 12)) bit = 4;
+        else return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': unknown field '%s'", show,
+                              mhe__st_show(kshow, key, klen < sizeof key ? klen : sizeof key));
+        if (seen & bit) return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': field '%.*s' given twice", show, (int)klen, key);
+        seen |= bit;
+        if (bit == 1) {
+            char v[48];
+            size_t vlen;
+            if (mhe__json_peek(j) != '"')
+                return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': dtype must be a string, found %s", show, mhe__json_kind(j));
+            if ((s = mhe__json_string(j, v, sizeof v, &vlen)) != MHE_OK) return s;
+            for (t->dtype = 0; t->dtype < MHE__ST_NDTYPES; t->dtype++)
+                if (vlen == strlen(mhe__st_dtypes[t->dtype].name) && !memcmp(v, mhe__st_dtypes[t->dtype].name, vlen)) break;
+            if (t->dtype == MHE__ST_NDTYPES)
+                return mhe__fail(err, MHE_ERR_DTYPE, "tensor '%s': unknown or unsupported dtype '%s'", show,
+                                 mhe__st_show(kshow, v, vlen));
+        } else if (bit == 2) {
+            if (mhe__json_peek(j) != '[')
+                return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': shape must be an array of integers, found %s", show, mhe__json_kind(j));
+            j->pos++;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == ']') j->pos++;
+            else for (;;) {
+                uint64_t v;
+                mhe__json_ws(j);
+                if (t->ndim == MHE_ST_MAX_DIMS)
+                    return mhe__fail(err, MHE_ERR_OVERFLOW, "tensor '%s': shape has more than %d dimensions", show, MHE_ST_MAX_DIMS);
+                if ((s = mhe__st_uint(p, show, "shape", &v)) != MHE_OK) return s;
+                t->shape[t->ndim++] = (int64_t)v;
+                mhe__json_ws(j);
+                if (mhe__json_peek(j) == ']') { j->pos++; break; }
+                if ((s = mhe__json_expect(j, ',', "expected ',' or ']' in an array")) != MHE_OK) return s;
+            }
+        } else {
+            if (mhe__json_peek(j) != '[')
+                return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': data_offsets must be an array [begin, end], found %s",
+                                 show, mhe__json_kind(j));
+            j->pos++;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == ']') return mhe__fail(err, MHE_ERR_HEADER, two, show);
+            if ((s = mhe__st_uint(p, show, "data_offsets", begin)) != MHE_OK) return s;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) != ',') return mhe__fail(err, MHE_ERR_HEADER, two, show);
+            j->pos++;
+            mhe__json_ws(j);
+            if ((s = mhe__st_uint(p, show, "data_offsets", end)) != MHE_OK) return s;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) != ']') return mhe__fail(err, MHE_ERR_HEADER, two, show);
+            j->pos++;
+        }
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == '}') { j->pos++; break; }
+        if ((s = mhe__json_expect(j, ',', "expected ',' or '}' in an object")) != MHE_OK) return s;
+    }
+    if (seen != 7)
+        return mhe__fail(err, MHE_ERR_HEADER, "tensor '%s': missing field '%s'", show,
+                         !(seen & 1) ? "dtype" : !(seen & 2) ? "shape" : "data_offsets");
+
+    /* sizes: every dim is <= 2^53; the product of the non-zero dims must fit
+       in int64 whatever the order, even when another dim is 0 */
+    for (i = 0; i < t->ndim; i++) {
+        uint64_t d = (uint64_t)t->shape[i];
+        if (d == 0) { has_zero = 1; continue; }
+        if (count > (uint64_t)INT64_MAX / d) {
+            mhe__st_fmt_shape(sh, sizeof sh, t->shape, t->ndim);
+            return mhe__fail(err, MHE_ERR_OVERFLOW, "tensor '%s': element count of shape %s overflows", show, sh);
+        }
+        count *= d;
+    }
+    if (has_zero) count = 0;
+    dsize = mhe__st_dtypes[t->dtype].size;
+    if (count > (uint64_t)INT64_MAX / (uint64_t)dsize || count * (uint64_t)dsize > (uint64_t)SIZE_MAX) {
+        mhe__st_fmt_shape(sh, sizeof sh, t->shape, t->ndim);
+        return mhe__fail(err, MHE_ERR_OVERFLOW, "tensor '%s': byte size of shape %s overflows", show, sh);
+    }
+    nbytes = count * (uint64_t)dsize;
+    t->size = (int64_t)count;
+    t->nbytes = (size_t)nbytes;
+    if (*begin > *end)
+        return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s': data_offsets [%llu, %llu] end before they begin", show,
+                         (unsigned long long)*begin, (unsigned long long)*end);
+    if (*end - *begin != nbytes) {
+        mhe__st_fmt_shape(sh, sizeof sh, t->shape, t->ndim);
+        return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s': %s %s needs %llu bytes but data_offsets [%llu, %llu] hold %llu",
+                         show, mhe__st_dtypes[t->dtype].name, sh, (unsigned long long)nbytes,
+                         (unsigned long long)*begin, (unsigned long long)*end, (unsigned long long)(*end - *begin));
+    }
+    if (*end > (uint64_t)data_size)
+        return mhe__fail(err, MHE_ERR_OFFSET, "tensor '%s': data_offsets end %llu lies beyond the data section (%llu bytes)",
+                         show, (unsigned long long)*end, (unsigned long long)data_size);
+    return MHE_OK;
+}
+
+/* "__metadata__": {"key": "value", ...} (null is taken as no metadata) */
+static mhe_status mhe__st_meta_obj(mhe__st_pass *p) {
+    mhe__json *j = &p->j;
+    char kb[48], show[48];
+    mhe_status s;
+    size_t klen, vlen, kat, vat;
+    if (mhe__json_peek(j) == 'n') return mhe__json_literal(j, "null");
+    if (mhe__json_peek(j) != '{')
+        return mhe__fail(j->err, MHE_ERR_HEADER, "__metadata__ must be an object of strings, found %s", mhe__json_kind(j));
+    j->pos++;
+    mhe__json_ws(j);
+    if (mhe__json_peek(j) == '}') { j->pos++; return MHE_OK; }
+    for (;;) {
+        const char *k, *v;
+        mhe__json_ws(j);
+        kat = j->pos;
+        if ((s = mhe__json_string(j, kb, sizeof kb, &klen)) != MHE_OK) return s;
+        if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
+        if (mhe__json_peek(j) != '"')
+            return mhe__fail(j->err, MHE_ERR_HEADER, "__metadata__ value of key '%s' must be a string, found %s",
+                             mhe__st_show(show, kb, klen), mhe__json_kind(j));
+        vat = j->pos;
+        if ((s = mhe__json_string(j, NULL, 0, &vlen)) != MHE_OK) return s;
+        if (p->nm == INT_MAX) return mhe__fail(j->err, MHE_ERR_OVERFLOW, "too many __metadata__ entries");
+        k = mhe__st_keep(p, kat, klen);
+        v = mhe__st_keep(p, vat, vlen);
+        if (p->st) {
+            MHE_ASSERT(p->nm < p->cap_nm);
+            p->st->meta_keys[p->nm] = k;
+            p->st->meta_values[p->nm] = v;
+        }
+        p->nm++;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == '}') { j->pos++; return MHE_OK; }
+        if ((s = mhe__json_expect(j, ',', "expected ',' or '}' in an object")) != MHE_OK) return s;
+    }
+}
+
+static mhe_status mhe__st_run(mhe__st_pass *p, size_t data_size) {
+    mhe__json *j = &p->j;
+    char nb[48], show[48];
+    mhe_status s;
+    j->pos = 0;
+    if ((s = mhe__json_expect(j, '{', "expected '{'")) != MHE_OK) return s;
+    if (mhe__json_peek(j) == '}') return MHE_OK;
+    for (;;) {
+        size_t at, klen;
+        mhe__json_ws(j);
+        at = j->pos;
+        if ((s = mhe__json_string(j, nb, sizeof nb, &klen)) != MHE_OK) return s;
+        if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
+        if (klen == 12 && !memcmp(nb, "__metadata__", 12)) {
+            if (p->have_meta) return mhe__fail(j->err, MHE_ERR_HEADER, "__metadata__ given twice");
+            p->have_meta = 1;
+            if ((s = mhe__st_meta_obj(p)) != MHE_OK) return s;
+        } else {
+            mhe_st_tensor t;
+            uint64_t b, e;
+            if (p->nt == INT_MAX) return mhe__fail(j->err, MHE_ERR_OVERFLOW, "too many tensors");
+            mhe__st_show(show, nb, klen);
+            if ((s = mhe__st_entry(p, show, data_size, &t, &b, &e)) != MHE_OK) return s;
+            t.name = mhe__st_keep(p, at, klen);
+            if (p->st) {
+                MHE_ASSERT(p->nt < p->cap_nt);
+                t.data = p->st->data + b;
+                p->st->tensors[p->nt] = t;
+            }
+            p->nt++;
+        }
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == '}') { j->pos++; return MHE_OK; }
+        if ((s = mhe__json_expect(j, ',', "expected ',' or '}' in an object")) != MHE_OK) return s;
+    }
+}
+
+static int mhe__st_cmp_name(const void *a, const void *b) {
+    return strcmp((*(const mhe_st_tensor *const *)a)->name, (*(const mhe_st_tensor *const *)b)->name);
+}
+
+/* by (begin, end), then table position so that the order is total */
+static int mhe__st_cmp_range(const void *a, const void *b) {
+    const mhe_st_tensor *x = *(const mhe_st_tensor *const *)a, *y = *(const mhe_st_tensor *const *)b;
+    if (x->data != y->data) return x->data < y->data ? -1 : 1;
+    if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int mhe__st_cmp_key(const void *a, const void *b) {
+    return strcmp(**(const char **const *)a, **(const char **const *)b);
+}
+
+/* The block holds, in order: tensors[nt], by_name[nt] (sorted by name, kept
+   for mhe_st_find), by_range[nt] (scratch), meta_keys[nm], meta_values[nm],
+   meta_sorted[nm] (pointers into meta_keys, sorted, kept for mhe_st_meta),
+   then the strings. */
+static const mhe_st_tensor **mhe__st_by_name(const mhe_safetensors *st) {
+    return (const mhe_st_tensor **)(void *)(st->tensors + st->n_tensors);
+}
+static const char ***mhe__st_meta_sorted(const mhe_safetensors *st) {
+    return (const char ***)(void *)(st->meta_values + st->n_meta);
+}
+
+/* names and metadata keys unique; the ranges, sorted, tile the data section */
+static mhe_status mhe__st_check_tables(mhe_safetensors *st) {
+    int i, nt = st->n_tensors, nm = st->n_meta;
+    const mhe_st_tensor **by_name = mhe__st_by_name(st), **by_range = by_name + nt;
+    const char ***ms = mhe__st_meta_sorted(st);
+    char show[48], show2[48];
+    uint64_t off = 0;
+    for (i = 0; i < nt; i++) by_name[i] = by_range[i] = &st->tensors[i];
+    if (nt > 1) qsort((void *)by_name, (size_t)nt, sizeof *by_name, mhe__st_cmp_name);
+    for (i = 1; i < nt; i++)
+        if (!strcmp(by_name[i - 1]->name, by_name[i]->name))
+            return mhe__fail(st->err, MHE_ERR_HEADER, "duplicate tensor name '%s'",
+                             mhe__st_show(show, by_name[i]->name, strlen(by_name[i]->name)));
+    for (i = 0; i < nm; i++) ms[i] = &st->meta_keys[i];
+    if (nm > 1) qsort((void *)ms, (size_t)nm, sizeof *ms, mhe__st_cmp_key);
+    for (i = 1; i < nm; i++)
+        if (!strcmp(*ms[i - 1], *ms[i]))
+            return mhe__fail(st->err, MHE_ERR_HEADER, "duplicate __metadata__ key '%s'", mhe__st_show(show, *ms[i], strlen(*ms[i])));
+    if (nt > 1) qsort((void *)by_range, (size_t)nt, sizeof *by_range, mhe__st_cmp_range);
+    for (i = 0; i < nt; i++) {
+        const mhe_st_tensor *t = by_range[i];
+        uint64_t b = (uint64_t)(t->data - st->data);
+        if (b < off)
+            return mhe__fail(st->err, MHE_ERR_OFFSET, "tensors '%s' and '%s' overlap in the data section (bytes %llu..%llu)",
+                             mhe__st_show(show, by_range[i - 1]->name, strlen(by_range[i - 1]->name)),
+                             mhe__st_show(show2, t->name, strlen(t->name)), (unsigned long long)b, (unsigned long long)off);
+        if (b > off)
+            return mhe__fail(st->err, MHE_ERR_OFFSET, "gap in the data section: bytes %llu..%llu before tensor '%s' belong to no tensor",
+                             (unsigned long long)off, (unsigned long long)b, mhe__st_show(show, t->name, strlen(t->name)));
+        off = b + t->nbytes;
+    }
+    if (off != (uint64_t)st->data_size)
+        return mhe__fail(st->err, MHE_ERR_OFFSET, "bytes %llu..%llu at the end of the data section belong to no tensor",
+                         (unsigned long long)off, (unsigned long long)st->data_size);
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx) {
+    const unsigned char *b = (const unsigned char *)buf;
+    uint64_t hl = 0;
+    size_t total, t_bytes;
+    mhe__st_pass p;
+    mhe_status s;
+    int i, ok = 1;
+    if (!st) return MHE_ERR_ARG;
+    memset(st, 0, sizeof *st);
+    st->alloc_ctx = alloc_ctx;
+    if (!b && size) return mhe__fail(st->err, MHE_ERR_ARG, "safetensors buffer is NULL");
+    if (size < 8)
+        return mhe__fail(st->err, MHE_ERR_TRUNCATED, "file of %llu bytes is too short for the 8-byte header length",
+                         (unsigned long long)size);
+    for (i = 7; i >= 0; i--) hl = hl << 8 | b[i];
+    if (hl > (uint64_t)(size - 8))
+        return mhe__fail(st->err, MHE_ERR_TRUNCATED, "header length %llu larger than file (%llu bytes)",
+                         (unsigned long long)hl, (unsigned long long)size);
+    if (hl > MHE_ST_MAX_HEADER)
+        return mhe__fail(st->err, MHE_ERR_HEADER, "header length %llu exceeds the limit of %llu bytes",
+                         (unsigned long long)hl, (unsigned long long)MHE_ST_MAX_HEADER);
+    if (hl == 0) return mhe__fail(st->err, MHE_ERR_HEADER, "empty JSON header");
+
+    /* syntax first, so that every later pass walks well-formed JSON */
+    memset(&p, 0, sizeof p);
+    p.j.s = b + 8;
+    p.j.n = (size_t)hl;
+    p.j.err = st->err;
+    mhe__json_ws(&p.j);
+    if (mhe__json_peek(&p.j) != '{')
+        return mhe__json_err(&p.j, p.j.pos, "the header must be a JSON object");
+    if ((s = mhe__json_skip(&p.j, 0)) != MHE_OK) return s;
+    mhe__json_ws(&p.j);
+    if (p.j.pos != p.j.n) return mhe__json_err(&p.j, p.j.pos, "unexpected data after the JSON object");
+
+    st->data = b + 8 + (size_t)hl;
+    st->data_size = size - 8 - (size_t)hl;
+    if ((s = mhe__st_run(&p, st->data_size)) != MHE_OK) { st->data = NULL; st->data_size = 0; return s; }
+
+    /* one block; every count is bounded by the header size, so it is never
+       much larger than the header itself */
+    t_bytes = mhe__mul_size((size_t)p.nt, sizeof(mhe_st_tensor) + 2 * sizeof(const mhe_st_tensor *), &ok);
+    total = mhe__add_size(t_bytes, mhe__mul_size((size_t)p.nm, 2 * sizeof(const char *) + sizeof(const char **), &ok), &ok);
+    total = mhe__add_size(total, p.nstr + 1, &ok);
+    if (!ok) { st->data = NULL; st->data_size = 0; return mhe__fail(st->err, MHE_ERR_OVERFLOW, "header tables too large"); }
+    st->storage_ = MHE_MALLOC(alloc_ctx, total);
+    if (!st->storage_) {
+        st->data = NULL; st->data_size = 0;
+        return mhe__fail(st->err, MHE_ERR_NOMEM, "cannot allocate %llu bytes for the safetensors tables", (unsigned long long)total);
+    }
+    st->tensors = (mhe_st_tensor *)st->storage_;
+    st->meta_keys = (const char **)(void *)((char *)st->storage_ + t_bytes);
+    st->meta_values = st->meta_keys + p.nm;
+    p.cap_nt = p.nt;
+    p.cap_nm = p.nm;
+    p.str = (char *)(void *)((const char ***)(void *)(st->meta_values + p.nm) + p.nm);
+    p.str_end = (char *)st->storage_ + total;
+    p.nt = p.nm = p.have_meta = 0;
+    p.st = st;
+    s = mhe__st_run(&p, st->data_size);
+    MHE_ASSERT(s != MHE_OK || (p.nt == p.cap_nt && p.nm == p.cap_nm));
+    st->n_tensors = p.nt;
+    st->n_meta = p.nm;
+    if (s == MHE_OK) s = mhe__st_check_tables(st);
+    if (s != MHE_OK) {
+        char keep[MHE_ERR_LEN];
+        memcpy(keep, st->err, MHE_ERR_LEN);
+        mhe_st_free(st);
+        memcpy(st->err, keep, MHE_ERR_LEN);
+        st->alloc_ctx = alloc_ctx;
+        return s;
+    }
+    if (p.nm == 0) st->meta_keys = st->meta_values = NULL;
+    st->err[0] = 0;
+    return MHE_OK;
+}
+
+MHEDEF void mhe_st_free(mhe_safetensors *st) {
+    if (!st) return;
+    if (st->storage_) MHE_FREE(st->alloc_ctx, st->storage_);
+    memset(st, 0, sizeof *st);
+}
+
+MHEDEF const mhe_st_tensor *mhe_st_find(const mhe_safetensors *st, const char *name) {
+    int lo = 0, hi, i;
+    if (!st || !name || st->n_tensors <= 0 || !st->tensors) return NULL;
+    if (!st->storage_) { /* a table built by hand: no index */
+        for (i = 0; i < st->n_tensors; i++)
+            if (st->tensors[i].name && !strcmp(st->tensors[i].name, name)) return &st->tensors[i];
+        return NULL;
+    }
+    {
+        const mhe_st_tensor *const *idx = mhe__st_by_name(st);
+        hi = st->n_tensors - 1;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2, c = strcmp(idx[mid]->name, name);
+            if (!c) return idx[mid];
+            if (c < 0) lo = mid + 1; else hi = mid - 1;
+        }
+    }
+    return NULL;
+}
+
+MHEDEF const char *mhe_st_meta(const mhe_safetensors *st, const char *key) {
+    int lo = 0, hi, i;
+    if (!st || !key || st->n_meta <= 0 || !st->meta_keys || !st->meta_values) return NULL;
+    if (!st->storage_) {
+        for (i = 0; i < st->n_meta; i++)
+            if (st->meta_keys[i] && !strcmp(st->meta_keys[i], key)) return st->meta_values[i];
+        return NULL;
+    }
+    {
+        const char *const *const *idx = (const char *const *const *)mhe__st_meta_sorted(st);
+        hi = st->n_meta - 1;
+        while (lo <= hi) {
+            int mid = lo + (hi - lo) / 2, c = strcmp(*idx[mid], key);
+            if (!c) return st->meta_values[idx[mid] - st->meta_keys];
+            if (c < 0) lo = mid + 1; else hi = mid - 1;
+        }
+    }
+    return NULL;
+}
+
+MHEDEF mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor *t, float *out, int64_t n) {
+    if (!st || !t || (!out && n > 0)) return MHE_ERR_ARG;
+    if (t->dtype != MHE_DTYPE_F32) return MHE_ERR_DTYPE;
+    if (n != t->size || t->size < 0 || (uint64_t)t->size > (uint64_t)(SIZE_MAX / 4) || t->nbytes != (size_t)t->size * 4)
+        return MHE_ERR_SHAPE;
+    if (t->nbytes && (!t->data || !st->data || t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
+                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))
+        return MHE_ERR_OFFSET;
+    mhe__f32_from_le(out, t->data, (size_t)t->size);
+    return MHE_OK;
+}
+
+/* ---- writer ---------------------------------------------------------------- */
+
+/* an output cursor; with out == NULL it only measures */
+typedef struct mhe__wbuf { unsigned char *out; size_t n; int ok; } mhe__wbuf;
+
+static void mhe__wput(mhe__wbuf *w, const void *s, size_t len) {
+    if (w->out && w->ok) memcpy(w->out + w->n, s, len);
+    w->n = mhe__add_size(w->n, len, &w->ok);
+}
+
+static void mhe__wput_u64(mhe__wbuf *w, uint64_t v) {
+    char tmp[24];
+    int k = 24;
+    do { tmp[--k] = (char)('0' + v % 10); v /= 10; } while (v);
+    mhe__wput(w, tmp + k, (size_t)(24 - k));
+}
+
+/* a JSON string: quotes, backslashes and control characters escaped; the
+   rest (checked UTF-8) is copied as is */
+static void mhe__wput_jstr(mhe__wbuf *w, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t run = 0;
+    mhe__wput(w, "\"", 1);
+    for (;; p++) {
+        unsigned c = *p;
+        char e[6];
+        size_t k = 2;
+        if (c >= 0x20 && c != '"' && c != '\\') { run++; continue; }
+        mhe__wput(w, p - run, run); /* the plain bytes before this one */
+        run = 0;
+        if (!c) break;
+        e[0] = '\\';
+        switch (c) {
+        case '"': e[1] = '"'; break;
+        case '\\': e[1] = '\\'; break;
+        case '\n': e[1] = 'n'; break;
+        case '\r': e[1] = 'r'; break;
+        case '\t': e[1] = 't'; break;
+        case '\b': e[1] = 'b'; break;
+        case '\f': e[1] = 'f'; break;
+        default: e[1] = 'u'; e[2] = '0'; e[3] = '0'; e[4] = hex[c >> 4]; e[5] = hex[c & 15]; k = 6;
+        }
+        mhe__wput(w, e, k);
+    }
+    mhe__wput(w, "\"", 1);
+}
+
+static uint64_t mhe__st_item_count(const mhe_st_item *it) {
+    uint64_t c = 1;
+    int d;
+    for (d = 0; d < it->ndim; d++) c *= (uint64_t)it->shape[d]; /* checked by mhe__st_check_items */
+    return c;
+}
+
+static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, const char *const *meta_keys,
+                                      const char *const *meta_values, int n_meta, char *err, uint64_t *data_bytes) {
+    char show[48], sh[200];
+    uint64_t total = 0;
+    int i, k, d;
+    *data_bytes = 0;
+    if (n_items < 0 || (n_items > 0 && !items))
+        return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: items is NULL or n_items (%d) is negative", n_items);
+    if (n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_values)))
+        return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: metadata arrays are NULL or n_meta (%d) is negative", n_meta);
+    for (i = 0; i < n_items; i++) {
+        const mhe_st_item *it = &items[i];
+        uint64_t count = 1, nz = 1;
+        size_t len;
+        if (!it->name) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: item %d has a NULL name", i);
+        len = strlen(it->name);
+        mhe__st_show(show, it->name, len);
+        if (!mhe__utf8_valid(it->name, len))
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: name of item %d ('%s') is not valid UTF-8", i, show);
+        if (!strcmp(it->name, "__metadata__"))
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: '__metadata__' cannot name a tensor (item %d)", i);
+        if (it->ndim < 0 || it->ndim > MHE_ST_MAX_DIMS)
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has ndim %d, outside 0..%d", show, it->ndim, MHE_ST_MAX_DIMS);
+        for (d = 0; d < it->ndim; d++) {
+            uint64_t v;
+            if (it->shape[d] < 0)
+                return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has negative dimension %d (%lld)", show, d,
+                                 (long long)it->shape[d]);
+            v = (uint64_t)it->shape[d];
+            if (v == 0) { count = 0; continue; }
+            /* the header's numbers must stay exact (<= 2^53), as readers require */
+            if (v > MHE__JSON_MAX_INT || nz > MHE__JSON_MAX_INT / 4 / v) {
+                mhe__st_fmt_shape(sh, sizeof sh, it->shape, it->ndim);
+                return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
+            }
+            nz *= v;
+        }
+        if (count) count = nz;
+        if (count && !it->data) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);
+        if (count * 4 > MHE__JSON_MAX_INT - total || count * 4 > (uint64_t)(SIZE_MAX / 2) - total)
+            return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: total data size overflows at tensor '%s'", show);
+        total += count * 4;
+        /* quadratic, but a checkpoint has hundreds of tensors, not millions */
+        for (k = 0; k < i; k++)
+            if (!strcmp(items[k].name, it->name))
+                return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: duplicate tensor name '%s' (items %d and %d)", show, k, i);
+    }
+    for (i = 0; i < n_meta; i++) {
+        if (!meta_keys[i] || !meta_values[i])
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: metadata entry %d has a NULL key or value", i);
+        mhe__st_show(show, meta_keys[i], strlen(meta_keys[i]));
+        if (!mhe__utf8_valid(meta_keys[i], strlen(meta_keys[i])) || !mhe__utf8_valid(meta_values[i], strlen(meta_values[i])))
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: metadata entry '%s' is not valid UTF-8", show);
+        for (k = 0; k < i; k++)
+            if (!strcmp(meta_keys[k], meta_keys[i]))
+                return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: duplicate metadata key '%s'", show);
+    }
+    *data_bytes = total;
+    return MHE_OK;
+}
+
+/* the JSON header, unpadded */
+static void mhe__st_header(mhe__wbuf *w, const mhe_st_item *items, int n_items, const char *const *meta_keys,
+                           const char *const *meta_values, int n_meta) {
+    uint64_t off = 0;
+    int i, d;
+    mhe__wput(w, "{", 1);
+    if (n_meta > 0) {
+        mhe__wput(w, "\"__metadata__\":{", 16);
+        for (i = 0; i < n_meta; i++) {
+            if (i) mhe__wput(w, ",", 1);
+            mhe__wput_jstr(w, meta_keys[i]);
+            mhe__wput(w, ":", 1);
+            mhe__wput_jstr(w, meta_values[i]);
+        }
+        mhe__wput(w, "}", 1);
+    }
+    for (i = 0; i < n_items; i++) {
+        const mhe_st_item *it = &items[i];
+        if (i || n_meta > 0) mhe__wput(w, ",", 1);
+        mhe__wput_jstr(w, it->name);
+        mhe__wput(w, ":{\"dtype\":\"F32\",\"shape\":[", 25);
+        for (d = 0; d < it->ndim; d++) {
+            if (d) mhe__wput(w, ",", 1);
+            mhe__wput_u64(w, (uint64_t)it->shape[d]);
+        }
+        mhe__wput(w, "],\"data_offsets\":[", 18);
+        mhe__wput_u64(w, off);
+        mhe__wput(w, ",", 1);
+        off += mhe__st_item_count(it) * 4;
+        mhe__wput_u64(w, off);
+        mhe__wput(w, "]}", 2);
+    }
+    mhe__wput(w, "}", 1);
+}
+
+/* validate, then measure: JSON length, padded length, file size */
+static mhe_status mhe__st_layout(const mhe_st_item *items, int n_items, const char *const *meta_keys,
+                                 const char *const *meta_values, int n_meta, char *err,
+                                 size_t *json_len, size_t *padded, size_t *total) {
+    uint64_t data_bytes;
+    mhe__wbuf w = {NULL, 0, 1};
+    int ok = 1;
+    mhe_status s = mhe__st_check_items(items, n_items, meta_keys, meta_values, n_meta, err, &data_bytes);
+    if (s != MHE_OK) return s;
+    mhe__st_header(&w, items, n_items, meta_keys, meta_values, n_meta);
+    *json_len = w.n;
+    *padded = mhe__add_size(w.n, 7, &w.ok) & ~(size_t)7; /* 8 + header stays 8-aligned */
+    *total = mhe__add_size(mhe__add_size(8, *padded, &ok), (size_t)data_bytes, &ok);
+    if (!w.ok || !ok || *padded > MHE_ST_MAX_HEADER)
+        return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: header or file size too large");
+    return MHE_OK;
+}
+
+/* 8-byte length, JSON, padding spaces into dst[8 + padded] */
+static void mhe__st_put_header(unsigned char *dst, size_t json_len, size_t padded, const mhe_st_item *items, int n_items,
+                               const char *const *meta_keys, const char *const *meta_values, int n_meta) {
+    mhe__wbuf w;
+    uint64_t v = padded;
+    int i;
+    for (i = 0; i < 8; i++) { dst[i] = (unsigned char)(v & 0xff); v >>= 8; }
+    w.out = dst + 8; w.n = 0; w.ok = 1;
+    mhe__st_header(&w, items, n_items, meta_keys, meta_values, n_meta);
+    MHE_ASSERT(w.ok && w.n == json_len);
+    memset(dst + 8 + json_len, ' ', padded - json_len);
+}
+
+MHEDEF mhe_status mhe_st_write_size(const mhe_st_item *items, int n_items,
+                                    const char *const *meta_keys, const char *const *meta_values,
+                                    int n_meta, size_t *out_size, char *err) {
+    size_t json_len, padded, total;
+    mhe_status s;
+    if (out_size) *out_size = 0;
+    if (!out_size) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: out_size is NULL");
+    s = mhe__st_layout(items, n_items, meta_keys, meta_values, n_meta, err, &json_len, &padded, &total);
+    if (s == MHE_OK) *out_size = total;
+    return s;
+}
+
+MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
+                                   const mhe_st_item *items, int n_items,
+                                   const char *const *meta_keys, const char *const *meta_values,
+                                   int n_meta, char *err) {
+    size_t json_len, padded, total, off;
+    unsigned char *dst = (unsigned char *)buf;
+    mhe_status s;
+    int i;
+    if (written) *written = 0;
+    s = mhe__st_layout(items, n_items, meta_keys, meta_values, n_meta, err, &json_len, &padded, &total);
+    if (s != MHE_OK) return s;
+    if (!dst) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: output buffer is NULL");
+    if (cap < total)
+        return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: buffer of %llu bytes is too small, the file needs %llu",
+                         (unsigned long long)cap, (unsigned long long)total);
+    mhe__st_put_header(dst, json_len, padded, items, n_items, meta_keys, meta_values, n_meta);
+    off = 8 + padded;
+    for (i = 0; i < n_items; i++) {
+        size_t c = (size_t)mhe__st_item_count(&items[i]);
+        mhe__f32_to_le(dst + off, items[i].data, c);
+        off += c * 4;
+    }
+    MHE_ASSERT(off == total);
+    if (written) *written = total;
+    return MHE_OK;
+}
+
+#ifndef MHE_NO_STDIO
+/* n floats to f as little-endian bytes; nonzero when every byte was written */
+static int mhe__st_fwrite_f32(FILE *f, const float *x, size_t n) {
+    unsigned char tmp[4096];
+    if (mhe__little_endian()) return n == 0 || fwrite(x, 4, n, f) == n;
+    while (n) {
+        size_t k = n < sizeof tmp / 4 ? n : sizeof tmp / 4;
+        mhe__f32_to_le(tmp, x, k);
+        if (fwrite(tmp, 4, k, f) != k) return 0;
+        x += k; n -= k;
+    }
+    return 1;
+}
+
+MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, int n_items,
+                                   const char *const *meta_keys, const char *const *meta_values,
+                                   int n_meta, void *alloc_ctx, char *err) {
+    size_t json_len, padded, total, plen;
+    unsigned char *hdr;
+    char *tmp;
+    FILE *f;
+    mhe_status s;
+    int i, ok, e = 0;
+    const char *what = "write to";
+    if (!path || !*path) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: path is NULL or empty");
+    /* everything is checked before the disk is touched */
+    s = mhe__st_layout(items, n_items, meta_keys, meta_values, n_meta, err, &json_len, &padded, &total);
+    if (s != MHE_OK) return s;
+    plen = strlen(path);
+    hdr = (unsigned char *)MHE_MALLOC(alloc_ctx, 8 + padded);
+    tmp = plen < SIZE_MAX - 5 ? (char *)MHE_MALLOC(alloc_ctx, plen + 5) : NULL;
+    if (!hdr || !tmp) {
+        if (hdr) MHE_FREE(alloc_ctx, hdr);
+        if (tmp) MHE_FREE(alloc_ctx, tmp);
+        return mhe__fail(err, MHE_ERR_NOMEM, "out of memory saving '%s'", path);
+    }
+    mhe__st_put_header(hdr, json_len, padded, items, n_items, meta_keys, meta_values, n_meta);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+
+    errno = 0;
+    f = fopen(tmp, "wb");
+    if (!f) {
+        e = errno;
+        MHE_FREE(alloc_ctx, hdr);
+        s = mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", tmp, e ? strerror(e) : "fopen failed");
+        MHE_FREE(alloc_ctx, tmp);
+        return s;
+    }
+    ok = fwrite(hdr, 1, 8 + padded, f) == 8 + padded;
+    for (i = 0; ok && i < n_items; i++)
+        ok = mhe__st_fwrite_f32(f, items[i].data, (size_t)mhe__st_item_count(&items[i]));
+    if (ok && fflush(f) != 0) ok = 0;
+#if defined(MHE__HAVE_FSYNC)
+    if (ok && fsync(fileno(f)) != 0) { ok = 0; what = "sync"; }
+#elif defined(_WIN32)
+    if (ok && _commit(_fileno(f)) != 0) { ok = 0; what = "sync"; }
+#endif
+    if (!ok) e = errno;
+    if (fclose(f) != 0 && ok) { ok = 0; e = errno; what = "close"; }
+    MHE_FREE(alloc_ctx, hdr);
+    if (ok) {
+#ifdef _WIN32
+        remove(path); /* rename does not replace an existing file there */
+#endif
+        if (rename(tmp, path) != 0) {
+            e = errno;
+            remove(tmp);
+            s = mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, e ? strerror(e) : "rename failed");
+            MHE_FREE(alloc_ctx, tmp);
+            return s;
+        }
+        MHE_FREE(alloc_ctx, tmp);
+        return MHE_OK;
+    }
+    remove(tmp);
+    s = mhe__fail(err, MHE_ERR_IO, "cannot %s '%s' (%llu bytes): %s; '%s' left unchanged", what, tmp,
+                  (unsigned long long)total, e ? strerror(e) : "write failed", path);
+    MHE_FREE(alloc_ctx, tmp);
+    return s;
+}
+
+MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err) {
+    FILE *f;
+    long len;
+    unsigned char *p;
+    size_t n;
+    int e;
+    if (buf) *buf = NULL;
+    if (size) *size = 0;
+    if (!path || !buf || !size) return mhe__fail(err, MHE_ERR_ARG, "mhe_read_file: NULL argument");
+    errno = 0;
+    f = fopen(path, "rb");
+    if (!f) { e = errno; return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': %s", path, e ? strerror(e) : "fopen failed"); }
+    /* a directory opens fine on some systems: the first read tells */
+    errno = 0;
+    if (fgetc(f) == EOF && ferror(f)) {
+        e = errno;
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_IO, "cannot read '%s': %s", path, e ? strerror(e) : "read error");
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_IO, "cannot determine the size of '%s' (not a regular file, or too large)", path);
+    }
+    if ((uint64_t)len >= (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_IO, "'%s' is too large to read into memory", path);
+    }
+    n = (size_t)len;
+    p = (unsigned char *)MHE_MALLOC(alloc_ctx, n + 1); /* + 1: an empty file still gets a buffer */
+    if (!p) {
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_NOMEM, "cannot allocate %llu bytes to read '%s'", (unsigned long long)n, path);
+    }
+    errno = 0;
+    if (fread(p, 1, n, f) != n) {
+        e = errno;
+        MHE_FREE(alloc_ctx, p);
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_IO, "cannot read '%s': %s", path, e ? strerror(e) : "file shorter than its size");
+    }
+    if (fgetc(f) != EOF) {
+        MHE_FREE(alloc_ctx, p);
+        fclose(f);
+        return mhe__fail(err, MHE_ERR_IO, "'%s' grew while it was read", path);
+    }
+    fclose(f);
+    *buf = p;
+    *size = n;
+    return MHE_OK;
+}
+#endif /* MHE_NO_STDIO */
 
 /* ---- 10. checkpoints: model and trainer ----------------------------------- */
 

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     if (!train || !valid) { fprintf(stderr, "run me from the repository root (examples/data/ is needed)\n"); return 1; }
 
     cfg.d_model = 128; cfg.n_heads = 4; cfg.n_layers = 4; cfg.max_seq_len = 128;
-    tc.steps = argc > 1 ? atoi(argv[1]) : 600;
+    tc.steps = argc > 1 ? atoi(argv[1]) : 1000;
     tc.batch = 16; tc.seq_len = 128; tc.lr = 2e-3f; tc.min_lr = 2e-4f; tc.warmup = 30;
     if (mhe_model_init(&model, &cfg, 42, NULL) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
     if (mhe_trainer_init(&trainer, &model, &tc) != MHE_OK) { fprintf(stderr, "%s\n", trainer.err); return 1; }
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
                    (double)i * tc.batch * tc.seq_len / el, el / i * (tc.steps - i));
             fflush(stdout);
         }
-        if (i % 200 == 0 || i == tc.steps) {
+        if (i % 250 == 0 || i == tc.steps) {
             mhe_evaluate(&model, valid, n_valid, 16, 128, 10, &val_loss);
             printf("\n  validation loss %.3f, perplexity %.2f\n", val_loss, mhe_perplexity(val_loss));
         }
