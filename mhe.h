@@ -515,7 +515,7 @@ MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
 /* mean loss over the counted tokens -> perplexity */
 MHEDEF double mhe_perplexity(double mean_loss);
 /* entropy (nats) of the unigram distribution of data: the loss of the best
-   context-free predictor, a baseline a trained LM must beat */
+   context-free predictor, a baseline a trained LM must beat (-1: no memory) */
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
 
 /* ======================================================================== */
@@ -4248,16 +4248,19 @@ MHEDEF double mhe_perplexity(double mean_loss) { return exp(mean_loss); }
 
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
     double h = 0;
-    size_t i;
+    size_t i, counted = 0;
     int v;
-    int64_t counts[256];
-    if (vocab > 256 || n == 0) { /* only the byte vocabulary needs no allocation; others: count by sorting is overkill */
-        if (n == 0) return 0;
+    int64_t small[256], *counts = small;
+    if (n == 0 || vocab < 1) return 0;
+    if (vocab > 256) {
+        counts = (int64_t *)MHE_MALLOC(NULL, (size_t)vocab * sizeof(int64_t));
+        if (!counts) return -1;
     }
-    memset(counts, 0, sizeof counts);
-    for (i = 0; i < n; i++) if (data[i] >= 0 && data[i] < 256) counts[data[i]]++;
-    for (v = 0; v < 256 && v < vocab; v++)
-        if (counts[v]) { double p = (double)counts[v] / (double)n; h -= p * log(p); }
+    memset(counts, 0, (size_t)(vocab > 256 ? vocab : 256) * sizeof(int64_t));
+    for (i = 0; i < n; i++) if (data[i] >= 0 && data[i] < vocab) { counts[data[i]]++; counted++; }
+    for (v = 0; v < vocab; v++)
+        if (counts[v]) { double p = (double)counts[v] / (double)counted; h -= p * log(p); }
+    if (counts != small) MHE_FREE(NULL, counts);
     return h;
 }
 

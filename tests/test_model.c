@@ -137,6 +137,25 @@ static void checkpoint_roundtrip(void) {
     mhe_model_free(&a);
 }
 
+static void sampling(void) {
+    float logits[6] = { 0.1f, 2.0f, -1.0f, 1.5f, 0.0f, 1.9f };
+    int counts[6] = { 0 }, i, ok = 1;
+    mhe_rng r;
+    double z = 0, p1;
+    mhe_rng_seed(&r, 1);
+    CHECK(mhe_sample(logits, 6, 0.0f, 0, &r) == 1, "temperature 0 is greedy");
+    for (i = 0; i < 3000; i++) { int t = mhe_sample(logits, 6, 1.0f, 3, &r); counts[t]++; if (t != 1 && t != 3 && t != 5) ok = 0; }
+    CHECK(ok, "top-k 3 only samples the three largest logits");
+    for (i = 0; i < 6; i++) if (i == 1 || i == 3 || i == 5) z += exp(logits[i]);
+    p1 = exp(2.0) / z;
+    CHECK(fabs(counts[1] / 3000.0 - p1) < 0.03, "sampling follows softmax: %.3f vs %.3f", counts[1] / 3000.0, p1);
+    {   /* unigram entropy of a uniform 4-symbol stream is log 4 */
+        int d[8] = { 0, 1, 2, 3, 3, 2, 1, 0 }, big[4] = { 300, 300, 700, 700 };
+        CHECK(fabs(mhe_unigram_entropy(d, 8, 4) - log(4.0)) < 1e-12, "unigram entropy");
+        CHECK(fabs(mhe_unigram_entropy(big, 4, 1000) - log(2.0)) < 1e-12, "unigram entropy, large vocabulary");
+    }
+}
+
 int main(void) {
     const char *variants[] = {
         "",
@@ -154,5 +173,6 @@ int main(void) {
         decode_equals_forward(variants[i]);
     }
     checkpoint_roundtrip();
+    sampling();
     return TEST_END();
 }
