@@ -232,6 +232,15 @@ typedef struct mhe_attn_dims {
     float scale;                /* usually 1/sqrt(d_head) */
     float dropout;              /* probability of zeroing an attention weight */
     uint64_t seed;
+    int q_shared;               /* 1: every query head reads the same Q columns (MHE seeds) */
+    /* Optional per-head maps, [n_heads, d_head] each, NULL = none (fused core
+       only): head h uses Q*q_mul[h] + q_add[h], K + k_add[h] and
+       V*v_mul[h] + v_add[h] (MHE paper eq. 5 with psi = add or mul), built
+       tile by tile, never stored per head. Their gradients are added into
+       dq_mul ... dv_add (when not NULL); the backward needs map_scratch of
+       B * n_heads * 5 * d_head floats. */
+    const float *q_mul, *q_add, *k_add, *v_mul, *v_add;
+    float *dq_mul, *dq_add, *dk_add, *dv_mul, *dv_add, *map_scratch;
 } mhe_attn_dims;
 
 /* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
@@ -1751,7 +1760,6 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
 #define MHE__BK 64
 #define MHE_MAX_D_HEAD 256
 
-/* P[i][jj] = exp(scale*S - row_max) for visible keys, 0 for masked ones */
 static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int t0, int rows, int j0, int cols) {
     int i, jj;
     for (i = 0; i < rows; i++) {
@@ -1760,33 +1768,51 @@ static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int t0, int rows, i
     }
 }
 
+/* out[r][c] = src[r][c] * mul[c] + add[c] (mul, add may be NULL) for a tile */
+static void mhe__tile_affine(float *out, const float *src, size_t stride, int rows, int dh, const float *mul, const float *add) {
+    int r, c;
+    for (r = 0; r < rows; r++) {
+        const float *s = src + (size_t)r * stride;
+        float *o = out + (size_t)r * dh;
+        for (c = 0; c < dh; c++) o[c] = (mul ? s[c] * mul[c] : s[c]) + (add ? add[c] : 0.0f);
+    }
+}
+
+/* where head h's rows start, and the per-head map vectors */
+#define MHE__QH(d, h) ((d)->q_shared ? 0 : (size_t)(h) * (d)->d_head)
+#define MHE__MAP(p, d, h) ((p) ? (p) + (size_t)(h) * (d)->d_head : NULL)
+
 MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
-    int dh = d->d_head;
+    int dh = d->d_head, qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
     /* one (b, h, query block) per iteration: outputs never overlap */
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
         float S[MHE__BQ * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD], mrow[MHE__BQ], lrow[MHE__BQ];
+        float Qh[MHE__BQ * MHE_MAX_D_HEAD], Kh[MHE__BK * MHE_MAX_D_HEAD], Vh[MHE__BK * MHE_MAX_D_HEAD];
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
-        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, c;
-        const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + (size_t)h * dh;
+        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, c, ldq = d->q_stride;
+        const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + MHE__QH(d, h);
+        if (qmap) { mhe__tile_affine(Qh, qblk, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h)); qblk = Qh; ldq = dh; }
         for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
         memset(acc, 0, sizeof(float) * (size_t)rows * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
-            int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+            int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK, ldk = d->k_stride, ldv = d->v_stride;
             size_t koff = (size_t)b * d->Tk + j0;
+            const float *kblk = k + koff * d->k_stride + (size_t)g * dh, *vblk = v + koff * d->v_stride + (size_t)g * dh;
+            if (kmap) { mhe__tile_affine(Kh, kblk, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h)); kblk = Kh; ldk = dh; }
+            if (vmap) { mhe__tile_affine(Vh, vblk, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
             /* S = scale * Q_blk K_blk^T */
-            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, k + koff * d->k_stride + (size_t)g * dh,
-                     d->k_stride, 0.0f, S, MHE__BK);
+            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, S, MHE__BK);
             if (d->causal) mhe__tile_mask(d, S, t0, rows, j0, cols);
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
                 float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
-                for (jj = 0; jj < cols; jj++) mx = s[jj] > mx ? s[jj] : mx;
+                for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
                 if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
                 corr = expf(mrow[i] - mx);       /* 0 on the first visible block */
                 for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
@@ -1798,8 +1824,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
                         s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
             }
             /* acc += P V_blk */
-            mhe_gemm(0, 0, rows, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride + (size_t)g * dh, d->v_stride,
-                     1.0f, acc, dh);
+            mhe_gemm(0, 0, rows, dh, cols, 1.0f, S, MHE__BK, vblk, ldv, 1.0f, acc, dh);
         }
         for (i = 0; i < rows; i++) {
             float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh;
@@ -1810,40 +1835,69 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
     }
 }
 
+/* sum over rows of a tile, and of its product with another: the per-head map gradients */
+static void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld, const float *src, size_t sld, int rows, int dh) {
+    int r, c;
+    for (r = 0; r < rows; r++)
+        for (c = 0; c < dh; c++) {
+            float gv = grad[(size_t)r * gld + c];
+            if (dmul) dmul[c] += gv * src[(size_t)r * sld + c];
+            if (dadd) dadd[c] += gv;
+        }
+}
+
 /* Backward with recomputation (Dao et al. 2022, Algorithm 4 without the
    parallel-over-keys split): P = exp(S - lse), D_t = do_t . o_t,
    dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd*mask/(1-p) - D),
    dQ += scale dS K, dK += scale dS^T Q. One (b, kv-group) per iteration so
-   heads sharing K/V add into dK, dV in a fixed order without races. */
+   heads sharing K/V add into dK, dV in a fixed order without races. With
+   per-head maps the tiles are mapped as in the forward; the map gradients of
+   (b, h) go to d->map_scratch[b][h] and are summed over b afterwards in a
+   fixed order. */
 MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v) {
-    int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head;
+    int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head, n = d->n_heads;
+    int qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    size_t per_bh = 5 * (size_t)dh;   /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+    MHE_ASSERT(!(qmap || kmap || vmap) || d->map_scratch);
+    if (qmap || kmap || vmap) memset(d->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         float P[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Drow[MHE__BQ];
-        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj;
-        for (h = g * group; h < (g + 1) * group; h++)
+        float Qh[MHE__BQ * MHE_MAX_D_HEAD], dQh[MHE__BQ * MHE_MAX_D_HEAD];
+        float Kh[MHE__BK * MHE_MAX_D_HEAD], Vh[MHE__BK * MHE_MAX_D_HEAD], dKVh[MHE__BK * MHE_MAX_D_HEAD];
+        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj, c;
+        for (h = g * group; h < (g + 1) * group; h++) {
+            float *ms = (qmap || kmap || vmap) ? d->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
             for (t0 = 0; t0 < d->Tq; t0 += MHE__BQ) {
-                int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
+                int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ, ldq = d->q_stride;
                 int kend = mhe__att_visible(d, t0 + rows - 1);
                 size_t qoff = (size_t)b * d->Tq + t0;
-                const float *qblk = q + qoff * d->q_stride + (size_t)h * dh;
+                const float *qraw = q + qoff * d->q_stride + MHE__QH(d, h), *qblk = qraw;
                 const float *doblk = dout + qoff * d->o_stride + (size_t)h * dh;
                 const float *oblk = out + qoff * d->o_stride + (size_t)h * dh;
-                float *dqblk = dq + qoff * d->q_stride + (size_t)h * dh;
-                const float *lse_b = lse + ((size_t)b * d->n_heads + h) * d->Tq + t0;
+                float *dqblk = dq + qoff * d->q_stride + MHE__QH(d, h);
+                const float *lse_b = lse + ((size_t)b * n + h) * d->Tq + t0;
+                if (qmap) {
+                    mhe__tile_affine(Qh, qraw, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h));
+                    qblk = Qh; ldq = dh;
+                    memset(dQh, 0, sizeof(float) * (size_t)rows * dh);
+                }
                 for (i = 0; i < rows; i++)
                     Drow[i] = mhe__dot(doblk + (size_t)i * d->o_stride, oblk + (size_t)i * d->o_stride, dh);
                 for (j0 = 0; j0 < kend; j0 += MHE__BK) {
-                    int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+                    int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK, ldk = d->k_stride, ldv = d->v_stride;
                     size_t koff = (size_t)b * d->Tk + j0;
-                    const float *kblk = k + koff * d->k_stride + (size_t)g * dh;
-                    const float *vblk = v + koff * d->v_stride + (size_t)g * dh;
-                    mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, P, MHE__BK);
+                    const float *kraw = k + koff * d->k_stride + (size_t)g * dh, *vraw = v + koff * d->v_stride + (size_t)g * dh;
+                    const float *kblk = kraw, *vblk = vraw;
+                    float *dkblk = dk + koff * d->k_stride + (size_t)g * dh, *dvblk = dv + koff * d->v_stride + (size_t)g * dh;
+                    if (kmap) { mhe__tile_affine(Kh, kraw, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h)); kblk = Kh; ldk = dh; }
+                    if (vmap) { mhe__tile_affine(Vh, vraw, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
+                    mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, P, MHE__BK);
                     if (d->causal) mhe__tile_mask(d, P, t0, rows, j0, cols);
-                    mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                    mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, ldv, 0.0f, dP, MHE__BK);
                     for (i = 0; i < rows; i++) {
                         float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, l = lse_b[i];
                         for (jj = 0; jj < cols; jj++) p[jj] = mhe__exp(p[jj] - l);   /* exp(-inf) = 0 */
@@ -1856,14 +1910,49 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                         else
                             for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] - Drow[i]) * d->scale;
                     }
-                    /* dV += Pd^T dO;  dQ += dS K;  dK += dS^T Q */
-                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 1.0f,
-                             dv + koff * d->v_stride + (size_t)g * dh, d->v_stride);
-                    mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dqblk, d->q_stride);
-                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, d->q_stride, 1.0f,
-                             dk + koff * d->k_stride + (size_t)g * dh, d->k_stride);
+                    /* dV += Pd^T dO (through the value map: dV += dVh * v_mul) */
+                    if (vmap) {
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 0.0f, dKVh, dh);
+                        mhe__map_grads(d->v_mul ? ms + 3 * dh : NULL, d->v_add ? ms + 4 * dh : NULL, dKVh, dh, vraw, (size_t)d->v_stride, cols, dh);
+                        for (jj = 0; jj < cols; jj++)
+                            for (c = 0; c < dh; c++)
+                                dvblk[(size_t)jj * d->v_stride + c] += dKVh[(size_t)jj * dh + c] * (d->v_mul ? d->v_mul[(size_t)h * dh + c] : 1.0f);
+                    } else {
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 1.0f, dvblk, d->v_stride);
+                    }
+                    /* dQ += dS K */
+                    if (qmap) mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dQh, dh);
+                    else mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dqblk, d->q_stride);
+                    /* dK += dS^T Q (a key bias passes its gradient through unchanged) */
+                    if (kmap) {
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, ldq, 0.0f, dKVh, dh);
+                        mhe__map_grads(NULL, ms + 2 * dh, dKVh, dh, kraw, (size_t)d->k_stride, cols, dh);
+                        for (jj = 0; jj < cols; jj++)
+                            for (c = 0; c < dh; c++) dkblk[(size_t)jj * d->k_stride + c] += dKVh[(size_t)jj * dh + c];
+                    } else {
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, ldq, 1.0f, dkblk, d->k_stride);
+                    }
+                }
+                if (qmap) {   /* through the query map: dQ += dQh * q_mul */
+                    const float *qm = MHE__MAP(d->q_mul, d, h);
+                    mhe__map_grads(qm ? ms : NULL, d->q_add ? ms + dh : NULL, dQh, dh, qraw, (size_t)d->q_stride, rows, dh);
+                    for (i = 0; i < rows; i++)
+                        for (c = 0; c < dh; c++) dqblk[(size_t)i * d->q_stride + c] += dQh[(size_t)i * dh + c] * (qm ? qm[c] : 1.0f);
                 }
             }
+        }
+    }
+    if (qmap || kmap || vmap) {   /* sum the per-(b, h) map gradients over b */
+        int b, h, c2, which;
+        float *targets[5];
+        targets[0] = d->dq_mul; targets[1] = d->dq_add; targets[2] = d->dk_add; targets[3] = d->dv_mul; targets[4] = d->dv_add;
+        for (which = 0; which < 5; which++) {
+            if (!targets[which]) continue;
+            for (b = 0; b < d->B; b++)
+                for (h = 0; h < n; h++)
+                    for (c2 = 0; c2 < dh; c2++)
+                        targets[which][(size_t)h * dh + c2] += d->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
+        }
     }
 }
 
