@@ -260,7 +260,17 @@ MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, flo
 /* 5. attention variants                                                    */
 /* ======================================================================== */
 /* How each kind makes Q, K and V. Names are used in configs ("attn=mha"). */
-enum { MHE_ATTN_MHA = 0, MHE_ATTN_KIND_COUNT };
+enum {
+    MHE_ATTN_MHA = 0,   /* per-head W_i^{Q,K,V} (Vaswani et al. 2017) */
+    MHE_ATTN_SHA,       /* one head of size d_h, repeated n times into W^O (MHE paper, Table 1) */
+    MHE_ATTN_MQA,       /* per-head Q, one shared K and V (Shazeer 2019) */
+    MHE_ATTN_GQA,       /* K and V shared within kv_groups groups (Ainslie et al. 2023) */
+    MHE_ATTN_SKV,       /* per-head Q, one projection per head used as both K and V (Kitaev et al. 2020) */
+    MHE_ATTN_EL_ATT,    /* Q projected, K = V = the input split into heads (Yan et al. 2021) */
+    MHE_ATTN_MHE_ADD,   /* seed W^{Q,K,V} + head embeddings, psi(A, b) = A + b (MHE paper, eq. 5) */
+    MHE_ATTN_MHE_MUL,   /* seed W^{Q,K,V} + head embeddings, psi(A, b) = A * (b + 1) (MHE paper, eq. 5) */
+    MHE_ATTN_KIND_COUNT
+};
 MHEDEF const char *mhe_attn_kind_name(int kind);
 MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
 
@@ -285,6 +295,7 @@ typedef struct mhe_config {
     int d_ff;               /* MLP hidden width; 0 means 4 * d_model */
     int max_seq_len;        /* rows of the learned position table */
     int attn[MHE_MAX_LAYERS]; /* attention kind per layer */
+    int kv_groups;          /* K/V heads of `gqa` layers (must divide n_heads) */
     int norm;               /* layernorm | rmsnorm */
     float norm_eps;
     int post_norm;          /* norm_position=pre|post */
@@ -310,7 +321,8 @@ MHEDEF int mhe_config_d_ff(const mhe_config *c);
 
 typedef struct mhe_layer {
     mhe_tensor *norm1_w, *norm1_b, *norm2_w, *norm2_b;
-    mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;     /* wq, wk, wv are adjacent in memory */
+    mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;     /* wq, wk, wv are adjacent in memory; wk, wv NULL when the kind has none */
+    mhe_tensor *eq, *ek, *ev;                               /* MHE head embeddings [n, d_h] */
     mhe_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
 } mhe_layer;
 
@@ -321,7 +333,9 @@ typedef struct mhe_acts {
     float *in[MHE_MAX_LAYERS];      /* layer input (points at the previous layer's output) */
     float *n1[MHE_MAX_LAYERS], *n2[MHE_MAX_LAYERS];           /* norm outputs [BT, C] */
     float *mean1[MHE_MAX_LAYERS], *rstd1[MHE_MAX_LAYERS], *mean2[MHE_MAX_LAYERS], *rstd2[MHE_MAX_LAYERS];
-    float *qkv[MHE_MAX_LAYERS];     /* [BT, (n + 2 n_kv) d_h] */
+    float *qkv[MHE_MAX_LAYERS];     /* [BT, q_w + k_w + v_w] the layer's projections */
+    float *qkvx[MHE_MAX_LAYERS];    /* MHE reference path: per-head Q, K, V [BT, 3 n d_h] */
+    float *hmap[MHE_MAX_LAYERS];    /* MHE-MUL: q_mul = (1+e^Q)(1+e^K), v_mul = 1+e^V [2, n, d_h] */
     float *att[MHE_MAX_LAYERS];     /* [BT, n d_h] attention output before W^O */
     float *lse[MHE_MAX_LAYERS];     /* [B, n, T] fused core, or probs [B, n, T, T] reference core */
     float *res1[MHE_MAX_LAYERS], *res2[MHE_MAX_LAYERS];       /* residual sums [BT, C] */
@@ -332,7 +346,8 @@ typedef struct mhe_acts {
     const float *final_h;           /* input of the LM head */
     int *tokens, *targets;          /* copies of the last batch [BT] */
     /* backward scratch */
-    float *d_res, *d_n, *d_tmp, *d_att, *d_qkv, *d_fc1, *d_act, *d_logits, *scratch;
+    float *d_res, *d_n, *d_tmp, *d_att, *d_qkv, *d_qkvx, *d_fc1, *d_act, *d_logits, *scratch;
+    float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
     size_t bytes;
 } mhe_acts;
 
@@ -530,13 +545,21 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
 /* ======================================================================== */
 /* 12. inference: KV cache and sampling                                     */
 /* ======================================================================== */
+/* Keys and values of every layer for the tokens seen so far. What a layer
+   keeps depends on its kind: n heads of K and V for mha, kv_groups heads for
+   gqa, one head for mqa, sha and the MHE kinds (their per-head maps are
+   applied on the fly), one tensor for skv (V is K) and the layer input for
+   el-att (K = V = the input). */
 typedef struct mhe_kv_cache {
     int max_len, len;               /* capacity and tokens cached */
-    int n_layers, kv_width;         /* kv_width = n_kv * d_h floats per token and layer */
-    float *k, *v;                   /* [n_layers, max_len, kv_width] */
+    int n_layers;
+    int k_width[MHE_MAX_LAYERS], v_width[MHE_MAX_LAYERS];   /* floats per token (v 0: V is K) */
+    float *k[MHE_MAX_LAYERS], *v[MHE_MAX_LAYERS];           /* [max_len, width] each */
     float *scratch;                 /* per-token activations */
     float *logits;                  /* [V] */
-    size_t bytes;
+    size_t bytes;                   /* of the K/V rows */
+    size_t bytes_per_token;         /* K/V floats per token, all layers, in bytes */
+    void *block;
     void *alloc_ctx;
 } mhe_kv_cache;
 
@@ -1958,7 +1981,9 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
 
 /* ---- 5. attention variants ---------------------------------------------- */
 
-static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = { "mha" };
+static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = {
+    "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"
+};
 
 MHEDEF const char *mhe_attn_kind_name(int kind) {
     return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__attn_names[kind] : "?";
@@ -1983,6 +2008,7 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.n_layers = 4;
     c.max_seq_len = 256;
     for (i = 0; i < MHE_MAX_LAYERS; i++) c.attn[i] = MHE_ATTN_MHA;
+    c.kv_groups = 2;
     c.norm = MHE_NORM_LAYERNORM;
     c.norm_eps = 1e-5f;
     c.activation = MHE_ACT_GELU;
@@ -2018,6 +2044,7 @@ static const mhe__field mhe__config_fields[] = {
     { "d_ff", MHE__F_INT, MHE__CF(d_ff), 0, 1048576, 0, "MLP hidden width (0: 4*d_model)" },
     { "max_seq_len", MHE__F_INT, MHE__CF(max_seq_len), 1, 1048576, 0, "longest sequence (position table rows)" },
     { "attn", MHE__F_ATTN, MHE__CF(attn), 0, 0, 0, "attention kind, or one per layer separated by commas" },
+    { "kv_groups", MHE__F_INT, MHE__CF(kv_groups), 1, 4096, 0, "K/V head groups of gqa layers (divides n_heads)" },
     { "norm", MHE__F_ENUM, MHE__CF(norm), 0, 0, "layernorm|rmsnorm", "normalisation" },
     { "norm_eps", MHE__F_FLOAT, MHE__CF(norm_eps), 1e-12, 1, 0, "epsilon inside the norm" },
     { "norm_position", MHE__F_ENUM, MHE__CF(post_norm), 0, 0, "pre|post", "norm before (pre) or after (post) each residual sum" },
@@ -2297,6 +2324,13 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
     if (nkinds > c->n_layers && nkinds < MHE_MAX_LAYERS)
         return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
+    for (i = 0; i < c->n_layers; i++) {
+        if (c->attn[i] == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is gqa: kv_groups %d must divide n_heads %d", i, c->kv_groups, c->n_heads);
+        if (c->attn[i] == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is el-att: K = V = the input split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
+                             i, c->n_heads, dh, c->d_model);
+    }
     /* every GEMM dimension must fit an int and every tensor a size_t */
     if ((int64_t)c->n_heads * dh > 1048576 || (int64_t)c->vocab_size * c->d_model > ((int64_t)1 << 31) - 1 ||
         (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1)
@@ -2305,6 +2339,37 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
 }
 
 /* ---- 7. models: parameters ---------------------------------------------- */
+
+/* What a layer of each attention kind projects: widths of its Q, K and V
+   projections (k_w = 0: K is the layer input; v_w = 0: V is K), how many
+   query and K/V heads the core runs, and the K/V floats cached per token. */
+typedef struct mhe__geom {
+    int q_w, k_w, v_w, proj_w;      /* proj_w = q_w + k_w + v_w: one GEMM */
+    int core_q_heads, kv_heads;     /* heads the attention core runs */
+    int cache_k, cache_v;           /* floats per token in the KV cache (cache_v 0: V is K) */
+    int mhe;                        /* head embeddings e^{Q,K,V} */
+} mhe__geom;
+
+static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
+    mhe__geom g;
+    int n = c->n_heads, dh = mhe_config_d_head(c);
+    memset(&g, 0, sizeof g);
+    g.q_w = n * dh; g.core_q_heads = n;
+    switch (kind) {
+    case MHE_ATTN_MHA: g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
+    case MHE_ATTN_MQA: g.k_w = g.v_w = dh; g.kv_heads = 1; break;
+    case MHE_ATTN_GQA: g.k_w = g.v_w = c->kv_groups * dh; g.kv_heads = c->kv_groups; break;
+    case MHE_ATTN_SKV: g.k_w = n * dh; g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_EL_ATT: g.k_w = g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_SHA: g.q_w = g.k_w = g.v_w = dh; g.core_q_heads = 1; g.kv_heads = 1; break;
+    default: /* MHE: one seed head; the core runs n heads over it */
+        g.q_w = g.k_w = g.v_w = dh; g.kv_heads = 1; g.mhe = 1; break;
+    }
+    g.proj_w = g.q_w + g.k_w + g.v_w;
+    g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
+    g.cache_v = g.v_w;
+    return g;
+}
 
 /* Walks the parameter list in memory order. With m->params == NULL it only
    counts; then it fills the tensors. The order puts wq, wk, wv (and their
@@ -2334,23 +2399,32 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
 static void mhe__layout_walk(mhe__layout *L) {
     mhe_model *m = L->m;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, dh = mhe_config_d_head(c), n = c->n_heads, nkv = n, F = mhe_config_d_ff(c), l;
+    int C = c->d_model, dh = mhe_config_d_head(c), n = c->n_heads, F = mhe_config_d_ff(c), l;
     int ln = c->norm == MHE_NORM_LAYERNORM;
-    char nm[MHE_NAME_LEN];
+    char nm[MHE_NAME_LEN], nm2[32];
     m->tok_emb = mhe__param(L, "tok_emb.weight", 2, c->vocab_size, C, 1);
     m->pos_emb = mhe__param(L, "pos_emb.weight", 2, c->max_seq_len, C, 1);
     for (l = 0; l < c->n_layers; l++) {
         mhe_layer *y = &m->layers[l];
-#define MHE__P(field, suffix, nd, a, b, dec) (snprintf(nm, sizeof nm, "layers.%d.%s", l, suffix), y->field = mhe__param(L, nm, nd, a, b, dec))
+#define MHE__P(field, suffix, nd, a, b, dec) (snprintf(nm, sizeof nm, "layers.%d.%.40s", l, suffix), y->field = mhe__param(L, nm, nd, a, b, dec))
         MHE__P(norm1_w, "norm1.weight", 1, C, 0, 0);
         if (ln) MHE__P(norm1_b, "norm1.bias", 1, C, 0, 0);
-        MHE__P(wq, "attn.wq.weight", 2, (int64_t)n * dh, C, 1);
-        MHE__P(wk, "attn.wk.weight", 2, (int64_t)nkv * dh, C, 1);
-        MHE__P(wv, "attn.wv.weight", 2, (int64_t)nkv * dh, C, 1);
-        if (c->bias) {
-            MHE__P(bq, "attn.wq.bias", 1, (int64_t)n * dh, 0, 0);
-            MHE__P(bk, "attn.wk.bias", 1, (int64_t)nkv * dh, 0, 0);
-            MHE__P(bv, "attn.wv.bias", 1, (int64_t)nkv * dh, 0, 0);
+        {
+            mhe__geom g = mhe__layer_geom(c, c->attn[l]);
+            const char *kname = c->attn[l] == MHE_ATTN_SKV ? "attn.wkv" : "attn.wk";
+            MHE__P(wq, "attn.wq.weight", 2, g.q_w, C, 1);
+            if (g.k_w) { snprintf(nm2, sizeof nm2, "%s.weight", kname); MHE__P(wk, nm2, 2, g.k_w, C, 1); }
+            if (g.v_w) MHE__P(wv, "attn.wv.weight", 2, g.v_w, C, 1);
+            if (c->bias) {
+                MHE__P(bq, "attn.wq.bias", 1, g.q_w, 0, 0);
+                if (g.k_w) { snprintf(nm2, sizeof nm2, "%s.bias", kname); MHE__P(bk, nm2, 1, g.k_w, 0, 0); }
+                if (g.v_w) MHE__P(bv, "attn.wv.bias", 1, g.v_w, 0, 0);
+            }
+            if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
+                MHE__P(eq, "attn.eq", 2, n, dh, 0);
+                MHE__P(ek, "attn.ek", 2, n, dh, 0);
+                MHE__P(ev, "attn.ev", 2, n, dh, 0);
+            }
         }
         MHE__P(wo, "attn.wo.weight", 2, C, (int64_t)n * dh, 1);
         if (c->bias) MHE__P(bo, "attn.wo.bias", 1, C, 0, 0);
@@ -2455,23 +2529,27 @@ MHEDEF void mhe_model_zero_grad(mhe_model *m) {
 
 /* ---- 7. models: activations ----------------------------------------------- */
 
-static int mhe__qkv_width(const mhe_config *c) { return (c->n_heads + 2 * c->n_heads) * mhe_config_d_head(c); }
 
 /* carve (or, with base == NULL, measure) the activation block */
 static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
-    size_t BT = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c);
-    size_t QKV = (size_t)mhe__qkv_width(c), HD = (size_t)c->n_heads * mhe_config_d_head(c), used = 0;
+    size_t BT = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), dh = (size_t)mhe_config_d_head(c);
+    size_t HD = (size_t)c->n_heads * dh, used = 0, max_proj = 0, n = (size_t)c->n_heads;
     size_t att_stats = c->fused_attention ? (size_t)B * c->n_heads * T : (size_t)B * c->n_heads * T * T;
-    int l;
+    int l, any_mhe_ref = 0;
 #define MHE__A(ptr, count) do { size_t n_ = MHE_ARENA_ROUND((count) * sizeof(float)); \
         if (base) { (ptr) = (float *)(void *)(base + used); } used += n_; } while (0)
     MHE__A(a->emb, BT * C);
     for (l = 0; l < c->n_layers; l++) {
+        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
+        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
         MHE__A(a->n1[l], BT * C); MHE__A(a->n2[l], BT * C);
         MHE__A(a->mean1[l], BT); MHE__A(a->rstd1[l], BT); MHE__A(a->mean2[l], BT); MHE__A(a->rstd2[l], BT);
-        MHE__A(a->qkv[l], BT * QKV); MHE__A(a->att[l], BT * HD); MHE__A(a->lse[l], att_stats);
+        MHE__A(a->qkv[l], BT * (size_t)g.proj_w); MHE__A(a->att[l], BT * HD); MHE__A(a->lse[l], att_stats);
+        a->qkvx[l] = NULL; a->hmap[l] = NULL;
+        if (g.mhe && !c->fused_attention) { MHE__A(a->qkvx[l], BT * 3 * HD); any_mhe_ref = 1; }
+        if (c->attn[l] == MHE_ATTN_MHE_MUL) MHE__A(a->hmap[l], 2 * HD);
         MHE__A(a->res1[l], BT * C); MHE__A(a->res2[l], BT * C);
         MHE__A(a->fc1[l], BT * F); MHE__A(a->act[l], BT * F);
     }
@@ -2479,7 +2557,10 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) 
     MHE__A(a->logits, BT * (size_t)c->vocab_size); MHE__A(a->losses, BT);
     MHE__A(a->d_res, BT * C); MHE__A(a->d_n, BT * C); MHE__A(a->scratch, BT * C);
     MHE__A(a->d_tmp, BT * C);
-    MHE__A(a->d_att, BT * HD); MHE__A(a->d_qkv, BT * QKV);
+    MHE__A(a->d_att, BT * HD); MHE__A(a->d_qkv, BT * max_proj);
+    a->d_qkvx = NULL;
+    if (any_mhe_ref) MHE__A(a->d_qkvx, BT * 3 * HD);
+    MHE__A(a->map_scratch, (size_t)B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, BT * F); MHE__A(a->d_act, BT * F);
     MHE__A(a->d_logits, BT * (size_t)c->vocab_size);
 #undef MHE__A
@@ -2532,19 +2613,145 @@ static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, co
 static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
 static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
 
-static mhe_attn_dims mhe__attn_dims(const mhe_model *m, int layer, int B, int T) {
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, int layer, int B, int Tq, int Tk, int causal) {
     mhe_attn_dims d;
     const mhe_config *c = &m->cfg;
-    int dh = mhe_config_d_head(c), qkvw = mhe__qkv_width(c);
+    int dh = mhe_config_d_head(c);
     memset(&d, 0, sizeof d);
-    d.B = B; d.n_heads = c->n_heads; d.n_kv_heads = c->n_heads; d.Tq = T; d.Tk = T; d.d_head = dh;
-    d.q_stride = d.k_stride = d.v_stride = qkvw;
+    d.B = B; d.n_heads = c->n_heads; d.n_kv_heads = c->n_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
     d.o_stride = c->n_heads * dh;
-    d.causal = 1;
+    d.causal = causal; d.q_offset = Tk - Tq;
     d.scale = 1.0f / sqrtf((float)dh);
     d.dropout = m->training ? c->attn_dropout : 0.0f;
     d.seed = mhe__site_seed(m, 3 * layer + 3);
     return d;
+}
+
+/* MHE-MUL maps from the head embeddings: head i scores with
+   (Q*(1+e_i^Q)) (K*(1+e_i^K))^T = (Q * w_i) K^T, w_i = (1+e_i^Q)(1+e_i^K),
+   and its values are V*(1+e_i^V) (MHE paper eq. 5-6, psi = mul). */
+static void mhe__mul_maps(const mhe_layer *y, float *hmap, int nd) {
+    int i;
+    for (i = 0; i < nd; i++) {
+        hmap[i] = (1.0f + y->eq->data[i]) * (1.0f + y->ek->data[i]);
+        hmap[nd + i] = 1.0f + y->ev->data[i];
+    }
+}
+
+/* MHE reference path, literally eq. 5: per-head Q_i, K_i, V_i = psi(seed, e_i)
+   for every row, stored in x [rows, 3 n d_h]. */
+static void mhe__mhe_expand(const mhe_layer *y, int mul, const float *q, const float *k, const float *v, int stride,
+                            int rows, int n, int dh, float *x) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < dh; c++) {
+                size_t o = (size_t)r * 3 * n * dh + (size_t)h * dh + c, e = (size_t)h * dh + c, i = (size_t)r * stride + c;
+                x[o] = mul ? q[i] * (1.0f + y->eq->data[e]) : q[i] + y->eq->data[e];
+                x[o + (size_t)n * dh] = mul ? k[i] * (1.0f + y->ek->data[e]) : k[i] + y->ek->data[e];
+                x[o + (size_t)2 * n * dh] = mul ? v[i] * (1.0f + y->ev->data[e]) : v[i] + y->ev->data[e];
+            }
+}
+
+/* The attention of layer l for B x Tq queries over Tk keys: q rows (stride qs),
+   K rows and V rows (strides ks, vs). Writes att [B*Tq, n d_h] and the core's
+   statistics (lse, or probs for the reference core). Training and decoding
+   both come here, so the KV-cache path cannot drift from the trained one. */
+static void mhe__attn_fwd(const mhe_model *m, int l, int B, int Tq, int Tk, int causal,
+                          const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                          float *att, float *stats, float *qkvx, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    int kind = c->attn[l], n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    mhe_attn_dims d = mhe__attn_dims(m, l, B, Tq, Tk, causal);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
+    if (g.mhe && use_ref) {
+        MHE_ASSERT(Tq == Tk);
+        mhe__mhe_expand(y, kind == MHE_ATTN_MHE_MUL, q, k, v, qs, B * Tq, n, dh, qkvx);
+        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        d.n_kv_heads = n;
+        mhe_attn_ref_fwd(&d, att, stats, qkvx, qkvx + HD, qkvx + 2 * HD);
+        return;
+    }
+    if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
+        d.q_shared = 1;
+        if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(y, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
+        else { d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data; }
+        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+        return;
+    }
+    if (use_ref) mhe_attn_ref_fwd(&d, att, stats, q, k, v);
+    else mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+    if (kind == MHE_ATTN_SHA) {   /* n identical heads feed W^O */
+        int r, h;
+        for (r = 0; r < B * Tq; r++)
+            for (h = 1; h < n; h++) memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD, (size_t)dh * sizeof(float));
+    }
+}
+
+/* Backward of mhe__attn_fwd (training shapes, Tq = Tk = T): adds into dq, dk, dv
+   (same strides as q, k, v) and into the head-embedding gradients. d_att is
+   used as scratch. */
+static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *dq, float *dk, float *dv, float *d_att, const float *att,
+                          const float *stats, float *qkvx, float *d_qkvx, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    mhe_acts *a = &m->acts;
+    int kind = c->attn[l], n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    mhe_attn_dims d = mhe__attn_dims(m, l, B, T, T, 1);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
+    if (g.mhe && use_ref) {
+        int mul = kind == MHE_ATTN_MHE_MUL, which;
+        memset(d_qkvx, 0, (size_t)B * T * 3 * HD * sizeof(float));
+        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        d.n_kv_heads = n;
+        mhe_attn_ref_bwd(&d, d_qkvx, d_qkvx + HD, d_qkvx + 2 * HD, d_att, stats, qkvx, qkvx + HD, qkvx + 2 * HD);
+        /* back through psi: A_i = A*(1+e_i) (mul) or A + e_i (add), summed over heads */
+        for (which = 0; which < 3; which++) {
+            const float *src = which == 0 ? q : which == 1 ? k : v;
+            float *dsrc = which == 0 ? dq : which == 1 ? dk : dv;
+            const mhe_tensor *e = which == 0 ? y->eq : which == 1 ? y->ek : y->ev;
+            for (r = 0; r < B * T; r++)
+                for (h = 0; h < n; h++)
+                    for (i = 0; i < dh; i++) {
+                        float gx = d_qkvx[(size_t)r * 3 * HD + (size_t)which * HD + (size_t)h * dh + i];
+                        size_t ei = (size_t)h * dh + i;
+                        dsrc[(size_t)r * qs + i] += mul ? gx * (1.0f + e->data[ei]) : gx;
+                        e->grad[ei] += mul ? gx * src[(size_t)r * qs + i] : gx;
+                    }
+        }
+        return;
+    }
+    if (g.mhe) {
+        d.q_shared = 1;
+        d.map_scratch = a->map_scratch;
+        if (kind == MHE_ATTN_MHE_MUL) {
+            float *dmap = a->d_hmap;
+            memset(dmap, 0, (size_t)2 * HD * sizeof(float));
+            d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
+            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
+                y->eq->grad[i] += dmap[i] * (1.0f + y->ek->data[i]);
+                y->ek->grad[i] += dmap[i] * (1.0f + y->eq->data[i]);
+                y->ev->grad[i] += dmap[HD + i];
+            }
+        } else {
+            d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data;
+            d.dq_add = y->eq->grad; d.dk_add = y->ek->grad; d.dv_add = y->ev->grad;
+            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        }
+        return;
+    }
+    if (kind == MHE_ATTN_SHA)   /* the n copies of the one head: their gradients add up */
+        for (r = 0; r < B * T; r++)
+            for (h = 1; h < n; h++) mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
+    if (use_ref) mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+    else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
 }
 
 /* y = x + dropout(branch) for the residual sums */
@@ -2568,7 +2775,7 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
     mhe_status st;
-    int C = c->d_model, F = mhe_config_d_ff(c), QKV = mhe__qkv_width(c), HD = c->n_heads * mhe_config_d_head(c);
+    int C = c->d_model, F = mhe_config_d_ff(c), HD = c->n_heads * mhe_config_d_head(c);
     int V = c->vocab_size, BT, l, i, t;
     const float *x;
     if (!tokens) return mhe__fail(m->err, MHE_ERR_ARG, "forward: tokens is NULL");
@@ -2591,16 +2798,21 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
 
     for (l = 0; l < c->n_layers; l++) {
         const mhe_layer *y = &m->layers[l];
-        mhe_attn_dims d = mhe__attn_dims(m, l, B, T);
-        const float *attn_in, *mlp_in;
+        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
+        const float *attn_in, *mlp_in, *kp, *vp;
+        int P = g.proj_w, ks;
         a->in[l] = (float *)x;
         /* pre-norm: h = x + Attn(N1(x)); out = h + MLP(N2(h)).
            post-norm: h = N1(x + Attn(x)); out = N2(h + MLP(h)). */
         if (!c->post_norm) { mhe__norm_fwd(m, a->n1[l], a->mean1[l], a->rstd1[l], x, y->norm1_w, y->norm1_b, BT); attn_in = a->n1[l]; }
         else attn_in = x;
-        mhe_linear_fwd(a->qkv[l], attn_in, y->wq->data, mhe__opt_data(y->bq), BT, C, QKV);
-        if (c->fused_attention) mhe_attn_fused_fwd(&d, a->att[l], a->lse[l], a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
-        else mhe_attn_ref_fwd(&d, a->att[l], a->lse[l], a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
+        mhe_linear_fwd(a->qkv[l], attn_in, y->wq->data, mhe__opt_data(y->bq), BT, C, P);
+        /* K and V: in the projections, or the input itself (el-att); V is K when the kind has no W^V */
+        kp = g.k_w ? a->qkv[l] + g.q_w : attn_in;
+        ks = g.k_w ? P : C;
+        vp = g.v_w ? a->qkv[l] + g.q_w + g.k_w : kp;
+        mhe__attn_fwd(m, l, B, T, T, 1, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->att[l], a->lse[l],
+                      a->qkvx[l], a->hmap[l], !c->fused_attention);
         mhe_linear_fwd(a->scratch, a->att[l], y->wo->data, mhe__opt_data(y->bo), BT, HD, C);
         mhe__residual(m, a->res1[l], x, a->scratch, (int64_t)BT * C, 3 * l + 1);
         if (!c->post_norm) { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res1[l], y->norm2_w, y->norm2_b, BT); mlp_in = a->n2[l]; }
@@ -2631,7 +2843,7 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
     int B = m->last_B, T = m->last_T, BT = B * T, C = c->d_model, F = mhe_config_d_ff(c);
-    int QKV = mhe__qkv_width(c), HD = c->n_heads * mhe_config_d_head(c), V = c->vocab_size, l, i, t;
+    int HD = c->n_heads * mhe_config_d_head(c), V = c->vocab_size, l, i, t;
     size_t nC = (size_t)BT * C * sizeof(float);
     const mhe_tensor *head = m->lm_head ? m->lm_head : m->tok_emb;
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
@@ -2651,7 +2863,10 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
 
     for (l = c->n_layers - 1; l >= 0; l--) {
         const mhe_layer *y = &m->layers[l];
-        mhe_attn_dims d = mhe__attn_dims(m, l, B, T);
+        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
+        int P = g.proj_w, ks;
+        float *d_in, *dkp, *dvp;
+        const float *kp, *vp;
         const float *db, *mlp_in = c->post_norm ? a->n1[l] : a->n2[l], *attn_in = c->post_norm ? a->in[l] : a->n1[l];
         float *d_mlp_in;
         if (c->post_norm) {
@@ -2684,20 +2899,19 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
         db = mhe__residual_bwd(m, a->d_tmp, a->d_res, (int64_t)BT * C, 3 * l + 1);
         memset(a->d_att, 0, (size_t)BT * HD * sizeof(float));
         mhe_linear_bwd(a->d_att, y->wo->grad, mhe__opt_grad(y->bo), db, a->att[l], y->wo->data, BT, HD, C);
-        memset(a->d_qkv, 0, (size_t)BT * QKV * sizeof(float));
-        if (c->fused_attention)
-            mhe_attn_fused_bwd(&d, a->d_qkv, a->d_qkv + HD, a->d_qkv + 2 * HD, a->d_att, a->att[l], a->lse[l],
-                               a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
-        else
-            mhe_attn_ref_bwd(&d, a->d_qkv, a->d_qkv + HD, a->d_qkv + 2 * HD, a->d_att, a->lse[l],
-                             a->qkv[l], a->qkv[l] + HD, a->qkv[l] + 2 * HD);
-        if (!c->post_norm) {
-            memset(a->d_n, 0, nC);
-            mhe_linear_bwd(a->d_n, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, QKV);
-            mhe__norm_bwd(m, a->d_res, a->d_n, a->in[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
-        } else {
-            mhe_linear_bwd(a->d_res, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, QKV);
-        }
+        /* gradient of the attention input: d_n (pre-norm, then through N1) or d_res (post-norm) */
+        d_in = c->post_norm ? a->d_res : a->d_n;
+        if (!c->post_norm) memset(a->d_n, 0, nC);
+        memset(a->d_qkv, 0, (size_t)BT * P * sizeof(float));
+        kp = g.k_w ? a->qkv[l] + g.q_w : attn_in;
+        ks = g.k_w ? P : C;
+        vp = g.v_w ? a->qkv[l] + g.q_w + g.k_w : kp;
+        dkp = g.k_w ? a->d_qkv + g.q_w : d_in;
+        dvp = g.v_w ? a->d_qkv + g.q_w + g.k_w : dkp;
+        mhe__attn_bwd(m, l, B, T, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->d_qkv, dkp, dvp, a->d_att, a->att[l],
+                      a->lse[l], a->qkvx[l], a->d_qkvx, a->hmap[l], !c->fused_attention);
+        mhe_linear_bwd(d_in, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, P);
+        if (!c->post_norm) mhe__norm_bwd(m, a->d_res, a->d_n, a->in[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
     }
     /* embeddings: x0 = dropout(tok_emb[tokens] + pos_emb[t]) */
     if (m->training && c->dropout > 0) {
@@ -4357,58 +4571,72 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
 
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
     const mhe_config *cfg = &m->cfg;
-    size_t per, total, scratch;
-    int ok = 1;
+    size_t per_tok = 0, total, scratch, max_proj = 0, HD = (size_t)cfg->n_heads * mhe_config_d_head(cfg);
+    float *p;
+    int ok = 1, l;
     if (!c) return MHE_ERR_ARG;
     memset(c, 0, sizeof *c);
     if (max_len < 1 || max_len > cfg->max_seq_len) return MHE_ERR_ARG;
     c->max_len = max_len;
     c->n_layers = cfg->n_layers;
-    c->kv_width = cfg->n_heads * mhe_config_d_head(cfg);
-    per = mhe__mul_size(mhe__mul_size((size_t)cfg->n_layers, (size_t)max_len, &ok), (size_t)c->kv_width, &ok);
-    scratch = (size_t)4 * cfg->d_model + (size_t)mhe__qkv_width(cfg) + (size_t)cfg->n_heads * mhe_config_d_head(cfg) +
-              2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + (size_t)cfg->vocab_size;
-    total = mhe__add_size(mhe__mul_size(per, 2, &ok), scratch, &ok);
+    for (l = 0; l < cfg->n_layers; l++) {
+        mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]);
+        c->k_width[l] = g.cache_k; c->v_width[l] = g.cache_v;
+        per_tok += (size_t)g.cache_k + (size_t)g.cache_v;
+        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
+    }
+    /* x, h, tmp, hn [C]; projections; att [HD]; MLP [2 F]; lse [n]; stats; MUL maps [2 HD]; logits [V] */
+    scratch = (size_t)4 * cfg->d_model + max_proj + HD + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 +
+              2 * HD + (size_t)cfg->vocab_size;
+    total = mhe__add_size(mhe__mul_size(per_tok, (size_t)max_len, &ok), scratch, &ok);
     total = mhe__mul_size(total, sizeof(float), &ok);
     if (!ok) return MHE_ERR_OVERFLOW;
-    c->k = (float *)MHE_MALLOC(alloc_ctx, total);
-    if (!c->k) return MHE_ERR_NOMEM;
-    c->v = c->k + per;
-    c->scratch = c->v + per;
+    c->block = MHE_MALLOC(alloc_ctx, total);
+    if (!c->block) return MHE_ERR_NOMEM;
+    p = (float *)c->block;
+    for (l = 0; l < cfg->n_layers; l++) {
+        c->k[l] = p; p += (size_t)c->k_width[l] * max_len;
+        c->v[l] = c->v_width[l] ? p : c->k[l]; p += (size_t)c->v_width[l] * max_len;
+    }
+    c->scratch = p;
     c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;
-    c->bytes = 2 * per * sizeof(float);
+    c->bytes_per_token = per_tok * sizeof(float);
+    c->bytes = per_tok * (size_t)max_len * sizeof(float);
     c->alloc_ctx = alloc_ctx;
     return MHE_OK;
 }
 
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c) {
-    if (c && c->k) MHE_FREE(c->alloc_ctx, c->k);
+    if (c && c->block) MHE_FREE(c->alloc_ctx, c->block);
     if (c) memset(c, 0, sizeof *c);
 }
 
 /* The forward pass for one token, reading earlier keys and values from the
-   cache: the same equations as mhe_model_forward with T = 1. */
+   cache: the same equations (and the same attention code) as
+   mhe_model_forward with T = 1. */
 MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     const mhe_config *cfg = &m->cfg;
-    int C = cfg->d_model, F = mhe_config_d_ff(cfg), HD = cfg->n_heads * mhe_config_d_head(cfg), l, pos = c->len;
-    float *x = c->scratch, *h = x + C, *tmp = h + C, *qkv = tmp + C, *att = qkv + mhe__qkv_width(cfg);
-    float *f1 = att + HD, *f2 = f1 + F, *lse = f2 + F, *stats = lse + cfg->n_heads, *hn = stats + 4;
+    int C = cfg->d_model, F = mhe_config_d_ff(cfg), HD = cfg->n_heads * mhe_config_d_head(cfg), l, pos = c->len, max_proj = 0;
+    float *x = c->scratch, *h = x + C, *tmp = h + C, *hn = tmp + C, *proj = hn + C, *att, *f1, *f2, *lse, *stats, *hmap;
     const float *out;
+    for (l = 0; l < cfg->n_layers; l++) { mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]); if (g.proj_w > max_proj) max_proj = g.proj_w; }
+    att = proj + max_proj; f1 = att + HD; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
     if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
     if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
+    m->training = 0;
     for (l = 0; l < C; l++) x[l] = m->tok_emb->data[(size_t)token * C + l] + m->pos_emb->data[(size_t)pos * C + l];
     for (l = 0; l < cfg->n_layers; l++) {
         const mhe_layer *y = &m->layers[l];
-        float *kc = c->k + (size_t)l * c->max_len * c->kv_width, *vc = c->v + (size_t)l * c->max_len * c->kv_width;
+        mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]);
         const float *ain = x;
-        mhe_attn_dims d = mhe__attn_dims(m, l, 1, 1);
         int i;
         if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm1_w, y->norm1_b, 1); ain = h; }
-        mhe_linear_fwd(qkv, ain, y->wq->data, mhe__opt_data(y->bq), 1, C, mhe__qkv_width(cfg));
-        memcpy(kc + (size_t)pos * c->kv_width, qkv + HD, (size_t)c->kv_width * sizeof(float));
-        memcpy(vc + (size_t)pos * c->kv_width, qkv + 2 * HD, (size_t)c->kv_width * sizeof(float));
-        d.Tk = pos + 1; d.k_stride = d.v_stride = c->kv_width; d.causal = 0; d.dropout = 0;
-        mhe_attn_fused_fwd(&d, att, lse, qkv, kc, vc);
+        mhe_linear_fwd(proj, ain, y->wq->data, mhe__opt_data(y->bq), 1, C, g.proj_w);
+        /* append this token's K (or the input, for el-att) and V */
+        memcpy(c->k[l] + (size_t)pos * c->k_width[l], g.k_w ? proj + g.q_w : ain, (size_t)c->k_width[l] * sizeof(float));
+        if (c->v_width[l]) memcpy(c->v[l] + (size_t)pos * c->v_width[l], proj + g.q_w + g.k_w, (size_t)c->v_width[l] * sizeof(float));
+        mhe__attn_fwd(m, l, 1, 1, pos + 1, 0, proj, g.proj_w, c->k[l], c->k_width[l], c->v[l],
+                      c->v_width[l] ? c->v_width[l] : c->k_width[l], att, lse, NULL, hmap, 0);
         mhe_linear_fwd(tmp, att, y->wo->data, mhe__opt_data(y->bo), 1, HD, C);
         for (i = 0; i < C; i++) x[i] += tmp[i];
         if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm2_w, y->norm2_b, 1); ain = h; }

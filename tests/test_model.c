@@ -68,6 +68,9 @@ static void fused_equals_reference(const char *extra) {
     c2 = c; c2.fused_attention = 0;
     mhe_model_init(&a, &c, 7, NULL);
     mhe_model_init(&b, &c2, 7, NULL);
+    /* with dropout configured, run in training mode: both paths must drop the same weights */
+    a.training = b.training = c.dropout > 0 || c.attn_dropout > 0;
+    a.dropout_seed = b.dropout_seed = 99;
     mhe_model_forward(&a, tok, tgt, 3, 8, &la); mhe_model_backward(&a);
     mhe_model_forward(&b, tok, tgt, 3, 8, &lb); mhe_model_backward(&b);
     eg = test_max_rel_err(a.grad_data, b.grad_data, (long)a.n_params, 1e-3);
@@ -165,6 +168,19 @@ int main(void) {
         "norm_position=post\nnorm=rmsnorm\ntie_embeddings=0\n",
         "d_head=5\nfused_attention=0\n",
         "n_layers=1\nd_ff=7\n",
+        "attn=sha\n",
+        "attn=mqa\n",
+        "attn=gqa\nn_heads=4\nd_model=16\nkv_groups=2\n",
+        "attn=skv\n",
+        "attn=el-att\n",
+        "attn=el-att\nnorm_position=post\n",
+        "attn=mhe-add\n",
+        "attn=mhe-mul\n",
+        "attn=mhe-mul\nnorm_position=post\nbias=0\n",
+        "attn=mhe-add,mhe-mul\n",
+        "attn=mha,gqa\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
+        "attn=mhe-mul,mhe-add\nattn_dropout=0.2\n",
+        "attn=sha,skv\nattn_dropout=0.3\n",
     };
     int i;
     for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {

@@ -356,7 +356,7 @@ static int cmd_generate(int argc, char **argv) {
     if (plen + (size_t)o.n_tokens < (size_t)len) len = (int)(plen + o.n_tokens);
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
     if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
-    fprintf(stderr, "KV cache: %d tokens x %d layers x %d floats x 2 (K, V) = %.1f KB\n", len, kv.n_layers, kv.kv_width, kv.bytes / 1024.0);
+    fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
     mhe_rng_seed(&r, o.tc.seed);
     fwrite(prompt, 1, plen, stdout);
     for (i = 0; i < plen; i++)
