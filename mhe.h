@@ -317,6 +317,11 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err);
 /* the i-th field as key and value text; returns 0 past the last field */
 MHEDEF int mhe_config_field(const mhe_config *c, int i, const char **key, char *value, size_t value_len);
 MHEDEF int mhe_config_d_head(const mhe_config *c);
+/* Parameters of one attention sublayer of `kind` under config c (its d_model,
+   n_heads, d_head, kv_groups): Q/K/V projections and head embeddings, plus
+   W^O when with_wo, plus biases when with_bias. The model layout counts its
+   tensors with the same geometry, so this equals a built layer's count. */
+MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias);
 MHEDEF int mhe_config_d_ff(const mhe_config *c);
 
 typedef struct mhe_layer {
@@ -2339,6 +2344,7 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
 }
 
 /* ---- 7. models: parameters ---------------------------------------------- */
+static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias);
 
 /* What a layer of each attention kind projects: widths of its Q, K and V
    projections (k_w = 0: K is the layer input; v_w = 0: V is K), how many
@@ -2441,6 +2447,22 @@ static void mhe__layout_walk(mhe__layout *L) {
         if (ln) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0);
     }
     if (!c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1);
+}
+
+/* the attention tensors mhe__layout_walk creates for one layer, counted */
+static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
+    mhe__geom g = mhe__layer_geom(c, kind);
+    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
+    int64_t n = (int64_t)g.proj_w * C;                        /* W^Q, W^K, W^V as the kind has them */
+    if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
+    if (with_bias) n += g.proj_w;
+    if (with_wo) n += C * HD + (with_bias ? C : 0);
+    return n;
+}
+
+MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
+    if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT) return -1;
+    return mhe__attn_count(c, kind, with_wo, with_bias);
 }
 
 static void mhe__fill_normal(float *x, int64_t n, float std, mhe_rng *r) {

@@ -159,6 +159,32 @@ static void sampling(void) {
     }
 }
 
+/* the attention-parameter formula equals the tensors a built model has */
+static void attn_counts(void) {
+    int kind;
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {
+        mhe_config c = tiny("n_heads=4\nd_model=16\nkv_groups=2\nn_layers=1\n");
+        mhe_model m;
+        int64_t built = 0, i;
+        c.attn[0] = kind;
+        CHECK(mhe_model_init(&m, &c, 1, NULL) == MHE_OK, "init %s: %s", mhe_attn_kind_name(kind), m.err);
+        for (i = 0; i < m.n_tensors; i++) if (strstr(m.params[i].name, ".attn.")) built += m.params[i].size;
+        CHECK(built == mhe_attn_param_count(&c, kind, 1, 1), "%s: built %lld vs formula %lld", mhe_attn_kind_name(kind),
+              (long long)built, (long long)mhe_attn_param_count(&c, kind, 1, 1));
+        mhe_model_free(&m);
+    }
+    {   /* MHE paper Table 1 (BERT-base: 12 layers, d 768, 12 heads of 64, no biases, with W^O) */
+        mhe_config c = mhe_config_default();
+        c.d_model = 768; c.n_heads = 12;
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_MHA, 1, 0) == 28311552, "BERT-base MHA 28.31M");
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_SHA, 1, 0) == 8847360, "BERT-base SHA 8.85M");
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_MHE_MUL, 1, 0) == 8875008, "BERT-base MHE 8.88M");
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_MQA, 1, 0) == 15335424, "BERT-base MQA 15.34M");
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_SKV, 1, 0) == 21233664, "BERT-base SKV 21.23M");
+        CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_EL_ATT, 1, 0) == 14155776, "BERT-base EL-ATT 14.16M");
+    }
+}
+
 int main(void) {
     const char *variants[] = {
         "",
@@ -190,5 +216,6 @@ int main(void) {
     }
     checkpoint_roundtrip();
     sampling();
+    attn_counts();
     return TEST_END();
 }
