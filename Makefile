@@ -20,7 +20,7 @@ B       = build
 TOOLS    = $(patsubst tools/%.c,$(B)/%,$(wildcard tools/*.c))
 EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TESTS    = $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
-DEPS     = mhe.h
+DEPS     = mhe.h $(wildcard tools/*.h)
 
 all: $(TOOLS) $(EXAMPLES)
 

@@ -543,6 +543,14 @@ MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
 /* ======================================================================== */
 /* mean loss over the counted tokens -> perplexity */
 MHEDEF double mhe_perplexity(double mean_loss);
+/* Performance retention ratio against MHA (MHE paper sec. 4.6):
+   score/score_mha for a direct indicator (accuracy, BLEU), and
+   1 - (score - score_mha)/score_mha for an inverse one (perplexity, inverse = 1). */
+MHEDEF double mhe_prr(double score, double score_mha, int inverse);
+/* Performance elasticity of parameters against SHA (MHE paper sec. 4.6):
+   ((score/score_sha) - 1) / ((params/params_sha) - 1), negated for an inverse
+   indicator: the relative gain in score per relative gain in parameters. */
+MHEDEF double mhe_peop(double score, double params, double score_sha, double params_sha, int inverse);
 /* entropy (nats) of the unigram distribution of data: the loss of the best
    context-free predictor, a baseline a trained LM must beat (-1: no memory) */
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
@@ -4570,6 +4578,15 @@ MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path) {
 /* ---- 11. metrics ------------------------------------------------------------ */
 
 MHEDEF double mhe_perplexity(double mean_loss) { return exp(mean_loss); }
+
+MHEDEF double mhe_prr(double score, double score_mha, int inverse) {
+    return inverse ? 1.0 - (score - score_mha) / score_mha : score / score_mha;
+}
+
+MHEDEF double mhe_peop(double score, double params, double score_sha, double params_sha, int inverse) {
+    double e = (score / score_sha - 1.0) / (params / params_sha - 1.0);
+    return inverse ? -e : e;
+}
 
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
     double h = 0;

@@ -117,6 +117,14 @@ static void exp_accuracy(void) {
 #endif
 }
 
+/* the MHE paper's indicators on round numbers */
+static void prr_peop(void) {
+    CHECK_CLOSE(mhe_prr(80.0, 100.0, 0), 0.8, 1e-12, 0, "PRR direct");
+    CHECK_CLOSE(mhe_prr(60.0, 50.0, 1), 0.8, 1e-12, 0, "PRR inverse (perplexity 60 vs 50)");
+    CHECK_CLOSE(mhe_peop(110.0, 1010.0, 100.0, 1000.0, 0), 10.0, 1e-9, 0, "PEoP: 10%% gain for 1%% params");
+    CHECK_CLOSE(mhe_peop(90.0, 1010.0, 100.0, 1000.0, 1), 10.0, 1e-9, 0, "PEoP inverse");
+}
+
 static void dropout_stats(void) {
     enum { M = 100000 };
     static float a[M], b[M];
@@ -261,6 +269,7 @@ int main(void) {
     (void)table;
     gradcheck("embedding", emb_f, emb_b, NULL, 6 * C, N * C, 1e-2f, 1e-3);
     exp_accuracy();
+    prr_peop();
     dropout_stats();
     rng_and_arena();
     schedules();

@@ -471,6 +471,8 @@ static int cmd_inspect(int argc, char **argv) {
     return 0;
 }
 
+#include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
+
 int main(int argc, char **argv) {
     const char *cmd = argc > 1 ? argv[1] : "--help";
     if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
@@ -479,6 +481,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(cmd, "grad") == 0) return cmd_grad(argc, argv);
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc, argv);
+    if (strcmp(cmd, "params") == 0) return cmd_params(argc, argv);
     printf("mhe %s - train and run parameter-efficient transformers\n"
            "usage: mhe COMMAND [options]   (mhe COMMAND --help for each)\n"
            "  init       create a model file from a config\n"
@@ -486,6 +489,7 @@ int main(int argc, char **argv) {
            "  eval       loss and perplexity of a model on a text file\n"
            "  generate   sample text with a KV cache\n"
            "  grad       loss and every parameter gradient of one batch, as safetensors\n"
-           "  inspect    list the metadata and tensors of a safetensors file\n", MHE_VERSION);
+           "  inspect    list the metadata and tensors of a safetensors file\n"
+           "  params     parameter and memory tables of the attention kinds (MHE paper)\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }
