@@ -54,7 +54,10 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "max_seq_len", "attn", "norm", "norm_eps", "norm_position", "activation",
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
-            "bias", "tie_embeddings", "fused_attention"}
+            "bias", "tie_embeddings", "fused_attention", "kv_groups"}
+# Optional config keys: sent only when a config names them (the tool's default otherwise).
+OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1"}
+ATTN_KINDS = ["mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"]
 FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
 
 BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps": "1e-5",
