@@ -2203,8 +2203,11 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
             int tmp[MHE_MAX_LAYERS];
             while (1) {
                 const char *e = strchr(s, ',');
-                size_t len = e ? (size_t)(e - s) : strlen(s);
+                size_t len;
                 int kind;
+                while (mhe__is_space(*s)) s++;   /* "mha, gqa" reads as "mha,gqa" */
+                len = e ? (size_t)(e - s) : strlen(s);
+                while (len > 0 && mhe__is_space(s[len - 1])) len--;
                 if (len == 0 || len >= sizeof name)
                     return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': empty or too long kind name in '%s'", what, value);
                 memcpy(name, s, len); name[len] = 0;
@@ -2698,7 +2701,7 @@ static void mhe__attn_fwd(const mhe_model *m, int l, int B, int Tq, int Tk, int 
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
     d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
     if (g.mhe && use_ref) {
-        MHE_ASSERT(Tq == Tk);
+        MHE_ASSERT(Tq == Tk && ks == qs && vs == qs);   /* seeds come from one projection GEMM */
         mhe__mhe_expand(y, kind == MHE_ATTN_MHE_MUL, q, k, v, qs, B * Tq, n, dh, qkvx);
         d.q_stride = d.k_stride = d.v_stride = 3 * HD;
         d.n_kv_heads = n;
@@ -2737,6 +2740,7 @@ static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int
     d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
     if (g.mhe && use_ref) {
         int mul = kind == MHE_ATTN_MHE_MUL, which;
+        MHE_ASSERT(ks == qs && vs == qs);   /* seeds share the projection's row stride */
         memset(d_qkvx, 0, (size_t)B * T * 3 * HD * sizeof(float));
         d.q_stride = d.k_stride = d.v_stride = 3 * HD;
         d.n_kv_heads = n;

@@ -10,7 +10,17 @@ loads the parameters into a float64 PyTorch implementation of the GPT that
 mhe describes, and compares the loss and the gradient of every parameter.
 Each config is checked twice: with the parameters exactly as `mhe init` made
 them, and with every parameter perturbed (norm weights away from 1, biases
-away from 0), written back into a copy of the model file with the same header.
+away from 0, MHE head embeddings eq/ev by N(0, 0.2) so the heads differ),
+written back into a copy of the model file with the same header.
+
+The reference covers every attention kind (config key `attn`: one kind for all
+layers or one per layer, comma-separated): mha, sha, mqa, gqa (`kv_groups`
+K/V heads, default 2; query head h uses K/V head h // (n/g)), skv (`wkv`: K = V),
+el-att (K = V = the attention input split into heads), mhe-add and mhe-mul (seed
+wq/wk/wv of width d_head and head embeddings eq/ek/ev [n, d_head]; head i uses
+A + e[i] or A * (1 + e[i])). Configs run each kind in pre and post norm, with and
+without biases, per-layer hybrids, and the MHE kinds with fused_attention=1 (fast
+path) and =0 (reference path: the literal per-head expansion).
 
 Checks (each one counts as one pass or fail):
   * the model's metadata holds format=mhe-1 and the config that was asked for;
@@ -18,9 +28,14 @@ Checks (each one counts as one pass or fail):
   * per variant: `loss` has shape [1] and relative error <= 1e-4;
   * per variant: gradient names == parameter names, with the same shapes;
   * per variant and parameter: max|g_c - g_t| / max(max|g_t|, 1e-6) <= 1e-4.
-    Exception: the gradient of attn.wk.bias is exactly zero in exact arithmetic
-    (softmax ignores the per-query constant q.b_k), so its rounding noise is
-    divided by max|g_t| of attn.wk.weight instead.
+    Exceptions, gradients that are exactly zero in exact arithmetic, so both sides
+    hold only rounding noise (softmax ignores a per-query constant on the scores):
+      - attn.wk.bias (q.b_k): divided by max|g_t| of attn.wk.weight instead;
+      - attn.ek of mhe-add layers (q_i.ek[i]): it is the sum over the tokens of
+        dL/dK_i, so it is divided by the largest absolute sum of those terms;
+  * per invalid config (gqa with kv_groups not dividing n_heads, el-att with
+    n_heads*d_head != d_model, an unknown kind): `mhe init` exits non-zero (not a
+    crash), says what is wrong, and writes no model file.
 
 Usage (from anywhere; the tool runs from the repository root):
   python3 tests/torch_crosscheck.py [--verbose] [--keep DIR] [--only NAME] [--list]
@@ -72,7 +87,8 @@ def _cfg(name, B, T, extra=None, **kw):
 
 # Small configs covering: pre/post norm, layernorm/rmsnorm, gelu/relu/silu,
 # bias 0/1, tied/untied, d_head != C/n, d_ff explicit or 4C, T < max_seq_len
-# and T == max_seq_len, 1..3 layers, a per-layer attn list.
+# and T == max_seq_len, 1..8 layers, per-layer attn lists, every attention kind,
+# kv_groups 1, 2 (default), 3 and n_heads.
 # "extra" keys are sent only when the tool's metadata shows it knows them.
 CONFIGS = [
     _cfg("pre-ln-gelu-bias-tied", 2, 12, vocab_size=37, d_model=32, n_heads=4, n_layers=2,
@@ -105,7 +121,98 @@ CONFIGS = [
     _cfg("post-rms-silu-bias-untied-refcore", 3, 6, {"fused_attention": "0"}, vocab_size=19,
          d_model=24, n_heads=2, n_layers=2, max_seq_len=8, norm="rmsnorm",
          norm_position="post", activation="silu", bias=1, tie_embeddings=0),
+    # ---- the other attention kinds: each in pre and post norm, with and without biases
+    _cfg("pre-ln-gelu-bias-tied-sha", 2, 12, vocab_size=37, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=16, attn="sha", norm="layernorm", norm_position="pre", activation="gelu",
+         bias=1, tie_embeddings=1, init_std="0.05"),
+    _cfg("post-rms-relu-nobias-untied-sha-dh12", 2, 8, vocab_size=29, d_model=24, n_heads=3,
+         d_head=12, n_layers=2, max_seq_len=10, attn="sha", norm="rmsnorm", norm_position="post",
+         activation="relu", bias=0, tie_embeddings=0),
+    _cfg("pre-rms-silu-nobias-untied-mqa-dh6", 2, 9, vocab_size=41, d_model=20, n_heads=5,
+         d_head=6, n_layers=2, d_ff=36, max_seq_len=12, attn="mqa", norm="rmsnorm",
+         norm_position="pre", activation="silu", bias=0, tie_embeddings=0, init_std="0.05"),
+    _cfg("post-ln-gelu-bias-tied-mqa", 2, 10, vocab_size=31, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=10, attn="mqa", norm="layernorm", norm_position="post", activation="gelu",
+         bias=1, tie_embeddings=1),
+    # kv_groups not sent: the tool's default (2) must be what the metadata holds
+    _cfg("pre-ln-gelu-bias-untied-gqa-default", 2, 11, vocab_size=37, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=16, attn="gqa", norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=0, init_std="0.05"),
+    _cfg("post-rms-silu-nobias-tied-gqa3-dh8", 2, 9, vocab_size=27, d_model=36, n_heads=6,
+         d_head=8, n_layers=2, d_ff=40, max_seq_len=12, attn="gqa", kv_groups=3, norm="rmsnorm",
+         norm_position="post", activation="silu", bias=0, tie_embeddings=1),
+    _cfg("pre-rms-gelu-nobias-tied-skv", 2, 10, vocab_size=33, d_model=24, n_heads=4,
+         n_layers=2, max_seq_len=12, attn="skv", norm="rmsnorm", norm_position="pre",
+         activation="gelu", bias=0, tie_embeddings=1, init_std="0.05"),
+    _cfg("post-ln-relu-bias-untied-skv-dh10", 2, 8, vocab_size=25, d_model=32, n_heads=2,
+         d_head=10, n_layers=2, max_seq_len=8, attn="skv", norm="layernorm", norm_position="post",
+         activation="relu", bias=1, tie_embeddings=0),
+    _cfg("pre-ln-silu-bias-untied-elatt", 2, 10, vocab_size=35, d_model=24, n_heads=3,
+         n_layers=2, max_seq_len=12, attn="el-att", norm="layernorm", norm_position="pre",
+         activation="silu", bias=1, tie_embeddings=0, init_std="0.05"),
+    _cfg("post-rms-gelu-nobias-tied-elatt-dh8", 2, 9, vocab_size=30, d_model=32, n_heads=4,
+         d_head=8, n_layers=2, max_seq_len=9, attn="el-att", norm="rmsnorm", norm_position="post",
+         activation="gelu", bias=0, tie_embeddings=1),
+    # MHE kinds, each on the fast path and on the reference path (literal per-head expansion)
+    _cfg("pre-ln-gelu-bias-tied-mheadd", 2, 12, vocab_size=37, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=16, attn="mhe-add", norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=1, init_std="0.05"),
+    _cfg("pre-ln-gelu-bias-tied-mheadd-refcore", 2, 12, {"fused_attention": "0"}, vocab_size=37,
+         d_model=32, n_heads=4, n_layers=2, max_seq_len=16, attn="mhe-add", norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1, init_std="0.05"),
+    _cfg("post-rms-silu-nobias-untied-mheadd-dh12", 2, 9, vocab_size=29, d_model=24, n_heads=3,
+         d_head=12, n_layers=2, max_seq_len=10, attn="mhe-add", norm="rmsnorm",
+         norm_position="post", activation="silu", bias=0, tie_embeddings=0),
+    _cfg("post-rms-silu-nobias-untied-mheadd-dh12-refcore", 2, 9, {"fused_attention": "0"},
+         vocab_size=29, d_model=24, n_heads=3, d_head=12, n_layers=2, max_seq_len=10,
+         attn="mhe-add", norm="rmsnorm", norm_position="post", activation="silu", bias=0,
+         tie_embeddings=0),
+    _cfg("pre-rms-relu-nobias-untied-mhemul-dh12", 2, 11, vocab_size=41, d_model=32, n_heads=4,
+         d_head=12, n_layers=2, max_seq_len=12, attn="mhe-mul", norm="rmsnorm",
+         norm_position="pre", activation="relu", bias=0, tie_embeddings=0, init_std="0.05"),
+    _cfg("pre-rms-relu-nobias-untied-mhemul-dh12-refcore", 2, 11, {"fused_attention": "0"},
+         vocab_size=41, d_model=32, n_heads=4, d_head=12, n_layers=2, max_seq_len=12,
+         attn="mhe-mul", norm="rmsnorm", norm_position="pre", activation="relu", bias=0,
+         tie_embeddings=0, init_std="0.05"),
+    _cfg("post-ln-gelu-bias-tied-mhemul", 3, 7, vocab_size=23, d_model=24, n_heads=4,
+         n_layers=2, max_seq_len=8, attn="mhe-mul", norm="layernorm", norm_position="post",
+         activation="gelu", bias=1, tie_embeddings=1),
+    _cfg("post-ln-gelu-bias-tied-mhemul-refcore", 3, 7, {"fused_attention": "0"}, vocab_size=23,
+         d_model=24, n_heads=4, n_layers=2, max_seq_len=8, attn="mhe-mul", norm="layernorm",
+         norm_position="post", activation="gelu", bias=1, tie_embeddings=1),
+    # hybrids: a per-layer list of kinds
+    _cfg("pre-ln-gelu-bias-untied-hybrid", 2, 12, vocab_size=37, d_model=32, n_heads=4,
+         n_layers=3, max_seq_len=16, attn="mhe-mul,mha,gqa", kv_groups=2, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=0, init_std="0.05"),
+    _cfg("post-rms-silu-nobias-tied-hybrid-kv1", 2, 10, vocab_size=31, d_model=24, n_heads=4,
+         d_head=8, n_layers=4, max_seq_len=12, attn="mhe-add,mqa,skv,gqa", kv_groups=1,
+         norm="rmsnorm", norm_position="post", activation="silu", bias=0, tie_embeddings=1),
+    _cfg("pre-ln-gelu-bias-tied-allkinds", 2, 10, vocab_size=29, d_model=24, n_heads=4,
+         d_head=6, n_layers=8, max_seq_len=12, attn="sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul,mha",
+         kv_groups=2, norm="layernorm", norm_position="pre", activation="gelu", bias=1,
+         tie_embeddings=1, init_std="0.05"),
+    _cfg("post-rms-relu-nobias-untied-allkinds-refcore", 2, 9, {"fused_attention": "0"},
+         vocab_size=27, d_model=24, n_heads=4, n_layers=8, max_seq_len=9,
+         attn="mha,mhe-mul,mhe-add,el-att,skv,gqa,mqa,sha", kv_groups=4, norm="rmsnorm",
+         norm_position="post", activation="relu", bias=0, tie_embeddings=0),
 ]
+
+# Configs `mhe init` must refuse: non-zero exit, a message on stderr that contains
+# every string of "want", and no model file. Checked once each (one pass or fail).
+INVALID = [
+    _cfg("invalid-gqa-kv_groups-3-of-4", 1, 1, vocab_size=20, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=8, attn="gqa", kv_groups=3, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
+    _cfg("invalid-elatt-4x6-ne-32", 1, 1, vocab_size=20, d_model=32, n_heads=4, d_head=6,
+         n_layers=2, max_seq_len=8, attn="mha,el-att", norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=1),
+    _cfg("invalid-unknown-kind", 1, 1, vocab_size=20, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=8, attn="mha,mhe-pow", norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=1),
+]
+INVALID[0]["want"] = ["kv_groups"]
+INVALID[1]["want"] = ["el-att"]
+INVALID[2]["want"] = ["mhe-pow"]
 
 
 # --------------------------------------------------------------------------
@@ -218,7 +325,32 @@ def resolved(cfg):
     r["d_ff"] = r["d_ff"] or 4 * C
     kinds = [a.strip() for a in r["attn"].split(",")]
     r["attn"] = kinds * r["n_layers"] if len(kinds) == 1 else kinds
+    for k, v in OPT_DEFAULTS.items():
+        r.setdefault(k, int(v))
     return r
+
+
+def attn_shapes(kind, C, n, dh, g):
+    """[(suffix under layers.{l}.attn., shape, is_linear)] of one attention sublayer of
+    `kind` before wo, in spec order: linear weights are [out, in] and carry a bias of
+    [out] when bias=1; the MHE head embeddings never do."""
+    H = n * dh
+    if kind == "mha":
+        return [("wq", (H, C), True), ("wk", (H, C), True), ("wv", (H, C), True)]
+    if kind == "mqa":
+        return [("wq", (H, C), True), ("wk", (dh, C), True), ("wv", (dh, C), True)]
+    if kind == "gqa":
+        return [("wq", (H, C), True), ("wk", (g * dh, C), True), ("wv", (g * dh, C), True)]
+    if kind == "skv":
+        return [("wq", (H, C), True), ("wkv", (H, C), True)]
+    if kind == "el-att":
+        return [("wq", (H, C), True)]
+    if kind == "sha":
+        return [("wq", (dh, C), True), ("wk", (dh, C), True), ("wv", (dh, C), True)]
+    if kind in ("mhe-add", "mhe-mul"):
+        return [("wq", (dh, C), True), ("wk", (dh, C), True), ("wv", (dh, C), True),
+                ("eq", (n, dh), False), ("ek", (n, dh), False), ("ev", (n, dh), False)]
+    raise ValueError("unknown attn kind %r" % kind)
 
 
 def expected_params(cfg):
@@ -242,9 +374,12 @@ def expected_params(cfg):
     for l in range(L):
         p = "layers.%d." % l
         norm(p + "norm1")
-        lin(p + "attn.wq", H, C)
-        lin(p + "attn.wk", H, C)
-        lin(p + "attn.wv", H, C)
+        for suffix, shape, is_lin in attn_shapes(r["attn"][l], C, r["n_heads"], r["d_head"],
+                                                 r["kv_groups"]):
+            if is_lin:
+                lin(p + "attn." + suffix, *shape)
+            else:
+                out.append((p + "attn." + suffix, shape))
         lin(p + "attn.wo", C, H)
         norm(p + "norm2")
         lin(p + "mlp.fc1", F, C)
@@ -256,8 +391,10 @@ def expected_params(cfg):
     return out
 
 
-def reference_loss(torch, cfg, P, inputs, targets):
-    """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}."""
+def reference_loss(torch, cfg, P, inputs, targets, taps=None):
+    """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}.
+    taps (a dict) receives, per mhe-add layer, its per-head keys K_i = K + ek[i] under
+    the name of ek (with retain_grad), for the noise scale of ek's gradient."""
     F = torch.nn.functional
     r = resolved(cfg)
     B, T = inputs.shape
@@ -284,14 +421,51 @@ def reference_loss(torch, cfg, P, inputs, targets):
 
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)
 
-    def attn(x, p):
-        q = linear(x, p + ".wq").view(B, T, n, dh).transpose(1, 2)
-        k = linear(x, p + ".wk").view(B, T, n, dh).transpose(1, 2)
-        v = linear(x, p + ".wv").view(B, T, n, dh).transpose(1, 2)
+    def heads(t, k):
+        """[B, T, k*dh] -> [B, k, T, dh]"""
+        return t.reshape(B, T, k, dh).transpose(1, 2)
+
+    def core(q, k, v):
+        """q, k, v: [B, heads, T, dh] -> [B, T, heads*dh], heads concatenated in order."""
         s = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
         s = s.masked_fill(causal, float("-inf"))
         o = torch.softmax(s, dim=-1) @ v
-        return linear(o.transpose(1, 2).reshape(B, T, n * dh), p + ".wo")
+        return o.transpose(1, 2).reshape(B, T, -1)
+
+    def attn(x, p, kind):
+        if kind in ("mhe-add", "mhe-mul"):
+            # seed Q, K, V of width dh; head i uses psi(seed, e[i]) (broadcast over tokens)
+            def psi(a, e):
+                a = a.unsqueeze(1)                          # [B, 1, T, dh]
+                e = P[p + "." + e].view(1, n, 1, dh)        # [1, n, 1, dh]
+                return a + e if kind == "mhe-add" else a * (1 + e)
+            q, k, v = (linear(x, p + ".w" + w) for w in "qkv")
+            k = psi(k, "ek")
+            if taps is not None and kind == "mhe-add":
+                k.retain_grad()
+                taps[p + ".ek"] = k
+            o = core(psi(q, "eq"), k, psi(v, "ev"))
+        elif kind == "sha":
+            q, k, v = (heads(linear(x, p + ".w" + w), 1) for w in "qkv")
+            o = core(q, k, v).repeat(1, 1, n)               # n copies of the one head
+        else:
+            q = heads(linear(x, p + ".wq"), n)
+            if kind == "mha":
+                k, v = heads(linear(x, p + ".wk"), n), heads(linear(x, p + ".wv"), n)
+            elif kind in ("mqa", "gqa"):
+                g = 1 if kind == "mqa" else r["kv_groups"]
+                # query head h uses K/V head h // (n // g)
+                k = heads(linear(x, p + ".wk"), g).repeat_interleave(n // g, dim=1)
+                v = heads(linear(x, p + ".wv"), g).repeat_interleave(n // g, dim=1)
+            elif kind == "skv":
+                k = v = heads(linear(x, p + ".wkv"), n)
+            elif kind == "el-att":
+                assert n * dh == C, "el-att needs n_heads * d_head == d_model"
+                k = v = heads(x, n)
+            else:
+                raise ValueError("unknown attn kind " + kind)
+            o = core(q, k, v)
+        return linear(o, p + ".wo")
 
     def mlp(x, p):
         return linear(act(linear(x, p + ".fc1")), p + ".fc2")
@@ -299,13 +473,12 @@ def reference_loss(torch, cfg, P, inputs, targets):
     x = P["tok_emb.weight"][inputs] + P["pos_emb.weight"][:T]
     for l in range(r["n_layers"]):
         p = "layers.%d." % l
-        if r["attn"][l] != "mha":
-            raise ValueError("unknown attn kind " + r["attn"][l])
+        kind = r["attn"][l]
         if r["norm_position"] == "pre":
-            x = x + attn(norm(x, p + "norm1"), p + "attn")
+            x = x + attn(norm(x, p + "norm1"), p + "attn", kind)
             x = x + mlp(norm(x, p + "norm2"), p + "mlp")
         else:
-            x = norm(x + attn(x, p + "attn"), p + "norm1")
+            x = norm(x + attn(x, p + "attn", kind), p + "norm1")
             x = norm(x + mlp(x, p + "mlp"), p + "norm2")
     if r["norm_position"] == "pre":
         x = norm(x, "ln_f")
@@ -318,9 +491,13 @@ def reference_grads(torch, cfg, params_np, inputs_np, targets_np):
     P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params_np.items()}
     inputs = torch.tensor(inputs_np, dtype=torch.long)
     targets = torch.tensor(targets_np, dtype=torch.long)
-    loss = reference_loss(torch, cfg, P, inputs, targets)
+    taps = {}
+    loss = reference_loss(torch, cfg, P, inputs, targets, taps)
     loss.backward()
-    return float(loss.item()), {k: t.grad.numpy() for k, t in P.items()}
+    # ek of mhe-add: grad = sum over batch and tokens of dL/dK_i; the size of the terms
+    # of that sum (their absolute sum) is what float32 rounding noise is relative to
+    l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in taps.items()}
+    return float(loss.item()), {k: t.grad.numpy() for k, t in P.items()}, l1
 
 
 # --------------------------------------------------------------------------
@@ -334,6 +511,7 @@ def _fake_model(torch, cfg):
     C, n, dh, V, L, Fd = (r["d_model"], r["n_heads"], r["d_head"], r["vocab_size"],
                           r["n_layers"], r["d_ff"])
     bias = r["bias"] == 1
+    bug = os.environ.get("MHE_FAKE_BUG", "")
 
     class RMS(nn.Module):
         def __init__(self):
@@ -347,25 +525,61 @@ def _fake_model(torch, cfg):
         return nn.LayerNorm(C, eps=r["norm_eps"]) if r["norm"] == "layernorm" else RMS()
 
     class Attn(nn.Module):
-        def __init__(self):
+        """One attention sublayer, written head by head (a loop, unlike reference_loss)."""
+        def __init__(self, kind):
             super().__init__()
-            self.wq = nn.Linear(C, n * dh, bias=bias)
-            self.wk = nn.Linear(C, n * dh, bias=bias)
-            self.wv = nn.Linear(C, n * dh, bias=bias)
+            self.kind = kind
+            mhe = kind in ("mhe-add", "mhe-mul")
+            seed_only = mhe or kind == "sha"
+            kv = {"mha": n, "mqa": 1, "gqa": r["kv_groups"], "skv": n}.get(kind, 1)
+            self.wq = nn.Linear(C, dh if seed_only else n * dh, bias=bias)
+            if kind == "skv":
+                self.wkv = nn.Linear(C, n * dh, bias=bias)
+            elif kind != "el-att":
+                self.wk = nn.Linear(C, kv * dh, bias=bias)
+                self.wv = nn.Linear(C, kv * dh, bias=bias)
+            if mhe:
+                self.eq = nn.Parameter(torch.zeros(n, dh))
+                self.ek = nn.Parameter(torch.zeros(n, dh))
+                self.ev = nn.Parameter(torch.zeros(n, dh))
             self.wo = nn.Linear(n * dh, C, bias=bias)
 
         def forward(self, x):
             B, T, _ = x.shape
-            q = self.wq(x).reshape(B, T, n, dh)
-            k = self.wk(x).reshape(B, T, n, dh)
-            v = self.wv(x).reshape(B, T, n, dh)
-            s = torch.einsum("bihd,bjhd->bhij", q, k) * (dh ** -0.5)
+            kind = self.kind
             keep = torch.tril(torch.ones(T, T)).bool()
-            s = torch.where(keep, s, torch.full_like(s, -1e30))
-            a = torch.exp(s - s.amax(-1, keepdim=True))
-            a = a / a.sum(-1, keepdim=True)
-            o = torch.einsum("bhij,bjhd->bihd", a, v).reshape(B, T, n * dh)
-            return self.wo(o)
+            Q = self.wq(x)
+            if kind == "skv":
+                K = V = self.wkv(x)
+            elif kind == "el-att":
+                K = V = x
+            else:
+                K, V = self.wk(x), self.wv(x)
+            outs = []
+            for h in range(n):
+                if kind in ("mhe-add", "mhe-mul"):
+                    if kind == "mhe-add":
+                        q, k, v = Q + self.eq[h], K + self.ek[h], V + self.ev[h]
+                    else:
+                        q, k, v = Q * (1 + self.eq[h]), K * (1 + self.ek[h]), V * (1 + self.ev[h])
+                else:
+                    if kind == "sha":
+                        j, q = 0, Q
+                    else:
+                        q = Q[..., h * dh:(h + 1) * dh]
+                        j = {"mqa": 0, "gqa": h * r["kv_groups"] // n}.get(kind, h)
+                        if kind == "gqa" and bug == "gqa-map":
+                            j = h % r["kv_groups"]
+                    k, v = K[..., j * dh:(j + 1) * dh], V[..., j * dh:(j + 1) * dh]
+                s = torch.einsum("bid,bjd->bij", q, k) * (dh ** -0.5)
+                s = torch.where(keep, s, torch.full_like(s, -1e30))
+                a = torch.exp(s - s.amax(-1, keepdim=True))
+                a = a / a.sum(-1, keepdim=True)
+                o = torch.einsum("bij,bjd->bid", a, v)
+                if kind == "sha" and h > 0 and bug == "sha-copies":
+                    o = torch.zeros_like(o)
+                outs.append(o)
+            return self.wo(torch.cat(outs, dim=-1))
 
     class MLP(nn.Module):
         def __init__(self):
@@ -384,9 +598,9 @@ def _fake_model(torch, cfg):
             return self.fc2(h)
 
     class Block(nn.Module):
-        def __init__(self):
+        def __init__(self, kind):
             super().__init__()
-            self.norm1, self.attn, self.norm2, self.mlp = mknorm(), Attn(), mknorm(), MLP()
+            self.norm1, self.attn, self.norm2, self.mlp = mknorm(), Attn(kind), mknorm(), MLP()
 
         def forward(self, x):
             if r["norm_position"] == "pre":
@@ -400,7 +614,7 @@ def _fake_model(torch, cfg):
             super().__init__()
             self.tok_emb = nn.Embedding(V, C)
             self.pos_emb = nn.Embedding(r["max_seq_len"], C)
-            self.layers = nn.ModuleList([Block() for _ in range(L)])
+            self.layers = nn.ModuleList([Block(r["attn"][l]) for l in range(L)])
             if r["norm_position"] == "pre":
                 self.ln_f = mknorm()
             if not r["tie_embeddings"]:
@@ -440,10 +654,27 @@ def fake_mhe(argv):
                 line = line.split("#")[0].strip()
                 if line:
                     k, v = line.split("=", 1)
-                    if k not in SPEC_KEYS + ["fused_attention"]:
+                    if k not in SPEC_KEYS + list(OPT_DEFAULTS):
                         sys.stderr.write("mhe: unknown config key '%s'\n" % k)
                         return 2
                     cfg[k.strip()] = v.strip()
+        for k, v in OPT_DEFAULTS.items():
+            cfg.setdefault(k, v)        # like the C tool: every field in the metadata
+        r = resolved(cfg)
+        for l, kind in enumerate(r["attn"][:r["n_layers"]]):
+            why = None
+            if kind not in ATTN_KINDS:
+                why = "unknown attention kind '%s'" % kind
+            elif kind == "gqa" and r["n_heads"] % r["kv_groups"]:
+                why = "layer %d is gqa: kv_groups %d must divide n_heads %d" % (
+                    l, r["kv_groups"], r["n_heads"])
+            elif kind == "el-att" and r["n_heads"] * r["d_head"] != r["d_model"]:
+                why = "layer %d is el-att: needs n_heads * d_head = d_model" % l
+            if why and bug != "accept-bad":
+                sys.stderr.write("mhe: init: %s\n" % why)
+                return 1
+            if why:
+                return 0        # the injected fault: accepts it and writes nothing
         torch.manual_seed(int(opt("--seed")))
         m = _fake_model(torch, cfg)
         std = float(cfg["init_std"])
@@ -462,7 +693,6 @@ def fake_mhe(argv):
         meta = {"format": "mhe-1"}
         if bug != "nometa":
             meta.update(cfg)
-            meta.setdefault("fused_attention", "1")     # like the C tool: every field
             meta["d_head"] = str(resolved(cfg)["d_head"])       # a tool may store resolved values
             meta["norm_eps"] = repr(float(np.float32(float(cfg["norm_eps"]))))
         if bug == "dropparam":
@@ -471,7 +701,7 @@ def fake_mhe(argv):
         return 0
     if argv[0] == "grad":
         params, meta, _, _ = st_read(opt("--model"))
-        cfg = {k: meta[k] for k in SPEC_KEYS}
+        cfg = {k: meta[k] for k in SPEC_KEYS + list(OPT_DEFAULTS) if k in meta}
         m = _fake_model(torch, cfg)
         m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()})
         rows = []
@@ -501,6 +731,10 @@ def fake_mhe(argv):
                 a = a * 0.99    # wrong only when norm weights differ from 1
             if bug == "shape" and a.ndim == 2 and name.endswith("fc1.weight"):
                 a = a.T
+            if bug == "ek-noise" and name.endswith(".attn.ek") and zero_ek(cfg, name):
+                # an error of 1e-3 of eq's gradient: small, yet far above the rounding
+                # noise that the zero-gradient rule for ek allows
+                a = a + 1e-3 * np.abs(g[name[:-2] + "eq"]).max()
             out.append((name, a))
         if bug == "extra":
             out.append(("bogus.weight", np.zeros(3, dtype=np.float32)))
@@ -587,6 +821,10 @@ def check_meta(meta, cfg, res, tag):
             ok = False
         if not ok:
             bad.append("%s=%r (want %r)" % (k, meta[k], v))
+    for k, v in OPT_DEFAULTS.items():
+        # a key the config left out must hold the default the reference model assumes
+        if k not in cfg and k in meta and not meta_matches(k, v, meta[k], cfg):
+            bad.append("%s=%r (want the default %r)" % (k, meta[k], v))
     return res.check(not bad, "%s: model metadata: %s" % (tag, "; ".join(bad)))
 
 
@@ -613,8 +851,58 @@ def perturbed(params, cfg, rng):
     out = {}
     for k, v in params.items():
         s = 0.1 if v.ndim == 1 else max(std, 0.02)
+        if k.rsplit(".", 1)[-1] in ("eq", "ev"):
+            # MHE head embeddings: make the n heads clearly different. Not ek: for mhe-mul
+            # eq already does that (the scores see (1+eq)(1+ek)); for mhe-add ek only adds
+            # a row constant q.ek[i] to the scores, which softmax removes, and a large one
+            # just swamps the informative part q.k in float32 (a layer-0 post-norm K, from
+            # the raw embeddings, is ~1e-3), so the test would measure conditioning.
+            s = 0.2
         out[k] = (v.astype(np.float64) + s * rng.standard_normal(v.shape)).astype(np.float32)
     return out
+
+
+def zero_ek(cfg, pname):
+    """Is pname (layers.{l}.attn.ek) the head-key embedding of an mhe-add layer?"""
+    return resolved(cfg)["attn"][int(pname.split(".")[1])] == "mhe-add"
+
+
+def check_invalid(c, tool, workdir, res):
+    """`mhe init` on a config it must refuse: non-zero exit (not a signal), a message
+    that names the problem, and no model file. One pass or fail."""
+    name = c["name"]
+    os.makedirs(workdir, exist_ok=True)
+    cfg_path = os.path.join(workdir, "config.txt")
+    out = os.path.join(workdir, "model.safetensors")
+    with open(cfg_path, "w") as f:
+        for k in SPEC_KEYS:
+            f.write("%s=%s\n" % (k, c["cfg"][k]))
+        for k in sorted(set(c["cfg"]) - set(SPEC_KEYS)):
+            f.write("%s=%s\n" % (k, c["cfg"][k]))
+    cmd = tool + ["init", "--config", cfg_path, "--seed", "1", "--out", out]
+    try:
+        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           timeout=CMD_TIMEOUT)
+    except (subprocess.TimeoutExpired, OSError) as e:
+        return res.check(False, "%s: `%s` did not finish: %s" % (name, " ".join(cmd), e))
+    msg = (p.stderr.decode("utf-8", "replace") + p.stdout.decode("utf-8", "replace")).strip()
+    bad = []
+    if p.returncode == 0:
+        bad.append("exit status 0")
+    elif p.returncode < 0 or p.returncode > 125:
+        bad.append("exit status %d (a crash, not a clean refusal)" % p.returncode)
+    missing = [w for w in c["want"] if w.lower() not in msg.lower()]
+    if missing:
+        bad.append("message %r does not mention %s" % (msg[-300:], ", ".join(map(repr, missing))))
+    if os.path.exists(out):
+        bad.append("it wrote %s anyway" % out)
+    ok = res.check(not bad, "%s: `mhe init` must refuse attn=%s%s: %s"
+                   % (name, c["cfg"]["attn"], "".join(" %s=%s" % (k, c["cfg"][k]) for k in
+                                                    ("kv_groups", "d_head") if k in c["cfg"]),
+                      "; ".join(bad)))
+    if ok:
+        res.say("ok %s: refused, rc %d: %s" % (name, p.returncode, msg.splitlines()[-1][:150]))
+    return ok
 
 
 def check_config(c, tool, workdir, seed, res, verbose, known_keys):
@@ -674,7 +962,8 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
         except (ValueError, OSError) as e:
             res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
             continue
-        loss_ref, g_ref = reference_grads(torch, cfg, model_now, tokens[:, :-1], tokens[:, 1:])
+        loss_ref, g_ref, l1_ref = reference_grads(torch, cfg, model_now, tokens[:, :-1],
+                                                  tokens[:, 1:])
         if "loss" not in grads:
             res.check(False, "%s: no `loss` tensor in the gradient file" % tag)
             loss_err = float("nan")
@@ -695,11 +984,21 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
             gt = g_ref[pname]
             scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
             if pname.endswith(".attn.wk.bias"):
-                # Exactly zero in exact arithmetic (the bias adds q.b_k to a whole row of
-                # scores, which softmax ignores), so both sides hold only rounding noise:
-                # measure it against the gradient of the same projection's weight.
+                # Exactly zero in exact arithmetic for every kind with a wk (the bias adds
+                # q_h.b_k -- or q_h.(b_k*(1+ek_h)) for mhe-mul -- to a whole row of scores,
+                # which softmax ignores), so both sides hold only rounding noise: measure it
+                # against the gradient of the same projection's weight.
                 sib = g_ref[pname[:-len("bias")] + "weight"]
                 scale = max(scale, float(np.abs(sib).max()))
+            elif pname in l1_ref:
+                # mhe-add: K_i = K + ek[i] adds q_i.ek[i] to a whole row of head i's scores,
+                # which softmax ignores, so the gradient of ek is exactly zero and both sides
+                # hold rounding noise. It is the sum over all B*T tokens of dL/dK_i, terms
+                # that cancel exactly: measure the noise against the absolute sum of those
+                # terms (max over heads and columns, from torch). Not against a sibling
+                # gradient: eq's can be far smaller (a layer-0 post-norm K is ~1e-3, and
+                # deq_i scales with K while the terms of dek_i scale with Q + eq[i]).
+                scale = max(scale, l1_ref[pname])
             err = float(np.abs(gc - gt).max()) / scale if gt.size else 0.0
             if not np.all(np.isfinite(gc)):
                 err = float("inf")
@@ -744,6 +1043,9 @@ def run_all(configs, tool, keep, seed, res, verbose):
     try:
         known = probe_keys(tool, root) if any(c["extra"] for c in configs) else set()
         for c in configs:
+            if "want" in c:
+                check_invalid(c, tool, os.path.join(root, c["name"]), res)
+                continue
             check_config(c, tool, os.path.join(root, c["name"]), seed + CONFIGS.index(c), res,
                          verbose, known)
     finally:
@@ -759,12 +1061,16 @@ def selftest(configs, seed, verbose):
     print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
     os.environ.pop("MHE_FAKE_BUG", None)
     run_all(configs, tool, None, seed, res, verbose)
-    faults = ["fail", "nometa", "dropparam", "loss", "drop", "extra", "scale", "shape",
-              "perturb-only"]
-    for bug in faults:
+    # (fault, the config it runs on: the first whose name contains this)
+    faults = [(b, "") for b in ["fail", "nometa", "dropparam", "loss", "drop", "extra", "scale",
+                                "shape", "perturb-only"]]
+    faults += [("gqa-map", "gqa3"), ("sha-copies", "sha"), ("ek-noise", "mheadd"),
+               ("accept-bad", "invalid-")]
+    for bug, where in faults:
+        pick = [c for c in CONFIGS + INVALID if where in c["name"]][:1]
         os.environ["MHE_FAKE_BUG"] = bug
         sub = Results(quiet=True)
-        run_all(configs[:1], tool, None, seed, sub, False)
+        run_all(pick, tool, None, seed, sub, False)
         first = next((l for l in sub.lines if l.startswith("FAIL")), "(none)")
         res.check(sub.failed > 0, "selftest: injected fault '%s' was not detected" % bug)
         print("selftest: fault %-12s -> %d FAIL line(s), first: %s" % (bug, sub.failed, first[:160]))
@@ -799,12 +1105,12 @@ def main():
     ap.add_argument("--selftest", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
-    configs = CONFIGS
+    configs = CONFIGS + INVALID
     if a.only:
-        configs = [c for c in CONFIGS if any(s in c["name"] for s in a.only)]
+        configs = [c for c in configs if any(s in c["name"] for s in a.only)]
     if a.list:
         for c in configs:
-            print("%-36s B=%d T=%d %s %s" % (c["name"], c["B"], c["T"],
+            print("%-48s B=%d T=%d %s %s" % (c["name"], c["B"], c["T"],
                                               " ".join("%s=%s" % kv for kv in c["cfg"].items()),
                                               " ".join("%s=%s" % kv for kv in c["extra"].items())))
         return 0

@@ -14,6 +14,8 @@
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 static double peak_rss_mb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss / 1024.0; }
 
+static int rc_opts;   /* what parse_opts said */
+
 static int die(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "mhe: ");
     fprintf(stderr, fmt, a, b);
@@ -68,7 +70,8 @@ static int model_field(const char *key) {
     return 0;
 }
 
-/* --key value for config and train fields, and the tool's own flags */
+/* --key value for config and train fields, and the tool's own flags.
+   Returns 1, 0 for a bad value (exit 1) or -1 for a usage error (exit 2). */
 static int parse_opts(int argc, char **argv, opts *o) {
     int i;
     char err[MHE_ERR_LEN];
@@ -93,9 +96,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
     for (i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char *key = a + 2;
-        if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s'\n", a); return 0; }
+        if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s'\n", a); return -1; }
         if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
-        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return 0; }
+        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return -1; }
         i++;
         if (strcmp(key, "config") == 0) continue;
         else if (strcmp(key, "model") == 0) o->model = v;
@@ -117,7 +120,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         } else if (train_field_index(key) >= 0) {
             if (mhe_train_config_set(&o->tc, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
             o->tc_given[train_field_index(key)] = 1;
-        } else { fprintf(stderr, "mhe: unknown option %s (see --help)\n", a); return 0; }
+        } else { fprintf(stderr, "mhe: unknown option %s (see --help)\n", a); return -1; }
     }
     if (o->threads < 0 || o->n_tokens < 0) { fprintf(stderr, "mhe: --threads and --n must be >= 0\n"); return 0; }
     set_threads(o->threads);
@@ -179,7 +182,7 @@ static int cmd_init(int argc, char **argv) {
         print_fields(stdout, 1);
         return 0;
     }
-    if (!parse_opts(argc, argv, &o)) return 2;
+    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.out) return die("init: --out FILE is required%s%s", "", "");
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
@@ -218,7 +221,7 @@ static int cmd_train(int argc, char **argv) {
         printf("Model fields (for a new model): see `mhe init --help`.\n");
         return 0;
     }
-    if (!parse_opts(argc, argv, &o)) return 2;
+    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.out) return die("train: --out FILE is required%s%s", "", "");
     if (!load_corpus(o.data, &train, &n_train)) return 1;
     if (o.valid && !load_corpus(o.valid, &valid, &n_valid)) { free(train); return 1; }
@@ -318,7 +321,7 @@ static int cmd_eval(int argc, char **argv) {
                "consecutive windows of the text (N <= 0: all of it).\n");
         return 0;
     }
-    if (!parse_opts(argc, argv, &o)) return 2;
+    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
     if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
@@ -348,7 +351,7 @@ static int cmd_generate(int argc, char **argv) {
                "top-k <= 0: no cut). Prints the KV-cache size on stderr.\n");
         return 0;
     }
-    if (!parse_opts(argc, argv, &o)) return 2;
+    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
     prompt = o.prompt ? o.prompt : "\n";
     plen = strlen(prompt);
@@ -394,7 +397,7 @@ static int cmd_grad(int argc, char **argv) {
                "form the batch. A target of -1 is ignored by the loss.\n");
         return 0;
     }
-    if (!parse_opts(argc, argv, &o)) return 2;
+    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.tokens || !o.out) return die("grad: --tokens and --out are required%s%s", "", "");
     if (!load_model(o.model, &m)) return 1;
     if (!read_text(o.tokens, &text, &len)) { mhe_model_free(&m); return 1; }
