@@ -279,14 +279,15 @@ MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
 /* ======================================================================== */
 #define MHE_MAX_LAYERS 64
 
-enum { MHE_ARCH_DECODER = 0 };
+enum { MHE_ARCH_DECODER = 0,    /* causal self-attention, next-token LM */
+       MHE_ARCH_ENCODER };       /* bidirectional self-attention: masked LM, sequence classification */
 enum { MHE_NORM_LAYERNORM = 0, MHE_NORM_RMSNORM };
 
 /* The model config. Its text form is one `key=value` per line (or the same
    pairs as --key value command-line flags); mhe_config_validate says what is
    wrong with a field. It is stored in every checkpoint's __metadata__. */
 typedef struct mhe_config {
-    int arch;               /* arch=decoder */
+    int arch;               /* arch=decoder|encoder */
     int vocab_size;         /* V; 256 for the byte tokenizer */
     int d_model;            /* C */
     int n_heads;            /* n */
@@ -306,6 +307,8 @@ typedef struct mhe_config {
     float attn_dropout;     /* dropout on attention weights */
     float init_std;         /* N(0, init_std) for weights; residual outputs get /sqrt(2*n_layers) */
     int fused_attention;    /* 1: online-softmax core, 0: reference core (tests, teaching) */
+    int mask_token;         /* encoder MLM: id of [MASK]; -1 means vocab_size - 1 */
+    int n_classes;          /* encoder: classes of the sequence-classification head (0: none) */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -349,6 +352,7 @@ typedef struct mhe_acts {
     float *logits;                  /* [BT, V] */
     float *losses;                  /* [BT] */
     const float *final_h;           /* input of the LM head */
+    float *pooled, *cls_logits, *d_pooled, *d_cls;   /* classification: [B, C], [B, n_classes] */
     int *tokens, *targets;          /* copies of the last batch [BT] */
     /* backward scratch */
     float *d_res, *d_n, *d_tmp, *d_att, *d_qkv, *d_qkvx, *d_fc1, *d_act, *d_logits, *scratch;
@@ -363,6 +367,7 @@ typedef struct mhe_model {
     float *param_data, *grad_data;  /* one block each, same layout */
     int64_t n_params;
     mhe_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *lm_head;
+    mhe_tensor *cls_w, *cls_b;      /* encoder classification head [n_classes, C], [n_classes] */
     mhe_layer layers[MHE_MAX_LAYERS];
     mhe_acts acts;
     void *acts_block;
@@ -370,6 +375,7 @@ typedef struct mhe_model {
     uint64_t dropout_seed;          /* set per step by the trainer */
     int last_B, last_T;             /* shape of the last forward */
     int last_has_targets, last_count; /* targets given; rows counted in the loss */
+    int last_cls;                   /* the last forward was the classification head */
     float last_loss;
     size_t bytes_params, bytes_acts;
     void *alloc_ctx;
@@ -385,6 +391,9 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T);
 /* Forward pass over tokens[B*T]. With targets (a target < 0 is ignored),
    *loss gets the mean cross-entropy. Keeps what the backward needs. */
 MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
+/* Encoder sequence classification: mean-pooled final states through
+   cls_head to n_classes logits; labels[B] (a label < 0 is ignored). */
+MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
@@ -401,6 +410,7 @@ typedef struct mhe_train_config {
     float beta1, beta2, eps, weight_decay, clip;   /* clip <= 0: no clipping */
     uint64_t seed;
     int eval_every, eval_batches, save_every, log_every;
+    float mlm_prob;                 /* encoders: share of positions the masked-LM objective predicts */
 } mhe_train_config;
 
 MHEDEF mhe_train_config mhe_train_config_default(void);
@@ -436,7 +446,8 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
 MHEDEF void mhe_trainer_free(mhe_trainer *t);
 /* one step on a batch of tc.batch random windows of tc.seq_len+1 tokens from data[n] */
 MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
-/* mean loss over up to max_batches batches of consecutive windows of data (deterministic) */
+/* mean loss over up to max_batches batches of consecutive windows of data
+   (deterministic; an encoder is scored on masked LM with fixed masks at 15 %) */
 MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss);
 
@@ -445,6 +456,13 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
 /* ======================================================================== */
 /* Byte-level: token id = byte value (vocab 256). Returns the token count. */
 MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
+
+/* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
+   is chosen with probability prob; a chosen one becomes mask_token (80 %), a
+   random token (10 %) or stays (10 %), and its target is the original token;
+   unchosen positions get target -1 (ignored by the loss). */
+MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, float prob, int mask_token,
+                         int vocab, mhe_rng *rng);
 
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
@@ -2029,6 +2047,7 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.tie_embeddings = 1;
     c.init_std = 0.02f;
     c.fused_attention = 1;
+    c.mask_token = -1;
     return c;
 }
 
@@ -2048,7 +2067,7 @@ typedef struct mhe__field {
 
 #define MHE__CF(name) offsetof(mhe_config, name)
 static const mhe__field mhe__config_fields[] = {
-    { "arch", MHE__F_ENUM, MHE__CF(arch), 0, 0, "decoder", "model architecture" },
+    { "arch", MHE__F_ENUM, MHE__CF(arch), 0, 0, "decoder|encoder", "model architecture" },
     { "vocab_size", MHE__F_INT, MHE__CF(vocab_size), 1, 16777216, 0, "vocabulary size (256 for bytes)" },
     { "d_model", MHE__F_INT, MHE__CF(d_model), 1, 65536, 0, "model width" },
     { "n_heads", MHE__F_INT, MHE__CF(n_heads), 1, 4096, 0, "attention heads" },
@@ -2068,6 +2087,8 @@ static const mhe__field mhe__config_fields[] = {
     { "attn_dropout", MHE__F_FLOAT, MHE__CF(attn_dropout), 0, 0.99, 0, "dropout on attention weights" },
     { "init_std", MHE__F_FLOAT, MHE__CF(init_std), 1e-6, 10, 0, "std of the normal weight init" },
     { "fused_attention", MHE__F_INT, MHE__CF(fused_attention), 0, 1, 0, "1: fused online-softmax core, 0: reference core" },
+    { "mask_token", MHE__F_INT, MHE__CF(mask_token), -1, 16777215, 0, "encoder: [MASK] id for masked LM (-1: vocab_size-1)" },
+    { "n_classes", MHE__F_INT, MHE__CF(n_classes), 0, 1048576, 0, "encoder: classes of the classification head (0: none)" },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -2091,6 +2112,7 @@ static const mhe__field mhe__train_fields[] = {
     { "eval_batches", MHE__F_INT, MHE__TF(eval_batches), 1, 1000000, 0, "validation batches" },
     { "save_every", MHE__F_INT, MHE__TF(save_every), 0, 2147483647.0, 0, "checkpoint every N steps (0: at the end only)" },
     { "log_every", MHE__F_INT, MHE__TF(log_every), 1, 2147483647.0, 0, "progress line every N steps" },
+    { "mlm_prob", MHE__F_FLOAT, MHE__TF(mlm_prob), 0.001, 1, 0, "encoder masked LM: share of positions predicted" },
 };
 #define MHE__N_TRAIN_FIELDS ((int)(sizeof mhe__train_fields / sizeof mhe__train_fields[0]))
 
@@ -2340,6 +2362,10 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
     if (nkinds > c->n_layers && nkinds < MHE_MAX_LAYERS)
         return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
+    if (c->mask_token >= c->vocab_size)
+        return mhe__fail(err, MHE_ERR_CONFIG, "mask_token %d is outside the vocabulary [0, %d)", c->mask_token, c->vocab_size);
+    if (c->n_classes > 0 && c->arch != MHE_ARCH_ENCODER)
+        return mhe__fail(err, MHE_ERR_CONFIG, "n_classes %d: the classification head needs arch=encoder", c->n_classes);
     for (i = 0; i < c->n_layers; i++) {
         if (c->attn[i] == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is gqa: kv_groups %d must divide n_heads %d", i, c->kv_groups, c->n_heads);
@@ -2458,6 +2484,10 @@ static void mhe__layout_walk(mhe__layout *L) {
         if (ln) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0);
     }
     if (!c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1);
+    if (c->n_classes > 0) {
+        m->cls_w = mhe__param(L, "cls_head.weight", 2, c->n_classes, C, 1);
+        if (c->bias) m->cls_b = mhe__param(L, "cls_head.bias", 1, c->n_classes, 0, 0);
+    }
 }
 
 /* the attention tensors mhe__layout_walk creates for one layer, counted */
@@ -2588,6 +2618,11 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) 
     }
     MHE__A(a->nf, BT * C); MHE__A(a->meanf, BT); MHE__A(a->rstdf, BT);
     MHE__A(a->logits, BT * (size_t)c->vocab_size); MHE__A(a->losses, BT);
+    a->pooled = a->cls_logits = a->d_pooled = a->d_cls = NULL;
+    if (c->n_classes > 0) {
+        MHE__A(a->pooled, (size_t)B * C); MHE__A(a->d_pooled, (size_t)B * C);
+        MHE__A(a->cls_logits, (size_t)B * c->n_classes); MHE__A(a->d_cls, (size_t)B * c->n_classes);
+    }
     MHE__A(a->d_res, BT * C); MHE__A(a->d_n, BT * C); MHE__A(a->scratch, BT * C);
     MHE__A(a->d_tmp, BT * C);
     MHE__A(a->d_att, BT * HD); MHE__A(a->d_qkv, BT * max_proj);
@@ -2735,7 +2770,7 @@ static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int
     mhe_acts *a = &m->acts;
     int kind = c->attn[l], n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
     mhe__geom g = mhe__layer_geom(c, kind);
-    mhe_attn_dims d = mhe__attn_dims(m, l, B, T, T, 1);
+    mhe_attn_dims d = mhe__attn_dims(m, l, B, T, T, c->arch == MHE_ARCH_DECODER);
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
     d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
     if (g.mhe && use_ref) {
@@ -2805,7 +2840,9 @@ static const float *mhe__residual_bwd(const mhe_model *m, float *tmp, const floa
     return tmp;
 }
 
-MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+/* the stack, then the LM head (cls = 0: targets per token) or the
+   classification head (cls = 1: one label per sequence, mean-pooled) */
+static mhe_status mhe__forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss, int cls) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
     mhe_status st;
@@ -2815,13 +2852,17 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
     if (!tokens) return mhe__fail(m->err, MHE_ERR_ARG, "forward: tokens is NULL");
     if ((st = mhe_model_reserve(m, B, T)) != MHE_OK) return st;
     BT = B * T;
+    if (cls && c->n_classes < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
     for (i = 0; i < BT; i++) {
         if (tokens[i] < 0 || tokens[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, V);
-        if (targets && targets[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
+        if (targets && !cls && targets[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
     }
+    if (targets && cls)
+        for (i = 0; i < B; i++)
+            if (targets[i] >= c->n_classes) return mhe__fail(m->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", targets[i], i, c->n_classes);
     memcpy(a->tokens, tokens, (size_t)BT * sizeof(int));
-    if (targets) memcpy(a->targets, targets, (size_t)BT * sizeof(int));
-    m->last_B = B; m->last_T = T; m->last_has_targets = targets != NULL;
+    if (targets) memcpy(a->targets, targets, (size_t)(cls ? B : BT) * sizeof(int));
+    m->last_B = B; m->last_T = T; m->last_has_targets = targets != NULL; m->last_cls = cls;
 
     /* x = tok_emb[tokens] + pos_emb[t], then embedding dropout */
     mhe_embedding_fwd(a->emb, m->tok_emb->data, tokens, BT, C, 0);
@@ -2845,7 +2886,7 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
         kp = g.k_w ? a->qkv[l] + g.q_w : attn_in;
         ks = g.k_w ? P : C;
         vp = g.v_w ? a->qkv[l] + g.q_w + g.k_w : kp;
-        mhe__attn_fwd(m, l, B, T, T, 1, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->att[l], a->lse[l],
+        mhe__attn_fwd(m, l, B, T, T, c->arch == MHE_ARCH_DECODER, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->att[l], a->lse[l],
                       a->qkvx[l], a->hmap[l], !c->fused_attention);
         mhe_linear_fwd(a->scratch, a->att[l], y->wo->data, mhe__opt_data(y->bo), BT, HD, C);
         mhe__residual(m, a->res1[l], x, a->scratch, (int64_t)BT * C, 3 * l + 1);
@@ -2860,6 +2901,23 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
     }
     if (!c->post_norm) { mhe__norm_fwd(m, a->nf, a->meanf, a->rstdf, x, m->lnf_w, m->lnf_b, BT); x = a->nf; }
     a->final_h = x;
+    if (cls) {   /* mean over the sequence, then a linear layer to the classes */
+        int K = c->n_classes;
+        float mean;
+        int count;
+        memset(a->pooled, 0, (size_t)B * C * sizeof(float));
+        for (i = 0; i < B; i++)
+            for (t = 0; t < T; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)T, x + ((size_t)i * T + t) * C, C);
+        mhe_linear_fwd(a->cls_logits, a->pooled, m->cls_w->data, mhe__opt_data(m->cls_b), B, C, K);
+        if (targets) {
+            mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, targets, B, K);
+            m->last_loss = mean;
+            m->last_count = count;
+            if (loss) *loss = mean;
+            if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        }
+        return MHE_OK;
+    }
     mhe_linear_fwd(a->logits, x, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, BT, C, V);
     if (targets) {
         float mean;
@@ -2873,6 +2931,14 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
     return MHE_OK;
 }
 
+MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss) {
+    return mhe__forward(m, tokens, targets, B, T, loss, 0);
+}
+
+MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss) {
+    return mhe__forward(m, tokens, labels, B, T, loss, 1);
+}
+
 MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
@@ -2882,17 +2948,28 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     const mhe_tensor *head = m->lm_head ? m->lm_head : m->tok_emb;
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
 
-    /* loss = mean over counted rows of xent(logits) */
-    memset(a->d_logits, 0, (size_t)BT * V * sizeof(float));
-    if (m->last_count > 0) mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count);
+    /* d final hidden state: into d_n before ln_f (pre-norm), straight into d_res (post-norm) */
+    float *dfin = c->post_norm ? a->d_res : a->d_n;
     memset(a->d_res, 0, nC);
+    if (!c->post_norm) memset(a->d_n, 0, nC);
+    if (m->last_cls) {
+        /* loss = mean xent(W_c mean_t(h) + b_c): d h_t = d pooled / T */
+        int K = c->n_classes;
+        memset(a->d_cls, 0, (size_t)B * K * sizeof(float));
+        memset(a->d_pooled, 0, (size_t)B * C * sizeof(float));
+        if (m->last_count > 0) mhe_xent_bwd(a->d_cls, a->cls_logits, a->targets, B, K, 1.0f / (float)m->last_count);
+        mhe_linear_bwd(a->d_pooled, m->cls_w->grad, mhe__opt_grad(m->cls_b), a->d_cls, a->pooled, m->cls_w->data, B, C, K);
+        for (i = 0; i < B; i++)
+            for (t = 0; t < T; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)T, a->d_pooled + (size_t)i * C, C);
+    } else {
+        /* loss = mean over counted rows of xent(logits) */
+        memset(a->d_logits, 0, (size_t)BT * V * sizeof(float));
+        if (m->last_count > 0) mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count);
+        mhe_linear_bwd(dfin, head->grad, NULL, a->d_logits, a->final_h, head->data, BT, C, V);
+    }
     if (!c->post_norm) {
         const float *xl = c->n_layers ? (const float *)a->res2[c->n_layers - 1] : a->emb;
-        memset(a->d_n, 0, nC);
-        mhe_linear_bwd(a->d_n, head->grad, NULL, a->d_logits, a->nf, head->data, BT, C, V);
         mhe__norm_bwd(m, a->d_res, a->d_n, xl, m->lnf_w, m->lnf_b, a->meanf, a->rstdf, BT);
-    } else {
-        mhe_linear_bwd(a->d_res, head->grad, NULL, a->d_logits, a->final_h, head->data, BT, C, V);
     }
 
     for (l = c->n_layers - 1; l >= 0; l--) {
@@ -2967,6 +3044,23 @@ MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out) {
     return len;
 }
 
+MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, float prob, int mask_token,
+                         int vocab, mhe_rng *rng) {
+    int i;
+    for (i = 0; i < n; i++) {
+        inputs[i] = tokens[i];
+        targets[i] = -1;
+        if (mhe_rng_uniform(rng) < prob) {
+            float r = mhe_rng_uniform(rng);
+            targets[i] = tokens[i];
+            if (r < 0.8f) inputs[i] = mask_token;
+            else if (r < 0.9f) inputs[i] = (int)mhe_rng_below(rng, (uint32_t)vocab);
+        }
+    }
+}
+
+static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
+
 /* ---- 9. optimizer: AdamW, clipping, schedules ----------------------------- */
 
 MHEDEF mhe_train_config mhe_train_config_default(void) {
@@ -2976,6 +3070,7 @@ MHEDEF mhe_train_config mhe_train_config_default(void) {
     c.lr = 1e-3f; c.min_lr = 1e-4f; c.warmup = 100; c.schedule = MHE_SCHED_COSINE; c.cycles = 1;
     c.beta1 = 0.9f; c.beta2 = 0.95f; c.eps = 1e-8f; c.weight_decay = 0.1f; c.clip = 1.0f;
     c.seed = 1337; c.eval_every = 200; c.eval_batches = 8; c.save_every = 0; c.log_every = 10;
+    c.mlm_prob = 0.15f;
     return c;
 }
 
@@ -3110,10 +3205,16 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
     mhe_status st;
     if (!data || n < (size_t)T + 1)
         return mhe__fail(t->err, MHE_ERR_DATA, "training data has %zu tokens, a batch row needs seq_len+1 = %d", n, T + 1);
-    /* random windows of T+1 tokens: inputs are the first T, targets the last T */
+    /* random windows of T+1 tokens: inputs are the first T, targets the last T
+       (decoder); an encoder masks the first T for the masked-LM objective */
     for (b = 0; b < tc->batch; b++) {
         size_t span = n - (size_t)T, off;
         off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&t->rng) % span) : (size_t)mhe_rng_below(&t->rng, (uint32_t)span);
+        if (m->cfg.arch == MHE_ARCH_ENCODER) {
+            mhe_mlm_mask(t->batch_tokens + (size_t)b * T, t->batch_targets + (size_t)b * T, data + off, T, tc->mlm_prob,
+                         mhe__mask_id(&m->cfg), m->cfg.vocab_size, &t->rng);
+            continue;
+        }
         for (i = 0; i < T; i++) {
             t->batch_tokens[(size_t)b * T + i] = data[off + i];
             t->batch_targets[(size_t)b * T + i] = data[off + i + 1];
@@ -3152,6 +3253,7 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
     int64_t count = 0;
     int *buf, b, i, nb = 0;
     mhe_status st = MHE_OK;
+    mhe_rng mask_rng;
     if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
     if (!data || n < (size_t)seq_len + 1)
         return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least seq_len+1 = %d", n, seq_len + 1);
@@ -3159,14 +3261,21 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
     buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * seq_len * sizeof(int));
     if (!buf) return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
     m->training = 0;
+    mhe_rng_seed(&mask_rng, 0x6d6c6dULL);   /* the same masks at every evaluation */
     while (w < windows && (max_batches <= 0 || nb < max_batches)) {
         int rows = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
         float loss;
-        for (b = 0; b < rows; b++, w++)
+        for (b = 0; b < rows; b++, w++) {
+            if (m->cfg.arch == MHE_ARCH_ENCODER) {
+                mhe_mlm_mask(buf + (size_t)b * seq_len, buf + (size_t)(batch + b) * seq_len, data + w * seq_len, seq_len,
+                             0.15f, mhe__mask_id(&m->cfg), m->cfg.vocab_size, &mask_rng);
+                continue;
+            }
             for (i = 0; i < seq_len; i++) {
                 buf[(size_t)b * seq_len + i] = data[w * seq_len + i];
                 buf[(size_t)(batch + b) * seq_len + i] = data[w * seq_len + i + 1];
             }
+        }
         st = mhe_model_forward(m, buf, buf + (size_t)batch * seq_len, rows, seq_len, &loss);
         if (st != MHE_OK) break;
         total += (double)loss * m->last_count;
@@ -4666,6 +4775,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     att = proj + max_proj; f1 = att + HD; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
     if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
     if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
+    if (cfg->arch != MHE_ARCH_DECODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs arch=decoder");
     m->training = 0;
     for (l = 0; l < C; l++) x[l] = m->tok_emb->data[(size_t)token * C + l] + m->pos_emb->data[(size_t)pos * C + l];
     for (l = 0; l < cfg->n_layers; l++) {

@@ -90,6 +90,12 @@ static void decode_equals_forward(const char *extra) {
     mhe_model_init(&m, &c, 3, NULL);
     mhe_model_forward(&m, tok, NULL, 1, 8, NULL);
     CHECK(mhe_kv_cache_init(&kv, &m, 8, NULL) == MHE_OK, "kv cache init");
+    if (c.arch == MHE_ARCH_ENCODER) {   /* bidirectional: no token-by-token decoding */
+        CHECK(mhe_decode_step(&m, &kv, tok[0]) == MHE_ERR_CONFIG, "decoding an encoder is refused: %s", m.err);
+        mhe_kv_cache_free(&kv);
+        mhe_model_free(&m);
+        return;
+    }
     for (t = 0; t < 8; t++) {
         double e;
         mhe_decode_step(&m, &kv, tok[t]);
@@ -138,6 +144,70 @@ static void checkpoint_roundtrip(void) {
     }
     free(buf);
     mhe_model_free(&a);
+}
+
+/* encoder classification head: finite differences of the pooled-class loss */
+static void cls_gradcheck(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    mhe_rng r;
+    int tok[3 * 6], labels[3] = { 2, 0, -1 }, i, j, bad = 0;
+    float loss;
+    mhe_rng_seed(&r, 4);
+    batch(tok, tok, 18, c.vocab_size, &r);
+    CHECK(mhe_model_init(&m, &c, 2, NULL) == MHE_OK, "cls init: %s", m.err);
+    mhe_model_zero_grad(&m);
+    CHECK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &loss) == MHE_OK, "cls forward: %s", m.err);
+    CHECK(mhe_model_backward(&m) == MHE_OK, "cls backward");
+    for (i = 0; i < m.n_tensors; i++) {
+        mhe_tensor *t = &m.params[i];
+        double worst = 0;
+        if (strstr(t->name, "lm_head") || strcmp(t->name, "tok_emb.weight") == 0) continue;   /* LM head unused here (tok_emb still checked below) */
+        for (j = 0; j < 4; j++) {
+            int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
+            float keep = t->data[e], lp, lm;
+            double num;
+            t->data[e] = keep + 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp);
+            t->data[e] = keep - 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm);
+            t->data[e] = keep;
+            num = ((double)lp - lm) / 2e-2;
+            if (fabs(num - t->grad[e]) / (2e-3 + fabs(num)) > worst) worst = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
+        }
+        if (worst > 5e-2) { bad++; printf("  cls %s: %.3g\n", t->name, worst); }
+    }
+    {   /* token embedding rows of tokens that occur */
+        int64_t e = (int64_t)tok[0] * c.d_model + 1;
+        float keep = m.tok_emb->data[e], lp, lm;
+        double num;
+        m.tok_emb->data[e] = keep + 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp);
+        m.tok_emb->data[e] = keep - 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm);
+        m.tok_emb->data[e] = keep;
+        num = ((double)lp - lm) / 2e-2;
+        if (fabs(num - m.tok_emb->grad[e]) / (2e-3 + fabs(num)) > 5e-2) bad++;
+    }
+    CHECK(bad == 0, "classification gradient check [%s]: %d tensors off", extra, bad);
+    labels[0] = 7;
+    CHECK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &loss) == MHE_ERR_DATA, "label out of range: %s", m.err);
+    mhe_model_free(&m);
+}
+
+static void mlm_masking(void) {
+    enum { N = 20000 };
+    static int tok[N], in[N], tg[N];
+    int i, chosen = 0, masked = 0, kept = 0;
+    mhe_rng r;
+    mhe_rng_seed(&r, 8);
+    for (i = 0; i < N; i++) tok[i] = 1 + i % 50;
+    mhe_mlm_mask(in, tg, tok, N, 0.15f, 0, 51, &r);
+    for (i = 0; i < N; i++) {
+        if (tg[i] < 0) { if (in[i] != tok[i]) kept = -100000; continue; }
+        chosen++;
+        if (tg[i] != tok[i]) kept = -100000;
+        if (in[i] == 0) masked++; else if (in[i] == tok[i]) kept++;
+    }
+    CHECK(fabs(chosen / (double)N - 0.15) < 0.01, "MLM chooses 15%%: %.3f", chosen / (double)N);
+    CHECK(fabs(masked / (double)chosen - 0.8) < 0.03, "80%% become [MASK]: %.3f", masked / (double)chosen);
+    CHECK(kept > 0 && fabs(kept / (double)chosen - 0.1) < 0.03, "about 10%% stay (plus random hits): %.3f", kept / (double)chosen);
 }
 
 static void sampling(void) {
@@ -207,6 +277,9 @@ int main(void) {
         "attn=mha,gqa\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
         "attn=mhe-mul,mhe-add\nattn_dropout=0.2\n",
         "attn=sha,skv\nattn_dropout=0.3\n",
+        "arch=encoder\n",
+        "arch=encoder\nattn=mhe-mul,gqa\nn_heads=4\nd_model=16\nkv_groups=2\n",
+        "arch=encoder\nattn=mhe-add,el-att\nnorm_position=post\nattn_dropout=0.2\n",
     };
     int i;
     for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {
@@ -217,5 +290,8 @@ int main(void) {
     checkpoint_roundtrip();
     sampling();
     attn_counts();
+    mlm_masking();
+    cls_gradcheck("arch=encoder\nn_classes=3\n");
+    cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
     return TEST_END();
 }

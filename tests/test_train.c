@@ -149,6 +149,28 @@ static void atomic_save(void) {
     mhe_model_free(&m);
 }
 
+/* an encoder learns masked bytes from both sides: its masked-LM loss falls below the unigram entropy */
+static void encoder_mlm(const int *train, size_t nt, const int *valid, size_t nv) {
+    mhe_config c = small_cfg();
+    mhe_train_config tc = small_tc(600);
+    mhe_model m;
+    mhe_trainer t;
+    float before, after;
+    double unigram = mhe_unigram_entropy(train, nt, 256);
+    int s;
+    c.arch = MHE_ARCH_ENCODER;
+    tc.mlm_prob = 0.3f;
+    mhe_model_init(&m, &c, 1, NULL);
+    CHECK(mhe_trainer_init(&t, &m, &tc) == MHE_OK, "encoder trainer: %s", t.err);
+    mhe_evaluate(&m, valid, nv, 16, 64, 8, &before);
+    for (s = 0; s < tc.steps; s++) if (mhe_trainer_step(&t, train, nt) != MHE_OK) { printf("step: %s\n", t.err); break; }
+    mhe_evaluate(&m, valid, nv, 16, 64, 8, &after);
+    printf("  encoder masked-LM validation loss %.3f -> %.3f in %d steps; unigram %.3f\n", before, after, tc.steps, unigram);
+    CHECK(after < unigram - 0.1 && after < before - 2.0, "encoder MLM loss %.3f not clearly below the unigram entropy %.3f", after, unigram);
+    mhe_trainer_free(&t);
+    mhe_model_free(&m);
+}
+
 int main(void) {
     size_t nt, nv;
     int *train = load("examples/data/train.txt", &nt), *valid = load("examples/data/valid.txt", &nv);
@@ -161,6 +183,7 @@ int main(void) {
     atomic_save();
 #ifndef MHE_TEST_QUICK
     loss_falls(train, nt, valid, nv);
+    encoder_mlm(train, nt, valid, nv);
 #endif
     free(train); free(valid);
     return TEST_END();
