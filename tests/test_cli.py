@@ -105,6 +105,12 @@ def main():
     with open(tok, "w") as f:
         f.write("1 2 999\n")
     expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["999"], "token outside vocabulary")
+    # an encoder trains with masked LM and cannot be decoded token by token
+    enc = os.path.join(d, "enc.safetensors")
+    rc, out, err = run("train", "--arch", "encoder", "--attn", "mhe-mul", *small, "--data", text, "--valid", text, "--out", enc, *tc)
+    check(rc == 0 and "val loss" not in err and os.path.exists(enc), "encoder training: %s" % err)
+    expect_error(["generate", "--model", enc, "--n", 5], ["decoder"], "generate from an encoder")
+    expect_error(["init", "--n_classes", 3, "--out", os.path.join(d, "x.st")], ["n_classes"], "classification head on a decoder")
     rc, out, err = run("inspect", ckpt)
     check(rc == 0 and "optim.m.tok_emb.weight" in out and "format" in out, "inspect: %s" % err)
     expect_error(["inspect", text], [], "inspect a text file")

@@ -344,7 +344,7 @@ static int cmd_generate(int argc, char **argv) {
     mhe_rng r;
     const char *prompt;
     size_t i, plen;
-    int len, tok;
+    int len, tok, rc = 1;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe generate --model M.safetensors [--prompt TEXT] [--n TOKENS] [--temperature T] [--top-k K] [--seed S]\n"
                "Writes the prompt and a continuation sampled with a KV cache (temperature <= 0: greedy;\n"
@@ -353,6 +353,7 @@ static int cmd_generate(int argc, char **argv) {
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
+    if (m.cfg.arch != MHE_ARCH_DECODER) { fprintf(stderr, "mhe: generate needs a decoder (this model has arch=encoder)\n"); mhe_model_free(&m); return 1; }
     prompt = o.prompt ? o.prompt : "\n";
     plen = strlen(prompt);
     len = m.cfg.max_seq_len;
@@ -372,10 +373,11 @@ static int cmd_generate(int argc, char **argv) {
     tok = mhe_sample(kv.logits, m.cfg.vocab_size, o.temperature, o.top_k, &r);
     putchar(tok);
     putchar('\n');
+    rc = 0;
 done:
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
-    return 0;
+    return rc;
 }
 
 /* ---- grad --------------------------------------------------------------- */
