@@ -22,6 +22,15 @@ A + e[i] or A * (1 + e[i])). Configs run each kind in pre and post norm, with an
 without biases, per-layer hybrids, and the MHE kinds with fused_attention=1 (fast
 path) and =0 (reference path: the literal per-head expansion).
 
+Encoders (config key `arch=encoder`, default `decoder`) are the same model with
+bidirectional self-attention: no causal mask, every query sees every key of its
+sequence, for every attention kind. `mhe grad` scores them with the same loss as a
+decoder (inputs = the first T ids of a line, targets = the last T, mean cross-entropy
+of the LM head). Encoder configs may have `n_classes` > 0: a classification head
+cls_head.weight [n_classes, C] (+ cls_head.bias [n_classes] when bias=1) that takes no
+part in that loss, so its gradients must be exactly zero. `mask_token` (default -1)
+and `n_classes` (default 0) are config keys the metadata must hold.
+
 Checks (each one counts as one pass or fail):
   * the model's metadata holds format=mhe-1 and the config that was asked for;
   * the model holds exactly the expected parameter names, with their shapes;
@@ -33,9 +42,12 @@ Checks (each one counts as one pass or fail):
       - attn.wk.bias (q.b_k): divided by max|g_t| of attn.wk.weight instead;
       - attn.ek of mhe-add layers (q_i.ek[i]): it is the sum over the tokens of
         dL/dK_i, so it is divided by the largest absolute sum of those terms;
+  * per variant and cls_head parameter (encoders with n_classes > 0): the gradient
+    is exactly zero (the head is not part of the LM loss);
   * per invalid config (gqa with kv_groups not dividing n_heads, el-att with
-    n_heads*d_head != d_model, an unknown kind): `mhe init` exits non-zero (not a
-    crash), says what is wrong, and writes no model file.
+    n_heads*d_head != d_model, an unknown kind, n_classes > 0 on a decoder,
+    mask_token >= vocab_size): `mhe init` exits non-zero (not a crash), says what is
+    wrong, and writes no model file.
 
 Usage (from anywhere; the tool runs from the repository root):
   python3 tests/torch_crosscheck.py [--verbose] [--keep DIR] [--only NAME] [--list]
@@ -69,9 +81,12 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "max_seq_len", "attn", "norm", "norm_eps", "norm_position", "activation",
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
-            "bias", "tie_embeddings", "fused_attention", "kv_groups"}
+            "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes"}
 # Optional config keys: sent only when a config names them (the tool's default otherwise).
-OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1"}
+OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1", "mask_token": "-1", "n_classes": "0"}
+# Keys the metadata of an encoder must hold (a tool that knows encoders knows them).
+ENCODER_META_KEYS = ["mask_token", "n_classes"]
+ARCHS = ["decoder", "encoder"]
 ATTN_KINDS = ["mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"]
 FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
 
@@ -195,6 +210,33 @@ CONFIGS = [
          vocab_size=27, d_model=24, n_heads=4, n_layers=8, max_seq_len=9,
          attn="mha,mhe-mul,mhe-add,el-att,skv,gqa,mqa,sha", kv_groups=4, norm="rmsnorm",
          norm_position="post", activation="relu", bias=0, tie_embeddings=0),
+    # ---- encoders (arch=encoder): bidirectional attention, same LM loss as a decoder
+    _cfg("enc-pre-ln-gelu-bias-tied-mha", 2, 12, vocab_size=37, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=16, arch="encoder", mask_token=36, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1, init_std="0.05"),
+    # post-norm, T == max_seq_len, a classification head without bias (n_classes=2)
+    _cfg("enc-post-rms-silu-nobias-untied-mhemul-dh12-ncls2", 2, 9, vocab_size=29, d_model=24,
+         n_heads=3, d_head=12, n_layers=2, max_seq_len=9, arch="encoder", n_classes=2,
+         attn="mhe-mul", norm="rmsnorm", norm_position="post", activation="silu", bias=0,
+         tie_embeddings=0),
+    # mhe-add on the fast path (sent explicitly) and on the reference path
+    _cfg("enc-pre-ln-gelu-bias-tied-mheadd", 2, 12, {"fused_attention": "1"}, vocab_size=37,
+         d_model=32, n_heads=4, n_layers=2, max_seq_len=16, arch="encoder", attn="mhe-add",
+         norm="layernorm", norm_position="pre", activation="gelu", bias=1, tie_embeddings=1,
+         init_std="0.05"),
+    _cfg("enc-pre-ln-gelu-bias-tied-mheadd-refcore", 2, 12, {"fused_attention": "0"},
+         vocab_size=37, d_model=32, n_heads=4, n_layers=2, max_seq_len=16, arch="encoder",
+         attn="mhe-add", norm="layernorm", norm_position="pre", activation="gelu", bias=1,
+         tie_embeddings=1, init_std="0.05"),
+    _cfg("enc-pre-rms-gelu-bias-untied-hybrid-gqa-elatt-skv", 2, 10, vocab_size=31, d_model=24,
+         n_heads=4, d_head=6, n_layers=3, max_seq_len=12, arch="encoder", attn="gqa,el-att,skv",
+         kv_groups=2, norm="rmsnorm", norm_position="pre", activation="gelu", bias=1,
+         tie_embeddings=0, init_std="0.05"),
+    # the classification head with bias (n_classes=3); sha and mqa layers
+    _cfg("enc-post-ln-relu-bias-untied-sha-mqa-ncls3", 3, 8, vocab_size=27, d_model=24,
+         n_heads=4, n_layers=2, max_seq_len=10, arch="encoder", n_classes=3, mask_token=0,
+         attn="sha,mqa", norm="layernorm", norm_position="post", activation="relu", bias=1,
+         tie_embeddings=0),
 ]
 
 # Configs `mhe init` must refuse: non-zero exit, a message on stderr that contains
@@ -209,10 +251,24 @@ INVALID = [
     _cfg("invalid-unknown-kind", 1, 1, vocab_size=20, d_model=32, n_heads=4, n_layers=2,
          max_seq_len=8, attn="mha,mhe-pow", norm="layernorm", norm_position="pre",
          activation="gelu", bias=1, tie_embeddings=1),
+    # a classification head needs an encoder
+    _cfg("invalid-ncls3-decoder", 1, 1, vocab_size=20, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=8, arch="decoder", n_classes=3, norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=1),
+    # mask_token must be a token id: == vocab_size and far beyond it
+    _cfg("invalid-mask_token-eq-vocab", 1, 1, vocab_size=20, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=8, arch="encoder", mask_token=20, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
+    _cfg("invalid-mask_token-gt-vocab", 1, 1, vocab_size=20, d_model=32, n_heads=4,
+         n_layers=2, max_seq_len=8, arch="encoder", mask_token=1000, norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
 ]
 INVALID[0]["want"] = ["kv_groups"]
 INVALID[1]["want"] = ["el-att"]
 INVALID[2]["want"] = ["mhe-pow"]
+INVALID[3]["want"] = ["n_classes"]
+INVALID[4]["want"] = ["mask_token"]
+INVALID[5]["want"] = ["mask_token"]
 
 
 # --------------------------------------------------------------------------
@@ -388,6 +444,11 @@ def expected_params(cfg):
         norm("ln_f")
     if r["tie_embeddings"] == 0:
         out.append(("lm_head.weight", (V, C)))
+    if r["n_classes"] > 0:
+        # encoder sequence-classification head: not part of the LM loss
+        out.append(("cls_head.weight", (r["n_classes"], C)))
+        if bias:
+            out.append(("cls_head.bias", (r["n_classes"],)))
     return out
 
 
@@ -419,7 +480,10 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None):
             return F.silu(x)
         raise ValueError("unknown activation " + a)
 
-    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    if r["arch"] not in ARCHS:
+        raise ValueError("unknown arch " + r["arch"])
+    # decoder: query t sees keys 0..t; encoder: bidirectional, every key of the sequence
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1) if r["arch"] == "decoder" else None
 
     def heads(t, k):
         """[B, T, k*dh] -> [B, k, T, dh]"""
@@ -428,7 +492,8 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None):
     def core(q, k, v):
         """q, k, v: [B, heads, T, dh] -> [B, T, heads*dh], heads concatenated in order."""
         s = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-        s = s.masked_fill(causal, float("-inf"))
+        if causal is not None:
+            s = s.masked_fill(causal, float("-inf"))
         o = torch.softmax(s, dim=-1) @ v
         return o.transpose(1, 2).reshape(B, T, -1)
 
@@ -497,7 +562,10 @@ def reference_grads(torch, cfg, params_np, inputs_np, targets_np):
     # ek of mhe-add: grad = sum over batch and tokens of dL/dK_i; the size of the terms
     # of that sum (their absolute sum) is what float32 rounding noise is relative to
     l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in taps.items()}
-    return float(loss.item()), {k: t.grad.numpy() for k, t in P.items()}, l1
+    # parameters the loss does not use (cls_head) get no .grad: their gradient is zero
+    g = {k: (t.grad.numpy() if t.grad is not None else torch.zeros_like(t).detach().numpy())
+         for k, t in P.items()}
+    return float(loss.item()), g, l1
 
 
 # --------------------------------------------------------------------------
@@ -547,7 +615,10 @@ def _fake_model(torch, cfg):
         def forward(self, x):
             B, T, _ = x.shape
             kind = self.kind
-            keep = torch.tril(torch.ones(T, T)).bool()
+            if r["arch"] == "encoder" and bug != "encoder-causal":
+                keep = torch.ones(T, T).bool()
+            else:
+                keep = torch.tril(torch.ones(T, T)).bool()
             Q = self.wq(x)
             if kind == "skv":
                 K = V = self.wkv(x)
@@ -619,6 +690,8 @@ def _fake_model(torch, cfg):
                 self.ln_f = mknorm()
             if not r["tie_embeddings"]:
                 self.lm_head = nn.Linear(C, V, bias=False)
+            if r["n_classes"] > 0:
+                self.cls_head = nn.Linear(C, r["n_classes"], bias=bias)
 
         def forward(self, idx, tgt):
             B, T = idx.shape
@@ -629,7 +702,11 @@ def _fake_model(torch, cfg):
                 x = self.ln_f(x)
             W = self.tok_emb.weight if r["tie_embeddings"] else self.lm_head.weight
             logp = torch.log_softmax(torch.matmul(x, W.t()), dim=-1)
-            return -logp.gather(-1, tgt.unsqueeze(-1)).mean()
+            loss = -logp.gather(-1, tgt.unsqueeze(-1)).mean()
+            if r["n_classes"] > 0 and bug == "cls-grad":
+                # the injected fault: the head leaks a tiny term into the LM loss
+                loss = loss + 1e-6 * self.cls_head(x[:, 0]).sum()
+            return loss
 
     return GPT()
 
@@ -661,6 +738,18 @@ def fake_mhe(argv):
         for k, v in OPT_DEFAULTS.items():
             cfg.setdefault(k, v)        # like the C tool: every field in the metadata
         r = resolved(cfg)
+        why = None
+        if r["arch"] not in ARCHS:
+            why = "unknown arch '%s'" % r["arch"]
+        elif r["n_classes"] > 0 and r["arch"] != "encoder":
+            why = "n_classes %d needs arch=encoder" % r["n_classes"]
+        elif r["mask_token"] >= r["vocab_size"]:
+            why = "mask_token %d is outside the vocabulary" % r["mask_token"]
+        if why and bug != "accept-bad":
+            sys.stderr.write("mhe: init: %s\n" % why)
+            return 1
+        if why:
+            return 0
         for l, kind in enumerate(r["attn"][:r["n_layers"]]):
             why = None
             if kind not in ATTN_KINDS:
@@ -695,6 +784,9 @@ def fake_mhe(argv):
             meta.update(cfg)
             meta["d_head"] = str(resolved(cfg)["d_head"])       # a tool may store resolved values
             meta["norm_eps"] = repr(float(np.float32(float(cfg["norm_eps"]))))
+        if bug == "no-enc-keys":
+            for k in ENCODER_META_KEYS:
+                meta.pop(k, None)
         if bug == "dropparam":
             out = out[1:]
         st_write(opt("--out"), out, meta)
@@ -712,7 +804,8 @@ def fake_mhe(argv):
         tok = torch.tensor(rows, dtype=torch.long)
         loss = m(tok[:, :-1], tok[:, 1:])
         loss.backward()
-        g = {k: p.grad.numpy() for k, p in m.named_parameters()}
+        g = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
+             for k, p in m.named_parameters()}
         if "tok_emb.weight" not in g:
             raise RuntimeError("no tok_emb grad")
         names = [name for name, _ in expected_params(cfg)]
@@ -821,6 +914,10 @@ def check_meta(meta, cfg, res, tag):
             ok = False
         if not ok:
             bad.append("%s=%r (want %r)" % (k, meta[k], v))
+    if cfg.get("arch") == "encoder":
+        # a tool that makes encoders writes their keys, set or not
+        bad.extend("%s missing (an encoder's metadata must hold it)" % k
+                   for k in ENCODER_META_KEYS if k not in meta and k not in cfg)
     for k, v in OPT_DEFAULTS.items():
         # a key the config left out must hold the default the reference model assumes
         if k not in cfg and k in meta and not meta_matches(k, v, meta[k], cfg):
@@ -896,9 +993,11 @@ def check_invalid(c, tool, workdir, res):
         bad.append("message %r does not mention %s" % (msg[-300:], ", ".join(map(repr, missing))))
     if os.path.exists(out):
         bad.append("it wrote %s anyway" % out)
-    ok = res.check(not bad, "%s: `mhe init` must refuse attn=%s%s: %s"
-                   % (name, c["cfg"]["attn"], "".join(" %s=%s" % (k, c["cfg"][k]) for k in
-                                                    ("kv_groups", "d_head") if k in c["cfg"]),
+    ok = res.check(not bad, "%s: `mhe init` must refuse arch=%s attn=%s%s: %s"
+                   % (name, c["cfg"]["arch"], c["cfg"]["attn"],
+                      "".join(" %s=%s" % (k, c["cfg"][k]) for k in
+                              ("kv_groups", "d_head", "vocab_size", "mask_token", "n_classes")
+                              if k in c["cfg"] and (k != "vocab_size" or "mask_token" in c["cfg"])),
                       "; ".join(bad)))
     if ok:
         res.say("ok %s: refused, rc %d: %s" % (name, p.returncode, msg.splitlines()[-1][:150]))
@@ -982,6 +1081,17 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
                 continue            # already reported by check_names
             gc = grads[pname].astype(np.float64)
             gt = g_ref[pname]
+            if pname.startswith("cls_head."):
+                # the classification head takes no part in the LM loss: exactly zero
+                # (torch gives no gradient at all), not merely small
+                nz = int(np.count_nonzero(gc)) if np.all(np.isfinite(gc)) else gc.size
+                if verbose:
+                    res.say("  %s %-28s max|g_c| %.3g (must be exactly 0)"
+                            % (tag, pname, float(np.abs(gc).max()) if gc.size else 0.0))
+                res.check(nz == 0 and not np.any(gt), "%s: grad %s: %d of %d entries are not "
+                          "exactly zero (max|g_c| %.3g); the head is not part of the LM loss"
+                          % (tag, pname, nz, gc.size, float(np.abs(gc).max()) if gc.size else 0.0))
+                continue
             scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
             if pname.endswith(".attn.wk.bias"):
                 # Exactly zero in exact arithmetic for every kind with a wk (the bias adds
@@ -1065,7 +1175,10 @@ def selftest(configs, seed, verbose):
     faults = [(b, "") for b in ["fail", "nometa", "dropparam", "loss", "drop", "extra", "scale",
                                 "shape", "perturb-only"]]
     faults += [("gqa-map", "gqa3"), ("sha-copies", "sha"), ("ek-noise", "mheadd"),
-               ("accept-bad", "invalid-")]
+               ("accept-bad", "invalid-"), ("encoder-causal", "enc-pre-ln-gelu-bias-tied-mha"),
+               ("encoder-causal", "enc-pre-ln-gelu-bias-tied-mheadd-refcore"),
+               ("cls-grad", "ncls3"), ("accept-bad", "invalid-ncls3-decoder"),
+               ("accept-bad", "invalid-mask_token-eq"), ("no-enc-keys", "enc-")]
     for bug, where in faults:
         pick = [c for c in CONFIGS + INVALID if where in c["name"]][:1]
         os.environ["MHE_FAKE_BUG"] = bug
