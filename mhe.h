@@ -309,6 +309,7 @@ typedef struct mhe_config {
     int fused_attention;    /* 1: online-softmax core, 0: reference core (tests, teaching) */
     int mask_token;         /* encoder MLM: id of [MASK]; -1 means vocab_size - 1 */
     int n_classes;          /* encoder: classes of the sequence-classification head (0: none) */
+    float head_init_std;    /* MHE head embeddings start N(0, this); < 0 means init_std */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -2048,6 +2049,7 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.init_std = 0.02f;
     c.fused_attention = 1;
     c.mask_token = -1;
+    c.head_init_std = -1.0f;
     return c;
 }
 
@@ -2089,6 +2091,7 @@ static const mhe__field mhe__config_fields[] = {
     { "fused_attention", MHE__F_INT, MHE__CF(fused_attention), 0, 1, 0, "1: fused online-softmax core, 0: reference core" },
     { "mask_token", MHE__F_INT, MHE__CF(mask_token), -1, 16777215, 0, "encoder: [MASK] id for masked LM (-1: vocab_size-1)" },
     { "n_classes", MHE__F_INT, MHE__CF(n_classes), 0, 1048576, 0, "encoder: classes of the classification head (0: none)" },
+    { "head_init_std", MHE__F_FLOAT, MHE__CF(head_init_std), -1, 10, 0, "std of the MHE head-embedding init (-1: init_std)" },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -2527,7 +2530,11 @@ static void mhe__init_weights(mhe_model *m, uint64_t seed) {
             for (j = 0; j < t->size; j++) t->data[j] = v;
         } else {
             int residual = strstr(t->name, "attn.wo.") || strstr(t->name, "mlp.fc2.");
-            mhe__fill_normal(t->data, t->size, residual ? res_std : std, &r);
+            size_t n = strlen(t->name);
+            int head_emb = n > 8 && (strcmp(t->name + n - 8, ".attn.eq") == 0 || strcmp(t->name + n - 8, ".attn.ek") == 0 ||
+                                     strcmp(t->name + n - 8, ".attn.ev") == 0);
+            float hstd = m->cfg.head_init_std >= 0 ? m->cfg.head_init_std : std;
+            mhe__fill_normal(t->data, t->size, head_emb ? hstd : residual ? res_std : std, &r);
         }
     }
 }

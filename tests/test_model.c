@@ -191,6 +191,24 @@ static void cls_gradcheck(const char *extra) {
     mhe_model_free(&m);
 }
 
+static void head_init(void) {
+    mhe_config c = tiny("attn=mhe-mul\nhead_init_std=0\n");
+    mhe_model m;
+    int64_t i, nz = 0;
+    mhe_model_init(&m, &c, 1, NULL);
+    for (i = 0; i < m.layers[0].eq->size; i++) nz += m.layers[0].eq->data[i] != 0.0f;
+    CHECK(nz == 0 && m.layers[0].eq->decay == 0, "head_init_std=0 gives zero head embeddings, without weight decay");
+    mhe_model_free(&m);
+    c = tiny("attn=mhe-add\nhead_init_std=0.5\n");
+    mhe_model_init(&m, &c, 1, NULL);
+    {
+        double ss = 0;
+        for (i = 0; i < m.layers[1].ev->size; i++) ss += m.layers[1].ev->data[i] * m.layers[1].ev->data[i];
+        CHECK(fabs(sqrt(ss / m.layers[1].ev->size) - 0.5) < 0.15, "head_init_std sets the scale: %.3f", sqrt(ss / m.layers[1].ev->size));
+    }
+    mhe_model_free(&m);
+}
+
 static void mlm_masking(void) {
     enum { N = 20000 };
     static int tok[N], in[N], tg[N];
@@ -291,6 +309,7 @@ int main(void) {
     sampling();
     attn_counts();
     mlm_masking();
+    head_init();
     cls_gradcheck("arch=encoder\nn_classes=3\n");
     cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
     return TEST_END();
