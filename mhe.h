@@ -2011,6 +2011,144 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
     }
 }
 
+/* MHE-ADD with one shared score product (MHE paper eq. 5, psi = add). For
+   head i, (Q + e_i^Q)(K + e_i^K)^T = QK^T + 1 (K e_i^Q)^T + terms constant
+   along each row, which the softmax removes (so e^K has no effect), and
+   A_i (V + 1 e_i^V^T) = A_i V + rowsum(A_i) e_i^V. QK^T is formed once per
+   tile for all heads; head i adds its key bias u_i = K e_i^Q. Used when
+   n * d_h <= MHE__ADD_MAX (the per-head accumulators live on the stack). */
+#define MHE__BQA 32
+#define MHE__ADD_MAX 1024
+#define MHE__ADD_MAXH 64
+
+static int mhe__attn_add_fits(const mhe_attn_dims *d) {
+    return d->n_heads <= MHE__ADD_MAXH && d->n_heads * d->d_head <= MHE__ADD_MAX && d->n_kv_heads == 1;
+}
+
+static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
+                                             const float *v, const float *eq, const float *ev) {
+    int n = d->n_heads, dh = d->d_head, n_qb = (d->Tq + MHE__BQA - 1) / MHE__BQA, work;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (work = 0; work < d->B * n_qb; work++) {
+        float S0[MHE__BQA * MHE__BK], P[MHE__BQA * MHE__BK], U[MHE__BK * MHE__ADD_MAXH];
+        float acc[MHE__BQA * MHE__ADD_MAX], mrow[MHE__BQA * MHE__ADD_MAXH], lrow[MHE__BQA * MHE__ADD_MAXH], rs[MHE__BQA * MHE__ADD_MAXH];
+        int b = work / n_qb, t0 = (work % n_qb) * MHE__BQA, rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA;
+        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, h, c;
+        const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
+        for (i = 0; i < n * rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; rs[i] = 0; }
+        memset(acc, 0, sizeof(float) * (size_t)n * rows * dh);
+        for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+            int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+            size_t koff = (size_t)b * d->Tk + j0;
+            const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
+            mhe_gemm(0, 1, rows, cols, dh, 1.0f, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);   /* once */
+            mhe_gemm(0, 1, cols, n, dh, 1.0f, kblk, d->k_stride, eq, dh, 0.0f, U, n);                      /* u_i = K e_i^Q */
+            for (h = 0; h < n; h++) {
+                float *ah = acc + (size_t)h * rows * dh;
+                for (i = 0; i < rows; i++) {
+                    float *s = P + (size_t)i * MHE__BK, *m = mrow + h * rows + i, mx = *m, corr, sum = 0, dsum = 0;
+                    int vis = mhe__att_visible(d, t0 + i) - j0;
+                    if (vis > cols) vis = cols;
+                    for (jj = 0; jj < cols; jj++) s[jj] = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
+                    for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
+                    if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
+                    corr = expf(*m - mx);
+                    for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
+                    if (d->dropout > 0)
+                        for (jj = 0; jj < cols; jj++)
+                            s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
+                    for (jj = 0; jj < cols; jj++) dsum += s[jj];
+                    lrow[h * rows + i] = lrow[h * rows + i] * corr + sum;
+                    rs[h * rows + i] = rs[h * rows + i] * corr + dsum;
+                    if (corr != 1.0f) for (c = 0; c < dh; c++) ah[(size_t)i * dh + c] *= corr;
+                    *m = mx;
+                }
+                mhe_gemm(0, 0, rows, dh, cols, 1.0f, P, MHE__BK, vblk, d->v_stride, 1.0f, ah, dh);
+            }
+        }
+        for (h = 0; h < n; h++)
+            for (i = 0; i < rows; i++) {
+                float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh, l = lrow[h * rows + i];
+                float inv = l > 0 ? 1.0f / l : 0.0f, r = rs[h * rows + i] * inv;
+                for (c = 0; c < dh; c++) o[c] = acc[((size_t)h * rows + i) * dh + c] * inv + r * ev[(size_t)h * dh + c];
+                lse[((size_t)b * n + h) * d->Tq + t0 + i] = l > 0 ? mrow[h * rows + i] + logf(l) : -INFINITY;
+            }
+    }
+}
+
+/* backward: dS_i per head, summed once for dQ = (sum_i dS_i) K and
+   dK = (sum_i dS_i)^T Q + CS e^Q (CS: column sums of each dS_i, from the key
+   biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. Per-(b) e
+   gradients go to d->map_scratch and are summed over b afterwards. */
+static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                             const float *out, const float *lse, const float *q, const float *k, const float *v,
+                                             const float *eq, const float *ev, float *deq, float *dev) {
+    int n = d->n_heads, dh = d->d_head, b;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    size_t per_b = 2 * (size_t)n * dh;
+    memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (b = 0; b < d->B; b++) {
+        float S0[MHE__BQA * MHE__BK], P[MHE__BQA * MHE__BK], dP[MHE__BQA * MHE__BK], dSs[MHE__BQA * MHE__BK];
+        float U[MHE__BK * MHE__ADD_MAXH], CS[MHE__BK * MHE__ADD_MAXH], Drow[MHE__BQA], edo[MHE__BQA], rsum[MHE__BQA];
+        float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
+        int t0, i, j0, jj, h, c;
+        for (t0 = 0; t0 < d->Tq; t0 += MHE__BQA) {
+            int rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA, kend = mhe__att_visible(d, t0 + rows - 1);
+            size_t qoff = (size_t)b * d->Tq + t0;
+            const float *qblk = q + qoff * d->q_stride;
+            float *dqblk = dq + qoff * d->q_stride;
+            for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+                int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+                size_t koff = (size_t)b * d->Tk + j0;
+                const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
+                mhe_gemm(0, 1, rows, cols, dh, 1.0f, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);
+                mhe_gemm(0, 1, cols, n, dh, 1.0f, kblk, d->k_stride, eq, dh, 0.0f, U, n);
+                memset(dSs, 0, sizeof dSs);
+                memset(CS, 0, sizeof(float) * (size_t)cols * n);
+                for (h = 0; h < n; h++) {
+                    const float *doh = dout + qoff * d->o_stride + (size_t)h * dh, *oh = out + qoff * d->o_stride + (size_t)h * dh;
+                    const float *lse_h = lse + ((size_t)b * n + h) * d->Tq + t0;
+                    for (i = 0; i < rows; i++) {
+                        Drow[i] = mhe__dot(doh + (size_t)i * d->o_stride, oh + (size_t)i * d->o_stride, dh);
+                        edo[i] = mhe__dot(doh + (size_t)i * d->o_stride, ev + (size_t)h * dh, dh);   /* dO . e^V: V_i = V + e_i^V */
+                    }
+                    mhe_gemm(0, 1, rows, cols, dh, 1.0f, doh, d->o_stride, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                    for (i = 0; i < rows; i++) {
+                        float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, *ds = dSs + (size_t)i * MHE__BK;
+                        int vis = mhe__att_visible(d, t0 + i) - j0;
+                        if (vis > cols) vis = cols;
+                        rsum[i] = 0;
+                        for (jj = 0; jj < cols; jj++) {
+                            float s = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
+                            float pp = mhe__exp(s - lse_h[i]), m = 1.0f, g;
+                            if (d->dropout > 0 && jj < vis)
+                                m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
+                            g = pp * ((dp[jj] + edo[i]) * m - Drow[i]) * d->scale;   /* dS of head h */
+                            ds[jj] += g;
+                            CS[(size_t)jj * n + h] += g;
+                            p[jj] = pp * m;                                          /* Pd */
+                            rsum[i] += p[jj];
+                        }
+                        for (c = 0; c < dh; c++) sdev[(size_t)h * dh + c] += rsum[i] * doh[(size_t)i * d->o_stride + c];
+                    }
+                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doh, d->o_stride, 1.0f, dv + koff * d->v_stride, d->v_stride);
+                }
+                mhe_gemm(0, 0, rows, dh, cols, 1.0f, dSs, MHE__BK, kblk, d->k_stride, 1.0f, dqblk, d->q_stride);
+                mhe_gemm(1, 0, cols, dh, rows, 1.0f, dSs, MHE__BK, qblk, d->q_stride, 1.0f, dk + koff * d->k_stride, d->k_stride);
+                mhe_gemm(0, 0, cols, dh, n, 1.0f, CS, n, eq, dh, 1.0f, dk + koff * d->k_stride, d->k_stride);
+                mhe_gemm(1, 0, n, dh, cols, 1.0f, CS, n, kblk, d->k_stride, 1.0f, sdeq, dh);
+            }
+        }
+    }
+    for (b = 0; b < d->B; b++) {
+        const float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
+        int e;
+        for (e = 0; e < n * dh; e++) { deq[e] += sdeq[e]; dev[e] += sdev[e]; }
+    }
+}
+
 /* ---- 5. attention variants ---------------------------------------------- */
 
 static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = {
@@ -2752,6 +2890,10 @@ static void mhe__attn_fwd(const mhe_model *m, int l, int B, int Tq, int Tk, int 
     }
     if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
         d.q_shared = 1;
+        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
+            mhe__attn_add_fwd(&d, att, stats, q, k, v, y->eq->data, y->ev->data);
+            return;
+        }
         if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(y, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
         else { d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data; }
         mhe_attn_fused_fwd(&d, att, stats, q, k, v);
@@ -2816,6 +2958,8 @@ static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int
                 y->ek->grad[i] += dmap[i] * (1.0f + y->eq->data[i]);
                 y->ev->grad[i] += dmap[HD + i];
             }
+        } else if (mhe__attn_add_fits(&d)) {   /* e^K has no effect: its gradient stays 0 */
+            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, y->eq->data, y->ev->data, y->eq->grad, y->ev->grad);
         } else {
             d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data;
             d.dq_add = y->eq->grad; d.dk_add = y->ek->grad; d.dv_add = y->ev->grad;
