@@ -295,6 +295,7 @@ int main(void) {
         "attn=mha,gqa\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
         "attn=mhe-mul,mhe-add\nattn_dropout=0.2\n",
         "attn=sha,skv\nattn_dropout=0.3\n",
+        "attn=mhe-add\nn_heads=65\nd_head=1\n",   /* past the shared-score limit: the tile-by-tile path */
         "arch=encoder\n",
         "arch=encoder\nattn=mhe-mul,gqa\nn_heads=4\nd_model=16\nkv_groups=2\n",
         "arch=encoder\nattn=mhe-add,el-att\nnorm_position=post\nattn_dropout=0.2\n",
