@@ -457,6 +457,11 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
 /* ======================================================================== */
 /* Byte-level: token id = byte value (vocab 256). Returns the token count. */
 MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
+#ifndef MHE_NO_STDIO
+/* a text file as byte tokens in a fresh MHE_MALLOC'd array; an empty file or
+   one with NUL bytes (not text) is MHE_ERR_DATA, a missing one MHE_ERR_IO */
+MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
+#endif
 
 /* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
    is chosen with probability prob; a chosen one becomes mask_token (80 %), a
@@ -3209,6 +3214,25 @@ MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, fl
         }
     }
 }
+
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err) {
+    void *buf;
+    size_t len;
+    int ok = 1;
+    mhe_status st;
+    *tokens = NULL;
+    *n = 0;
+    if ((st = mhe_read_file(path, &buf, &len, alloc_ctx, err)) != MHE_OK) return st;
+    if (len == 0) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: corpus is empty", path); }
+    if (memchr(buf, 0, len)) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: contains NUL bytes, not a text file", path); }
+    *tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(len, sizeof(int), &ok));
+    if (!ok || !*tokens) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_NOMEM, "%.200s: no memory for %zu tokens", path, len); }
+    *n = mhe_tokenize_bytes((const char *)buf, len, *tokens);
+    MHE_FREE(alloc_ctx, buf);
+    return MHE_OK;
+}
+#endif
 
 static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
 

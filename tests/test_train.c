@@ -12,13 +12,9 @@
 #include <unistd.h>
 
 static int *load(const char *path, size_t *n) {
-    void *buf;
-    char err[MHE_ERR_LEN];
     int *tok;
-    if (mhe_read_file(path, &buf, n, NULL, err) != MHE_OK) { printf("cannot read %s: %s\n", path, err); return NULL; }
-    tok = malloc(*n * sizeof(int));
-    mhe_tokenize_bytes((const char *)buf, *n, tok);
-    free(buf);
+    char err[MHE_ERR_LEN];
+    if (mhe_read_text_tokens(path, &tok, n, NULL, err) != MHE_OK) { printf("%s\n", err); return NULL; }
     return tok;
 }
 

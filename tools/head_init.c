@@ -14,13 +14,9 @@
 #include <stdlib.h>
 
 static int *read_tokens(const char *path, size_t *n) {
-    void *text;
-    char err[MHE_ERR_LEN];
     int *tokens;
-    if (mhe_read_file(path, &text, n, NULL, err) != MHE_OK) { fprintf(stderr, "%s\n", err); return NULL; }
-    tokens = (int *)malloc(*n * sizeof(int));
-    if (tokens) mhe_tokenize_bytes((const char *)text, *n, tokens);
-    free(text);
+    char err[MHE_ERR_LEN];
+    if (mhe_read_text_tokens(path, &tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "%s\n", err); return NULL; }
     return tokens;
 }
 

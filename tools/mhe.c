@@ -139,16 +139,9 @@ static void print_fields(FILE *f, int model) {
 
 /* bytes of a text file as tokens; rejects empty and binary files */
 static int load_corpus(const char *path, int **tokens, size_t *n) {
-    char *text;
-    size_t len;
+    char err[MHE_ERR_LEN];
     if (!path) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 0; }
-    if (!read_text(path, &text, &len)) return 0;
-    if (len == 0) { fprintf(stderr, "mhe: %s: corpus is empty\n", path); free(text); return 0; }
-    if (memchr(text, 0, len)) { fprintf(stderr, "mhe: %s: contains NUL bytes, not a text file\n", path); free(text); return 0; }
-    *tokens = (int *)malloc(len * sizeof(int));
-    if (!*tokens) { free(text); fprintf(stderr, "mhe: out of memory\n"); return 0; }
-    *n = mhe_tokenize_bytes(text, len, *tokens);
-    free(text);
+    if (mhe_read_text_tokens(path, tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     return 1;
 }
 
