@@ -9,15 +9,18 @@
      before you include this file in *one* C or C++ file to create the
      implementation. Every other file includes "mhe.h" without the define.
 
-   A FIFTEEN-LINE PROGRAM (train a byte-level GPT on a text buffer)
-        mhe_config cfg = mhe_config_default();          // d_model 128, 4 heads, ...
+   A FIFTEEN-LINE PROGRAM (train a byte-level GPT on a text file)
+        int *tokens; size_t n; char err[MHE_ERR_LEN];
+        mhe_read_text_tokens("train.txt", &tokens, &n, NULL, err);
+        mhe_config cfg = mhe_config_default();          // d_model 128, 4 heads, mha
+        mhe_config_set(&cfg, "attn", "mhe-mul", err);   // or mha, sha, mqa, gqa, skv, el-att, mhe-add
         mhe_model m;
         if (mhe_model_init(&m, &cfg, 42, NULL) != MHE_OK) puts(m.err);
         mhe_train_config tc = mhe_train_config_default();
         mhe_trainer tr;
         mhe_trainer_init(&tr, &m, &tc);
         for (int s = 0; s < tc.steps; s++) {
-            mhe_trainer_step(&tr, text, text_len);        // sample a batch, fwd, bwd, AdamW
+            mhe_trainer_step(&tr, tokens, n);           // sample a batch, fwd, bwd, AdamW
             printf("step %d loss %.3f\n", s, tr.last_loss);
         }
         mhe_trainer_free(&tr); mhe_model_free(&m);
@@ -44,8 +47,17 @@
      model width, n heads, d_h head size, V vocabulary size.
      Gradient buffers *accumulate* (+=); zeroing them is an explicit step.
 
+   CONTENTS (the same numbered sections in the API and the implementation)
+     1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
+     activations, softmax, cross-entropy, dropout, embedding, linear)
+     4 attention cores   5 attention kinds   (6 hash embeddings: to come)
+     7 models (config, decoder, encoder)   8 tokenizer and objectives
+     (masked LM)   9 optimizer   10 checkpoints (safetensors)   11 metrics
+     12 inference (KV cache, sampling)
+
    VERSION HISTORY
-     0.1  core tensors, kernels, GPT decoder with MHA, AdamW, safetensors
+     0.1  core tensors, kernels, decoder and encoder models with the MHE
+          paper's attention kinds, AdamW, safetensors checkpoints
 */
 #ifndef MHE_H_INCLUDED
 #define MHE_H_INCLUDED
@@ -400,6 +412,24 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
 
 /* ======================================================================== */
+/* 8. tokenizer and objectives                                              */
+/* ======================================================================== */
+/* Byte-level: token id = byte value (vocab 256). Returns the token count. */
+MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
+#ifndef MHE_NO_STDIO
+/* a text file as byte tokens in a fresh MHE_MALLOC'd array; an empty file or
+   one with NUL bytes (not text) is MHE_ERR_DATA, a missing one MHE_ERR_IO */
+MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
+#endif
+
+/* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
+   is chosen with probability prob; a chosen one becomes mask_token (80 %), a
+   random token (10 %) or stays (10 %), and its target is the original token;
+   unchosen positions get target -1 (ignored by the loss). */
+MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, float prob, int mask_token,
+                         int vocab, mhe_rng *rng);
+
+/* ======================================================================== */
 /* 9. optimizer: AdamW, clipping, schedules                                 */
 /* ======================================================================== */
 enum { MHE_SCHED_CONSTANT = 0, MHE_SCHED_LINEAR, MHE_SCHED_COSINE, MHE_SCHED_INVSQRT, MHE_SCHED_COSINE_RESTARTS };
@@ -451,24 +481,6 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
    (deterministic; an encoder is scored on masked LM with fixed masks at 15 %) */
 MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss);
-
-/* ======================================================================== */
-/* 8. tokenizer                                                             */
-/* ======================================================================== */
-/* Byte-level: token id = byte value (vocab 256). Returns the token count. */
-MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
-#ifndef MHE_NO_STDIO
-/* a text file as byte tokens in a fresh MHE_MALLOC'd array; an empty file or
-   one with NUL bytes (not text) is MHE_ERR_DATA, a missing one MHE_ERR_IO */
-MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
-#endif
-
-/* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
-   is chosen with probability prob; a chosen one becomes mask_token (80 %), a
-   random token (10 %) or stays (10 %), and its target is the original token;
-   unchosen positions get target -1 (ignored by the loss). */
-MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, float prob, int mask_token,
-                         int vocab, mhe_rng *rng);
 
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
@@ -3192,7 +3204,7 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     return MHE_OK;
 }
 
-/* ---- 6. tokenizer --------------------------------------------------------- */
+/* ---- 8. tokenizer and objectives ------------------------------------------ */
 
 MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out) {
     size_t i;
