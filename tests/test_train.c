@@ -32,6 +32,7 @@ static mhe_train_config small_tc(int steps) {
 
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
+#ifndef MHE_TEST_QUICK   /* the sanitizer run skips the long training runs */
 static void loss_falls(const int *train, size_t nt, const int *valid, size_t nv) {
     mhe_config c = small_cfg();
     mhe_train_config tc = small_tc(300);
@@ -51,6 +52,8 @@ static void loss_falls(const int *train, size_t nt, const int *valid, size_t nv)
     mhe_trainer_free(&t);
     mhe_model_free(&m);
 }
+
+#endif
 
 /* runs `steps` steps; with save_at > 0 it checkpoints there to memory,
    throws everything away, reloads and goes on */
@@ -145,6 +148,7 @@ static void atomic_save(void) {
     mhe_model_free(&m);
 }
 
+#ifndef MHE_TEST_QUICK
 /* an encoder learns masked bytes from both sides: its masked-LM loss falls below the unigram entropy */
 static void encoder_mlm(const int *train, size_t nt, const int *valid, size_t nv) {
     mhe_config c = small_cfg();
@@ -166,6 +170,7 @@ static void encoder_mlm(const int *train, size_t nt, const int *valid, size_t nv
     mhe_trainer_free(&t);
     mhe_model_free(&m);
 }
+#endif
 
 int main(void) {
     size_t nt, nv;
