@@ -30,9 +30,10 @@ static mhe_train_config small_tc(int steps) {
     return t;
 }
 
-static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
 #ifndef MHE_TEST_QUICK   /* the sanitizer run skips the long training runs */
+static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+
 static void loss_falls(const int *train, size_t nt, const int *valid, size_t nv) {
     mhe_config c = small_cfg();
     mhe_train_config tc = small_tc(300);
