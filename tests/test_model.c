@@ -191,6 +191,29 @@ static void cls_gradcheck(const char *extra) {
     mhe_model_free(&m);
 }
 
+/* every kind (and an encoder with a head) survives a checkpoint round trip */
+static void checkpoint_every_kind(void) {
+    int kind;
+    for (kind = 0; kind <= MHE_ATTN_KIND_COUNT; kind++) {
+        mhe_config c = tiny(kind == MHE_ATTN_KIND_COUNT ? "arch=encoder\nn_classes=4\nattn=gqa,mhe-add\nn_heads=4\nd_model=16\n"
+                                                        : "n_heads=4\nd_model=16\nkv_groups=2\n");
+        mhe_model a, b;
+        size_t size, w;
+        void *buf;
+        if (kind < MHE_ATTN_KIND_COUNT) { int l; for (l = 0; l < MHE_MAX_LAYERS; l++) c.attn[l] = kind; }
+        mhe_model_init(&a, &c, 5, NULL);
+        mhe_checkpoint_size(&a, NULL, &size);
+        buf = malloc(size);
+        mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
+        CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
+              a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0,
+              "checkpoint round trip, kind %s: %s", kind < MHE_ATTN_KIND_COUNT ? mhe_attn_kind_name(kind) : "encoder", b.err);
+        mhe_model_free(&b);
+        mhe_model_free(&a);
+        free(buf);
+    }
+}
+
 static void head_init(void) {
     mhe_config c = tiny("attn=mhe-mul\nhead_init_std=0\n");
     mhe_model m;
@@ -311,6 +334,7 @@ int main(void) {
     attn_counts();
     mlm_masking();
     head_init();
+    checkpoint_every_kind();
     cls_gradcheck("arch=encoder\nn_classes=3\n");
     cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
     return TEST_END();
