@@ -14,27 +14,25 @@
 #include <string.h>
 #include <time.h>
 
-static int *read_tokens(const char *path, size_t *n) {
-    int *tokens;
-    char err[MHE_ERR_LEN];
-    if (mhe_read_text_tokens(path, &tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "%s\n", err); return NULL; }
-    return tokens;
-}
-
 static double seconds(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
 typedef struct { int kind; int64_t attn_params, total_params; double ppl, tok_s, mem_mb, kv_bytes; } result;
 
 int main(int argc, char **argv) {
     size_t n_train, n_valid;
-    int *train = read_tokens("examples/data/train.txt", &n_train), *valid = read_tokens("examples/data/valid.txt", &n_valid);
+    int *train = NULL, *valid = NULL;
+    char load_err[MHE_ERR_LEN];
     int steps = argc > 1 ? atoi(argv[1]) : 400, k, i, mha = -1, sha = -1;
     const char *prefix = argc > 2 ? argv[2] : "build/compare_attention";
     result res[MHE_ATTN_KIND_COUNT];
     char path[512];
     FILE *md, *svg;
     double max_ppl = 0;
-    if (!train || !valid) { fprintf(stderr, "run me from the repository root (examples/data/ is needed)\n"); return 1; }
+    if (mhe_read_text_tokens("examples/data/train.txt", &train, &n_train, NULL, load_err) != MHE_OK ||
+        mhe_read_text_tokens("examples/data/valid.txt", &valid, &n_valid, NULL, load_err) != MHE_OK) {
+        fprintf(stderr, "%s (run from the repository root)\n", load_err);
+        return 1;
+    }
     printf("decoder, d_model 128, 8 heads of 16, 4 layers, T 128, batch 16, %d steps per kind\n", steps);
     for (k = 0; k < MHE_ATTN_KIND_COUNT; k++) {
         mhe_config c = mhe_config_default();

@@ -8,19 +8,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-static int *read_tokens(const char *path, size_t *n) {
-    int *tokens;
-    char err[MHE_ERR_LEN];
-    if (mhe_read_text_tokens(path, &tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "%s\n", err); return NULL; }
-    return tokens;
-}
-
 static double seconds(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
 int main(int argc, char **argv) {
     size_t n_train, n_valid;
-    int *train = read_tokens("examples/data/train.txt", &n_train);
-    int *valid = read_tokens("examples/data/valid.txt", &n_valid);
+    int *train = NULL, *valid = NULL;
+    char load_err[MHE_ERR_LEN];
     mhe_config cfg = mhe_config_default();        /* GPT: pre-norm, GELU, tied embeddings, mha */
     mhe_train_config tc = mhe_train_config_default();
     mhe_model model;
@@ -31,7 +24,11 @@ int main(int argc, char **argv) {
     float val_loss;
     double t0;
     int i;
-    if (!train || !valid) { fprintf(stderr, "run me from the repository root (examples/data/ is needed)\n"); return 1; }
+    if (mhe_read_text_tokens("examples/data/train.txt", &train, &n_train, NULL, load_err) != MHE_OK ||
+        mhe_read_text_tokens("examples/data/valid.txt", &valid, &n_valid, NULL, load_err) != MHE_OK) {
+        fprintf(stderr, "%s (run from the repository root)\n", load_err);
+        return 1;
+    }
 
     cfg.d_model = 128; cfg.n_heads = 4; cfg.n_layers = 4; cfg.max_seq_len = 128;
     tc.steps = argc > 1 ? atoi(argv[1]) : 1000;

@@ -13,13 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int *read_tokens(const char *path, size_t *n) {
-    int *tokens;
-    char err[MHE_ERR_LEN];
-    if (mhe_read_text_tokens(path, &tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "%s\n", err); return NULL; }
-    return tokens;
-}
-
 /* mean over layers of the head spread defined above */
 static double head_spread(const mhe_model *m, int mul) {
     int n = m->cfg.n_heads, dh = mhe_config_d_head(&m->cfg), l, i, c, k;
@@ -55,10 +48,15 @@ static double head_spread(const mhe_model *m, int mul) {
 
 int main(int argc, char **argv) {
     size_t nt, nv;
-    int *train = read_tokens("examples/data/train.txt", &nt), *valid = read_tokens("examples/data/valid.txt", &nv);
+    int *train = NULL, *valid = NULL;
+    char load_err[MHE_ERR_LEN];
     int steps = argc > 1 ? atoi(argv[1]) : 300, kind, si, s;
     const float scales[] = { 0.0f, 0.02f, 0.1f, 0.5f };
-    if (!train || !valid) { fprintf(stderr, "run from the repository root\n"); return 1; }
+    if (mhe_read_text_tokens("examples/data/train.txt", &train, &nt, NULL, load_err) != MHE_OK ||
+        mhe_read_text_tokens("examples/data/valid.txt", &valid, &nv, NULL, load_err) != MHE_OK) {
+        fprintf(stderr, "%s (run from the repository root)\n", load_err);
+        return 1;
+    }
     printf("decoder d_model 128, 8 heads of 16, 2 layers, T 64, batch 16, %d steps, seed 1\n\n", steps);
     printf("| kind | head init std | spread at 0 | at %d | at %d | at %d | val loss |\n|---|---:|---:|---:|---:|---:|---:|\n",
            steps / 10, steps / 3, steps);

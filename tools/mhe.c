@@ -196,7 +196,7 @@ static int cmd_train(int argc, char **argv) {
     mhe_status s;
     int *train = NULL, *valid = NULL, i, rc = 1, tty = isatty(1);
     size_t n_train = 0, n_valid = 0;
-    double t0, last_t;
+    double t0;
     float val_loss = 0;
     int first_step;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
@@ -260,7 +260,7 @@ static int cmd_train(int argc, char **argv) {
         printf("training %d steps of %d x %d tokens%s\n", o.tc.steps, o.tc.batch, o.tc.seq_len,
                t.step ? " (resumed)" : "");
     }
-    t0 = last_t = now_s();
+    t0 = now_s();
     first_step = t.step;
     while (t.step < o.tc.steps) {
         s = mhe_trainer_step(&t, train, n_train);
@@ -281,7 +281,6 @@ static int cmd_train(int argc, char **argv) {
         if (o.tc.save_every > 0 && t.step % o.tc.save_every == 0 && t.step < o.tc.steps) {
             if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
         }
-        (void)last_t;
     }
     if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
     if (!o.quiet) {
