@@ -76,8 +76,8 @@ int main(int argc, char **argv) {
             sp[0] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
             for (s = 1; s <= steps; s++) {
                 if (mhe_trainer_step(&t, train, nt) != MHE_OK) { fprintf(stderr, "%s\n", t.err); return 1; }
-                if (s == steps / 10) sp[1] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
-                if (s == steps / 3) sp[2] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
+                if (s == (steps >= 10 ? steps / 10 : 1)) sp[1] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
+                if (s == (steps >= 3 ? steps / 3 : 1)) sp[2] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
             }
             sp[3] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
             mhe_evaluate(&m, valid, nv, 16, 64, 20, &val);
