@@ -112,7 +112,7 @@ static void decode_equals_forward(const char *extra) {
 static void checkpoint_roundtrip(void) {
     mhe_config c = tiny("norm=rmsnorm\ntie_embeddings=0\n");
     mhe_model a, b;
-    size_t size, written;
+    size_t size = 0, written = 0;
     void *buf;
     int tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     float la, lb;
@@ -198,7 +198,7 @@ static void checkpoint_every_kind(void) {
         mhe_config c = tiny(kind == MHE_ATTN_KIND_COUNT ? "arch=encoder\nn_classes=4\nattn=gqa,mhe-add\nn_heads=4\nd_model=16\n"
                                                         : "n_heads=4\nd_model=16\nkv_groups=2\n");
         mhe_model a, b;
-        size_t size, w;
+        size_t size = 0, w = 0;
         void *buf;
         if (kind < MHE_ATTN_KIND_COUNT) { int l; for (l = 0; l < MHE_MAX_LAYERS; l++) c.attn[l] = kind; }
         mhe_model_init(&a, &c, 5, NULL);
