@@ -160,7 +160,11 @@ typedef struct mhe_tensor {
     float *grad;          /* NULL when the tensor has no gradient */
     int64_t size;         /* number of elements */
     int decay;            /* 1: AdamW applies weight decay (matrices), 0: biases, norms */
+    int init;             /* MHE_INIT_*: how mhe_model_init fills it */
+    float init_std;       /* std of MHE_INIT_NORMAL */
 } mhe_tensor;
+
+enum { MHE_INIT_ZERO = 0, MHE_INIT_ONE, MHE_INIT_NORMAL };
 
 /* number of elements of a shape, or -1 when a dimension is < 1 or the product overflows */
 MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape);
@@ -241,6 +245,7 @@ typedef struct mhe_attn_dims {
     int B, n_heads, n_kv_heads, Tq, Tk, d_head;
     int q_stride, k_stride, v_stride, o_stride;
     int causal, q_offset;
+    const int *kv_len;          /* [B] keys of sequence b (the rest is padding, masked out); NULL: all Tk */
     float scale;                /* usually 1/sqrt(d_head) */
     float dropout;              /* probability of zeroing an attention weight */
     uint64_t seed;
@@ -292,22 +297,23 @@ MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
 #define MHE_MAX_LAYERS 64
 
 enum { MHE_ARCH_DECODER = 0,    /* causal self-attention, next-token LM */
-       MHE_ARCH_ENCODER };       /* bidirectional self-attention: masked LM, sequence classification */
+       MHE_ARCH_ENCODER,        /* bidirectional self-attention: masked LM, sequence classification */
+       MHE_ARCH_ENCDEC };       /* encoder + decoder with cross-attention: sequence to sequence */
 enum { MHE_NORM_LAYERNORM = 0, MHE_NORM_RMSNORM };
 
 /* The model config. Its text form is one `key=value` per line (or the same
    pairs as --key value command-line flags); mhe_config_validate says what is
    wrong with a field. It is stored in every checkpoint's __metadata__. */
 typedef struct mhe_config {
-    int arch;               /* arch=decoder|encoder */
+    int arch;               /* arch=decoder|encoder|encdec */
     int vocab_size;         /* V; 256 for the byte tokenizer */
     int d_model;            /* C */
     int n_heads;            /* n */
     int d_head;             /* d_h; 0 means d_model / n_heads */
-    int n_layers;
+    int n_layers;           /* blocks of the model (of the decoder, for encdec) */
     int d_ff;               /* MLP hidden width; 0 means 4 * d_model */
-    int max_seq_len;        /* rows of the learned position table */
-    int attn[MHE_MAX_LAYERS]; /* attention kind per layer */
+    int max_seq_len;        /* rows of the learned position table(s) */
+    int attn[MHE_MAX_LAYERS]; /* self-attention kind per layer (decoder layers, for encdec) */
     int kv_groups;          /* K/V heads of `gqa` layers (must divide n_heads) */
     int norm;               /* layernorm | rmsnorm */
     float norm_eps;
@@ -317,11 +323,14 @@ typedef struct mhe_config {
     int tie_embeddings;     /* LM head reuses tok_emb.weight */
     float dropout;          /* embedding and residual dropout */
     float attn_dropout;     /* dropout on attention weights */
-    float init_std;         /* N(0, init_std) for weights; residual outputs get /sqrt(2*n_layers) */
+    float init_std;         /* N(0, init_std) for weights; residual outputs get /sqrt(branches per stack) */
     int fused_attention;    /* 1: online-softmax core, 0: reference core (tests, teaching) */
     int mask_token;         /* encoder MLM: id of [MASK]; -1 means vocab_size - 1 */
     int n_classes;          /* encoder: classes of the sequence-classification head (0: none) */
     float head_init_std;    /* MHE head embeddings start N(0, this); < 0 means init_std */
+    int enc_layers;         /* encdec: blocks of the encoder */
+    int enc_attn[MHE_MAX_LAYERS];   /* encdec: encoder self-attention kind per layer */
+    int cross_attn[MHE_MAX_LAYERS]; /* encdec: cross-attention kind per decoder layer */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -336,39 +345,67 @@ MHEDEF int mhe_config_d_head(const mhe_config *c);
 /* Parameters of one attention sublayer of `kind` under config c (its d_model,
    n_heads, d_head, kv_groups): Q/K/V projections and head embeddings, plus
    W^O when with_wo, plus biases when with_bias. The model layout counts its
-   tensors with the same geometry, so this equals a built layer's count. */
+   tensors with the same geometry, so this equals a built layer's count
+   (self- or cross-attention alike). */
 MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias);
 MHEDEF int mhe_config_d_ff(const mhe_config *c);
+/* layers of all stacks (encoder and decoder of encdec) */
+MHEDEF int mhe_config_total_layers(const mhe_config *c);
 
+/* One attention sublayer's weights, self or cross. */
+typedef struct mhe_attn_weights {
+    int kind;                                           /* MHE_ATTN_*, -1: the layer has no such sublayer */
+    mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;  /* wq, wk, wv adjacent in memory; wk, wv NULL when the kind has none */
+    mhe_tensor *eq, *ek, *ev;                           /* MHE head embeddings [n, d_h] */
+} mhe_attn_weights;
+
+/* A block: self-attention, cross-attention (decoder blocks of encdec only)
+   and an MLP, each a residual sublayer with its norm (norm1, norm3, norm2). */
 typedef struct mhe_layer {
-    mhe_tensor *norm1_w, *norm1_b, *norm2_w, *norm2_b;
-    mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;     /* wq, wk, wv are adjacent in memory; wk, wv NULL when the kind has none */
-    mhe_tensor *eq, *ek, *ev;                               /* MHE head embeddings [n, d_h] */
+    int encoder;                    /* 1: a block of the encoder stack of encdec */
+    int index;                      /* position inside its stack */
+    mhe_tensor *norm1_w, *norm1_b, *norm2_w, *norm2_b, *norm3_w, *norm3_b;
+    mhe_attn_weights attn, cross;
     mhe_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
 } mhe_layer;
 
+/* Activations of one residual sublayer: pre-norm h' = h + f(N(h)) keeps
+   N(h) in nrm and h' in sum; post-norm h' = N(h + f(h)) keeps the sum and
+   N(sum) = h' in nrm. */
+typedef struct mhe_sub_acts {
+    float *nrm, *mean, *rstd, *sum;     /* [rows, C], [rows], [rows], [rows, C] */
+} mhe_sub_acts;
+
+typedef struct mhe_attn_acts {
+    float *proj;    /* self: Q, K, V [rows, proj_w]; cross: Q [rows, q_w] */
+    float *kv;      /* cross: K, V of the encoder output [src rows, k_w + v_w] */
+    float *projx;   /* MHE reference path: per-head Q [rows, n d_h], then K and V [kv rows, n d_h] */
+    float *hmap;    /* MHE-MUL: q_mul = (1+e^Q)(1+e^K), v_mul = 1+e^V [2, n, d_h] */
+    float *att;     /* [rows, n d_h] attention output before W^O */
+    float *stats;   /* [B, n, Tq] log-sum-exp (fused core) or probs [B, n, Tq, Tk] (reference core) */
+} mhe_attn_acts;
+
+typedef struct mhe_layer_acts {
+    const float *in, *out;          /* block input and output [rows, C] */
+    mhe_sub_acts sub[3];            /* 0 self-attention, 1 cross-attention, 2 MLP */
+    mhe_attn_acts attn, cross;
+    float *fc1, *act;               /* [rows, d_ff] */
+} mhe_layer_acts;
+
 /* Activations saved by the forward pass for the backward pass, one block. */
 typedef struct mhe_acts {
-    int B, T;                       /* capacity: B*T rows */
-    float *emb;                     /* [BT, C] layer-0 input */
-    float *in[MHE_MAX_LAYERS];      /* layer input (points at the previous layer's output) */
-    float *n1[MHE_MAX_LAYERS], *n2[MHE_MAX_LAYERS];           /* norm outputs [BT, C] */
-    float *mean1[MHE_MAX_LAYERS], *rstd1[MHE_MAX_LAYERS], *mean2[MHE_MAX_LAYERS], *rstd2[MHE_MAX_LAYERS];
-    float *qkv[MHE_MAX_LAYERS];     /* [BT, q_w + k_w + v_w] the layer's projections */
-    float *qkvx[MHE_MAX_LAYERS];    /* MHE reference path: per-head Q, K, V [BT, 3 n d_h] */
-    float *hmap[MHE_MAX_LAYERS];    /* MHE-MUL: q_mul = (1+e^Q)(1+e^K), v_mul = 1+e^V [2, n, d_h] */
-    float *att[MHE_MAX_LAYERS];     /* [BT, n d_h] attention output before W^O */
-    float *lse[MHE_MAX_LAYERS];     /* [B, n, T] fused core, or probs [B, n, T, T] reference core */
-    float *res1[MHE_MAX_LAYERS], *res2[MHE_MAX_LAYERS];       /* residual sums [BT, C] */
-    float *fc1[MHE_MAX_LAYERS], *act[MHE_MAX_LAYERS];         /* [BT, d_ff] */
-    float *nf, *meanf, *rstdf;      /* final norm */
+    int B, T, Ts;                   /* capacity: B sequences of T tokens (and Ts source tokens, encdec) */
+    float *emb, *src_emb;           /* block-0 inputs of the main stack and of the encoder [rows, C] */
+    mhe_layer_acts layer[MHE_MAX_LAYERS];
+    mhe_sub_acts fin, enc_fin;      /* final norms (pre-norm): nrm, mean, rstd */
+    const float *mem;               /* encoder output, encdec [B*Ts, C] */
+    const float *final_h;           /* input of the head */
     float *logits;                  /* [BT, V] */
     float *losses;                  /* [BT] */
-    const float *final_h;           /* input of the LM head */
     float *pooled, *cls_logits, *d_pooled, *d_cls;   /* classification: [B, C], [B, n_classes] */
-    int *tokens, *targets;          /* copies of the last batch [BT] */
+    int *tokens, *targets, *src, *lengths, *src_lengths;   /* copies of the last batch */
     /* backward scratch */
-    float *d_res, *d_n, *d_tmp, *d_att, *d_qkv, *d_qkvx, *d_fc1, *d_act, *d_logits, *scratch;
+    float *d_h, *d_u, *d_tmp, *d_mem, *d_att, *d_proj, *d_projx, *d_fc1, *d_act, *d_logits, *scratch;
     float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
     size_t bytes;
 } mhe_acts;
@@ -380,13 +417,15 @@ typedef struct mhe_model {
     float *param_data, *grad_data;  /* one block each, same layout */
     int64_t n_params;
     mhe_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *lm_head;
+    mhe_tensor *enc_pos_emb, *enc_lnf_w, *enc_lnf_b;    /* encdec: the encoder's positions and final norm */
     mhe_tensor *cls_w, *cls_b;      /* encoder classification head [n_classes, C], [n_classes] */
+    int n_total_layers;             /* encoder layers (encdec) first, then the main stack */
     mhe_layer layers[MHE_MAX_LAYERS];
     mhe_acts acts;
     void *acts_block;
     int training;                   /* dropout on when 1 */
     uint64_t dropout_seed;          /* set per step by the trainer */
-    int last_B, last_T;             /* shape of the last forward */
+    int last_B, last_T, last_Ts;    /* shape of the last forward */
     int last_has_targets, last_count; /* targets given; rows counted in the loss */
     int last_cls;                   /* the last forward was the classification head */
     float last_loss;
@@ -395,17 +434,33 @@ typedef struct mhe_model {
     char err[MHE_ERR_LEN];
 } mhe_model;
 
+/* One batch of B sequences of T tokens. Per-token targets (LM, masked LM) or
+   per-sequence labels (classification head); a target or label < 0 is
+   ignored. lengths[b] (1..T) marks the real tokens of sequence b, the rest
+   is padding: no query attends to it, the loss ignores it and pooling
+   leaves it out (NULL: every sequence has T tokens). Encoder-decoder models
+   also take the source: src [B*Ts] with src_lengths. */
+typedef struct mhe_batch {
+    int B, T;
+    const int *tokens, *targets, *labels, *lengths;
+    int Ts;
+    const int *src, *src_lengths;
+} mhe_batch;
+
 /* build a model with freshly initialised weights (seeded) */
 MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
 MHEDEF void mhe_model_free(mhe_model *m);
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
-/* make room for activations of B sequences of T tokens (forward does this itself) */
-MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T);
-/* Forward pass over tokens[B*T]. With targets (a target < 0 is ignored),
-   *loss gets the mean cross-entropy. Keeps what the backward needs. */
+/* make room for activations of B sequences of T tokens (and Ts source tokens
+   for encdec; 0 means T). The forward pass does this itself. */
+MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts);
+/* Forward pass of a batch; keeps what the backward needs. With targets (or
+   labels) *loss gets the mean cross-entropy over the counted positions. */
+MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *b, float *loss);
+/* shorthand: tokens[B*T] with per-token targets (may be NULL), no padding */
 MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
-/* Encoder sequence classification: mean-pooled final states through
-   cls_head to n_classes logits; labels[B] (a label < 0 is ignored). */
+/* shorthand for the encoder classification head: mean-pooled final states
+   through cls_head to n_classes logits; labels[B] */
 MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF mhe_status mhe_model_backward(mhe_model *m);
@@ -429,6 +484,28 @@ MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n
 MHEDEF void mhe_mlm_mask(int *inputs, int *targets, const int *tokens, int n, float prob, int mask_token,
                          int vocab, mhe_rng *rng);
 
+/* Labelled texts for sequence classification: one `label<TAB>text` line per
+   example, label a non-negative integer, the text as byte tokens (blank
+   lines are skipped; a line without a tab, a bad label or an empty text is
+   an error naming the line). */
+typedef struct mhe_text_set {
+    int n;                          /* examples */
+    int n_classes;                  /* 1 + the largest label */
+    int *labels;                    /* [n] */
+    size_t *start;                  /* [n + 1]: example i is tokens[start[i] .. start[i+1]) */
+    int *tokens;
+    void *alloc_ctx;
+} mhe_text_set;
+
+MHEDEF mhe_status mhe_text_set_parse(mhe_text_set *s, const char *text, size_t len, void *alloc_ctx, char *err);
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_text_set_load(mhe_text_set *s, const char *path, void *alloc_ctx, char *err);
+#endif
+MHEDEF void mhe_text_set_free(mhe_text_set *s);
+/* examples idx[0..B) as a padded batch: the first T tokens of each text in
+   tokens [B*T] (padding 0), lengths [B] and labels [B] */
+MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels);
+
 /* ======================================================================== */
 /* 9. optimizer: AdamW, clipping, schedules                                 */
 /* ======================================================================== */
@@ -442,6 +519,7 @@ typedef struct mhe_train_config {
     uint64_t seed;
     int eval_every, eval_batches, save_every, log_every;
     float mlm_prob;                 /* encoders: share of positions the masked-LM objective predicts */
+    int src_len;                    /* encdec: source tokens per example (0: seq_len) */
 } mhe_train_config;
 
 MHEDEF mhe_train_config mhe_train_config_default(void);
@@ -468,19 +546,28 @@ typedef struct mhe_trainer {
     float *adam_m, *adam_v;
     int step;                       /* steps done */
     mhe_rng rng;
-    int *batch_tokens, *batch_targets;
+    int *batch_tokens, *batch_targets, *batch_src, *batch_lengths, *batch_labels;
     float last_loss, last_grad_norm, last_lr;
     char err[MHE_ERR_LEN];
 } mhe_trainer;
 
 MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
 MHEDEF void mhe_trainer_free(mhe_trainer *t);
-/* one step on a batch of tc.batch random windows of tc.seq_len+1 tokens from data[n] */
+/* One step on tc.batch random windows of the token stream data[n]:
+   decoder: seq_len+1 tokens, inputs the first seq_len, targets the last;
+   encoder: seq_len tokens under the masked-LM objective (mlm_prob);
+   encdec: src_len + seq_len tokens, the encoder reads the first src_len and
+   the decoder continues the text (its inputs start at the last source token). */
 MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
-/* mean loss over up to max_batches batches of consecutive windows of data
-   (deterministic; an encoder is scored on masked LM with fixed masks at 15 %) */
+/* one step of the classification head on tc.batch random examples, each cut to seq_len tokens */
+MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s);
+/* mean loss over up to max_batches batches of consecutive windows of data,
+   shaped as mhe_trainer_step shapes them (deterministic; an encoder is
+   scored on masked LM with fixed masks at 15 %; src_len 0 means seq_len) */
 MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss);
+MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+                                   int max_batches, float *mean_loss);
 
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
@@ -587,6 +674,14 @@ MHEDEF double mhe_prr(double score, double score_mha, int inverse);
    ((score/score_sha) - 1) / ((params/params_sha) - 1), negated for an inverse
    indicator: the relative gain in score per relative gain in parameters. */
 MHEDEF double mhe_peop(double score, double params, double score_sha, double params_sha, int inverse);
+/* Classification metrics from a K x K confusion matrix conf[truth * K + prediction]:
+   accuracy, macro-averaged F1 (over the classes that occur in truth or
+   prediction) and Matthews' correlation coefficient in its multi-class form
+   (Gorodkin 2004; the usual MCC for K = 2). */
+typedef struct mhe_cls_metrics { int64_t n; double loss, accuracy, macro_f1, mcc; } mhe_cls_metrics;
+MHEDEF void mhe_cls_metrics_from_confusion(const int64_t *conf, int K, mhe_cls_metrics *out);
+/* loss and metrics of the classification head over every example of s (cut to seq_len tokens) */
+MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out);
 /* entropy (nats) of the unigram distribution of data: the loss of the best
    context-free predictor, a baseline a trained LM must beat (-1: no memory) */
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
@@ -598,22 +693,31 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
    keeps depends on its kind: n heads of K and V for mha, kv_groups heads for
    gqa, one head for mqa, sha and the MHE kinds (their per-head maps are
    applied on the fly), one tensor for skv (V is K) and the layer input for
-   el-att (K = V = the input). */
+   el-att (K = V = the input). An encoder-decoder model also keeps, per
+   decoder layer, the cross-attention K and V of the encoded source
+   (mhe_kv_cache_encode computes them once). */
 typedef struct mhe_kv_cache {
     int max_len, len;               /* capacity and tokens cached */
-    int n_layers;
+    int n_layers;                   /* blocks of the model (all stacks) */
     int k_width[MHE_MAX_LAYERS], v_width[MHE_MAX_LAYERS];   /* floats per token (v 0: V is K) */
     float *k[MHE_MAX_LAYERS], *v[MHE_MAX_LAYERS];           /* [max_len, width] each */
+    int src_len;                    /* encdec: source tokens encoded (0: none yet) */
+    int cross_width[MHE_MAX_LAYERS];                        /* encdec: floats per source token (K then V) */
+    float *cross[MHE_MAX_LAYERS];   /* [max_seq_len, cross_width] per decoder layer */
     float *scratch;                 /* per-token activations */
     float *logits;                  /* [V] */
-    size_t bytes;                   /* of the K/V rows */
-    size_t bytes_per_token;         /* K/V floats per token, all layers, in bytes */
+    size_t bytes;                   /* of the self-attention K/V rows */
+    size_t bytes_per_token;         /* self-attention K/V floats per token, all layers, in bytes */
+    size_t cross_bytes;             /* of the cross-attention K/V of a full-length source */
     void *block;
     void *alloc_ctx;
 } mhe_kv_cache;
 
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
+/* encdec: run the encoder over src[Ts] and cache every decoder layer's
+   cross-attention K and V; empties the self-attention cache */
+MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts);
 /* run one token at position c->len; c->logits gets the next-token logits */
 MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token);
 /* sample from logits[V]: temperature <= 0 is greedy; top_k <= 0 keeps all */
@@ -1736,9 +1840,11 @@ MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
 #define MHE__ATT_IDX(d, b, h, t, j) \
     ((((uint64_t)(b) * (uint64_t)(d)->n_heads + (uint64_t)(h)) * (uint64_t)(d)->Tq + (uint64_t)(t)) * (uint64_t)(d)->Tk + (uint64_t)(j))
 
-/* number of keys query t may see */
-static int mhe__att_visible(const mhe_attn_dims *d, int t) {
-    int n = d->causal ? t + d->q_offset + 1 : d->Tk;
+/* number of keys query t of sequence b may see: the causal bound and the
+   sequence's real length (keys past it are padding) */
+static int mhe__att_visible(const mhe_attn_dims *d, int b, int t) {
+    int n = d->causal ? t + d->q_offset + 1 : d->Tk, len = d->kv_len ? d->kv_len[b] : d->Tk;
+    if (len < n) n = len;
     return n < 0 ? 0 : (n > d->Tk ? d->Tk : n);
 }
 
@@ -1769,7 +1875,7 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
                 const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
                 float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
                 float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
-                int vis = mhe__att_visible(d, t);
+                int vis = mhe__att_visible(d, b, t);
                 for (j = 0; j < d->Tk; j++) {
                     const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head;
                     p[j] = j < vis ? d->scale * mhe__dot(qt, kj, d->d_head) : -INFINITY;
@@ -1802,7 +1908,7 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
                 const float *dot_ = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
                 const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
                 float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
-                int vis = mhe__att_visible(d, t);
+                int vis = mhe__att_visible(d, b, t);
                 float sum = 0;
                 for (j = 0; j < vis; j++) {   /* pass 1: sum_k P dP */
                     const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head;
@@ -1832,10 +1938,10 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
 #define MHE__BK 64
 #define MHE_MAX_D_HEAD 256
 
-static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int t0, int rows, int j0, int cols) {
+static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int b, int t0, int rows, int j0, int cols) {
     int i, jj;
     for (i = 0; i < rows; i++) {
-        int vis = mhe__att_visible(d, t0 + i) - j0;
+        int vis = mhe__att_visible(d, b, t0 + i) - j0;
         for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) S[(size_t)i * MHE__BK + jj] = -INFINITY;
     }
 }
@@ -1867,7 +1973,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
         float Qh[MHE__BQ * MHE_MAX_D_HEAD], Kh[MHE__BK * MHE_MAX_D_HEAD], Vh[MHE__BK * MHE_MAX_D_HEAD];
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
-        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, c, ldq = d->q_stride;
+        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, c, ldq = d->q_stride;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + MHE__QH(d, h);
         if (qmap) { mhe__tile_affine(Qh, qblk, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h)); qblk = Qh; ldq = dh; }
         for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
@@ -1880,7 +1986,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
             if (vmap) { mhe__tile_affine(Vh, vblk, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
             /* S = scale * Q_blk K_blk^T */
             mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, S, MHE__BK);
-            if (d->causal) mhe__tile_mask(d, S, t0, rows, j0, cols);
+            if (d->causal) mhe__tile_mask(d, S, b, t0, rows, j0, cols);
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
                 float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
@@ -1945,7 +2051,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
             float *ms = (qmap || kmap || vmap) ? d->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
             for (t0 = 0; t0 < d->Tq; t0 += MHE__BQ) {
                 int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ, ldq = d->q_stride;
-                int kend = mhe__att_visible(d, t0 + rows - 1);
+                int kend = mhe__att_visible(d, b, t0 + rows - 1);
                 size_t qoff = (size_t)b * d->Tq + t0;
                 const float *qraw = q + qoff * d->q_stride + MHE__QH(d, h), *qblk = qraw;
                 const float *doblk = dout + qoff * d->o_stride + (size_t)h * dh;
@@ -1968,7 +2074,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                     if (kmap) { mhe__tile_affine(Kh, kraw, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h)); kblk = Kh; ldk = dh; }
                     if (vmap) { mhe__tile_affine(Vh, vraw, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
                     mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, P, MHE__BK);
-                    if (d->causal) mhe__tile_mask(d, P, t0, rows, j0, cols);
+                    if (d->causal) mhe__tile_mask(d, P, b, t0, rows, j0, cols);
                     mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, ldv, 0.0f, dP, MHE__BK);
                     for (i = 0; i < rows; i++) {
                         float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, l = lse_b[i];
@@ -2051,7 +2157,7 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
         float S0[MHE__BQA * MHE__BK], P[MHE__BQA * MHE__BK], U[MHE__BK * MHE__ADD_MAXH];
         float acc[MHE__BQA * MHE__ADD_MAX], mrow[MHE__BQA * MHE__ADD_MAXH], lrow[MHE__BQA * MHE__ADD_MAXH], rs[MHE__BQA * MHE__ADD_MAXH];
         int b = work / n_qb, t0 = (work % n_qb) * MHE__BQA, rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA;
-        int kend = mhe__att_visible(d, t0 + rows - 1), i, j0, jj, h, c;
+        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
         for (i = 0; i < n * rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; rs[i] = 0; }
         memset(acc, 0, sizeof(float) * (size_t)n * rows * dh);
@@ -2065,7 +2171,7 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
                 float *ah = acc + (size_t)h * rows * dh;
                 for (i = 0; i < rows; i++) {
                     float *s = P + (size_t)i * MHE__BK, *m = mrow + h * rows + i, mx = *m, corr, sum = 0, dsum = 0;
-                    int vis = mhe__att_visible(d, t0 + i) - j0;
+                    int vis = mhe__att_visible(d, b, t0 + i) - j0;
                     if (vis > cols) vis = cols;
                     for (jj = 0; jj < cols; jj++) s[jj] = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
                     for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
@@ -2112,7 +2218,7 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
         float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int t0, i, j0, jj, h, c;
         for (t0 = 0; t0 < d->Tq; t0 += MHE__BQA) {
-            int rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA, kend = mhe__att_visible(d, t0 + rows - 1);
+            int rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA, kend = mhe__att_visible(d, b, t0 + rows - 1);
             size_t qoff = (size_t)b * d->Tq + t0;
             const float *qblk = q + qoff * d->q_stride;
             float *dqblk = dq + qoff * d->q_stride;
@@ -2134,7 +2240,7 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                     mhe_gemm(0, 1, rows, cols, dh, 1.0f, doh, d->o_stride, vblk, d->v_stride, 0.0f, dP, MHE__BK);
                     for (i = 0; i < rows; i++) {
                         float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, *ds = dSs + (size_t)i * MHE__BK;
-                        int vis = mhe__att_visible(d, t0 + i) - j0;
+                        int vis = mhe__att_visible(d, b, t0 + i) - j0;
                         if (vis > cols) vis = cols;
                         rsum[i] = 0;
                         for (jj = 0; jj < cols; jj++) {
@@ -2194,7 +2300,7 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.n_heads = 4;
     c.n_layers = 4;
     c.max_seq_len = 256;
-    for (i = 0; i < MHE_MAX_LAYERS; i++) c.attn[i] = MHE_ATTN_MHA;
+    for (i = 0; i < MHE_MAX_LAYERS; i++) c.attn[i] = c.enc_attn[i] = c.cross_attn[i] = MHE_ATTN_MHA;
     c.kv_groups = 2;
     c.norm = MHE_NORM_LAYERNORM;
     c.norm_eps = 1e-5f;
@@ -2210,6 +2316,7 @@ MHEDEF mhe_config mhe_config_default(void) {
 
 MHEDEF int mhe_config_d_head(const mhe_config *c) { return c->d_head > 0 ? c->d_head : c->d_model / (c->n_heads > 0 ? c->n_heads : 1); }
 MHEDEF int mhe_config_d_ff(const mhe_config *c) { return c->d_ff > 0 ? c->d_ff : 4 * c->d_model; }
+MHEDEF int mhe_config_total_layers(const mhe_config *c) { return c->n_layers + (c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0); }
 
 /* A table of fields drives parsing, printing and validation alike. */
 enum { MHE__F_INT, MHE__F_FLOAT, MHE__F_ENUM, MHE__F_ATTN, MHE__F_U64 };
@@ -2220,57 +2327,62 @@ typedef struct mhe__field {
     double lo, hi;                  /* accepted range (ints and floats) */
     const char *names;              /* enum: names separated by '|' in value order */
     const char *help;
+    int since;                      /* 0: in every checkpoint; 1: added later, a checkpoint without it keeps the default */
 } mhe__field;
 
 #define MHE__CF(name) offsetof(mhe_config, name)
 static const mhe__field mhe__config_fields[] = {
-    { "arch", MHE__F_ENUM, MHE__CF(arch), 0, 0, "decoder|encoder", "model architecture" },
-    { "vocab_size", MHE__F_INT, MHE__CF(vocab_size), 1, 16777216, 0, "vocabulary size (256 for bytes)" },
-    { "d_model", MHE__F_INT, MHE__CF(d_model), 1, 65536, 0, "model width" },
-    { "n_heads", MHE__F_INT, MHE__CF(n_heads), 1, 4096, 0, "attention heads" },
-    { "d_head", MHE__F_INT, MHE__CF(d_head), 0, MHE_MAX_D_HEAD, 0, "head size (0: d_model/n_heads)" },
-    { "n_layers", MHE__F_INT, MHE__CF(n_layers), 1, MHE_MAX_LAYERS, 0, "transformer blocks" },
-    { "d_ff", MHE__F_INT, MHE__CF(d_ff), 0, 1048576, 0, "MLP hidden width (0: 4*d_model)" },
-    { "max_seq_len", MHE__F_INT, MHE__CF(max_seq_len), 1, 1048576, 0, "longest sequence (position table rows)" },
-    { "attn", MHE__F_ATTN, MHE__CF(attn), 0, 0, 0, "attention kind, or one per layer separated by commas" },
-    { "kv_groups", MHE__F_INT, MHE__CF(kv_groups), 1, 4096, 0, "K/V head groups of gqa layers (divides n_heads)" },
-    { "norm", MHE__F_ENUM, MHE__CF(norm), 0, 0, "layernorm|rmsnorm", "normalisation" },
-    { "norm_eps", MHE__F_FLOAT, MHE__CF(norm_eps), 1e-12, 1, 0, "epsilon inside the norm" },
-    { "norm_position", MHE__F_ENUM, MHE__CF(post_norm), 0, 0, "pre|post", "norm before (pre) or after (post) each residual sum" },
-    { "activation", MHE__F_ENUM, MHE__CF(activation), 0, 0, "gelu|relu|silu", "MLP activation" },
-    { "bias", MHE__F_INT, MHE__CF(bias), 0, 1, 0, "biases in linear layers (0/1)" },
-    { "tie_embeddings", MHE__F_INT, MHE__CF(tie_embeddings), 0, 1, 0, "LM head shares tok_emb.weight (0/1)" },
-    { "dropout", MHE__F_FLOAT, MHE__CF(dropout), 0, 0.99, 0, "embedding and residual dropout" },
-    { "attn_dropout", MHE__F_FLOAT, MHE__CF(attn_dropout), 0, 0.99, 0, "dropout on attention weights" },
-    { "init_std", MHE__F_FLOAT, MHE__CF(init_std), 1e-6, 10, 0, "std of the normal weight init" },
-    { "fused_attention", MHE__F_INT, MHE__CF(fused_attention), 0, 1, 0, "1: fused online-softmax core, 0: reference core" },
-    { "mask_token", MHE__F_INT, MHE__CF(mask_token), -1, 16777215, 0, "encoder: [MASK] id for masked LM (-1: vocab_size-1)" },
-    { "n_classes", MHE__F_INT, MHE__CF(n_classes), 0, 1048576, 0, "encoder: classes of the classification head (0: none)" },
-    { "head_init_std", MHE__F_FLOAT, MHE__CF(head_init_std), -1, 10, 0, "std of the MHE head-embedding init (-1: init_std)" },
+    { "arch", MHE__F_ENUM, MHE__CF(arch), 0, 0, "decoder|encoder|encdec", "model architecture", 0 },
+    { "vocab_size", MHE__F_INT, MHE__CF(vocab_size), 1, 16777216, 0, "vocabulary size (256 for bytes)", 0 },
+    { "d_model", MHE__F_INT, MHE__CF(d_model), 1, 65536, 0, "model width", 0 },
+    { "n_heads", MHE__F_INT, MHE__CF(n_heads), 1, 4096, 0, "attention heads", 0 },
+    { "d_head", MHE__F_INT, MHE__CF(d_head), 0, MHE_MAX_D_HEAD, 0, "head size (0: d_model/n_heads)", 0 },
+    { "n_layers", MHE__F_INT, MHE__CF(n_layers), 1, MHE_MAX_LAYERS, 0, "transformer blocks", 0 },
+    { "d_ff", MHE__F_INT, MHE__CF(d_ff), 0, 1048576, 0, "MLP hidden width (0: 4*d_model)", 0 },
+    { "max_seq_len", MHE__F_INT, MHE__CF(max_seq_len), 1, 1048576, 0, "longest sequence (position table rows)", 0 },
+    { "attn", MHE__F_ATTN, MHE__CF(attn), 0, 0, 0, "attention kind, or one per layer separated by commas", 0 },
+    { "kv_groups", MHE__F_INT, MHE__CF(kv_groups), 1, 4096, 0, "K/V head groups of gqa layers (divides n_heads)", 0 },
+    { "norm", MHE__F_ENUM, MHE__CF(norm), 0, 0, "layernorm|rmsnorm", "normalisation", 0 },
+    { "norm_eps", MHE__F_FLOAT, MHE__CF(norm_eps), 1e-12, 1, 0, "epsilon inside the norm", 0 },
+    { "norm_position", MHE__F_ENUM, MHE__CF(post_norm), 0, 0, "pre|post", "norm before (pre) or after (post) each residual sum", 0 },
+    { "activation", MHE__F_ENUM, MHE__CF(activation), 0, 0, "gelu|relu|silu", "MLP activation", 0 },
+    { "bias", MHE__F_INT, MHE__CF(bias), 0, 1, 0, "biases in linear layers (0/1)", 0 },
+    { "tie_embeddings", MHE__F_INT, MHE__CF(tie_embeddings), 0, 1, 0, "LM head shares tok_emb.weight (0/1)", 0 },
+    { "dropout", MHE__F_FLOAT, MHE__CF(dropout), 0, 0.99, 0, "embedding and residual dropout", 0 },
+    { "attn_dropout", MHE__F_FLOAT, MHE__CF(attn_dropout), 0, 0.99, 0, "dropout on attention weights", 0 },
+    { "init_std", MHE__F_FLOAT, MHE__CF(init_std), 1e-6, 10, 0, "std of the normal weight init", 0 },
+    { "fused_attention", MHE__F_INT, MHE__CF(fused_attention), 0, 1, 0, "1: fused online-softmax core, 0: reference core", 0 },
+    { "mask_token", MHE__F_INT, MHE__CF(mask_token), -1, 16777215, 0, "encoder: [MASK] id for masked LM (-1: vocab_size-1)", 0 },
+    { "n_classes", MHE__F_INT, MHE__CF(n_classes), 0, 1048576, 0, "encoder: classes of the classification head (0: none)", 0 },
+    { "head_init_std", MHE__F_FLOAT, MHE__CF(head_init_std), -1, 10, 0, "std of the MHE head-embedding init (-1: init_std)", 0 },
+    { "enc_layers", MHE__F_INT, MHE__CF(enc_layers), 0, MHE_MAX_LAYERS - 1, 0, "encdec: encoder blocks", 1 },
+    { "enc_attn", MHE__F_ATTN, MHE__CF(enc_attn), 0, 0, 0, "encdec: encoder self-attention kind(s)", 1 },
+    { "cross_attn", MHE__F_ATTN, MHE__CF(cross_attn), 0, 0, 0, "encdec: decoder cross-attention kind(s)", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
 #define MHE__TF(name) offsetof(mhe_train_config, name)
 static const mhe__field mhe__train_fields[] = {
-    { "steps", MHE__F_INT, MHE__TF(steps), 0, 2147483647.0, 0, "optimizer steps" },
-    { "batch", MHE__F_INT, MHE__TF(batch), 1, 1048576, 0, "sequences per batch" },
-    { "seq_len", MHE__F_INT, MHE__TF(seq_len), 1, 1048576, 0, "tokens per sequence" },
-    { "lr", MHE__F_FLOAT, MHE__TF(lr), 0, 100, 0, "peak learning rate" },
-    { "min_lr", MHE__F_FLOAT, MHE__TF(min_lr), 0, 100, 0, "learning rate at the end of decay" },
-    { "warmup", MHE__F_INT, MHE__TF(warmup), 0, 2147483647.0, 0, "linear warmup steps" },
-    { "schedule", MHE__F_ENUM, MHE__TF(schedule), 0, 0, "constant|linear|cosine|invsqrt|cosine-restarts", "learning-rate schedule" },
-    { "cycles", MHE__F_INT, MHE__TF(cycles), 1, 1000000, 0, "hard restarts of cosine-restarts" },
-    { "beta1", MHE__F_FLOAT, MHE__TF(beta1), 0, 0.999999, 0, "AdamW beta1" },
-    { "beta2", MHE__F_FLOAT, MHE__TF(beta2), 0, 0.999999, 0, "AdamW beta2" },
-    { "eps", MHE__F_FLOAT, MHE__TF(eps), 1e-30, 1, 0, "AdamW epsilon" },
-    { "weight_decay", MHE__F_FLOAT, MHE__TF(weight_decay), 0, 10, 0, "decoupled weight decay" },
-    { "clip", MHE__F_FLOAT, MHE__TF(clip), 0, 1e30, 0, "global gradient-norm clip (0: off)" },
-    { "seed", MHE__F_U64, MHE__TF(seed), 0, 0, 0, "seed of batches and dropout" },
-    { "eval_every", MHE__F_INT, MHE__TF(eval_every), 0, 2147483647.0, 0, "validate every N steps (0: never)" },
-    { "eval_batches", MHE__F_INT, MHE__TF(eval_batches), 1, 1000000, 0, "validation batches" },
-    { "save_every", MHE__F_INT, MHE__TF(save_every), 0, 2147483647.0, 0, "checkpoint every N steps (0: at the end only)" },
-    { "log_every", MHE__F_INT, MHE__TF(log_every), 1, 2147483647.0, 0, "progress line every N steps" },
-    { "mlm_prob", MHE__F_FLOAT, MHE__TF(mlm_prob), 0.001, 1, 0, "encoder masked LM: share of positions predicted" },
+    { "steps", MHE__F_INT, MHE__TF(steps), 0, 2147483647.0, 0, "optimizer steps", 0 },
+    { "batch", MHE__F_INT, MHE__TF(batch), 1, 1048576, 0, "sequences per batch", 0 },
+    { "seq_len", MHE__F_INT, MHE__TF(seq_len), 1, 1048576, 0, "tokens per sequence", 0 },
+    { "lr", MHE__F_FLOAT, MHE__TF(lr), 0, 100, 0, "peak learning rate", 0 },
+    { "min_lr", MHE__F_FLOAT, MHE__TF(min_lr), 0, 100, 0, "learning rate at the end of decay", 0 },
+    { "warmup", MHE__F_INT, MHE__TF(warmup), 0, 2147483647.0, 0, "linear warmup steps", 0 },
+    { "schedule", MHE__F_ENUM, MHE__TF(schedule), 0, 0, "constant|linear|cosine|invsqrt|cosine-restarts", "learning-rate schedule", 0 },
+    { "cycles", MHE__F_INT, MHE__TF(cycles), 1, 1000000, 0, "hard restarts of cosine-restarts", 0 },
+    { "beta1", MHE__F_FLOAT, MHE__TF(beta1), 0, 0.999999, 0, "AdamW beta1", 0 },
+    { "beta2", MHE__F_FLOAT, MHE__TF(beta2), 0, 0.999999, 0, "AdamW beta2", 0 },
+    { "eps", MHE__F_FLOAT, MHE__TF(eps), 1e-30, 1, 0, "AdamW epsilon", 0 },
+    { "weight_decay", MHE__F_FLOAT, MHE__TF(weight_decay), 0, 10, 0, "decoupled weight decay", 0 },
+    { "clip", MHE__F_FLOAT, MHE__TF(clip), 0, 1e30, 0, "global gradient-norm clip (0: off)", 0 },
+    { "seed", MHE__F_U64, MHE__TF(seed), 0, 0, 0, "seed of batches and dropout", 0 },
+    { "eval_every", MHE__F_INT, MHE__TF(eval_every), 0, 2147483647.0, 0, "validate every N steps (0: never)", 0 },
+    { "eval_batches", MHE__F_INT, MHE__TF(eval_batches), 1, 1000000, 0, "validation batches", 0 },
+    { "save_every", MHE__F_INT, MHE__TF(save_every), 0, 2147483647.0, 0, "checkpoint every N steps (0: at the end only)", 0 },
+    { "log_every", MHE__F_INT, MHE__TF(log_every), 1, 2147483647.0, 0, "progress line every N steps", 0 },
+    { "mlm_prob", MHE__F_FLOAT, MHE__TF(mlm_prob), 0.001, 1, 0, "encoder masked LM: share of positions predicted", 0 },
+    { "src_len", MHE__F_INT, MHE__TF(src_len), 0, 1048576, 0, "encdec: source tokens per example (0: seq_len)", 1 },
 };
 #define MHE__N_TRAIN_FIELDS ((int)(sizeof mhe__train_fields / sizeof mhe__train_fields[0]))
 
@@ -2389,11 +2501,11 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
                 len = e ? (size_t)(e - s) : strlen(s);
                 while (len > 0 && mhe__is_space(s[len - 1])) len--;
                 if (len == 0 || len >= sizeof name)
-                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': empty or too long kind name in '%s'", what, value);
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': empty or too long kind name in '%s'", what, key, value);
                 memcpy(name, s, len); name[len] = 0;
                 kind = mhe_attn_kind_from_name(name);
-                if (kind < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': unknown attention kind '%s'", what, name);
-                if (n == MHE_MAX_LAYERS) return mhe__fail(err, MHE_ERR_CONFIG, "%s field 'attn': more than %d kinds", what, MHE_MAX_LAYERS);
+                if (kind < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown attention kind '%s'", what, key, name);
+                if (n == MHE_MAX_LAYERS) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': more than %d kinds", what, key, MHE_MAX_LAYERS);
                 tmp[n++] = kind;
                 if (!e) break;
                 s = e + 1;
@@ -2489,8 +2601,32 @@ MHEDEF mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, 
     return mhe__parse_lines(text, len, c, mhe__config_set_v, err);
 }
 
+/* a per-layer list of kinds: one kind for all layers, or exactly n of them */
+static mhe_status mhe__check_kinds(const int *kinds, int n, const char *key, const char *count_key, char *err) {
+    int k = 0;
+    while (k < MHE_MAX_LAYERS && kinds[k] >= 0) {
+        if (kinds[k] >= MHE_ATTN_KIND_COUNT) return mhe__fail(err, MHE_ERR_CONFIG, "%s: invalid kind %d for layer %d", key, kinds[k], k);
+        k++;
+    }
+    if (k < n || (k > n && k < MHE_MAX_LAYERS))
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s lists %d kinds but %s is %d", key, k, count_key, n);
+    return MHE_OK;
+}
+
+/* checks that a layer of `kind` fits the geometry (self- or cross-attention alike) */
+static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    int dh = mhe_config_d_head(c);
+    if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i, c->kv_groups, c->n_heads);
+    if (kind == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
+                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads, dh, c->d_model);
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
-    int i, dh = mhe_config_d_head(c), nkinds = 0;
+    int i, dh = mhe_config_d_head(c);
+    mhe_status st;
     /* every field within its table range (catches values set directly in C) */
     for (i = 0; i < MHE__N_CONFIG_FIELDS; i++) {
         const mhe__field *f = &mhe__config_fields[i];
@@ -2512,24 +2648,27 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_CONFIG, "d_model %d is not divisible by n_heads %d (set d_head explicitly)", c->d_model, c->n_heads);
     if (dh < 1 || dh > MHE_MAX_D_HEAD)
         return mhe__fail(err, MHE_ERR_CONFIG, "head size %d is out of range [1, %d]", dh, MHE_MAX_D_HEAD);
-    while (nkinds < MHE_MAX_LAYERS && c->attn[nkinds] >= 0) {
-        if (c->attn[nkinds] >= MHE_ATTN_KIND_COUNT) return mhe__fail(err, MHE_ERR_CONFIG, "attn: invalid kind %d for layer %d", c->attn[nkinds], nkinds);
-        nkinds++;
+    if ((st = mhe__check_kinds(c->attn, c->n_layers, "attn", "n_layers", err)) != MHE_OK) return st;
+    if (c->arch == MHE_ARCH_ENCDEC) {
+        if (c->enc_layers < 1) return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec needs enc_layers >= 1 (encoder blocks)");
+        if (c->enc_layers + c->n_layers > MHE_MAX_LAYERS)
+            return mhe__fail(err, MHE_ERR_CONFIG, "enc_layers %d + n_layers %d exceed %d blocks", c->enc_layers, c->n_layers, MHE_MAX_LAYERS);
+        if ((st = mhe__check_kinds(c->enc_attn, c->enc_layers, "enc_attn", "enc_layers", err)) != MHE_OK) return st;
+        if ((st = mhe__check_kinds(c->cross_attn, c->n_layers, "cross_attn", "n_layers", err)) != MHE_OK) return st;
+    } else if (c->enc_layers != 0) {
+        return mhe__fail(err, MHE_ERR_CONFIG, "enc_layers %d: only arch=encdec has an encoder stack", c->enc_layers);
     }
-    if (nkinds < c->n_layers)
-        return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
-    if (nkinds > c->n_layers && nkinds < MHE_MAX_LAYERS)
-        return mhe__fail(err, MHE_ERR_CONFIG, "attn lists %d kinds but n_layers is %d", nkinds, c->n_layers);
     if (c->mask_token >= c->vocab_size)
         return mhe__fail(err, MHE_ERR_CONFIG, "mask_token %d is outside the vocabulary [0, %d)", c->mask_token, c->vocab_size);
     if (c->n_classes > 0 && c->arch != MHE_ARCH_ENCODER)
         return mhe__fail(err, MHE_ERR_CONFIG, "n_classes %d: the classification head needs arch=encoder", c->n_classes);
-    for (i = 0; i < c->n_layers; i++) {
-        if (c->attn[i] == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is gqa: kv_groups %d must divide n_heads %d", i, c->kv_groups, c->n_heads);
-        if (c->attn[i] == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is el-att: K = V = the input split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
-                             i, c->n_heads, dh, c->d_model);
+    for (i = 0; i < c->n_layers; i++)
+        if ((st = mhe__check_kind_geom(c, c->attn[i], "layer", i, err)) != MHE_OK) return st;
+    if (c->arch == MHE_ARCH_ENCDEC) {
+        for (i = 0; i < c->enc_layers; i++)
+            if ((st = mhe__check_kind_geom(c, c->enc_attn[i], "encoder layer", i, err)) != MHE_OK) return st;
+        for (i = 0; i < c->n_layers; i++)
+            if ((st = mhe__check_kind_geom(c, c->cross_attn[i], "cross-attention of layer", i, err)) != MHE_OK) return st;
     }
     /* every GEMM dimension must fit an int and every tensor a size_t */
     if ((int64_t)c->n_heads * dh > 1048576 || (int64_t)c->vocab_size * c->d_model > ((int64_t)1 << 31) - 1 ||
@@ -2575,9 +2714,16 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
 /* Walks the parameter list in memory order. With m->params == NULL it only
    counts; then it fills the tensors. The order puts wq, wk, wv (and their
    biases) next to each other so one GEMM computes Q, K and V together. */
-typedef struct mhe__layout { mhe_model *m; int count; int64_t floats; int overflow; } mhe__layout;
+typedef struct mhe__layout {
+    mhe_model *m;
+    int count;
+    int64_t floats;
+    int overflow;
+    char prefix[32], tmp[32];       /* name of the block being laid out ("layers.3") */
+} mhe__layout;
 
-static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_t d0, int64_t d1, int decay) {
+static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
+                              int init, float init_std) {
     mhe_tensor *t;
     int64_t shape[2], size;
     shape[0] = d0; shape[1] = d1;
@@ -2593,58 +2739,94 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
     t->data = L->m->param_data + L->floats;
     t->grad = L->m->grad_data + L->floats;
     t->decay = decay;
+    t->init = init;
+    t->init_std = init_std;
     L->floats += size;
     return t;
 }
 
+/* one attention sublayer (prefix "attn" or "cross") of a block */
+static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
+    const mhe_config *c = &L->m->cfg;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
+    float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
+    const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
+    char nm[MHE_NAME_LEN];
+#define MHE__AP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix), \
+                                                       w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
+    w->kind = kind;
+    MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
+    if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname); MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std); }
+    if (g.v_w) MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+    if (c->bias) {
+        MHE__AP(bq, "wq.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname); MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
+        if (g.v_w) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+    }
+    if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
+        MHE__AP(eq, "eq", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+        MHE__AP(ek, "ek", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+        MHE__AP(ev, "ev", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+    }
+    MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
+    if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+#undef MHE__AP
+}
+
+/* Memory order: embeddings, the encoder's blocks and final norm (encdec),
+   the main stack's blocks, its final norm, the heads. GPT-2 init: weights
+   N(0, init_std), the residual-output projections (W^O, fc2) N(0, init_std /
+   sqrt(residual branches of their stack)), biases 0, norm gains 1. */
 static void mhe__layout_walk(mhe__layout *L) {
     mhe_model *m = L->m;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, dh = mhe_config_d_head(c), n = c->n_heads, F = mhe_config_d_ff(c), l;
-    int ln = c->norm == MHE_NORM_LAYERNORM;
-    char nm[MHE_NAME_LEN], nm2[32];
-    m->tok_emb = mhe__param(L, "tok_emb.weight", 2, c->vocab_size, C, 1);
-    m->pos_emb = mhe__param(L, "pos_emb.weight", 2, c->max_seq_len, C, 1);
-    for (l = 0; l < c->n_layers; l++) {
+    int C = c->d_model, F = mhe_config_d_ff(c), l, E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0;
+    float std = c->init_std;
+    char nm[MHE_NAME_LEN];
+    L->prefix[0] = 0;
+    m->n_total_layers = mhe_config_total_layers(c);
+    m->tok_emb = mhe__param(L, "tok_emb.weight", 2, c->vocab_size, C, 1, MHE_INIT_NORMAL, std);
+    m->pos_emb = mhe__param(L, "pos_emb.weight", 2, c->max_seq_len, C, 1, MHE_INIT_NORMAL, std);
+    if (E) m->enc_pos_emb = mhe__param(L, "enc.pos_emb.weight", 2, c->max_seq_len, C, 1, MHE_INIT_NORMAL, std);
+    for (l = 0; l < m->n_total_layers; l++) {
         mhe_layer *y = &m->layers[l];
-#define MHE__P(field, suffix, nd, a, b, dec) (snprintf(nm, sizeof nm, "layers.%d.%.40s", l, suffix), y->field = mhe__param(L, nm, nd, a, b, dec))
-        MHE__P(norm1_w, "norm1.weight", 1, C, 0, 0);
-        if (ln) MHE__P(norm1_b, "norm1.bias", 1, C, 0, 0);
-        {
-            mhe__geom g = mhe__layer_geom(c, c->attn[l]);
-            const char *kname = c->attn[l] == MHE_ATTN_SKV ? "attn.wkv" : "attn.wk";
-            MHE__P(wq, "attn.wq.weight", 2, g.q_w, C, 1);
-            if (g.k_w) { snprintf(nm2, sizeof nm2, "%s.weight", kname); MHE__P(wk, nm2, 2, g.k_w, C, 1); }
-            if (g.v_w) MHE__P(wv, "attn.wv.weight", 2, g.v_w, C, 1);
-            if (c->bias) {
-                MHE__P(bq, "attn.wq.bias", 1, g.q_w, 0, 0);
-                if (g.k_w) { snprintf(nm2, sizeof nm2, "%s.bias", kname); MHE__P(bk, nm2, 1, g.k_w, 0, 0); }
-                if (g.v_w) MHE__P(bv, "attn.wv.bias", 1, g.v_w, 0, 0);
-            }
-            if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
-                MHE__P(eq, "attn.eq", 2, n, dh, 0);
-                MHE__P(ek, "attn.ek", 2, n, dh, 0);
-                MHE__P(ev, "attn.ev", 2, n, dh, 0);
-            }
+        int enc = l < E, idx = enc ? l : l - E, cross = E && !enc;
+        float res_std = std / sqrtf((float)(enc ? 2 * E : (cross ? 3 : 2) * c->n_layers));
+        y->encoder = enc; y->index = idx;
+        snprintf(L->prefix, sizeof L->prefix, "%s%d", enc ? "enc.layers." : "layers.", idx);
+        /* names read "layers.3.attn.wq.weight": the block prefix goes first */
+#define MHE__LP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.32s", L->prefix, suffix), \
+                                                       y->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
+        MHE__LP(norm1_w, "norm1.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        if (c->norm == MHE_NORM_LAYERNORM) MHE__LP(norm1_b, "norm1.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        mhe__layout_attn(L, &y->attn, "attn", enc ? c->enc_attn[idx] : c->attn[idx], res_std);
+        y->cross.kind = -1;
+        if (cross) {
+            MHE__LP(norm3_w, "norm3.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+            if (c->norm == MHE_NORM_LAYERNORM) MHE__LP(norm3_b, "norm3.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+            mhe__layout_attn(L, &y->cross, "cross", c->cross_attn[idx], res_std);
         }
-        MHE__P(wo, "attn.wo.weight", 2, C, (int64_t)n * dh, 1);
-        if (c->bias) MHE__P(bo, "attn.wo.bias", 1, C, 0, 0);
-        MHE__P(norm2_w, "norm2.weight", 1, C, 0, 0);
-        if (ln) MHE__P(norm2_b, "norm2.bias", 1, C, 0, 0);
-        MHE__P(fc1_w, "mlp.fc1.weight", 2, F, C, 1);
-        if (c->bias) MHE__P(fc1_b, "mlp.fc1.bias", 1, F, 0, 0);
-        MHE__P(fc2_w, "mlp.fc2.weight", 2, C, F, 1);
-        if (c->bias) MHE__P(fc2_b, "mlp.fc2.bias", 1, C, 0, 0);
-#undef MHE__P
+        MHE__LP(norm2_w, "norm2.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        if (c->norm == MHE_NORM_LAYERNORM) MHE__LP(norm2_b, "norm2.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        MHE__LP(fc1_w, "mlp.fc1.weight", 2, F, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) MHE__LP(fc1_b, "mlp.fc1.bias", 1, F, 0, 0, MHE_INIT_ZERO, 0);
+        MHE__LP(fc2_w, "mlp.fc2.weight", 2, C, F, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__LP(fc2_b, "mlp.fc2.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+#undef MHE__LP
+        if (enc && l == E - 1 && !c->post_norm) {   /* the encoder's final norm */
+            m->enc_lnf_w = mhe__param(L, "enc.ln_f.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+            if (c->norm == MHE_NORM_LAYERNORM) m->enc_lnf_b = mhe__param(L, "enc.ln_f.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        }
     }
     if (!c->post_norm) {
-        m->lnf_w = mhe__param(L, "ln_f.weight", 1, C, 0, 0);
-        if (ln) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0);
+        m->lnf_w = mhe__param(L, "ln_f.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        if (c->norm == MHE_NORM_LAYERNORM) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
     }
-    if (!c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1);
+    if (!c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1, MHE_INIT_NORMAL, std);
     if (c->n_classes > 0) {
-        m->cls_w = mhe__param(L, "cls_head.weight", 2, c->n_classes, C, 1);
-        if (c->bias) m->cls_b = mhe__param(L, "cls_head.bias", 1, c->n_classes, 0, 0);
+        m->cls_w = mhe__param(L, "cls_head.weight", 2, c->n_classes, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) m->cls_b = mhe__param(L, "cls_head.bias", 1, c->n_classes, 0, 0, MHE_INIT_ZERO, 0);
     }
 }
 
@@ -2669,28 +2851,16 @@ static void mhe__fill_normal(float *x, int64_t n, float std, mhe_rng *r) {
     for (i = 0; i < n; i++) x[i] = std * mhe_rng_normal(r);
 }
 
-/* GPT-2 init: weights N(0, std), residual-output projections (W^O, fc2)
-   N(0, std/sqrt(2 n_layers)), biases 0, norm gains 1. */
+/* every tensor as its layout said (see mhe__layout_walk), in memory order */
 static void mhe__init_weights(mhe_model *m, uint64_t seed) {
     mhe_rng r;
     int i;
-    float std = m->cfg.init_std, res_std = std / sqrtf(2.0f * (float)m->cfg.n_layers);
     mhe_rng_seed(&r, seed);
     for (i = 0; i < m->n_tensors; i++) {
         mhe_tensor *t = &m->params[i];
-        size_t len = strlen(t->name);
-        if (t->ndim == 1) {
-            float v = strstr(t->name, "norm") || strncmp(t->name, "ln_f", 4) == 0 ? (len > 7 && strcmp(t->name + len - 7, ".weight") == 0 ? 1.0f : 0.0f) : 0.0f;
-            int64_t j;
-            for (j = 0; j < t->size; j++) t->data[j] = v;
-        } else {
-            int residual = strstr(t->name, "attn.wo.") || strstr(t->name, "mlp.fc2.");
-            size_t n = strlen(t->name);
-            int head_emb = n > 8 && (strcmp(t->name + n - 8, ".attn.eq") == 0 || strcmp(t->name + n - 8, ".attn.ek") == 0 ||
-                                     strcmp(t->name + n - 8, ".attn.ev") == 0);
-            float hstd = m->cfg.head_init_std >= 0 ? m->cfg.head_init_std : std;
-            mhe__fill_normal(t->data, t->size, head_emb ? hstd : residual ? res_std : std, &r);
-        }
+        int64_t j;
+        if (t->init == MHE_INIT_NORMAL) mhe__fill_normal(t->data, t->size, t->init_std, &r);
+        else for (j = 0; j < t->size; j++) t->data[j] = t->init == MHE_INIT_ONE ? 1.0f : 0.0f;
     }
 }
 
@@ -2754,79 +2924,117 @@ MHEDEF void mhe_model_zero_grad(mhe_model *m) {
 
 /* ---- 7. models: activations ----------------------------------------------- */
 
-
-/* carve (or, with base == NULL, measure) the activation block */
-static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) {
+/* carve (or, with base == NULL, only measure) the activation block for B
+   sequences of T tokens (decoder or single stack) and Ts source tokens
+   (encoder of encdec) */
+static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char *base) {
     const mhe_config *c = &m->cfg;
-    mhe_acts *a = &m->acts;
-    size_t BT = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), dh = (size_t)mhe_config_d_head(c);
-    size_t HD = (size_t)c->n_heads * dh, used = 0, max_proj = 0, n = (size_t)c->n_heads;
-    size_t att_stats = c->fused_attention ? (size_t)B * c->n_heads * T : (size_t)B * c->n_heads * T * T;
-    int l, any_mhe_ref = 0;
+    mhe_acts measure, *a = base ? &m->acts : &measure;
+    int E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, l, w, any_ref = 0;
+    size_t C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), dh = (size_t)mhe_config_d_head(c), n = (size_t)c->n_heads;
+    size_t HD = n * dh, V = (size_t)c->vocab_size, rd = (size_t)B * T, re = E ? (size_t)B * Ts : 0;
+    size_t rmax = rd > re ? rd : re, used = 0, max_proj = 0;
 #define MHE__A(ptr, count) do { size_t n_ = MHE_ARENA_ROUND((count) * sizeof(float)); \
         if (base) { (ptr) = (float *)(void *)(base + used); } used += n_; } while (0)
-    MHE__A(a->emb, BT * C);
-    for (l = 0; l < c->n_layers; l++) {
-        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
-        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
-        MHE__A(a->n1[l], BT * C); MHE__A(a->n2[l], BT * C);
-        MHE__A(a->mean1[l], BT); MHE__A(a->rstd1[l], BT); MHE__A(a->mean2[l], BT); MHE__A(a->rstd2[l], BT);
-        MHE__A(a->qkv[l], BT * (size_t)g.proj_w); MHE__A(a->att[l], BT * HD); MHE__A(a->lse[l], att_stats);
-        a->qkvx[l] = NULL; a->hmap[l] = NULL;
-        if (g.mhe && !c->fused_attention) { MHE__A(a->qkvx[l], BT * 3 * HD); any_mhe_ref = 1; }
-        if (c->attn[l] == MHE_ATTN_MHE_MUL) MHE__A(a->hmap[l], 2 * HD);
-        MHE__A(a->res1[l], BT * C); MHE__A(a->res2[l], BT * C);
-        MHE__A(a->fc1[l], BT * F); MHE__A(a->act[l], BT * F);
+    memset(a, 0, sizeof *a);
+    MHE__A(a->emb, rd * C);
+    if (E) MHE__A(a->src_emb, re * C);
+    for (l = 0; l < m->n_total_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        mhe_layer_acts *la = &a->layer[l];
+        size_t rows = y->encoder ? re : rd, Tq = (size_t)(y->encoder ? Ts : T);
+        for (w = 0; w < 3; w++) {
+            if (w == 1 && y->cross.kind < 0) continue;
+            MHE__A(la->sub[w].nrm, rows * C); MHE__A(la->sub[w].sum, rows * C);
+            MHE__A(la->sub[w].mean, rows); MHE__A(la->sub[w].rstd, rows);
+        }
+        for (w = 0; w < 2; w++) {   /* self-attention, then cross-attention */
+            const mhe_attn_weights *aw = w ? &y->cross : &y->attn;
+            mhe_attn_acts *aa = w ? &la->cross : &la->attn;
+            size_t kv_rows = w ? re : rows, Tk = w ? (size_t)Ts : Tq;
+            mhe__geom g;
+            if (aw->kind < 0) continue;
+            g = mhe__layer_geom(c, aw->kind);
+            if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
+            MHE__A(aa->proj, rows * (size_t)(w ? g.q_w : g.proj_w));
+            if (w && g.k_w) MHE__A(aa->kv, kv_rows * (size_t)(g.k_w + g.v_w));
+            if (g.mhe && !c->fused_attention) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; }
+            if (aw->kind == MHE_ATTN_MHE_MUL) MHE__A(aa->hmap, 2 * HD);
+            MHE__A(aa->att, rows * HD);
+            MHE__A(aa->stats, c->fused_attention ? (size_t)B * n * Tq : (size_t)B * n * Tq * Tk);
+        }
+        MHE__A(la->fc1, rows * F); MHE__A(la->act, rows * F);
     }
-    MHE__A(a->nf, BT * C); MHE__A(a->meanf, BT); MHE__A(a->rstdf, BT);
-    MHE__A(a->logits, BT * (size_t)c->vocab_size); MHE__A(a->losses, BT);
-    a->pooled = a->cls_logits = a->d_pooled = a->d_cls = NULL;
+    if (!c->post_norm) {
+        MHE__A(a->fin.nrm, rd * C); MHE__A(a->fin.mean, rd); MHE__A(a->fin.rstd, rd);
+        if (E) { MHE__A(a->enc_fin.nrm, re * C); MHE__A(a->enc_fin.mean, re); MHE__A(a->enc_fin.rstd, re); }
+    }
+    MHE__A(a->logits, rd * V); MHE__A(a->losses, rd);
     if (c->n_classes > 0) {
         MHE__A(a->pooled, (size_t)B * C); MHE__A(a->d_pooled, (size_t)B * C);
         MHE__A(a->cls_logits, (size_t)B * c->n_classes); MHE__A(a->d_cls, (size_t)B * c->n_classes);
     }
-    MHE__A(a->d_res, BT * C); MHE__A(a->d_n, BT * C); MHE__A(a->scratch, BT * C);
-    MHE__A(a->d_tmp, BT * C);
-    MHE__A(a->d_att, BT * HD); MHE__A(a->d_qkv, BT * max_proj);
-    a->d_qkvx = NULL;
-    if (any_mhe_ref) MHE__A(a->d_qkvx, BT * 3 * HD);
+    MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C); MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);
+    if (E) MHE__A(a->d_mem, re * C);
+    MHE__A(a->d_att, rmax * HD); MHE__A(a->d_proj, rmax * max_proj);
+    if (any_ref) MHE__A(a->d_projx, 3 * rmax * HD);
     MHE__A(a->map_scratch, (size_t)B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
-    MHE__A(a->d_fc1, BT * F); MHE__A(a->d_act, BT * F);
-    MHE__A(a->d_logits, BT * (size_t)c->vocab_size);
+    MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
+    MHE__A(a->d_logits, rd * V);
 #undef MHE__A
-    if (base) {
-        a->tokens = (int *)(void *)(base + used);
-        a->targets = a->tokens + BT;
-    }
-    used += MHE_ARENA_ROUND(2 * BT * sizeof(int));
+#define MHE__AI(ptr, count) do { if (base) (ptr) = (int *)(void *)(base + used); used += MHE_ARENA_ROUND((count) * sizeof(int)); } while (0)
+    MHE__AI(a->tokens, rd); MHE__AI(a->targets, rd); MHE__AI(a->lengths, (size_t)B);
+    if (E) { MHE__AI(a->src, re); MHE__AI(a->src_lengths, (size_t)B); }
+#undef MHE__AI
     return used;
 }
 
-MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T) {
+MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
+    mhe_acts *a = &m->acts;
     size_t bytes;
     void *block;
+    int encdec = m->cfg.arch == MHE_ARCH_ENCDEC;
+    Ts = encdec ? (Ts > 0 ? Ts : T) : 0;
     if (B < 1 || T < 1) return mhe__fail(m->err, MHE_ERR_ARG, "batch %d x length %d: both must be >= 1", B, T);
-    if (T > m->cfg.max_seq_len) return mhe__fail(m->err, MHE_ERR_ARG, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
-    if ((int64_t)B * T > (1 << 24)) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "batch %d x length %d is too many tokens", B, T);
-    if (m->acts_block && (int64_t)B * T <= (int64_t)m->acts.B * m->acts.T && T <= m->acts.T) return MHE_OK;
-    bytes = mhe__acts_layout(m, B, T, NULL);
+    if (T > m->cfg.max_seq_len || Ts > m->cfg.max_seq_len)
+        return mhe__fail(m->err, MHE_ERR_ARG, "sequence length %d exceeds max_seq_len %d", T > Ts ? T : Ts, m->cfg.max_seq_len);
+    if ((int64_t)B * T > (1 << 24) || (int64_t)B * Ts > (1 << 24)) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "batch %d x length %d is too many tokens", B, T > Ts ? T : Ts);
+    /* a block laid out for (B', T', Ts') holds every smaller shape: rows, per-sequence arrays and score matrices */
+    if (m->acts_block && B <= a->B && (int64_t)B * T <= (int64_t)a->B * a->T && T <= a->T &&
+        (int64_t)B * Ts <= (int64_t)a->B * a->Ts && Ts <= a->Ts) return MHE_OK;
+    bytes = mhe__acts_layout(m, B, T, Ts, NULL);
     block = MHE_MALLOC(m->alloc_ctx, bytes + MHE_ARENA_ALIGN);
     if (!block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of activations", bytes);
     if (m->acts_block) MHE_FREE(m->alloc_ctx, m->acts_block);
     m->acts_block = block;
-    mhe__acts_layout(m, B, T, (unsigned char *)(((uintptr_t)block + MHE_ARENA_ALIGN - 1) & ~(uintptr_t)(MHE_ARENA_ALIGN - 1)));
-    m->acts.B = B; m->acts.T = T; m->acts.bytes = bytes;
+    mhe__acts_layout(m, B, T, Ts, (unsigned char *)(((uintptr_t)block + MHE_ARENA_ALIGN - 1) & ~(uintptr_t)(MHE_ARENA_ALIGN - 1)));
+    a->B = B; a->T = T; a->Ts = Ts; a->bytes = bytes;
     m->bytes_acts = bytes;
     return MHE_OK;
 }
 
 /* ---- 7. models: forward and backward -------------------------------------- */
 
-/* one dropout stream per site: 0 embeddings, then 3 per layer */
+/* One dropout stream per site: 0 decoder (or single-stack) embeddings,
+   1 encoder embeddings, then per block l (all stacks) the residual sums of
+   its three sublayers and the weights of its two attentions. */
+#define MHE__SITE_RES(l, k) (2 + 8 * (l) + (k))      /* k: 0 self-attention, 1 cross-attention, 2 MLP */
+#define MHE__SITE_ATT(l, k) (2 + 8 * (l) + 3 + (k))  /* k: 0 self-attention, 1 cross-attention */
+
 static uint64_t mhe__site_seed(const mhe_model *m, int site) {
     uint64_t x = m->dropout_seed ^ ((uint64_t)(site + 1) * 0x9e3779b97f4a7c15ULL);
     return mhe__splitmix64(&x);
 }
+
+/* What the blocks of one stack see in a forward or backward pass. */
+typedef struct mhe__ctx {
+    int B, T, causal;
+    const int *len;                 /* [B] real tokens per sequence, or NULL */
+    const float *mem;               /* encoder output for cross-attention [B*Ts, C] */
+    int Ts;
+    const int *mem_len;             /* [B] real source tokens, or NULL */
+    float *d_mem;                   /* backward: gradient of mem (accumulated) */
+} mhe__ctx;
 
 static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
                           const mhe_tensor *w, const mhe_tensor *b, int N) {
@@ -2843,76 +3051,90 @@ static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, co
 static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
 static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
 
-static mhe_attn_dims mhe__attn_dims(const mhe_model *m, int layer, int B, int Tq, int Tk, int causal) {
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                    int causal, const int *kv_len) {
     mhe_attn_dims d;
     const mhe_config *c = &m->cfg;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
     int dh = mhe_config_d_head(c);
     memset(&d, 0, sizeof d);
-    d.B = B; d.n_heads = c->n_heads; d.n_kv_heads = c->n_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
+    d.B = B; d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
     d.o_stride = c->n_heads * dh;
-    d.causal = causal; d.q_offset = Tk - Tq;
+    d.causal = causal; d.q_offset = Tk - Tq; d.kv_len = kv_len;
     d.scale = 1.0f / sqrtf((float)dh);
     d.dropout = m->training ? c->attn_dropout : 0.0f;
-    d.seed = mhe__site_seed(m, 3 * layer + 3);
+    d.seed = mhe__site_seed(m, site);
     return d;
 }
 
 /* MHE-MUL maps from the head embeddings: head i scores with
    (Q*(1+e_i^Q)) (K*(1+e_i^K))^T = (Q * w_i) K^T, w_i = (1+e_i^Q)(1+e_i^K),
    and its values are V*(1+e_i^V) (MHE paper eq. 5-6, psi = mul). */
-static void mhe__mul_maps(const mhe_layer *y, float *hmap, int nd) {
+static void mhe__mul_maps(const mhe_attn_weights *w, float *hmap, int nd) {
     int i;
     for (i = 0; i < nd; i++) {
-        hmap[i] = (1.0f + y->eq->data[i]) * (1.0f + y->ek->data[i]);
-        hmap[nd + i] = 1.0f + y->ev->data[i];
+        hmap[i] = (1.0f + w->eq->data[i]) * (1.0f + w->ek->data[i]);
+        hmap[nd + i] = 1.0f + w->ev->data[i];
     }
 }
 
-/* MHE reference path, literally eq. 5: per-head Q_i, K_i, V_i = psi(seed, e_i)
-   for every row, stored in x [rows, 3 n d_h]. */
-static void mhe__mhe_expand(const mhe_layer *y, int mul, const float *q, const float *k, const float *v, int stride,
-                            int rows, int n, int dh, float *x) {
+/* MHE reference path, literally eq. 5: head i of every row gets
+   psi(seed row, e_i), stored in x [rows, n d_h]. */
+static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_tensor *e, int n, int dh, int mul, float *x) {
     int r, h, c;
     for (r = 0; r < rows; r++)
         for (h = 0; h < n; h++)
             for (c = 0; c < dh; c++) {
-                size_t o = (size_t)r * 3 * n * dh + (size_t)h * dh + c, e = (size_t)h * dh + c, i = (size_t)r * stride + c;
-                x[o] = mul ? q[i] * (1.0f + y->eq->data[e]) : q[i] + y->eq->data[e];
-                x[o + (size_t)n * dh] = mul ? k[i] * (1.0f + y->ek->data[e]) : k[i] + y->ek->data[e];
-                x[o + (size_t)2 * n * dh] = mul ? v[i] * (1.0f + y->ev->data[e]) : v[i] + y->ev->data[e];
+                float a = src[(size_t)r * stride + c], b = e->data[(size_t)h * dh + c];
+                x[((size_t)r * n + h) * dh + c] = mul ? a * (1.0f + b) : a + b;
             }
 }
 
-/* The attention of layer l for B x Tq queries over Tk keys: q rows (stride qs),
-   K rows and V rows (strides ks, vs). Writes att [B*Tq, n d_h] and the core's
-   statistics (lse, or probs for the reference core). Training and decoding
-   both come here, so the KV-cache path cannot drift from the trained one. */
-static void mhe__attn_fwd(const mhe_model *m, int l, int B, int Tq, int Tk, int causal,
-                          const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                          float *att, float *stats, float *qkvx, float *hmap, int use_ref) {
+/* back through mhe__mhe_expand: dsrc += sum over heads, e->grad += sum over rows */
+static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows, mhe_tensor *e, int n, int dh, int mul) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < dh; c++) {
+                float g = gx[((size_t)r * n + h) * dh + c];
+                size_t ei = (size_t)h * dh + c;
+                dsrc[(size_t)r * stride + c] += mul ? g * (1.0f + e->data[ei]) : g;
+                e->grad[ei] += mul ? g * src[(size_t)r * stride + c] : g;
+            }
+}
+
+/* The attention of one sublayer (weights w) for B x Tq queries over Tk keys:
+   q rows (stride qs), K rows and V rows (strides ks, vs). Writes att
+   [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
+   core). Training, cross-attention and decoding all come here, so the
+   KV-cache path cannot drift from the trained one. */
+static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                          float *att, float *stats, float *projx, float *hmap, int use_ref) {
     const mhe_config *c = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    int kind = c->attn[l], n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
+    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe__geom g = mhe__layer_geom(c, kind);
-    mhe_attn_dims d = mhe__attn_dims(m, l, B, Tq, Tk, causal);
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
     if (g.mhe && use_ref) {
-        MHE_ASSERT(Tq == Tk && ks == qs && vs == qs);   /* seeds come from one projection GEMM */
-        mhe__mhe_expand(y, kind == MHE_ATTN_MHE_MUL, q, k, v, qs, B * Tq, n, dh, qkvx);
-        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        int mul = kind == MHE_ATTN_MHE_MUL;
+        float *qx = projx, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
+        mhe__mhe_expand(q, qs, B * Tq, w->eq, n, dh, mul, qx);
+        mhe__mhe_expand(k, ks, B * Tk, w->ek, n, dh, mul, kx);
+        mhe__mhe_expand(v, vs, B * Tk, w->ev, n, dh, mul, vx);
+        d.q_stride = d.k_stride = d.v_stride = HD;
         d.n_kv_heads = n;
-        mhe_attn_ref_fwd(&d, att, stats, qkvx, qkvx + HD, qkvx + 2 * HD);
+        mhe_attn_ref_fwd(&d, att, stats, qx, kx, vx);
         return;
     }
     if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
         d.q_shared = 1;
         if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
-            mhe__attn_add_fwd(&d, att, stats, q, k, v, y->eq->data, y->ev->data);
+            mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
             return;
         }
-        if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(y, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
-        else { d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data; }
+        if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
+        else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
         mhe_attn_fused_fwd(&d, att, stats, q, k, v);
         return;
     }
@@ -2925,41 +3147,31 @@ static void mhe__attn_fwd(const mhe_model *m, int l, int B, int Tq, int Tk, int 
     }
 }
 
-/* Backward of mhe__attn_fwd (training shapes, Tq = Tk = T): adds into dq, dk, dv
-   (same strides as q, k, v) and into the head-embedding gradients. d_att is
-   used as scratch. */
-static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int qs, const float *k, int ks,
-                          const float *v, int vs, float *dq, float *dk, float *dv, float *d_att, const float *att,
-                          const float *stats, float *qkvx, float *d_qkvx, float *hmap, int use_ref) {
+/* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
+   and into the head-embedding gradients. d_att is used as scratch. */
+static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                          float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats,
+                          const float *projx, float *hmap, int use_ref) {
     const mhe_config *c = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
     mhe_acts *a = &m->acts;
-    int kind = c->attn[l], n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
+    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
     mhe__geom g = mhe__layer_geom(c, kind);
-    mhe_attn_dims d = mhe__attn_dims(m, l, B, T, T, c->arch == MHE_ARCH_DECODER);
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads;
     if (g.mhe && use_ref) {
-        int mul = kind == MHE_ATTN_MHE_MUL, which;
-        MHE_ASSERT(ks == qs && vs == qs);   /* seeds share the projection's row stride */
-        memset(d_qkvx, 0, (size_t)B * T * 3 * HD * sizeof(float));
-        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        int mul = kind == MHE_ATTN_MHE_MUL;
+        size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
+        const float *qx = projx, *kx = qx + nq, *vx = kx + nk;
+        float *dqx = a->d_projx, *dkx = dqx + nq, *dvx = dkx + nk;
+        memset(dqx, 0, (nq + 2 * nk) * sizeof(float));
+        d.q_stride = d.k_stride = d.v_stride = HD;
         d.n_kv_heads = n;
-        mhe_attn_ref_bwd(&d, d_qkvx, d_qkvx + HD, d_qkvx + 2 * HD, d_att, stats, qkvx, qkvx + HD, qkvx + 2 * HD);
+        mhe_attn_ref_bwd(&d, dqx, dkx, dvx, d_att, stats, qx, kx, vx);
         /* back through psi: A_i = A*(1+e_i) (mul) or A + e_i (add), summed over heads */
-        for (which = 0; which < 3; which++) {
-            const float *src = which == 0 ? q : which == 1 ? k : v;
-            float *dsrc = which == 0 ? dq : which == 1 ? dk : dv;
-            const mhe_tensor *e = which == 0 ? y->eq : which == 1 ? y->ek : y->ev;
-            for (r = 0; r < B * T; r++)
-                for (h = 0; h < n; h++)
-                    for (i = 0; i < dh; i++) {
-                        float gx = d_qkvx[(size_t)r * 3 * HD + (size_t)which * HD + (size_t)h * dh + i];
-                        size_t ei = (size_t)h * dh + i;
-                        dsrc[(size_t)r * qs + i] += mul ? gx * (1.0f + e->data[ei]) : gx;
-                        e->grad[ei] += mul ? gx * src[(size_t)r * qs + i] : gx;
-                    }
-        }
+        mhe__mhe_expand_bwd(dqx, q, dq, qs, B * Tq, w->eq, n, dh, mul);
+        mhe__mhe_expand_bwd(dkx, k, dk, ks, B * Tk, w->ek, n, dh, mul);
+        mhe__mhe_expand_bwd(dvx, v, dv, vs, B * Tk, w->ev, n, dh, mul);
         return;
     }
     if (g.mhe) {
@@ -2971,24 +3183,121 @@ static void mhe__attn_bwd(mhe_model *m, int l, int B, int T, const float *q, int
             d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
             mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
             for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
-                y->eq->grad[i] += dmap[i] * (1.0f + y->ek->data[i]);
-                y->ek->grad[i] += dmap[i] * (1.0f + y->eq->data[i]);
-                y->ev->grad[i] += dmap[HD + i];
+                w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
+                w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
+                w->ev->grad[i] += dmap[HD + i];
             }
         } else if (mhe__attn_add_fits(&d)) {   /* e^K has no effect: its gradient stays 0 */
-            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, y->eq->data, y->ev->data, y->eq->grad, y->ev->grad);
+            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data, w->eq->grad, w->ev->grad);
         } else {
-            d.q_add = y->eq->data; d.k_add = y->ek->data; d.v_add = y->ev->data;
-            d.dq_add = y->eq->grad; d.dk_add = y->ek->grad; d.dv_add = y->ev->grad;
+            d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data;
+            d.dq_add = w->eq->grad; d.dk_add = w->ek->grad; d.dv_add = w->ev->grad;
             mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
         }
         return;
     }
     if (kind == MHE_ATTN_SHA)   /* the n copies of the one head: their gradients add up */
-        for (r = 0; r < B * T; r++)
+        for (r = 0; r < B * Tq; r++)
             for (h = 1; h < n; h++) mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
     if (use_ref) mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
     else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+}
+
+/* Where an attention sublayer finds its K and V: in its projections (self:
+   after Q in one [rows, proj_w] block; cross: the [src rows, k_w + v_w]
+   block of the encoder output), or, for a kind without W^K (el-att), the
+   input itself; V is K for a kind without W^V (skv). */
+static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp, int inp_stride,
+                         const float **k, int *ks, const float **v) {
+    *k = g->k_w ? proj : inp;
+    *ks = g->k_w ? proj_stride : inp_stride;
+    *v = g->v_w ? proj + g->k_w : *k;
+}
+
+/* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
+   (cross: Q from u, K and V from the encoder output) into out [rows, C] */
+static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    if (!cross) {
+        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.proj_w);
+        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
+                      aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+    } else {
+        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
+        /* W^K and W^V follow W^Q in memory (and b^K, b^V follow b^Q): one GEMM over the encoder output */
+        if (g.k_w) mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), x->B * x->Ts, C, g.k_w + g.v_w);
+        mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
+                      aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+    }
+    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+}
+
+/* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
+   adds the gradient of u into du (and of the encoder output into d_mem) */
+static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe_acts *a = &m->acts;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    float *dk, *dv;
+    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
+    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
+    if (!cross) {
+        memset(a->d_proj, 0, (size_t)rows * g.proj_w * sizeof(float));
+        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
+        dk = g.k_w ? a->d_proj + g.q_w : du;
+        dv = g.v_w ? dk + g.k_w : dk;
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
+                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
+    } else {
+        int mrows = x->B * x->Ts, kvw = g.k_w + g.v_w;
+        float *dq = a->d_proj, *dkv = dq + (size_t)rows * g.q_w;
+        memset(dq, 0, ((size_t)rows * g.q_w + (size_t)mrows * kvw) * sizeof(float));
+        mhe__kv_ptrs(&g, aa->kv, kvw, x->mem, C, &k, &ks, &v);
+        dk = g.k_w ? dkv : x->d_mem;
+        dv = g.v_w ? dk + g.k_w : dk;
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
+                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
+        if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, kvw);
+    }
+}
+
+/* f of the MLP sublayer: fc2(act(fc1(u))) */
+static void mhe__mlp_fwd(mhe_model *m, int l, int rows, const float *u, float *out) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    mhe_layer_acts *la = &m->acts.layer[l];
+    int C = c->d_model, F = mhe_config_d_ff(c);
+    mhe_linear_fwd(la->fc1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), rows, C, F);
+    mhe_act_fwd(c->activation, la->act, la->fc1, (int64_t)rows * F);
+    mhe_linear_fwd(out, la->act, y->fc2_w->data, mhe__opt_data(y->fc2_b), rows, F, C);
+}
+
+static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    mhe_layer_acts *la = &m->acts.layer[l];
+    mhe_acts *a = &m->acts;
+    int C = c->d_model, F = mhe_config_d_ff(c);
+    memset(a->d_act, 0, (size_t)rows * F * sizeof(float));
+    mhe_linear_bwd(a->d_act, y->fc2_w->grad, mhe__opt_grad(y->fc2_b), d_out, la->act, y->fc2_w->data, rows, F, C);
+    memset(a->d_fc1, 0, (size_t)rows * F * sizeof(float));
+    mhe_act_bwd(c->activation, a->d_fc1, la->fc1, a->d_act, (int64_t)rows * F);
+    mhe_linear_bwd(du, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, u, y->fc1_w->data, rows, C, F);
 }
 
 /* y = x + dropout(branch) for the residual sums */
@@ -3008,89 +3317,223 @@ static const float *mhe__residual_bwd(const mhe_model *m, float *tmp, const floa
     return tmp;
 }
 
-/* the stack, then the LM head (cls = 0: targets per token) or the
-   classification head (cls = 1: one label per sequence, mean-pooled) */
-static mhe_status mhe__forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss, int cls) {
-    const mhe_config *c = &m->cfg;
+/* the norm of sublayer k: norm1 (self-attention), norm3 (cross), norm2 (MLP) */
+static void mhe__sub_norm(const mhe_layer *y, int k, const mhe_tensor **w, const mhe_tensor **b) {
+    *w = k == 0 ? y->norm1_w : k == 1 ? y->norm3_w : y->norm2_w;
+    *b = k == 0 ? y->norm1_b : k == 1 ? y->norm3_b : y->norm2_b;
+}
+
+/* output of sublayer k of block l, and its input (the block input or the
+   previous sublayer's output) */
+static const float *mhe__sub_out(const mhe_model *m, int l, int k) {
+    const mhe_sub_acts *s = &m->acts.layer[l].sub[k];
+    return m->cfg.post_norm ? s->nrm : s->sum;
+}
+
+static const float *mhe__sub_in(const mhe_model *m, int l, int k) {
+    if (k == 0) return m->acts.layer[l].in;
+    if (k == 2 && m->layers[l].cross.kind >= 0) return mhe__sub_out(m, l, 1);
+    return mhe__sub_out(m, l, 0);
+}
+
+/* Sublayer k of block l. Pre-norm: h' = h + dropout(f(N(h))); post-norm:
+   h' = N(h + dropout(f(h))) (Vaswani et al. 2017; Xiong et al. 2020). */
+static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
+    const mhe_layer *y = &m->layers[l];
+    mhe_sub_acts *s = &m->acts.layer[l].sub[k];
+    const float *h = mhe__sub_in(m, l, k), *u = h;
+    const mhe_tensor *nw, *nb;
+    float *branch = m->acts.scratch;
+    int rows = x->B * x->T;
+    mhe__sub_norm(y, k, &nw, &nb);
+    if (!m->cfg.post_norm) { mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, h, nw, nb, rows); u = s->nrm; }
+    if (k == 2) mhe__mlp_fwd(m, l, rows, u, branch);
+    else mhe__attn_branch_fwd(m, l, k, x, u, branch);
+    mhe__residual(m, s->sum, h, branch, (int64_t)rows * m->cfg.d_model, MHE__SITE_RES(l, k));
+    if (m->cfg.post_norm) mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, s->sum, nw, nb, rows);
+}
+
+/* Backward of sublayer k: acts.d_h holds the gradient of its output and
+   leaves with the gradient of its input. */
+static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
+    const mhe_layer *y = &m->layers[l];
     mhe_acts *a = &m->acts;
+    const mhe_sub_acts *s = &a->layer[l].sub[k];
+    const float *h = mhe__sub_in(m, l, k), *dbr;
+    const mhe_tensor *nw, *nb;
+    int rows = x->B * x->T;
+    size_t n = (size_t)rows * m->cfg.d_model;
+    mhe__sub_norm(y, k, &nw, &nb);
+    if (!m->cfg.post_norm) {
+        /* d h = d h' + N'(f'(d h')) */
+        dbr = mhe__residual_bwd(m, a->d_tmp, a->d_h, (int64_t)n, MHE__SITE_RES(l, k));
+        memset(a->d_u, 0, n * sizeof(float));
+        if (k == 2) mhe__mlp_bwd(m, l, rows, s->nrm, dbr, a->d_u);
+        else mhe__attn_branch_bwd(m, l, k, x, s->nrm, dbr, a->d_u);
+        mhe__norm_bwd(m, a->d_h, a->d_u, h, nw, nb, s->mean, s->rstd, rows);
+    } else {
+        /* d sum = N'(d h'); d h = d sum + f'(d sum) */
+        memset(a->d_u, 0, n * sizeof(float));
+        mhe__norm_bwd(m, a->d_u, a->d_h, s->sum, nw, nb, s->mean, s->rstd, rows);
+        memcpy(a->d_h, a->d_u, n * sizeof(float));
+        dbr = mhe__residual_bwd(m, a->d_tmp, a->d_u, (int64_t)n, MHE__SITE_RES(l, k));
+        if (k == 2) mhe__mlp_bwd(m, l, rows, h, dbr, a->d_h);
+        else mhe__attn_branch_bwd(m, l, k, x, h, dbr, a->d_h);
+    }
+}
+
+/* blocks l0..l1-1 of one stack on input h; returns the stack's output */
+static const float *mhe__stack_fwd(mhe_model *m, int l0, int l1, const mhe__ctx *x, const float *h) {
+    int l, k;
+    for (l = l0; l < l1; l++) {
+        mhe_layer_acts *la = &m->acts.layer[l];
+        la->in = h;
+        for (k = 0; k < 3; k++) if (k != 1 || m->layers[l].cross.kind >= 0) mhe__sub_fwd(m, l, k, x);
+        la->out = h = mhe__sub_out(m, l, 2);
+    }
+    return h;
+}
+
+static void mhe__stack_bwd(mhe_model *m, int l0, int l1, const mhe__ctx *x) {
+    int l, k;
+    for (l = l1 - 1; l >= l0; l--)
+        for (k = 2; k >= 0; k--) if (k != 1 || m->layers[l].cross.kind >= 0) mhe__sub_bwd(m, l, k, x);
+}
+
+/* token embedding plus learned positions, then embedding dropout */
+static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, const mhe_tensor *pos, int B, int T, int site) {
+    int C = m->cfg.d_model, b, t;
+    mhe_embedding_fwd(out, m->tok_emb->data, tokens, B * T, C, 0);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) mhe__axpy(out + ((size_t)b * T + t) * C, 1.0f, pos->data + (size_t)t * C, C);
+    if (m->training && m->cfg.dropout > 0) mhe_dropout_fwd(out, out, (int64_t)B * T * C, m->cfg.dropout, mhe__site_seed(m, site), 0);
+}
+
+static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_tensor *pos, int B, int T, int site) {
+    int C = m->cfg.d_model, b, t;
+    if (m->training && m->cfg.dropout > 0) {
+        memset(m->acts.d_tmp, 0, (size_t)B * T * C * sizeof(float));
+        mhe_dropout_bwd(m->acts.d_tmp, d, (int64_t)B * T * C, m->cfg.dropout, mhe__site_seed(m, site), 0);
+        d = m->acts.d_tmp;
+    }
+    mhe_embedding_bwd(m->tok_emb->grad, d, tokens, B * T, C);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) mhe__axpy(pos->grad + (size_t)t * C, 1.0f, d + ((size_t)b * T + t) * C, C);
+}
+
+static int mhe__n_enc(const mhe_config *c) { return c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0; }
+
+/* the contexts of the two stacks for the last batch */
+static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec) {
+    mhe_acts *a = &m->acts;
+    int encdec = m->cfg.arch == MHE_ARCH_ENCDEC;
+    memset(enc, 0, sizeof *enc);
+    memset(dec, 0, sizeof *dec);
+    enc->B = dec->B = m->last_B;
+    enc->T = m->last_Ts; enc->len = a->src_lengths;
+    dec->T = m->last_T; dec->len = a->lengths;
+    dec->causal = m->cfg.arch != MHE_ARCH_ENCODER;
+    if (encdec) { dec->mem = a->mem; dec->Ts = m->last_Ts; dec->mem_len = a->src_lengths; dec->d_mem = a->d_mem; }
+}
+
+/* checks a token array against the vocabulary */
+static mhe_status mhe__check_tokens(mhe_model *m, const int *tok, int n, const char *what) {
+    int i;
+    if (!tok) return mhe__fail(m->err, MHE_ERR_ARG, "forward: %s is NULL", what);
+    for (i = 0; i < n; i++)
+        if (tok[i] < 0 || tok[i] >= m->cfg.vocab_size)
+            return mhe__fail(m->err, MHE_ERR_DATA, "%s: token %d at position %d is outside the vocabulary [0, %d)", what, tok[i], i, m->cfg.vocab_size);
+    return MHE_OK;
+}
+
+static mhe_status mhe__check_lengths(mhe_model *m, const int *len, int B, int T, const char *what) {
+    int b;
+    if (len)
+        for (b = 0; b < B; b++)
+            if (len[b] < 1 || len[b] > T) return mhe__fail(m->err, MHE_ERR_DATA, "%s[%d] = %d is outside [1, %d]", what, b, len[b], T);
+    return MHE_OK;
+}
+
+/* the encoder of encdec on the batch's source: leaves its output in acts.mem */
+static void mhe__encode(mhe_model *m) {
+    mhe_acts *a = &m->acts;
+    mhe__ctx enc, dec;
+    const float *h;
+    int E = mhe__n_enc(&m->cfg), rows = m->last_B * m->last_Ts;
+    mhe__contexts(m, &enc, &dec);
+    mhe__embed_fwd(m, a->src_emb, a->src, m->enc_pos_emb, m->last_B, m->last_Ts, 1);
+    h = mhe__stack_fwd(m, 0, E, &enc, a->src_emb);
+    if (!m->cfg.post_norm) { mhe__norm_fwd(m, a->enc_fin.nrm, a->enc_fin.mean, a->enc_fin.rstd, h, m->enc_lnf_w, m->enc_lnf_b, rows); h = a->enc_fin.nrm; }
+    a->mem = h;
+}
+
+MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
+    const mhe_config *c;
+    mhe_acts *a;
     mhe_status st;
-    int C = c->d_model, F = mhe_config_d_ff(c), HD = c->n_heads * mhe_config_d_head(c);
-    int V = c->vocab_size, BT, l, i, t;
+    mhe__ctx enc, dec;
+    int B, T, Ts = 0, E, C, V, BT, i, t, cls;
     const float *x;
-    if (!tokens) return mhe__fail(m->err, MHE_ERR_ARG, "forward: tokens is NULL");
-    if ((st = mhe_model_reserve(m, B, T)) != MHE_OK) return st;
-    BT = B * T;
+    if (!m) return MHE_ERR_ARG;
+    if (!bt) return mhe__fail(m->err, MHE_ERR_ARG, "forward: batch is NULL");
+    c = &m->cfg; a = &m->acts;
+    B = bt->B; T = bt->T; E = mhe__n_enc(c); C = c->d_model; V = c->vocab_size; cls = bt->labels != NULL;
+    if (E) {
+        Ts = bt->Ts;
+        if (!bt->src || Ts < 1) return mhe__fail(m->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source (src, Ts >= 1)");
+    }
     if (cls && c->n_classes < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
-    for (i = 0; i < BT; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary [0, %d)", tokens[i], i, V);
-        if (targets && !cls && targets[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary [0, %d)", targets[i], i, V);
-    }
-    if (targets && cls)
+    if (cls && bt->targets) return mhe__fail(m->err, MHE_ERR_ARG, "forward: give per-token targets or sequence labels, not both");
+    if ((st = mhe_model_reserve(m, B, T, Ts)) != MHE_OK) return st;
+    BT = B * T;
+    if ((st = mhe__check_tokens(m, bt->tokens, BT, "tokens")) != MHE_OK) return st;
+    if (E && (st = mhe__check_tokens(m, bt->src, B * Ts, "source")) != MHE_OK) return st;
+    if ((st = mhe__check_lengths(m, bt->lengths, B, T, "lengths")) != MHE_OK) return st;
+    if (E && (st = mhe__check_lengths(m, bt->src_lengths, B, Ts, "src_lengths")) != MHE_OK) return st;
+    if (bt->targets)
+        for (i = 0; i < BT; i++)
+            if (bt->targets[i] >= V) return mhe__fail(m->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary [0, %d)", bt->targets[i], i, V);
+    if (cls)
         for (i = 0; i < B; i++)
-            if (targets[i] >= c->n_classes) return mhe__fail(m->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", targets[i], i, c->n_classes);
-    memcpy(a->tokens, tokens, (size_t)BT * sizeof(int));
-    if (targets) memcpy(a->targets, targets, (size_t)(cls ? B : BT) * sizeof(int));
-    m->last_B = B; m->last_T = T; m->last_has_targets = targets != NULL; m->last_cls = cls;
-
-    /* x = tok_emb[tokens] + pos_emb[t], then embedding dropout */
-    mhe_embedding_fwd(a->emb, m->tok_emb->data, tokens, BT, C, 0);
-    for (i = 0; i < B; i++)
-        for (t = 0; t < T; t++) mhe__axpy(a->emb + ((size_t)i * T + t) * C, 1.0f, m->pos_emb->data + (size_t)t * C, C);
-    if (m->training && c->dropout > 0) mhe_dropout_fwd(a->emb, a->emb, (int64_t)BT * C, c->dropout, mhe__site_seed(m, 0), 0);
-    x = a->emb;
-
-    for (l = 0; l < c->n_layers; l++) {
-        const mhe_layer *y = &m->layers[l];
-        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
-        const float *attn_in, *mlp_in, *kp, *vp;
-        int P = g.proj_w, ks;
-        a->in[l] = (float *)x;
-        /* pre-norm: h = x + Attn(N1(x)); out = h + MLP(N2(h)).
-           post-norm: h = N1(x + Attn(x)); out = N2(h + MLP(h)). */
-        if (!c->post_norm) { mhe__norm_fwd(m, a->n1[l], a->mean1[l], a->rstd1[l], x, y->norm1_w, y->norm1_b, BT); attn_in = a->n1[l]; }
-        else attn_in = x;
-        mhe_linear_fwd(a->qkv[l], attn_in, y->wq->data, mhe__opt_data(y->bq), BT, C, P);
-        /* K and V: in the projections, or the input itself (el-att); V is K when the kind has no W^V */
-        kp = g.k_w ? a->qkv[l] + g.q_w : attn_in;
-        ks = g.k_w ? P : C;
-        vp = g.v_w ? a->qkv[l] + g.q_w + g.k_w : kp;
-        mhe__attn_fwd(m, l, B, T, T, c->arch == MHE_ARCH_DECODER, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->att[l], a->lse[l],
-                      a->qkvx[l], a->hmap[l], !c->fused_attention);
-        mhe_linear_fwd(a->scratch, a->att[l], y->wo->data, mhe__opt_data(y->bo), BT, HD, C);
-        mhe__residual(m, a->res1[l], x, a->scratch, (int64_t)BT * C, 3 * l + 1);
-        if (!c->post_norm) { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res1[l], y->norm2_w, y->norm2_b, BT); mlp_in = a->n2[l]; }
-        else { mhe__norm_fwd(m, a->n1[l], a->mean1[l], a->rstd1[l], a->res1[l], y->norm1_w, y->norm1_b, BT); mlp_in = a->n1[l]; }
-        mhe_linear_fwd(a->fc1[l], mlp_in, y->fc1_w->data, mhe__opt_data(y->fc1_b), BT, C, F);
-        mhe_act_fwd(c->activation, a->act[l], a->fc1[l], (int64_t)BT * F);
-        mhe_linear_fwd(a->scratch, a->act[l], y->fc2_w->data, mhe__opt_data(y->fc2_b), BT, F, C);
-        mhe__residual(m, a->res2[l], c->post_norm ? a->n1[l] : a->res1[l], a->scratch, (int64_t)BT * C, 3 * l + 2);
-        if (!c->post_norm) x = a->res2[l];
-        else { mhe__norm_fwd(m, a->n2[l], a->mean2[l], a->rstd2[l], a->res2[l], y->norm2_w, y->norm2_b, BT); x = a->n2[l]; }
+            if (bt->labels[i] >= c->n_classes) return mhe__fail(m->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", bt->labels[i], i, c->n_classes);
+    /* keep the batch: the backward reads tokens, targets and lengths (padding is never a target) */
+    memcpy(a->tokens, bt->tokens, (size_t)BT * sizeof(int));
+    for (i = 0; i < B; i++) a->lengths[i] = bt->lengths ? bt->lengths[i] : T;
+    if (bt->targets)
+        for (i = 0; i < B; i++)
+            for (t = 0; t < T; t++) a->targets[(size_t)i * T + t] = t < a->lengths[i] ? bt->targets[(size_t)i * T + t] : -1;
+    if (cls) memcpy(a->targets, bt->labels, (size_t)B * sizeof(int));
+    if (E) {
+        memcpy(a->src, bt->src, (size_t)B * Ts * sizeof(int));
+        for (i = 0; i < B; i++) a->src_lengths[i] = bt->src_lengths ? bt->src_lengths[i] : Ts;
     }
-    if (!c->post_norm) { mhe__norm_fwd(m, a->nf, a->meanf, a->rstdf, x, m->lnf_w, m->lnf_b, BT); x = a->nf; }
+    m->last_B = B; m->last_T = T; m->last_Ts = Ts; m->last_has_targets = bt->targets || cls; m->last_cls = cls;
+
+    if (E) mhe__encode(m);
+    mhe__contexts(m, &enc, &dec);
+    mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, B, T, 0);
+    x = mhe__stack_fwd(m, E, m->n_total_layers, &dec, a->emb);
+    if (!c->post_norm) { mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, BT); x = a->fin.nrm; }
     a->final_h = x;
-    if (cls) {   /* mean over the sequence, then a linear layer to the classes */
-        int K = c->n_classes;
+    if (cls) {   /* mean over each sequence's real tokens, then a linear layer to the classes */
+        int K = c->n_classes, count;
         float mean;
-        int count;
         memset(a->pooled, 0, (size_t)B * C * sizeof(float));
         for (i = 0; i < B; i++)
-            for (t = 0; t < T; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)T, x + ((size_t)i * T + t) * C, C);
+            for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
         mhe_linear_fwd(a->cls_logits, a->pooled, m->cls_w->data, mhe__opt_data(m->cls_b), B, C, K);
-        if (targets) {
-            mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, targets, B, K);
-            m->last_loss = mean;
-            m->last_count = count;
-            if (loss) *loss = mean;
-            if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
-        }
+        mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K);
+        m->last_loss = mean;
+        m->last_count = count;
+        if (loss) *loss = mean;
+        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
         return MHE_OK;
     }
     mhe_linear_fwd(a->logits, x, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, BT, C, V);
-    if (targets) {
+    if (bt->targets) {
         float mean;
         int count;
-        mhe_xent_fwd(a->losses, &mean, &count, a->logits, targets, BT, V);
+        mhe_xent_fwd(a->losses, &mean, &count, a->logits, a->targets, BT, V);
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
@@ -3100,107 +3543,65 @@ static mhe_status mhe__forward(mhe_model *m, const int *tokens, const int *targe
 }
 
 MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss) {
-    return mhe__forward(m, tokens, targets, B, T, loss, 0);
+    mhe_batch b;
+    memset(&b, 0, sizeof b);
+    b.B = B; b.T = T; b.tokens = tokens; b.targets = targets;
+    return mhe_model_forward_batch(m, &b, loss);
 }
 
 MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss) {
-    return mhe__forward(m, tokens, labels, B, T, loss, 1);
+    mhe_batch b;
+    if (!labels) return m ? mhe__fail(m->err, MHE_ERR_ARG, "forward_cls: labels is NULL") : MHE_ERR_ARG;
+    memset(&b, 0, sizeof b);
+    b.B = B; b.T = T; b.tokens = tokens; b.labels = labels;
+    return mhe_model_forward_batch(m, &b, loss);
 }
 
 MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
-    int B = m->last_B, T = m->last_T, BT = B * T, C = c->d_model, F = mhe_config_d_ff(c);
-    int HD = c->n_heads * mhe_config_d_head(c), V = c->vocab_size, l, i, t;
+    mhe__ctx enc, dec;
+    int B = m->last_B, T = m->last_T, BT = B * T, C = c->d_model, V = c->vocab_size, E = mhe__n_enc(c), i, t;
     size_t nC = (size_t)BT * C * sizeof(float);
     const mhe_tensor *head = m->lm_head ? m->lm_head : m->tok_emb;
+    float *dfin;
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
-
-    /* d final hidden state: into d_n before ln_f (pre-norm), straight into d_res (post-norm) */
-    float *dfin = c->post_norm ? a->d_res : a->d_n;
-    memset(a->d_res, 0, nC);
-    if (!c->post_norm) memset(a->d_n, 0, nC);
+    mhe__contexts(m, &enc, &dec);
+    /* gradient of the head input: into d_u before the final norm (pre-norm), straight into d_h (post-norm) */
+    dfin = c->post_norm ? a->d_h : a->d_u;
+    memset(dfin, 0, nC);
     if (m->last_cls) {
-        /* loss = mean xent(W_c mean_t(h) + b_c): d h_t = d pooled / T */
+        /* loss = mean xent(W_c mean_t(h) + b_c): d h_t = d pooled / len for the real tokens */
         int K = c->n_classes;
         memset(a->d_cls, 0, (size_t)B * K * sizeof(float));
         memset(a->d_pooled, 0, (size_t)B * C * sizeof(float));
         if (m->last_count > 0) mhe_xent_bwd(a->d_cls, a->cls_logits, a->targets, B, K, 1.0f / (float)m->last_count);
         mhe_linear_bwd(a->d_pooled, m->cls_w->grad, mhe__opt_grad(m->cls_b), a->d_cls, a->pooled, m->cls_w->data, B, C, K);
         for (i = 0; i < B; i++)
-            for (t = 0; t < T; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)T, a->d_pooled + (size_t)i * C, C);
+            for (t = 0; t < a->lengths[i]; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)a->lengths[i], a->d_pooled + (size_t)i * C, C);
     } else {
-        /* loss = mean over counted rows of xent(logits) */
         memset(a->d_logits, 0, (size_t)BT * V * sizeof(float));
         if (m->last_count > 0) mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count);
         mhe_linear_bwd(dfin, head->grad, NULL, a->d_logits, a->final_h, head->data, BT, C, V);
     }
     if (!c->post_norm) {
-        const float *xl = c->n_layers ? (const float *)a->res2[c->n_layers - 1] : a->emb;
-        mhe__norm_bwd(m, a->d_res, a->d_n, xl, m->lnf_w, m->lnf_b, a->meanf, a->rstdf, BT);
+        memset(a->d_h, 0, nC);
+        mhe__norm_bwd(m, a->d_h, a->d_u, a->layer[m->n_total_layers - 1].out, m->lnf_w, m->lnf_b, a->fin.mean, a->fin.rstd, BT);
     }
-
-    for (l = c->n_layers - 1; l >= 0; l--) {
-        const mhe_layer *y = &m->layers[l];
-        mhe__geom g = mhe__layer_geom(c, c->attn[l]);
-        int P = g.proj_w, ks;
-        float *d_in, *dkp, *dvp;
-        const float *kp, *vp;
-        const float *db, *mlp_in = c->post_norm ? a->n1[l] : a->n2[l], *attn_in = c->post_norm ? a->in[l] : a->n1[l];
-        float *d_mlp_in;
-        if (c->post_norm) {
-            /* out = N2(res2): d_res holds d out; d_n gets d res2 */
-            memset(a->d_n, 0, nC);
-            mhe__norm_bwd(m, a->d_n, a->d_res, a->res2[l], y->norm2_w, y->norm2_b, a->mean2[l], a->rstd2[l], BT);
-            d_mlp_in = a->d_n;      /* res2 = n1 + MLP(n1): identity part already in d_n */
-        } else {
-            d_mlp_in = NULL;        /* filled below */
-        }
-        /* MLP branch: branch = fc2(act(fc1(mlp_in))) */
-        {
-            const float *dbr = mhe__residual_bwd(m, a->d_tmp, c->post_norm ? a->d_n : a->d_res, (int64_t)BT * C, 3 * l + 2);
-            memset(a->d_act, 0, (size_t)BT * F * sizeof(float));
-            mhe_linear_bwd(a->d_act, y->fc2_w->grad, mhe__opt_grad(y->fc2_b), dbr, a->act[l], y->fc2_w->data, BT, F, C);
-            memset(a->d_fc1, 0, (size_t)BT * F * sizeof(float));
-            mhe_act_bwd(c->activation, a->d_fc1, a->fc1[l], a->d_act, (int64_t)BT * F);
-            if (!c->post_norm) { memset(a->d_n, 0, nC); d_mlp_in = a->d_n; }
-            mhe_linear_bwd(d_mlp_in, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, mlp_in, y->fc1_w->data, BT, C, F);
-        }
+    if (E) memset(a->d_mem, 0, (size_t)B * m->last_Ts * C * sizeof(float));
+    mhe__stack_bwd(m, E, m->n_total_layers, &dec);
+    mhe__embed_bwd(m, a->d_h, a->tokens, m->pos_emb, B, T, 0);
+    if (E) {   /* the encoder, from the gradient its output got from every cross-attention */
+        int rows = B * m->last_Ts;
         if (!c->post_norm) {
-            /* res2 = res1 + branch; mlp_in = N2(res1): d res1 = d_res + N2'(d_n) */
-            mhe__norm_bwd(m, a->d_res, a->d_n, a->res1[l], y->norm2_w, y->norm2_b, a->mean2[l], a->rstd2[l], BT);
+            memset(a->d_h, 0, (size_t)rows * C * sizeof(float));
+            mhe__norm_bwd(m, a->d_h, a->d_mem, a->layer[E - 1].out, m->enc_lnf_w, m->enc_lnf_b, a->enc_fin.mean, a->enc_fin.rstd, rows);
         } else {
-            /* n1 = N1(res1): d res1 = N1'(d n1) */
-            memset(a->d_res, 0, nC);
-            mhe__norm_bwd(m, a->d_res, a->d_n, a->res1[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
+            memcpy(a->d_h, a->d_mem, (size_t)rows * C * sizeof(float));
         }
-        /* attention branch: res1 = x + Wo(attn(qkv(attn_in))); d_res holds d res1 */
-        db = mhe__residual_bwd(m, a->d_tmp, a->d_res, (int64_t)BT * C, 3 * l + 1);
-        memset(a->d_att, 0, (size_t)BT * HD * sizeof(float));
-        mhe_linear_bwd(a->d_att, y->wo->grad, mhe__opt_grad(y->bo), db, a->att[l], y->wo->data, BT, HD, C);
-        /* gradient of the attention input: d_n (pre-norm, then through N1) or d_res (post-norm) */
-        d_in = c->post_norm ? a->d_res : a->d_n;
-        if (!c->post_norm) memset(a->d_n, 0, nC);
-        memset(a->d_qkv, 0, (size_t)BT * P * sizeof(float));
-        kp = g.k_w ? a->qkv[l] + g.q_w : attn_in;
-        ks = g.k_w ? P : C;
-        vp = g.v_w ? a->qkv[l] + g.q_w + g.k_w : kp;
-        dkp = g.k_w ? a->d_qkv + g.q_w : d_in;
-        dvp = g.v_w ? a->d_qkv + g.q_w + g.k_w : dkp;
-        mhe__attn_bwd(m, l, B, T, a->qkv[l], P, kp, ks, vp, g.v_w ? P : ks, a->d_qkv, dkp, dvp, a->d_att, a->att[l],
-                      a->lse[l], a->qkvx[l], a->d_qkvx, a->hmap[l], !c->fused_attention);
-        mhe_linear_bwd(d_in, y->wq->grad, mhe__opt_grad(y->bq), a->d_qkv, attn_in, y->wq->data, BT, C, P);
-        if (!c->post_norm) mhe__norm_bwd(m, a->d_res, a->d_n, a->in[l], y->norm1_w, y->norm1_b, a->mean1[l], a->rstd1[l], BT);
+        mhe__stack_bwd(m, 0, E, &enc);
+        mhe__embed_bwd(m, a->d_h, a->src, m->enc_pos_emb, B, m->last_Ts, 1);
     }
-    /* embeddings: x0 = dropout(tok_emb[tokens] + pos_emb[t]) */
-    if (m->training && c->dropout > 0) {
-        memset(a->d_tmp, 0, nC);
-        mhe_dropout_bwd(a->d_tmp, a->d_res, (int64_t)BT * C, c->dropout, mhe__site_seed(m, 0), 0);
-        memcpy(a->d_res, a->d_tmp, nC);
-    }
-    mhe_embedding_bwd(m->tok_emb->grad, a->d_res, a->tokens, BT, C);
-    for (i = 0; i < B; i++)
-        for (t = 0; t < T; t++) mhe__axpy(m->pos_emb->grad + (size_t)t * C, 1.0f, a->d_res + ((size_t)i * T + t) * C, C);
     return MHE_OK;
 }
 
@@ -3247,6 +3648,95 @@ MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n
 #endif
 
 static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
+
+MHEDEF void mhe_text_set_free(mhe_text_set *s) {
+    if (!s) return;
+    if (s->labels) MHE_FREE(s->alloc_ctx, s->labels);
+    if (s->start) MHE_FREE(s->alloc_ctx, s->start);
+    if (s->tokens) MHE_FREE(s->alloc_ctx, s->tokens);
+    memset(s, 0, sizeof *s);
+}
+
+MHEDEF mhe_status mhe_text_set_parse(mhe_text_set *s, const char *text, size_t len, void *alloc_ctx, char *err) {
+    size_t pos, lines = 0, ntok = 0;
+    int pass, ok = 1;
+    if (!s) return MHE_ERR_ARG;
+    memset(s, 0, sizeof *s);
+    s->alloc_ctx = alloc_ctx;
+    if (!text && len) return mhe__fail(err, MHE_ERR_ARG, "text set: text is NULL");
+    /* pass 0 counts and checks, pass 1 fills */
+    for (pass = 0; pass < 2; pass++) {
+        int line = 0, ex = 0;
+        for (pos = 0; pos < len; ) {
+            size_t nl = pos, e, tab, i;
+            int64_t label = 0;
+            line++;
+            while (nl < len && text[nl] != '\n') nl++;
+            e = nl > pos && text[nl - 1] == '\r' ? nl - 1 : nl;   /* CRLF */
+            if (e > pos) {
+                for (tab = pos; tab < e && text[tab] >= '0' && text[tab] <= '9'; tab++)
+                    if (label < 100000000) label = label * 10 + (text[tab] - '0');
+                if (tab == pos || tab == e || text[tab] != '\t' || label >= 100000000) {
+                    mhe_text_set_free(s);
+                    return mhe__fail(err, MHE_ERR_DATA, "text set line %d: expected `label<TAB>text` with an integer label in [0, 1e8)", line);
+                }
+                if (tab + 1 == e) { mhe_text_set_free(s); return mhe__fail(err, MHE_ERR_DATA, "text set line %d: the text is empty", line); }
+                for (i = tab + 1; i < e; i++)
+                    if (text[i] == 0) { mhe_text_set_free(s); return mhe__fail(err, MHE_ERR_DATA, "text set line %d: contains a NUL byte", line); }
+                if (pass == 0) { lines++; ntok += e - tab - 1; }
+                else {
+                    s->labels[ex] = (int)label;
+                    if ((int)label + 1 > s->n_classes) s->n_classes = (int)label + 1;
+                    s->start[ex++] = ntok;
+                    ntok += mhe_tokenize_bytes(text + tab + 1, e - tab - 1, s->tokens + ntok);
+                }
+            }
+            pos = nl + 1;
+        }
+        if (pass == 0) {
+            if (lines == 0) return mhe__fail(err, MHE_ERR_DATA, "text set: no examples");
+            if (lines > (size_t)INT_MAX - 1) return mhe__fail(err, MHE_ERR_OVERFLOW, "text set: too many examples");
+            s->labels = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(lines, sizeof(int), &ok));
+            s->start = (size_t *)MHE_MALLOC(alloc_ctx, mhe__mul_size(lines + 1, sizeof(size_t), &ok));
+            s->tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(ntok, sizeof(int), &ok));
+            if (!ok || !s->labels || !s->start || !s->tokens) { mhe_text_set_free(s); return mhe__fail(err, MHE_ERR_NOMEM, "text set: out of memory"); }
+            s->n = (int)lines;
+            ntok = 0;
+        }
+    }
+    s->start[s->n] = ntok;
+    return MHE_OK;
+}
+
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_text_set_load(mhe_text_set *s, const char *path, void *alloc_ctx, char *err) {
+    void *buf;
+    size_t len;
+    mhe_status st;
+    if (!s) return MHE_ERR_ARG;
+    memset(s, 0, sizeof *s);
+    if ((st = mhe_read_file(path, &buf, &len, alloc_ctx, err)) != MHE_OK) return st;
+    st = mhe_text_set_parse(s, (const char *)buf, len, alloc_ctx, err);
+    MHE_FREE(alloc_ctx, buf);
+    if (st != MHE_OK && err) {
+        char tmp[MHE_ERR_LEN];
+        memcpy(tmp, err, MHE_ERR_LEN);
+        snprintf(err, MHE_ERR_LEN, "%.100s: %.140s", path, tmp);
+    }
+    return st;
+}
+#endif
+
+MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels) {
+    int b, t;
+    for (b = 0; b < B; b++) {
+        size_t n = s->start[idx[b] + 1] - s->start[idx[b]];
+        int len = n < (size_t)T ? (int)n : T;
+        for (t = 0; t < T; t++) tokens[(size_t)b * T + t] = t < len ? s->tokens[s->start[idx[b]] + (size_t)t] : 0;
+        lengths[b] = len;
+        labels[b] = s->labels[idx[b]];
+    }
+}
 
 /* ---- 9. optimizer: AdamW, clipping, schedules ----------------------------- */
 
@@ -3342,7 +3832,7 @@ MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm) {
 
 MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
     mhe_status st;
-    size_t bytes;
+    size_t bytes, B, T, Ts;
     int ok = 1;
     if (!t) return MHE_ERR_ARG;
     memset(t, 0, sizeof *t);
@@ -3350,22 +3840,29 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
     if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
     if (tc->seq_len > m->cfg.max_seq_len)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
+    if (m->cfg.arch == MHE_ARCH_ENCDEC && tc->src_len > m->cfg.max_seq_len)
+        return mhe__fail(t->err, MHE_ERR_CONFIG, "src_len %d exceeds the model's max_seq_len %d", tc->src_len, m->cfg.max_seq_len);
     t->model = m;
     t->tc = *tc;
+    B = (size_t)tc->batch; T = (size_t)tc->seq_len; Ts = (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len);
     bytes = mhe__mul_size((size_t)m->n_params, sizeof(float), &ok);
     if (!ok) return mhe__fail(t->err, MHE_ERR_OVERFLOW, "optimizer state size overflows");
     t->adam_m = (float *)MHE_MALLOC(m->alloc_ctx, bytes);
     t->adam_v = (float *)MHE_MALLOC(m->alloc_ctx, bytes);
-    t->batch_tokens = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)tc->batch * tc->seq_len * sizeof(int));
+    /* tokens, targets [B*T]; source [B*Ts]; lengths, labels [B] */
+    t->batch_tokens = (int *)MHE_MALLOC(m->alloc_ctx, (2 * B * T + B * Ts + 2 * B) * sizeof(int));
     if (!t->adam_m || !t->adam_v || !t->batch_tokens) {
         mhe_trainer_free(t);
         return mhe__fail(t->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of optimizer state", 2 * bytes);
     }
-    t->batch_targets = t->batch_tokens + (size_t)tc->batch * tc->seq_len;
+    t->batch_targets = t->batch_tokens + B * T;
+    t->batch_src = t->batch_targets + B * T;
+    t->batch_lengths = t->batch_src + B * Ts;
+    t->batch_labels = t->batch_lengths + B;
     memset(t->adam_m, 0, bytes);
     memset(t->adam_v, 0, bytes);
     mhe_rng_seed(&t->rng, tc->seed);
-    if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len)) != MHE_OK) {
+    if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len, (int)Ts)) != MHE_OK) {
         memcpy(t->err, m->err, MHE_ERR_LEN);
         mhe_trainer_free(t);
         return st;
@@ -3381,40 +3878,22 @@ MHEDEF void mhe_trainer_free(mhe_trainer *t) {
     if (t->adam_v) MHE_FREE(ctx, t->adam_v);
     if (t->batch_tokens) MHE_FREE(ctx, t->batch_tokens);
     t->adam_m = t->adam_v = NULL;
-    t->batch_tokens = t->batch_targets = NULL;
+    t->batch_tokens = t->batch_targets = t->batch_src = t->batch_lengths = t->batch_labels = NULL;
 }
 
-MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
+/* forward and backward of a batch in training mode (dropout on), then
+   gradient clipping and one AdamW update of every tensor */
+static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b) {
     mhe_model *m = t->model;
     const mhe_train_config *tc = &t->tc;
-    int T = tc->seq_len, b, i;
     float loss, norm, lr;
     mhe_status st;
-    if (!data || n < (size_t)T + 1)
-        return mhe__fail(t->err, MHE_ERR_DATA, "training data has %zu tokens, a batch row needs seq_len+1 = %d", n, T + 1);
-    /* random windows of T+1 tokens: inputs are the first T, targets the last T
-       (decoder); an encoder masks the first T for the masked-LM objective */
-    for (b = 0; b < tc->batch; b++) {
-        size_t span = n - (size_t)T, off;
-        off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&t->rng) % span) : (size_t)mhe_rng_below(&t->rng, (uint32_t)span);
-        if (m->cfg.arch == MHE_ARCH_ENCODER) {
-            mhe_mlm_mask(t->batch_tokens + (size_t)b * T, t->batch_targets + (size_t)b * T, data + off, T, tc->mlm_prob,
-                         mhe__mask_id(&m->cfg), m->cfg.vocab_size, &t->rng);
-            continue;
-        }
-        for (i = 0; i < T; i++) {
-            t->batch_tokens[(size_t)b * T + i] = data[off + i];
-            t->batch_targets[(size_t)b * T + i] = data[off + i + 1];
-        }
-    }
+    int i;
     m->training = 1;
     m->dropout_seed = mhe_rng_u64(&t->rng);
     mhe_model_zero_grad(m);
-    st = mhe_model_forward(m, t->batch_tokens, t->batch_targets, tc->batch, T, &loss);
-    m->training = 0;
-    if (st != MHE_OK) { memcpy(t->err, m->err, MHE_ERR_LEN); return st; }
-    m->training = 1;
-    st = mhe_model_backward(m);
+    st = mhe_model_forward_batch(m, b, &loss);
+    if (st == MHE_OK) st = mhe_model_backward(m);
     m->training = 0;
     if (st != MHE_OK) { memcpy(t->err, m->err, MHE_ERR_LEN); return st; }
     norm = mhe_clip_grad_norm(m->grad_data, m->n_params, tc->clip);
@@ -3433,37 +3912,93 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
-                               int max_batches, float *mean_loss) {
-    size_t windows, w = 0;
+/* Row b of a language-model batch from the window data[off ..]: the shapes
+   of mhe_trainer_step (decoder: next token; encoder: masked LM with rng;
+   encdec: source, then the continuation). */
+static void mhe__lm_row(const mhe_model *m, const int *w, int T, int Ts, float mlm_prob, mhe_rng *rng,
+                        int *tok, int *tgt, int *src) {
+    int i;
+    if (m->cfg.arch == MHE_ARCH_ENCODER) {
+        mhe_mlm_mask(tok, tgt, w, T, mlm_prob, mhe__mask_id(&m->cfg), m->cfg.vocab_size, rng);
+        return;
+    }
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) {
+        memcpy(src, w, (size_t)Ts * sizeof(int));
+        w += Ts - 1;   /* the decoder's first input is the last source token */
+    }
+    for (i = 0; i < T; i++) { tok[i] = w[i]; tgt[i] = w[i + 1]; }
+}
+
+/* tokens of data one row of mhe__lm_row reads */
+static size_t mhe__lm_span(const mhe_model *m, int T, int Ts) {
+    return m->cfg.arch == MHE_ARCH_ENCODER ? (size_t)T : m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)Ts + T : (size_t)T + 1;
+}
+
+MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
+    mhe_model *m = t->model;
+    const mhe_train_config *tc = &t->tc;
+    int T = tc->seq_len, Ts = tc->src_len > 0 ? tc->src_len : T, b;
+    size_t need = mhe__lm_span(m, T, Ts);
+    mhe_batch bt;
+    if (!data || n < need)
+        return mhe__fail(t->err, MHE_ERR_DATA, "training data has %zu tokens, a batch row needs %zu", n, need);
+    for (b = 0; b < tc->batch; b++) {
+        size_t span = n - need + 1, off;
+        off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&t->rng) % span) : (size_t)mhe_rng_below(&t->rng, (uint32_t)span);
+        mhe__lm_row(m, data + off, T, Ts, tc->mlm_prob, &t->rng, t->batch_tokens + (size_t)b * T,
+                    t->batch_targets + (size_t)b * T, t->batch_src + (size_t)b * Ts);
+    }
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch; bt.T = T; bt.tokens = t->batch_tokens; bt.targets = t->batch_targets;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) { bt.Ts = Ts; bt.src = t->batch_src; }
+    return mhe__trainer_update(t, &bt);
+}
+
+MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s) {
+    mhe_model *m = t->model;
+    const mhe_train_config *tc = &t->tc;
+    int b, *idx = t->batch_targets;   /* the example indices, in the targets' room */
+    mhe_batch bt;
+    if (!s || s->n < 1) return mhe__fail(t->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > m->cfg.n_classes)
+        return mhe__fail(t->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes", s->n_classes - 1, m->cfg.n_classes);
+    for (b = 0; b < tc->batch; b++) idx[b] = (int)mhe_rng_below(&t->rng, (uint32_t)s->n);
+    mhe_text_set_batch(s, idx, tc->batch, tc->seq_len, t->batch_tokens, t->batch_lengths, t->batch_labels);
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch; bt.T = tc->seq_len; bt.tokens = t->batch_tokens; bt.labels = t->batch_labels; bt.lengths = t->batch_lengths;
+    return mhe__trainer_update(t, &bt);
+}
+
+MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+                                   int max_batches, float *mean_loss) {
+    size_t windows, w = 0, need;
     double total = 0;
     int64_t count = 0;
-    int *buf, b, i, nb = 0;
+    int *buf, b, nb = 0, T = seq_len, Ts = src_len > 0 ? src_len : seq_len;
     mhe_status st = MHE_OK;
     mhe_rng mask_rng;
+    mhe_batch bt;
+    if (!m) return MHE_ERR_ARG;
     if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
-    if (!data || n < (size_t)seq_len + 1)
-        return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least seq_len+1 = %d", n, seq_len + 1);
-    windows = (n - 1) / (size_t)seq_len;
-    buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * seq_len * sizeof(int));
+    need = mhe__lm_span(m, T, Ts);
+    if (!data || n < need)
+        return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least %zu", n, need);
+    /* consecutive windows, T apart: every target token is scored once */
+    windows = (n - need) / (size_t)T + 1;
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, (2 * (size_t)batch * T + (size_t)batch * Ts) * sizeof(int));
     if (!buf) return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
     m->training = 0;
     mhe_rng_seed(&mask_rng, 0x6d6c6dULL);   /* the same masks at every evaluation */
+    memset(&bt, 0, sizeof bt);
+    bt.T = T; bt.tokens = buf; bt.targets = buf + (size_t)batch * T;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) { bt.Ts = Ts; bt.src = buf + 2 * (size_t)batch * T; }
     while (w < windows && (max_batches <= 0 || nb < max_batches)) {
-        int rows = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
         float loss;
-        for (b = 0; b < rows; b++, w++) {
-            if (m->cfg.arch == MHE_ARCH_ENCODER) {
-                mhe_mlm_mask(buf + (size_t)b * seq_len, buf + (size_t)(batch + b) * seq_len, data + w * seq_len, seq_len,
-                             0.15f, mhe__mask_id(&m->cfg), m->cfg.vocab_size, &mask_rng);
-                continue;
-            }
-            for (i = 0; i < seq_len; i++) {
-                buf[(size_t)b * seq_len + i] = data[w * seq_len + i];
-                buf[(size_t)(batch + b) * seq_len + i] = data[w * seq_len + i + 1];
-            }
-        }
-        st = mhe_model_forward(m, buf, buf + (size_t)batch * seq_len, rows, seq_len, &loss);
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            mhe__lm_row(m, data + w * T, T, Ts, 0.15f, &mask_rng, buf + (size_t)b * T, buf + (size_t)(batch + b) * T,
+                        buf + 2 * (size_t)batch * T + (size_t)b * Ts);
+        st = mhe_model_forward_batch(m, &bt, &loss);
         if (st != MHE_OK) break;
         total += (double)loss * m->last_count;
         count += m->last_count;
@@ -3474,6 +4009,57 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
     return st;
 }
 
+MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                               int max_batches, float *mean_loss) {
+    return mhe_evaluate_s2s(m, data, n, batch, 0, seq_len, max_batches, mean_loss);
+}
+
+MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out) {
+    int K, i, b, c, *buf;
+    int64_t *conf;
+    double total = 0;
+    mhe_status st = MHE_OK;
+    mhe_batch bt;
+    if (!m || !out) return MHE_ERR_ARG;
+    K = m->cfg.n_classes;
+    if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
+    if (K < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (!s || s->n < 1) return mhe__fail(m->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > K) return mhe__fail(m->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes", s->n_classes - 1, K);
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, ((size_t)batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    conf = (int64_t *)MHE_MALLOC(m->alloc_ctx, (size_t)K * K * sizeof(int64_t));
+    if (!buf || !conf) {
+        if (buf) MHE_FREE(m->alloc_ctx, buf);
+        if (conf) MHE_FREE(m->alloc_ctx, conf);
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    memset(conf, 0, (size_t)K * K * sizeof(int64_t));
+    m->training = 0;
+    memset(&bt, 0, sizeof bt);
+    bt.T = seq_len; bt.tokens = buf; bt.lengths = buf + (size_t)batch * seq_len; bt.labels = bt.lengths + batch;
+    for (i = 0; i < s->n && st == MHE_OK; i += batch) {
+        int *idx = buf + (size_t)batch * seq_len + 2 * (size_t)batch;
+        float loss;
+        bt.B = s->n - i < batch ? s->n - i : batch;
+        for (b = 0; b < bt.B; b++) idx[b] = i + b;
+        mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if ((st = mhe_model_forward_batch(m, &bt, &loss)) != MHE_OK) break;
+        total += (double)loss * m->last_count;
+        for (b = 0; b < bt.B; b++) {
+            const float *lg = m->acts.cls_logits + (size_t)b * K;
+            int best = 0;
+            for (c = 1; c < K; c++) if (lg[c] > lg[best]) best = c;
+            if (bt.labels[b] >= 0) conf[(size_t)bt.labels[b] * K + best]++;
+        }
+    }
+    if (st == MHE_OK) {
+        mhe_cls_metrics_from_confusion(conf, K, out);
+        out->loss = out->n ? total / (double)out->n : 0;
+    }
+    MHE_FREE(m->alloc_ctx, buf);
+    MHE_FREE(m->alloc_ctx, conf);
+    return st;
+}
 
 /* ---- 10. checkpoints: safetensors --------------------------------------- */
 
@@ -4740,6 +5326,7 @@ MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size,
     }
     for (f = 0; f < MHE__N_CONFIG_FIELDS; f++) {
         const char *v = mhe_st_meta(&st, mhe__config_fields[f].key);
+        if (!v && mhe__config_fields[f].since) continue;   /* older checkpoint: the default holds */
         if (!v) { mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata lacks config field '%s'", mhe__config_fields[f].key); mhe_st_free(&st); return MHE_ERR_MISSING; }
         if ((s = mhe_config_set(&cfg, mhe__config_fields[f].key, v, err)) != MHE_OK) {
             mhe__fail(m->err, s, "checkpoint metadata: %s", err);
@@ -4888,6 +5475,25 @@ MHEDEF double mhe_peop(double score, double params, double score_sha, double par
     return inverse ? -e : e;
 }
 
+MHEDEF void mhe_cls_metrics_from_confusion(const int64_t *conf, int K, mhe_cls_metrics *out) {
+    double s = 0, correct = 0, sum_pt = 0, sum_p2 = 0, sum_t2 = 0, f1 = 0, den;
+    int k, j, classes = 0;
+    for (k = 0; k < K; k++) {
+        double t = 0, p = 0, tp = (double)conf[(size_t)k * K + k];
+        for (j = 0; j < K; j++) { t += (double)conf[(size_t)k * K + j]; p += (double)conf[(size_t)j * K + k]; }
+        s += t; correct += tp;
+        sum_pt += p * t; sum_p2 += p * p; sum_t2 += t * t;
+        if (t + p > 0) { f1 += 2 * tp / (t + p); classes++; }   /* 2TP / (2TP + FP + FN) */
+    }
+    memset(out, 0, sizeof *out);
+    out->n = (int64_t)s;
+    if (s == 0) return;
+    out->accuracy = correct / s;
+    out->macro_f1 = classes ? f1 / classes : 0;
+    den = sqrt((s * s - sum_p2) * (s * s - sum_t2));
+    out->mcc = den > 0 ? (correct * s - sum_pt) / den : 0;   /* one class predicted or present: 0 */
+}
+
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
     double h = 0;
     size_t i, counted = 0;
@@ -4908,39 +5514,61 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
 
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */
 
-MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
+/* floats of per-token decode scratch: x, h, tmp, norm output [C]; projections;
+   attention [n d_h]; MLP [2 F]; lse [n]; norm statistics; MUL maps [2 n d_h] */
+static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj) {
     const mhe_config *cfg = &m->cfg;
-    size_t per_tok = 0, total, scratch, max_proj = 0, HD = (size_t)cfg->n_heads * mhe_config_d_head(cfg);
+    size_t HD = (size_t)cfg->n_heads * mhe_config_d_head(cfg);
+    int l;
+    *max_proj = 0;
+    for (l = 0; l < m->n_total_layers; l++) {
+        mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
+        if ((size_t)g.proj_w > *max_proj) *max_proj = (size_t)g.proj_w;
+    }
+    return (size_t)4 * cfg->d_model + *max_proj + HD + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD;
+}
+
+MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
+    const mhe_config *cfg;
+    size_t per_tok = 0, per_src = 0, total, scratch, max_proj;
     float *p;
-    int ok = 1, l;
+    int ok = 1, l, E;
     if (!c) return MHE_ERR_ARG;
     memset(c, 0, sizeof *c);
+    if (!m) return MHE_ERR_ARG;
+    cfg = &m->cfg;
+    E = mhe__n_enc(cfg);
     if (max_len < 1 || max_len > cfg->max_seq_len) return MHE_ERR_ARG;
     c->max_len = max_len;
-    c->n_layers = cfg->n_layers;
-    for (l = 0; l < cfg->n_layers; l++) {
-        mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]);
+    c->n_layers = m->n_total_layers;
+    for (l = E; l < m->n_total_layers; l++) {   /* only the decoding stack caches */
+        mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
         c->k_width[l] = g.cache_k; c->v_width[l] = g.cache_v;
         per_tok += (size_t)g.cache_k + (size_t)g.cache_v;
-        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
+        if (m->layers[l].cross.kind >= 0) {
+            g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
+            c->cross_width[l] = g.k_w ? g.k_w + g.v_w : cfg->d_model;   /* el-att: the encoder output itself */
+            per_src += (size_t)c->cross_width[l];
+        }
     }
-    /* x, h, tmp, hn [C]; projections; att [HD]; MLP [2 F]; lse [n]; stats; MUL maps [2 HD]; logits [V] */
-    scratch = (size_t)4 * cfg->d_model + max_proj + HD + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 +
-              2 * HD + (size_t)cfg->vocab_size;
+    scratch = mhe__decode_scratch(m, &max_proj) + (size_t)cfg->vocab_size;
     total = mhe__add_size(mhe__mul_size(per_tok, (size_t)max_len, &ok), scratch, &ok);
+    total = mhe__add_size(total, mhe__mul_size(per_src, (size_t)cfg->max_seq_len, &ok), &ok);
     total = mhe__mul_size(total, sizeof(float), &ok);
     if (!ok) return MHE_ERR_OVERFLOW;
     c->block = MHE_MALLOC(alloc_ctx, total);
     if (!c->block) return MHE_ERR_NOMEM;
     p = (float *)c->block;
-    for (l = 0; l < cfg->n_layers; l++) {
+    for (l = E; l < m->n_total_layers; l++) {
         c->k[l] = p; p += (size_t)c->k_width[l] * max_len;
         c->v[l] = c->v_width[l] ? p : c->k[l]; p += (size_t)c->v_width[l] * max_len;
+        if (c->cross_width[l]) { c->cross[l] = p; p += (size_t)c->cross_width[l] * cfg->max_seq_len; }
     }
     c->scratch = p;
     c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;
     c->bytes_per_token = per_tok * sizeof(float);
     c->bytes = per_tok * (size_t)max_len * sizeof(float);
+    c->cross_bytes = per_src * (size_t)cfg->max_seq_len * sizeof(float);
     c->alloc_ctx = alloc_ctx;
     return MHE_OK;
 }
@@ -4950,42 +5578,90 @@ MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c) {
     if (c) memset(c, 0, sizeof *c);
 }
 
-/* The forward pass for one token, reading earlier keys and values from the
-   cache: the same equations (and the same attention code) as
-   mhe_model_forward with T = 1. */
+MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts) {
+    const mhe_config *cfg;
+    mhe_status st;
+    int l, E;
+    if (!m || !c) return MHE_ERR_ARG;
+    cfg = &m->cfg;
+    E = mhe__n_enc(cfg);
+    if (!E) return mhe__fail(m->err, MHE_ERR_CONFIG, "only an encoder-decoder model (arch=encdec) encodes a source");
+    if (!c->block || c->n_layers != m->n_total_layers) return mhe__fail(m->err, MHE_ERR_ARG, "the KV cache was not made for this model");
+    if (Ts < 1 || Ts > cfg->max_seq_len) return mhe__fail(m->err, MHE_ERR_ARG, "source length %d is outside [1, %d]", Ts, cfg->max_seq_len);
+    if ((st = mhe__check_tokens(m, src, Ts, "source")) != MHE_OK) return st;
+    if ((st = mhe_model_reserve(m, 1, 1, Ts)) != MHE_OK) return st;
+    m->training = 0;
+    memcpy(m->acts.src, src, (size_t)Ts * sizeof(int));
+    m->acts.src_lengths[0] = Ts;
+    m->last_B = 1; m->last_Ts = Ts; m->last_has_targets = 0;
+    mhe__encode(m);
+    for (l = E; l < m->n_total_layers; l++) {
+        const mhe_attn_weights *w = &m->layers[l].cross;
+        mhe__geom g = mhe__layer_geom(cfg, w->kind);
+        if (g.k_w) mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
+        else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));
+    }
+    c->src_len = Ts;
+    c->len = 0;
+    return MHE_OK;
+}
+
+/* The forward pass for one token, reading earlier keys and values (and the
+   encoded source) from the cache: the sublayers of mhe__sub_fwd with T = 1,
+   through the same attention code as training. */
 MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
-    const mhe_config *cfg = &m->cfg;
-    int C = cfg->d_model, F = mhe_config_d_ff(cfg), HD = cfg->n_heads * mhe_config_d_head(cfg), l, pos = c->len, max_proj = 0;
-    float *x = c->scratch, *h = x + C, *tmp = h + C, *hn = tmp + C, *proj = hn + C, *att, *f1, *f2, *lse, *stats, *hmap;
+    const mhe_config *cfg;
+    int C, F, HD, l, k, i, pos, E;
+    size_t max_proj;
+    float *x, *h, *tmp, *hn, *proj, *att, *f1, *f2, *lse, *stats, *hmap;
     const float *out;
-    for (l = 0; l < cfg->n_layers; l++) { mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]); if (g.proj_w > max_proj) max_proj = g.proj_w; }
-    att = proj + max_proj; f1 = att + HD; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
+    if (!m || !c) return MHE_ERR_ARG;
+    cfg = &m->cfg;
+    C = cfg->d_model; F = mhe_config_d_ff(cfg); HD = cfg->n_heads * mhe_config_d_head(cfg); pos = c->len; E = mhe__n_enc(cfg);
+    if (cfg->arch == MHE_ARCH_ENCODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
+    if (!c->block || c->n_layers != m->n_total_layers) return mhe__fail(m->err, MHE_ERR_ARG, "the KV cache was not made for this model");
     if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
     if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
-    if (cfg->arch != MHE_ARCH_DECODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs arch=decoder");
+    if (E && c->src_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "encode a source with mhe_kv_cache_encode before decoding");
+    x = c->scratch; h = x + C; tmp = h + C; hn = tmp + C; proj = hn + C;
+    mhe__decode_scratch(m, &max_proj);
+    att = proj + max_proj; f1 = att + HD; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
     m->training = 0;
-    for (l = 0; l < C; l++) x[l] = m->tok_emb->data[(size_t)token * C + l] + m->pos_emb->data[(size_t)pos * C + l];
-    for (l = 0; l < cfg->n_layers; l++) {
+    for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
+    for (l = E; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
-        mhe__geom g = mhe__layer_geom(cfg, cfg->attn[l]);
-        const float *ain = x;
-        int i;
-        if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm1_w, y->norm1_b, 1); ain = h; }
-        mhe_linear_fwd(proj, ain, y->wq->data, mhe__opt_data(y->bq), 1, C, g.proj_w);
-        /* append this token's K (or the input, for el-att) and V */
-        memcpy(c->k[l] + (size_t)pos * c->k_width[l], g.k_w ? proj + g.q_w : ain, (size_t)c->k_width[l] * sizeof(float));
-        if (c->v_width[l]) memcpy(c->v[l] + (size_t)pos * c->v_width[l], proj + g.q_w + g.k_w, (size_t)c->v_width[l] * sizeof(float));
-        mhe__attn_fwd(m, l, 1, 1, pos + 1, 0, proj, g.proj_w, c->k[l], c->k_width[l], c->v[l],
-                      c->v_width[l] ? c->v_width[l] : c->k_width[l], att, lse, NULL, hmap, 0);
-        mhe_linear_fwd(tmp, att, y->wo->data, mhe__opt_data(y->bo), 1, HD, C);
-        for (i = 0; i < C; i++) x[i] += tmp[i];
-        if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm2_w, y->norm2_b, 1); ain = h; }
-        else { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm1_w, y->norm1_b, 1); memcpy(x, h, (size_t)C * sizeof(float)); ain = x; }
-        mhe_linear_fwd(f1, ain, y->fc1_w->data, mhe__opt_data(y->fc1_b), 1, C, F);
-        mhe_act_fwd(cfg->activation, f2, f1, F);
-        mhe_linear_fwd(tmp, f2, y->fc2_w->data, mhe__opt_data(y->fc2_b), 1, F, C);
-        for (i = 0; i < C; i++) x[i] += tmp[i];
-        if (cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, y->norm2_w, y->norm2_b, 1); memcpy(x, h, (size_t)C * sizeof(float)); }
+        for (k = 0; k < 3; k++) {
+            const mhe_tensor *nw, *nb;
+            const float *u = x;
+            if (k == 1 && y->cross.kind < 0) continue;
+            mhe__sub_norm(y, k, &nw, &nb);
+            if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, nw, nb, 1); u = h; }
+            if (k == 0) {   /* self-attention: append this token's K (or the input, for el-att) and V, attend to the cache */
+                const mhe_attn_weights *w = &y->attn;
+                mhe__geom g = mhe__layer_geom(cfg, w->kind);
+                mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.proj_w);
+                memcpy(c->k[l] + (size_t)pos * c->k_width[l], g.k_w ? proj + g.q_w : u, (size_t)c->k_width[l] * sizeof(float));
+                if (c->v_width[l]) memcpy(c->v[l] + (size_t)pos * c->v_width[l], proj + g.q_w + g.k_w, (size_t)c->v_width[l] * sizeof(float));
+                mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, g.proj_w, c->k[l], c->k_width[l], c->v[l],
+                              c->v_width[l] ? c->v_width[l] : c->k_width[l], att, lse, NULL, hmap, 0);
+                mhe_linear_fwd(tmp, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+            } else if (k == 1) {   /* cross-attention over the cached source */
+                const mhe_attn_weights *w = &y->cross;
+                mhe__geom g = mhe__layer_geom(cfg, w->kind);
+                const float *kp, *vp;
+                int ks;
+                mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
+                mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
+                mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, g.q_w, kp, ks, vp, ks, att, lse, NULL, hmap, 0);
+                mhe_linear_fwd(tmp, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+            } else {
+                mhe_linear_fwd(f1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), 1, C, F);
+                mhe_act_fwd(cfg->activation, f2, f1, F);
+                mhe_linear_fwd(tmp, f2, y->fc2_w->data, mhe__opt_data(y->fc2_b), 1, F, C);
+            }
+            for (i = 0; i < C; i++) x[i] += tmp[i];
+            if (cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, nw, nb, 1); memcpy(x, h, (size_t)C * sizeof(float)); }
+        }
     }
     out = x;
     if (!cfg->post_norm) { mhe__norm_fwd(m, hn, stats, stats + 1, x, m->lnf_w, m->lnf_b, 1); out = hn; }

@@ -219,15 +219,15 @@ static void head_init(void) {
     mhe_model m;
     int64_t i, nz = 0;
     mhe_model_init(&m, &c, 1, NULL);
-    for (i = 0; i < m.layers[0].eq->size; i++) nz += m.layers[0].eq->data[i] != 0.0f;
-    CHECK(nz == 0 && m.layers[0].eq->decay == 0, "head_init_std=0 gives zero head embeddings, without weight decay");
+    for (i = 0; i < m.layers[0].attn.eq->size; i++) nz += m.layers[0].attn.eq->data[i] != 0.0f;
+    CHECK(nz == 0 && m.layers[0].attn.eq->decay == 0, "head_init_std=0 gives zero head embeddings, without weight decay");
     mhe_model_free(&m);
     c = tiny("attn=mhe-add\nhead_init_std=0.5\n");
     mhe_model_init(&m, &c, 1, NULL);
     {
         double ss = 0;
-        for (i = 0; i < m.layers[1].ev->size; i++) ss += m.layers[1].ev->data[i] * m.layers[1].ev->data[i];
-        CHECK(fabs(sqrt(ss / m.layers[1].ev->size) - 0.5) < 0.15, "head_init_std sets the scale: %.3f", sqrt(ss / m.layers[1].ev->size));
+        for (i = 0; i < m.layers[1].attn.ev->size; i++) ss += m.layers[1].attn.ev->data[i] * m.layers[1].attn.ev->data[i];
+        CHECK(fabs(sqrt(ss / m.layers[1].attn.ev->size) - 0.5) < 0.15, "head_init_std sets the scale: %.3f", sqrt(ss / m.layers[1].attn.ev->size));
     }
     mhe_model_free(&m);
 }

@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
         {   /* what one layer keeps for Q, K, V: its projections, plus per-head copies on the MHE reference path */
             mhe__geom g = mhe__layer_geom(&c, c.attn[0]);
             double bt = (double)B * T, hd = (double)n_heads * mhe_config_d_head(&c);
-            qkv_kb = bt * (g.proj_w + (m.acts.qkvx[0] ? 3 * hd : 0)) * 4 / 1024;
+            qkv_kb = bt * (g.proj_w + (m.acts.layer[0].attn.projx ? 3 * hd : 0)) * 4 / 1024;
             stats_kb = (c.fused_attention ? (double)B * n_heads * T : (double)B * n_heads * T * T) * 4 / 1024;
         }
         if (v == 0) { base_ms = ms[steps / 2]; base_mem = qkv_kb; }

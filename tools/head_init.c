@@ -18,7 +18,7 @@ static double head_spread(const mhe_model *m, int mul) {
     int n = m->cfg.n_heads, dh = mhe_config_d_head(&m->cfg), l, i, c, k;
     double total = 0;
     for (l = 0; l < m->cfg.n_layers; l++) {
-        const mhe_layer *y = &m->layers[l];
+        const mhe_attn_weights *y = &m->layers[l].attn;
         double mean[3 * MHE_MAX_D_HEAD], mnorm = 0, spread = 0;
         for (c = 0; c < 3 * dh; c++) mean[c] = 0;
         for (i = 0; i < n; i++)
