@@ -20,19 +20,40 @@ static void batch(int *tok, int *tgt, int n, int V, mhe_rng *r) {
     for (i = 0; i < n; i++) { tok[i] = (int)mhe_rng_below(r, (uint32_t)V); tgt[i] = (int)mhe_rng_below(r, (uint32_t)V); }
 }
 
-static void model_gradcheck(const char *extra) {
+/* A batch of random tokens for config c: B x T decoder (or single-stack)
+   tokens, Ts source tokens for encdec; with pad, the second sequence (and
+   source) is shorter than the rest, padded. Arrays must hold B*T / B*Ts. */
+typedef struct { mhe_batch b; int tok[3 * 8], tgt[3 * 8], src[3 * 8], len[3], slen[3]; } test_batch;
+
+static void make_batch(test_batch *tb, const mhe_config *c, int B, int T, int Ts, int pad, mhe_rng *r) {
+    int i;
+    memset(tb, 0, sizeof *tb);
+    batch(tb->tok, tb->tgt, B * T, c->vocab_size, r);
+    {   /* the source from its own stream, so the checks sample the same entries as before sources existed */
+        mhe_rng rs;
+        mhe_rng_seed(&rs, 77);
+        batch(tb->src, tb->src, B * Ts, c->vocab_size, &rs);
+    }
+    tb->tgt[3] = -1;                          /* an ignored position */
+    tb->b.B = B; tb->b.T = T; tb->b.tokens = tb->tok; tb->b.targets = tb->tgt;
+    for (i = 0; i < B; i++) { tb->len[i] = T; tb->slen[i] = Ts; }
+    if (pad) { tb->len[1] = T - 3; tb->slen[1] = Ts - 2; tb->b.lengths = tb->len; }
+    if (c->arch == MHE_ARCH_ENCDEC) { tb->b.Ts = Ts; tb->b.src = tb->src; if (pad) tb->b.src_lengths = tb->slen; }
+}
+
+static void model_gradcheck(const char *extra, int pad) {
     mhe_config c = tiny(extra);
     mhe_model m;
     mhe_rng r;
-    int tok[2 * 7], tgt[2 * 7], i, j, bad = 0, checked = 0;
+    test_batch tb;
+    int i, j, bad = 0, checked = 0;
     float loss;
     double worst = 0;
     mhe_rng_seed(&r, 9);
-    CHECK(mhe_model_init(&m, &c, 4, NULL) == MHE_OK, "init: %s", m.err);
-    batch(tok, tgt, 14, c.vocab_size, &r);
-    tgt[3] = -1;                              /* an ignored position */
+    CHECK(mhe_model_init(&m, &c, 4, NULL) == MHE_OK, "init [%s]: %s", extra, m.err);
+    make_batch(&tb, &c, 2, 7, 6, pad, &r);
     mhe_model_zero_grad(&m);
-    CHECK(mhe_model_forward(&m, tok, tgt, 2, 7, &loss) == MHE_OK, "forward: %s", m.err);
+    CHECK(mhe_model_forward_batch(&m, &tb.b, &loss) == MHE_OK, "forward: %s", m.err);
     CHECK(mhe_model_backward(&m) == MHE_OK, "backward: %s", m.err);
     for (i = 0; i < m.n_tensors; i++) {
         mhe_tensor *t = &m.params[i];
@@ -41,8 +62,8 @@ static void model_gradcheck(const char *extra) {
             int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
             float keep = t->data[e], h = 1e-2f, lp, lm;
             double num, err;
-            t->data[e] = keep + h; mhe_model_forward(&m, tok, tgt, 2, 7, &lp);
-            t->data[e] = keep - h; mhe_model_forward(&m, tok, tgt, 2, 7, &lm);
+            t->data[e] = keep + h; mhe_model_forward_batch(&m, &tb.b, &lp);
+            t->data[e] = keep - h; mhe_model_forward_batch(&m, &tb.b, &lm);
             t->data[e] = keep;
             num = ((double)lp - lm) / (2.0 * h);
             err = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
@@ -52,29 +73,29 @@ static void model_gradcheck(const char *extra) {
         if (tworst > 5e-2) { bad++; printf("  %s: worst relative error %.3g\n", t->name, tworst); }
         if (tworst > worst) worst = tworst;
     }
-    CHECK(bad == 0, "model gradient check [%s]: %d tensors off, worst %.3g over %d entries", extra ? extra : "", bad, worst, checked);
+    CHECK(bad == 0, "model gradient check [%s%s]: %d tensors off, worst %.3g over %d entries", extra ? extra : "", pad ? " padded" : "", bad, worst, checked);
     mhe_model_free(&m);
 }
 
-static void fused_equals_reference(const char *extra) {
+static void fused_equals_reference(const char *extra, int pad) {
     mhe_config c = tiny(extra), c2;
     mhe_model a, b;
     mhe_rng r;
-    int tok[3 * 8], tgt[3 * 8];
+    test_batch tb;
     float la, lb;
     double eg;
     mhe_rng_seed(&r, 2);
-    batch(tok, tgt, 24, c.vocab_size, &r);
+    make_batch(&tb, &c, 3, 8, 7, pad, &r);
     c2 = c; c2.fused_attention = 0;
     mhe_model_init(&a, &c, 7, NULL);
     mhe_model_init(&b, &c2, 7, NULL);
     /* with dropout configured, run in training mode: both paths must drop the same weights */
     a.training = b.training = c.dropout > 0 || c.attn_dropout > 0;
     a.dropout_seed = b.dropout_seed = 99;
-    mhe_model_forward(&a, tok, tgt, 3, 8, &la); mhe_model_backward(&a);
-    mhe_model_forward(&b, tok, tgt, 3, 8, &lb); mhe_model_backward(&b);
+    mhe_model_forward_batch(&a, &tb.b, &la); mhe_model_backward(&a);
+    mhe_model_forward_batch(&b, &tb.b, &lb); mhe_model_backward(&b);
     eg = test_max_rel_err(a.grad_data, b.grad_data, (long)a.n_params, 1e-3);
-    CHECK(fabs(la - lb) < 1e-5 && eg < 1e-3, "model fused vs reference core [%s]: loss %g vs %g, grads %.3g", extra, la, lb, eg);
+    CHECK(fabs(la - lb) < 1e-5 && eg < 1e-3, "model fused vs reference core [%s%s]: loss %g vs %g, grads %.3g", extra, pad ? " padded" : "", la, lb, eg);
     mhe_model_free(&a); mhe_model_free(&b);
 }
 
@@ -83,29 +104,86 @@ static void decode_equals_forward(const char *extra) {
     mhe_model m;
     mhe_kv_cache kv;
     mhe_rng r;
-    int tok[8], t;
+    test_batch tb;
+    int t;
     double worst = 0;
     mhe_rng_seed(&r, 5);
-    batch(tok, tok, 8, c.vocab_size, &r);
+    make_batch(&tb, &c, 1, 8, 6, 0, &r);
+    tb.b.targets = NULL;
     mhe_model_init(&m, &c, 3, NULL);
-    mhe_model_forward(&m, tok, NULL, 1, 8, NULL);
+    mhe_model_forward_batch(&m, &tb.b, NULL);
     CHECK(mhe_kv_cache_init(&kv, &m, 8, NULL) == MHE_OK, "kv cache init");
     if (c.arch == MHE_ARCH_ENCODER) {   /* bidirectional: no token-by-token decoding */
-        CHECK(mhe_decode_step(&m, &kv, tok[0]) == MHE_ERR_CONFIG, "decoding an encoder is refused: %s", m.err);
+        CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_CONFIG, "decoding an encoder is refused: %s", m.err);
         mhe_kv_cache_free(&kv);
         mhe_model_free(&m);
         return;
     }
+    if (c.arch == MHE_ARCH_ENCDEC) {
+        CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_ARG, "decoding before encoding a source is refused: %s", m.err);
+        CHECK(mhe_kv_cache_encode(&m, &kv, tb.src, 6) == MHE_OK, "encode the source: %s", m.err);
+        /* the encoder pass reused the activations: run the batch again for the reference logits */
+        mhe_model_forward_batch(&m, &tb.b, NULL);
+    }
     for (t = 0; t < 8; t++) {
         double e;
-        mhe_decode_step(&m, &kv, tok[t]);
+        mhe_decode_step(&m, &kv, tb.tok[t]);
         e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
         if (e > worst) worst = e;
     }
     CHECK(worst < 1e-5, "KV-cache decoding equals the full forward [%s]: %.3g", extra, worst);
-    CHECK(mhe_decode_step(&m, &kv, tok[0]) == MHE_ERR_ARG, "full cache is an error, not an overrun");
+    CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_ARG, "full cache is an error, not an overrun");
     CHECK(mhe_decode_step(&m, &kv, 99) == MHE_ERR_DATA, "bad token rejected");
     mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+}
+
+/* Padding is invisible: the real positions of a padded sequence give the
+   same logits (and pooled class logits) as the sequence alone, unpadded. */
+static void padding_equals_truncation(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    mhe_rng r;
+    test_batch tb;
+    int V = c.vocab_size, T = 8, Ts = 7, t, cls = c.n_classes > 0, labels[3] = { 1, 0, 2 };
+    float keep[8 * 64], keep_cls[8];
+    double worst = 0;
+    mhe_batch one;
+    mhe_rng_seed(&r, 6);
+    make_batch(&tb, &c, 3, T, Ts, 1, &r);
+    tb.b.targets = NULL;
+    mhe_model_init(&m, &c, 8, NULL);
+    CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_OK, "padded forward: %s", m.err);
+    memcpy(keep, m.acts.logits + (size_t)T * V, sizeof(float) * (size_t)tb.len[1] * V);
+    if (cls) {   /* the pooled head: the mean over the real tokens only */
+        tb.b.labels = labels;
+        CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_OK, "padded forward (head): %s", m.err);
+        memcpy(keep_cls, m.acts.cls_logits + c.n_classes, sizeof(float) * (size_t)c.n_classes);
+    }
+    /* sequence 1 alone, exactly its real tokens */
+    memset(&one, 0, sizeof one);
+    one.B = 1; one.T = tb.len[1]; one.tokens = tb.tok + T;
+    if (c.arch == MHE_ARCH_ENCDEC) { one.Ts = tb.slen[1]; one.src = tb.src + Ts; }
+    CHECK(mhe_model_forward_batch(&m, &one, NULL) == MHE_OK, "unpadded forward: %s", m.err);
+    for (t = 0; t < tb.len[1]; t++) {
+        double e = test_max_rel_err(keep + (size_t)t * V, m.acts.logits + (size_t)t * V, V, 1.0);
+        if (e > worst) worst = e;
+    }
+    if (cls) {
+        double e;
+        one.labels = labels + 1;
+        CHECK(mhe_model_forward_batch(&m, &one, NULL) == MHE_OK, "unpadded forward (head): %s", m.err);
+        e = test_max_rel_err(keep_cls, m.acts.cls_logits, c.n_classes, 1.0);
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 1e-5, "padding is masked out [%s]: %.3g", extra, worst);
+    {   /* bad lengths are errors */
+        int badlen[3] = { 8, 0, 8 };
+        tb.b.lengths = badlen;
+        CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_ERR_DATA, "length 0 rejected: %s", m.err);
+        badlen[1] = 9;
+        CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_ERR_DATA, "length > T rejected: %s", m.err);
+    }
     mhe_model_free(&m);
 }
 
@@ -194,9 +272,10 @@ static void cls_gradcheck(const char *extra) {
 /* every kind (and an encoder with a head) survives a checkpoint round trip */
 static void checkpoint_every_kind(void) {
     int kind;
-    for (kind = 0; kind <= MHE_ATTN_KIND_COUNT; kind++) {
+    for (kind = 0; kind <= MHE_ATTN_KIND_COUNT + 1; kind++) {
         mhe_config c = tiny(kind == MHE_ATTN_KIND_COUNT ? "arch=encoder\nn_classes=4\nattn=gqa,mhe-add\nn_heads=4\nd_model=16\n"
-                                                        : "n_heads=4\nd_model=16\nkv_groups=2\n");
+                            : kind > MHE_ATTN_KIND_COUNT ? "arch=encdec\nenc_layers=3\nenc_attn=mhe-mul,gqa,skv\ncross_attn=el-att,mhe-add\nn_heads=4\nd_model=16\n"
+                                                         : "n_heads=4\nd_model=16\nkv_groups=2\n");
         mhe_model a, b;
         size_t size = 0, w = 0;
         void *buf;
@@ -207,10 +286,52 @@ static void checkpoint_every_kind(void) {
         mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
               a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0,
-              "checkpoint round trip, kind %s: %s", kind < MHE_ATTN_KIND_COUNT ? mhe_attn_kind_name(kind) : "encoder", b.err);
+              "checkpoint round trip, kind %s: %s", kind < MHE_ATTN_KIND_COUNT ? mhe_attn_kind_name(kind) : kind == MHE_ATTN_KIND_COUNT ? "encoder" : "encdec", b.err);
         mhe_model_free(&b);
         mhe_model_free(&a);
         free(buf);
+    }
+}
+
+/* classification metrics against hand-computed values */
+static void cls_metrics(void) {
+    /* binary: TN 50, FP 10, FN 5, TP 35 -> accuracy 0.85; F1(1) = 70/85, F1(0) = 100/115;
+       MCC = (35*50 - 10*5) / sqrt(45*40*55*60) */
+    int64_t bin[4] = { 50, 10, 5, 35 }, three[9] = { 3, 1, 0, 0, 2, 2, 1, 0, 1 }, one[4] = { 7, 0, 3, 0 };
+    mhe_cls_metrics r;
+    mhe_cls_metrics_from_confusion(bin, 2, &r);
+    CHECK(r.n == 100 && fabs(r.accuracy - 0.85) < 1e-12 && fabs(r.macro_f1 - (70.0 / 85 + 100.0 / 115) / 2) < 1e-12 &&
+          fabs(r.mcc - 1700.0 / sqrt(45.0 * 40 * 55 * 60)) < 1e-12, "binary metrics: acc %.4f F1 %.4f MCC %.4f", r.accuracy, r.macro_f1, r.mcc);
+    /* 3 classes (Gorodkin's R_K): c = 6, s = 10, p = (4, 3, 3), t = (4, 4, 2) -> (60 - 34) / sqrt((100 - 34)(100 - 36)) */
+    mhe_cls_metrics_from_confusion(three, 3, &r);
+    CHECK(fabs(r.accuracy - 0.6) < 1e-12 && fabs(r.mcc - 26.0 / sqrt(66.0 * 64)) < 1e-12 &&
+          fabs(r.macro_f1 - (6.0 / 8 + 4.0 / 7 + 2.0 / 5) / 3) < 1e-12, "3-class metrics: acc %.4f F1 %.4f MCC %.4f", r.accuracy, r.macro_f1, r.mcc);
+    /* always predicting one class: MCC 0, not NaN */
+    mhe_cls_metrics_from_confusion(one, 2, &r);
+    CHECK(fabs(r.accuracy - 0.7) < 1e-12 && r.mcc == 0.0, "constant predictor: MCC %.4f", r.mcc);
+}
+
+/* bad encoder-decoder configs fail at config time with a message naming the problem */
+static void encdec_config_errors(void) {
+    static const struct { const char *text, *want; } bad[] = {
+        { "arch=encdec\n", "enc_layers" },                                     /* no encoder */
+        { "enc_layers=2\n", "encdec" },                                        /* an encoder stack on a decoder */
+        { "arch=encdec\nenc_layers=2\nenc_attn=mha,mha,mha\n", "enc_attn" },  /* 3 kinds for 2 layers */
+        { "arch=encdec\nenc_layers=1\ncross_attn=mha,gqa,mha\n", "cross_attn" },
+        { "arch=encdec\nenc_layers=1\ncross_attn=el-att\nd_head=3\n", "encoder output" },   /* K = V = 12 wide, 3 heads of 3 */
+        { "arch=encdec\nenc_layers=1\nenc_attn=gqa\nkv_groups=2\n", "kv_groups" },
+        { "arch=encdec\nenc_layers=40\nn_layers=30\n", "exceed" },
+        { "arch=encdec\nenc_layers=1\ncross_attn=mhe-pow\n", "mhe-pow" },
+    };
+    int i;
+    for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        mhe_config c = mhe_config_default();
+        char err[MHE_ERR_LEN] = "";
+        const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\n";
+        mhe_status st = mhe_config_parse(&c, base, strlen(base), err);
+        if (st == MHE_OK) st = mhe_config_parse(&c, bad[i].text, strlen(bad[i].text), err);
+        if (st == MHE_OK) st = mhe_config_validate(&c, err);
+        CHECK(st != MHE_OK && strstr(err, bad[i].want), "config '%s' rejected naming '%s': %s", bad[i].text, bad[i].want, err);
     }
 }
 
@@ -297,6 +418,7 @@ static void attn_counts(void) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
     const char *variants[] = {
         "",
         "norm=rmsnorm\nactivation=relu\n",
@@ -322,12 +444,35 @@ int main(void) {
         "arch=encoder\n",
         "arch=encoder\nattn=mhe-mul,gqa\nn_heads=4\nd_model=16\nkv_groups=2\n",
         "arch=encoder\nattn=mhe-add,el-att\nnorm_position=post\nattn_dropout=0.2\n",
+        /* encoder-decoder: every kind as self- and as cross-attention, pre and post norm */
+        "arch=encdec\nenc_layers=1\n",
+        "arch=encdec\nenc_layers=2\nn_layers=1\nnorm_position=post\nnorm=rmsnorm\ntie_embeddings=0\n",
+        "arch=encdec\nenc_layers=2\nenc_attn=mhe-mul,mhe-add\ncross_attn=mhe-add,mhe-mul\nattn=sha,el-att\n",
+        "arch=encdec\nenc_layers=2\nenc_attn=el-att,skv\ncross_attn=el-att,skv\nattn=mhe-mul,mqa\nnorm_position=post\n",
+        "arch=encdec\nenc_layers=1\nenc_attn=gqa\ncross_attn=gqa,mhe-mul\nattn=mhe-add,mha\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
+        "arch=encdec\nenc_layers=1\nenc_attn=sha\ncross_attn=sha,mqa\nattn=skv,gqa\nkv_groups=3\nbias=0\nfused_attention=0\n",
+        "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\n",
+    };
+    const char *padded[] = {
+        "",
+        "arch=encoder\n",
+        "arch=encoder\nn_classes=3\nattn=mhe-mul,mhe-add\n",
+        "arch=encoder\nn_classes=3\nattn=gqa,el-att\nn_heads=4\nd_model=16\nkv_groups=2\nnorm_position=post\n",
+        "arch=encoder\nattn=sha,skv\nattn_dropout=0.2\nd_head=5\n",
+        "arch=encdec\nenc_layers=2\nenc_attn=mhe-add,mha\ncross_attn=mhe-mul,el-att\nattn=mqa,mhe-add\n",
+        "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\nnorm_position=post\n",
     };
     int i;
     for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {
-        model_gradcheck(variants[i]);
-        fused_equals_reference(variants[i]);
+        model_gradcheck(variants[i], 0);
+        fused_equals_reference(variants[i], 0);
         decode_equals_forward(variants[i]);
+    }
+    /* padded batches: gradients, both cores, and padding invisible to the real tokens */
+    for (i = 0; i < (int)(sizeof padded / sizeof padded[0]); i++) {
+        model_gradcheck(padded[i], 1);
+        fused_equals_reference(padded[i], 1);
+        padding_equals_truncation(padded[i]);
     }
     checkpoint_roundtrip();
     sampling();
@@ -335,6 +480,8 @@ int main(void) {
     mlm_masking();
     head_init();
     checkpoint_every_kind();
+    encdec_config_errors();
+    cls_metrics();
     cls_gradcheck("arch=encoder\nn_classes=3\n");
     cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
     return TEST_END();

@@ -38,7 +38,7 @@ typedef struct {
     mhe_train_config tc;
     int cfg_given, tc_keys_given;
     char tc_given[64];                 /* which train fields came from the command line */
-    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt;
+    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task;
     uint64_t seed;
     int threads, n_tokens, top_k, batches, quiet;
     float temperature;
@@ -108,6 +108,11 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (strcmp(key, "tokens") == 0) o->tokens = v;
         else if (strcmp(key, "resume") == 0) o->resume = v;
         else if (strcmp(key, "prompt") == 0) o->prompt = v;
+        else if (strcmp(key, "source") == 0) o->source = v;
+        else if (strcmp(key, "task") == 0) {
+            if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0) { fprintf(stderr, "mhe: --task is lm or cls, not '%s'\n", v); return -1; }
+            o->task = v;
+        }
         else if (strcmp(key, "threads") == 0) o->threads = atoi(v);
         else if (strcmp(key, "n") == 0 || strcmp(key, "length") == 0) o->n_tokens = atoi(v);
         else if (strcmp(key, "top-k") == 0) o->top_k = atoi(v);
@@ -189,12 +194,103 @@ static int cmd_init(int argc, char **argv) {
 
 /* ---- train -------------------------------------------------------------- */
 
+static void print_cls(const char *what, const mhe_cls_metrics *r) {
+    printf("%s loss %.4f  accuracy %.4f  macro-F1 %.4f  MCC %.4f  (%lld examples)\n", what, r->loss, r->accuracy,
+           r->macro_f1, r->mcc, (long long)r->n);
+}
+
+/* the train settings saved in the --resume checkpoint, overridden by flags given now */
+static int resume_settings(opts *o) {
+    void *buf;
+    size_t size;
+    mhe_safetensors st;
+    char err[MHE_ERR_LEN];
+    mhe_train_config tc = mhe_train_config_default();
+    const char *k;
+    char v[64];
+    int i;
+    if (mhe_read_file(o->resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+        for (i = 0; mhe_train_config_field(&tc, i, &k, v, sizeof v); i++) {
+            char key[64];
+            const char *val;
+            snprintf(key, sizeof key, "train.%s", k);
+            val = mhe_st_meta(&st, key);
+            if (val && !o->tc_given[i]) mhe_train_config_set(&o->tc, k, val, err);
+        }
+        mhe_st_free(&st);
+    }
+    free(buf);
+    return 1;
+}
+
+/* mhe train --task cls: the classification head of an encoder on labelled texts */
+static int train_cls(opts *o) {
+    mhe_text_set train, valid;
+    mhe_model m;
+    mhe_trainer t;
+    mhe_cls_metrics r;
+    char err[MHE_ERR_LEN];
+    int rc = 1, tty = isatty(1), first;
+    double t0;
+    memset(&valid, 0, sizeof valid);
+    if (!o->data) { fprintf(stderr, "mhe: no training data given (--data FILE)\n"); return 1; }
+    if (mhe_text_set_load(&train, o->data, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 1; }
+    if (o->valid && mhe_text_set_load(&valid, o->valid, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_text_set_free(&train); return 1; }
+    if (o->resume || o->model) {
+        if (!load_model(o->resume ? o->resume : o->model, &m)) goto out;
+        if (o->resume && !resume_settings(o)) { mhe_model_free(&m); goto out; }
+    } else {
+        if (o->cfg.n_classes == 0) o->cfg.n_classes = train.n_classes > valid.n_classes ? train.n_classes : valid.n_classes;
+        if (mhe_model_init(&m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
+    }
+    if (m.cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); mhe_model_free(&m); goto out; }
+    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); mhe_model_free(&m); goto out; }
+    if (o->resume && mhe_trainer_load(&t, o->resume) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o->resume, t.err); goto free_all; }
+    if (!o->quiet) {
+        describe(&m);
+        printf("data: %d training examples, %d validation examples, %d classes\n", train.n, valid.n, m.cfg.n_classes);
+    }
+    t0 = now_s();
+    first = t.step;
+    while (t.step < o->tc.steps) {
+        mhe_status s = mhe_trainer_step_cls(&t, &train);
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto free_all; }
+        if (!o->quiet && (t.step % o->tc.log_every == 0 || t.step == o->tc.steps)) {
+            double el = now_s() - t0, per = el / (t.step - first);
+            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %5.0f ms/step  left %4.0fs%s", tty ? "\r" : "", t.step, o->tc.steps,
+                   t.last_loss, t.last_lr, per * 1e3, per * (o->tc.steps - t.step), tty ? "" : "\n");
+            fflush(stdout);
+        }
+        if (valid.n && o->tc.eval_every > 0 && (t.step % o->tc.eval_every == 0 || t.step == o->tc.steps)) {
+            if (mhe_evaluate_cls(&m, &valid, o->tc.batch, o->tc.seq_len, &r) != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", m.err); goto free_all; }
+            if (!o->quiet) { printf("%sstep %6d  ", tty ? "\n" : "", t.step); print_cls("val", &r); }
+        }
+        if (o->tc.save_every > 0 && t.step % o->tc.save_every == 0 && t.step < o->tc.steps &&
+            mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
+    }
+    if (mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
+    if (!o->quiet) {
+        printf("%swrote %s\n", tty ? "\n" : "", o->out);
+        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
+               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
+    }
+    rc = 0;
+free_all:
+    mhe_trainer_free(&t);
+    mhe_model_free(&m);
+out:
+    mhe_text_set_free(&train);
+    mhe_text_set_free(&valid);
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv) {
     opts o;
     mhe_model m;
     mhe_trainer t;
     mhe_status s;
-    int *train = NULL, *valid = NULL, i, rc = 1, tty = isatty(1);
+    int *train = NULL, *valid = NULL, rc = 1, tty = isatty(1);
     size_t n_train = 0, n_valid = 0;
     double t0;
     float val_loss = 0;
@@ -202,8 +298,14 @@ static int cmd_train(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
                "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
-               "                 [--resume CKPT.safetensors] [--threads N] [train flags]\n"
-               "Trains a byte-level causal LM. A new model comes from --model (weights) or from\n"
+               "                 [--resume CKPT.safetensors] [--task lm|cls] [--threads N] [train flags]\n"
+               "Trains a byte-level model. --task lm (default): a decoder learns the next byte, an\n"
+               "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
+               "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
+               "--task cls: an encoder's classification head learns labelled texts, one\n"
+               "`label<TAB>text` line each (integer labels; n_classes defaults to the largest + 1);\n"
+               "validation prints loss, accuracy, macro-F1 and MCC.\n"
+               "A new model comes from --model (weights) or from\n"
                "--config/model flags; --resume continues a checkpoint written by this command\n"
                "exactly where it stopped (weights, AdamW moments, RNG, step; the train settings\n"
                "saved in it are used unless a flag overrides them). Progress: step, loss,\n"
@@ -216,30 +318,12 @@ static int cmd_train(int argc, char **argv) {
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.out) return die("train: --out FILE is required%s%s", "", "");
+    if (o.task && strcmp(o.task, "cls") == 0) return train_cls(&o);
     if (!load_corpus(o.data, &train, &n_train)) return 1;
     if (o.valid && !load_corpus(o.valid, &valid, &n_valid)) { free(train); return 1; }
     if (o.resume) {
-        /* the saved train settings, overridden by flags given now */
-        void *buf;
-        size_t size;
-        mhe_safetensors st;
-        char err[MHE_ERR_LEN];
-        mhe_train_config tc = mhe_train_config_default();
-        const char *k;
-        char v[64];
         if (!load_model(o.resume, &m)) goto out;
-        if (mhe_read_file(o.resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_model_free(&m); goto out; }
-        if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
-            for (i = 0; mhe_train_config_field(&tc, i, &k, v, sizeof v); i++) {
-                char key[64];
-                const char *val;
-                snprintf(key, sizeof key, "train.%s", k);
-                val = mhe_st_meta(&st, key);
-                if (val && !o.tc_given[i]) mhe_train_config_set(&o.tc, k, val, err);
-            }
-            mhe_st_free(&st);
-        }
-        free(buf);
+        if (!resume_settings(&o)) { mhe_model_free(&m); goto out; }
     } else if (o.model) {
         if (!load_model(o.model, &m)) goto out;
     } else {
@@ -252,7 +336,10 @@ static int cmd_train(int argc, char **argv) {
         fprintf(stderr, "mhe: %s: %s\n", o.resume, t.err);
         goto free_all;
     }
-    if (n_train < (size_t)o.tc.seq_len + 1) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, fewer than seq_len+1 = %d\n", o.data, n_train, o.tc.seq_len + 1); goto free_all; }
+    {
+        size_t need = (size_t)o.tc.seq_len + (m.cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(o.tc.src_len > 0 ? o.tc.src_len : o.tc.seq_len) : 1);
+        if (n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", o.data, n_train, need); goto free_all; }
+    }
     if (!o.quiet) {
         describe(&m);
         printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", n_train, n_valid,
@@ -274,7 +361,7 @@ static int cmd_train(int argc, char **argv) {
             fflush(stdout);
         }
         if (valid && o.tc.eval_every > 0 && (t.step % o.tc.eval_every == 0 || t.step == o.tc.steps)) {
-            s = mhe_evaluate(&m, valid, n_valid, o.tc.batch, o.tc.seq_len, o.tc.eval_batches, &val_loss);
+            s = mhe_evaluate_s2s(&m, valid, n_valid, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.tc.eval_batches, &val_loss);
             if (s != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", m.err); goto free_all; }
             if (!o.quiet) printf("%sstep %6d  val loss %.4f  val ppl %.3f\n", tty ? "\n" : "", t.step, val_loss, mhe_perplexity(val_loss));
         }
@@ -308,16 +395,34 @@ static int cmd_eval(int argc, char **argv) {
     size_t n;
     float loss;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--batch B] [--batches N] [--threads N]\n"
+        printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--src_len S] [--batch B] [--batches N]\n"
+               "                [--task lm|cls] [--threads N]\n"
                "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
-               "consecutive windows of the text (N <= 0: all of it).\n");
+               "consecutive windows of the text (N <= 0: all of it), shaped as `mhe train` shapes them.\n"
+               "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
+               "`label<TAB>text` line of TEXT (cut to seq_len bytes).\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
+    if (o.task && strcmp(o.task, "cls") == 0) {
+        mhe_text_set set;
+        mhe_cls_metrics r;
+        char err[MHE_ERR_LEN];
+        int rc = 1;
+        if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+        if (!o.data) { fprintf(stderr, "mhe: no data given (--data FILE)\n"); mhe_model_free(&m); return 1; }
+        if (mhe_text_set_load(&set, o.data, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_model_free(&m); return 1; }
+        if (mhe_evaluate_cls(&m, &set, o.tc.batch, o.tc.seq_len, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
+        else { print_cls("", &r); rc = 0; }
+        mhe_text_set_free(&set);
+        mhe_model_free(&m);
+        return rc;
+    }
     if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
-    if (mhe_evaluate(&m, data, n, o.tc.batch, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
+    if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
+    if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
     }
     printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
@@ -338,21 +443,39 @@ static int cmd_generate(int argc, char **argv) {
     size_t i, plen;
     int len, tok, rc = 1;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe generate --model M.safetensors [--prompt TEXT] [--n TOKENS] [--temperature T] [--top-k K] [--seed S]\n"
+        printf("usage: mhe generate --model M.safetensors [--prompt TEXT] [--source TEXT] [--n TOKENS]\n"
+               "                    [--temperature T] [--top-k K] [--seed S]\n"
                "Writes the prompt and a continuation sampled with a KV cache (temperature <= 0: greedy;\n"
-               "top-k <= 0: no cut). Prints the KV-cache size on stderr.\n");
+               "top-k <= 0: no cut). An encoder-decoder model (arch=encdec) first encodes --source\n"
+               "(required) and its decoder starts from --prompt (default: the last byte of the source).\n"
+               "Prints the KV-cache size on stderr.\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
-    if (m.cfg.arch != MHE_ARCH_DECODER) { fprintf(stderr, "mhe: generate needs a decoder (this model has arch=encoder)\n"); mhe_model_free(&m); return 1; }
-    prompt = o.prompt ? o.prompt : "\n";
+    if (m.cfg.arch == MHE_ARCH_ENCODER) { fprintf(stderr, "mhe: generate needs a decoder (this model has arch=encoder)\n"); mhe_model_free(&m); return 1; }
+    if (m.cfg.arch == MHE_ARCH_ENCDEC && (!o.source || !*o.source || strlen(o.source) > (size_t)m.cfg.max_seq_len)) {
+        fprintf(stderr, "mhe: an encoder-decoder model needs --source TEXT of 1..%d bytes\n", m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
+    prompt = o.prompt ? o.prompt : m.cfg.arch == MHE_ARCH_ENCDEC ? o.source + strlen(o.source) - 1 : "\n";
     plen = strlen(prompt);
     len = m.cfg.max_seq_len;
     if (plen + (size_t)o.n_tokens < (size_t)len) len = (int)(plen + o.n_tokens);
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
     if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
+    if (m.cfg.arch == MHE_ARCH_ENCDEC) {
+        int srcl = (int)strlen(o.source), *src = (int *)malloc((size_t)srcl * sizeof(int));
+        mhe_status es;
+        if (!src) { fprintf(stderr, "mhe: out of memory\n"); goto done; }
+        for (i = 0; i < (size_t)srcl; i++) src[i] = (unsigned char)o.source[i];
+        es = mhe_kv_cache_encode(&m, &kv, src, srcl);
+        free(src);
+        if (es != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+        fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
+    }
     mhe_rng_seed(&r, o.tc.seed);
     fwrite(prompt, 1, plen, stdout);
     for (i = 0; i < plen; i++)
@@ -374,13 +497,41 @@ done:
 
 /* ---- grad --------------------------------------------------------------- */
 
+/* one line of a --tokens file: ids, "." for padding (only at the end), "|" between source and decoder ids */
+typedef struct { int *v; int n, cap, bar; } idline;
+
+static int idline_push(idline *l, int v) {
+    if (l->n == l->cap) {
+        int *nv;
+        l->cap = l->cap ? 2 * l->cap : 256;
+        nv = (int *)realloc(l->v, (size_t)l->cap * sizeof(int));
+        if (!nv) return 0;
+        l->v = nv;
+    }
+    l->v[l->n++] = v;
+    return 1;
+}
+
+/* real (non-padding) ids among the first n of v; -1 when padding is followed by an id */
+static int real_len(const int *v, int n) {
+    int i, len = 0;
+    for (i = 0; i < n; i++) {
+        if (v[i] == -2) continue;
+        if (len != i) return -1;
+        len++;
+    }
+    return len;
+}
+
 static int cmd_grad(int argc, char **argv) {
     opts o;
     mhe_model m;
+    mhe_batch bt;
     char *text, *p;
     size_t len;
-    int *vals = NULL, n = 0, cap = 0, rows = 0, width = -1, cur = 0, B, T, b, t, rc = 1;
-    int *tok, *tgt;
+    idline all;   /* every line's ids, one after another; bar = source ids per line */
+    int rows = 0, width = -1, src_w = -1, cur = 0, cur_bar = -1, B, T, Ts = 0, b, t, rc = 1, encdec, line = 1;
+    int *tok = NULL, *tgt, *src, *lens, *slens;
     float loss;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe grad --model M.safetensors --tokens TOKENS.txt --out G.safetensors\n"
@@ -388,52 +539,79 @@ static int cmd_grad(int argc, char **argv) {
                "shape [1]) and the gradient of every parameter under the parameter's name.\n"
                "TOKENS.txt: one sequence per line, T+1 whitespace-separated token ids, the same\n"
                "count on every line; inputs are the first T ids, targets the last T; the lines\n"
-               "form the batch. A target of -1 is ignored by the loss.\n");
+               "form the batch. A target of -1 is ignored by the loss. A `.` in place of an id is\n"
+               "padding (only at the end of a line): those positions are masked out of attention\n"
+               "and of the loss. An encoder-decoder model reads `SOURCE IDS | DECODER IDS`: the\n"
+               "source ids (the same count on every line, padding allowed) go to the encoder.\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.tokens || !o.out) return die("grad: --tokens and --out are required%s%s", "", "");
     if (!load_model(o.model, &m)) return 1;
+    encdec = m.cfg.arch == MHE_ARCH_ENCDEC;
     if (!read_text(o.tokens, &text, &len)) { mhe_model_free(&m); return 1; }
-    text = (char *)realloc(text, len + 1);
+    p = (char *)realloc(text, len + 1);
+    if (!p) { free(text); mhe_model_free(&m); return die("grad: out of memory%s%s", "", ""); }
+    text = p;
     text[len] = 0;
+    memset(&all, 0, sizeof all);
     for (p = text; ; ) {
         char *end;
         long v;
         while (*p == ' ' || *p == '\t' || *p == '\r') p++;
         if (*p == '\n' || *p == 0) {
             if (cur > 0) {
-                if (width >= 0 && cur != width) { fprintf(stderr, "mhe: %s: line %d has %d ids, earlier lines %d\n", o.tokens, rows + 1, cur, width); goto out; }
-                width = cur; rows++; cur = 0;
+                int sw = cur_bar < 0 ? 0 : cur_bar, w = cur - sw;
+                if (encdec != (cur_bar >= 0)) { fprintf(stderr, "mhe: %s: line %d: %s\n", o.tokens, line, encdec ? "an encoder-decoder model needs `SOURCE | DECODER` ids" : "`|` is only for encoder-decoder models"); goto out; }
+                if (width >= 0 && (w != width || sw != src_w)) { fprintf(stderr, "mhe: %s: line %d has %d+%d ids, earlier lines %d+%d\n", o.tokens, line, sw, w, src_w, width); goto out; }
+                width = w; src_w = sw; rows++; cur = 0; cur_bar = -1;
             }
             if (*p == 0) break;
-            p++;
+            p++; line++;
             continue;
         }
-        v = strtol(p, &end, 10);
-        if (end == p || v < -1 || v > 2147483647L) { fprintf(stderr, "mhe: %s: bad token id near '%.10s'\n", o.tokens, p); goto out; }
-        if (n == cap) { cap = cap ? 2 * cap : 1024; vals = (int *)realloc(vals, (size_t)cap * sizeof(int)); }
-        vals[n++] = (int)v;
+        if (*p == '|') {
+            if (cur_bar >= 0 || cur == 0) { fprintf(stderr, "mhe: %s: line %d: `|` must follow the source ids, once\n", o.tokens, line); goto out; }
+            cur_bar = cur; p++;
+            continue;
+        }
+        if (*p == '.' && (p[1] == 0 || strchr(" \t\r\n|", p[1]))) { v = -2; end = p + 1; }
+        else {
+            v = strtol(p, &end, 10);
+            if (end == p || v < -1 || v > 2147483647L) { fprintf(stderr, "mhe: %s: line %d: bad token id near '%.10s'\n", o.tokens, line, p); goto out; }
+        }
+        if (!idline_push(&all, (int)v)) { fprintf(stderr, "mhe: out of memory\n"); goto out; }
         cur++;
         p = end;
     }
-    if (rows == 0 || width < 2) { fprintf(stderr, "mhe: %s: needs at least one line of 2 or more token ids\n", o.tokens); goto out; }
-    B = rows; T = width - 1;
-    tok = (int *)malloc(2 * (size_t)B * T * sizeof(int));
-    tgt = tok + (size_t)B * T;
-    for (b = 0; b < B; b++)
-        for (t = 0; t < T; t++) { tok[b * T + t] = vals[b * width + t]; tgt[b * T + t] = vals[b * width + t + 1]; }
+    if (rows == 0 || width < 2 || (encdec && src_w < 1)) { fprintf(stderr, "mhe: %s: needs at least one line of 2 or more token ids (and a source)\n", o.tokens); goto out; }
+    B = rows; T = width - 1; Ts = src_w;
+    tok = (int *)malloc((2 * (size_t)B * T + (size_t)B * Ts + 2 * (size_t)B) * sizeof(int));
+    if (!tok) { fprintf(stderr, "mhe: out of memory\n"); goto out; }
+    tgt = tok + (size_t)B * T; src = tgt + (size_t)B * T; lens = src + (size_t)B * Ts; slens = lens + B;
+    for (b = 0; b < B; b++) {
+        const int *row = all.v + (size_t)b * (Ts + width), *s = row, *d = row + Ts;
+        lens[b] = real_len(d, T);
+        slens[b] = real_len(s, Ts);
+        if (lens[b] < 1 || real_len(d, width) < 0 || (encdec && slens[b] < 1)) {
+            fprintf(stderr, "mhe: %s: sequence %d: padding `.` must come after at least one id, at the end\n", o.tokens, b + 1);
+            goto out;
+        }
+        for (t = 0; t < Ts; t++) src[b * Ts + t] = s[t] == -2 ? 0 : s[t];
+        for (t = 0; t < T; t++) { tok[b * T + t] = d[t] == -2 ? 0 : d[t]; tgt[b * T + t] = d[t + 1] == -2 ? -1 : d[t + 1]; }
+    }
+    memset(&bt, 0, sizeof bt);
+    bt.B = B; bt.T = T; bt.tokens = tok; bt.targets = tgt; bt.lengths = lens;
+    if (encdec) { bt.Ts = Ts; bt.src = src; bt.src_lengths = slens; }
     mhe_model_zero_grad(&m);
-    if (mhe_model_forward(&m, tok, tgt, B, T, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK ||
-        mhe_grads_save(&m, o.out) != MHE_OK) {
+    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || mhe_grads_save(&m, o.out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err);
     } else {
         printf("loss %.6f over %d x %d tokens; wrote %s\n", loss, B, T, o.out);
         rc = 0;
     }
-    free(tok);
 out:
-    free(vals); free(text);
+    free(tok); free(all.v); free(text);
     mhe_model_free(&m);
     return rc;
 }
