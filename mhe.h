@@ -51,8 +51,9 @@
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
      activations, softmax, cross-entropy, dropout, embedding, linear)
      4 attention cores   5 attention kinds   (6 hash embeddings: to come)
-     7 models (config, decoder, encoder)   8 tokenizer and objectives
-     (masked LM)   9 optimizer   10 checkpoints (safetensors)   11 metrics
+     7 models (config, decoder, encoder, encoder-decoder; batches with
+     padding)   8 tokenizer and objectives (masked LM, labelled text sets)
+     9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
      12 inference (KV cache, sampling)
 
    VERSION HISTORY

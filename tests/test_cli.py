@@ -111,6 +111,47 @@ def main():
     check(rc == 0 and "val loss" not in err and os.path.exists(enc), "encoder training: %s" % err)
     expect_error(["generate", "--model", enc, "--n", 5], ["decoder"], "generate from an encoder")
     expect_error(["init", "--n_classes", 3, "--out", os.path.join(d, "x.st")], ["n_classes"], "classification head on a decoder")
+    # sequence classification from `label<TAB>text` lines, with resume and eval
+    cls_tr, cls_va, clsm = os.path.join(d, "c.tsv"), os.path.join(d, "cv.tsv"), os.path.join(d, "cls.safetensors")
+    with open(cls_tr, "w") as f:
+        for i in range(40):
+            f.write("%d\t%s\n" % (i % 3, ["and God said", "grace be unto you", "the king of Judah"][i % 3]))
+    with open(cls_va, "w") as f:
+        f.write("0\tand God said\n2\tthe king of Judah\n")
+    rc, out, err = run("train", "--task", "cls", "--arch", "encoder", *small, "--data", cls_tr, "--valid", cls_va,
+                       "--out", clsm, "--steps", 4, "--batch", 4, "--seq_len", 16, "--eval_every", 2, "--log_every", 1)
+    check(rc == 0 and "3 classes" in out and "accuracy" in out and "MCC" in out and os.path.exists(clsm), "cls training: %s %s" % (out[-300:], err))
+    rc, out, err = run("train", "--task", "cls", "--resume", clsm, "--data", cls_tr, "--out", clsm, "--steps", 6, "--eval_every", 0)
+    check(rc == 0, "cls resume: %s" % err)
+    rc, out, err = run("eval", "--task", "cls", "--model", clsm, "--data", cls_va, "--seq_len", 16)
+    check(rc == 0 and "accuracy" in out and "(2 examples)" in out, "cls eval: %s %s" % (out, err))
+    badtsv = os.path.join(d, "bad.tsv")
+    with open(badtsv, "w") as f:
+        f.write("0\tfine\nnot a label\tx\n")
+    expect_error(["train", "--task", "cls", "--arch", "encoder", "--data", badtsv, "--out", clsm] + tc, ["line 2"], "bad label line")
+    expect_error(["train", "--task", "cls", "--data", cls_tr, "--out", os.path.join(d, "y.st")] + tc, ["classification head"], "cls on a decoder")
+    expect_error(["train", "--task", "sort", "--data", cls_tr, "--out", os.path.join(d, "y.st")] + tc, ["--task"], "unknown task")
+    # encoder-decoder: train (continuation), eval, generate from a source
+    s2s = os.path.join(d, "s2s.safetensors")
+    rc, out, err = run("train", "--arch", "encdec", "--enc_layers", 1, "--cross_attn", "mhe-mul", *small, "--data", text,
+                       "--valid", text, "--out", s2s, "--src_len", 12, *tc)
+    check(rc == 0 and os.path.exists(s2s), "encdec training: %s" % err)
+    rc, out, err = run("eval", "--model", s2s, "--data", text, "--src_len", 12, "--seq_len", 16, "--batch", 2)
+    check(rc == 0 and "perplexity" in out, "encdec eval: %s" % err)
+    rc, out, err = run("generate", "--model", s2s, "--source", "In the beginning", "--prompt", "G", "--n", 8)
+    check(rc == 0 and out.startswith("G") and "cross-attention cache" in err, "encdec generate: %s" % err)
+    expect_error(["generate", "--model", s2s, "--n", 5], ["--source"], "encdec generate without a source")
+    expect_error(["init", "--arch", "encdec", "--out", os.path.join(d, "z.st")], ["enc_layers"], "encdec without an encoder")
+    with open(tok, "w") as f:
+        f.write("1 2 3 | 4 5 6\n7 8 . | 9 10 .\n")
+    rc, out, err = run("grad", "--model", s2s, "--tokens", tok, "--out", os.path.join(d, "g2.st"))
+    check(rc == 0 and "2 x 2 tokens" in out, "encdec grad with padding: %s %s" % (out, err))
+    with open(tok, "w") as f:
+        f.write("1 2 3 4\n")
+    expect_error(["grad", "--model", s2s, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["SOURCE"], "encdec grad without a source")
+    with open(tok, "w") as f:
+        f.write("1 . 3 4\n")
+    expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["padding"], "padding before an id")
     rc, out, err = run("inspect", ckpt)
     check(rc == 0 and "optim.m.tok_emb.weight" in out and "format" in out, "inspect: %s" % err)
     expect_error(["inspect", text], [], "inspect a text file")

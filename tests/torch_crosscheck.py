@@ -31,6 +31,14 @@ cls_head.weight [n_classes, C] (+ cls_head.bias [n_classes] when bias=1) that ta
 part in that loss, so its gradients must be exactly zero. `mask_token` (default -1)
 and `n_classes` (default 0) are config keys the metadata must hold.
 
+Encoder-decoder models (`arch=encdec`, `enc_layers`, `enc_attn`, `cross_attn`) have an
+encoder stack (enc.layers.{i}, enc.pos_emb, enc.ln_f for pre-norm) over a source, and
+decoder blocks with a cross-attention sublayer between self-attention and MLP
+(layers.{i}.norm3, layers.{i}.cross.*: Q from the decoder, K and V from the encoder
+output, every kind). Their token file lines read `SOURCE IDS | DECODER IDS`. Configs
+with `pad` end the last line (and its source) with `.` ids: padding, which no query
+attends to and the loss ignores.
+
 Checks (each one counts as one pass or fail):
   * the model's metadata holds format=mhe-1 and the config that was asked for;
   * the model holds exactly the expected parameter names, with their shapes;
@@ -81,12 +89,13 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "max_seq_len", "attn", "norm", "norm_eps", "norm_position", "activation",
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
-            "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes"}
+            "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes",
+            "enc_layers"}
 # Optional config keys: sent only when a config names them (the tool's default otherwise).
 OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1", "mask_token": "-1", "n_classes": "0"}
 # Keys the metadata of an encoder must hold (a tool that knows encoders knows them).
 ENCODER_META_KEYS = ["mask_token", "n_classes"]
-ARCHS = ["decoder", "encoder"]
+ARCHS = ["decoder", "encoder", "encdec"]
 ATTN_KINDS = ["mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"]
 FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
 
@@ -94,10 +103,12 @@ BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps"
         "dropout": "0", "attn_dropout": "0", "init_std": "0.02"}
 
 
-def _cfg(name, B, T, extra=None, **kw):
+def _cfg(name, B, T, extra=None, Ts=0, pad=False, **kw):
+    """Ts: source tokens per sequence (encdec); pad: the last sequence of the batch (and
+    its source) is shorter than the others, padded with `.` in the token file."""
     c = dict(BASE)
     c.update({k: str(v) for k, v in kw.items()})
-    return {"name": name, "B": B, "T": T, "cfg": c, "extra": dict(extra or {})}
+    return {"name": name, "B": B, "T": T, "Ts": Ts, "pad": pad, "cfg": c, "extra": dict(extra or {})}
 
 
 # Small configs covering: pre/post norm, layernorm/rmsnorm, gelu/relu/silu,
@@ -237,6 +248,45 @@ CONFIGS = [
          n_heads=4, n_layers=2, max_seq_len=10, arch="encoder", n_classes=3, mask_token=0,
          attn="sha,mqa", norm="layernorm", norm_position="post", activation="relu", bias=1,
          tie_embeddings=0),
+    # ---- padded batches (`.` in the token file): masked keys, ignored targets
+    _cfg("pad-pre-ln-gelu-bias-tied-mha", 3, 9, pad=True, vocab_size=31, d_model=24, n_heads=4,
+         n_layers=2, max_seq_len=12, norm="layernorm", norm_position="pre", activation="gelu",
+         bias=1, tie_embeddings=1, init_std="0.05"),
+    _cfg("pad-enc-post-rms-silu-nobias-mhemul-mheadd-ncls2", 2, 10, pad=True, vocab_size=29,
+         d_model=24, n_heads=3, n_layers=2, max_seq_len=12, arch="encoder", n_classes=2,
+         attn="mhe-mul,mhe-add", norm="rmsnorm", norm_position="post", activation="silu", bias=0,
+         tie_embeddings=0, init_std="0.05"),
+    _cfg("pad-enc-pre-ln-gelu-bias-elatt-gqa-refcore", 2, 8, {"fused_attention": "0"}, pad=True,
+         vocab_size=27, d_model=24, n_heads=4, n_layers=2, max_seq_len=8, arch="encoder",
+         attn="el-att,gqa", kv_groups=2, norm="layernorm", norm_position="pre",
+         activation="gelu", bias=1, tie_embeddings=1, init_std="0.05"),
+    # ---- encoder-decoder (arch=encdec): every kind as encoder self-attention, decoder
+    # self-attention and cross-attention (Q from the decoder, K and V from the encoder output)
+    _cfg("s2s-pre-ln-gelu-bias-tied-mha", 2, 8, enc_layers=1, Ts=7, vocab_size=31, d_model=24,
+         n_heads=4, n_layers=2, max_seq_len=10, arch="encdec", norm="layernorm",
+         norm_position="pre", activation="gelu", bias=1, tie_embeddings=1, init_std="0.05"),
+    _cfg("s2s-post-rms-silu-nobias-untied-mhe", 2, 7,
+         enc_layers="2", enc_attn="mhe-mul,mhe-add", cross_attn="mhe-add,mhe-mul", Ts=9,
+         pad=True, vocab_size=29, d_model=24, n_heads=3, d_head=8, n_layers=2,
+         max_seq_len=10, arch="encdec", attn="mhe-mul,mhe-add", norm="rmsnorm",
+         norm_position="post", activation="silu", bias=0, tie_embeddings=0, init_std="0.05"),
+    _cfg("s2s-post-rms-silu-nobias-untied-mhe-refcore", 2, 7,
+         {"fused_attention": "0"}, enc_layers="2", enc_attn="mhe-mul,mhe-add",
+         cross_attn="mhe-add,mhe-mul", Ts=9, pad=True, vocab_size=29, d_model=24, n_heads=3,
+         d_head=8, n_layers=2,
+         max_seq_len=10, arch="encdec", attn="mhe-mul,mhe-add", norm="rmsnorm",
+         norm_position="post", activation="silu", bias=0, tie_embeddings=0, init_std="0.05"),
+    _cfg("s2s-pre-ln-relu-bias-untied-kinds", 2, 6,
+         enc_layers="3", enc_attn="sha,el-att,gqa", cross_attn="el-att,skv,mqa,gqa",
+         kv_groups="2", Ts=8, pad=True, vocab_size=23, d_model=24, n_heads=4, n_layers=4,
+         max_seq_len=9,
+         arch="encdec", attn="skv,mqa,sha,mha", norm="layernorm", norm_position="pre",
+         activation="relu", bias=1, tie_embeddings=0, init_std="0.05"),
+    _cfg("s2s-post-ln-gelu-bias-tied-sha-mqa-refcore", 3, 5,
+         {"fused_attention": "0"}, enc_layers="1", enc_attn="mqa", cross_attn="sha", Ts=6,
+         vocab_size=19, d_model=16, n_heads=2, n_layers=1, max_seq_len=8, arch="encdec",
+         attn="el-att", norm="layernorm", norm_position="post", activation="gelu", bias=1,
+         tie_embeddings=1),
 ]
 
 # Configs `mhe init` must refuse: non-zero exit, a message on stderr that contains
@@ -263,12 +313,24 @@ INVALID = [
          n_layers=2, max_seq_len=8, arch="encoder", mask_token=1000, norm="layernorm",
          norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
 ]
+INVALID += [
+    # encdec without an encoder, and cross-attention el-att whose K = V = the encoder
+    # output (d_model 32) does not split into n_heads * d_head = 4 * 6
+    _cfg("invalid-encdec-no-enc_layers", 1, 1, vocab_size=20, d_model=32, n_heads=4, n_layers=2,
+         max_seq_len=8, arch="encdec", norm="layernorm", norm_position="pre", activation="gelu",
+         bias=1, tie_embeddings=1),
+    _cfg("invalid-encdec-cross-elatt-width", 1, 1, vocab_size=20, d_model=32, n_heads=4,
+         d_head=6, n_layers=1, max_seq_len=8, arch="encdec", enc_layers=1, cross_attn="el-att",
+         norm="layernorm", norm_position="pre", activation="gelu", bias=1, tie_embeddings=1),
+]
 INVALID[0]["want"] = ["kv_groups"]
 INVALID[1]["want"] = ["el-att"]
 INVALID[2]["want"] = ["mhe-pow"]
 INVALID[3]["want"] = ["n_classes"]
 INVALID[4]["want"] = ["mask_token"]
 INVALID[5]["want"] = ["mask_token"]
+INVALID[6]["want"] = ["enc_layers"]
+INVALID[7]["want"] = ["el-att", "encoder output"]
 
 
 # --------------------------------------------------------------------------
@@ -383,6 +445,10 @@ def resolved(cfg):
     r["attn"] = kinds * r["n_layers"] if len(kinds) == 1 else kinds
     for k, v in OPT_DEFAULTS.items():
         r.setdefault(k, int(v))
+    r["enc_layers"] = int(r.get("enc_layers", 0))
+    for key, count in (("enc_attn", r["enc_layers"]), ("cross_attn", r["n_layers"])):
+        kinds = [a.strip() for a in r.get(key, "mha").split(",")]
+        r[key] = kinds * count if len(kinds) == 1 else kinds
     return r
 
 
@@ -427,19 +493,33 @@ def expected_params(cfg):
         if ln:
             out.append((p + ".bias", (C,)))
 
-    for l in range(L):
-        p = "layers.%d." % l
-        norm(p + "norm1")
-        for suffix, shape, is_lin in attn_shapes(r["attn"][l], C, r["n_heads"], r["d_head"],
-                                                 r["kv_groups"]):
+    def attention(p, kind):
+        for suffix, shape, is_lin in attn_shapes(kind, C, r["n_heads"], r["d_head"], r["kv_groups"]):
             if is_lin:
-                lin(p + "attn." + suffix, *shape)
+                lin(p + suffix, *shape)
             else:
-                out.append((p + "attn." + suffix, shape))
-        lin(p + "attn.wo", C, H)
+                out.append((p + suffix, shape))
+        lin(p + "wo", C, H)
+
+    def block(p, kind, cross_kind):
+        norm(p + "norm1")
+        attention(p + "attn.", kind)
+        if cross_kind:
+            norm(p + "norm3")
+            attention(p + "cross.", cross_kind)
         norm(p + "norm2")
         lin(p + "mlp.fc1", F, C)
         lin(p + "mlp.fc2", C, F)
+
+    encdec = r["arch"] == "encdec"
+    if encdec:
+        out.append(("enc.pos_emb.weight", (r["max_seq_len"], C)))
+        for l in range(r["enc_layers"]):
+            block("enc.layers.%d." % l, r["enc_attn"][l], None)
+        if r["norm_position"] == "pre":
+            norm("enc.ln_f")
+    for l in range(L):
+        block("layers.%d." % l, r["attn"][l], r["cross_attn"][l] if encdec else None)
     if r["norm_position"] == "pre":
         norm("ln_f")
     if r["tie_embeddings"] == 0:
@@ -452,9 +532,12 @@ def expected_params(cfg):
     return out
 
 
-def reference_loss(torch, cfg, P, inputs, targets, taps=None):
+def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=None,
+                   src_lengths=None):
     """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}.
-    taps (a dict) receives, per mhe-add layer, its per-head keys K_i = K + ek[i] under
+    lengths / src_lengths: real tokens per sequence (the rest is padding: no query attends
+    to it; targets there are -1, ignored). src: the encoder input of an encdec model.
+    taps (a dict) receives, per mhe-add sublayer, its per-head keys K_i = K + ek[i] under
     the name of ek (with retain_grad), for the noise scale of ek's gradient."""
     F = torch.nn.functional
     r = resolved(cfg)
@@ -482,82 +565,112 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None):
 
     if r["arch"] not in ARCHS:
         raise ValueError("unknown arch " + r["arch"])
-    # decoder: query t sees keys 0..t; encoder: bidirectional, every key of the sequence
-    causal = torch.ones(T, T, dtype=torch.bool).triu(1) if r["arch"] == "decoder" else None
+
+    def blocked(Tq, Tk, lens, causal):
+        """[B, 1, Tq, Tk]: True where query t may not see key j (the future of a decoder;
+        the padding of sequence b, keys j >= lens[b])"""
+        m = torch.zeros(B, 1, Tq, Tk, dtype=torch.bool)
+        if causal:
+            m = m | torch.ones(Tq, Tk, dtype=torch.bool).triu(1)
+        if lens is not None:
+            pad = torch.arange(Tk)[None, :] >= torch.tensor(lens)[:, None]
+            m = m | pad[:, None, None, :]
+        return m
 
     def heads(t, k):
-        """[B, T, k*dh] -> [B, k, T, dh]"""
-        return t.reshape(B, T, k, dh).transpose(1, 2)
+        """[B, L, k*dh] -> [B, k, L, dh]"""
+        return t.reshape(B, t.shape[1], k, dh).transpose(1, 2)
 
-    def core(q, k, v):
-        """q, k, v: [B, heads, T, dh] -> [B, T, heads*dh], heads concatenated in order."""
+    def core(q, k, v, mask):
+        """q: [B, heads, Tq, dh], k, v: [B, heads, Tk, dh] -> [B, Tq, heads*dh]"""
         s = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-        if causal is not None:
-            s = s.masked_fill(causal, float("-inf"))
+        s = s.masked_fill(mask, float("-inf"))
         o = torch.softmax(s, dim=-1) @ v
-        return o.transpose(1, 2).reshape(B, T, -1)
+        return o.transpose(1, 2).reshape(B, q.shape[2], -1)
 
-    def attn(x, p, kind):
+    def attn(xq, xkv, p, kind, mask):
+        """Q from xq, K and V from xkv (the same tensor for self-attention)"""
         if kind in ("mhe-add", "mhe-mul"):
             # seed Q, K, V of width dh; head i uses psi(seed, e[i]) (broadcast over tokens)
             def psi(a, e):
-                a = a.unsqueeze(1)                          # [B, 1, T, dh]
+                a = a.unsqueeze(1)                          # [B, 1, L, dh]
                 e = P[p + "." + e].view(1, n, 1, dh)        # [1, n, 1, dh]
                 return a + e if kind == "mhe-add" else a * (1 + e)
-            q, k, v = (linear(x, p + ".w" + w) for w in "qkv")
+            q, k, v = linear(xq, p + ".wq"), linear(xkv, p + ".wk"), linear(xkv, p + ".wv")
             k = psi(k, "ek")
             if taps is not None and kind == "mhe-add":
                 k.retain_grad()
                 taps[p + ".ek"] = k
-            o = core(psi(q, "eq"), k, psi(v, "ev"))
+            o = core(psi(q, "eq"), k, psi(v, "ev"), mask)
         elif kind == "sha":
-            q, k, v = (heads(linear(x, p + ".w" + w), 1) for w in "qkv")
-            o = core(q, k, v).repeat(1, 1, n)               # n copies of the one head
+            q = heads(linear(xq, p + ".wq"), 1)
+            k, v = heads(linear(xkv, p + ".wk"), 1), heads(linear(xkv, p + ".wv"), 1)
+            o = core(q, k, v, mask).repeat(1, 1, n)         # n copies of the one head
         else:
-            q = heads(linear(x, p + ".wq"), n)
+            q = heads(linear(xq, p + ".wq"), n)
             if kind == "mha":
-                k, v = heads(linear(x, p + ".wk"), n), heads(linear(x, p + ".wv"), n)
+                k, v = heads(linear(xkv, p + ".wk"), n), heads(linear(xkv, p + ".wv"), n)
             elif kind in ("mqa", "gqa"):
                 g = 1 if kind == "mqa" else r["kv_groups"]
                 # query head h uses K/V head h // (n // g)
-                k = heads(linear(x, p + ".wk"), g).repeat_interleave(n // g, dim=1)
-                v = heads(linear(x, p + ".wv"), g).repeat_interleave(n // g, dim=1)
+                k = heads(linear(xkv, p + ".wk"), g).repeat_interleave(n // g, dim=1)
+                v = heads(linear(xkv, p + ".wv"), g).repeat_interleave(n // g, dim=1)
             elif kind == "skv":
-                k = v = heads(linear(x, p + ".wkv"), n)
+                k = v = heads(linear(xkv, p + ".wkv"), n)
             elif kind == "el-att":
                 assert n * dh == C, "el-att needs n_heads * d_head == d_model"
-                k = v = heads(x, n)
+                k = v = heads(xkv, n)
             else:
                 raise ValueError("unknown attn kind " + kind)
-            o = core(q, k, v)
+            o = core(q, k, v, mask)
         return linear(o, p + ".wo")
 
     def mlp(x, p):
         return linear(act(linear(x, p + ".fc1")), p + ".fc2")
 
-    x = P["tok_emb.weight"][inputs] + P["pos_emb.weight"][:T]
-    for l in range(r["n_layers"]):
-        p = "layers.%d." % l
-        kind = r["attn"][l]
+    def block(x, p, kind, mask, cross=None):
+        """cross: (encoder output, kind, mask) for a decoder block of encdec"""
         if r["norm_position"] == "pre":
-            x = x + attn(norm(x, p + "norm1"), p + "attn", kind)
-            x = x + mlp(norm(x, p + "norm2"), p + "mlp")
-        else:
-            x = norm(x + attn(x, p + "attn", kind), p + "norm1")
-            x = norm(x + mlp(x, p + "mlp"), p + "norm2")
+            u = norm(x, p + "norm1")
+            x = x + attn(u, u, p + "attn", kind, mask)
+            if cross:
+                x = x + attn(norm(x, p + "norm3"), cross[0], p + "cross", cross[1], cross[2])
+            return x + mlp(norm(x, p + "norm2"), p + "mlp")
+        x = norm(x + attn(x, x, p + "attn", kind, mask), p + "norm1")
+        if cross:
+            x = norm(x + attn(x, cross[0], p + "cross", cross[1], cross[2]), p + "norm3")
+        return norm(x + mlp(x, p + "mlp"), p + "norm2")
+
+    mem = None
+    if r["arch"] == "encdec":
+        Ts = src.shape[1]
+        e = P["tok_emb.weight"][src] + P["enc.pos_emb.weight"][:Ts]
+        emask = blocked(Ts, Ts, src_lengths, False)
+        for l in range(r["enc_layers"]):
+            e = block(e, "enc.layers.%d." % l, r["enc_attn"][l], emask)
+        mem = norm(e, "enc.ln_f") if r["norm_position"] == "pre" else e
+        cmask = blocked(T, Ts, src_lengths, False)
+    x = P["tok_emb.weight"][inputs] + P["pos_emb.weight"][:T]
+    # decoders: query t sees keys 0..t; encoders: bidirectional; both stop at the padding
+    mask = blocked(T, T, lengths, r["arch"] != "encoder")
+    for l in range(r["n_layers"]):
+        x = block(x, "layers.%d." % l, r["attn"][l], mask,
+                  (mem, r["cross_attn"][l], cmask) if mem is not None else None)
     if r["norm_position"] == "pre":
         x = norm(x, "ln_f")
     W = P["tok_emb.weight"] if r["tie_embeddings"] else P["lm_head.weight"]
     logits = x @ W.t()
-    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T))
+    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), ignore_index=-1)
 
 
-def reference_grads(torch, cfg, params_np, inputs_np, targets_np):
+def reference_grads(torch, cfg, params_np, inputs_np, targets_np, lengths=None, src_np=None,
+                    src_lengths=None):
     P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params_np.items()}
     inputs = torch.tensor(inputs_np, dtype=torch.long)
     targets = torch.tensor(targets_np, dtype=torch.long)
+    src = torch.tensor(src_np, dtype=torch.long) if src_np is not None else None
     taps = {}
-    loss = reference_loss(torch, cfg, P, inputs, targets, taps)
+    loss = reference_loss(torch, cfg, P, inputs, targets, taps, lengths, src, src_lengths)
     loss.backward()
     # ek of mhe-add: grad = sum over batch and tokens of dL/dK_i; the size of the terms
     # of that sum (their absolute sum) is what float32 rounding noise is relative to
@@ -892,8 +1005,8 @@ def meta_matches(key, want, got, cfg):
     if key in FLOAT_KEYS:
         a, b = float(got), float(want)
         return abs(a - b) <= 1e-6 * max(abs(b), 1e-30)
-    if key == "attn":
-        n = int(cfg["n_layers"])
+    if key in ("attn", "enc_attn", "cross_attn"):
+        n = int(cfg.get("enc_layers", 0)) if key == "enc_attn" else int(cfg["n_layers"])
         g = [s.strip() for s in got.split(",")]
         w = [s.strip() for s in want.split(",")]
         return (g * n if len(g) == 1 else g) == (w * n if len(w) == 1 else w)
@@ -1040,10 +1153,23 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
     V = int(cfg["vocab_size"])
     rng = np.random.RandomState(seed)
     tokens = rng.randint(0, V, size=(B, T + 1))
+    Ts = c.get("Ts", 0)
+    src = rng.randint(0, V, size=(B, Ts)) if Ts else None
+    # padding: the last line's ids stop at `real` (its source at `src_real`), then `.`
+    real, src_real = [T + 1] * B, [Ts] * B
+    if c.get("pad"):
+        real[-1], src_real[-1] = T - 2, max(Ts - 2, 1)
+    lengths = [min(q, T) for q in real] if c.get("pad") else None
+    src_lengths = src_real if (c.get("pad") and Ts) else None
+    inputs = np.where(np.arange(T)[None, :] < np.array(real)[:, None], tokens[:, :-1], 0)
+    targets = np.where(np.arange(1, T + 1)[None, :] < np.array(real)[:, None], tokens[:, 1:], -1)
     tok_path = os.path.join(workdir, "tokens.txt")
     with open(tok_path, "w") as f:
-        for row in tokens:
-            f.write(" ".join(str(int(t)) for t in row) + "\n")
+        for b, row in enumerate(tokens):
+            ids = [str(int(t)) if j < real[b] else "." for j, t in enumerate(row)]
+            if Ts:
+                ids = [str(int(t)) if j < src_real[b] else "." for j, t in enumerate(src[b])] + ["|"] + ids
+            f.write(" ".join(ids) + "\n")
 
     pert_path = os.path.join(workdir, "model_perturbed.safetensors")
     st_rewrite_data(model_path, pert_path, perturbed(params, cfg, rng))
@@ -1061,8 +1187,8 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
         except (ValueError, OSError) as e:
             res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
             continue
-        loss_ref, g_ref, l1_ref = reference_grads(torch, cfg, model_now, tokens[:, :-1],
-                                                  tokens[:, 1:])
+        loss_ref, g_ref, l1_ref = reference_grads(torch, cfg, model_now, inputs, targets, lengths,
+                                                  src, src_lengths)
         if "loss" not in grads:
             res.check(False, "%s: no `loss` tensor in the gradient file" % tag)
             loss_err = float("nan")
@@ -1093,7 +1219,7 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
                           % (tag, pname, nz, gc.size, float(np.abs(gc).max()) if gc.size else 0.0))
                 continue
             scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
-            if pname.endswith(".attn.wk.bias"):
+            if pname.endswith(".attn.wk.bias") or pname.endswith(".cross.wk.bias"):
                 # Exactly zero in exact arithmetic for every kind with a wk (the bias adds
                 # q_h.b_k -- or q_h.(b_k*(1+ek_h)) for mhe-mul -- to a whole row of scores,
                 # which softmax ignores), so both sides hold only rounding noise: measure it
@@ -1168,6 +1294,9 @@ def selftest(configs, seed, verbose):
     faults are caught. Counts: stand-in checks + one per fault."""
     tool = [sys.executable, SCRIPT, "--as-mhe"]
     res = Results()
+    # the stand-in knows neither padding nor encoder-decoder models
+    configs = [c for c in configs if not c.get("pad") and c["cfg"].get("arch") != "encdec"
+               and "encdec" not in c["name"]]
     print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
     os.environ.pop("MHE_FAKE_BUG", None)
     run_all(configs, tool, None, seed, res, verbose)
