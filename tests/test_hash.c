@@ -428,12 +428,13 @@ static void test_lsh_properties(void) {
         CHECK(hr + 15 < hu, "mean Hamming distance of 128 bits: related %.1f, unrelated %.1f", hr, hu);
         CHECK(hu > 40 && hu < 88, "unrelated words differ in about half the bits (%.1f)", hu);
     }
-    {   /* argmax form: over 40 seeds, related words share a bucket of 8 much more often */
+    {   /* argmax form: over 400 seeds, related words share a bucket of 8 about twice as often
+           (35 % against 16 % here; the margin asked for is about 4 standard deviations) */
         mhe_lsh_config c8 = mhe_lsh_config_default();
         int rs = 0, us = 0, seed;
         double w8[4];
         c8.n_features = 1000; c8.n_buckets = 8;
-        for (seed = 1; seed <= 40; seed++) {
+        for (seed = 1; seed <= 400; seed++) {
             mhe_lsh l8;
             c8.seed = (uint64_t)seed;
             mhe_lsh_init(&l8, &c8, NULL, 0, NULL);
@@ -443,7 +444,7 @@ static void test_lsh_properties(void) {
             mhe_lsh_bucket(&l8, "played", 6, w8, &x); mhe_lsh_bucket(&l8, "cloud", 5, w8, &y); us += x == y;
             mhe_lsh_free(&l8);
         }
-        CHECK(rs > us + 16, "same bucket of 8 over 80 pairs: related %d, unrelated %d", rs, us);
+        CHECK(rs > us + 80, "same bucket of 8 over 800 pairs: related %d, unrelated %d", rs, us);
     }
     {   /* features: hashed indices and counts */
         uint32_t f[32], n[32];
