@@ -2744,7 +2744,9 @@ MHEDEF mhe_status mhe_lsh_init(mhe_lsh *l, const mhe_lsh_config *cfg, const uint
                          (unsigned long)c.P, (unsigned long)(c.n_buckets / 2), c.n_bits);
     bytes = mhe__mul_size((size_t)c.P, sizeof(float), &ok);
     if (c.feature_mode == MHE_LSH_TABLE) (void)mhe__mul_size(table_len, sizeof(uint32_t), &ok);
-    if (!ok) return mhe__fail(l->err, MHE_ERR_OVERFLOW, "lsh: eta or table size overflows size_t");
+    /* the per-word work buffer, max(N/2, T) doubles, must be addressable too */
+    (void)mhe__mul_size(c.n_buckets / 2 > (uint32_t)c.n_bits ? c.n_buckets / 2 : (size_t)c.n_bits, sizeof(double), &ok);
+    if (!ok) return mhe__fail(l->err, MHE_ERR_OVERFLOW, "lsh: eta, table or work size overflows size_t");
     l->eta = (float *)MHE_MALLOC(alloc_ctx, bytes);
     if (!l->eta) return mhe__fail(l->err, MHE_ERR_NOMEM, "lsh: no memory for eta (%llu bytes)", (unsigned long long)bytes);
     if (c.feature_mode == MHE_LSH_TABLE) {
