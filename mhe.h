@@ -50,7 +50,8 @@
    CONTENTS (the same numbered sections in the API and the implementation)
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
      activations, softmax, cross-entropy, dropout, embedding, linear)
-     4 attention cores   5 attention kinds   (6 hash embeddings: to come)
+     4 attention cores   5 attention kinds   6 embeddings: hashing (words,
+     MD5/HMAC-MD5, LSH, hash-pool/add/proj, embedding parameter counts)
      7 models (config, decoder, encoder, encoder-decoder; batches with
      padding)   8 tokenizer and objectives (masked LM, labelled text sets)
      9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
@@ -291,6 +292,210 @@ enum {
 };
 MHEDEF const char *mhe_attn_kind_name(int kind);
 MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
+
+/* ======================================================================== */
+/* 6. embeddings: hashing                                                   */
+/* ======================================================================== */
+/* The hashing layer of HashFormers (Xue and Aletras 2022; thesis chapter 2):
+   words -> MD5 / HMAC-MD5 or LSH -> a bucket id (hash-emb) or a T-bit
+   vector -> the compressed embeddings Pool, Add and Proj (eq. 2.1-2.3).
+   Nothing here allocates except mhe_lsh_init and mhe_ngram_table_build.
+   In this section T is the number of hash bits (n_bits), not a length. */
+
+/* Words. The authors pre-tokenise with re.findall(r"\w+|[^\w\s]+",
+   text.lower()); this is the same rule on bytes:
+     word byte   ASCII letter, digit or '_', or any byte >= 0x80 (so a UTF-8
+                 letter like the e-acute of "cafe" stays inside its word;
+                 invalid UTF-8 bytes are word bytes too and hash as bytes)
+     space byte  ' ' \t \n \v \f \r and 0x1c-0x1f (exactly Python's \s on ASCII)
+     punctuation every other byte (including NUL and other controls)
+   A word is a maximal run of word bytes or a maximal run of punctuation
+   bytes; spaces separate. Only ASCII A-Z are lower-cased (the hash
+   functions below do it on the fly). Differences from Python on non-ASCII
+   text: Unicode punctuation and spaces (U+2014, U+00A0 ...) count as word
+   bytes here, and non-ASCII capitals are not lower-cased. No length limit.
+   mhe_word_next scans from *pos, stores the word's offset in *word_start,
+   moves *pos past it and returns its length; 0 when no word is left. */
+MHEDEF size_t mhe_word_next(const char *text, size_t len, size_t *pos, size_t *word_start);
+MHEDEF size_t mhe_word_count(const char *text, size_t len);
+/* dst[i] = ASCII-lower-cased src[i] for i < n (dst may be src) */
+MHEDEF void mhe_word_lower(char *dst, const char *src, size_t n);
+
+/* MD5 (RFC 1321), streaming and one-shot; byte order independent. data may
+   be NULL only when n is 0 (a NULL with n > 0 hashes nothing). */
+typedef struct mhe_md5_ctx { uint32_t h[4]; uint64_t n; unsigned char buf[64]; } mhe_md5_ctx;
+MHEDEF void mhe_md5_init(mhe_md5_ctx *c);
+MHEDEF void mhe_md5_update(mhe_md5_ctx *c, const void *data, size_t n);
+MHEDEF void mhe_md5_final(mhe_md5_ctx *c, unsigned char digest[16]);
+MHEDEF void mhe_md5(const void *data, size_t n, unsigned char digest[16]);
+/* HMAC-MD5 (RFC 2104); a key longer than 64 bytes is first hashed, as the RFC says */
+typedef struct mhe_hmac_md5_ctx { mhe_md5_ctx inner; unsigned char okey[64]; } mhe_hmac_md5_ctx;
+MHEDEF void mhe_hmac_md5_init(mhe_hmac_md5_ctx *c, const void *key, size_t key_len);
+MHEDEF void mhe_hmac_md5_update(mhe_hmac_md5_ctx *c, const void *data, size_t n);
+MHEDEF void mhe_hmac_md5_final(mhe_hmac_md5_ctx *c, unsigned char digest[16]);
+MHEDEF void mhe_hmac_md5(const void *key, size_t key_len, const void *data, size_t n, unsigned char digest[16]);
+
+/* The authors' HMAC key (hashformer free_tokenizer.py: CRYPT_KEY = "en") */
+#define MHE_HASH_KEY "en"
+#define MHE_HASH_KEY_LEN 2
+
+/* A word's 128-bit hash: MD5 of its ASCII-lower-cased bytes when key is NULL
+   (the thesis text, sec. 2.3.2), HMAC-MD5 under key[key_len] otherwise (the
+   authors' code; key_len may be 0). MHE_ERR_ARG for a NULL word with len > 0. */
+MHEDEF mhe_status mhe_word_hash_md5(const char *word, size_t len, const void *key, size_t key_len,
+                                    unsigned char digest[16]);
+/* hash-emb id of a word: that digest as a 128-bit big-endian integer mod N
+   (thesis sec. 2.3.2, i = v % N). The authors use N = 50260 and add 5 for
+   their special tokens; offsets are the caller's. MHE_ERR_ARG for N = 0. */
+MHEDEF mhe_status mhe_word_id_md5(const char *word, size_t len, const void *key, size_t key_len, uint64_t N,
+                                  uint64_t *id);
+/* bytes[0..n) read as one big-endian integer, mod N: exact for any n and N >= 1 */
+MHEDEF mhe_status mhe_digest_mod(const unsigned char *bytes, size_t n, uint64_t N, uint64_t *out);
+
+/* Bit vectors: T bits packed MSB-first into (T + 7) / 8 bytes, as the
+   authors read a digest: bit t is bit 7 - t % 8 of byte t / 8 (bit 0 = top
+   bit of byte 0); unused trailing bits are 0. Every bit-vector input below
+   is N rows of MHE_BITS_BYTES(T) bytes each. */
+#define MHE_BITS_BYTES(T) (((size_t)(T) + 7) / 8)
+#define MHE_HASH_MAX_BITS 65536
+MHEDEF int mhe_bits_get(const unsigned char *bits, int t);
+/* out[t] = bit t as 0.0f or 1.0f, t < T */
+MHEDEF void mhe_bits_unpack(float *out, const unsigned char *bits, int T);
+
+/* LSH over character n-grams (thesis sec. 2.3.3 and 2.3.5).
+   Features: the n-grams (n_min <= n <= n_max, within 1..4) of the
+   lower-cased word as it is, no padding (pad = 0, the default: the thesis
+   speaks of the token's n-grams; padding would add a constant ' ' unigram
+   to every word), or of " word " (pad = 1, scikit-learn's char_wb, which
+   marks prefixes and suffixes). x_f = count of feature f in the word.
+   Feature index f in [0, d_x):
+     MHE_LSH_HASHED  FNV-1a (32 bit) of the n-gram's bytes, mod n_features;
+     MHE_LSH_TABLE   the n-gram's position in a table of the K most frequent
+                     n-grams of a corpus (mhe_ngram_table_build); n-grams not
+                     in the table are dropped (thesis footnote 4: top 50K).
+   Hyperplanes are never stored: r^i[f] = eta[(f + i) mod P], shifts of one
+   N(0,1) vector eta of length P (thesis: circulant matrix; the authors' Emb
+   code does exactly this), drawn from mhe_rng_normal with the seed.
+     argmax form (hash-emb): p_i = x . r^i for i < N/2; bucket = argmax of
+        [p_0 .. p_{N/2-1}, -p_0 .. -p_{N/2-1}] (Kitaev et al. 2020), the
+        lowest index on ties; N even. (The authors' code negates shifts
+        N/2..N-1 instead of repeating 0..N/2-1.)
+     sign form (Pool/Add/Proj): bit t = [x . r^t > 0], t < T, packed as above.
+   Sums run in double. Each word costs O(#n-grams * max(N/2, T)); repeated
+   n-grams are merged first, so a word has no length limit. */
+enum { MHE_LSH_HASHED = 0, MHE_LSH_TABLE };
+#define MHE_LSH_MAX_DIM 0x7fffffffu   /* bound of n_features, K, P and N */
+
+typedef struct mhe_lsh_config {
+    int feature_mode;       /* MHE_LSH_HASHED (default) or MHE_LSH_TABLE */
+    uint32_t n_features;    /* hashed mode: d_x (default 50000); table mode: ignored (K) */
+    int n_min, n_max;       /* n-gram orders, 1 <= n_min <= n_max <= 4 (default 1..4) */
+    int pad;                /* 1: n-grams of " word " (char_wb); 0 (default): of the word */
+    uint32_t P;             /* length of eta; 0 (default) means d_x, as in the thesis */
+    int n_bits;             /* T of the sign form, 1..MHE_HASH_MAX_BITS (default 128) */
+    uint32_t n_buckets;     /* N of the argmax form: even, >= 2, N/2 <= P (default 50000) */
+    uint64_t seed;          /* of eta (default 42, the authors' seed) */
+} mhe_lsh_config;
+
+typedef struct mhe_lsh {
+    mhe_lsh_config cfg;     /* as given, with P resolved */
+    uint32_t d_x;           /* feature dimension: n_features or the table's K */
+    uint32_t *table;        /* table mode: 4 counts then K codes (see mhe_ngram_table_build) */
+    size_t table_len;
+    float *eta;             /* [P]; may be overwritten with a stored eta */
+    void *alloc_ctx;
+    char err[MHE_ERR_LEN];
+} mhe_lsh;
+
+MHEDEF mhe_lsh_config mhe_lsh_config_default(void);
+/* Checks cfg (message in l->err), copies the table (table mode; checked as a
+   hostile file would be) and draws eta. table may be NULL in hashed mode. */
+MHEDEF mhe_status mhe_lsh_init(mhe_lsh *l, const mhe_lsh_config *cfg, const uint32_t *table, size_t table_len,
+                               void *alloc_ctx);
+MHEDEF void mhe_lsh_free(mhe_lsh *l);
+/* doubles of work the two functions below need: max(N/2, T) */
+MHEDEF size_t mhe_lsh_work_len(const mhe_lsh *l);
+/* Per word; work is mhe_lsh_work_len doubles, or NULL to have one allocated
+   per call. With their own work buffers, threads may share one mhe_lsh.
+   Statuses: MHE_ERR_ARG (NULL pointers), MHE_ERR_NOMEM. */
+MHEDEF mhe_status mhe_lsh_bucket(const mhe_lsh *l, const char *word, size_t len, double *work, uint32_t *bucket);
+MHEDEF mhe_status mhe_lsh_bits(const mhe_lsh *l, const char *word, size_t len, double *work, unsigned char *bits);
+/* the word's distinct feature indices and their counts, in order of first
+   appearance (for inspection and tests; quadratic in the distinct count):
+   writes up to cap pairs and returns how many there are (> cap: truncated) */
+MHEDEF size_t mhe_lsh_features(const mhe_lsh *l, const char *word, size_t len, uint32_t *feat, uint32_t *count,
+                               size_t cap);
+
+/* n-gram codes: the bytes of an n-gram as a big-endian integer, so an
+   n-gram is (n, code) with code < 256^n; lossless for any bytes, NUL too. */
+MHEDEF uint32_t mhe_ngram_code(const char *s, int n);
+/* The corpus table: counts every n-gram (orders n_min..n_max, padding as
+   pad) of every word of text, keeps the K most frequent (ties: shorter n
+   first, then smaller code) and returns a fresh MHE_MALLOC'd array of
+   4 + K' entries (K' = min(K, distinct n-grams)):
+     [c_1, c_2, c_3, c_4, codes of order 1 ascending, order 2 ascending, ...]
+   c_n = how many codes of order n follow. Saved as an I32 tensor with the
+   same bits, it is the whole table. MHE_ERR_DATA when text has no word. */
+MHEDEF mhe_status mhe_ngram_table_build(const char *text, size_t len, int n_min, int n_max, int pad, uint32_t K,
+                                        uint32_t **table, size_t *table_len, void *alloc_ctx, char *err);
+
+/* Hash embeddings (forward writes out[N, d]; backward ACCUMULATES into the
+   parameter gradients; nothing flows back to the bits). Layouts are the
+   tensors a model stores:
+   hash-emb   mhe_embedding_fwd/bwd over ids from mhe_word_id_md5 or mhe_lsh_bucket.
+   hash-pool  (eq. 2.1 as the authors' code runs it) codebook [2^k + 1, d],
+              row 0 reserved for special tokens and padding (no gradient, as
+              nn.Embedding(padding_idx=0)), rows 1..2^k the codewords, ONE
+              codebook shared by all chunks; weights w [C, d], C = ceil(T/k).
+              The T bits are cut into C chunks of k bits (the last one
+              T - (C-1)k bits), chunk c -> idx_c = its value (MSB first) + 1;
+              e[j] = sum_c softmax_c(w[:, j]) * codebook[idx_c][j] (softmax
+              over the chunk axis, one per dimension j).
+   hash-add   (eq. 2.2) books [T, 2, d]: books[t][b] is the row for bit t = b;
+              e = sum_t books[t][tau_t] / gamma (the thesis's gamma = sqrt(T)).
+              The authors' Linear weights map as books[t][1] = W1[:, t],
+              books[t][0] = W2[:, t].
+   hash-proj  (eq. 2.3 with d vectors of length T, as the code runs it)
+              w [d, T] (torch.nn.Linear layout): e_j = Pearson correlation of
+              tau and w_j = <tau - mean, w_j - mean> / (max(|tau - mean|, 1e-8)
+              * max(|w_j - mean|, 1e-8)); all-equal bits give e = 0. */
+MHEDEF int mhe_hash_pool_chunks(int n_bits, int k);          /* ceil(T/k) */
+/* idx[N, C] from bits; k in 1..24 */
+MHEDEF void mhe_hash_pool_index(int *idx, const unsigned char *bits, int N, int n_bits, int k);
+/* wsm [C, d] gets softmax(w) over chunks (kept for the backward) */
+MHEDEF void mhe_hash_pool_fwd(float *out, float *wsm, const float *codebook, const float *w, const int *idx, int N,
+                              int n_chunks, int d);
+MHEDEF void mhe_hash_pool_bwd(float *dcodebook, float *dw, const float *dout, const float *codebook, const float *wsm,
+                              const int *idx, int N, int n_chunks, int d);
+MHEDEF void mhe_hash_add_fwd(float *out, const float *books, const unsigned char *bits, int N, int n_bits, int d,
+                             float gamma);
+MHEDEF void mhe_hash_add_bwd(float *dbooks, const float *dout, const unsigned char *bits, int N, int n_bits, int d,
+                             float gamma);
+/* wn [d, T] gets the centred, normalised w and wnorm [d] the norms of the
+   centred rows before clamping (both kept for the backward) */
+MHEDEF void mhe_hash_proj_fwd(float *out, float *wn, float *wnorm, const float *w, const unsigned char *bits, int N,
+                              int n_bits, int d);
+MHEDEF void mhe_hash_proj_bwd(float *dw, const float *dout, const float *wn, const float *wnorm,
+                              const unsigned char *bits, int N, int n_bits, int d);
+
+/* Embedding parameter counts (thesis eq. 2.9-2.15) and memory metrics (eq. 2.5-2.7) */
+enum { MHE_HASH_EMB = 0, MHE_HASH_POOL, MHE_HASH_ADD, MHE_HASH_PROJ, MHE_HASH_KIND_COUNT };
+MHEDEF const char *mhe_hash_kind_name(int kind);             /* "hash-emb", "hash-pool", ... */
+MHEDEF int mhe_hash_kind_from_name(const char *name);        /* -1 when unknown */
+enum {
+    MHE_HASH_COUNT_PAD_ROW = 1,   /* + Pool's reserved codebook row 0 (what the kernels store) */
+    MHE_HASH_COUNT_TOKEN_ROW = 2  /* + one d-vector added to every hashed token (the authors'
+                                     "regular token" row, special id 5) for Pool, Add and Proj */
+};
+/* flags 0: the thesis's formulas: Emb N d (eq. 2.12; also eq. 2.9-2.11, a
+   table of N rows), Pool (ceil(T/k) + 2^k) d (2.13), Add 2 T d (2.14),
+   Proj T d (2.15). -1 for a bad argument or an overflow. */
+MHEDEF int64_t mhe_hash_param_count(int kind, int64_t d, int n_bits, int k, int64_t n_buckets, int flags);
+/* PCR = 1 - params / baseline_params (eq. 2.5 with all parameters, PCR_All;
+   eq. 2.6 with embedding parameters, PCR_Emb); PoEP = emb / total (eq. 2.7).
+   Fractions, not percent; 0 when the denominator is not positive. */
+MHEDEF double mhe_pcr(double params, double baseline_params);
+MHEDEF double mhe_poep(double emb_params, double total_params);
 
 /* ======================================================================== */
 /* 7. models                                                                */
@@ -614,13 +819,18 @@ MHEDEF const mhe_st_tensor *mhe_st_find(const mhe_safetensors *st, const char *n
 MHEDEF const char *mhe_st_meta(const mhe_safetensors *st, const char *key);
 /* copy a tensor's data as float32 into out[n] (F32 only; checks n == size) */
 MHEDEF mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor *t, float *out, int64_t n);
+/* the same for an I32 tensor (e.g. an LSH n-gram table) */
+MHEDEF mhe_status mhe_st_read_i32(const mhe_safetensors *st, const mhe_st_tensor *t, int32_t *out, int64_t n);
 
-/* Writer: items are F32 tensors; metadata is n_meta key/value string pairs. */
+/* Writer: items are F32 tensors (or I32 ones); metadata is n_meta key/value
+   string pairs. A zero-initialised item is F32. */
 typedef struct mhe_st_item {
     const char *name;
     int ndim;
     int64_t shape[MHE_ST_MAX_DIMS];
     const float *data;
+    int dtype;                   /* MHE_DTYPE_F32 (0, the default) or MHE_DTYPE_I32 */
+    const int32_t *data_i32;     /* the data of an I32 item (data is then unused) */
 } mhe_st_item;
 
 /* exact byte size of the file mhe_st_write_mem would produce */
@@ -2287,6 +2497,828 @@ MHEDEF int mhe_attn_kind_from_name(const char *name) {
     int i;
     for (i = 0; i < MHE_ATTN_KIND_COUNT; i++) if (strcmp(name, mhe__attn_names[i]) == 0) return i;
     return -1;
+}
+
+/* ---- 6. embeddings: hashing ------------------------------------------------ */
+
+/* ---- words ---- */
+
+/* byte classes of the word rule (see the API): 0 space, 1 word, 2 punctuation */
+static int mhe__word_class(unsigned char c) {
+    if (c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') return 1;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 0;
+    return 2;
+}
+
+static unsigned char mhe__lower(unsigned char c) { return (unsigned char)(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); }
+
+MHEDEF size_t mhe_word_next(const char *text, size_t len, size_t *pos, size_t *word_start) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t p, b;
+    int cls;
+    if (!pos) return 0;
+    p = *pos;
+    if (!text || p >= len) {
+        if (word_start) *word_start = p;
+        return 0;
+    }
+    while (p < len && mhe__word_class(s[p]) == 0) p++;
+    b = p;
+    if (p < len) {
+        cls = mhe__word_class(s[p]);
+        while (p < len && mhe__word_class(s[p]) == cls) p++;
+    }
+    *pos = p;
+    if (word_start) *word_start = b;
+    return p - b;
+}
+
+MHEDEF size_t mhe_word_count(const char *text, size_t len) {
+    size_t pos = 0, n = 0;
+    while (mhe_word_next(text, len, &pos, NULL)) n++;
+    return n;
+}
+
+MHEDEF void mhe_word_lower(char *dst, const char *src, size_t n) {
+    size_t i;
+    if (!dst || !src) return;
+    for (i = 0; i < n; i++) dst[i] = (char)mhe__lower((unsigned char)src[i]);
+}
+
+/* ---- MD5 (RFC 1321) ---- */
+
+/* RFC 1321 sec. 3.4: T[i] = floor(2^32 |sin(i + 1)|) and the per-step shifts */
+static const uint32_t mhe__md5_t[64] = {
+    0xd76aa478u, 0xe8c7b756u, 0x242070dbu, 0xc1bdceeeu, 0xf57c0fafu, 0x4787c62au, 0xa8304613u, 0xfd469501u,
+    0x698098d8u, 0x8b44f7afu, 0xffff5bb1u, 0x895cd7beu, 0x6b901122u, 0xfd987193u, 0xa679438eu, 0x49b40821u,
+    0xf61e2562u, 0xc040b340u, 0x265e5a51u, 0xe9b6c7aau, 0xd62f105du, 0x02441453u, 0xd8a1e681u, 0xe7d3fbc8u,
+    0x21e1cde6u, 0xc33707d6u, 0xf4d50d87u, 0x455a14edu, 0xa9e3e905u, 0xfcefa3f8u, 0x676f02d9u, 0x8d2a4c8au,
+    0xfffa3942u, 0x8771f681u, 0x6d9d6122u, 0xfde5380cu, 0xa4beea44u, 0x4bdecfa9u, 0xf6bb4b60u, 0xbebfbc70u,
+    0x289b7ec6u, 0xeaa127fau, 0xd4ef3085u, 0x04881d05u, 0xd9d4d039u, 0xe6db99e5u, 0x1fa27cf8u, 0xc4ac5665u,
+    0xf4292244u, 0x432aff97u, 0xab9423a7u, 0xfc93a039u, 0x655b59c3u, 0x8f0ccc92u, 0xffeff47du, 0x85845dd1u,
+    0x6fa87e4fu, 0xfe2ce6e0u, 0xa3014314u, 0x4e0811a1u, 0xf7537e82u, 0xbd3af235u, 0x2ad7d2bbu, 0xeb86d391u
+};
+static const unsigned char mhe__md5_s[16] = { 7, 12, 17, 22, 5, 9, 14, 20, 4, 11, 16, 23, 6, 10, 15, 21 };
+
+/* one 64-byte block (RFC 1321 sec. 3.4); words are read little-endian byte
+   by byte, so the host's byte order does not matter */
+static void mhe__md5_block(uint32_t h[4], const unsigned char *p) {
+    uint32_t x[16], a = h[0], b = h[1], c = h[2], d = h[3];
+    int i;
+    for (i = 0; i < 16; i++)
+        x[i] = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+    for (i = 0; i < 64; i++) {
+        uint32_t f, r;
+        int g, s = mhe__md5_s[(i >> 4) * 4 + (i & 3)];
+        if (i < 16) { f = (b & c) | (~b & d); g = i; }                 /* F, round 1 */
+        else if (i < 32) { f = (b & d) | (c & ~d); g = (5 * i + 1) & 15; } /* G, round 2 */
+        else if (i < 48) { f = b ^ c ^ d; g = (3 * i + 5) & 15; }       /* H, round 3 */
+        else { f = c ^ (b | ~d); g = (7 * i) & 15; }                    /* I, round 4 */
+        r = a + f + mhe__md5_t[i] + x[g];
+        a = d; d = c; c = b;
+        b = b + ((r << s) | (r >> (32 - s)));
+    }
+    h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+}
+
+MHEDEF void mhe_md5_init(mhe_md5_ctx *c) {
+    c->h[0] = 0x67452301u; c->h[1] = 0xefcdab89u; c->h[2] = 0x98badcfeu; c->h[3] = 0x10325476u;
+    c->n = 0;
+}
+
+MHEDEF void mhe_md5_update(mhe_md5_ctx *c, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t have = (size_t)(c->n & 63);
+    if (!p || !n) return;
+    c->n += (uint64_t)n;
+    if (have) {
+        size_t take = 64 - have < n ? 64 - have : n;
+        memcpy(c->buf + have, p, take);
+        p += take; n -= take;
+        if (have + take < 64) return;
+        mhe__md5_block(c->h, c->buf);
+    }
+    for (; n >= 64; p += 64, n -= 64) mhe__md5_block(c->h, p);
+    if (n) memcpy(c->buf, p, n);
+}
+
+/* RFC 1321 sec. 3.1-3.2 and 3.5: pad with 0x80 and zeros to 56 mod 64, append
+   the bit length (mod 2^64) little-endian, output A B C D little-endian */
+MHEDEF void mhe_md5_final(mhe_md5_ctx *c, unsigned char digest[16]) {
+    unsigned char pad[72];
+    uint64_t bits = c->n << 3;
+    size_t have = (size_t)(c->n & 63), padn = (have < 56 ? 56 : 120) - have;
+    int i;
+    memset(pad, 0, sizeof pad);
+    pad[0] = 0x80;
+    for (i = 0; i < 8; i++) pad[padn + (size_t)i] = (unsigned char)(bits >> (8 * i));
+    mhe_md5_update(c, pad, padn + 8);
+    for (i = 0; i < 16; i++) digest[i] = (unsigned char)(c->h[i >> 2] >> (8 * (i & 3)));
+}
+
+MHEDEF void mhe_md5(const void *data, size_t n, unsigned char digest[16]) {
+    mhe_md5_ctx c;
+    mhe_md5_init(&c);
+    mhe_md5_update(&c, data, n);
+    mhe_md5_final(&c, digest);
+}
+
+/* HMAC (RFC 2104 sec. 2): H((K ^ opad) || H((K ^ ipad) || text)), B = 64 */
+MHEDEF void mhe_hmac_md5_init(mhe_hmac_md5_ctx *c, const void *key, size_t key_len) {
+    unsigned char k0[64], ik[64];
+    int i;
+    memset(k0, 0, sizeof k0);
+    if (key && key_len > 64) mhe_md5(key, key_len, k0);
+    else if (key && key_len) memcpy(k0, key, key_len);
+    for (i = 0; i < 64; i++) { ik[i] = (unsigned char)(k0[i] ^ 0x36); c->okey[i] = (unsigned char)(k0[i] ^ 0x5c); }
+    mhe_md5_init(&c->inner);
+    mhe_md5_update(&c->inner, ik, 64);
+}
+
+MHEDEF void mhe_hmac_md5_update(mhe_hmac_md5_ctx *c, const void *data, size_t n) { mhe_md5_update(&c->inner, data, n); }
+
+MHEDEF void mhe_hmac_md5_final(mhe_hmac_md5_ctx *c, unsigned char digest[16]) {
+    unsigned char ih[16];
+    mhe_md5_ctx o;
+    mhe_md5_final(&c->inner, ih);
+    mhe_md5_init(&o);
+    mhe_md5_update(&o, c->okey, 64);
+    mhe_md5_update(&o, ih, 16);
+    mhe_md5_final(&o, digest);
+}
+
+MHEDEF void mhe_hmac_md5(const void *key, size_t key_len, const void *data, size_t n, unsigned char digest[16]) {
+    mhe_hmac_md5_ctx c;
+    mhe_hmac_md5_init(&c, key, key_len);
+    mhe_hmac_md5_update(&c, data, n);
+    mhe_hmac_md5_final(&c, digest);
+}
+
+MHEDEF mhe_status mhe_word_hash_md5(const char *word, size_t len, const void *key, size_t key_len,
+                                    unsigned char digest[16]) {
+    mhe_hmac_md5_ctx c;
+    unsigned char tmp[256];
+    size_t i, j, k;
+    if (!digest || (!word && len) || (!key && key_len)) return MHE_ERR_ARG;
+    if (key) mhe_hmac_md5_init(&c, key, key_len);
+    else mhe_md5_init(&c.inner);
+    for (i = 0; i < len; i += k) {   /* lower-cased on the fly, any length */
+        k = len - i < sizeof tmp ? len - i : sizeof tmp;
+        for (j = 0; j < k; j++) tmp[j] = mhe__lower((unsigned char)word[i + j]);
+        mhe_md5_update(&c.inner, tmp, k);
+    }
+    if (key) mhe_hmac_md5_final(&c, digest);
+    else mhe_md5_final(&c.inner, digest);
+    return MHE_OK;
+}
+
+/* Horner's rule over bytes (or over bits when N > 2^56, with a doubling that
+   cannot overflow): exact, never forms the 128-bit integer */
+MHEDEF mhe_status mhe_digest_mod(const unsigned char *bytes, size_t n, uint64_t N, uint64_t *out) {
+    uint64_t r = 0;
+    size_t i;
+    int b;
+    if (out) *out = 0;
+    if (!out || (!bytes && n) || N == 0) return MHE_ERR_ARG;
+    if (N <= ((uint64_t)1 << 56))
+        for (i = 0; i < n; i++) r = ((r << 8) | bytes[i]) % N;
+    else
+        for (i = 0; i < n; i++)
+            for (b = 7; b >= 0; b--) {
+                r = r >= N - r ? r - (N - r) : r + r;               /* 2r mod N */
+                if ((bytes[i] >> b) & 1) r = r == N - 1 ? 0 : r + 1; /* + bit mod N */
+            }
+    *out = r;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_word_id_md5(const char *word, size_t len, const void *key, size_t key_len, uint64_t N,
+                                  uint64_t *id) {
+    unsigned char dg[16];
+    mhe_status s;
+    if (id) *id = 0;
+    if (!id || N == 0) return MHE_ERR_ARG;
+    s = mhe_word_hash_md5(word, len, key, key_len, dg);
+    return s == MHE_OK ? mhe_digest_mod(dg, 16, N, id) : s;
+}
+
+MHEDEF int mhe_bits_get(const unsigned char *bits, int t) { return (bits[t >> 3] >> (7 - (t & 7))) & 1; }
+
+MHEDEF void mhe_bits_unpack(float *out, const unsigned char *bits, int T) {
+    int t;
+    for (t = 0; t < T; t++) out[t] = (float)mhe_bits_get(bits, t);
+}
+
+/* ---- character n-grams ---- */
+
+MHEDEF uint32_t mhe_ngram_code(const char *s, int n) {
+    uint32_t c = 0;
+    int i;
+    for (i = 0; i < n && i < 4; i++) c = (c << 8) | (unsigned char)s[i];
+    return c;
+}
+
+/* the n-grams of the lower-cased word (with a ' ' each side when pad), in
+   order of start position, then n */
+typedef struct mhe__ngram_it {
+    const unsigned char *w;
+    size_t len, vlen, v;
+    int pad, n_min, n_max, n;
+    uint32_t code;
+} mhe__ngram_it;
+
+static void mhe__ngram_start(mhe__ngram_it *it, const char *word, size_t len, int n_min, int n_max, int pad) {
+    it->w = (const unsigned char *)word;
+    it->len = len;
+    it->pad = pad ? 1 : 0;
+    it->vlen = len + 2 * (size_t)it->pad;
+    it->v = 0;
+    it->n = 0;
+    it->code = 0;
+    it->n_min = n_min;
+    it->n_max = n_max;
+}
+
+static unsigned char mhe__ngram_byte(const mhe__ngram_it *it, size_t v) {
+    if (it->pad && (v == 0 || v == it->vlen - 1)) return ' ';
+    return mhe__lower(it->w[v - (size_t)it->pad]);
+}
+
+static int mhe__ngram_next(mhe__ngram_it *it, int *n, uint32_t *code) {
+    for (;;) {
+        if (it->v >= it->vlen) return 0;
+        if (it->n < it->n_max && it->v + (size_t)it->n < it->vlen) {
+            it->code = (it->code << 8) | mhe__ngram_byte(it, it->v + (size_t)it->n);
+            it->n++;
+            if (it->n >= it->n_min) { *n = it->n; *code = it->code; return 1; }
+        } else {
+            it->v++;
+            it->n = 0;
+            it->code = 0;
+        }
+    }
+}
+
+/* ---- LSH ---- */
+
+MHEDEF mhe_lsh_config mhe_lsh_config_default(void) {
+    mhe_lsh_config c;
+    memset(&c, 0, sizeof c);
+    c.feature_mode = MHE_LSH_HASHED;
+    c.n_features = 50000;
+    c.n_min = 1;
+    c.n_max = 4;
+    c.n_bits = 128;
+    c.n_buckets = 50000;
+    c.seed = 42;
+    return c;
+}
+
+/* the table is checked as untrusted input: lengths, counts, order, code ranges */
+static mhe_status mhe__lsh_check_table(const uint32_t *t, size_t len, int n_min, int n_max, char *err) {
+    uint64_t sum = 0;
+    size_t off = 4, i;
+    int n;
+    if (!t || len < 5)
+        return mhe__fail(err, MHE_ERR_DATA, "lsh: the n-gram table needs 4 counts and at least one code (got %llu entries)",
+                         (unsigned long long)len);
+    for (n = 1; n <= 4; n++) {
+        sum += t[n - 1];
+        if (t[n - 1] && (n < n_min || n > n_max))
+            return mhe__fail(err, MHE_ERR_DATA, "lsh: the n-gram table has %lu %d-grams but the orders are %d..%d",
+                             (unsigned long)t[n - 1], n, n_min, n_max);
+    }
+    if (sum != (uint64_t)(len - 4))
+        return mhe__fail(err, MHE_ERR_DATA, "lsh: the n-gram table's counts add up to %llu, but %llu codes follow",
+                         (unsigned long long)sum, (unsigned long long)(len - 4));
+    if (len - 4 > MHE_LSH_MAX_DIM)
+        return mhe__fail(err, MHE_ERR_DATA, "lsh: the n-gram table has more than %lu codes", (unsigned long)MHE_LSH_MAX_DIM);
+    for (n = 1; n <= 4; n++) {
+        uint32_t lim = n < 4 ? ((uint32_t)1 << (8 * n)) - 1 : 0xffffffffu;
+        for (i = 0; i < t[n - 1]; i++, off++) {
+            if (t[off] > lim)
+                return mhe__fail(err, MHE_ERR_DATA, "lsh: n-gram table entry %llu (0x%lx) is not a %d-byte code",
+                                 (unsigned long long)off, (unsigned long)t[off], n);
+            if (i && t[off] <= t[off - 1])
+                return mhe__fail(err, MHE_ERR_DATA, "lsh: n-gram table entry %llu: the %d-gram codes are not strictly ascending",
+                                 (unsigned long long)off, n);
+        }
+    }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_lsh_init(mhe_lsh *l, const mhe_lsh_config *cfg, const uint32_t *table, size_t table_len,
+                               void *alloc_ctx) {
+    mhe_lsh_config c;
+    mhe_rng r;
+    mhe_status s;
+    size_t bytes;
+    uint32_t i;
+    int ok = 1;
+    if (!l) return MHE_ERR_ARG;
+    memset(l, 0, sizeof *l);
+    l->alloc_ctx = alloc_ctx;
+    if (!cfg) return mhe__fail(l->err, MHE_ERR_ARG, "lsh: config is NULL");
+    c = *cfg;
+    if (c.feature_mode != MHE_LSH_HASHED && c.feature_mode != MHE_LSH_TABLE)
+        return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: feature_mode %d is neither MHE_LSH_HASHED nor MHE_LSH_TABLE", c.feature_mode);
+    if (c.n_min < 1 || c.n_max > 4 || c.n_min > c.n_max)
+        return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: n-gram orders %d..%d must satisfy 1 <= n_min <= n_max <= 4", c.n_min, c.n_max);
+    if (c.pad != 0 && c.pad != 1) return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: pad must be 0 or 1 (got %d)", c.pad);
+    if (c.n_bits < 1 || c.n_bits > MHE_HASH_MAX_BITS)
+        return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: n_bits (T) = %d is outside 1..%d", c.n_bits, MHE_HASH_MAX_BITS);
+    if (c.n_buckets < 2 || c.n_buckets % 2 || c.n_buckets > MHE_LSH_MAX_DIM)
+        return mhe__fail(l->err, MHE_ERR_CONFIG,
+                         "lsh: n_buckets (N) = %lu must be even, >= 2 and <= %lu (argmax over N/2 projections and their negations)",
+                         (unsigned long)c.n_buckets, (unsigned long)MHE_LSH_MAX_DIM);
+    if (c.feature_mode == MHE_LSH_HASHED) {
+        if (c.n_features < 1 || c.n_features > MHE_LSH_MAX_DIM)
+            return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: n_features (F) = %lu is outside 1..%lu", (unsigned long)c.n_features,
+                             (unsigned long)MHE_LSH_MAX_DIM);
+        l->d_x = c.n_features;
+    } else {
+        s = mhe__lsh_check_table(table, table_len, c.n_min, c.n_max, l->err);
+        if (s != MHE_OK) return s;
+        l->d_x = (uint32_t)(table_len - 4);
+        c.n_features = l->d_x;
+    }
+    if (c.P == 0) c.P = l->d_x;
+    if (c.P > MHE_LSH_MAX_DIM)
+        return mhe__fail(l->err, MHE_ERR_CONFIG, "lsh: P = %lu is larger than %lu", (unsigned long)c.P, (unsigned long)MHE_LSH_MAX_DIM);
+    if (c.n_buckets / 2 > c.P || (uint32_t)c.n_bits > c.P)
+        return mhe__fail(l->err, MHE_ERR_CONFIG,
+                         "lsh: eta of length P = %lu gives only P distinct hyperplanes, fewer than N/2 = %lu or T = %d",
+                         (unsigned long)c.P, (unsigned long)(c.n_buckets / 2), c.n_bits);
+    bytes = mhe__mul_size((size_t)c.P, sizeof(float), &ok);
+    if (c.feature_mode == MHE_LSH_TABLE) (void)mhe__mul_size(table_len, sizeof(uint32_t), &ok);
+    /* the per-word work buffer, max(N/2, T) doubles, must be addressable too */
+    (void)mhe__mul_size(c.n_buckets / 2 > (uint32_t)c.n_bits ? c.n_buckets / 2 : (size_t)c.n_bits, sizeof(double), &ok);
+    if (!ok) return mhe__fail(l->err, MHE_ERR_OVERFLOW, "lsh: eta, table or work size overflows size_t");
+    l->eta = (float *)MHE_MALLOC(alloc_ctx, bytes);
+    if (!l->eta) return mhe__fail(l->err, MHE_ERR_NOMEM, "lsh: no memory for eta (%llu bytes)", (unsigned long long)bytes);
+    if (c.feature_mode == MHE_LSH_TABLE) {
+        l->table = (uint32_t *)MHE_MALLOC(alloc_ctx, table_len * sizeof(uint32_t));
+        if (!l->table) {
+            MHE_FREE(alloc_ctx, l->eta);
+            l->eta = NULL;
+            return mhe__fail(l->err, MHE_ERR_NOMEM, "lsh: no memory for the n-gram table");
+        }
+        memcpy(l->table, table, table_len * sizeof(uint32_t));
+        l->table_len = table_len;
+    }
+    mhe_rng_seed(&r, c.seed);
+    for (i = 0; i < c.P; i++) l->eta[i] = mhe_rng_normal(&r);
+    l->cfg = c;
+    return MHE_OK;
+}
+
+MHEDEF void mhe_lsh_free(mhe_lsh *l) {
+    if (!l) return;
+    if (l->eta) MHE_FREE(l->alloc_ctx, l->eta);
+    if (l->table) MHE_FREE(l->alloc_ctx, l->table);
+    l->eta = NULL;
+    l->table = NULL;
+    l->table_len = 0;
+}
+
+MHEDEF size_t mhe_lsh_work_len(const mhe_lsh *l) {
+    size_t h, t;
+    if (!l) return 0;
+    h = l->cfg.n_buckets / 2;
+    t = (size_t)l->cfg.n_bits;
+    return h > t ? h : t;
+}
+
+/* feature index of an n-gram, or -1 when table mode drops it */
+static int64_t mhe__lsh_feature(const mhe_lsh *l, int n, uint32_t code) {
+    if (l->cfg.feature_mode == MHE_LSH_HASHED) {
+        uint32_t h = 2166136261u;   /* FNV-1a, 32 bit (Fowler, Noll, Vo) */
+        int i;
+        for (i = n - 1; i >= 0; i--) { h ^= (code >> (8 * i)) & 0xffu; h *= 16777619u; }
+        return (int64_t)(h % l->cfg.n_features);
+    } else {
+        size_t lo = 4, hi, mid;
+        int k;
+        for (k = 1; k < n; k++) lo += l->table[k - 1];
+        hi = lo + l->table[n - 1];
+        while (lo < hi) {   /* binary search in the codes of order n */
+            mid = lo + (hi - lo) / 2;
+            if (l->table[mid] == code) return (int64_t)(mid - 4);
+            if (l->table[mid] < code) lo = mid + 1; else hi = mid;
+        }
+        return -1;
+    }
+}
+
+MHEDEF size_t mhe_lsh_features(const mhe_lsh *l, const char *word, size_t len, uint32_t *feat, uint32_t *count,
+                               size_t cap) {
+    mhe__ngram_it it;
+    size_t m = 0, i;
+    int n;
+    uint32_t code;
+    if (!l || !l->eta || (!word && len)) return 0;
+    if (!feat || !count) cap = 0;
+    mhe__ngram_start(&it, word, len, l->cfg.n_min, l->cfg.n_max, l->cfg.pad);
+    while (mhe__ngram_next(&it, &n, &code)) {
+        int64_t f = mhe__lsh_feature(l, n, code);
+        if (f < 0) continue;
+        for (i = 0; i < m && i < cap; i++)
+            if (feat[i] == (uint32_t)f) break;
+        if (i < m && i < cap) { count[i]++; continue; }
+        if (m < cap) { feat[m] = (uint32_t)f; count[m] = 1; }
+        m++;   /* past cap a feature may be counted twice: > cap is all that is promised */
+    }
+    return m;
+}
+
+/* p[i] += c * eta[(f + i) mod P] for i < M (M <= P): at most two runs */
+static void mhe__lsh_axpy(double *p, uint32_t M, const float *eta, uint32_t P, uint32_t f, double c) {
+    uint32_t s = f % P, i = 0, k, run;
+    while (i < M) {
+        run = P - s < M - i ? P - s : M - i;
+        for (k = 0; k < run; k++) p[i + k] += c * (double)eta[s + k];
+        i += run;
+        s = 0;
+    }
+}
+
+/* Projections p[0..M) = x . r^i. Repeated n-grams are merged in a small
+   open-addressing window first (flushed when 256 distinct features or 2^24
+   occurrences are in it), so a word of any length costs one pass. */
+#define MHE__LSH_WIN 512
+static void mhe__lsh_project(const mhe_lsh *l, const char *word, size_t len, double *p, uint32_t M) {
+    uint32_t key[MHE__LSH_WIN], cnt[MHE__LSH_WIN], distinct = 0, total = 0, code;
+    mhe__ngram_it it;
+    int n, more = 1, j;
+    memset(p, 0, (size_t)M * sizeof(double));
+    memset(key, 0, sizeof key);
+    mhe__ngram_start(&it, word, len, l->cfg.n_min, l->cfg.n_max, l->cfg.pad);
+    while (more) {
+        more = mhe__ngram_next(&it, &n, &code);
+        if (more) {
+            int64_t f = mhe__lsh_feature(l, n, code);
+            uint32_t h;
+            if (f < 0) continue;
+            h = ((uint32_t)f * 2654435761u) >> (32 - 9);   /* Knuth's multiplicative hash into 512 slots */
+            while (key[h] && key[h] != (uint32_t)f + 1) h = (h + 1) & (MHE__LSH_WIN - 1);
+            if (!key[h]) { key[h] = (uint32_t)f + 1; cnt[h] = 0; distinct++; }
+            cnt[h]++;
+            total++;
+        }
+        if (!more || distinct >= MHE__LSH_WIN / 2 || total >= (1u << 24)) {
+            for (j = 0; j < MHE__LSH_WIN; j++)
+                if (key[j]) mhe__lsh_axpy(p, M, l->eta, l->cfg.P, key[j] - 1, (double)cnt[j]);
+            memset(key, 0, sizeof key);
+            distinct = total = 0;
+        }
+    }
+}
+
+MHEDEF mhe_status mhe_lsh_bucket(const mhe_lsh *l, const char *word, size_t len, double *work, uint32_t *bucket) {
+    uint32_t M, i, best = 0;
+    double bv;
+    double *p = work;
+    if (bucket) *bucket = 0;
+    if (!l || !l->eta || !bucket || (!word && len)) return MHE_ERR_ARG;
+    M = l->cfg.n_buckets / 2;
+    if (!p) {
+        p = (double *)MHE_MALLOC(l->alloc_ctx, (size_t)M * sizeof(double));
+        if (!p) return MHE_ERR_NOMEM;
+    }
+    mhe__lsh_project(l, word, len, p, M);
+    /* argmax of [p; -p] (Kitaev et al. 2020, sec. 2.1), first index on ties */
+    bv = p[0];
+    for (i = 1; i < M; i++) if (p[i] > bv) { bv = p[i]; best = i; }
+    for (i = 0; i < M; i++) if (-p[i] > bv) { bv = -p[i]; best = M + i; }
+    *bucket = best;
+    if (!work) MHE_FREE(l->alloc_ctx, p);
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_lsh_bits(const mhe_lsh *l, const char *word, size_t len, double *work, unsigned char *bits) {
+    uint32_t T;
+    int t;
+    double *p = work;
+    if (!l || !l->eta || !bits || (!word && len)) return MHE_ERR_ARG;
+    T = (uint32_t)l->cfg.n_bits;
+    if (!p) {
+        p = (double *)MHE_MALLOC(l->alloc_ctx, (size_t)T * sizeof(double));
+        if (!p) return MHE_ERR_NOMEM;
+    }
+    mhe__lsh_project(l, word, len, p, T);
+    /* b_t = sgn(sgn(x . r^t) + 1) (thesis sec. 2.3.5), i.e. [x . r^t > 0] */
+    memset(bits, 0, MHE_BITS_BYTES(T));
+    for (t = 0; t < (int)T; t++)
+        if (p[t] > 0) bits[t >> 3] |= (unsigned char)(0x80u >> (t & 7));
+    if (!work) MHE_FREE(l->alloc_ctx, p);
+    return MHE_OK;
+}
+
+/* ---- the corpus n-gram table ---- */
+
+typedef struct mhe__ngram_count { uint64_t key, count; } mhe__ngram_count;   /* key = n << 32 | code */
+
+static int mhe__ngram_by_count(const void *a, const void *b) {
+    const mhe__ngram_count *x = (const mhe__ngram_count *)a, *y = (const mhe__ngram_count *)b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+static int mhe__ngram_by_key(const void *a, const void *b) {
+    const mhe__ngram_count *x = (const mhe__ngram_count *)a, *y = (const mhe__ngram_count *)b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+static size_t mhe__ngram_slot(uint64_t key, size_t mask) {
+    uint64_t z = key * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(z ^ (z >> 29)) & mask;
+}
+
+MHEDEF mhe_status mhe_ngram_table_build(const char *text, size_t len, int n_min, int n_max, int pad, uint32_t K,
+                                        uint32_t **table, size_t *table_len, void *alloc_ctx, char *err) {
+    mhe__ngram_count *map = NULL, *nm;
+    size_t cap = 1024, used = 0, pos = 0, start, wl, i, keep;
+    uint32_t *out;
+    mhe__ngram_it it;
+    int n, ok = 1;
+    uint32_t code;
+    if (table) *table = NULL;
+    if (table_len) *table_len = 0;
+    if (!table || !table_len || (!text && len))
+        return mhe__fail(err, MHE_ERR_ARG, "ngram table: table, table_len or text is NULL");
+    if (n_min < 1 || n_max > 4 || n_min > n_max)
+        return mhe__fail(err, MHE_ERR_ARG, "ngram table: orders %d..%d must satisfy 1 <= n_min <= n_max <= 4", n_min, n_max);
+    if (pad != 0 && pad != 1) return mhe__fail(err, MHE_ERR_ARG, "ngram table: pad must be 0 or 1 (got %d)", pad);
+    if (K < 1 || K > MHE_LSH_MAX_DIM)
+        return mhe__fail(err, MHE_ERR_ARG, "ngram table: K = %lu is outside 1..%lu", (unsigned long)K, (unsigned long)MHE_LSH_MAX_DIM);
+    map = (mhe__ngram_count *)MHE_MALLOC(alloc_ctx, cap * sizeof *map);
+    if (!map) return mhe__fail(err, MHE_ERR_NOMEM, "ngram table: out of memory");
+    memset(map, 0, cap * sizeof *map);
+    while ((wl = mhe_word_next(text, len, &pos, &start)) > 0) {
+        mhe__ngram_start(&it, text + start, wl, n_min, n_max, pad);
+        while (mhe__ngram_next(&it, &n, &code)) {
+            uint64_t key = (uint64_t)n << 32 | code;   /* never 0: n >= 1 */
+            size_t h = mhe__ngram_slot(key, cap - 1);
+            while (map[h].key && map[h].key != key) h = (h + 1) & (cap - 1);
+            if (!map[h].key) {
+                map[h].key = key;
+                used++;
+            }
+            map[h].count++;
+            if (2 * used >= cap) {   /* grow at half full */
+                size_t ncap = mhe__mul_size(cap, 2, &ok), bytes = mhe__mul_size(ncap, sizeof *map, &ok);
+                nm = ok ? (mhe__ngram_count *)MHE_MALLOC(alloc_ctx, bytes) : NULL;
+                if (!nm) {
+                    MHE_FREE(alloc_ctx, map);
+                    return mhe__fail(err, ok ? MHE_ERR_NOMEM : MHE_ERR_OVERFLOW, "ngram table: no memory for %llu distinct n-grams",
+                                     (unsigned long long)used);
+                }
+                memset(nm, 0, bytes);
+                for (i = 0; i < cap; i++)
+                    if (map[i].key) {
+                        size_t g = mhe__ngram_slot(map[i].key, ncap - 1);
+                        while (nm[g].key) g = (g + 1) & (ncap - 1);
+                        nm[g] = map[i];
+                    }
+                MHE_FREE(alloc_ctx, map);
+                map = nm;
+                cap = ncap;
+            }
+        }
+    }
+    if (!used) {
+        MHE_FREE(alloc_ctx, map);
+        return mhe__fail(err, MHE_ERR_DATA, "ngram table: the text has no words");
+    }
+    for (i = 0, keep = 0; i < cap; i++) if (map[i].key) map[keep++] = map[i];   /* compact */
+    qsort(map, used, sizeof *map, mhe__ngram_by_count);
+    keep = used < K ? used : K;
+    qsort(map, keep, sizeof *map, mhe__ngram_by_key);
+    out = (uint32_t *)MHE_MALLOC(alloc_ctx, (keep + 4) * sizeof(uint32_t));
+    if (!out) {
+        MHE_FREE(alloc_ctx, map);
+        return mhe__fail(err, MHE_ERR_NOMEM, "ngram table: out of memory");
+    }
+    memset(out, 0, 4 * sizeof(uint32_t));
+    for (i = 0; i < keep; i++) {
+        out[(map[i].key >> 32) - 1]++;
+        out[4 + i] = (uint32_t)(map[i].key & 0xffffffffu);
+    }
+    MHE_FREE(alloc_ctx, map);
+    *table = out;
+    *table_len = keep + 4;
+    return MHE_OK;
+}
+
+/* ---- hash embeddings: Pool, Add, Proj ---- */
+
+MHEDEF int mhe_hash_pool_chunks(int n_bits, int k) { return n_bits > 0 && k > 0 ? 1 + (n_bits - 1) / k : 0; }
+
+MHEDEF void mhe_hash_pool_index(int *idx, const unsigned char *bits, int N, int n_bits, int k) {
+    int C = mhe_hash_pool_chunks(n_bits, k), i, c, t;
+    size_t nb = MHE_BITS_BYTES(n_bits);
+    for (i = 0; i < N; i++) {
+        const unsigned char *b = bits + (size_t)i * nb;
+        for (c = 0; c < C; c++) {
+            int v = 0, end = (c + 1) * k < n_bits ? (c + 1) * k : n_bits;
+            for (t = c * k; t < end; t++) v = (v << 1) | mhe_bits_get(b, t);
+            idx[(size_t)i * C + c] = v + 1;   /* 0 is the reserved row */
+        }
+    }
+}
+
+/* thesis eq. 2.1a: softmax of w over the chunk axis, separately per dimension j */
+static void mhe__pool_softmax(float *wsm, const float *w, int C, int d) {
+    int c, j;
+    for (j = 0; j < d; j++) {
+        float m = w[j], s = 0;
+        for (c = 1; c < C; c++) if (w[(size_t)c * d + j] > m) m = w[(size_t)c * d + j];
+        for (c = 0; c < C; c++) { float e = mhe__exp(w[(size_t)c * d + j] - m); wsm[(size_t)c * d + j] = e; s += e; }
+        for (c = 0; c < C; c++) wsm[(size_t)c * d + j] /= s;
+    }
+}
+
+/* eq. 2.1b: e[j] = sum_c wsm[c][j] * codebook[idx_c][j] */
+MHEDEF void mhe_hash_pool_fwd(float *out, float *wsm, const float *codebook, const float *w, const int *idx, int N,
+                              int n_chunks, int d) {
+    int i, c, j;
+    mhe__pool_softmax(wsm, w, n_chunks, d);
+    for (i = 0; i < N; i++) {
+        float *o = out + (size_t)i * d;
+        memset(o, 0, (size_t)d * sizeof(float));
+        for (c = 0; c < n_chunks; c++) {
+            const float *row = codebook + (size_t)idx[(size_t)i * n_chunks + c] * d, *s = wsm + (size_t)c * d;
+            for (j = 0; j < d; j++) o[j] += s[j] * row[j];
+        }
+    }
+}
+
+/* dcodebook[idx_c][j] += s_cj g_j (not row 0); with e_j = sum_c s_cj E_cj,
+   dw_cj += s_cj g_j (E_cj - e_j) (softmax backward per column) */
+MHEDEF void mhe_hash_pool_bwd(float *dcodebook, float *dw, const float *dout, const float *codebook, const float *wsm,
+                              const int *idx, int N, int n_chunks, int d) {
+    int i, c, j;
+    for (i = 0; i < N; i++) {
+        const float *g = dout + (size_t)i * d;
+        const int *ix = idx + (size_t)i * n_chunks;
+        for (j = 0; j < d; j++) {
+            float e = 0;
+            if (g[j] == 0) continue;
+            for (c = 0; c < n_chunks; c++) e += wsm[(size_t)c * d + j] * codebook[(size_t)ix[c] * d + j];
+            for (c = 0; c < n_chunks; c++) {
+                float s = wsm[(size_t)c * d + j], ecj = codebook[(size_t)ix[c] * d + j];
+                if (dw) dw[(size_t)c * d + j] += s * g[j] * (ecj - e);
+                if (dcodebook && ix[c] != 0) dcodebook[(size_t)ix[c] * d + j] += s * g[j];
+            }
+        }
+    }
+}
+
+/* eq. 2.2: e = sum_t books[t][tau_t] / gamma */
+MHEDEF void mhe_hash_add_fwd(float *out, const float *books, const unsigned char *bits, int N, int n_bits, int d,
+                             float gamma) {
+    size_t nb = MHE_BITS_BYTES(n_bits);
+    float inv = 1.0f / gamma;
+    int i, t, j;
+    for (i = 0; i < N; i++) {
+        float *o = out + (size_t)i * d;
+        const unsigned char *b = bits + (size_t)i * nb;
+        memset(o, 0, (size_t)d * sizeof(float));
+        for (t = 0; t < n_bits; t++) {
+            const float *row = books + ((size_t)t * 2 + (size_t)mhe_bits_get(b, t)) * d;
+            for (j = 0; j < d; j++) o[j] += row[j];
+        }
+        for (j = 0; j < d; j++) o[j] *= inv;
+    }
+}
+
+MHEDEF void mhe_hash_add_bwd(float *dbooks, const float *dout, const unsigned char *bits, int N, int n_bits, int d,
+                             float gamma) {
+    size_t nb = MHE_BITS_BYTES(n_bits);
+    float inv = 1.0f / gamma;
+    int i, t, j;
+    for (i = 0; i < N; i++) {
+        const float *g = dout + (size_t)i * d;
+        const unsigned char *b = bits + (size_t)i * nb;
+        for (t = 0; t < n_bits; t++) {
+            float *row = dbooks + ((size_t)t * 2 + (size_t)mhe_bits_get(b, t)) * d;
+            for (j = 0; j < d; j++) row[j] += g[j] * inv;
+        }
+    }
+}
+
+#define MHE__PROJ_EPS 1e-8   /* the authors' clamp of both norms */
+
+/* The centred bits, divided by their clamped norm, take two values: u1 for
+   a 1 and u0 for a 0. With m ones of T: mean m/T, |tau - mean|^2 = m(T-m)/T. */
+static void mhe__proj_bits(const unsigned char *b, int T, double *u0, double *u1) {
+    int t, m = 0;
+    double mean, nrm;
+    for (t = 0; t < T; t++) m += mhe_bits_get(b, t);
+    mean = (double)m / T;
+    nrm = sqrt((double)m * (double)(T - m) / T);
+    if (nrm < MHE__PROJ_EPS) nrm = MHE__PROJ_EPS;
+    *u0 = -mean / nrm;
+    *u1 = (1.0 - mean) / nrm;
+}
+
+/* eq. 2.3 (Pearson correlation of tau and w_j) */
+MHEDEF void mhe_hash_proj_fwd(float *out, float *wn, float *wnorm, const float *w, const unsigned char *bits, int N,
+                              int n_bits, int d) {
+    size_t nb = MHE_BITS_BYTES(n_bits);
+    int i, j, t;
+    for (j = 0; j < d; j++) {
+        const float *wj = w + (size_t)j * n_bits;
+        double mean = 0, ss = 0, den;
+        for (t = 0; t < n_bits; t++) mean += wj[t];
+        mean /= n_bits;
+        for (t = 0; t < n_bits; t++) ss += (wj[t] - mean) * (wj[t] - mean);
+        wnorm[j] = (float)sqrt(ss);
+        den = sqrt(ss) > MHE__PROJ_EPS ? sqrt(ss) : MHE__PROJ_EPS;
+        for (t = 0; t < n_bits; t++) wn[(size_t)j * n_bits + t] = (float)((wj[t] - mean) / den);
+    }
+    for (i = 0; i < N; i++) {
+        const unsigned char *b = bits + (size_t)i * nb;
+        double u0, u1;
+        mhe__proj_bits(b, n_bits, &u0, &u1);
+        for (j = 0; j < d; j++) {
+            const float *r = wn + (size_t)j * n_bits;
+            double s0 = 0, s1 = 0;
+            for (t = 0; t < n_bits; t++) { if (mhe_bits_get(b, t)) s1 += r[t]; else s0 += r[t]; }
+            out[(size_t)i * d + j] = (float)(u0 * s0 + u1 * s1);
+        }
+    }
+}
+
+/* e_j = wn_j . u with wn_j = c_j / max(|c_j|, eps), c_j = w_j - mean(w_j):
+   unclamped, dw_j += g (u - wn_j e_j) / |c_j|; clamped, dw_j += g u / eps.
+   (The centring's own backward subtracts a mean that is already 0.) */
+MHEDEF void mhe_hash_proj_bwd(float *dw, const float *dout, const float *wn, const float *wnorm,
+                              const unsigned char *bits, int N, int n_bits, int d) {
+    size_t nb = MHE_BITS_BYTES(n_bits);
+    int i, j, t;
+    for (i = 0; i < N; i++) {
+        const unsigned char *b = bits + (size_t)i * nb;
+        double u0, u1;
+        mhe__proj_bits(b, n_bits, &u0, &u1);
+        if (u0 == 0 && u1 == 0) continue;
+        for (j = 0; j < d; j++) {
+            const float *r = wn + (size_t)j * n_bits;
+            float *dwj = dw + (size_t)j * n_bits;
+            double g = dout[(size_t)i * d + j], e = 0, coef;
+            int clamped = !(wnorm[j] > MHE__PROJ_EPS);
+            if (g == 0) continue;
+            for (t = 0; t < n_bits; t++) e += r[t] * (mhe_bits_get(b, t) ? u1 : u0);
+            coef = g / (clamped ? MHE__PROJ_EPS : (double)wnorm[j]);
+            if (clamped) e = 0;
+            for (t = 0; t < n_bits; t++) dwj[t] += (float)(coef * ((mhe_bits_get(b, t) ? u1 : u0) - r[t] * e));
+        }
+    }
+}
+
+/* ---- parameter counts and memory metrics (thesis sec. 2.4.4 and 2.8) ---- */
+
+static const char *const mhe__hash_names[MHE_HASH_KIND_COUNT] = { "hash-emb", "hash-pool", "hash-add", "hash-proj" };
+
+MHEDEF const char *mhe_hash_kind_name(int kind) {
+    return kind >= 0 && kind < MHE_HASH_KIND_COUNT ? mhe__hash_names[kind] : "?";
+}
+
+MHEDEF int mhe_hash_kind_from_name(const char *name) {
+    int i;
+    if (!name) return -1;
+    for (i = 0; i < MHE_HASH_KIND_COUNT; i++) if (strcmp(name, mhe__hash_names[i]) == 0) return i;
+    return -1;
+}
+
+MHEDEF int64_t mhe_hash_param_count(int kind, int64_t d, int n_bits, int k, int64_t n_buckets, int flags) {
+    int64_t rows;
+    if (d < 1 || (flags & ~(MHE_HASH_COUNT_PAD_ROW | MHE_HASH_COUNT_TOKEN_ROW))) return -1;
+    if (kind != MHE_HASH_EMB && (n_bits < 1 || n_bits > MHE_HASH_MAX_BITS)) return -1;
+    switch (kind) {
+    case MHE_HASH_EMB:
+        if (n_buckets < 1) return -1;
+        rows = n_buckets;                                       /* eq. 2.12 */
+        break;
+    case MHE_HASH_POOL:
+        if (k < 1 || k > 24) return -1;
+        rows = mhe_hash_pool_chunks(n_bits, k) + ((int64_t)1 << k);  /* eq. 2.13 */
+        if (flags & MHE_HASH_COUNT_PAD_ROW) rows++;
+        break;
+    case MHE_HASH_ADD: rows = 2 * (int64_t)n_bits; break;       /* eq. 2.14 */
+    case MHE_HASH_PROJ: rows = n_bits; break;                   /* eq. 2.15 */
+    default: return -1;
+    }
+    if (kind != MHE_HASH_EMB && (flags & MHE_HASH_COUNT_TOKEN_ROW)) rows++;
+    return rows > INT64_MAX / d ? -1 : rows * d;
+}
+
+MHEDEF double mhe_pcr(double params, double baseline_params) {
+    return baseline_params > 0 ? 1.0 - params / baseline_params : 0.0;
+}
+
+MHEDEF double mhe_poep(double emb_params, double total_params) {
+    return total_params > 0 ? emb_params / total_params : 0.0;
 }
 
 /* ---- 7. models: config ---------------------------------------------------- */
@@ -4836,6 +5868,23 @@ MHEDEF mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor
     return MHE_OK;
 }
 
+MHEDEF mhe_status mhe_st_read_i32(const mhe_safetensors *st, const mhe_st_tensor *t, int32_t *out, int64_t n) {
+    size_t i;
+    if (!st || !t || (!out && n > 0)) return MHE_ERR_ARG;
+    if (t->dtype != MHE_DTYPE_I32) return MHE_ERR_DTYPE;
+    if (n != t->size || t->size < 0 || (uint64_t)t->size > (uint64_t)(SIZE_MAX / 4) || t->nbytes != (size_t)t->size * 4)
+        return MHE_ERR_SHAPE;
+    if (t->nbytes && (!t->data || !st->data || t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
+                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))
+        return MHE_ERR_OFFSET;
+    for (i = 0; i < (size_t)t->size; i++) {   /* little-endian two's complement, any host */
+        const unsigned char *b = t->data + 4 * i;
+        uint32_t w = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+        memcpy(out + i, &w, 4);
+    }
+    return MHE_OK;
+}
+
 /* ---- writer ---------------------------------------------------------------- */
 
 /* an output cursor; with out == NULL it only measures */
@@ -4884,6 +5933,11 @@ static void mhe__wput_jstr(mhe__wbuf *w, const char *s) {
     mhe__wput(w, "\"", 1);
 }
 
+/* an item's 4-byte words (F32 or I32 alike: they are only copied and byte-swapped) */
+static const float *mhe__st_item_words(const mhe_st_item *it) {
+    return it->dtype == MHE_DTYPE_I32 ? (const float *)(const void *)it->data_i32 : it->data;
+}
+
 static uint64_t mhe__st_item_count(const mhe_st_item *it) {
     uint64_t c = 1;
     int d;
@@ -4929,7 +5983,11 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
             nz *= v;
         }
         if (count) count = nz;
-        if (count && !it->data) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);
+        if (it->dtype != MHE_DTYPE_F32 && it->dtype != MHE_DTYPE_I32)
+            return mhe__fail(err, MHE_ERR_DTYPE, "safetensors writer: tensor '%s' has dtype %d; the writer takes F32 and I32", show,
+                             it->dtype);
+        if (count && !mhe__st_item_words(it))
+            return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);
         if (count * 4 > MHE__JSON_MAX_INT - total || count * 4 > (uint64_t)(SIZE_MAX / 2) - total)
             return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: total data size overflows at tensor '%s'", show);
         total += count * 4;
@@ -4972,7 +6030,7 @@ static void mhe__st_header(mhe__wbuf *w, const mhe_st_item *items, int n_items, 
         const mhe_st_item *it = &items[i];
         if (i || n_meta > 0) mhe__wput(w, ",", 1);
         mhe__wput_jstr(w, it->name);
-        mhe__wput(w, ":{\"dtype\":\"F32\",\"shape\":[", 25);
+        mhe__wput(w, it->dtype == MHE_DTYPE_I32 ? ":{\"dtype\":\"I32\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[", 25);
         for (d = 0; d < it->ndim; d++) {
             if (d) mhe__wput(w, ",", 1);
             mhe__wput_u64(w, (uint64_t)it->shape[d]);
@@ -5049,7 +6107,7 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
     off = 8 + padded;
     for (i = 0; i < n_items; i++) {
         size_t c = (size_t)mhe__st_item_count(&items[i]);
-        mhe__f32_to_le(dst + off, items[i].data, c);
+        mhe__f32_to_le(dst + off, mhe__st_item_words(&items[i]), c);
         off += c * 4;
     }
     MHE_ASSERT(off == total);
@@ -5108,7 +6166,7 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
     }
     ok = fwrite(hdr, 1, 8 + padded, f) == 8 + padded;
     for (i = 0; ok && i < n_items; i++)
-        ok = mhe__st_fwrite_f32(f, items[i].data, (size_t)mhe__st_item_count(&items[i]));
+        ok = mhe__st_fwrite_f32(f, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
     if (ok && fflush(f) != 0) ok = 0;
 #if defined(MHE__HAVE_FSYNC)
     if (ok && fsync(fileno(f)) != 0) { ok = 0; what = "sync"; }

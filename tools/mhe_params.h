@@ -27,14 +27,16 @@ enum { MP_TEXT, MP_MARKDOWN, MP_CSV };
 
 enum {
     MP_T4 = 1 << 0, MP_T1 = 1 << 1, MP_T3 = 1 << 2, MP_T14 = 1 << 3, MP_T15 = 1 << 4,
-    MP_T13 = 1 << 5, MP_GPT3 = 1 << 6, MP_FIG3 = 1 << 7, MP_FIG4 = 1 << 8, MP_ALL = (1 << 9) - 1
+    MP_T13 = 1 << 5, MP_GPT3 = 1 << 6, MP_FIG3 = 1 << 7, MP_FIG4 = 1 << 8, MP_ALL = (1 << 9) - 1,
+    MP_HASH = 1 << 9   /* HashFormers Table 2.2 (--embeddings); not part of `all`, the MHE paper's tables */
 };
 
 /* --table names, in the order `all` prints them */
 static const struct { const char *name; unsigned bit; const char *stem; } mp_table_names[] = {
     { "4", MP_T4, "table4" }, { "1", MP_T1, "table1" }, { "3", MP_T3, "table3" },
     { "14", MP_T14, "table14" }, { "15", MP_T15, "table15" }, { "13", MP_T13, "table13" },
-    { "gpt3", MP_GPT3, "gpt3" }, { "fig3", MP_FIG3, "fig3" }, { "fig4", MP_FIG4, "fig4" }
+    { "gpt3", MP_GPT3, "gpt3" }, { "fig3", MP_FIG3, "fig3" }, { "fig4", MP_FIG4, "fig4" },
+    { "2.2", MP_HASH, "hashformers_table2_2" }
 };
 #define MP_NTABLES ((int)(sizeof mp_table_names / sizeof mp_table_names[0]))
 
@@ -742,6 +744,177 @@ static int mp_build_fig4(mp_table *t, const mp_opts *o) {
     return 0;
 }
 
+/* ---- HashFormers Table 2.2: embedding parameters (thesis chapter 2) -------------- */
+
+/* The settings of thesis sec. 2.4.2 and the constants each printed figure
+   needs; the README's "Hashing" section explains every one. */
+enum {
+    MP_H_D = 768, MP_H_T = 128, MP_H_K = 10,   /* BERT-base width, 128-bit hashes, Pool's k */
+    MP_H_VOCAB = 50265,                        /* BERT-MLM |V|: RoBERTa's BPE vocabulary */
+    MP_H_N50K = 50260,                         /* Emb (50K): the authors' ids are v mod 50260 + 5 */
+    MP_H_SPECIALS = 5,                         /* <s> <pad> </s> <unk> <mask>, not counted (sec. 2.8) */
+    MP_H_SPECIAL_ROWS = 6,                     /* Pool/Add/Proj's special table: 5 specials + "regular token" */
+    MP_H_CANINE = 16000,                       /* CANINE-C hash buckets (eq. 2.10) */
+    MP_H_PROFORMER = 420,                      /* ProFormer LSH digest bits (eq. 2.11) */
+    /* the encoder of sec. 2.8: RoBERTa-base with a binary classification head */
+    MP_H_LAYERS = 12, MP_H_HEADS = 12, MP_H_FF = 3072, MP_H_POS = 514, MP_H_TYPES = 1, MP_H_CLASSES = 2
+};
+
+/* Table 2.2's printed figures that no consistent count gives (column 4 PCR Emb,
+   8 PoEP); shown beside the exact value only, never used */
+static const struct { const char *row; int col; const char *printed; } mp_h_printed[] = {
+    { "CANINE-C", 4, "68.1" }, { "HashFormers Emb (1K)", 8, "1.0" }, { "HashFormers Pool", 8, "1.0" }
+};
+
+/* everything but the token embeddings: positions, token types, embedding
+   LayerNorm, 12 layers (MHA with W^O and biases, two LayerNorms, FFN with
+   biases) and the head (dense d x d + out_proj d x classes, with biases) */
+static int64_t mp_h_body(void) {
+    mhe_config c = mhe_config_default();
+    int64_t d = MP_H_D, attn, layer;
+    c.d_model = MP_H_D;
+    c.n_heads = MP_H_HEADS;
+    c.d_head = MP_H_D / MP_H_HEADS;
+    attn = mhe_attn_param_count(&c, MHE_ATTN_MHA, 1, 1);
+    if (attn < 0) return -1;
+    layer = attn + 2 * (2 * d) + (d * MP_H_FF + MP_H_FF) + (MP_H_FF * d + d);
+    return (int64_t)(MP_H_POS + MP_H_TYPES) * d + 2 * d + MP_H_LAYERS * layer + (d * d + d) + (d * MP_H_CLASSES + MP_H_CLASSES);
+}
+
+/* 797.2K, 38.6M: the paper's one-decimal K/M form */
+static void mp_h_short(char *dst, size_t cap, int64_t v) {
+    if (v >= 1000000) snprintf(dst, cap, "%.1fM", (double)v / 1e6);
+    else snprintf(dst, cap, "%.1fK", (double)v / 1e3);
+}
+
+static int mp_build_hash(mp_table *t, const mp_opts *o) {
+    struct { const char *name; char formula[80]; int64_t emb, module; } r[8];
+    const int64_t d = MP_H_D;
+    int64_t body = mp_h_body(), base_emb, base_total;
+    int chunks = mhe_hash_pool_chunks(MP_H_T, MP_H_K), tok = MHE_HASH_COUNT_TOKEN_ROW, i, n = 0, bad = 0;
+    int64_t n1k = mhe_hash_param_count(MHE_HASH_POOL, 1, MP_H_T, MP_H_K, 0, tok);   /* Pool's count in rows */
+    static const char *const colname[9] = { "", "", "", "", "PCR Emb", "", "", "", "PoEP" };
+    char buf[MP_NOTE_LEN], a[48], b[48], c[48];
+    (void)o;
+    memset(r, 0, sizeof r);
+    snprintf(t->title, sizeof t->title,
+             "Table 2.2 (HashFormers): embedding parameters, PCR and PoEP against BERT-MLM (d = %d, T = %d, k = %d)",
+             MP_H_D, MP_H_T, MP_H_K);
+    mp_col(t, "model", "model", 0);
+    mp_col(t, "#Emb formula", "emb_formula", 0);
+    mp_col(t, "#Emb params", "emb_params", 1);
+    mp_col(t, "#Emb", "emb_short", 1);
+    mp_col(t, "PCR Emb (%)", "pcr_emb_pct", 1);
+    mp_col(t, "#Total params", "total_params", 1);
+    mp_col(t, "#Total", "total_short", 1);
+    mp_col(t, "PCR All (%)", "pcr_all_pct", 1);
+    mp_col(t, "PoEP (%)", "poep_pct", 1);
+    mp_col(t, "note", "note", 0);
+#define MP_H_ROW(nm, em, mo, ...) (r[n].name = (nm), r[n].emb = (em), r[n].module = (mo), \
+                                   snprintf(r[n].formula, sizeof r[n].formula, __VA_ARGS__), n++)
+    MP_H_ROW("BERT-MLM", mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_VOCAB, 0),
+             mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_VOCAB, 0), "V x d, V = %d (eq. 2.9)", MP_H_VOCAB);
+    MP_H_ROW("CANINE-C", mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_CANINE, 0), -1,
+             "buckets x d, %d buckets (eq. 2.10)", MP_H_CANINE);
+    MP_H_ROW("ProFormer", mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_PROFORMER, 0), -1,
+             "digest bits x d, %d bits (eq. 2.11)", MP_H_PROFORMER);
+    MP_H_ROW("HashFormers Emb (50K)", mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_N50K, 0),
+             mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, MP_H_N50K + MP_H_SPECIALS, 0), "N x d, N = %d (eq. 2.12)", MP_H_N50K);
+    MP_H_ROW("HashFormers Emb (1K)", mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, n1k, 0),
+             mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, n1k + MP_H_SPECIALS, 0), "N x d, N = %lld (eq. 2.12)", (long long)n1k);
+    MP_H_ROW("HashFormers Pool", mhe_hash_param_count(MHE_HASH_POOL, d, MP_H_T, MP_H_K, 0, tok),
+             mhe_hash_param_count(MHE_HASH_POOL, d, MP_H_T, MP_H_K, 0, MHE_HASH_COUNT_PAD_ROW) + MP_H_SPECIAL_ROWS * d,
+             "(ceil(T/k) + 2^k + 1) x d (eq. 2.13 + 1)");
+    MP_H_ROW("HashFormers Add", mhe_hash_param_count(MHE_HASH_ADD, d, MP_H_T, 0, 0, tok),
+             mhe_hash_param_count(MHE_HASH_ADD, d, MP_H_T, 0, 0, 0) + MP_H_SPECIAL_ROWS * d, "(2T + 1) x d (eq. 2.14 + 1)");
+    MP_H_ROW("HashFormers Proj", mhe_hash_param_count(MHE_HASH_PROJ, d, MP_H_T, 0, 0, tok),
+             mhe_hash_param_count(MHE_HASH_PROJ, d, MP_H_T, 0, 0, 0) + MP_H_SPECIAL_ROWS * d, "(T + 1) x d (eq. 2.15 + 1)");
+#undef MP_H_ROW
+    base_emb = r[0].emb;
+    base_total = body + r[0].module;
+    for (i = 0; i < n; i++) {
+        int64_t total = r[i].module >= 0 && body >= 0 ? body + r[i].module : -1;
+        double exact[9];
+        size_t k;
+        if (r[i].emb < 0 || body < 0) bad = 1;
+        mp_set(t, i, 0, r[i].name);
+        mp_set(t, i, 1, r[i].formula);
+        mp_set_int(t, i, 2, r[i].emb);
+        mp_h_short(a, sizeof a, r[i].emb);
+        mp_set(t, i, 3, a);
+        exact[4] = 100.0 * mhe_pcr((double)r[i].emb, (double)base_emb);
+        snprintf(mp_cell(t, i, 4), MP_CELL, "%.1f", exact[4]);
+        if (total < 0) {
+            int col;
+            for (col = 5; col < 9; col++) mp_set(t, i, col, t->csv ? "" : "-");
+            mp_set(t, i, 9, "total not modelled (another architecture)");
+        } else {
+            mp_set_int(t, i, 5, total);
+            mp_h_short(a, sizeof a, total);
+            mp_set(t, i, 6, a);
+            snprintf(mp_cell(t, i, 7), MP_CELL, "%.1f", 100.0 * mhe_pcr((double)total, (double)base_total));
+            exact[8] = 100.0 * mhe_poep((double)r[i].emb, (double)total);
+            snprintf(mp_cell(t, i, 8), MP_CELL, "%.1f", exact[8]);
+        }
+        for (k = 0; k < sizeof mp_h_printed / sizeof mp_h_printed[0]; k++) {
+            int col = mp_h_printed[k].col;
+            if (strcmp(mp_h_printed[k].row, r[i].name) != 0 || strcmp(mp_h_printed[k].printed, t->cell[i][col]) == 0) continue;
+            {   /* appended to the row's note */
+                char *note = mp_cell(t, i, 9);
+                size_t len = strlen(note);
+                snprintf(note + len, MP_CELL - len, "%serratum: the paper prints %s %s; exactly %.3f", len ? "; " : "",
+                         colname[col], mp_h_printed[k].printed, exact[col]);
+            }
+        }
+    }
+    mp_note(t, "HashFormers rows hold for both hashes (MD5 and LSH): the count does not depend on the hash.");
+    mp_int(a, sizeof a, mhe_hash_param_count(MHE_HASH_POOL, d, MP_H_T, MP_H_K, 0, 0), t->csv);
+    mp_int(b, sizeof b, mhe_hash_param_count(MHE_HASH_ADD, d, MP_H_T, 0, 0, 0), t->csv);
+    mp_int(c, sizeof c, mhe_hash_param_count(MHE_HASH_PROJ, d, MP_H_T, 0, 0, 0), t->csv);
+    snprintf(buf, sizeof buf,
+             "Pool, Add and Proj count eq. 2.13-2.15 plus one d-vector: the embedding every hashed token adds (row 5, "
+             "\"regular token\", of the authors' special-token table). Eq. 2.13-2.15 alone give %s, %s and %s; the printed "
+             "figures need the extra row. Pool's reserved codebook row 0 (padding) is not counted (sec. 2.8 excludes "
+             "<PAD>); ceil(T/k) = %d.", a, b, c, chunks);
+    mp_note(t, buf);
+    mp_h_short(a, sizeof a, mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, 50000, 0));
+    snprintf(buf, sizeof buf,
+             "V = %d is RoBERTa's BPE vocabulary (the text says 50,000 BPE tokens, which would give %s, not 38.6M). "
+             "Emb (50K) has N = %d buckets (the authors' code: id = v mod %d + %d; the %d special rows are not counted).",
+             MP_H_VOCAB, a, MP_H_N50K, MP_H_N50K, MP_H_SPECIALS, MP_H_SPECIALS);
+    mp_note(t, buf);
+    mp_h_short(a, sizeof a, mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, 1000, 0));
+    mp_h_short(b, sizeof b, mhe_hash_param_count(MHE_HASH_EMB, d, 0, 0, 1024, 0));
+    snprintf(buf, sizeof buf,
+             "Emb (1K): the thesis says only \"1K\"; the printed 797.2K is Pool's count, N = %lld rows (N = 1000 gives %s, "
+             "1024 gives %s), so the 1K table was matched to Pool.", (long long)n1k, a, b);
+    mp_note(t, buf);
+    mp_int(a, sizeof a, body, t->csv);
+    snprintf(buf, sizeof buf,
+             "Totals (sec. 2.8, a binary classification task): %s parameters besides the token embeddings (RoBERTa-base: "
+             "%d positions, %d token type, %d layers of MHA with W^O and biases, FFN %d, LayerNorms; head d x d + d x %d, with "
+             "biases), plus every tensor of the embedding module: Emb's N + %d rows, Pool's %d-row codebook and its "
+             "%d x d weights, the %d-row special table of Pool, Add and Proj.", a, MP_H_POS, MP_H_TYPES, MP_H_LAYERS,
+             MP_H_FF, MP_H_CLASSES, MP_H_SPECIALS, (1 << MP_H_K) + 1, chunks, MP_H_SPECIAL_ROWS);
+    mp_note(t, buf);
+    {   /* the errata, explained with the counts rounded as the paper prints them */
+        double can = floor((double)r[1].emb / 1e5 + 0.5) / 10, bert = floor((double)r[0].emb / 1e5 + 0.5) / 10;
+        double pe = floor((double)r[5].emb / 1e2 + 0.5) / 10, pt = floor((double)(body + r[5].module) / 1e5 + 0.5) / 10;
+        snprintf(buf, sizeof buf,
+                 "Errata: CANINE-C's printed PCR Emb %s is 1 - %.1fM / %.1fM from the rounded counts (%.2f%%); the exact "
+                 "counts give %.2f%%. PoEP of Emb (1K) and Pool is %.2f%% exactly and %.2f%% from the rounded counts "
+                 "(%.1fK / %.1fM); the printed %s is reached by neither.", mp_h_printed[0].printed, can, bert,
+                 100.0 * (1.0 - can / bert), 100.0 * mhe_pcr((double)r[1].emb, (double)base_emb),
+                 100.0 * mhe_poep((double)r[5].emb, (double)(body + r[5].module)), 100.0 * pe / 1e3 / pt, pe, pt,
+                 mp_h_printed[2].printed);
+        mp_note(t, buf);
+    }
+    mp_note(t, "PCR = 1 - params / BERT-MLM's (eq. 2.5 over all parameters, eq. 2.6 over embedding parameters); "
+               "PoEP = #Emb / #Total (eq. 2.7).");
+    if (bad) mp_note(t, "ERROR: a count could not be computed.");
+    return bad;
+}
+
 /* ---- SVG plots ------------------------------------------------------------------------------- */
 
 typedef struct mp_series { int kind; int np; double x[16], y[16]; } mp_series;
@@ -955,6 +1128,7 @@ static void mp_usage(FILE *f) {
     fprintf(f,
         "usage: mhe params [--table LIST] [--format text|markdown|csv] [--n N] [--d D]\n"
         "                  [--kv-groups G] [--out-dir DIR]\n"
+        "       mhe params --embeddings [--format text|markdown|csv] [--out-dir DIR]\n"
         "The parameter and memory tables of the MHE paper (Xue and Aletras), computed with\n"
         "mhe_attn_param_count, the count a built model has. Biases are never counted (as in\n"
         "the paper); W^O is counted where the paper's totals include it.\n"
@@ -972,12 +1146,17 @@ static void mp_usage(FILE *f) {
         "  fig3  Figure 3 data: one sublayer as n grows from 1 to 128 (d = --d)\n"
         "  fig4  Figure 4 data: 12/24/48 layers with 32 and 64 heads (d = --d)\n"
         "  all   every table above\n"
+        "  2.2   HashFormers (thesis chapter 2) Table 2.2: embedding parameters of BERT-MLM,\n"
+        "        CANINE-C, ProFormer and HashFormers Emb/Pool/Add/Proj (d 768, T 128, k 10),\n"
+        "        with PCR and PoEP; the same as --embeddings (not part of all)\n"
         "\n"
         "Options:\n"
         "  --format F      text (aligned table, default), markdown, or csv\n"
         "  --n N           heads for Table 4 (default 12)\n"
         "  --d D           head size for Table 4 and the figures (default 64)\n"
         "  --kv-groups G   K/V groups of gqa (default 2); must divide --n when Table 4 is shown\n"
+        "  --embeddings    print Table 2.2 of HashFormers only (no other option but --format\n"
+        "                  and --out-dir applies)\n"
         "  --out-dir DIR   also write each selected table as DIR/NAME.csv and the figures as\n"
         "                  DIR/fig3.svg and DIR/fig4.svg (DIR is created if missing)\n"
         "  --help          this text\n"
@@ -1012,7 +1191,7 @@ static int mp_parse_tables(const char *v, unsigned *bits) {
         else if (strcmp(p, "gpt-3") == 0 || strcmp(p, "GPT3") == 0 || strcmp(p, "GPT-3") == 0) bit = MP_GPT3;
         for (i = 0; i < MP_NTABLES && !bit; i++) if (strcmp(p, mp_table_names[i].name) == 0) bit = mp_table_names[i].bit;
         if (!bit) {
-            fprintf(stderr, "mhe: unknown table '%s' for --table (4, 1, 3, 14, 15, 13, gpt3, fig3, fig4 or all)\n", p);
+            fprintf(stderr, "mhe: unknown table '%s' for --table (4, 1, 3, 14, 15, 13, gpt3, fig3, fig4, all or 2.2)\n", p);
             return 0;
         }
         *bits |= bit;
@@ -1022,7 +1201,7 @@ static int mp_parse_tables(const char *v, unsigned *bits) {
 
 /* 0 ok, otherwise the exit status */
 static int mp_parse(int argc, char **argv, mp_opts *o) {
-    int i;
+    int i, emb = 0, table_given = 0, shape_given = 0;
     long n = 12, d = 64, g = mhe_config_default().kv_groups;
     memset(o, 0, sizeof *o);
     o->format = MP_TEXT;
@@ -1032,6 +1211,7 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
         char name[32];
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s' (see mhe params --help)\n", a); return 2; }
+        if (strcmp(a, "--embeddings") == 0) { emb = 1; continue; }
         if (len >= sizeof name) { fprintf(stderr, "mhe: unknown option %s (see mhe params --help)\n", a); return 2; }
         memcpy(name, a, len);
         name[len] = 0;
@@ -1050,10 +1230,13 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
             else { fprintf(stderr, "mhe: unknown format '%s' for --format (text, markdown or csv)\n", v); return 2; }
         } else if (strcmp(name, "--table") == 0) {
             if (!mp_parse_tables(v, &o->tables)) return 2;
+            table_given = 1;
         } else if (strcmp(name, "--n") == 0) {
             if (!mp_parse_int(name, v, &n)) return 2;
+            shape_given = 1;
         } else if (strcmp(name, "--d") == 0) {
             if (!mp_parse_int(name, v, &d)) return 2;
+            shape_given = 1;
         } else if (strcmp(name, "--kv-groups") == 0) {
             if (!mp_parse_int(name, v, &g)) return 2;
             o->g_given = 1;
@@ -1062,6 +1245,12 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
             o->out_dir = v;
         }
     }
+    if (emb && (table_given || shape_given || o->g_given)) {
+        fprintf(stderr, "mhe: --embeddings prints Table 2.2 at the thesis's settings; --table, --n, --d and "
+                        "--kv-groups do not apply\n");
+        return 2;
+    }
+    if (emb) o->tables = MP_HASH;
     if (n < 1) { fprintf(stderr, "mhe: --n must be at least 1 (got %ld)\n", n); return 1; }
     if (d < 1) { fprintf(stderr, "mhe: --d must be at least 1 (got %ld)\n", d); return 1; }
     if (g < 1) { fprintf(stderr, "mhe: --kv-groups must be at least 1 (got %ld)\n", g); return 1; }
@@ -1085,7 +1274,8 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
 static int cmd_params(int argc, char **argv) {
     typedef int (*builder)(mp_table *, const mp_opts *);
     static const builder build[] = { mp_build_table4, mp_build_table1, mp_build_table3, mp_build_table14,
-                                     mp_build_table15, mp_build_table13, mp_build_gpt3, mp_build_fig3, mp_build_fig4 };
+                                     mp_build_table15, mp_build_table13, mp_build_gpt3, mp_build_fig3, mp_build_fig4,
+                                     mp_build_hash };
     mp_opts o;
     mp_table *t;
     int i, rc, status = 0;
