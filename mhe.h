@@ -989,7 +989,7 @@ extern int fileno(FILE *);      /* POSIX, but hidden by strict -std=c99 headers 
 /* Lets gcc if-convert the quiet selects of mhe__exp and vectorise the loops
    that call it without -ffast-math; results are bit for bit the same. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define MHE__VECTORISE __attribute__((optimize("no-trapping-math")))
+#define MHE__VECTORISE __attribute__((optimize("no-trapping-math", "vect-cost-model=cheap")))
 #else
 #define MHE__VECTORISE
 #endif
@@ -2142,6 +2142,36 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
     }
 }
 
+/* Row kernels of the online softmax. A running max or sum in one
+   accumulator does not vectorise without -ffast-math (it would reorder the
+   additions), so they keep 16 lanes and combine them in a fixed order: the
+   same bits at every optimisation level. */
+#define MHE__LANES 16
+static MHE__VECTORISE float mhe__row_max(const float *s, int n, float mx) {
+    float m[MHE__LANES];
+    int j, l;
+    for (l = 0; l < MHE__LANES; l++) m[l] = mx;
+    for (j = 0; j + MHE__LANES <= n; j += MHE__LANES)
+        for (l = 0; l < MHE__LANES; l++) m[l] = isgreater(s[j + l], m[l]) ? s[j + l] : m[l];
+    for (; j < n; j++) m[0] = isgreater(s[j], m[0]) ? s[j] : m[0];
+    for (l = 1; l < MHE__LANES; l++) m[0] = isgreater(m[l], m[0]) ? m[l] : m[0];
+    return m[0];
+}
+
+/* s[j] = exp(s[j] - mx); returns their sum */
+static MHE__VECTORISE float mhe__row_exp_sum(float *s, int n, float mx) {
+    float a[MHE__LANES];
+    int j, l;
+    for (j = 0; j < n; j++) s[j] = mhe__exp(s[j] - mx);
+    for (l = 0; l < MHE__LANES; l++) a[l] = 0.0f;
+    for (j = 0; j + MHE__LANES <= n; j += MHE__LANES)
+        for (l = 0; l < MHE__LANES; l++) a[l] += s[j + l];
+    for (; j < n; j++) a[0] += s[j];
+    for (l = MHE__LANES / 2; l >= 1; l /= 2)
+        for (j = 0; j < l; j++) a[j] += a[j + l];
+    return a[0];
+}
+
 /* Tile sizes of the fused core: a block of MHE__BQ queries meets blocks of
    MHE__BK keys; the score tile and its partners live on the stack and every
    tile product is a small mhe_gemm (fast even at these sizes). */
@@ -2201,10 +2231,10 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
                 float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
-                for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
+                mx = mhe__row_max(s, cols, mx);
                 if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
                 corr = expf(mrow[i] - mx);       /* 0 on the first visible block */
-                for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
+                sum = mhe__row_exp_sum(s, cols, mx);
                 lrow[i] = lrow[i] * corr + sum;
                 if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)i * dh + c] *= corr;
                 mrow[i] = mx;
@@ -2345,6 +2375,166 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
     }
 }
 
+/* MHE-MUL with the heads stacked (MHE paper eq. 5, psi = mul). Every head
+   reads the one seed K and V, so a query block of all n heads meets each
+   key tile in one score GEMM, [Q*w_1; ...; Q*w_n] K^T with w_i =
+   (1+e_i^Q)(1+e_i^K), and one P V GEMM; the value map 1+e_i^V scales each
+   head's output once, A_i (V*(1+e_i^V)) = (A_i V)*(1+e_i^V). K and V are
+   packed once per tile for all heads and the GEMMs are n times taller than
+   a head's, which is where MHE-MUL gains on MHA. Used when n stacked rows fit
+   MHE__MUL_FLOATS / max(d_h, BK). */
+#define MHE__MUL_FLOATS 8192
+
+/* query rows per block when the heads are stacked, 0 when they do not fit */
+static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
+    int w = d->d_head > MHE__BK ? d->d_head : MHE__BK, stacked = MHE__MUL_FLOATS / w, rows;
+    if (d->n_kv_heads != 1 || !d->q_shared || d->q_add || d->k_add || d->v_add) return 0;
+    rows = stacked / d->n_heads;
+    if (rows > MHE__BQ) rows = MHE__BQ;
+    return rows >= 1 ? rows : 0;
+}
+
+static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
+                                             const float *v) {
+    int n = d->n_heads, dh = d->d_head, R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (work = 0; work < d->B * n_qb; work++) {
+        float Qs[MHE__MUL_FLOATS], S[MHE__MUL_FLOATS], acc[MHE__MUL_FLOATS], mrow[MHE__MUL_FLOATS / MHE__BK], lrow[MHE__MUL_FLOATS / MHE__BK];
+        int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
+        int kend = mhe__att_visible(d, b, t0 + rows - 1), r, i, h, j0, jj, c;
+        const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
+        for (h = 0; h < n; h++)   /* stacked row h*rows + i: query i of head h, mapped */
+            mhe__tile_affine(Qs + (size_t)h * rows * dh, qblk, (size_t)d->q_stride, rows, dh, d->q_mul + (size_t)h * dh, NULL);
+        for (r = 0; r < M; r++) { mrow[r] = -INFINITY; lrow[r] = 0; }
+        memset(acc, 0, sizeof(float) * (size_t)M * dh);
+        for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+            int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+            size_t koff = (size_t)b * d->Tk + j0;
+            mhe_gemm(0, 1, M, cols, dh, d->scale, Qs, dh, k + koff * d->k_stride, d->k_stride, 0.0f, S, MHE__BK);
+            for (r = 0; r < M; r++) {
+                float *s = S + (size_t)r * MHE__BK, mx = mrow[r], corr, sum = 0;
+                h = r / rows; i = r % rows;
+                if (d->causal || d->kv_len) {
+                    int vis = mhe__att_visible(d, b, t0 + i) - j0;
+                    for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
+                }
+                mx = mhe__row_max(s, cols, mx);
+                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
+                corr = expf(mrow[r] - mx);
+                sum = mhe__row_exp_sum(s, cols, mx);
+                lrow[r] = lrow[r] * corr + sum;
+                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)r * dh + c] *= corr;
+                mrow[r] = mx;
+                if (d->dropout > 0)
+                    for (jj = 0; jj < cols; jj++)
+                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
+            }
+            mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
+        }
+        for (r = 0; r < M; r++) {
+            const float *vm = d->v_mul + (size_t)(r / rows) * dh;
+            float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh;
+            float inv = lrow[r] > 0 ? 1.0f / lrow[r] : 0.0f;
+            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv * vm[c];
+            lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = lrow[r] > 0 ? mrow[r] + logf(lrow[r]) : -INFINITY;
+        }
+    }
+}
+
+/* Backward of the stacked core, one sequence per iteration: with Qs and
+   dOs = dO_i * (1+e_i^V) stacked over heads, dP = dOs V^T, dS = P (dP - D),
+   dQs = dS K, dK += dS^T Qs in stacked GEMMs; per head Z_i = Pd_i^T dO_i gives
+   dV += Z_i * (1+e_i^V) and the value-map gradient sum_j Z_i V. The map
+   gradients of each sequence go to map_scratch and are summed afterwards. */
+static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                             const float *out, const float *lse, const float *q, const float *k, const float *v) {
+    int n = d->n_heads, dh = d->d_head, R = mhe__attn_mul_rows(d), b;
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    size_t per_b = 2 * (size_t)n * dh;   /* dq_mul, dv_mul of one sequence */
+    memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
+    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (b = 0; b < d->B; b++) {
+        float Qs[MHE__MUL_FLOATS], dQs[MHE__MUL_FLOATS], dOs[MHE__MUL_FLOATS], P[MHE__MUL_FLOATS], dP[MHE__MUL_FLOATS];
+        float Z[MHE__BK * MHE_MAX_D_HEAD], Drow[MHE__MUL_FLOATS / MHE__BK];
+        float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * dh;
+        int t0, r, i, h, j0, jj, c;
+        for (t0 = 0; t0 < d->Tq; t0 += R) {
+            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows, kend = mhe__att_visible(d, b, t0 + rows - 1);
+            size_t qoff = (size_t)b * d->Tq + t0;
+            const float *qblk = q + qoff * d->q_stride;
+            for (h = 0; h < n; h++) {
+                const float *vm = d->v_mul + (size_t)h * dh;
+                mhe__tile_affine(Qs + (size_t)h * rows * dh, qblk, (size_t)d->q_stride, rows, dh, d->q_mul + (size_t)h * dh, NULL);
+                for (i = 0; i < rows; i++) {
+                    const float *doi = dout + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
+                    const float *oi = out + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
+                    float *ds = dOs + ((size_t)h * rows + i) * dh;
+                    Drow[h * rows + i] = mhe__dot(doi, oi, dh);
+                    for (c = 0; c < dh; c++) ds[c] = doi[c] * vm[c];
+                }
+            }
+            memset(dQs, 0, sizeof(float) * (size_t)M * dh);
+            for (j0 = 0; j0 < kend; j0 += MHE__BK) {
+                int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
+                size_t koff = (size_t)b * d->Tk + j0;
+                const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
+                float *dkblk = dk + koff * d->k_stride, *dvblk = dv + koff * d->v_stride;
+                mhe_gemm(0, 1, M, cols, dh, d->scale, Qs, dh, kblk, d->k_stride, 0.0f, P, MHE__BK);
+                mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                for (r = 0; r < M; r++) {
+                    float *p = P + (size_t)r * MHE__BK, *dp = dP + (size_t)r * MHE__BK, l;
+                    int vis = cols;
+                    h = r / rows; i = r % rows;
+                    l = lse[((size_t)b * n + h) * d->Tq + t0 + i];
+                    if (d->causal || d->kv_len) { vis = mhe__att_visible(d, b, t0 + i) - j0; if (vis > cols) vis = cols; if (vis < 0) vis = 0; }
+                    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(p[jj] - l);
+                    for (; jj < cols; jj++) p[jj] = 0.0f;
+                    if (d->dropout > 0)
+                        for (jj = 0; jj < cols; jj++) {
+                            float m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
+                            dp[jj] = p[jj] * (dp[jj] * m - Drow[r]) * d->scale;   /* dS */
+                            p[jj] *= m;                                           /* Pd */
+                        }
+                    else
+                        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] - Drow[r]) * d->scale;
+                }
+                /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V); value-map gradient += sum_j Z * V */
+                for (h = 0; h < n; h++) {
+                    const float *vm = d->v_mul + (size_t)h * dh;
+                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, P + (size_t)h * rows * MHE__BK, MHE__BK,
+                             dout + qoff * d->o_stride + (size_t)h * dh, d->o_stride, 0.0f, Z, dh);
+                    for (jj = 0; jj < cols; jj++)
+                        for (c = 0; c < dh; c++) {
+                            float z = Z[(size_t)jj * dh + c];
+                            dvblk[(size_t)jj * d->v_stride + c] += z * vm[c];
+                            sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
+                        }
+                }
+                mhe_gemm(0, 0, M, dh, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs, dh);     /* dQs += dS K */
+                mhe_gemm(1, 0, cols, dh, M, 1.0f, dP, MHE__BK, Qs, dh, 1.0f, dkblk, d->k_stride);     /* dK += dS^T Qs */
+            }
+            /* back through the query map Q*w_i: dQ += sum_i dQs_i * w_i, dw_i += sum_t dQs_i * Q */
+            for (h = 0; h < n; h++) {
+                const float *w = d->q_mul + (size_t)h * dh;
+                for (i = 0; i < rows; i++) {
+                    const float *g = dQs + ((size_t)h * rows + i) * dh, *qi = qblk + (size_t)i * d->q_stride;
+                    float *dqi = dq + (qoff + (size_t)i) * d->q_stride;
+                    for (c = 0; c < dh; c++) { dqi[c] += g[c] * w[c]; sdq[(size_t)h * dh + c] += g[c] * qi[c]; }
+                }
+            }
+        }
+    }
+    for (b = 0; b < d->B; b++) {   /* fixed order over sequences: the same sums for any thread count */
+        const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * dh;
+        int e;
+        for (e = 0; e < n * dh; e++) {
+            if (d->dq_mul) d->dq_mul[e] += sdq[e];
+            if (d->dv_mul) d->dv_mul[e] += sdv[e];
+        }
+    }
+}
+
 /* MHE-ADD with one shared score product (MHE paper eq. 5, psi = add). For
    head i, (Q + e_i^Q)(K + e_i^K)^T = QK^T + 1 (K e_i^Q)^T + terms constant
    along each row, which the softmax removes (so e^K has no effect), and
@@ -2385,10 +2575,10 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
                     int vis = mhe__att_visible(d, b, t0 + i) - j0;
                     if (vis > cols) vis = cols;
                     for (jj = 0; jj < cols; jj++) s[jj] = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
-                    for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
+                    mx = mhe__row_max(s, cols, mx);
                     if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
                     corr = expf(*m - mx);
-                    for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
+                    sum = mhe__row_exp_sum(s, cols, mx);
                     if (d->dropout > 0)
                         for (jj = 0; jj < cols; jj++)
                             s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
@@ -4166,8 +4356,10 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
             mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
             return;
         }
-        if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
-        else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+        if (kind == MHE_ATTN_MHE_MUL) {
+            mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD;
+            if (mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }   /* heads stacked */
+        } else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
         mhe_attn_fused_fwd(&d, att, stats, q, k, v);
         return;
     }
@@ -4214,7 +4406,8 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
             float *dmap = a->d_hmap;
             memset(dmap, 0, (size_t)2 * HD * sizeof(float));
             d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
-            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            if (mhe__attn_mul_rows(&d)) mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
             for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
                 w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
                 w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
