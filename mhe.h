@@ -1787,28 +1787,70 @@ static inline MHE__VECTORISE float mhe__tanh(float u) {
     return isless(u2, 0.0625f) ? small : big;
 }
 
-MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
+/* sum of x[0..n) and of (x - m)^2, each in 16 lanes combined in a fixed order:
+   a single running sum does not vectorise without -ffast-math */
+static MHE__VECTORISE float mhe__lane_sum(const float *x, int n) {
+    float a[16];
+    int j, l;
+    for (l = 0; l < 16; l++) a[l] = 0.0f;
+    for (j = 0; j + 16 <= n; j += 16)
+        for (l = 0; l < 16; l++) a[l] += x[j + l];
+    for (; j < n; j++) a[0] += x[j];
+    for (l = 8; l >= 1; l /= 2)
+        for (j = 0; j < l; j++) a[j] += a[j + l];
+    return a[0];
+}
+
+static MHE__VECTORISE float mhe__lane_sq_dev(const float *x, int n, float m) {
+    float a[16];
+    int j, l;
+    for (l = 0; l < 16; l++) a[l] = 0.0f;
+    for (j = 0; j + 16 <= n; j += 16)
+        for (l = 0; l < 16; l++) { float d = x[j + l] - m; a[l] += d * d; }
+    for (; j < n; j++) { float d = x[j] - m; a[0] += d * d; }
+    for (l = 8; l >= 1; l /= 2)
+        for (j = 0; j < l; j++) a[j] += a[j + l];
+    return a[0];
+}
+
+/* sum of a[j] * b[j] (* c[j] when c is not NULL) in 16 lanes */
+static MHE__VECTORISE float mhe__lane_dot3(const float *a, const float *b, const float *c, int n) {
+    float acc[16];
+    int j, l;
+    for (l = 0; l < 16; l++) acc[l] = 0.0f;
+    if (c) {
+        for (j = 0; j + 16 <= n; j += 16)
+            for (l = 0; l < 16; l++) acc[l] += a[j + l] * b[j + l] * c[j + l];
+        for (; j < n; j++) acc[0] += a[j] * b[j] * c[j];
+    } else {
+        for (j = 0; j + 16 <= n; j += 16)
+            for (l = 0; l < 16; l++) acc[l] += a[j + l] * b[j + l];
+        for (; j < n; j++) acc[0] += a[j] * b[j];
+    }
+    for (l = 8; l >= 1; l /= 2)
+        for (j = 0; j < l; j++) acc[j] += acc[j + l];
+    return acc[0];
+}
+
+MHEDEF MHE__VECTORISE void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C, float eps) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float *o = out + (size_t)i * C;
-        float m = 0, v = 0, s;
+        float m = mhe__lane_sum(x, C) / (float)C, v = mhe__lane_sq_dev(x, C, m) / (float)C, s;
         int j;
-        for (j = 0; j < C; j++) m += x[j];
-        m /= (float)C;
-        for (j = 0; j < C; j++) { float d = x[j] - m; v += d * d; }
-        v /= (float)C;
         s = 1.0f / sqrtf(v + eps);
-        for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j] + (b ? b[j] : 0.0f);
+        if (b) for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j] + b[j];
+        else for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j];
         mean[i] = m; rstd[i] = s;
     }
 }
 
 /* forward was: xhat = (x - mean) * rstd; out = xhat * w + b. So
    dxhat = dout * w and dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)). */
-MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+MHEDEF MHE__VECTORISE void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                               const float *w, const float *mean, const float *rstd, int N, int C) {
     int i, j;
     /* input gradient: rows are independent */
@@ -1816,13 +1858,21 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
         float *dx = dinp + (size_t)i * C;
-        float m = mean[i], s = rstd[i], sum_d = 0, sum_dx = 0;
-        int k;
-        for (k = 0; k < C; k++) {
+        float m = mean[i], s = rstd[i], sum_d, sum_dx, acc_d[16], acc_x[16];
+        int k, l;
+        for (l = 0; l < 16; l++) acc_d[l] = acc_x[l] = 0.0f;
+        for (k = 0; k + 16 <= C; k += 16)
+            for (l = 0; l < 16; l++) {
+                float xhat = (x[k + l] - m) * s, d = dy[k + l] * w[k + l];
+                acc_d[l] += d; acc_x[l] += d * xhat;
+            }
+        for (; k < C; k++) {
             float xhat = (x[k] - m) * s, d = dy[k] * w[k];
-            sum_d += d; sum_dx += d * xhat;
+            acc_d[0] += d; acc_x[0] += d * xhat;
         }
-        sum_d /= (float)C; sum_dx /= (float)C;
+        for (l = 8; l >= 1; l /= 2)
+            for (k = 0; k < l; k++) { acc_d[k] += acc_d[k + l]; acc_x[k] += acc_x[k + l]; }
+        sum_d = acc_d[0] / (float)C; sum_dx = acc_x[0] / (float)C;
         for (k = 0; k < C; k++) {
             float xhat = (x[k] - m) * s, d = dy[k] * w[k];
             dx[k] += s * (d - sum_d - xhat * sum_dx);
@@ -1839,14 +1889,13 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     }
 }
 
-MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+MHEDEF MHE__VECTORISE void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C, ms = 0, s;
+        float *o = out + (size_t)i * C, ms = mhe__lane_dot3(x, x, NULL, C), s;
         int j;
-        for (j = 0; j < C; j++) ms += x[j] * x[j];
         s = 1.0f / sqrtf(ms / (float)C + eps);
         for (j = 0; j < C; j++) o[j] = x[j] * s * w[j];
         rstd[i] = s;
@@ -1855,16 +1904,14 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
 
 /* forward was: out = x * s * w with s = (mean(x^2) + eps)^-1/2, so
    dx = s * (dout*w) - x * s^3 * mean(dout*w*x) */
-MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+MHEDEF MHE__VECTORISE void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const float *rstd, int N, int C) {
     int i, j;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C, s = rstd[i], dot = 0;
+        float *dx = dinp + (size_t)i * C, s = rstd[i], dot = mhe__lane_dot3(dy, w, x, C) / (float)C;
         int k;
-        for (k = 0; k < C; k++) dot += dy[k] * w[k] * x[k];
-        dot /= (float)C;
         for (k = 0; k < C; k++) dx[k] += s * dy[k] * w[k] - x[k] * s * s * s * dot;
     }
     for (i = 0; i < N; i++) {
@@ -1926,7 +1973,7 @@ MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, c
     }
 }
 
-MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
+MHEDEF MHE__VECTORISE void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
@@ -1940,7 +1987,7 @@ MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
 }
 
 /* dx_j = y_j * (dy_j - sum_k dy_k y_k) */
-MHEDEF void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
+MHEDEF MHE__VECTORISE void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
     for (i = 0; i < N; i++) {
@@ -1988,7 +2035,7 @@ MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
     }
 }
 
-MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
+MHEDEF MHE__VECTORISE void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
     int64_t i;
     float keep = 1.0f / (1.0f - p);
     if (p <= 0) { if (out != inp) memcpy(out, inp, (size_t)n * sizeof(float)); return; }
@@ -1997,7 +2044,7 @@ MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
         out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
 }
 
-MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
+MHEDEF MHE__VECTORISE void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
     int64_t i;
     float keep = 1.0f / (1.0f - p);
 MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
@@ -2005,7 +2052,7 @@ MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
         if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p) dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
 }
 
-MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate) {
+MHEDEF MHE__VECTORISE void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate) {
     int i, j;
     for (i = 0; i < N; i++) {
         const float *row = table + (size_t)ids[i] * C;
@@ -2016,7 +2063,7 @@ MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, in
 }
 
 /* sequential: two rows may share a token id, and the sum order stays fixed */
-MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
+MHEDEF MHE__VECTORISE void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
     int i, j;
     for (i = 0; i < N; i++) {
         float *row = dtable + (size_t)ids[i] * C;
@@ -2025,7 +2072,7 @@ MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, 
     }
 }
 
-MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
+MHEDEF MHE__VECTORISE void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
     int i, j;
     mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
     if (b)
@@ -2035,7 +2082,7 @@ MHE__OMP(omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j))
 }
 
 /* forward was out = inp W^T + b: dinp += dout W, dW += dout^T inp, db += colsum(dout) */
-MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int N, int IC, int OC) {
     int i, j;
     if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
@@ -2059,14 +2106,9 @@ static int mhe__att_visible(const mhe_attn_dims *d, int b, int t) {
     return n < 0 ? 0 : (n > d->Tk ? d->Tk : n);
 }
 
-static float mhe__dot(const float *a, const float *b, int n) {
-    float s = 0;
-    int i;
-    for (i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+static float mhe__dot(const float *a, const float *b, int n) { return mhe__lane_dot3(a, b, NULL, n); }
 
-static void mhe__axpy(float *y, float a, const float *x, int n) {
+static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
     int i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -2255,7 +2297,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
 }
 
 /* sum over rows of a tile, and of its product with another: the per-head map gradients */
-static void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld, const float *src, size_t sld, int rows, int dh) {
+static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld, const float *src, size_t sld, int rows, int dh) {
     int r, c;
     for (r = 0; r < rows; r++)
         for (c = 0; c < dh; c++) {
@@ -2539,130 +2581,145 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
    head i, (Q + e_i^Q)(K + e_i^K)^T = QK^T + 1 (K e_i^Q)^T + terms constant
    along each row, which the softmax removes (so e^K has no effect), and
    A_i (V + 1 e_i^V^T) = A_i V + rowsum(A_i) e_i^V. QK^T is formed once per
-   tile for all heads; head i adds its key bias u_i = K e_i^Q. Used when
-   n * d_h <= MHE__ADD_MAX (the per-head accumulators live on the stack). */
-#define MHE__BQA 32
-#define MHE__ADD_MAX 1024
-#define MHE__ADD_MAXH 64
+   tile for all heads; head i adds its key bias u_i = K e_i^Q; the heads'
+   probabilities are stacked so that one GEMM multiplies them all by the
+   shared V. Used when n stacked query rows fit MHE__ADD_FLOATS. */
+#define MHE__ADD_FLOATS 16384
 
-static int mhe__attn_add_fits(const mhe_attn_dims *d) {
-    return d->n_heads <= MHE__ADD_MAXH && d->n_heads * d->d_head <= MHE__ADD_MAX && d->n_kv_heads == 1;
+/* query rows per block with the heads stacked, 0 when they do not fit */
+static int mhe__attn_add_rows(const mhe_attn_dims *d) {
+    int w = d->d_head > MHE__BK ? d->d_head : MHE__BK, rows = MHE__ADD_FLOATS / w / d->n_heads;
+    if (d->n_kv_heads != 1 || d->n_heads > MHE__BK) return 0;
+    if (rows > MHE__BQ) rows = MHE__BQ;
+    return rows >= 1 ? rows : 0;
 }
+
+static int mhe__attn_add_fits(const mhe_attn_dims *d) { return mhe__attn_add_rows(d) > 0; }
 
 static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                                              const float *v, const float *eq, const float *ev) {
-    int n = d->n_heads, dh = d->d_head, n_qb = (d->Tq + MHE__BQA - 1) / MHE__BQA, work;
+    int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), n_qb = (d->Tq + R - 1) / R, work;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * n_qb; work++) {
-        float S0[MHE__BQA * MHE__BK], P[MHE__BQA * MHE__BK], U[MHE__BK * MHE__ADD_MAXH];
-        float acc[MHE__BQA * MHE__ADD_MAX], mrow[MHE__BQA * MHE__ADD_MAXH], lrow[MHE__BQA * MHE__ADD_MAXH], rs[MHE__BQA * MHE__ADD_MAXH];
-        int b = work / n_qb, t0 = (work % n_qb) * MHE__BQA, rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA;
-        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, c;
+        float S0[MHE__BQ * MHE__BK], U[MHE__BK * MHE__BK], P[MHE__ADD_FLOATS], acc[MHE__ADD_FLOATS];
+        float mrow[MHE__ADD_FLOATS / MHE__BK], lrow[MHE__ADD_FLOATS / MHE__BK], rs[MHE__ADD_FLOATS / MHE__BK];
+        int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
+        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, r, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
-        for (i = 0; i < n * rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; rs[i] = 0; }
-        memset(acc, 0, sizeof(float) * (size_t)n * rows * dh);
+        for (r = 0; r < M; r++) { mrow[r] = -INFINITY; lrow[r] = 0; rs[r] = 0; }
+        memset(acc, 0, sizeof(float) * (size_t)M * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
             size_t koff = (size_t)b * d->Tk + j0;
-            const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
-            mhe_gemm(0, 1, rows, cols, dh, 1.0f, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);   /* once */
-            mhe_gemm(0, 1, cols, n, dh, 1.0f, kblk, d->k_stride, eq, dh, 0.0f, U, n);                      /* u_i = K e_i^Q */
-            for (h = 0; h < n; h++) {
-                float *ah = acc + (size_t)h * rows * dh;
-                for (i = 0; i < rows; i++) {
-                    float *s = P + (size_t)i * MHE__BK, *m = mrow + h * rows + i, mx = *m, corr, sum = 0, dsum = 0;
-                    int vis = mhe__att_visible(d, b, t0 + i) - j0;
-                    if (vis > cols) vis = cols;
-                    for (jj = 0; jj < cols; jj++) s[jj] = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
-                    mx = mhe__row_max(s, cols, mx);
-                    if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
-                    corr = expf(*m - mx);
-                    sum = mhe__row_exp_sum(s, cols, mx);
-                    if (d->dropout > 0)
-                        for (jj = 0; jj < cols; jj++)
-                            s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
-                    for (jj = 0; jj < cols; jj++) dsum += s[jj];
-                    lrow[h * rows + i] = lrow[h * rows + i] * corr + sum;
-                    rs[h * rows + i] = rs[h * rows + i] * corr + dsum;
-                    if (corr != 1.0f) for (c = 0; c < dh; c++) ah[(size_t)i * dh + c] *= corr;
-                    *m = mx;
-                }
-                mhe_gemm(0, 0, rows, dh, cols, 1.0f, P, MHE__BK, vblk, d->v_stride, 1.0f, ah, dh);
+            const float *kblk = k + koff * d->k_stride;
+            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);   /* once */
+            mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U, MHE__BK);           /* u_i = K e_i^Q */
+            for (r = 0; r < M; r++) {   /* stacked row h*rows + i: query i of head h */
+                float *s = P + (size_t)r * MHE__BK, mx = mrow[r], corr, sum, dsum = 0;
+                const float *s0, *u;
+                int vis;
+                h = r / rows; i = r % rows;
+                s0 = S0 + (size_t)i * MHE__BK; u = U + (size_t)h * MHE__BK;
+                vis = mhe__att_visible(d, b, t0 + i) - j0;
+                if (vis > cols) vis = cols;
+                for (jj = 0; jj < cols; jj++) s[jj] = s0[jj] + u[jj];
+                for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
+                mx = mhe__row_max(s, cols, mx);
+                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
+                corr = expf(mrow[r] - mx);
+                sum = mhe__row_exp_sum(s, cols, mx);
+                if (d->dropout > 0)
+                    for (jj = 0; jj < cols; jj++) {
+                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
+                        dsum += s[jj];
+                    }
+                else dsum = sum;
+                lrow[r] = lrow[r] * corr + sum;
+                rs[r] = rs[r] * corr + dsum;
+                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)r * dh + c] *= corr;
+                mrow[r] = mx;
             }
+            mhe_gemm(0, 0, M, dh, cols, 1.0f, P, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
         }
-        for (h = 0; h < n; h++)
-            for (i = 0; i < rows; i++) {
-                float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh, l = lrow[h * rows + i];
-                float inv = l > 0 ? 1.0f / l : 0.0f, r = rs[h * rows + i] * inv;
-                for (c = 0; c < dh; c++) o[c] = acc[((size_t)h * rows + i) * dh + c] * inv + r * ev[(size_t)h * dh + c];
-                lse[((size_t)b * n + h) * d->Tq + t0 + i] = l > 0 ? mrow[h * rows + i] + logf(l) : -INFINITY;
-            }
+        for (r = 0; r < M; r++) {
+            float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh, l = lrow[r];
+            float inv = l > 0 ? 1.0f / l : 0.0f, w = rs[r] * inv;
+            const float *e = ev + (size_t)(r / rows) * dh;
+            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv + w * e[c];
+            lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = l > 0 ? mrow[r] + logf(l) : -INFINITY;
+        }
     }
 }
 
 /* backward: dS_i per head, summed once for dQ = (sum_i dS_i) K and
    dK = (sum_i dS_i)^T Q + CS e^Q (CS: column sums of each dS_i, from the key
-   biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. Per-(b) e
-   gradients go to d->map_scratch and are summed over b afterwards. */
+   biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. dP and dV for
+   all heads in stacked GEMMs over the shared V. Per-(b) e gradients go to
+   d->map_scratch and are summed over b afterwards. */
 static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                              const float *out, const float *lse, const float *q, const float *k, const float *v,
                                              const float *eq, const float *ev, float *deq, float *dev) {
-    int n = d->n_heads, dh = d->d_head, b;
+    int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), b;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     size_t per_b = 2 * (size_t)n * dh;
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (b = 0; b < d->B; b++) {
-        float S0[MHE__BQA * MHE__BK], P[MHE__BQA * MHE__BK], dP[MHE__BQA * MHE__BK], dSs[MHE__BQA * MHE__BK];
-        float U[MHE__BK * MHE__ADD_MAXH], CS[MHE__BK * MHE__ADD_MAXH], Drow[MHE__BQA], edo[MHE__BQA], rsum[MHE__BQA];
+        float S0[MHE__BQ * MHE__BK], dSs[MHE__BQ * MHE__BK], U[MHE__BK * MHE__BK], CS[MHE__BK * MHE__BK];
+        float P[MHE__ADD_FLOATS], dP[MHE__ADD_FLOATS], dOs[MHE__ADD_FLOATS];
+        float Drow[MHE__ADD_FLOATS / MHE__BK], edo[MHE__ADD_FLOATS / MHE__BK];
         float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
-        int t0, i, j0, jj, h, c;
-        for (t0 = 0; t0 < d->Tq; t0 += MHE__BQA) {
-            int rows = d->Tq - t0 < MHE__BQA ? d->Tq - t0 : MHE__BQA, kend = mhe__att_visible(d, b, t0 + rows - 1);
+        int t0, i, j0, jj, h, r, c;
+        for (t0 = 0; t0 < d->Tq; t0 += R) {
+            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows, kend = mhe__att_visible(d, b, t0 + rows - 1);
             size_t qoff = (size_t)b * d->Tq + t0;
             const float *qblk = q + qoff * d->q_stride;
             float *dqblk = dq + qoff * d->q_stride;
+            for (r = 0; r < M; r++) {   /* stacked dO, D = dO . O and dO . e^V (V_i = V + e_i^V) */
+                const float *doi = dout + (qoff + (size_t)(r % rows)) * d->o_stride + (size_t)(r / rows) * dh;
+                const float *oi = out + (qoff + (size_t)(r % rows)) * d->o_stride + (size_t)(r / rows) * dh;
+                memcpy(dOs + (size_t)r * dh, doi, (size_t)dh * sizeof(float));
+                Drow[r] = mhe__dot(doi, oi, dh);
+                edo[r] = mhe__dot(doi, ev + (size_t)(r / rows) * dh, dh);
+            }
             for (j0 = 0; j0 < kend; j0 += MHE__BK) {
                 int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
                 size_t koff = (size_t)b * d->Tk + j0;
                 const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
-                mhe_gemm(0, 1, rows, cols, dh, 1.0f, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);
-                mhe_gemm(0, 1, cols, n, dh, 1.0f, kblk, d->k_stride, eq, dh, 0.0f, U, n);
-                memset(dSs, 0, sizeof dSs);
-                memset(CS, 0, sizeof(float) * (size_t)cols * n);
-                for (h = 0; h < n; h++) {
-                    const float *doh = dout + qoff * d->o_stride + (size_t)h * dh, *oh = out + qoff * d->o_stride + (size_t)h * dh;
-                    const float *lse_h = lse + ((size_t)b * n + h) * d->Tq + t0;
-                    for (i = 0; i < rows; i++) {
-                        Drow[i] = mhe__dot(doh + (size_t)i * d->o_stride, oh + (size_t)i * d->o_stride, dh);
-                        edo[i] = mhe__dot(doh + (size_t)i * d->o_stride, ev + (size_t)h * dh, dh);   /* dO . e^V: V_i = V + e_i^V */
-                    }
-                    mhe_gemm(0, 1, rows, cols, dh, 1.0f, doh, d->o_stride, vblk, d->v_stride, 0.0f, dP, MHE__BK);
-                    for (i = 0; i < rows; i++) {
-                        float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, *ds = dSs + (size_t)i * MHE__BK;
-                        int vis = mhe__att_visible(d, b, t0 + i) - j0;
-                        if (vis > cols) vis = cols;
-                        rsum[i] = 0;
+                mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);
+                mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U, MHE__BK);
+                mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);   /* dP for all heads */
+                memset(dSs, 0, sizeof(float) * (size_t)rows * MHE__BK);
+                memset(CS, 0, sizeof(float) * (size_t)n * MHE__BK);
+                for (r = 0; r < M; r++) {
+                    float *p = P + (size_t)r * MHE__BK, *dp = dP + (size_t)r * MHE__BK, *ds, *cs, rsum = 0, l;
+                    const float *s0, *u;
+                    int vis;
+                    h = r / rows; i = r % rows;
+                    s0 = S0 + (size_t)i * MHE__BK; u = U + (size_t)h * MHE__BK; ds = dSs + (size_t)i * MHE__BK; cs = CS + (size_t)h * MHE__BK;
+                    l = lse[((size_t)b * n + h) * d->Tq + t0 + i];
+                    vis = mhe__att_visible(d, b, t0 + i) - j0;
+                    if (vis > cols) vis = cols;
+                    if (vis < 0) vis = 0;
+                    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(s0[jj] + u[jj] - l);
+                    for (; jj < cols; jj++) p[jj] = 0.0f;
+                    if (d->dropout > 0)
                         for (jj = 0; jj < cols; jj++) {
-                            float s = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
-                            float pp = mhe__exp(s - lse_h[i]), m = 1.0f, g;
-                            if (d->dropout > 0 && jj < vis)
-                                m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
-                            g = pp * ((dp[jj] + edo[i]) * m - Drow[i]) * d->scale;   /* dS of head h */
-                            ds[jj] += g;
-                            CS[(size_t)jj * n + h] += g;
-                            p[jj] = pp * m;                                          /* Pd */
-                            rsum[i] += p[jj];
+                            float m = jj < vis && mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
+                            dp[jj] = p[jj] * ((dp[jj] + edo[r]) * m - Drow[r]) * d->scale;   /* dS of head h */
+                            p[jj] *= m;                                                      /* Pd */
                         }
-                        for (c = 0; c < dh; c++) sdev[(size_t)h * dh + c] += rsum[i] * doh[(size_t)i * d->o_stride + c];
-                    }
-                    mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doh, d->o_stride, 1.0f, dv + koff * d->v_stride, d->v_stride);
+                    else
+                        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] + edo[r] - Drow[r]) * d->scale;
+                    for (jj = 0; jj < cols; jj++) { ds[jj] += dp[jj]; cs[jj] += dp[jj]; rsum += p[jj]; }
+                    for (c = 0; c < dh; c++) sdev[(size_t)h * dh + c] += rsum * dOs[(size_t)r * dh + c];
                 }
+                mhe_gemm(1, 0, cols, dh, M, 1.0f, P, MHE__BK, dOs, dh, 1.0f, dv + koff * d->v_stride, d->v_stride);  /* dV += Pd^T dO */
                 mhe_gemm(0, 0, rows, dh, cols, 1.0f, dSs, MHE__BK, kblk, d->k_stride, 1.0f, dqblk, d->q_stride);
                 mhe_gemm(1, 0, cols, dh, rows, 1.0f, dSs, MHE__BK, qblk, d->q_stride, 1.0f, dk + koff * d->k_stride, d->k_stride);
-                mhe_gemm(0, 0, cols, dh, n, 1.0f, CS, n, eq, dh, 1.0f, dk + koff * d->k_stride, d->k_stride);
-                mhe_gemm(1, 0, n, dh, cols, 1.0f, CS, n, kblk, d->k_stride, 1.0f, sdeq, dh);
+                mhe_gemm(1, 0, cols, dh, n, 1.0f, CS, MHE__BK, eq, dh, 1.0f, dk + koff * d->k_stride, d->k_stride);
+                mhe_gemm(0, 0, n, dh, cols, 1.0f, CS, MHE__BK, kblk, d->k_stride, 1.0f, sdeq, dh);
             }
         }
     }
@@ -4527,7 +4584,7 @@ static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const fl
 }
 
 /* y = x + dropout(branch) for the residual sums */
-static void mhe__residual(const mhe_model *m, float *y, const float *x, float *branch, int64_t n, int site) {
+static MHE__VECTORISE void mhe__residual(const mhe_model *m, float *y, const float *x, float *branch, int64_t n, int site) {
     int64_t i;
     float p = m->training ? m->cfg.dropout : 0.0f;
     if (p > 0) mhe_dropout_fwd(branch, branch, n, p, mhe__site_seed(m, site), 0);
@@ -5029,7 +5086,7 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
     return (float)(lo + (lr - lo) * 0.5 * (1 + cos(3.141592653589793 * p)));
 }
 
-MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+MHEDEF MHE__VECTORISE void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
                              float beta1, float beta2, float eps, float weight_decay, int t) {
     int64_t i;
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
