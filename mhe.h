@@ -1208,19 +1208,28 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 #define MHE__GEMM_AVX512 1
 #elif !defined(MHE_NO_SIMD) && defined(__AVX2__) && defined(__FMA__)
 #define MHE__GEMM_AVX2 1
+#elif !defined(MHE_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
+#define MHE__GEMM_NEON 1
 #endif
 #if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
 #include <immintrin.h>
 #endif
+#if defined(MHE__GEMM_NEON)
+#include <arm_neon.h>
+#endif
 
 /* MR x NR register tile: AVX-512 12 rows x 2 zmm = 24 accumulators (of 32
-   registers); AVX2 6 x 2 ymm = 12 (of 16); scalar 4 x 16 floats. */
+   registers); AVX2 6 x 2 ymm = 12 (of 16); NEON (AArch64) 8 rows x 3 q =
+   24 (of 32); scalar 4 x 16 floats. */
 #if defined(MHE__GEMM_AVX512)
 #define MHE__GEMM_MR 12
 #define MHE__GEMM_NR 32
 #elif defined(MHE__GEMM_AVX2)
 #define MHE__GEMM_MR 6
 #define MHE__GEMM_NR 16
+#elif defined(MHE__GEMM_NEON)
+#define MHE__GEMM_MR 8
+#define MHE__GEMM_NR 12
 #else
 #define MHE__GEMM_MR 4
 #define MHE__GEMM_NR 16
@@ -1362,6 +1371,47 @@ static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
     MHE__GEMM_ROWS_##n(MHE__K256_STORE) \
 }
 #define MHE__KDEF(n) MHE__K256_DEF(n)
+
+#elif defined(MHE__GEMM_NEON)
+/* one row of the tile: 3 q registers = 12 columns; an edge tile goes
+   through a buffer, with the same fused multiply-add per element */
+MHE__FORCE_INLINE void mhe__gemm_store_neon(float *c, float32x4_t x0, float32x4_t x1, float32x4_t x2, int nr,
+                                            float alpha, float beta) {
+    float32x4_t va = vdupq_n_f32(alpha);
+    float t[12];
+    int j;
+    if (nr == 12) {
+        if (beta == 0.0f) {
+            vst1q_f32(c, vmulq_f32(va, x0)); vst1q_f32(c + 4, vmulq_f32(va, x1)); vst1q_f32(c + 8, vmulq_f32(va, x2));
+        } else {
+            float32x4_t vb = vdupq_n_f32(beta);
+            vst1q_f32(c, vfmaq_f32(vmulq_f32(vb, vld1q_f32(c)), va, x0));
+            vst1q_f32(c + 4, vfmaq_f32(vmulq_f32(vb, vld1q_f32(c + 4)), va, x1));
+            vst1q_f32(c + 8, vfmaq_f32(vmulq_f32(vb, vld1q_f32(c + 8)), va, x2));
+        }
+        return;
+    }
+    vst1q_f32(t, x0); vst1q_f32(t + 4, x1); vst1q_f32(t + 8, x2);
+    for (j = 0; j < nr; j++) c[j] = beta == 0.0f ? alpha * t[j] : fmaf(alpha, t[j], beta * c[j]);
+}
+#define MHE__KNEON_ZERO(i) float32x4_t x##i##a = vdupq_n_f32(0.0f), x##i##b = x##i##a, x##i##c = x##i##a;
+#define MHE__KNEON_FMA(i) { float32x4_t ai = vdupq_n_f32(a[i]); \
+    x##i##a = vfmaq_f32(x##i##a, b0, ai); x##i##b = vfmaq_f32(x##i##b, b1, ai); x##i##c = vfmaq_f32(x##i##c, b2, ai); }
+#define MHE__KNEON_STORE(i) mhe__gemm_store_neon(c + (size_t)(i) * ldc, x##i##a, x##i##b, x##i##c, nr, alpha, beta);
+#define MHE__KNEON_DEF(n) \
+static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
+                           float *c, int ldc, float alpha, float beta) { \
+    MHE__GEMM_ROWS_##n(MHE__KNEON_ZERO) \
+    int k; \
+    for (k = 0; k < kc; k++) { \
+        float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8); \
+        MHE__GEMM_ROWS_##n(MHE__KNEON_FMA) \
+        a += MHE__GEMM_MR; \
+        b += MHE__GEMM_NR; \
+    } \
+    MHE__GEMM_ROWS_##n(MHE__KNEON_STORE) \
+}
+#define MHE__KDEF(n) MHE__KNEON_DEF(n)
 
 #else
 /* portable: the j loops have a constant trip count and independent lanes,
