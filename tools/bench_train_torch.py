@@ -4,12 +4,17 @@ for the C library's own step-time benchmark.
 
     /usr/bin/python3 tools/bench_train_torch.py --config C1 --threads 1
     /usr/bin/python3 tools/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
+    /usr/bin/python3 tools/bench_train_torch.py --config C1 --attn mhe-mul --seq 512 --batch 2
 
 Model: byte vocabulary, learned positions, pre-norm blocks with LayerNorm,
 multi-head attention (Q, K, V projections fused into one Linear, which is the
 same function as three), GELU (tanh approximation) MLP of width 4C, final
 LayerNorm, LM head tied to the token embedding, biases on every other Linear,
-weights N(0, 0.02). Attention is written out (q k^T * scale, causal mask with
+weights N(0, 0.02). --attn picks the kind as a PyTorch user would write it:
+mqa projects one K and V head and expands it over the query heads; mhe-add and
+mhe-mul project one seed head of Q, K, V and broadcast it against the [n, d_h]
+head embeddings (Q + e^Q or Q * (1 + e^Q), ...), which materialises every
+head's Q, K and V as MHA does. Attention is written out (q k^T * scale, causal mask with
 masked_fill(-inf), softmax, @ v) because torch 1.13 has no
 scaled_dot_product_attention.
 
@@ -51,6 +56,9 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=1, help="threads for torch and OpenBLAS (default 1)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps (default C1: 20, C2: 10)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default C1: 5, C2: 3)")
+    ap.add_argument("--attn", choices=["mha", "mqa", "mhe-add", "mhe-mul"], default="mha")
+    ap.add_argument("--seq", type=int, default=None, help="sequence length (default: the config's)")
+    ap.add_argument("--batch", type=int, default=None, help="batch size (default: the config's)")
     a = ap.parse_args()
     if a.threads < 1:
         ap.error("--threads must be >= 1")
@@ -84,16 +92,21 @@ def ensure_environment(threads):
     os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
 
 
-def build_model(torch, cfg):
+def build_model(torch, cfg, kind="mha"):
     nn = torch.nn
     F = torch.nn.functional
     V, C, n, L, Tmax = cfg["vocab"], cfg["d_model"], cfg["n_heads"], cfg["n_layers"], cfg["seq"]
     dh = C // n
+    width = {"mha": 3 * C, "mqa": C + 2 * dh, "mhe-add": 3 * dh, "mhe-mul": 3 * dh}[kind]
 
     class Attention(nn.Module):
         def __init__(self):
             super().__init__()
-            self.qkv = nn.Linear(C, 3 * C)
+            self.qkv = nn.Linear(C, width)
+            if kind.startswith("mhe"):
+                self.eq = nn.Parameter(torch.zeros(n, 1, dh))
+                self.ek = nn.Parameter(torch.zeros(n, 1, dh))
+                self.ev = nn.Parameter(torch.zeros(n, 1, dh))
             self.proj = nn.Linear(C, C)
             self.register_buffer("mask", torch.ones(Tmax, Tmax, dtype=torch.bool).triu(1),
                                  persistent=False)
@@ -101,10 +114,22 @@ def build_model(torch, cfg):
 
         def forward(self, x):
             B, T, _ = x.shape
-            q, k, v = self.qkv(x).split(C, dim=2)
-            q = q.view(B, T, n, dh).transpose(1, 2)
-            k = k.view(B, T, n, dh).transpose(1, 2)
-            v = v.view(B, T, n, dh).transpose(1, 2)
+            if kind == "mha":
+                q, k, v = self.qkv(x).split(C, dim=2)
+                q = q.view(B, T, n, dh).transpose(1, 2)
+                k = k.view(B, T, n, dh).transpose(1, 2)
+                v = v.view(B, T, n, dh).transpose(1, 2)
+            elif kind == "mqa":
+                q, k, v = self.qkv(x).split([C, dh, dh], dim=2)
+                q = q.view(B, T, n, dh).transpose(1, 2)
+                k = k.unsqueeze(1).expand(B, n, T, dh)
+                v = v.unsqueeze(1).expand(B, n, T, dh)
+            else:
+                q, k, v = (t.unsqueeze(1) for t in self.qkv(x).split(dh, dim=2))   # [B, 1, T, dh]
+                if kind == "mhe-add":
+                    q, k, v = q + self.eq, k + self.ek, v + self.ev
+                else:
+                    q, k, v = q * (1 + self.eq), k * (1 + self.ek), v * (1 + self.ev)
             att = (q @ k.transpose(-2, -1)) * self.scale
             att = att.masked_fill(self.mask[:T, :T], float("-inf"))
             att = torch.softmax(att, dim=-1)
@@ -162,9 +187,13 @@ def main():
     import torch
 
     torch.set_num_threads(a.threads)
-    cfg = CONFIGS[a.config]
+    cfg = dict(CONFIGS[a.config])
+    if a.seq:
+        cfg["seq"] = a.seq
+    if a.batch:
+        cfg["batch"] = a.batch
     torch.manual_seed(0)
-    model = build_model(torch, cfg)
+    model = build_model(torch, cfg, a.attn)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     g = torch.Generator().manual_seed(0)
@@ -173,7 +202,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             foreach=False)
 
-    print("bench_train_torch: config %s %s" % (a.config, " ".join("%s=%d" % kv for kv in cfg.items())))
+    print("bench_train_torch: config %s attn %s %s" % (a.config, a.attn, " ".join("%s=%d" % kv for kv in cfg.items())))
     print("torch %s, %s, torch threads %d, OPENBLAS_NUM_THREADS=%s, OMP_WAIT_POLICY=%s"
           % (torch.__version__, sys.executable, torch.get_num_threads(),
              os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_WAIT_POLICY")))
@@ -208,7 +237,7 @@ def main():
     print("tokens/s %.0f; model %.2f GFLOP/step -> %.1f GFLOP/s; peak RSS %.0f MB"
           % (tokens / (med / 1e3), flops / 1e9, flops / 1e9 / (med / 1e3), rss_mb))
     out = {
-        "config": a.config, "threads": a.threads,
+        "config": a.config, "threads": a.threads, "attn": a.attn, "seq": cfg["seq"], "batch": cfg["batch"],
         "ms_median": round(med, 3), "ms_min": round(min(t_step), 3),
         "tokens_per_s": round(tokens / (med / 1e3), 1), "peak_rss_mb": round(rss_mb, 1),
         "ms_max": round(max(t_step), 3), "ms_fwd": round(statistics.median(t_fwd), 3),
