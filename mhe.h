@@ -637,6 +637,7 @@ typedef struct mhe_model {
     float last_loss;
     size_t bytes_params, bytes_acts;
     void *alloc_ctx;
+    mhe_arena *arena;               /* mhe_model_load_arena: every block from this arena, no gradients */
     char err[MHE_ERR_LEN];
 } mhe_model;
 
@@ -809,7 +810,9 @@ typedef struct mhe_safetensors {
     const unsigned char *data;   /* the data section */
     size_t data_size;
     void *alloc_ctx;
+    mhe_arena *arena;            /* parsed by mhe_model_load_arena: tables in the arena, never freed */
     void *storage_;              /* private: one block holding the tables and strings */
+    size_t storage_bytes;        /* its size */
     char err[MHE_ERR_LEN];
 } mhe_safetensors;
 
@@ -922,10 +925,24 @@ typedef struct mhe_kv_cache {
     size_t cross_bytes;             /* of the cross-attention K/V of a full-length source */
     void *block;
     void *alloc_ctx;
+    mhe_arena *arena;               /* mhe_kv_cache_init_arena: the block is in this arena */
 } mhe_kv_cache;
 
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
+
+/* Embedded inference from one buffer. mhe_model_load_arena loads a
+   checkpoint for inference only (no gradient block, so training refuses it)
+   with the parsed header, the parameters and, for an encoder-decoder, the
+   activations of encoding a source all taken from the arena; with
+   mhe_kv_cache_init_arena the cache comes from it too, and decoding then
+   allocates nothing. mhe_inference_memory_needed says how many bytes an
+   arena (mhe_arena_init over your buffer) must hold for a checkpoint and a
+   cache of max_len tokens; it parses the header with MHE_MALLOC, so run it on
+   the host (`mhe export-c` prints it) or before the allocation-free phase. */
+MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, size_t *bytes);
+MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena);
+MHEDEF mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, int max_len, mhe_arena *arena);
 /* encdec: run the encoder over src[Ts] and cache every decoder layer's
    cross-attention K and V; empties the self-attention cache */
 MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts);
@@ -1123,6 +1140,15 @@ MHEDEF void mhe_arena_free(mhe_arena *a) {
 #endif
     if (a->raw_) MHE_FREE(a->alloc_ctx, a->raw_);
     memset(a, 0, sizeof *a);
+}
+
+/* an object's memory: from its arena when it has one (nothing is freed
+   there), else through the allocator hooks */
+static void *mhe__malloc(void *ctx, mhe_arena *arena, size_t n) {
+    return arena ? mhe_arena_alloc(arena, n) : MHE_MALLOC(ctx, n);
+}
+static void mhe__free(void *ctx, mhe_arena *arena, void *p) {
+    if (!arena && p) MHE_FREE(ctx, p);
 }
 
 static uint64_t mhe__splitmix64(uint64_t *x) {
@@ -4067,7 +4093,7 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
     t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
     t->size = size;
     t->data = L->m->param_data + L->floats;
-    t->grad = L->m->grad_data + L->floats;
+    t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL;   /* none for an inference-only model */
     t->decay = decay;
     t->init = init;
     t->init_std = init_std;
@@ -4194,36 +4220,56 @@ static void mhe__init_weights(mhe_model *m, uint64_t seed) {
     }
 }
 
-MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
+/* the tensor table and the parameter floats of a config's layout (a
+   count-only walk; it also sets the layer kinds of m) */
+static mhe_status mhe__param_bytes(mhe_model *m, const mhe_config *cfg, size_t *tbytes, size_t *fbytes, int *count, int64_t *floats) {
+    mhe__layout L;
+    int ok = 1;
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    memset(&L, 0, sizeof L);
+    L.m = m;
+    mhe__layout_walk(&L);
+    if (L.overflow) return MHE_ERR_OVERFLOW;
+    *tbytes = mhe__mul_size((size_t)L.count, sizeof(mhe_tensor), &ok);
+    *fbytes = mhe__mul_size((size_t)L.floats, sizeof(float), &ok);
+    if (!ok || (int64_t)(size_t)L.floats != L.floats) return MHE_ERR_OVERFLOW;
+    *count = L.count;
+    *floats = L.floats;
+    return MHE_OK;
+}
+
+/* a model laid out for cfg with memory from the hooks or an arena; without
+   gradients (grads = 0) it can only run forward passes */
+static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx, mhe_arena *arena, int grads) {
     mhe__layout L;
     mhe_status st;
     size_t tbytes, fbytes;
-    int ok = 1;
+    int count;
+    int64_t floats;
     if (!m) return MHE_ERR_ARG;
     memset(m, 0, sizeof *m);
     m->alloc_ctx = alloc_ctx;
     if (!cfg) return mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_init: config is NULL");
     if ((st = mhe_config_validate(cfg, m->err)) != MHE_OK) return st;
-    m->cfg = *cfg;
-    memset(&L, 0, sizeof L);
-    L.m = m;
-    mhe__layout_walk(&L);
-    if (L.overflow) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "parameter count overflows");
-    tbytes = mhe__mul_size((size_t)L.count, sizeof(mhe_tensor), &ok);
-    fbytes = mhe__mul_size((size_t)L.floats, sizeof(float), &ok);
-    if (!ok || (int64_t)(size_t)L.floats != L.floats) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "parameter memory size overflows");
-    m->params = (mhe_tensor *)MHE_MALLOC(alloc_ctx, tbytes);
-    m->param_data = (float *)MHE_MALLOC(alloc_ctx, fbytes);
-    m->grad_data = (float *)MHE_MALLOC(alloc_ctx, fbytes);
-    if (!m->params || !m->param_data || !m->grad_data) {
+    if (mhe__param_bytes(m, cfg, &tbytes, &fbytes, &count, &floats) != MHE_OK) {
+        memset(m, 0, sizeof *m);
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "parameter memory size overflows");
+    }
+    m->alloc_ctx = alloc_ctx;
+    m->arena = arena;
+    m->params = (mhe_tensor *)mhe__malloc(alloc_ctx, arena, tbytes);
+    m->param_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
+    if (grads) m->grad_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
+    if (!m->params || !m->param_data || (grads && !m->grad_data)) {
         mhe_model_free(m);
         m->alloc_ctx = alloc_ctx;
-        return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of parameters", 2 * fbytes + tbytes);
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of parameters", (grads ? 2 : 1) * fbytes + tbytes);
     }
-    memset(m->grad_data, 0, fbytes);
-    m->n_tensors = L.count;
-    m->n_params = L.floats;
-    m->bytes_params = 2 * fbytes + tbytes;
+    if (grads) memset(m->grad_data, 0, fbytes);
+    m->n_tensors = count;
+    m->n_params = floats;
+    m->bytes_params = (grads ? 2 : 1) * fbytes + tbytes;
     memset(&L, 0, sizeof L);
     L.m = m;
     mhe__layout_walk(&L);
@@ -4231,14 +4277,19 @@ MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t s
     return MHE_OK;
 }
 
+MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
+    return mhe__model_init(m, cfg, seed, alloc_ctx, NULL, 1);
+}
+
 MHEDEF void mhe_model_free(mhe_model *m) {
     void *ctx;
+    mhe_arena *ar;
     if (!m) return;
-    ctx = m->alloc_ctx;
-    if (m->params) MHE_FREE(ctx, m->params);
-    if (m->param_data) MHE_FREE(ctx, m->param_data);
-    if (m->grad_data) MHE_FREE(ctx, m->grad_data);
-    if (m->acts_block) MHE_FREE(ctx, m->acts_block);
+    ctx = m->alloc_ctx; ar = m->arena;
+    mhe__free(ctx, ar, m->params);
+    mhe__free(ctx, ar, m->param_data);
+    mhe__free(ctx, ar, m->grad_data);
+    mhe__free(ctx, ar, m->acts_block);
     memset(m, 0, sizeof *m);
 }
 
@@ -4249,7 +4300,7 @@ MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name) {
 }
 
 MHEDEF void mhe_model_zero_grad(mhe_model *m) {
-    memset(m->grad_data, 0, (size_t)m->n_params * sizeof(float));
+    if (m->grad_data) memset(m->grad_data, 0, (size_t)m->n_params * sizeof(float));
 }
 
 /* ---- 7. models: activations ----------------------------------------------- */
@@ -4333,9 +4384,9 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
     if (m->acts_block && B <= a->B && (int64_t)B * T <= (int64_t)a->B * a->T && T <= a->T &&
         (int64_t)B * Ts <= (int64_t)a->B * a->Ts && Ts <= a->Ts) return MHE_OK;
     bytes = mhe__acts_layout(m, B, T, Ts, NULL);
-    block = MHE_MALLOC(m->alloc_ctx, bytes + MHE_ARENA_ALIGN);
+    block = mhe__malloc(m->alloc_ctx, m->arena, bytes + MHE_ARENA_ALIGN);
     if (!block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of activations", bytes);
-    if (m->acts_block) MHE_FREE(m->alloc_ctx, m->acts_block);
+    mhe__free(m->alloc_ctx, m->arena, m->acts_block);
     m->acts_block = block;
     mhe__acts_layout(m, B, T, Ts, (unsigned char *)(((uintptr_t)block + MHE_ARENA_ALIGN - 1) & ~(uintptr_t)(MHE_ARENA_ALIGN - 1)));
     a->B = B; a->T = T; a->Ts = Ts; a->bytes = bytes;
@@ -4898,6 +4949,7 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     size_t nC = (size_t)BT * C * sizeof(float);
     const mhe_tensor *head = m->lm_head ? m->lm_head : m->tok_emb;
     float *dfin;
+    if (!m->grad_data) return mhe__fail(m->err, MHE_ERR_ARG, "backward: this model was loaded for inference only (no gradients)");
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     mhe__contexts(m, &enc, &dec);
     /* gradient of the head input: into d_u before the final norm (pre-norm), straight into d_h (post-norm) */
@@ -5170,6 +5222,7 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
     if (!t) return MHE_ERR_ARG;
     memset(t, 0, sizeof *t);
     if (!m || !tc) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: model or config is NULL");
+    if (!m->grad_data) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: the model was loaded for inference only (no gradients)");
     if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
     if (tc->seq_len > m->cfg.max_seq_len)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
@@ -6033,7 +6086,13 @@ static mhe_status mhe__st_check_tables(mhe_safetensors *st) {
     return MHE_OK;
 }
 
+static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena);
+
 MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx) {
+    return mhe__st_parse(st, buf, size, alloc_ctx, NULL);
+}
+
+static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena) {
     const unsigned char *b = (const unsigned char *)buf;
     uint64_t hl = 0;
     size_t total, t_bytes;
@@ -6043,6 +6102,7 @@ MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size
     if (!st) return MHE_ERR_ARG;
     memset(st, 0, sizeof *st);
     st->alloc_ctx = alloc_ctx;
+    st->arena = arena;
     if (!b && size) return mhe__fail(st->err, MHE_ERR_ARG, "safetensors buffer is NULL");
     if (size < 8)
         return mhe__fail(st->err, MHE_ERR_TRUNCATED, "file of %llu bytes is too short for the 8-byte header length",
@@ -6078,7 +6138,8 @@ MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size
     total = mhe__add_size(t_bytes, mhe__mul_size((size_t)p.nm, 2 * sizeof(const char *) + sizeof(const char **), &ok), &ok);
     total = mhe__add_size(total, p.nstr + 1, &ok);
     if (!ok) { st->data = NULL; st->data_size = 0; return mhe__fail(st->err, MHE_ERR_OVERFLOW, "header tables too large"); }
-    st->storage_ = MHE_MALLOC(alloc_ctx, total);
+    st->storage_ = mhe__malloc(alloc_ctx, arena, total);
+    st->storage_bytes = total;
     if (!st->storage_) {
         st->data = NULL; st->data_size = 0;
         return mhe__fail(st->err, MHE_ERR_NOMEM, "cannot allocate %llu bytes for the safetensors tables", (unsigned long long)total);
@@ -6103,6 +6164,7 @@ MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size
         mhe_st_free(st);
         memcpy(st->err, keep, MHE_ERR_LEN);
         st->alloc_ctx = alloc_ctx;
+        st->arena = arena;
         return s;
     }
     if (p.nm == 0) st->meta_keys = st->meta_values = NULL;
@@ -6112,7 +6174,7 @@ MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size
 
 MHEDEF void mhe_st_free(mhe_safetensors *st) {
     if (!st) return;
-    if (st->storage_) MHE_FREE(st->alloc_ctx, st->storage_);
+    if (st->storage_) mhe__free(st->alloc_ctx, st->arena, st->storage_);
     memset(st, 0, sizeof *st);
 }
 
@@ -6665,35 +6727,36 @@ static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, 
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx) {
-    mhe_safetensors st;
-    mhe_config cfg = mhe_config_default();
+/* the model config a parsed checkpoint's metadata holds */
+static mhe_status mhe__ckpt_config(const mhe_safetensors *st, mhe_config *cfg, char *err) {
+    const char *fmt = mhe_st_meta(st, "format");
+    char e2[MHE_ERR_LEN];
     mhe_status s;
-    const char *fmt;
+    int f;
+    *cfg = mhe_config_default();
+    if (!fmt) return mhe__fail(err, MHE_ERR_FORMAT, "not an mhe checkpoint: no __metadata__ 'format'");
+    if (strcmp(fmt, MHE_FORMAT) != 0) return mhe__fail(err, MHE_ERR_FORMAT, "checkpoint format '%.64s', this build reads '%s'", fmt, MHE_FORMAT);
+    for (f = 0; f < MHE__N_CONFIG_FIELDS; f++) {
+        const char *v = mhe_st_meta(st, mhe__config_fields[f].key);
+        if (!v && mhe__config_fields[f].since) continue;   /* older checkpoint: the default holds */
+        if (!v) return mhe__fail(err, MHE_ERR_MISSING, "checkpoint metadata lacks config field '%s'", mhe__config_fields[f].key);
+        if ((s = mhe_config_set(cfg, mhe__config_fields[f].key, v, e2)) != MHE_OK) return mhe__fail(err, s, "checkpoint metadata: %s", e2);
+    }
+    return MHE_OK;
+}
+
+static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena) {
+    mhe_safetensors st;
+    mhe_config cfg;
+    mhe_status s;
     char err[MHE_ERR_LEN];
-    int i, f;
+    int i;
     if (!m) return MHE_ERR_ARG;
     memset(m, 0, sizeof *m);
-    s = mhe_st_parse(&st, buf, size, alloc_ctx);
+    s = mhe__st_parse(&st, buf, size, alloc_ctx, arena);
     if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
-    fmt = mhe_st_meta(&st, "format");
-    if (!fmt) { mhe_st_free(&st); return mhe__fail(m->err, MHE_ERR_FORMAT, "not an mhe checkpoint: no __metadata__ 'format'"); }
-    if (strcmp(fmt, MHE_FORMAT) != 0) {
-        mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint format '%.64s', this build reads '%s'", fmt, MHE_FORMAT);
-        mhe_st_free(&st);
-        return MHE_ERR_FORMAT;
-    }
-    for (f = 0; f < MHE__N_CONFIG_FIELDS; f++) {
-        const char *v = mhe_st_meta(&st, mhe__config_fields[f].key);
-        if (!v && mhe__config_fields[f].since) continue;   /* older checkpoint: the default holds */
-        if (!v) { mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata lacks config field '%s'", mhe__config_fields[f].key); mhe_st_free(&st); return MHE_ERR_MISSING; }
-        if ((s = mhe_config_set(&cfg, mhe__config_fields[f].key, v, err)) != MHE_OK) {
-            mhe__fail(m->err, s, "checkpoint metadata: %s", err);
-            mhe_st_free(&st);
-            return s;
-        }
-    }
-    if ((s = mhe_model_init(m, &cfg, 0, alloc_ctx)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if ((s = mhe__ckpt_config(&st, &cfg, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL)) != MHE_OK) { mhe_st_free(&st); return s; }
     for (i = 0; i < m->n_tensors && s == MHE_OK; i++)
         s = mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
@@ -6708,6 +6771,15 @@ MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size,
         memcpy(m->err, err, MHE_ERR_LEN);
     }
     return s;
+}
+
+MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx) {
+    return mhe__model_load(m, buf, size, alloc_ctx, NULL);
+}
+
+MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena) {
+    if (!arena) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_load_arena: arena is NULL") : MHE_ERR_ARG;
+    return mhe__model_load(m, ckpt, size, NULL, arena);
 }
 
 static int mhe__hex_u64(const char *s, uint64_t *out) {
@@ -6887,14 +6959,14 @@ static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj) {
     return (size_t)4 * cfg->d_model + *max_proj + HD + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD;
 }
 
-MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
+/* with c->block NULL only sizes the cache (*bytes); else lays it out in c->block */
+static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int max_len, size_t *bytes) {
     const mhe_config *cfg;
     size_t per_tok = 0, per_src = 0, total, scratch, max_proj;
     float *p;
     int ok = 1, l, E;
-    if (!c) return MHE_ERR_ARG;
+    void *block = c->block;
     memset(c, 0, sizeof *c);
-    if (!m) return MHE_ERR_ARG;
     cfg = &m->cfg;
     E = mhe__n_enc(cfg);
     if (max_len < 1 || max_len > cfg->max_seq_len) return MHE_ERR_ARG;
@@ -6915,8 +6987,9 @@ MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max
     total = mhe__add_size(total, mhe__mul_size(per_src, (size_t)cfg->max_seq_len, &ok), &ok);
     total = mhe__mul_size(total, sizeof(float), &ok);
     if (!ok) return MHE_ERR_OVERFLOW;
-    c->block = MHE_MALLOC(alloc_ctx, total);
-    if (!c->block) return MHE_ERR_NOMEM;
+    *bytes = total;
+    if (!block) return MHE_OK;
+    c->block = block;
     p = (float *)c->block;
     for (l = E; l < m->n_total_layers; l++) {
         c->k[l] = p; p += (size_t)c->k_width[l] * max_len;
@@ -6928,12 +7001,75 @@ MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max
     c->bytes_per_token = per_tok * sizeof(float);
     c->bytes = per_tok * (size_t)max_len * sizeof(float);
     c->cross_bytes = per_src * (size_t)cfg->max_seq_len * sizeof(float);
-    c->alloc_ctx = alloc_ctx;
     return MHE_OK;
 }
 
+static mhe_status mhe__kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx, mhe_arena *arena) {
+    size_t bytes;
+    mhe_status s;
+    void *block;
+    if (!c) return MHE_ERR_ARG;
+    memset(c, 0, sizeof *c);
+    if (!m) return MHE_ERR_ARG;
+    if ((s = mhe__kv_cache_layout(c, m, max_len, &bytes)) != MHE_OK) return s;
+    block = mhe__malloc(alloc_ctx, arena, bytes);
+    if (!block) return MHE_ERR_NOMEM;
+    c->block = block;
+    mhe__kv_cache_layout(c, m, max_len, &bytes);
+    c->alloc_ctx = alloc_ctx;
+    c->arena = arena;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
+    return mhe__kv_cache_init(c, m, max_len, alloc_ctx, NULL);
+}
+
+MHEDEF mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, int max_len, mhe_arena *arena) {
+    if (!arena) return MHE_ERR_ARG;
+    return mhe__kv_cache_init(c, m, max_len, NULL, arena);
+}
+
+MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, size_t *bytes) {
+    mhe_safetensors st;
+    mhe_config cfg;
+    mhe_kv_cache kv;
+    mhe_status s;
+    size_t tbytes, fbytes, kvb, total;
+    int count, ok = 1;
+    int64_t floats;
+    char err[MHE_ERR_LEN];
+    mhe_model *m;
+    if (!bytes) return MHE_ERR_ARG;
+    *bytes = 0;
+    if ((s = mhe_st_parse(&st, ckpt, size, NULL)) != MHE_OK) return s;
+    s = mhe__ckpt_config(&st, &cfg, err);
+    if (s == MHE_OK) s = mhe_config_validate(&cfg, err);
+    m = s == MHE_OK ? (mhe_model *)MHE_MALLOC(NULL, sizeof *m) : NULL;   /* a layout to measure, too big for small stacks */
+    if (s == MHE_OK && !m) s = MHE_ERR_NOMEM;
+    if (s == MHE_OK) s = mhe__param_bytes(m, &cfg, &tbytes, &fbytes, &count, &floats);
+    if (s == MHE_OK && (max_len < 1 || max_len > cfg.max_seq_len)) s = MHE_ERR_ARG;
+    if (s == MHE_OK) {
+        kv.block = NULL;
+        s = mhe__kv_cache_layout(&kv, m, max_len, &kvb);
+    }
+    if (s == MHE_OK) {
+        /* what mhe_model_load_arena and mhe_kv_cache_init_arena take, each
+           block rounded up as the arena rounds it, plus the start's alignment */
+        total = MHE_ARENA_ALIGN + MHE_ARENA_ROUND(st.storage_bytes) + MHE_ARENA_ROUND(tbytes) + MHE_ARENA_ROUND(fbytes) +
+                MHE_ARENA_ROUND(kvb);
+        if (cfg.arch == MHE_ARCH_ENCDEC)   /* encoding a source runs the encoder on the model's activations */
+            total = mhe__add_size(total, MHE_ARENA_ROUND(mhe__acts_layout(m, 1, 1, cfg.max_seq_len, NULL) + MHE_ARENA_ALIGN), &ok);
+        if (!ok) s = MHE_ERR_OVERFLOW;
+        else *bytes = total;
+    }
+    if (m) MHE_FREE(NULL, m);
+    mhe_st_free(&st);
+    return s;
+}
+
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c) {
-    if (c && c->block) MHE_FREE(c->alloc_ctx, c->block);
+    if (c && c->block) mhe__free(c->alloc_ctx, c->arena, c->block);
     if (c) memset(c, 0, sizeof *c);
 }
 
@@ -6948,7 +7084,8 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     if (!c->block || c->n_layers != m->n_total_layers) return mhe__fail(m->err, MHE_ERR_ARG, "the KV cache was not made for this model");
     if (Ts < 1 || Ts > cfg->max_seq_len) return mhe__fail(m->err, MHE_ERR_ARG, "source length %d is outside [1, %d]", Ts, cfg->max_seq_len);
     if ((st = mhe__check_tokens(m, src, Ts, "source")) != MHE_OK) return st;
-    if ((st = mhe_model_reserve(m, 1, 1, Ts)) != MHE_OK) return st;
+    /* an arena model takes its activations once, for the longest source (as mhe_inference_memory_needed counts) */
+    if ((st = mhe_model_reserve(m, 1, 1, m->arena ? cfg->max_seq_len : Ts)) != MHE_OK) return st;
     m->training = 0;
     memcpy(m->acts.src, src, (size_t)Ts * sizeof(int));
     m->acts.src_lengths[0] = Ts;
