@@ -32,6 +32,14 @@ $(B)/examples/%: examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
+# the embedded example compiles its model in, as a C array `mhe export` writes
+$(B)/examples/embedded: examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -I$(B) -o $@ $< $(LDLIBS)
+
+$(B)/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe
+	$(B)/mhe export --model $< --out $@ --name tiny_lm --n 64
+
 $(B)/tests/%: tests/%.c tests/test.h $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)

@@ -936,12 +936,16 @@ MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
    with the parsed header, the parameters and, for an encoder-decoder, the
    activations of encoding a source all taken from the arena; with
    mhe_kv_cache_init_arena the cache comes from it too, and decoding then
-   allocates nothing. mhe_inference_memory_needed says how many bytes an
-   arena (mhe_arena_init over your buffer) must hold for a checkpoint and a
-   cache of max_len tokens; it parses the header with MHE_MALLOC, so run it on
-   the host (`mhe export-c` prints it) or before the allocation-free phase. */
-MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, size_t *bytes);
-MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena);
+   allocates nothing. With MHE_LOAD_IN_PLACE the weights are not copied: the
+   tensors point into the checkpoint image, which must outlive the model, be
+   4-byte aligned and run on a little-endian CPU (weights can stay in flash).
+   mhe_inference_memory_needed says how many bytes an arena (mhe_arena_init
+   over your buffer) must hold for a checkpoint, a cache of max_len tokens
+   and those flags; it parses the header with MHE_MALLOC, so run it on the
+   host (`mhe export` prints it) or before the allocation-free phase. */
+#define MHE_LOAD_IN_PLACE 1
+MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, int flags, size_t *bytes);
+MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena, int flags);
 MHEDEF mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, int max_len, mhe_arena *arena);
 /* encdec: run the encoder over src[Ts] and cache every decoder layer's
    cross-attention K and V; empties the self-attention cache */
@@ -4092,7 +4096,7 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
     t->ndim = ndim;
     t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
     t->size = size;
-    t->data = L->m->param_data + L->floats;
+    t->data = L->m->param_data ? L->m->param_data + L->floats : NULL;
     t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL;   /* none for an inference-only model */
     t->decay = decay;
     t->init = init;
@@ -4241,7 +4245,8 @@ static mhe_status mhe__param_bytes(mhe_model *m, const mhe_config *cfg, size_t *
 
 /* a model laid out for cfg with memory from the hooks or an arena; without
    gradients (grads = 0) it can only run forward passes */
-static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx, mhe_arena *arena, int grads) {
+static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx, mhe_arena *arena, int grads,
+                                  int in_place) {
     mhe__layout L;
     mhe_status st;
     size_t tbytes, fbytes;
@@ -4259,9 +4264,9 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
     m->alloc_ctx = alloc_ctx;
     m->arena = arena;
     m->params = (mhe_tensor *)mhe__malloc(alloc_ctx, arena, tbytes);
-    m->param_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
+    if (!in_place) m->param_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
     if (grads) m->grad_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
-    if (!m->params || !m->param_data || (grads && !m->grad_data)) {
+    if (!m->params || (!in_place && !m->param_data) || (grads && !m->grad_data)) {
         mhe_model_free(m);
         m->alloc_ctx = alloc_ctx;
         return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of parameters", (grads ? 2 : 1) * fbytes + tbytes);
@@ -4269,16 +4274,16 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
     if (grads) memset(m->grad_data, 0, fbytes);
     m->n_tensors = count;
     m->n_params = floats;
-    m->bytes_params = (grads ? 2 : 1) * fbytes + tbytes;
+    m->bytes_params = (grads ? 2 : in_place ? 0 : 1) * fbytes + tbytes;
     memset(&L, 0, sizeof L);
     L.m = m;
     mhe__layout_walk(&L);
-    mhe__init_weights(m, seed);
+    if (!in_place) mhe__init_weights(m, seed);   /* in place: the loader points the tensors at the weights */
     return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
-    return mhe__model_init(m, cfg, seed, alloc_ctx, NULL, 1);
+    return mhe__model_init(m, cfg, seed, alloc_ctx, NULL, 1, 0);
 }
 
 MHEDEF void mhe_model_free(mhe_model *m) {
@@ -6745,7 +6750,23 @@ static mhe_status mhe__ckpt_config(const mhe_safetensors *st, mhe_config *cfg, c
     return MHE_OK;
 }
 
-static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena) {
+/* point a tensor at its weights inside the checkpoint image (in-place load) */
+static mhe_status mhe__map_tensor(const mhe_safetensors *st, mhe_tensor *t, char *err) {
+    const mhe_st_tensor *s = mhe_st_find(st, t->name);
+    union { uint32_t u; unsigned char c[4]; } e;
+    int d;
+    e.u = 1;
+    if (!s) return mhe__fail(err, MHE_ERR_MISSING, "checkpoint has no tensor '%s'", t->name);
+    if (s->dtype != MHE_DTYPE_F32 || s->ndim != t->ndim) return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s': dtype or rank differs from the model's", t->name);
+    for (d = 0; d < t->ndim; d++)
+        if (s->shape[d] != t->shape[d]) return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' dimension %d differs from the model's", t->name, d);
+    if (e.c[0] != 1 || ((uintptr_t)s->data & 3u) != 0)
+        return mhe__fail(err, MHE_ERR_ARG, "tensor '%s': in-place weights need a 4-byte aligned image on a little-endian CPU", t->name);
+    t->data = (float *)(uintptr_t)(const void *)s->data;   /* read only: an inference-only model never writes its weights */
+    return MHE_OK;
+}
+
+static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena, int in_place) {
     mhe_safetensors st;
     mhe_config cfg;
     mhe_status s;
@@ -6756,9 +6777,10 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     s = mhe__st_parse(&st, buf, size, alloc_ctx, arena);
     if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
     if ((s = mhe__ckpt_config(&st, &cfg, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
-    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL, in_place)) != MHE_OK) { mhe_st_free(&st); return s; }
     for (i = 0; i < m->n_tensors && s == MHE_OK; i++)
-        s = mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
+        s = in_place ? mhe__map_tensor(&st, &m->params[i], m->err)
+                     : mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
         const char *nm = st.tensors[i].name;
         if (strncmp(nm, "optim.", 6) != 0 && !mhe_model_find(m, nm))
@@ -6774,12 +6796,12 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
 }
 
 MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx) {
-    return mhe__model_load(m, buf, size, alloc_ctx, NULL);
+    return mhe__model_load(m, buf, size, alloc_ctx, NULL, 0);
 }
 
-MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena) {
+MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena, int flags) {
     if (!arena) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_load_arena: arena is NULL") : MHE_ERR_ARG;
-    return mhe__model_load(m, ckpt, size, NULL, arena);
+    return mhe__model_load(m, ckpt, size, NULL, arena, (flags & MHE_LOAD_IN_PLACE) != 0);
 }
 
 static int mhe__hex_u64(const char *s, uint64_t *out) {
@@ -7030,7 +7052,7 @@ MHEDEF mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, i
     return mhe__kv_cache_init(c, m, max_len, NULL, arena);
 }
 
-MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, size_t *bytes) {
+MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, int flags, size_t *bytes) {
     mhe_safetensors st;
     mhe_config cfg;
     mhe_kv_cache kv;
@@ -7056,8 +7078,8 @@ MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int
     if (s == MHE_OK) {
         /* what mhe_model_load_arena and mhe_kv_cache_init_arena take, each
            block rounded up as the arena rounds it, plus the start's alignment */
-        total = MHE_ARENA_ALIGN + MHE_ARENA_ROUND(st.storage_bytes) + MHE_ARENA_ROUND(tbytes) + MHE_ARENA_ROUND(fbytes) +
-                MHE_ARENA_ROUND(kvb);
+        total = MHE_ARENA_ALIGN + MHE_ARENA_ROUND(st.storage_bytes) + MHE_ARENA_ROUND(tbytes) +
+                (flags & MHE_LOAD_IN_PLACE ? 0 : MHE_ARENA_ROUND(fbytes)) + MHE_ARENA_ROUND(kvb);
         if (cfg.arch == MHE_ARCH_ENCDEC)   /* encoding a source runs the encoder on the model's activations */
             total = mhe__add_size(total, MHE_ARENA_ROUND(mhe__acts_layout(m, 1, 1, cfg.max_seq_len, NULL) + MHE_ARENA_ALIGN), &ok);
         if (!ok) s = MHE_ERR_OVERFLOW;

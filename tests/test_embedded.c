@@ -15,7 +15,7 @@ static void *test_realloc(void *p, size_t n) { hook_calls++; return hooks_fail ?
 #include "../mhe.h"
 #include "test.h"
 
-static void embedded(const char *extra, int max_len) {
+static void embedded(const char *extra, int max_len, int flags) {
     mhe_config c = mhe_config_default();
     char err[MHE_ERR_LEN];
     const char *base = "vocab_size=37\nd_model=32\nn_heads=4\nn_layers=2\nmax_seq_len=16\n";
@@ -31,7 +31,7 @@ static void embedded(const char *extra, int max_len) {
     mhe_checkpoint_size(&ref, NULL, &size);
     ckpt = (unsigned char *)malloc(size);
     mhe_checkpoint_write_mem(&ref, NULL, ckpt, size, &w);
-    CHECK(mhe_inference_memory_needed(ckpt, size, max_len, &need) == MHE_OK && need > 0, "memory needed [%s]", extra);
+    CHECK(mhe_inference_memory_needed(ckpt, size, max_len, flags, &need) == MHE_OK && need > 0, "memory needed [%s]", extra);
     buf = (unsigned char *)malloc(need);
     mhe_kv_cache_init(&kv_ref, &ref, max_len, NULL);
     if (c.arch == MHE_ARCH_ENCDEC) mhe_kv_cache_encode(&ref, &kv_ref, src, 6);
@@ -43,7 +43,7 @@ static void embedded(const char *extra, int max_len) {
     hook_calls = 0;
     mhe_arena_init(&arena, buf, need - MHE_ARENA_ALIGN - 1);
     {
-        mhe_status s1 = mhe_model_load_arena(&m, ckpt, size, &arena), s2 = MHE_OK;
+        mhe_status s1 = mhe_model_load_arena(&m, ckpt, size, &arena, flags), s2 = MHE_OK;
         if (s1 == MHE_OK) {
             s2 = mhe_kv_cache_init_arena(&kv, &m, max_len, &arena);
             if (s2 == MHE_OK && c.arch == MHE_ARCH_ENCDEC) s2 = mhe_kv_cache_encode(&m, &kv, src, 6);
@@ -53,7 +53,7 @@ static void embedded(const char *extra, int max_len) {
     }
     /* the computed size: everything fits and no hook is called */
     mhe_arena_init(&arena, buf, need);
-    CHECK(mhe_model_load_arena(&m, ckpt, size, &arena) == MHE_OK, "load into the arena [%s]: %s", extra, m.err);
+    CHECK(mhe_model_load_arena(&m, ckpt, size, &arena, flags) == MHE_OK, "load into the arena [%s]: %s", extra, m.err);
     CHECK(mhe_kv_cache_init_arena(&kv, &m, max_len, &arena) == MHE_OK, "cache in the arena [%s]", extra);
     if (c.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(&m, &kv, src, 6) == MHE_OK, "encode [%s]: %s", extra, m.err);
     for (t = 0; t < max_len; t++) {
@@ -71,6 +71,9 @@ static void embedded(const char *extra, int max_len) {
     (void)calls;
 #endif
     CHECK(m.grad_data == NULL && m.bytes_params < ref.bytes_params, "inference-only: no gradient block (%zu vs %zu bytes)", m.bytes_params, ref.bytes_params);
+    if (flags & MHE_LOAD_IN_PLACE)   /* the weights stay in the checkpoint image */
+        CHECK(m.param_data == NULL && (const unsigned char *)m.tok_emb->data > ckpt && (const unsigned char *)m.tok_emb->data < ckpt + size,
+              "in place: the tensors point into the checkpoint [%s]", extra);
     {
         mhe_trainer tr;
         mhe_train_config tc = mhe_train_config_default();
@@ -92,15 +95,18 @@ static void embedded(const char *extra, int max_len) {
 
 int main(void) {
     (void)test_realloc;   /* only the debug arena reallocates */
-    embedded("attn=mha\n", 16);
-    embedded("attn=mhe-mul\nnorm=rmsnorm\n", 12);
-    embedded("attn=mhe-add,gqa\nkv_groups=2\nnorm_position=post\ntie_embeddings=0\n", 8);
-    embedded("arch=encdec\nenc_layers=1\nenc_attn=mhe-mul\ncross_attn=mhe-add,el-att\nattn=mqa,mhe-mul\n", 10);
+    int flags;
+    for (flags = 0; flags <= MHE_LOAD_IN_PLACE; flags++) {
+        embedded("attn=mha\n", 16, flags);
+        embedded("attn=mhe-mul\nnorm=rmsnorm\n", 12, flags);
+        embedded("attn=mhe-add,gqa\nkv_groups=2\nnorm_position=post\ntie_embeddings=0\n", 8, flags);
+        embedded("arch=encdec\nenc_layers=1\nenc_attn=mhe-mul\ncross_attn=mhe-add,el-att\nattn=mqa,mhe-mul\n", 10, flags);
+    }
     {   /* bad arguments */
         size_t need;
         mhe_model m;
-        CHECK(mhe_inference_memory_needed("junk", 4, 8, &need) != MHE_OK, "memory_needed of junk is an error");
-        CHECK(mhe_model_load_arena(&m, "junk", 4, NULL) == MHE_ERR_ARG, "load_arena without an arena");
+        CHECK(mhe_inference_memory_needed("junk", 4, 8, 0, &need) != MHE_OK, "memory_needed of junk is an error");
+        CHECK(mhe_model_load_arena(&m, "junk", 4, NULL, 0) == MHE_ERR_ARG, "load_arena without an arena");
     }
     return TEST_END();
 }
