@@ -537,6 +537,7 @@ typedef struct mhe_config {
     int enc_layers;         /* encdec: blocks of the encoder */
     int enc_attn[MHE_MAX_LAYERS];   /* encdec: encoder self-attention kind per layer */
     int cross_attn[MHE_MAX_LAYERS]; /* encdec: cross-attention kind per decoder layer */
+    int admin;              /* post-norm: residuals x_{i+1} = LN(omega_i * x_i + f_i(x_i)), omega from a profiling pass */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -573,6 +574,7 @@ typedef struct mhe_layer {
     mhe_tensor *norm1_w, *norm1_b, *norm2_w, *norm2_b, *norm3_w, *norm3_b;
     mhe_attn_weights attn, cross;
     mhe_tensor *fc1_w, *fc1_b, *fc2_w, *fc2_b;
+    mhe_tensor *omega[3];           /* admin=1: residual scales of the sublayers (self, cross, MLP) [C] */
 } mhe_layer;
 
 /* Activations of one residual sublayer: pre-norm h' = h + f(N(h)) keeps
@@ -626,6 +628,8 @@ typedef struct mhe_model {
     mhe_tensor *enc_pos_emb, *enc_lnf_w, *enc_lnf_b;    /* encdec: the encoder's positions and final norm */
     mhe_tensor *cls_w, *cls_b;      /* encoder classification head [n_classes, C], [n_classes] */
     int n_total_layers;             /* encoder layers (encdec) first, then the main stack */
+    int admin_profiling;            /* mhe_model_admin_init is running: each sublayer sets its omega */
+    float admin_ratio[2];           /* its running output scale, per stack (main, encoder) */
     mhe_layer layers[MHE_MAX_LAYERS];
     mhe_acts acts;
     void *acts_block;
@@ -669,6 +673,13 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
 /* shorthand for the encoder classification head: mean-pooled final states
    through cls_head to n_classes logits; labels[B] */
 MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
+/* Admin initialisation (Liu et al. 2020, sec. 4; for deep post-norm
+   stacks): one forward pass over the batch in training mode in which each
+   residual sublayer i, in order, sets omega_i to the running ratio r (1 at
+   the start of each stack) and then r = sqrt(Var[omega_i x_i] + Var[f_i(x_i)])
+   over all the batch's elements. Needs admin=1; the trainer runs it on its
+   first batch of a fresh run. */
+MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
@@ -3718,6 +3729,7 @@ static const mhe__field mhe__config_fields[] = {
     { "enc_layers", MHE__F_INT, MHE__CF(enc_layers), 0, MHE_MAX_LAYERS - 1, 0, "encdec: encoder blocks", 1 },
     { "enc_attn", MHE__F_ATTN, MHE__CF(enc_attn), 0, 0, 0, "encdec: encoder self-attention kind(s)", 1 },
     { "cross_attn", MHE__F_ATTN, MHE__CF(cross_attn), 0, 0, 0, "encdec: decoder cross-attention kind(s)", 1 },
+    { "admin", MHE__F_INT, MHE__CF(admin), 0, 1, 0, "post-norm: Admin residual scales (Liu et al. 2020) (0/1)", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -4020,6 +4032,8 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     }
     if (c->mask_token >= c->vocab_size)
         return mhe__fail(err, MHE_ERR_CONFIG, "mask_token %d is outside the vocabulary [0, %d)", c->mask_token, c->vocab_size);
+    if (c->admin && !c->post_norm)
+        return mhe__fail(err, MHE_ERR_CONFIG, "admin=1 scales the residual of post-norm blocks: it needs norm_position=post");
     if (c->n_classes > 0 && c->arch != MHE_ARCH_ENCODER)
         return mhe__fail(err, MHE_ERR_CONFIG, "n_classes %d: the classification head needs arch=encoder", c->n_classes);
     for (i = 0; i < c->n_layers; i++)
@@ -4173,6 +4187,11 @@ static void mhe__layout_walk(mhe__layout *L) {
         if (c->bias) MHE__LP(fc1_b, "mlp.fc1.bias", 1, F, 0, 0, MHE_INIT_ZERO, 0);
         MHE__LP(fc2_w, "mlp.fc2.weight", 2, C, F, 1, MHE_INIT_NORMAL, res_std);
         if (c->bias) MHE__LP(fc2_b, "mlp.fc2.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        if (c->admin) {   /* trainable per-dimension residual scales, no weight decay */
+            MHE__LP(omega[0], "omega1", 1, C, 0, 0, MHE_INIT_ONE, 0);
+            if (cross) MHE__LP(omega[1], "omega3", 1, C, 0, 0, MHE_INIT_ONE, 0);
+            MHE__LP(omega[2], "omega2", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        }
 #undef MHE__LP
         if (enc && l == E - 1 && !c->post_norm) {   /* the encoder's final norm */
             m->enc_lnf_w = mhe__param(L, "enc.ln_f.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
@@ -4689,12 +4708,26 @@ static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const fl
     mhe_linear_bwd(du, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, u, y->fc1_w->data, rows, C, F);
 }
 
-/* y = x + dropout(branch) for the residual sums */
-static MHE__VECTORISE void mhe__residual(const mhe_model *m, float *y, const float *x, float *branch, int64_t n, int site) {
-    int64_t i;
+/* y = x + dropout(branch) for the residual sums; y = omega * x + dropout(branch)
+   with Admin's scales omega [C] */
+static MHE__VECTORISE void mhe__residual(const mhe_model *m, float *y, const float *x, float *branch, int64_t n, int site,
+                                         const float *omega) {
+    int64_t i, r, C = m->cfg.d_model;
     float p = m->training ? m->cfg.dropout : 0.0f;
+    int c;
     if (p > 0) mhe_dropout_fwd(branch, branch, n, p, mhe__site_seed(m, site), 0);
-    for (i = 0; i < n; i++) y[i] = x[i] + branch[i];
+    if (!omega) { for (i = 0; i < n; i++) y[i] = x[i] + branch[i]; return; }
+    for (r = 0; r < n / C; r++)
+        for (c = 0; c < C; c++) y[r * C + c] = omega[c] * x[r * C + c] + branch[r * C + c];
+}
+
+/* population variance over n values, in double (the profiling pass only) */
+static double mhe__variance(const float *x, int64_t n) {
+    double s = 0, q = 0;
+    int64_t i;
+    for (i = 0; i < n; i++) { s += x[i]; q += (double)x[i] * x[i]; }
+    s /= (double)(n > 0 ? n : 1);
+    return q / (double)(n > 0 ? n : 1) - s * s;
 }
 
 /* dbranch: where the branch gradient is; d itself when no dropout */
@@ -4738,7 +4771,17 @@ static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     if (!m->cfg.post_norm) { mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, h, nw, nb, rows); u = s->nrm; }
     if (k == 2) mhe__mlp_fwd(m, l, rows, u, branch);
     else mhe__attn_branch_fwd(m, l, k, x, u, branch);
-    mhe__residual(m, s->sum, h, branch, (int64_t)rows * m->cfg.d_model, MHE__SITE_RES(l, k));
+    if (y->omega[k] && m->admin_profiling) {
+        /* Admin profiling: omega_i = r, then r = sqrt(Var[omega_i x_i] + Var[f_i(x_i)]) (Liu et al. 2020) */
+        float *r = &m->admin_ratio[y->encoder], *scaled = m->acts.d_tmp;
+        int64_t n = (int64_t)rows * m->cfg.d_model, i;
+        for (i = 0; i < m->cfg.d_model; i++) y->omega[k]->data[i] = *r;
+        mhe__residual(m, s->sum, h, branch, n, MHE__SITE_RES(l, k), y->omega[k]->data);
+        for (i = 0; i < n; i++) scaled[i] = *r * h[i];
+        *r = (float)sqrt(mhe__variance(scaled, n) + mhe__variance(branch, n));
+    } else {
+        mhe__residual(m, s->sum, h, branch, (int64_t)rows * m->cfg.d_model, MHE__SITE_RES(l, k), y->omega[k] ? y->omega[k]->data : NULL);
+    }
     if (m->cfg.post_norm) mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, s->sum, nw, nb, rows);
 }
 
@@ -4761,10 +4804,22 @@ static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
         else mhe__attn_branch_bwd(m, l, k, x, s->nrm, dbr, a->d_u);
         mhe__norm_bwd(m, a->d_h, a->d_u, h, nw, nb, s->mean, s->rstd, rows);
     } else {
-        /* d sum = N'(d h'); d h = d sum + f'(d sum) */
+        /* d sum = N'(d h'); d h = d sum + f'(d sum) (omega * d sum with Admin, and d omega += sum_rows d sum * h) */
         memset(a->d_u, 0, n * sizeof(float));
         mhe__norm_bwd(m, a->d_u, a->d_h, s->sum, nw, nb, s->mean, s->rstd, rows);
-        memcpy(a->d_h, a->d_u, n * sizeof(float));
+        if (y->omega[k]) {
+            const float *om = y->omega[k]->data;
+            float *dom = y->omega[k]->grad;
+            int C = m->cfg.d_model, r, c;
+            for (r = 0; r < rows; r++)
+                for (c = 0; c < C; c++) {
+                    size_t i = (size_t)r * C + c;
+                    dom[c] += a->d_u[i] * h[i];
+                    a->d_h[i] = om[c] * a->d_u[i];
+                }
+        } else {
+            memcpy(a->d_h, a->d_u, n * sizeof(float));
+        }
         dbr = mhe__residual_bwd(m, a->d_tmp, a->d_u, (int64_t)n, MHE__SITE_RES(l, k));
         if (k == 2) mhe__mlp_bwd(m, l, rows, h, dbr, a->d_h);
         else mhe__attn_branch_bwd(m, l, k, x, h, dbr, a->d_h);
@@ -4944,6 +4999,20 @@ MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const i
     memset(&b, 0, sizeof b);
     b.B = B; b.T = T; b.tokens = tokens; b.labels = labels;
     return mhe_model_forward_batch(m, &b, loss);
+}
+
+MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b) {
+    mhe_status st;
+    int keep = m ? m->training : 0;
+    if (!m) return MHE_ERR_ARG;
+    if (!m->cfg.admin) return mhe__fail(m->err, MHE_ERR_CONFIG, "Admin initialisation needs a model with admin=1");
+    m->admin_profiling = 1;
+    m->admin_ratio[0] = m->admin_ratio[1] = 1.0f;
+    m->training = 1;   /* as the authors profile: dropout on */
+    st = mhe_model_forward_batch(m, b, NULL);
+    m->training = keep;
+    m->admin_profiling = 0;
+    return st;
 }
 
 MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
@@ -5282,6 +5351,10 @@ static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b) {
     int i;
     m->training = 1;
     m->dropout_seed = mhe_rng_u64(&t->rng);
+    if (m->cfg.admin && t->step == 0 && (st = mhe_model_admin_init(m, b)) != MHE_OK) {   /* a fresh run: profile first */
+        memcpy(t->err, m->err, MHE_ERR_LEN);
+        return st;
+    }
     mhe_model_zero_grad(m);
     st = mhe_model_forward_batch(m, b, &loss);
     if (st == MHE_OK) st = mhe_model_backward(m);

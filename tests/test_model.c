@@ -293,6 +293,46 @@ static void checkpoint_every_kind(void) {
     }
 }
 
+/* Admin profiling: omega_1 = 1, then each omega_i is the output scale of the
+   sublayers before it, recomputed here by hand from the stored activations
+   (without dropout, so the branch output is sum - omega * input) */
+static void admin_profile(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    mhe_rng r;
+    test_batch tb;
+    int l, k, bad = 0, checked = 0;
+    float ratio[2] = { 1.0f, 1.0f };
+    char err[MHE_ERR_LEN];
+    mhe_rng_seed(&r, 12);
+    CHECK(mhe_model_init(&m, &c, 9, NULL) == MHE_OK, "admin init [%s]: %s", extra, m.err);
+    make_batch(&tb, &c, 2, 7, 6, 0, &r);
+    CHECK(mhe_model_admin_init(&m, &tb.b) == MHE_OK, "admin profiling: %s", m.err);
+    for (l = 0; l < m.n_total_layers; l++)
+        for (k = 0; k < 3; k++) {
+            const mhe_layer *y = &m.layers[l];
+            const float *h, *sum;
+            int64_t n, i;
+            double s1 = 0, q1 = 0, s2 = 0, q2 = 0, w;
+            float *rr = &ratio[y->encoder];
+            if (!y->omega[k]) continue;
+            w = y->omega[k]->data[0];
+            if (fabs(w - *rr) > 1e-5 * fabs(*rr) || y->omega[k]->data[c.d_model - 1] != y->omega[k]->data[0]) bad++;
+            checked++;
+            h = mhe__sub_in(&m, l, k); sum = m.acts.layer[l].sub[k].sum;
+            n = (int64_t)2 * (y->encoder ? 6 : 7) * c.d_model;
+            for (i = 0; i < n; i++) {
+                double a = w * h[i], f = sum[i] - a;
+                s1 += a; q1 += a * a; s2 += f; q2 += f * f;
+            }
+            *rr = (float)sqrt(q1 / n - (s1 / n) * (s1 / n) + q2 / n - (s2 / n) * (s2 / n));
+        }
+    CHECK(bad == 0 && checked >= 4, "admin omegas follow the running output scale [%s]: %d of %d off", extra, bad, checked);
+    mhe_model_free(&m);
+    c = tiny("admin=1\n");
+    CHECK(mhe_config_validate(&c, err) == MHE_ERR_CONFIG && strstr(err, "post"), "admin on pre-norm refused: %s", err);
+}
+
 /* classification metrics against hand-computed values */
 static void cls_metrics(void) {
     /* binary: TN 50, FP 10, FN 5, TP 35 -> accuracy 0.85; F1(1) = 70/85, F1(0) = 100/115;
@@ -452,6 +492,9 @@ int main(void) {
         "arch=encdec\nenc_layers=1\nenc_attn=gqa\ncross_attn=gqa,mhe-mul\nattn=mhe-add,mha\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
         "arch=encdec\nenc_layers=1\nenc_attn=sha\ncross_attn=sha,mqa\nattn=skv,gqa\nkv_groups=3\nbias=0\nfused_attention=0\n",
         "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\n",
+        /* Admin residual scales (post-norm) */
+        "norm_position=post\nadmin=1\n",
+        "arch=encdec\nenc_layers=2\nnorm_position=post\nadmin=1\nnorm=rmsnorm\ncross_attn=mhe-mul\ndropout=0.1\n",
     };
     const char *padded[] = {
         "",
@@ -482,6 +525,8 @@ int main(void) {
     checkpoint_every_kind();
     encdec_config_errors();
     cls_metrics();
+    admin_profile("norm_position=post\nadmin=1\nn_layers=4\n");
+    admin_profile("arch=encdec\nenc_layers=2\nnorm_position=post\nadmin=1\n");
     cls_gradcheck("arch=encoder\nn_classes=3\n");
     cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
     return TEST_END();

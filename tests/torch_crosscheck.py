@@ -90,7 +90,7 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
             "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes",
-            "enc_layers"}
+            "enc_layers", "admin"}
 # Optional config keys: sent only when a config names them (the tool's default otherwise).
 OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1", "mask_token": "-1", "n_classes": "0"}
 # Keys the metadata of an encoder must hold (a tool that knows encoders knows them).
@@ -282,6 +282,14 @@ CONFIGS = [
          max_seq_len=9,
          arch="encdec", attn="skv,mqa,sha,mha", norm="layernorm", norm_position="pre",
          activation="relu", bias=1, tie_embeddings=0, init_std="0.05"),
+    # Admin residual scales omega (perturbed away from 1 in the second variant)
+    _cfg("admin-post-ln-gelu-bias-tied", 2, 9, vocab_size=29, d_model=24, n_heads=4, n_layers=3,
+         max_seq_len=10, norm="layernorm", norm_position="post", activation="gelu", bias=1,
+         tie_embeddings=1, admin=1),
+    _cfg("admin-s2s-post-rms-silu-mhemul", 2, 7, enc_layers=2, cross_attn="mhe-mul", Ts=6, pad=True,
+         vocab_size=23, d_model=24, n_heads=3, n_layers=2, max_seq_len=9, arch="encdec",
+         norm="rmsnorm", norm_position="post", activation="silu", bias=0, tie_embeddings=0,
+         admin=1),
     _cfg("s2s-post-ln-gelu-bias-tied-sha-mqa-refcore", 3, 5,
          {"fused_attention": "0"}, enc_layers="1", enc_attn="mqa", cross_attn="sha", Ts=6,
          vocab_size=19, d_model=16, n_heads=2, n_layers=1, max_seq_len=8, arch="encdec",
@@ -446,6 +454,7 @@ def resolved(cfg):
     for k, v in OPT_DEFAULTS.items():
         r.setdefault(k, int(v))
     r["enc_layers"] = int(r.get("enc_layers", 0))
+    r["admin"] = int(r.get("admin", 0))
     for key, count in (("enc_attn", r["enc_layers"]), ("cross_attn", r["n_layers"])):
         kinds = [a.strip() for a in r.get(key, "mha").split(",")]
         r[key] = kinds * count if len(kinds) == 1 else kinds
@@ -510,6 +519,11 @@ def expected_params(cfg):
         norm(p + "norm2")
         lin(p + "mlp.fc1", F, C)
         lin(p + "mlp.fc2", C, F)
+        if r["admin"]:
+            out.append((p + "omega1", (C,)))
+            if cross_kind:
+                out.append((p + "omega3", (C,)))
+            out.append((p + "omega2", (C,)))
 
     encdec = r["arch"] == "encdec"
     if encdec:
@@ -636,10 +650,13 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
             if cross:
                 x = x + attn(norm(x, p + "norm3"), cross[0], p + "cross", cross[1], cross[2])
             return x + mlp(norm(x, p + "norm2"), p + "mlp")
-        x = norm(x + attn(x, x, p + "attn", kind, mask), p + "norm1")
+        # post-norm; with admin=1 the residual input is scaled: LN(omega * x + f(x))
+        def om(name):
+            return P[p + name] if r["admin"] else 1.0
+        x = norm(om("omega1") * x + attn(x, x, p + "attn", kind, mask), p + "norm1")
         if cross:
-            x = norm(x + attn(x, cross[0], p + "cross", cross[1], cross[2]), p + "norm3")
-        return norm(x + mlp(x, p + "mlp"), p + "norm2")
+            x = norm(om("omega3") * x + attn(x, cross[0], p + "cross", cross[1], cross[2]), p + "norm3")
+        return norm(om("omega2") * x + mlp(x, p + "mlp"), p + "norm2")
 
     mem = None
     if r["arch"] == "encdec":
