@@ -103,6 +103,7 @@ typedef enum mhe_status {
     MHE_ERR_NONFINITE,    /* a loss or gradient became NaN or infinite */
     MHE_ERR_DATA,         /* a corpus or token file is empty, too short or has bad tokens */
     MHE_ERR_FORMAT,       /* a checkpoint of another format or version */
+    MHE_ERR_CONVERGE,     /* an iterative method stopped at its limit before converging */
     MHE_STATUS_COUNT
 } mhe_status;
 
@@ -232,6 +233,22 @@ MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, 
 MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
 MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int N, int IC, int OC);
+/* CP (PARAFAC) decomposition of a 3-way tensor by alternating least squares
+   (Carroll and Chang 1970; Kolda and Bader 2009, sec. 3.4):
+   T[i][j][k] ~ sum_r A[i][r] B[j][r] C[k][r], T of I x J x K row-major, the
+   factors row-major [I, R], [J, R], [K, R]. Each sweep solves every factor
+   in turn from its normal equations (the Hadamard product of the other two
+   Gram matrices, by Cholesky) against the matricised tensor times the
+   Khatri-Rao product of the others (MTTKRP, as GEMMs). Starts from uniform
+   [0, 1) factors drawn with `seed`; stops when the relative error
+   ||T - [[A, B, C]]|| / ||T|| (computed from the reconstruction: the
+   usual norm identity cancels badly in float) changes by less than `tol` between sweeps
+   (MHE_OK), or after max_iter sweeps (MHE_ERR_CONVERGE, the factors of the
+   last sweep kept). Work memory comes from alloc_ctx. */
+typedef struct mhe_cp_result { double rel_error; int iterations; } mhe_cp_result;
+MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
+                             int max_iter, double tol, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
+
 
 /* ======================================================================== */
 /* 4. attention cores                                                       */
@@ -1051,6 +1068,7 @@ MHEDEF const char *mhe_status_str(mhe_status s) {
     case MHE_ERR_NONFINITE: return "non-finite value";
     case MHE_ERR_DATA: return "bad data";
     case MHE_ERR_FORMAT: return "unknown format or version";
+    case MHE_ERR_CONVERGE: return "did not converge";
     default: return "unknown status";
     }
 }
@@ -2181,6 +2199,129 @@ MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, con
     if (db)
         for (i = 0; i < N; i++)
             for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * OC + j];
+}
+
+/* ---- 3. kernels: CP decomposition ------------------------------------------ */
+
+/* Cholesky solve of G X = Y in place (G [R, R] symmetric positive definite,
+   Y [n, R] holds the right-hand sides as rows); a tiny ridge keeps a
+   rank-deficient G solvable. Returns 0 when G is not positive definite. */
+static int mhe__chol_solve_rows(double *G, int R, double *Y, int n) {
+    int i, j, k, r;
+    double ridge = 0;
+    for (i = 0; i < R; i++) ridge += G[(size_t)i * R + i];
+    ridge = ridge / (R > 0 ? R : 1) * 1e-12;
+    for (i = 0; i < R; i++) G[(size_t)i * R + i] += ridge;
+    for (j = 0; j < R; j++) {   /* G = L L^T, L in the lower triangle */
+        double d = G[(size_t)j * R + j];
+        for (k = 0; k < j; k++) d -= G[(size_t)j * R + k] * G[(size_t)j * R + k];
+        if (!(d > 0)) return 0;
+        d = sqrt(d);
+        G[(size_t)j * R + j] = d;
+        for (i = j + 1; i < R; i++) {
+            double s = G[(size_t)i * R + j];
+            for (k = 0; k < j; k++) s -= G[(size_t)i * R + k] * G[(size_t)j * R + k];
+            G[(size_t)i * R + j] = s / d;
+        }
+    }
+    for (r = 0; r < n; r++) {   /* rows: x G = y, i.e. G x^T = y^T */
+        double *y = Y + (size_t)r * R;
+        for (i = 0; i < R; i++) {
+            double s = y[i];
+            for (k = 0; k < i; k++) s -= G[(size_t)i * R + k] * y[k];
+            y[i] = s / G[(size_t)i * R + i];
+        }
+        for (i = R - 1; i >= 0; i--) {
+            double s = y[i];
+            for (k = i + 1; k < R; k++) s -= G[(size_t)k * R + i] * y[k];
+            y[i] = s / G[(size_t)i * R + i];
+        }
+    }
+    return 1;
+}
+
+/* Gram matrix F^T F [R, R] in double */
+static void mhe__gram(const float *F, int n, int R, double *G) {
+    int a, b, i;
+    for (a = 0; a < R; a++)
+        for (b = a; b < R; b++) {
+            double s = 0;
+            for (i = 0; i < n; i++) s += (double)F[(size_t)i * R + a] * F[(size_t)i * R + b];
+            G[(size_t)a * R + b] = G[(size_t)b * R + a] = s;
+        }
+}
+
+MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
+                             int max_iter, double tol, uint64_t seed, void *alloc_ctx, mhe_cp_result *res) {
+    size_t IJK, n_max, bytes, i;
+    float *W, *M;
+    double *G, *G2, *Y, norm_t = 0, err = 0, prev = -1;
+    float *F[3];
+    int dims[3], mode, it, r, a, ok = 1, converged = 0;
+    mhe_rng rng;
+    if (res) { res->rel_error = 0; res->iterations = 0; }
+    if (!T || !A || !B || !C || I < 1 || J < 1 || K < 1 || R < 1 || max_iter < 1 || !(tol >= 0)) return MHE_ERR_ARG;
+    IJK = mhe__mul_size(mhe__mul_size((size_t)I, (size_t)J, &ok), (size_t)K, &ok);
+    n_max = (size_t)(I > J ? (I > K ? I : K) : (J > K ? J : K));
+    /* W: T times one factor ([I*J or J*K, R]), then the reconstruction [I*J, K]; M: MTTKRP [n, R] */
+    bytes = mhe__mul_size(mhe__mul_size((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K, (size_t)R, &ok), sizeof(float), &ok);
+    bytes = mhe__add_size(bytes, mhe__mul_size(IJK, sizeof(float), &ok), &ok);
+    bytes = mhe__add_size(bytes, mhe__mul_size(n_max * (size_t)R, sizeof(float), &ok), &ok);
+    bytes = mhe__add_size(bytes, mhe__mul_size((size_t)(2 * R + (int)n_max) * R, sizeof(double), &ok), &ok);
+    if (!ok || (int64_t)IJK > INT_MAX) return MHE_ERR_OVERFLOW;
+    W = (float *)MHE_MALLOC(alloc_ctx, bytes);
+    if (!W) return MHE_ERR_NOMEM;
+    M = W + ((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K) * R;
+    G = (double *)(void *)(M + n_max * R + IJK);
+    G2 = G + (size_t)R * R;
+    Y = G2 + (size_t)R * R;
+    F[0] = A; F[1] = B; F[2] = C; dims[0] = I; dims[1] = J; dims[2] = K;
+    mhe_rng_seed(&rng, seed);
+    for (mode = 0; mode < 3; mode++)
+        for (i = 0; i < (size_t)dims[mode] * R; i++) F[mode][i] = mhe_rng_uniform(&rng);
+    for (i = 0; i < IJK; i++) norm_t += (double)T[i] * T[i];
+    norm_t = sqrt(norm_t);
+    for (it = 0; it < max_iter && !converged; it++) {
+        for (mode = 0; mode < 3; mode++) {
+            int n = dims[mode], p = (mode + 1) % 3, q = (mode + 2) % 3, x, y;
+            double recon = 0;
+            /* MTTKRP: M[n, r] = sum over the other two indices of T times their factors */
+            if (mode == 0) {        /* W[(i,j), r] = sum_k T[i,j,k] C[k,r]; M[i,r] = sum_j W[(i,j),r] B[j,r] */
+                mhe_gemm(0, 0, I * J, R, K, 1.0f, T, K, C, R, 0.0f, W, R);
+                for (x = 0; x < I; x++)
+                    for (r = 0; r < R; r++) { double s = 0; for (y = 0; y < J; y++) s += (double)W[((size_t)x * J + y) * R + r] * B[(size_t)y * R + r]; M[(size_t)x * R + r] = (float)s; }
+            } else if (mode == 1) { /* W = T C still holds (C has not changed): M[j,r] = sum_i W[(i,j),r] A[i,r] */
+                for (y = 0; y < J; y++)
+                    for (r = 0; r < R; r++) { double s = 0; for (x = 0; x < I; x++) s += (double)W[((size_t)x * J + y) * R + r] * A[(size_t)x * R + r]; M[(size_t)y * R + r] = (float)s; }
+            } else {                /* W[(j,k), r] = sum_i T[i,j,k] A[i,r] (T as I x JK, transposed); M[k,r] = sum_j W[(j,k),r] B[j,r] */
+                mhe_gemm(1, 0, J * K, R, I, 1.0f, T, J * K, A, R, 0.0f, W, R);
+                for (y = 0; y < K; y++)
+                    for (r = 0; r < R; r++) { double s = 0; for (x = 0; x < J; x++) s += (double)W[((size_t)x * K + y) * R + r] * B[(size_t)x * R + r]; M[(size_t)y * R + r] = (float)s; }
+            }
+            /* normal equations: F_mode (G_p * G_q) = M */
+            mhe__gram(F[p], dims[p], R, G);
+            mhe__gram(F[q], dims[q], R, G2);
+            for (a = 0; a < R * R; a++) G[a] *= G2[a];
+            for (i = 0; i < (size_t)n * R; i++) Y[i] = M[i];
+            if (!mhe__chol_solve_rows(G, R, Y, n)) { MHE_FREE(alloc_ctx, W); return MHE_ERR_NONFINITE; }
+            for (i = 0; i < (size_t)n * R; i++) F[mode][i] = (float)Y[i];
+            if (mode == 2) {   /* [[A, B, C]] = (A (.) B) C^T as [I*J, K]: rows A[i] * B[j] times C^T */
+                float *rec = M + n_max * R;
+                for (x = 0; x < I; x++)
+                    for (y = 0; y < J; y++)
+                        for (r = 0; r < R; r++) W[((size_t)x * J + y) * R + r] = A[(size_t)x * R + r] * B[(size_t)y * R + r];
+                mhe_gemm(0, 1, I * J, K, R, 1.0f, W, R, C, R, 0.0f, rec, K);
+                for (i = 0; i < IJK; i++) { double dlt = (double)T[i] - rec[i]; recon += dlt * dlt; }
+                err = sqrt(recon) / (norm_t > 0 ? norm_t : 1);
+            }
+        }
+        if (!(err == err)) { MHE_FREE(alloc_ctx, W); return MHE_ERR_NONFINITE; }
+        if (prev >= 0 && fabs(prev - err) < tol) converged = 1;
+        prev = err;
+        if (res) { res->rel_error = err; res->iterations = it + 1; }
+    }
+    MHE_FREE(alloc_ctx, W);
+    return converged ? MHE_OK : MHE_ERR_CONVERGE;
 }
 
 /* ---- 4. attention cores ------------------------------------------------- */

@@ -247,6 +247,43 @@ static void configs(void) {
     }
 }
 
+/* CP-ALS: recovers an exact rank-R tensor; its error formula equals the
+   explicit reconstruction's; a hard limit is reported, not hidden */
+static void cp_als(void) {
+    enum { I = 9, J = 5, K = 7, R = 3 };
+    float A0[I * R], B0[J * R], C0[K * R], T[I * J * K], A[I * (R + 1)], B[J * (R + 1)], C[K * (R + 1)];
+    mhe_rng r;
+    mhe_cp_result res;
+    int i, j, k, q;
+    double num = 0, den = 0;
+    mhe_rng_seed(&r, 21);
+    for (i = 0; i < I * R; i++) A0[i] = mhe_rng_normal(&r);
+    for (i = 0; i < J * R; i++) B0[i] = mhe_rng_normal(&r);
+    for (i = 0; i < K * R; i++) C0[i] = mhe_rng_normal(&r);
+    for (i = 0; i < I; i++)
+        for (j = 0; j < J; j++)
+            for (k = 0; k < K; k++) {
+                double v = 0;
+                for (q = 0; q < R; q++) v += (double)A0[i * R + q] * B0[j * R + q] * C0[k * R + q];
+                T[(i * J + j) * K + k] = (float)v;
+            }
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 5000, 1e-9, 5, NULL, &res) == MHE_OK && res.rel_error < 1e-3,
+          "CP-ALS recovers a rank-3 tensor: error %.3g after %d sweeps", res.rel_error, res.iterations);
+    /* rank 2: a real residual, and the reported error is the explicit one */
+    CHECK(mhe_cp_als(T, I, J, K, 2, A, B, C, 500, 1e-9, 5, NULL, &res) == MHE_OK, "rank-2 fit converges: %d sweeps", res.iterations);
+    for (i = 0; i < I; i++)
+        for (j = 0; j < J; j++)
+            for (k = 0; k < K; k++) {
+                double v = 0, t = T[(i * J + j) * K + k];
+                for (q = 0; q < 2; q++) v += (double)A[i * 2 + q] * B[j * 2 + q] * C[k * 2 + q];
+                num += (t - v) * (t - v); den += t * t;
+            }
+    CHECK(res.rel_error > 0.01 && fabs(sqrt(num / den) - res.rel_error) < 1e-4, "rank-2 residual %.4f reported as %.4f", sqrt(num / den), res.rel_error);
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 1, 1e-12, 5, NULL, &res) == MHE_ERR_CONVERGE && res.iterations == 1, "iteration limit reported");
+    CHECK(mhe_cp_als(T, I, J, K, 0, A, B, C, 10, 1e-6, 5, NULL, &res) == MHE_ERR_ARG, "rank 0 rejected");
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 0, 1e-6, 5, NULL, &res) == MHE_ERR_ARG, "no iterations rejected");
+}
+
 int main(void) {
     int acts[3] = { MHE_ACT_GELU, MHE_ACT_RELU, MHE_ACT_SILU }, i;
     const char *act_names[3] = { "gelu", "relu", "silu" };
@@ -275,5 +312,6 @@ int main(void) {
     schedules();
     adamw_known();
     configs();
+    cp_als();
     return TEST_END();
 }
