@@ -2528,6 +2528,25 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
     }
 }
 
+/* One row of a backward tile, from the recomputed scores p and dP = dO V^T:
+   P = exp(s - lse) on the first vis keys (0 past them), dS = P (dP*mask/(1-p) + add - D) * scale
+   into dp, and P becomes the dropped-out Pd. add is dO.e^V for MHE-ADD, else 0. */
+static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis, float lse, float D,
+                                        float add, int b, int h, int t, int j0) {
+    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    int jj;
+    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(p[jj] - lse);
+    for (; jj < cols; jj++) p[jj] = 0.0f;
+    if (d->dropout > 0)
+        for (jj = 0; jj < cols; jj++) {
+            float m = jj < vis && mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j0 + jj)) >= d->dropout ? keep : 0.0f;
+            dp[jj] = p[jj] * ((dp[jj] + add) * m - D) * d->scale;   /* dS */
+            p[jj] *= m;                                              /* Pd */
+        }
+    else
+        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] + add - D) * d->scale;
+}
+
 /* sum over rows of a tile, and of its product with another: the per-head map gradients */
 static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld, const float *src, size_t sld, int rows, int dh) {
     int r, c;
@@ -2551,7 +2570,6 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                                const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head, n = d->n_heads;
     int qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     size_t per_bh = 5 * (size_t)dh;   /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
     MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
     MHE_ASSERT(!(qmap || kmap || vmap) || d->map_scratch);
@@ -2591,18 +2609,8 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                     mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, P, MHE__BK);
                     if (d->causal) mhe__tile_mask(d, P, b, t0, rows, j0, cols);
                     mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, ldv, 0.0f, dP, MHE__BK);
-                    for (i = 0; i < rows; i++) {
-                        float *p = P + (size_t)i * MHE__BK, *dp = dP + (size_t)i * MHE__BK, l = lse_b[i];
-                        for (jj = 0; jj < cols; jj++) p[jj] = mhe__exp(p[jj] - l);   /* exp(-inf) = 0 */
-                        if (d->dropout > 0)
-                            for (jj = 0; jj < cols; jj++) {
-                                float m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
-                                dp[jj] = p[jj] * (dp[jj] * m - Drow[i]) * d->scale;   /* dS */
-                                p[jj] *= m;                                           /* Pd */
-                            }
-                        else
-                            for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] - Drow[i]) * d->scale;
-                    }
+                    for (i = 0; i < rows; i++)   /* masked scores are -inf: exp gives 0 */
+                        mhe__bwd_row(d, P + (size_t)i * MHE__BK, dP + (size_t)i * MHE__BK, cols, cols, lse_b[i], Drow[i], 0.0f, b, h, t0 + i, j0);
                     /* dV += Pd^T dO (through the value map: dV += dVh * v_mul) */
                     if (vmap) {
                         mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 0.0f, dKVh, dh);
@@ -2724,7 +2732,6 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
 static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                              const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_mul_rows(d), b;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     size_t per_b = 2 * (size_t)n * dh;   /* dq_mul, dv_mul of one sequence */
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
@@ -2757,21 +2764,10 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                 mhe_gemm(0, 1, M, cols, dh, d->scale, Qs, dh, kblk, d->k_stride, 0.0f, P, MHE__BK);
                 mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
                 for (r = 0; r < M; r++) {
-                    float *p = P + (size_t)r * MHE__BK, *dp = dP + (size_t)r * MHE__BK, l;
-                    int vis = cols;
-                    h = r / rows; i = r % rows;
-                    l = lse[((size_t)b * n + h) * d->Tq + t0 + i];
-                    if (d->causal || d->kv_len) { vis = mhe__att_visible(d, b, t0 + i) - j0; if (vis > cols) vis = cols; if (vis < 0) vis = 0; }
-                    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(p[jj] - l);
-                    for (; jj < cols; jj++) p[jj] = 0.0f;
-                    if (d->dropout > 0)
-                        for (jj = 0; jj < cols; jj++) {
-                            float m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
-                            dp[jj] = p[jj] * (dp[jj] * m - Drow[r]) * d->scale;   /* dS */
-                            p[jj] *= m;                                           /* Pd */
-                        }
-                    else
-                        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] - Drow[r]) * d->scale;
+                    int vis = mhe__att_visible(d, b, t0 + r % rows) - j0;
+                    vis = vis > cols ? cols : vis < 0 ? 0 : vis;
+                    mhe__bwd_row(d, P + (size_t)r * MHE__BK, dP + (size_t)r * MHE__BK, cols, vis,
+                                 lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows], Drow[r], 0.0f, b, r / rows, t0 + r % rows, j0);
                 }
                 /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V); value-map gradient += sum_j Z * V */
                 for (h = 0; h < n; h++) {
@@ -2893,7 +2889,6 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                                              const float *out, const float *lse, const float *q, const float *k, const float *v,
                                              const float *eq, const float *ev, float *deq, float *dev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), b;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     size_t per_b = 2 * (size_t)n * dh;
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
@@ -2932,18 +2927,9 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                     s0 = S0 + (size_t)i * MHE__BK; u = U + (size_t)h * MHE__BK; ds = dSs + (size_t)i * MHE__BK; cs = CS + (size_t)h * MHE__BK;
                     l = lse[((size_t)b * n + h) * d->Tq + t0 + i];
                     vis = mhe__att_visible(d, b, t0 + i) - j0;
-                    if (vis > cols) vis = cols;
-                    if (vis < 0) vis = 0;
-                    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(s0[jj] + u[jj] - l);
-                    for (; jj < cols; jj++) p[jj] = 0.0f;
-                    if (d->dropout > 0)
-                        for (jj = 0; jj < cols; jj++) {
-                            float m = jj < vis && mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? keep : 0.0f;
-                            dp[jj] = p[jj] * ((dp[jj] + edo[r]) * m - Drow[r]) * d->scale;   /* dS of head h */
-                            p[jj] *= m;                                                      /* Pd */
-                        }
-                    else
-                        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] + edo[r] - Drow[r]) * d->scale;
+                    vis = vis > cols ? cols : vis < 0 ? 0 : vis;
+                    for (jj = 0; jj < cols; jj++) p[jj] = s0[jj] + u[jj];
+                    mhe__bwd_row(d, p, dp, cols, vis, l, Drow[r], edo[r], b, h, t0 + i, j0);   /* dS of head h */
                     for (jj = 0; jj < cols; jj++) { ds[jj] += dp[jj]; cs[jj] += dp[jj]; rsum += p[jj]; }
                     for (c = 0; c < dh; c++) sdev[(size_t)h * dh + c] += rsum * dOs[(size_t)r * dh + c];
                 }
