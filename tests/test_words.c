@@ -595,6 +595,65 @@ static void init_from(void) {
     corpus_free(&k);
 }
 
+/* random bytes through the word parsers, random mutations of word-model
+   checkpoints: an error or a result, never a crash (run under ASan too) */
+static void fuzz(void) {
+    mhe_rng r;
+    int i, crashes_would_show = 1, parsed = 0, loaded = 0, rejected = 0;
+    unsigned char buf[300];
+    mhe_rng_seed(&r, 99);
+    for (i = 0; i < 400; i++) {
+        mhe_lexicon x;
+        mhe_text_set set;
+        int *tok = NULL, n = 1 + (int)mhe_rng_below(&r, sizeof buf), j;
+        size_t nt;
+        char err[MHE_ERR_LEN];
+        for (j = 0; j < n; j++) {   /* bytes biased towards the structure: digits, tabs, newlines, spaces */
+            uint32_t c = mhe_rng_below(&r, 8);
+            buf[j] = (unsigned char)(c == 0 ? '\t' : c == 1 ? '\n' : c == 2 ? ' ' : c == 3 ? '0' + mhe_rng_below(&r, 10) : mhe_rng_below(&r, 256));
+        }
+        mhe_lexicon_init(&x, NULL);
+        if (mhe_words_parse(&x, (const char *)buf, (size_t)n, &tok, &nt, NULL, err) == MHE_OK) {
+            for (j = 0; j < (int)nt; j++) if (tok[j] < MHE_TOK_EOS || tok[j] >= MHE_N_SPECIAL + x.n) crashes_would_show = 0;
+            parsed++;
+        }
+        free(tok);
+        if (mhe_text_set_parse_words(&set, &x, (const char *)buf, (size_t)n, NULL, err) == MHE_OK) {
+            if (set.start[set.n] == 0) crashes_would_show = 0;
+            mhe_text_set_free(&set);
+        }
+        mhe_lexicon_free(&x);
+    }
+    CHECK(crashes_would_show && parsed > 0, "random text through the word parsers (%d parsed)", parsed);
+    {
+        corpus k;
+        mhe_model a, b;
+        size_t size = 0, w;
+        unsigned char *good, *bad;
+        corpus_of(&k, WORDS_TEXT);
+        word_model(&a, "embedding=hash-pool\nhash=lsh\nlsh_features=table\nlsh_dim=40\nhash_bits=24\nhash_chunk=7\n", &k, 9);
+        mhe_checkpoint_size(&a, NULL, &size);
+        good = (unsigned char *)malloc(size);
+        bad = (unsigned char *)malloc(size);
+        mhe_checkpoint_write_mem(&a, NULL, good, size, &w);
+        for (i = 0; i < 300; i++) {
+            int j, flips = 1 + (int)mhe_rng_below(&r, 4);
+            memcpy(bad, good, size);
+            /* mostly the data section's tail, where lsh.ngrams lives, sometimes anywhere */
+            for (j = 0; j < flips; j++) {
+                size_t at = mhe_rng_below(&r, 2) ? size - 1 - mhe_rng_below(&r, 2100) : mhe_rng_below(&r, (uint32_t)size);
+                bad[at] = (unsigned char)mhe_rng_below(&r, 256);
+            }
+            if (mhe_model_load_mem(&b, bad, size, NULL) == MHE_OK) { loaded++; mhe_model_free(&b); }
+            else rejected++;
+        }
+        CHECK(loaded + rejected == 300 && rejected > 0, "mutated word checkpoints: %d loaded, %d rejected", loaded, rejected);
+        free(good); free(bad);
+        mhe_model_free(&a);
+        corpus_free(&k);
+    }
+}
+
 int main(void) {
     static const char *variants[] = {
         "vocab_size=24\n",
@@ -629,5 +688,6 @@ int main(void) {
     checkpoints();
     sr_corruption();
     init_from();
+    fuzz();
     return TEST_END();
 }
