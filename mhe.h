@@ -51,15 +51,24 @@
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
      activations, softmax, cross-entropy, dropout, embedding, linear)
      4 attention cores   5 attention kinds   6 embeddings: hashing (words,
-     MD5/HMAC-MD5, LSH, hash-pool/add/proj, embedding parameter counts)
-     7 models (config, decoder, encoder, encoder-decoder; batches with
-     padding)   8 tokenizer and objectives (masked LM, labelled text sets)
+     MD5/HMAC-MD5, LSH, hash-pool/add/proj, embedding parameter counts,
+     word types and word corpora)   7 models (config, decoder, encoder,
+     encoder-decoder; batches with padding; word embeddings: vocab or
+     HashFormers hash embeddings, word features)   8 tokenizer and
+     objectives (masked LM, labelled text sets, Shuffle+Random)
      9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
      12 inference (KV cache, sampling)
 
+   WORD MODELS (HashFormers): config embedding=hash-emb|hash-pool|hash-add|
+     hash-proj, hash=md5|lsh, token_head=sr; read words into a lexicon
+     (mhe_read_words), hash each type once (mhe_word_feats_update), point
+     mhe_batch.words (or mhe_text_set.words) at the features, train with
+     mhe_trainer_step_sr, fine-tune from mhe_model_init_from.
+
    VERSION HISTORY
      0.1  core tensors, kernels, decoder and encoder models with the MHE
-          paper's attention kinds, AdamW, safetensors checkpoints
+          paper's attention kinds, AdamW, safetensors checkpoints; word
+          models with the HashFormers embeddings and Shuffle+Random
 */
 #ifndef MHE_H_INCLUDED
 #define MHE_H_INCLUDED
