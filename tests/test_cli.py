@@ -31,6 +31,76 @@ def expect_error(args, words, what):
     check(ok, "%s: rc %d, stderr %r" % (what, rc, err.strip()[-300:]))
 
 
+def words_cli(d, small, tc, text, cls_tr, cls_va):
+    """Word models: S+R pre-training, eval, fine-tuning with a new head, the hash
+    command, the grad word format, and every refusal."""
+    sr = os.path.join(d, "sr.safetensors")
+    vt = os.path.join(d, "valid_words.txt")
+    with open(vt, "w") as f:
+        f.write("Grace be unto you, and peace.\n\nWalking zebras!\n" * 10)
+    hp = ["--embedding", "hash-pool", "--hash", "lsh", "--lsh_dim", 500, "--hash_bits", 40, "--hash_chunk", 6]
+    rc, out, err = run("train", "--task", "sr", *hp, *small, "--data", text, "--valid", vt, "--out", sr,
+                       "--steps", 4, "--batch", 2, "--seq_len", 16, "--eval_every", 2, "--log_every", 1)
+    check(rc == 0 and "arch=encoder" in out and "token_head=sr" in out and "val S+R loss" in out and "MCC" in out
+          and "embedding parameters: " in out and os.path.exists(sr), "S+R training: %s %s" % (out[-400:], err))
+    rc, out, err = run("train", "--task", "sr", "--resume", sr, "--data", text, "--out", sr, "--steps", 6, "--eval_every", 0)
+    check(rc == 0, "S+R resume: %s" % err)
+    rc, out, err = run("eval", "--task", "sr", "--model", sr, "--data", vt, "--seq_len", 16, "--batch", 2)
+    check(rc == 0 and "S+R loss" in out and "accuracy" in out, "S+R eval: %s %s" % (out, err))
+    # a word never seen in training embeds; case folds; the bits are the model's own
+    rc, out, err = run("hash", "--model", sr, "Zebra zebra, quantum")
+    lines = out.splitlines()
+    check(rc == 0 and len(lines) == 4 and lines[0].split("\t")[0] == "zebra" and lines[0].split("\t")[1] == lines[1].split("\t")[1]
+          and lines[0].split("\t")[1].startswith("bits ") and len(lines[0].split(" ")[-1]) == 10, "hash: %r %s" % (out, err))
+    expect_error(["hash", "--model", os.path.join(d, "m.safetensors"), "the"], ["byte tokens"], "hash on a byte model")
+    expect_error(["generate", "--model", sr], ["decoder"], "generate from a hash encoder")
+    dec = os.path.join(d, "hdec.st")
+    rc, out, err = run("init", "--embedding", "hash-add", "--hash_bits", 16, "--token_head", "sr", *small, "--out", dec)
+    check(rc == 0, "hash-embedding decoder: %s" % err)
+    expect_error(["generate", "--model", dec], ["nothing to generate", "vocabulary"], "generate from a hash decoder")
+    expect_error(["eval", "--model", dec, "--data", text], ["S+R head"], "LM eval of an S+R model")
+    expect_error(["train", "--model", dec, "--data", text, "--out", os.path.join(d, "y.st")] + tc, ["mhe_trainer_step_sr"], "LM training of an S+R model")
+    # fine-tuning: the pre-trained model gets a new classification head, words as tokens
+    ft = os.path.join(d, "ft.safetensors")
+    rc, out, err = run("train", "--task", "cls", "--model", sr, "--data", cls_tr, "--valid", cls_va, "--out", ft,
+                       "--steps", 4, "--batch", 4, "--seq_len", 16, "--eval_every", 2, "--log_every", 1)
+    check(rc == 0 and "new classification head of 3 classes" in out and "(word tokens)" in out and "accuracy" in out, "fine-tune: %s %s" % (out[-300:], err))
+    rc, out, err = run("eval", "--task", "cls", "--model", ft, "--data", cls_va, "--seq_len", 16)
+    check(rc == 0 and "(2 examples)" in out, "fine-tuned eval: %s %s" % (out, err))
+    # the word vocabulary baseline
+    voc = os.path.join(d, "voc.st")
+    rc, out, err = run("train", "--task", "sr", "--words", 1, "--vocab_size", 30, *small, "--data", text, "--out", voc, *tc)
+    check(rc == 0 and "word vocabulary: the 9 most frequent of 9 word types" in out, "vocab S+R: %s %s" % (out[-300:], err))
+    rc, out, err = run("hash", "--model", voc, "god zebra")
+    check(rc == 0 and "god\tid " in out and "zebra\tid 1" in out, "vocab hash: unseen word is <unk>: %r" % out)
+    expect_error(["train", "--task", "sr", "--model", os.path.join(d, "m.safetensors"), "--data", text, "--out", voc] + tc,
+                 ["byte tokens"], "S+R on a byte model")
+    # config refusals and word-state needs
+    expect_error(["init", "--embedding", "hash-proj", "--out", os.path.join(d, "z.st")], ["token_head=sr"], "hash embedding with an LM head")
+    expect_error(["init", "--embedding", "hash-pool", "--token_head", "sr", "--hash_chunk", 30, "--out", os.path.join(d, "z.st")],
+                 ["hash_chunk"], "k > 24")
+    expect_error(["init", "--embedding", "hash-emb", "--token_head", "sr", "--hash_buckets", 0, "--out", os.path.join(d, "z.st")],
+                 ["hash_buckets"], "N = 0")
+    expect_error(["init", "--embedding", "hash-pool", "--hash", "lsh", "--lsh_features", "table", "--token_head", "sr", "--out",
+                  os.path.join(d, "z.st")], ["--data"], "n-gram table without a corpus")
+    expect_error(["train", "--task", "sr", *hp, "--token_head", "sr", "--data", os.path.join(d, "empty.txt"), "--out", sr] + tc,
+                 ["no word"], "S+R on an empty corpus")
+    # grad on word models: `LABELS | TEXT`
+    g = os.path.join(d, "g.txt")
+    with open(g, "w") as f:
+        f.write("0 1 2 -1 . | In the beginning,\n2 0 0 1 0 | </s> <s> and God <unk>\n")
+    rc, out, err = run("grad", "--model", sr, "--tokens", g, "--out", os.path.join(d, "gw.st"))
+    check(rc == 0 and "2 x 5 word tokens" in out, "word grad: %s %s" % (out, err))
+    for body, words, what in [("0 1 2 | In the beginning,\n", ["3 labels for 4 words"], "label count"),
+                              ("0 1 5 | In the beginning\n", ["target 5"], "S+R label 3+"),
+                              ("0 . 1 | In the\n", ["padding"], "padding in the middle"),
+                              ("0 1 In the\n", ["LABELS | TEXT"], "no bar"),
+                              ("0 1 | a b\n0 1 2 | a b c\n", ["line 2"], "ragged lines")]:
+        with open(g, "w") as f:
+            f.write(body)
+        expect_error(["grad", "--model", sr, "--tokens", g, "--out", os.path.join(d, "gw.st")], words, "word grad: " + what)
+
+
 def main():
     if not os.path.exists(MHE):
         print("SKIP test_cli.py: %s not built" % MHE)
@@ -43,7 +113,7 @@ def main():
     with open(text, "w") as f:
         f.write("In the beginning God created the heaven and the earth. " * 40)
     small = ["--d_model", 32, "--n_heads", 2, "--n_layers", 1, "--max_seq_len", 32]
-    for cmd in ["init", "train", "eval", "generate", "grad", "inspect"]:
+    for cmd in ["init", "train", "eval", "generate", "grad", "inspect", "hash"]:
         rc, out, err = run(cmd, "--help")
         check(rc == 0 and "usage: mhe " + cmd in out, "%s --help" % cmd)
 
@@ -152,6 +222,7 @@ def main():
     with open(tok, "w") as f:
         f.write("1 . 3 4\n")
     expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["padding"], "padding before an id")
+    words_cli(d, small, tc, text, cls_tr, cls_va)
     rc, out, err = run("inspect", ckpt)
     check(rc == 0 and "optim.m.tok_emb.weight" in out and "format" in out, "inspect: %s" % err)
     expect_error(["inspect", text], [], "inspect a text file")

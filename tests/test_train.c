@@ -268,6 +268,137 @@ static void classification(const int *train, size_t nt, const int *valid, size_t
 #endif
 }
 
+#ifndef MHE_TEST_QUICK
+/* Word models on the corpus: Shuffle+Random pre-training learns more than
+   the label prior (the vocab baseline also finds random and shuffled words),
+   a hash embedding then fine-tunes to classify held-out verses, and an S+R
+   run is deterministic. One thread: these models are small (DESIGN sec. 13). */
+static void words_sr_and_finetune(void) {
+    mhe_lexicon x, xtr;   /* all types; the training types alone, with their training counts */
+    mhe_word_feats ftr, fall;
+    int *tr = NULL, *va = NULL;
+    size_t ntr = 0, nva = 0;
+    char err[MHE_ERR_LEN];
+    int v;
+    double t0 = now_s();
+    mhe_lexicon_init(&x, NULL);
+    memset(&ftr, 0, sizeof ftr);
+    memset(&fall, 0, sizeof fall);
+    CHECK(mhe_read_words("examples/data/train.txt", &x, &tr, &ntr, NULL, err) == MHE_OK, "train words: %s", err);
+    mhe_lexicon_init(&xtr, NULL);
+    for (v = 0; v < x.n; v++) {
+        size_t len;
+        const char *w = mhe_lexicon_word(&x, v, &len);
+        int ty;
+        mhe_lexicon_intern(&xtr, w, len, 0, &ty);
+        xtr.count[ty] = x.count[v];
+    }
+    CHECK(mhe_read_words("examples/data/valid.txt", &x, &va, &nva, NULL, err) == MHE_OK && x.n > xtr.n, "valid words: %s", err);
+    printf("  words: %zu train tokens (%d types), %zu valid tokens (%d new types)\n", ntr, xtr.n, nva, x.n - xtr.n);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    for (v = 0; v < 2; v++) {
+        const char *extra = v == 0 ? "vocab_size=2004\n" : "embedding=hash-pool\nhash=lsh\nlsh_dim=2000\n";
+        const char *base = "arch=encoder\ntoken_head=sr\nd_model=64\nn_heads=4\nn_layers=2\nmax_seq_len=32\n";
+        mhe_config c = mhe_config_default();
+        mhe_train_config tc = small_tc(300);
+        mhe_model m;
+        mhe_trainer t;
+        mhe_cls_metrics r0, r;
+        double prior = 0;
+        int s, k;
+        mhe_config_parse(&c, base, strlen(base), err);
+        mhe_config_parse(&c, extra, strlen(extra), err);
+        tc.batch = 32; tc.seq_len = 32; tc.warmup = 20;
+        CHECK(mhe_model_init(&m, &c, 5, NULL) == MHE_OK, "init %s: %s", extra, m.err);
+        /* training features cover the training types (the first ones of x), so no validation word is drawn as a random word */
+        if (v == 0) mhe_model_set_vocab(&m, &xtr);
+        mhe_word_feats_free(&ftr); mhe_word_feats_free(&fall);
+        CHECK(mhe_word_feats_update(&m, &xtr, &ftr) == MHE_OK && mhe_word_feats_update(&m, &x, &fall) == MHE_OK, "features: %s", m.err);
+        CHECK(mhe_trainer_init(&t, &m, &tc) == MHE_OK, "trainer: %s", t.err);
+        mhe_evaluate_sr(&m, va, nva, &fall, 32, 32, 16, 0.1f, &r0);
+        for (s = 0; s < tc.steps; s++) if (mhe_trainer_step_sr(&t, tr, ntr, &ftr) != MHE_OK) { printf("step: %s\n", t.err); break; }
+        CHECK(mhe_evaluate_sr(&m, va, nva, &fall, 32, 32, 16, 0.1f, &r) == MHE_OK, "evaluate S+R: %s", m.err);
+        {   /* the entropy of the label prior: the loss of a model that ignores its input */
+            double p[3] = { 1 - 0.1 * (1 - 2.0 / 32) - 0.09, 0.1 * (1 - 2.0 / 32), 0.09 };
+            for (k = 0; k < 3; k++) prior -= p[k] * log(p[k]);
+        }
+        printf("  S+R %s: valid loss %.3f -> %.3f (label prior %.3f), accuracy %.3f, macro-F1 %.3f, MCC %.3f\n", v ? "hash-pool/lsh" : "vocab",
+               r0.loss, r.loss, prior, r.accuracy, r.macro_f1, r.mcc);
+        CHECK(r.loss < prior - 0.05, "S+R loss %.3f is not clearly below the prior's %.3f", r.loss, prior);
+        if (v == 0) CHECK(r.mcc > 0.2 && r.macro_f1 > 0.4, "the vocab baseline detects corrupted words: MCC %.3f, F1 %.3f", r.mcc, r.macro_f1);
+        if (v == 1) {   /* fine-tune the pre-trained hash model: Genesis.. vs Romans.. verses as words */
+            mhe_config cc = m.cfg;
+            mhe_model f;
+            mhe_trainer ft;
+            mhe_text_set set, held;
+            mhe_word_feats fs;
+            char *text = (char *)malloc(2000000), *ht = (char *)malloc(400000);
+            size_t used = 0, hu = 0;
+            int *bt = NULL, *bv = NULL, copied = 0;
+            size_t nbt, nbv;
+            mhe_cls_metrics cr;
+            mhe_read_text_tokens("examples/data/train.txt", &bt, &nbt, NULL, err);
+            mhe_read_text_tokens("examples/data/valid.txt", &bv, &nbv, NULL, err);
+            used = add_lines(text, used, bt, nbt, 0, 0, 1500);
+            used = add_lines(text, used, bv, nbv, 1, 0, 1500);
+            hu = add_lines(ht, hu, bt, nbt, 0, 1500, 300);
+            hu = add_lines(ht, hu, bv, nbv, 1, 1500, 300);
+            cc.n_classes = 2;
+            CHECK(mhe_model_init_from(&f, &cc, &m, 9, NULL, &copied) == MHE_OK && copied == m.n_tensors, "init_from: %s", f.err);
+            CHECK(mhe_text_set_parse_words(&set, &x, text, used, NULL, err) == MHE_OK &&
+                  mhe_text_set_parse_words(&held, &x, ht, hu, NULL, err) == MHE_OK, "word sets: %s", err);
+            memset(&fs, 0, sizeof fs);
+            mhe_word_feats_update(&f, &x, &fs);
+            set.words = held.words = &fs;
+            tc.steps = 200; tc.seq_len = 32; tc.batch = 32;
+            mhe_trainer_init(&ft, &f, &tc);
+            for (s = 0; s < tc.steps; s++) if (mhe_trainer_step_cls(&ft, &set) != MHE_OK) { printf("cls step: %s\n", ft.err); break; }
+            CHECK(mhe_evaluate_cls(&f, &held, 32, 32, &cr) == MHE_OK, "evaluate cls: %s", f.err);
+            printf("  fine-tuned hash-pool/lsh (words, held-out verses): accuracy %.3f, macro-F1 %.3f, MCC %.3f\n", cr.accuracy, cr.macro_f1, cr.mcc);
+            CHECK(cr.n == 600 && cr.accuracy > 0.75, "fine-tuned word classifier: accuracy %.3f", cr.accuracy);
+            mhe_trainer_free(&ft);
+            mhe_model_free(&f);
+            mhe_word_feats_free(&fs);
+            mhe_text_set_free(&set); mhe_text_set_free(&held);
+            free(text); free(ht); free(bt); free(bv);
+        }
+        mhe_trainer_free(&t);
+        mhe_model_free(&m);
+    }
+    {   /* same seed, same S+R run */
+        float l1[5], l2[5];
+        int rep, s;
+        for (rep = 0; rep < 2; rep++) {
+            mhe_config c = mhe_config_default();
+            mhe_train_config tc = small_tc(5);
+            mhe_model m;
+            mhe_trainer t;
+            const char *cfg = "arch=encoder\ntoken_head=sr\nembedding=hash-add\nd_model=32\nn_heads=2\nn_layers=1\nmax_seq_len=16\ndropout=0.1\n";
+            mhe_config_parse(&c, cfg, strlen(cfg), err);
+            tc.batch = 4; tc.seq_len = 16;
+            mhe_model_init(&m, &c, 2, NULL);
+            mhe_word_feats_free(&ftr);
+            mhe_word_feats_update(&m, &x, &ftr);
+            mhe_trainer_init(&t, &m, &tc);
+            for (s = 0; s < 5; s++) { mhe_trainer_step_sr(&t, tr, ntr, &ftr); (rep ? l2 : l1)[s] = t.last_loss; }
+            mhe_trainer_free(&t);
+            mhe_model_free(&m);
+        }
+        CHECK(memcmp(l1, l2, sizeof l1) == 0, "S+R training is deterministic");
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(2);
+#endif
+    printf("  word tests: %.1f s\n", now_s() - t0);
+    mhe_word_feats_free(&ftr); mhe_word_feats_free(&fall);
+    mhe_lexicon_free(&x);
+    mhe_lexicon_free(&xtr);
+    free(tr); free(va);
+}
+#endif
+
 int main(void) {
     size_t nt, nv;
     int *train = load("examples/data/train.txt", &nt), *valid = load("examples/data/valid.txt", &nv);
@@ -284,6 +415,9 @@ int main(void) {
     encdec_continuation(train, nt, valid, nv);
 #endif
     classification(train, nt, valid, nv);
+#ifndef MHE_TEST_QUICK
+    words_sr_and_finetune();
+#endif
     free(train); free(valid);
     return TEST_END();
 }

@@ -57,6 +57,15 @@ Checks (each one counts as one pass or fail):
     mask_token >= vocab_size): `mhe init` exits non-zero (not a crash), says what is
     wrong, and writes no model file.
 
+Word models (WORD_CONFIGS, names words-*): the HashFormers embeddings hash-emb,
+hash-pool, hash-add, hash-proj, each with hash=md5 and hash=lsh, and the word
+vocabulary baseline, with the Shuffle+Random head (sr_head) and its 3-way loss on
+labels given in the token file (`LABELS | TEXT` lines); pre/post norm, encoder and
+decoder, padding, LSH table mode. MD5/HMAC-MD5 buckets and bits are computed here
+with hashlib/hmac and must equal `mhe hash`; see the section "word models" below.
+Invalid word configs (an LM head on a hash embedding, k > 24, N = 0, T > 128 for
+MD5) must fail at `mhe init`.
+
 Usage (from anywhere; the tool runs from the repository root):
   python3 tests/torch_crosscheck.py [--verbose] [--keep DIR] [--only NAME] [--list]
 MHE_BIN selects the binary (default build/mhe, relative to the repo root).
@@ -339,15 +348,26 @@ INVALID[4]["want"] = ["mask_token"]
 INVALID[5]["want"] = ["mask_token"]
 INVALID[6]["want"] = ["enc_layers"]
 INVALID[7]["want"] = ["el-att", "encoder output"]
+# word models: a hash embedding has no vocabulary softmax; sizes the hash cannot give
+for _name, _kw, _want in [("invalid-hash-add-lm-head", dict(embedding="hash-add"), ["token_head=sr"]),
+                          ("invalid-hash-pool-k25", dict(embedding="hash-pool", hash_chunk=25, token_head="sr"), ["hash_chunk"]),
+                          ("invalid-hash-emb-N0", dict(embedding="hash-emb", hash_buckets=0, token_head="sr"), ["hash_buckets"]),
+                          ("invalid-hash-proj-md5-T200", dict(embedding="hash-proj", hash_bits=200, token_head="sr"), ["128"])]:
+    INVALID.append(_cfg(_name, 1, 1, vocab_size=20, d_model=32, n_heads=4, n_layers=2, max_seq_len=8,
+                        arch="encoder", norm="layernorm", norm_position="pre", activation="gelu", bias=1,
+                        tie_embeddings=1, **_kw))
+    INVALID[-1]["want"] = _want
+    INVALID[-1]["words"] = True
 
 
 # --------------------------------------------------------------------------
 # safetensors, by hand (numpy only)
 # --------------------------------------------------------------------------
 
-def st_read(path):
+def st_read(path, ints=None):
     """-> (tensors {name: np.float32 array}, metadata {str: str}, header dict, data offset).
-    Raises ValueError on anything malformed."""
+    I32 tensors (a word model's n-gram table or word vocabulary) go to `ints` when it is
+    a dict, and are an error otherwise. Raises ValueError on anything malformed."""
     import numpy as np
     with open(path, "rb") as f:
         buf = f.read()
@@ -377,7 +397,7 @@ def st_read(path):
             dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise ValueError("%s: tensor %r: bad entry %r" % (path, name, info))
-        if dtype != "F32":
+        if dtype != "F32" and not (dtype == "I32" and ints is not None):
             raise ValueError("%s: tensor %r has dtype %r, expected F32" % (path, name, dtype))
         if not all(isinstance(d, int) and d >= 0 for d in shape):
             raise ValueError("%s: tensor %r: bad shape %r" % (path, name, shape))
@@ -390,6 +410,9 @@ def st_read(path):
         if e - b != 4 * count:
             raise ValueError("%s: tensor %r: shape %r needs %d bytes, offsets give %d"
                              % (path, name, shape, 4 * count, e - b))
+        if dtype == "I32":
+            ints[name] = np.frombuffer(buf, dtype="<i4", count=count, offset=base + b).reshape(shape).copy()
+            continue
         arr = np.frombuffer(buf, dtype="<f4", count=count, offset=base + b).reshape(shape)
         tensors[name] = arr.astype(np.float32)
     return tensors, meta, header, base
@@ -420,7 +443,7 @@ def st_rewrite_data(src, dst, new_tensors):
     """Copy src to dst with the data of the given tensors replaced, header bytes untouched
     (so a reader that is picky about layout sees exactly what the tool wrote)."""
     import numpy as np
-    _, _, header, base = st_read(src)
+    _, _, header, base = st_read(src, {})
     with open(src, "rb") as f:
         buf = bytearray(f.read())
     for name, arr in new_tensors.items():
@@ -547,12 +570,14 @@ def expected_params(cfg):
 
 
 def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=None,
-                   src_lengths=None):
+                   src_lengths=None, emb=None, head="lm"):
     """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}.
     lengths / src_lengths: real tokens per sequence (the rest is padding: no query attends
     to it; targets there are -1, ignored). src: the encoder input of an encdec model.
     taps (a dict) receives, per mhe-add sublayer, its per-head keys K_i = K + ek[i] under
-    the name of ek (with retain_grad), for the noise scale of ek's gradient."""
+    the name of ek (with retain_grad), for the noise scale of ek's gradient.
+    emb: a function P -> [B, T, C] token embeddings (word models); head "sr": the
+    3-way Shuffle+Random head sr_head instead of the LM head."""
     F = torch.nn.functional
     r = resolved(cfg)
     B, T = inputs.shape
@@ -667,7 +692,7 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
             e = block(e, "enc.layers.%d." % l, r["enc_attn"][l], emask)
         mem = norm(e, "enc.ln_f") if r["norm_position"] == "pre" else e
         cmask = blocked(T, Ts, src_lengths, False)
-    x = P["tok_emb.weight"][inputs] + P["pos_emb.weight"][:T]
+    x = (emb(P) if emb is not None else P["tok_emb.weight"][inputs]) + P["pos_emb.weight"][:T]
     # decoders: query t sees keys 0..t; encoders: bidirectional; both stop at the padding
     mask = blocked(T, T, lengths, r["arch"] != "encoder")
     for l in range(r["n_layers"]):
@@ -675,6 +700,9 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
                   (mem, r["cross_attn"][l], cmask) if mem is not None else None)
     if r["norm_position"] == "pre":
         x = norm(x, "ln_f")
+    if head == "sr":
+        logits = F.linear(x, P["sr_head.weight"], P.get("sr_head.bias"))
+        return F.cross_entropy(logits.reshape(B * T, 3), targets.reshape(B * T), ignore_index=-1)
     W = P["tok_emb.weight"] if r["tie_embeddings"] else P["lm_head.weight"]
     logits = x @ W.t()
     return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), ignore_index=-1)
@@ -1218,53 +1246,367 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
                       "%s: loss %s shape %s, torch %.8f, rel err %.3g (limit %g)"
                       % (tag, repr(lval), list(lc.shape), loss_ref, loss_err, LOSS_RTOL))
         check_names(grads, exp, res, tag, "gradient")
-        worst, worst_name = -1.0, "-"
-        for pname, _ in exp:
-            if pname not in grads or grads[pname].shape != g_ref[pname].shape:
-                continue            # already reported by check_names
-            gc = grads[pname].astype(np.float64)
-            gt = g_ref[pname]
-            if pname.startswith("cls_head."):
-                # the classification head takes no part in the LM loss: exactly zero
-                # (torch gives no gradient at all), not merely small
-                nz = int(np.count_nonzero(gc)) if np.all(np.isfinite(gc)) else gc.size
-                if verbose:
-                    res.say("  %s %-28s max|g_c| %.3g (must be exactly 0)"
-                            % (tag, pname, float(np.abs(gc).max()) if gc.size else 0.0))
-                res.check(nz == 0 and not np.any(gt), "%s: grad %s: %d of %d entries are not "
-                          "exactly zero (max|g_c| %.3g); the head is not part of the LM loss"
-                          % (tag, pname, nz, gc.size, float(np.abs(gc).max()) if gc.size else 0.0))
-                continue
-            scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
-            if pname.endswith(".attn.wk.bias") or pname.endswith(".cross.wk.bias"):
-                # Exactly zero in exact arithmetic for every kind with a wk (the bias adds
-                # q_h.b_k -- or q_h.(b_k*(1+ek_h)) for mhe-mul -- to a whole row of scores,
-                # which softmax ignores), so both sides hold only rounding noise: measure it
-                # against the gradient of the same projection's weight.
-                sib = g_ref[pname[:-len("bias")] + "weight"]
-                scale = max(scale, float(np.abs(sib).max()))
-            elif pname in l1_ref:
-                # mhe-add: K_i = K + ek[i] adds q_i.ek[i] to a whole row of head i's scores,
-                # which softmax ignores, so the gradient of ek is exactly zero and both sides
-                # hold rounding noise. It is the sum over all B*T tokens of dL/dK_i, terms
-                # that cancel exactly: measure the noise against the absolute sum of those
-                # terms (max over heads and columns, from torch). Not against a sibling
-                # gradient: eq's can be far smaller (a layer-0 post-norm K is ~1e-3, and
-                # deq_i scales with K while the terms of dek_i scale with Q + eq[i]).
-                scale = max(scale, l1_ref[pname])
-            err = float(np.abs(gc - gt).max()) / scale if gt.size else 0.0
-            if not np.all(np.isfinite(gc)):
-                err = float("inf")
-            if verbose:
-                res.say("  %s %-28s err %.3g  (max|g_t| %.3g)" % (tag, pname, err, scale))
-            if err > worst:
-                worst, worst_name = err, pname
-            res.check(err <= GRAD_RTOL, "%s: grad %s: max|g_c-g_t|/max|g_t| = %.3g (limit %g, "
-                      "max|g_t| %.3g)" % (tag, pname, err, GRAD_RTOL, scale))
+        worst, worst_name = compare_grads(tag, exp, grads, g_ref, l1_ref, res, verbose)
         res.say("%s %s: loss %.6f rel err %.2g; worst grad %s err %.2g"
                 % ("ok" if res.failed == failed_before else "BAD", tag, loss_ref, loss_err,
                    worst_name, worst))
     return meta
+
+
+def compare_grads(tag, exp, grads, g_ref, l1_ref, res, verbose):
+    """Every gradient of `exp` from the tool against torch's; -> (worst error, its name)."""
+    import numpy as np
+    worst, worst_name = -1.0, "-"
+    for pname, _ in exp:
+        if pname not in grads or grads[pname].shape != g_ref[pname].shape:
+            continue            # already reported by check_names
+        gc = grads[pname].astype(np.float64)
+        gt = g_ref[pname]
+        if pname.startswith("cls_head."):
+            # the classification head takes no part in the LM loss: exactly zero
+            # (torch gives no gradient at all), not merely small
+            nz = int(np.count_nonzero(gc)) if np.all(np.isfinite(gc)) else gc.size
+            if verbose:
+                res.say("  %s %-28s max|g_c| %.3g (must be exactly 0)"
+                        % (tag, pname, float(np.abs(gc).max()) if gc.size else 0.0))
+            res.check(nz == 0 and not np.any(gt), "%s: grad %s: %d of %d entries are not "
+                      "exactly zero (max|g_c| %.3g); the head is not part of the LM loss"
+                      % (tag, pname, nz, gc.size, float(np.abs(gc).max()) if gc.size else 0.0))
+            continue
+        scale = max(float(np.abs(gt).max()) if gt.size else 0.0, GRAD_FLOOR)
+        if pname.endswith(".attn.wk.bias") or pname.endswith(".cross.wk.bias"):
+            # Exactly zero in exact arithmetic for every kind with a wk (the bias adds
+            # q_h.b_k -- or q_h.(b_k*(1+ek_h)) for mhe-mul -- to a whole row of scores,
+            # which softmax ignores), so both sides hold only rounding noise: measure it
+            # against the gradient of the same projection's weight.
+            sib = g_ref[pname[:-len("bias")] + "weight"]
+            scale = max(scale, float(np.abs(sib).max()))
+        elif pname in l1_ref:
+            # mhe-add: K_i = K + ek[i] adds q_i.ek[i] to a whole row of head i's scores,
+            # which softmax ignores, so the gradient of ek is exactly zero and both sides
+            # hold rounding noise. It is the sum over all B*T tokens of dL/dK_i, terms
+            # that cancel exactly: measure the noise against the absolute sum of those
+            # terms (max over heads and columns, from torch). Not against a sibling
+            # gradient: eq's can be far smaller (a layer-0 post-norm K is ~1e-3, and
+            # deq_i scales with K while the terms of dek_i scale with Q + eq[i]).
+            scale = max(scale, l1_ref[pname])
+        err = float(np.abs(gc - gt).max()) / scale if gt.size else 0.0
+        if not np.all(np.isfinite(gc)):
+            err = float("inf")
+        if verbose:
+            res.say("  %s %-28s err %.3g  (max|g_t| %.3g)" % (tag, pname, err, scale))
+        if err > worst:
+            worst, worst_name = err, pname
+        res.check(err <= GRAD_RTOL, "%s: grad %s: max|g_c-g_t|/max|g_t| = %.3g (limit %g, "
+                  "max|g_t| %.3g)" % (tag, pname, err, GRAD_RTOL, scale))
+    return worst, worst_name
+
+
+# --------------------------------------------------------------------------
+# word models: the HashFormers embeddings (thesis ch. 2) and the word vocabulary
+# --------------------------------------------------------------------------
+#
+# A word model (config key `embedding`: vocab with a word vocabulary, hash-emb,
+# hash-pool, hash-add, hash-proj; `hash`: md5 or lsh) embeds words, not ids. Its
+# token file lines read `LABELS | TEXT`: T targets of the Shuffle+Random head
+# sr_head (0 original, 1 shuffled, 2 random, -1 ignored, `.` padding at the end)
+# and a text of as many words (lower-cased runs of [A-Za-z0-9_] or bytes >= 0x80,
+# or of punctuation; the items <pad> <unk> <s> </s> are the special tokens 0..3).
+# The reference embeds each position as
+#   special token s      special_emb.weight[s]                  (vocab: tok_emb row s)
+#   vocab word           tok_emb.weight[4 + its index in the model's I32 vocab.words] (1 if absent)
+#   hash-emb             tok_emb.weight[bucket]
+#   hash-pool            regular + sum_c softmax_c(pool.weight)[c] * pool.codebook.weight[chunk_c + 1]
+#   hash-add             regular + sum_t add.books[t, bit_t] / sqrt(T)
+#   hash-proj            regular + Pearson correlation of the bits with each row of proj.weight
+# with bucket = HMAC-MD5 (key "en"; plain MD5 with hash_key=0) of the word as a
+# big-endian integer mod N, and bits = the digest's first T bits, MSB first, both
+# computed here with hashlib/hmac and checked against `mhe hash`; LSH buckets and
+# bits come from `mhe hash` (the LSH itself is checked against an explicit
+# hyperplane matrix in tests/test_hash.c).
+
+N_SPECIAL = 4
+SPECIAL_ITEMS = ["<pad>", "<unk>", "<s>", "</s>"]
+WORD_CORPUS = ("In the beginning God created the heaven and the earth. And the earth was without "
+               "form, and void; and darkness was upon the face of the deep. Walking walked walks, "
+               "played plays!\n") * 3
+WORD_POOL = ["in", "the", "beginning", "God", "created", ",", "walking", "walked", "zebra",
+             "quantum", "!", "x_1", "earth", "VOID", ";", "played", "42", "</s>", "<s>", "<unk>",
+             "deep", "caf\u00e9"]
+WORD_KEYS = ["embedding", "hash", "hash_bits", "hash_buckets", "hash_chunk", "hash_key",
+             "lsh_features", "lsh_dim", "lsh_pad", "token_head"]
+
+
+def _wcfg(name, B, T, pad=False, **kw):
+    base = dict(vocab_size=256, d_model=24, n_heads=4, n_layers=2, max_seq_len=12, arch="encoder",
+                norm="layernorm", norm_position="pre", activation="gelu", bias=1, tie_embeddings=1,
+                token_head="sr", init_std="0.05")
+    base.update(kw)
+    c = _cfg(name, B, T, pad=pad, **base)
+    c["words"] = True
+    return c
+
+
+WORD_CONFIGS = [
+    _wcfg("words-vocab-pre-ln", 2, 8, vocab_size=20),
+    _wcfg("words-hashemb-md5-pre-ln", 2, 9, embedding="hash-emb", hash_buckets=37),
+    _wcfg("words-hashemb-md5-post-rms-ncls2", 2, 8, embedding="hash-emb", hash_buckets=16, norm="rmsnorm",
+          norm_position="post", n_classes=2, bias=0),
+    _wcfg("words-hashemb-lsh-post-rms", 2, 8, embedding="hash-emb", hash="lsh", hash_buckets=32, lsh_dim=64,
+          norm="rmsnorm", norm_position="post", activation="silu"),
+    _wcfg("words-pool-md5-post-ln", 2, 8, embedding="hash-pool", hash_bits=23, hash_chunk=5,
+          norm_position="post"),
+    _wcfg("words-pool-lsh-table-pre-rms-pad", 3, 8, pad=True, embedding="hash-pool", hash="lsh",
+          lsh_features="table", lsh_dim=40, hash_bits=24, hash_chunk=6, norm="rmsnorm"),
+    _wcfg("words-add-md5-plain-pre-ln", 2, 9, embedding="hash-add", hash_bits=20, hash_key=0,
+          attn="mhe-mul"),
+    _wcfg("words-add-lsh-post-ln", 2, 8, embedding="hash-add", hash="lsh", hash_bits=32, lsh_dim=64,
+          norm_position="post", lsh_pad=1),
+    _wcfg("words-proj-md5-pre-ln-nobias-pad", 3, 8, pad=True, embedding="hash-proj", hash_bits=128,
+          bias=0, attn="mhe-add"),
+    _wcfg("words-proj-lsh-post-rms-decoder", 2, 8, embedding="hash-proj", hash="lsh", hash_bits=16,
+          lsh_dim=64, norm="rmsnorm", norm_position="post", arch="decoder"),
+]
+
+
+def py_words(item):
+    """The word splitter on bytes, written from its definition (see mhe_word_next)."""
+    b = item.encode("utf-8")
+
+    def kind(c):
+        if c in b" \t\n\x0b\x0c\r" or 0x1c <= c <= 0x1f:
+            return 0
+        if 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95 or c >= 0x80:
+            return 1
+        return 2
+    out, i = [], 0
+    while i < len(b):
+        k = kind(b[i])
+        if k == 0:
+            i += 1
+            continue
+        j = i
+        while j < len(b) and kind(b[j]) == k:
+            j += 1
+        out.append(b[i:j].lower())
+        i = j
+    return out
+
+
+def md5_features(r, word):
+    """(bucket, bits) of a word under the model's md5 settings, with hashlib/hmac."""
+    import hashlib
+    import hmac
+    d = (hmac.new(b"en", word, hashlib.md5).digest() if int(r.get("hash_key", 1))
+         else hashlib.md5(word).digest())
+    bucket = int.from_bytes(d, "big") % int(r.get("hash_buckets", 1024))
+    T = int(r.get("hash_bits", 128))
+    bits = [(d[t // 8] >> (7 - t % 8)) & 1 for t in range(T)]
+    return bucket, bits
+
+
+def tool_hash(tool, model, words, res, tag):
+    """`mhe hash` on each word: {word: ('id'|'bucket', n) or ('bits', [0/1 ...])}"""
+    cmd = tool + ["hash", "--model", model] + [w.decode("utf-8") for w in words]
+    try:
+        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=CMD_TIMEOUT)
+    except (subprocess.TimeoutExpired, OSError) as e:
+        res.check(False, "%s: `mhe hash` did not run: %s" % (tag, e))
+        return None
+    lines = p.stdout.split(b"\n")[:-1]
+    if p.returncode != 0 or len(lines) != len(words):
+        res.check(False, "%s: `mhe hash` gave rc %d and %d lines for %d words: %s" % (
+            tag, p.returncode, len(lines), len(words), p.stderr.decode("utf-8", "replace")[-300:]))
+        return None
+    out = {}
+    for w, line in zip(words, lines):
+        word, val = line.split(b"\t")
+        k, v = val.decode().split(" ")
+        if word != w:
+            res.check(False, "%s: `mhe hash` printed word %r for %r" % (tag, word, w))
+            return None
+        if k == "bits":
+            raw = bytes.fromhex(v)
+            out[w] = ("bits", [(raw[t // 8] >> (7 - t % 8)) & 1 for t in range(8 * len(raw))])
+        else:
+            out[w] = (k, int(v))
+    return out
+
+
+def expected_word_params(cfg):
+    r = resolved(cfg)
+    C, emb = r["d_model"], r.get("embedding", "vocab")
+    T, k = int(r.get("hash_bits", 128)), int(r.get("hash_chunk", 10))
+    out = [(n, s) for n, s in expected_params(cfg) if n not in ("tok_emb.weight", "lm_head.weight")]
+    if emb == "vocab":
+        out.append(("tok_emb.weight", (r["vocab_size"], C)))
+    else:
+        out.append(("special_emb.weight", (N_SPECIAL, C)))
+        if emb == "hash-emb":
+            out.append(("tok_emb.weight", (int(r.get("hash_buckets", 1024)), C)))
+        else:
+            out.append(("regular_emb.weight", (C,)))
+            if emb == "hash-pool":
+                out += [("pool.codebook.weight", (2 ** k + 1, C)), ("pool.weight", (-(-T // k), C))]
+            elif emb == "hash-add":
+                out.append(("add.books", (T, 2, C)))
+            else:
+                out.append(("proj.weight", (C, T)))
+    out.append(("sr_head.weight", (3, C)))
+    if r["bias"] == 1:
+        out.append(("sr_head.bias", (3,)))
+    return out
+
+
+def word_embedding(torch, r, rows, feat):
+    """P -> [B, T, C]: rows of token ids (specials < 4, else 4 + index into feat)."""
+    emb, C = r.get("embedding", "vocab"), r["d_model"]
+    T, k = int(r.get("hash_bits", 128)), int(r.get("hash_chunk", 10))
+
+    def fn(P):
+        out = []
+        for row in rows:
+            vecs = []
+            for t in row:
+                if emb == "vocab":
+                    vecs.append(P["tok_emb.weight"][t if t < N_SPECIAL else feat[t - N_SPECIAL]])
+                    continue
+                if t < N_SPECIAL:
+                    vecs.append(P["special_emb.weight"][t])
+                    continue
+                f = feat[t - N_SPECIAL]
+                if emb == "hash-emb":
+                    vecs.append(P["tok_emb.weight"][f])
+                    continue
+                if emb == "hash-pool":          # eq. 2.1: one codebook, softmax over chunks per dim
+                    idx = [int("".join(str(b) for b in f[c * k:(c + 1) * k]), 2) + 1 for c in range(-(-T // k))]
+                    e = (torch.softmax(P["pool.weight"], dim=0) * P["pool.codebook.weight"][idx]).sum(0)
+                elif emb == "hash-add":         # eq. 2.2, gamma = sqrt(T)
+                    e = P["add.books"][torch.arange(T), torch.tensor(f)].sum(0) / math.sqrt(T)
+                else:                           # eq. 2.3, Pearson correlation, norms clamped at 1e-8
+                    tau = torch.tensor(f, dtype=torch.float64)
+                    tau = tau - tau.mean()
+                    w = P["proj.weight"] - P["proj.weight"].mean(dim=1, keepdim=True)
+                    e = (w @ tau) / (torch.clamp(tau.norm(), min=1e-8) * torch.clamp(w.norm(dim=1), min=1e-8))
+                vecs.append(e + P["regular_emb.weight"])
+            out.append(torch.stack(vecs))
+        return torch.stack(out)
+    return fn
+
+
+def check_word_config(c, tool, workdir, seed, res, verbose):
+    import numpy as np
+    import torch
+    name, B, T, cfg = c["name"], c["B"], c["T"], dict(c["cfg"])
+    r = resolved(cfg)
+    emb = r.get("embedding", "vocab")
+    os.makedirs(workdir, exist_ok=True)
+    cfg_path, model_path = os.path.join(workdir, "config.txt"), os.path.join(workdir, "model.safetensors")
+    corpus = os.path.join(workdir, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write(WORD_CORPUS)
+    with open(cfg_path, "w") as f:
+        for key in SPEC_KEYS:
+            f.write("%s=%s\n" % (key, cfg[key]))
+        for key in sorted(set(cfg) - set(SPEC_KEYS)):
+            f.write("%s=%s\n" % (key, cfg[key]))
+    extra = ["--data", corpus] + (["--words", "1"] if emb == "vocab" else [])
+    if not run_tool(tool, ["init", "--config", cfg_path, "--seed", str(seed), "--out", model_path] + extra,
+                    res, name + ": init"):
+        return
+    ints = {}
+    try:
+        params, meta, _, _ = st_read(model_path, ints)
+    except (ValueError, OSError) as e:
+        res.check(False, "%s: cannot read the model: %s" % (name, e))
+        return
+    check_meta(meta, cfg, res, name)
+    exp = expected_word_params(cfg)
+    if not check_names(params, exp, res, name, "model parameter"):
+        return
+    want_ints = ({"vocab.words"} if emb == "vocab" else set()) | (
+        {"lsh.ngrams"} if r.get("lsh_features") == "table" else set())
+    res.check(set(ints) == want_ints, "%s: I32 word state %s, want %s" % (name, sorted(ints), sorted(want_ints)))
+
+    # the token file: LABELS | TEXT, the last line padded when c["pad"]
+    rng = np.random.RandomState(seed)
+    rows_items, labels, lengths = [], [], []
+    for b in range(B):
+        n = T - 3 if (c.get("pad") and b == B - 1) else T
+        items = [WORD_POOL[i] for i in rng.randint(0, len(WORD_POOL), size=n)]
+        lab = [int(v) for v in rng.randint(-1, 3, size=n)]
+        lab[0] = 1
+        rows_items.append(items)
+        labels.append(lab + [-1] * (T - n))
+        lengths.append(n)
+    tok_path = os.path.join(workdir, "tokens.txt")
+    with open(tok_path, "w") as f:
+        for b in range(B):
+            f.write(" ".join([str(v) for v in labels[b][:lengths[b]]] + ["."] * (T - lengths[b])) + " | " +
+                    " ".join(rows_items[b]) + "\n")
+    # word types in order of first appearance, as the tool interns them
+    types, rows = [], []
+    for b in range(B):
+        row = []
+        for it in rows_items[b]:
+            if it in SPECIAL_ITEMS:
+                row.append(SPECIAL_ITEMS.index(it))
+                continue
+            w, = py_words(it)
+            if w not in types:
+                types.append(w)
+            row.append(N_SPECIAL + types.index(w))
+        rows.append(row + [0] * (T - len(row)))
+    hashed = tool_hash(tool, model_path, types, res, name)
+    if hashed is None:
+        return
+    # the features: computed here where an independent definition exists, checked against the tool's
+    if emb == "vocab":
+        vocab = bytes(ints["vocab.words"].astype(np.uint8)).split(b"\n")[:-1]
+        feat = [N_SPECIAL + vocab.index(w) if w in vocab else 1 for w in types]
+        mine = [("id", v) for v in feat]
+    elif r.get("hash", "md5") == "md5":
+        pairs = [md5_features(r, w) for w in types]
+        feat = [p[0] if emb == "hash-emb" else p[1] for p in pairs]
+        mine = [("bucket", p[0]) if emb == "hash-emb" else ("bits", p[1] + [0] * (-len(p[1]) % 8)) for p in pairs]
+    else:
+        feat = [hashed[w][1] if emb == "hash-emb" else hashed[w][1][:int(r.get("hash_bits", 128))] for w in types]
+        mine = None
+    if mine is not None:
+        bad = [w for w, m in zip(types, mine) if hashed[w] != m]
+        res.check(not bad, "%s: `mhe hash` differs from hashlib/hmac (or the vocabulary) for %s" % (name, bad[:5]))
+    pert_path = os.path.join(workdir, "model_perturbed.safetensors")
+    st_rewrite_data(model_path, pert_path, perturbed(params, cfg, rng))
+    targets = torch.tensor(labels, dtype=torch.long)
+    inputs = torch.tensor(rows, dtype=torch.long)
+    for variant, mpath in (("init", model_path), ("perturbed", pert_path)):
+        tag = "%s [%s]" % (name, variant)
+        failed_before = res.failed
+        gpath = os.path.join(workdir, "grads_%s.safetensors" % variant)
+        if not run_tool(tool, ["grad", "--model", mpath, "--tokens", tok_path, "--out", gpath], res, tag + ": grad"):
+            continue
+        try:
+            grads, _, _, _ = st_read(gpath)
+            model_now, _, _, _ = st_read(mpath, {})
+        except (ValueError, OSError) as e:
+            res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
+            continue
+        P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in model_now.items()}
+        taps = {}
+        loss = reference_loss(torch, cfg, P, inputs, targets, taps, lengths if c.get("pad") else None,
+                              emb=word_embedding(torch, r, rows, feat), head="sr")
+        loss.backward()
+        l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in taps.items()}
+        g_ref = {k: (t.grad.numpy() if t.grad is not None else torch.zeros_like(t).detach().numpy())
+                 for k, t in P.items()}
+        loss_ref = float(loss.item())
+        lc = grads.pop("loss", None)
+        loss_err = abs(float(lc.reshape(-1)[0]) - loss_ref) / max(abs(loss_ref), 1e-12) if lc is not None else float("nan")
+        res.check(lc is not None and loss_err <= LOSS_RTOL, "%s: S+R loss rel err %.3g (torch %.8f)" % (tag, loss_err, loss_ref))
+        check_names(grads, exp, res, tag, "gradient")
+        worst, worst_name = compare_grads(tag, exp, grads, g_ref, l1, res, verbose)
+        res.say("%s %s: loss %.6f rel err %.2g; worst grad %s err %.2g"
+                % ("ok" if res.failed == failed_before else "BAD", tag, loss_ref, loss_err, worst_name, worst))
 
 
 def probe_keys(tool, root):
@@ -1299,6 +1641,10 @@ def run_all(configs, tool, keep, seed, res, verbose):
             if "want" in c:
                 check_invalid(c, tool, os.path.join(root, c["name"]), res)
                 continue
+            if c.get("words"):
+                check_word_config(c, tool, os.path.join(root, c["name"]), seed + 500 + WORD_CONFIGS.index(c), res,
+                                  verbose)
+                continue
             check_config(c, tool, os.path.join(root, c["name"]), seed + CONFIGS.index(c), res,
                          verbose, known)
     finally:
@@ -1313,7 +1659,7 @@ def selftest(configs, seed, verbose):
     res = Results()
     # the stand-in knows neither padding nor encoder-decoder models
     configs = [c for c in configs if not c.get("pad") and c["cfg"].get("arch") != "encdec"
-               and "encdec" not in c["name"]]
+               and "encdec" not in c["name"] and not c.get("words")]
     print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
     os.environ.pop("MHE_FAKE_BUG", None)
     run_all(configs, tool, None, seed, res, verbose)
@@ -1364,7 +1710,7 @@ def main():
     ap.add_argument("--selftest", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
-    configs = CONFIGS + INVALID
+    configs = CONFIGS + INVALID + WORD_CONFIGS
     if a.only:
         configs = [c for c in configs if any(s in c["name"] for s in a.only)]
     if a.list:

@@ -40,7 +40,8 @@ typedef struct {
     char tc_given[64];                 /* which train fields came from the command line */
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task;
     uint64_t seed;
-    int threads, n_tokens, top_k, batches, quiet;
+    int threads, n_tokens, top_k, batches, quiet, words;
+    char model_given[128];             /* which model fields came from the command line */
     float temperature;
 } opts;
 
@@ -61,14 +62,16 @@ static int train_field_index(const char *key) {
     return -1;
 }
 
-static int model_field(const char *key) {
+static int model_field_index(const char *key) {
     mhe_config c = mhe_config_default();
     const char *k;
     char v[512];
     int i;
-    for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) if (strcmp(k, key) == 0) return 1;
-    return 0;
+    for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) if (strcmp(k, key) == 0) return i;
+    return -1;
 }
+static int model_field(const char *key) { return model_field_index(key) >= 0; }
+static int model_given(const opts *o, const char *key) { int i = model_field_index(key); return i >= 0 && o->model_given[i]; }
 
 /* --key value for config and train fields, and the tool's own flags.
    Returns 1, 0 for a bad value (exit 1) or -1 for a usage error (exit 2). */
@@ -110,10 +113,14 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (strcmp(key, "prompt") == 0) o->prompt = v;
         else if (strcmp(key, "source") == 0) o->source = v;
         else if (strcmp(key, "task") == 0) {
-            if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0) { fprintf(stderr, "mhe: --task is lm or cls, not '%s'\n", v); return -1; }
+            if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0 && strcmp(v, "sr") != 0) { fprintf(stderr, "mhe: --task is lm, cls or sr, not '%s'\n", v); return -1; }
             o->task = v;
         }
         else if (strcmp(key, "threads") == 0) o->threads = atoi(v);
+        else if (strcmp(key, "words") == 0) {
+            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) { fprintf(stderr, "mhe: --words is 0 or 1, not '%s'\n", v); return -1; }
+            o->words = v[0] == '1';
+        }
         else if (strcmp(key, "n") == 0 || strcmp(key, "length") == 0) o->n_tokens = atoi(v);
         else if (strcmp(key, "top-k") == 0) o->top_k = atoi(v);
         else if (strcmp(key, "batches") == 0) o->batches = atoi(v);
@@ -122,6 +129,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (model_field(key)) {
             if (mhe_config_set(&o->cfg, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
             o->cfg_given = 1;
+            o->model_given[model_field_index(key)] = 1;
         } else if (train_field_index(key) >= 0) {
             if (mhe_train_config_set(&o->tc, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
             o->tc_given[train_field_index(key)] = 1;
@@ -158,6 +166,63 @@ static int load_model(const char *path, mhe_model *m) {
     return 1;
 }
 
+/* ---- word data ------------------------------------------------------------ */
+
+/* does the model take words (a hash embedding, or a word vocabulary)? */
+static int word_model(const mhe_model *m) { return m->cfg.embedding != MHE_EMB_VOCAB || m->vocab.n > 0; }
+
+static int lex_copy(mhe_lexicon *dst, const mhe_lexicon *src) {
+    int i, t;
+    mhe_lexicon_init(dst, NULL);
+    for (i = 0; i < src->n; i++) {
+        size_t len;
+        const char *w = mhe_lexicon_word(src, i, &len);
+        if (mhe_lexicon_intern(dst, w, len, 0, &t) != MHE_OK) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
+        dst->count[t] = src->count[i];
+    }
+    return 1;
+}
+
+/* what a new or loaded word model still needs from the training data: a
+   word vocabulary (embedding=vocab) or the LSH n-gram table (lsh_features=table) */
+static int word_state(mhe_model *m, const mhe_lexicon *train_types, const char *data_path) {
+    const mhe_config *c = &m->cfg;
+    if (c->embedding == MHE_EMB_VOCAB && m->vocab.n == 0) {
+        if (mhe_model_set_vocab(m, train_types) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 0; }
+        printf("word vocabulary: the %d most frequent of %d word types of %s (vocab_size %d with %d special tokens)\n", m->vocab.n,
+               train_types->n, data_path, c->vocab_size, MHE_N_SPECIAL);
+    }
+    if (c->embedding != MHE_EMB_VOCAB && c->hash == MHE_WORD_HASH_LSH && c->lsh_features && !m->lsh_ready) {
+        void *buf;
+        size_t len;
+        char err[MHE_ERR_LEN];
+        mhe_status s;
+        if (mhe_read_file(data_path, &buf, &len, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+        s = mhe_model_set_ngrams(m, (const char *)buf, len);
+        free(buf);
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 0; }
+        printf("LSH n-gram table: the %zu most frequent n-grams of %s\n", m->lsh.table_len - 4, data_path);
+    }
+    return 1;
+}
+
+static int read_words(const char *path, mhe_lexicon *x, int **tok, size_t *n) {
+    char err[MHE_ERR_LEN];
+    if (!path) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 0; }
+    if (mhe_read_words(path, x, tok, n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    return 1;
+}
+
+static int feats(mhe_model *m, const mhe_lexicon *x, mhe_word_feats *f) {
+    if (mhe_word_feats_update(m, x, f) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 0; }
+    return 1;
+}
+
+static void print_sr(const char *what, const mhe_cls_metrics *r) {
+    printf("%sS+R loss %.4f  accuracy %.4f  macro-F1 %.4f  MCC %.4f  (%lld tokens)\n", what, r->loss, r->accuracy, r->macro_f1, r->mcc,
+           (long long)r->n);
+}
+
 static void describe(const mhe_model *m) {
     const char *k;
     char v[512];
@@ -165,6 +230,9 @@ static void describe(const mhe_model *m) {
     printf("model:");
     for (i = 0; mhe_config_field(&m->cfg, i, &k, v, sizeof v); i++) printf(" %s=%s", k, v);
     printf("\nparameters: %lld (%.2f M)\n", (long long)m->n_params, m->n_params / 1e6);
+    if (m->cfg.embedding != MHE_EMB_VOCAB || m->vocab.n)   /* thesis eq. 2.7 */
+        printf("embedding parameters: %lld (PoEP %.1f%%)\n", (long long)mhe_model_emb_params(m),
+               100 * mhe_poep((double)mhe_model_emb_params(m), (double)m->n_params));
 }
 
 /* ---- init --------------------------------------------------------------- */
@@ -174,9 +242,11 @@ static int cmd_init(int argc, char **argv) {
     mhe_model m;
     mhe_status s;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe init [--config CFG] [--KEY VALUE ...] [--seed S] --out MODEL.safetensors\n"
+        printf("usage: mhe init [--config CFG] [--KEY VALUE ...] [--seed S] [--words 1] [--data TEXT] --out MODEL.safetensors\n"
                "Creates a model with freshly initialised weights. CFG holds key=value lines;\n"
-               "flags override it. Model fields:\n");
+               "flags override it. A word model takes its word state from the words of --data:\n"
+               "embedding=vocab with --words 1 its vocabulary (the vocab_size - 4 most frequent\n"
+               "words), hash=lsh with lsh_features=table its n-gram table. Model fields:\n");
         print_fields(stdout, 1);
         return 0;
     }
@@ -184,6 +254,19 @@ static int cmd_init(int argc, char **argv) {
     if (!o.out) return die("init: --out FILE is required%s%s", "", "");
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
+    if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
+        (o.cfg.embedding != MHE_EMB_VOCAB && o.cfg.hash == MHE_WORD_HASH_LSH && o.cfg.lsh_features)) {
+        mhe_lexicon x;
+        int *tok = NULL, ok;
+        size_t n;
+        if (!o.data) { fprintf(stderr, "mhe: init: this word model takes its %s from a corpus: give --data TEXT\n",
+                               o.cfg.embedding == MHE_EMB_VOCAB ? "vocabulary" : "n-gram table"); mhe_model_free(&m); return 1; }
+        mhe_lexicon_init(&x, NULL);
+        ok = read_words(o.data, &x, &tok, &n) && word_state(&m, &x, o.data);
+        free(tok);
+        mhe_lexicon_free(&x);
+        if (!ok) { mhe_model_free(&m); return 1; }
+    }
     s = mhe_checkpoint_save(&m, NULL, o.out);
     if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); mhe_model_free(&m); return 1; }
     describe(&m);
@@ -225,31 +308,73 @@ static int resume_settings(opts *o) {
 }
 
 /* mhe train --task cls: the classification head of an encoder on labelled texts */
+/* the two labelled sets, as bytes or as words of x (xtr: the training types alone) */
+static int load_sets(opts *o, int words, mhe_text_set *train, mhe_text_set *valid, mhe_lexicon *x, mhe_lexicon *xtr) {
+    char err[MHE_ERR_LEN];
+    mhe_status s = words ? mhe_text_set_load_words(train, x, o->data, NULL, err) : mhe_text_set_load(train, o->data, NULL, err);
+    if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    if (words && !lex_copy(xtr, x)) return 0;
+    if (o->valid) {
+        s = words ? mhe_text_set_load_words(valid, x, o->valid, NULL, err) : mhe_text_set_load(valid, o->valid, NULL, err);
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    }
+    return 1;
+}
+
+/* mhe train --task cls: the classification head of an encoder on labelled texts
+   (bytes, or words for word models and --words 1); a loaded model without a
+   head gets one (fine-tuning), its other weights kept */
 static int train_cls(opts *o) {
     mhe_text_set train, valid;
+    mhe_lexicon x, xtr;
+    mhe_word_feats f;
     mhe_model m;
     mhe_trainer t;
     mhe_cls_metrics r;
-    char err[MHE_ERR_LEN];
-    int rc = 1, tty = isatty(1), first;
+    int rc = 1, tty = isatty(1), first, words, have_model = 0, K;
     double t0;
+    memset(&train, 0, sizeof train);
     memset(&valid, 0, sizeof valid);
+    memset(&f, 0, sizeof f);
+    mhe_lexicon_init(&x, NULL);
+    mhe_lexicon_init(&xtr, NULL);
     if (!o->data) { fprintf(stderr, "mhe: no training data given (--data FILE)\n"); return 1; }
-    if (mhe_text_set_load(&train, o->data, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 1; }
-    if (o->valid && mhe_text_set_load(&valid, o->valid, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_text_set_free(&train); return 1; }
     if (o->resume || o->model) {
         if (!load_model(o->resume ? o->resume : o->model, &m)) goto out;
-        if (o->resume && !resume_settings(o)) { mhe_model_free(&m); goto out; }
+        have_model = 1;
+        if (o->resume && !resume_settings(o)) goto out;
+        words = word_model(&m);
+        if (!load_sets(o, words, &train, &valid, &x, &xtr)) goto out;
+        K = train.n_classes > valid.n_classes ? train.n_classes : valid.n_classes;
+        if (m.cfg.n_classes == 0 && !o->resume) {   /* fine-tuning: a new head on the loaded weights */
+            mhe_model pre = m;
+            mhe_config c = m.cfg;
+            int copied;
+            c.n_classes = K;
+            if (mhe_model_init_from(&m, &c, &pre, o->tc.seed, NULL, &copied) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); have_model = 0; mhe_model_free(&pre); goto out; }
+            mhe_model_free(&pre);
+            if (!o->quiet) printf("fine-tuning %s: %d tensors loaded, a new classification head of %d classes\n", o->model, copied, K);
+        }
     } else {
+        words = o->words || o->cfg.embedding != MHE_EMB_VOCAB;
+        if (!load_sets(o, words, &train, &valid, &x, &xtr)) goto out;
         if (o->cfg.n_classes == 0) o->cfg.n_classes = train.n_classes > valid.n_classes ? train.n_classes : valid.n_classes;
+        if (words && !model_given(o, "token_head") && o->cfg.embedding != MHE_EMB_VOCAB) o->cfg.token_head = MHE_HEAD_SR;
         if (mhe_model_init(&m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
+        have_model = 1;
+        if (words && !word_state(&m, &xtr, o->data)) goto out;
     }
-    if (m.cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); mhe_model_free(&m); goto out; }
-    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); mhe_model_free(&m); goto out; }
+    if (m.cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); goto out; }
+    if (words) {
+        if (!feats(&m, &x, &f)) goto out;
+        train.words = valid.words = &f;
+    }
+    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); goto out; }
     if (o->resume && mhe_trainer_load(&t, o->resume) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o->resume, t.err); goto free_all; }
     if (!o->quiet) {
         describe(&m);
-        printf("data: %d training examples, %d validation examples, %d classes\n", train.n, valid.n, m.cfg.n_classes);
+        printf("data: %d training examples, %d validation examples, %d classes%s\n", train.n, valid.n, m.cfg.n_classes,
+               words ? " (word tokens)" : "");
     }
     t0 = now_s();
     first = t.step;
@@ -278,10 +403,95 @@ static int train_cls(opts *o) {
     rc = 0;
 free_all:
     mhe_trainer_free(&t);
-    mhe_model_free(&m);
 out:
+    if (have_model) mhe_model_free(&m);
     mhe_text_set_free(&train);
     mhe_text_set_free(&valid);
+    mhe_word_feats_free(&f);
+    mhe_lexicon_free(&x);
+    mhe_lexicon_free(&xtr);
+    return rc;
+}
+
+/* mhe train --task sr: Shuffle+Random pre-training on the words of a text */
+static int train_sr(opts *o) {
+    mhe_lexicon x, xtr;
+    mhe_word_feats ftr, fall;
+    int *tr = NULL, *va = NULL, rc = 1, tty = isatty(1), first, have_model = 0, have_trainer = 0;
+    size_t ntr = 0, nva = 0;
+    mhe_model m;
+    mhe_trainer t;
+    mhe_cls_metrics r;
+    double t0;
+    mhe_lexicon_init(&x, NULL);
+    mhe_lexicon_init(&xtr, NULL);
+    memset(&ftr, 0, sizeof ftr);
+    memset(&fall, 0, sizeof fall);
+    if (!read_words(o->data, &x, &tr, &ntr) || !lex_copy(&xtr, &x)) goto out;
+    if (o->resume || o->model) {
+        if (!load_model(o->resume ? o->resume : o->model, &m)) goto out;
+        if (o->resume && !resume_settings(o)) { mhe_model_free(&m); goto out; }
+        if (m.cfg.embedding == MHE_EMB_VOCAB && m.vocab.n == 0) {
+            fprintf(stderr, "mhe: --task sr takes words: this model has byte tokens (no word vocabulary)\n");
+            mhe_model_free(&m);
+            goto out;
+        }
+    } else {   /* S+R defaults for a new model: an encoder with the S+R head */
+        if (!model_given(o, "arch")) o->cfg.arch = MHE_ARCH_ENCODER;
+        if (!model_given(o, "token_head")) o->cfg.token_head = MHE_HEAD_SR;
+        if (mhe_model_init(&m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
+    }
+    have_model = 1;
+    if (m.cfg.token_head != MHE_HEAD_SR) { fprintf(stderr, "mhe: --task sr needs the S+R head (token_head=sr); this model has an LM head\n"); goto out; }
+    if (!word_state(&m, &xtr, o->data)) goto out;
+    /* training features cover the training types, so no validation word is drawn as a random word */
+    if (!feats(&m, &xtr, &ftr)) goto out;
+    if (o->valid && (!read_words(o->valid, &x, &va, &nva) || !feats(&m, &x, &fall))) goto out;
+    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); goto out; }
+    have_trainer = 1;
+    if (o->resume && mhe_trainer_load(&t, o->resume) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o->resume, t.err); goto out; }
+    if (ntr < (size_t)o->tc.seq_len) { fprintf(stderr, "mhe: %s: %zu word tokens, a window needs %d\n", o->data, ntr, o->tc.seq_len); goto out; }
+    if (!o->quiet) {
+        describe(&m);
+        printf("data: %zu train word tokens (%d types), %zu valid word tokens; S+R: shuffle %.0f%%, replace %.0f%% of the rest\n",
+               ntr, xtr.n, nva, 100.0 * o->tc.sr_prob, 100.0 * o->tc.sr_prob);
+    }
+    t0 = now_s();
+    first = t.step;
+    while (t.step < o->tc.steps) {
+        mhe_status s = mhe_trainer_step_sr(&t, tr, ntr, &ftr);
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto out; }
+        if (!o->quiet && (t.step % o->tc.log_every == 0 || t.step == o->tc.steps)) {
+            double el = now_s() - t0, per = el / (t.step - first);
+            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %7.0f tok/s  %5.0f ms/step  left %4.0fs%s", tty ? "\r" : "", t.step, o->tc.steps,
+                   t.last_loss, t.last_lr, o->tc.batch * o->tc.seq_len / per, per * 1e3, per * (o->tc.steps - t.step), tty ? "" : "\n");
+            fflush(stdout);
+        }
+        if (va && o->tc.eval_every > 0 && (t.step % o->tc.eval_every == 0 || t.step == o->tc.steps)) {
+            if (mhe_evaluate_sr(&m, va, nva, &fall, o->tc.batch, o->tc.seq_len, o->tc.eval_batches, o->tc.sr_prob, &r) != MHE_OK) {
+                fprintf(stderr, "\nmhe: validation: %s\n", m.err);
+                goto out;
+            }
+            if (!o->quiet) { printf("%sstep %6d  ", tty ? "\n" : "", t.step); print_sr("val ", &r); }
+        }
+        if (o->tc.save_every > 0 && t.step % o->tc.save_every == 0 && t.step < o->tc.steps &&
+            mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto out; }
+    }
+    if (mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto out; }
+    if (!o->quiet) {
+        printf("%swrote %s\n", tty ? "\n" : "", o->out);
+        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
+               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
+    }
+    rc = 0;
+out:
+    if (have_trainer) mhe_trainer_free(&t);
+    if (have_model) mhe_model_free(&m);
+    mhe_word_feats_free(&ftr);
+    mhe_word_feats_free(&fall);
+    mhe_lexicon_free(&x);
+    mhe_lexicon_free(&xtr);
+    free(tr); free(va);
     return rc;
 }
 
@@ -298,13 +508,18 @@ static int cmd_train(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
                "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
-               "                 [--resume CKPT.safetensors] [--task lm|cls] [--threads N] [train flags]\n"
-               "Trains a byte-level model. --task lm (default): a decoder learns the next byte, an\n"
+               "                 [--resume CKPT.safetensors] [--task lm|cls|sr] [--words 1] [--threads N] [train flags]\n"
+               "Trains a model. --task lm (default): a decoder learns the next byte, an\n"
                "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
                "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
                "--task cls: an encoder's classification head learns labelled texts, one\n"
                "`label<TAB>text` line each (integer labels; n_classes defaults to the largest + 1);\n"
-               "validation prints loss, accuracy, macro-F1 and MCC.\n"
+               "validation prints loss, accuracy, macro-F1 and MCC. Texts are bytes, or words for a\n"
+               "word model (embedding=hash-*, a loaded word model, or --words 1 for a word vocabulary);\n"
+               "--model with a model without a head fine-tunes it: a new head, its weights kept.\n"
+               "--task sr: Shuffle+Random pre-training of a word model on the words of a text (a new\n"
+               "model is an encoder with token_head=sr unless --arch/--token_head say otherwise):\n"
+               "per token, original / shuffled / replaced by a random word (sr_prob each).\n"
                "A new model comes from --model (weights) or from\n"
                "--config/model flags; --resume continues a checkpoint written by this command\n"
                "exactly where it stopped (weights, AdamW moments, RNG, step; the train settings\n"
@@ -319,6 +534,7 @@ static int cmd_train(int argc, char **argv) {
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.out) return die("train: --out FILE is required%s%s", "", "");
     if (o.task && strcmp(o.task, "cls") == 0) return train_cls(&o);
+    if (o.task && strcmp(o.task, "sr") == 0) return train_sr(&o);
     if (!load_corpus(o.data, &train, &n_train)) return 1;
     if (o.valid && !load_corpus(o.valid, &valid, &n_valid)) { free(train); return 1; }
     if (o.resume) {
@@ -400,27 +616,51 @@ static int cmd_eval(int argc, char **argv) {
                "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
                "consecutive windows of the text (N <= 0: all of it), shaped as `mhe train` shapes them.\n"
                "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
-               "`label<TAB>text` line of TEXT (cut to seq_len bytes).\n");
+               "`label<TAB>text` line of TEXT (cut to seq_len bytes, or words for a word model).\n"
+               "--task sr: Shuffle+Random loss, accuracy, macro-F1 and MCC of a word model's S+R head\n"
+               "on consecutive windows of the words of TEXT, corrupted with sr_prob under a fixed seed.\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
-    if (o.task && strcmp(o.task, "cls") == 0) {
+    if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+    if (o.task && (strcmp(o.task, "cls") == 0 || strcmp(o.task, "sr") == 0)) {
         mhe_text_set set;
         mhe_cls_metrics r;
+        mhe_lexicon x;
+        mhe_word_feats f;
         char err[MHE_ERR_LEN];
-        int rc = 1;
-        if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+        int rc = 1, *tok = NULL, words = word_model(&m);
+        size_t n = 0;
+        mhe_status s;
+        memset(&set, 0, sizeof set);
+        memset(&f, 0, sizeof f);
+        mhe_lexicon_init(&x, NULL);
         if (!o.data) { fprintf(stderr, "mhe: no data given (--data FILE)\n"); mhe_model_free(&m); return 1; }
-        if (mhe_text_set_load(&set, o.data, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); mhe_model_free(&m); return 1; }
-        if (mhe_evaluate_cls(&m, &set, o.tc.batch, o.tc.seq_len, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
-        else { print_cls("", &r); rc = 0; }
+        if (o.task[0] == 's') {
+            if (!words || m.cfg.token_head != MHE_HEAD_SR) fprintf(stderr, "mhe: --task sr needs a word model with the S+R head (token_head=sr)\n");
+            else if (read_words(o.data, &x, &tok, &n) && feats(&m, &x, &f)) {
+                if (mhe_evaluate_sr(&m, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
+                else { print_sr("", &r); rc = 0; }
+            }
+        } else {
+            s = words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
+            if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", err);
+            else if (!words || feats(&m, &x, &f)) {
+                set.words = words ? &f : NULL;
+                if (mhe_evaluate_cls(&m, &set, o.tc.batch, o.tc.seq_len, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
+                else { print_cls("", &r); rc = 0; }
+            }
+        }
+        free(tok);
         mhe_text_set_free(&set);
+        mhe_word_feats_free(&f);
+        mhe_lexicon_free(&x);
         mhe_model_free(&m);
         return rc;
     }
+    if (m.cfg.token_head == MHE_HEAD_SR) { fprintf(stderr, "mhe: this model has the S+R head: evaluate it with --task sr (or --task cls)\n"); mhe_model_free(&m); return 1; }
     if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
-    if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
     if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
@@ -454,6 +694,12 @@ static int cmd_generate(int argc, char **argv) {
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
     if (m.cfg.arch == MHE_ARCH_ENCODER) { fprintf(stderr, "mhe: generate needs a decoder (this model has arch=encoder)\n"); mhe_model_free(&m); return 1; }
+    if (m.cfg.embedding != MHE_EMB_VOCAB || m.cfg.token_head != MHE_HEAD_LM) {
+        fprintf(stderr, "mhe: nothing to generate: %s\n", m.cfg.embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax (embedding=hash-*)"
+                                                                                        : "the model has the S+R head, not an LM head");
+        mhe_model_free(&m);
+        return 1;
+    }
     if (m.cfg.arch == MHE_ARCH_ENCDEC && (!o.source || !*o.source || strlen(o.source) > (size_t)m.cfg.max_seq_len)) {
         fprintf(stderr, "mhe: an encoder-decoder model needs --source TEXT of 1..%d bytes\n", m.cfg.max_seq_len);
         mhe_model_free(&m);
@@ -523,6 +769,162 @@ static int real_len(const int *v, int n) {
     return len;
 }
 
+/* mhe grad on a word model: each line `LABELS | TEXT`, the targets of the
+   token head (S+R: 0 original, 1 shuffled, 2 random, -1 ignored; `.` pads)
+   and the text, split by the word splitter; the items <pad> <unk> <s> </s>
+   are the special tokens */
+static int grad_words(opts *o, mhe_model *m, char *text) {
+    static const char *special[MHE_N_SPECIAL] = { "<pad>", "<unk>", "<s>", "</s>" };
+    mhe_lexicon x;
+    mhe_word_feats f;
+    idline lab, tok;
+    int rows = 0, T = -1, line = 0, rc = 1, b, t, *lens = NULL, *tk = NULL, *tg = NULL;
+    char *p = text, *nl;
+    mhe_batch bt;
+    float loss;
+    mhe_lexicon_init(&x, NULL);
+    memset(&f, 0, sizeof f);
+    memset(&lab, 0, sizeof lab);
+    memset(&tok, 0, sizeof tok);
+    for (; *p; p = nl ? nl + 1 : p + strlen(p)) {
+        char *bar, *q;
+        int nlab = 0, nreal = 0, nwords = 0;
+        line++;
+        nl = strchr(p, '\n');
+        if (nl) *nl = 0;
+        for (q = p; *q == ' ' || *q == '\t' || *q == '\r'; q++) {}
+        if (!*q) { if (!nl) break; continue; }
+        bar = strchr(p, '|');
+        if (!bar) { fprintf(stderr, "mhe: %s: line %d: a word model reads `LABELS | TEXT`\n", o->tokens, line); goto out; }
+        *bar = 0;
+        for (q = p; ; ) {   /* the labels */
+            char *end;
+            long v;
+            while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+            if (!*q) break;
+            if (*q == '.' && (q[1] == 0 || strchr(" \t\r", q[1]))) { v = -2; end = q + 1; }
+            else {
+                v = strtol(q, &end, 10);
+                if (end == q || v < -1 || v > 2147483647L || (*end && !strchr(" \t\r", *end))) {
+                    fprintf(stderr, "mhe: %s: line %d: bad label near '%.10s'\n", o->tokens, line, q);
+                    goto out;
+                }
+            }
+            if (v != -2 && nreal != nlab) { fprintf(stderr, "mhe: %s: line %d: padding `.` must come last\n", o->tokens, line); goto out; }
+            if (!idline_push(&lab, (int)v)) goto oom;
+            nlab++;
+            nreal += v != -2;
+            q = end;
+        }
+        for (q = bar + 1; ; ) {   /* the text: items of words */
+            char *e;
+            size_t pos = 0, ws, wn;
+            int k, ty;
+            while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+            if (!*q) break;
+            for (e = q; *e && !strchr(" \t\r", *e); e++) {}
+            for (k = 0; k < MHE_N_SPECIAL; k++) if ((size_t)(e - q) == strlen(special[k]) && !strncmp(q, special[k], (size_t)(e - q))) break;
+            if (k < MHE_N_SPECIAL) { if (!idline_push(&tok, k)) goto oom; nwords++; }
+            else
+                while ((wn = mhe_word_next(q, (size_t)(e - q), &pos, &ws)) > 0) {
+                    if (mhe_lexicon_intern(&x, q + ws, wn, 1, &ty) != MHE_OK || !idline_push(&tok, MHE_N_SPECIAL + ty)) goto oom;
+                    nwords++;
+                }
+            q = e;
+        }
+        if (nwords != nreal || nreal < 1) {
+            fprintf(stderr, "mhe: %s: line %d: %d labels for %d words (one label per word; `.` for padding)\n", o->tokens, line, nreal, nwords);
+            goto out;
+        }
+        if (T >= 0 && nlab != T) { fprintf(stderr, "mhe: %s: line %d has %d labels, earlier lines %d\n", o->tokens, line, nlab, T); goto out; }
+        T = nlab;
+        for (t = nreal; t < T; t++) if (!idline_push(&tok, MHE_TOK_PAD)) goto oom;
+        rows++;
+        if (!nl) break;
+    }
+    if (rows == 0) { fprintf(stderr, "mhe: %s: no line of `LABELS | TEXT`\n", o->tokens); goto out; }
+    if (!feats(m, &x, &f)) goto out;
+    lens = (int *)malloc((size_t)rows * sizeof(int));
+    tg = (int *)malloc((size_t)rows * T * sizeof(int));
+    if (!lens || !tg) goto oom;
+    tk = tok.v;
+    for (b = 0; b < rows; b++) {
+        lens[b] = 0;
+        for (t = 0; t < T; t++) {
+            int v = lab.v[(size_t)b * T + t];
+            tg[(size_t)b * T + t] = v == -2 ? -1 : v;
+            lens[b] += v != -2;
+        }
+    }
+    memset(&bt, 0, sizeof bt);
+    bt.B = rows; bt.T = T; bt.tokens = tk; bt.targets = tg; bt.lengths = lens; bt.words = &f;
+    mhe_model_zero_grad(m);
+    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || mhe_grads_save(m, o->out) != MHE_OK) {
+        fprintf(stderr, "mhe: %s\n", m->err);
+        goto out;
+    }
+    printf("loss %.6f over %d x %d word tokens (%d word types); wrote %s\n", loss, rows, T, x.n, o->out);
+    rc = 0;
+    goto out;
+oom:
+    fprintf(stderr, "mhe: out of memory\n");
+out:
+    free(lab.v); free(tok.v); free(lens); free(tg);
+    mhe_word_feats_free(&f);
+    mhe_lexicon_free(&x);
+    return rc;
+}
+
+/* ---- hash --------------------------------------------------------------- */
+
+/* how each word of the texts embeds under a model: its row, bucket or bits */
+static int cmd_hash(int argc, char **argv) {
+    mhe_model m;
+    const char *path = NULL;
+    int i, rc = 0, T;
+    unsigned char *bits;
+    if (argc < 3 || strcmp(argv[2], "--help") == 0) {
+        printf("usage: mhe hash --model M.safetensors TEXT...\n"
+               "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
+               "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
+               "own hasher (seen in training or not):\n"
+               "  WORD<TAB>id N       embedding=vocab: tok_emb row (1 = <unk>)\n"
+               "  WORD<TAB>bucket N   hash-emb: the bucket (md5: digest mod N; lsh: argmax form)\n"
+               "  WORD<TAB>bits HEX   hash-pool/add/proj: the T bits, packed MSB-first\n");
+        return argc < 3 ? 2 : 0;
+    }
+    for (i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) { path = argv[++i]; continue; }
+        if (strncmp(argv[i], "--", 2) == 0) { fprintf(stderr, "mhe: unknown option %s (see --help)\n", argv[i]); return 2; }
+    }
+    if (!load_model(path, &m)) return 1;
+    if (!word_model(&m)) { fprintf(stderr, "mhe: this model embeds byte tokens, not words\n"); mhe_model_free(&m); return 1; }
+    T = m.cfg.hash_bits;
+    bits = (unsigned char *)malloc(MHE_BITS_BYTES(T));
+    if (!bits) { mhe_model_free(&m); return 1; }
+    for (i = 2; i < argc && rc == 0; i++) {
+        size_t pos = 0, ws, wn, len;
+        if (strcmp(argv[i], "--model") == 0) { i++; continue; }
+        len = strlen(argv[i]);
+        while ((wn = mhe_word_next(argv[i], len, &pos, &ws)) > 0) {
+            int32_t id = 0;
+            size_t k;
+            if (mhe_model_hash_word(&m, argv[i] + ws, wn, &id, bits) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); rc = 1; break; }
+            for (k = 0; k < wn; k++) putchar(argv[i][ws + k] >= 'A' && argv[i][ws + k] <= 'Z' ? argv[i][ws + k] + 32 : argv[i][ws + k]);
+            if (m.cfg.embedding == MHE_EMB_VOCAB) printf("\tid %d\n", (int)id);
+            else if (m.cfg.embedding == MHE_EMB_HASH_EMB) printf("\tbucket %d\n", (int)id);
+            else {
+                printf("\tbits ");
+                for (k = 0; k < MHE_BITS_BYTES(T); k++) printf("%02x", bits[k]);
+                printf("\n");
+            }
+        }
+    }
+    free(bits);
+    mhe_model_free(&m);
+    return rc;
+}
+
 static int cmd_grad(int argc, char **argv) {
     opts o;
     mhe_model m;
@@ -542,7 +944,11 @@ static int cmd_grad(int argc, char **argv) {
                "form the batch. A target of -1 is ignored by the loss. A `.` in place of an id is\n"
                "padding (only at the end of a line): those positions are masked out of attention\n"
                "and of the loss. An encoder-decoder model reads `SOURCE IDS | DECODER IDS`: the\n"
-               "source ids (the same count on every line, padding allowed) go to the encoder.\n");
+               "source ids (the same count on every line, padding allowed) go to the encoder.\n"
+               "A word model (embedding=hash-*, or a word vocabulary) reads `LABELS | TEXT`: T targets\n"
+               "of its token head (S+R: 0 original, 1 shuffled, 2 random; -1 ignored; `.` pads the\n"
+               "end) and a text of exactly as many words (the word splitter; the items <pad> <unk>\n"
+               "<s> </s> are special tokens).\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
@@ -554,6 +960,12 @@ static int cmd_grad(int argc, char **argv) {
     if (!p) { free(text); mhe_model_free(&m); return die("grad: out of memory%s%s", "", ""); }
     text = p;
     text[len] = 0;
+    if (word_model(&m)) {
+        rc = grad_words(&o, &m, text);
+        free(text);
+        mhe_model_free(&m);
+        return rc;
+    }
     memset(&all, 0, sizeof all);
     for (p = text; ; ) {
         char *end;
@@ -638,9 +1050,9 @@ static int cmd_inspect(int argc, char **argv) {
         printf("  %-40s %-4s [", st.tensors[i].name, dt[st.tensors[i].dtype]);
         for (d = 0; d < st.tensors[i].ndim; d++) printf("%s%lld", d ? ", " : "", (long long)st.tensors[i].shape[d]);
         printf("]\n");
-        if (strncmp(st.tensors[i].name, "optim.", 6) != 0) total += st.tensors[i].size;
+        if (strncmp(st.tensors[i].name, "optim.", 6) != 0 && st.tensors[i].dtype == MHE_DTYPE_F32) total += st.tensors[i].size;
     }
-    printf("parameters (without optimizer state): %lld\n", total);
+    printf("parameters (F32, without optimizer state): %lld\n", total);
     mhe_st_free(&st);
     free(buf);
     return 0;
@@ -724,6 +1136,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc, argv);
     if (strcmp(cmd, "params") == 0) return cmd_params(argc, argv);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc, argv);
+    if (strcmp(cmd, "hash") == 0) return cmd_hash(argc, argv);
     printf("mhe %s - train and run parameter-efficient transformers\n"
            "usage: mhe COMMAND [options]   (mhe COMMAND --help for each)\n"
            "  init       create a model file from a config\n"
@@ -733,6 +1146,7 @@ int main(int argc, char **argv) {
            "  grad       loss and every parameter gradient of one batch, as safetensors\n"
            "  inspect    list the metadata and tensors of a safetensors file\n"
            "  params     parameter and memory tables of the attention kinds (MHE paper)\n"
-           "  export     weights only, as safetensors or as a C array for embedded inference\n", MHE_VERSION);
+           "  export     weights only, as safetensors or as a C array for embedded inference\n"
+           "  hash       how a word model embeds words (row, bucket or bits)\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }
