@@ -32,7 +32,7 @@ $(B)/examples/%: examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
-$(B)/tests/%: tests/%.c tests/test.h $(DEPS)
+$(B)/tests/%: tests/%.c tests/test.h $(wildcard tests/fuzz/*.h) $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 

@@ -4715,6 +4715,8 @@ static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, 
         if (t->shape[d] != like->shape[d])
             return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' dimension %d is %lld, the model expects %lld", name, d,
                              (long long)t->shape[d], (long long)like->shape[d]);
+    if (!dst) /* check only */
+        return t->dtype == MHE_DTYPE_F32 ? MHE_OK : mhe__fail(err, MHE_ERR_DTYPE, "tensor '%s': dtype is not F32", name);
     s = mhe_st_read_f32(st, t, dst, like->size);
     if (s != MHE_OK) return mhe__fail(err, s, "tensor '%s': %s", name, mhe_status_str(s));
     return MHE_OK;
@@ -4745,6 +4747,27 @@ MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size,
             mhe__fail(m->err, s, "checkpoint metadata: %s", err);
             mhe_st_free(&st);
             return s;
+        }
+    }
+    /* a hostile header must not make a small file allocate a huge model:
+       the parameters have to be in the data section, 4 bytes each */
+    if ((s = mhe_config_validate(&cfg, err)) != MHE_OK) {
+        mhe__fail(m->err, s, "checkpoint metadata: %s", err);
+        mhe_st_free(&st);
+        return s;
+    }
+    {
+        mhe__layout L;
+        memset(&L, 0, sizeof L);
+        m->cfg = cfg;
+        L.m = m;
+        mhe__layout_walk(&L);   /* counts only: m->params is NULL */
+        memset(m, 0, sizeof *m);
+        if (L.overflow || (uint64_t)L.floats > (uint64_t)(st.data_size / 4)) {
+            mhe__fail(m->err, MHE_ERR_SHAPE, "checkpoint config describes %lld parameters but the file holds %llu bytes of data",
+                      (long long)L.floats, (unsigned long long)st.data_size);
+            mhe_st_free(&st);
+            return MHE_ERR_SHAPE;
         }
     }
     if ((s = mhe_model_init(m, &cfg, 0, alloc_ctx)) != MHE_OK) { mhe_st_free(&st); return s; }
@@ -4778,24 +4801,28 @@ static int mhe__hex_u64(const char *s, uint64_t *out) {
 }
 
 MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size) {
-    mhe_model *m = t->model;
+    mhe_model *m;
     mhe_safetensors st;
     mhe_status s;
     const char *step, *rng;
-    mhe_train_config tc = t->tc;
+    mhe_train_config tc;
     int64_t stepv;
     mhe_rng r;
-    int i, f;
+    int i, f, pass;
     char tmp[MHE_ERR_LEN];
+    if (!t) return MHE_ERR_ARG;
+    if (!t->model || !t->adam_m || !t->adam_v) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_load_mem: trainer not initialised");
+    m = t->model;
+    tc = t->tc;
     s = mhe_st_parse(&st, buf, size, m->alloc_ctx);
     if (s != MHE_OK) return mhe__fail(t->err, s, "%s", st.err);
     step = mhe_st_meta(&st, "step");
     rng = mhe_st_meta(&st, "rng");
     if (!step || !rng) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_MISSING, "not a trainer checkpoint: metadata 'step' or 'rng' missing"); }
-    if (mhe__parse_i64(step, &stepv) != MHE_OK || stepv < 0 || stepv > INT_MAX) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad step '%.32s'", step); }
-    if (strlen(rng) != 64) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+    if (mhe__parse_i64(step, &stepv) != MHE_OK || stepv < 0 || stepv > INT_MAX) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad step '%.32s'", step); mhe_st_free(&st); return MHE_ERR_FORMAT; }
+    if (strlen(rng) != 64) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); mhe_st_free(&st); return MHE_ERR_FORMAT; }
     for (i = 0; i < 4; i++)
-        if (!mhe__hex_u64(rng + 16 * i, &r.s[i])) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+        if (!mhe__hex_u64(rng + 16 * i, &r.s[i])) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); mhe_st_free(&st); return MHE_ERR_FORMAT; }
     for (f = 0; f < MHE__N_TRAIN_FIELDS; f++) {
         char key[64];
         const char *v;
@@ -4813,15 +4840,17 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
         return mhe__fail(t->err, MHE_ERR_CONFIG, "checkpoint trained with batch %d x seq_len %d, this trainer has %d x %d",
                          tc.batch, tc.seq_len, t->tc.batch, t->tc.seq_len);
     }
-    for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
-        char nm[MHE_NAME_LEN + 16];
-        size_t off = (size_t)(m->params[i].data - m->param_data);
-        snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
-        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_m + off, t->err);
-        if (s != MHE_OK) break;
-        snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
-        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_v + off, t->err);
-    }
+    /* pass 0 checks every moment tensor, pass 1 copies: a bad file leaves the trainer as it was */
+    for (pass = 0; pass < 2 && s == MHE_OK; pass++)
+        for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
+            char nm[MHE_NAME_LEN + 16];
+            size_t off = (size_t)(m->params[i].data - m->param_data);
+            snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
+            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_m + off : NULL, t->err);
+            if (s != MHE_OK) break;
+            snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
+            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_v + off : NULL, t->err);
+        }
     mhe_st_free(&st);
     if (s != MHE_OK) return s;
     t->step = (int)stepv;
@@ -4851,6 +4880,8 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
     void *buf;
     size_t size;
     mhe_status s;
+    if (!t) return MHE_ERR_ARG;
+    if (!t->model) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_load: trainer not initialised");
     if ((s = mhe_read_file(path, &buf, &size, t->model->alloc_ctx, t->err)) != MHE_OK) return s;
     s = mhe_trainer_load_mem(t, buf, size);
     MHE_FREE(t->model->alloc_ctx, buf);
