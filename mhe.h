@@ -2369,7 +2369,8 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
             double v;
             if (mhe__parse_float(value, &v) != MHE_OK)
                 return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': '%s' is not a number", what, key, value);
-            if (v < f->lo || v > f->hi)
+            /* judge the float that is stored, as validate does: 0.99 is in [0, 0.99] */
+            if (!((float)v >= (float)f->lo && (float)v <= (float)f->hi))
                 return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %s is out of range [%g, %g]", what, key, value, f->lo, f->hi);
             *(float *)(void *)p = (float)v;
         } else if (f->type == MHE__F_ENUM) {
@@ -2423,7 +2424,8 @@ static int mhe__field_get(const mhe__field *fields, int nf, const void *obj, int
         size_t used = 0;
         while (n < MHE_MAX_LAYERS && kinds[n] >= 0) { if (kinds[n] != kinds[0]) same = 0; n++; }
         if (cap) value[0] = 0;
-        for (j = 0; j < (same ? 1 : n); j++) {
+        /* one name only when it fills every slot, so that the text sets the same array */
+        for (j = 0; j < (same && n == MHE_MAX_LAYERS ? 1 : n); j++) {
             int w = snprintf(value + used, cap - used, "%s%s", j ? "," : "", mhe_attn_kind_name(kinds[j]));
             if (w < 0 || (size_t)w >= cap - used) break;
             used += (size_t)w;
@@ -2500,7 +2502,7 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
             if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
         } else if (f->type == MHE__F_FLOAT) {
             float v = *(const float *)p;
-            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
         } else if (f->type == MHE__F_ENUM) {
             int v = *(const int *)p;
             char tmp[64];
@@ -3277,7 +3279,7 @@ MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err
             if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
         } else if (f->type == MHE__F_FLOAT) {
             float v = *(const float *)p;
-            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
         } else if (f->type == MHE__F_ENUM) {
             int v = *(const int *)p;
             if (v < 0 || v > MHE_SCHED_COSINE_RESTARTS) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': invalid value %d", f->key, v);
@@ -4317,6 +4319,7 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
     for (i = 0; i < n_items; i++) {
         const mhe_st_item *it = &items[i];
         uint64_t count = 1, nz = 1;
+        int big = 0;
         size_t len;
         if (!it->name) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: item %d has a NULL name", i);
         len = strlen(it->name);
@@ -4333,13 +4336,15 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
                 return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has negative dimension %d (%lld)", show, d,
                                  (long long)it->shape[d]);
             v = (uint64_t)it->shape[d];
+            /* the header's numbers must stay exact (<= 2^53), as readers require;
+               a tensor with a zero dimension has no bytes, whatever the others */
+            if (v > MHE__JSON_MAX_INT) big = 2;
             if (v == 0) { count = 0; continue; }
-            /* the header's numbers must stay exact (<= 2^53), as readers require */
-            if (v > MHE__JSON_MAX_INT || nz > MHE__JSON_MAX_INT / 4 / v) {
-                mhe__st_fmt_shape(sh, sizeof sh, it->shape, it->ndim);
-                return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
-            }
-            nz *= v;
+            if (nz > MHE__JSON_MAX_INT / 4 / v) big |= 1; else nz *= v;
+        }
+        if (big > 1 || (big && count)) {
+            mhe__st_fmt_shape(sh, sizeof sh, it->shape, it->ndim);
+            return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
         }
         if (count) count = nz;
         if (count && !it->data) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);

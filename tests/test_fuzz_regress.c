@@ -63,6 +63,32 @@ static void must_train_load(const char *path, const unsigned char *buf, size_t n
     mhe_model_free(&m);
 }
 
+/* the ends of every numeric field's range, printed as the help shows them,
+   are accepted by set and by validate (they once disagreed on 0.99, 1e-6) */
+static void range_ends(void) {
+    int i, e, bad = 0;
+    char err[MHE_ERR_LEN], val[64];
+    for (i = 0; i < MHE__N_CONFIG_FIELDS + MHE__N_TRAIN_FIELDS; i++) {
+        int train = i >= MHE__N_CONFIG_FIELDS;
+        const mhe__field *f = train ? &mhe__train_fields[i - MHE__N_CONFIG_FIELDS] : &mhe__config_fields[i];
+        if (f->type != MHE__F_INT && f->type != MHE__F_FLOAT) continue;
+        for (e = 0; e < 2; e++) {
+            mhe_config c = mhe_config_default();
+            mhe_train_config t = mhe_train_config_default();
+            mhe_status s1, s2;
+            snprintf(val, sizeof val, f->type == MHE__F_INT ? "%.0f" : "%g", e ? f->hi : f->lo);
+            s1 = train ? mhe_train_config_set(&t, f->key, val, err) : mhe_config_set(&c, f->key, val, err);
+            s2 = train ? mhe_train_config_validate(&t, err) : mhe_config_validate(&c, err);
+            /* validate may still object to a combination (min_lr > lr, d_model % n_heads), never to the field */
+            if (s1 != MHE_OK || (s2 != MHE_OK && !strncmp(err, train ? "train field '" : "config field '", 13))) {
+                printf("  %s=%s: set %s, validate: %s\n", f->key, val, mhe_status_str(s1), s2 == MHE_OK ? "ok" : err);
+                bad++;
+            }
+        }
+    }
+    CHECK(bad == 0, "%d range ends rejected", bad);
+}
+
 int main(void) {
     int i, k, seeds = 0, regress = 0;
     for (i = 0; i < FUZZ_N_TARGETS; i++) {
@@ -82,6 +108,7 @@ int main(void) {
         seeds += ns; regress += nr;
     }
     if (fuzz_tmp_path[0]) remove(fuzz_tmp_path);
+    range_ends();
     printf("  replayed %d seeds and %d regression inputs\n", seeds, regress);
     return TEST_END();
 }

@@ -242,7 +242,7 @@ static int fuzz_config(const uint8_t *data, size_t size) {
     mhe_train_config tc = mhe_train_config_default(), tc2 = mhe_train_config_default();
     char err[MHE_ERR_LEN], val[1100];
     const char *key;
-    mhe_status s = mhe_config_parse(&c, (const char *)data, size, err);
+    mhe_status s = mhe_config_parse(&c, (const char *)data, size, err), parsed = s;
     int i;
     if (s != MHE_OK) FUZZ_CHECK(s == MHE_ERR_CONFIG && fuzz_msg_ok(err), "config parse failure has a message");
     s = mhe_config_validate(&c, err);   /* whatever parse left, validate judges it */
@@ -255,11 +255,18 @@ static int fuzz_config(const uint8_t *data, size_t size) {
         FUZZ_CHECK(!memcmp(&c, &c2, sizeof c), "config round trip is exact");
         FUZZ_CHECK(mhe_config_validate(&c2, err) == MHE_OK, "the round-tripped config validates");
         FUZZ_CHECK(mhe_attn_param_count(&c, c.attn[0], 1, c.bias) >= 0, "attention parameter count");
-    } else FUZZ_CHECK(fuzz_msg_ok(err), "validate failure has a message");
+    } else {
+        FUZZ_CHECK(fuzz_msg_ok(err), "validate failure has a message");
+        /* what set accepted, validate's per-field ranges accept too */
+        FUZZ_CHECK(parsed != MHE_OK || strncmp(err, "config field '", 14) != 0, "set and validate agree on field ranges");
+    }
 
     s = mhe_train_config_parse(&tc, (const char *)data, size, err);
     if (s != MHE_OK) FUZZ_CHECK(s == MHE_ERR_CONFIG && fuzz_msg_ok(err), "train config parse failure has a message");
-    if (mhe_train_config_validate(&tc, err) == MHE_OK) {
+    parsed = s;
+    s = mhe_train_config_validate(&tc, err);
+    FUZZ_CHECK(s == MHE_OK || parsed != MHE_OK || strncmp(err, "train field '", 13) != 0, "set and validate agree on train field ranges");
+    if (s == MHE_OK) {
         int steps[6];
         for (i = 0; mhe_train_config_field(&tc, i, &key, val, sizeof val); i++)
             FUZZ_CHECK(mhe_train_config_set(&tc2, key, val, err) == MHE_OK, "a printed train field parses back");
