@@ -5,6 +5,8 @@
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
+#   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
+#   make test-m32 / test-aarch64 / build-cortex-m4   portability builds (see README, Reliability)
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -63,7 +65,29 @@ check-build:
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
 	@echo "check-build: ok"
 
+# ---- fuzzing: clang's libFuzzer with ASan + UBSan; targets in tests/fuzz/fuzz.h
+FUZZ_TIME    ?= 60
+FUZZ_CC      ?= clang
+FUZZ_TARGETS  = safetensors checkpoint trainer config corpus
+FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c99 -Wall -Wextra -Werror -I.
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_main.c tests/fuzz/fuzz.h mhe.h
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_NAME='"$*"' -o $@ $< -lm
+
+fuzz-build: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+
+fuzz: $(FUZZ_TARGETS:%=fuzz-run-%)
+
+fuzz-run-%: build/fuzz/fuzz_%
+	@sh tests/fuzz/run.sh $* $(FUZZ_TIME)
+
+# regenerate the committed seed files (after a format change); never part of a build
+fuzz-seeds:
+	@mkdir -p $(B)
+	$(CC) -O1 -std=c99 -I. -o $(B)/make_seeds tests/fuzz/make_seeds.c -lm && ./$(B)/make_seeds tests/fuzz/seeds
+
 clean:
 	rm -rf build
 
-.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean
+.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds
