@@ -4515,6 +4515,9 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
 
+    /* a temp file left by a crashed save goes first: writing through it would
+       follow a symlink to another file, or fail on a read-only leftover */
+    remove(tmp);
     errno = 0;
     f = fopen(tmp, "wb");
     if (!f) {
