@@ -1884,7 +1884,8 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
                 float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
-                for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
+                /* a NaN score makes the max NaN: an all-NaN row must not pass for a fully masked one */
+                for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) || s[jj] != s[jj] ? s[jj] : mx;
                 if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
                 corr = expf(mrow[i] - mx);       /* 0 on the first visible block */
                 for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
@@ -2068,7 +2069,7 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
                     int vis = mhe__att_visible(d, t0 + i) - j0;
                     if (vis > cols) vis = cols;
                     for (jj = 0; jj < cols; jj++) s[jj] = jj < vis ? d->scale * (S0[(size_t)i * MHE__BK + jj] + U[(size_t)jj * n + h]) : -INFINITY;
-                    for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) ? s[jj] : mx;
+                    for (jj = 0; jj < cols; jj++) mx = isgreater(s[jj], mx) || s[jj] != s[jj] ? s[jj] : mx;   /* NaN stays NaN */
                     if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
                     corr = expf(*m - mx);
                     for (jj = 0; jj < cols; jj++) { s[jj] = mhe__exp(s[jj] - mx); sum += s[jj]; }
@@ -3390,7 +3391,7 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
     mhe_model *m = t->model;
     const mhe_train_config *tc = &t->tc;
     int T = tc->seq_len, b, i;
-    float loss, norm, lr;
+    float loss = 0, norm, lr;   /* = 0: gcc -O2 with MHE_STATIC cannot see that forward sets it */
     mhe_status st;
     if (!data || n < (size_t)T + 1)
         return mhe__fail(t->err, MHE_ERR_DATA, "training data has %zu tokens, a batch row needs seq_len+1 = %d", n, T + 1);
@@ -4625,22 +4626,38 @@ typedef struct mhe__ckpt {
 
 #define MHE__META_VAL 1024   /* a per-layer attn list of 64 kinds fits */
 
+/* bytes of the metadata text, NULs included (measured, so that writing a
+   checkpoint on a small device needs no more scratch than its strings) */
+static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
+    size_t n = sizeof "format" + sizeof MHE_FORMAT;
+    const char *key;
+    char val[MHE__META_VAL];
+    int f;
+    for (f = 0; mhe_config_field(&m->cfg, f, &key, val, sizeof val); f++) n += strlen(key) + strlen(val) + 2;
+    if (t) {
+        n += sizeof "step" + 12 + sizeof "rng" + 65;
+        for (f = 0; mhe_train_config_field(&t->tc, f, &key, val, sizeof val); f++) n += sizeof "train." + strlen(key) + strlen(val) + 1;
+    }
+    return n;
+}
+
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
     int nt = m->n_tensors, max_items = grads_only ? nt + 1 : (t ? 3 * nt : nt);
     int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 2 + MHE__N_TRAIN_FIELDS : 0), i, f;
-    size_t name_bytes = (size_t)max_items * (MHE_NAME_LEN + 16), bytes;
-    char *p;
+    size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
+    char *p, *end;
     memset(k, 0, sizeof *k);
-    bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) +
-            (size_t)max_meta * (2 * MHE__META_VAL) + name_bytes;
+    bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
     k->block = MHE_MALLOC(m->alloc_ctx, bytes);
     if (!k->block) return mhe__fail(err, MHE_ERR_NOMEM, "checkpoint: out of memory");
     k->items = (mhe_st_item *)k->block;
     k->keys = (const char **)(void *)(k->items + max_items);
     k->values = k->keys + max_meta;
     p = (char *)(void *)(k->values + max_meta);
-#define MHE__META(key_fmt, key_arg, ...) do { char *kk = p; p += MHE__META_VAL; char *vv = p; p += MHE__META_VAL; \
-        snprintf(kk, MHE__META_VAL, key_fmt, key_arg); snprintf(vv, MHE__META_VAL, __VA_ARGS__); \
+    end = p + text;
+#define MHE__META(key_fmt, key_arg, ...) do { char *kk = p, *vv; \
+        p += snprintf(kk, (size_t)(end - kk), key_fmt, key_arg) + 1; vv = p; \
+        p += snprintf(vv, (size_t)(end - vv), __VA_ARGS__) + 1; MHE_ASSERT(p <= end); \
         k->keys[k->n_meta] = kk; k->values[k->n_meta++] = vv; } while (0)
     MHE__META("%s", "format", "%s", MHE_FORMAT);
     for (f = 0; ; f++) {
@@ -4665,6 +4682,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         }
     }
 #undef MHE__META
+    p = end;   /* the optim.* names follow the text */
     if (grads_only) {
         static const float zero = 0;
         mhe_st_item *it = &k->items[k->n_items++];
