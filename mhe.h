@@ -2805,12 +2805,28 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, unsigned char *base) 
     return used;
 }
 
+/* An upper bound, in double, on the bytes mhe__acts_layout asks for: its
+   size_t products wrap on 32-bit hosts, so this is checked first. Every
+   buffer of the layout is counted here at least once. */
+static double mhe__acts_bound(const mhe_model *m, int B, int T) {
+    const mhe_config *c = &m->cfg;
+    double BT = (double)B * T, C = c->d_model, F = mhe_config_d_ff(c), n = c->n_heads, HD = n * mhe_config_d_head(c);
+    double V = c->vocab_size, L = c->n_layers, pw = 3.0 * (HD > C ? HD : C), stats = c->fused_attention ? B * n * T : B * n * T * (double)T;
+    double per_layer = BT * (8 * C + 4 + pw + 4 * HD + 2 * F) + stats + 2 * HD;
+    double floats = L * per_layer + BT * (6 * C + 3 + 2 * V + 4 * HD + pw + 2 * F) + (double)B * (2 * C + 2 * c->n_classes) +
+                    (double)B * n * 5 * mhe_config_d_head(c) + 2 * HD + 2 * BT;
+    return 4 * floats + 64 * (24 * L + 40);
+}
+
 MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T) {
     size_t bytes;
     void *block;
     if (B < 1 || T < 1) return mhe__fail(m->err, MHE_ERR_ARG, "batch %d x length %d: both must be >= 1", B, T);
     if (T > m->cfg.max_seq_len) return mhe__fail(m->err, MHE_ERR_ARG, "sequence length %d exceeds max_seq_len %d", T, m->cfg.max_seq_len);
     if ((int64_t)B * T > (1 << 24)) return mhe__fail(m->err, MHE_ERR_OVERFLOW, "batch %d x length %d is too many tokens", B, T);
+    if (mhe__acts_bound(m, B, T) > (double)SIZE_MAX / 2)
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "activations of batch %d x length %d need about %.3g bytes, more than this platform addresses",
+                         B, T, mhe__acts_bound(m, B, T));
     if (m->acts_block && (int64_t)B * T <= (int64_t)m->acts.B * m->acts.T && T <= m->acts.T) return MHE_OK;
     bytes = mhe__acts_layout(m, B, T, NULL);
     block = MHE_MALLOC(m->alloc_ctx, bytes + MHE_ARENA_ALIGN);
@@ -3353,6 +3369,8 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
     if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
     if (tc->seq_len > m->cfg.max_seq_len)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
+    if ((int64_t)tc->batch * tc->seq_len > (1 << 24))   /* as mhe_model_reserve, before the batch buffer's size can wrap */
+        return mhe__fail(t->err, MHE_ERR_OVERFLOW, "batch %d x seq_len %d is too many tokens", tc->batch, tc->seq_len);
     t->model = m;
     t->tc = *tc;
     bytes = mhe__mul_size((size_t)m->n_params, sizeof(float), &ok);
@@ -3447,6 +3465,8 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
     if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
     if (!data || n < (size_t)seq_len + 1)
         return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least seq_len+1 = %d", n, seq_len + 1);
+    if ((int64_t)batch * seq_len > (1 << 24))   /* as mhe_model_reserve; keeps the size below from wrapping on 32-bit */
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "evaluate: batch %d x seq_len %d is too many tokens", batch, seq_len);
     windows = (n - 1) / (size_t)seq_len;
     buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * seq_len * sizeof(int));
     if (!buf) return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
