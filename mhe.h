@@ -1592,7 +1592,8 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
 }
 
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
-   the library's own mhe__exp keeps them the same under -ffast-math. */
+   the library's own mhe__exp keeps them accurate (not bit for bit, and
+   without its NaN guard) under -ffast-math; see README, fast-math. */
 MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
@@ -3317,7 +3318,8 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
     if (c->schedule == MHE_SCHED_CONSTANT) return (float)lr;
     if (c->schedule == MHE_SCHED_INVSQRT) {
         double w = c->warmup > 0 ? c->warmup : 1;
-        return (float)(lr * sqrt(w / (step + 1 > w ? step + 1 : w)));
+        double s1 = (double)step + 1;   /* step may be INT_MAX */
+        return (float)(lr * sqrt(w / (s1 > w ? s1 : w)));
     }
     p = decay_steps > 0 ? (double)(step - c->warmup) / decay_steps : 1.0;
     if (p > 1) p = 1;
