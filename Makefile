@@ -5,6 +5,8 @@
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
+#   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
+#   make test-m32 / test-aarch64 / build-cortex-m4   portability builds (see README, Reliability)
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -40,9 +42,16 @@ $(B)/examples/embedded: examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
 $(B)/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe
 	$(B)/mhe export --model $< --out $@ --name tiny_lm --n 64
 
-$(B)/tests/%: tests/%.c tests/test.h $(DEPS)
+$(B)/tests/%: tests/%.c tests/test.h $(wildcard tests/fuzz/*.h) $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
+
+# test_numerics links the same kernels built twice: -fno-fast-math and -ffast-math
+$(B)/tests/test_numerics: tests/test_numerics.c tests/numerics_kernels.c tests/numerics_kernels.h tests/test.h $(DEPS)
+	@mkdir -p $(B)/tests $(B)/obj
+	$(CC) $(ALLFLAGS) -fno-fast-math -DNUM_SUFFIX=_std -c -o $(B)/obj/numerics_std.o tests/numerics_kernels.c
+	$(CC) $(ALLFLAGS) -ffast-math -DNUM_SUFFIX=_fast -c -o $(B)/obj/numerics_fast.o tests/numerics_kernels.c
+	$(CC) $(ALLFLAGS) -o $@ $< $(B)/obj/numerics_std.o $(B)/obj/numerics_fast.o $(LDLIBS)
 
 # bench_gemm links OpenBLAS when its header is installed (apt-get install libopenblas-dev)
 BLASFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cblas.h - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
@@ -71,7 +80,58 @@ check-build:
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
 	@echo "check-build: ok"
 
+# ---- portability builds (CI installs the compilers; see README, Reliability)
+# 32-bit x86: gcc -m32 (Debian: gcc-12-multilib; its asm/ headers come from the
+# 64-bit include directory, because gcc-multilib, which links them, conflicts
+# with the Debian cross compilers); the whole suite, Python checks included
+test-m32:
+	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu" all-tests
+	MHE_TEST_BUILD=build/m32 sh tests/run.sh
+
+# 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
+# the quick suite (MHE_TEST_QUICK); the Python checks run the Arm mhe tool too
+AARCH64_CC ?= aarch64-linux-gnu-gcc
+QEMU_AARCH64 ?= qemu-aarch64-static
+test-aarch64:
+	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" all-tests
+	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
+	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu sh tests/run.sh
+
+# Cortex-M4 bare metal (arm-none-eabi-gcc, newlib, nosys): compile and link
+# examples/embedded.c (inference from a static buffer); prints the image size
+# and the largest stack frames; nothing runs
+M4_FLAGS = -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16
+build-cortex-m4: $(B)/tiny_lm_model.h
+	@mkdir -p build/m4
+	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
+	    -ffunction-sections -fdata-sections -fstack-usage -I. -I$(B) -c -o build/m4/embedded.o examples/embedded.c
+	arm-none-eabi-gcc $(M4_FLAGS) --specs=nosys.specs -Wl,--gc-sections -o build/m4/embedded.elf build/m4/embedded.o -lm
+	arm-none-eabi-size build/m4/embedded.elf
+	@echo "largest stack frames (bytes):"; sort -t '	' -k2 -n build/m4/embedded.su | tail -n 4 | sed 's/^.*:\([a-z_0-9.]*\)	\([0-9]*\).*/  \1 \2/'
+
+# ---- fuzzing: clang's libFuzzer with ASan + UBSan; targets in tests/fuzz/fuzz.h
+FUZZ_TIME    ?= 60
+FUZZ_CC      ?= clang
+FUZZ_TARGETS  = safetensors checkpoint trainer config corpus
+FUZZ_FLAGS    = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c99 -Wall -Wextra -Werror -I.
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_main.c tests/fuzz/fuzz.h mhe.h
+	@mkdir -p build/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFUZZ_NAME='"$*"' -o $@ $< -lm
+
+fuzz-build: $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+
+fuzz: $(FUZZ_TARGETS:%=fuzz-run-%)
+
+fuzz-run-%: build/fuzz/fuzz_%
+	@sh tests/fuzz/run.sh $* $(FUZZ_TIME)
+
+# regenerate the committed seed files (after a format change); never part of a build
+fuzz-seeds:
+	@mkdir -p $(B)
+	$(CC) -O1 -std=c99 -I. -o $(B)/make_seeds tests/fuzz/make_seeds.c -lm && ./$(B)/make_seeds tests/fuzz/seeds
+
 clean:
 	rm -rf build
 
-.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean
+.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4

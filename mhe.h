@@ -2257,7 +2257,8 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
 }
 
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
-   the library's own mhe__exp keeps them the same under -ffast-math. */
+   the library's own mhe__exp keeps them accurate (not bit for bit, and
+   without its NaN guard) under -ffast-math; see README, fast-math. */
 MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
@@ -2620,9 +2621,10 @@ static MHE__VECTORISE float mhe__row_max(const float *s, int n, float mx) {
     int j, l;
     for (l = 0; l < MHE__LANES; l++) m[l] = mx;
     for (j = 0; j + MHE__LANES <= n; j += MHE__LANES)
-        for (l = 0; l < MHE__LANES; l++) m[l] = isgreater(s[j + l], m[l]) ? s[j + l] : m[l];
-    for (; j < n; j++) m[0] = isgreater(s[j], m[0]) ? s[j] : m[0];
-    for (l = 1; l < MHE__LANES; l++) m[0] = isgreater(m[l], m[0]) ? m[l] : m[0];
+        for (l = 0; l < MHE__LANES; l++) m[l] = isgreater(s[j + l], m[l]) || s[j + l] != s[j + l] ? s[j + l] : m[l];
+    for (; j < n; j++) m[0] = isgreater(s[j], m[0]) || s[j] != s[j] ? s[j] : m[0];
+    /* a NaN score makes the max NaN: an all-NaN row must not pass for a fully masked one */
+    for (l = 1; l < MHE__LANES; l++) m[0] = isgreater(m[l], m[0]) || m[l] != m[l] ? m[l] : m[0];
     return m[0];
 }
 
@@ -4426,7 +4428,8 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
             double v;
             if (mhe__parse_float(value, &v) != MHE_OK)
                 return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': '%s' is not a number", what, key, value);
-            if (v < f->lo || v > f->hi)
+            /* judge the float that is stored, as validate does: 0.99 is in [0, 0.99] */
+            if (!((float)v >= (float)f->lo && (float)v <= (float)f->hi))
                 return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %s is out of range [%g, %g]", what, key, value, f->lo, f->hi);
             *(float *)(void *)p = (float)v;
         } else if (f->type == MHE__F_ENUM) {
@@ -4480,7 +4483,8 @@ static int mhe__field_get(const mhe__field *fields, int nf, const void *obj, int
         size_t used = 0;
         while (n < MHE_MAX_LAYERS && kinds[n] >= 0) { if (kinds[n] != kinds[0]) same = 0; n++; }
         if (cap) value[0] = 0;
-        for (j = 0; j < (same ? 1 : n); j++) {
+        /* one name only when it fills every slot, so that the text sets the same array */
+        for (j = 0; j < (same && n == MHE_MAX_LAYERS ? 1 : n); j++) {
             int w = snprintf(value + used, cap - used, "%s%s", j ? "," : "", mhe_attn_kind_name(kinds[j]));
             if (w < 0 || (size_t)w >= cap - used) break;
             used += (size_t)w;
@@ -4619,7 +4623,7 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
             if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
         } else if (f->type == MHE__F_FLOAT) {
             float v = *(const float *)p;
-            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
         } else if (f->type == MHE__F_ENUM) {
             int v = *(const int *)p;
             char tmp[64];
@@ -5486,18 +5490,24 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     const mhe_config *c = &m->cfg;
     mhe_acts measure, *a = base ? &m->acts : &measure;
     int E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, l, w, any_ref = 0;
-    size_t C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), dh = (size_t)mhe_config_d_head(c), n = (size_t)c->n_heads;
-    size_t HD = n * dh, V = (size_t)mhe__head_width(c), rd = (size_t)B * T, re = E ? (size_t)B * Ts : 0;
-    size_t rmax = rd > re ? rd : re, used = 0, max_proj = 0;
-#define MHE__A(ptr, count) do { size_t n_ = MHE_ARENA_ROUND((count) * sizeof(float)); \
-        if (base) { (ptr) = (float *)(void *)(base + used); } used += n_; } while (0)
+    /* sizes in double: on a 32-bit host a product may not fit a size_t, and then
+       the measure returns SIZE_MAX instead of a wrapped count */
+    double C = c->d_model, F = mhe_config_d_ff(c), dh = mhe_config_d_head(c), n = c->n_heads;
+    double HD = n * dh, V = mhe__head_width(c), rd = (double)B * T, re = E ? (double)B * Ts : 0;
+    double rmax = rd > re ? rd : re, max_proj = 0, dused = 0;
+    size_t used = 0;
+    int overflow = 0;
+#define MHE__A(ptr, count) do { double c_ = (double)(count) * sizeof(float); size_t n_; \
+        if (!(c_ < (double)SIZE_MAX / 4)) { overflow = 1; c_ = 0; } \
+        n_ = MHE_ARENA_ROUND((size_t)c_); \
+        if (base) { (ptr) = (float *)(void *)(base + used); } used += n_; dused += (double)n_; } while (0)
     memset(a, 0, sizeof *a);
     MHE__A(a->emb, rd * C);
     if (E) MHE__A(a->src_emb, re * C);
     for (l = 0; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
         mhe_layer_acts *la = &a->layer[l];
-        size_t rows = y->encoder ? re : rd, Tq = (size_t)(y->encoder ? Ts : T);
+        double rows = y->encoder ? re : rd, Tq = y->encoder ? Ts : T;
         for (w = 0; w < 3; w++) {
             if (w == 1 && y->cross.kind < 0) continue;
             MHE__A(la->sub[w].nrm, rows * C); MHE__A(la->sub[w].sum, rows * C);
@@ -5506,17 +5516,17 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
         for (w = 0; w < 2; w++) {   /* self-attention, then cross-attention */
             const mhe_attn_weights *aw = w ? &y->cross : &y->attn;
             mhe_attn_acts *aa = w ? &la->cross : &la->attn;
-            size_t kv_rows = w ? re : rows, Tk = w ? (size_t)Ts : Tq;
+            double kv_rows = w ? re : rows, Tk = w ? (double)Ts : Tq;
             mhe__geom g;
             if (aw->kind < 0) continue;
             g = mhe__layer_geom(c, aw->kind);
-            if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
-            MHE__A(aa->proj, rows * (size_t)(w ? g.q_w : g.proj_w));
-            if (w && g.k_w) MHE__A(aa->kv, kv_rows * (size_t)(g.k_w + g.v_w));
+            if (g.proj_w > max_proj) max_proj = g.proj_w;
+            MHE__A(aa->proj, rows * (w ? g.q_w : g.proj_w));
+            if (w && g.k_w) MHE__A(aa->kv, kv_rows * (g.k_w + g.v_w));
             if (g.mhe && !c->fused_attention) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; }
             if (aw->kind == MHE_ATTN_MHE_MUL) MHE__A(aa->hmap, 2 * HD);
             MHE__A(aa->att, rows * HD);
-            MHE__A(aa->stats, c->fused_attention ? (size_t)B * n * Tq : (size_t)B * n * Tq * Tk);
+            MHE__A(aa->stats, c->fused_attention ? B * n * Tq : B * n * Tq * Tk);
         }
         MHE__A(la->fc1, rows * F); MHE__A(la->act, rows * F);
     }
@@ -5526,22 +5536,25 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     }
     MHE__A(a->logits, rd * V); MHE__A(a->losses, rd);
     if (c->n_classes > 0) {
-        MHE__A(a->pooled, (size_t)B * C); MHE__A(a->d_pooled, (size_t)B * C);
-        MHE__A(a->cls_logits, (size_t)B * c->n_classes); MHE__A(a->d_cls, (size_t)B * c->n_classes);
+        MHE__A(a->pooled, B * C); MHE__A(a->d_pooled, B * C);
+        MHE__A(a->cls_logits, (double)B * c->n_classes); MHE__A(a->d_cls, (double)B * c->n_classes);
     }
     MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C); MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);
     if (E) MHE__A(a->d_mem, re * C);
     MHE__A(a->d_att, rmax * HD); MHE__A(a->d_proj, rmax * max_proj);
     if (any_ref) MHE__A(a->d_projx, 3 * rmax * HD);
-    MHE__A(a->map_scratch, (size_t)B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
+    MHE__A(a->map_scratch, B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
     MHE__A(a->d_logits, rd * V);
 #undef MHE__A
-#define MHE__AI(ptr, count) do { if (base) (ptr) = (int *)(void *)(base + used); used += MHE_ARENA_ROUND((count) * sizeof(int)); } while (0)
-    MHE__AI(a->tokens, rd); MHE__AI(a->targets, rd); MHE__AI(a->lengths, (size_t)B);
-    if (E) { MHE__AI(a->src, re); MHE__AI(a->src_lengths, (size_t)B); }
+#define MHE__AI(ptr, count) do { double c_ = (double)(count) * sizeof(int); size_t n_; \
+        if (!(c_ < (double)SIZE_MAX / 4)) { overflow = 1; c_ = 0; } \
+        n_ = MHE_ARENA_ROUND((size_t)c_); \
+        if (base) { (ptr) = (int *)(void *)(base + used); } used += n_; dused += (double)n_; } while (0)
+    MHE__AI(a->tokens, rd); MHE__AI(a->targets, rd); MHE__AI(a->lengths, B);
+    if (E) { MHE__AI(a->src, re); MHE__AI(a->src_lengths, B); }
 #undef MHE__AI
-    return used;
+    return overflow || dused > (double)SIZE_MAX / 2 ? SIZE_MAX : used;
 }
 
 MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
@@ -5558,6 +5571,8 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
     if (m->acts_block && B <= a->B && (int64_t)B * T <= (int64_t)a->B * a->T && T <= a->T &&
         (int64_t)B * Ts <= (int64_t)a->B * a->Ts && Ts <= a->Ts) return MHE_OK;
     bytes = mhe__acts_layout(m, B, T, Ts, NULL);
+    if (bytes == SIZE_MAX)   /* counted in double: more than a 32-bit host addresses */
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "activations of batch %d x length %d need more memory than this platform addresses", B, T);
     block = mhe__malloc(m->alloc_ctx, m->arena, bytes + MHE_ARENA_ALIGN);
     if (!block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of activations", bytes);
     mhe__free(m->alloc_ctx, m->arena, m->acts_block);
@@ -6453,7 +6468,7 @@ MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err
             if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
         } else if (f->type == MHE__F_FLOAT) {
             float v = *(const float *)p;
-            if (!(v >= f->lo && v <= f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
         } else if (f->type == MHE__F_ENUM) {
             int v = *(const int *)p;
             if (v < 0 || v > MHE_SCHED_COSINE_RESTARTS) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': invalid value %d", f->key, v);
@@ -6474,7 +6489,8 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
     if (c->schedule == MHE_SCHED_CONSTANT) return (float)lr;
     if (c->schedule == MHE_SCHED_INVSQRT) {
         double w = c->warmup > 0 ? c->warmup : 1;
-        return (float)(lr * sqrt(w / (step + 1 > w ? step + 1 : w)));
+        double s1 = (double)step + 1;   /* step may be INT_MAX */
+        return (float)(lr * sqrt(w / (s1 > w ? s1 : w)));
     }
     p = decay_steps > 0 ? (double)(step - c->warmup) / decay_steps : 1.0;
     if (p > 1) p = 1;
@@ -6529,6 +6545,8 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
         return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
     if (m->cfg.arch == MHE_ARCH_ENCDEC && tc->src_len > m->cfg.max_seq_len)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "src_len %d exceeds the model's max_seq_len %d", tc->src_len, m->cfg.max_seq_len);
+    if ((int64_t)tc->batch * tc->seq_len > (1 << 24))   /* as mhe_model_reserve, before the batch buffer's size can wrap */
+        return mhe__fail(t->err, MHE_ERR_OVERFLOW, "batch %d x seq_len %d is too many tokens", tc->batch, tc->seq_len);
     t->model = m;
     t->tc = *tc;
     B = (size_t)tc->batch; T = (size_t)tc->seq_len; Ts = (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len);
@@ -6574,7 +6592,7 @@ MHEDEF void mhe_trainer_free(mhe_trainer *t) {
 static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b) {
     mhe_model *m = t->model;
     const mhe_train_config *tc = &t->tc;
-    float loss, norm, lr;
+    float loss = 0, norm, lr;   /* = 0: gcc -O2 with MHE_STATIC cannot see that forward sets it */
     mhe_status st;
     int i;
     m->training = 1;
@@ -6698,6 +6716,8 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
     if (batch < 1 || seq_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
     if (m->cfg.token_head == MHE_HEAD_SR)
         return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has a Shuffle+Random head (token_head=sr): score it with mhe_evaluate_sr");
+    if ((int64_t)batch * (T > Ts ? T : Ts) > (1 << 24))   /* as mhe_model_reserve; keeps the sizes below from wrapping on 32-bit */
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "evaluate: batch %d x length %d is too many tokens", batch, T > Ts ? T : Ts);
     need = mhe__lm_span(m, T, Ts);
     if (!data || n < need)
         return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least %zu", n, need);
@@ -7700,6 +7720,7 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
     for (i = 0; i < n_items; i++) {
         const mhe_st_item *it = &items[i];
         uint64_t count = 1, nz = 1;
+        int big = 0;
         size_t len;
         if (!it->name) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: item %d has a NULL name", i);
         len = strlen(it->name);
@@ -7716,13 +7737,15 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
                 return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has negative dimension %d (%lld)", show, d,
                                  (long long)it->shape[d]);
             v = (uint64_t)it->shape[d];
+            /* the header's numbers must stay exact (<= 2^53), as readers require;
+               a tensor with a zero dimension has no bytes, whatever the others */
+            if (v > MHE__JSON_MAX_INT) big = 2;
             if (v == 0) { count = 0; continue; }
-            /* the header's numbers must stay exact (<= 2^53), as readers require */
-            if (v > MHE__JSON_MAX_INT || nz > MHE__JSON_MAX_INT / 4 / v) {
-                mhe__st_fmt_shape(sh, sizeof sh, it->shape, it->ndim);
-                return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
-            }
-            nz *= v;
+            if (nz > MHE__JSON_MAX_INT / 4 / v) big |= 1; else nz *= v;
+        }
+        if (big > 1 || (big && count)) {
+            mhe__st_fmt_shape(sh, sizeof sh, it->shape, it->ndim);
+            return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
         }
         if (count) count = nz;
         if (it->dtype != MHE_DTYPE_F32 && it->dtype != MHE_DTYPE_I32)
@@ -7897,6 +7920,9 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
 
+    /* a temp file left by a crashed save goes first: writing through it would
+       follow a symlink to another file, or fail on a read-only leftover */
+    remove(tmp);
     errno = 0;
     f = fopen(tmp, "wb");
     if (!f) {
@@ -8011,15 +8037,30 @@ typedef struct mhe__ckpt {
 #define MHE__CKPT_NGRAMS "lsh.ngrams"
 #define MHE__CKPT_VOCAB "vocab.words"
 
+/* bytes of the metadata text, NULs included (measured, so that writing a
+   checkpoint on a small device needs no more scratch than its strings) */
+static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
+    size_t n = sizeof "format" + sizeof MHE_FORMAT;
+    const char *key;
+    char val[MHE__META_VAL];
+    int f;
+    for (f = 0; mhe_config_field(&m->cfg, f, &key, val, sizeof val); f++) n += strlen(key) + strlen(val) + 2;
+    if (t) {
+        n += sizeof "step" + 12 + sizeof "rng" + 65;
+        for (f = 0; mhe_train_config_field(&t->tc, f, &key, val, sizeof val); f++) n += sizeof "train." + strlen(key) + strlen(val) + 1;
+    }
+    return n;
+}
+
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
     int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 2;
     int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 2 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
-    size_t name_bytes = (size_t)max_items * (MHE_NAME_LEN + 16), bytes, vocab_bytes = 0, words_at;
-    char *p;
+    size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
+    size_t vocab_bytes = 0, words_at;
+    char *p, *end;
     memset(k, 0, sizeof *k);
     if (!grads_only && m->vocab.n) vocab_bytes = mhe__mul_size(mhe__add_size(m->vocab.text_len, (size_t)m->vocab.n, &ok), sizeof(int32_t), &ok);
-    bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) +
-            (size_t)max_meta * (2 * MHE__META_VAL) + name_bytes;
+    bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
     words_at = MHE_ARENA_ROUND(bytes);
     bytes = mhe__add_size(words_at, vocab_bytes, &ok);
     if (!ok) return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: the word vocabulary is too large");
@@ -8029,8 +8070,10 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     k->keys = (const char **)(void *)(k->items + max_items);
     k->values = k->keys + max_meta;
     p = (char *)(void *)(k->values + max_meta);
-#define MHE__META(key_fmt, key_arg, ...) do { char *kk = p; p += MHE__META_VAL; char *vv = p; p += MHE__META_VAL; \
-        snprintf(kk, MHE__META_VAL, key_fmt, key_arg); snprintf(vv, MHE__META_VAL, __VA_ARGS__); \
+    end = p + text;
+#define MHE__META(key_fmt, key_arg, ...) do { char *kk = p, *vv; \
+        p += snprintf(kk, (size_t)(end - kk), key_fmt, key_arg) + 1; vv = p; \
+        p += snprintf(vv, (size_t)(end - vv), __VA_ARGS__) + 1; MHE_ASSERT(p <= end); \
         k->keys[k->n_meta] = kk; k->values[k->n_meta++] = vv; } while (0)
     MHE__META("%s", "format", "%s", MHE_FORMAT);
     for (f = 0; ; f++) {
@@ -8055,6 +8098,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         }
     }
 #undef MHE__META
+    p = end;   /* the optim.* names follow the text */
     if (grads_only) {
         static const float zero = 0;
         mhe_st_item *it = &k->items[k->n_items++];
@@ -8068,7 +8112,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         int copy, d;
         for (copy = 0; copy < (grads_only ? 1 : (t ? 3 : 1)); copy++) {
             mhe_st_item *it = &k->items[k->n_items++];
-            size_t off = (size_t)(pt->data - m->param_data);
+            size_t off = t ? (size_t)(pt->data - m->param_data) : 0;   /* AdamW state is laid out as the parameters */
             memset(it, 0, sizeof *it);
             it->ndim = pt->ndim;
             for (d = 0; d < pt->ndim; d++) it->shape[d] = pt->shape[d];
@@ -8192,6 +8236,8 @@ static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, 
         if (t->shape[d] != like->shape[d])
             return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s' dimension %d is %lld, the model expects %lld", name, d,
                              (long long)t->shape[d], (long long)like->shape[d]);
+    if (!dst) /* check only */
+        return t->dtype == MHE_DTYPE_F32 ? MHE_OK : mhe__fail(err, MHE_ERR_DTYPE, "tensor '%s': dtype is not F32", name);
     s = mhe_st_read_f32(st, t, dst, like->size);
     if (s != MHE_OK) return mhe__fail(err, s, "tensor '%s': %s", name, mhe_status_str(s));
     return MHE_OK;
@@ -8242,6 +8288,25 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     s = mhe__st_parse(&st, buf, size, alloc_ctx, arena);
     if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
     if ((s = mhe__ckpt_config(&st, &cfg, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if ((s = mhe_config_validate(&cfg, err)) != MHE_OK) {
+        mhe__fail(m->err, s, "checkpoint metadata: %s", err);
+        mhe_st_free(&st);
+        return s;
+    }
+    {   /* a hostile header must not make a small file allocate a huge model:
+           the parameters have to be in the data section, 4 bytes each */
+        size_t tb, fb;
+        int cnt;
+        int64_t floats;
+        if (mhe__param_bytes(m, &cfg, &tb, &fb, &cnt, &floats) != MHE_OK || (uint64_t)floats > (uint64_t)(st.data_size / 4)) {
+            memset(m, 0, sizeof *m);
+            mhe__fail(m->err, MHE_ERR_SHAPE, "checkpoint config describes %lld parameters but the file holds %llu bytes of data",
+                      (long long)floats, (unsigned long long)st.data_size);
+            mhe_st_free(&st);
+            return MHE_ERR_SHAPE;
+        }
+        memset(m, 0, sizeof *m);
+    }
     if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL, in_place)) != MHE_OK) { mhe_st_free(&st); return s; }
     for (i = 0; i < m->n_tensors && s == MHE_OK; i++)
         s = in_place ? mhe__map_tensor(&st, &m->params[i], m->err)
@@ -8284,24 +8349,28 @@ static int mhe__hex_u64(const char *s, uint64_t *out) {
 }
 
 MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size) {
-    mhe_model *m = t->model;
+    mhe_model *m;
     mhe_safetensors st;
     mhe_status s;
     const char *step, *rng;
-    mhe_train_config tc = t->tc;
+    mhe_train_config tc;
     int64_t stepv;
     mhe_rng r;
-    int i, f;
+    int i, f, pass;
     char tmp[MHE_ERR_LEN];
+    if (!t) return MHE_ERR_ARG;
+    if (!t->model || !t->adam_m || !t->adam_v) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_load_mem: trainer not initialised");
+    m = t->model;
+    tc = t->tc;
     s = mhe_st_parse(&st, buf, size, m->alloc_ctx);
     if (s != MHE_OK) return mhe__fail(t->err, s, "%s", st.err);
     step = mhe_st_meta(&st, "step");
     rng = mhe_st_meta(&st, "rng");
     if (!step || !rng) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_MISSING, "not a trainer checkpoint: metadata 'step' or 'rng' missing"); }
-    if (mhe__parse_i64(step, &stepv) != MHE_OK || stepv < 0 || stepv > INT_MAX) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad step '%.32s'", step); }
-    if (strlen(rng) != 64) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+    if (mhe__parse_i64(step, &stepv) != MHE_OK || stepv < 0 || stepv > INT_MAX) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad step '%.32s'", step); mhe_st_free(&st); return MHE_ERR_FORMAT; }
+    if (strlen(rng) != 64) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); mhe_st_free(&st); return MHE_ERR_FORMAT; }
     for (i = 0; i < 4; i++)
-        if (!mhe__hex_u64(rng + 16 * i, &r.s[i])) { mhe_st_free(&st); return mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); }
+        if (!mhe__hex_u64(rng + 16 * i, &r.s[i])) { mhe__fail(t->err, MHE_ERR_FORMAT, "bad rng state '%.80s'", rng); mhe_st_free(&st); return MHE_ERR_FORMAT; }
     for (f = 0; f < MHE__N_TRAIN_FIELDS; f++) {
         char key[64];
         const char *v;
@@ -8319,15 +8388,17 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
         return mhe__fail(t->err, MHE_ERR_CONFIG, "checkpoint trained with batch %d x seq_len %d, this trainer has %d x %d",
                          tc.batch, tc.seq_len, t->tc.batch, t->tc.seq_len);
     }
-    for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
-        char nm[MHE_NAME_LEN + 16];
-        size_t off = (size_t)(m->params[i].data - m->param_data);
-        snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
-        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_m + off, t->err);
-        if (s != MHE_OK) break;
-        snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
-        s = mhe__load_tensor(&st, nm, &m->params[i], t->adam_v + off, t->err);
-    }
+    /* pass 0 checks every moment tensor, pass 1 copies: a bad file leaves the trainer as it was */
+    for (pass = 0; pass < 2 && s == MHE_OK; pass++)
+        for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
+            char nm[MHE_NAME_LEN + 16];
+            size_t off = (size_t)(m->params[i].data - m->param_data);
+            snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
+            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_m + off : NULL, t->err);
+            if (s != MHE_OK) break;
+            snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
+            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_v + off : NULL, t->err);
+        }
     mhe_st_free(&st);
     if (s != MHE_OK) return s;
     t->step = (int)stepv;
@@ -8357,6 +8428,8 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
     void *buf;
     size_t size;
     mhe_status s;
+    if (!t) return MHE_ERR_ARG;
+    if (!t->model) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_load: trainer not initialised");
     if ((s = mhe_read_file(path, &buf, &size, t->model->alloc_ctx, t->err)) != MHE_OK) return s;
     s = mhe_trainer_load_mem(t, buf, size);
     MHE_FREE(t->model->alloc_ctx, buf);

@@ -4,11 +4,13 @@
 # A program that crashes or prints no RESULT line counts as one failure.
 cd "$(dirname "$0")/.." || exit 2
 BUILD=${MHE_TEST_BUILD:-build}
-export MHE_BIN="$BUILD/mhe"
+# MHE_TEST_RUNNER runs foreign binaries (e.g. qemu-aarch64-static); MHE_BIN may name a wrapper
+RUNNER=${MHE_TEST_RUNNER:-}
+export MHE_BIN="${MHE_BIN:-$BUILD/mhe}"
 pass=0; fail=0; skip=0
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
-    out=$("$t" 2>&1); rc=$?
+    out=$($RUNNER "$t" 2>&1); rc=$?
     line=$(printf '%s\n' "$out" | grep '^RESULT:' | tail -n 1)
     if [ -z "$line" ]; then
         printf '%s\n' "$out" | tail -n 20

@@ -137,10 +137,18 @@ static void atomic_save(void) {
     CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_OK, "save: %s", m.err);
     first = m.param_data[0];
     m.param_data[0] += 1.0f;
-    /* make the temporary name unusable: the save must fail and keep the old file */
-    mkdir(tmp, 0700);
-    CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_ERR_IO, "save with blocked temp file fails: %s", m.err);
-    rmdir(tmp);
+    /* make the temporary name unusable (a non-empty directory, which the
+       save cannot clear away): the save must fail and keep the old file */
+    {
+        char inner[320];
+        FILE *f;
+        snprintf(inner, sizeof inner, "%s/x", tmp);
+        mkdir(tmp, 0700);
+        if ((f = fopen(inner, "w")) != NULL) fclose(f);
+        CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_ERR_IO, "save with blocked temp file fails: %s", m.err);
+        remove(inner);
+        rmdir(tmp);
+    }
     CHECK(mhe_model_load(&r, path, NULL) == MHE_OK && r.param_data[0] == first, "old checkpoint intact after a failed save");
     mhe_model_free(&r);
     CHECK(mhe_checkpoint_save(&m, NULL, "/nonexistent-dir/x.safetensors") == MHE_ERR_IO, "unwritable directory: %s", m.err);
