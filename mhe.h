@@ -2853,6 +2853,37 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
     }
 }
 
+/* One query per head over Tk keys (a decoding step): online softmax key by
+   key with the per-head maps applied on the fly. O(d_h) memory and no
+   tiles, so a small device's stack stays small. No dropout (inference). */
+static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k, const float *v) {
+    int group = d->n_heads / d->n_kv_heads, dh = d->d_head, h, j, c, b;
+    float qh[MHE_MAX_D_HEAD], kx[MHE_MAX_D_HEAD];
+    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+    for (b = 0; b < d->B; b++)
+        for (h = 0; h < d->n_heads; h++) {
+            const float *qr = q + (size_t)b * d->q_stride + MHE__QH(d, h);
+            const float *qm = MHE__MAP(d->q_mul, d, h), *qa = MHE__MAP(d->q_add, d, h), *ka = MHE__MAP(d->k_add, d, h);
+            const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
+            float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, mx = -INFINITY, l = 0;
+            int g = h / group, vis = mhe__att_visible(d, b, 0);
+            for (c = 0; c < dh; c++) { qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f); o[c] = 0; }
+            for (j = 0; j < vis; j++) {
+                const float *kr = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * dh;
+                const float *vr = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * dh;
+                float sc, p, corr = 1.0f;
+                for (c = 0; c < dh; c++) kx[c] = ka ? kr[c] + ka[c] : kr[c];
+                sc = d->scale * mhe__dot(qh, kx, dh);
+                if (isgreater(sc, mx) || sc != sc) { corr = mhe__exp(mx - sc); mx = sc; }   /* rescale what came before */
+                p = mhe__exp(sc - mx);
+                l = l * corr + p;
+                for (c = 0; c < dh; c++) o[c] = o[c] * corr + p * ((vm ? vr[c] * vm[c] : vr[c]) + (va ? va[c] : 0.0f));
+            }
+            for (c = 0; c < dh; c++) o[c] = l > 0 ? o[c] / l : 0.0f;
+            lse[((size_t)b * d->n_heads + h) * d->Tq] = l > 0 ? mx + logf(l) : -INFINITY;
+        }
+}
+
 /* MHE-MUL with the heads stacked (MHE paper eq. 5, psi = mul). Every head
    reads the one seed K and V, so a query block of all n heads meets each
    key tile in one score GEMM, [Q*w_1; ...; Q*w_n] K^T with w_i =
@@ -5410,7 +5441,7 @@ static mhe_status mhe__emb_prepare(mhe_model *m, const mhe_batch *bt) {
         e->wpos[nw] = i;
         if (c->embedding == MHE_EMB_HASH_EMB) {
             if (f->id[ty] < 0 || f->id[ty] >= c->hash_buckets)
-                return mhe__fail(m->err, MHE_ERR_DATA, "word features: bucket %d of word type %d is outside [0, %d)", f->id[ty], ty, c->hash_buckets);
+                return mhe__fail(m->err, MHE_ERR_DATA, "word features: bucket %d of word type %d is outside [0, %d)", (int)f->id[ty], ty, c->hash_buckets);
             e->wid[nw] = f->id[ty];
         } else if (c->embedding == MHE_EMB_HASH_POOL) {
             mhe_hash_pool_index(e->idx + (size_t)nw * ch, f->bits + (size_t)ty * rb, 1, T, k);
@@ -5699,6 +5730,12 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
     }
     if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
         d.q_shared = 1;
+        if (Tq == 1 && !d.dropout) {   /* decoding: one query, the maps on the fly */
+            if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
+            else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+            mhe__attn_one(&d, att, stats, q, k, v);
+            return;
+        }
         if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
             mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
             return;
@@ -5711,6 +5748,7 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
         return;
     }
     if (use_ref) mhe_attn_ref_fwd(&d, att, stats, q, k, v);
+    else if (Tq == 1 && !d.dropout) mhe__attn_one(&d, att, stats, q, k, v);
     else mhe_attn_fused_fwd(&d, att, stats, q, k, v);
     if (kind == MHE_ATTN_SHA) {   /* n identical heads feed W^O */
         int r, h;

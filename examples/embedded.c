@@ -9,7 +9,9 @@
    the per-token scratch come from `arena_buf`; nothing calls malloc. The
    library is compiled with MHE_NO_STDIO (no file functions); printing is
    this program's own. */
+#ifndef MHE_NO_STDIO
 #define MHE_NO_STDIO
+#endif
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "tiny_lm_model.h"   /* generated into build/ by `make` */
