@@ -722,6 +722,11 @@ MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *
 /* shorthand for the encoder classification head: mean-pooled final states
    through cls_head to n_classes logits; labels[B] */
 MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
+/* reference = 1: run every attention on its reference path (as
+   fused_attention=0: the probabilities materialised, e.g. for
+   mhe_attn_probs); 0: back to the fused cores. Drops the activation blocks,
+   which the next forward lays out again. */
+MHEDEF void mhe_model_set_reference(mhe_model *m, int reference);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
@@ -954,7 +959,8 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
 /* Attention-pattern indicators (thesis sec. 4.4.4) of one head's map A
    [L, L] (row t: the weights query t gives keys 0..L-1; row stride ld):
    out[MHE_IND_ENTROPY]  mean row entropy -sum_j a log a (nats)
-   out[MHE_IND_ENTROPY_N] the same, each row divided by log(keys it sees) (1: uniform; rows seeing one key skipped)
+   out[MHE_IND_ENTROPY_N] the same, each row divided by log(keys it sees: t + 1 when causal, else L)
+                         (1: uniform, mean pooling; rows that see one key are left out)
    out[MHE_IND_CONC]     ||A||_F
    out[MHE_IND_CONC_N]   ||A||_F / sqrt(L): the root mean of sum_j a^2 per row (1: every row one-hot)
    out[MHE_IND_SINK]     sum_t A[t, 0] / L
@@ -962,7 +968,7 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
    Head diversity needs every head of a layer: mhe_attn_headdiv. */
 enum { MHE_IND_ENTROPY = 0, MHE_IND_ENTROPY_N, MHE_IND_CONC, MHE_IND_CONC_N, MHE_IND_HEADDIV, MHE_IND_SINK,
        MHE_IND_LOCFOC0, MHE_IND_LOCFOC1, MHE_IND_LOCFOC2, MHE_IND_LOCFOC3, MHE_IND_COUNT };
-MHEDEF void mhe_attn_map_indicators(const float *A, int L, int ld, double *out);
+MHEDEF void mhe_attn_map_indicators(const float *A, int L, int ld, int causal, double *out);
 /* HeadDiv: the mean, over the entries a query may see (causal: the L(L+1)/2
    of the lower triangle, the thesis's 2 / (L (1 + L)); else all L^2), of the
    standard deviation across the n heads' maps (map h at A + h * head_stride) */
@@ -971,8 +977,8 @@ MHEDEF const char *mhe_ind_name(int ind);
 
 /* Indicators of every layer and head of the main stack, averaged over the
    sequences of evaluation batches. Layers without an attention map (fnet,
-   linear) have has_map 0; an mlp layer's map is the identity (each token
-   sees only itself). */
+   linear, and layers skipped by skip_attn) have has_map 0 and NaN values;
+   an mlp layer's map is the identity (each token sees only itself). */
 typedef struct mhe_indicators {
     int n_layers, n_heads;
     int kind[MHE_MAX_LAYERS], has_map[MHE_MAX_LAYERS];
@@ -1041,6 +1047,11 @@ typedef struct mhe_kv_cache {
 } mhe_kv_cache;
 
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
+/* bytes (float32) one sequence keeps for a self-attention layer of `kind`
+   after len tokens: K/V rows and recurrent state; *shared (may be NULL) gets
+   what all sequences share (the precomputed maps of rndemb-qk, fixedseq-qk).
+   mhe_kv_cache_init sizes every layer with it. */
+MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_t *shared);
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
 /* encdec: run the encoder over src[Ts] and cache every decoder layer's
    cross-attention K and V; empties the self-attention cache */
@@ -7660,6 +7671,315 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
     return h;
 }
 
+/* ---- 11. metrics: attention-pattern indicators (thesis sec. 4.4.4) ---------- */
+
+static const char *const mhe__ind_names[MHE_IND_COUNT] = {
+    "entropy", "entropy_norm", "conc", "conc_norm", "headdiv", "sink", "locfoc0", "locfoc1", "locfoc2", "locfoc3"
+};
+MHEDEF const char *mhe_ind_name(int ind) { return ind >= 0 && ind < MHE_IND_COUNT ? mhe__ind_names[ind] : "?"; }
+
+MHEDEF void mhe_attn_map_indicators(const float *A, int L, int ld, int causal, double *out) {
+    double ent = 0, entn = 0, sq = 0, sink = 0, loc[4] = { 0, 0, 0, 0 };
+    int t, j, rows_n = 0, N;
+    for (t = 0; t < L; t++) {
+        const float *row = A + (size_t)t * ld;
+        double h = 0;
+        int vis = causal ? t + 1 : L;
+        for (j = 0; j < L; j++) {
+            double a = row[j];
+            if (a > 0) h -= a * log(a);
+            sq += a * a;
+        }
+        ent += h;
+        if (vis > 1) { entn += h / log((double)vis); rows_n++; }
+        sink += row[0];
+        for (N = 0; N < 4; N++) if (t >= N) loc[N] += row[t - N];
+    }
+    memset(out, 0, MHE_IND_COUNT * sizeof(double));
+    if (L < 1) return;
+    out[MHE_IND_ENTROPY] = ent / L;
+    out[MHE_IND_ENTROPY_N] = rows_n ? entn / rows_n : 0;
+    out[MHE_IND_CONC] = sqrt(sq);
+    out[MHE_IND_CONC_N] = sqrt(sq / L);
+    out[MHE_IND_SINK] = sink / L;
+    for (N = 0; N < 4; N++) out[MHE_IND_LOCFOC0 + N] = L > N ? loc[N] / (L - N) : 0;
+}
+
+MHEDEF double mhe_attn_headdiv(const float *A, int n, size_t head_stride, int L, int ld, int causal) {
+    double sum = 0;
+    int64_t cnt = 0;
+    int t, j, h;
+    if (n < 1 || L < 1) return 0;
+    for (t = 0; t < L; t++)
+        for (j = 0; j < (causal ? t + 1 : L); j++) {
+            double m1 = 0, m2 = 0;
+            for (h = 0; h < n; h++) { double a = A[(size_t)h * head_stride + (size_t)t * ld + j]; m1 += a; m2 += a * a; }
+            m1 /= n; m2 = m2 / n - m1 * m1;
+            sum += m2 > 0 ? sqrt(m2) : 0;
+            cnt++;
+        }
+    return sum / (double)cnt;
+}
+
+MHEDEF double mhe_indicator(const mhe_indicators *ind, int layer, int head, int which) {
+    if (!ind || !ind->v || layer < 0 || layer >= ind->n_layers || head < -1 || head >= ind->n_heads || which < 0 || which >= MHE_IND_COUNT)
+        return 0;
+    if (head < 0) head = ind->n_heads;
+    return ind->v[((size_t)layer * (ind->n_heads + 1) + head) * MHE_IND_COUNT + which];
+}
+
+MHEDEF void mhe_indicators_free(mhe_indicators *ind) {
+    if (ind && ind->v) MHE_FREE(ind->alloc_ctx, ind->v);
+    if (ind) memset(ind, 0, sizeof *ind);
+}
+
+/* a head's map for sequence b of the last forward on the reference path:
+   its probabilities (sha: its one head for every copy), the identity for mlp
+   (each token sees only itself), NULL where there is none */
+static const float *mhe__layer_map(const mhe_model *m, int l, int b, int h, const float *identity) {
+    const mhe_layer *y = &m->layers[l];
+    int T = m->last_T, nh;
+    if (y->attn.kind == MHE_ATTN_MLP) return identity;
+    if (y->attn.kind == MHE_ATTN_FNET || y->attn.kind == MHE_ATTN_LINEAR || m->cfg.fused_attention) return NULL;
+    nh = mhe__layer_geom(&m->cfg, y->attn.kind).core_q_heads;
+    if (h >= nh) h = nh - 1;
+    return m->acts.layer[l].attn.stats + (((size_t)b * nh + h) * T) * T;
+}
+
+/* drop the activation blocks: the next forward lays them out for the config as it now is */
+static void mhe__acts_drop(mhe_model *m) {
+    if (m->acts_block) MHE_FREE(m->alloc_ctx, m->acts_block);
+    if (m->fixed.block) MHE_FREE(m->alloc_ctx, m->fixed.block);
+    m->acts_block = m->fixed.block = NULL;
+    m->fixed.T = 0;
+    memset(&m->acts, 0, sizeof m->acts);
+}
+
+MHEDEF void mhe_model_set_reference(mhe_model *m, int reference) {
+    if (!m || m->cfg.fused_attention == !reference) return;
+    mhe__acts_drop(m);
+    m->cfg.fused_attention = !reference;
+}
+
+MHEDEF int mhe_attn_probs(mhe_model *m, int layer, int head, float *probs) {
+    int E, T, t;
+    const float *A;
+    if (!m || !probs || layer < 0 || layer >= m->cfg.n_layers || head < 0 || head >= m->cfg.n_heads || m->last_T < 1) return 0;
+    E = mhe__n_enc(&m->cfg); T = m->last_T;
+    if (m->layers[E + layer].attn.kind == MHE_ATTN_MLP) {
+        memset(probs, 0, (size_t)T * T * sizeof(float));
+        for (t = 0; t < T; t++) probs[(size_t)t * T + t] = 1.0f;
+        return 1;
+    }
+    if (!(A = mhe__layer_map(m, E + layer, 0, head, NULL))) return 0;
+    memcpy(probs, A, (size_t)T * T * sizeof(float));
+    return 1;
+}
+
+MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                                      int max_batches, mhe_indicators *out) {
+    const mhe_config *c;
+    int E, NL, nh, T = seq_len, b, l, h, i, nb = 0, fused, causal;
+    size_t windows, w = 0, need, vlen;
+    int *buf = NULL;
+    float *identity = NULL;
+    double total = 0;
+    int64_t count = 0;
+    mhe_rng mask_rng;
+    mhe_batch bt;
+    mhe_status st = MHE_OK;
+    if (!m || !out) return MHE_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    c = &m->cfg;
+    E = mhe__n_enc(c); NL = c->n_layers; nh = c->n_heads; causal = c->arch != MHE_ARCH_ENCODER;
+    if (batch < 1 || seq_len < 1 || seq_len > c->max_seq_len)
+        return mhe__fail(m->err, MHE_ERR_ARG, "indicators: batch %d and seq_len %d must be >= 1 (seq_len <= %d)", batch, seq_len, c->max_seq_len);
+    if (E) return mhe__fail(m->err, MHE_ERR_CONFIG, "indicators: decoder and encoder models only (not arch=encdec)");
+    need = mhe__lm_span(m, T, T);
+    if (!data || n < need) return mhe__fail(m->err, MHE_ERR_DATA, "indicators: the data has %zu tokens, needs at least %zu", n, need);
+    vlen = (size_t)NL * (nh + 1) * MHE_IND_COUNT;
+    out->v = (double *)MHE_MALLOC(m->alloc_ctx, vlen * sizeof(double));
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * T * sizeof(int));
+    identity = (float *)MHE_MALLOC(m->alloc_ctx, (size_t)T * T * sizeof(float));
+    if (!out->v || !buf || !identity) {
+        if (buf) MHE_FREE(m->alloc_ctx, buf);
+        if (identity) MHE_FREE(m->alloc_ctx, identity);
+        mhe_indicators_free(out);
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "indicators: out of memory");
+    }
+    memset(out->v, 0, vlen * sizeof(double));
+    memset(identity, 0, (size_t)T * T * sizeof(float));
+    for (i = 0; i < T; i++) identity[(size_t)i * T + i] = 1.0f;
+    out->alloc_ctx = m->alloc_ctx; out->n_layers = NL; out->n_heads = nh;
+    for (l = 0; l < NL; l++) {
+        out->kind[l] = m->layers[l].attn.kind;
+        out->has_map[l] = out->kind[l] != MHE_ATTN_FNET && out->kind[l] != MHE_ATTN_LINEAR && !(m->skip_attn >> l & 1);
+    }
+    fused = c->fused_attention;
+    if (fused) { mhe__acts_drop(m); m->cfg.fused_attention = 0; }   /* the reference path materialises the maps */
+    m->training = 0;
+    mhe_rng_seed(&mask_rng, 0x6d6c6dULL);
+    memset(&bt, 0, sizeof bt);
+    bt.T = T; bt.tokens = buf; bt.targets = buf + (size_t)batch * T;
+    windows = (n - need) / (size_t)T + 1;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        float loss;
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            mhe__lm_row(m, data + w * T, T, T, 0.15f, &mask_rng, buf + (size_t)b * T, buf + (size_t)(batch + b) * T, NULL);
+        if ((st = mhe_model_forward_batch(m, &bt, &loss)) != MHE_OK) break;
+        total += (double)loss * m->last_count; count += m->last_count;
+        for (l = 0; l < NL; l++) {
+            if (!out->has_map[l]) continue;
+            for (b = 0; b < bt.B; b++) {
+                double ind[MHE_IND_COUNT], hd;
+                for (h = 0; h < nh; h++) {
+                    double *acc = out->v + ((size_t)l * (nh + 1) + h) * MHE_IND_COUNT;
+                    mhe_attn_map_indicators(mhe__layer_map(m, l, b, h, identity), T, T, causal, ind);
+                    for (i = 0; i < MHE_IND_COUNT; i++) acc[i] += ind[i];
+                }
+                if (m->layers[l].attn.kind == MHE_ATTN_MLP || mhe__layer_geom(c, m->layers[l].attn.kind).core_q_heads == 1) hd = 0;
+                else hd = mhe_attn_headdiv(mhe__layer_map(m, l, b, 0, identity), nh, (size_t)T * T, T, T, causal);
+                out->v[((size_t)l * (nh + 1) + nh) * MHE_IND_COUNT + MHE_IND_HEADDIV] += hd;
+            }
+        }
+        out->sequences += bt.B;
+        nb++;
+    }
+    if (fused) { mhe__acts_drop(m); m->cfg.fused_attention = 1; }
+    MHE_FREE(m->alloc_ctx, buf);
+    MHE_FREE(m->alloc_ctx, identity);
+    if (st != MHE_OK) { mhe_indicators_free(out); return st; }
+    out->loss = count ? total / (double)count : 0;
+    for (l = 0; l < NL; l++) {   /* means over sequences; the head mean in row nh; HeadDiv in every row */
+        double *mean = out->v + ((size_t)l * (nh + 1) + nh) * MHE_IND_COUNT, hd = mean[MHE_IND_HEADDIV] / (double)out->sequences;
+        for (h = 0; h < nh; h++) {
+            double *r = out->v + ((size_t)l * (nh + 1) + h) * MHE_IND_COUNT;
+            for (i = 0; i < MHE_IND_COUNT; i++) { r[i] /= (double)out->sequences; if (i != MHE_IND_HEADDIV) mean[i] += r[i] / nh; }
+            r[MHE_IND_HEADDIV] = hd;
+        }
+        mean[MHE_IND_HEADDIV] = hd;
+        if (!out->has_map[l]) for (h = 0; h <= nh; h++) for (i = 0; i < MHE_IND_COUNT; i++) out->v[((size_t)l * (nh + 1) + h) * MHE_IND_COUNT + i] = NAN;
+    }
+    return MHE_OK;
+}
+
+/* ---- 11. metrics: the cost tables of thesis Appendices E-H (Tables 4.5-4.8) ---- */
+
+/* a term coef B^b L^l d^d h^h t^t (exponents may be negative) */
+typedef struct mhe__term { double coef; signed char b, l, d, h, t; } mhe__term;
+#define MHE__NTERMS 3
+typedef struct mhe__formula { int n; mhe__term term[MHE__NTERMS]; } mhe__formula;
+
+/* rows: Standard (mha), MLP, Approx. (taylor), Non-apx. (nonapprox), RndEmbQK,
+   FixedSeqQK, StaticEmbQK; columns: MHE_COST_* in order. Typed from the
+   tables' terms; mhe params --complexity prints them and tests/test_decon.py
+   checks them against the formulas as printed. */
+static const mhe__formula mhe__costs[7][MHE_COST_COUNT] = {
+    {   /* Standard */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
+        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
+    {   /* MLP */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 0, 2, 0, 0 } } },
+        { 1, { { 8, 1, 1, 1, 0, -1 } } },
+        { 0, { { 0, 0, 0, 0, 0, 0 } } } },
+    {   /* Approx. */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 14, 1, 1, 2, 0, 0 } } },
+        { 1, { { 10, 1, 0, 2, 0, 0 } } },
+        { 2, { { 11, 1, 1, 1, 0, -1 }, { 3, 1, 0, 2, -1, -1 } } },
+        { 2, { { 6, 1, 0, 1, 0, 0 }, { 4, 1, 0, 2, -1, 0 } } } },
+    {   /* Non-apx. */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 0, 2, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 4, 1, 1, 0, 1, -1 } } },
+        { 2, { { 2, 1, 0, 1, 0, 0 }, { 4, 1, 0, 0, 1, 0 } } } },
+    {   /* RndEmbQK */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
+        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
+        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
+    {   /* FixedSeqQK: as RndEmbQK */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
+        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
+        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
+    {   /* StaticEmbQK: as Standard */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
+        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
+};
+
+static int mhe__cost_row(int kind) {
+    switch (kind) {
+    case MHE_ATTN_MHA: return 0;
+    case MHE_ATTN_MLP: return 1;
+    case MHE_ATTN_TAYLOR: return 2;
+    case MHE_ATTN_NONAPPROX: return 3;
+    case MHE_ATTN_RNDEMB_QK: return 4;
+    case MHE_ATTN_FIXEDSEQ_QK: return 5;
+    case MHE_ATTN_STATICEMB_QK: return 6;
+    default: return -1;
+    }
+}
+
+MHEDEF double mhe_attn_cost(int what, int kind, double B, double L, double d, double h, double t) {
+    int r = mhe__cost_row(kind), i;
+    double sum = 0;
+    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return -1;
+    for (i = 0; i < mhe__costs[r][what].n; i++) {
+        const mhe__term *x = &mhe__costs[r][what].term[i];
+        sum += x->coef * pow(B, x->b) * pow(L, x->l) * pow(d, x->d) * pow(h, x->h) * pow(t, x->t);
+    }
+    return sum;
+}
+
+/* "4BL^2d + 6BLd^2"; the Table 4.7 formulas, every term over t, as "(...)/t" */
+MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap) {
+    int r = mhe__cost_row(kind), i, all_t = 1;
+    size_t used = 0;
+    const mhe__formula *f;
+    if (!buf || cap == 0) return 0;
+    buf[0] = 0;
+    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return 0;
+    f = &mhe__costs[r][what];
+    if (f->n == 0) { snprintf(buf, cap, "0"); return 1; }
+    for (i = 0; i < f->n; i++) all_t &= f->term[i].t == -1;
+#define MHE__PUT(...) do { int w_ = snprintf(buf + used, cap - used, __VA_ARGS__); if (w_ > 0) used += (size_t)w_ < cap - used ? (size_t)w_ : cap - used - 1; } while (0)
+    if (all_t && f->n > 1) MHE__PUT("(");
+    for (i = 0; i < f->n; i++) {
+        const mhe__term *x = &f->term[i];
+        const char *sym = "BLdh";
+        int e[4], k, den = 0;
+        e[0] = x->b; e[1] = x->l; e[2] = x->d; e[3] = x->h;
+        if (i) MHE__PUT(" + ");
+        if (x->coef != 1 || (e[0] <= 0 && e[1] <= 0 && e[2] <= 0 && e[3] <= 0)) MHE__PUT("%g", x->coef);
+        for (k = 0; k < 4; k++) {
+            if (e[k] < 0) { den = 1; continue; }
+            if (e[k] >= 1) MHE__PUT("%c", sym[k]);
+            if (e[k] > 1) MHE__PUT("^%d", e[k]);
+        }
+        if (den || (x->t < 0 && !all_t)) {
+            MHE__PUT("/");
+            for (k = 0; k < 4; k++) if (e[k] < 0) MHE__PUT("%c", sym[k]);
+            if (x->t < 0 && !all_t) MHE__PUT("t");
+        }
+    }
+    if (all_t) MHE__PUT(f->n > 1 ? ")/t" : "/t");
+#undef MHE__PUT
+    return 1;
+}
+
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */
 
 /* floats of per-token decode scratch: x, h, tmp, norm output [C]; projections;
@@ -7690,6 +8010,18 @@ static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_le
     return 0;
 }
 
+MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_t *shared) {
+    mhe__geom g;
+    size_t st, sh = 0;
+    if (shared) *shared = 0;
+    if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT || len < 0) return 0;
+    g = mhe__layer_geom(c, kind);
+    st = mhe__decode_state_floats(c, kind, len);
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) { sh = st; st = 0; }
+    if (shared) *shared = sh * sizeof(float);
+    return ((size_t)(g.cache_k + g.cache_v) * (size_t)len + st) * sizeof(float);
+}
+
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx) {
     const mhe_config *cfg;
     size_t per_tok = 0, per_src = 0, per_state = 0, total, scratch, max_proj, max_att;
@@ -7709,9 +8041,7 @@ MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max
         per_tok += (size_t)g.cache_k + (size_t)g.cache_v;
         c->state_floats[l] = mhe__decode_state_floats(cfg, m->layers[l].attn.kind, max_len);
         per_state += c->state_floats[l];
-        if (m->layers[l].attn.kind == MHE_ATTN_RNDEMB_QK || m->layers[l].attn.kind == MHE_ATTN_FIXEDSEQ_QK)
-            c->shared_bytes[l] = c->state_floats[l] * sizeof(float);
-        c->layer_bytes[l] = ((size_t)(g.cache_k + g.cache_v) * max_len + c->state_floats[l]) * sizeof(float) - c->shared_bytes[l];
+        c->layer_bytes[l] = mhe_attn_cache_bytes(cfg, m->layers[l].attn.kind, max_len, &c->shared_bytes[l]);
         if (m->layers[l].cross.kind >= 0) {
             g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
             c->cross_width[l] = g.k_w ? g.k_w + g.v_w : cfg->d_model;   /* el-att: the encoder output itself */
