@@ -2778,7 +2778,11 @@ static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gp
 
 /* floats of one work slot of the linear-time Taylor core, and how many slots
    (of B n sequence-heads) run at once: at most 16 and 64 MB */
-static size_t mhe__taylor_slot(int dh) { size_t F = (size_t)mhe__taylor_features(dh); return F * (size_t)dh + 3 * F + 2 * (size_t)dh; }
+#define MHE__TCH 32   /* tokens per chunk: the state moves by GEMMs, a chunk's own keys are weighed directly */
+static size_t mhe__taylor_slot(int dh) {
+    size_t F = (size_t)mhe__taylor_features(dh);
+    return F * (size_t)dh + F + 2 * (size_t)MHE__TCH * F + 2 * (size_t)MHE__TCH * dh + 2 * MHE__TCH;
+}
 static int mhe__taylor_slots(int B, int n, int dh) {
     size_t per = mhe__taylor_slot(dh) * sizeof(float), cap = ((size_t)64 << 20) / per;
     int64_t want = (int64_t)B * n;
@@ -2787,95 +2791,173 @@ static int mhe__taylor_slots(int B, int n, int dh) {
     return (int)want;
 }
 
-/* Linear-time form (Katharopoulos et al. 2020's causal prefix sums with
-   Based's phi): S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) over the keys a
-   query sees, o_t = S^T phi(q_t) / phi(q_t).z. Keeps den_t in stats. The keys
-   a query sees grow with t (causal) or are all of them: one sweep. */
+/* phi of rows r0 .. r0+n-1 (row stride ld) into P [n, F] */
+static void mhe__taylor_phis(const float *x, size_t ld, int r0, int n, int dh, float a, float *P, int F) {
+    int i;
+    for (i = 0; i < n; i++) mhe__taylor_phi(x + (size_t)(r0 + i) * ld, dh, a, P + (size_t)i * F);
+}
+
+/* one (sequence, head) of the Taylor core: where its rows are */
+typedef struct mhe__tay {
+    const float *q, *k, *v;         /* row 0 of the head, strides ld_q, ld_k, ld_v */
+    size_t lq, lk, lv;
+    int F, dh;
+    float a;                        /* sqrt(scale) */
+} mhe__tay;
+
+/* S += Phi_K^T V and z += the column sums of Phi_K for keys j0 .. j0+n-1 (P: room for n x F) */
+static void mhe__taylor_add_keys(const mhe__tay *x, int j0, int n, float *S, float *z, float *P) {
+    int i, f;
+    for (i = 0; i < n; i++) {
+        const float *pk = P + (size_t)i * x->F;
+        mhe__taylor_phi(x->k + (size_t)(j0 + i) * x->lk, x->dh, x->a, P + (size_t)i * x->F);
+        for (f = 0; f < x->F; f++) z[f] += pk[f];
+    }
+    mhe_gemm(1, 0, x->F, x->dh, n, 1.0f, P, x->F, x->v + (size_t)j0 * x->lv, (int)x->lv, 1.0f, S, x->dh);
+}
+
+/* the direct weight w = 1 + s + s^2/2 of query t and key j, and s */
+static float mhe__taylor_w(const mhe__tay *x, int t, int j, float scale, float *s_out) {
+    float s = scale * mhe__dot(x->q + (size_t)t * x->lq, x->k + (size_t)j * x->lk, x->dh);
+    if (s_out) *s_out = s;
+    return 1.0f + s + 0.5f * s * s;
+}
+
+static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q, const float *k, const float *v) {
+    mhe__tay x;
+    x.dh = d->d_head; x.F = mhe__taylor_features(x.dh); x.a = sqrtf(d->scale);
+    x.q = q + (size_t)b * d->Tq * d->q_stride + (size_t)h * x.dh; x.lq = (size_t)d->q_stride;
+    x.k = k + (size_t)b * d->Tk * d->k_stride + (size_t)h * x.dh; x.lk = (size_t)d->k_stride;
+    x.v = v + (size_t)b * d->Tk * d->v_stride + (size_t)h * x.dh; x.lv = (size_t)d->v_stride;
+    return x;
+}
+
+/* Linear-time form (causal prefix sums of Katharopoulos et al. 2020 with
+   Based's phi), chunked: S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) over
+   the keys every query of a chunk sees (j < lo = the keys its first query
+   sees), moved forward by GEMMs; the chunk's other keys (lo <= j < what
+   query t sees) weighed directly. o_t = (phi(q_t)^T S + sum w v) / (phi(q_t).z
+   + sum w). Keeps den_t in stats. Works for any visibility that grows with
+   t: causal, bidirectional, padded. */
 static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, const float *q, const float *k,
                                 const float *v, float *slots) {
-    int dh = d->d_head, F = mhe__taylor_features(dh), P = mhe__taylor_slots(d->B, d->n_heads, dh), base, total = d->B * d->n_heads;
-    float a = sqrtf(d->scale);
-    size_t per = mhe__taylor_slot(dh);
+    int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
+    size_t per = mhe__taylor_slot(d->d_head);
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * F * dh * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
         for (i = 0; i < cnt; i++) {
-            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t, added = 0, f, c;
-            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *phi = z + F;
+            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0;
+            mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
+            int F = x.F, dh = x.dh;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *PK = PQ + (size_t)MHE__TCH * F;
+            float *num = PK + (size_t)MHE__TCH * F;
             memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
-            for (t = 0; t < d->Tq; t++) {
-                int vis = mhe__att_visible(d, b, t);
-                float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * dh, dn = 0;
-                for (; added < vis; added++) {
-                    const float *vj = v + ((size_t)b * d->Tk + added) * d->v_stride + (size_t)h * dh;
-                    mhe__taylor_phi(k + ((size_t)b * d->Tk + added) * d->k_stride + (size_t)h * dh, dh, a, phi);
-                    for (f = 0; f < F; f++) { mhe__axpy(S + (size_t)f * dh, phi[f], vj, dh); z[f] += phi[f]; }
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {
+                int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
+                for (; added < lo; added += c) {   /* the keys every query of the chunk sees, into the state */
+                    c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
+                    mhe__taylor_add_keys(&x, added, c, S, z, PK);
                 }
-                mhe__taylor_phi(q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * dh, dh, a, phi);
-                memset(o, 0, (size_t)dh * sizeof(float));
-                for (f = 0; f < F; f++) { mhe__axpy(o, phi[f], S + (size_t)f * dh, dh); dn += phi[f] * z[f]; }
-                if (vis > 0) for (c = 0; c < dh; c++) o[c] /= dn;
-                den[((size_t)b * d->n_heads + h) * d->Tq + t] = vis > 0 ? dn : 0.0f;
+                mhe__taylor_phis(x.q, x.lq, t0, rows, dh, x.a, PQ, F);
+                mhe_gemm(0, 0, rows, dh, F, 1.0f, PQ, F, S, dh, 0.0f, num, dh);
+                for (t = 0; t < rows; t++) {
+                    int vis = mhe__att_visible(d, b, t0 + t);
+                    float *o = out + ((size_t)b * d->Tq + t0 + t) * d->o_stride + (size_t)h * dh, dn = 0;
+                    for (f = 0; f < F; f++) dn += PQ[(size_t)t * F + f] * z[f];
+                    for (j = lo; j < vis; j++) {   /* the chunk's own keys */
+                        float w = mhe__taylor_w(&x, t0 + t, j, d->scale, NULL);
+                        mhe__axpy(num + (size_t)t * dh, w, x.v + (size_t)j * x.lv, dh);
+                        dn += w;
+                    }
+                    for (c = 0; c < dh; c++) o[c] = vis > 0 ? num[(size_t)t * dh + c] / dn : 0.0f;
+                    den[((size_t)b * d->n_heads + h) * d->Tq + t0 + t] = vis > 0 ? dn : 0.0f;
+                }
             }
         }
     }
 }
 
-/* backward: o = num / den, dnum = g / den, dden = -(g.o) / den;
-   d phi(q_t) = S_t dnum + z_t dden (forward sweep again);
-   d phi(k_j) = R_j v_j + r_j, dv_j = R_j^T phi(k_j) with R_j = sum over the
-   queries that see j of phi(q_t) dnum_t^T, r_j of phi(q_t) dden_t (reverse sweep). */
+/* backward: o = num / den, dnum = g / den, dden = -(g.o) / den. Through the
+   state: d phi(q_t) = S dnum_t + z dden_t (a forward sweep again), and for a
+   key j in the state of chunks k.. : d phi(k_j) = R v_j + r, dv_j += R^T
+   phi(k_j), with R = sum of phi(q_t) dnum_t^T, r of phi(q_t) dden_t over
+   those chunks' queries (a reverse sweep). The direct weights: dw =
+   dnum.v_j + dden, ds = dw (1 + s). */
 static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                 const float *den, const float *q, const float *k, const float *v, float *slots) {
-    int dh = d->d_head, F = mhe__taylor_features(dh), P = mhe__taylor_slots(d->B, d->n_heads, dh), base, total = d->B * d->n_heads;
-    float a = sqrtf(d->scale);
-    size_t per = mhe__taylor_slot(dh);
+    int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
+    size_t per = mhe__taylor_slot(d->d_head);
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * F * dh * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
         for (i = 0; i < cnt; i++) {
-            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t, j, added = 0, f, c;
-            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *phi = z + F, *gphi = phi + F, *dnum = gphi + F, *tmp = dnum + dh;
+            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0, nch;
+            mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
+            int F = x.F, dh = x.dh;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *G = PQ + (size_t)MHE__TCH * F;
+            float *DN = G + (size_t)MHE__TCH * F, *DV = DN + (size_t)MHE__TCH * dh, *DD = DV + (size_t)MHE__TCH * dh;
+            const float *dnp = den + ((size_t)b * d->n_heads + h) * d->Tq;
+            float *dqh = dq + (size_t)b * d->Tq * d->q_stride + (size_t)h * dh, *dkh = dk + (size_t)b * d->Tk * d->k_stride + (size_t)h * dh;
+            float *dvh = dv + (size_t)b * d->Tk * d->v_stride + (size_t)h * dh;
+            if (d->Tq < 1) continue;
+            /* dnum_t, dden_t of chunk rows */
+#define MHE__TAY_DN(t0_, rows_) do { int r_; for (r_ = 0; r_ < (rows_); r_++) { \
+                size_t row_ = ((size_t)b * d->Tq + (t0_) + r_) * d->o_stride + (size_t)h * dh; float dn_ = dnp[(t0_) + r_]; \
+                if (dn_ > 0) { for (c = 0; c < dh; c++) DN[(size_t)r_ * dh + c] = dout[row_ + c] / dn_; DD[r_] = -mhe__dot(dout + row_, out + row_, dh) / dn_; } \
+                else { memset(DN + (size_t)r_ * dh, 0, (size_t)dh * sizeof(float)); DD[r_] = 0; } } } while (0)
             memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
-            for (t = 0; t < d->Tq; t++) {   /* pass 1: d q */
-                int vis = mhe__att_visible(d, b, t);
-                size_t row = (size_t)b * d->Tq + t;
-                const float *g = dout + row * d->o_stride + (size_t)h * dh, *o = out + row * d->o_stride + (size_t)h * dh;
-                float dn = den[((size_t)b * d->n_heads + h) * d->Tq + t], dden;
-                for (; added < vis; added++) {
-                    const float *vj = v + ((size_t)b * d->Tk + added) * d->v_stride + (size_t)h * dh;
-                    mhe__taylor_phi(k + ((size_t)b * d->Tk + added) * d->k_stride + (size_t)h * dh, dh, a, phi);
-                    for (f = 0; f < F; f++) { mhe__axpy(S + (size_t)f * dh, phi[f], vj, dh); z[f] += phi[f]; }
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {   /* pass 1: d q through the state; the direct weights */
+                int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
+                for (; added < lo; added += c) {
+                    c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
+                    mhe__taylor_add_keys(&x, added, c, S, z, G);
                 }
-                if (vis == 0) continue;
-                for (c = 0; c < dh; c++) dnum[c] = g[c] / dn;
-                dden = -mhe__dot(g, o, dh) / dn;
-                for (f = 0; f < F; f++) gphi[f] = mhe__dot(S + (size_t)f * dh, dnum, dh) + z[f] * dden;
-                mhe__taylor_phi_bwd(q + row * d->q_stride + (size_t)h * dh, dh, a, gphi, dq + row * d->q_stride + (size_t)h * dh);
+                MHE__TAY_DN(t0, rows);
+                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) G[(size_t)t * F + f] = z[f] * DD[t];
+                mhe_gemm(0, 1, rows, F, dh, 1.0f, DN, dh, S, dh, 1.0f, G, F);   /* + dnum S^T */
+                for (t = 0; t < rows; t++) {
+                    int vis = mhe__att_visible(d, b, t0 + t);
+                    float *dqt = dqh + (size_t)(t0 + t) * x.lq;
+                    if (vis == 0) continue;
+                    mhe__taylor_phi_bwd(x.q + (size_t)(t0 + t) * x.lq, dh, x.a, G + (size_t)t * F, dqt);
+                    for (j = lo; j < vis; j++) {
+                        float s, w = mhe__taylor_w(&x, t0 + t, j, d->scale, &s);
+                        float ds = (mhe__dot(DN + (size_t)t * dh, x.v + (size_t)j * x.lv, dh) + DD[t]) * (1.0f + s) * d->scale;
+                        mhe__axpy(dvh + (size_t)j * d->v_stride, w, DN + (size_t)t * dh, dh);
+                        mhe__axpy(dqt, ds, x.k + (size_t)j * x.lk, dh);
+                        mhe__axpy(dkh + (size_t)j * d->k_stride, ds, x.q + (size_t)(t0 + t) * x.lq, dh);
+                    }
+                }
             }
+            /* pass 2, chunks from the last: R, r gather the chunk's queries, then
+               the keys that only chunks from this one on see through the state */
             memset(S, 0, ((size_t)F * dh + F) * sizeof(float));   /* now R, r */
-            t = d->Tq - 1;
-            for (j = d->Tq > 0 ? mhe__att_visible(d, b, d->Tq - 1) - 1 : -1; j >= 0; j--) {
-                const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh;
-                float *dvj = dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh;
-                for (; t >= 0 && mhe__att_visible(d, b, t) > j; t--) {
-                    size_t row = (size_t)b * d->Tq + t;
-                    const float *g = dout + row * d->o_stride + (size_t)h * dh, *o = out + row * d->o_stride + (size_t)h * dh;
-                    float dn = den[((size_t)b * d->n_heads + h) * d->Tq + t], dden = -mhe__dot(g, o, dh) / dn;
-                    for (c = 0; c < dh; c++) dnum[c] = g[c] / dn;
-                    mhe__taylor_phi(q + row * d->q_stride + (size_t)h * dh, dh, a, phi);
-                    for (f = 0; f < F; f++) { mhe__axpy(S + (size_t)f * dh, phi[f], dnum, dh); z[f] += phi[f] * dden; }
+            nch = (d->Tq + MHE__TCH - 1) / MHE__TCH;
+            while (nch-- > 0) {
+                int rows, lo, lo_prev;
+                t0 = nch * MHE__TCH;
+                rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH;
+                lo = mhe__att_visible(d, b, t0);
+                lo_prev = nch > 0 ? mhe__att_visible(d, b, t0 - MHE__TCH) : 0;
+                MHE__TAY_DN(t0, rows);
+                mhe__taylor_phis(x.q, x.lq, t0, rows, dh, x.a, PQ, F);
+                mhe_gemm(1, 0, F, dh, rows, 1.0f, PQ, F, DN, dh, 1.0f, S, dh);   /* R += Phi_Q^T dnum */
+                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) z[f] += PQ[(size_t)t * F + f] * DD[t];
+                for (j = lo_prev; j < lo; j += c) {
+                    int jj;
+                    c = lo - j < MHE__TCH ? lo - j : MHE__TCH;
+                    mhe__taylor_phis(x.k, x.lk, j, c, dh, x.a, PQ, F);
+                    for (jj = 0; jj < c; jj++) memcpy(G + (size_t)jj * F, z, (size_t)F * sizeof(float));
+                    mhe_gemm(0, 1, c, F, dh, 1.0f, x.v + (size_t)j * x.lv, (int)x.lv, S, dh, 1.0f, G, F);   /* v_j R^T + r */
+                    mhe_gemm(0, 0, c, dh, F, 1.0f, PQ, F, S, dh, 0.0f, DV, dh);                               /* phi(k_j)^T R */
+                    for (jj = 0; jj < c; jj++) {
+                        mhe__axpy(dvh + (size_t)(j + jj) * d->v_stride, 1.0f, DV + (size_t)jj * dh, dh);
+                        mhe__taylor_phi_bwd(x.k + (size_t)(j + jj) * x.lk, dh, x.a, G + (size_t)jj * F, dkh + (size_t)(j + jj) * d->k_stride);
+                    }
                 }
-                mhe__taylor_phi(k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh, dh, a, phi);
-                memset(tmp, 0, (size_t)dh * sizeof(float));
-                for (f = 0; f < F; f++) {
-                    gphi[f] = mhe__dot(S + (size_t)f * dh, vj, dh) + z[f];
-                    mhe__axpy(tmp, phi[f], S + (size_t)f * dh, dh);
-                }
-                for (c = 0; c < dh; c++) dvj[c] += tmp[c];
-                mhe__taylor_phi_bwd(k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh, dh, a, gphi,
-                                    dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh);
             }
+#undef MHE__TAY_DN
         }
     }
 }

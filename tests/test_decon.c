@@ -118,6 +118,25 @@ static void decode_equals_forward(const char *extra) {
     mhe_model_free(&m);
 }
 
+/* causal kinds: changing the last tokens leaves the logits of the earlier ones as they were */
+static void causal(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m;
+    tbatch tb;
+    float keep[8 * 11];
+    int V = c.vocab_size;
+    make_batch(&tb, &c, 1, 8, 6, 0, 4);
+    tb.b.targets = NULL;
+    mhe_model_init(&m, &c, 8, NULL);
+    mhe_model_forward_batch(&m, &tb.b, NULL);
+    memcpy(keep, m.acts.logits, sizeof(float) * 5 * V);
+    tb.tok[5] = (tb.tok[5] + 1) % V; tb.tok[7] = (tb.tok[7] + 3) % V;
+    mhe_model_forward_batch(&m, &tb.b, NULL);
+    CHECK(memcmp(keep, m.acts.logits, sizeof(float) * 5 * V) == 0 && memcmp(keep + 4 * V, m.acts.logits + 5 * V, sizeof(float) * V) != 0,
+          "causal [%s]: tokens 5.. change nothing before position 5", extra);
+    mhe_model_free(&m);
+}
+
 /* the real positions of a padded sequence see the same as the sequence alone */
 static void padding_invisible(const char *extra) {
     mhe_config c = tiny(extra);
@@ -241,6 +260,57 @@ static void taylor_features(void) {
     mhe__taylor_phi(k, DH, sqrtf(0.3f), pk);
     for (i = 0; i < mhe__taylor_features(DH); i++) dot += (double)pq[i] * pk[i];
     CHECK(mhe__taylor_features(DH) == 21 && fabs(dot - (1 + s + s * s / 2)) < 1e-5, "Taylor features: %g vs %g", dot, 1 + s + s * s / 2);
+}
+
+/* the linear-time cores against the reference cores on sequences of several
+   chunks (causal, bidirectional, padded; Taylor also as cross-attention, Tq != Tk) */
+static void long_cores(void) {
+    static const struct { int causal, Tq, Tk, pad, nonapprox; } cases[] = {
+        { 1, 75, 75, 0, 0 }, { 1, 75, 75, 1, 0 }, { 0, 70, 70, 1, 0 }, { 0, 37, 50, 1, 0 }, { 1, 33, 33, 0, 0 },
+        { 1, 75, 75, 1, 1 }, { 0, 70, 70, 1, 1 },
+    };
+    enum { B = 2, N = 2, DH = 5, TM = 75 };
+    int ci;
+    for (ci = 0; ci < (int)(sizeof cases / sizeof cases[0]); ci++) {
+        mhe_attn_dims d;
+        static float q[B * TM * N * DH], k[B * TM * N * DH], v[B * TM * N * DH], g[B * TM * N * DH];
+        static float o1[B * TM * N * DH], o2[B * TM * N * DH], st1[B * N * TM], probs[B * N * TM * TM];
+        static float dq1[B * TM * N * DH], dk1[B * TM * N * DH], dv1[B * TM * N * DH], dq2[B * TM * N * DH], dk2[B * TM * N * DH], dv2[B * TM * N * DH];
+        float *slots;
+        int lens[B], i, nq, nk;
+        double e;
+        mhe_rng r;
+        mhe_rng_seed(&r, 10 + ci);
+        memset(&d, 0, sizeof d);
+        d.B = B; d.n_heads = d.n_kv_heads = N; d.Tq = cases[ci].Tq; d.Tk = cases[ci].Tk; d.d_head = DH;
+        d.q_stride = d.k_stride = d.v_stride = d.o_stride = N * DH; d.causal = cases[ci].causal; d.scale = 0.45f;
+        lens[0] = d.Tk; lens[1] = d.Tk - 19;
+        if (cases[ci].pad) d.kv_len = lens;
+        nq = B * d.Tq * N * DH; nk = B * d.Tk * N * DH;
+        for (i = 0; i < nq; i++) { q[i] = 1.5f * mhe_rng_normal(&r); g[i] = mhe_rng_normal(&r); }
+        for (i = 0; i < nk; i++) { k[i] = 1.5f * mhe_rng_normal(&r); v[i] = mhe_rng_normal(&r); }
+        memset(dq1, 0, sizeof dq1); memset(dk1, 0, sizeof dk1); memset(dv1, 0, sizeof dv1);
+        memset(dq2, 0, sizeof dq2); memset(dk2, 0, sizeof dk2); memset(dv2, 0, sizeof dv2);
+        slots = (float *)malloc((size_t)mhe__taylor_slots(B, N, DH) * mhe__taylor_slot(DH) * sizeof(float));
+        if (cases[ci].nonapprox) {
+            mhe__nonapprox_lin_fwd(&d, o1, st1, q, k, v);
+            mhe__nonapprox_lin_bwd(&d, dq1, dk1, dv1, g, o1, st1, q, k, v);
+            mhe__nonapprox_ref_fwd(&d, o2, probs, q, k, v);
+            mhe__nonapprox_ref_bwd(&d, dq2, dk2, dv2, g, o2, probs, q, k, v);
+        } else {
+            mhe__taylor_lin_fwd(&d, o1, st1, q, k, v, slots);
+            mhe__taylor_lin_bwd(&d, dq1, dk1, dv1, g, o1, st1, q, k, v, slots);
+            mhe__taylor_ref_fwd(&d, o2, probs, q, k, v);
+            mhe__taylor_ref_bwd(&d, dq2, dk2, dv2, g, probs, q, k, v);
+        }
+        e = test_max_rel_err(o1, o2, nq, 1e-2);
+        e = fmax(e, test_max_rel_err(dq1, dq2, nq, 1e-2));
+        e = fmax(e, test_max_rel_err(dk1, dk2, nk, 1e-2));
+        e = fmax(e, test_max_rel_err(dv1, dv2, nk, 1e-2));
+        CHECK(e < 2e-4, "%s linear-time core = reference over %d x %d (%s%s): %.3g", cases[ci].nonapprox ? "nonapprox" : "taylor",
+              d.Tq, d.Tk, d.causal ? "causal" : "bidirectional", cases[ci].pad ? ", padded" : "", e);
+        free(slots);
+    }
 }
 
 /* mhe_attn_param_count equals the tensors a built model has, for every new kind */
@@ -609,10 +679,12 @@ int main(void) {
     fnet_known();
     nonapprox_recurrence();
     taylor_features();
+    long_cores();
     for (i = 0; i < (int)(sizeof grads / sizeof grads[0]); i++) gradcheck(grads[i], i % 3 == 0);
     for (i = 0; i < (int)(sizeof fused / sizeof fused[0]); i++) { fused_equals_reference(fused[i], 0); fused_equals_reference(fused[i], 1); }
     for (i = 0; i < (int)(sizeof decode / sizeof decode[0]); i++) decode_equals_forward(decode[i]);
     for (i = 0; i < (int)(sizeof pads / sizeof pads[0]); i++) padding_invisible(pads[i]);
+    for (i = 0; i < 9; i++) causal(decode[i]);
     param_counts();
     layouts();
     checkpoints();
