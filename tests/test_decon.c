@@ -129,11 +129,11 @@ static void causal(const char *extra) {
     tb.b.targets = NULL;
     mhe_model_init(&m, &c, 8, NULL);
     mhe_model_forward_batch(&m, &tb.b, NULL);
-    memcpy(keep, m.acts.logits, sizeof(float) * 5 * V);
+    memcpy(keep, m.acts.logits, sizeof(float) * 8 * V);
     tb.tok[5] = (tb.tok[5] + 1) % V; tb.tok[7] = (tb.tok[7] + 3) % V;
     mhe_model_forward_batch(&m, &tb.b, NULL);
-    CHECK(memcmp(keep, m.acts.logits, sizeof(float) * 5 * V) == 0 && memcmp(keep + 4 * V, m.acts.logits + 5 * V, sizeof(float) * V) != 0,
-          "causal [%s]: tokens 5.. change nothing before position 5", extra);
+    CHECK(memcmp(keep, m.acts.logits, sizeof(float) * 5 * V) == 0 && memcmp(keep + 5 * V, m.acts.logits + 5 * V, sizeof(float) * V) != 0,
+          "causal [%s]: tokens 5.. change nothing before position 5 (and position 5 itself)", extra);
     mhe_model_free(&m);
 }
 
