@@ -13,7 +13,8 @@
         int *tokens; size_t n; char err[MHE_ERR_LEN];
         mhe_read_text_tokens("train.txt", &tokens, &n, NULL, err);
         mhe_config cfg = mhe_config_default();          // d_model 128, 4 heads, mha
-        mhe_config_set(&cfg, "attn", "mhe-mul", err);   // or mha, sha, mqa, gqa, skv, el-att, mhe-add
+        mhe_config_set(&cfg, "attn", "mhe-mul", err);   // or mha, sha, mqa, gqa, skv, el-att, mhe-add,
+                                                        // mlp, taylor, nonapprox@even, ... (thesis ch. 4)
         mhe_model m;
         if (mhe_model_init(&m, &cfg, 42, NULL) != MHE_OK) puts(m.err);
         mhe_train_config tc = mhe_train_config_default();
@@ -49,13 +50,16 @@
 
    CONTENTS (the same numbered sections in the API and the implementation)
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
-     activations, softmax, cross-entropy, dropout, embedding, linear)
-     4 attention cores   5 attention kinds   6 embeddings: hashing (words,
+     activations, softmax, cross-entropy, dropout, embedding, linear, FFT)
+     4 attention cores (softmax; Taylor and Non-approximate, linear time)
+     5 attention kinds (MHE paper; thesis ch. 4 and FNet)   6 embeddings: hashing (words,
      MD5/HMAC-MD5, LSH, hash-pool/add/proj, embedding parameter counts)
      7 models (config, decoder, encoder, encoder-decoder; batches with
-     padding)   8 tokenizer and objectives (masked LM, labelled text sets)
-     9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
-     12 inference (KV cache, sampling)
+     padding; hybrid layouts, skip, the fixed stream)   8 tokenizer and
+     objectives (masked LM, labelled text sets)   9 optimizer and trainer
+     10 checkpoints (safetensors)   11 metrics (attention-pattern
+     indicators, thesis Tables 4.5-4.8)   12 inference (KV cache, recurrent
+     states, precomputed maps, sampling)
 
    VERSION HISTORY
      0.1  core tensors, kernels, decoder and encoder models with the MHE
@@ -4722,16 +4726,23 @@ static mhe_status mhe__fixed_init(mhe_model *m) {
         mhe_rng r;
         float sd = c->fixed_std >= 0 ? c->fixed_std : c->init_std;
         f->eps = (float *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * C * sizeof(float));
-        if (!f->eps) { mhe_model_free(m); return MHE_ERR_NOMEM; }
+        if (!f->eps) goto nomem;
         mhe_rng_seed(&r, c->fixed_seed);
         mhe__fill_normal(f->eps, (int64_t)c->max_seq_len * C, sd, &r);
     } else if (f->kind == MHE_ATTN_FIXEDSEQ_QK) {   /* validated: 1 <= len <= max_seq_len */
         int tok[MHE_FIXED_SEQ_MAX], len = mhe__fixed_seq_tokens(c, tok, NULL), i;
         f->tokens = (int *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * sizeof(int));
-        if (!f->tokens) { mhe_model_free(m); return MHE_ERR_NOMEM; }
+        if (!f->tokens) goto nomem;
         for (i = 0; i < c->max_seq_len; i++) f->tokens[i] = tok[i % len];
     }
     return MHE_OK;
+nomem:
+    {
+        void *ctx = m->alloc_ctx;
+        mhe_model_free(m);
+        m->alloc_ctx = ctx;
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate the fixed stream's input");
+    }
 }
 
 MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {

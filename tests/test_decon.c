@@ -695,8 +695,6 @@ int main(void) {
     indicators_model();
     cache_sizes();
     cost_tables();
-#ifndef MHE_TEST_QUICK
     trains();
-#endif
     return TEST_END();
 }

@@ -39,6 +39,15 @@ output, every kind). Their token file lines read `SOURCE IDS | DECODER IDS`. Con
 with `pad` end the last line (and its source) with `.` ids: padding, which no query
 attends to and the loss ignores.
 
+The kinds of thesis ch. 4 ("deconstructing attention") and FNet are referenced too:
+mlp (gate/up/down, SiLU), taylor (weights 1 + s + s^2/2 with one normaliser), nonapprox
+(softmax over the keys of SiLU(q_j).k_j / sqrt(d_head), one score per position),
+rndemb-qk and fixedseq-qk (Q, K from the model's own blocks run on a fixed input: random
+embeddings drawn here with mhe's xoshiro256** and Box-Muller from fixed_seed, or the
+fixed_seq tokens embedded with positions), staticemb-qk (Q, K from the block-0 input),
+fnet (Re of torch.fft.fft2 over each sequence's real tokens) and linear (W_seq[:L, :L]
+(X W_hidden^T)); attn=KIND@LAYOUT and the layout key (thesis Table 4.11) are expanded.
+
 Checks (each one counts as one pass or fail):
   * the model's metadata holds format=mhe-1 and the config that was asked for;
   * the model holds exactly the expected parameter names, with their shapes;

@@ -1286,7 +1286,7 @@ static int mp_parse_tables(const char *v, unsigned *bits) {
 static int mp_parse(int argc, char **argv, mp_opts *o) {
     int i, emb = 0, table_given = 0, shape_given = 0, cd_given = 0;
     long n = 12, d = 64, g = mhe_config_default().kv_groups, cd = 896;
-    const char *cx_opt = NULL;
+    char cx_opt[32] = "";
     memset(o, 0, sizeof *o);
     o->cB = 1; o->cL = 2048; o->ch = 14; o->ct = 1;
     o->format = MP_TEXT;
@@ -1331,7 +1331,7 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
             if (x < 1 || x > (1L << 24)) { fprintf(stderr, "mhe: %s must be in [1, 2^24] (got %ld)\n", name, x); return 1; }
             if (name[2] == 'B') o->cB = (double)x; else if (name[2] == 'L') o->cL = (double)x;
             else if (name[2] == 'h') o->ch = (double)x; else o->ct = (double)x;
-            cx_opt = name;
+            snprintf(cx_opt, sizeof cx_opt, "%s", name);
         } else if (strcmp(name, "--kv-groups") == 0) {
             if (!mp_parse_int(name, v, &g)) return 2;
             o->g_given = 1;
@@ -1345,7 +1345,7 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
                         "--kv-groups do not apply\n");
         return 2;
     }
-    if (cx_opt && !o->complexity) { fprintf(stderr, "mhe: %s is an option of --complexity\n", cx_opt); return 2; }
+    if (cx_opt[0] && !o->complexity) { fprintf(stderr, "mhe: %s is an option of --complexity\n", cx_opt); return 2; }
     if (o->complexity) {
         if (emb || table_given || o->g_given || n != 12) {
             fprintf(stderr, "mhe: --complexity prints Tables 4.5-4.8; --embeddings, --table, --n and --kv-groups do not apply\n");

@@ -61,7 +61,7 @@ static void pl_ind_svg(FILE *f, const mhe_indicators *const *ind, const char *co
     static const char *names[8] = { "Entropy (min-max)", "Conc (min-max)", "HeadDiv (min-max)", "Sink",
                                     "LocFoc0", "LocFoc1", "LocFoc2", "LocFoc3" };
     double lo[3], hi[3];
-    int p, k, l, maxl = 1, W = 1000, pw = 220, ph = 150, top = 50, H;
+    int p, k, l, maxl = 1, pw = 220, ph = 150, top = 50, W = 40 + 4 * (pw + 28), H;
     for (k = 0; k < n; k++) if (ind[k]->n_layers > maxl) maxl = ind[k]->n_layers;
     for (p = 0; p < 3; p++) {   /* min-max over every layer of every model */
         lo[p] = INFINITY; hi[p] = -INFINITY;
