@@ -4809,7 +4809,7 @@ MHEDEF void mhe_model_zero_grad(mhe_model *m) {
 }
 
 /* ---- 7. models: activations ----------------------------------------------- */
-static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int fused);
+static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused);
 
 /* carve (or, with base == NULL, only measure) the activation block for B
    sequences of T tokens (decoder or single stack) and Ts source tokens
@@ -4851,7 +4851,7 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
             if ((size_t)g.att_w > max_att) max_att = (size_t)g.att_w;
             MHE__A(aa->att, rows * (size_t)g.att_w);
             MHE__A(aa->stats, c->fused_attention ? (size_t)B * n * Tq : (size_t)B * n * Tq * Tk);
-            if ((ext = mhe__ext_floats(c, aw->kind, B, (int)Tq, c->fused_attention)) > 0) MHE__A(aa->ext, ext);
+            if ((ext = mhe__ext_floats(c, aw->kind, B, (int)Tq, (int)Tk, w, c->fused_attention)) > 0) MHE__A(aa->ext, ext);
             any_static |= aw->kind == MHE_ATTN_STATICEMB_QK;
         }
         MHE__A(la->fc1, rows * F); MHE__A(la->act, rows * F);
@@ -5158,13 +5158,32 @@ static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const
     }
 }
 
-/* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries */
-static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int fused) {
+/* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
+static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
     int dh = mhe_config_d_head(c);
     if (kind == MHE_ATTN_TAYLOR && fused) return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
     if (kind == MHE_ATTN_FNET) return 2 * mhe__fnet_work(Tq, c->d_model);
     if (kind == MHE_ATTN_LINEAR) return (size_t)B * Tq * c->d_model;
+    if (kind == MHE_ATTN_STATICEMB_QK) return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
     return 0;
+}
+
+/* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
+   hidden state gets before W^{Q,K,V}, so e and H arrive at the same scale;
+   post-norm: e as it is). buf: [rows, C] then mean, rstd [rows]. */
+static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, float *buf) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) return e;
+    mhe__norm_fwd(m, buf, buf + rows * C, buf + rows * C + rows, e, nw, nb, rows);
+    return buf;
+}
+
+/* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
+static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, const float *buf,
+                               const float *dne, float *de) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) { mhe__axpy(de, 1.0f, dne, (int)(rows * C)); return; }
+    mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
 }
 
 /* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
@@ -5244,8 +5263,9 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
             for (b = 0; b < x->B; b++)
                 for (t = 0; t < x->T; t++) memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD, 2 * (size_t)HD * sizeof(float));
             mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
-        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from e (W^Q, W^K adjacent), V from h */
-            mhe__lin_rows(aa->proj, 3 * HD, x->emb, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
+        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
+            const float *ne = mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
+            mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
             mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
         } else {
             mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
@@ -5254,9 +5274,12 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         Tk = x->T; causal = x->causal; kv_len = x->len;
     } else {   /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
         int mrows = x->B * x->Ts;
-        if (kind == MHE_ATTN_STATICEMB_QK) {
-            mhe_linear_fwd(aa->proj, x->emb, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
-            mhe__lin_rows(aa->kv, 2 * HD, x->mem_emb, C, w->wk->data, mhe__opt_data(w->bk), mrows, C, HD);
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* both sides through norm3, the cross sublayer's input norm */
+            const mhe_layer *y = &m->layers[l];
+            float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
+            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C, w->wk->data,
+                          mhe__opt_data(w->bk), mrows, C, HD);
             mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
         } else {
             mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
@@ -5322,8 +5345,12 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
             const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
             for (t = 0; t < x->T; t++) mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
         }
-        if (kind == MHE_ATTN_STATICEMB_QK) {
-            mhe__lin_rows_bwd(x->d_emb, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, x->emb, w->wq->data, rows, C, 2 * HD);
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* a->scratch (the forward's branch buffer) holds d N(e) */
+            const mhe_layer *y = &m->layers[l];
+            const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data, rows, C, 2 * HD);
+            mhe__static_in_bwd(m, y->norm1_w, y->norm1_b, x->emb, rows, aa->ext, a->scratch, x->d_emb);
             mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
         } else {
             mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dp, u, w->wq->data, rows, C, 3 * HD);
@@ -5335,8 +5362,15 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD, 2 * HD,
                             dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
         if (kind == MHE_ATTN_STATICEMB_QK) {
-            mhe_linear_bwd(x->d_emb, w->wq->grad, mhe__opt_grad(w->bq), dq, x->emb, w->wq->data, rows, C, HD);
-            mhe__lin_rows_bwd(x->d_mem_emb, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, x->mem_emb, w->wk->data, mrows, C, HD);
+            const mhe_layer *y = &m->layers[l];
+            const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq, w->wq->data, rows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->emb, rows, bq, a->scratch, x->d_emb);
+            memset(a->scratch, 0, (size_t)mrows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, m->cfg.post_norm ? x->mem_emb : bk,
+                              w->wk->data, mrows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk, a->scratch, x->d_mem_emb);
             mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem, w->wv->data, mrows, C, HD);
         } else {
             mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, HD);
@@ -8226,8 +8260,10 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
             for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
         }
-    } else if (kind == MHE_ATTN_STATICEMB_QK) {
-        mhe_linear_fwd(proj, e, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
+    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e): lse is free until the core runs */
+        const float *ne = e;
+        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm1_w, m->layers[l].norm1_b, 1); ne = att; }
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
         mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
         memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
         memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
@@ -8274,7 +8310,9 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
     float scale = 1.0f / sqrtf((float)dh);
     if (w->kind == MHE_ATTN_STATICEMB_QK) {
-        mhe_linear_fwd(proj, e, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        const float *ne = e;
+        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm3_w, m->layers[l].norm3_b, 1); ne = att; }
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W, att, lse, NULL, NULL, 0);
     } else {
         mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
@@ -8314,8 +8352,10 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_attn_weights *w = &m->layers[l].cross;
         mhe__geom g = mhe__layer_geom(cfg, w->kind);
-        if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* K from the source's static embeddings, V from the encoder output */
-            mhe__lin_rows(c->cross[l], g.k_w + g.v_w, m->acts.src_emb, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
+        if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* K from the source's static embeddings (through norm3), V from the encoder output */
+            const float *ne = m->cfg.post_norm ? m->acts.src_emb
+                            : mhe__static_in(m, m->layers[l].norm3_w, m->layers[l].norm3_b, m->acts.src_emb, Ts, m->acts.layer[l].cross.ext);
+            mhe__lin_rows(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
             mhe__lin_rows(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv->data, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
         } else if (g.k_w) mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
         else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));

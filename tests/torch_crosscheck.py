@@ -791,9 +791,13 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
             fu = ctx["fixed_u"][ctx["layer"]]           # [1, T, C]: the same Q, K for every sequence
             q = heads(linear(fu, p + ".wq").expand(B, -1, -1), n)
             k = heads(linear(fu, p + ".wk").expand(B, -1, -1), n)
-        elif kind == "staticemb-qk":                      # eq. 4.13: Q, K from the static embeddings
-            q = heads(linear(ctx["emb"], p + ".wq"), n)
-            k = heads(linear(ctx["mem_emb"] if ctx["cross"] else ctx["emb"], p + ".wk"), n)
+        elif kind == "staticemb-qk":
+            # eq. 4.13: Q, K from the static embeddings, through the sublayer's input norm
+            # (pre-norm: norm1, or norm3 for cross-attention; post-norm: as they are)
+            nm = p.rsplit(".", 1)[0] + (".norm3" if ctx["cross"] else ".norm1")
+            sn = (lambda e: norm(e, nm)) if r["norm_position"] == "pre" else (lambda e: e)
+            q = heads(linear(sn(ctx["emb"]), p + ".wq"), n)
+            k = heads(linear(sn(ctx["mem_emb"] if ctx["cross"] else ctx["emb"]), p + ".wk"), n)
         else:
             q, k = heads(linear(xq, p + ".wq"), n), heads(linear(xkv, p + ".wk"), n)
         v = heads(linear(xkv, p + ".wv"), n)
