@@ -13,7 +13,8 @@
         int *tokens; size_t n; char err[MHE_ERR_LEN];
         mhe_read_text_tokens("train.txt", &tokens, &n, NULL, err);
         mhe_config cfg = mhe_config_default();          // d_model 128, 4 heads, mha
-        mhe_config_set(&cfg, "attn", "mhe-mul", err);   // or mha, sha, mqa, gqa, skv, el-att, mhe-add
+        mhe_config_set(&cfg, "attn", "mhe-mul", err);   // or mha, sha, mqa, gqa, skv, el-att, mhe-add,
+                                                        // mlp, taylor, nonapprox@even, ... (thesis ch. 4)
         mhe_model m;
         if (mhe_model_init(&m, &cfg, 42, NULL) != MHE_OK) puts(m.err);
         mhe_train_config tc = mhe_train_config_default();
@@ -49,15 +50,18 @@
 
    CONTENTS (the same numbered sections in the API and the implementation)
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
-     activations, softmax, cross-entropy, dropout, embedding, linear)
-     4 attention cores   5 attention kinds   6 embeddings: hashing (words,
-     MD5/HMAC-MD5, LSH, hash-pool/add/proj, embedding parameter counts,
-     word types and word corpora)   7 models (config, decoder, encoder,
-     encoder-decoder; batches with padding; word embeddings: vocab or
-     HashFormers hash embeddings, word features)   8 tokenizer and
+     activations, softmax, cross-entropy, dropout, embedding, linear, FFT,
+     CP decomposition)   4 attention cores (softmax; Taylor and
+     Non-approximate, linear time)   5 attention kinds (MHE paper; thesis
+     ch. 4 and FNet)   6 embeddings: hashing (words, MD5/HMAC-MD5, LSH,
+     hash-pool/add/proj, embedding parameter counts, word types and word
+     corpora)   7 models (config, decoder, encoder, encoder-decoder; batches
+     with padding; word embeddings: vocab or HashFormers hash embeddings;
+     hybrid layouts, skip, the fixed stream; Admin)   8 tokenizer and
      objectives (masked LM, labelled text sets, Shuffle+Random)
      9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
-     12 inference (KV cache, sampling)
+     (attention-pattern indicators, thesis Tables 4.5-4.8)   12 inference
+     (KV cache, recurrent states, precomputed maps, sampling, embedded use)
 
    WORD MODELS (HashFormers): config embedding=hash-emb|hash-pool|hash-add|
      hash-proj, hash=md5|lsh, token_head=sr; read words into a lexicon
@@ -238,6 +242,13 @@ MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, 
 MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate);
 MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C);
 
+/* Discrete Fourier transform of any length n >= 1, in place, in double:
+   X_k = sum_j x_j exp(-+ 2 pi i j k / n) (sign - forward, + inverse; no
+   1/n). Radix-2 for powers of two, Bluestein's chirp-z (through a radix-2
+   transform of length >= 2n - 1) otherwise. work: mhe_fft_work_len(n) doubles. */
+MHEDEF size_t mhe_fft_work_len(int n);
+MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work);
+
 /* Linear layer as torch.nn.Linear: out[N,OC] = inp[N,IC] W[OC,IC]^T + b[OC] (b may be NULL) */
 MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
 MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -314,10 +325,21 @@ enum {
     MHE_ATTN_EL_ATT,    /* Q projected, K = V = the input split into heads (Yan et al. 2021) */
     MHE_ATTN_MHE_ADD,   /* seed W^{Q,K,V} + head embeddings, psi(A, b) = A + b (MHE paper, eq. 5) */
     MHE_ATTN_MHE_MUL,   /* seed W^{Q,K,V} + head embeddings, psi(A, b) = A * (b + 1) (MHE paper, eq. 5) */
+    /* Deconstructing attention (thesis ch. 4, sec. 4.3) and the MHE paper's appendix baselines */
+    MHE_ATTN_MLP,       /* no token mixing: gated MLP, SiLU, parameters matched to mha (eq. 4.4-4.5) */
+    MHE_ATTN_TAYLOR,    /* "Approximate": 2nd-order Taylor of exp, linear time (eq. 4.6; Arora et al. 2024) */
+    MHE_ATTN_NONAPPROX, /* softmax over time of (SiLU(Q) * K) 1 / sqrt(d_h): one score per position (eq. 4.7-4.8) */
+    MHE_ATTN_RNDEMB_QK, /* Q, K from fixed random embeddings passed through the stack, V from the input (eq. 4.9-4.10) */
+    MHE_ATTN_FIXEDSEQ_QK, /* Q, K from a fixed token sequence passed through the stack (eq. 4.11-4.12) */
+    MHE_ATTN_STATICEMB_QK, /* Q, K from the static input embeddings, V from the input (eq. 4.13) */
+    MHE_ATTN_FNET,      /* real part of a 2-D DFT over sequence and hidden; no parameters (Lee-Thorp et al. 2022) */
+    MHE_ATTN_LINEAR,    /* learned dense mixing: W_seq X W_hidden^T (Lee-Thorp et al. 2022) */
     MHE_ATTN_KIND_COUNT
 };
 MHEDEF const char *mhe_attn_kind_name(int kind);
 MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
+/* 1 for the kinds of thesis ch. 4 and the FNet baselines (mlp ... linear) */
+MHEDEF int mhe_attn_kind_is_decon(int kind);
 
 /* ======================================================================== */
 /* 6. embeddings: hashing                                                   */
@@ -571,6 +593,9 @@ MHEDEF mhe_status mhe_read_words(const char *path, mhe_lexicon *x, int **tokens,
 /* 7. models                                                                */
 /* ======================================================================== */
 #define MHE_MAX_LAYERS 64
+#define MHE_FIXED_SEQ_MAX 1000   /* bytes of the fixedseq-qk text (it is cycled to the batch length) */
+enum { MHE_LAYOUT_NONE = 0, MHE_LAYOUT_EVEN, MHE_LAYOUT_ODD, MHE_LAYOUT_TOP, MHE_LAYOUT_MIDDLE, MHE_LAYOUT_BOTTOM,
+       MHE_LAYOUT_25, MHE_LAYOUT_FIRST, MHE_LAYOUT_LAST, MHE_LAYOUT_BILATERAL };
 
 enum { MHE_ARCH_DECODER = 0,    /* causal self-attention, next-token LM */
        MHE_ARCH_ENCODER,        /* bidirectional self-attention: masked LM, sequence classification */
@@ -627,6 +652,12 @@ typedef struct mhe_config {
     int lsh_nmin, lsh_nmax; /* n-gram orders */
     uint64_t lsh_seed;      /* of eta */
     int token_head;         /* token_head=lm|sr: per-token vocabulary softmax or the 3-way S+R head */
+    int layout;             /* layout=none|even|odd|top|middle|bottom|25%|first|last|bilateral: where
+                               attn's kinds are replaced by mha (thesis Table 4.11 hybrids) */
+    uint64_t fixed_seed;    /* rndemb-qk: seed of the fixed random embeddings */
+    float fixed_std;        /* rndemb-qk: their standard deviation (< 0: init_std) */
+    char fixed_seq[MHE_FIXED_SEQ_MAX + 1];   /* fixedseq-qk: the fixed text (its bytes the tokens), or
+                                                "ids:5 17 3 ..." token ids; empty: a built-in text */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -645,6 +676,12 @@ MHEDEF int mhe_config_d_head(const mhe_config *c);
    (self- or cross-attention alike). */
 MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias);
 MHEDEF int mhe_config_d_ff(const mhe_config *c);
+/* hidden width F of the gated MLP that replaces attention (kind mlp): its
+   three F x d_m matrices match MHA's four d_m x n d_h ones, F = round(4 n d_h / 3) */
+MHEDEF int mhe_config_mlp_width(const mhe_config *c);
+/* the kind layer i of the main stack runs: attn[i], or mha where the
+   layout (Table 4.11) keeps standard attention */
+MHEDEF int mhe_config_layer_kind(const mhe_config *c, int i);
 /* layers of all stacks (encoder and decoder of encdec) */
 MHEDEF int mhe_config_total_layers(const mhe_config *c);
 
@@ -678,8 +715,9 @@ typedef struct mhe_attn_acts {
     float *kv;      /* cross: K, V of the encoder output [src rows, k_w + v_w] */
     float *projx;   /* MHE reference path: per-head Q [rows, n d_h], then K and V [kv rows, n d_h] */
     float *hmap;    /* MHE-MUL: q_mul = (1+e^Q)(1+e^K), v_mul = 1+e^V [2, n, d_h] */
-    float *att;     /* [rows, n d_h] attention output before W^O */
+    float *att;     /* [rows, n d_h] attention output before W^O (mlp: [rows, F]; fnet, linear: [rows, C]) */
     float *stats;   /* [B, n, Tq] log-sum-exp (fused core) or probs [B, n, Tq, Tk] (reference core) */
+    float *ext;     /* taylor: linear-time state slots; fnet: DFT scratch; linear: X W_hidden^T */
 } mhe_attn_acts;
 
 typedef struct mhe_layer_acts {
@@ -704,6 +742,7 @@ typedef struct mhe_acts {
     /* backward scratch */
     float *d_h, *d_u, *d_tmp, *d_mem, *d_att, *d_proj, *d_projx, *d_fc1, *d_act, *d_logits, *scratch;
     float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
+    float *d_emb, *d_src_emb;       /* staticemb-qk: gradients of the block-0 inputs emb, src_emb */
     size_t bytes;
 } mhe_acts;
 
@@ -733,6 +772,21 @@ typedef struct mhe_emb_in {
     float *wsm, *wn, *wnorm;        /* hash-pool softmax(W) [chunks, C]; hash-proj normalised W [C, T] and norms [C] */
     void *block;
 } mhe_emb_in;
+/* The fixed stream of rndemb-qk and fixedseq-qk layers (thesis eq. 4.9-4.12):
+   the model's own blocks run on a fixed input (random embeddings, or a fixed
+   text embedded); layer l takes Q and K from the stream at layer l, V from
+   its real input. Its gradient reaches every block below l (and the fixed
+   text's embeddings). One kind per model. */
+typedef struct mhe_fixed_stream {
+    int kind;                       /* MHE_ATTN_RNDEMB_QK, MHE_ATTN_FIXEDSEQ_QK, or -1: no layer uses one */
+    int top;                        /* the stream runs through layers 0 .. top-1 */
+    float *eps;                     /* rndemb-qk: the random embeddings [max_seq_len, C] */
+    int *tokens;                    /* fixedseq-qk: the fixed text as tokens, cycled [max_seq_len] */
+    mhe_acts acts;                  /* its activations: one sequence of T tokens */
+    int T;
+    float *d_qk;                    /* [top][T, 2 n d_h]: d loss / d Q, K from the main stream */
+    void *block;
+} mhe_fixed_stream;
 
 typedef struct mhe_model {
     mhe_config cfg;
@@ -750,6 +804,9 @@ typedef struct mhe_model {
     mhe_acts acts;
     void *acts_block;
     int training;                   /* dropout on when 1 */
+    uint64_t skip_attn;             /* bit l: the self-attention sublayer of block l is the identity
+                                       (hybrids evaluated "with skip", thesis Table 4.1) */
+    mhe_fixed_stream fixed;         /* rndemb-qk / fixedseq-qk layers: the fixed stream */
     uint64_t dropout_seed;          /* set per step by the trainer */
     int last_B, last_T, last_Ts;    /* shape of the last forward */
     int last_has_targets, last_count; /* targets given; rows counted in the loss */
@@ -811,6 +868,11 @@ MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const i
    over all the batch's elements. Needs admin=1; the trainer runs it on its
    first batch of a fresh run. */
 MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b);
+/* reference = 1: run every attention on its reference path (as
+   fused_attention=0: the probabilities materialised, e.g. for
+   mhe_attn_probs); 0: back to the fused cores. Drops the activation blocks,
+   which the next forward lays out again. */
+MHEDEF void mhe_model_set_reference(mhe_model *m, int reference);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
@@ -1122,6 +1184,60 @@ MHEDEF mhe_status mhe_evaluate_sr(mhe_model *m, const int *data, size_t n, const
    context-free predictor, a baseline a trained LM must beat (-1: no memory) */
 MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab);
 
+/* Attention-pattern indicators (thesis sec. 4.4.4) of one head's map A
+   [L, L] (row t: the weights query t gives keys 0..L-1; row stride ld):
+   out[MHE_IND_ENTROPY]  mean row entropy -sum_j a log a (nats)
+   out[MHE_IND_ENTROPY_N] the same, each row divided by log(keys it sees: t + 1 when causal, else L)
+                         (1: uniform, mean pooling; rows that see one key are left out)
+   out[MHE_IND_CONC]     ||A||_F
+   out[MHE_IND_CONC_N]   ||A||_F / sqrt(L): the root mean of sum_j a^2 per row (1: every row one-hot)
+   out[MHE_IND_SINK]     sum_t A[t, 0] / L
+   out[MHE_IND_LOCFOC0 + N] sum_t A[t, t - N] / (L - N), N = 0..3 (0 when L <= N)
+   Head diversity needs every head of a layer: mhe_attn_headdiv. */
+enum { MHE_IND_ENTROPY = 0, MHE_IND_ENTROPY_N, MHE_IND_CONC, MHE_IND_CONC_N, MHE_IND_HEADDIV, MHE_IND_SINK,
+       MHE_IND_LOCFOC0, MHE_IND_LOCFOC1, MHE_IND_LOCFOC2, MHE_IND_LOCFOC3, MHE_IND_COUNT };
+MHEDEF void mhe_attn_map_indicators(const float *A, int L, int ld, int causal, double *out);
+/* HeadDiv: the mean, over the entries a query may see (causal: the L(L+1)/2
+   of the lower triangle, the thesis's 2 / (L (1 + L)); else all L^2), of the
+   standard deviation across the n heads' maps (map h at A + h * head_stride) */
+MHEDEF double mhe_attn_headdiv(const float *A, int n, size_t head_stride, int L, int ld, int causal);
+MHEDEF const char *mhe_ind_name(int ind);
+
+/* Indicators of every layer and head of the main stack, averaged over the
+   sequences of evaluation batches. Layers without an attention map (fnet,
+   linear, and layers skipped by skip_attn) have has_map 0 and NaN values;
+   an mlp layer's map is the identity (each token sees only itself). */
+typedef struct mhe_indicators {
+    int n_layers, n_heads;
+    int kind[MHE_MAX_LAYERS], has_map[MHE_MAX_LAYERS];
+    int64_t sequences;
+    double loss;                    /* mean loss over the batches */
+    double *v;                      /* [n_layers][n_heads + 1][MHE_IND_COUNT]; head n_heads: the mean of the heads */
+    void *alloc_ctx;
+} mhe_indicators;
+/* Runs the model on its reference path (fused_attention = 0, so every
+   layer's probabilities are materialised), over up to max_batches batches
+   of consecutive windows of data, as mhe_evaluate; restores the model. */
+MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                                      int max_batches, mhe_indicators *out);
+MHEDEF void mhe_indicators_free(mhe_indicators *ind);
+MHEDEF double mhe_indicator(const mhe_indicators *ind, int layer, int head, int which);   /* head -1: mean */
+/* the probabilities of layer l, head h for sequence 0 of the last forward on
+   the reference path (probs [T, T]); mlp: the identity. 0 when there is none. */
+MHEDEF int mhe_attn_probs(mhe_model *m, int layer, int head, float *probs);
+
+/* Costs of one attention layer from the thesis's appendix tables, as
+   formulas in B (batch), L (length), d (width), h (heads), t (tensor
+   parallel): what = MHE_COST_TIME (Table 4.5, O(.)), MHE_COST_PREFILL,
+   MHE_COST_DECODE (Table 4.6, FLOPs), MHE_COST_ACT (Table 4.7, bytes at
+   half precision), MHE_COST_CACHE (Table 4.8, bytes at half precision).
+   Kinds: mha (the thesis's Standard), mlp, taylor, nonapprox, rndemb-qk,
+   fixedseq-qk, staticemb-qk; -1 for the others. */
+enum { MHE_COST_TIME = 0, MHE_COST_PREFILL, MHE_COST_DECODE, MHE_COST_ACT, MHE_COST_CACHE, MHE_COST_COUNT };
+MHEDEF double mhe_attn_cost(int what, int kind, double B, double L, double d, double h, double t);
+/* the same formula as text ("4BL^2d + 6BLd^2"); 0 when there is none */
+MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap);
+
 /* ======================================================================== */
 /* 12. inference: KV cache and sampling                                     */
 /* ======================================================================== */
@@ -1145,12 +1261,26 @@ typedef struct mhe_kv_cache {
     size_t bytes;                   /* of the self-attention K/V rows */
     size_t bytes_per_token;         /* self-attention K/V floats per token, all layers, in bytes */
     size_t cross_bytes;             /* of the cross-attention K/V of a full-length source */
+    /* Layers without a growing K/V cache (thesis sec. 4.15-4.16): taylor and
+       nonapprox keep a recurrent state of fixed size; rndemb-qk and
+       fixedseq-qk keep V rows and share precomputed attention maps. */
+    float *state[MHE_MAX_LAYERS];   /* taylor: S, z per head; nonapprox: max, sum, numerator per head;
+                                       rndemb-qk, fixedseq-qk: maps [n][max_len (max_len + 1) / 2] */
+    size_t state_floats[MHE_MAX_LAYERS];
+    size_t layer_bytes[MHE_MAX_LAYERS];   /* self-attention bytes of one sequence at max_len: K/V rows + state */
+    size_t shared_bytes[MHE_MAX_LAYERS];  /* bytes shared by every sequence (the precomputed maps) */
+    int maps_len;                   /* positions the maps were computed for (0: not yet) */
     void *block;
     void *alloc_ctx;
     mhe_arena *arena;               /* mhe_kv_cache_init_arena: the block is in this arena */
 } mhe_kv_cache;
 
 MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
+/* bytes (float32) one sequence keeps for a self-attention layer of `kind`
+   after len tokens: K/V rows and recurrent state; *shared (may be NULL) gets
+   what all sequences share (the precomputed maps of rndemb-qk, fixedseq-qk).
+   mhe_kv_cache_init sizes every layer with it. */
+MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_t *shared);
 MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
 
 /* Embedded inference from one buffer. mhe_model_load_arena loads a
@@ -2519,6 +2649,78 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
     return converged ? MHE_OK : MHE_ERR_CONVERGE;
 }
 
+/* ---- 3. kernels: FFT (for fnet) ------------------------------------------ */
+
+static int mhe__pow2_at_least(int n) { int m = 1; while (m < n) m <<= 1; return m; }
+
+MHEDEF size_t mhe_fft_work_len(int n) {
+    int m;
+    if (n < 2 || (n & (n - 1)) == 0) return 1;
+    m = mhe__pow2_at_least(2 * n - 1);
+    return 4 * (size_t)m + 2 * (size_t)n;   /* a, b (complex, m each) and the chirp (n) */
+}
+
+/* iterative radix-2 (Cooley-Tukey), n a power of two; sign -1 forward */
+static void mhe__fft2(double *re, double *im, int n, int sign) {
+    int i, j = 0, len, k;
+    for (i = 1; i < n; i++) {   /* bit reversal */
+        int bit = n >> 1;
+        double t;
+        for (; j & bit; bit >>= 1) j ^= bit;
+        j ^= bit;
+        if (i < j) { t = re[i]; re[i] = re[j]; re[j] = t; t = im[i]; im[i] = im[j]; im[j] = t; }
+    }
+    for (len = 2; len <= n; len <<= 1) {
+        double ang = sign * 6.283185307179586 / len;
+        for (k = 0; k < len / 2; k++) {
+            double wr = cos(ang * k), wi = sin(ang * k);
+            for (i = k; i < n; i += len) {
+                int i2 = i + len / 2;
+                double xr = re[i2] * wr - im[i2] * wi, xi = re[i2] * wi + im[i2] * wr;
+                re[i2] = re[i] - xr; im[i2] = im[i] - xi;
+                re[i] += xr; im[i] += xi;
+            }
+        }
+    }
+}
+
+/* Bluestein: jk = (j^2 + k^2 - (k - j)^2) / 2, so X_k = w_k sum_j (x_j w_j)
+   conj(w)_{k-j} with w_j = exp(sign i pi j^2 / n): a convolution, done by
+   radix-2 transforms of length m >= 2n - 1. j^2 is reduced mod 2n first so
+   the chirp's angle stays exact for long transforms. */
+MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work) {
+    int sign = inverse ? 1 : -1, m, j;
+    double *ar, *ai, *br, *bi, *cr, *ci;
+    if (n < 2) return;
+    if ((n & (n - 1)) == 0) { mhe__fft2(re, im, n, sign); return; }
+    m = mhe__pow2_at_least(2 * n - 1);
+    ar = work; ai = ar + m; br = ai + m; bi = br + m; cr = bi + m; ci = cr + n;
+    for (j = 0; j < n; j++) {
+        long long q = ((long long)j * j) % (2LL * n);
+        double ang = sign * 3.141592653589793 * (double)q / n;
+        cr[j] = cos(ang); ci[j] = sin(ang);
+    }
+    for (j = 0; j < m; j++) { ar[j] = ai[j] = br[j] = bi[j] = 0; }
+    for (j = 0; j < n; j++) {
+        ar[j] = re[j] * cr[j] - im[j] * ci[j];
+        ai[j] = re[j] * ci[j] + im[j] * cr[j];
+        br[j] = cr[j]; bi[j] = -ci[j];
+        if (j) { br[m - j] = cr[j]; bi[m - j] = -ci[j]; }
+    }
+    mhe__fft2(ar, ai, m, -1);
+    mhe__fft2(br, bi, m, -1);
+    for (j = 0; j < m; j++) {
+        double xr = ar[j] * br[j] - ai[j] * bi[j], xi = ar[j] * bi[j] + ai[j] * br[j];
+        ar[j] = xr; ai[j] = xi;
+    }
+    mhe__fft2(ar, ai, m, 1);
+    for (j = 0; j < n; j++) {
+        double xr = ar[j] / m, xi = ai[j] / m;
+        re[j] = xr * cr[j] - xi * ci[j];
+        im[j] = xr * ci[j] + xi * cr[j];
+    }
+}
+
 /* ---- 4. attention cores ------------------------------------------------- */
 
 /* index of the attention weight (b, h, t, j) for the dropout hash */
@@ -3175,11 +3377,445 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
     }
 }
 
+/* ---- 4. attention cores: linear-time kinds (thesis ch. 4) ------------------ */
+
+/* Taylor ("Approximate", thesis eq. 4.6, following Based, Arora et al. 2024):
+   exp(s) ~ 1 + s + s^2/2 with s = scale q.k, and ONE shared normaliser:
+   o_t = sum_j w_tj v_j / sum_j w_tj, w = 1 + s + s^2/2 = ((s+1)^2 + 1)/2 >= 1/2.
+   (The thesis's Appendix I, eq. 4.14-4.17, writes the three orders normalised
+   separately; Based's code, which the thesis says it follows, shares one
+   denominator: we follow Based.) Reference path: the weights materialised. */
+static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
+        for (t = 0; t < d->Tq; t++) {
+            const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+            float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+            float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+            int vis = mhe__att_visible(d, b, t);
+            double z = 0;
+            for (j = 0; j < d->Tk; j++) {
+                float s = j < vis ? d->scale * mhe__dot(qt, k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head, d->d_head) : 0;
+                p[j] = j < vis ? 1.0f + s + 0.5f * s * s : 0.0f;
+                z += p[j];
+            }
+            memset(o, 0, (size_t)d->d_head * sizeof(float));
+            for (j = 0; j < vis; j++) {
+                p[j] = (float)(p[j] / z);
+                mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, d->d_head);
+            }
+        }
+    }
+}
+
+/* p = w / Z: dw_j = (dp_j - sum_k p_k dp_k) / Z, ds = dw (1 + s), dq += scale ds k, dk += scale ds q */
+static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                const float *probs, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
+        for (t = 0; t < d->Tq; t++) {
+            const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+            const float *g = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+            const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+            float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+            int vis = mhe__att_visible(d, b, t);
+            double z = 0, dsum = 0;
+            for (j = 0; j < vis; j++) {
+                const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head;
+                const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head;
+                float s = d->scale * mhe__dot(qt, kj, d->d_head);
+                z += 1.0 + s + 0.5 * s * s;
+                dsum += (double)p[j] * mhe__dot(g, vj, d->d_head);
+                mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, p[j], g, d->d_head);
+            }
+            for (j = 0; j < vis; j++) {
+                const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head;
+                const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head;
+                float s = d->scale * mhe__dot(qt, kj, d->d_head);
+                float ds = (float)(((double)mhe__dot(g, vj, d->d_head) - dsum) / z) * (1.0f + s) * d->scale;
+                mhe__axpy(dqt, ds, kj, d->d_head);
+                mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head, ds, qt, d->d_head);
+            }
+        }
+    }
+}
+
+/* The feature map phi with phi(q).phi(k) = 1 + s + s^2/2 (Based's TaylorExp,
+   with the d(d+1)/2 distinct products of the symmetric x x^T instead of all
+   d^2): [1, a x, a^2 x_i^2 / sqrt 2, a^2 x_i x_j (i < j)], a = sqrt(scale). */
+static int mhe__taylor_features(int dh) { return 1 + dh + dh * (dh + 1) / 2; }
+
+static void mhe__taylor_phi(const float *x, int dh, float a, float *phi) {
+    int i, j, f = 1 + dh;
+    float a2 = a * a, r2 = 0.70710678118654752f;
+    phi[0] = 1.0f;
+    for (i = 0; i < dh; i++) phi[1 + i] = a * x[i];
+    for (i = 0; i < dh; i++) {
+        phi[f++] = a2 * r2 * x[i] * x[i];
+        for (j = i + 1; j < dh; j++) phi[f++] = a2 * x[i] * x[j];
+    }
+}
+
+/* gx += J_phi(x)^T gphi */
+static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gphi, float *gx) {
+    int i, j, f = 1 + dh;
+    float a2 = a * a, s2 = 1.41421356237309505f;
+    for (i = 0; i < dh; i++) gx[i] += a * gphi[1 + i];
+    for (i = 0; i < dh; i++) {
+        gx[i] += gphi[f++] * a2 * s2 * x[i];
+        for (j = i + 1; j < dh; j++, f++) { gx[i] += gphi[f] * a2 * x[j]; gx[j] += gphi[f] * a2 * x[i]; }
+    }
+}
+
+/* floats of one work slot of the linear-time Taylor core, and how many slots
+   (of B n sequence-heads) run at once: at most 16 and 64 MB */
+#define MHE__TCH 32   /* tokens per chunk: the state moves by GEMMs, a chunk's own keys are weighed directly */
+static size_t mhe__taylor_slot(int dh) {
+    size_t F = (size_t)mhe__taylor_features(dh);
+    return F * (size_t)dh + F + 2 * (size_t)MHE__TCH * F + 2 * (size_t)MHE__TCH * dh + 2 * MHE__TCH;
+}
+static int mhe__taylor_slots(int B, int n, int dh) {
+    size_t per = mhe__taylor_slot(dh) * sizeof(float), cap = ((size_t)64 << 20) / per;
+    int64_t want = (int64_t)B * n;
+    if (want > 16) want = 16;
+    if ((int64_t)cap < want) want = cap < 1 ? 1 : (int64_t)cap;
+    return (int)want;
+}
+
+/* phi of rows r0 .. r0+n-1 (row stride ld) into P [n, F] */
+static void mhe__taylor_phis(const float *x, size_t ld, int r0, int n, int dh, float a, float *P, int F) {
+    int i;
+    for (i = 0; i < n; i++) mhe__taylor_phi(x + (size_t)(r0 + i) * ld, dh, a, P + (size_t)i * F);
+}
+
+/* one (sequence, head) of the Taylor core: where its rows are */
+typedef struct mhe__tay {
+    const float *q, *k, *v;         /* row 0 of the head, strides ld_q, ld_k, ld_v */
+    size_t lq, lk, lv;
+    int F, dh;
+    float a;                        /* sqrt(scale) */
+} mhe__tay;
+
+/* S += Phi_K^T V and z += the column sums of Phi_K for keys j0 .. j0+n-1 (P: room for n x F) */
+static void mhe__taylor_add_keys(const mhe__tay *x, int j0, int n, float *S, float *z, float *P) {
+    int i, f;
+    for (i = 0; i < n; i++) {
+        const float *pk = P + (size_t)i * x->F;
+        mhe__taylor_phi(x->k + (size_t)(j0 + i) * x->lk, x->dh, x->a, P + (size_t)i * x->F);
+        for (f = 0; f < x->F; f++) z[f] += pk[f];
+    }
+    mhe_gemm(1, 0, x->F, x->dh, n, 1.0f, P, x->F, x->v + (size_t)j0 * x->lv, (int)x->lv, 1.0f, S, x->dh);
+}
+
+/* the direct weight w = 1 + s + s^2/2 of query t and key j, and s */
+static float mhe__taylor_w(const mhe__tay *x, int t, int j, float scale, float *s_out) {
+    float s = scale * mhe__dot(x->q + (size_t)t * x->lq, x->k + (size_t)j * x->lk, x->dh);
+    if (s_out) *s_out = s;
+    return 1.0f + s + 0.5f * s * s;
+}
+
+static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q, const float *k, const float *v) {
+    mhe__tay x;
+    x.dh = d->d_head; x.F = mhe__taylor_features(x.dh); x.a = sqrtf(d->scale);
+    x.q = q + (size_t)b * d->Tq * d->q_stride + (size_t)h * x.dh; x.lq = (size_t)d->q_stride;
+    x.k = k + (size_t)b * d->Tk * d->k_stride + (size_t)h * x.dh; x.lk = (size_t)d->k_stride;
+    x.v = v + (size_t)b * d->Tk * d->v_stride + (size_t)h * x.dh; x.lv = (size_t)d->v_stride;
+    return x;
+}
+
+/* Linear-time form (causal prefix sums of Katharopoulos et al. 2020 with
+   Based's phi), chunked: S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) over
+   the keys every query of a chunk sees (j < lo = the keys its first query
+   sees), moved forward by GEMMs; the chunk's other keys (lo <= j < what
+   query t sees) weighed directly. o_t = (phi(q_t)^T S + sum w v) / (phi(q_t).z
+   + sum w). Keeps den_t in stats. Works for any visibility that grows with
+   t: causal, bidirectional, padded. */
+static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, const float *q, const float *k,
+                                const float *v, float *slots) {
+    int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
+    size_t per = mhe__taylor_slot(d->d_head);
+    for (base = 0; base < total; base += P) {
+        int i, cnt = total - base < P ? total - base : P;
+        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        for (i = 0; i < cnt; i++) {
+            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0;
+            mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
+            int F = x.F, dh = x.dh;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *PK = PQ + (size_t)MHE__TCH * F;
+            float *num = PK + (size_t)MHE__TCH * F;
+            memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {
+                int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
+                for (; added < lo; added += c) {   /* the keys every query of the chunk sees, into the state */
+                    c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
+                    mhe__taylor_add_keys(&x, added, c, S, z, PK);
+                }
+                mhe__taylor_phis(x.q, x.lq, t0, rows, dh, x.a, PQ, F);
+                mhe_gemm(0, 0, rows, dh, F, 1.0f, PQ, F, S, dh, 0.0f, num, dh);
+                for (t = 0; t < rows; t++) {
+                    int vis = mhe__att_visible(d, b, t0 + t);
+                    float *o = out + ((size_t)b * d->Tq + t0 + t) * d->o_stride + (size_t)h * dh, dn = 0;
+                    for (f = 0; f < F; f++) dn += PQ[(size_t)t * F + f] * z[f];
+                    for (j = lo; j < vis; j++) {   /* the chunk's own keys */
+                        float w = mhe__taylor_w(&x, t0 + t, j, d->scale, NULL);
+                        mhe__axpy(num + (size_t)t * dh, w, x.v + (size_t)j * x.lv, dh);
+                        dn += w;
+                    }
+                    for (c = 0; c < dh; c++) o[c] = vis > 0 ? num[(size_t)t * dh + c] / dn : 0.0f;
+                    den[((size_t)b * d->n_heads + h) * d->Tq + t0 + t] = vis > 0 ? dn : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* backward: o = num / den, dnum = g / den, dden = -(g.o) / den. Through the
+   state: d phi(q_t) = S dnum_t + z dden_t (a forward sweep again), and for a
+   key j in the state of chunks k.. : d phi(k_j) = R v_j + r, dv_j += R^T
+   phi(k_j), with R = sum of phi(q_t) dnum_t^T, r of phi(q_t) dden_t over
+   those chunks' queries (a reverse sweep). The direct weights: dw =
+   dnum.v_j + dden, ds = dw (1 + s). */
+static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                const float *den, const float *q, const float *k, const float *v, float *slots) {
+    int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
+    size_t per = mhe__taylor_slot(d->d_head);
+    for (base = 0; base < total; base += P) {
+        int i, cnt = total - base < P ? total - base : P;
+        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        for (i = 0; i < cnt; i++) {
+            int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0, nch;
+            mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
+            int F = x.F, dh = x.dh;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *G = PQ + (size_t)MHE__TCH * F;
+            float *DN = G + (size_t)MHE__TCH * F, *DV = DN + (size_t)MHE__TCH * dh, *DD = DV + (size_t)MHE__TCH * dh;
+            const float *dnp = den + ((size_t)b * d->n_heads + h) * d->Tq;
+            float *dqh = dq + (size_t)b * d->Tq * d->q_stride + (size_t)h * dh, *dkh = dk + (size_t)b * d->Tk * d->k_stride + (size_t)h * dh;
+            float *dvh = dv + (size_t)b * d->Tk * d->v_stride + (size_t)h * dh;
+            if (d->Tq < 1) continue;
+            /* dnum_t, dden_t of chunk rows */
+#define MHE__TAY_DN(t0_, rows_) do { int r_; for (r_ = 0; r_ < (rows_); r_++) { \
+                size_t row_ = ((size_t)b * d->Tq + (t0_) + r_) * d->o_stride + (size_t)h * dh; float dn_ = dnp[(t0_) + r_]; \
+                if (dn_ > 0) { for (c = 0; c < dh; c++) DN[(size_t)r_ * dh + c] = dout[row_ + c] / dn_; DD[r_] = -mhe__dot(dout + row_, out + row_, dh) / dn_; } \
+                else { memset(DN + (size_t)r_ * dh, 0, (size_t)dh * sizeof(float)); DD[r_] = 0; } } } while (0)
+            memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {   /* pass 1: d q through the state; the direct weights */
+                int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
+                for (; added < lo; added += c) {
+                    c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
+                    mhe__taylor_add_keys(&x, added, c, S, z, G);
+                }
+                MHE__TAY_DN(t0, rows);
+                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) G[(size_t)t * F + f] = z[f] * DD[t];
+                mhe_gemm(0, 1, rows, F, dh, 1.0f, DN, dh, S, dh, 1.0f, G, F);   /* + dnum S^T */
+                for (t = 0; t < rows; t++) {
+                    int vis = mhe__att_visible(d, b, t0 + t);
+                    float *dqt = dqh + (size_t)(t0 + t) * x.lq;
+                    if (vis == 0) continue;
+                    mhe__taylor_phi_bwd(x.q + (size_t)(t0 + t) * x.lq, dh, x.a, G + (size_t)t * F, dqt);
+                    for (j = lo; j < vis; j++) {
+                        float s, w = mhe__taylor_w(&x, t0 + t, j, d->scale, &s);
+                        float ds = (mhe__dot(DN + (size_t)t * dh, x.v + (size_t)j * x.lv, dh) + DD[t]) * (1.0f + s) * d->scale;
+                        mhe__axpy(dvh + (size_t)j * d->v_stride, w, DN + (size_t)t * dh, dh);
+                        mhe__axpy(dqt, ds, x.k + (size_t)j * x.lk, dh);
+                        mhe__axpy(dkh + (size_t)j * d->k_stride, ds, x.q + (size_t)(t0 + t) * x.lq, dh);
+                    }
+                }
+            }
+            /* pass 2, chunks from the last: R, r gather the chunk's queries, then
+               the keys that only chunks from this one on see through the state */
+            memset(S, 0, ((size_t)F * dh + F) * sizeof(float));   /* now R, r */
+            nch = (d->Tq + MHE__TCH - 1) / MHE__TCH;
+            while (nch-- > 0) {
+                int rows, lo, lo_prev;
+                t0 = nch * MHE__TCH;
+                rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH;
+                lo = mhe__att_visible(d, b, t0);
+                lo_prev = nch > 0 ? mhe__att_visible(d, b, t0 - MHE__TCH) : 0;
+                MHE__TAY_DN(t0, rows);
+                mhe__taylor_phis(x.q, x.lq, t0, rows, dh, x.a, PQ, F);
+                mhe_gemm(1, 0, F, dh, rows, 1.0f, PQ, F, DN, dh, 1.0f, S, dh);   /* R += Phi_Q^T dnum */
+                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) z[f] += PQ[(size_t)t * F + f] * DD[t];
+                for (j = lo_prev; j < lo; j += c) {
+                    int jj;
+                    c = lo - j < MHE__TCH ? lo - j : MHE__TCH;
+                    mhe__taylor_phis(x.k, x.lk, j, c, dh, x.a, PQ, F);
+                    for (jj = 0; jj < c; jj++) memcpy(G + (size_t)jj * F, z, (size_t)F * sizeof(float));
+                    mhe_gemm(0, 1, c, F, dh, 1.0f, x.v + (size_t)j * x.lv, (int)x.lv, S, dh, 1.0f, G, F);   /* v_j R^T + r */
+                    mhe_gemm(0, 0, c, dh, F, 1.0f, PQ, F, S, dh, 0.0f, DV, dh);                               /* phi(k_j)^T R */
+                    for (jj = 0; jj < c; jj++) {
+                        mhe__axpy(dvh + (size_t)(j + jj) * d->v_stride, 1.0f, DV + (size_t)jj * dh, dh);
+                        mhe__taylor_phi_bwd(x.k + (size_t)(j + jj) * x.lk, dh, x.a, G + (size_t)jj * F, dkh + (size_t)(j + jj) * d->k_stride);
+                    }
+                }
+            }
+#undef MHE__TAY_DN
+        }
+    }
+}
+
+/* Non-approximate (thesis eq. 4.7-4.8): one score per position,
+   s_j = scale SiLU(q_j).k_j (a token's own query and key; q is given before
+   the SiLU), and A_tj = exp(s_j) / sum over the keys t sees of exp(s). Needs
+   Tq == Tk (self-attention). Reference path: A materialised. */
+static void mhe__nonapprox_scores(const mhe_attn_dims *d, int b, int h, const float *q, const float *k, float *s) {
+    int j, c, dh = d->d_head;
+    for (j = 0; j < d->Tk; j++) {
+        const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+        float acc = 0;
+        for (c = 0; c < dh; c++) acc += mhe__silu(qj[c]) * kj[c];
+        s[j] = d->scale * acc;
+    }
+}
+
+static void mhe__nonapprox_scores_one(const mhe_attn_dims *d, int b, int h, int j, const float *q, const float *k, float *s) {
+    int c, dh = d->d_head;
+    const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+    float acc = 0;
+    for (c = 0; c < dh; c++) acc += mhe__silu(qj[c]) * kj[c];
+    *s = d->scale * acc;
+}
+
+static void mhe__nonapprox_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE_ASSERT(d->Tq == d->Tk);
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
+        float *rows = probs + ((size_t)b * d->n_heads + h) * d->Tq * d->Tk, *s = rows + (size_t)(d->Tq - 1) * d->Tk;
+        mhe__nonapprox_scores(d, b, h, q, k, s);   /* in the last row, which is written last (in place) */
+        for (t = 0; t < d->Tq; t++) {
+            float *p = rows + (size_t)t * d->Tk, *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head, mx = -INFINITY;
+            int vis = mhe__att_visible(d, b, t);
+            double z = 0;
+            for (j = 0; j < vis; j++) mx = s[j] > mx ? s[j] : mx;
+            for (j = 0; j < vis; j++) z += exp((double)s[j] - mx);
+            for (j = 0; j < d->Tk; j++) p[j] = j < vis ? (float)(exp((double)s[j] - mx) / z) : 0.0f;
+            memset(o, 0, (size_t)d->d_head * sizeof(float));
+            for (j = 0; j < vis; j++) mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, d->d_head);
+        }
+    }
+}
+
+/* ds_j = sum_t A_tj (g_t.v_j - g_t.o_t) (the scores of a column are one s_j),
+   dv_j = sum_t A_tj g_t; then through s_j = scale SiLU(q_j).k_j */
+static void mhe__nonapprox_grad_qk(const mhe_attn_dims *d, int b, int h, int j, float ds, const float *q, const float *k, float *dq, float *dk) {
+    int c, dh = d->d_head;
+    size_t qo = ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, ko = ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+    for (c = 0; c < dh; c++) {
+        dq[qo + c] += ds * d->scale * k[ko + c] * mhe__silu_grad(q[qo + c]);
+        dk[ko + c] += ds * d->scale * mhe__silu(q[qo + c]);
+    }
+}
+
+static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                   const float *probs, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t, j, dh = d->d_head;
+        const float *rows = probs + ((size_t)b * d->n_heads + h) * d->Tq * d->Tk;
+        for (j = 0; j < d->Tk; j++) {
+            const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh;
+            float *dvj = dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh;
+            double ds = 0;
+            for (t = 0; t < d->Tq; t++) {
+                float a = rows[(size_t)t * d->Tk + j];
+                size_t r = ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * dh;
+                if (a == 0.0f) continue;
+                ds += (double)a * (mhe__dot(dout + r, vj, dh) - mhe__dot(dout + r, out + r, dh));
+                mhe__axpy(dvj, a, dout + r, dh);
+            }
+            mhe__nonapprox_grad_qk(d, b, h, j, (float)ds, q, k, dq, dk);
+        }
+    }
+}
+
+/* Linear time (the recurrent form, eq. 4.18, run over the sequence): a
+   running max m, sum D and numerator N per (sequence, head); o_t = N / D over
+   the keys t sees; stats keeps lse_t = m + log D. */
+static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE_ASSERT(d->Tq == d->Tk);
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->d_head > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t, added = 0, c, dh = d->d_head;
+        float num[MHE_MAX_D_HEAD], mx = -INFINITY, s;
+        double den = 0;
+        memset(num, 0, sizeof(float) * (size_t)dh);
+        for (t = 0; t < d->Tq; t++) {
+            int vis = mhe__att_visible(d, b, t);
+            float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * dh;
+            for (; added < vis; added++) {
+                const float *vj = v + ((size_t)b * d->Tk + added) * d->v_stride + (size_t)h * dh;
+                mhe__nonapprox_scores_one(d, b, h, added, q, k, &s);
+                if (s > mx) {   /* rescale what was summed under the old max */
+                    float corr = mx == -INFINITY ? 0.0f : expf(mx - s);
+                    for (c = 0; c < dh; c++) num[c] *= corr;
+                    den *= corr;
+                    mx = s;
+                }
+                {
+                    float e = expf(s - mx);
+                    mhe__axpy(num, e, vj, dh);
+                    den += e;
+                }
+            }
+            for (c = 0; c < dh; c++) o[c] = vis > 0 ? (float)(num[c] / den) : 0.0f;
+            lse[((size_t)b * d->n_heads + h) * d->Tq + t] = vis > 0 ? mx + (float)log(den) : -INFINITY;
+        }
+    }
+}
+
+/* backward, a reverse sweep: with c_t = lse_t, A_tj = exp(s_j - c_t) for the
+   keys t sees; G = sum exp(r - c_t) g_t and H = sum exp(r - c_t) g_t.o_t over
+   the queries that see key j, r = the least c_t among them (so every factor
+   is <= 1); dv_j = exp(s_j - r) G, ds_j = exp(s_j - r) (v_j.G - H). */
+static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
+                                   const float *lse, const float *q, const float *k, const float *v) {
+    int bh;
+    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->d_head > MHE__PAR_MIN))
+    for (bh = 0; bh < d->B * d->n_heads; bh++) {
+        int b = bh / d->n_heads, h = bh % d->n_heads, t = d->Tq - 1, j, c, dh = d->d_head;
+        float G[MHE_MAX_D_HEAD], H = 0, r = INFINITY;
+        const float *cl = lse + ((size_t)b * d->n_heads + h) * d->Tq;
+        memset(G, 0, sizeof(float) * (size_t)dh);
+        for (j = d->Tq > 0 ? mhe__att_visible(d, b, d->Tq - 1) - 1 : -1; j >= 0; j--) {
+            const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh;
+            float *dvj = dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * dh, s, e;
+            for (; t >= 0 && mhe__att_visible(d, b, t) > j; t--) {
+                size_t row = ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * dh;
+                float w = 1.0f, go = mhe__dot(dout + row, out + row, dh);
+                if (cl[t] < r) {
+                    float corr = r == INFINITY ? 0.0f : expf(cl[t] - r);
+                    for (c = 0; c < dh; c++) G[c] *= corr;
+                    H *= corr;
+                    r = cl[t];
+                } else {
+                    w = expf(r - cl[t]);
+                }
+                mhe__axpy(G, w, dout + row, dh);
+                H += w * go;
+            }
+            mhe__nonapprox_scores_one(d, b, h, j, q, k, &s);
+            e = expf(s - r);
+            mhe__axpy(dvj, e, G, dh);
+            mhe__nonapprox_grad_qk(d, b, h, j, e * (mhe__dot(vj, G, dh) - H), q, k, dq, dk);
+        }
+    }
+}
+
 /* ---- 5. attention variants ---------------------------------------------- */
 
 static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = {
-    "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"
+    "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul",
+    "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear"
 };
+
+MHEDEF int mhe_attn_kind_is_decon(int kind) { return kind >= MHE_ATTN_MLP && kind <= MHE_ATTN_LINEAR; }
 
 MHEDEF const char *mhe_attn_kind_name(int kind) {
     return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__attn_names[kind] : "?";
@@ -4272,7 +4908,85 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.lsh_dim = 50000;              /* the thesis's feature dimension (top 50K n-grams) */
     c.lsh_nmin = 1; c.lsh_nmax = 4;
     c.lsh_seed = 42;
+    c.fixed_seed = 1;
+    c.fixed_std = -1.0f;
     return c;
+}
+
+/* The fixed text of fixedseq-qk when the config gives none (our own words;
+   the thesis took the first 2048 tokens of FineWeb). Cut to max_seq_len. */
+static const char mhe__fixed_seq_default[] =
+    "A fixed sequence of natural text for FixedSeqQK layers: its tokens are embedded, passed through the "
+    "blocks below each such layer, and give that layer its queries and keys, so the attention map is the "
+    "same for every input. The values still come from the input itself. Any text works; this one only has "
+    "to read like language, with words, spaces and punctuation in their usual places, as a page would.";
+
+MHEDEF int mhe_config_mlp_width(const mhe_config *c) {
+    int64_t hd = (int64_t)c->n_heads * mhe_config_d_head(c);
+    return (int)((4 * hd + 1) / 3);
+}
+
+/* Table 4.11 (1-indexed layer k of n keeps standard attention): even {2,4,..},
+   odd {1,3,..}, top {1..n/2}, middle {1..n/4, n-n/4+1..n}, bottom {n/2+1..n},
+   25% {4,8,..}, first {1}, last {n}, bilateral {1, n}. The text of sec. 4.6
+   says "bottom" replaces layers 1-6; Table 4.11 keeps 13-24, i.e. replaces
+   1-12: we follow the table. */
+static int mhe__layout_standard(int layout, int i, int n) {
+    int k = i + 1;
+    switch (layout) {
+    case MHE_LAYOUT_EVEN: return k % 2 == 0;
+    case MHE_LAYOUT_ODD: return k % 2 == 1;
+    case MHE_LAYOUT_TOP: return k <= n / 2;
+    case MHE_LAYOUT_MIDDLE: return k <= n / 4 || k > n - n / 4;
+    case MHE_LAYOUT_BOTTOM: return k > n / 2;
+    case MHE_LAYOUT_25: return k % 4 == 0;
+    case MHE_LAYOUT_FIRST: return k == 1;
+    case MHE_LAYOUT_LAST: return k == n;
+    case MHE_LAYOUT_BILATERAL: return k == 1 || k == n;
+    default: return 0;
+    }
+}
+
+MHEDEF int mhe_config_layer_kind(const mhe_config *c, int i) {
+    if (i < 0 || i >= MHE_MAX_LAYERS) return -1;
+    return mhe__layout_standard(c->layout, i, c->n_layers) ? MHE_ATTN_MHA : c->attn[i];
+}
+
+/* write the layout into the per-layer list (idempotent: a reloaded model
+   config gives the same list) */
+static void mhe__apply_layout(mhe_config *c) {
+    int i, k[MHE_MAX_LAYERS];
+    if (c->layout == MHE_LAYOUT_NONE) return;
+    for (i = 0; i < c->n_layers && i < MHE_MAX_LAYERS; i++) k[i] = mhe_config_layer_kind(c, i);
+    for (i = 0; i < MHE_MAX_LAYERS; i++) c->attn[i] = i < c->n_layers ? k[i] : -1;
+}
+
+/* The fixedseq-qk tokens into out[MHE_FIXED_SEQ_MAX]: the config's text
+   (its bytes), "ids:" and token ids separated by spaces or commas (any
+   vocabulary), or the default text cut to max_seq_len. Returns the count, or
+   -1 with a message for an id that is not a number. */
+static int mhe__fixed_seq_tokens(const mhe_config *c, int *out, char *err) {
+    const char *t = c->fixed_seq[0] ? c->fixed_seq : mhe__fixed_seq_default;
+    int n = 0;
+    if (strncmp(t, "ids:", 4) == 0) {
+        const char *p = t + 4;
+        while (*p) {
+            long v = 0;
+            int digits = 0;
+            while (*p == ' ' || *p == ',') p++;
+            if (!*p) break;
+            for (; *p >= '0' && *p <= '9' && v < 100000000L; p++, digits++) v = v * 10 + (*p - '0');
+            if (!digits || (*p && *p != ' ' && *p != ',') || n == MHE_FIXED_SEQ_MAX) {
+                mhe__fail(err, MHE_ERR_CONFIG, "fixed_seq: token %d of the ids: list is not a non-negative integer", n);
+                return -1;
+            }
+            out[n++] = (int)v;
+        }
+        return n;
+    }
+    for (; t[n] && n < MHE_FIXED_SEQ_MAX; n++) out[n] = (unsigned char)t[n];
+    if (!c->fixed_seq[0] && n > c->max_seq_len) n = c->max_seq_len;
+    return n;
 }
 
 MHEDEF int mhe_config_d_head(const mhe_config *c) { return c->d_head > 0 ? c->d_head : c->d_model / (c->n_heads > 0 ? c->n_heads : 1); }
@@ -4280,7 +4994,7 @@ MHEDEF int mhe_config_d_ff(const mhe_config *c) { return c->d_ff > 0 ? c->d_ff :
 MHEDEF int mhe_config_total_layers(const mhe_config *c) { return c->n_layers + (c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0); }
 
 /* A table of fields drives parsing, printing and validation alike. */
-enum { MHE__F_INT, MHE__F_FLOAT, MHE__F_ENUM, MHE__F_ATTN, MHE__F_U64 };
+enum { MHE__F_INT, MHE__F_FLOAT, MHE__F_ENUM, MHE__F_ATTN, MHE__F_U64, MHE__F_TEXT };
 typedef struct mhe__field {
     const char *key;
     int type;
@@ -4335,6 +5049,12 @@ static const mhe__field mhe__config_fields[] = {
     { "lsh_nmax", MHE__F_INT, MHE__CF(lsh_nmax), 1, 4, 0, "LSH: longest n-gram", 1 },
     { "lsh_seed", MHE__F_U64, MHE__CF(lsh_seed), 0, 0, 0, "LSH: seed of eta", 1 },
     { "token_head", MHE__F_ENUM, MHE__CF(token_head), 0, 0, "lm|sr", "per-token head: vocabulary softmax (lm) or Shuffle+Random (sr)", 1 },
+    { "layout", MHE__F_ENUM, MHE__CF(layout), 0, 0, "none|even|odd|top|middle|bottom|25%|first|last|bilateral",
+      "hybrid layout: layers that keep mha (thesis Table 4.11); attn=KIND@LAYOUT sets both", 1 },
+    { "fixed_seed", MHE__F_U64, MHE__CF(fixed_seed), 0, 0, 0, "rndemb-qk: seed of the fixed random embeddings", 1 },
+    { "fixed_std", MHE__F_FLOAT, MHE__CF(fixed_std), -1, 100, 0, "rndemb-qk: their std (-1: init_std)", 1 },
+    { "fixed_seq", MHE__F_TEXT, MHE__CF(fixed_seq), 0, MHE_FIXED_SEQ_MAX, 0,
+      "fixedseq-qk: the fixed text (bytes as tokens) or ids:ID ID ..., cycled (empty: a built-in text)", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -4467,11 +5187,34 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
             int idx = mhe__enum_index(f->names, value);
             if (idx < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown value '%s' (expected %s)", what, key, value, f->names);
             *(int *)(void *)p = idx;
-        } else { /* MHE__F_ATTN: one kind for all layers, or a comma list (rest set to -1) */
-            int *kinds = (int *)(void *)p, n = 0, j;
-            const char *s = value;
-            char name[32];
+        } else if (f->type == MHE__F_TEXT) {
+            size_t n = strlen(value), j;
+            if (n > (size_t)f->hi)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %zu bytes, at most %.0f", what, key, n, f->hi);
+            for (j = 0; j < n; j++)
+                if ((unsigned char)value[j] < 0x20 || (unsigned char)value[j] == 0x7f)
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': control byte %d at %zu", what, key, (unsigned char)value[j], j);
+            memset(p, 0, (size_t)f->hi + 1);
+            memcpy(p, value, n);
+        } else { /* MHE__F_ATTN: one kind for all layers, or a comma list (rest set to -1); attn=KIND@LAYOUT */
+            int *kinds = (int *)(void *)p, n = 0, j, layout = -1;
+            const char *s = value, *at = strchr(value, '@');
+            char name[32], vbuf[MHE_MAX_LAYERS * 16];
             int tmp[MHE_MAX_LAYERS];
+            if (at) {   /* the hybrid layouts of thesis Table 4.11 */
+                const mhe__field *lf = NULL;
+                int q;
+                for (q = 0; q < nf; q++) if (strcmp(fields[q].key, "layout") == 0) lf = &fields[q];
+                if (!lf || strcmp(key, "attn") != 0)
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': only attn takes KIND@LAYOUT", what, key);
+                if ((layout = mhe__enum_index(lf->names, at + 1)) < 0)
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown layout '%s' (expected %s)", what, key, at + 1, lf->names);
+                if ((size_t)(at - value) >= sizeof vbuf) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': too long", what, key);
+                memcpy(vbuf, value, (size_t)(at - value));
+                vbuf[at - value] = 0;
+                s = value = vbuf;
+                *(int *)(void *)((unsigned char *)obj + lf->offset) = layout;
+            }
             while (1) {
                 const char *e = strchr(s, ',');
                 size_t len;
@@ -4508,6 +5251,7 @@ static int mhe__field_get(const mhe__field *fields, int nf, const void *obj, int
     else if (f->type == MHE__F_U64) snprintf(value, cap, "%llu", (unsigned long long)*(const uint64_t *)(const void *)p);
     else if (f->type == MHE__F_FLOAT) snprintf(value, cap, "%.9g", (double)*(const float *)(const void *)p);
     else if (f->type == MHE__F_ENUM) mhe__enum_name(f->names, *(const int *)(const void *)p, value, cap);
+    else if (f->type == MHE__F_TEXT) snprintf(value, cap, "%s", (const char *)p);
     else {
         const int *kinds = (const int *)(const void *)p;
         int n = 0, same = 1, j;
@@ -4642,6 +5386,43 @@ static mhe_status mhe__check_embedding(const mhe_config *c, char *err) {
     return MHE_OK;
 }
 
+/* where the kinds of thesis ch. 4 and FNet make sense (README: Attention kinds) */
+static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
+    int i, E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, rnd = 0, seq = 0;
+    for (i = 0; i < c->n_layers + E; i++) {
+        int enc = i >= c->n_layers, l = enc ? i - c->n_layers : i, k = enc ? c->enc_attn[l] : mhe_config_layer_kind(c, l);
+        const char *where = enc ? "encoder layer" : "layer";
+        if ((k == MHE_ATTN_FNET || k == MHE_ATTN_LINEAR) && !enc && c->arch != MHE_ARCH_ENCODER)
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is %s: it mixes the whole sequence and cannot be causal; "
+                             "use it in an encoder (arch=encoder, or enc_attn of encdec)", l, mhe_attn_kind_name(k));
+        if ((k == MHE_ATTN_RNDEMB_QK || k == MHE_ATTN_FIXEDSEQ_QK) && c->arch == MHE_ARCH_ENCDEC)
+            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its fixed stream runs through decoder or encoder models "
+                             "(arch=decoder|encoder), not encdec", where, l, mhe_attn_kind_name(k));
+        rnd |= k == MHE_ATTN_RNDEMB_QK;
+        seq |= k == MHE_ATTN_FIXEDSEQ_QK;
+    }
+    for (i = 0; E && i < c->n_layers; i++) {
+        int k = c->cross_attn[i];
+        const char *why = k == MHE_ATTN_MLP ? "it mixes no tokens, so it would ignore the source"
+                        : k == MHE_ATTN_NONAPPROX ? "it scores each position by its own query and key, which a decoder and a source do not share"
+                        : k == MHE_ATTN_FNET || k == MHE_ATTN_LINEAR ? "it mixes one sequence with itself"
+                        : k == MHE_ATTN_RNDEMB_QK || k == MHE_ATTN_FIXEDSEQ_QK ? "its fixed stream runs through decoder or encoder models only" : NULL;
+        if (why) return mhe__fail(err, MHE_ERR_CONFIG, "cross-attention of layer %d is %s: %s", i, mhe_attn_kind_name(k), why);
+    }
+    if (rnd && seq) return mhe__fail(err, MHE_ERR_CONFIG, "rndemb-qk and fixedseq-qk layers in one model: it has one fixed stream");
+    if (seq) {
+        int tok[MHE_FIXED_SEQ_MAX], len = mhe__fixed_seq_tokens(c, tok, err), j;
+        if (len < 0) return MHE_ERR_CONFIG;
+        if (len > c->max_seq_len)
+            return mhe__fail(err, MHE_ERR_CONFIG, "fixed_seq has %d tokens, more than max_seq_len %d", len, c->max_seq_len);
+        if (len == 0) return mhe__fail(err, MHE_ERR_CONFIG, "fixed_seq has no tokens");
+        for (j = 0; j < len; j++)
+            if (tok[j] >= c->vocab_size)
+                return mhe__fail(err, MHE_ERR_CONFIG, "fixed_seq token %d at %d is outside the vocabulary [0, %d)", tok[j], j, c->vocab_size);
+    }
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     int i, dh = mhe_config_d_head(c);
     mhe_status st;
@@ -4683,7 +5464,8 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     if (c->n_classes > 0 && c->arch != MHE_ARCH_ENCODER)
         return mhe__fail(err, MHE_ERR_CONFIG, "n_classes %d: the classification head needs arch=encoder", c->n_classes);
     for (i = 0; i < c->n_layers; i++)
-        if ((st = mhe__check_kind_geom(c, c->attn[i], "layer", i, err)) != MHE_OK) return st;
+        if ((st = mhe__check_kind_geom(c, mhe_config_layer_kind(c, i), "layer", i, err)) != MHE_OK) return st;
+    if ((st = mhe__check_decon(c, err)) != MHE_OK) return st;
     if (c->arch == MHE_ARCH_ENCDEC) {
         for (i = 0; i < c->enc_layers; i++)
             if ((st = mhe__check_kind_geom(c, c->enc_attn[i], "encoder layer", i, err)) != MHE_OK) return st;
@@ -4709,6 +5491,7 @@ typedef struct mhe__geom {
     int core_q_heads, kv_heads;     /* heads the attention core runs */
     int cache_k, cache_v;           /* floats per token in the KV cache (cache_v 0: V is K) */
     int mhe;                        /* head embeddings e^{Q,K,V} */
+    int att_w;                      /* width of the output before W^O: n d_h (mlp: F; fnet, linear: C) */
 } mhe__geom;
 
 static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
@@ -4723,12 +5506,23 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     case MHE_ATTN_SKV: g.k_w = n * dh; g.v_w = 0; g.kv_heads = n; break;
     case MHE_ATTN_EL_ATT: g.k_w = g.v_w = 0; g.kv_heads = n; break;
     case MHE_ATTN_SHA: g.q_w = g.k_w = g.v_w = dh; g.core_q_heads = 1; g.kv_heads = 1; break;
-    default: /* MHE: one seed head; the core runs n heads over it */
+    case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
         g.q_w = g.k_w = g.v_w = dh; g.kv_heads = 1; g.mhe = 1; break;
+    case MHE_ATTN_MLP:   /* gate | up in one GEMM; "W^O" is the down projection */
+        g.q_w = g.k_w = mhe_config_mlp_width(c); g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
+        g.q_w = 0; g.kv_heads = n; break;
+    default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
+        g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
     }
     g.proj_w = g.q_w + g.k_w + g.v_w;
     g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
     g.cache_v = g.v_w;
+    g.att_w = kind == MHE_ATTN_MLP ? g.q_w : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model : n * dh;
+    /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp) */
+    if (kind == MHE_ATTN_TAYLOR || kind == MHE_ATTN_NONAPPROX || kind == MHE_ATTN_MLP || kind == MHE_ATTN_FNET ||
+        kind == MHE_ATTN_LINEAR) g.cache_k = g.cache_v = 0;
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) g.cache_k = 0;
     return g;
 }
 
@@ -4777,6 +5571,20 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
 #define MHE__AP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix), \
                                                        w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
     w->kind = kind;
+    if (kind == MHE_ATTN_MLP) {   /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
+        MHE__AP(wq, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wk, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) { MHE__AP(bq, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0); MHE__AP(bk, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
+        MHE__AP(wo, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__AP(bo, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) return;   /* no parameters */
+    if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
+        MHE__AP(wq, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wk, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
+        return;
+    }
     MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
     if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname); MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std); }
     if (g.v_w) MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
@@ -4899,6 +5707,12 @@ static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int w
     mhe__geom g = mhe__layer_geom(c, kind);
     int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
     int64_t n = (int64_t)g.proj_w * C;                        /* W^Q, W^K, W^V as the kind has them */
+    if (kind == MHE_ATTN_MLP) {   /* gate and up count as the projections, down as W^O */
+        int64_t F = g.q_w;
+        return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
+    }
+    if (kind == MHE_ATTN_FNET) return 0;
+    if (kind == MHE_ATTN_LINEAR) return (int64_t)c->max_seq_len * c->max_seq_len + C * C;   /* no W^O, no bias */
     if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
     if (with_bias) n += g.proj_w;
     if (with_wo) n += C * HD + (with_bias ? C : 0);
@@ -4928,6 +5742,39 @@ static void mhe__init_weights(mhe_model *m, uint64_t seed) {
     }
 }
 
+/* The fixed stream's input: rndemb-qk's eps ~ N(0, fixed_std^2) from
+   fixed_seed (not trained: "constant across inputs", eq. 4.9; our reading,
+   the thesis does not say), fixedseq-qk's text cycled to max_seq_len. */
+static mhe_status mhe__fixed_init(mhe_model *m) {
+    const mhe_config *c = &m->cfg;
+    mhe_fixed_stream *f = &m->fixed;
+    int l, C = c->d_model;
+    f->kind = -1; f->top = 0;
+    for (l = 0; l < c->n_layers && c->arch != MHE_ARCH_ENCDEC; l++)
+        if (c->attn[l] == MHE_ATTN_RNDEMB_QK || c->attn[l] == MHE_ATTN_FIXEDSEQ_QK) { f->kind = c->attn[l]; f->top = l + 1; }
+    if (f->kind == MHE_ATTN_RNDEMB_QK) {
+        mhe_rng r;
+        float sd = c->fixed_std >= 0 ? c->fixed_std : c->init_std;
+        f->eps = (float *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * C * sizeof(float));
+        if (!f->eps) goto nomem;
+        mhe_rng_seed(&r, c->fixed_seed);
+        mhe__fill_normal(f->eps, (int64_t)c->max_seq_len * C, sd, &r);
+    } else if (f->kind == MHE_ATTN_FIXEDSEQ_QK) {   /* validated: 1 <= len <= max_seq_len */
+        int tok[MHE_FIXED_SEQ_MAX], len = mhe__fixed_seq_tokens(c, tok, NULL), i;
+        f->tokens = (int *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * sizeof(int));
+        if (!f->tokens) goto nomem;
+        for (i = 0; i < c->max_seq_len; i++) f->tokens[i] = tok[i % len];
+    }
+    return MHE_OK;
+nomem:
+    {
+        void *ctx = m->alloc_ctx;
+        mhe_model_free(m);
+        m->alloc_ctx = ctx;
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate the fixed stream's input");
+    }
+}
+
 static mhe_status mhe__words_init(mhe_model *m);
 
 /* the tensor table and the parameter floats of a config's layout (a
@@ -4937,6 +5784,8 @@ static mhe_status mhe__param_bytes(mhe_model *m, const mhe_config *cfg, size_t *
     int ok = 1;
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    mhe__apply_layout(&m->cfg);   /* a named hybrid layout becomes the per-layer list */
+    m->fixed.kind = -1;
     memset(&L, 0, sizeof L);
     L.m = m;
     mhe__layout_walk(&L);
@@ -4993,7 +5842,7 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
         memcpy(m->err, e, MHE_ERR_LEN);
         return st;
     }
-    return MHE_OK;
+    return mhe__fixed_init(m);
 }
 
 MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
@@ -5012,6 +5861,9 @@ MHEDEF void mhe_model_free(mhe_model *m) {
     if (m->emb_in.block) MHE_FREE(ctx, m->emb_in.block);   /* word inputs: always from the hooks */
     mhe_lsh_free(&m->lsh);
     mhe_lexicon_free(&m->vocab);
+    if (m->fixed.eps) MHE_FREE(ctx, m->fixed.eps);
+    if (m->fixed.tokens) MHE_FREE(ctx, m->fixed.tokens);
+    if (m->fixed.block) MHE_FREE(ctx, m->fixed.block);
     memset(m, 0, sizeof *m);
 }
 
@@ -5510,6 +6362,7 @@ static const mhe_tensor *mhe__token_head(const mhe_model *m, const mhe_tensor **
 }
 
 /* ---- 7. models: activations ----------------------------------------------- */
+static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused);
 
 /* logits per token: the vocabulary, or the 3 Shuffle+Random classes */
 static int mhe__head_width(const mhe_config *c) { return c->token_head == MHE_HEAD_SR ? MHE_SR_CLASSES : c->vocab_size; }
@@ -5525,9 +6378,9 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
        the measure returns SIZE_MAX instead of a wrapped count */
     double C = c->d_model, F = mhe_config_d_ff(c), dh = mhe_config_d_head(c), n = c->n_heads;
     double HD = n * dh, V = mhe__head_width(c), rd = (double)B * T, re = E ? (double)B * Ts : 0;
-    double rmax = rd > re ? rd : re, max_proj = 0, dused = 0;
-    size_t used = 0;
-    int overflow = 0;
+    double rmax = rd > re ? rd : re, max_proj = 0, dused = 0, max_att = HD;
+    size_t used = 0, ext;
+    int overflow = 0, any_static = 0;
 #define MHE__A(ptr, count) do { double c_ = (double)(count) * sizeof(float); size_t n_; \
         if (!(c_ < (double)SIZE_MAX / 4)) { overflow = 1; c_ = 0; } \
         n_ = MHE_ARENA_ROUND((size_t)c_); \
@@ -5556,8 +6409,11 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
             if (w && g.k_w) MHE__A(aa->kv, kv_rows * (g.k_w + g.v_w));
             if (g.mhe && !c->fused_attention) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; }
             if (aw->kind == MHE_ATTN_MHE_MUL) MHE__A(aa->hmap, 2 * HD);
-            MHE__A(aa->att, rows * HD);
+            if (g.att_w > max_att) max_att = g.att_w;
+            MHE__A(aa->att, rows * g.att_w);
             MHE__A(aa->stats, c->fused_attention ? B * n * Tq : B * n * Tq * Tk);
+            if ((ext = mhe__ext_floats(c, aw->kind, B, (int)Tq, (int)Tk, w, c->fused_attention)) > 0) MHE__A(aa->ext, ext);
+            any_static |= aw->kind == MHE_ATTN_STATICEMB_QK;
         }
         MHE__A(la->fc1, rows * F); MHE__A(la->act, rows * F);
     }
@@ -5572,7 +6428,8 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     }
     MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C); MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);
     if (E) MHE__A(a->d_mem, re * C);
-    MHE__A(a->d_att, rmax * HD); MHE__A(a->d_proj, rmax * max_proj);
+    MHE__A(a->d_att, rmax * max_att); MHE__A(a->d_proj, rmax * max_proj);
+    if (any_static) { MHE__A(a->d_emb, rd * C); if (E) MHE__A(a->d_src_emb, re * C); }
     if (any_ref) MHE__A(a->d_projx, 3 * rmax * HD);
     MHE__A(a->map_scratch, B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
@@ -5635,6 +6492,9 @@ typedef struct mhe__ctx {
     int Ts;
     const int *mem_len;             /* [B] real source tokens, or NULL */
     float *d_mem;                   /* backward: gradient of mem (accumulated) */
+    int fixed;                      /* 1: this is the fixed stream of rndemb-qk / fixedseq-qk layers */
+    const float *emb, *mem_emb;     /* staticemb-qk: the block-0 inputs of this stack and of the source */
+    float *d_emb, *d_mem_emb;       /* ... and their gradients (accumulated) */
 } mhe__ctx;
 
 static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
@@ -5825,6 +6685,276 @@ static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride,
     *v = g->v_w ? proj + g->k_w : *k;
 }
 
+/* ---- 7. models: the kinds of thesis ch. 4 and FNet ---------------------------- */
+
+/* out rows (stride ldo) = inp rows (stride ldi) W^T + b: a linear layer writing into a column slice */
+static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b, int N, int IC, int OC) {
+    int i, j;
+    mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, ldi, w, IC, 0.0f, out, ldo);
+    if (b) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) out[(size_t)i * ldo + j] += b[j];
+}
+
+static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo, const float *inp,
+                              const float *w, int N, int IC, int OC) {
+    int i, j;
+    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, w, IC, 1.0f, dinp, ldi);
+    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, ldi, 1.0f, dw, IC);
+    if (db) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * ldo + j];
+}
+
+/* doubles of DFT scratch for sequences of up to T tokens of width C */
+static size_t mhe__fnet_work(int T, int C) {
+    int n = T > C ? T : C;
+    size_t fw = 4 * (size_t)mhe__pow2_at_least(2 * n) + 2 * (size_t)n;
+    return 2 * (size_t)T * C + 2 * (size_t)n + fw;
+}
+
+/* FNet mixing (Lee-Thorp et al. 2022): Y = Re(F_L X F_C), the unnormalised
+   2-D DFT over each sequence's L real tokens and the C features (padding
+   rows give 0 and are not mixed in). The map is its own adjoint:
+   Re(F_L G F_C) is also d loss / d X. */
+static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work, int accumulate) {
+    int b, t, c;
+    for (b = 0; b < B; b++) {
+        int L = len ? len[b] : T, n = T > C ? T : C;
+        double *zr = work, *zi = zr + (size_t)T * C, *cr = zi + (size_t)T * C, *ci = cr + n, *fw = ci + n;
+        const float *x = X + (size_t)b * T * C;
+        float *y = Y + (size_t)b * T * C;
+        for (t = 0; t < L; t++) {   /* along the features, row by row */
+            double *r = zr + (size_t)t * C, *im = zi + (size_t)t * C;
+            for (c = 0; c < C; c++) { r[c] = x[(size_t)t * C + c]; im[c] = 0; }
+            mhe_fft(r, im, C, 0, fw);
+        }
+        for (c = 0; c < C; c++) {   /* along the sequence, column by column */
+            for (t = 0; t < L; t++) { cr[t] = zr[(size_t)t * C + c]; ci[t] = zi[(size_t)t * C + c]; }
+            mhe_fft(cr, ci, L, 0, fw);
+            for (t = 0; t < L; t++) y[(size_t)t * C + c] = (float)(accumulate ? y[(size_t)t * C + c] + cr[t] : cr[t]);
+        }
+        if (!accumulate) memset(y + (size_t)L * C, 0, (size_t)(T - L) * C * sizeof(float));
+    }
+}
+
+/* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
+static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
+    int dh = mhe_config_d_head(c);
+    if (kind == MHE_ATTN_TAYLOR && fused) return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
+    if (kind == MHE_ATTN_FNET) return 2 * mhe__fnet_work(Tq, c->d_model);
+    if (kind == MHE_ATTN_LINEAR) return (size_t)B * Tq * c->d_model;
+    if (kind == MHE_ATTN_STATICEMB_QK) return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
+    return 0;
+}
+
+/* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
+   hidden state gets before W^{Q,K,V}, so e and H arrive at the same scale;
+   post-norm: e as it is). buf: [rows, C] then mean, rstd [rows]. */
+static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, float *buf) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) return e;
+    mhe__norm_fwd(m, buf, buf + rows * C, buf + rows * C + rows, e, nw, nb, rows);
+    return buf;
+}
+
+/* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
+static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, const float *buf,
+                               const float *dne, float *de) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) { mhe__axpy(de, 1.0f, dne, (int)(rows * C)); return; }
+    mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
+}
+
+/* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
+   own reference (probabilities) or linear-time paths; the fixed-map and
+   static-embedding kinds on the usual softmax cores */
+static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                                float *att, float *stats, float *ext, int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        if (use_ref) mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
+        else mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
+    } else if (w->kind == MHE_ATTN_NONAPPROX) {
+        if (use_ref) mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
+        else mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
+    } else {
+        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL, use_ref);
+    }
+}
+
+static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                                float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats, float *ext, int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        if (use_ref) mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+        else mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
+    } else if (w->kind == MHE_ATTN_NONAPPROX) {
+        if (use_ref) mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        else mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+    } else {
+        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att, stats, NULL, NULL, use_ref);
+    }
+}
+
+/* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
+   mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
+   from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
+   fixedseq-qk, eq. 4.10 and 4.12) or the static embeddings (staticemb-qk,
+   eq. 4.13); V always from the input. */
+static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    const mhe_config *c = &m->cfg;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int qs, ks, Tk, causal, b, t, i;
+    const int *kv_len;
+    const float *q, *k, *v;
+    if (kind == MHE_ATTN_MLP) {   /* SiLU(gate) * up, then down */
+        int F = g.q_w;
+        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * F);
+        for (b = 0; b < rows; b++)
+            for (i = 0; i < F; i++)
+                aa->att[(size_t)b * F + i] = mhe__silu(aa->proj[(size_t)b * 2 * F + i]) * aa->proj[(size_t)b * 2 * F + F + i];
+        mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, F, C);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0); return; }
+    if (kind == MHE_ATTN_LINEAR) {   /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
+        int Lmax = c->max_seq_len;
+        mhe_linear_fwd(aa->ext, u, w->wq->data, NULL, rows, C, C);
+        for (b = 0; b < x->B; b++) {
+            int L = x->len ? x->len[b] : x->T;
+            float *yb = out + (size_t)b * x->T * C;
+            mhe_gemm(0, 0, L, C, L, 1.0f, w->wk->data, Lmax, aa->ext + (size_t)b * x->T * C, C, 0.0f, yb, C);
+            memset(yb + (size_t)L * C, 0, (size_t)(x->T - L) * C * sizeof(float));
+        }
+        return;
+    }
+    if (!cross) {
+        int fixed_qk = (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) && !x->fixed;
+        if (fixed_qk) {   /* Q, K of the fixed stream at this layer, the same for every sequence */
+            const float *fp = m->fixed.acts.layer[l].attn.proj;
+            for (b = 0; b < x->B; b++)
+                for (t = 0; t < x->T; t++) memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD, 2 * (size_t)HD * sizeof(float));
+            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
+            const float *ne = mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
+            mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
+            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+        } else {
+            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
+        }
+        q = aa->proj; k = q + HD; v = q + 2 * HD; qs = ks = 3 * HD;
+        Tk = x->T; causal = x->causal; kv_len = x->len;
+    } else {   /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
+        int mrows = x->B * x->Ts;
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* both sides through norm3, the cross sublayer's input norm */
+            const mhe_layer *y = &m->layers[l];
+            float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
+            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C, w->wk->data,
+                          mhe__opt_data(w->bk), mrows, C, HD);
+            mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
+        } else {
+            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
+            mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), mrows, C, 2 * HD);
+        }
+        q = aa->proj; qs = HD; k = aa->kv; v = k + HD; ks = 2 * HD;
+        Tk = x->Ts; causal = 0; kv_len = x->mem_len;
+    }
+    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats, aa->ext, !c->fused_attention);
+    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+}
+
+static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &m->cfg;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe_acts *a = &m->acts;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int b, t, i;
+    if (kind == MHE_ATTN_MLP) {
+        int F = g.q_w;
+        memset(a->d_att, 0, (size_t)rows * F * sizeof(float));
+        mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, F, C);
+        for (b = 0; b < rows; b++)
+            for (i = 0; i < F; i++) {
+                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i], da = a->d_att[(size_t)b * F + i];
+                a->d_proj[(size_t)b * 2 * F + i] = da * up * mhe__silu_grad(gt);
+                a->d_proj[(size_t)b * 2 * F + F + i] = da * mhe__silu(gt);
+            }
+        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, 2 * F);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1); return; }
+    if (kind == MHE_ATTN_LINEAR) {
+        int Lmax = c->max_seq_len;
+        memset(a->d_att, 0, (size_t)rows * C * sizeof(float));
+        for (b = 0; b < x->B; b++) {
+            int L = x->len ? x->len[b] : x->T;
+            const float *db = d_out + (size_t)b * x->T * C, *zb = aa->ext + (size_t)b * x->T * C;
+            mhe_gemm(1, 0, L, C, L, 1.0f, w->wk->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C, C);
+            mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->wk->grad, Lmax);
+        }
+        mhe_linear_bwd(du, w->wq->grad, NULL, a->d_att, u, w->wq->data, rows, C, C);
+        return;
+    }
+    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
+    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
+    if (!cross) {
+        int fixed_qk = kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK;
+        float *dp = a->d_proj;
+        memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD, 3 * HD,
+                            aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
+        if (fixed_qk && !x->fixed) {   /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
+            float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
+            for (b = 0; b < x->B; b++)
+                for (t = 0; t < x->T; t++) mhe__axpy(dqk + (size_t)t * 2 * HD, 1.0f, dp + ((size_t)b * x->T + t) * 3 * HD, 2 * HD);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+            return;
+        }
+        if (fixed_qk) {   /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
+            const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
+            for (t = 0; t < x->T; t++) mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
+        }
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* a->scratch (the forward's branch buffer) holds d N(e) */
+            const mhe_layer *y = &m->layers[l];
+            const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data, rows, C, 2 * HD);
+            mhe__static_in_bwd(m, y->norm1_w, y->norm1_b, x->emb, rows, aa->ext, a->scratch, x->d_emb);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+        } else {
+            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dp, u, w->wq->data, rows, C, 3 * HD);
+        }
+    } else {
+        int mrows = x->B * x->Ts;
+        float *dq = a->d_proj, *dkv = dq + (size_t)rows * HD;
+        memset(dq, 0, ((size_t)rows * HD + (size_t)mrows * 2 * HD) * sizeof(float));
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD, 2 * HD,
+                            dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
+        if (kind == MHE_ATTN_STATICEMB_QK) {
+            const mhe_layer *y = &m->layers[l];
+            const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq, w->wq->data, rows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->emb, rows, bq, a->scratch, x->d_emb);
+            memset(a->scratch, 0, (size_t)mrows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, m->cfg.post_norm ? x->mem_emb : bk,
+                              w->wk->data, mrows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk, a->scratch, x->d_mem_emb);
+            mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem, w->wv->data, mrows, C, HD);
+        } else {
+            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, HD);
+            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, 2 * HD);
+        }
+    }
+}
+
 /* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
    (cross: Q from u, K and V from the encoder output) into out [rows, C] */
 static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
@@ -5835,6 +6965,7 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
+    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
     if (!cross) {
         mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.proj_w);
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
@@ -5863,6 +6994,7 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
+    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du); return; }
     memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
     mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
     if (!cross) {
@@ -5970,6 +7102,10 @@ static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     const mhe_tensor *nw, *nb;
     float *branch = m->acts.scratch;
     int rows = x->B * x->T;
+    if (k == 0 && !y->encoder && (m->skip_attn >> y->index & 1)) {   /* skipped: the sublayer is the identity */
+        memcpy(m->cfg.post_norm ? s->nrm : s->sum, h, (size_t)rows * m->cfg.d_model * sizeof(float));
+        return;
+    }
     mhe__sub_norm(y, k, &nw, &nb);
     if (!m->cfg.post_norm) { mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, h, nw, nb, rows); u = s->nrm; }
     if (k == 2) mhe__mlp_fwd(m, l, rows, u, branch);
@@ -5998,6 +7134,7 @@ static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     const mhe_tensor *nw, *nb;
     int rows = x->B * x->T;
     size_t n = (size_t)rows * m->cfg.d_model;
+    if (k == 0 && !y->encoder && (m->skip_attn >> y->index & 1)) return;   /* identity: d_h passes through */
     mhe__sub_norm(y, k, &nw, &nb);
     if (!m->cfg.post_norm) {
         /* d h = d h' + N'(f'(d h')) */
@@ -6072,6 +7209,85 @@ static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_
 
 static int mhe__n_enc(const mhe_config *c) { return c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0; }
 
+/* activations of the fixed stream for T tokens (one sequence), and room for
+   the gradients of its Q, K at every layer below top */
+static mhe_status mhe__fixed_reserve(mhe_model *m, int T) {
+    mhe_fixed_stream *f = &m->fixed;
+    mhe_acts keep = m->acts;
+    size_t bytes, dqk = (size_t)f->top * T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg);
+    unsigned char *base;
+    void *block;
+    if (f->block && T <= f->T) return MHE_OK;
+    bytes = mhe__acts_layout(m, 1, T, 0, NULL);
+    block = MHE_MALLOC(m->alloc_ctx, bytes + MHE_ARENA_ALIGN + dqk * sizeof(float));
+    if (!block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes for the fixed stream", bytes);
+    if (f->block) MHE_FREE(m->alloc_ctx, f->block);
+    f->block = block;
+    base = (unsigned char *)(((uintptr_t)block + MHE_ARENA_ALIGN - 1) & ~(uintptr_t)(MHE_ARENA_ALIGN - 1));
+    mhe__acts_layout(m, 1, T, 0, base);
+    f->acts = m->acts;
+    f->acts.B = 1; f->acts.T = T; f->acts.bytes = bytes;
+    f->d_qk = (float *)(void *)(base + bytes);
+    f->T = T;
+    m->acts = keep;
+    return MHE_OK;
+}
+
+static void mhe__fixed_ctx(mhe_model *m, int T, int causal, mhe__ctx *x) {
+    memset(x, 0, sizeof *x);
+    x->B = 1; x->T = T; x->causal = causal; x->fixed = 1;
+    x->emb = m->acts.emb; x->d_emb = m->acts.d_emb;
+}
+
+/* eq. 4.9 / 4.11: X = TransformerBlock^(l)(eps or Emb(t^s)) for every layer
+   below top, the model's own blocks on the fixed input (no dropout: it is
+   not data). Runs before the main stream, which reads its Q, K. */
+static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
+    mhe_fixed_stream *f = &m->fixed;
+    mhe_acts keep;
+    mhe__ctx x;
+    mhe_status st;
+    int C = m->cfg.d_model, t, training = m->training;
+    if (f->kind < 0) return MHE_OK;
+    if ((st = mhe__fixed_reserve(m, T)) != MHE_OK) return st;
+    keep = m->acts; m->acts = f->acts; m->training = 0;
+    if (f->kind == MHE_ATTN_RNDEMB_QK) memcpy(m->acts.emb, f->eps, (size_t)T * C * sizeof(float));
+    else
+        for (t = 0; t < T; t++) {
+            memcpy(m->acts.emb + (size_t)t * C, m->tok_emb->data + (size_t)f->tokens[t] * C, (size_t)C * sizeof(float));
+            mhe__axpy(m->acts.emb + (size_t)t * C, 1.0f, m->pos_emb->data + (size_t)t * C, C);
+        }
+    mhe__fixed_ctx(m, T, causal, &x);
+    mhe__stack_fwd(m, 0, f->top, &x, m->acts.emb);
+    f->acts = m->acts; m->acts = keep; m->training = training;
+    memset(f->d_qk, 0, (size_t)f->top * f->T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg) * sizeof(float));
+    return MHE_OK;
+}
+
+/* after the main stream's backward filled d_qk: back through the fixed
+   stream into the blocks below each such layer (and fixedseq-qk's token and
+   position embeddings; rndemb-qk's eps is constant) */
+static void mhe__fixed_bwd(mhe_model *m) {
+    mhe_fixed_stream *f = &m->fixed;
+    mhe_acts keep;
+    mhe__ctx x;
+    int C = m->cfg.d_model, T = m->last_T, t, training = m->training;
+    size_t n = (size_t)T * C;
+    if (f->kind < 0) return;
+    keep = m->acts; m->acts = f->acts; m->training = 0;
+    memset(m->acts.d_h, 0, n * sizeof(float));
+    if (m->acts.d_emb) memset(m->acts.d_emb, 0, n * sizeof(float));
+    mhe__fixed_ctx(m, T, m->cfg.arch != MHE_ARCH_ENCODER, &x);
+    mhe__stack_bwd(m, 0, f->top, &x);
+    if (m->acts.d_emb) mhe__axpy(m->acts.d_h, 1.0f, m->acts.d_emb, (int)n);
+    if (f->kind == MHE_ATTN_FIXEDSEQ_QK) {
+        mhe_embedding_bwd(m->tok_emb->grad, m->acts.d_h, f->tokens, T, C);
+        for (t = 0; t < T; t++) mhe__axpy(m->pos_emb->grad + (size_t)t * C, 1.0f, m->acts.d_h + (size_t)t * C, C);
+    }
+    f->acts = m->acts; m->acts = keep; m->training = training;
+    memset(f->d_qk, 0, (size_t)f->top * f->T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg) * sizeof(float));
+}
+
 /* the contexts of the two stacks for the last batch */
 static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec) {
     mhe_acts *a = &m->acts;
@@ -6083,6 +7299,9 @@ static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec) {
     dec->T = m->last_T; dec->len = a->lengths;
     dec->causal = m->cfg.arch != MHE_ARCH_ENCODER;
     if (encdec) { dec->mem = a->mem; dec->Ts = m->last_Ts; dec->mem_len = a->src_lengths; dec->d_mem = a->d_mem; }
+    enc->emb = a->src_emb; enc->d_emb = a->d_src_emb;
+    dec->emb = a->emb; dec->d_emb = a->d_emb;
+    if (encdec) { dec->mem_emb = a->src_emb; dec->d_mem_emb = a->d_src_emb; }
 }
 
 /* checks a token array against the vocabulary */
@@ -6161,6 +7380,7 @@ MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, flo
 
     if (E) mhe__encode(m);
     mhe__contexts(m, &enc, &dec);
+    if ((st = mhe__fixed_fwd(m, T, dec.causal)) != MHE_OK) return st;
     mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, B, T, 0);
     x = mhe__stack_fwd(m, E, m->n_total_layers, &dec, a->emb);
     if (!c->post_norm) { mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, BT); x = a->fin.nrm; }
@@ -6257,8 +7477,12 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
         mhe__norm_bwd(m, a->d_h, a->d_u, a->layer[m->n_total_layers - 1].out, m->lnf_w, m->lnf_b, a->fin.mean, a->fin.rstd, BT);
     }
     if (E) memset(a->d_mem, 0, (size_t)B * m->last_Ts * C * sizeof(float));
+    if (a->d_emb) memset(a->d_emb, 0, nC);
+    if (a->d_src_emb) memset(a->d_src_emb, 0, (size_t)B * m->last_Ts * C * sizeof(float));
     mhe__stack_bwd(m, E, m->n_total_layers, &dec);
+    if (a->d_emb) mhe__axpy(a->d_h, 1.0f, a->d_emb, BT * C);   /* staticemb-qk: Q, K read the embeddings too */
     mhe__embed_bwd(m, a->d_h, a->tokens, m->pos_emb, B, T, 0);
+    mhe__fixed_bwd(m);
     if (E) {   /* the encoder, from the gradient its output got from every cross-attention */
         int rows = B * m->last_Ts;
         if (!c->post_norm) {
@@ -6268,6 +7492,7 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
             memcpy(a->d_h, a->d_mem, (size_t)rows * C * sizeof(float));
         }
         mhe__stack_bwd(m, 0, E, &enc);
+        if (a->d_src_emb) mhe__axpy(a->d_h, 1.0f, a->d_src_emb, rows * C);
         mhe__embed_bwd(m, a->d_h, a->src, m->enc_pos_emb, B, m->last_Ts, 1);
     }
     return MHE_OK;
@@ -8542,26 +9767,361 @@ MHEDEF double mhe_unigram_entropy(const int *data, size_t n, int vocab) {
     return h;
 }
 
+/* ---- 11. metrics: attention-pattern indicators (thesis sec. 4.4.4) ---------- */
+
+static const char *const mhe__ind_names[MHE_IND_COUNT] = {
+    "entropy", "entropy_norm", "conc", "conc_norm", "headdiv", "sink", "locfoc0", "locfoc1", "locfoc2", "locfoc3"
+};
+MHEDEF const char *mhe_ind_name(int ind) { return ind >= 0 && ind < MHE_IND_COUNT ? mhe__ind_names[ind] : "?"; }
+
+MHEDEF void mhe_attn_map_indicators(const float *A, int L, int ld, int causal, double *out) {
+    double ent = 0, entn = 0, sq = 0, sink = 0, loc[4] = { 0, 0, 0, 0 };
+    int t, j, rows_n = 0, N;
+    for (t = 0; t < L; t++) {
+        const float *row = A + (size_t)t * ld;
+        double h = 0;
+        int vis = causal ? t + 1 : L;
+        for (j = 0; j < L; j++) {
+            double a = row[j];
+            if (a > 0) h -= a * log(a);
+            sq += a * a;
+        }
+        ent += h;
+        if (vis > 1) { entn += h / log((double)vis); rows_n++; }
+        sink += row[0];
+        for (N = 0; N < 4; N++) if (t >= N) loc[N] += row[t - N];
+    }
+    memset(out, 0, MHE_IND_COUNT * sizeof(double));
+    if (L < 1) return;
+    out[MHE_IND_ENTROPY] = ent / L;
+    out[MHE_IND_ENTROPY_N] = rows_n ? entn / rows_n : 0;
+    out[MHE_IND_CONC] = sqrt(sq);
+    out[MHE_IND_CONC_N] = sqrt(sq / L);
+    out[MHE_IND_SINK] = sink / L;
+    for (N = 0; N < 4; N++) out[MHE_IND_LOCFOC0 + N] = L > N ? loc[N] / (L - N) : 0;
+}
+
+MHEDEF double mhe_attn_headdiv(const float *A, int n, size_t head_stride, int L, int ld, int causal) {
+    double sum = 0;
+    int64_t cnt = 0;
+    int t, j, h;
+    if (n < 1 || L < 1) return 0;
+    for (t = 0; t < L; t++)
+        for (j = 0; j < (causal ? t + 1 : L); j++) {
+            double m1 = 0, m2 = 0;
+            for (h = 0; h < n; h++) { double a = A[(size_t)h * head_stride + (size_t)t * ld + j]; m1 += a; m2 += a * a; }
+            m1 /= n; m2 = m2 / n - m1 * m1;
+            sum += m2 > 0 ? sqrt(m2) : 0;
+            cnt++;
+        }
+    return sum / (double)cnt;
+}
+
+MHEDEF double mhe_indicator(const mhe_indicators *ind, int layer, int head, int which) {
+    if (!ind || !ind->v || layer < 0 || layer >= ind->n_layers || head < -1 || head >= ind->n_heads || which < 0 || which >= MHE_IND_COUNT)
+        return 0;
+    if (head < 0) head = ind->n_heads;
+    return ind->v[((size_t)layer * (ind->n_heads + 1) + head) * MHE_IND_COUNT + which];
+}
+
+MHEDEF void mhe_indicators_free(mhe_indicators *ind) {
+    if (ind && ind->v) MHE_FREE(ind->alloc_ctx, ind->v);
+    if (ind) memset(ind, 0, sizeof *ind);
+}
+
+/* a head's map for sequence b of the last forward on the reference path:
+   its probabilities (sha: its one head for every copy), the identity for mlp
+   (each token sees only itself), NULL where there is none */
+static const float *mhe__layer_map(const mhe_model *m, int l, int b, int h, const float *identity) {
+    const mhe_layer *y = &m->layers[l];
+    int T = m->last_T, nh;
+    if (y->attn.kind == MHE_ATTN_MLP) return identity;
+    if (y->attn.kind == MHE_ATTN_FNET || y->attn.kind == MHE_ATTN_LINEAR || m->cfg.fused_attention) return NULL;
+    nh = mhe__layer_geom(&m->cfg, y->attn.kind).core_q_heads;
+    if (h >= nh) h = nh - 1;
+    return m->acts.layer[l].attn.stats + (((size_t)b * nh + h) * T) * T;
+}
+
+/* drop the activation blocks: the next forward lays them out for the config as it now is */
+static void mhe__acts_drop(mhe_model *m) {
+    if (m->acts_block) MHE_FREE(m->alloc_ctx, m->acts_block);
+    if (m->fixed.block) MHE_FREE(m->alloc_ctx, m->fixed.block);
+    m->acts_block = m->fixed.block = NULL;
+    m->fixed.T = 0;
+    memset(&m->acts, 0, sizeof m->acts);
+}
+
+MHEDEF void mhe_model_set_reference(mhe_model *m, int reference) {
+    if (!m || m->cfg.fused_attention == !reference) return;
+    mhe__acts_drop(m);
+    m->cfg.fused_attention = !reference;
+}
+
+MHEDEF int mhe_attn_probs(mhe_model *m, int layer, int head, float *probs) {
+    int E, T, t;
+    const float *A;
+    if (!m || !probs || layer < 0 || layer >= m->cfg.n_layers || head < 0 || head >= m->cfg.n_heads || m->last_T < 1) return 0;
+    E = mhe__n_enc(&m->cfg); T = m->last_T;
+    if (m->layers[E + layer].attn.kind == MHE_ATTN_MLP) {
+        memset(probs, 0, (size_t)T * T * sizeof(float));
+        for (t = 0; t < T; t++) probs[(size_t)t * T + t] = 1.0f;
+        return 1;
+    }
+    if (!(A = mhe__layer_map(m, E + layer, 0, head, NULL))) return 0;
+    memcpy(probs, A, (size_t)T * T * sizeof(float));
+    return 1;
+}
+
+MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+                                      int max_batches, mhe_indicators *out) {
+    const mhe_config *c;
+    int E, NL, nh, T = seq_len, b, l, h, i, nb = 0, fused, causal;
+    size_t windows, w = 0, need, vlen;
+    int *buf = NULL;
+    float *identity = NULL;
+    double total = 0;
+    int64_t count = 0;
+    mhe_rng mask_rng;
+    mhe_batch bt;
+    mhe_status st = MHE_OK;
+    if (!m || !out) return MHE_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    c = &m->cfg;
+    E = mhe__n_enc(c); NL = c->n_layers; nh = c->n_heads; causal = c->arch != MHE_ARCH_ENCODER;
+    if (batch < 1 || seq_len < 1 || seq_len > c->max_seq_len)
+        return mhe__fail(m->err, MHE_ERR_ARG, "indicators: batch %d and seq_len %d must be >= 1 (seq_len <= %d)", batch, seq_len, c->max_seq_len);
+    if (E) return mhe__fail(m->err, MHE_ERR_CONFIG, "indicators: decoder and encoder models only (not arch=encdec)");
+    need = mhe__lm_span(m, T, T);
+    if (!data || n < need) return mhe__fail(m->err, MHE_ERR_DATA, "indicators: the data has %zu tokens, needs at least %zu", n, need);
+    vlen = (size_t)NL * (nh + 1) * MHE_IND_COUNT;
+    out->v = (double *)MHE_MALLOC(m->alloc_ctx, vlen * sizeof(double));
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * T * sizeof(int));
+    identity = (float *)MHE_MALLOC(m->alloc_ctx, (size_t)T * T * sizeof(float));
+    if (!out->v || !buf || !identity) {
+        if (buf) MHE_FREE(m->alloc_ctx, buf);
+        if (identity) MHE_FREE(m->alloc_ctx, identity);
+        mhe_indicators_free(out);
+        return mhe__fail(m->err, MHE_ERR_NOMEM, "indicators: out of memory");
+    }
+    memset(out->v, 0, vlen * sizeof(double));
+    memset(identity, 0, (size_t)T * T * sizeof(float));
+    for (i = 0; i < T; i++) identity[(size_t)i * T + i] = 1.0f;
+    out->alloc_ctx = m->alloc_ctx; out->n_layers = NL; out->n_heads = nh;
+    for (l = 0; l < NL; l++) {
+        out->kind[l] = m->layers[l].attn.kind;
+        out->has_map[l] = out->kind[l] != MHE_ATTN_FNET && out->kind[l] != MHE_ATTN_LINEAR && !(m->skip_attn >> l & 1);
+    }
+    fused = c->fused_attention;
+    if (fused) { mhe__acts_drop(m); m->cfg.fused_attention = 0; }   /* the reference path materialises the maps */
+    m->training = 0;
+    mhe_rng_seed(&mask_rng, 0x6d6c6dULL);
+    memset(&bt, 0, sizeof bt);
+    bt.T = T; bt.tokens = buf; bt.targets = buf + (size_t)batch * T;
+    windows = (n - need) / (size_t)T + 1;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        float loss;
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            mhe__lm_row(m, data + w * T, T, T, 0.15f, &mask_rng, buf + (size_t)b * T, buf + (size_t)(batch + b) * T, NULL);
+        if ((st = mhe_model_forward_batch(m, &bt, &loss)) != MHE_OK) break;
+        total += (double)loss * m->last_count; count += m->last_count;
+        for (l = 0; l < NL; l++) {
+            if (!out->has_map[l]) continue;
+            for (b = 0; b < bt.B; b++) {
+                double ind[MHE_IND_COUNT], hd;
+                for (h = 0; h < nh; h++) {
+                    double *acc = out->v + ((size_t)l * (nh + 1) + h) * MHE_IND_COUNT;
+                    mhe_attn_map_indicators(mhe__layer_map(m, l, b, h, identity), T, T, causal, ind);
+                    for (i = 0; i < MHE_IND_COUNT; i++) acc[i] += ind[i];
+                }
+                if (m->layers[l].attn.kind == MHE_ATTN_MLP || mhe__layer_geom(c, m->layers[l].attn.kind).core_q_heads == 1) hd = 0;
+                else hd = mhe_attn_headdiv(mhe__layer_map(m, l, b, 0, identity), nh, (size_t)T * T, T, T, causal);
+                out->v[((size_t)l * (nh + 1) + nh) * MHE_IND_COUNT + MHE_IND_HEADDIV] += hd;
+            }
+        }
+        out->sequences += bt.B;
+        nb++;
+    }
+    if (fused) { mhe__acts_drop(m); m->cfg.fused_attention = 1; }
+    MHE_FREE(m->alloc_ctx, buf);
+    MHE_FREE(m->alloc_ctx, identity);
+    if (st != MHE_OK) { mhe_indicators_free(out); return st; }
+    out->loss = count ? total / (double)count : 0;
+    for (l = 0; l < NL; l++) {   /* means over sequences; the head mean in row nh; HeadDiv in every row */
+        double *mean = out->v + ((size_t)l * (nh + 1) + nh) * MHE_IND_COUNT, hd = mean[MHE_IND_HEADDIV] / (double)out->sequences;
+        for (h = 0; h < nh; h++) {
+            double *r = out->v + ((size_t)l * (nh + 1) + h) * MHE_IND_COUNT;
+            for (i = 0; i < MHE_IND_COUNT; i++) { r[i] /= (double)out->sequences; if (i != MHE_IND_HEADDIV) mean[i] += r[i] / nh; }
+            r[MHE_IND_HEADDIV] = hd;
+        }
+        mean[MHE_IND_HEADDIV] = hd;
+        if (!out->has_map[l]) for (h = 0; h <= nh; h++) for (i = 0; i < MHE_IND_COUNT; i++) out->v[((size_t)l * (nh + 1) + h) * MHE_IND_COUNT + i] = NAN;
+    }
+    return MHE_OK;
+}
+
+/* ---- 11. metrics: the cost tables of thesis Appendices E-H (Tables 4.5-4.8) ---- */
+
+/* a term coef B^b L^l d^d h^h t^t (exponents may be negative) */
+typedef struct mhe__term { double coef; signed char b, l, d, h, t; } mhe__term;
+#define MHE__NTERMS 3
+typedef struct mhe__formula { int n; mhe__term term[MHE__NTERMS]; } mhe__formula;
+
+/* rows: Standard (mha), MLP, Approx. (taylor), Non-apx. (nonapprox), RndEmbQK,
+   FixedSeqQK, StaticEmbQK; columns: MHE_COST_* in order. Typed from the
+   tables' terms; mhe params --complexity prints them and tests/test_decon.py
+   checks them against the formulas as printed. */
+static const mhe__formula mhe__costs[7][MHE_COST_COUNT] = {
+    {   /* Standard */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
+        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
+    {   /* MLP */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 0, 2, 0, 0 } } },
+        { 1, { { 8, 1, 1, 1, 0, -1 } } },
+        { 0, { { 0, 0, 0, 0, 0, 0 } } } },
+    {   /* Approx. */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 14, 1, 1, 2, 0, 0 } } },
+        { 1, { { 10, 1, 0, 2, 0, 0 } } },
+        { 2, { { 11, 1, 1, 1, 0, -1 }, { 3, 1, 0, 2, -1, -1 } } },
+        { 2, { { 6, 1, 0, 1, 0, 0 }, { 4, 1, 0, 2, -1, 0 } } } },
+    {   /* Non-apx. */
+        { 1, { { 1, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 1, 2, 0, 0 } } },
+        { 1, { { 6, 1, 0, 2, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 4, 1, 1, 0, 1, -1 } } },
+        { 2, { { 2, 1, 0, 1, 0, 0 }, { 4, 1, 0, 0, 1, 0 } } } },
+    {   /* RndEmbQK */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
+        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
+        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
+    {   /* FixedSeqQK: as RndEmbQK */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
+        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
+        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
+    {   /* StaticEmbQK: as Standard */
+        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
+        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
+        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
+        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
+        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
+};
+
+static int mhe__cost_row(int kind) {
+    switch (kind) {
+    case MHE_ATTN_MHA: return 0;
+    case MHE_ATTN_MLP: return 1;
+    case MHE_ATTN_TAYLOR: return 2;
+    case MHE_ATTN_NONAPPROX: return 3;
+    case MHE_ATTN_RNDEMB_QK: return 4;
+    case MHE_ATTN_FIXEDSEQ_QK: return 5;
+    case MHE_ATTN_STATICEMB_QK: return 6;
+    default: return -1;
+    }
+}
+
+MHEDEF double mhe_attn_cost(int what, int kind, double B, double L, double d, double h, double t) {
+    int r = mhe__cost_row(kind), i;
+    double sum = 0;
+    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return -1;
+    for (i = 0; i < mhe__costs[r][what].n; i++) {
+        const mhe__term *x = &mhe__costs[r][what].term[i];
+        sum += x->coef * pow(B, x->b) * pow(L, x->l) * pow(d, x->d) * pow(h, x->h) * pow(t, x->t);
+    }
+    return sum;
+}
+
+/* "4BL^2d + 6BLd^2"; the Table 4.7 formulas, every term over t, as "(...)/t" */
+MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap) {
+    int r = mhe__cost_row(kind), i, all_t = 1;
+    size_t used = 0;
+    const mhe__formula *f;
+    if (!buf || cap == 0) return 0;
+    buf[0] = 0;
+    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return 0;
+    f = &mhe__costs[r][what];
+    if (f->n == 0) { snprintf(buf, cap, "0"); return 1; }
+    for (i = 0; i < f->n; i++) all_t &= f->term[i].t == -1;
+#define MHE__PUT(...) do { int w_ = snprintf(buf + used, cap - used, __VA_ARGS__); if (w_ > 0) used += (size_t)w_ < cap - used ? (size_t)w_ : cap - used - 1; } while (0)
+    if (all_t && f->n > 1) MHE__PUT("(");
+    for (i = 0; i < f->n; i++) {
+        const mhe__term *x = &f->term[i];
+        const char *sym = "BLdh";
+        int e[4], k, den = 0;
+        e[0] = x->b; e[1] = x->l; e[2] = x->d; e[3] = x->h;
+        if (i) MHE__PUT(" + ");
+        if (x->coef != 1 || (e[0] <= 0 && e[1] <= 0 && e[2] <= 0 && e[3] <= 0)) MHE__PUT("%g", x->coef);
+        for (k = 0; k < 4; k++) {
+            if (e[k] < 0) { den = 1; continue; }
+            if (e[k] >= 1) MHE__PUT("%c", sym[k]);
+            if (e[k] > 1) MHE__PUT("^%d", e[k]);
+        }
+        if (den || (x->t < 0 && !all_t)) {
+            MHE__PUT("/");
+            for (k = 0; k < 4; k++) if (e[k] < 0) MHE__PUT("%c", sym[k]);
+            if (x->t < 0 && !all_t) MHE__PUT("t");
+        }
+    }
+    if (all_t) MHE__PUT(f->n > 1 ? ")/t" : "/t");
+#undef MHE__PUT
+    return 1;
+}
+
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */
 
 /* floats of per-token decode scratch: x, h, tmp, norm output [C]; projections;
-   attention [n d_h]; MLP [2 F]; lse [n]; norm statistics; MUL maps [2 n d_h] */
-static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj) {
+   attention [n d_h, or an mlp layer's F]; MLP [2 F]; lse [n]; norm
+   statistics; MUL maps [2 n d_h]; the token's static embedding [C] */
+static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj, size_t *max_att) {
     const mhe_config *cfg = &m->cfg;
     size_t HD = (size_t)cfg->n_heads * mhe_config_d_head(cfg);
     int l;
-    *max_proj = 0;
+    *max_proj = 0; *max_att = HD;
     for (l = 0; l < m->n_total_layers; l++) {
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
         if ((size_t)g.proj_w > *max_proj) *max_proj = (size_t)g.proj_w;
+        if ((size_t)g.att_w > *max_att) *max_att = (size_t)g.att_w;
     }
-    return (size_t)4 * cfg->d_model + *max_proj + HD + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD;
+    return (size_t)4 * cfg->d_model + *max_proj + *max_att + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD +
+           (size_t)cfg->d_model + (size_t)mhe__taylor_features(mhe_config_d_head(cfg));
+}
+
+/* floats a layer keeps besides K/V rows (thesis sec. 4.15-4.16): taylor S
+   [F, d_h] and z [F] per head; nonapprox max, sum and numerator [d_h] per
+   head; rndemb-qk / fixedseq-qk the causal maps of max_len positions */
+static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_len) {
+    size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c), F = (size_t)mhe__taylor_features((int)dh);
+    if (kind == MHE_ATTN_TAYLOR) return n * (F * dh + F);
+    if (kind == MHE_ATTN_NONAPPROX) return n * (dh + 2);
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
+    return 0;
+}
+
+MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_t *shared) {
+    mhe__geom g;
+    size_t st, sh = 0;
+    if (shared) *shared = 0;
+    if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT || len < 0) return 0;
+    g = mhe__layer_geom(c, kind);
+    st = mhe__decode_state_floats(c, kind, len);
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) { sh = st; st = 0; }
+    if (shared) *shared = sh * sizeof(float);
+    return ((size_t)(g.cache_k + g.cache_v) * (size_t)len + st) * sizeof(float);
 }
 
 /* with c->block NULL only sizes the cache (*bytes); else lays it out in c->block */
 static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int max_len, size_t *bytes) {
     const mhe_config *cfg;
-    size_t per_tok = 0, per_src = 0, total, scratch, max_proj;
+    size_t per_tok = 0, per_src = 0, per_state = 0, total, scratch, max_proj, max_att;
     float *p;
     int ok = 1, l, E;
     void *block = c->block;
@@ -8575,14 +10135,18 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
         c->k_width[l] = g.cache_k; c->v_width[l] = g.cache_v;
         per_tok += (size_t)g.cache_k + (size_t)g.cache_v;
+        c->state_floats[l] = mhe__decode_state_floats(cfg, m->layers[l].attn.kind, max_len);
+        per_state += c->state_floats[l];
+        c->layer_bytes[l] = mhe_attn_cache_bytes(cfg, m->layers[l].attn.kind, max_len, &c->shared_bytes[l]);
         if (m->layers[l].cross.kind >= 0) {
             g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
             c->cross_width[l] = g.k_w ? g.k_w + g.v_w : cfg->d_model;   /* el-att: the encoder output itself */
             per_src += (size_t)c->cross_width[l];
         }
     }
-    scratch = mhe__decode_scratch(m, &max_proj) + (size_t)cfg->vocab_size;
+    scratch = mhe__decode_scratch(m, &max_proj, &max_att) + (size_t)cfg->vocab_size;
     total = mhe__add_size(mhe__mul_size(per_tok, (size_t)max_len, &ok), scratch, &ok);
+    total = mhe__add_size(total, per_state, &ok);
     total = mhe__add_size(total, mhe__mul_size(per_src, (size_t)cfg->max_seq_len, &ok), &ok);
     total = mhe__mul_size(total, sizeof(float), &ok);
     if (!ok) return MHE_ERR_OVERFLOW;
@@ -8594,6 +10158,7 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
         c->k[l] = p; p += (size_t)c->k_width[l] * max_len;
         c->v[l] = c->v_width[l] ? p : c->k[l]; p += (size_t)c->v_width[l] * max_len;
         if (c->cross_width[l]) { c->cross[l] = p; p += (size_t)c->cross_width[l] * cfg->max_seq_len; }
+        if (c->state_floats[l]) { c->state[l] = p; p += c->state_floats[l]; }
     }
     c->scratch = p;
     c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;
@@ -8672,6 +10237,134 @@ MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c) {
     if (c) memset(c, 0, sizeof *c);
 }
 
+/* rndemb-qk / fixedseq-qk at inference: their maps depend on no input, so
+   the fixed stream runs once (max_len positions) and every row
+   A[t, j <= t] = softmax_j(q_t . k_j / sqrt(d_h)) is kept (thesis sec. 4.11) */
+static mhe_status mhe__decode_maps(mhe_model *m, mhe_kv_cache *c) {
+    const mhe_config *cfg = &m->cfg;
+    int n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, T = c->max_len, l, h, t, j;
+    float scale = 1.0f / sqrtf((float)dh);
+    size_t tri = (size_t)T * (T + 1) / 2;
+    mhe_status st;
+    if (m->fixed.kind < 0) return MHE_OK;
+    if ((st = mhe__fixed_fwd(m, T, 1)) != MHE_OK) return st;
+    for (l = 0; l < m->fixed.top; l++) {
+        const float *fp = m->fixed.acts.layer[l].attn.proj;
+        if (m->layers[l].attn.kind != MHE_ATTN_RNDEMB_QK && m->layers[l].attn.kind != MHE_ATTN_FIXEDSEQ_QK) continue;
+        for (h = 0; h < n; h++)
+            for (t = 0; t < T; t++) {
+                float *row = c->state[l] + (size_t)h * tri + (size_t)t * (t + 1) / 2, mx = -INFINITY;
+                double z = 0;
+                for (j = 0; j <= t; j++) {
+                    row[j] = scale * mhe__dot(fp + (size_t)t * 3 * HD + (size_t)h * dh, fp + (size_t)j * 3 * HD + HD + (size_t)h * dh, dh);
+                    mx = row[j] > mx ? row[j] : mx;
+                }
+                for (j = 0; j <= t; j++) z += exp((double)row[j] - mx);
+                for (j = 0; j <= t; j++) row[j] = (float)(exp((double)row[j] - mx) / z);
+            }
+    }
+    c->maps_len = T;
+    return MHE_OK;
+}
+
+/* one token through a self-attention sublayer of a ch. 4 kind, into out [C]:
+   the recurrent forms (taylor: S += phi(k) v^T, z += phi(k), o = S^T phi(q) /
+   phi(q).z; nonapprox: eq. 4.18 with a running max), the precomputed maps, or
+   a K/V cache (staticemb-qk, whose K come from the static embeddings e) */
+static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, const float *e, float *out,
+                              float *proj, float *att, float *lse, float *phi) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_attn_weights *w = &m->layers[l].attn;
+    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
+    float scale = 1.0f / sqrtf((float)dh);
+    if (kind == MHE_ATTN_MLP) {
+        int F = mhe_config_mlp_width(cfg);
+        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * F);
+        for (i = 0; i < F; i++) att[i] = mhe__silu(proj[i]) * proj[F + i];
+        mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, F, C);
+        return;
+    }
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
+        size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
+        float *vrow = c->v[l] + (size_t)pos * HD;
+        mhe_linear_fwd(vrow, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        memset(att, 0, (size_t)HD * sizeof(float));
+        for (h = 0; h < n; h++) {
+            const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
+            for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
+        }
+    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e): lse is free until the core runs */
+        const float *ne = e;
+        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm1_w, m->layers[l].norm1_b, 1); ne = att; }
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
+        mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
+        memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, lse, NULL, NULL, 0);
+    } else {
+        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
+        for (h = 0; h < n; h++) {
+            const float *q = proj + (size_t)h * dh, *k = q + HD, *v = q + 2 * HD;
+            float *o = att + (size_t)h * dh;
+            if (kind == MHE_ATTN_TAYLOR) {
+                int F = mhe__taylor_features(dh);
+                float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh, a = sqrtf(scale), den = 0;
+                mhe__taylor_phi(k, dh, a, phi);
+                for (f = 0; f < F; f++) { mhe__axpy(S + (size_t)f * dh, phi[f], v, dh); z[f] += phi[f]; }
+                mhe__taylor_phi(q, dh, a, phi);
+                memset(o, 0, (size_t)dh * sizeof(float));
+                for (f = 0; f < F; f++) { mhe__axpy(o, phi[f], S + (size_t)f * dh, dh); den += phi[f] * z[f]; }
+                for (i = 0; i < dh; i++) o[i] /= den;
+            } else {   /* nonapprox, eq. 4.18: state [max, sum, numerator] */
+                float *st = c->state[l] + (size_t)h * (dh + 2), sc = 0, ex;
+                for (i = 0; i < dh; i++) sc += mhe__silu(q[i]) * k[i];
+                sc *= scale;
+                if (sc > st[0]) {
+                    float corr = st[0] == -INFINITY ? 0.0f : expf(st[0] - sc);
+                    for (i = 0; i < dh + 1; i++) st[1 + i] *= corr;
+                    st[0] = sc;
+                }
+                ex = expf(sc - st[0]);
+                st[1] += ex;
+                mhe__axpy(st + 2, ex, v, dh);
+                for (i = 0; i < dh; i++) o[i] = st[2 + i] / st[1];
+            }
+        }
+    }
+    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+}
+
+/* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
+   shared normaliser) or staticemb-qk (Q from the token's static embedding) */
+static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, const float *e, float *out,
+                                    float *proj, float *att, float *lse) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_attn_weights *w = &m->layers[l].cross;
+    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
+    float scale = 1.0f / sqrtf((float)dh);
+    if (w->kind == MHE_ATTN_STATICEMB_QK) {
+        const float *ne = e;
+        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm3_w, m->layers[l].norm3_b, 1); ne = att; }
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W, att, lse, NULL, NULL, 0);
+    } else {
+        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        for (h = 0; h < n; h++) {
+            float *o = att + (size_t)h * dh;
+            double den = 0;
+            memset(o, 0, (size_t)dh * sizeof(float));
+            for (j = 0; j < c->src_len; j++) {
+                const float *kj = c->cross[l] + (size_t)j * W + (size_t)h * dh;
+                float s = scale * mhe__dot(proj + (size_t)h * dh, kj, dh), wt = 1.0f + s + 0.5f * s * s;
+                mhe__axpy(o, wt, kj + HD, dh);
+                den += wt;
+            }
+            for (j = 0; j < dh; j++) o[j] = (float)(o[j] / den);
+        }
+    }
+    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+}
+
 MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts) {
     const mhe_config *cfg;
     mhe_status st;
@@ -8693,7 +10386,12 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_attn_weights *w = &m->layers[l].cross;
         mhe__geom g = mhe__layer_geom(cfg, w->kind);
-        if (g.k_w) mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
+        if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* K from the source's static embeddings (through norm3), V from the encoder output */
+            const float *ne = m->cfg.post_norm ? m->acts.src_emb
+                            : mhe__static_in(m, m->layers[l].norm3_w, m->layers[l].norm3_b, m->acts.src_emb, Ts, m->acts.layer[l].cross.ext);
+            mhe__lin_rows(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
+            mhe__lin_rows(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv->data, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
+        } else if (g.k_w) mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
         else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));
     }
     c->src_len = Ts;
@@ -8707,8 +10405,8 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
 MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     const mhe_config *cfg;
     int C, F, HD, l, k, i, pos, E;
-    size_t max_proj;
-    float *x, *h, *tmp, *hn, *proj, *att, *f1, *f2, *lse, *stats, *hmap;
+    size_t max_proj, max_att;
+    float *x, *h, *tmp, *hn, *proj, *att, *f1, *f2, *lse, *stats, *hmap, *e, *phi;
     const float *out;
     if (!m || !c) return MHE_ERR_ARG;
     cfg = &m->cfg;
@@ -8722,19 +10420,36 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
     if (E && c->src_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "encode a source with mhe_kv_cache_encode before decoding");
     x = c->scratch; h = x + C; tmp = h + C; hn = tmp + C; proj = hn + C;
-    mhe__decode_scratch(m, &max_proj);
-    att = proj + max_proj; f1 = att + HD; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
+    mhe__decode_scratch(m, &max_proj, &max_att);
+    att = proj + max_proj; f1 = att + max_att; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
+    e = hmap + 2 * HD; phi = e + C;
     m->training = 0;
+    if (pos == 0) {   /* a new sequence: fresh recurrent states, maps of the current weights */
+        mhe_status st;
+        for (l = E; l < m->n_total_layers; l++) {
+            int kind = m->layers[l].attn.kind, n = cfg->n_heads, dh = mhe_config_d_head(cfg), hh;
+            if (kind == MHE_ATTN_TAYLOR) memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
+            if (kind == MHE_ATTN_NONAPPROX)
+                for (hh = 0; hh < n; hh++) { float *st0 = c->state[l] + (size_t)hh * (dh + 2); memset(st0, 0, (size_t)(dh + 2) * sizeof(float)); st0[0] = -INFINITY; }
+        }
+        if ((st = mhe__decode_maps(m, c)) != MHE_OK) return st;
+    }
     for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
+    memcpy(e, x, (size_t)C * sizeof(float));   /* staticemb-qk reads the token's static embedding */
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
         for (k = 0; k < 3; k++) {
             const mhe_tensor *nw, *nb;
             const float *u = x;
             if (k == 1 && y->cross.kind < 0) continue;
+            if (k == 0 && (m->skip_attn >> y->index & 1)) continue;   /* skipped: the identity */
             mhe__sub_norm(y, k, &nw, &nb);
             if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, nw, nb, 1); u = h; }
-            if (k == 0) {   /* self-attention: append this token's K (or the input, for el-att) and V, attend to the cache */
+            if (k == 0 && mhe_attn_kind_is_decon(y->attn.kind)) {
+                mhe__decon_decode(m, c, l, pos, u, e, tmp, proj, att, lse, phi);
+            } else if (k == 1 && mhe_attn_kind_is_decon(y->cross.kind)) {
+                mhe__decon_decode_cross(m, c, l, u, e, tmp, proj, att, lse);
+            } else if (k == 0) {   /* self-attention: append this token's K (or the input, for el-att) and V, attend to the cache */
                 const mhe_attn_weights *w = &y->attn;
                 mhe__geom g = mhe__layer_geom(cfg, w->kind);
                 mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.proj_w);

@@ -24,7 +24,8 @@ int main(int argc, char **argv) {
     char load_err[MHE_ERR_LEN];
     int steps = argc > 1 ? atoi(argv[1]) : 400, k, i, mha = -1, sha = -1;
     const char *prefix = argc > 2 ? argv[2] : "build/compare_attention";
-    result res[MHE_ATTN_KIND_COUNT];
+    enum { NK = MHE_ATTN_MHE_MUL + 1 };   /* the MHE paper's kinds (examples/deconstruct.c has thesis ch. 4's) */
+    result res[NK];
     char path[512];
     FILE *md, *svg;
     double max_ppl = 0;
@@ -34,7 +35,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("decoder, d_model 128, 8 heads of 16, 4 layers, T 128, batch 16, %d steps per kind\n", steps);
-    for (k = 0; k < MHE_ATTN_KIND_COUNT; k++) {
+    for (k = 0; k < NK; k++) {
         mhe_config c = mhe_config_default();
         mhe_train_config tc = mhe_train_config_default();
         mhe_model m;
@@ -75,7 +76,7 @@ int main(int argc, char **argv) {
         FILE *f = i ? md : stdout;
         fprintf(f, "\n| kind | attention params | total params | val ppl | PRR vs MHA | PEoP vs SHA | tokens/s | memory MB | KV cache bytes/token |\n");
         fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        for (k = 0; k < MHE_ATTN_KIND_COUNT; k++) {
+        for (k = 0; k < NK; k++) {
             char peop[32];
             if (k == sha) snprintf(peop, sizeof peop, "(reference)");
             else snprintf(peop, sizeof peop, "%.2f", mhe_peop(res[k].ppl, (double)res[k].total_params, res[sha].ppl, (double)res[sha].total_params, 1));
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
         double v = max_ppl * 1.1 * i / 4, y = 300 - 260.0 * i / 4;
         fprintf(svg, "<text x=\"55\" y=\"%.1f\" text-anchor=\"end\">%.1f</text><line x1=\"60\" y1=\"%.1f\" x2=\"700\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", y + 4, v, y, y);
     }
-    for (k = 0; k < MHE_ATTN_KIND_COUNT; k++) {
+    for (k = 0; k < NK; k++) {
         double h = 260.0 * res[k].ppl / (max_ppl * 1.1), x = 75 + k * 78.0;
         const char *col = k == MHE_ATTN_MHE_ADD || k == MHE_ATTN_MHE_MUL ? "#d95f02" : "#1b9e77";
         fprintf(svg, "<rect x=\"%.1f\" y=\"%.1f\" width=\"55\" height=\"%.1f\" fill=\"%s\"/>\n", x, 300 - h, h, col);

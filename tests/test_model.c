@@ -269,24 +269,26 @@ static void cls_gradcheck(const char *extra) {
     mhe_model_free(&m);
 }
 
-/* every kind (and an encoder with a head) survives a checkpoint round trip */
+/* every kind of the MHE paper (and an encoder with a head) survives a
+   checkpoint round trip; test_decon does the kinds of thesis ch. 4 */
+#define NK (MHE_ATTN_MHE_MUL + 1)
 static void checkpoint_every_kind(void) {
     int kind;
-    for (kind = 0; kind <= MHE_ATTN_KIND_COUNT + 1; kind++) {
-        mhe_config c = tiny(kind == MHE_ATTN_KIND_COUNT ? "arch=encoder\nn_classes=4\nattn=gqa,mhe-add\nn_heads=4\nd_model=16\n"
-                            : kind > MHE_ATTN_KIND_COUNT ? "arch=encdec\nenc_layers=3\nenc_attn=mhe-mul,gqa,skv\ncross_attn=el-att,mhe-add\nn_heads=4\nd_model=16\n"
+    for (kind = 0; kind <= NK + 1; kind++) {
+        mhe_config c = tiny(kind == NK ? "arch=encoder\nn_classes=4\nattn=gqa,mhe-add\nn_heads=4\nd_model=16\n"
+                            : kind > NK ? "arch=encdec\nenc_layers=3\nenc_attn=mhe-mul,gqa,skv\ncross_attn=el-att,mhe-add\nn_heads=4\nd_model=16\n"
                                                          : "n_heads=4\nd_model=16\nkv_groups=2\n");
         mhe_model a, b;
         size_t size = 0, w = 0;
         void *buf;
-        if (kind < MHE_ATTN_KIND_COUNT) { int l; for (l = 0; l < MHE_MAX_LAYERS; l++) c.attn[l] = kind; }
+        if (kind < NK) { int l; for (l = 0; l < MHE_MAX_LAYERS; l++) c.attn[l] = kind; }
         mhe_model_init(&a, &c, 5, NULL);
         mhe_checkpoint_size(&a, NULL, &size);
         buf = malloc(size);
         mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
               a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0,
-              "checkpoint round trip, kind %s: %s", kind < MHE_ATTN_KIND_COUNT ? mhe_attn_kind_name(kind) : kind == MHE_ATTN_KIND_COUNT ? "encoder" : "encdec", b.err);
+              "checkpoint round trip, kind %s: %s", kind < NK ? mhe_attn_kind_name(kind) : kind == NK ? "encoder" : "encdec", b.err);
         mhe_model_free(&b);
         mhe_model_free(&a);
         free(buf);
@@ -431,10 +433,11 @@ static void sampling(void) {
     }
 }
 
-/* the attention-parameter formula equals the tensors a built model has */
+/* the attention-parameter formula equals the tensors a built model has
+   (the MHE paper's kinds; test_decon checks the kinds of thesis ch. 4) */
 static void attn_counts(void) {
     int kind;
-    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {
+    for (kind = 0; kind < NK; kind++) {
         mhe_config c = tiny("n_heads=4\nd_model=16\nkv_groups=2\nn_layers=1\n");
         mhe_model m;
         int64_t built = 0, i;

@@ -39,6 +39,15 @@ output, every kind). Their token file lines read `SOURCE IDS | DECODER IDS`. Con
 with `pad` end the last line (and its source) with `.` ids: padding, which no query
 attends to and the loss ignores.
 
+The kinds of thesis ch. 4 ("deconstructing attention") and FNet are referenced too:
+mlp (gate/up/down, SiLU), taylor (weights 1 + s + s^2/2 with one normaliser), nonapprox
+(softmax over the keys of SiLU(q_j).k_j / sqrt(d_head), one score per position),
+rndemb-qk and fixedseq-qk (Q, K from the model's own blocks run on a fixed input: random
+embeddings drawn here with mhe's xoshiro256** and Box-Muller from fixed_seed, or the
+fixed_seq tokens embedded with positions), staticemb-qk (Q, K from the block-0 input),
+fnet (Re of torch.fft.fft2 over each sequence's real tokens) and linear (W_seq[:L, :L]
+(X W_hidden^T)); attn=KIND@LAYOUT and the layout key (thesis Table 4.11) are expanded.
+
 Checks (each one counts as one pass or fail):
   * the model's metadata holds format=mhe-1 and the config that was asked for;
   * the model holds exactly the expected parameter names, with their shapes;
@@ -99,14 +108,17 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
             "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes",
-            "enc_layers", "admin"}
+            "enc_layers", "admin", "fixed_seed"}
 # Optional config keys: sent only when a config names them (the tool's default otherwise).
 OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1", "mask_token": "-1", "n_classes": "0"}
 # Keys the metadata of an encoder must hold (a tool that knows encoders knows them).
 ENCODER_META_KEYS = ["mask_token", "n_classes"]
 ARCHS = ["decoder", "encoder", "encdec"]
 ATTN_KINDS = ["mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"]
-FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std"}
+# thesis ch. 4 ("deconstructing attention") and FNet's baselines
+DECON_KINDS = ["mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear"]
+FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std", "fixed_std"}
+LAYOUTS = ["none", "even", "odd", "top", "middle", "bottom", "25%", "first", "last", "bilateral"]
 
 BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps": "1e-5",
         "dropout": "0", "attn_dropout": "0", "init_std": "0.02"}
@@ -306,6 +318,57 @@ CONFIGS = [
          tie_embeddings=1),
 ]
 
+# ---- thesis ch. 4 ("deconstructing attention") and FNet's baselines: every kind as a
+# decoder, encoder and encoder-decoder layer where it makes sense, hybrids by list and by
+# layout (Table 4.11), the fixed stream of rndemb-qk / fixedseq-qk, padded batches, and the
+# Taylor / Non-approximate kinds on their linear-time (fused) and reference paths
+_D = dict(vocab_size=29, d_model=24, n_heads=4, max_seq_len=12, norm="layernorm", norm_position="pre",
+          activation="gelu", bias=1, tie_embeddings=1, init_std="0.05")
+
+
+def _dcfg(name, B, T, extra=None, Ts=0, pad=False, **kw):
+    c = dict(_D)
+    c.update(kw)
+    return _cfg(name, B, T, extra, Ts, pad, **c)
+
+
+CONFIGS += [
+    _dcfg("decon-pre-ln-mlp", 2, 10, n_layers=2, attn="mlp"),
+    _dcfg("decon-post-rms-nobias-mlp-taylor", 2, 9, n_layers=2, attn="mlp,taylor", norm="rmsnorm",
+          norm_position="post", bias=0, tie_embeddings=0, activation="silu"),
+    _dcfg("decon-pre-ln-taylor", 2, 11, n_layers=2, attn="taylor"),
+    _dcfg("decon-pre-ln-taylor-refcore", 2, 11, {"fused_attention": "0"}, n_layers=2, attn="taylor"),
+    _dcfg("decon-pre-rms-nonapprox-dh5", 2, 10, n_layers=2, attn="nonapprox", d_head=5, norm="rmsnorm"),
+    _dcfg("decon-post-ln-nonapprox-refcore", 2, 10, {"fused_attention": "0"}, n_layers=2, attn="nonapprox",
+          norm_position="post"),
+    _dcfg("decon-pre-ln-rndemb", 2, 10, n_layers=3, attn="mha,rndemb-qk,rndemb-qk", fixed_seed=7,
+          fixed_std="0.5"),
+    _dcfg("decon-post-rms-fixedseq-taylor", 2, 9, n_layers=3, attn="fixedseq-qk,taylor,fixedseq-qk",
+          fixed_seq="ids:3 1 4 1 5 9 2 6 5 3", norm="rmsnorm", norm_position="post", tie_embeddings=0),
+    _dcfg("decon-pre-ln-fixedseq-text-v128", 2, 10, n_layers=2, attn="fixedseq-qk", vocab_size=128,
+          fixed_seq="to be fixed"),
+    _dcfg("decon-pre-ln-staticemb", 2, 10, n_layers=2, attn="staticemb-qk,mha", bias=0),
+    _dcfg("decon-pre-ln-nonapprox-at-even", 2, 8, n_layers=4, attn="nonapprox@even"),
+    _dcfg("decon-post-ln-rndemb-layout-bilateral", 2, 8, n_layers=3, attn="rndemb-qk", layout="bilateral",
+          norm_position="post"),
+    _dcfg("decon-pad-pre-ln-all-causal", 3, 9, pad=True, n_layers=6, fixed_seq="ids:1 2 3 4",
+          attn="mlp,taylor,nonapprox,fixedseq-qk,staticemb-qk,mha"),
+    _dcfg("decon-enc-pad-pre-ln-fnet-linear", 2, 10, pad=True, arch="encoder", n_layers=2,
+          attn="fnet,linear"),
+    _dcfg("decon-enc-pad-post-rms-taylor-nonapprox", 2, 9, pad=True, arch="encoder", n_layers=2,
+          attn="taylor,nonapprox", norm="rmsnorm", norm_position="post"),
+    _dcfg("decon-enc-pad-taylor-nonapprox-refcore", 2, 9, {"fused_attention": "0"}, pad=True,
+          arch="encoder", n_layers=2, attn="nonapprox,taylor"),
+    _dcfg("decon-enc-pad-rndemb-staticemb-mlp-linear", 2, 8, pad=True, arch="encoder", n_layers=4,
+          attn="rndemb-qk,staticemb-qk,mlp,linear", n_classes=2),
+    _dcfg("decon-s2s-pad-fnet-linear-taylor-staticemb", 2, 7, pad=True, Ts=9, arch="encdec",
+          enc_layers="2", enc_attn="fnet,linear", n_layers=2, attn="taylor,staticemb-qk",
+          cross_attn="taylor,staticemb-qk"),
+    _dcfg("decon-s2s-post-staticemb-nonapprox-mlp-refcore", 2, 6, {"fused_attention": "0"}, Ts=7,
+          arch="encdec", enc_layers="1", enc_attn="staticemb-qk", n_layers=2, attn="nonapprox,mlp",
+          cross_attn="staticemb-qk,taylor", norm_position="post"),
+]
+
 # Configs `mhe init` must refuse: non-zero exit, a message on stderr that contains
 # every string of "want", and no model file. Checked once each (one pass or fail).
 INVALID = [
@@ -358,6 +421,21 @@ for _name, _kw, _want in [("invalid-hash-add-lm-head", dict(embedding="hash-add"
                         tie_embeddings=1, **_kw))
     INVALID[-1]["want"] = _want
     INVALID[-1]["words"] = True
+# thesis ch. 4 and FNet: mixing kinds asked to be causal, cross-attention that makes no
+# sense, a hybrid list of the wrong length, a fixed sequence longer than max_seq_len
+INVALID += [
+    _dcfg("invalid-decon-fnet-decoder", 1, 1, n_layers=2, attn="mha,fnet"),
+    _dcfg("invalid-decon-linear-at-odd-decoder", 1, 1, n_layers=2, attn="linear@odd"),
+    _dcfg("invalid-decon-cross-linear", 1, 1, n_layers=1, arch="encdec", enc_layers=1, cross_attn="linear"),
+    _dcfg("invalid-decon-hybrid-3-of-2", 1, 1, n_layers=2, attn="mlp,taylor,nonapprox"),
+    _dcfg("invalid-decon-fixedseq-longer", 1, 1, n_layers=1, attn="fixedseq-qk", max_seq_len=4,
+          fixed_seq="ids:1 2 3 4 5"),
+]
+INVALID[-5]["want"] = ["fnet", "causal"]
+INVALID[-4]["want"] = ["linear", "causal"]
+INVALID[-3]["want"] = ["cross-attention", "linear"]
+INVALID[-2]["want"] = ["attn", "n_layers"]
+INVALID[-1]["want"] = ["fixed_seq", "max_seq_len"]
 
 
 # --------------------------------------------------------------------------
@@ -472,8 +550,7 @@ def resolved(cfg):
     C, n = r["d_model"], r["n_heads"]
     r["d_head"] = r["d_head"] or C // n
     r["d_ff"] = r["d_ff"] or 4 * C
-    kinds = [a.strip() for a in r["attn"].split(",")]
-    r["attn"] = kinds * r["n_layers"] if len(kinds) == 1 else kinds
+    r["attn"] = attn_list(cfg)
     for k, v in OPT_DEFAULTS.items():
         r.setdefault(k, int(v))
     r["enc_layers"] = int(r.get("enc_layers", 0))
@@ -482,6 +559,31 @@ def resolved(cfg):
         kinds = [a.strip() for a in r.get(key, "mha").split(",")]
         r[key] = kinds * count if len(kinds) == 1 else kinds
     return r
+
+
+def layout_standard(layout, i, n):
+    """thesis Table 4.11: does layer i (0-based) of n keep standard attention (mha)?"""
+    k = i + 1
+    return {"none": False, "even": k % 2 == 0, "odd": k % 2 == 1, "top": k <= n // 2,
+            "middle": k <= n // 4 or k > n - n // 4, "bottom": k > n // 2, "25%": k % 4 == 0,
+            "first": k == 1, "last": k == n, "bilateral": k in (1, n)}[layout]
+
+
+def attn_list(cfg):
+    """the per-layer kinds of the main stack: `attn` (one kind, or a list; KIND@LAYOUT)
+    with the `layout` key's layers (Table 4.11) turned into mha"""
+    a, layout = cfg["attn"], cfg.get("layout", "none")
+    if "@" in a:
+        a, layout = a.split("@", 1)
+    n = int(cfg["n_layers"])
+    kinds = [k.strip() for k in a.split(",")]
+    kinds = kinds * n if len(kinds) == 1 else kinds
+    return ["mha" if layout_standard(layout, i, n) else k for i, k in enumerate(kinds)]
+
+
+def mlp_width(n, dh):
+    """the gated MLP that replaces attention: 3 F x d_m matrices against MHA's 4 d_m x n d_h"""
+    return (4 * n * dh + 1) // 3
 
 
 def attn_shapes(kind, C, n, dh, g):
@@ -504,6 +606,8 @@ def attn_shapes(kind, C, n, dh, g):
     if kind in ("mhe-add", "mhe-mul"):
         return [("wq", (dh, C), True), ("wk", (dh, C), True), ("wv", (dh, C), True),
                 ("eq", (n, dh), False), ("ek", (n, dh), False), ("ev", (n, dh), False)]
+    if kind in ("taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk"):
+        return [("wq", (H, C), True), ("wk", (H, C), True), ("wv", (H, C), True)]
     raise ValueError("unknown attn kind %r" % kind)
 
 
@@ -526,6 +630,18 @@ def expected_params(cfg):
             out.append((p + ".bias", (C,)))
 
     def attention(p, kind):
+        if kind == "mlp":           # gate, up [F, C]; down [C, F] (in W^O's place)
+            F = mlp_width(r["n_heads"], r["d_head"])
+            lin(p + "gate", F, C)
+            lin(p + "up", F, C)
+            lin(p + "down", C, F)
+            return
+        if kind == "fnet":          # no parameters
+            return
+        if kind == "linear":        # Y = W_seq (X W_hidden^T); no bias, no W^O
+            out.append((p + "hidden.weight", (C, C)))
+            out.append((p + "seq.weight", (r["max_seq_len"], r["max_seq_len"])))
+            return
         for suffix, shape, is_lin in attn_shapes(kind, C, r["n_heads"], r["d_head"], r["kv_groups"]):
             if is_lin:
                 lin(p + suffix, *shape)
@@ -567,6 +683,61 @@ def expected_params(cfg):
         if bias:
             out.append(("cls_head.bias", (r["n_classes"],)))
     return out
+
+
+M64 = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    x = (x + 0x9e3779b97f4a7c15) & M64
+    z = x
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return x, z ^ (z >> 31)
+
+
+class Xoshiro:
+    """mhe_rng: xoshiro256** seeded through splitmix64, and its Box-Muller normal"""
+    def __init__(self, seed):
+        self.s, x = [], seed & M64
+        for _ in range(4):
+            x, z = _splitmix64(x)
+            self.s.append(z)
+
+    def u64(self):
+        s = self.s
+        rotl = lambda v, k: ((v << k) | (v >> (64 - k))) & M64
+        result = (rotl((s[1] * 5) & M64, 7) * 9) & M64
+        t = (s[1] << 17) & M64
+        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]
+        s[2] ^= t
+        s[3] = rotl(s[3], 45)
+        return result
+
+    def normal(self):
+        u1 = ((self.u64() >> 11) + 1.0) * (1.0 / 9007199254740992.0)
+        u2 = (self.u64() >> 11) * (1.0 / 9007199254740992.0)
+        return math.sqrt(-2.0 * math.log(u1)) * math.cos(6.283185307179586 * u2)
+
+
+def fixed_eps(r):
+    """rndemb-qk's fixed random embeddings [max_seq_len, C], as mhe draws them"""
+    import numpy as np
+    g = Xoshiro(int(r.get("fixed_seed", 1)))
+    std = float(r.get("fixed_std", -1))
+    std = np.float32(std if std >= 0 else r["init_std"])
+    n = r["max_seq_len"] * r["d_model"]
+    return np.array([std * np.float32(g.normal()) for _ in range(n)], dtype=np.float32).reshape(r["max_seq_len"], -1)
+
+
+def fixed_tokens(r):
+    """fixedseq-qk's tokens, cycled to max_seq_len: "ids:..." or the text's bytes (tests
+    always give fixed_seq; the built-in default is mhe's own)"""
+    t = r.get("fixed_seq", "")
+    if not t:
+        raise ValueError("give fixed_seq in crosscheck configs")
+    ids = [int(v) for v in t[4:].replace(",", " ").split()] if t.startswith("ids:") else list(t.encode())
+    return [ids[i % len(ids)] for i in range(r["max_seq_len"])]
 
 
 def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=None,
@@ -627,8 +798,65 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
         o = torch.softmax(s, dim=-1) @ v
         return o.transpose(1, 2).reshape(B, q.shape[2], -1)
 
-    def attn(xq, xkv, p, kind, mask):
+    def masked_rows(w, mask):
+        """attention weights w [B, h, Tq, Tk] (>= 0) with the blocked keys zeroed, each row
+        divided by its sum"""
+        w = w.masked_fill(mask, 0.0)
+        return w / w.sum(dim=-1, keepdim=True)
+
+    def decon(xq, xkv, p, kind, mask, ctx):
+        """the kinds of thesis ch. 4 and FNet. ctx: lens (real tokens of xkv's sequences),
+        emb / mem_emb (the static block-0 inputs of xq's and xkv's stacks), fixed_u (the
+        fixed stream's attention inputs per layer), layer, fixed (this is that stream)"""
+        if kind == "mlp":           # eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H))
+            return linear(F.silu(linear(xq, p + ".gate")) * linear(xq, p + ".up"), p + ".down")
+        if kind == "fnet":          # Re of the 2-D DFT over each sequence's real tokens
+            lens = ctx["lens"] or [xq.shape[1]] * B
+            rows = []
+            for b in range(B):
+                yb = torch.fft.fft2(xq[b, :lens[b]].to(torch.complex128)).real
+                rows.append(torch.cat([yb, torch.zeros(xq.shape[1] - lens[b], C, dtype=xq.dtype)], 0))
+            return torch.stack(rows)
+        if kind == "linear":        # W_seq[:L, :L] (X W_hidden^T) per sequence
+            z = xq @ P[p + ".hidden.weight"].t()
+            lens = ctx["lens"] or [xq.shape[1]] * B
+            rows = []
+            for b in range(B):
+                Lb = lens[b]
+                yb = P[p + ".seq.weight"][:Lb, :Lb] @ z[b, :Lb]
+                rows.append(torch.cat([yb, torch.zeros(xq.shape[1] - Lb, C, dtype=xq.dtype)], 0))
+            return torch.stack(rows)
+        if kind in ("rndemb-qk", "fixedseq-qk") and not ctx["fixed"]:
+            fu = ctx["fixed_u"][ctx["layer"]]           # [1, T, C]: the same Q, K for every sequence
+            q = heads(linear(fu, p + ".wq").expand(B, -1, -1), n)
+            k = heads(linear(fu, p + ".wk").expand(B, -1, -1), n)
+        elif kind == "staticemb-qk":
+            # eq. 4.13: Q, K from the static embeddings, through the sublayer's input norm
+            # (pre-norm: norm1, or norm3 for cross-attention; post-norm: as they are)
+            nm = p.rsplit(".", 1)[0] + (".norm3" if ctx["cross"] else ".norm1")
+            sn = (lambda e: norm(e, nm)) if r["norm_position"] == "pre" else (lambda e: e)
+            q = heads(linear(sn(ctx["emb"]), p + ".wq"), n)
+            k = heads(linear(sn(ctx["mem_emb"] if ctx["cross"] else ctx["emb"]), p + ".wk"), n)
+        else:
+            q, k = heads(linear(xq, p + ".wq"), n), heads(linear(xkv, p + ".wk"), n)
+        v = heads(linear(xkv, p + ".wv"), n)
+        if kind == "taylor":        # eq. 4.6 with Based's one normaliser: w = 1 + s + s^2/2
+            s_ = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+            a = masked_rows(1 + s_ + 0.5 * s_ * s_, mask)
+        elif kind == "nonapprox":   # eq. 4.7-4.8: one score per key position, softmax over time
+            sc = (F.silu(q) * k).sum(-1) / math.sqrt(dh)              # [B, h, T]
+            s_ = sc[:, :, None, :].expand(-1, -1, q.shape[2], -1)
+            a = torch.softmax(s_.masked_fill(mask, float("-inf")), dim=-1)
+        else:
+            s_ = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
+            a = torch.softmax(s_.masked_fill(mask, float("-inf")), dim=-1)
+        o = (a @ v).transpose(1, 2).reshape(B, q.shape[2], -1)
+        return linear(o, p + ".wo")
+
+    def attn(xq, xkv, p, kind, mask, ctx=None):
         """Q from xq, K and V from xkv (the same tensor for self-attention)"""
+        if kind in DECON_KINDS:
+            return decon(xq, xkv, p, kind, mask, ctx)
         if kind in ("mhe-add", "mhe-mul"):
             # seed Q, K, V of width dh; head i uses psi(seed, e[i]) (broadcast over tokens)
             def psi(a, e):
@@ -667,37 +895,66 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
     def mlp(x, p):
         return linear(act(linear(x, p + ".fc1")), p + ".fc2")
 
-    def block(x, p, kind, mask, cross=None):
-        """cross: (encoder output, kind, mask) for a decoder block of encdec"""
+    def block(x, p, kind, mask, cross=None, ctx=None):
+        """cross: (encoder output, kind, mask) for a decoder block of encdec; ctx: see
+        decon (ctx["us"] collects the attention input of each layer)"""
+        ctx = dict(ctx or {})
+        xctx = dict(ctx, cross=True, lens=ctx.get("mem_lens"))
+        ctx["cross"] = False
         if r["norm_position"] == "pre":
             u = norm(x, p + "norm1")
-            x = x + attn(u, u, p + "attn", kind, mask)
+            if "us" in ctx:
+                ctx["us"].append(u)
+            x = x + attn(u, u, p + "attn", kind, mask, ctx)
             if cross:
-                x = x + attn(norm(x, p + "norm3"), cross[0], p + "cross", cross[1], cross[2])
+                x = x + attn(norm(x, p + "norm3"), cross[0], p + "cross", cross[1], cross[2], xctx)
             return x + mlp(norm(x, p + "norm2"), p + "mlp")
+        if "us" in ctx:
+            ctx["us"].append(x)
         # post-norm; with admin=1 the residual input is scaled: LN(omega * x + f(x))
         def om(name):
             return P[p + name] if r["admin"] else 1.0
-        x = norm(om("omega1") * x + attn(x, x, p + "attn", kind, mask), p + "norm1")
+        x = norm(om("omega1") * x + attn(x, x, p + "attn", kind, mask, ctx), p + "norm1")
         if cross:
-            x = norm(om("omega3") * x + attn(x, cross[0], p + "cross", cross[1], cross[2]), p + "norm3")
+            x = norm(om("omega3") * x + attn(x, cross[0], p + "cross", cross[1], cross[2], xctx), p + "norm3")
         return norm(om("omega2") * x + mlp(x, p + "mlp"), p + "norm2")
 
-    mem = None
+    mem, src_emb = None, None
     if r["arch"] == "encdec":
         Ts = src.shape[1]
-        e = P["tok_emb.weight"][src] + P["enc.pos_emb.weight"][:Ts]
+        e = src_emb = P["tok_emb.weight"][src] + P["enc.pos_emb.weight"][:Ts]
         emask = blocked(Ts, Ts, src_lengths, False)
         for l in range(r["enc_layers"]):
-            e = block(e, "enc.layers.%d." % l, r["enc_attn"][l], emask)
+            e = block(e, "enc.layers.%d." % l, r["enc_attn"][l], emask,
+                      ctx={"lens": src_lengths, "emb": src_emb, "fixed": False, "layer": l})
         mem = norm(e, "enc.ln_f") if r["norm_position"] == "pre" else e
         cmask = blocked(T, Ts, src_lengths, False)
-    x = (emb(P) if emb is not None else P["tok_emb.weight"][inputs]) + P["pos_emb.weight"][:T]
+    # the input embeddings (the static embeddings of staticemb-qk): vocab rows, or a word model's
+    x = x_emb = (emb(P) if emb is not None else P["tok_emb.weight"][inputs]) + P["pos_emb.weight"][:T]
     # decoders: query t sees keys 0..t; encoders: bidirectional; both stop at the padding
     mask = blocked(T, T, lengths, r["arch"] != "encoder")
+    fixed_u = None
+    fixed_kinds = [k for k in r["attn"] if k in ("rndemb-qk", "fixedseq-qk")]
+    if fixed_kinds:
+        # eq. 4.9 / 4.11: the model's own blocks on a fixed input (one sequence, no padding)
+        top = max(l for l, k in enumerate(r["attn"]) if k in fixed_kinds) + 1
+        if fixed_kinds[0] == "rndemb-qk":
+            f = torch.tensor(fixed_eps(r)[:T], dtype=torch.float64)[None]
+        else:
+            ts = torch.tensor(fixed_tokens(r)[:T], dtype=torch.long)[None]
+            f = P["tok_emb.weight"][ts] + P["pos_emb.weight"][:T]
+        fctx = {"lens": None, "emb": f, "fixed": True, "us": []}
+        B_keep, B = B, 1
+        fmask = blocked(T, T, None, r["arch"] != "encoder")
+        for l in range(top):
+            f = block(f, "layers.%d." % l, r["attn"][l], fmask, ctx=dict(fctx, layer=l))
+        B = B_keep
+        fixed_u = fctx["us"]
     for l in range(r["n_layers"]):
         x = block(x, "layers.%d." % l, r["attn"][l], mask,
-                  (mem, r["cross_attn"][l], cmask) if mem is not None else None)
+                  (mem, r["cross_attn"][l], cmask) if mem is not None else None,
+                  ctx={"lens": lengths, "mem_lens": src_lengths, "emb": x_emb, "mem_emb": src_emb,
+                       "fixed": False, "fixed_u": fixed_u, "layer": l})
     if r["norm_position"] == "pre":
         x = norm(x, "ln_f")
     if head == "sr":
@@ -1050,6 +1307,11 @@ def meta_matches(key, want, got, cfg):
     if key in FLOAT_KEYS:
         a, b = float(got), float(want)
         return abs(a - b) <= 1e-6 * max(abs(b), 1e-30)
+    if key == "attn":
+        # KIND@LAYOUT and the layout key: the model stores the per-layer list
+        g = [s.strip() for s in got.split(",")]
+        n = int(cfg["n_layers"])
+        return (g * n if len(g) == 1 else g) == attn_list(cfg)
     if key in ("attn", "enc_attn", "cross_attn"):
         n = int(cfg.get("enc_layers", 0)) if key == "enc_attn" else int(cfg["n_layers"])
         g = [s.strip() for s in got.split(",")]
@@ -1657,9 +1919,10 @@ def selftest(configs, seed, verbose):
     faults are caught. Counts: stand-in checks + one per fault."""
     tool = [sys.executable, SCRIPT, "--as-mhe"]
     res = Results()
-    # the stand-in knows neither padding nor encoder-decoder models
+    # the stand-in knows neither padding nor encoder-decoder models, nor thesis ch. 4's kinds
     configs = [c for c in configs if not c.get("pad") and c["cfg"].get("arch") != "encdec"
-               and "encdec" not in c["name"] and not c.get("words")]
+               and "encdec" not in c["name"] and not c.get("words")
+               and "decon" not in c["name"]]
     print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
     os.environ.pop("MHE_FAKE_BUG", None)
     run_all(configs, tool, None, seed, res, verbose)

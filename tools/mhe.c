@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "mhe_plots.h"
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -38,9 +39,9 @@ typedef struct {
     mhe_train_config tc;
     int cfg_given, tc_keys_given;
     char tc_given[64];                 /* which train fields came from the command line */
-    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task;
+    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators;
     uint64_t seed;
-    int threads, n_tokens, top_k, batches, quiet, words;
+    int threads, n_tokens, top_k, batches, quiet, words, skip, map_len;
     char model_given[128];             /* which model fields came from the command line */
     float temperature;
 } opts;
@@ -81,7 +82,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
     o->cfg = mhe_config_default();
     o->tc = mhe_train_config_default();
-    o->seed = 42; o->n_tokens = 200; o->top_k = 40; o->temperature = 0.8f; o->batches = 50;
+    o->seed = 42; o->n_tokens = 200; o->top_k = 40; o->temperature = 0.8f; o->batches = 50; o->map_len = 32;
     /* the config file first, so flags override it */
     for (i = 2; i + 1 < argc; i++)
         if (strcmp(argv[i], "--config") == 0) {
@@ -101,6 +102,7 @@ static int parse_opts(int argc, char **argv, opts *o) {
         const char *key = a + 2;
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s'\n", a); return -1; }
         if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
+        if (strcmp(a, "--skip") == 0) { o->skip = 1; continue; }
         if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return -1; }
         i++;
         if (strcmp(key, "config") == 0) continue;
@@ -112,6 +114,8 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (strcmp(key, "resume") == 0) o->resume = v;
         else if (strcmp(key, "prompt") == 0) o->prompt = v;
         else if (strcmp(key, "source") == 0) o->source = v;
+        else if (strcmp(key, "indicators") == 0) o->indicators = v;
+        else if (strcmp(key, "map-len") == 0) o->map_len = atoi(v);
         else if (strcmp(key, "task") == 0) {
             if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0 && strcmp(v, "sr") != 0) { fprintf(stderr, "mhe: --task is lm, cls or sr, not '%s'\n", v); return -1; }
             o->task = v;
@@ -604,6 +608,54 @@ out:
 
 /* ---- eval --------------------------------------------------------------- */
 
+/* PREFIX.csv, PREFIX.svg and PREFIX_maps.svg of mhe eval --indicators */
+static int write_indicators(const opts *o, mhe_model *m, const int *data, size_t n) {
+    mhe_indicators ind;
+    const mhe_indicators *one = &ind;
+    const char *label = o->model;
+    char path[4096];
+    FILE *f;
+    int i, len = o->map_len < 1 ? 1 : o->map_len > o->tc.seq_len ? o->tc.seq_len : o->map_len, *tok;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) { fprintf(stderr, "mhe: --indicators: decoder and encoder models only\n"); return 1; }
+    if (mhe_indicators_eval(m, data, n, o->tc.batch, o->tc.seq_len, o->batches, &ind) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 1; }
+    printf("indicators over %lld sequences of %d bytes (reference path; layer means over heads):\n", (long long)ind.sequences, o->tc.seq_len);
+    printf("  layer %-12s", "kind");
+    for (i = 0; i < MHE_IND_COUNT; i++) printf(" %12s", mhe_ind_name(i));
+    printf("\n");
+    for (i = 0; i < ind.n_layers; i++) {
+        int k;
+        printf("  %5d %-12s", i, mhe_attn_kind_name(ind.kind[i]));
+        for (k = 0; k < MHE_IND_COUNT; k++) {
+            if (ind.has_map[i]) printf(" %12.4f", mhe_indicator(&ind, i, -1, k));
+            else printf(" %12s", "-");
+        }
+        printf("\n");
+    }
+    snprintf(path, sizeof path, "%s.csv", o->indicators);
+    if (!(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); mhe_indicators_free(&ind); return 1; }
+    pl_ind_csv(f, &ind, label, 1);
+    fclose(f);
+    printf("wrote %s\n", path);
+    snprintf(path, sizeof path, "%s.svg", o->indicators);
+    if (!(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); mhe_indicators_free(&ind); return 1; }
+    pl_ind_svg(f, &one, &label, 1, "Attention-pattern indicators per layer (mean over heads)");
+    fclose(f);
+    printf("wrote %s\n", path);
+    mhe_indicators_free(&ind);
+    if (n < (size_t)len) len = (int)n;
+    tok = (int *)malloc((size_t)len * sizeof(int));
+    snprintf(path, sizeof path, "%s_maps.svg", o->indicators);
+    if (!tok || !(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); free(tok); return 1; }
+    for (i = 0; i < len; i++) tok[i] = data[i];
+    if (!pl_heatmap_svg(f, m, tok, len, "Attention maps of the first bytes (rows: queries, columns: keys)")) {
+        fprintf(stderr, "mhe: heat-maps: %s\n", m->err); fclose(f); free(tok); return 1;
+    }
+    fclose(f);
+    free(tok);
+    printf("wrote %s\n", path);
+    return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
     opts o;
     mhe_model m;
@@ -612,17 +664,31 @@ static int cmd_eval(int argc, char **argv) {
     float loss;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--src_len S] [--batch B] [--batches N]\n"
-               "                [--task lm|cls] [--threads N]\n"
+               "                [--task lm|cls] [--skip] [--indicators PREFIX [--map-len N]] [--threads N]\n"
                "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
                "consecutive windows of the text (N <= 0: all of it), shaped as `mhe train` shapes them.\n"
                "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
                "`label<TAB>text` line of TEXT (cut to seq_len bytes, or words for a word model).\n"
                "--task sr: Shuffle+Random loss, accuracy, macro-F1 and MCC of a word model's S+R head\n"
-               "on consecutive windows of the words of TEXT, corrupted with sr_prob under a fixed seed.\n");
+               "on consecutive windows of the words of TEXT, corrupted with sr_prob under a fixed seed.\n"
+               "--skip: the self-attention sublayers of the layers that are not mha become the identity\n"
+               "(a hybrid evaluated \"with skip\", thesis Table 4.1).\n"
+               "--indicators PREFIX: the attention-pattern indicators (thesis sec. 4.4.4: Entropy, Conc,\n"
+               "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
+               "probabilities of the reference path; writes PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
+               "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes, default 32).\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
+    if (o.skip) {   /* hybrids "with skip": every layer whose kind is not mha loses its attention */
+        int l, E = m.cfg.arch == MHE_ARCH_ENCDEC ? m.cfg.enc_layers : 0;
+        for (l = 0; l < m.cfg.n_layers; l++) if (m.layers[E + l].attn.kind != MHE_ATTN_MHA) m.skip_attn |= (uint64_t)1 << l;
+        if (!m.skip_attn) { fprintf(stderr, "mhe: --skip: every layer of this model is mha, nothing to skip\n"); mhe_model_free(&m); return 1; }
+        printf("skipping the attention of layers");
+        for (l = 0; l < m.cfg.n_layers; l++) if (m.skip_attn >> l & 1) printf(" %d (%s)", l, mhe_attn_kind_name(m.layers[E + l].attn.kind));
+        printf("\n");
+    }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
     if (o.task && (strcmp(o.task, "cls") == 0 || strcmp(o.task, "sr") == 0)) {
         mhe_text_set set;
@@ -667,12 +733,33 @@ static int cmd_eval(int argc, char **argv) {
     }
     printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
            loss / log(2.0), mhe_unigram_entropy(data, n, m.cfg.vocab_size));
+    if (o.indicators && write_indicators(&o, &m, data, n) != 0) { free(data); mhe_model_free(&m); return 1; }
     free(data);
     mhe_model_free(&m);
     return 0;
 }
 
 /* ---- generate ----------------------------------------------------------- */
+
+/* What each layer keeps for this sequence, beside thesis Table 4.8 (bytes at
+   half precision, B = 1, L = len): ours is float32, twice the table's bytes
+   where a layer keeps what the table counts. */
+static void print_cache_layers(const mhe_model *m, const mhe_kv_cache *kv, int len) {
+    int l, E = m->cfg.arch == MHE_ARCH_ENCDEC ? m->cfg.enc_layers : 0, d = m->cfg.d_model, h = m->cfg.n_heads;
+    fprintf(stderr, "cache/state per layer for %d tokens (float32 bytes; Table 4.8: fp16 bytes at B=1, L=%d, d=%d, h=%d):\n", len, len, d, h);
+    for (l = E; l < m->n_total_layers; l++) {
+        int kind = m->layers[l].attn.kind;
+        char formula[64];
+        fprintf(stderr, "  layer %d %-12s %10zu B", l - E, mhe_attn_kind_name(kind), kv->layer_bytes[l]);
+        if (kv->shared_bytes[l]) fprintf(stderr, " + %zu B maps shared by all sequences", kv->shared_bytes[l]);
+        if (mhe_attn_cost_formula(MHE_COST_CACHE, kind, formula, sizeof formula))
+            fprintf(stderr, "   Table 4.8 %s = %.0f B (x2 = %.0f)", formula, mhe_attn_cost(MHE_COST_CACHE, kind, 1, len, d, h, 1),
+                    2 * mhe_attn_cost(MHE_COST_CACHE, kind, 1, len, d, h, 1));
+        if (kind == MHE_ATTN_TAYLOR) fprintf(stderr, " [ours: Based's feature map, state per head (1 + d_h + d_h(d_h+1)/2)(d_h + 1) floats]");
+        if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) fprintf(stderr, " [2BLd: V rows; the table's shared 2Ld keys are our maps]");
+        fprintf(stderr, "\n");
+    }
+}
 
 static int cmd_generate(int argc, char **argv) {
     opts o;
@@ -712,6 +799,7 @@ static int cmd_generate(int argc, char **argv) {
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
     if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
+    print_cache_layers(&m, &kv, len);
     if (m.cfg.arch == MHE_ARCH_ENCDEC) {
         int srcl = (int)strlen(o.source), *src = (int *)malloc((size_t)srcl * sizeof(int));
         mhe_status es;

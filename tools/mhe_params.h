@@ -28,7 +28,8 @@ enum { MP_TEXT, MP_MARKDOWN, MP_CSV };
 enum {
     MP_T4 = 1 << 0, MP_T1 = 1 << 1, MP_T3 = 1 << 2, MP_T14 = 1 << 3, MP_T15 = 1 << 4,
     MP_T13 = 1 << 5, MP_GPT3 = 1 << 6, MP_FIG3 = 1 << 7, MP_FIG4 = 1 << 8, MP_ALL = (1 << 9) - 1,
-    MP_HASH = 1 << 9   /* HashFormers Table 2.2 (--embeddings); not part of `all`, the MHE paper's tables */
+    MP_HASH = 1 << 9,  /* HashFormers Table 2.2 (--embeddings); not part of `all`, the MHE paper's tables */
+    MP_CX = 0xf << 10  /* thesis Tables 4.5-4.8 (--complexity) */
 };
 
 /* --table names, in the order `all` prints them */
@@ -36,7 +37,9 @@ static const struct { const char *name; unsigned bit; const char *stem; } mp_tab
     { "4", MP_T4, "table4" }, { "1", MP_T1, "table1" }, { "3", MP_T3, "table3" },
     { "14", MP_T14, "table14" }, { "15", MP_T15, "table15" }, { "13", MP_T13, "table13" },
     { "gpt3", MP_GPT3, "gpt3" }, { "fig3", MP_FIG3, "fig3" }, { "fig4", MP_FIG4, "fig4" },
-    { "2.2", MP_HASH, "hashformers_table2_2" }
+    { "2.2", MP_HASH, "hashformers_table2_2" },
+    { "4.5", 1 << 10, "thesis_table4_5" }, { "4.6", 1 << 11, "thesis_table4_6" }, { "4.7", 1 << 12, "thesis_table4_7" },
+    { "4.8", 1 << 13, "thesis_table4_8" }
 };
 #define MP_NTABLES ((int)(sizeof mp_table_names / sizeof mp_table_names[0]))
 
@@ -45,6 +48,8 @@ typedef struct mp_opts {
     unsigned tables;
     int n, d, g, g_given;
     const char *out_dir;
+    int complexity;                 /* --complexity: thesis Tables 4.5-4.8 at cB, cL, cd, ch, ct */
+    double cB, cL, cd, ch, ct;
 } mp_opts;
 
 /* One table, filled by a builder and printed by mp_print in any format. With
@@ -99,14 +104,14 @@ static int64_t mp_count(int kind, int d_model, int n, int dh, int g, int with_wo
 }
 
 /* the kinds in the paper's order (GQA, not in the paper, after MQA), then any
-   kind mhe.h adds later */
+   kind mhe.h adds later but those of thesis ch. 4 (--complexity has them) */
 static int mp_kind_list(int *kinds) {
     static const int order[] = { MHE_ATTN_SHA, MHE_ATTN_MHA, MHE_ATTN_EL_ATT, MHE_ATTN_MQA, MHE_ATTN_GQA,
                                  MHE_ATTN_SKV, MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL };
     int n = 0, k, i, seen;
     for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) kinds[n++] = order[i];
     for (k = 0; k < MHE_ATTN_KIND_COUNT && n < MP_COLS - 2; k++) {
-        for (seen = 0, i = 0; i < n; i++) seen |= kinds[i] == k;
+        for (seen = mhe_attn_kind_is_decon(k), i = 0; i < n; i++) seen |= kinds[i] == k;
         if (!seen) kinds[n++] = k;
     }
     return n;
@@ -915,6 +920,78 @@ static int mp_build_hash(mp_table *t, const mp_opts *o) {
     return bad;
 }
 
+/* ---- thesis Tables 4.5-4.8: time, FLOPs, activation memory and cache of the ch. 4 variants ---- */
+
+/* the rows in the thesis's order, and its names for them */
+static const int mp_cx_kinds[7] = { MHE_ATTN_MHA, MHE_ATTN_MLP, MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX, MHE_ATTN_RNDEMB_QK,
+                                    MHE_ATTN_FIXEDSEQ_QK, MHE_ATTN_STATICEMB_QK };
+static const char *const mp_cx_names[7] = { "Standard", "MLP", "Approx.", "Non-apx.", "RndEmbQK", "FixedSeqQK", "StaticEmbQK" };
+
+static void mp_cx_value(mp_table *t, int row, int col, double v) {
+    if (t->csv || v < 1e15) mp_set_int(t, row, col, (int64_t)llround(v));
+    else snprintf(mp_cell(t, row, col), MP_CELL, "%.4g", v);
+}
+
+/* which: 0 = Table 4.5, 1 = 4.6, 2 = 4.7, 3 = 4.8 */
+static int mp_build_cx(mp_table *t, const mp_opts *o, int which) {
+    static const int whats[4][2] = { { MHE_COST_TIME, -1 }, { MHE_COST_PREFILL, MHE_COST_DECODE }, { MHE_COST_ACT, -1 }, { MHE_COST_CACHE, -1 } };
+    static const char *const title[4] = { "Table 4.5: time complexity of one attention layer (forward, no cache)",
+                                          "Table 4.6: FLOPs of one attention layer with the cache (GEMMs only)",
+                                          "Table 4.7: activation memory of one attention layer (bytes, half precision)",
+                                          "Table 4.8: cache size per layer for inference (bytes, half precision)" };
+    static const char *const head[4][2] = { { "O(.)", "" }, { "prefill", "decode" }, { "activation memory", "" }, { "cache", "" } };
+    int r, k, nc = whats[which][1] < 0 ? 1 : 2;
+    char buf[96], hb[40], key[48];
+    snprintf(t->title, sizeof t->title, "%s at B=%.0f, L=%.0f, d=%.0f, h=%.0f%s", title[which], o->cB, o->cL, o->cd, o->ch,
+             which == 2 ? (o->ct != 1 ? "" : ", t=1") : "");
+    if (which == 2 && o->ct != 1) snprintf(t->title + strlen(t->title), sizeof t->title - strlen(t->title), ", t=%.0f", o->ct);
+    mp_col(t, "attention", "attention", 0);
+    mp_col(t, "mhe kind", "kind", 0);
+    for (k = 0; k < nc; k++) {
+        snprintf(hb, sizeof hb, "%s formula", head[which][k]);
+        snprintf(key, sizeof key, "%s_formula", which == 1 ? head[which][k] : which == 0 ? "complexity" : which == 2 ? "activation" : "cache");
+        mp_col(t, hb, key, 0);
+        snprintf(key + strlen(key) - 7, 8, "%s", "value");
+        mp_col(t, head[which][k], key, 1);
+    }
+    if (which == 3) mp_col(t, "mhe float32 bytes", "mhe_bytes", 1);
+    for (r = 0; r < 7; r++) {
+        int kind = mp_cx_kinds[r];
+        mp_set(t, r, 0, mp_cx_names[r]);
+        mp_set(t, r, 1, mhe_attn_kind_name(kind));
+        for (k = 0; k < nc; k++) {
+            mhe_attn_cost_formula(whats[which][k], kind, buf, sizeof buf);
+            mp_set(t, r, 2 + 2 * k, buf);
+            mp_cx_value(t, r, 3 + 2 * k, mhe_attn_cost(whats[which][k], kind, o->cB, o->cL, o->cd, o->ch, o->ct));
+        }
+        if (which == 3) {   /* what mhe's own layer keeps, from the code that sizes its KV cache */
+            mhe_config c = mhe_config_default();
+            size_t shared = 0, per;
+            c.d_model = (int)o->cd; c.n_heads = (int)o->ch; c.max_seq_len = (int)o->cL;
+            per = mhe_attn_cache_bytes(&c, kind, (int)o->cL, &shared);
+            mp_cx_value(t, r, 4, o->cB * (double)per + (double)shared);
+        }
+    }
+    if (which == 0) mp_note(t, "Low-order O(BLd) terms (element-wise activations, scaling) are left out, as in the thesis.");
+    if (which == 1) mp_note(t, "With the maps of RndEmbQK and FixedSeqQK precomputed (mhe does this when decoding) the thesis gives "
+                               "2L^2d + 2BLd^2 (prefill) and 2BLd + 2d^2 (decode).");
+    if (which == 2) mp_note(t, "t: the tensor-parallel size (--t); attention dropout not counted.");
+    if (which == 3) {
+        mp_note(t, "mhe float32 bytes: B sequences of what mhe_kv_cache keeps per layer (mhe_attn_cache_bytes), twice the table's "
+                   "half-precision bytes where the layer keeps what the table counts (Standard, Non-apx., StaticEmbQK, MLP).");
+        mp_note(t, "Approx.: the table's 6Bd + 4Bd^2/h is the state of eq. 4.14-4.17 read with element-wise squares and three "
+                   "separate normalisers; mhe follows Based (one normaliser, phi with the d_h(d_h+1)/2 products q_i q_j), "
+                   "whose state is h (1 + d_h + d_h(d_h+1)/2)(d_h + 1) floats per sequence.");
+        mp_note(t, "RndEmbQK, FixedSeqQK: the table's 2(B+1)Ld is the V rows of B sequences (2BLd) plus one shared set of keys "
+                   "(2Ld); mhe shares precomputed maps instead (h L(L+1)/2 floats), so a decode step reads a map row.");
+    }
+    return 0;
+}
+static int mp_build_cx45(mp_table *t, const mp_opts *o) { return mp_build_cx(t, o, 0); }
+static int mp_build_cx46(mp_table *t, const mp_opts *o) { return mp_build_cx(t, o, 1); }
+static int mp_build_cx47(mp_table *t, const mp_opts *o) { return mp_build_cx(t, o, 2); }
+static int mp_build_cx48(mp_table *t, const mp_opts *o) { return mp_build_cx(t, o, 3); }
+
 /* ---- SVG plots ------------------------------------------------------------------------------- */
 
 typedef struct mp_series { int kind; int np; double x[16], y[16]; } mp_series;
@@ -1129,6 +1206,7 @@ static void mp_usage(FILE *f) {
         "usage: mhe params [--table LIST] [--format text|markdown|csv] [--n N] [--d D]\n"
         "                  [--kv-groups G] [--out-dir DIR]\n"
         "       mhe params --embeddings [--format text|markdown|csv] [--out-dir DIR]\n"
+        "       mhe params --complexity [--B B] [--L L] [--d D] [--h H] [--t T] [--format F] [--out-dir DIR]\n"
         "The parameter and memory tables of the MHE paper (Xue and Aletras), computed with\n"
         "mhe_attn_param_count, the count a built model has. Biases are never counted (as in\n"
         "the paper); W^O is counted where the paper's totals include it.\n"
@@ -1157,6 +1235,11 @@ static void mp_usage(FILE *f) {
         "  --kv-groups G   K/V groups of gqa (default 2); must divide --n when Table 4 is shown\n"
         "  --embeddings    print Table 2.2 of HashFormers only (no other option but --format\n"
         "                  and --out-dir applies)\n"
+        "  --complexity    print Tables 4.5-4.8 of the thesis (ch. 4, deconstructing attention): time\n"
+        "                  complexity, FLOPs (prefill, decode), activation memory and cache size of one\n"
+        "                  layer of each variant, as formulas and at --B (batch, default 1), --L (length,\n"
+        "                  2048), --d (model width d = h d_h, 896), --h (heads, 14), --t (tensor parallel\n"
+        "                  size, 1); with the bytes of mhe's own cache beside Table 4.8\n"
         "  --out-dir DIR   also write each selected table as DIR/NAME.csv and the figures as\n"
         "                  DIR/fig3.svg and DIR/fig4.svg (DIR is created if missing)\n"
         "  --help          this text\n"
@@ -1201,9 +1284,11 @@ static int mp_parse_tables(const char *v, unsigned *bits) {
 
 /* 0 ok, otherwise the exit status */
 static int mp_parse(int argc, char **argv, mp_opts *o) {
-    int i, emb = 0, table_given = 0, shape_given = 0;
-    long n = 12, d = 64, g = mhe_config_default().kv_groups;
+    int i, emb = 0, table_given = 0, shape_given = 0, cd_given = 0;
+    long n = 12, d = 64, g = mhe_config_default().kv_groups, cd = 896;
+    char cx_opt[32] = "";
     memset(o, 0, sizeof *o);
+    o->cB = 1; o->cL = 2048; o->ch = 14; o->ct = 1;
     o->format = MP_TEXT;
     o->tables = MP_ALL;
     for (i = 2; i < argc; i++) {
@@ -1212,11 +1297,13 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s' (see mhe params --help)\n", a); return 2; }
         if (strcmp(a, "--embeddings") == 0) { emb = 1; continue; }
+        if (strcmp(a, "--complexity") == 0) { o->complexity = 1; continue; }
         if (len >= sizeof name) { fprintf(stderr, "mhe: unknown option %s (see mhe params --help)\n", a); return 2; }
         memcpy(name, a, len);
         name[len] = 0;
         if (strcmp(name, "--format") && strcmp(name, "--table") && strcmp(name, "--n") && strcmp(name, "--d") &&
-            strcmp(name, "--kv-groups") && strcmp(name, "--out-dir")) {
+            strcmp(name, "--kv-groups") && strcmp(name, "--out-dir") && strcmp(name, "--B") && strcmp(name, "--L") &&
+            strcmp(name, "--h") && strcmp(name, "--t")) {
             fprintf(stderr, "mhe: unknown option %s (see mhe params --help)\n", name);
             return 2;
         }
@@ -1237,6 +1324,14 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
         } else if (strcmp(name, "--d") == 0) {
             if (!mp_parse_int(name, v, &d)) return 2;
             shape_given = 1;
+            cd = d; cd_given = 1;
+        } else if (strcmp(name, "--B") == 0 || strcmp(name, "--L") == 0 || strcmp(name, "--h") == 0 || strcmp(name, "--t") == 0) {
+            long x;
+            if (!mp_parse_int(name, v, &x)) return 2;
+            if (x < 1 || x > (1L << 24)) { fprintf(stderr, "mhe: %s must be in [1, 2^24] (got %ld)\n", name, x); return 1; }
+            if (name[2] == 'B') o->cB = (double)x; else if (name[2] == 'L') o->cL = (double)x;
+            else if (name[2] == 'h') o->ch = (double)x; else o->ct = (double)x;
+            snprintf(cx_opt, sizeof cx_opt, "%s", name);
         } else if (strcmp(name, "--kv-groups") == 0) {
             if (!mp_parse_int(name, v, &g)) return 2;
             o->g_given = 1;
@@ -1249,6 +1344,21 @@ static int mp_parse(int argc, char **argv, mp_opts *o) {
         fprintf(stderr, "mhe: --embeddings prints Table 2.2 at the thesis's settings; --table, --n, --d and "
                         "--kv-groups do not apply\n");
         return 2;
+    }
+    if (cx_opt[0] && !o->complexity) { fprintf(stderr, "mhe: %s is an option of --complexity\n", cx_opt); return 2; }
+    if (o->complexity) {
+        if (emb || table_given || o->g_given || n != 12) {
+            fprintf(stderr, "mhe: --complexity prints Tables 4.5-4.8; --embeddings, --table, --n and --kv-groups do not apply\n");
+            return 2;
+        }
+        if (cd_given && (cd < 1 || cd > (1L << 24))) { fprintf(stderr, "mhe: --d must be in [1, 2^24] (got %ld)\n", cd); return 1; }
+        o->cd = (double)cd;
+        if ((long)o->cd % (long)o->ch != 0) {
+            fprintf(stderr, "mhe: --d %.0f is not divisible by --h %.0f (the thesis assumes d = h x d_h)\n", o->cd, o->ch);
+            return 1;
+        }
+        o->tables = MP_CX;
+        return 0;
     }
     if (emb) o->tables = MP_HASH;
     if (n < 1) { fprintf(stderr, "mhe: --n must be at least 1 (got %ld)\n", n); return 1; }
@@ -1275,7 +1385,7 @@ static int cmd_params(int argc, char **argv) {
     typedef int (*builder)(mp_table *, const mp_opts *);
     static const builder build[] = { mp_build_table4, mp_build_table1, mp_build_table3, mp_build_table14,
                                      mp_build_table15, mp_build_table13, mp_build_gpt3, mp_build_fig3, mp_build_fig4,
-                                     mp_build_hash };
+                                     mp_build_hash, mp_build_cx45, mp_build_cx46, mp_build_cx47, mp_build_cx48 };
     mp_opts o;
     mp_table *t;
     int i, rc, status = 0;
