@@ -297,6 +297,14 @@ typedef struct mhe_attn_dims {
        B * n_heads * 5 * d_head floats. */
     const float *q_mul, *q_add, *k_add, *v_mul, *v_add;
     float *dq_mul, *dq_add, *dk_add, *dv_mul, *dv_add, *map_scratch;
+    /* Collaborative attention (Cordonnier et al. 2020, eq. 12; reference,
+       stacked and decoding cores): Q and K of width d_qk (0: d_head), V of
+       one head per query head although K is shared (v_per_head), and a
+       per-head score of each key, k_bias[(b*Tk + j) * k_bias_stride + h],
+       added inside the scaled logits; its gradient goes to dk_bias. */
+    int d_qk, v_per_head, k_bias_stride;
+    const float *k_bias;
+    float *dk_bias;
 } mhe_attn_dims;
 
 /* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
@@ -2742,25 +2750,31 @@ static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* Collaborative geometry in the reference core: Q/K heads of width d_qk,
+   values per query head, the key bias inside the logits. */
+#define MHE__QKW(d) ((d)->d_qk > 0 ? (d)->d_qk : (d)->d_head)
+#define MHE__REF_VH(d, g, h) ((size_t)((d)->v_per_head ? (h) : (g)) * (d)->d_head)
+#define MHE__REF_KB(d, b, j, h) ((d)->k_bias ? (d)->k_bias[((size_t)(b) * (d)->Tk + (j)) * (d)->k_bias_stride + (h)] : 0.0f)
+
 /* Reference: S = Q K^T * scale; S_tj = -inf where masked; P = softmax(S);
    O = dropout(P) V. One (b, kv-group) per iteration so K/V gradients of
    heads that share them never race. */
 MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v) {
-    int group = d->n_heads / d->n_kv_heads, bg;
+    int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
 MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
         for (h = g * group; h < (g + 1) * group; h++)
             for (t = 0; t < d->Tq; t++) {
-                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
                 float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
                 float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
                 int vis = mhe__att_visible(d, b, t);
                 for (j = 0; j < d->Tk; j++) {
-                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head;
-                    p[j] = j < vis ? d->scale * mhe__dot(qt, kj, d->d_head) : -INFINITY;
+                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
+                    p[j] = j < vis ? d->scale * (mhe__dot(qt, kj, W) + MHE__REF_KB(d, b, j, h)) : -INFINITY;
                 }
                 if (vis > 0) mhe_softmax_fwd(p, p, 1, d->Tk);
                 else for (j = 0; j < d->Tk; j++) p[j] = 0;
@@ -2768,46 +2782,47 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
                 for (j = 0; j < vis; j++) {
                     float w = p[j];
                     if (d->dropout > 0) w = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? w * keep : 0.0f;
-                    mhe__axpy(o, w, v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head, d->d_head);
+                    mhe__axpy(o, w, v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), d->d_head);
                 }
             }
     }
 }
 
-/* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale q k^T.
+/* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale (q k^T + kb).
    dv_j += Pd_tj do_t; dPd_tj = do_t . v_j; dP = dPd * mask/(1-p);
-   dS_tj = P_tj (dP_tj - sum_k P_tk dP_tk); dq_t += scale dS k; dk_j += scale dS q_t. */
+   dS_tj = P_tj (dP_tj - sum_k P_tk dP_tk); dq_t += scale dS k; dk_j += scale dS q_t; dkb_j += scale dS. */
 MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k, const float *v) {
-    int group = d->n_heads / d->n_kv_heads, bg;
+    int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
 MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
         for (h = g * group; h < (g + 1) * group; h++)
             for (t = 0; t < d->Tq; t++) {
-                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
                 const float *dot_ = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
                 const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
-                float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * d->d_head;
+                float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
                 int vis = mhe__att_visible(d, b, t);
                 float sum = 0;
                 for (j = 0; j < vis; j++) {   /* pass 1: sum_k P dP */
-                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head;
+                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
                     float m = 1.0f, dp;
                     if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
                     dp = mhe__dot(dot_, vj, d->d_head) * m;
                     sum += p[j] * dp;
-                    mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head, p[j] * m, dot_, d->d_head);
+                    mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), p[j] * m, dot_, d->d_head);
                 }
                 for (j = 0; j < vis; j++) {   /* pass 2: dS, dq, dk */
-                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * d->d_head;
-                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head;
+                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
+                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
                     float m = 1.0f, ds;
                     if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
                     ds = p[j] * (mhe__dot(dot_, vj, d->d_head) * m - sum) * d->scale;
-                    mhe__axpy(dqt, ds, kj, d->d_head);
-                    mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * d->d_head, ds, qt, d->d_head);
+                    mhe__axpy(dqt, ds, kj, W);
+                    mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W, ds, qt, W);
+                    if (d->dk_bias) d->dk_bias[((size_t)b * d->Tk + j) * d->k_bias_stride + h] += ds;
                 }
             }
     }
@@ -3059,23 +3074,29 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
    key with the per-head maps applied on the fly. O(d_h) memory and no
    tiles, so a small device's stack stays small. No dropout (inference). */
 static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k, const float *v) {
-    int group = d->n_heads / d->n_kv_heads, dh = d->d_head, h, j, c, b;
+    int group = d->n_heads / d->n_kv_heads, dh = d->d_head, W = MHE__QKW(d), h, j, c, b;
     float qh[MHE_MAX_D_HEAD], kx[MHE_MAX_D_HEAD];
-    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
     for (b = 0; b < d->B; b++)
         for (h = 0; h < d->n_heads; h++) {
-            const float *qr = q + (size_t)b * d->q_stride + MHE__QH(d, h);
-            const float *qm = MHE__MAP(d->q_mul, d, h), *qa = MHE__MAP(d->q_add, d, h), *ka = MHE__MAP(d->k_add, d, h);
+            const float *qr = q + (size_t)b * d->q_stride + (d->q_shared ? 0 : (size_t)h * W);
+            const float *qm = d->q_mul ? d->q_mul + (size_t)h * W : NULL, *qa = MHE__MAP(d->q_add, d, h), *ka = MHE__MAP(d->k_add, d, h);
             const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
             float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, mx = -INFINITY, l = 0;
-            int g = h / group, vis = mhe__att_visible(d, b, 0);
-            for (c = 0; c < dh; c++) { qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f); o[c] = 0; }
+            int g = h / group, vis = mhe__att_visible(d, b, 0), added = qa || ka;
+            MHE_ASSERT(!added || W <= MHE_MAX_D_HEAD);   /* additive maps only in MHE-ADD, where W = d_h */
+            if (added) for (c = 0; c < W; c++) qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f);
+            for (c = 0; c < dh; c++) o[c] = 0;
             for (j = 0; j < vis; j++) {
-                const float *kr = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * dh;
-                const float *vr = v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)g * dh;
+                size_t row = (size_t)b * d->Tk + j;
+                const float *kr = k + row * d->k_stride + (size_t)g * W;
+                const float *vr = v + row * d->v_stride + (size_t)(d->v_per_head ? h : g) * dh;
                 float sc, p, corr = 1.0f;
-                for (c = 0; c < dh; c++) kx[c] = ka ? kr[c] + ka[c] : kr[c];
-                sc = d->scale * mhe__dot(qh, kx, dh);
+                if (added) {
+                    for (c = 0; c < W; c++) kx[c] = ka ? kr[c] + ka[c] : kr[c];
+                    sc = mhe__dot(qh, kx, W);
+                } else sc = qm ? mhe__lane_dot3(qr, qm, kr, W) : mhe__dot(qr, kr, W);   /* (q * m) . k without a copy */
+                if (d->k_bias) sc += d->k_bias[row * d->k_bias_stride + h];
+                sc *= d->scale;
                 if (isgreater(sc, mx) || sc != sc) { corr = mhe__exp(mx - sc); mx = sc; }   /* rescale what came before */
                 p = mhe__exp(sc - mx);
                 l = l * corr + p;
@@ -3092,14 +3113,19 @@ static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, flo
    (1+e_i^Q)(1+e_i^K), and one P V GEMM; the value map 1+e_i^V scales each
    head's output once, A_i (V*(1+e_i^V)) = (A_i V)*(1+e_i^V). K and V are
    packed once per tile for all heads and the GEMMs are n times taller than
-   a head's, which is where MHE-MUL gains on MHA. Used when n stacked rows fit
-   MHE__MUL_FLOATS / max(d_h, BK). */
+   a head's, which is where MHE-MUL gains on MHA. Collaborative attention
+   (Cordonnier et al. 2020, eq. 12) has the same shape: Q and K of width
+   d_qk shared, head i weighted by its mixing row m_i, plus a per-head key
+   bias (the content bias) and per-head values (one P_i V_i GEMM per head).
+   Used when n stacked rows fit MHE__MUL_FLOATS / max(d_qk, d_h, BK). */
 #define MHE__MUL_FLOATS 8192
 
 /* query rows per block when the heads are stacked, 0 when they do not fit */
 static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
-    int w = d->d_head > MHE__BK ? d->d_head : MHE__BK, stacked = MHE__MUL_FLOATS / w, rows;
-    if (d->n_kv_heads != 1 || !d->q_shared || d->q_add || d->k_add || d->v_add) return 0;
+    int w = MHE__QKW(d) > d->d_head ? MHE__QKW(d) : d->d_head, stacked, rows;
+    if (w < MHE__BK) w = MHE__BK;
+    stacked = MHE__MUL_FLOATS / w;
+    if (d->n_kv_heads != 1 || !d->q_shared || !d->q_mul || d->q_add || d->k_add || d->v_add) return 0;
     rows = stacked / d->n_heads;
     if (rows > MHE__BQ) rows = MHE__BQ;
     return rows >= 1 ? rows : 0;
@@ -3107,7 +3133,7 @@ static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
 
 static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                                              const float *v) {
-    int n = d->n_heads, dh = d->d_head, R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
+    int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * n_qb; work++) {
@@ -3116,16 +3142,18 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
         int kend = mhe__att_visible(d, b, t0 + rows - 1), r, i, h, j0, jj, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
         for (h = 0; h < n; h++)   /* stacked row h*rows + i: query i of head h, mapped */
-            mhe__tile_affine(Qs + (size_t)h * rows * dh, qblk, (size_t)d->q_stride, rows, dh, d->q_mul + (size_t)h * dh, NULL);
+            mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W, d->q_mul + (size_t)h * W, NULL);
         for (r = 0; r < M; r++) { mrow[r] = -INFINITY; lrow[r] = 0; }
         memset(acc, 0, sizeof(float) * (size_t)M * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
             size_t koff = (size_t)b * d->Tk + j0;
-            mhe_gemm(0, 1, M, cols, dh, d->scale, Qs, dh, k + koff * d->k_stride, d->k_stride, 0.0f, S, MHE__BK);
+            mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, k + koff * d->k_stride, d->k_stride, 0.0f, S, MHE__BK);
             for (r = 0; r < M; r++) {
                 float *s = S + (size_t)r * MHE__BK, mx = mrow[r], corr, sum = 0;
                 h = r / rows; i = r % rows;
+                if (d->k_bias)   /* the head's score of each key, scaled as the dot products */
+                    for (jj = 0; jj < cols; jj++) s[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + h];
                 if (d->causal || d->kv_len) {
                     int vis = mhe__att_visible(d, b, t0 + i) - j0;
                     for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
@@ -3141,13 +3169,17 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
                     for (jj = 0; jj < cols; jj++)
                         s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
             }
-            mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
+            if (!d->v_per_head) mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
+            else
+                for (h = 0; h < n; h++)   /* each head its own values */
+                    mhe_gemm(0, 0, rows, dh, cols, 1.0f, S + (size_t)h * rows * MHE__BK, MHE__BK, v + koff * d->v_stride + (size_t)h * dh,
+                             d->v_stride, 1.0f, acc + (size_t)h * rows * dh, dh);
         }
         for (r = 0; r < M; r++) {
-            const float *vm = d->v_mul + (size_t)(r / rows) * dh;
+            const float *vm = d->v_mul ? d->v_mul + (size_t)(r / rows) * dh : NULL;
             float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh;
             float inv = lrow[r] > 0 ? 1.0f / lrow[r] : 0.0f;
-            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv * vm[c];
+            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv * (vm ? vm[c] : 1.0f);
             lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = lrow[r] > 0 ? mrow[r] + logf(lrow[r]) : -INFINITY;
         }
     }
@@ -3156,81 +3188,94 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
 /* Backward of the stacked core, one sequence per iteration: with Qs and
    dOs = dO_i * (1+e_i^V) stacked over heads, dP = dOs V^T, dS = P (dP - D),
    dQs = dS K, dK += dS^T Qs in stacked GEMMs; per head Z_i = Pd_i^T dO_i gives
-   dV += Z_i * (1+e_i^V) and the value-map gradient sum_j Z_i V. The map
+   dV += Z_i * (1+e_i^V) and the value-map gradient sum_j Z_i V (per-head
+   values: dV_i += Z_i); the key bias gets the column sums of dS. The map
    gradients of each sequence go to map_scratch and are summed afterwards. */
 static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                              const float *out, const float *lse, const float *q, const float *k, const float *v) {
-    int n = d->n_heads, dh = d->d_head, R = mhe__attn_mul_rows(d), b;
-    size_t per_b = 2 * (size_t)n * dh;   /* dq_mul, dv_mul of one sequence */
+    int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), b;
+    size_t per_b = (size_t)n * (W + dh);   /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (b = 0; b < d->B; b++) {
         float Qs[MHE__MUL_FLOATS], dQs[MHE__MUL_FLOATS], dOs[MHE__MUL_FLOATS], P[MHE__MUL_FLOATS], dP[MHE__MUL_FLOATS];
         float Z[MHE__BK * MHE_MAX_D_HEAD], Drow[MHE__MUL_FLOATS / MHE__BK];
-        float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * dh;
+        float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int t0, r, i, h, j0, jj, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
             int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows, kend = mhe__att_visible(d, b, t0 + rows - 1);
             size_t qoff = (size_t)b * d->Tq + t0;
             const float *qblk = q + qoff * d->q_stride;
             for (h = 0; h < n; h++) {
-                const float *vm = d->v_mul + (size_t)h * dh;
-                mhe__tile_affine(Qs + (size_t)h * rows * dh, qblk, (size_t)d->q_stride, rows, dh, d->q_mul + (size_t)h * dh, NULL);
+                const float *vm = d->v_mul ? d->v_mul + (size_t)h * dh : NULL;
+                mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W, d->q_mul + (size_t)h * W, NULL);
                 for (i = 0; i < rows; i++) {
                     const float *doi = dout + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
                     const float *oi = out + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
                     float *ds = dOs + ((size_t)h * rows + i) * dh;
                     Drow[h * rows + i] = mhe__dot(doi, oi, dh);
-                    for (c = 0; c < dh; c++) ds[c] = doi[c] * vm[c];
+                    for (c = 0; c < dh; c++) ds[c] = vm ? doi[c] * vm[c] : doi[c];
                 }
             }
-            memset(dQs, 0, sizeof(float) * (size_t)M * dh);
+            memset(dQs, 0, sizeof(float) * (size_t)M * W);
             for (j0 = 0; j0 < kend; j0 += MHE__BK) {
                 int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
                 size_t koff = (size_t)b * d->Tk + j0;
                 const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
                 float *dkblk = dk + koff * d->k_stride, *dvblk = dv + koff * d->v_stride;
-                mhe_gemm(0, 1, M, cols, dh, d->scale, Qs, dh, kblk, d->k_stride, 0.0f, P, MHE__BK);
-                mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, kblk, d->k_stride, 0.0f, P, MHE__BK);
+                if (!d->v_per_head) mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                else
+                    for (h = 0; h < n; h++)
+                        mhe_gemm(0, 1, rows, cols, dh, 1.0f, dOs + (size_t)h * rows * dh, dh, vblk + (size_t)h * dh, d->v_stride,
+                                 0.0f, dP + (size_t)h * rows * MHE__BK, MHE__BK);
                 for (r = 0; r < M; r++) {
                     int vis = mhe__att_visible(d, b, t0 + r % rows) - j0;
+                    float *p = P + (size_t)r * MHE__BK;
                     vis = vis > cols ? cols : vis < 0 ? 0 : vis;
-                    mhe__bwd_row(d, P + (size_t)r * MHE__BK, dP + (size_t)r * MHE__BK, cols, vis,
+                    if (d->k_bias)
+                        for (jj = 0; jj < cols; jj++) p[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows];
+                    mhe__bwd_row(d, p, dP + (size_t)r * MHE__BK, cols, vis,
                                  lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows], Drow[r], 0.0f, b, r / rows, t0 + r % rows, j0);
+                    if (d->dk_bias)   /* the content bias sits inside the scaled logits: its gradient is dS */
+                        for (jj = 0; jj < cols; jj++) d->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] += dP[(size_t)r * MHE__BK + jj];
                 }
-                /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V); value-map gradient += sum_j Z * V */
+                /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V) (or into head i's values); value-map gradient += sum_j Z * V */
                 for (h = 0; h < n; h++) {
-                    const float *vm = d->v_mul + (size_t)h * dh;
+                    const float *vm = d->v_mul ? d->v_mul + (size_t)h * dh : NULL;
                     mhe_gemm(1, 0, cols, dh, rows, 1.0f, P + (size_t)h * rows * MHE__BK, MHE__BK,
                              dout + qoff * d->o_stride + (size_t)h * dh, d->o_stride, 0.0f, Z, dh);
+                    if (d->v_per_head) {
+                        for (jj = 0; jj < cols; jj++)
+                            for (c = 0; c < dh; c++) dvblk[(size_t)jj * d->v_stride + (size_t)h * dh + c] += Z[(size_t)jj * dh + c];
+                        continue;
+                    }
                     for (jj = 0; jj < cols; jj++)
                         for (c = 0; c < dh; c++) {
                             float z = Z[(size_t)jj * dh + c];
-                            dvblk[(size_t)jj * d->v_stride + c] += z * vm[c];
-                            sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
+                            dvblk[(size_t)jj * d->v_stride + c] += vm ? z * vm[c] : z;
+                            if (vm) sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
                         }
                 }
-                mhe_gemm(0, 0, M, dh, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs, dh);     /* dQs += dS K */
-                mhe_gemm(1, 0, cols, dh, M, 1.0f, dP, MHE__BK, Qs, dh, 1.0f, dkblk, d->k_stride);     /* dK += dS^T Qs */
+                mhe_gemm(0, 0, M, W, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs, W);       /* dQs += dS K */
+                mhe_gemm(1, 0, cols, W, M, 1.0f, dP, MHE__BK, Qs, W, 1.0f, dkblk, d->k_stride);       /* dK += dS^T Qs */
             }
             /* back through the query map Q*w_i: dQ += sum_i dQs_i * w_i, dw_i += sum_t dQs_i * Q */
             for (h = 0; h < n; h++) {
-                const float *w = d->q_mul + (size_t)h * dh;
+                const float *w = d->q_mul + (size_t)h * W;
                 for (i = 0; i < rows; i++) {
-                    const float *g = dQs + ((size_t)h * rows + i) * dh, *qi = qblk + (size_t)i * d->q_stride;
+                    const float *g = dQs + ((size_t)h * rows + i) * W, *qi = qblk + (size_t)i * d->q_stride;
                     float *dqi = dq + (qoff + (size_t)i) * d->q_stride;
-                    for (c = 0; c < dh; c++) { dqi[c] += g[c] * w[c]; sdq[(size_t)h * dh + c] += g[c] * qi[c]; }
+                    for (c = 0; c < W; c++) { dqi[c] += g[c] * w[c]; sdq[(size_t)h * W + c] += g[c] * qi[c]; }
                 }
             }
         }
     }
     for (b = 0; b < d->B; b++) {   /* fixed order over sequences: the same sums for any thread count */
-        const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * dh;
+        const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int e;
-        for (e = 0; e < n * dh; e++) {
-            if (d->dq_mul) d->dq_mul[e] += sdq[e];
-            if (d->dv_mul) d->dv_mul[e] += sdv[e];
-        }
+        if (d->dq_mul) for (e = 0; e < n * W; e++) d->dq_mul[e] += sdq[e];
+        if (d->dv_mul) for (e = 0; e < n * dh; e++) d->dv_mul[e] += sdv[e];
     }
 }
 
