@@ -180,7 +180,9 @@ typedef struct mhe_tensor {
     float init_std;       /* std of MHE_INIT_NORMAL */
 } mhe_tensor;
 
-enum { MHE_INIT_ZERO = 0, MHE_INIT_ONE, MHE_INIT_NORMAL };
+/* MHE_INIT_BLOCKS: [n, W] rows of ones on head i's block of ceil(W/n) columns
+   (collab's mixing matrix as concatenated heads, Cordonnier et al. 2020 sec. 3.2) */
+enum { MHE_INIT_ZERO = 0, MHE_INIT_ONE, MHE_INIT_NORMAL, MHE_INIT_BLOCKS };
 
 /* number of elements of a shape, or -1 when a dimension is < 1 or the product overflows */
 MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape);
@@ -342,6 +344,7 @@ enum {
     MHE_ATTN_STATICEMB_QK, /* Q, K from the static input embeddings, V from the input (eq. 4.13) */
     MHE_ATTN_FNET,      /* real part of a 2-D DFT over sequence and hidden; no parameters (Lee-Thorp et al. 2022) */
     MHE_ATTN_LINEAR,    /* learned dense mixing: W_seq X W_hidden^T (Lee-Thorp et al. 2022) */
+    MHE_ATTN_COLLAB,    /* shared W~^Q, W~^K of width D~, mixing rows m_i, content bias (Cordonnier et al. 2020, eq. 13) */
     MHE_ATTN_KIND_COUNT
 };
 MHEDEF const char *mhe_attn_kind_name(int kind);
@@ -666,6 +669,8 @@ typedef struct mhe_config {
     float fixed_std;        /* rndemb-qk: their standard deviation (< 0: init_std) */
     char fixed_seq[MHE_FIXED_SEQ_MAX + 1];   /* fixedseq-qk: the fixed text (its bytes the tokens), or
                                                 "ids:5 17 3 ..." token ids; empty: a built-in text */
+    int collab_dim;         /* collab: D~, the shared query/key width (0: n_heads * d_head, exact) */
+    float collab_mix_std;   /* collab: M starts N(0, this^2); 0: blocks of ones (concatenated heads) */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -687,6 +692,8 @@ MHEDEF int mhe_config_d_ff(const mhe_config *c);
 /* hidden width F of the gated MLP that replaces attention (kind mlp): its
    three F x d_m matrices match MHA's four d_m x n d_h ones, F = round(4 n d_h / 3) */
 MHEDEF int mhe_config_mlp_width(const mhe_config *c);
+/* D~ of collab layers: collab_dim, or n_heads * d_head when 0 */
+MHEDEF int mhe_config_collab_dim(const mhe_config *c);
 /* the kind layer i of the main stack runs: attn[i], or mha where the
    layout (Table 4.11) keeps standard attention */
 MHEDEF int mhe_config_layer_kind(const mhe_config *c, int i);
@@ -698,6 +705,7 @@ typedef struct mhe_attn_weights {
     int kind;                                           /* MHE_ATTN_*, -1: the layer has no such sublayer */
     mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;  /* wq, wk, wv adjacent in memory; wk, wv NULL when the kind has none */
     mhe_tensor *eq, *ek, *ev;                           /* MHE head embeddings [n, d_h] */
+    mhe_tensor *wcb, *mix;                              /* collab: content bias [n, C] (after wk), mixing M [n, D~] */
 } mhe_attn_weights;
 
 /* A block: self-attention, cross-attention (decoder blocks of encdec only)
@@ -3120,15 +3128,17 @@ static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, flo
    Used when n stacked rows fit MHE__MUL_FLOATS / max(d_qk, d_h, BK). */
 #define MHE__MUL_FLOATS 8192
 
-/* query rows per block when the heads are stacked, 0 when they do not fit */
-static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
-    int w = MHE__QKW(d) > d->d_head ? MHE__QKW(d) : d->d_head, stacked, rows;
+/* query rows per block when n heads with Q/K width W are stacked, 0 when they do not fit */
+static int mhe__stacked_rows(int n, int W, int dh) {
+    int w = W > dh ? W : dh, rows;
     if (w < MHE__BK) w = MHE__BK;
-    stacked = MHE__MUL_FLOATS / w;
+    rows = MHE__MUL_FLOATS / w / n;
+    return rows > MHE__BQ ? MHE__BQ : rows;
+}
+
+static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
     if (d->n_kv_heads != 1 || !d->q_shared || !d->q_mul || d->q_add || d->k_add || d->v_add) return 0;
-    rows = stacked / d->n_heads;
-    if (rows > MHE__BQ) rows = MHE__BQ;
-    return rows >= 1 ? rows : 0;
+    return mhe__stacked_rows(d->n_heads, MHE__QKW(d), d->d_head);
 }
 
 static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
@@ -3857,7 +3867,8 @@ static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk,
 
 static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = {
     "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul",
-    "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear"
+    "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear",
+    "collab"
 };
 
 MHEDEF int mhe_attn_kind_is_decon(int kind) { return kind >= MHE_ATTN_MLP && kind <= MHE_ATTN_LINEAR; }
@@ -4955,6 +4966,7 @@ MHEDEF mhe_config mhe_config_default(void) {
     c.lsh_seed = 42;
     c.fixed_seed = 1;
     c.fixed_std = -1.0f;
+    c.collab_mix_std = 0.2f;   /* the authors' default for a new layer */
     return c;
 }
 
@@ -4969,6 +4981,10 @@ static const char mhe__fixed_seq_default[] =
 MHEDEF int mhe_config_mlp_width(const mhe_config *c) {
     int64_t hd = (int64_t)c->n_heads * mhe_config_d_head(c);
     return (int)((4 * hd + 1) / 3);
+}
+
+MHEDEF int mhe_config_collab_dim(const mhe_config *c) {
+    return c->collab_dim > 0 ? c->collab_dim : c->n_heads * mhe_config_d_head(c);
 }
 
 /* Table 4.11 (1-indexed layer k of n keeps standard attention): even {2,4,..},
@@ -5100,6 +5116,8 @@ static const mhe__field mhe__config_fields[] = {
     { "fixed_std", MHE__F_FLOAT, MHE__CF(fixed_std), -1, 100, 0, "rndemb-qk: their std (-1: init_std)", 1 },
     { "fixed_seq", MHE__F_TEXT, MHE__CF(fixed_seq), 0, MHE_FIXED_SEQ_MAX, 0,
       "fixedseq-qk: the fixed text (bytes as tokens) or ids:ID ID ..., cycled (empty: a built-in text)", 1 },
+    { "collab_dim", MHE__F_INT, MHE__CF(collab_dim), 0, 1048576, 0, "collab: shared query/key width D~ (0: n_heads*d_head)", 1 },
+    { "collab_mix_std", MHE__F_FLOAT, MHE__CF(collab_mix_std), 0, 10, 0, "collab: std of the mixing matrix init (0: blocks of ones)", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -5557,6 +5575,8 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
         g.q_w = g.k_w = mhe_config_mlp_width(c); g.v_w = 0; g.kv_heads = n; break;
     case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
         g.q_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_COLLAB:   /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
+        g.q_w = mhe_config_collab_dim(c); g.k_w = g.q_w + n; g.v_w = n * dh; g.kv_heads = 1; break;
     default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
         g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
     }
@@ -5569,6 +5589,14 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
         kind == MHE_ATTN_LINEAR) g.cache_k = g.cache_v = 0;
     if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) g.cache_k = 0;
     return g;
+}
+
+/* 1 when a layer of `kind` runs the reference core, which keeps the
+   probabilities: fused_attention=0, or a collab layer whose n heads of width
+   D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
+static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
+    if (!c->fused_attention) return 1;
+    return kind == MHE_ATTN_COLLAB && !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
 }
 
 /* Walks the parameter list in memory order. With m->params == NULL it only
@@ -5628,6 +5656,19 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
     if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
         MHE__AP(wq, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(wk, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
+        return;
+    }
+    if (kind == MHE_ATTN_COLLAB) {   /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
+        int D = g.q_w;
+        MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+        /* no decay on M, as on the MHE head embeddings */
+        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS, c->collab_mix_std);
+        MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
         return;
     }
     MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
@@ -5758,6 +5799,8 @@ static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int w
     }
     if (kind == MHE_ATTN_FNET) return 0;
     if (kind == MHE_ATTN_LINEAR) return (int64_t)c->max_seq_len * c->max_seq_len + C * C;   /* no W^O, no bias */
+    if (kind == MHE_ATTN_COLLAB)   /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
+        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) + (with_wo ? C * HD + (with_bias ? C : 0) : 0);
     if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
     if (with_bias) n += g.proj_w;
     if (with_wo) n += C * HD + (with_bias ? C : 0);
@@ -5774,6 +5817,14 @@ static void mhe__fill_normal(float *x, int64_t n, float std, mhe_rng *r) {
     for (i = 0; i < n; i++) x[i] = std * mhe_rng_normal(r);
 }
 
+/* row i of [n, W] is 1 on columns [i b, (i+1) b), b = ceil(W / n): head i
+   dot-products its own block, as a concatenated layer */
+static void mhe__fill_blocks(float *x, int64_t n, int64_t W) {
+    int64_t i, j, b = (W + n - 1) / n;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < W; j++) x[i * W + j] = j >= i * b && j < (i + 1) * b ? 1.0f : 0.0f;
+}
+
 /* every tensor as its layout said (see mhe__layout_walk), in memory order */
 static void mhe__init_weights(mhe_model *m, uint64_t seed) {
     mhe_rng r;
@@ -5783,6 +5834,7 @@ static void mhe__init_weights(mhe_model *m, uint64_t seed) {
         mhe_tensor *t = &m->params[i];
         int64_t j;
         if (t->init == MHE_INIT_NORMAL) mhe__fill_normal(t->data, t->size, t->init_std, &r);
+        else if (t->init == MHE_INIT_BLOCKS) mhe__fill_blocks(t->data, t->shape[0], t->shape[1]);
         else for (j = 0; j < t->size; j++) t->data[j] = t->init == MHE_INIT_ONE ? 1.0f : 0.0f;
     }
 }
@@ -6418,12 +6470,12 @@ static int mhe__head_width(const mhe_config *c) { return c->token_head == MHE_HE
 static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char *base) {
     const mhe_config *c = &m->cfg;
     mhe_acts measure, *a = base ? &m->acts : &measure;
-    int E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, l, w, any_ref = 0;
+    int E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, l, w, any_ref = 0, ref;
     /* sizes in double: on a 32-bit host a product may not fit a size_t, and then
        the measure returns SIZE_MAX instead of a wrapped count */
     double C = c->d_model, F = mhe_config_d_ff(c), dh = mhe_config_d_head(c), n = c->n_heads;
     double HD = n * dh, V = mhe__head_width(c), rd = (double)B * T, re = E ? (double)B * Ts : 0;
-    double rmax = rd > re ? rd : re, max_proj = 0, dused = 0, max_att = HD;
+    double rmax = rd > re ? rd : re, max_proj = 0, dused = 0, max_att = HD, max_projx = 0, max_scratch = 5 * n * dh;
     size_t used = 0, ext;
     int overflow = 0, any_static = 0;
 #define MHE__A(ptr, count) do { double c_ = (double)(count) * sizeof(float); size_t n_; \
@@ -6452,11 +6504,16 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
             if (g.proj_w > max_proj) max_proj = g.proj_w;
             MHE__A(aa->proj, rows * (w ? g.q_w : g.proj_w));
             if (w && g.k_w) MHE__A(aa->kv, kv_rows * (g.k_w + g.v_w));
-            if (g.mhe && !c->fused_attention) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; }
+            ref = mhe__attn_uses_probs(c, aw->kind);
+            if (g.mhe && ref) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; if (3 * HD > max_projx) max_projx = 3 * HD; }
+            if (aw->kind == MHE_ATTN_COLLAB) {   /* the reference path's Q_i = Q~ * m_i; the stacked backward's M gradients */
+                if (ref) { MHE__A(aa->projx, rows * n * g.q_w); any_ref = 1; if (n * g.q_w > max_projx) max_projx = n * g.q_w; }
+                if (n * ((double)g.q_w + dh) > max_scratch) max_scratch = n * ((double)g.q_w + dh);
+            }
             if (aw->kind == MHE_ATTN_MHE_MUL) MHE__A(aa->hmap, 2 * HD);
             if (g.att_w > max_att) max_att = g.att_w;
             MHE__A(aa->att, rows * g.att_w);
-            MHE__A(aa->stats, c->fused_attention ? B * n * Tq : B * n * Tq * Tk);
+            MHE__A(aa->stats, ref ? B * n * Tq * Tk : B * n * Tq);
             if ((ext = mhe__ext_floats(c, aw->kind, B, (int)Tq, (int)Tk, w, c->fused_attention)) > 0) MHE__A(aa->ext, ext);
             any_static |= aw->kind == MHE_ATTN_STATICEMB_QK;
         }
@@ -6475,8 +6532,8 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     if (E) MHE__A(a->d_mem, re * C);
     MHE__A(a->d_att, rmax * max_att); MHE__A(a->d_proj, rmax * max_proj);
     if (any_static) { MHE__A(a->d_emb, rd * C); if (E) MHE__A(a->d_src_emb, re * C); }
-    if (any_ref) MHE__A(a->d_projx, 3 * rmax * HD);
-    MHE__A(a->map_scratch, B * n * 5 * dh); MHE__A(a->d_hmap, 2 * HD);
+    if (any_ref) MHE__A(a->d_projx, rmax * max_projx);
+    MHE__A(a->map_scratch, B * max_scratch); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
     MHE__A(a->d_logits, rd * V);
 #undef MHE__A
@@ -6609,6 +6666,51 @@ static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, 
             }
 }
 
+/* Collaborative attention (Cordonnier et al. 2020, eq. 13): head i scores
+   (x_q W~_Q * m_i) . (x_k W~_K) + v_i . x_k, scaled by 1/sqrt(d_h) as the
+   layer it may replace. The projection rows hold Q~ [D~], then K~ [D~] and
+   the n content-bias scores v_i . x_k, then the n per-head values. */
+static void mhe__collab_dims(mhe_attn_dims *d, const mhe_attn_weights *w, int D, const float *k, int ks) {
+    d->d_qk = D; d->v_per_head = 1; d->n_kv_heads = 1; d->q_shared = 1; d->q_mul = w->mix->data;
+    d->k_bias = k + D; d->k_bias_stride = ks;
+}
+
+/* reference path, literally: Q_i = Q~ * m_i for every head, [rows, n D~] */
+static void mhe__collab_expand(const float *q, int qs, int rows, const float *mix, int n, int D, float *x) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < D; c++) x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
+}
+
+static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows, const float *mix, float *dmix, int n, int D) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < D; c++) {
+                float g = gx[((size_t)r * n + h) * D + c];
+                dq[(size_t)r * qs + c] += g * mix[(size_t)h * D + c];
+                dmix[(size_t)h * D + c] += g * q[(size_t)r * qs + c];
+            }
+}
+
+/* collab's one bias, b^V, onto the value columns of projection rows (W~_Q,
+   W~_K and the content bias have none: a query bias is what the content bias
+   folds in, eq. 12, and a key bias adds a constant to each row of scores) */
+static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, int rows) {
+    int r, j;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    for (r = 0; r < rows; r++)
+        for (j = 0; j < (int)w->bv->size; j++) v[(size_t)r * stride + j] += w->bv->data[j];
+}
+
+static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
+    int r, j;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    for (r = 0; r < rows; r++)
+        for (j = 0; j < (int)w->bv->size; j++) w->bv->grad[j] += dv[(size_t)r * stride + j];
+}
+
 /* The attention of one sublayer (weights w) for B x Tq queries over Tk keys:
    q rows (stride qs), K rows and V rows (strides ks, vs). Writes att
    [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
@@ -6622,6 +6724,16 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
     mhe__geom g = mhe__layer_geom(c, kind);
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (kind == MHE_ATTN_COLLAB) {
+        mhe__collab_dims(&d, w, g.q_w, k, ks);
+        /* decoding: one query, M on the fly; else the heads stacked as MHE-MUL's, M in the query map */
+        if (!use_ref && Tq == 1 && !d.dropout) { mhe__attn_one(&d, att, stats, q, k, v); return; }
+        if (!use_ref && mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }
+        mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, g.q_w, projx);
+        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        mhe_attn_ref_fwd(&d, att, stats, projx, k, v);
+        return;
+    }
     if (g.mhe && use_ref) {
         int mul = kind == MHE_ATTN_MHE_MUL;
         float *qx = projx, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
@@ -6674,6 +6786,20 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
     mhe__geom g = mhe__layer_geom(c, kind);
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (kind == MHE_ATTN_COLLAB) {   /* the content-bias scores' gradient lands beside dK */
+        mhe__collab_dims(&d, w, g.q_w, k, ks);
+        d.dk_bias = dk + g.q_w;
+        if (!use_ref && mhe__attn_mul_rows(&d)) {
+            d.map_scratch = a->map_scratch; d.dq_mul = w->mix->grad;
+            mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            return;
+        }
+        memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
+        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        mhe_attn_ref_bwd(&d, a->d_projx, dk, dv, d_att, stats, projx, k, v);
+        mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
+        return;
+    }
     if (g.mhe && use_ref) {
         int mul = kind == MHE_ATTN_MHE_MUL;
         size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
@@ -7013,16 +7139,18 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
     if (!cross) {
         mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.proj_w);
+        mhe__collab_vbias(w, aa->proj + g.q_w + g.k_w, g.proj_w, rows);
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     } else {
         mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
         /* W^K and W^V follow W^Q in memory (and b^K, b^V follow b^Q): one GEMM over the encoder output */
         if (g.k_w) mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), x->B * x->Ts, C, g.k_w + g.v_w);
+        mhe__collab_vbias(w, aa->kv + g.k_w, g.k_w + g.v_w, x->B * x->Ts);
         mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     }
     mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
 }
@@ -7048,8 +7176,9 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
         dk = g.k_w ? a->d_proj + g.q_w : du;
         dv = g.v_w ? dk + g.k_w : dk;
         mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
         mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
+        mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows);
     } else {
         int mrows = x->B * x->Ts, kvw = g.k_w + g.v_w;
         float *dq = a->d_proj, *dkv = dq + (size_t)rows * g.q_w;
@@ -7058,9 +7187,10 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
         dk = g.k_w ? dkv : x->d_mem;
         dv = g.v_w ? dk + g.k_w : dk;
         mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, !c->fused_attention);
+                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
         mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
         if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, kvw);
+        mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows);
     }
 }
 
@@ -7941,7 +8071,7 @@ static void mhe__lm_row(const mhe_model *m, const int *w, int T, int Ts, float m
         return;
     }
     if (m->cfg.arch == MHE_ARCH_ENCDEC) {
-        memcpy(src, w, (size_t)Ts * sizeof(int));
+        if (src) memcpy(src, w, (size_t)Ts * sizeof(int));
         w += Ts - 1;   /* the decoder's first input is the last source token */
     }
     for (i = 0; i < T; i++) { tok[i] = w[i]; tgt[i] = w[i + 1]; }
@@ -10135,6 +10265,10 @@ static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj, size_t *
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
         if ((size_t)g.proj_w > *max_proj) *max_proj = (size_t)g.proj_w;
         if ((size_t)g.att_w > *max_att) *max_att = (size_t)g.att_w;
+        if (m->layers[l].cross.kind >= 0) {   /* its queries (collab's D~ may be wider than a self kind's Q, K, V) */
+            g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
+            if ((size_t)g.q_w > *max_proj) *max_proj = (size_t)g.q_w;
+        }
     }
     return (size_t)4 * cfg->d_model + *max_proj + *max_att + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD +
            (size_t)cfg->d_model + (size_t)mhe__taylor_features(mhe_config_d_head(cfg));
@@ -10436,7 +10570,10 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
                             : mhe__static_in(m, m->layers[l].norm3_w, m->layers[l].norm3_b, m->acts.src_emb, Ts, m->acts.layer[l].cross.ext);
             mhe__lin_rows(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
             mhe__lin_rows(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv->data, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
-        } else if (g.k_w) mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
+        } else if (g.k_w) {
+            mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
+            mhe__collab_vbias(w, c->cross[l] + g.k_w, g.k_w + g.v_w, Ts);
+        }
         else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));
     }
     c->src_len = Ts;
@@ -10498,6 +10635,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
                 const mhe_attn_weights *w = &y->attn;
                 mhe__geom g = mhe__layer_geom(cfg, w->kind);
                 mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.proj_w);
+                mhe__collab_vbias(w, proj + g.q_w + g.k_w, g.proj_w, 1);
                 memcpy(c->k[l] + (size_t)pos * c->k_width[l], g.k_w ? proj + g.q_w : u, (size_t)c->k_width[l] * sizeof(float));
                 if (c->v_width[l]) memcpy(c->v[l] + (size_t)pos * c->v_width[l], proj + g.q_w + g.k_w, (size_t)c->v_width[l] * sizeof(float));
                 mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, g.proj_w, c->k[l], c->k_width[l], c->v[l],

@@ -457,6 +457,30 @@ static void attn_counts(void) {
         CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_MQA, 1, 0) == 15335424, "BERT-base MQA 15.34M");
         CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_SKV, 1, 0) == 21233664, "BERT-base SKV 21.23M");
         CHECK(12 * mhe_attn_param_count(&c, MHE_ATTN_EL_ATT, 1, 0) == 14155776, "BERT-base EL-ATT 14.16M");
+        /* collaborative (Cordonnier et al. sec. 3.4): W~_Q, W~_K and M take (2 D_in + N_h) D~, besides the
+           content bias (N_h D_in), W^V and W^O */
+        c.collab_dim = 256;
+        CHECK(mhe_attn_param_count(&c, MHE_ATTN_COLLAB, 0, 0) == (2 * 768 + 12) * 256 + 12 * 768 + 768 * 768,
+              "collab D~ 256: %lld", (long long)mhe_attn_param_count(&c, MHE_ATTN_COLLAB, 0, 0));
+    }
+    {   /* a built collab layer has the formula's tensors, and only b^V besides W^O's bias */
+        mhe_config c = tiny("n_heads=4\nd_model=16\nn_layers=1\nattn=collab\ncollab_dim=6\n");
+        mhe_model m;
+        int64_t built = 0, i, nb = 0;
+        CHECK(mhe_model_init(&m, &c, 1, NULL) == MHE_OK, "init collab: %s", m.err);
+        for (i = 0; i < m.n_tensors; i++)
+            if (strstr(m.params[i].name, ".attn.")) { built += m.params[i].size; nb += strstr(m.params[i].name, "bias") && !strstr(m.params[i].name, "content"); }
+        CHECK(built == mhe_attn_param_count(&c, MHE_ATTN_COLLAB, 1, 1) && nb == 2, "collab: built %lld vs formula %lld, %lld biases",
+              (long long)built, (long long)mhe_attn_param_count(&c, MHE_ATTN_COLLAB, 1, 1), (long long)nb);
+        mhe_model_free(&m);
+        c = tiny("attn=collab\ncollab_dim=8\ncollab_mix_std=0\n");
+        mhe_model_init(&m, &c, 1, NULL);
+        {   /* blocks of ones: 3 heads over 8 columns take ceil(8/3) = 3 each, the last one 2 */
+            const float *M = m.layers[0].attn.mix->data;
+            CHECK(M[0] == 1 && M[2] == 1 && M[3] == 0 && M[8 + 3] == 1 && M[8 + 5] == 1 && M[8 + 6] == 0 && M[16 + 6] == 1 && M[16 + 7] == 1 &&
+                  M[16 + 5] == 0 && m.layers[0].attn.mix->decay == 0, "collab_mix_std=0: M is blocks of ones, without decay");
+        }
+        mhe_model_free(&m);
     }
 }
 
@@ -495,6 +519,13 @@ int main(void) {
         "arch=encdec\nenc_layers=1\nenc_attn=gqa\ncross_attn=gqa,mhe-mul\nattn=mhe-add,mha\nn_heads=4\nd_model=16\nkv_groups=2\nattn_dropout=0.2\ndropout=0.1\n",
         "arch=encdec\nenc_layers=1\nenc_attn=sha\ncross_attn=sha,mqa\nattn=skv,gqa\nkv_groups=3\nbias=0\nfused_attention=0\n",
         "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\n",
+        /* collaborative attention: exact width, compressed, blocks init, dropout, the reference fallback */
+        "attn=collab\n",
+        "attn=collab\ncollab_dim=5\ncollab_mix_std=0\nbias=0\n",
+        "attn=collab,mha\ncollab_dim=20\nattn_dropout=0.2\ndropout=0.1\nnorm_position=post\n",
+        "attn=collab\nn_heads=65\nd_head=1\ncollab_dim=130\n",   /* 65 heads of width 130 do not stack */
+        "arch=encoder\nattn=collab,mhe-mul\ncollab_dim=7\n",
+        "arch=encdec\nenc_layers=1\nenc_attn=collab\ncross_attn=collab,mha\nattn=mha,collab\ncollab_dim=7\nnorm_position=post\n",
         /* Admin residual scales (post-norm) */
         "norm_position=post\nadmin=1\n",
         "arch=encdec\nenc_layers=2\nnorm_position=post\nadmin=1\nnorm=rmsnorm\ncross_attn=mhe-mul\ndropout=0.1\n",
@@ -507,6 +538,8 @@ int main(void) {
         "arch=encoder\nattn=sha,skv\nattn_dropout=0.2\nd_head=5\n",
         "arch=encdec\nenc_layers=2\nenc_attn=mhe-add,mha\ncross_attn=mhe-mul,el-att\nattn=mqa,mhe-add\n",
         "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\nnorm_position=post\n",
+        "arch=encoder\nn_classes=3\nattn=collab\ncollab_dim=8\n",
+        "arch=encdec\nenc_layers=1\nenc_attn=collab\ncross_attn=collab\nattn=collab\ncollab_dim=4\n",
     };
     int i;
     for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {

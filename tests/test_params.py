@@ -270,6 +270,23 @@ def main():
     rc, out, err = run(cwd=empty)
     check(rc == 0 and os.listdir(empty) == [], "no files without --out-dir")
 
+    # ---- collaborative attention, Cordonnier et al. Table 1 (not part of `all`) --------------
+    check("Collaborative attention" not in (b.get("Table 1") or {}).get("title", "") and "collab" not in out,
+          "collab is not among the MHE paper's tables")
+    rc, out, err = run("--table", "collab", "--format", "csv")
+    rows = (csv_blocks(out).get("Collaborative attention (Cordonnier et al. 2020, Table 1)") or {}).get("rows", [])
+    got = [(r.get("d_in"), r.get("dim"), r.get("params_paper_m"), r.get("macs_1e8")) for r in rows]
+    # the paper's Table 1: 1.05 -> 0.66 M params, 1.51 -> 1.09 x1e8 FLOPS (FairSeq, 512 -> 128);
+    # 2.36 -> 1.58 M, 3.27 -> 2.65 (BERT-base, 768 -> 256)
+    check(rc == 0 and ("512", "512", "1.05", "1.51") in got and ("512", "128", "0.66", "1.09") in got and
+          ("768", "768", "2.36", "3.27") in got and ("768", "256", "1.58", "2.65") in got, "collab Table 1: %r" % got)
+    qk = {(r.get("d_in"), r.get("dim")): r for r in rows}
+    for d_in, nh, dt in [(512, 8, 128), (768, 12, 384), (768, 12, 256), (768, 12, 192)]:
+        r = qk.get((str(d_in), str(dt)), {})
+        check(r.get("qk_params") == str((2 * d_in + nh) * dt) and r.get("content_bias") == str(nh * d_in) and
+              r.get("params") == str((2 * d_in + nh) * dt + nh * d_in + 2 * d_in * d_in),
+              "collab D~ %d: (2 D_in + N_h) D~ = %d, got %r" % (dt, (2 * d_in + nh) * dt, r))
+
     # ---- bad options: `mhe: ...` on stderr, nothing on stdout --------------------------------
     notdir = os.path.join(d, "file")
     open(notdir, "w").close()

@@ -108,7 +108,7 @@ SPEC_KEYS = ["arch", "vocab_size", "d_model", "n_heads", "d_head", "n_layers", "
              "bias", "tie_embeddings", "dropout", "attn_dropout", "init_std"]
 INT_KEYS = {"vocab_size", "d_model", "n_heads", "d_head", "n_layers", "d_ff", "max_seq_len",
             "bias", "tie_embeddings", "fused_attention", "kv_groups", "mask_token", "n_classes",
-            "enc_layers", "admin", "fixed_seed"}
+            "enc_layers", "admin", "fixed_seed", "collab_dim"}
 # Optional config keys: sent only when a config names them (the tool's default otherwise).
 OPT_DEFAULTS = {"kv_groups": "2", "fused_attention": "1", "mask_token": "-1", "n_classes": "0"}
 # Keys the metadata of an encoder must hold (a tool that knows encoders knows them).
@@ -117,7 +117,7 @@ ARCHS = ["decoder", "encoder", "encdec"]
 ATTN_KINDS = ["mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul"]
 # thesis ch. 4 ("deconstructing attention") and FNet's baselines
 DECON_KINDS = ["mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear"]
-FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std", "fixed_std"}
+FLOAT_KEYS = {"norm_eps", "dropout", "attn_dropout", "init_std", "fixed_std", "collab_mix_std"}
 LAYOUTS = ["none", "even", "odd", "top", "middle", "bottom", "25%", "first", "last", "bilateral"]
 
 BASE = {"arch": "decoder", "d_head": "0", "d_ff": "0", "attn": "mha", "norm_eps": "1e-5",
@@ -369,6 +369,20 @@ CONFIGS += [
           cross_attn="staticemb-qk,taylor", norm_position="post"),
 ]
 
+# ---- collaborative attention (Cordonnier et al. 2020): D~ exact, compressed and wider than
+# n d_h, blocks-of-ones and random M, biases on and off, the reference core, every role of encdec
+CONFIGS += [
+    _dcfg("collab-pre-ln", 2, 10, n_layers=2, attn="collab"),
+    _dcfg("collab-post-rms-nobias-d5-blocks", 2, 9, n_layers=2, collab_dim=5, collab_mix_std="0",
+          attn="collab,mha", norm="rmsnorm", norm_position="post", bias=0, tie_embeddings=0),
+    _dcfg("collab-pre-ln-d40-refcore", 2, 9, {"fused_attention": "0"}, n_layers=2, collab_dim=40,
+          attn="collab"),
+    _dcfg("collab-enc-pad-d12-ncls2", 2, 10, pad=True, collab_dim=12, arch="encoder", n_layers=2,
+          attn="collab,mhe-mul", n_classes=2),
+    _dcfg("collab-s2s-pad-d7", 2, 7, pad=True, collab_dim=7, Ts=9, arch="encdec", enc_layers="2",
+          enc_attn="collab,mha", n_layers=2, attn="mha,collab", cross_attn="collab,collab"),
+]
+
 # Configs `mhe init` must refuse: non-zero exit, a message on stderr that contains
 # every string of "want", and no model file. Checked once each (one pass or fail).
 INVALID = [
@@ -554,6 +568,7 @@ def resolved(cfg):
     for k, v in OPT_DEFAULTS.items():
         r.setdefault(k, int(v))
     r["enc_layers"] = int(r.get("enc_layers", 0))
+    r["collab_dim"] = int(r.get("collab_dim", 0)) or n * r["d_head"]
     r["admin"] = int(r.get("admin", 0))
     for key, count in (("enc_attn", r["enc_layers"]), ("cross_attn", r["n_layers"])):
         kinds = [a.strip() for a in r.get(key, "mha").split(",")]
@@ -586,7 +601,7 @@ def mlp_width(n, dh):
     return (4 * n * dh + 1) // 3
 
 
-def attn_shapes(kind, C, n, dh, g):
+def attn_shapes(kind, C, n, dh, g, D=0):
     """[(suffix under layers.{l}.attn., shape, is_linear)] of one attention sublayer of
     `kind` before wo, in spec order: linear weights are [out, in] and carry a bias of
     [out] when bias=1; the MHE head embeddings never do."""
@@ -608,6 +623,9 @@ def attn_shapes(kind, C, n, dh, g):
                 ("eq", (n, dh), False), ("ek", (n, dh), False), ("ev", (n, dh), False)]
     if kind in ("taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk"):
         return [("wq", (H, C), True), ("wk", (H, C), True), ("wv", (H, C), True)]
+    if kind == "collab":            # Cordonnier et al. 2020: only W^V has a bias; M [n, D~]
+        return [("wq.weight", (D, C), False), ("wk.weight", (D, C), False),
+                ("content_bias.weight", (n, C), False), ("wv", (H, C), True), ("mixing", (n, D), False)]
     raise ValueError("unknown attn kind %r" % kind)
 
 
@@ -642,7 +660,7 @@ def expected_params(cfg):
             out.append((p + "hidden.weight", (C, C)))
             out.append((p + "seq.weight", (r["max_seq_len"], r["max_seq_len"])))
             return
-        for suffix, shape, is_lin in attn_shapes(kind, C, r["n_heads"], r["d_head"], r["kv_groups"]):
+        for suffix, shape, is_lin in attn_shapes(kind, C, r["n_heads"], r["d_head"], r["kv_groups"], r["collab_dim"]):
             if is_lin:
                 lin(p + suffix, *shape)
             else:
@@ -869,6 +887,13 @@ def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=
                 k.retain_grad()
                 taps[p + ".ek"] = k
             o = core(psi(q, "eq"), k, psi(v, "ev"), mask)
+        elif kind == "collab":
+            # eq. 13: head i scores (x_q W~_Q diag(m_i) W~_K^T x_k + v_i . x_k) / sqrt(d_h)
+            q, k = linear(xq, p + ".wq"), linear(xkv, p + ".wk")
+            s_ = torch.einsum("bqd,hd,bkd->bhqk", q, P[p + ".mixing"], k)
+            s_ = s_ + (xkv @ P[p + ".content_bias.weight"].t()).transpose(1, 2)[:, :, None, :]
+            a = torch.softmax((s_ / math.sqrt(dh)).masked_fill(mask, float("-inf")), dim=-1)
+            o = (a @ heads(linear(xkv, p + ".wv"), n)).transpose(1, 2).reshape(B, xq.shape[1], -1)
         elif kind == "sha":
             q = heads(linear(xq, p + ".wq"), 1)
             k, v = heads(linear(xkv, p + ".wk"), 1), heads(linear(xkv, p + ".wv"), 1)
@@ -1922,7 +1947,7 @@ def selftest(configs, seed, verbose):
     # the stand-in knows neither padding nor encoder-decoder models, nor thesis ch. 4's kinds
     configs = [c for c in configs if not c.get("pad") and c["cfg"].get("arch") != "encdec"
                and "encdec" not in c["name"] and not c.get("words")
-               and "decon" not in c["name"]]
+               and "decon" not in c["name"] and "collab" not in c["name"]]
     print("selftest: the C tool is replaced by a Python float32 stand-in", flush=True)
     os.environ.pop("MHE_FAKE_BUG", None)
     run_all(configs, tool, None, seed, res, verbose)

@@ -29,7 +29,8 @@ enum {
     MP_T4 = 1 << 0, MP_T1 = 1 << 1, MP_T3 = 1 << 2, MP_T14 = 1 << 3, MP_T15 = 1 << 4,
     MP_T13 = 1 << 5, MP_GPT3 = 1 << 6, MP_FIG3 = 1 << 7, MP_FIG4 = 1 << 8, MP_ALL = (1 << 9) - 1,
     MP_HASH = 1 << 9,  /* HashFormers Table 2.2 (--embeddings); not part of `all`, the MHE paper's tables */
-    MP_CX = 0xf << 10  /* thesis Tables 4.5-4.8 (--complexity) */
+    MP_CX = 0xf << 10, /* thesis Tables 4.5-4.8 (--complexity) */
+    MP_COLLAB = 1 << 14 /* collaborative attention, Cordonnier et al. Table 1; not part of `all` */
 };
 
 /* --table names, in the order `all` prints them */
@@ -39,7 +40,7 @@ static const struct { const char *name; unsigned bit; const char *stem; } mp_tab
     { "gpt3", MP_GPT3, "gpt3" }, { "fig3", MP_FIG3, "fig3" }, { "fig4", MP_FIG4, "fig4" },
     { "2.2", MP_HASH, "hashformers_table2_2" },
     { "4.5", 1 << 10, "thesis_table4_5" }, { "4.6", 1 << 11, "thesis_table4_6" }, { "4.7", 1 << 12, "thesis_table4_7" },
-    { "4.8", 1 << 13, "thesis_table4_8" }
+    { "4.8", 1 << 13, "thesis_table4_8" }, { "collab", MP_COLLAB, "collab_table1" }
 };
 #define MP_NTABLES ((int)(sizeof mp_table_names / sizeof mp_table_names[0]))
 
@@ -104,14 +105,15 @@ static int64_t mp_count(int kind, int d_model, int n, int dh, int g, int with_wo
 }
 
 /* the kinds in the paper's order (GQA, not in the paper, after MQA), then any
-   kind mhe.h adds later but those of thesis ch. 4 (--complexity has them) */
+   kind mhe.h adds later but those of thesis ch. 4 (--complexity has them) and
+   collab (--table collab) */
 static int mp_kind_list(int *kinds) {
     static const int order[] = { MHE_ATTN_SHA, MHE_ATTN_MHA, MHE_ATTN_EL_ATT, MHE_ATTN_MQA, MHE_ATTN_GQA,
                                  MHE_ATTN_SKV, MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL };
     int n = 0, k, i, seen;
     for (i = 0; i < (int)(sizeof order / sizeof order[0]); i++) kinds[n++] = order[i];
     for (k = 0; k < MHE_ATTN_KIND_COUNT && n < MP_COLS - 2; k++) {
-        for (seen = mhe_attn_kind_is_decon(k), i = 0; i < n; i++) seen |= kinds[i] == k;
+        for (seen = mhe_attn_kind_is_decon(k) || k == MHE_ATTN_COLLAB, i = 0; i < n; i++) seen |= kinds[i] == k;
         if (!seen) kinds[n++] = k;
     }
     return n;
@@ -147,6 +149,13 @@ static void mp_int(char *dst, size_t cap, int64_t v, int csv) {
 }
 
 /* v / scale to two decimals, as the paper rounds its M and B figures */
+/* one decimal; a result that rounds to zero prints 0.0 whatever its sign
+   (1 - x/x may come out as -0 when the compiler contracts it, -ffast-math) */
+static void mp_pct1(char *dst, double v) {
+    snprintf(dst, MP_CELL, "%.1f", v);
+    if (strcmp(dst, "-0.0") == 0) snprintf(dst, MP_CELL, "0.0");
+}
+
 static void mp_short(char *dst, size_t cap, int64_t v, double scale, const char *suffix) {
     snprintf(dst, cap, "%.2f%s", (double)v / scale, suffix);
 }
@@ -502,6 +511,70 @@ static int mp_build_gpt3(mp_table *t, const mp_opts *o) {
     return 0;
 }
 
+/* ---- Collaborative attention (Cordonnier et al. 2020), Table 1 and sec. 3.4 ------------ */
+
+/* concatenated heads (mha, D_k = n d_h) against collaborative ones of shared
+   width D~, one layer with W^V and W^O, no biases; multiply-adds at T tokens
+   as Table 1 counts them: projections T D_in per output, the mixing T N_h D~,
+   the scores T^2 N_h D~ (concatenated: T^2 D_k) and A V T^2 D_k */
+static const struct { const char *setting; int d_in, heads, dk, dt; } mp_collab_rows[] = {
+    { "FairSeq transformer-base (sec. 4.1)", 512, 8, 512, 0 }, { "", 512, 8, 512, 128 },
+    { "BERT-base (sec. 4.2)", 768, 12, 768, 0 }, { "", 768, 12, 768, 384 }, { "", 768, 12, 768, 256 }, { "", 768, 12, 768, 192 },
+};
+
+static double mp_collab_macs(int d_in, int heads, int dk, int dt, double T) {
+    if (!dt) return 4 * T * d_in * dk + 2 * T * T * dk;
+    return 2 * T * d_in * dt + T * heads * dt + 2 * T * d_in * dk + T * T * heads * dt + T * T * dk;
+}
+
+static int mp_build_collab(mp_table *t, const mp_opts *o) {
+    const double T = 128;
+    int i;
+    (void)o;
+    snprintf(t->title, sizeof t->title,
+             "Collaborative attention (Cordonnier et al. 2020, Table 1): one layer, concatenated (D_k = n d_h) against "
+             "collaborative heads of shared width D~, W^V and W^O included, no biases");
+    mp_col(t, "setting", "setting", 0);
+    mp_col(t, "heads", "heads", 0);
+    mp_col(t, "D_in", "d_in", 1);
+    mp_col(t, "N_h", "n_heads", 1);
+    mp_col(t, "D_k or D~", "dim", 1);
+    mp_col(t, "W_Q, W_K (+ M)", "qk_params", 1);
+    mp_col(t, "content bias", "content_bias", 1);
+    mp_col(t, "#params", "params", 1);
+    mp_col(t, "#params w/o content bias (M)", "params_paper_m", 1);
+    mp_col(t, "MACs at T=128 (x1e8)", "macs_1e8", 1);
+    for (i = 0; i < (int)(sizeof mp_collab_rows / sizeof mp_collab_rows[0]); i++) {
+        mhe_config c = mhe_config_default();
+        int dt = mp_collab_rows[i].dt, kind = dt ? MHE_ATTN_COLLAB : MHE_ATTN_MHA;
+        int64_t all, cb = dt ? (int64_t)mp_collab_rows[i].heads * mp_collab_rows[i].d_in : 0, v2 = 2 * (int64_t)mp_collab_rows[i].d_in * mp_collab_rows[i].dk;
+        char s[48];
+        c.d_model = mp_collab_rows[i].d_in;
+        c.n_heads = mp_collab_rows[i].heads;
+        c.d_head = mp_collab_rows[i].dk / mp_collab_rows[i].heads;
+        c.collab_dim = dt;
+        all = mhe_attn_param_count(&c, kind, 1, 0);
+        mp_set(t, i, 0, mp_collab_rows[i].setting);
+        mp_set(t, i, 1, dt ? "collaborative" : "concatenated");
+        mp_set_int(t, i, 2, mp_collab_rows[i].d_in);
+        mp_set_int(t, i, 3, mp_collab_rows[i].heads);
+        mp_set_int(t, i, 4, dt ? dt : mp_collab_rows[i].dk);
+        mp_set_int(t, i, 5, all - cb - v2);   /* (2 D_in + N_h) D~, or 2 D_in D_k */
+        mp_set_int(t, i, 6, cb);
+        mp_set_int(t, i, 7, all);
+        mp_short(s, sizeof s, all - cb, 1e6, "");
+        mp_set(t, i, 8, s);
+        snprintf(mp_cell(t, i, 9), MP_CELL, "%.2f", mp_collab_macs(mp_collab_rows[i].d_in, mp_collab_rows[i].heads,
+                                                                 mp_collab_rows[i].dk, dt, T) / 1e8);
+    }
+    mp_note(t, "W_Q, W_K (+ M) is (2 D_in + N_h) D~ for collaborative heads and 2 D_in D_k for concatenated ones (sec. 3.4); "
+               "the content-bias rows v_i (eq. 12, N_h D_in) are parameters of mhe's collab layer that the paper's Table 1 "
+               "does not count, hence the column without them.");
+    mp_note(t, "MACs: T D_in per projection output, T N_h D~ for the mixing, T^2 N_h D~ (concatenated T^2 D_k) for the "
+               "scores and T^2 D_k for A V. D~ = D_k/2, D_k/3 and D_k/4 are the reparametrisation settings of sec. 4.2.");
+    return 0;
+}
+
 /* ---- Tables 14 and 15: MHA against MHE-MUL across model sizes -------------------- */
 
 static void mp_size_row(mp_table *t, int r, int c, int64_t v, int csv) {
@@ -848,7 +921,7 @@ static int mp_build_hash(mp_table *t, const mp_opts *o) {
         mp_h_short(a, sizeof a, r[i].emb);
         mp_set(t, i, 3, a);
         exact[4] = 100.0 * mhe_pcr((double)r[i].emb, (double)base_emb);
-        snprintf(mp_cell(t, i, 4), MP_CELL, "%.1f", exact[4]);
+        mp_pct1(mp_cell(t, i, 4), exact[4]);
         if (total < 0) {
             int col;
             for (col = 5; col < 9; col++) mp_set(t, i, col, t->csv ? "" : "-");
@@ -857,9 +930,9 @@ static int mp_build_hash(mp_table *t, const mp_opts *o) {
             mp_set_int(t, i, 5, total);
             mp_h_short(a, sizeof a, total);
             mp_set(t, i, 6, a);
-            snprintf(mp_cell(t, i, 7), MP_CELL, "%.1f", 100.0 * mhe_pcr((double)total, (double)base_total));
+            mp_pct1(mp_cell(t, i, 7), 100.0 * mhe_pcr((double)total, (double)base_total));
             exact[8] = 100.0 * mhe_poep((double)r[i].emb, (double)total);
-            snprintf(mp_cell(t, i, 8), MP_CELL, "%.1f", exact[8]);
+            mp_pct1(mp_cell(t, i, 8), exact[8]);
         }
         for (k = 0; k < sizeof mp_h_printed / sizeof mp_h_printed[0]; k++) {
             int col = mp_h_printed[k].col;
@@ -1227,6 +1300,9 @@ static void mp_usage(FILE *f) {
         "  2.2   HashFormers (thesis chapter 2) Table 2.2: embedding parameters of BERT-MLM,\n"
         "        CANINE-C, ProFormer and HashFormers Emb/Pool/Add/Proj (d 768, T 128, k 10),\n"
         "        with PCR and PoEP; the same as --embeddings (not part of all)\n"
+        "  collab  collaborative attention (Cordonnier et al. 2020) Table 1: concatenated against\n"
+        "        collaborative heads for FairSeq transformer-base and BERT-base at D~ = D_k/2, /3, /4:\n"
+        "        (2 D_in + N_h) D~, content bias, #params and multiply-adds at T = 128 (not part of all)\n"
         "\n"
         "Options:\n"
         "  --format F      text (aligned table, default), markdown, or csv\n"
@@ -1274,7 +1350,7 @@ static int mp_parse_tables(const char *v, unsigned *bits) {
         else if (strcmp(p, "gpt-3") == 0 || strcmp(p, "GPT3") == 0 || strcmp(p, "GPT-3") == 0) bit = MP_GPT3;
         for (i = 0; i < MP_NTABLES && !bit; i++) if (strcmp(p, mp_table_names[i].name) == 0) bit = mp_table_names[i].bit;
         if (!bit) {
-            fprintf(stderr, "mhe: unknown table '%s' for --table (4, 1, 3, 14, 15, 13, gpt3, fig3, fig4, all or 2.2)\n", p);
+            fprintf(stderr, "mhe: unknown table '%s' for --table (4, 1, 3, 14, 15, 13, gpt3, fig3, fig4, all, 2.2 or collab)\n", p);
             return 0;
         }
         *bits |= bit;
@@ -1385,7 +1461,8 @@ static int cmd_params(int argc, char **argv) {
     typedef int (*builder)(mp_table *, const mp_opts *);
     static const builder build[] = { mp_build_table4, mp_build_table1, mp_build_table3, mp_build_table14,
                                      mp_build_table15, mp_build_table13, mp_build_gpt3, mp_build_fig3, mp_build_fig4,
-                                     mp_build_hash, mp_build_cx45, mp_build_cx46, mp_build_cx47, mp_build_cx48 };
+                                     mp_build_hash, mp_build_cx45, mp_build_cx46, mp_build_cx47, mp_build_cx48,
+                                     mp_build_collab };
     mp_opts o;
     mp_table *t;
     int i, rc, status = 0;
