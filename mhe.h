@@ -261,15 +261,21 @@ MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
    factors row-major [I, R], [J, R], [K, R]. Each sweep solves every factor
    in turn from its normal equations (the Hadamard product of the other two
    Gram matrices, by Cholesky) against the matricised tensor times the
-   Khatri-Rao product of the others (MTTKRP, as GEMMs). Starts from uniform
-   [0, 1) factors drawn with `seed`; stops when the relative error
+   Khatri-Rao product of the others (MTTKRP, as GEMMs). init
+   MHE_CP_INIT_RANDOM starts from uniform [0, 1) factors drawn with `seed`
+   (tensorly's init="random", the collaborative-attention authors' choice);
+   MHE_CP_INIT_SVD from the leading left singular vectors of each
+   unfolding (HOSVD; De Lathauwer et al. 2000), by subspace iteration from a
+   `seed`ed start, columns past a mode's size uniform [0, 1): it avoids most
+   of the poor local minima a random start can fall into. Stops when the relative error
    ||T - [[A, B, C]]|| / ||T|| (computed from the reconstruction: the
    usual norm identity cancels badly in float) changes by less than `tol` between sweeps
    (MHE_OK), or after max_iter sweeps (MHE_ERR_CONVERGE, the factors of the
    last sweep kept). Work memory comes from alloc_ctx. */
 typedef struct mhe_cp_result { double rel_error; int iterations; } mhe_cp_result;
+enum { MHE_CP_INIT_RANDOM = 0, MHE_CP_INIT_SVD };
 MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
-                             int max_iter, double tol, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
+                             int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
 
 
 /* ======================================================================== */
@@ -922,6 +928,42 @@ MHEDEF mhe_status mhe_model_set_ngrams(mhe_model *m, const char *text, size_t le
    hashing settings must equal src's. *copied (may be NULL) = tensors copied. */
 MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const mhe_model *src, uint64_t seed,
                                       void *alloc_ctx, int *copied);
+/* Collaborative reparametrisation (Cordonnier et al. 2020, sec. 3.3): the
+   heads' W_Q^(i) W_K^(i)T, stacked into T[q, i, k] (D_in x N_h x D_in, the
+   authors' mode order), are decomposed by CP-ALS (mhe_cp_als) into the
+   shared W~_Q [D~, C], the mixing M [N_h, D~] and W~_K [D~, C]; each
+   component's scale is split evenly over its three factors. The query bias
+   becomes the content bias v_i = W_K^(i)T b_Q^(i) (eq. 12); the key bias
+   adds one constant to each row of scores, which the softmax ignores, so it
+   is dropped. D~ >= N_h d_h copies W_Q and W_K (rows past N_h d_h zero) with
+   blocks-of-ones M: exact, no decomposition. The logits keep their
+   1/sqrt(d_h) scale, so a collab layer with the converted weights computes
+   what the mha layer did, up to the CP error.
+   One sublayer: wq, wk [N_h d_h, C], bq [N_h d_h] or NULL; out: wq_out,
+   wk_out [D~, C], mix [N_h, D~], content_bias [N_h, C]. res gets the
+   relative error and sweeps (0 and 0 when exact). */
+MHEDEF mhe_status mhe_collab_from_mha(int C, int n_heads, int d_head, const float *wq, const float *wk, const float *bq,
+                                      int dim, float *wq_out, float *wk_out, float *mix, float *content_bias,
+                                      int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
+typedef struct mhe_reparam_opts {
+    int dim;                /* D~, the shared query/key width (>= 1) */
+    int max_iter;           /* ALS sweeps per sublayer before giving up (default 1000) */
+    double tol;             /* converged when the relative error changes by less (default 1e-6) */
+    int init;               /* MHE_CP_INIT_SVD (default) or MHE_CP_INIT_RANDOM (the authors' code) */
+    uint64_t seed;          /* of the starting factors (default 1) */
+    /* called after each converted sublayer ("layers.3.attn"), may be NULL */
+    void (*progress)(void *ctx, const char *sublayer, const mhe_cp_result *r);
+    void *progress_ctx;
+} mhe_reparam_opts;
+MHEDEF mhe_reparam_opts mhe_reparam_opts_default(void);
+/* dst = src with every mha sublayer (self and cross, every stack) made a
+   collab one of D~ = o->dim, everything else copied. Fails, leaving dst
+   empty, when dim < 1, src has no mha sublayer, src already has collab
+   layers of another width, or a decomposition does not converge within
+   max_iter (MHE_ERR_CONVERGE, naming the sublayer and its error).
+   *converted (may be NULL): sublayers converted. */
+MHEDEF mhe_status mhe_model_reparam_collab(mhe_model *dst, const mhe_model *src, const mhe_reparam_opts *o, void *alloc_ctx,
+                                           int *converted);
 /* embedding parameters as the thesis counts them (sec. 2.4.4): the word
    embedding's tensors and the regular-token row, without special tokens and
    positions; equals mhe_hash_param_count(kind, C, T, k, N,
@@ -2592,8 +2634,39 @@ static void mhe__gram(const float *F, int n, int R, double *G) {
         }
 }
 
+/* HOSVD start of one factor F [n, R]: the leading min(n, R) eigenvectors of
+   the unfolding's Gram matrix G [n, n] (double), by subspace iteration with
+   Gram-Schmidt; the columns past n keep what F holds. Q: n * R doubles. */
+static void mhe__cp_svd_init(const double *G, int n, int R, float *F, double *Q, mhe_rng *rng) {
+    int r = n < R ? n : R, it, a, b, i;
+    double *Z = Q + (size_t)n * r;
+    for (i = 0; i < n * r; i++) Q[i] = mhe_rng_uniform(rng) - 0.5;
+    for (it = 0; it < 60; it++) {
+        for (a = 0; a < r; a++) {   /* column a of Z = G q_a, then orthogonal to the columns before it */
+            double nrm = 0;
+            for (i = 0; i < n; i++) {
+                double sum = 0;
+                int k;
+                for (k = 0; k < n; k++) sum += G[(size_t)i * n + k] * Q[(size_t)k * r + a];
+                Z[(size_t)i * r + a] = sum;
+            }
+            for (b = 0; b < a; b++) {
+                double d = 0;
+                for (i = 0; i < n; i++) d += Z[(size_t)i * r + a] * Z[(size_t)i * r + b];
+                for (i = 0; i < n; i++) Z[(size_t)i * r + a] -= d * Z[(size_t)i * r + b];
+            }
+            for (i = 0; i < n; i++) nrm += Z[(size_t)i * r + a] * Z[(size_t)i * r + a];
+            nrm = sqrt(nrm);
+            for (i = 0; i < n; i++) Z[(size_t)i * r + a] = nrm > 0 ? Z[(size_t)i * r + a] / nrm : (i == a);
+        }
+        memcpy(Q, Z, (size_t)n * r * sizeof(double));
+    }
+    for (i = 0; i < n; i++)
+        for (a = 0; a < r; a++) F[(size_t)i * R + a] = (float)Q[(size_t)i * r + a];
+}
+
 MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
-                             int max_iter, double tol, uint64_t seed, void *alloc_ctx, mhe_cp_result *res) {
+                             int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res) {
     size_t IJK, n_max, bytes, i;
     float *W, *M;
     double *G, *G2, *Y, norm_t = 0, err = 0, prev = -1;
@@ -2601,7 +2674,8 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
     int dims[3], mode, it, r, a, ok = 1, converged = 0;
     mhe_rng rng;
     if (res) { res->rel_error = 0; res->iterations = 0; }
-    if (!T || !A || !B || !C || I < 1 || J < 1 || K < 1 || R < 1 || max_iter < 1 || !(tol >= 0)) return MHE_ERR_ARG;
+    if (!T || !A || !B || !C || I < 1 || J < 1 || K < 1 || R < 1 || max_iter < 1 || !(tol >= 0) ||
+        (init != MHE_CP_INIT_RANDOM && init != MHE_CP_INIT_SVD)) return MHE_ERR_ARG;
     IJK = mhe__mul_size(mhe__mul_size((size_t)I, (size_t)J, &ok), (size_t)K, &ok);
     n_max = (size_t)(I > J ? (I > K ? I : K) : (J > K ? J : K));
     /* W: T times one factor ([I*J or J*K, R]), then the reconstruction [I*J, K]; M: MTTKRP [n, R] */
@@ -2620,6 +2694,24 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
     mhe_rng_seed(&rng, seed);
     for (mode = 0; mode < 3; mode++)
         for (i = 0; i < (size_t)dims[mode] * R; i++) F[mode][i] = mhe_rng_uniform(&rng);
+    if (init == MHE_CP_INIT_SVD) {
+        size_t nm = n_max;
+        double *Gm = (double *)MHE_MALLOC(alloc_ctx, (nm * nm + 2 * nm * (size_t)R) * sizeof(double));
+        float *Gf = (float *)MHE_MALLOC(alloc_ctx, nm * nm * sizeof(float));
+        if (!Gm || !Gf) { if (Gm) MHE_FREE(alloc_ctx, Gm); if (Gf) MHE_FREE(alloc_ctx, Gf); MHE_FREE(alloc_ctx, W); return MHE_ERR_NOMEM; }
+        for (mode = 0; mode < 3; mode++) {   /* Gram matrix of the mode's unfolding, as GEMMs */
+            int n = dims[mode], x;
+            if (mode == 0) mhe_gemm(0, 1, I, I, J * K, 1.0f, T, J * K, T, J * K, 0.0f, Gf, I);
+            else if (mode == 2) mhe_gemm(1, 0, K, K, I * J, 1.0f, T, K, T, K, 0.0f, Gf, K);
+            else
+                for (x = 0; x < I; x++)   /* sum over i of slice_i slice_i^T, slice_i [J, K] */
+                    mhe_gemm(0, 1, J, J, K, 1.0f, T + (size_t)x * J * K, K, T + (size_t)x * J * K, K, x ? 1.0f : 0.0f, Gf, J);
+            for (i = 0; i < (size_t)n * n; i++) Gm[i] = Gf[i];
+            mhe__cp_svd_init(Gm, n, R, F[mode], Gm + nm * nm, &rng);
+        }
+        MHE_FREE(alloc_ctx, Gf);
+        MHE_FREE(alloc_ctx, Gm);
+    }
     for (i = 0; i < IJK; i++) norm_t += (double)T[i] * T[i];
     norm_t = sqrt(norm_t);
     for (it = 0; it < max_iter && !converged; it++) {
@@ -6299,6 +6391,149 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
     }
     if (copied) *copied = n;
     return MHE_OK;
+}
+
+/* ---- 7. models: collaborative reparametrisation -------------------------- */
+
+MHEDEF mhe_status mhe_collab_from_mha(int C, int n_heads, int d_head, const float *wq, const float *wk, const float *bq,
+                                      int dim, float *wq_out, float *wk_out, float *mix, float *content_bias,
+                                      int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res) {
+    int n = n_heads, dh = d_head, HD = n_heads * d_head, D = dim, i, r, c, mode;
+    float *T, *F[3];
+    mhe_status st;
+    int ok = 1;
+    size_t tsize, fsize;
+    if (res) { res->rel_error = 0; res->iterations = 0; }
+    if (C < 1 || n < 1 || dh < 1 || D < 1 || !wq || !wk || !wq_out || !wk_out || !mix || !content_bias) return MHE_ERR_ARG;
+    for (i = 0; i < n; i++)   /* eq. 12: v_i = W_K^(i)T b_Q^(i), a row of the content-bias layer */
+        for (c = 0; c < C; c++) {
+            double v = 0;
+            for (r = 0; bq && r < dh; r++) v += (double)bq[i * dh + r] * wk[(size_t)(i * dh + r) * C + c];
+            content_bias[(size_t)i * C + c] = (float)v;
+        }
+    if (D >= HD) {   /* exact: the concatenated heads themselves */
+        memset(wq_out, 0, (size_t)D * C * sizeof(float));
+        memset(wk_out, 0, (size_t)D * C * sizeof(float));
+        memcpy(wq_out, wq, (size_t)HD * C * sizeof(float));
+        memcpy(wk_out, wk, (size_t)HD * C * sizeof(float));
+        for (i = 0; i < n; i++)
+            for (r = 0; r < D; r++) mix[(size_t)i * D + r] = r >= i * dh && r < (i + 1) * dh ? 1.0f : 0.0f;
+        return MHE_OK;
+    }
+    tsize = mhe__mul_size(mhe__mul_size((size_t)C, (size_t)n, &ok), (size_t)C, &ok);
+    fsize = mhe__mul_size((size_t)(2 * C + n), (size_t)D, &ok);
+    if (!ok || tsize > (size_t)INT_MAX) return MHE_ERR_OVERFLOW;
+    T = (float *)MHE_MALLOC(alloc_ctx, (tsize + fsize) * sizeof(float));
+    if (!T) return MHE_ERR_NOMEM;
+    F[0] = T + tsize; F[1] = F[0] + (size_t)C * D; F[2] = F[1] + (size_t)n * D;
+    for (i = 0; i < n; i++)   /* T[q, i, :] = W_Q^(i) W_K^(i)T: rows q of head i's C x C slice, ldc n C */
+        mhe_gemm(1, 0, C, C, dh, 1.0f, wq + (size_t)i * dh * C, C, wk + (size_t)i * dh * C, C, 0.0f, T + (size_t)i * C, n * C);
+    st = mhe_cp_als(T, C, n, C, D, F[0], F[1], F[2], max_iter, tol, init, seed, alloc_ctx, res);
+    if (st == MHE_OK || st == MHE_ERR_CONVERGE) {
+        for (r = 0; r < D; r++) {   /* the scale of a_r o b_r o c_r is free: give each factor the cube root of it */
+            double nrm[3], g;
+            for (mode = 0; mode < 3; mode++) {
+                int len = mode == 1 ? n : C;
+                double q = 0;
+                for (c = 0; c < len; c++) q += (double)F[mode][(size_t)c * D + r] * F[mode][(size_t)c * D + r];
+                nrm[mode] = sqrt(q);
+            }
+            g = cbrt(nrm[0] * nrm[1] * nrm[2]);
+            for (mode = 0; mode < 3; mode++) {
+                int len = mode == 1 ? n : C;
+                double f = nrm[mode] > 0 ? g / nrm[mode] : 0;
+                for (c = 0; c < len; c++) F[mode][(size_t)c * D + r] = (float)(F[mode][(size_t)c * D + r] * f);
+            }
+        }
+        for (r = 0; r < D; r++)
+            for (c = 0; c < C; c++) { wq_out[(size_t)r * C + c] = F[0][(size_t)c * D + r]; wk_out[(size_t)r * C + c] = F[2][(size_t)c * D + r]; }
+        memcpy(mix, F[1], (size_t)n * D * sizeof(float));
+    }
+    MHE_FREE(alloc_ctx, T);
+    return st;
+}
+
+/* a per-layer kind list as the config text writes it: one kind in every
+   slot when the n layers agree, else the n kinds and -1 after them */
+static void mhe__kinds_tidy(int *kinds, int n) {
+    int l, same = 1;
+    for (l = 1; l < n; l++) same &= kinds[l] == kinds[0];
+    for (l = n; l < MHE_MAX_LAYERS; l++) kinds[l] = same ? kinds[0] : -1;
+}
+
+MHEDEF mhe_reparam_opts mhe_reparam_opts_default(void) {
+    mhe_reparam_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_iter = 1000;
+    o.tol = 1e-6;
+    o.init = MHE_CP_INIT_SVD;
+    o.seed = 1;
+    return o;
+}
+
+MHEDEF mhe_status mhe_model_reparam_collab(mhe_model *dst, const mhe_model *src, const mhe_reparam_opts *o, void *alloc_ctx,
+                                           int *converted) {
+    mhe_config cfg;
+    mhe_status st = MHE_OK;
+    int l, w, count = 0, E, dh;
+    char err[MHE_ERR_LEN];
+    if (converted) *converted = 0;
+    if (!dst) return MHE_ERR_ARG;
+    memset(dst, 0, sizeof *dst);
+    if (!src || !o) return mhe__fail(dst->err, MHE_ERR_ARG, "reparam: the source model or the options are NULL");
+    if (o->dim < 1) return mhe__fail(dst->err, MHE_ERR_ARG, "reparam: D~ (dim) must be >= 1, got %d", o->dim);
+    cfg = src->cfg;
+    E = cfg.arch == MHE_ARCH_ENCDEC ? cfg.enc_layers : 0;
+    dh = mhe_config_d_head(&cfg);
+    for (l = 0; l < src->n_total_layers; l++)
+        for (w = 0; w < 2; w++) {
+            int k = w ? src->layers[l].cross.kind : src->layers[l].attn.kind;
+            count += k == MHE_ATTN_MHA;
+            if (k == MHE_ATTN_COLLAB && mhe_config_collab_dim(&cfg) != o->dim)
+                return mhe__fail(dst->err, MHE_ERR_CONFIG, "reparam: the model already has collab layers of D~ = %d; converting "
+                                 "its mha layers to D~ = %d would leave them without weights (use --dim %d)",
+                                 mhe_config_collab_dim(&cfg), o->dim, mhe_config_collab_dim(&cfg));
+        }
+    if (!count) return mhe__fail(dst->err, MHE_ERR_CONFIG, "reparam: the model has no mha layer to convert (only mha layers have the per-head W_Q, W_K to decompose)");
+    for (l = 0; l < cfg.n_layers; l++) {   /* the layout's mha layers are explicit now */
+        int k = mhe_config_layer_kind(&src->cfg, l);
+        cfg.attn[l] = k == MHE_ATTN_MHA ? MHE_ATTN_COLLAB : k;
+        if (E && cfg.cross_attn[l] == MHE_ATTN_MHA) cfg.cross_attn[l] = MHE_ATTN_COLLAB;
+    }
+    for (l = 0; l < E; l++) if (cfg.enc_attn[l] == MHE_ATTN_MHA) cfg.enc_attn[l] = MHE_ATTN_COLLAB;
+    mhe__kinds_tidy(cfg.attn, cfg.n_layers);
+    if (E) { mhe__kinds_tidy(cfg.enc_attn, E); mhe__kinds_tidy(cfg.cross_attn, cfg.n_layers); }
+    cfg.layout = MHE_LAYOUT_NONE;
+    cfg.collab_dim = o->dim;
+    cfg.collab_mix_std = 0.0f;
+    if ((st = mhe_model_init_from(dst, &cfg, src, o->seed, alloc_ctx, NULL)) != MHE_OK) return st;
+    for (l = 0; l < src->n_total_layers && st == MHE_OK; l++)
+        for (w = 0; w < 2 && st == MHE_OK; w++) {
+            const mhe_attn_weights *s = w ? &src->layers[l].cross : &src->layers[l].attn;
+            mhe_attn_weights *d = w ? &dst->layers[l].cross : &dst->layers[l].attn;
+            mhe_cp_result r;
+            char name[MHE_NAME_LEN];
+            size_t len;
+            if (s->kind != MHE_ATTN_MHA) continue;
+            snprintf(name, sizeof name, "%s", s->wq->name);
+            len = strlen(name);
+            if (len > 10) name[len - 10] = 0;   /* "layers.3.attn.wq.weight" -> "layers.3.attn" */
+            st = mhe_collab_from_mha(cfg.d_model, cfg.n_heads, dh, s->wq->data, s->wk->data, s->bq ? s->bq->data : NULL, o->dim,
+                                     d->wq->data, d->wk->data, d->mix->data, d->wcb->data, o->max_iter, o->tol, o->init,
+                                     o->seed + (uint64_t)(2 * l + w), alloc_ctx, &r);
+            if (st == MHE_ERR_CONVERGE)
+                mhe__fail(err, st, "reparam: %s: the CP decomposition did not converge in %d sweeps (relative error %.4g, "
+                          "still changing by %g or more per sweep); raise max_iter or tol", name, r.iterations, r.rel_error, o->tol);
+            else if (st != MHE_OK)
+                mhe__fail(err, st, "reparam: %s: the decomposition failed (%s)", name, mhe_status_str(st));
+            else if (o->progress) o->progress(o->progress_ctx, name, &r);
+            if (st == MHE_OK && converted) (*converted)++;
+        }
+    if (st != MHE_OK) {
+        mhe_model_free(dst);
+        memcpy(dst->err, err, MHE_ERR_LEN);
+    }
+    return st;
 }
 
 MHEDEF int64_t mhe_model_emb_params(const mhe_model *m) {

@@ -3,6 +3,7 @@ non-zero exit, and no checkpoint already on disk is damaged. Also the happy
 path: init -> train (with resume) -> eval -> generate -> inspect, and --help
 for every command. Needs only python3 and build/mhe."""
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -113,7 +114,7 @@ def main():
     with open(text, "w") as f:
         f.write("In the beginning God created the heaven and the earth. " * 40)
     small = ["--d_model", 32, "--n_heads", 2, "--n_layers", 1, "--max_seq_len", 32]
-    for cmd in ["init", "train", "eval", "generate", "grad", "inspect", "hash"]:
+    for cmd in ["init", "train", "eval", "generate", "grad", "inspect", "hash", "reparam"]:
         rc, out, err = run(cmd, "--help")
         check(rc == 0 and "usage: mhe " + cmd in out, "%s --help" % cmd)
 
@@ -175,6 +176,30 @@ def main():
     with open(tok, "w") as f:
         f.write("1 2 999\n")
     expect_error(["grad", "--model", model, "--tokens", tok, "--out", os.path.join(d, "g.st")], ["999"], "token outside vocabulary")
+    # reparam: mha -> collab. Exact at D~ = n d_h (the same eval loss), compressed below it;
+    # bad input writes nothing
+    rp = os.path.join(d, "collab.safetensors")
+    rc, out0, err = run("eval", "--model", ckpt, "--data", text, "--seq_len", 16, "--batch", 2)
+    rc, out, err = run("reparam", "--model", ckpt, "--out", rp, "--dim", 32)
+    check(rc == 0 and "exact" in out and os.path.exists(rp), "reparam exact: %s %s" % (out, err))
+    rc, out1, err = run("eval", "--model", rp, "--data", text, "--seq_len", 16, "--batch", 2)
+    l0, l1 = (float(o.split()[1]) if o.startswith("loss") else -1 for o in (out0, out1))
+    check(rc == 0 and l0 > 0 and abs(l1 - l0) <= 1e-4 * l0, "reparam at D~ = n d_h keeps the loss: %s vs %s" % (out1.strip(), out0.strip()))
+    rc, out, err = run("inspect", rp)
+    check(rc == 0 and re.search(r"meta attn +=  ?collab\n", out) and re.search(r"meta collab_dim +=  ?32\n", out) and
+          "layers.0.attn.content_bias.weight" in out, "reparam output is collab: %s" % out[:400])
+    rc, out, err = run("reparam", "--model", ckpt, "--out", rp, "--dim", 12, "--init", "random", "--seed", 3)
+    check(rc == 0 and "relative error" in out and "ALS sweeps" in out and "converted 1 sublayers in" in out, "reparam D~ 12: %s %s" % (out, err))
+    gone = os.path.join(d, "never.safetensors")
+    expect_error(["reparam", "--model", ckpt, "--out", gone, "--dim", 0], ["--dim", ">= 1"], "reparam D~ = 0")
+    expect_error(["reparam", "--model", ckpt, "--out", gone, "--dim", 12, "--max_iter", 1, "--tol", 0], ["did not converge", "layers.0.attn", "nothing written"],
+                 "reparam that does not converge")
+    expect_error(["reparam", "--model", ckpt, "--out", gone, "--dim", 12, "--init", "hosvd"], ["--init"], "reparam unknown init")
+    expect_error(["reparam", "--model", ckpt, "--out", gone], ["--dim"], "reparam without --dim")
+    mul = os.path.join(d, "mul.safetensors")
+    run("init", *small, "--attn", "mhe-mul", "--out", mul)
+    expect_error(["reparam", "--model", mul, "--out", gone, "--dim", 8], ["no mha layer"], "reparam of a model without mha layers")
+    check(not os.path.exists(gone), "nothing written by a failed reparam")
     # an encoder trains with masked LM and cannot be decoded token by token
     enc = os.path.join(d, "enc.safetensors")
     rc, out, err = run("train", "--arch", "encoder", "--attn", "mhe-mul", *small, "--data", text, "--valid", text, "--out", enc, *tc)

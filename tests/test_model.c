@@ -140,6 +140,87 @@ static void decode_equals_forward(const char *extra) {
 
 /* Padding is invisible: the real positions of a padded sequence give the
    same logits (and pooled class logits) as the sequence alone, unpadded. */
+static float batch_loss(mhe_model *m, const test_batch *tb) {
+    float loss = 0;
+    mhe_model_forward_batch(m, &tb->b, &loss);
+    return loss;
+}
+
+/* Collaborative reparametrisation (Cordonnier et al. 2020, sec. 3.3): exact
+   at D~ = n d_h (with query biases folded into the content bias, key biases
+   dropped), exact up to ALS at D~ = the heads' true CP rank, and bad input
+   refused with nothing built. */
+static void reparam_collab(const char *extra) {
+    mhe_config c = tiny(extra);
+    mhe_model m, r;
+    mhe_reparam_opts o = mhe_reparam_opts_default();
+    mhe_rng g;
+    test_batch tb;
+    int conv = 0, l, i, d, h, j, R = 3, C = c.d_model, n = c.n_heads, dh = mhe_config_d_head(&c);
+    float l0, l1;
+    mhe_rng_seed(&g, 31);
+    CHECK(mhe_model_init(&m, &c, 8, NULL) == MHE_OK, "reparam source [%s]: %s", extra, m.err);
+    for (i = 0; i < m.n_tensors; i++)   /* biases away from 0, so the folding is exercised */
+        if (strstr(m.params[i].name, ".bias"))
+            for (j = 0; j < m.params[i].size; j++) m.params[i].data[j] = 0.3f * mhe_rng_normal(&g);
+    make_batch(&tb, &c, 2, 7, 6, c.arch != MHE_ARCH_DECODER, &g);
+    l0 = batch_loss(&m, &tb);
+    o.dim = n * dh;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, &conv) == MHE_OK, "reparam D~ = n d_h [%s]: %s", extra, r.err);
+    l1 = batch_loss(&r, &tb);
+    CHECK(conv >= 1 && fabs(l1 - l0) <= 1e-4 * fabs(l0) && r.cfg.collab_dim == n * dh,
+          "reparam at D~ = n d_h is exact [%s]: %d sublayers, loss %.7f vs %.7f", extra, conv, l1, l0);
+    mhe_model_free(&r);
+    /* heads whose W_Q^(i) W_K^(i)T = A diag(b_i) C^T have CP rank R: D~ = R recovers them */
+    for (l = 0; l < 2 * m.n_total_layers; l++) {   /* self- and cross-attention */
+        mhe_attn_weights *w = l % 2 ? &m.layers[l / 2].cross : &m.layers[l / 2].attn;
+        float A[64 * 3], B[16 * 3], Cm[64 * 3];
+        if (w->kind != MHE_ATTN_MHA) continue;
+        for (i = 0; i < C * R; i++) { A[i] = mhe_rng_normal(&g); Cm[i] = mhe_rng_normal(&g); }
+        for (i = 0; i < n * R; i++) B[i] = 0.5f + mhe_rng_uniform(&g);
+        for (h = 0; h < n; h++)
+            for (d = 0; d < dh; d++)
+                for (i = 0; i < C; i++) {
+                    w->wq->data[(size_t)(h * dh + d) * C + i] = d < R ? A[i * R + d] * B[h * R + d] : 0.0f;
+                    w->wk->data[(size_t)(h * dh + d) * C + i] = d < R ? Cm[i * R + d] : 0.0f;
+                }
+    }
+    l0 = batch_loss(&m, &tb);
+    o.dim = R; o.tol = 1e-9; o.max_iter = 20000;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, &conv) == MHE_OK, "reparam D~ = CP rank [%s]: %s", extra, r.err);
+    l1 = batch_loss(&r, &tb);
+    CHECK(fabs(l1 - l0) <= 1e-4 * fabs(l0), "reparam at the heads' CP rank %d recovers the layer [%s]: loss %.7f vs %.7f", R, extra, l1, l0);
+    mhe_model_free(&r);
+    /* bad input: nothing is built, the message says why */
+    o.dim = 0;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_ARG && r.n_tensors == 0 && strstr(r.err, "dim"), "D~ = 0 refused: %s", r.err);
+    o.dim = 2; o.max_iter = 1; o.tol = 0;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_CONVERGE && r.n_tensors == 0 && !r.param_data &&
+          strstr(r.err, "converge") && strstr(r.err, "layers."), "no convergence within max_iter: nothing built: %s", r.err);
+    mhe_model_free(&m);
+}
+
+static void reparam_errors(void) {
+    mhe_config c = tiny("attn=mhe-mul,gqa\nkv_groups=3\n");
+    mhe_model m, r;
+    mhe_reparam_opts o = mhe_reparam_opts_default();
+    mhe_model_init(&m, &c, 1, NULL);
+    o.dim = 4;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_CONFIG && strstr(r.err, "no mha") && r.n_tensors == 0,
+          "a model without mha layers is refused: %s", r.err);
+    mhe_model_free(&m);
+    c = tiny("attn=collab,mha\ncollab_dim=6\n");
+    mhe_model_init(&m, &c, 1, NULL);
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_CONFIG && strstr(r.err, "D~ = 6"),
+          "existing collab layers of another width are refused: %s", r.err);
+    o.dim = 6;
+    CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_OK && r.layers[0].attn.kind == MHE_ATTN_COLLAB &&
+          r.layers[1].attn.kind == MHE_ATTN_COLLAB && memcmp(r.layers[0].attn.wq->data, m.layers[0].attn.wq->data, 6 * 12 * 4) == 0,
+          "mha beside collab of the same width: converted, the collab layer copied: %s", r.err);
+    mhe_model_free(&r);
+    mhe_model_free(&m);
+}
+
 static void padding_equals_truncation(const char *extra) {
     mhe_config c = tiny(extra);
     mhe_model m;
@@ -553,6 +634,11 @@ int main(void) {
         fused_equals_reference(padded[i], 1);
         padding_equals_truncation(padded[i]);
     }
+    reparam_collab("");
+    reparam_collab("norm_position=post\nattn=mha,mhe-mul\n");
+    reparam_collab("arch=encdec\nenc_layers=1\nbias=0\n");
+    reparam_collab("arch=encoder\nattn=taylor@odd\nn_layers=2\n");   /* the layout's mha layer */
+    reparam_errors();
     checkpoint_roundtrip();
     sampling();
     attn_counts();

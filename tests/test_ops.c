@@ -267,10 +267,10 @@ static void cp_als(void) {
                 for (q = 0; q < R; q++) v += (double)A0[i * R + q] * B0[j * R + q] * C0[k * R + q];
                 T[(i * J + j) * K + k] = (float)v;
             }
-    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 5000, 1e-9, 5, NULL, &res) == MHE_OK && res.rel_error < 1e-3,
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 5000, 1e-9, MHE_CP_INIT_RANDOM, 5, NULL, &res) == MHE_OK && res.rel_error < 1e-3,
           "CP-ALS recovers a rank-3 tensor: error %.3g after %d sweeps", res.rel_error, res.iterations);
     /* rank 2: a real residual, and the reported error is the explicit one */
-    CHECK(mhe_cp_als(T, I, J, K, 2, A, B, C, 500, 1e-9, 5, NULL, &res) == MHE_OK, "rank-2 fit converges: %d sweeps", res.iterations);
+    CHECK(mhe_cp_als(T, I, J, K, 2, A, B, C, 500, 1e-9, MHE_CP_INIT_RANDOM, 5, NULL, &res) == MHE_OK, "rank-2 fit converges: %d sweeps", res.iterations);
     for (i = 0; i < I; i++)
         for (j = 0; j < J; j++)
             for (k = 0; k < K; k++) {
@@ -279,9 +279,19 @@ static void cp_als(void) {
                 num += (t - v) * (t - v); den += t * t;
             }
     CHECK(res.rel_error > 0.01 && fabs(sqrt(num / den) - res.rel_error) < 1e-4, "rank-2 residual %.4f reported as %.4f", sqrt(num / den), res.rel_error);
-    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 1, 1e-12, 5, NULL, &res) == MHE_ERR_CONVERGE && res.iterations == 1, "iteration limit reported");
-    CHECK(mhe_cp_als(T, I, J, K, 0, A, B, C, 10, 1e-6, 5, NULL, &res) == MHE_ERR_ARG, "rank 0 rejected");
-    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 0, 1e-6, 5, NULL, &res) == MHE_ERR_ARG, "no iterations rejected");
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 1, 1e-12, MHE_CP_INIT_RANDOM, 5, NULL, &res) == MHE_ERR_CONVERGE && res.iterations == 1, "iteration limit reported");
+    CHECK(mhe_cp_als(T, I, J, K, 0, A, B, C, 10, 1e-6, MHE_CP_INIT_RANDOM, 5, NULL, &res) == MHE_ERR_ARG, "rank 0 rejected");
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 0, 1e-6, MHE_CP_INIT_RANDOM, 5, NULL, &res) == MHE_ERR_ARG, "no iterations rejected");
+    CHECK(mhe_cp_als(T, I, J, K, R, A, B, C, 10, 1e-6, 7, 5, NULL, &res) == MHE_ERR_ARG, "unknown init rejected");
+    {   /* the HOSVD start: the same rank-3 tensor from 20 seeds, every fit exact */
+        int s, bad = 0, sweeps = 0;
+        for (s = 0; s < 20; s++) {
+            mhe_status st = mhe_cp_als(T, I, J, K, R, A, B, C, 5000, 1e-10, MHE_CP_INIT_SVD, (uint64_t)s, NULL, &res);
+            bad += st != MHE_OK || res.rel_error > 1e-4;
+            sweeps += res.iterations;
+        }
+        CHECK(bad == 0, "CP-ALS from the HOSVD start recovers rank 3 from every seed: %d of 20 off, %.1f sweeps on average", bad, sweeps / 20.0);
+    }
 }
 
 int main(void) {

@@ -1,4 +1,5 @@
-/* mhe - command-line front end of mhe.h: init, train, eval, generate, grad, inspect.
+/* mhe - command-line front end of mhe.h: init, train, eval, generate, grad, inspect, params,
+   export, hash, reparam.
    Every subcommand prints its usage with --help. Errors print one line and
    exit with status 1 (2 for a usage error). */
 #define _POSIX_C_SOURCE 200809L
@@ -1212,6 +1213,93 @@ done:
     return rc;
 }
 
+/* ---- reparam --------------------------------------------------------------- */
+
+typedef struct { double t0, last; } reparam_clock;
+
+static void reparam_progress(void *ctx, const char *sublayer, const mhe_cp_result *r) {
+    reparam_clock *c = (reparam_clock *)ctx;
+    double t = now_s();
+    if (r->iterations) printf("  %-20s relative error %.4g after %d ALS sweeps, %.3f s\n", sublayer, r->rel_error, r->iterations, t - c->last);
+    else printf("  %-20s exact (D~ >= n d_h: W_Q, W_K copied), %.3f s\n", sublayer, t - c->last);
+    fflush(stdout);
+    c->last = t;
+}
+
+static int cmd_reparam(int argc, char **argv) {
+    mhe_reparam_opts ro = mhe_reparam_opts_default();
+    const char *model = NULL, *out = NULL;
+    mhe_model src, dst;
+    reparam_clock clk;
+    mhe_status st;
+    int i, converted = 0, threads = 0;
+    char *end;
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        printf("usage: mhe reparam --model CKPT --out OUT --dim D [--max_iter N] [--tol X] [--init svd|random]\n"
+               "                   [--seed S] [--threads N]\n"
+               "Collaborative attention (Cordonnier et al. 2020, sec. 3.3): every mha layer of a trained\n"
+               "model becomes a collab layer whose heads share query/key projections of width D~ = D,\n"
+               "from a CP decomposition (alternating least squares) of the stacked W_Q^(i) W_K^(i)T; the\n"
+               "query biases fold into the content bias (eq. 12). D >= n_heads * d_head is exact. The\n"
+               "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
+               "and time; writes OUT only when every layer converged.\n"
+               "  --dim D        shared query/key width D~ (required, >= 1)\n"
+               "  --max_iter N   ALS sweeps per layer before giving up (default %d)\n"
+               "  --tol X        converged when the relative error changes by less (default %g)\n"
+               "  --init I       svd (HOSVD start, default) or random (uniform [0,1), the authors' code)\n"
+               "  --seed S       seed of the starting factors (default %llu)\n",
+               ro.max_iter, ro.tol, (unsigned long long)ro.seed);
+        return 0;
+    }
+    ro.dim = 0;
+    for (i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return 2; }
+        i++;
+        if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--out") == 0) out = v;
+        else if (strcmp(a, "--dim") == 0 || strcmp(a, "--max_iter") == 0 || strcmp(a, "--threads") == 0) {
+            long x = strtol(v, &end, 10);
+            if (*end || end == v || x > 1000000000L || x < -1000000000L) { fprintf(stderr, "mhe: %s needs an integer, not '%s'\n", a, v); return 2; }
+            if (a[2] == 'd') ro.dim = (int)x; else if (a[2] == 'm') ro.max_iter = (int)x; else threads = (int)x;
+        } else if (strcmp(a, "--tol") == 0) {
+            ro.tol = strtod(v, &end);
+            if (*end || end == v || !(ro.tol >= 0)) { fprintf(stderr, "mhe: --tol needs a number >= 0, not '%s'\n", v); return 2; }
+        } else if (strcmp(a, "--seed") == 0) {
+            ro.seed = strtoull(v, &end, 10);
+            if (*end || end == v) { fprintf(stderr, "mhe: --seed needs an integer, not '%s'\n", v); return 2; }
+        } else if (strcmp(a, "--init") == 0) {
+            if (strcmp(v, "svd") == 0) ro.init = MHE_CP_INIT_SVD;
+            else if (strcmp(v, "random") == 0) ro.init = MHE_CP_INIT_RANDOM;
+            else { fprintf(stderr, "mhe: --init is svd or random, not '%s'\n", v); return 2; }
+        } else { fprintf(stderr, "mhe: unknown option %s (see mhe reparam --help)\n", a); return 2; }
+    }
+    if (!out) return die("reparam: --out FILE is required%s%s", "", "");
+    if (ro.dim < 1) { fprintf(stderr, "mhe: reparam: --dim D~ must be >= 1 (got %d)\n", ro.dim); return 1; }
+    if (ro.max_iter < 1) { fprintf(stderr, "mhe: reparam: --max_iter must be >= 1 (got %d)\n", ro.max_iter); return 1; }
+    set_threads(threads);
+    if (!load_model(model, &src)) return 1;
+    printf("reparametrising %s: mha -> collab with D~ = %d (n_heads %d x d_head %d = %d)\n", model, ro.dim, src.cfg.n_heads,
+           mhe_config_d_head(&src.cfg), src.cfg.n_heads * mhe_config_d_head(&src.cfg));
+    clk.t0 = clk.last = now_s();
+    ro.progress = reparam_progress;
+    ro.progress_ctx = &clk;
+    st = mhe_model_reparam_collab(&dst, &src, &ro, NULL, &converted);
+    if (st != MHE_OK) {
+        fprintf(stderr, "mhe: %s\nnothing written\n", dst.err);
+        mhe_model_free(&src);
+        return 1;
+    }
+    printf("converted %d sublayers in %.3f s; parameters %lld -> %lld (%.1f%%)\n", converted, now_s() - clk.t0,
+           (long long)src.n_params, (long long)dst.n_params, 100.0 * (double)dst.n_params / (double)src.n_params);
+    st = mhe_checkpoint_save(&dst, NULL, out);
+    if (st != MHE_OK) fprintf(stderr, "mhe: %s\n", dst.err);
+    else printf("wrote %s\n", out);
+    mhe_model_free(&dst);
+    mhe_model_free(&src);
+    return st == MHE_OK ? 0 : 1;
+}
+
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 
 int main(int argc, char **argv) {
@@ -1225,6 +1313,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "params") == 0) return cmd_params(argc, argv);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc, argv);
     if (strcmp(cmd, "hash") == 0) return cmd_hash(argc, argv);
+    if (strcmp(cmd, "reparam") == 0) return cmd_reparam(argc, argv);
     printf("mhe %s - train and run parameter-efficient transformers\n"
            "usage: mhe COMMAND [options]   (mhe COMMAND --help for each)\n"
            "  init       create a model file from a config\n"
@@ -1235,6 +1324,7 @@ int main(int argc, char **argv) {
            "  inspect    list the metadata and tensors of a safetensors file\n"
            "  params     parameter and memory tables of the attention kinds (MHE paper)\n"
            "  export     weights only, as safetensors or as a C array for embedded inference\n"
-           "  hash       how a word model embeds words (row, bucket or bits)\n", MHE_VERSION);
+           "  hash       how a word model embeds words (row, bucket or bits)\n"
+           "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }
