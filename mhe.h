@@ -5578,6 +5578,15 @@ static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
     return MHE_OK;
 }
 
+/* does any sublayer of any stack run `kind`? */
+static int mhe__has_kind(const mhe_config *c, int kind) {
+    int l, E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0;
+    for (l = 0; l < c->n_layers && l < MHE_MAX_LAYERS; l++)
+        if (mhe_config_layer_kind(c, l) == kind || (E && c->cross_attn[l] == kind)) return 1;
+    for (l = 0; l < E && l < MHE_MAX_LAYERS; l++) if (c->enc_attn[l] == kind) return 1;
+    return 0;
+}
+
 MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     int i, dh = mhe_config_d_head(c);
     mhe_status st;
@@ -5630,7 +5639,8 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     if ((st = mhe__check_embedding(c, err)) != MHE_OK) return st;
     /* every GEMM dimension must fit an int and every tensor a size_t */
     if ((int64_t)c->n_heads * dh > 1048576 || (int64_t)c->vocab_size * c->d_model > ((int64_t)1 << 31) - 1 ||
-        (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1)
+        (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1 ||
+        (mhe__has_kind(c, MHE_ATTN_COLLAB) && ((int64_t)mhe_config_collab_dim(c) + c->n_heads) * c->d_model > ((int64_t)1 << 31) - 1))
         return mhe__fail(err, MHE_ERR_OVERFLOW, "model too large: a tensor would exceed 2^31 elements");
     return MHE_OK;
 }
