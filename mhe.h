@@ -2682,12 +2682,14 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
     bytes = mhe__mul_size(mhe__mul_size((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K, (size_t)R, &ok), sizeof(float), &ok);
     bytes = mhe__add_size(bytes, mhe__mul_size(IJK, sizeof(float), &ok), &ok);
     bytes = mhe__add_size(bytes, mhe__mul_size(n_max * (size_t)R, sizeof(float), &ok), &ok);
+    bytes = mhe__add_size(bytes, sizeof(float), &ok);   /* room to align the doubles */
     bytes = mhe__add_size(bytes, mhe__mul_size((size_t)(2 * R + (int)n_max) * R, sizeof(double), &ok), &ok);
     if (!ok || (int64_t)IJK > INT_MAX) return MHE_ERR_OVERFLOW;
     W = (float *)MHE_MALLOC(alloc_ctx, bytes);
     if (!W) return MHE_ERR_NOMEM;
     M = W + ((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K) * R;
-    G = (double *)(void *)(M + n_max * R + IJK);
+    /* the doubles after the floats start at an even float offset (malloc aligns the block for double) */
+    G = (double *)(void *)(M + ((size_t)(M - W) + n_max * R + IJK) % 2 + n_max * R + IJK);
     G2 = G + (size_t)R * R;
     Y = G2 + (size_t)R * R;
     F[0] = A; F[1] = B; F[2] = C; dims[0] = I; dims[1] = J; dims[2] = K;
