@@ -7103,6 +7103,22 @@ static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride,
     *v = g->v_w ? proj + g->k_w : *k;
 }
 
+/* Q, K, V of a self-attention sublayer in one GEMM into proj [rows, proj_w]
+   (collab adds its one bias, b^V, after it); training and decoding both */
+static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u, float *proj) {
+    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g->proj_w);
+    mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
+}
+
+/* K, V of a cross-attention sublayer from the encoder output mem [rows, C]
+   into kv [rows, k_w + v_w]: W^K and W^V follow W^Q in memory (b^K, b^V
+   follow b^Q), one GEMM. A kind without W^K (el-att) reads mem itself. */
+static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem, float *kv) {
+    if (!g->k_w) return;
+    mhe_linear_fwd(kv, mem, w->wk->data, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
+    mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
+}
+
 /* ---- 7. models: the kinds of thesis ch. 4 and FNet ---------------------------- */
 
 /* out rows (stride ldo) = inp rows (stride ldi) W^T + b: a linear layer writing into a column slice */
@@ -7215,6 +7231,16 @@ static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int sit
     }
 }
 
+/* the mlp kind (eq. 4.5): down(SiLU(gate u) * up u); gate | up adjacent, one
+   GEMM into proj [rows, 2F], the product into att [rows, F] */
+static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj, float *att, float *out) {
+    int r, i;
+    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * F);
+    for (r = 0; r < rows; r++)
+        for (i = 0; i < F; i++) att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
+    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), rows, F, C);
+}
+
 /* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
    mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
    from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
@@ -7226,18 +7252,10 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
     mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
-    int qs, ks, Tk, causal, b, t, i;
+    int qs, ks, Tk, causal, b, t;
     const int *kv_len;
     const float *q, *k, *v;
-    if (kind == MHE_ATTN_MLP) {   /* SiLU(gate) * up, then down */
-        int F = g.q_w;
-        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * F);
-        for (b = 0; b < rows; b++)
-            for (i = 0; i < F; i++)
-                aa->att[(size_t)b * F + i] = mhe__silu(aa->proj[(size_t)b * 2 * F + i]) * aa->proj[(size_t)b * 2 * F + F + i];
-        mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, F, C);
-        return;
-    }
+    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out); return; }
     if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0); return; }
     if (kind == MHE_ATTN_LINEAR) {   /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
         int Lmax = c->max_seq_len;
@@ -7385,16 +7403,13 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     const float *k, *v;
     if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
     if (!cross) {
-        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.proj_w);
-        mhe__collab_vbias(w, aa->proj + g.q_w + g.k_w, g.proj_w, rows);
+        mhe__attn_project(w, &g, C, rows, u, aa->proj);
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
                       aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     } else {
         mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
-        /* W^K and W^V follow W^Q in memory (and b^K, b^V follow b^Q): one GEMM over the encoder output */
-        if (g.k_w) mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), x->B * x->Ts, C, g.k_w + g.v_w);
-        mhe__collab_vbias(w, aa->kv + g.k_w, g.k_w + g.v_w, x->B * x->Ts);
+        mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
         mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
                       aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
@@ -7441,15 +7456,13 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     }
 }
 
-/* f of the MLP sublayer: fc2(act(fc1(u))) */
-static void mhe__mlp_fwd(mhe_model *m, int l, int rows, const float *u, float *out) {
+/* f of the MLP sublayer: fc2(act(fc1(u))), through fc1 and act [rows, F] */
+static void mhe__mlp_fwd(const mhe_model *m, const mhe_layer *y, int rows, const float *u, float *fc1, float *act, float *out) {
     const mhe_config *c = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    mhe_layer_acts *la = &m->acts.layer[l];
     int C = c->d_model, F = mhe_config_d_ff(c);
-    mhe_linear_fwd(la->fc1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), rows, C, F);
-    mhe_act_fwd(c->activation, la->act, la->fc1, (int64_t)rows * F);
-    mhe_linear_fwd(out, la->act, y->fc2_w->data, mhe__opt_data(y->fc2_b), rows, F, C);
+    mhe_linear_fwd(fc1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), rows, C, F);
+    mhe_act_fwd(c->activation, act, fc1, (int64_t)rows * F);
+    mhe_linear_fwd(out, act, y->fc2_w->data, mhe__opt_data(y->fc2_b), rows, F, C);
 }
 
 static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const float *d_out, float *du) {
@@ -7515,35 +7528,58 @@ static const float *mhe__sub_in(const mhe_model *m, int l, int k) {
     return mhe__sub_out(m, l, 0);
 }
 
-/* Sublayer k of block l. Pre-norm: h' = h + dropout(f(N(h))); post-norm:
-   h' = N(h + dropout(f(h))) (Vaswani et al. 2017; Xiong et al. 2020). */
+/* The two halves of a residual sublayer, shared by training (B*T rows) and
+   decoding (one row), so both apply the same norms and Admin scales.
+   Pre-norm: h' = omega*h + dropout(f(N(h))); post-norm: h' = N(omega*h +
+   dropout(f(h))) (Vaswani et al. 2017; Xiong et al. 2020; omega = 1 without
+   Admin, Liu et al. 2020 eq. 5). Enter returns the branch input u. */
+static const float *mhe__sub_enter(const mhe_model *m, const mhe_layer *y, int k, const float *h, float *nrm, float *mean,
+                                   float *rstd, int rows) {
+    const mhe_tensor *nw, *nb;
+    if (m->cfg.post_norm) return h;
+    mhe__sub_norm(y, k, &nw, &nb);
+    mhe__norm_fwd(m, nrm, mean, rstd, h, nw, nb, rows);
+    return nrm;
+}
+
+/* sum = omega*h + dropout(branch); post-norm: nrm = N(sum). The output is
+   nrm (post-norm) or sum (pre-norm); sum may be h itself (decoding). */
+static void mhe__sub_leave(mhe_model *m, const mhe_layer *y, int l, int k, const float *h, float *branch, float *sum,
+                           float *nrm, float *mean, float *rstd, int rows) {
+    const mhe_tensor *nw, *nb;
+    int64_t n = (int64_t)rows * m->cfg.d_model, i;
+    const float *omega = y->omega[k] ? y->omega[k]->data : NULL;
+    if (omega && m->admin_profiling) {
+        /* Admin profiling: omega_i = r, then r = sqrt(Var[omega_i x_i] + Var[f_i(x_i)]) (Liu et al. 2020) */
+        float *r = &m->admin_ratio[y->encoder], *scaled = m->acts.d_tmp;
+        for (i = 0; i < m->cfg.d_model; i++) y->omega[k]->data[i] = *r;
+        for (i = 0; i < n; i++) scaled[i] = *r * h[i];
+        mhe__residual(m, sum, h, branch, n, MHE__SITE_RES(l, k), omega);
+        *r = (float)sqrt(mhe__variance(scaled, n) + mhe__variance(branch, n));
+    } else {
+        mhe__residual(m, sum, h, branch, n, MHE__SITE_RES(l, k), omega);
+    }
+    if (!m->cfg.post_norm) return;
+    mhe__sub_norm(y, k, &nw, &nb);
+    mhe__norm_fwd(m, nrm, mean, rstd, sum, nw, nb, rows);
+}
+
+/* Sublayer k of block l over the batch, keeping what the backward needs. */
 static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     const mhe_layer *y = &m->layers[l];
-    mhe_sub_acts *s = &m->acts.layer[l].sub[k];
-    const float *h = mhe__sub_in(m, l, k), *u = h;
-    const mhe_tensor *nw, *nb;
+    mhe_layer_acts *la = &m->acts.layer[l];
+    mhe_sub_acts *s = &la->sub[k];
+    const float *h = mhe__sub_in(m, l, k), *u;
     float *branch = m->acts.scratch;
     int rows = x->B * x->T;
     if (k == 0 && !y->encoder && (m->skip_attn >> y->index & 1)) {   /* skipped: the sublayer is the identity */
         memcpy(m->cfg.post_norm ? s->nrm : s->sum, h, (size_t)rows * m->cfg.d_model * sizeof(float));
         return;
     }
-    mhe__sub_norm(y, k, &nw, &nb);
-    if (!m->cfg.post_norm) { mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, h, nw, nb, rows); u = s->nrm; }
-    if (k == 2) mhe__mlp_fwd(m, l, rows, u, branch);
+    u = mhe__sub_enter(m, y, k, h, s->nrm, s->mean, s->rstd, rows);
+    if (k == 2) mhe__mlp_fwd(m, y, rows, u, la->fc1, la->act, branch);
     else mhe__attn_branch_fwd(m, l, k, x, u, branch);
-    if (y->omega[k] && m->admin_profiling) {
-        /* Admin profiling: omega_i = r, then r = sqrt(Var[omega_i x_i] + Var[f_i(x_i)]) (Liu et al. 2020) */
-        float *r = &m->admin_ratio[y->encoder], *scaled = m->acts.d_tmp;
-        int64_t n = (int64_t)rows * m->cfg.d_model, i;
-        for (i = 0; i < m->cfg.d_model; i++) y->omega[k]->data[i] = *r;
-        mhe__residual(m, s->sum, h, branch, n, MHE__SITE_RES(l, k), y->omega[k]->data);
-        for (i = 0; i < n; i++) scaled[i] = *r * h[i];
-        *r = (float)sqrt(mhe__variance(scaled, n) + mhe__variance(branch, n));
-    } else {
-        mhe__residual(m, s->sum, h, branch, (int64_t)rows * m->cfg.d_model, MHE__SITE_RES(l, k), y->omega[k] ? y->omega[k]->data : NULL);
-    }
-    if (m->cfg.post_norm) mhe__norm_fwd(m, s->nrm, s->mean, s->rstd, s->sum, nw, nb, rows);
+    mhe__sub_leave(m, y, l, k, h, branch, s->sum, s->nrm, s->mean, s->rstd, rows);
 }
 
 /* Backward of sublayer k: acts.d_h holds the gradient of its output and
@@ -10500,25 +10536,42 @@ MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap) {
 
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */
 
-/* floats of per-token decode scratch: x, h, tmp, norm output [C]; projections;
-   attention [n d_h, or an mlp layer's F]; MLP [2 F]; lse [n]; norm
-   statistics; MUL maps [2 n d_h]; the token's static embedding [C] */
-static size_t mhe__decode_scratch(const mhe_model *m, size_t *max_proj, size_t *max_att) {
+/* Per-token decode scratch, carved from the cache block like the
+   activation layout: the residual stream (sum, nrm, with mean and rstd), a
+   sublayer's branch output, the final norm, projections, attention output
+   (an mlp layer's F), the MLP, per-head lse, MUL maps, the token's static
+   embedding and its norm, Taylor features, and the logits last. */
+typedef struct mhe__decode_buf {
+    float *sum, *nrm, *stats, *branch, *fin;    /* [C], [C], [4], [C], [C] */
+    float *proj, *att, *fc1, *act, *lse, *hmap; /* [max proj], [max att], [F], [F], [n], [2 n d_h] */
+    float *emb, *emb_norm, *phi, *logits;       /* [C], [C + 2], [taylor features], [V] */
+} mhe__decode_buf;
+
+/* floats of the scratch; with base, also the pointers into it */
+static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
-    size_t HD = (size_t)cfg->n_heads * mhe_config_d_head(cfg);
+    size_t C = (size_t)cfg->d_model, F = (size_t)mhe_config_d_ff(cfg), n = (size_t)cfg->n_heads;
+    size_t HD = n * (size_t)mhe_config_d_head(cfg), max_proj = 0, max_att = HD, used = 0;
     int l;
-    *max_proj = 0; *max_att = HD;
+    mhe__decode_buf unused;
     for (l = 0; l < m->n_total_layers; l++) {
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
-        if ((size_t)g.proj_w > *max_proj) *max_proj = (size_t)g.proj_w;
-        if ((size_t)g.att_w > *max_att) *max_att = (size_t)g.att_w;
+        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
+        if ((size_t)g.att_w > max_att) max_att = (size_t)g.att_w;
         if (m->layers[l].cross.kind >= 0) {   /* its queries (collab's D~ may be wider than a self kind's Q, K, V) */
             g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
-            if ((size_t)g.q_w > *max_proj) *max_proj = (size_t)g.q_w;
+            if ((size_t)g.q_w > max_proj) max_proj = (size_t)g.q_w;
         }
     }
-    return (size_t)4 * cfg->d_model + *max_proj + *max_att + 2 * (size_t)mhe_config_d_ff(cfg) + (size_t)cfg->n_heads + 4 + 2 * HD +
-           (size_t)cfg->d_model + (size_t)mhe__taylor_features(mhe_config_d_head(cfg));
+    if (!d) d = &unused;
+#define MHE__D(ptr, count) do { (ptr) = base ? base + used : NULL; used += (count); } while (0)
+    MHE__D(d->sum, C); MHE__D(d->nrm, C); MHE__D(d->stats, 4); MHE__D(d->branch, C); MHE__D(d->fin, C);
+    MHE__D(d->proj, max_proj); MHE__D(d->att, max_att); MHE__D(d->fc1, F); MHE__D(d->act, F);
+    MHE__D(d->lse, n); MHE__D(d->hmap, 2 * HD);
+    MHE__D(d->emb, C); MHE__D(d->emb_norm, C + 2); MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
+    MHE__D(d->logits, (size_t)cfg->vocab_size);
+#undef MHE__D
+    return used;
 }
 
 /* floats a layer keeps besides K/V rows (thesis sec. 4.15-4.16): taylor S
@@ -10547,7 +10600,7 @@ MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_
 /* with c->block NULL only sizes the cache (*bytes); else lays it out in c->block */
 static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int max_len, size_t *bytes) {
     const mhe_config *cfg;
-    size_t per_tok = 0, per_src = 0, per_state = 0, total, scratch, max_proj, max_att;
+    size_t per_tok = 0, per_src = 0, per_state = 0, total, scratch;
     float *p;
     int ok = 1, l, E;
     void *block = c->block;
@@ -10570,7 +10623,7 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
             per_src += (size_t)c->cross_width[l];
         }
     }
-    scratch = mhe__decode_scratch(m, &max_proj, &max_att) + (size_t)cfg->vocab_size;
+    scratch = mhe__decode_layout(m, NULL, NULL);
     total = mhe__add_size(mhe__mul_size(per_tok, (size_t)max_len, &ok), scratch, &ok);
     total = mhe__add_size(total, per_state, &ok);
     total = mhe__add_size(total, mhe__mul_size(per_src, (size_t)cfg->max_seq_len, &ok), &ok);
@@ -10587,7 +10640,7 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
         if (c->state_floats[l]) { c->state[l] = p; p += c->state_floats[l]; }
     }
     c->scratch = p;
-    c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;
+    c->logits = c->scratch + scratch - (size_t)cfg->vocab_size;   /* the layout's last block */
     c->bytes_per_token = per_tok * sizeof(float);
     c->bytes = per_tok * (size_t)max_len * sizeof(float);
     c->cross_bytes = per_src * (size_t)cfg->max_seq_len * sizeof(float);
@@ -10693,23 +10746,18 @@ static mhe_status mhe__decode_maps(mhe_model *m, mhe_kv_cache *c) {
     return MHE_OK;
 }
 
-/* one token through a self-attention sublayer of a ch. 4 kind, into out [C]:
-   the recurrent forms (taylor: S += phi(k) v^T, z += phi(k), o = S^T phi(q) /
-   phi(q).z; nonapprox: eq. 4.18 with a running max), the precomputed maps, or
-   a K/V cache (staticemb-qk, whose K come from the static embeddings e) */
-static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, const float *e, float *out,
-                              float *proj, float *att, float *lse, float *phi) {
+/* one token through a self-attention sublayer of a ch. 4 kind, into
+   d->branch: the recurrent forms (taylor: S += phi(k) v^T, z += phi(k),
+   o = S^T phi(q) / phi(q).z; nonapprox: eq. 4.18 with a running max), the
+   precomputed maps, or a K/V cache (staticemb-qk, whose K come from the
+   static embeddings e) */
+static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
-    const mhe_attn_weights *w = &m->layers[l].attn;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = &y->attn;
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
-    float scale = 1.0f / sqrtf((float)dh);
-    if (kind == MHE_ATTN_MLP) {
-        int F = mhe_config_mlp_width(cfg);
-        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * F);
-        for (i = 0; i < F; i++) att[i] = mhe__silu(proj[i]) * proj[F + i];
-        mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, F, C);
-        return;
-    }
+    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att, *phi = d->phi;
+    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch); return; }
     if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
         size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
         float *vrow = c->v[l] + (size_t)pos * HD;
@@ -10719,14 +10767,14 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
             for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
         }
-    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e): lse is free until the core runs */
-        const float *ne = e;
-        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm1_w, m->layers[l].norm1_b, 1); ne = att; }
+    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e), as in training */
+        const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
         mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
         mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
         memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
         memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, lse, NULL, NULL, 0);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, d->lse,
+                      NULL, NULL, 0);
     } else {
         mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
         for (h = 0; h < n; h++) {
@@ -10736,10 +10784,16 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
                 int F = mhe__taylor_features(dh);
                 float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh, a = sqrtf(scale), den = 0;
                 mhe__taylor_phi(k, dh, a, phi);
-                for (f = 0; f < F; f++) { mhe__axpy(S + (size_t)f * dh, phi[f], v, dh); z[f] += phi[f]; }
+                for (f = 0; f < F; f++) {
+                    mhe__axpy(S + (size_t)f * dh, phi[f], v, dh);
+                    z[f] += phi[f];
+                }
                 mhe__taylor_phi(q, dh, a, phi);
                 memset(o, 0, (size_t)dh * sizeof(float));
-                for (f = 0; f < F; f++) { mhe__axpy(o, phi[f], S + (size_t)f * dh, dh); den += phi[f] * z[f]; }
+                for (f = 0; f < F; f++) {
+                    mhe__axpy(o, phi[f], S + (size_t)f * dh, dh);
+                    den += phi[f] * z[f];
+                }
                 for (i = 0; i < dh; i++) o[i] /= den;
             } else {   /* nonapprox, eq. 4.18: state [max, sum, numerator] */
                 float *st = c->state[l] + (size_t)h * (dh + 2), sc = 0, ex;
@@ -10757,22 +10811,22 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             }
         }
     }
-    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 /* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
    shared normaliser) or staticemb-qk (Q from the token's static embedding) */
-static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, const float *e, float *out,
-                                    float *proj, float *att, float *lse) {
+static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
-    const mhe_attn_weights *w = &m->layers[l].cross;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = &y->cross;
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
-    float scale = 1.0f / sqrtf((float)dh);
-    if (w->kind == MHE_ATTN_STATICEMB_QK) {
-        const float *ne = e;
-        if (!cfg->post_norm) { mhe__norm_fwd(m, att, lse, lse + 1, e, m->layers[l].norm3_w, m->layers[l].norm3_b, 1); ne = att; }
+    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* Q from N3(e), as in training */
+        const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
         mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W, att, lse, NULL, NULL, 0);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W,
+                      att, d->lse, NULL, NULL, 0);
     } else {
         mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
         for (h = 0; h < n; h++) {
@@ -10788,7 +10842,38 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
             for (j = 0; j < dh; j++) o[j] = (float)(o[j] / den);
         }
     }
-    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+}
+
+/* One token through attention sublayer k (0 self, 1 cross) of block l into
+   d->branch: projections as in training (mhe__attn_project), this token's
+   K (or the input, for el-att) and V appended to the cache, then the same
+   core as training (mhe__attn_fwd) over the cached keys. */
+static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe__geom g = mhe__layer_geom(cfg, w->kind);
+    int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
+    const float *kp, *vp;
+    if (mhe_attn_kind_is_decon(w->kind)) {
+        if (k) mhe__decon_decode_cross(m, c, l, u, d);
+        else mhe__decon_decode(m, c, l, pos, u, d);
+        return;
+    }
+    if (!k) {
+        int kw = c->k_width[l], vw = c->v_width[l];
+        mhe__attn_project(w, &g, C, 1, u, d->proj);
+        memcpy(c->k[l] + (size_t)pos * kw, g.k_w ? d->proj + g.q_w : u, (size_t)kw * sizeof(float));
+        if (vw) memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw, c->v[l],
+                      vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
+    } else {
+        mhe_linear_fwd(d->proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
+        mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks, d->att, d->lse,
+                      NULL, d->hmap, 0);
+    }
+    mhe_linear_fwd(d->branch, d->att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts) {
@@ -10818,8 +10903,7 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
             mhe__lin_rows(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
             mhe__lin_rows(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv->data, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
         } else if (g.k_w) {
-            mhe_linear_fwd(c->cross[l], m->acts.mem, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w + g.v_w);
-            mhe__collab_vbias(w, c->cross[l] + g.k_w, g.k_w + g.v_w, Ts);
+            mhe__cross_kv(w, &g, cfg->d_model, Ts, m->acts.mem, c->cross[l]);
         }
         else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));
     }
@@ -10829,17 +10913,18 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
 }
 
 /* The forward pass for one token, reading earlier keys and values (and the
-   encoded source) from the cache: the sublayers of mhe__sub_fwd with T = 1,
-   through the same attention code as training. */
+   encoded source) from the cache: every sublayer through the halves training
+   uses (mhe__sub_enter, mhe__sub_leave: norms, Admin's omega), every branch
+   through training's projections, MLP and attention cores, with T = 1. */
 MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     const mhe_config *cfg;
-    int C, F, HD, l, k, i, pos, E;
-    size_t max_proj, max_att;
-    float *x, *h, *tmp, *hn, *proj, *att, *f1, *f2, *lse, *stats, *hmap, *e, *phi;
+    int C, l, k, i, pos, E;
+    mhe__decode_buf d;
+    float *x;
     const float *out;
     if (!m || !c) return MHE_ERR_ARG;
     cfg = &m->cfg;
-    C = cfg->d_model; F = mhe_config_d_ff(cfg); HD = cfg->n_heads * mhe_config_d_head(cfg); pos = c->len; E = mhe__n_enc(cfg);
+    C = cfg->d_model; pos = c->len; E = mhe__n_enc(cfg);
     if (cfg->arch == MHE_ARCH_ENCODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
     if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM)
         return mhe__fail(m->err, MHE_ERR_CONFIG, "nothing to generate: %s", cfg->embedding != MHE_EMB_VOCAB
@@ -10848,10 +10933,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
     if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
     if (E && c->src_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "encode a source with mhe_kv_cache_encode before decoding");
-    x = c->scratch; h = x + C; tmp = h + C; hn = tmp + C; proj = hn + C;
-    mhe__decode_scratch(m, &max_proj, &max_att);
-    att = proj + max_proj; f1 = att + max_att; f2 = f1 + F; lse = f2 + F; stats = lse + cfg->n_heads; hmap = stats + 4;
-    e = hmap + 2 * HD; phi = e + C;
+    mhe__decode_layout(m, c->scratch, &d);
     m->training = 0;
     if (pos == 0) {   /* a new sequence: fresh recurrent states, maps of the current weights */
         mhe_status st;
@@ -10859,56 +10941,36 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
             int kind = m->layers[l].attn.kind, n = cfg->n_heads, dh = mhe_config_d_head(cfg), hh;
             if (kind == MHE_ATTN_TAYLOR) memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
             if (kind == MHE_ATTN_NONAPPROX)
-                for (hh = 0; hh < n; hh++) { float *st0 = c->state[l] + (size_t)hh * (dh + 2); memset(st0, 0, (size_t)(dh + 2) * sizeof(float)); st0[0] = -INFINITY; }
+                for (hh = 0; hh < n; hh++) {
+                    float *st0 = c->state[l] + (size_t)hh * (dh + 2);
+                    memset(st0, 0, (size_t)(dh + 2) * sizeof(float));
+                    st0[0] = -INFINITY;
+                }
         }
         if ((st = mhe__decode_maps(m, c)) != MHE_OK) return st;
     }
+    x = d.sum;
     for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
-    memcpy(e, x, (size_t)C * sizeof(float));   /* staticemb-qk reads the token's static embedding */
+    memcpy(d.emb, x, (size_t)C * sizeof(float));   /* staticemb-qk reads the token's static embedding */
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
         for (k = 0; k < 3; k++) {
-            const mhe_tensor *nw, *nb;
-            const float *u = x;
+            const float *u;
             if (k == 1 && y->cross.kind < 0) continue;
             if (k == 0 && (m->skip_attn >> y->index & 1)) continue;   /* skipped: the identity */
-            mhe__sub_norm(y, k, &nw, &nb);
-            if (!cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, nw, nb, 1); u = h; }
-            if (k == 0 && mhe_attn_kind_is_decon(y->attn.kind)) {
-                mhe__decon_decode(m, c, l, pos, u, e, tmp, proj, att, lse, phi);
-            } else if (k == 1 && mhe_attn_kind_is_decon(y->cross.kind)) {
-                mhe__decon_decode_cross(m, c, l, u, e, tmp, proj, att, lse);
-            } else if (k == 0) {   /* self-attention: append this token's K (or the input, for el-att) and V, attend to the cache */
-                const mhe_attn_weights *w = &y->attn;
-                mhe__geom g = mhe__layer_geom(cfg, w->kind);
-                mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.proj_w);
-                mhe__collab_vbias(w, proj + g.q_w + g.k_w, g.proj_w, 1);
-                memcpy(c->k[l] + (size_t)pos * c->k_width[l], g.k_w ? proj + g.q_w : u, (size_t)c->k_width[l] * sizeof(float));
-                if (c->v_width[l]) memcpy(c->v[l] + (size_t)pos * c->v_width[l], proj + g.q_w + g.k_w, (size_t)c->v_width[l] * sizeof(float));
-                mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, g.proj_w, c->k[l], c->k_width[l], c->v[l],
-                              c->v_width[l] ? c->v_width[l] : c->k_width[l], att, lse, NULL, hmap, 0);
-                mhe_linear_fwd(tmp, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
-            } else if (k == 1) {   /* cross-attention over the cached source */
-                const mhe_attn_weights *w = &y->cross;
-                mhe__geom g = mhe__layer_geom(cfg, w->kind);
-                const float *kp, *vp;
-                int ks;
-                mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
-                mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
-                mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, g.q_w, kp, ks, vp, ks, att, lse, NULL, hmap, 0);
-                mhe_linear_fwd(tmp, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
-            } else {
-                mhe_linear_fwd(f1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), 1, C, F);
-                mhe_act_fwd(cfg->activation, f2, f1, F);
-                mhe_linear_fwd(tmp, f2, y->fc2_w->data, mhe__opt_data(y->fc2_b), 1, F, C);
-            }
-            for (i = 0; i < C; i++) x[i] += tmp[i];
-            if (cfg->post_norm) { mhe__norm_fwd(m, h, stats, stats + 1, x, nw, nb, 1); memcpy(x, h, (size_t)C * sizeof(float)); }
+            u = mhe__sub_enter(m, y, k, x, d.nrm, d.stats, d.stats + 1, 1);
+            if (k == 2) mhe__mlp_fwd(m, y, 1, u, d.fc1, d.act, d.branch);
+            else mhe__attn_branch_decode(m, c, l, k, pos, u, &d);
+            mhe__sub_leave(m, y, l, k, x, d.branch, d.sum, d.nrm, d.stats, d.stats + 1, 1);
+            x = cfg->post_norm ? d.nrm : d.sum;
         }
     }
     out = x;
-    if (!cfg->post_norm) { mhe__norm_fwd(m, hn, stats, stats + 1, x, m->lnf_w, m->lnf_b, 1); out = hn; }
-    mhe_linear_fwd(c->logits, out, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, 1, C, cfg->vocab_size);
+    if (!cfg->post_norm) {
+        mhe__norm_fwd(m, d.fin, d.stats, d.stats + 1, x, m->lnf_w, m->lnf_b, 1);
+        out = d.fin;
+    }
+    mhe_linear_fwd(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, 1, C, cfg->vocab_size);
     c->len++;
     return MHE_OK;
 }

@@ -1,0 +1,102 @@
+/* KV-cache decoding equals the parallel forward, token by token, for every
+   attention kind that decodes, as self-attention of a decoder and of an
+   encoder-decoder (with every cross kind), pre-norm and post-norm, and
+   post-norm with Admin's residual scales profiled (omega != 1), with dropout
+   configured (decoding and the reference forward run without it). Decoding
+   and training share the sublayer code; this is the test that would see a
+   residual, norm or omega applied differently on one side. */
+#define MHE_IMPLEMENTATION
+#include "../mhe.h"
+#include "test.h"
+#include <stdlib.h>
+
+#define T_LEN 7
+#define S_LEN 5
+
+static int make_config(mhe_config *c, const char *text) {
+    char err[MHE_ERR_LEN];
+    const char *base = "vocab_size=13\nd_model=16\nn_heads=2\nn_layers=3\nmax_seq_len=8\ninit_std=0.3\n"
+                       "dropout=0.1\nattn_dropout=0.1\nfixed_seq=ids:1 2 3 4 5 6 7 8\n";
+    *c = mhe_config_default();
+    if (mhe_config_parse(c, base, strlen(base), err) != MHE_OK || mhe_config_parse(c, text, strlen(text), err) != MHE_OK ||
+        mhe_config_validate(c, err) != MHE_OK) {
+        CHECK(0, "test config [%s]: %s", text, err);
+        return 0;
+    }
+    return 1;
+}
+
+/* the logits of mhe_decode_step, token by token, against the forward's */
+static void decode_equals_forward(const char *text) {
+    mhe_config c;
+    mhe_model m;
+    mhe_kv_cache kv;
+    mhe_batch b;
+    mhe_rng r;
+    int tok[T_LEN], src[S_LEN], t, ok = 1;
+    double worst = 0, omega_off = 0;
+    if (!make_config(&c, text)) return;
+    mhe_rng_seed(&r, 21);
+    for (t = 0; t < T_LEN; t++) tok[t] = (int)mhe_rng_below(&r, (uint32_t)c.vocab_size);
+    for (t = 0; t < S_LEN; t++) src[t] = (int)mhe_rng_below(&r, (uint32_t)c.vocab_size);
+    memset(&b, 0, sizeof b);
+    b.B = 1; b.T = T_LEN; b.tokens = tok;
+    if (c.arch == MHE_ARCH_ENCDEC) { b.Ts = S_LEN; b.src = src; }
+    if (mhe_model_init(&m, &c, 5, NULL) != MHE_OK) { CHECK(0, "init [%s]: %s", text, m.err); return; }
+    if (c.admin) {
+        int l, k;
+        CHECK(mhe_model_admin_init(&m, &b) == MHE_OK, "admin profiling [%s]: %s", text, m.err);
+        for (l = 0; l < m.n_total_layers; l++)
+            for (k = 0; k < 3; k++)
+                if (m.layers[l].omega[k]) omega_off = fmax(omega_off, fabs(m.layers[l].omega[k]->data[0] - 1.0));
+        CHECK(omega_off > 0.05, "Admin profiling moved omega away from 1 [%s]: %.3g", text, omega_off);
+    }
+    CHECK(mhe_kv_cache_init(&kv, &m, T_LEN, NULL) == MHE_OK, "kv cache init [%s]", text);
+    if (c.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(&m, &kv, src, S_LEN) == MHE_OK, "encode [%s]: %s", text, m.err);
+    CHECK(mhe_model_forward_batch(&m, &b, NULL) == MHE_OK, "forward [%s]: %s", text, m.err);
+    for (t = 0; t < T_LEN && ok; t++) {
+        double e;
+        ok = mhe_decode_step(&m, &kv, tok[t]) == MHE_OK;
+        CHECK(ok, "decode [%s] token %d: %s", text, t, m.err);
+        e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
+        if (e > worst) worst = e;
+    }
+    CHECK(worst < 2e-5, "decoding equals the forward [%s]: %.3g", text, worst);
+    mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+}
+
+int main(void) {
+    /* kinds a causal decoder runs; the ones an encoder-decoder runs as self- and as cross-attention */
+    static const char *self_kinds[] = {
+        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab",
+        "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk",
+    };
+    static const char *cross_kinds[] = {
+        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab", "taylor", "staticemb-qk",
+    };
+    static const char *enc_kinds[] = { "mha", "mhe-mul", "fnet", "linear", "taylor", "collab", "mlp", "nonapprox" };
+    static const char *norms[] = { "", "norm_position=post\n", "norm_position=post\nadmin=1\n" };
+    int nself = (int)(sizeof self_kinds / sizeof self_kinds[0]), ncross = (int)(sizeof cross_kinds / sizeof cross_kinds[0]);
+    int i, j, v;
+    char text[512];
+    setvbuf(stdout, NULL, _IONBF, 0);
+    for (v = 0; v < 3; v++) {
+        for (i = 0; i < nself; i++) {   /* a decoder: the kind between two mha layers (hybrids too), then alone */
+            snprintf(text, sizeof text, "%sattn=mha,%s,mha\nkv_groups=2\ncollab_dim=6\n", norms[v], self_kinds[i]);
+            decode_equals_forward(text);
+            snprintf(text, sizeof text, "%sattn=%s\nkv_groups=2\n", norms[v], self_kinds[i]);
+            decode_equals_forward(text);
+        }
+        for (i = 0; i < nself; i++) {   /* an encoder-decoder: every self kind, every cross kind */
+            if (!strcmp(self_kinds[i], "rndemb-qk") || !strcmp(self_kinds[i], "fixedseq-qk")) continue;   /* not in encdec */
+            for (j = 0; j < ncross; j += 4) {
+                const char *cross = cross_kinds[(i + j) % ncross], *enc = enc_kinds[(i + j) % 8];
+                snprintf(text, sizeof text, "%sarch=encdec\nenc_layers=2\nn_layers=2\nenc_attn=%s,mha\nattn=%s,mha\n"
+                         "cross_attn=%s,mhe-mul\nkv_groups=2\ncollab_dim=6\n", norms[v], enc, self_kinds[i], cross);
+                decode_equals_forward(text);
+            }
+        }
+    }
+    return TEST_END();
+}
