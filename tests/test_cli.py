@@ -4,26 +4,14 @@ path: init -> train (with resume) -> eval -> generate -> inspect, and --help
 for every command. Needs only python3 and build/mhe."""
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
-MHE = os.environ.get("MHE_BIN", "build/mhe")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import check, finish, mhe_missing, run_mhe, skip, tmpdir  # noqa: E402
 
 
 def run(*args):
-    p = subprocess.run([MHE] + [str(a) for a in args], capture_output=True, text=True, errors="replace", timeout=600)
-    return p.returncode, p.stdout, p.stderr
+    return run_mhe(*args, timeout=600)
 
 
 def expect_error(args, words, what):
@@ -103,11 +91,10 @@ def words_cli(d, small, tc, text, cls_tr, cls_va):
 
 
 def main():
-    if not os.path.exists(MHE):
-        print("SKIP test_cli.py: %s not built" % MHE)
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
-    d = tempfile.mkdtemp(prefix="mhe_cli_")
+    why = mhe_missing()
+    if why:
+        return skip("test_cli.py", why)
+    d = tmpdir("mhe_cli_")
     model = os.path.join(d, "m.safetensors")
     ckpt = os.path.join(d, "ck.safetensors")
     text = os.path.join(d, "t.txt")
@@ -251,8 +238,7 @@ def main():
     rc, out, err = run("inspect", ckpt)
     check(rc == 0 and "optim.m.tok_emb.weight" in out and "format" in out, "inspect: %s" % err)
     expect_error(["inspect", text], [], "inspect a text file")
-    print("RESULT: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":

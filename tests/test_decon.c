@@ -42,32 +42,16 @@ static void gradcheck(const char *extra, int pad) {
     mhe_model m;
     mhe_rng r;
     tbatch tb;
-    int i, j, bad = 0, train = c.dropout > 0 || c.attn_dropout > 0;
+    int bad, train = c.dropout > 0 || c.attn_dropout > 0;
     float loss;
-    double worst = 0;
+    double worst;
     mhe_rng_seed(&r, 9);
     if (mhe_model_init(&m, &c, 4, NULL) != MHE_OK) { CHECK(0, "init [%s]: %s", extra, m.err); return; }
     make_batch(&tb, &c, 2, 7, 6, pad, 3);
     m.training = train; m.dropout_seed = 77;   /* the same dropout masks in every pass */
     mhe_model_zero_grad(&m);
     CHECK(mhe_model_forward_batch(&m, &tb.b, &loss) == MHE_OK && mhe_model_backward(&m) == MHE_OK, "forward/backward [%s]: %s", extra, m.err);
-    for (i = 0; i < m.n_tensors; i++) {
-        mhe_tensor *t = &m.params[i];
-        double tw = 0;
-        for (j = 0; j < 5; j++) {
-            int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
-            float keep = t->data[e], h = 1e-2f, lp, lm;
-            double num, err;
-            t->data[e] = keep + h; mhe_model_forward_batch(&m, &tb.b, &lp);
-            t->data[e] = keep - h; mhe_model_forward_batch(&m, &tb.b, &lm);
-            t->data[e] = keep;
-            num = ((double)lp - lm) / (2.0 * h);
-            err = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
-            if (err > tw) tw = err;
-        }
-        if (tw > 5e-2) { bad++; printf("  %s: worst relative error %.3g\n", t->name, tw); }
-        if (tw > worst) worst = tw;
-    }
+    bad = test_model_gradcheck(&m, test_loss_batch, &tb.b, &r, 5, 5, NULL, &worst, NULL);
     CHECK(bad == 0, "model gradient check [%s]%s: %d tensors off, worst %.3g", extra, pad ? " padded" : "", bad, worst);
     mhe_model_free(&m);
 }

@@ -9,31 +9,14 @@
 - clean refusals of bad input.
 Needs only python3 and build/mhe."""
 import csv
-import io
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 
-MHE = os.environ.get("MHE_BIN", "build/mhe")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what)
-
-
-def run(*args, cwd=None):
-    p = subprocess.run([MHE] + [str(a) for a in args], capture_output=True, text=True, errors="replace",
-                       timeout=300, cwd=cwd)
-    return p.returncode, p.stdout, p.stderr
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import check, csv_blocks, finish, mhe_missing, skip, tmpdir  # noqa: E402
+from mhetest import run_mhe as run  # noqa: E402
 
 
 # Tables 4.5-4.8 as printed in the thesis (Appendices E-H)
@@ -67,24 +50,6 @@ def evaluate(formula, **v):
             out += "*"
         out += ch
     return eval(out.replace("^", "**"), {"__builtins__": {}}, dict(v))
-
-
-def csv_blocks(text):
-    blocks, cur = {}, None
-    for row in csv.reader(io.StringIO(text)):
-        if not row or not any(row):
-            continue
-        line = ",".join(row)
-        if line.startswith("# note: "):
-            continue
-        if line.startswith("# "):
-            cur = {"rows": [], "header": None}
-            blocks[line[2:].split(":")[0]] = cur
-        elif cur["header"] is None:
-            cur["header"] = row
-        else:
-            cur["rows"].append(dict(zip(cur["header"], row)))
-    return blocks
 
 
 def complexity():
@@ -202,17 +167,15 @@ def refusals(tmp):
 
 
 def main():
-    if not os.path.exists(MHE):
-        print("SKIP test_decon.py: %s not built" % MHE)
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        complexity()
-        generate(tmp)
-        eval_skip_indicators(tmp)
-        refusals(tmp)
-    print("RESULT: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    why = mhe_missing()
+    if why:
+        return skip("test_decon.py", why)
+    tmp = tmpdir("mhe_decon_")
+    complexity()
+    generate(tmp)
+    eval_skip_indicators(tmp)
+    refusals(tmp)
+    return finish()
 
 
 if __name__ == "__main__":

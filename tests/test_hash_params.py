@@ -8,27 +8,14 @@ import csv
 import io
 import math
 import os
-import subprocess
 import sys
-import tempfile
 
-MHE = os.environ.get("MHE_BIN", "build/mhe")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import check, finish, mhe_missing, run_mhe, skip, tmpdir  # noqa: E402
 
 
 def run(*args):
-    p = subprocess.run([MHE, "params"] + [str(a) for a in args], capture_output=True, text=True, errors="replace",
-                       timeout=60)
-    return p.returncode, p.stdout, p.stderr
+    return run_mhe("params", *args, timeout=60)
 
 
 def rows_of(text):
@@ -56,10 +43,9 @@ ERRATA = {("CANINE-C", "pcr_emb"), ("HashFormers Emb (1K)", "poep"), ("HashForme
 
 
 def main():
-    if not os.path.exists(MHE):
-        print("SKIP test_hash_params.py: %s not built" % MHE)
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
+    why = mhe_missing()
+    if why:
+        return skip("test_hash_params.py", why)
 
     rc, out, err = run("--embeddings", "--format", "csv")
     check(rc == 0 and err == "", "csv run: rc %d, stderr %r" % (rc, err[-300:]))
@@ -128,7 +114,7 @@ def main():
     rc, alltables, err = run("--format", "csv")
     check(rc == 0 and "Table 2.2" not in alltables, "`all` stays the MHE paper's tables")
 
-    d_ = tempfile.mkdtemp(prefix="mhe_hash_params_")
+    d_ = tmpdir("mhe_hash_params_")
     rc, o, err = run("--embeddings", "--out-dir", os.path.join(d_, "o"))
     files = sorted(os.listdir(os.path.join(d_, "o"))) if os.path.isdir(os.path.join(d_, "o")) else []
     check(rc == 0 and files == ["hashformers_table2_2.csv"], "--out-dir: %r %s" % (files, err))
@@ -139,8 +125,7 @@ def main():
     rc, o, err = run("--embeddings=1")
     check(rc == 2 and o == "" and err.startswith("mhe: "), "--embeddings takes no value: rc %d %r" % (rc, err))
 
-    print("RESULT: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -46,33 +46,16 @@ static void model_gradcheck(const char *extra, int pad) {
     mhe_model m;
     mhe_rng r;
     test_batch tb;
-    int i, j, bad = 0, checked = 0;
+    int bad, checked;
     float loss;
-    double worst = 0;
+    double worst;
     mhe_rng_seed(&r, 9);
     CHECK(mhe_model_init(&m, &c, 4, NULL) == MHE_OK, "init [%s]: %s", extra, m.err);
     make_batch(&tb, &c, 2, 7, 6, pad, &r);
     mhe_model_zero_grad(&m);
     CHECK(mhe_model_forward_batch(&m, &tb.b, &loss) == MHE_OK, "forward: %s", m.err);
     CHECK(mhe_model_backward(&m) == MHE_OK, "backward: %s", m.err);
-    for (i = 0; i < m.n_tensors; i++) {
-        mhe_tensor *t = &m.params[i];
-        double tworst = 0;
-        for (j = 0; j < 5; j++) {
-            int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
-            float keep = t->data[e], h = 1e-2f, lp, lm;
-            double num, err;
-            t->data[e] = keep + h; mhe_model_forward_batch(&m, &tb.b, &lp);
-            t->data[e] = keep - h; mhe_model_forward_batch(&m, &tb.b, &lm);
-            t->data[e] = keep;
-            num = ((double)lp - lm) / (2.0 * h);
-            err = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
-            if (err > tworst) tworst = err;
-            checked++;
-        }
-        if (tworst > 5e-2) { bad++; printf("  %s: worst relative error %.3g\n", t->name, tworst); }
-        if (tworst > worst) worst = tworst;
-    }
+    bad = test_model_gradcheck(&m, test_loss_batch, &tb.b, &r, 5, 5, NULL, &worst, &checked);
     CHECK(bad == 0, "model gradient check [%s%s]: %d tensors off, worst %.3g over %d entries", extra ? extra : "", pad ? " padded" : "", bad, worst, checked);
     mhe_model_free(&m);
 }

@@ -17,20 +17,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import REPO, build_dir, check, finish, rel_err, skip, tmpdir  # noqa: E402
+
 PROBE = os.path.join(REPO, "tests", "probes", "optlevel_probe.c")
-passed = failed = 0
-
-
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what)
 
 
 def build_run(cc, flags, d, env=None):
@@ -57,50 +48,42 @@ def close(a, b, what):
     worst = 0.0
     for k in va:
         tol = 1e-3 if k == "weights" else 1e-4
-        err = abs(va[k] - vb.get(k, float("nan"))) / max(abs(vb.get(k, 1.0)), 1e-3)
+        err = rel_err(va[k], vb.get(k, float("nan")), 1e-3)   # a missing key: NaN, which max() passes over
         worst = max(worst, err / tol)
     check(set(va) == set(vb) and worst <= 1.0, "%s: within tolerance (worst %.3g of the limit)" % (what, worst))
 
 
 def main():
-    if os.environ.get("MHE_TEST_BUILD", "build") != "build":
+    if build_dir() != "build":
         # the probe is compiled here, independent of the suite's build: once is enough
-        print("SKIP test_optlevels.py: runs in the main suite (make test) only")
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
+        return skip("test_optlevels.py", "runs in the main suite (make test) only")
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc or not shutil.which(cc):
-        print("SKIP test_optlevels.py: no C compiler")
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
-    d = tempfile.mkdtemp(prefix="mhe_opt_")
-    try:
-        runs = {}
-        for name, flags in [("O0", ["-O0"]), ("O2", ["-O2"]), ("O2n", ["-O2", "-march=native"]),
-                            ("O3n", ["-O3", "-march=native"]), ("O2n-omp", ["-O2", "-march=native", "-fopenmp"])]:
-            out, err = build_run(cc, flags, d)
-            check(out is not None, "%s %s builds and runs: %s" % (cc, " ".join(flags), err))
-            runs[name] = out
-        env1, env2 = dict(os.environ, OMP_NUM_THREADS="1"), dict(os.environ, OMP_NUM_THREADS="2")
-        o1, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env1)
-        o2, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env2)
-        if all(runs.values()) and o1 and o2:
-            check(runs["O2n"] == runs["O3n"], "-O2 -march=native and -O3 -march=native agree bit for bit")
-            check(runs["O0"] == runs["O2"], "-O0 and -O2 (portable) agree bit for bit")
-            check(runs["O2n"] == o1 == o2, "OpenMP at 1 and 2 threads equals the build without OpenMP bit for bit")
-            close(runs["O2"], runs["O2n"], "portable vs -march=native")
-            clang = shutil.which("clang")
-            if clang and os.path.basename(cc) != "clang":
-                out, err = build_run(clang, ["-O2", "-march=native"], d)
-                check(out is not None, "clang builds the probe: %s" % err)
-                if out:
-                    close(out, runs["O2n"], "clang vs %s" % cc)
-            for name, out in runs.items():
-                print("%-8s %s" % (name, " ".join(out.split()[-2:])))
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-    print("RESULT: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+        return skip("test_optlevels.py", "no C compiler")
+    d = tmpdir("mhe_opt_")
+    runs = {}
+    for name, flags in [("O0", ["-O0"]), ("O2", ["-O2"]), ("O2n", ["-O2", "-march=native"]),
+                        ("O3n", ["-O3", "-march=native"]), ("O2n-omp", ["-O2", "-march=native", "-fopenmp"])]:
+        out, err = build_run(cc, flags, d)
+        check(out is not None, "%s %s builds and runs: %s" % (cc, " ".join(flags), err))
+        runs[name] = out
+    env1, env2 = dict(os.environ, OMP_NUM_THREADS="1"), dict(os.environ, OMP_NUM_THREADS="2")
+    o1, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env1)
+    o2, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env2)
+    if all(runs.values()) and o1 and o2:
+        check(runs["O2n"] == runs["O3n"], "-O2 -march=native and -O3 -march=native agree bit for bit")
+        check(runs["O0"] == runs["O2"], "-O0 and -O2 (portable) agree bit for bit")
+        check(runs["O2n"] == o1 == o2, "OpenMP at 1 and 2 threads equals the build without OpenMP bit for bit")
+        close(runs["O2"], runs["O2n"], "portable vs -march=native")
+        clang = shutil.which("clang")
+        if clang and os.path.basename(cc) != "clang":
+            out, err = build_run(clang, ["-O2", "-march=native"], d)
+            check(out is not None, "clang builds the probe: %s" % err)
+            if out:
+                close(out, runs["O2n"], "clang vs %s" % cc)
+        for name, out in runs.items():
+            print("%-8s %s" % (name, " ".join(out.split()[-2:])))
+    return finish()
 
 
 if __name__ == "__main__":

@@ -5,34 +5,19 @@ the files --out-dir writes; and clean failures on bad options. The paper's
 figures below are typed in from the paper on purpose: they are what the tool
 must reproduce. Needs only python3 and build/mhe."""
 import csv
-import io
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 
-MHE = os.environ.get("MHE_BIN", "build/mhe")
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import check, csv_blocks, finish, mhe_missing, run_mhe, skip, tmpdir  # noqa: E402
 
 KINDS = ["sha", "mha", "el-att", "mqa", "gqa", "skv", "mhe-add", "mhe-mul"]
 
 
-def check(cond, what):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", what)
-
-
 def run(*args, cwd=None):
-    exe = os.path.abspath(MHE) if cwd else MHE
-    p = subprocess.run([exe, "params"] + [str(a) for a in args], capture_output=True, text=True,
-                       errors="replace", timeout=120, cwd=cwd)
-    return p.returncode, p.stdout, p.stderr
+    return run_mhe("params", *args, cwd=cwd, timeout=120)
 
 
 def count(kind, dm, n, dh, g=2, wo=False):
@@ -45,35 +30,14 @@ def count(kind, dm, n, dh, g=2, wo=False):
     return base + (dm * n * dh if wo else 0)
 
 
-def csv_blocks(text):
-    """The CSV stream of `mhe params --format csv`: blocks of '# title', header, rows, '# note: ...'."""
-    blocks = {}
-    cur = None
-    for row in csv.reader(io.StringIO(text)):
-        if not row or not any(row):
-            continue
-        line = ",".join(row)
-        if line.startswith("# note: "):
-            cur["notes"].append(line[8:])
-        elif line.startswith("# "):
-            cur = {"title": line[2:], "header": None, "rows": [], "notes": []}
-            blocks[line[2:].split(":")[0]] = cur
-        elif cur["header"] is None:
-            cur["header"] = row
-        else:
-            cur["rows"].append(dict(zip(cur["header"], row)))
-    return blocks
-
-
 def by(block, key):
     return {r[key]: r for r in block["rows"]} if block else {}
 
 
 def main():
-    if not os.path.exists(MHE):
-        print("SKIP test_params.py: %s not built" % MHE)
-        print("RESULT: 0 passed, 0 failed, 1 skipped")
-        return 0
+    why = mhe_missing()
+    if why:
+        return skip("test_params.py", why)
 
     rc, out, err = run("--help")
     check(rc == 0 and "usage: mhe params" in out and "--out-dir" in out, "--help: rc %d" % rc)
@@ -235,7 +199,7 @@ def main():
           "gqa without a count where g does not divide the heads: %r" % g5)
 
     # ---- --out-dir ------------------------------------------------------------------------
-    d = tempfile.mkdtemp(prefix="mhe_params_")
+    d = tmpdir("mhe_params_")
     outdir = os.path.join(d, "out")
     rc, out, err = run("--out-dir", outdir)
     files = sorted(os.listdir(outdir)) if os.path.isdir(outdir) else []
@@ -299,8 +263,7 @@ def main():
         check(rc == code and err.startswith("mhe: ") and word in err and out == "" and "Traceback" not in err,
               "%s: rc %d (want %d), stdout %d bytes, stderr %r" % (" ".join(args), rc, code, len(out), err.strip()))
 
-    print("RESULT: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return finish()
 
 
 if __name__ == "__main__":

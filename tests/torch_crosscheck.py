@@ -77,7 +77,8 @@ MD5) must fail at `mhe init`.
 
 Usage (from anywhere; the tool runs from the repository root):
   python3 tests/torch_crosscheck.py [--verbose] [--keep DIR] [--only NAME] [--list]
-MHE_BIN selects the binary (default build/mhe, relative to the repo root).
+MHE_BIN selects the binary (default $MHE_TEST_BUILD/mhe, else build/mhe; a relative
+path is taken from the repo root).
 Without PyTorch/numpy, or without the binary, it prints a SKIP line and
 "RESULT: 0 passed, 0 failed, 1 skipped" and exits 0.
 
@@ -94,7 +95,10 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import REPO, Results, mhe_bin, mhe_missing, rel_err, torch_missing  # noqa: E402
+from mhetest import skip as skip_script  # noqa: E402
+
 SCRIPT = os.path.abspath(__file__)
 
 LOSS_RTOL = 1e-4
@@ -1281,26 +1285,6 @@ def fake_mhe(argv):
 # the checks
 # --------------------------------------------------------------------------
 
-class Results:
-    def __init__(self, quiet=False):
-        self.passed = self.failed = self.skipped = 0
-        self.quiet = quiet
-        self.lines = []
-
-    def say(self, msg):
-        self.lines.append(msg)
-        if not self.quiet:
-            print(msg, flush=True)
-
-    def check(self, ok, msg):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-            self.say("FAIL " + msg)
-        return ok
-
-
 def run_tool(tool, args, res, what):
     cmd = tool + args
     try:
@@ -1528,7 +1512,7 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
             lc = grads.pop("loss")
             ok_shape = tuple(lc.shape) == (1,)
             lval = float(lc.reshape(-1)[0]) if lc.size else float("nan")
-            loss_err = abs(lval - loss_ref) / max(abs(loss_ref), 1e-12)
+            loss_err = rel_err(lval, loss_ref, 1e-12)
             res.check(ok_shape and loss_err <= LOSS_RTOL,
                       "%s: loss %s shape %s, torch %.8f, rel err %.3g (limit %g)"
                       % (tag, repr(lval), list(lc.shape), loss_ref, loss_err, LOSS_RTOL))
@@ -1888,7 +1872,7 @@ def check_word_config(c, tool, workdir, seed, res, verbose):
                  for k, t in P.items()}
         loss_ref = float(loss.item())
         lc = grads.pop("loss", None)
-        loss_err = abs(float(lc.reshape(-1)[0]) - loss_ref) / max(abs(loss_ref), 1e-12) if lc is not None else float("nan")
+        loss_err = rel_err(float(lc.reshape(-1)[0]), loss_ref, 1e-12) if lc is not None else float("nan")
         res.check(lc is not None and loss_err <= LOSS_RTOL, "%s: S+R loss rel err %.3g (torch %.8f)" % (tag, loss_err, loss_ref))
         check_names(grads, exp, res, tag, "gradient")
         worst, worst_name = compare_grads(tag, exp, grads, g_ref, l1, res, verbose)
@@ -1971,18 +1955,8 @@ def selftest(configs, seed, verbose):
     return res
 
 
-def finish(res):
-    line = "RESULT: %d passed, %d failed" % (res.passed, res.failed)
-    if res.skipped:
-        line += ", %d skipped" % res.skipped
-    print(line, flush=True)
-    return 1 if res.failed else 0
-
-
 def skip(reason):
-    print("SKIP torch_crosscheck: " + reason)
-    print("RESULT: 0 passed, 0 failed, 1 skipped")
-    return 0
+    return skip_script("torch_crosscheck", reason)
 
 
 def main():
@@ -2007,26 +1981,24 @@ def main():
                                               " ".join("%s=%s" % kv for kv in c["cfg"].items()),
                                               " ".join("%s=%s" % kv for kv in c["extra"].items())))
         return 0
-    try:
-        import numpy  # noqa: F401
-        import torch
-    except ImportError as e:
-        return skip("PyTorch/numpy not available to %s (%s)" % (sys.executable, e))
+    why = torch_missing()
+    if why:
+        return skip(why)
+    import torch
     torch.set_num_threads(1)
     if not configs:
         print("FAIL no config matches --only")
         print("RESULT: 0 passed, 1 failed")
         return 1
     if a.selftest:
-        return finish(selftest(configs, a.seed, a.verbose))
+        return selftest(configs, a.seed, a.verbose).finish()
 
-    bin_ = os.environ.get("MHE_BIN") or "build/mhe"
-    path = bin_ if os.path.isabs(bin_) else os.path.join(REPO, bin_)
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        return skip("no mhe binary at %s (build it with make, or set MHE_BIN)" % path)
+    why = mhe_missing()
+    if why:
+        return skip(why)
     res = Results()
-    run_all(configs, [path], a.keep, a.seed, res, a.verbose)
-    return finish(res)
+    run_all(configs, [mhe_bin()], a.keep, a.seed, res, a.verbose)
+    return res.finish()
 
 
 if __name__ == "__main__":
