@@ -201,6 +201,27 @@ MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc);
 
+/* Kernel scratch. GEMM packing and the tiles of the attention cores never
+   live on the stack (no kernel frame reaches 16 KB, so threads with 128 KB
+   stacks suffice; MHE_STACK_NEED says how much): they come from a block of
+   per-thread slices bound to the calling thread. A model binds the block
+   its activation layout planned; a program that calls mhe_gemm or the
+   fused attention cores itself may bind one, or each call allocates its
+   own (MHE_MALLOC). The slice of OpenMP thread t is base + t*slice_floats:
+   GEMM packing, then the attention tiles for heads up to d_head wide. */
+typedef struct mhe_scratch {
+    float *base;            /* 64-byte aligned */
+    size_t slice_floats;
+    int threads, d_head;
+} mhe_scratch;
+#define MHE_STACK_NEED (64 * 1024)   /* bytes of stack a thread running the library needs, measured (tests/test_stack.c) */
+/* floats of a block for `threads` threads and heads up to d_head (64 floats of alignment slack included) */
+MHEDEF size_t mhe_scratch_floats(int d_head, int threads);
+/* lay out a block of mhe_scratch_floats(d_head, threads) floats at base */
+MHEDEF void mhe_scratch_init(mhe_scratch *s, float *base, int d_head, int threads);
+/* bind s (NULL: none) to the calling thread; returns the binding it replaces */
+MHEDEF const mhe_scratch *mhe_scratch_bind(const mhe_scratch *s);
+
 /* Elementwise kernels and norms. Forward functions write their output;
    backward functions ACCUMULATE into the input gradient (dinp += ...) and the
    parameter gradients, so several consumers can add into one buffer.
@@ -315,6 +336,8 @@ typedef struct mhe_attn_dims {
     float *dk_bias;
 } mhe_attn_dims;
 
+#define MHE_MAX_D_HEAD 256   /* widest head (d_head) a config may set; mhe_config_validate says MHE_ERR_CONFIG past it */
+
 /* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
 MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v);
@@ -322,10 +345,11 @@ MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float
                              const float *probs, const float *q, const float *k, const float *v);
 /* Fused path: tiled, online softmax (Milakov and Gimelshein 2018; Dao et al.
    2022); stores only lse[B, n, Tq] = log-sum-exp of each score row. The
-   backward recomputes the scores tile by tile. */
-MHEDEF void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+   backward recomputes the scores tile by tile. Tiles come from the bound
+   mhe_scratch (or one allocated for the call: MHE_ERR_NOMEM if that fails). */
+MHEDEF mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v);
-MHEDEF void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+MHEDEF mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v);
 
 /* ======================================================================== */
@@ -764,6 +788,7 @@ typedef struct mhe_acts {
     /* backward scratch */
     float *d_h, *d_u, *d_tmp, *d_mem, *d_att, *d_proj, *d_projx, *d_fc1, *d_act, *d_logits, *scratch;
     float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
+    mhe_scratch kernel;             /* GEMM packing and attention tiles, one slice per thread */
     float *d_emb, *d_src_emb;       /* staticemb-qk: gradients of the block-0 inputs emb, src_emb */
     size_t bytes;
 } mhe_acts;
@@ -1641,9 +1666,11 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
    tile, mask or thread computes it, so 1 and N threads give bit-identical
    results.
 
-   Memory: no heap. Each thread's packing buffers live on its stack:
+   Memory: each thread packs into its slice of the bound mhe_scratch,
    KC*NC + MR*KC floats = (128*384 + 12*128) * 4 bytes = 198 KiB (AVX-512;
-   less for the other kernels); the matrix-vector path uses 12 KiB. */
+   less for the other kernels); unbound, a call allocates its slices, and if
+   that fails it runs an unpacked loop. The matrix-vector path needs no
+   packing (12 KiB of stack). */
 
 #if !defined(MHE_NO_SIMD) && defined(__AVX512F__)
 #define MHE__GEMM_AVX512 1
@@ -2014,6 +2041,113 @@ static void mhe__gemm_pack_a(int ta, const float *A, int lda, int i0, int mr, in
     }
 }
 
+/* ---- kernel scratch ------------------------------------------------------ */
+
+/* the binding of the calling thread: thread-local where threads exist (a
+   bare-metal build has one thread and a plain static) */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define MHE__TLS thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define MHE__TLS _Thread_local
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__unix__) || defined(__APPLE__) || defined(_WIN32))
+#define MHE__TLS __thread
+#elif defined(_MSC_VER)
+#define MHE__TLS __declspec(thread)
+#else
+#define MHE__TLS
+#endif
+static MHE__TLS const mhe_scratch *mhe__scratch_cur;
+
+#define MHE__R16(n) (((size_t)(n) + 15) & ~(size_t)15)   /* floats, rounded to 64 bytes */
+#define MHE__PACK_FLOATS (MHE__R16(MHE__GEMM_KC * MHE__GEMM_NC) + MHE__R16(MHE__GEMM_MR * MHE__GEMM_KC))
+
+static size_t mhe__kernel_floats(int d_head);   /* the attention tiles (section 4) */
+
+static int mhe__max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int mhe__thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+static int mhe__in_parallel(void) {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return 0;
+#endif
+}
+
+MHEDEF size_t mhe_scratch_floats(int d_head, int threads) {
+    size_t slice = MHE__PACK_FLOATS + (d_head > 0 ? mhe__kernel_floats(d_head) : 0);
+    return slice * (size_t)(threads > 0 ? threads : 1) + 16;
+}
+
+MHEDEF void mhe_scratch_init(mhe_scratch *s, float *base, int d_head, int threads) {
+    s->base = base ? (float *)(void *)(((uintptr_t)base + 63) & ~(uintptr_t)63) : NULL;
+    s->slice_floats = MHE__PACK_FLOATS + (d_head > 0 ? mhe__kernel_floats(d_head) : 0);
+    s->threads = threads > 0 ? threads : 1;
+    s->d_head = d_head > 0 ? d_head : 0;
+}
+
+MHEDEF const mhe_scratch *mhe_scratch_bind(const mhe_scratch *s) {
+    const mhe_scratch *old = mhe__scratch_cur;
+    mhe__scratch_cur = s;
+    return old;
+}
+
+/* The scratch a kernel runs on: the bound one if its tiles are wide enough
+   and the calling thread has a slice, else one allocated for the call into
+   *own (released by mhe__scratch_done). NULL: no memory. */
+typedef struct mhe__own_scratch { mhe_scratch s; float *raw; } mhe__own_scratch;
+
+static const mhe_scratch *mhe__scratch_for(int d_head, int threads, mhe__own_scratch *own) {
+    const mhe_scratch *s = mhe__scratch_cur;
+    own->raw = NULL;
+    if (s && s->base && s->d_head >= d_head && (!mhe__in_parallel() || mhe__thread_num() < s->threads)) return s;
+    own->raw = (float *)MHE_MALLOC(NULL, mhe_scratch_floats(d_head, threads) * sizeof(float));
+    if (!own->raw) return NULL;
+    mhe_scratch_init(&own->s, own->raw, d_head, threads);
+    return &own->s;
+}
+
+static void mhe__scratch_done(mhe__own_scratch *own) {
+    if (own->raw) MHE_FREE(NULL, own->raw);
+    own->raw = NULL;
+}
+
+#ifdef _OPENMP
+/* threads a kernel's team may have: one slice each */
+static int mhe__team(const mhe_scratch *s) {
+    int nt = mhe__max_threads();
+    return nt < s->threads ? nt : s->threads;
+}
+#endif
+
+/* the calling thread's slice: GEMM packing, then the kernel's tiles */
+static float *mhe__pack_slice(const mhe_scratch *s) {
+    int t = mhe__in_parallel() ? mhe__thread_num() : 0;
+    return s->base + (size_t)(t < s->threads ? t : 0) * s->slice_floats;   /* a block allocated for one caller: 0 */
+}
+
+static float *mhe__tile_slice(const mhe_scratch *s) { return mhe__pack_slice(s) + MHE__PACK_FLOATS; }
+
+/* n floats from a slice, 64-byte aligned */
+static float *mhe__carve(float **cursor, size_t n) {
+    float *p = *cursor;
+    *cursor += MHE__R16(n);
+    return p;
+}
+
 /* ---- blocked driver ------------------------------------------------------ */
 
 typedef struct mhe__gemm_args {
@@ -2031,9 +2165,24 @@ static int mhe__gemm_step(int n, int max, int unit) {
 }
 
 /* C[i0:i1, j0:j1] on the calling thread */
-static void mhe__gemm_block(const mhe__gemm_args *g, int i0, int i1, int j0, int j1) {
-    float bp[MHE__GEMM_KC * MHE__GEMM_NC] MHE__ALIGNED64;
-    float ap[MHE__GEMM_MR * MHE__GEMM_KC] MHE__ALIGNED64;
+/* no memory for packing: the plain loop (equal up to rounding) */
+static void mhe__gemm_unpacked(const mhe__gemm_args *g) {
+    int i, j, k;
+    for (i = 0; i < g->M; i++)
+        for (j = 0; j < g->N; j++) {
+            float acc = 0.0f, *c = g->C + (size_t)i * g->ldc + j;
+            for (k = 0; k < g->K; k++) {
+                float a = g->ta ? g->A[(size_t)k * g->lda + i] : g->A[(size_t)i * g->lda + k];
+                float b = g->tb ? g->B[(size_t)j * g->ldb + k] : g->B[(size_t)k * g->ldb + j];
+                acc += a * b;
+            }
+            *c = g->beta == 0.0f ? g->alpha * acc : g->alpha * acc + g->beta * *c;
+        }
+}
+
+/* C[i0:i1, j0:j1] on the calling thread, packing into pack (MHE__PACK_FLOATS) */
+static void mhe__gemm_block(const mhe__gemm_args *g, int i0, int i1, int j0, int j1, float *pack) {
+    float *bp = pack, *ap = pack + MHE__R16(MHE__GEMM_KC * MHE__GEMM_NC);
     int K = g->K, kstep, nstep, mstep, ib, jc, pc, ic, jr;
     if (i0 >= i1 || j0 >= j1) return;
     /* even blocks: K = 257 makes two KC blocks of 129, not 256 + 1 */
@@ -2219,25 +2368,36 @@ MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
     }
     {
         mhe__gemm_args g;
+        mhe__own_scratch own;
+        const mhe_scratch *sc;
         int tm = 1, tn = 1, t, ntask;
         g.ta = trans_a; g.tb = trans_b; g.M = M; g.N = N; g.K = K;
         g.alpha = alpha; g.beta = beta; g.A = A; g.B = B; g.C = C;
         g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        if (nt == 1 || flops < MHE__GEMM_PAR_FLOPS) {
-            mhe__gemm_block(&g, 0, M, 0, N); /* no OpenMP runtime call at all */
+        if (flops < MHE__GEMM_PAR_FLOPS || mhe__in_parallel()) nt = 1;   /* a tile inside a kernel's team */
+        sc = mhe__scratch_for(0, nt, &own);
+        if (!sc) {
+            mhe__gemm_unpacked(&g);
+            return;
+        }
+        if (nt > sc->threads) nt = sc->threads;
+        if (nt == 1) {
+            mhe__gemm_block(&g, 0, M, 0, N, mhe__pack_slice(sc));
+            mhe__scratch_done(&own);
             return;
         }
         mhe__gemm_grid(M, N, nt, &tm, &tn);
         ntask = tm * tn;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(ntask) if(flops >= MHE__GEMM_PAR_FLOPS)
+#pragma omp parallel for schedule(static) num_threads(ntask)
 #endif
         for (t = 0; t < ntask; t++) {
             int bi = t / tn, bj = t % tn;
             int i0 = mhe__gemm_split(M, tm, bi, MHE__GEMM_MR), i1 = mhe__gemm_split(M, tm, bi + 1, MHE__GEMM_MR);
             int j0 = mhe__gemm_split(N, tn, bj, MHE__GEMM_NR), j1 = mhe__gemm_split(N, tn, bj + 1, MHE__GEMM_NR);
-            mhe__gemm_block(&g, i0, i1, j0, j1);
+            mhe__gemm_block(&g, i0, i1, j0, j1, mhe__pack_slice(sc));
         }
+        mhe__scratch_done(&own);
     }
 }
 
@@ -2966,7 +3126,6 @@ static MHE__VECTORISE float mhe__row_exp_sum(float *s, int n, float mx) {
    tile product is a small mhe_gemm (fast even at these sizes). */
 #define MHE__BQ 64
 #define MHE__BK 64
-#define MHE_MAX_D_HEAD 256
 
 static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int b, int t0, int rows, int j0, int cols) {
     int i, jj;
@@ -2990,17 +3149,22 @@ static void mhe__tile_affine(float *out, const float *src, size_t stride, int ro
 #define MHE__QH(d, h) ((d)->q_shared ? 0 : (size_t)(h) * (d)->d_head)
 #define MHE__MAP(p, d, h) ((p) ? (p) + (size_t)(h) * (d)->d_head : NULL)
 
-MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
     int dh = d->d_head, qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
-    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
+    if (!sc) return MHE_ERR_NOMEM;
     /* one (b, h, query block) per iteration: outputs never overlap */
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
-        float S[MHE__BQ * MHE__BK], acc[MHE__BQ * MHE_MAX_D_HEAD], mrow[MHE__BQ], lrow[MHE__BQ];
-        float Qh[MHE__BQ * MHE_MAX_D_HEAD], Kh[MHE__BK * MHE_MAX_D_HEAD], Vh[MHE__BK * MHE_MAX_D_HEAD];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *S = mhe__carve(&tile, MHE__BQ * MHE__BK), *acc = mhe__carve(&tile, (size_t)MHE__BQ * dh), *mrow = mhe__carve(&tile, MHE__BQ);
+        float *lrow = mhe__carve(&tile, MHE__BQ), *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, c, ldq = d->q_stride;
@@ -3040,7 +3204,10 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out
             for (c = 0; c < dh; c++) o[c] = acc[(size_t)i * dh + c] * inv;
             lse[((size_t)b * d->n_heads + h) * d->Tq + t0 + i] = lrow[i] > 0 ? mrow[i] + logf(lrow[i]) : -INFINITY;
         }
+    mhe_scratch_bind(outer);
     }
+    mhe__scratch_done(&own);
+    return MHE_OK;
 }
 
 /* One row of a backward tile, from the recomputed scores p and dP = dO V^T:
@@ -3081,19 +3248,23 @@ static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float 
    per-head maps the tiles are mapped as in the forward; the map gradients of
    (b, h) go to d->map_scratch[b][h] and are summed over b afterwards in a
    fixed order. */
-MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head, n = d->n_heads;
     int qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     size_t per_bh = 5 * (size_t)dh;   /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
-    MHE_ASSERT(dh <= MHE_MAX_D_HEAD);
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     MHE_ASSERT(!(qmap || kmap || vmap) || d->map_scratch);
     if (qmap || kmap || vmap) memset(d->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    if (!sc) return MHE_ERR_NOMEM;
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
-        float P[MHE__BQ * MHE__BK], dP[MHE__BQ * MHE__BK], Drow[MHE__BQ];
-        float Qh[MHE__BQ * MHE_MAX_D_HEAD], dQh[MHE__BQ * MHE_MAX_D_HEAD];
-        float Kh[MHE__BK * MHE_MAX_D_HEAD], Vh[MHE__BK * MHE_MAX_D_HEAD], dKVh[MHE__BK * MHE_MAX_D_HEAD];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *P = mhe__carve(&tile, MHE__BQ * MHE__BK), *dP = mhe__carve(&tile, MHE__BQ * MHE__BK), *Drow = mhe__carve(&tile, MHE__BQ);
+        float *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *dQh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh), *dKVh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj, c;
         for (h = g * group; h < (g + 1) * group; h++) {
             float *ms = (qmap || kmap || vmap) ? d->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
@@ -3157,6 +3328,7 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                 }
             }
         }
+    mhe_scratch_bind(outer);
     }
     if (qmap || kmap || vmap) {   /* sum the per-(b, h) map gradients over b */
         int b, h, c2, which;
@@ -3170,6 +3342,8 @@ MHEDEF MHE__VECTORISE void mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq,
                         targets[which][(size_t)h * dh + c2] += d->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
         }
     }
+    mhe__scratch_done(&own);
+    return MHE_OK;
 }
 
 /* One query per head over Tk keys (a decoding step): online softmax key by
@@ -3239,9 +3413,15 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
                                              const float *v) {
     int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
+    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * n_qb; work++) {
-        float Qs[MHE__MUL_FLOATS], S[MHE__MUL_FLOATS], acc[MHE__MUL_FLOATS], mrow[MHE__MUL_FLOATS / MHE__BK], lrow[MHE__MUL_FLOATS / MHE__BK];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *S = mhe__carve(&tile, MHE__MUL_FLOATS), *acc = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *mrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK), *lrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), r, i, h, j0, jj, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
@@ -3286,7 +3466,9 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
             for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv * (vm ? vm[c] : 1.0f);
             lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = lrow[r] > 0 ? mrow[r] + logf(lrow[r]) : -INFINITY;
         }
+    mhe_scratch_bind(outer);
     }
+    mhe__scratch_done(&own);
 }
 
 /* Backward of the stacked core, one sequence per iteration: with Qs and
@@ -3299,11 +3481,17 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                                              const float *out, const float *lse, const float *q, const float *k, const float *v) {
     int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), b;
     size_t per_b = (size_t)n * (W + dh);   /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (b = 0; b < d->B; b++) {
-        float Qs[MHE__MUL_FLOATS], dQs[MHE__MUL_FLOATS], dOs[MHE__MUL_FLOATS], P[MHE__MUL_FLOATS], dP[MHE__MUL_FLOATS];
-        float Z[MHE__BK * MHE_MAX_D_HEAD], Drow[MHE__MUL_FLOATS / MHE__BK];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *dQs = mhe__carve(&tile, MHE__MUL_FLOATS), *dOs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *P = mhe__carve(&tile, MHE__MUL_FLOATS), *dP = mhe__carve(&tile, MHE__MUL_FLOATS), *Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *Drow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int t0, r, i, h, j0, jj, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
@@ -3374,6 +3562,7 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                 }
             }
         }
+    mhe_scratch_bind(outer);
     }
     for (b = 0; b < d->B; b++) {   /* fixed order over sequences: the same sums for any thread count */
         const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
@@ -3381,6 +3570,7 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
         if (d->dq_mul) for (e = 0; e < n * W; e++) d->dq_mul[e] += sdq[e];
         if (d->dv_mul) for (e = 0; e < n * dh; e++) d->dv_mul[e] += sdv[e];
     }
+    mhe__scratch_done(&own);
 }
 
 /* MHE-ADD with one shared score product (MHE paper eq. 5, psi = add). For
@@ -3406,10 +3596,16 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
                                              const float *v, const float *eq, const float *ev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), n_qb = (d->Tq + R - 1) / R, work;
     float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
+    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (work = 0; work < d->B * n_qb; work++) {
-        float S0[MHE__BQ * MHE__BK], U[MHE__BK * MHE__BK], P[MHE__ADD_FLOATS], acc[MHE__ADD_FLOATS];
-        float mrow[MHE__ADD_FLOATS / MHE__BK], lrow[MHE__ADD_FLOATS / MHE__BK], rs[MHE__ADD_FLOATS / MHE__BK];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *acc = mhe__carve(&tile, MHE__ADD_FLOATS), *mrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK), *lrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *rs = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, r, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
@@ -3455,7 +3651,9 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
             for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv + w * e[c];
             lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = l > 0 ? mrow[r] + logf(l) : -INFINITY;
         }
+    mhe_scratch_bind(outer);
     }
+    mhe__scratch_done(&own);
 }
 
 /* backward: dS_i per head, summed once for dQ = (sum_i dS_i) K and
@@ -3468,12 +3666,17 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                                              const float *eq, const float *ev, float *deq, float *dev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), b;
     size_t per_b = 2 * (size_t)n * dh;
+    mhe__own_scratch own;
+    const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
-    MHE__OMP(omp parallel for schedule(dynamic) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (b = 0; b < d->B; b++) {
-        float S0[MHE__BQ * MHE__BK], dSs[MHE__BQ * MHE__BK], U[MHE__BK * MHE__BK], CS[MHE__BK * MHE__BK];
-        float P[MHE__ADD_FLOATS], dP[MHE__ADD_FLOATS], dOs[MHE__ADD_FLOATS];
-        float Drow[MHE__ADD_FLOATS / MHE__BK], edo[MHE__ADD_FLOATS / MHE__BK];
+        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        float *tile = mhe__tile_slice(sc);
+        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *dSs = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK);
+        float *CS = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS), *dP = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *dOs = mhe__carve(&tile, MHE__ADD_FLOATS), *Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK), *edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int t0, i, j0, jj, h, r, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
@@ -3518,12 +3721,33 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                 mhe_gemm(0, 0, n, dh, cols, 1.0f, CS, MHE__BK, kblk, d->k_stride, 1.0f, sdeq, dh);
             }
         }
+    mhe_scratch_bind(outer);
     }
     for (b = 0; b < d->B; b++) {
         const float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int e;
         for (e = 0; e < n * dh; e++) { deq[e] += sdeq[e]; dev[e] += sdev[e]; }
     }
+    mhe__scratch_done(&own);
+}
+
+/* floats of the tiles the cores above carve from a thread's slice, for
+   heads up to d_head wide: the largest of the six */
+static size_t mhe__kernel_floats(int d_head) {
+    size_t dh = (size_t)d_head, qk = MHE__R16(MHE__BQ * MHE__BK), kk = MHE__R16(MHE__BK * MHE__BK);
+    size_t qd = MHE__R16(MHE__BQ * dh), kd = MHE__R16(MHE__BK * dh), q = MHE__R16(MHE__BQ);
+    size_t mul = MHE__R16(MHE__MUL_FLOATS), mr = MHE__R16(MHE__MUL_FLOATS / MHE__BK);
+    size_t add = MHE__R16(MHE__ADD_FLOATS), ar = MHE__R16(MHE__ADD_FLOATS / MHE__BK);
+    size_t need[6], most = 0;
+    int i;
+    need[0] = qk + 2 * qd + 2 * q + 2 * kd;         /* mhe_attn_fused_fwd */
+    need[1] = 2 * qk + q + 2 * qd + 3 * kd;         /* mhe_attn_fused_bwd */
+    need[2] = 3 * mul + 2 * mr;                     /* mhe__attn_mul_fwd */
+    need[3] = 5 * mul + kd + mr;                    /* mhe__attn_mul_bwd */
+    need[4] = qk + kk + 2 * add + 3 * ar;           /* mhe__attn_add_fwd */
+    need[5] = 2 * qk + 2 * kk + 3 * add + 2 * ar;   /* mhe__attn_add_bwd */
+    for (i = 0; i < 6; i++) most = need[i] > most ? need[i] : most;
+    return most;
 }
 
 /* ---- 4. attention cores: linear-time kinds (thesis ch. 4) ------------------ */
@@ -3685,12 +3909,14 @@ static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q
    t: causal, bidirectional, padded. */
 static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, const float *q, const float *k,
                                 const float *v, float *slots) {
+    const mhe_scratch *sc = mhe__scratch_cur;
     int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
     size_t per = mhe__taylor_slot(d->d_head);
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(sc ? mhe__team(sc) : mhe__max_threads()) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
         for (i = 0; i < cnt; i++) {
+            const mhe_scratch *outer = mhe_scratch_bind(sc);   /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0;
             mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
             int F = x.F, dh = x.dh;
@@ -3718,6 +3944,7 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
                     den[((size_t)b * d->n_heads + h) * d->Tq + t0 + t] = vis > 0 ? dn : 0.0f;
                 }
             }
+    mhe_scratch_bind(outer);
         }
     }
 }
@@ -3730,12 +3957,15 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
    dnum.v_j + dden, ds = dw (1 + s). */
 static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
                                 const float *den, const float *q, const float *k, const float *v, float *slots) {
+    const mhe_scratch *sc = mhe__scratch_cur;
     int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
     size_t per = mhe__taylor_slot(d->d_head);
+    if (d->Tq < 1) return;   /* no queries, no gradient */
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(sc ? mhe__team(sc) : mhe__max_threads()) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
         for (i = 0; i < cnt; i++) {
+            const mhe_scratch *outer = mhe_scratch_bind(sc);   /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0, nch;
             mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
             int F = x.F, dh = x.dh;
@@ -3744,7 +3974,6 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
             const float *dnp = den + ((size_t)b * d->n_heads + h) * d->Tq;
             float *dqh = dq + (size_t)b * d->Tq * d->q_stride + (size_t)h * dh, *dkh = dk + (size_t)b * d->Tk * d->k_stride + (size_t)h * dh;
             float *dvh = dv + (size_t)b * d->Tk * d->v_stride + (size_t)h * dh;
-            if (d->Tq < 1) continue;
             /* dnum_t, dden_t of chunk rows */
 #define MHE__TAY_DN(t0_, rows_) do { int r_; for (r_ = 0; r_ < (rows_); r_++) { \
                 size_t row_ = ((size_t)b * d->Tq + (t0_) + r_) * d->o_stride + (size_t)h * dh; float dn_ = dnp[(t0_) + r_]; \
@@ -3802,6 +4031,7 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
                 }
             }
 #undef MHE__TAY_DN
+    mhe_scratch_bind(outer);
         }
     }
 }
@@ -4702,8 +4932,9 @@ static void mhe__proj_bits(const unsigned char *b, int T, double *u0, double *u1
 
 /* Blocks of words go through GEMMs with a stack scratch of MHE__PROJ_SCRATCH
    floats (rows of U = the centred, normalised bits; the backward adds two
-   [rows, d] blocks); shapes too large for one row use the scalar loops. */
-#define MHE__PROJ_SCRATCH 4096
+   [rows, d] blocks, 12 KB in all); shapes too large for one row use the
+   scalar loops. */
+#define MHE__PROJ_SCRATCH 1536
 
 /* wn and wnorm from w (both kept for the backward) */
 static void mhe__proj_weights(float *wn, float *wnorm, const float *w, int n_bits, int d) {
@@ -6783,6 +7014,12 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     MHE__A(a->map_scratch, B * max_scratch); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
     MHE__A(a->d_logits, rd * V);
+    {   /* the kernels' slices, for as many threads as OpenMP offers now */
+        float *kbase = NULL;
+        int threads = mhe__max_threads();
+        MHE__A(kbase, mhe_scratch_floats((int)dh, threads));
+        if (base) mhe_scratch_init(&a->kernel, kbase, (int)dh, threads);
+    }
 #undef MHE__A
 #define MHE__AI(ptr, count) do { double c_ = (double)(count) * sizeof(int); size_t n_; \
         if (!(c_ < (double)SIZE_MAX / 4)) { overflow = 1; c_ = 0; } \
@@ -7702,6 +7939,7 @@ static void mhe__fixed_ctx(mhe_model *m, int T, int causal, mhe__ctx *x) {
    not data). Runs before the main stream, which reads its Q, K. */
 static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     mhe_fixed_stream *f = &m->fixed;
+    const mhe_scratch *outer;
     mhe_acts keep;
     mhe__ctx x;
     mhe_status st;
@@ -7709,6 +7947,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     if (f->kind < 0) return MHE_OK;
     if ((st = mhe__fixed_reserve(m, T)) != MHE_OK) return st;
     keep = m->acts; m->acts = f->acts; m->training = 0;
+    outer = mhe_scratch_bind(&m->acts.kernel);   /* now the fixed stream's */
     if (f->kind == MHE_ATTN_RNDEMB_QK) memcpy(m->acts.emb, f->eps, (size_t)T * C * sizeof(float));
     else
         for (t = 0; t < T; t++) {
@@ -7718,6 +7957,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     mhe__fixed_ctx(m, T, causal, &x);
     mhe__stack_fwd(m, 0, f->top, &x, m->acts.emb);
     f->acts = m->acts; m->acts = keep; m->training = training;
+    mhe_scratch_bind(outer);
     memset(f->d_qk, 0, (size_t)f->top * f->T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg) * sizeof(float));
     return MHE_OK;
 }
@@ -7727,12 +7967,14 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
    position embeddings; rndemb-qk's eps is constant) */
 static void mhe__fixed_bwd(mhe_model *m) {
     mhe_fixed_stream *f = &m->fixed;
+    const mhe_scratch *outer;
     mhe_acts keep;
     mhe__ctx x;
     int C = m->cfg.d_model, T = m->last_T, t, training = m->training;
     size_t n = (size_t)T * C;
     if (f->kind < 0) return;
     keep = m->acts; m->acts = f->acts; m->training = 0;
+    outer = mhe_scratch_bind(&m->acts.kernel);
     memset(m->acts.d_h, 0, n * sizeof(float));
     if (m->acts.d_emb) memset(m->acts.d_emb, 0, n * sizeof(float));
     mhe__fixed_ctx(m, T, m->cfg.arch != MHE_ARCH_ENCODER, &x);
@@ -7743,6 +7985,7 @@ static void mhe__fixed_bwd(mhe_model *m) {
         for (t = 0; t < T; t++) mhe__axpy(m->pos_emb->grad + (size_t)t * C, 1.0f, m->acts.d_h + (size_t)t * C, C);
     }
     f->acts = m->acts; m->acts = keep; m->training = training;
+    mhe_scratch_bind(outer);
     memset(f->d_qk, 0, (size_t)f->top * f->T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg) * sizeof(float));
 }
 
@@ -7793,7 +8036,7 @@ static void mhe__encode(mhe_model *m) {
     a->mem = h;
 }
 
-MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
+static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
     const mhe_config *c;
     mhe_acts *a;
     mhe_status st;
@@ -7811,6 +8054,7 @@ MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, flo
     if (cls && c->n_classes < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
     if (cls && bt->targets) return mhe__fail(m->err, MHE_ERR_ARG, "forward: give per-token targets or sequence labels, not both");
     if ((st = mhe_model_reserve(m, B, T, Ts)) != MHE_OK) return st;
+    mhe_scratch_bind(&a->kernel);   /* the kernels' slices in the activation block */
     BT = B * T;
     if ((st = mhe__emb_prepare(m, bt)) != MHE_OK) return st;   /* checks the tokens (and gathers word inputs) */
     if (E && (st = mhe__check_tokens(m, bt->src, B * Ts, "source")) != MHE_OK) return st;
@@ -7873,6 +8117,14 @@ MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, flo
     return MHE_OK;
 }
 
+/* the forward on the model's own kernel scratch; the caller's binding back after */
+MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
+    const mhe_scratch *outer = mhe_scratch_bind(NULL);
+    mhe_status st = mhe__forward_batch(m, bt, loss);
+    mhe_scratch_bind(outer);
+    return st;
+}
+
 MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss) {
     mhe_batch b;
     memset(&b, 0, sizeof b);
@@ -7902,7 +8154,7 @@ MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b) {
     return st;
 }
 
-MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
+static mhe_status mhe__backward(mhe_model *m) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
     mhe__ctx enc, dec;
@@ -7954,6 +8206,13 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
         mhe__embed_bwd(m, a->d_h, a->src, m->enc_pos_emb, B, m->last_Ts, 1);
     }
     return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
+    const mhe_scratch *outer = mhe_scratch_bind(m ? &m->acts.kernel : NULL);
+    mhe_status st = mhe__backward(m);
+    mhe_scratch_bind(outer);
+    return st;
 }
 
 /* ---- 8. tokenizer and objectives ------------------------------------------ */
@@ -10877,6 +11136,7 @@ static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k,
 }
 
 MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts) {
+    const mhe_scratch *outer;
     const mhe_config *cfg;
     mhe_status st;
     int l, E;
@@ -10893,6 +11153,7 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     memcpy(m->acts.src, src, (size_t)Ts * sizeof(int));
     m->acts.src_lengths[0] = Ts;
     m->last_B = 1; m->last_Ts = Ts; m->last_has_targets = 0;
+    outer = mhe_scratch_bind(&m->acts.kernel);
     mhe__encode(m);
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_attn_weights *w = &m->layers[l].cross;
@@ -10907,6 +11168,7 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
         }
         else memcpy(c->cross[l], m->acts.mem, (size_t)Ts * cfg->d_model * sizeof(float));
     }
+    mhe_scratch_bind(outer);
     c->src_len = Ts;
     c->len = 0;
     return MHE_OK;
