@@ -3018,13 +3018,16 @@ static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
 #define MHE__REF_VH(d, g, h) ((size_t)((d)->v_per_head ? (h) : (g)) * (d)->d_head)
 #define MHE__REF_KB(d, b, j, h) ((d)->k_bias ? (d)->k_bias[((size_t)(b) * (d)->Tk + (j)) * (d)->k_bias_stride + (h)] : 0.0f)
 
+/* the scale of an attention weight that dropout keeps: 1 / (1 - p) */
+static float mhe__att_keep(const mhe_attn_dims *d) { return d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f; }
+
 /* Reference: S = Q K^T * scale; S_tj = -inf where masked; P = softmax(S);
    O = dropout(P) V. One (b, kv-group) per iteration so K/V gradients of
    heads that share them never race. */
 MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    float keep = mhe__att_keep(d);
 MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
@@ -3056,7 +3059,7 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
 MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                              const float *probs, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    float keep = mhe__att_keep(d);
 MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
@@ -3121,6 +3124,41 @@ static MHE__VECTORISE float mhe__row_exp_sum(float *s, int n, float mx) {
     return a[0];
 }
 
+/* One query row of the online softmax (Milakov and Gimelshein 2018), used
+   by every tiled core: s holds the row's scores against a key tile and
+   leaves with exp(s - m), m the new running max (all 0 on a row the mask
+   hides); the running sum l and the row's accumulator acc [dh] are
+   rescaled by exp(m_old - m). Returns that factor (0 on the first visible
+   tile, 1 when nothing changed); *mass gets the tile's share of l. */
+static float mhe__online_row(float *s, int cols, float *m, float *l, float *acc, int dh, float *mass) {
+    float mx = mhe__row_max(s, cols, *m), corr;
+    int j, c;
+    *mass = 0.0f;
+    if (mx == -INFINITY) {
+        for (j = 0; j < cols; j++) s[j] = 0.0f;
+        return 1.0f;
+    }
+    corr = expf(*m - mx);
+    *mass = mhe__row_exp_sum(s, cols, mx);
+    *l = *l * corr + *mass;
+    if (corr != 1.0f)
+        for (c = 0; c < dh; c++) acc[c] *= corr;
+    *m = mx;
+    return corr;
+}
+
+/* attention dropout on the weights of query t against keys j0 .. j0+cols-1,
+   replayable from the seed; returns the kept weights' sum */
+static float mhe__row_dropout(const mhe_attn_dims *d, float *s, int cols, int b, int h, int t, int j0) {
+    float keep = mhe__att_keep(d), sum = 0.0f;
+    int j;
+    for (j = 0; j < cols; j++) {
+        s[j] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j0 + j)) >= d->dropout ? s[j] * keep : 0.0f;
+        sum += s[j];
+    }
+    return sum;
+}
+
 /* Tile sizes of the fused core: a block of MHE__BQ queries meets blocks of
    MHE__BK keys; the score tile and its partners live on the stack and every
    tile product is a small mhe_gemm (fast even at these sizes). */
@@ -3153,7 +3191,6 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
                                const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
     int dh = d->d_head, qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     if (!sc) return MHE_ERR_NOMEM;
@@ -3167,7 +3204,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
         float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
-        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, c, ldq = d->q_stride;
+        int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, c, ldq = d->q_stride;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + MHE__QH(d, h);
         if (qmap) { mhe__tile_affine(Qh, qblk, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h)); qblk = Qh; ldq = dh; }
         for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
@@ -3183,17 +3220,9 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
             if (d->causal) mhe__tile_mask(d, S, b, t0, rows, j0, cols);
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
-                float *s = S + (size_t)i * MHE__BK, mx = mrow[i], corr, sum = 0;
-                mx = mhe__row_max(s, cols, mx);
-                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
-                corr = expf(mrow[i] - mx);       /* 0 on the first visible block */
-                sum = mhe__row_exp_sum(s, cols, mx);
-                lrow[i] = lrow[i] * corr + sum;
-                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)i * dh + c] *= corr;
-                mrow[i] = mx;
-                if (d->dropout > 0)
-                    for (jj = 0; jj < cols; jj++)
-                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
+                float *s = S + (size_t)i * MHE__BK, mass;
+                mhe__online_row(s, cols, mrow + i, lrow + i, acc + (size_t)i * dh, dh, &mass);
+                if (d->dropout > 0) mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
             }
             /* acc += P V_blk */
             mhe_gemm(0, 0, rows, dh, cols, 1.0f, S, MHE__BK, vblk, ldv, 1.0f, acc, dh);
@@ -3215,7 +3244,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
    into dp, and P becomes the dropped-out Pd. add is dO.e^V for MHE-ADD, else 0. */
 static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis, float lse, float D,
                                         float add, int b, int h, int t, int j0) {
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+    float keep = mhe__att_keep(d);
     int jj;
     for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(p[jj] - lse);
     for (; jj < cols; jj++) p[jj] = 0.0f;
@@ -3412,7 +3441,6 @@ static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
 static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                                              const float *v) {
     int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
@@ -3434,7 +3462,7 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
             size_t koff = (size_t)b * d->Tk + j0;
             mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, k + koff * d->k_stride, d->k_stride, 0.0f, S, MHE__BK);
             for (r = 0; r < M; r++) {
-                float *s = S + (size_t)r * MHE__BK, mx = mrow[r], corr, sum = 0;
+                float *s = S + (size_t)r * MHE__BK, mass;
                 h = r / rows; i = r % rows;
                 if (d->k_bias)   /* the head's score of each key, scaled as the dot products */
                     for (jj = 0; jj < cols; jj++) s[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + h];
@@ -3442,16 +3470,8 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
                     int vis = mhe__att_visible(d, b, t0 + i) - j0;
                     for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
                 }
-                mx = mhe__row_max(s, cols, mx);
-                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
-                corr = expf(mrow[r] - mx);
-                sum = mhe__row_exp_sum(s, cols, mx);
-                lrow[r] = lrow[r] * corr + sum;
-                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)r * dh + c] *= corr;
-                mrow[r] = mx;
-                if (d->dropout > 0)
-                    for (jj = 0; jj < cols; jj++)
-                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
+                mhe__online_row(s, cols, mrow + r, lrow + r, acc + (size_t)r * dh, dh, &mass);
+                if (d->dropout > 0) mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
             }
             if (!d->v_per_head) mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
             else
@@ -3595,7 +3615,6 @@ static int mhe__attn_add_fits(const mhe_attn_dims *d) { return mhe__attn_add_row
 static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                                              const float *v, const float *eq, const float *ev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), n_qb = (d->Tq + R - 1) / R, work;
-    float keep = d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
@@ -3618,7 +3637,7 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
             mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);   /* once */
             mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U, MHE__BK);           /* u_i = K e_i^Q */
             for (r = 0; r < M; r++) {   /* stacked row h*rows + i: query i of head h */
-                float *s = P + (size_t)r * MHE__BK, mx = mrow[r], corr, sum, dsum = 0;
+                float *s = P + (size_t)r * MHE__BK, corr, mass, kept;
                 const float *s0, *u;
                 int vis;
                 h = r / rows; i = r % rows;
@@ -3627,20 +3646,9 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
                 if (vis > cols) vis = cols;
                 for (jj = 0; jj < cols; jj++) s[jj] = s0[jj] + u[jj];
                 for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
-                mx = mhe__row_max(s, cols, mx);
-                if (mx == -INFINITY) { for (jj = 0; jj < cols; jj++) s[jj] = 0; continue; }
-                corr = expf(mrow[r] - mx);
-                sum = mhe__row_exp_sum(s, cols, mx);
-                if (d->dropout > 0)
-                    for (jj = 0; jj < cols; jj++) {
-                        s[jj] = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t0 + i, j0 + jj)) >= d->dropout ? s[jj] * keep : 0.0f;
-                        dsum += s[jj];
-                    }
-                else dsum = sum;
-                lrow[r] = lrow[r] * corr + sum;
-                rs[r] = rs[r] * corr + dsum;
-                if (corr != 1.0f) for (c = 0; c < dh; c++) acc[(size_t)r * dh + c] *= corr;
-                mrow[r] = mx;
+                corr = mhe__online_row(s, cols, mrow + r, lrow + r, acc + (size_t)r * dh, dh, &mass);
+                kept = d->dropout > 0 ? mhe__row_dropout(d, s, cols, b, h, t0 + i, j0) : mass;
+                rs[r] = rs[r] * corr + kept;   /* the dropped-out weights' sum, for the e^V term */
             }
             mhe_gemm(0, 0, M, dh, cols, 1.0f, P, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
         }
