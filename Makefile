@@ -19,7 +19,8 @@ ALLFLAGS = $(OPT) $(WARN) $(OMPFLAG) $(CFLAGS) -I.
 LDLIBS  = -lm
 B       = build
 
-TOOLS    = $(patsubst tools/%.c,$(B)/%,$(wildcard tools/*.c))
+# tools/*.c are one program each, except mhe_params.c, a part of mhe
+TOOLS    = $(patsubst tools/%.c,$(B)/%,$(filter-out tools/mhe_params.c,$(wildcard tools/*.c)))
 EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 TESTS    = $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
 DEPS     = mhe.h $(wildcard tools/*.h)
@@ -29,6 +30,11 @@ all: $(TOOLS) $(EXAMPLES)
 $(B)/%: tools/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm,$@),$(BLASFLAGS),)
+
+# mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
+$(B)/mhe: tools/mhe.c tools/mhe_params.c $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ tools/mhe.c tools/mhe_params.c $(LDLIBS)
 
 $(B)/examples/%: examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)

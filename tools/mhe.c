@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include "mhe_plots.h"
+#include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -312,204 +313,377 @@ static int resume_settings(opts *o) {
     return 1;
 }
 
-/* mhe train --task cls: the classification head of an encoder on labelled texts */
+/* the model to train further: the --resume checkpoint (and its train settings) or --model */
+static int load_model_to_train(opts *o, mhe_model *m) {
+    if (!load_model(o->resume ? o->resume : o->model, m)) return 0;
+    if (o->resume && !resume_settings(o)) { mhe_model_free(m); return 0; }
+    return 1;
+}
+
+static int new_model(const opts *o, mhe_model *m) {
+    if (mhe_model_init(m, &o->cfg, o->tc.seed, NULL) == MHE_OK) return 1;
+    fprintf(stderr, "mhe: %s\n", m->err);
+    return 0;
+}
+
+/* a trainer for m; --resume restores its AdamW moments, RNG and step */
+static int start_trainer(mhe_trainer *t, mhe_model *m, const opts *o) {
+    if (mhe_trainer_init(t, m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t->err); return 0; }
+    if (o->resume && mhe_trainer_load(t, o->resume) != MHE_OK) {
+        fprintf(stderr, "mhe: %s: %s\n", o->resume, t->err);
+        mhe_trainer_free(t);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the training loop, one for every task ---- */
+
+typedef struct train_run train_run;
+
+/* what differs between the tasks; each keeps its data in run->data */
+typedef struct {
+    int (*begin)(train_run *r);               /* checks that need the trainer, then the header; 0 stops */
+    mhe_status (*step)(train_run *r);
+    mhe_status (*validate)(train_run *r);     /* keeps the result for print_val */
+    void (*print_val)(const train_run *r);    /* the rest of a "step N  " validation line */
+    void (*print_final)(const train_run *r);  /* NULL, or the line before "wrote FILE" */
+    int tokens_per_s;                         /* the progress line shows tokens/s */
+} train_task;
+
+struct train_run {
+    const opts *o;
+    mhe_model *m;
+    mhe_trainer t;
+    const train_task *task;
+    void *data;               /* the task's own: lm_data, cls_data or sr_data */
+    int has_valid, tty, first_step;
+    double t0;
+};
+
+/* logs and validations come every N steps and at the last */
+static int due(int step, int every, int last) { return step % every == 0 || step == last; }
+
+static void print_progress(const train_run *r) {
+    const mhe_train_config *tc = &r->o->tc;
+    double el = now_s() - r->t0, per = el / (r->t.step - r->first_step);
+    printf("%sstep %6d/%d  loss %.4f  lr %.2e  ", r->tty ? "\r" : "", r->t.step, tc->steps, r->t.last_loss, r->t.last_lr);
+    if (r->task->tokens_per_s) printf("%7.0f tok/s  ", (double)(r->t.step - r->first_step) * tc->batch * tc->seq_len / el);
+    printf("%5.0f ms/step  left %4.0fs%s", per * 1e3, per * (tc->steps - r->t.step), r->tty ? "" : "\n");
+    fflush(stdout);
+}
+
+static int validate(train_run *r) {
+    if (r->task->validate(r) != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", r->m->err); return 0; }
+    if (!r->o->quiet) {
+        printf("%sstep %6d  ", r->tty ? "\n" : "", r->t.step);
+        r->task->print_val(r);
+    }
+    return 1;
+}
+
+static int save_checkpoint(train_run *r) {
+    if (mhe_checkpoint_save(r->m, &r->t, r->o->out) == MHE_OK) return 1;
+    fprintf(stderr, "\nmhe: %s\n", r->t.err);
+    return 0;
+}
+
+/* steps to tc.steps with progress, validation and checkpoints; 0 on failure (message printed) */
+static int train_steps(train_run *r) {
+    const mhe_train_config *tc = &r->o->tc;
+    r->t0 = now_s();
+    r->first_step = r->t.step;
+    while (r->t.step < tc->steps) {
+        mhe_status s = r->task->step(r);
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t.step, r->t.err, mhe_status_str(s)); return 0; }
+        if (!r->o->quiet && due(r->t.step, tc->log_every, tc->steps)) print_progress(r);
+        if (r->has_valid && tc->eval_every > 0 && due(r->t.step, tc->eval_every, tc->steps) && !validate(r)) return 0;
+        if (tc->save_every > 0 && r->t.step % tc->save_every == 0 && r->t.step < tc->steps && !save_checkpoint(r)) return 0;
+    }
+    return save_checkpoint(r);
+}
+
+static void print_end(const train_run *r) {
+    const mhe_model *m = r->m;
+    if (r->tty) printf("\n");   /* ends the progress line */
+    if (r->task->print_final) r->task->print_final(r);
+    printf("wrote %s\n", r->o->out);
+    printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
+           peak_rss_mb(), m->bytes_params / 1e6, m->bytes_acts / 1e6, 2.0 * m->n_params * 4 / 1e6);
+}
+
+/* trains m on the task's data and writes the checkpoint; returns the exit status */
+static int run_training(const opts *o, mhe_model *m, const train_task *task, void *data, int has_valid) {
+    train_run r;
+    int ok;
+    memset(&r, 0, sizeof r);
+    r.o = o; r.m = m; r.task = task; r.data = data; r.has_valid = has_valid; r.tty = isatty(1);
+    if (!start_trainer(&r.t, m, o)) return 1;
+    ok = task->begin(&r) && train_steps(&r);
+    if (ok && !o->quiet) print_end(&r);
+    mhe_trainer_free(&r.t);
+    return ok ? 0 : 1;
+}
+
+/* ---- --task lm: the next byte (decoder), masked bytes (encoder), a continuation (encdec) ---- */
+
+typedef struct { int *train, *valid; size_t n_train, n_valid; float val_loss; } lm_data;
+
+static int lm_begin(train_run *r) {
+    const lm_data *d = (const lm_data *)r->data;
+    const mhe_train_config *tc = &r->o->tc;
+    size_t need = (size_t)tc->seq_len + (r->m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len) : 1);
+    if (d->n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", r->o->data, d->n_train, need); return 0; }
+    if (r->o->quiet) return 1;
+    describe(r->m);
+    printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", d->n_train, d->n_valid,
+           mhe_unigram_entropy(d->train, d->n_train, r->m->cfg.vocab_size));
+    printf("training %d steps of %d x %d tokens%s\n", tc->steps, tc->batch, tc->seq_len, r->t.step ? " (resumed)" : "");
+    return 1;
+}
+
+static mhe_status lm_step(train_run *r) {
+    const lm_data *d = (const lm_data *)r->data;
+    return mhe_trainer_step(&r->t, d->train, d->n_train);
+}
+
+static mhe_status lm_validate(train_run *r) {
+    lm_data *d = (lm_data *)r->data;
+    const mhe_train_config *tc = &r->o->tc;
+    return mhe_evaluate_s2s(r->m, d->valid, d->n_valid, tc->batch, tc->src_len, tc->seq_len, tc->eval_batches, &d->val_loss);
+}
+
+static void lm_print_val(const train_run *r) {
+    const lm_data *d = (const lm_data *)r->data;
+    printf("val loss %.4f  val ppl %.3f\n", d->val_loss, mhe_perplexity(d->val_loss));
+}
+
+static void lm_print_final(const train_run *r) {
+    const lm_data *d = (const lm_data *)r->data;
+    printf("final train loss %.4f", r->t.last_loss);
+    if (d->valid) printf(", val loss %.4f (ppl %.3f)", d->val_loss, mhe_perplexity(d->val_loss));
+    printf("\n");
+}
+
+static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1 };
+
+static int train_lm(opts *o) {
+    lm_data d;
+    mhe_model m;
+    int rc = 1;
+    memset(&d, 0, sizeof d);
+    if (!load_corpus(o->data, &d.train, &d.n_train)) return 1;
+    if (o->valid && !load_corpus(o->valid, &d.valid, &d.n_valid)) { free(d.train); return 1; }
+    if (o->resume || o->model ? load_model_to_train(o, &m) : new_model(o, &m)) {
+        rc = run_training(o, &m, &lm_task, &d, d.valid != NULL);
+        mhe_model_free(&m);
+    }
+    free(d.train); free(d.valid);
+    return rc;
+}
+
+/* ---- --task cls: an encoder's classification head on labelled texts ---- */
+
+typedef struct {
+    mhe_text_set train, valid;
+    mhe_lexicon x, xtr;   /* the word types of both sets; of the training set alone */
+    mhe_word_feats f;
+    int words;            /* texts as words, not bytes */
+    mhe_cls_metrics val;
+} cls_data;
+
+static void cls_data_free(cls_data *d) {
+    mhe_text_set_free(&d->train);
+    mhe_text_set_free(&d->valid);
+    mhe_word_feats_free(&d->f);
+    mhe_lexicon_free(&d->x);
+    mhe_lexicon_free(&d->xtr);
+}
+
 /* the two labelled sets, as bytes or as words of x (xtr: the training types alone) */
-static int load_sets(opts *o, int words, mhe_text_set *train, mhe_text_set *valid, mhe_lexicon *x, mhe_lexicon *xtr) {
+static int load_sets(const opts *o, cls_data *d) {
     char err[MHE_ERR_LEN];
-    mhe_status s = words ? mhe_text_set_load_words(train, x, o->data, NULL, err) : mhe_text_set_load(train, o->data, NULL, err);
+    mhe_status s = d->words ? mhe_text_set_load_words(&d->train, &d->x, o->data, NULL, err) : mhe_text_set_load(&d->train, o->data, NULL, err);
     if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-    if (words && !lex_copy(xtr, x)) return 0;
+    if (d->words && !lex_copy(&d->xtr, &d->x)) return 0;
     if (o->valid) {
-        s = words ? mhe_text_set_load_words(valid, x, o->valid, NULL, err) : mhe_text_set_load(valid, o->valid, NULL, err);
+        s = d->words ? mhe_text_set_load_words(&d->valid, &d->x, o->valid, NULL, err) : mhe_text_set_load(&d->valid, o->valid, NULL, err);
         if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     }
     return 1;
 }
 
+static int cls_classes(const cls_data *d) { return d->train.n_classes > d->valid.n_classes ? d->train.n_classes : d->valid.n_classes; }
+
+/* fine-tuning: a new head of K classes on the loaded weights; frees m on failure */
+static int add_cls_head(const opts *o, mhe_model *m, int K) {
+    mhe_model pre = *m;
+    mhe_config c = m->cfg;
+    int copied;
+    mhe_status s;
+    c.n_classes = K;
+    s = mhe_model_init_from(m, &c, &pre, o->tc.seed, NULL, &copied);
+    if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", m->err);
+    mhe_model_free(&pre);
+    if (s == MHE_OK && !o->quiet) printf("fine-tuning %s: %d tensors loaded, a new classification head of %d classes\n", o->model, copied, K);
+    return s == MHE_OK;
+}
+
+/* a loaded model, and the sets read as its tokens are (words for a word model) */
+static int cls_loaded_model(opts *o, cls_data *d, mhe_model *m) {
+    if (!load_model_to_train(o, m)) return 0;
+    d->words = word_model(m);
+    if (!load_sets(o, d)) { mhe_model_free(m); return 0; }
+    if (m->cfg.n_classes == 0 && !o->resume) return add_cls_head(o, m, cls_classes(d));
+    return 1;
+}
+
+/* a new model sized by the sets: n_classes from their labels, words for hash embeddings and --words 1 */
+static int cls_new_model(opts *o, cls_data *d, mhe_model *m) {
+    d->words = o->words || o->cfg.embedding != MHE_EMB_VOCAB;
+    if (!load_sets(o, d)) return 0;
+    if (o->cfg.n_classes == 0) o->cfg.n_classes = cls_classes(d);
+    if (d->words && !model_given(o, "token_head") && o->cfg.embedding != MHE_EMB_VOCAB) o->cfg.token_head = MHE_HEAD_SR;
+    if (!new_model(o, m)) return 0;
+    if (d->words && !word_state(m, &d->xtr, o->data)) { mhe_model_free(m); return 0; }
+    return 1;
+}
+
+/* the model has a head; word sets get the features of every word type */
+static int cls_ready(cls_data *d, mhe_model *m) {
+    if (m->cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); return 0; }
+    if (d->words) {
+        if (!feats(m, &d->x, &d->f)) return 0;
+        d->train.words = d->valid.words = &d->f;
+    }
+    return 1;
+}
+
+static int cls_begin(train_run *r) {
+    const cls_data *d = (const cls_data *)r->data;
+    if (r->o->quiet) return 1;
+    describe(r->m);
+    printf("data: %d training examples, %d validation examples, %d classes%s\n", d->train.n, d->valid.n, r->m->cfg.n_classes,
+           d->words ? " (word tokens)" : "");
+    return 1;
+}
+
+static mhe_status cls_step(train_run *r) { return mhe_trainer_step_cls(&r->t, &((const cls_data *)r->data)->train); }
+
+static mhe_status cls_validate(train_run *r) {
+    cls_data *d = (cls_data *)r->data;
+    return mhe_evaluate_cls(r->m, &d->valid, r->o->tc.batch, r->o->tc.seq_len, &d->val);
+}
+
+static void cls_print_val(const train_run *r) { print_cls("val", &((const cls_data *)r->data)->val); }
+
+static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0 };
+
 /* mhe train --task cls: the classification head of an encoder on labelled texts
    (bytes, or words for word models and --words 1); a loaded model without a
    head gets one (fine-tuning), its other weights kept */
 static int train_cls(opts *o) {
-    mhe_text_set train, valid;
-    mhe_lexicon x, xtr;
-    mhe_word_feats f;
+    cls_data d;
     mhe_model m;
-    mhe_trainer t;
-    mhe_cls_metrics r;
-    int rc = 1, tty = isatty(1), first, words, have_model = 0, K;
-    double t0;
-    memset(&train, 0, sizeof train);
-    memset(&valid, 0, sizeof valid);
-    memset(&f, 0, sizeof f);
-    mhe_lexicon_init(&x, NULL);
-    mhe_lexicon_init(&xtr, NULL);
+    int rc = 1;
+    memset(&d, 0, sizeof d);
+    mhe_lexicon_init(&d.x, NULL);
+    mhe_lexicon_init(&d.xtr, NULL);
     if (!o->data) { fprintf(stderr, "mhe: no training data given (--data FILE)\n"); return 1; }
-    if (o->resume || o->model) {
-        if (!load_model(o->resume ? o->resume : o->model, &m)) goto out;
-        have_model = 1;
-        if (o->resume && !resume_settings(o)) goto out;
-        words = word_model(&m);
-        if (!load_sets(o, words, &train, &valid, &x, &xtr)) goto out;
-        K = train.n_classes > valid.n_classes ? train.n_classes : valid.n_classes;
-        if (m.cfg.n_classes == 0 && !o->resume) {   /* fine-tuning: a new head on the loaded weights */
-            mhe_model pre = m;
-            mhe_config c = m.cfg;
-            int copied;
-            c.n_classes = K;
-            if (mhe_model_init_from(&m, &c, &pre, o->tc.seed, NULL, &copied) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); have_model = 0; mhe_model_free(&pre); goto out; }
-            mhe_model_free(&pre);
-            if (!o->quiet) printf("fine-tuning %s: %d tensors loaded, a new classification head of %d classes\n", o->model, copied, K);
-        }
-    } else {
-        words = o->words || o->cfg.embedding != MHE_EMB_VOCAB;
-        if (!load_sets(o, words, &train, &valid, &x, &xtr)) goto out;
-        if (o->cfg.n_classes == 0) o->cfg.n_classes = train.n_classes > valid.n_classes ? train.n_classes : valid.n_classes;
-        if (words && !model_given(o, "token_head") && o->cfg.embedding != MHE_EMB_VOCAB) o->cfg.token_head = MHE_HEAD_SR;
-        if (mhe_model_init(&m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
-        have_model = 1;
-        if (words && !word_state(&m, &xtr, o->data)) goto out;
+    if (o->resume || o->model ? cls_loaded_model(o, &d, &m) : cls_new_model(o, &d, &m)) {
+        if (cls_ready(&d, &m)) rc = run_training(o, &m, &cls_task, &d, d.valid.n != 0);
+        mhe_model_free(&m);
     }
-    if (m.cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); goto out; }
-    if (words) {
-        if (!feats(&m, &x, &f)) goto out;
-        train.words = valid.words = &f;
-    }
-    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); goto out; }
-    if (o->resume && mhe_trainer_load(&t, o->resume) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o->resume, t.err); goto free_all; }
-    if (!o->quiet) {
-        describe(&m);
-        printf("data: %d training examples, %d validation examples, %d classes%s\n", train.n, valid.n, m.cfg.n_classes,
-               words ? " (word tokens)" : "");
-    }
-    t0 = now_s();
-    first = t.step;
-    while (t.step < o->tc.steps) {
-        mhe_status s = mhe_trainer_step_cls(&t, &train);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto free_all; }
-        if (!o->quiet && (t.step % o->tc.log_every == 0 || t.step == o->tc.steps)) {
-            double el = now_s() - t0, per = el / (t.step - first);
-            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %5.0f ms/step  left %4.0fs%s", tty ? "\r" : "", t.step, o->tc.steps,
-                   t.last_loss, t.last_lr, per * 1e3, per * (o->tc.steps - t.step), tty ? "" : "\n");
-            fflush(stdout);
-        }
-        if (valid.n && o->tc.eval_every > 0 && (t.step % o->tc.eval_every == 0 || t.step == o->tc.steps)) {
-            if (mhe_evaluate_cls(&m, &valid, o->tc.batch, o->tc.seq_len, &r) != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", m.err); goto free_all; }
-            if (!o->quiet) { printf("%sstep %6d  ", tty ? "\n" : "", t.step); print_cls("val", &r); }
-        }
-        if (o->tc.save_every > 0 && t.step % o->tc.save_every == 0 && t.step < o->tc.steps &&
-            mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
-    }
-    if (mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
-    if (!o->quiet) {
-        printf("%swrote %s\n", tty ? "\n" : "", o->out);
-        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
-               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
-    }
-    rc = 0;
-free_all:
-    mhe_trainer_free(&t);
-out:
-    if (have_model) mhe_model_free(&m);
-    mhe_text_set_free(&train);
-    mhe_text_set_free(&valid);
-    mhe_word_feats_free(&f);
-    mhe_lexicon_free(&x);
-    mhe_lexicon_free(&xtr);
+    cls_data_free(&d);
     return rc;
 }
 
-/* mhe train --task sr: Shuffle+Random pre-training on the words of a text */
-static int train_sr(opts *o) {
-    mhe_lexicon x, xtr;
-    mhe_word_feats ftr, fall;
-    int *tr = NULL, *va = NULL, rc = 1, tty = isatty(1), first, have_model = 0, have_trainer = 0;
-    size_t ntr = 0, nva = 0;
-    mhe_model m;
-    mhe_trainer t;
-    mhe_cls_metrics r;
-    double t0;
-    mhe_lexicon_init(&x, NULL);
-    mhe_lexicon_init(&xtr, NULL);
-    memset(&ftr, 0, sizeof ftr);
-    memset(&fall, 0, sizeof fall);
-    if (!read_words(o->data, &x, &tr, &ntr) || !lex_copy(&xtr, &x)) goto out;
+/* ---- --task sr: Shuffle+Random pre-training on the words of a text ---- */
+
+typedef struct {
+    mhe_lexicon x, xtr;          /* the word types of both texts; of the training text alone */
+    mhe_word_feats ftr, fall;    /* the features of xtr and of x */
+    int *train, *valid;
+    size_t n_train, n_valid;
+    mhe_cls_metrics val;
+} sr_data;
+
+static void sr_data_free(sr_data *d) {
+    mhe_word_feats_free(&d->ftr);
+    mhe_word_feats_free(&d->fall);
+    mhe_lexicon_free(&d->x);
+    mhe_lexicon_free(&d->xtr);
+    free(d->train); free(d->valid);
+}
+
+/* a loaded model must take words; a new one is an encoder with the S+R head unless flags say otherwise */
+static int sr_model(opts *o, mhe_model *m) {
     if (o->resume || o->model) {
-        if (!load_model(o->resume ? o->resume : o->model, &m)) goto out;
-        if (o->resume && !resume_settings(o)) { mhe_model_free(&m); goto out; }
-        if (m.cfg.embedding == MHE_EMB_VOCAB && m.vocab.n == 0) {
+        if (!load_model_to_train(o, m)) return 0;
+        if (m->cfg.embedding == MHE_EMB_VOCAB && m->vocab.n == 0) {
             fprintf(stderr, "mhe: --task sr takes words: this model has byte tokens (no word vocabulary)\n");
-            mhe_model_free(&m);
-            goto out;
+            mhe_model_free(m);
+            return 0;
         }
-    } else {   /* S+R defaults for a new model: an encoder with the S+R head */
-        if (!model_given(o, "arch")) o->cfg.arch = MHE_ARCH_ENCODER;
-        if (!model_given(o, "token_head")) o->cfg.token_head = MHE_HEAD_SR;
-        if (mhe_model_init(&m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
+        return 1;
     }
-    have_model = 1;
-    if (m.cfg.token_head != MHE_HEAD_SR) { fprintf(stderr, "mhe: --task sr needs the S+R head (token_head=sr); this model has an LM head\n"); goto out; }
-    if (!word_state(&m, &xtr, o->data)) goto out;
+    if (!model_given(o, "arch")) o->cfg.arch = MHE_ARCH_ENCODER;
+    if (!model_given(o, "token_head")) o->cfg.token_head = MHE_HEAD_SR;
+    return new_model(o, m);
+}
+
+/* the S+R head, the word state the training text gives, the features, the validation words */
+static int sr_ready(const opts *o, sr_data *d, mhe_model *m) {
+    if (m->cfg.token_head != MHE_HEAD_SR) { fprintf(stderr, "mhe: --task sr needs the S+R head (token_head=sr); this model has an LM head\n"); return 0; }
+    if (!word_state(m, &d->xtr, o->data)) return 0;
     /* training features cover the training types, so no validation word is drawn as a random word */
-    if (!feats(&m, &xtr, &ftr)) goto out;
-    if (o->valid && (!read_words(o->valid, &x, &va, &nva) || !feats(&m, &x, &fall))) goto out;
-    if (mhe_trainer_init(&t, &m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); goto out; }
-    have_trainer = 1;
-    if (o->resume && mhe_trainer_load(&t, o->resume) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o->resume, t.err); goto out; }
-    if (ntr < (size_t)o->tc.seq_len) { fprintf(stderr, "mhe: %s: %zu word tokens, a window needs %d\n", o->data, ntr, o->tc.seq_len); goto out; }
-    if (!o->quiet) {
-        describe(&m);
-        printf("data: %zu train word tokens (%d types), %zu valid word tokens; S+R: shuffle %.0f%%, replace %.0f%% of the rest\n",
-               ntr, xtr.n, nva, 100.0 * o->tc.sr_prob, 100.0 * o->tc.sr_prob);
+    if (!feats(m, &d->xtr, &d->ftr)) return 0;
+    return !o->valid || (read_words(o->valid, &d->x, &d->valid, &d->n_valid) && feats(m, &d->x, &d->fall));
+}
+
+static int sr_begin(train_run *r) {
+    const sr_data *d = (const sr_data *)r->data;
+    const opts *o = r->o;
+    if (d->n_train < (size_t)o->tc.seq_len) { fprintf(stderr, "mhe: %s: %zu word tokens, a window needs %d\n", o->data, d->n_train, o->tc.seq_len); return 0; }
+    if (o->quiet) return 1;
+    describe(r->m);
+    printf("data: %zu train word tokens (%d types), %zu valid word tokens; S+R: shuffle %.0f%%, replace %.0f%% of the rest\n",
+           d->n_train, d->xtr.n, d->n_valid, 100.0 * o->tc.sr_prob, 100.0 * o->tc.sr_prob);
+    return 1;
+}
+
+static mhe_status sr_step(train_run *r) {
+    const sr_data *d = (const sr_data *)r->data;
+    return mhe_trainer_step_sr(&r->t, d->train, d->n_train, &d->ftr);
+}
+
+static mhe_status sr_validate(train_run *r) {
+    sr_data *d = (sr_data *)r->data;
+    const mhe_train_config *tc = &r->o->tc;
+    return mhe_evaluate_sr(r->m, d->valid, d->n_valid, &d->fall, tc->batch, tc->seq_len, tc->eval_batches, tc->sr_prob, &d->val);
+}
+
+static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
+
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1 };
+
+static int train_sr(opts *o) {
+    sr_data d;
+    mhe_model m;
+    int rc = 1;
+    memset(&d, 0, sizeof d);
+    mhe_lexicon_init(&d.x, NULL);
+    mhe_lexicon_init(&d.xtr, NULL);
+    if (read_words(o->data, &d.x, &d.train, &d.n_train) && lex_copy(&d.xtr, &d.x) && sr_model(o, &m)) {
+        if (sr_ready(o, &d, &m)) rc = run_training(o, &m, &sr_task, &d, d.valid != NULL);
+        mhe_model_free(&m);
     }
-    t0 = now_s();
-    first = t.step;
-    while (t.step < o->tc.steps) {
-        mhe_status s = mhe_trainer_step_sr(&t, tr, ntr, &ftr);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto out; }
-        if (!o->quiet && (t.step % o->tc.log_every == 0 || t.step == o->tc.steps)) {
-            double el = now_s() - t0, per = el / (t.step - first);
-            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %7.0f tok/s  %5.0f ms/step  left %4.0fs%s", tty ? "\r" : "", t.step, o->tc.steps,
-                   t.last_loss, t.last_lr, o->tc.batch * o->tc.seq_len / per, per * 1e3, per * (o->tc.steps - t.step), tty ? "" : "\n");
-            fflush(stdout);
-        }
-        if (va && o->tc.eval_every > 0 && (t.step % o->tc.eval_every == 0 || t.step == o->tc.steps)) {
-            if (mhe_evaluate_sr(&m, va, nva, &fall, o->tc.batch, o->tc.seq_len, o->tc.eval_batches, o->tc.sr_prob, &r) != MHE_OK) {
-                fprintf(stderr, "\nmhe: validation: %s\n", m.err);
-                goto out;
-            }
-            if (!o->quiet) { printf("%sstep %6d  ", tty ? "\n" : "", t.step); print_sr("val ", &r); }
-        }
-        if (o->tc.save_every > 0 && t.step % o->tc.save_every == 0 && t.step < o->tc.steps &&
-            mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto out; }
-    }
-    if (mhe_checkpoint_save(&m, &t, o->out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto out; }
-    if (!o->quiet) {
-        printf("%swrote %s\n", tty ? "\n" : "", o->out);
-        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
-               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
-    }
-    rc = 0;
-out:
-    if (have_trainer) mhe_trainer_free(&t);
-    if (have_model) mhe_model_free(&m);
-    mhe_word_feats_free(&ftr);
-    mhe_word_feats_free(&fall);
-    mhe_lexicon_free(&x);
-    mhe_lexicon_free(&xtr);
-    free(tr); free(va);
+    sr_data_free(&d);
     return rc;
 }
 
 static int cmd_train(int argc, char **argv) {
     opts o;
-    mhe_model m;
-    mhe_trainer t;
-    mhe_status s;
-    int *train = NULL, *valid = NULL, rc = 1, tty = isatty(1);
-    size_t n_train = 0, n_valid = 0;
-    double t0;
-    float val_loss = 0;
-    int first_step;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
                "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
@@ -540,71 +714,7 @@ static int cmd_train(int argc, char **argv) {
     if (!o.out) return die("train: --out FILE is required%s%s", "", "");
     if (o.task && strcmp(o.task, "cls") == 0) return train_cls(&o);
     if (o.task && strcmp(o.task, "sr") == 0) return train_sr(&o);
-    if (!load_corpus(o.data, &train, &n_train)) return 1;
-    if (o.valid && !load_corpus(o.valid, &valid, &n_valid)) { free(train); return 1; }
-    if (o.resume) {
-        if (!load_model(o.resume, &m)) goto out;
-        if (!resume_settings(&o)) { mhe_model_free(&m); goto out; }
-    } else if (o.model) {
-        if (!load_model(o.model, &m)) goto out;
-    } else {
-        s = mhe_model_init(&m, &o.cfg, o.tc.seed, NULL);
-        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto out; }
-    }
-    s = mhe_trainer_init(&t, &m, &o.tc);
-    if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", t.err); mhe_model_free(&m); goto out; }
-    if (o.resume && (s = mhe_trainer_load(&t, o.resume)) != MHE_OK) {
-        fprintf(stderr, "mhe: %s: %s\n", o.resume, t.err);
-        goto free_all;
-    }
-    {
-        size_t need = (size_t)o.tc.seq_len + (m.cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(o.tc.src_len > 0 ? o.tc.src_len : o.tc.seq_len) : 1);
-        if (n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", o.data, n_train, need); goto free_all; }
-    }
-    if (!o.quiet) {
-        describe(&m);
-        printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", n_train, n_valid,
-               mhe_unigram_entropy(train, n_train, m.cfg.vocab_size));
-        printf("training %d steps of %d x %d tokens%s\n", o.tc.steps, o.tc.batch, o.tc.seq_len,
-               t.step ? " (resumed)" : "");
-    }
-    t0 = now_s();
-    first_step = t.step;
-    while (t.step < o.tc.steps) {
-        s = mhe_trainer_step(&t, train, n_train);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", t.step, t.err, mhe_status_str(s)); goto free_all; }
-        if (!o.quiet && (t.step % o.tc.log_every == 0 || t.step == o.tc.steps)) {
-            double el = now_s() - t0, per = el / (t.step - first_step);
-            double tps = (double)(t.step - first_step) * o.tc.batch * o.tc.seq_len / el;
-            printf("%sstep %6d/%d  loss %.4f  lr %.2e  %7.0f tok/s  %5.0f ms/step  left %4.0fs%s",
-                   tty ? "\r" : "", t.step, o.tc.steps, t.last_loss, t.last_lr, tps, per * 1e3,
-                   per * (o.tc.steps - t.step), tty ? "" : "\n");
-            fflush(stdout);
-        }
-        if (valid && o.tc.eval_every > 0 && (t.step % o.tc.eval_every == 0 || t.step == o.tc.steps)) {
-            s = mhe_evaluate_s2s(&m, valid, n_valid, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.tc.eval_batches, &val_loss);
-            if (s != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", m.err); goto free_all; }
-            if (!o.quiet) printf("%sstep %6d  val loss %.4f  val ppl %.3f\n", tty ? "\n" : "", t.step, val_loss, mhe_perplexity(val_loss));
-        }
-        if (o.tc.save_every > 0 && t.step % o.tc.save_every == 0 && t.step < o.tc.steps) {
-            if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
-        }
-    }
-    if (mhe_checkpoint_save(&m, &t, o.out) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", t.err); goto free_all; }
-    if (!o.quiet) {
-        printf("%sfinal train loss %.4f", tty ? "\n" : "", t.last_loss);
-        if (valid) printf(", val loss %.4f (ppl %.3f)", val_loss, mhe_perplexity(val_loss));
-        printf("\nwrote %s\n", o.out);
-        printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
-               peak_rss_mb(), m.bytes_params / 1e6, m.bytes_acts / 1e6, 2.0 * m.n_params * 4 / 1e6);
-    }
-    rc = 0;
-free_all:
-    mhe_trainer_free(&t);
-    mhe_model_free(&m);
-out:
-    free(train); free(valid);
-    return rc;
+    return train_lm(&o);
 }
 
 /* ---- eval --------------------------------------------------------------- */
@@ -1299,8 +1409,6 @@ static int cmd_reparam(int argc, char **argv) {
     mhe_model_free(&src);
     return st == MHE_OK ? 0 : 1;
 }
-
-#include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 
 int main(int argc, char **argv) {
     const char *cmd = argc > 1 ? argv[1] : "--help";
