@@ -353,7 +353,7 @@ MHEDEF mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *d
                                const float *out, const float *lse, const float *q, const float *k, const float *v);
 
 /* ======================================================================== */
-/* 5. attention variants                                                    */
+/* 5. attention kinds                                                       */
 /* ======================================================================== */
 /* How each kind makes Q, K and V. Names are used in configs ("attn=mha"). */
 enum {
@@ -381,6 +381,8 @@ MHEDEF const char *mhe_attn_kind_name(int kind);
 MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
 /* 1 for the kinds of thesis ch. 4 and the FNet baselines (mlp ... linear) */
 MHEDEF int mhe_attn_kind_is_decon(int kind);
+MHEDEF const char *mhe_attn_kind_source(int kind);    /* its paper and equation */
+MHEDEF const char *mhe_attn_kind_tensors(int kind);   /* the tensors a sublayer of it owns, by name */
 
 /* ======================================================================== */
 /* 6. embeddings: hashing                                                   */
@@ -736,6 +738,8 @@ typedef struct mhe_attn_weights {
     mhe_tensor *wq, *wk, *wv, *bq, *bk, *bv, *wo, *bo;  /* wq, wk, wv adjacent in memory; wk, wv NULL when the kind has none */
     mhe_tensor *eq, *ek, *ev;                           /* MHE head embeddings [n, d_h] */
     mhe_tensor *wcb, *mix;                              /* collab: content bias [n, C] (after wk), mixing M [n, D~] */
+    mhe_tensor *gate, *up, *down, *gate_b, *up_b, *down_b;  /* mlp (no wq ... bo): gate, up [F, C] adjacent, down [C, F] */
+    mhe_tensor *hidden, *seq;                           /* linear (no wq ... bo): W_hidden [C, C], W_seq [L, L] */
 } mhe_attn_weights;
 
 /* A block: self-attention, cross-attention (decoder blocks of encdec only)
@@ -4195,24 +4199,1002 @@ static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk,
     }
 }
 
-/* ---- 5. attention variants ---------------------------------------------- */
+/* ---- 5. attention kinds -------------------------------------------------- */
+/* Everything about one kind is here, reached from the kind table (5.1):
+   its geometry (5.2), its maps (5.4, 5.5, 5.8), and three dispatch chains
+   that every caller goes through, so training, cross-attention and
+   decoding cannot drift apart:
+     chain 1  mhe__attn_branch_fwd / _bwd   the sublayer f(u) of a kind (5.9):
+              projections, then chain 2, then W^O; the ch. 4 and FNet kinds
+              branch to mhe__decon_branch_fwd / _bwd (5.8)
+     chain 2  mhe__attn_fwd / _bwd          the core of a kind (5.7): the
+              reference path (eq. 1, probabilities kept), the fused tiles,
+              MHE-MUL's and collab's stacked heads, MHE-ADD's shared scores,
+              or one query at a time when decoding
+     chain 3  mhe__attn_branch_decode       one token through a kind (5.10),
+              with the K/V cache, recurrent states or precomputed maps
+   The residual, norms and Admin's omega around f are mhe__sub_enter and
+   mhe__sub_leave (section 7), shared by training and decoding. README,
+   "Reading guide", maps each paper equation to the function computing it. */
 
-static const char *const mhe__attn_names[MHE_ATTN_KIND_COUNT] = {
-    "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul",
-    "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear",
-    "collab"
+/* ---- 5.1 the kind table ---------------------------------------------------- */
+
+enum { MHE__FAM_SOFTMAX, MHE__FAM_MHE, MHE__FAM_COLLAB, MHE__FAM_DECON_QKV, MHE__FAM_GATED, MHE__FAM_MIXING };
+enum {
+    MHE__CACHE_KV,      /* K and V rows per token (el-att: the input; skv: one tensor) */
+    MHE__CACHE_STATE,   /* a fixed-size recurrent state per head (taylor, nonapprox) */
+    MHE__CACHE_MAPS,    /* V rows and the fixed stream's precomputed maps */
+    MHE__CACHE_NONE     /* no memory of earlier tokens */
 };
 
-MHEDEF int mhe_attn_kind_is_decon(int kind) { return kind >= MHE_ATTN_MLP && kind <= MHE_ATTN_LINEAR; }
+/* The facts that differ between kinds; the code that differs is below, by family. */
+typedef struct mhe__kind_info {
+    const char *name;       /* as in configs: attn=... */
+    const char *source;     /* paper and equation */
+    int family, cache;
+    int causal;             /* 1: may run in a causal stack (0: encoder only) */
+    int encdec;             /* 1: may be in an encoder-decoder (0: its fixed stream needs one stack) */
+    const char *no_cross;   /* why it cannot be cross-attention; NULL: it can */
+    int fast;               /* 1: a fused or linear-time path beside the reference one */
+    const char *tensors;    /* what it owns under layers.N.attn. (or .cross.); [..] with bias=1 */
+} mhe__kind_info;
+
+static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
+    { "mha", "Vaswani et al. 2017, eq. 1; MHE paper eq. 1-2", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [n d_h, C] [biases] wo" },
+    { "sha", "MHE paper Table 1: one head, repeated into W^O", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] wo" },
+    { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] wk wv [d_h, C] [biases] wo" },
+    { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo" },
+    { "skv", "Kitaev et al. 2020 (shared QK-style: K = V)", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wkv [n d_h, C] [biases] wo" },
+    { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] [bias] wo" },
+    { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
+    { "mhe-mul", "MHE paper eq. 5-6, psi(A, e) = A * (1 + e)", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
+    { "mlp", "thesis eq. 4.4-4.5: down(SiLU(gate x) * up x)", MHE__FAM_GATED, MHE__CACHE_NONE, 1, 1,
+      "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]" },
+    { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV, MHE__CACHE_STATE, 1, 1,
+      NULL, 1, "wq wk wv [n d_h, C] [biases] wo" },
+    { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV, MHE__CACHE_STATE, 1, 1,
+      "it scores each position by its own query and key, which a decoder and a source do not share", 1,
+      "wq wk wv [n d_h, C] [biases] wo" },
+    { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV, MHE__CACHE_MAPS, 1, 0,
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
+    { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV, MHE__CACHE_MAPS, 1, 0,
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
+    { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [n d_h, C] [biases] wo" },
+    { "fnet", "Lee-Thorp et al. 2022: Re(F_L X F_C)", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
+      "it mixes one sequence with itself", 0, "(none)" },
+    { "linear", "Lee-Thorp et al. 2022: W_seq X W_hidden^T", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
+      "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]" },
+    { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB, MHE__CACHE_KV, 1, 1,
+      NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo" },
+};
+
+static const mhe__kind_info *mhe__kind(int kind) {
+    MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT);   /* configs are validated first */
+    return &mhe__kinds[kind];
+}
+
+/* the kinds of thesis ch. 4 and FNet: their sublayers run mhe__decon_branch_* */
+MHEDEF int mhe_attn_kind_is_decon(int kind) {
+    int f = kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].family : -1;
+    return f == MHE__FAM_DECON_QKV || f == MHE__FAM_GATED || f == MHE__FAM_MIXING;
+}
 
 MHEDEF const char *mhe_attn_kind_name(int kind) {
-    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__attn_names[kind] : "?";
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].name : "?";
 }
 
 MHEDEF int mhe_attn_kind_from_name(const char *name) {
     int i;
-    for (i = 0; i < MHE_ATTN_KIND_COUNT; i++) if (strcmp(name, mhe__attn_names[i]) == 0) return i;
+    for (i = 0; i < MHE_ATTN_KIND_COUNT; i++)
+        if (strcmp(name, mhe__kinds[i].name) == 0) return i;
     return -1;
+}
+
+MHEDEF const char *mhe_attn_kind_source(int kind) {
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].source : "?";
+}
+
+MHEDEF const char *mhe_attn_kind_tensors(int kind) {
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].tensors : "?";
+}
+
+/* ---- 5.2 geometry: what a layer of each kind projects ------------------- */
+
+/* What a layer of each attention kind projects: widths of its Q, K and V
+   projections (k_w = 0: K is the layer input; v_w = 0: V is K), how many
+   query and K/V heads the core runs, and the K/V floats cached per token. */
+typedef struct mhe__geom {
+    int q_w, k_w, v_w, proj_w;      /* proj_w = q_w + k_w + v_w: one GEMM */
+    int core_q_heads, kv_heads;     /* heads the attention core runs */
+    int cache_k, cache_v;           /* floats per token in the KV cache (cache_v 0: V is K) */
+    int mhe;                        /* head embeddings e^{Q,K,V} */
+    int att_w;                      /* width of the output before W^O: n d_h (mlp: F; fnet, linear: C) */
+} mhe__geom;
+
+static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
+    mhe__geom g;
+    int n = c->n_heads, dh = mhe_config_d_head(c);
+    memset(&g, 0, sizeof g);
+    g.q_w = n * dh; g.core_q_heads = n;
+    switch (kind) {
+    case MHE_ATTN_MHA: g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
+    case MHE_ATTN_MQA: g.k_w = g.v_w = dh; g.kv_heads = 1; break;
+    case MHE_ATTN_GQA: g.k_w = g.v_w = c->kv_groups * dh; g.kv_heads = c->kv_groups; break;
+    case MHE_ATTN_SKV: g.k_w = n * dh; g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_EL_ATT: g.k_w = g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_SHA: g.q_w = g.k_w = g.v_w = dh; g.core_q_heads = 1; g.kv_heads = 1; break;
+    case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
+        g.q_w = g.k_w = g.v_w = dh; g.kv_heads = 1; g.mhe = 1; break;
+    case MHE_ATTN_MLP:   /* gate | up in one GEMM; "W^O" is the down projection */
+        g.q_w = g.k_w = mhe_config_mlp_width(c); g.v_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
+        g.q_w = 0; g.kv_heads = n; break;
+    case MHE_ATTN_COLLAB:   /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
+        g.q_w = mhe_config_collab_dim(c); g.k_w = g.q_w + n; g.v_w = n * dh; g.kv_heads = 1; break;
+    default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
+        g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
+    }
+    g.proj_w = g.q_w + g.k_w + g.v_w;
+    g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
+    g.cache_v = g.v_w;
+    g.att_w = kind == MHE_ATTN_MLP ? g.q_w : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model : n * dh;
+    /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
+    if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE) g.cache_k = g.cache_v = 0;
+    if (mhe__kind(kind)->cache == MHE__CACHE_MAPS) g.cache_k = 0;
+    return g;
+}
+
+/* 1 when a layer of `kind` runs the reference core, which keeps the
+   probabilities: fused_attention=0, or a collab layer whose n heads of width
+   D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
+static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
+    if (!c->fused_attention) return 1;
+    return kind == MHE_ATTN_COLLAB && !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
+}
+
+/* ---- 5.3 what a sublayer sees: dropout sites, norms, core dimensions ---- */
+
+/* One dropout stream per site: 0 decoder (or single-stack) embeddings,
+   1 encoder embeddings, then per block l (all stacks) the residual sums of
+   its three sublayers and the weights of its two attentions. */
+#define MHE__SITE_RES(l, k) (2 + 8 * (l) + (k))      /* k: 0 self-attention, 1 cross-attention, 2 MLP */
+#define MHE__SITE_ATT(l, k) (2 + 8 * (l) + 3 + (k))  /* k: 0 self-attention, 1 cross-attention */
+
+static uint64_t mhe__site_seed(const mhe_model *m, int site) {
+    uint64_t x = m->dropout_seed ^ ((uint64_t)(site + 1) * 0x9e3779b97f4a7c15ULL);
+    return mhe__splitmix64(&x);
+}
+
+/* What the blocks of one stack see in a forward or backward pass. */
+typedef struct mhe__ctx {
+    int B, T, causal;
+    const int *len;                 /* [B] real tokens per sequence, or NULL */
+    const float *mem;               /* encoder output for cross-attention [B*Ts, C] */
+    int Ts;
+    const int *mem_len;             /* [B] real source tokens, or NULL */
+    float *d_mem;                   /* backward: gradient of mem (accumulated) */
+    int fixed;                      /* 1: this is the fixed stream of rndemb-qk / fixedseq-qk layers */
+    const float *emb, *mem_emb;     /* staticemb-qk: the block-0 inputs of this stack and of the source */
+    float *d_emb, *d_mem_emb;       /* ... and their gradients (accumulated) */
+} mhe__ctx;
+
+static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
+                          const mhe_tensor *w, const mhe_tensor *b, int N) {
+    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_fwd(out, mean, rstd, inp, w->data, b->data, N, m->cfg.d_model, m->cfg.norm_eps);
+    else mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
+}
+
+static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, const float *inp,
+                          const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd, int N) {
+    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_bwd(dinp, w->grad, b->grad, dout, inp, w->data, mean, rstd, N, m->cfg.d_model);
+    else mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
+}
+
+static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
+static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
+
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                    int causal, const int *kv_len) {
+    mhe_attn_dims d;
+    const mhe_config *c = &m->cfg;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int dh = mhe_config_d_head(c);
+    memset(&d, 0, sizeof d);
+    d.B = B; d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
+    d.o_stride = c->n_heads * dh;
+    d.causal = causal; d.q_offset = Tk - Tq; d.kv_len = kv_len;
+    d.scale = 1.0f / sqrtf((float)dh);
+    d.dropout = m->training ? c->attn_dropout : 0.0f;
+    d.seed = mhe__site_seed(m, site);
+    return d;
+}
+
+/* out rows (stride ldo) = inp rows (stride ldi) W^T + b: a linear layer writing into a column slice */
+static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b, int N, int IC, int OC) {
+    int i, j;
+    mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, ldi, w, IC, 0.0f, out, ldo);
+    if (b) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) out[(size_t)i * ldo + j] += b[j];
+}
+
+static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo, const float *inp,
+                              const float *w, int N, int IC, int OC) {
+    int i, j;
+    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, w, IC, 1.0f, dinp, ldi);
+    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, ldi, 1.0f, dw, IC);
+    if (db) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * ldo + j];
+}
+
+/* ---- 5.4 MHE-ADD, MHE-MUL: the head embeddings (MHE paper eq. 5-6) ------- */
+
+/* MHE-MUL maps from the head embeddings: head i scores with
+   (Q*(1+e_i^Q)) (K*(1+e_i^K))^T = (Q * w_i) K^T, w_i = (1+e_i^Q)(1+e_i^K),
+   and its values are V*(1+e_i^V) (MHE paper eq. 5-6, psi = mul). */
+static void mhe__mul_maps(const mhe_attn_weights *w, float *hmap, int nd) {
+    int i;
+    for (i = 0; i < nd; i++) {
+        hmap[i] = (1.0f + w->eq->data[i]) * (1.0f + w->ek->data[i]);
+        hmap[nd + i] = 1.0f + w->ev->data[i];
+    }
+}
+
+/* MHE reference path, literally eq. 5: head i of every row gets
+   psi(seed row, e_i), stored in x [rows, n d_h]. */
+static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_tensor *e, int n, int dh, int mul, float *x) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < dh; c++) {
+                float a = src[(size_t)r * stride + c], b = e->data[(size_t)h * dh + c];
+                x[((size_t)r * n + h) * dh + c] = mul ? a * (1.0f + b) : a + b;
+            }
+}
+
+/* back through mhe__mhe_expand: dsrc += sum over heads, e->grad += sum over rows */
+static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows, mhe_tensor *e, int n, int dh, int mul) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < dh; c++) {
+                float g = gx[((size_t)r * n + h) * dh + c];
+                size_t ei = (size_t)h * dh + c;
+                dsrc[(size_t)r * stride + c] += mul ? g * (1.0f + e->data[ei]) : g;
+                e->grad[ei] += mul ? g * src[(size_t)r * stride + c] : g;
+            }
+}
+
+/* ---- 5.5 collab: shared Q~, K~ and the mixing rows (Cordonnier et al. 2020) */
+
+/* Collaborative attention (Cordonnier et al. 2020, eq. 13): head i scores
+   (x_q W~_Q * m_i) . (x_k W~_K) + v_i . x_k, scaled by 1/sqrt(d_h) as the
+   layer it may replace. The projection rows hold Q~ [D~], then K~ [D~] and
+   the n content-bias scores v_i . x_k, then the n per-head values. */
+static void mhe__collab_dims(mhe_attn_dims *d, const mhe_attn_weights *w, int D, const float *k, int ks) {
+    d->d_qk = D; d->v_per_head = 1; d->n_kv_heads = 1; d->q_shared = 1; d->q_mul = w->mix->data;
+    d->k_bias = k + D; d->k_bias_stride = ks;
+}
+
+/* reference path, literally: Q_i = Q~ * m_i for every head, [rows, n D~] */
+static void mhe__collab_expand(const float *q, int qs, int rows, const float *mix, int n, int D, float *x) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < D; c++) x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
+}
+
+static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows, const float *mix, float *dmix, int n, int D) {
+    int r, h, c;
+    for (r = 0; r < rows; r++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < D; c++) {
+                float g = gx[((size_t)r * n + h) * D + c];
+                dq[(size_t)r * qs + c] += g * mix[(size_t)h * D + c];
+                dmix[(size_t)h * D + c] += g * q[(size_t)r * qs + c];
+            }
+}
+
+/* collab's one bias, b^V, onto the value columns of projection rows (W~_Q,
+   W~_K and the content bias have none: a query bias is what the content bias
+   folds in, eq. 12, and a key bias adds a constant to each row of scores) */
+static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, int rows) {
+    int r, j;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    for (r = 0; r < rows; r++)
+        for (j = 0; j < (int)w->bv->size; j++) v[(size_t)r * stride + j] += w->bv->data[j];
+}
+
+static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
+    int r, j;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    for (r = 0; r < rows; r++)
+        for (j = 0; j < (int)w->bv->size; j++) w->bv->grad[j] += dv[(size_t)r * stride + j];
+}
+
+/* ---- 5.6 where Q, K and V come from (softmax kinds, MHE, collab) -------- */
+
+/* Where an attention sublayer finds its K and V: in its projections (self:
+   after Q in one [rows, proj_w] block; cross: the [src rows, k_w + v_w]
+   block of the encoder output), or, for a kind without W^K (el-att), the
+   input itself; V is K for a kind without W^V (skv). */
+static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp, int inp_stride,
+                         const float **k, int *ks, const float **v) {
+    *k = g->k_w ? proj : inp;
+    *ks = g->k_w ? proj_stride : inp_stride;
+    *v = g->v_w ? proj + g->k_w : *k;
+}
+
+/* Q, K, V of a self-attention sublayer in one GEMM into proj [rows, proj_w]
+   (collab adds its one bias, b^V, after it); training and decoding both */
+static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u, float *proj) {
+    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g->proj_w);
+    mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
+}
+
+/* K, V of a cross-attention sublayer from the encoder output mem [rows, C]
+   into kv [rows, k_w + v_w]: W^K and W^V follow W^Q in memory (b^K, b^V
+   follow b^Q), one GEMM. A kind without W^K (el-att) reads mem itself. */
+static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem, float *kv) {
+    if (!g->k_w) return;
+    mhe_linear_fwd(kv, mem, w->wk->data, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
+    mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
+}
+
+/* ---- 5.7 chain 2, the core of a kind: mhe__attn_fwd, mhe__attn_bwd ------ */
+
+/* The attention of one sublayer (weights w) for B x Tq queries over Tk keys:
+   q rows (stride qs), K rows and V rows (strides ks, vs). Writes att
+   [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
+   core). Training, cross-attention and decoding all come here, so the
+   KV-cache path cannot drift from the trained one. */
+static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                          float *att, float *stats, float *projx, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (kind == MHE_ATTN_COLLAB) {
+        mhe__collab_dims(&d, w, g.q_w, k, ks);
+        /* decoding: one query, M on the fly; else the heads stacked as MHE-MUL's, M in the query map */
+        if (!use_ref && Tq == 1 && !d.dropout) { mhe__attn_one(&d, att, stats, q, k, v); return; }
+        if (!use_ref && mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }
+        mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, g.q_w, projx);
+        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        mhe_attn_ref_fwd(&d, att, stats, projx, k, v);
+        return;
+    }
+    if (g.mhe && use_ref) {
+        int mul = kind == MHE_ATTN_MHE_MUL;
+        float *qx = projx, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
+        mhe__mhe_expand(q, qs, B * Tq, w->eq, n, dh, mul, qx);
+        mhe__mhe_expand(k, ks, B * Tk, w->ek, n, dh, mul, kx);
+        mhe__mhe_expand(v, vs, B * Tk, w->ev, n, dh, mul, vx);
+        d.q_stride = d.k_stride = d.v_stride = HD;
+        d.n_kv_heads = n;
+        mhe_attn_ref_fwd(&d, att, stats, qx, kx, vx);
+        return;
+    }
+    if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
+        d.q_shared = 1;
+        if (Tq == 1 && !d.dropout) {   /* decoding: one query, the maps on the fly */
+            if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
+            else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+            mhe__attn_one(&d, att, stats, q, k, v);
+            return;
+        }
+        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
+            mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
+            return;
+        }
+        if (kind == MHE_ATTN_MHE_MUL) {
+            mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD;
+            if (mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }   /* heads stacked */
+        } else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+        return;
+    }
+    if (use_ref) mhe_attn_ref_fwd(&d, att, stats, q, k, v);
+    else if (Tq == 1 && !d.dropout) mhe__attn_one(&d, att, stats, q, k, v);
+    else mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+    if (kind == MHE_ATTN_SHA) {   /* n identical heads feed W^O */
+        int r, h;
+        for (r = 0; r < B * Tq; r++)
+            for (h = 1; h < n; h++) memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD, (size_t)dh * sizeof(float));
+    }
+}
+
+/* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
+   and into the head-embedding gradients. d_att is used as scratch. */
+static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                          float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats,
+                          const float *projx, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (kind == MHE_ATTN_COLLAB) {   /* the content-bias scores' gradient lands beside dK */
+        mhe__collab_dims(&d, w, g.q_w, k, ks);
+        d.dk_bias = dk + g.q_w;
+        if (!use_ref && mhe__attn_mul_rows(&d)) {
+            d.map_scratch = a->map_scratch; d.dq_mul = w->mix->grad;
+            mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            return;
+        }
+        memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
+        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        mhe_attn_ref_bwd(&d, a->d_projx, dk, dv, d_att, stats, projx, k, v);
+        mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
+        return;
+    }
+    if (g.mhe && use_ref) {
+        int mul = kind == MHE_ATTN_MHE_MUL;
+        size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
+        const float *qx = projx, *kx = qx + nq, *vx = kx + nk;
+        float *dqx = a->d_projx, *dkx = dqx + nq, *dvx = dkx + nk;
+        memset(dqx, 0, (nq + 2 * nk) * sizeof(float));
+        d.q_stride = d.k_stride = d.v_stride = HD;
+        d.n_kv_heads = n;
+        mhe_attn_ref_bwd(&d, dqx, dkx, dvx, d_att, stats, qx, kx, vx);
+        /* back through psi: A_i = A*(1+e_i) (mul) or A + e_i (add), summed over heads */
+        mhe__mhe_expand_bwd(dqx, q, dq, qs, B * Tq, w->eq, n, dh, mul);
+        mhe__mhe_expand_bwd(dkx, k, dk, ks, B * Tk, w->ek, n, dh, mul);
+        mhe__mhe_expand_bwd(dvx, v, dv, vs, B * Tk, w->ev, n, dh, mul);
+        return;
+    }
+    if (g.mhe) {
+        d.q_shared = 1;
+        d.map_scratch = a->map_scratch;
+        if (kind == MHE_ATTN_MHE_MUL) {
+            float *dmap = a->d_hmap;
+            memset(dmap, 0, (size_t)2 * HD * sizeof(float));
+            d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
+            if (mhe__attn_mul_rows(&d)) mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
+                w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
+                w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
+                w->ev->grad[i] += dmap[HD + i];
+            }
+        } else if (mhe__attn_add_fits(&d)) {   /* e^K has no effect: its gradient stays 0 */
+            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data, w->eq->grad, w->ev->grad);
+        } else {
+            d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data;
+            d.dq_add = w->eq->grad; d.dk_add = w->ek->grad; d.dv_add = w->ev->grad;
+            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        }
+        return;
+    }
+    if (kind == MHE_ATTN_SHA)   /* the n copies of the one head: their gradients add up */
+        for (r = 0; r < B * Tq; r++)
+            for (h = 1; h < n; h++) mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
+    if (use_ref) mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+    else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+}
+
+/* ---- 5.8 thesis ch. 4 and FNet: mlp, taylor, nonapprox, rndemb-qk,
+        fixedseq-qk, staticemb-qk, fnet, linear ------------------------------ */
+
+/* the mlp kind (eq. 4.5): down(SiLU(gate u) * up u); gate | up adjacent, one
+   GEMM into proj [rows, 2F], the product into att [rows, F] */
+static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj, float *att, float *out) {
+    int r, i;
+    mhe_linear_fwd(proj, u, w->gate->data, mhe__opt_data(w->gate_b), rows, C, 2 * F);   /* gate and up: one GEMM */
+    for (r = 0; r < rows; r++)
+        for (i = 0; i < F; i++) att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
+    mhe_linear_fwd(out, att, w->down->data, mhe__opt_data(w->down_b), rows, F, C);
+}
+
+/* doubles of DFT scratch for sequences of up to T tokens of width C */
+static size_t mhe__fnet_work(int T, int C) {
+    int n = T > C ? T : C;
+    size_t fw = 4 * (size_t)mhe__pow2_at_least(2 * n) + 2 * (size_t)n;
+    return 2 * (size_t)T * C + 2 * (size_t)n + fw;
+}
+
+/* FNet mixing (Lee-Thorp et al. 2022): Y = Re(F_L X F_C), the unnormalised
+   2-D DFT over each sequence's L real tokens and the C features (padding
+   rows give 0 and are not mixed in). The map is its own adjoint:
+   Re(F_L G F_C) is also d loss / d X. */
+static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work, int accumulate) {
+    int b, t, c;
+    for (b = 0; b < B; b++) {
+        int L = len ? len[b] : T, n = T > C ? T : C;
+        double *zr = work, *zi = zr + (size_t)T * C, *cr = zi + (size_t)T * C, *ci = cr + n, *fw = ci + n;
+        const float *x = X + (size_t)b * T * C;
+        float *y = Y + (size_t)b * T * C;
+        for (t = 0; t < L; t++) {   /* along the features, row by row */
+            double *r = zr + (size_t)t * C, *im = zi + (size_t)t * C;
+            for (c = 0; c < C; c++) { r[c] = x[(size_t)t * C + c]; im[c] = 0; }
+            mhe_fft(r, im, C, 0, fw);
+        }
+        for (c = 0; c < C; c++) {   /* along the sequence, column by column */
+            for (t = 0; t < L; t++) { cr[t] = zr[(size_t)t * C + c]; ci[t] = zi[(size_t)t * C + c]; }
+            mhe_fft(cr, ci, L, 0, fw);
+            for (t = 0; t < L; t++) y[(size_t)t * C + c] = (float)(accumulate ? y[(size_t)t * C + c] + cr[t] : cr[t]);
+        }
+        if (!accumulate) memset(y + (size_t)L * C, 0, (size_t)(T - L) * C * sizeof(float));
+    }
+}
+
+/* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
+static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
+    int dh = mhe_config_d_head(c);
+    if (kind == MHE_ATTN_TAYLOR && fused) return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
+    if (kind == MHE_ATTN_FNET) return 2 * mhe__fnet_work(Tq, c->d_model);
+    if (kind == MHE_ATTN_LINEAR) return (size_t)B * Tq * c->d_model;
+    if (kind == MHE_ATTN_STATICEMB_QK) return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
+    return 0;
+}
+
+/* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
+   hidden state gets before W^{Q,K,V}, so e and H arrive at the same scale;
+   post-norm: e as it is). buf: [rows, C] then mean, rstd [rows]. */
+static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, float *buf) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) return e;
+    mhe__norm_fwd(m, buf, buf + rows * C, buf + rows * C + rows, e, nw, nb, rows);
+    return buf;
+}
+
+/* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
+static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, const float *buf,
+                               const float *dne, float *de) {
+    size_t C = (size_t)m->cfg.d_model;
+    if (m->cfg.post_norm) { mhe__axpy(de, 1.0f, dne, (int)(rows * C)); return; }
+    mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
+}
+
+/* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
+   own reference (probabilities) or linear-time paths; the fixed-map and
+   static-embedding kinds on the usual softmax cores */
+static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                                float *att, float *stats, float *ext, int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        if (use_ref) mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
+        else mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
+    } else if (w->kind == MHE_ATTN_NONAPPROX) {
+        if (use_ref) mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
+        else mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
+    } else {
+        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL, use_ref);
+    }
+}
+
+static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
+                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
+                                float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats, float *ext, int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        if (use_ref) mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+        else mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
+    } else if (w->kind == MHE_ATTN_NONAPPROX) {
+        if (use_ref) mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        else mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+    } else {
+        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att, stats, NULL, NULL, use_ref);
+    }
+}
+
+/* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
+   mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
+   from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
+   fixedseq-qk, eq. 4.10 and 4.12) or the static embeddings (staticemb-qk,
+   eq. 4.13); V always from the input. */
+static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    const mhe_config *c = &m->cfg;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int qs, ks, Tk, causal, b, t;
+    const int *kv_len;
+    const float *q, *k, *v;
+    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out); return; }
+    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0); return; }
+    if (kind == MHE_ATTN_LINEAR) {   /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
+        int Lmax = c->max_seq_len;
+        mhe_linear_fwd(aa->ext, u, w->hidden->data, NULL, rows, C, C);
+        for (b = 0; b < x->B; b++) {
+            int L = x->len ? x->len[b] : x->T;
+            float *yb = out + (size_t)b * x->T * C;
+            mhe_gemm(0, 0, L, C, L, 1.0f, w->seq->data, Lmax, aa->ext + (size_t)b * x->T * C, C, 0.0f, yb, C);
+            memset(yb + (size_t)L * C, 0, (size_t)(x->T - L) * C * sizeof(float));
+        }
+        return;
+    }
+    if (!cross) {
+        int fixed_qk = (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) && !x->fixed;
+        if (fixed_qk) {   /* Q, K of the fixed stream at this layer, the same for every sequence */
+            const float *fp = m->fixed.acts.layer[l].attn.proj;
+            for (b = 0; b < x->B; b++)
+                for (t = 0; t < x->T; t++) memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD, 2 * (size_t)HD * sizeof(float));
+            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
+            const float *ne = mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
+            mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
+            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+        } else {
+            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
+        }
+        q = aa->proj; k = q + HD; v = q + 2 * HD; qs = ks = 3 * HD;
+        Tk = x->T; causal = x->causal; kv_len = x->len;
+    } else {   /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
+        int mrows = x->B * x->Ts;
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* both sides through norm3, the cross sublayer's input norm */
+            const mhe_layer *y = &m->layers[l];
+            float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
+            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C, w->wk->data,
+                          mhe__opt_data(w->bk), mrows, C, HD);
+            mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
+        } else {
+            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
+            mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), mrows, C, 2 * HD);
+        }
+        q = aa->proj; qs = HD; k = aa->kv; v = k + HD; ks = 2 * HD;
+        Tk = x->Ts; causal = 0; kv_len = x->mem_len;
+    }
+    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats, aa->ext, !c->fused_attention);
+    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+}
+
+static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &m->cfg;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe_acts *a = &m->acts;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int b, t, i;
+    if (kind == MHE_ATTN_MLP) {
+        int F = g.q_w;
+        memset(a->d_att, 0, (size_t)rows * F * sizeof(float));
+        mhe_linear_bwd(a->d_att, w->down->grad, mhe__opt_grad(w->down_b), d_out, aa->att, w->down->data, rows, F, C);
+        for (b = 0; b < rows; b++)
+            for (i = 0; i < F; i++) {
+                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i], da = a->d_att[(size_t)b * F + i];
+                a->d_proj[(size_t)b * 2 * F + i] = da * up * mhe__silu_grad(gt);
+                a->d_proj[(size_t)b * 2 * F + F + i] = da * mhe__silu(gt);
+            }
+        mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), a->d_proj, u, w->gate->data, rows, C, 2 * F);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1); return; }
+    if (kind == MHE_ATTN_LINEAR) {
+        int Lmax = c->max_seq_len;
+        memset(a->d_att, 0, (size_t)rows * C * sizeof(float));
+        for (b = 0; b < x->B; b++) {
+            int L = x->len ? x->len[b] : x->T;
+            const float *db = d_out + (size_t)b * x->T * C, *zb = aa->ext + (size_t)b * x->T * C;
+            mhe_gemm(1, 0, L, C, L, 1.0f, w->seq->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C, C);
+            mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->seq->grad, Lmax);
+        }
+        mhe_linear_bwd(du, w->hidden->grad, NULL, a->d_att, u, w->hidden->data, rows, C, C);
+        return;
+    }
+    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
+    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
+    if (!cross) {
+        int fixed_qk = kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK;
+        float *dp = a->d_proj;
+        memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD, 3 * HD,
+                            aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
+        if (fixed_qk && !x->fixed) {   /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
+            float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
+            for (b = 0; b < x->B; b++)
+                for (t = 0; t < x->T; t++) mhe__axpy(dqk + (size_t)t * 2 * HD, 1.0f, dp + ((size_t)b * x->T + t) * 3 * HD, 2 * HD);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+            return;
+        }
+        if (fixed_qk) {   /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
+            const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
+            for (t = 0; t < x->T; t++) mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
+        }
+        if (kind == MHE_ATTN_STATICEMB_QK) {   /* a->scratch (the forward's branch buffer) holds d N(e) */
+            const mhe_layer *y = &m->layers[l];
+            const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data, rows, C, 2 * HD);
+            mhe__static_in_bwd(m, y->norm1_w, y->norm1_b, x->emb, rows, aa->ext, a->scratch, x->d_emb);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+        } else {
+            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dp, u, w->wq->data, rows, C, 3 * HD);
+        }
+    } else {
+        int mrows = x->B * x->Ts;
+        float *dq = a->d_proj, *dkv = dq + (size_t)rows * HD;
+        memset(dq, 0, ((size_t)rows * HD + (size_t)mrows * 2 * HD) * sizeof(float));
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD, 2 * HD,
+                            dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
+        if (kind == MHE_ATTN_STATICEMB_QK) {
+            const mhe_layer *y = &m->layers[l];
+            const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
+            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
+            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq, w->wq->data, rows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->emb, rows, bq, a->scratch, x->d_emb);
+            memset(a->scratch, 0, (size_t)mrows * C * sizeof(float));
+            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, m->cfg.post_norm ? x->mem_emb : bk,
+                              w->wk->data, mrows, C, HD);
+            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk, a->scratch, x->d_mem_emb);
+            mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem, w->wv->data, mrows, C, HD);
+        } else {
+            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, HD);
+            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, 2 * HD);
+        }
+    }
+}
+
+/* ---- 5.9 chain 1, the sublayer of a kind: mhe__attn_branch_fwd, _bwd ----- */
+
+/* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
+   (cross: Q from u, K and V from the encoder output) into out [rows, C] */
+static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
+    if (!cross) {
+        mhe__attn_project(w, &g, C, rows, u, aa->proj);
+        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
+                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+    } else {
+        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
+        mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
+        mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
+                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+    }
+    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+}
+
+/* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
+   adds the gradient of u into du (and of the encoder output into d_mem) */
+static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    mhe_acts *a = &m->acts;
+    mhe__geom g = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    float *dk, *dv;
+    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du); return; }
+    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
+    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
+    if (!cross) {
+        memset(a->d_proj, 0, (size_t)rows * g.proj_w * sizeof(float));
+        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
+        dk = g.k_w ? a->d_proj + g.q_w : du;
+        dv = g.v_w ? dk + g.k_w : dk;
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
+                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
+        mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows);
+    } else {
+        int mrows = x->B * x->Ts, kvw = g.k_w + g.v_w;
+        float *dq = a->d_proj, *dkv = dq + (size_t)rows * g.q_w;
+        memset(dq, 0, ((size_t)rows * g.q_w + (size_t)mrows * kvw) * sizeof(float));
+        mhe__kv_ptrs(&g, aa->kv, kvw, x->mem, C, &k, &ks, &v);
+        dk = g.k_w ? dkv : x->d_mem;
+        dv = g.v_w ? dk + g.k_w : dk;
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
+                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
+        if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, kvw);
+        mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows);
+    }
+}
+
+/* ---- 5.10 chain 3, one decoded token through a kind: mhe__attn_branch_decode */
+
+/* Per-token decode scratch, carved from the cache block like the
+   activation layout: the residual stream (sum, nrm, with mean and rstd), a
+   sublayer's branch output, the final norm, projections, attention output
+   (an mlp layer's F), the MLP, per-head lse, MUL maps, the token's static
+   embedding and its norm, Taylor features, and the logits last. */
+typedef struct mhe__decode_buf {
+    float *sum, *nrm, *stats, *branch, *fin;    /* [C], [C], [4], [C], [C] */
+    float *proj, *att, *fc1, *act, *lse, *hmap; /* [max proj], [max att], [F], [F], [n], [2 n d_h] */
+    float *emb, *emb_norm, *phi, *logits;       /* [C], [C + 2], [taylor features], [V] */
+} mhe__decode_buf;
+
+/* floats of the scratch; with base, also the pointers into it */
+static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    size_t C = (size_t)cfg->d_model, F = (size_t)mhe_config_d_ff(cfg), n = (size_t)cfg->n_heads;
+    size_t HD = n * (size_t)mhe_config_d_head(cfg), max_proj = 0, max_att = HD, used = 0;
+    int l;
+    mhe__decode_buf unused;
+    for (l = 0; l < m->n_total_layers; l++) {
+        mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
+        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
+        if ((size_t)g.att_w > max_att) max_att = (size_t)g.att_w;
+        if (m->layers[l].cross.kind >= 0) {   /* its queries (collab's D~ may be wider than a self kind's Q, K, V) */
+            g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
+            if ((size_t)g.q_w > max_proj) max_proj = (size_t)g.q_w;
+        }
+    }
+    if (!d) d = &unused;
+#define MHE__D(ptr, count) do { (ptr) = base ? base + used : NULL; used += (count); } while (0)
+    MHE__D(d->sum, C); MHE__D(d->nrm, C); MHE__D(d->stats, 4); MHE__D(d->branch, C); MHE__D(d->fin, C);
+    MHE__D(d->proj, max_proj); MHE__D(d->att, max_att); MHE__D(d->fc1, F); MHE__D(d->act, F);
+    MHE__D(d->lse, n); MHE__D(d->hmap, 2 * HD);
+    MHE__D(d->emb, C); MHE__D(d->emb_norm, C + 2); MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
+    MHE__D(d->logits, (size_t)cfg->vocab_size);
+#undef MHE__D
+    return used;
+}
+
+/* floats a layer keeps besides K/V rows (thesis sec. 4.15-4.16): taylor S
+   [F, d_h] and z [F] per head; nonapprox max, sum and numerator [d_h] per
+   head; rndemb-qk / fixedseq-qk the causal maps of max_len positions */
+static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_len) {
+    size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c), F = (size_t)mhe__taylor_features((int)dh);
+    if (kind == MHE_ATTN_TAYLOR) return n * (F * dh + F);
+    if (kind == MHE_ATTN_NONAPPROX) return n * (dh + 2);
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
+    return 0;
+}
+
+/* a new sequence: the recurrent states of layer l start empty (taylor: S = 0,
+   z = 0; nonapprox: max -inf, sum and numerator 0) */
+static void mhe__decode_state_reset(const mhe_model *m, mhe_kv_cache *c, int l) {
+    int kind = m->layers[l].attn.kind, n = m->cfg.n_heads, dh = mhe_config_d_head(&m->cfg), h;
+    if (mhe__kind(kind)->cache != MHE__CACHE_STATE) return;
+    memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
+    if (kind == MHE_ATTN_NONAPPROX)
+        for (h = 0; h < n; h++) c->state[l][(size_t)h * (dh + 2)] = -INFINITY;
+}
+
+/* one token through a self-attention sublayer of a ch. 4 kind, into
+   d->branch: the recurrent forms (taylor: S += phi(k) v^T, z += phi(k),
+   o = S^T phi(q) / phi(q).z; nonapprox: eq. 4.18 with a running max), the
+   precomputed maps, or a K/V cache (staticemb-qk, whose K come from the
+   static embeddings e) */
+static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = &y->attn;
+    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
+    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att, *phi = d->phi;
+    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch); return; }
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
+        size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
+        float *vrow = c->v[l] + (size_t)pos * HD;
+        mhe_linear_fwd(vrow, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        memset(att, 0, (size_t)HD * sizeof(float));
+        for (h = 0; h < n; h++) {
+            const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
+            for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
+        }
+    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e), as in training */
+        const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
+        mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
+        memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, d->lse,
+                      NULL, NULL, 0);
+    } else {
+        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
+        for (h = 0; h < n; h++) {
+            const float *q = proj + (size_t)h * dh, *k = q + HD, *v = q + 2 * HD;
+            float *o = att + (size_t)h * dh;
+            if (kind == MHE_ATTN_TAYLOR) {
+                int F = mhe__taylor_features(dh);
+                float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh, a = sqrtf(scale), den = 0;
+                mhe__taylor_phi(k, dh, a, phi);
+                for (f = 0; f < F; f++) {
+                    mhe__axpy(S + (size_t)f * dh, phi[f], v, dh);
+                    z[f] += phi[f];
+                }
+                mhe__taylor_phi(q, dh, a, phi);
+                memset(o, 0, (size_t)dh * sizeof(float));
+                for (f = 0; f < F; f++) {
+                    mhe__axpy(o, phi[f], S + (size_t)f * dh, dh);
+                    den += phi[f] * z[f];
+                }
+                for (i = 0; i < dh; i++) o[i] /= den;
+            } else {   /* nonapprox, eq. 4.18: state [max, sum, numerator] */
+                float *st = c->state[l] + (size_t)h * (dh + 2), sc = 0, ex;
+                for (i = 0; i < dh; i++) sc += mhe__silu(q[i]) * k[i];
+                sc *= scale;
+                if (sc > st[0]) {
+                    float corr = st[0] == -INFINITY ? 0.0f : expf(st[0] - sc);
+                    for (i = 0; i < dh + 1; i++) st[1 + i] *= corr;
+                    st[0] = sc;
+                }
+                ex = expf(sc - st[0]);
+                st[1] += ex;
+                mhe__axpy(st + 2, ex, v, dh);
+                for (i = 0; i < dh; i++) o[i] = st[2 + i] / st[1];
+            }
+        }
+    }
+    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+}
+
+/* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
+   shared normaliser) or staticemb-qk (Q from the token's static embedding) */
+static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_layer *y = &m->layers[l];
+    const mhe_attn_weights *w = &y->cross;
+    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
+    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* Q from N3(e), as in training */
+        const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
+        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W,
+                      att, d->lse, NULL, NULL, 0);
+    } else {
+        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        for (h = 0; h < n; h++) {
+            float *o = att + (size_t)h * dh;
+            double den = 0;
+            memset(o, 0, (size_t)dh * sizeof(float));
+            for (j = 0; j < c->src_len; j++) {
+                const float *kj = c->cross[l] + (size_t)j * W + (size_t)h * dh;
+                float s = scale * mhe__dot(proj + (size_t)h * dh, kj, dh), wt = 1.0f + s + 0.5f * s * s;
+                mhe__axpy(o, wt, kj + HD, dh);
+                den += wt;
+            }
+            for (j = 0; j < dh; j++) o[j] = (float)(o[j] / den);
+        }
+    }
+    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+}
+
+/* One token through attention sublayer k (0 self, 1 cross) of block l into
+   d->branch: projections as in training (mhe__attn_project), this token's
+   K (or the input, for el-att) and V appended to the cache, then the same
+   core as training (mhe__attn_fwd) over the cached keys. */
+static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe__geom g = mhe__layer_geom(cfg, w->kind);
+    int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
+    const float *kp, *vp;
+    if (mhe_attn_kind_is_decon(w->kind)) {
+        if (k) mhe__decon_decode_cross(m, c, l, u, d);
+        else mhe__decon_decode(m, c, l, pos, u, d);
+        return;
+    }
+    if (!k) {
+        int kw = c->k_width[l], vw = c->v_width[l];
+        mhe__attn_project(w, &g, C, 1, u, d->proj);
+        memcpy(c->k[l] + (size_t)pos * kw, g.k_w ? d->proj + g.q_w : u, (size_t)kw * sizeof(float));
+        if (vw) memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw, c->v[l],
+                      vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
+    } else {
+        mhe_linear_fwd(d->proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
+        mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks, d->att, d->lse,
+                      NULL, d->hmap, 0);
+    }
+    mhe_linear_fwd(d->branch, d->att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 /* ---- 6. embeddings: hashing ------------------------------------------------ */
@@ -5788,10 +6770,10 @@ static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
     for (i = 0; i < c->n_layers + E; i++) {
         int enc = i >= c->n_layers, l = enc ? i - c->n_layers : i, k = enc ? c->enc_attn[l] : mhe_config_layer_kind(c, l);
         const char *where = enc ? "encoder layer" : "layer";
-        if ((k == MHE_ATTN_FNET || k == MHE_ATTN_LINEAR) && !enc && c->arch != MHE_ARCH_ENCODER)
+        if (!mhe__kind(k)->causal && !enc && c->arch != MHE_ARCH_ENCODER)
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d is %s: it mixes the whole sequence and cannot be causal; "
                              "use it in an encoder (arch=encoder, or enc_attn of encdec)", l, mhe_attn_kind_name(k));
-        if ((k == MHE_ATTN_RNDEMB_QK || k == MHE_ATTN_FIXEDSEQ_QK) && c->arch == MHE_ARCH_ENCDEC)
+        if (!mhe__kind(k)->encdec && c->arch == MHE_ARCH_ENCDEC)
             return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its fixed stream runs through decoder or encoder models "
                              "(arch=decoder|encoder), not encdec", where, l, mhe_attn_kind_name(k));
         rnd |= k == MHE_ATTN_RNDEMB_QK;
@@ -5799,10 +6781,7 @@ static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
     }
     for (i = 0; E && i < c->n_layers; i++) {
         int k = c->cross_attn[i];
-        const char *why = k == MHE_ATTN_MLP ? "it mixes no tokens, so it would ignore the source"
-                        : k == MHE_ATTN_NONAPPROX ? "it scores each position by its own query and key, which a decoder and a source do not share"
-                        : k == MHE_ATTN_FNET || k == MHE_ATTN_LINEAR ? "it mixes one sequence with itself"
-                        : k == MHE_ATTN_RNDEMB_QK || k == MHE_ATTN_FIXEDSEQ_QK ? "its fixed stream runs through decoder or encoder models only" : NULL;
+        const char *why = mhe__kind(k)->no_cross;
         if (why) return mhe__fail(err, MHE_ERR_CONFIG, "cross-attention of layer %d is %s: %s", i, mhe_attn_kind_name(k), why);
     }
     if (rnd && seq) return mhe__fail(err, MHE_ERR_CONFIG, "rndemb-qk and fixedseq-qk layers in one model: it has one fixed stream");
@@ -5889,59 +6868,6 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
 /* ---- 7. models: parameters ---------------------------------------------- */
 static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias);
 
-/* What a layer of each attention kind projects: widths of its Q, K and V
-   projections (k_w = 0: K is the layer input; v_w = 0: V is K), how many
-   query and K/V heads the core runs, and the K/V floats cached per token. */
-typedef struct mhe__geom {
-    int q_w, k_w, v_w, proj_w;      /* proj_w = q_w + k_w + v_w: one GEMM */
-    int core_q_heads, kv_heads;     /* heads the attention core runs */
-    int cache_k, cache_v;           /* floats per token in the KV cache (cache_v 0: V is K) */
-    int mhe;                        /* head embeddings e^{Q,K,V} */
-    int att_w;                      /* width of the output before W^O: n d_h (mlp: F; fnet, linear: C) */
-} mhe__geom;
-
-static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
-    mhe__geom g;
-    int n = c->n_heads, dh = mhe_config_d_head(c);
-    memset(&g, 0, sizeof g);
-    g.q_w = n * dh; g.core_q_heads = n;
-    switch (kind) {
-    case MHE_ATTN_MHA: g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
-    case MHE_ATTN_MQA: g.k_w = g.v_w = dh; g.kv_heads = 1; break;
-    case MHE_ATTN_GQA: g.k_w = g.v_w = c->kv_groups * dh; g.kv_heads = c->kv_groups; break;
-    case MHE_ATTN_SKV: g.k_w = n * dh; g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_EL_ATT: g.k_w = g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_SHA: g.q_w = g.k_w = g.v_w = dh; g.core_q_heads = 1; g.kv_heads = 1; break;
-    case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
-        g.q_w = g.k_w = g.v_w = dh; g.kv_heads = 1; g.mhe = 1; break;
-    case MHE_ATTN_MLP:   /* gate | up in one GEMM; "W^O" is the down projection */
-        g.q_w = g.k_w = mhe_config_mlp_width(c); g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
-        g.q_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_COLLAB:   /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
-        g.q_w = mhe_config_collab_dim(c); g.k_w = g.q_w + n; g.v_w = n * dh; g.kv_heads = 1; break;
-    default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
-        g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
-    }
-    g.proj_w = g.q_w + g.k_w + g.v_w;
-    g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
-    g.cache_v = g.v_w;
-    g.att_w = kind == MHE_ATTN_MLP ? g.q_w : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model : n * dh;
-    /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp) */
-    if (kind == MHE_ATTN_TAYLOR || kind == MHE_ATTN_NONAPPROX || kind == MHE_ATTN_MLP || kind == MHE_ATTN_FNET ||
-        kind == MHE_ATTN_LINEAR) g.cache_k = g.cache_v = 0;
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) g.cache_k = 0;
-    return g;
-}
-
-/* 1 when a layer of `kind` runs the reference core, which keeps the
-   probabilities: fused_attention=0, or a collab layer whose n heads of width
-   D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
-static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
-    if (!c->fused_attention) return 1;
-    return kind == MHE_ATTN_COLLAB && !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
-}
-
 /* Walks the parameter list in memory order. With m->params == NULL it only
    counts; then it fills the tensors. The order puts wq, wk, wv (and their
    biases) next to each other so one GEMM computes Q, K and V together. */
@@ -5988,17 +6914,20 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
                                                        w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
     w->kind = kind;
     if (kind == MHE_ATTN_MLP) {   /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
-        MHE__AP(wq, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wk, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias) { MHE__AP(bq, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0); MHE__AP(bk, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
-        MHE__AP(wo, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias) MHE__AP(bo, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(up, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) {
+            MHE__AP(gate_b, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
+            MHE__AP(up_b, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
+        }
+        MHE__AP(down, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
         return;
     }
     if (kind == MHE_ATTN_FNET) return;   /* no parameters */
     if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
-        MHE__AP(wq, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wk, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
         return;
     }
     if (kind == MHE_ATTN_COLLAB) {   /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
@@ -6945,8 +7874,6 @@ static const mhe_tensor *mhe__token_head(const mhe_model *m, const mhe_tensor **
 }
 
 /* ---- 7. models: activations ----------------------------------------------- */
-static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused);
-
 /* logits per token: the vocabulary, or the 3 Shuffle+Random classes */
 static int mhe__head_width(const mhe_config *c) { return c->token_head == MHE_HEAD_SR ? MHE_SR_CLASSES : c->vocab_size; }
 
@@ -7067,639 +7994,6 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
 
 /* ---- 7. models: forward and backward -------------------------------------- */
 
-/* One dropout stream per site: 0 decoder (or single-stack) embeddings,
-   1 encoder embeddings, then per block l (all stacks) the residual sums of
-   its three sublayers and the weights of its two attentions. */
-#define MHE__SITE_RES(l, k) (2 + 8 * (l) + (k))      /* k: 0 self-attention, 1 cross-attention, 2 MLP */
-#define MHE__SITE_ATT(l, k) (2 + 8 * (l) + 3 + (k))  /* k: 0 self-attention, 1 cross-attention */
-
-static uint64_t mhe__site_seed(const mhe_model *m, int site) {
-    uint64_t x = m->dropout_seed ^ ((uint64_t)(site + 1) * 0x9e3779b97f4a7c15ULL);
-    return mhe__splitmix64(&x);
-}
-
-/* What the blocks of one stack see in a forward or backward pass. */
-typedef struct mhe__ctx {
-    int B, T, causal;
-    const int *len;                 /* [B] real tokens per sequence, or NULL */
-    const float *mem;               /* encoder output for cross-attention [B*Ts, C] */
-    int Ts;
-    const int *mem_len;             /* [B] real source tokens, or NULL */
-    float *d_mem;                   /* backward: gradient of mem (accumulated) */
-    int fixed;                      /* 1: this is the fixed stream of rndemb-qk / fixedseq-qk layers */
-    const float *emb, *mem_emb;     /* staticemb-qk: the block-0 inputs of this stack and of the source */
-    float *d_emb, *d_mem_emb;       /* ... and their gradients (accumulated) */
-} mhe__ctx;
-
-static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
-                          const mhe_tensor *w, const mhe_tensor *b, int N) {
-    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_fwd(out, mean, rstd, inp, w->data, b->data, N, m->cfg.d_model, m->cfg.norm_eps);
-    else mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
-}
-
-static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, const float *inp,
-                          const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd, int N) {
-    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_bwd(dinp, w->grad, b->grad, dout, inp, w->data, mean, rstd, N, m->cfg.d_model);
-    else mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
-}
-
-static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
-static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
-
-static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
-                                    int causal, const int *kv_len) {
-    mhe_attn_dims d;
-    const mhe_config *c = &m->cfg;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
-    int dh = mhe_config_d_head(c);
-    memset(&d, 0, sizeof d);
-    d.B = B; d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
-    d.o_stride = c->n_heads * dh;
-    d.causal = causal; d.q_offset = Tk - Tq; d.kv_len = kv_len;
-    d.scale = 1.0f / sqrtf((float)dh);
-    d.dropout = m->training ? c->attn_dropout : 0.0f;
-    d.seed = mhe__site_seed(m, site);
-    return d;
-}
-
-/* MHE-MUL maps from the head embeddings: head i scores with
-   (Q*(1+e_i^Q)) (K*(1+e_i^K))^T = (Q * w_i) K^T, w_i = (1+e_i^Q)(1+e_i^K),
-   and its values are V*(1+e_i^V) (MHE paper eq. 5-6, psi = mul). */
-static void mhe__mul_maps(const mhe_attn_weights *w, float *hmap, int nd) {
-    int i;
-    for (i = 0; i < nd; i++) {
-        hmap[i] = (1.0f + w->eq->data[i]) * (1.0f + w->ek->data[i]);
-        hmap[nd + i] = 1.0f + w->ev->data[i];
-    }
-}
-
-/* MHE reference path, literally eq. 5: head i of every row gets
-   psi(seed row, e_i), stored in x [rows, n d_h]. */
-static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_tensor *e, int n, int dh, int mul, float *x) {
-    int r, h, c;
-    for (r = 0; r < rows; r++)
-        for (h = 0; h < n; h++)
-            for (c = 0; c < dh; c++) {
-                float a = src[(size_t)r * stride + c], b = e->data[(size_t)h * dh + c];
-                x[((size_t)r * n + h) * dh + c] = mul ? a * (1.0f + b) : a + b;
-            }
-}
-
-/* back through mhe__mhe_expand: dsrc += sum over heads, e->grad += sum over rows */
-static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows, mhe_tensor *e, int n, int dh, int mul) {
-    int r, h, c;
-    for (r = 0; r < rows; r++)
-        for (h = 0; h < n; h++)
-            for (c = 0; c < dh; c++) {
-                float g = gx[((size_t)r * n + h) * dh + c];
-                size_t ei = (size_t)h * dh + c;
-                dsrc[(size_t)r * stride + c] += mul ? g * (1.0f + e->data[ei]) : g;
-                e->grad[ei] += mul ? g * src[(size_t)r * stride + c] : g;
-            }
-}
-
-/* Collaborative attention (Cordonnier et al. 2020, eq. 13): head i scores
-   (x_q W~_Q * m_i) . (x_k W~_K) + v_i . x_k, scaled by 1/sqrt(d_h) as the
-   layer it may replace. The projection rows hold Q~ [D~], then K~ [D~] and
-   the n content-bias scores v_i . x_k, then the n per-head values. */
-static void mhe__collab_dims(mhe_attn_dims *d, const mhe_attn_weights *w, int D, const float *k, int ks) {
-    d->d_qk = D; d->v_per_head = 1; d->n_kv_heads = 1; d->q_shared = 1; d->q_mul = w->mix->data;
-    d->k_bias = k + D; d->k_bias_stride = ks;
-}
-
-/* reference path, literally: Q_i = Q~ * m_i for every head, [rows, n D~] */
-static void mhe__collab_expand(const float *q, int qs, int rows, const float *mix, int n, int D, float *x) {
-    int r, h, c;
-    for (r = 0; r < rows; r++)
-        for (h = 0; h < n; h++)
-            for (c = 0; c < D; c++) x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
-}
-
-static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows, const float *mix, float *dmix, int n, int D) {
-    int r, h, c;
-    for (r = 0; r < rows; r++)
-        for (h = 0; h < n; h++)
-            for (c = 0; c < D; c++) {
-                float g = gx[((size_t)r * n + h) * D + c];
-                dq[(size_t)r * qs + c] += g * mix[(size_t)h * D + c];
-                dmix[(size_t)h * D + c] += g * q[(size_t)r * qs + c];
-            }
-}
-
-/* collab's one bias, b^V, onto the value columns of projection rows (W~_Q,
-   W~_K and the content bias have none: a query bias is what the content bias
-   folds in, eq. 12, and a key bias adds a constant to each row of scores) */
-static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, int rows) {
-    int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
-    for (r = 0; r < rows; r++)
-        for (j = 0; j < (int)w->bv->size; j++) v[(size_t)r * stride + j] += w->bv->data[j];
-}
-
-static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
-    int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
-    for (r = 0; r < rows; r++)
-        for (j = 0; j < (int)w->bv->size; j++) w->bv->grad[j] += dv[(size_t)r * stride + j];
-}
-
-/* The attention of one sublayer (weights w) for B x Tq queries over Tk keys:
-   q rows (stride qs), K rows and V rows (strides ks, vs). Writes att
-   [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
-   core). Training, cross-attention and decoding all come here, so the
-   KV-cache path cannot drift from the trained one. */
-static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                          float *att, float *stats, float *projx, float *hmap, int use_ref) {
-    const mhe_config *c = &m->cfg;
-    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe__geom g = mhe__layer_geom(c, kind);
-    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    if (kind == MHE_ATTN_COLLAB) {
-        mhe__collab_dims(&d, w, g.q_w, k, ks);
-        /* decoding: one query, M on the fly; else the heads stacked as MHE-MUL's, M in the query map */
-        if (!use_ref && Tq == 1 && !d.dropout) { mhe__attn_one(&d, att, stats, q, k, v); return; }
-        if (!use_ref && mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }
-        mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, g.q_w, projx);
-        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
-        mhe_attn_ref_fwd(&d, att, stats, projx, k, v);
-        return;
-    }
-    if (g.mhe && use_ref) {
-        int mul = kind == MHE_ATTN_MHE_MUL;
-        float *qx = projx, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
-        mhe__mhe_expand(q, qs, B * Tq, w->eq, n, dh, mul, qx);
-        mhe__mhe_expand(k, ks, B * Tk, w->ek, n, dh, mul, kx);
-        mhe__mhe_expand(v, vs, B * Tk, w->ev, n, dh, mul, vx);
-        d.q_stride = d.k_stride = d.v_stride = HD;
-        d.n_kv_heads = n;
-        mhe_attn_ref_fwd(&d, att, stats, qx, kx, vx);
-        return;
-    }
-    if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
-        d.q_shared = 1;
-        if (Tq == 1 && !d.dropout) {   /* decoding: one query, the maps on the fly */
-            if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
-            else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
-            mhe__attn_one(&d, att, stats, q, k, v);
-            return;
-        }
-        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
-            mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
-            return;
-        }
-        if (kind == MHE_ATTN_MHE_MUL) {
-            mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD;
-            if (mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }   /* heads stacked */
-        } else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
-        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
-        return;
-    }
-    if (use_ref) mhe_attn_ref_fwd(&d, att, stats, q, k, v);
-    else if (Tq == 1 && !d.dropout) mhe__attn_one(&d, att, stats, q, k, v);
-    else mhe_attn_fused_fwd(&d, att, stats, q, k, v);
-    if (kind == MHE_ATTN_SHA) {   /* n identical heads feed W^O */
-        int r, h;
-        for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++) memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD, (size_t)dh * sizeof(float));
-    }
-}
-
-/* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
-   and into the head-embedding gradients. d_att is used as scratch. */
-static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                          float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats,
-                          const float *projx, float *hmap, int use_ref) {
-    const mhe_config *c = &m->cfg;
-    mhe_acts *a = &m->acts;
-    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
-    mhe__geom g = mhe__layer_geom(c, kind);
-    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    if (kind == MHE_ATTN_COLLAB) {   /* the content-bias scores' gradient lands beside dK */
-        mhe__collab_dims(&d, w, g.q_w, k, ks);
-        d.dk_bias = dk + g.q_w;
-        if (!use_ref && mhe__attn_mul_rows(&d)) {
-            d.map_scratch = a->map_scratch; d.dq_mul = w->mix->grad;
-            mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-            return;
-        }
-        memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
-        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
-        mhe_attn_ref_bwd(&d, a->d_projx, dk, dv, d_att, stats, projx, k, v);
-        mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
-        return;
-    }
-    if (g.mhe && use_ref) {
-        int mul = kind == MHE_ATTN_MHE_MUL;
-        size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
-        const float *qx = projx, *kx = qx + nq, *vx = kx + nk;
-        float *dqx = a->d_projx, *dkx = dqx + nq, *dvx = dkx + nk;
-        memset(dqx, 0, (nq + 2 * nk) * sizeof(float));
-        d.q_stride = d.k_stride = d.v_stride = HD;
-        d.n_kv_heads = n;
-        mhe_attn_ref_bwd(&d, dqx, dkx, dvx, d_att, stats, qx, kx, vx);
-        /* back through psi: A_i = A*(1+e_i) (mul) or A + e_i (add), summed over heads */
-        mhe__mhe_expand_bwd(dqx, q, dq, qs, B * Tq, w->eq, n, dh, mul);
-        mhe__mhe_expand_bwd(dkx, k, dk, ks, B * Tk, w->ek, n, dh, mul);
-        mhe__mhe_expand_bwd(dvx, v, dv, vs, B * Tk, w->ev, n, dh, mul);
-        return;
-    }
-    if (g.mhe) {
-        d.q_shared = 1;
-        d.map_scratch = a->map_scratch;
-        if (kind == MHE_ATTN_MHE_MUL) {
-            float *dmap = a->d_hmap;
-            memset(dmap, 0, (size_t)2 * HD * sizeof(float));
-            d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
-            if (mhe__attn_mul_rows(&d)) mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-            else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-            for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
-                w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
-                w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
-                w->ev->grad[i] += dmap[HD + i];
-            }
-        } else if (mhe__attn_add_fits(&d)) {   /* e^K has no effect: its gradient stays 0 */
-            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data, w->eq->grad, w->ev->grad);
-        } else {
-            d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data;
-            d.dq_add = w->eq->grad; d.dk_add = w->ek->grad; d.dv_add = w->ev->grad;
-            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-        }
-        return;
-    }
-    if (kind == MHE_ATTN_SHA)   /* the n copies of the one head: their gradients add up */
-        for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++) mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
-    if (use_ref) mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
-    else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-}
-
-/* Where an attention sublayer finds its K and V: in its projections (self:
-   after Q in one [rows, proj_w] block; cross: the [src rows, k_w + v_w]
-   block of the encoder output), or, for a kind without W^K (el-att), the
-   input itself; V is K for a kind without W^V (skv). */
-static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp, int inp_stride,
-                         const float **k, int *ks, const float **v) {
-    *k = g->k_w ? proj : inp;
-    *ks = g->k_w ? proj_stride : inp_stride;
-    *v = g->v_w ? proj + g->k_w : *k;
-}
-
-/* Q, K, V of a self-attention sublayer in one GEMM into proj [rows, proj_w]
-   (collab adds its one bias, b^V, after it); training and decoding both */
-static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u, float *proj) {
-    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g->proj_w);
-    mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
-}
-
-/* K, V of a cross-attention sublayer from the encoder output mem [rows, C]
-   into kv [rows, k_w + v_w]: W^K and W^V follow W^Q in memory (b^K, b^V
-   follow b^Q), one GEMM. A kind without W^K (el-att) reads mem itself. */
-static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem, float *kv) {
-    if (!g->k_w) return;
-    mhe_linear_fwd(kv, mem, w->wk->data, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
-    mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
-}
-
-/* ---- 7. models: the kinds of thesis ch. 4 and FNet ---------------------------- */
-
-/* out rows (stride ldo) = inp rows (stride ldi) W^T + b: a linear layer writing into a column slice */
-static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b, int N, int IC, int OC) {
-    int i, j;
-    mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, ldi, w, IC, 0.0f, out, ldo);
-    if (b) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) out[(size_t)i * ldo + j] += b[j];
-}
-
-static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo, const float *inp,
-                              const float *w, int N, int IC, int OC) {
-    int i, j;
-    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, w, IC, 1.0f, dinp, ldi);
-    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, ldi, 1.0f, dw, IC);
-    if (db) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * ldo + j];
-}
-
-/* doubles of DFT scratch for sequences of up to T tokens of width C */
-static size_t mhe__fnet_work(int T, int C) {
-    int n = T > C ? T : C;
-    size_t fw = 4 * (size_t)mhe__pow2_at_least(2 * n) + 2 * (size_t)n;
-    return 2 * (size_t)T * C + 2 * (size_t)n + fw;
-}
-
-/* FNet mixing (Lee-Thorp et al. 2022): Y = Re(F_L X F_C), the unnormalised
-   2-D DFT over each sequence's L real tokens and the C features (padding
-   rows give 0 and are not mixed in). The map is its own adjoint:
-   Re(F_L G F_C) is also d loss / d X. */
-static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work, int accumulate) {
-    int b, t, c;
-    for (b = 0; b < B; b++) {
-        int L = len ? len[b] : T, n = T > C ? T : C;
-        double *zr = work, *zi = zr + (size_t)T * C, *cr = zi + (size_t)T * C, *ci = cr + n, *fw = ci + n;
-        const float *x = X + (size_t)b * T * C;
-        float *y = Y + (size_t)b * T * C;
-        for (t = 0; t < L; t++) {   /* along the features, row by row */
-            double *r = zr + (size_t)t * C, *im = zi + (size_t)t * C;
-            for (c = 0; c < C; c++) { r[c] = x[(size_t)t * C + c]; im[c] = 0; }
-            mhe_fft(r, im, C, 0, fw);
-        }
-        for (c = 0; c < C; c++) {   /* along the sequence, column by column */
-            for (t = 0; t < L; t++) { cr[t] = zr[(size_t)t * C + c]; ci[t] = zi[(size_t)t * C + c]; }
-            mhe_fft(cr, ci, L, 0, fw);
-            for (t = 0; t < L; t++) y[(size_t)t * C + c] = (float)(accumulate ? y[(size_t)t * C + c] + cr[t] : cr[t]);
-        }
-        if (!accumulate) memset(y + (size_t)L * C, 0, (size_t)(T - L) * C * sizeof(float));
-    }
-}
-
-/* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
-static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
-    int dh = mhe_config_d_head(c);
-    if (kind == MHE_ATTN_TAYLOR && fused) return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
-    if (kind == MHE_ATTN_FNET) return 2 * mhe__fnet_work(Tq, c->d_model);
-    if (kind == MHE_ATTN_LINEAR) return (size_t)B * Tq * c->d_model;
-    if (kind == MHE_ATTN_STATICEMB_QK) return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
-    return 0;
-}
-
-/* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
-   hidden state gets before W^{Q,K,V}, so e and H arrive at the same scale;
-   post-norm: e as it is). buf: [rows, C] then mean, rstd [rows]. */
-static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, float *buf) {
-    size_t C = (size_t)m->cfg.d_model;
-    if (m->cfg.post_norm) return e;
-    mhe__norm_fwd(m, buf, buf + rows * C, buf + rows * C + rows, e, nw, nb, rows);
-    return buf;
-}
-
-/* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
-static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, const float *buf,
-                               const float *dne, float *de) {
-    size_t C = (size_t)m->cfg.d_model;
-    if (m->cfg.post_norm) { mhe__axpy(de, 1.0f, dne, (int)(rows * C)); return; }
-    mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
-}
-
-/* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
-   own reference (probabilities) or linear-time paths; the fixed-map and
-   static-embedding kinds on the usual softmax cores */
-static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                                float *att, float *stats, float *ext, int use_ref) {
-    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref) mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
-        else mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
-    } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref) mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
-        else mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
-    } else {
-        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL, use_ref);
-    }
-}
-
-static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                                float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats, float *ext, int use_ref) {
-    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref) mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
-        else mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
-    } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref) mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-        else mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-    } else {
-        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att, stats, NULL, NULL, use_ref);
-    }
-}
-
-/* the mlp kind (eq. 4.5): down(SiLU(gate u) * up u); gate | up adjacent, one
-   GEMM into proj [rows, 2F], the product into att [rows, F] */
-static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj, float *att, float *out) {
-    int r, i;
-    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * F);
-    for (r = 0; r < rows; r++)
-        for (i = 0; i < F; i++) att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
-    mhe_linear_fwd(out, att, w->wo->data, mhe__opt_data(w->bo), rows, F, C);
-}
-
-/* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
-   mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
-   from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
-   fixedseq-qk, eq. 4.10 and 4.12) or the static embeddings (staticemb-qk,
-   eq. 4.13); V always from the input. */
-static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
-    const mhe_config *c = &m->cfg;
-    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
-    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
-    int qs, ks, Tk, causal, b, t;
-    const int *kv_len;
-    const float *q, *k, *v;
-    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out); return; }
-    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0); return; }
-    if (kind == MHE_ATTN_LINEAR) {   /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
-        int Lmax = c->max_seq_len;
-        mhe_linear_fwd(aa->ext, u, w->wq->data, NULL, rows, C, C);
-        for (b = 0; b < x->B; b++) {
-            int L = x->len ? x->len[b] : x->T;
-            float *yb = out + (size_t)b * x->T * C;
-            mhe_gemm(0, 0, L, C, L, 1.0f, w->wk->data, Lmax, aa->ext + (size_t)b * x->T * C, C, 0.0f, yb, C);
-            memset(yb + (size_t)L * C, 0, (size_t)(x->T - L) * C * sizeof(float));
-        }
-        return;
-    }
-    if (!cross) {
-        int fixed_qk = (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) && !x->fixed;
-        if (fixed_qk) {   /* Q, K of the fixed stream at this layer, the same for every sequence */
-            const float *fp = m->fixed.acts.layer[l].attn.proj;
-            for (b = 0; b < x->B; b++)
-                for (t = 0; t < x->T; t++) memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD, 2 * (size_t)HD * sizeof(float));
-            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
-        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
-            const float *ne = mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
-            mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
-            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
-        } else {
-            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
-        }
-        q = aa->proj; k = q + HD; v = q + 2 * HD; qs = ks = 3 * HD;
-        Tk = x->T; causal = x->causal; kv_len = x->len;
-    } else {   /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
-        int mrows = x->B * x->Ts;
-        if (kind == MHE_ATTN_STATICEMB_QK) {   /* both sides through norm3, the cross sublayer's input norm */
-            const mhe_layer *y = &m->layers[l];
-            float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
-            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
-            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C, w->wk->data,
-                          mhe__opt_data(w->bk), mrows, C, HD);
-            mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
-        } else {
-            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
-            mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), mrows, C, 2 * HD);
-        }
-        q = aa->proj; qs = HD; k = aa->kv; v = k + HD; ks = 2 * HD;
-        Tk = x->Ts; causal = 0; kv_len = x->mem_len;
-    }
-    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats, aa->ext, !c->fused_attention);
-    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
-}
-
-static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
-    const mhe_config *c = &m->cfg;
-    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
-    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
-    mhe_acts *a = &m->acts;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
-    int b, t, i;
-    if (kind == MHE_ATTN_MLP) {
-        int F = g.q_w;
-        memset(a->d_att, 0, (size_t)rows * F * sizeof(float));
-        mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, F, C);
-        for (b = 0; b < rows; b++)
-            for (i = 0; i < F; i++) {
-                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i], da = a->d_att[(size_t)b * F + i];
-                a->d_proj[(size_t)b * 2 * F + i] = da * up * mhe__silu_grad(gt);
-                a->d_proj[(size_t)b * 2 * F + F + i] = da * mhe__silu(gt);
-            }
-        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, 2 * F);
-        return;
-    }
-    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1); return; }
-    if (kind == MHE_ATTN_LINEAR) {
-        int Lmax = c->max_seq_len;
-        memset(a->d_att, 0, (size_t)rows * C * sizeof(float));
-        for (b = 0; b < x->B; b++) {
-            int L = x->len ? x->len[b] : x->T;
-            const float *db = d_out + (size_t)b * x->T * C, *zb = aa->ext + (size_t)b * x->T * C;
-            mhe_gemm(1, 0, L, C, L, 1.0f, w->wk->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C, C);
-            mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->wk->grad, Lmax);
-        }
-        mhe_linear_bwd(du, w->wq->grad, NULL, a->d_att, u, w->wq->data, rows, C, C);
-        return;
-    }
-    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
-    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
-    if (!cross) {
-        int fixed_qk = kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK;
-        float *dp = a->d_proj;
-        memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD, 3 * HD,
-                            aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
-        if (fixed_qk && !x->fixed) {   /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
-            float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
-            for (b = 0; b < x->B; b++)
-                for (t = 0; t < x->T; t++) mhe__axpy(dqk + (size_t)t * 2 * HD, 1.0f, dp + ((size_t)b * x->T + t) * 3 * HD, 2 * HD);
-            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
-            return;
-        }
-        if (fixed_qk) {   /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
-            const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
-            for (t = 0; t < x->T; t++) mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
-        }
-        if (kind == MHE_ATTN_STATICEMB_QK) {   /* a->scratch (the forward's branch buffer) holds d N(e) */
-            const mhe_layer *y = &m->layers[l];
-            const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
-            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
-            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data, rows, C, 2 * HD);
-            mhe__static_in_bwd(m, y->norm1_w, y->norm1_b, x->emb, rows, aa->ext, a->scratch, x->d_emb);
-            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
-        } else {
-            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dp, u, w->wq->data, rows, C, 3 * HD);
-        }
-    } else {
-        int mrows = x->B * x->Ts;
-        float *dq = a->d_proj, *dkv = dq + (size_t)rows * HD;
-        memset(dq, 0, ((size_t)rows * HD + (size_t)mrows * 2 * HD) * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD, 2 * HD,
-                            dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
-        if (kind == MHE_ATTN_STATICEMB_QK) {
-            const mhe_layer *y = &m->layers[l];
-            const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
-            memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
-            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq, w->wq->data, rows, C, HD);
-            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->emb, rows, bq, a->scratch, x->d_emb);
-            memset(a->scratch, 0, (size_t)mrows * C * sizeof(float));
-            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, m->cfg.post_norm ? x->mem_emb : bk,
-                              w->wk->data, mrows, C, HD);
-            mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk, a->scratch, x->d_mem_emb);
-            mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem, w->wv->data, mrows, C, HD);
-        } else {
-            mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, HD);
-            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, 2 * HD);
-        }
-    }
-}
-
-/* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
-   (cross: Q from u, K and V from the encoder output) into out [rows, C] */
-static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
-    const mhe_config *c = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
-    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
-    const float *k, *v;
-    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
-    if (!cross) {
-        mhe__attn_project(w, &g, C, rows, u, aa->proj);
-        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
-    } else {
-        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
-        mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
-        mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
-    }
-    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
-}
-
-/* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
-   adds the gradient of u into du (and of the encoder output into d_mem) */
-static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
-    const mhe_config *c = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
-    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
-    mhe_acts *a = &m->acts;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
-    const float *k, *v;
-    float *dk, *dv;
-    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du); return; }
-    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
-    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
-    if (!cross) {
-        memset(a->d_proj, 0, (size_t)rows * g.proj_w * sizeof(float));
-        mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
-        dk = g.k_w ? a->d_proj + g.q_w : du;
-        dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
-        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
-        mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows);
-    } else {
-        int mrows = x->B * x->Ts, kvw = g.k_w + g.v_w;
-        float *dq = a->d_proj, *dkv = dq + (size_t)rows * g.q_w;
-        memset(dq, 0, ((size_t)rows * g.q_w + (size_t)mrows * kvw) * sizeof(float));
-        mhe__kv_ptrs(&g, aa->kv, kvw, x->mem, C, &k, &ks, &v);
-        dk = g.k_w ? dkv : x->d_mem;
-        dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
-        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
-        if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, kvw);
-        mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows);
-    }
-}
 
 /* f of the MLP sublayer: fc2(act(fc1(u))), through fc1 and act [rows, F] */
 static void mhe__mlp_fwd(const mhe_model *m, const mhe_layer *y, int rows, const float *u, float *fc1, float *act, float *out) {
@@ -10803,55 +11097,6 @@ MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap) {
 
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */
 
-/* Per-token decode scratch, carved from the cache block like the
-   activation layout: the residual stream (sum, nrm, with mean and rstd), a
-   sublayer's branch output, the final norm, projections, attention output
-   (an mlp layer's F), the MLP, per-head lse, MUL maps, the token's static
-   embedding and its norm, Taylor features, and the logits last. */
-typedef struct mhe__decode_buf {
-    float *sum, *nrm, *stats, *branch, *fin;    /* [C], [C], [4], [C], [C] */
-    float *proj, *att, *fc1, *act, *lse, *hmap; /* [max proj], [max att], [F], [F], [n], [2 n d_h] */
-    float *emb, *emb_norm, *phi, *logits;       /* [C], [C + 2], [taylor features], [V] */
-} mhe__decode_buf;
-
-/* floats of the scratch; with base, also the pointers into it */
-static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_buf *d) {
-    const mhe_config *cfg = &m->cfg;
-    size_t C = (size_t)cfg->d_model, F = (size_t)mhe_config_d_ff(cfg), n = (size_t)cfg->n_heads;
-    size_t HD = n * (size_t)mhe_config_d_head(cfg), max_proj = 0, max_att = HD, used = 0;
-    int l;
-    mhe__decode_buf unused;
-    for (l = 0; l < m->n_total_layers; l++) {
-        mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
-        if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
-        if ((size_t)g.att_w > max_att) max_att = (size_t)g.att_w;
-        if (m->layers[l].cross.kind >= 0) {   /* its queries (collab's D~ may be wider than a self kind's Q, K, V) */
-            g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
-            if ((size_t)g.q_w > max_proj) max_proj = (size_t)g.q_w;
-        }
-    }
-    if (!d) d = &unused;
-#define MHE__D(ptr, count) do { (ptr) = base ? base + used : NULL; used += (count); } while (0)
-    MHE__D(d->sum, C); MHE__D(d->nrm, C); MHE__D(d->stats, 4); MHE__D(d->branch, C); MHE__D(d->fin, C);
-    MHE__D(d->proj, max_proj); MHE__D(d->att, max_att); MHE__D(d->fc1, F); MHE__D(d->act, F);
-    MHE__D(d->lse, n); MHE__D(d->hmap, 2 * HD);
-    MHE__D(d->emb, C); MHE__D(d->emb_norm, C + 2); MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
-    MHE__D(d->logits, (size_t)cfg->vocab_size);
-#undef MHE__D
-    return used;
-}
-
-/* floats a layer keeps besides K/V rows (thesis sec. 4.15-4.16): taylor S
-   [F, d_h] and z [F] per head; nonapprox max, sum and numerator [d_h] per
-   head; rndemb-qk / fixedseq-qk the causal maps of max_len positions */
-static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_len) {
-    size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c), F = (size_t)mhe__taylor_features((int)dh);
-    if (kind == MHE_ATTN_TAYLOR) return n * (F * dh + F);
-    if (kind == MHE_ATTN_NONAPPROX) return n * (dh + 2);
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
-    return 0;
-}
-
 MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_t *shared) {
     mhe__geom g;
     size_t st, sh = 0;
@@ -11013,136 +11258,6 @@ static mhe_status mhe__decode_maps(mhe_model *m, mhe_kv_cache *c) {
     return MHE_OK;
 }
 
-/* one token through a self-attention sublayer of a ch. 4 kind, into
-   d->branch: the recurrent forms (taylor: S += phi(k) v^T, z += phi(k),
-   o = S^T phi(q) / phi(q).z; nonapprox: eq. 4.18 with a running max), the
-   precomputed maps, or a K/V cache (staticemb-qk, whose K come from the
-   static embeddings e) */
-static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, mhe__decode_buf *d) {
-    const mhe_config *cfg = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    const mhe_attn_weights *w = &y->attn;
-    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
-    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att, *phi = d->phi;
-    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch); return; }
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
-        size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
-        float *vrow = c->v[l] + (size_t)pos * HD;
-        mhe_linear_fwd(vrow, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
-        memset(att, 0, (size_t)HD * sizeof(float));
-        for (h = 0; h < n; h++) {
-            const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
-            for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
-        }
-    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e), as in training */
-        const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
-        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
-        mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
-        memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
-        memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, d->lse,
-                      NULL, NULL, 0);
-    } else {
-        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
-        for (h = 0; h < n; h++) {
-            const float *q = proj + (size_t)h * dh, *k = q + HD, *v = q + 2 * HD;
-            float *o = att + (size_t)h * dh;
-            if (kind == MHE_ATTN_TAYLOR) {
-                int F = mhe__taylor_features(dh);
-                float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh, a = sqrtf(scale), den = 0;
-                mhe__taylor_phi(k, dh, a, phi);
-                for (f = 0; f < F; f++) {
-                    mhe__axpy(S + (size_t)f * dh, phi[f], v, dh);
-                    z[f] += phi[f];
-                }
-                mhe__taylor_phi(q, dh, a, phi);
-                memset(o, 0, (size_t)dh * sizeof(float));
-                for (f = 0; f < F; f++) {
-                    mhe__axpy(o, phi[f], S + (size_t)f * dh, dh);
-                    den += phi[f] * z[f];
-                }
-                for (i = 0; i < dh; i++) o[i] /= den;
-            } else {   /* nonapprox, eq. 4.18: state [max, sum, numerator] */
-                float *st = c->state[l] + (size_t)h * (dh + 2), sc = 0, ex;
-                for (i = 0; i < dh; i++) sc += mhe__silu(q[i]) * k[i];
-                sc *= scale;
-                if (sc > st[0]) {
-                    float corr = st[0] == -INFINITY ? 0.0f : expf(st[0] - sc);
-                    for (i = 0; i < dh + 1; i++) st[1 + i] *= corr;
-                    st[0] = sc;
-                }
-                ex = expf(sc - st[0]);
-                st[1] += ex;
-                mhe__axpy(st + 2, ex, v, dh);
-                for (i = 0; i < dh; i++) o[i] = st[2 + i] / st[1];
-            }
-        }
-    }
-    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
-}
-
-/* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
-   shared normaliser) or staticemb-qk (Q from the token's static embedding) */
-static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, mhe__decode_buf *d) {
-    const mhe_config *cfg = &m->cfg;
-    const mhe_layer *y = &m->layers[l];
-    const mhe_attn_weights *w = &y->cross;
-    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
-    float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
-    if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* Q from N3(e), as in training */
-        const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
-        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W,
-                      att, d->lse, NULL, NULL, 0);
-    } else {
-        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
-        for (h = 0; h < n; h++) {
-            float *o = att + (size_t)h * dh;
-            double den = 0;
-            memset(o, 0, (size_t)dh * sizeof(float));
-            for (j = 0; j < c->src_len; j++) {
-                const float *kj = c->cross[l] + (size_t)j * W + (size_t)h * dh;
-                float s = scale * mhe__dot(proj + (size_t)h * dh, kj, dh), wt = 1.0f + s + 0.5f * s * s;
-                mhe__axpy(o, wt, kj + HD, dh);
-                den += wt;
-            }
-            for (j = 0; j < dh; j++) o[j] = (float)(o[j] / den);
-        }
-    }
-    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
-}
-
-/* One token through attention sublayer k (0 self, 1 cross) of block l into
-   d->branch: projections as in training (mhe__attn_project), this token's
-   K (or the input, for el-att) and V appended to the cache, then the same
-   core as training (mhe__attn_fwd) over the cached keys. */
-static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u, mhe__decode_buf *d) {
-    const mhe_config *cfg = &m->cfg;
-    const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
-    mhe__geom g = mhe__layer_geom(cfg, w->kind);
-    int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
-    const float *kp, *vp;
-    if (mhe_attn_kind_is_decon(w->kind)) {
-        if (k) mhe__decon_decode_cross(m, c, l, u, d);
-        else mhe__decon_decode(m, c, l, pos, u, d);
-        return;
-    }
-    if (!k) {
-        int kw = c->k_width[l], vw = c->v_width[l];
-        mhe__attn_project(w, &g, C, 1, u, d->proj);
-        memcpy(c->k[l] + (size_t)pos * kw, g.k_w ? d->proj + g.q_w : u, (size_t)kw * sizeof(float));
-        if (vw) memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw, c->v[l],
-                      vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
-    } else {
-        mhe_linear_fwd(d->proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
-        mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks, d->att, d->lse,
-                      NULL, d->hmap, 0);
-    }
-    mhe_linear_fwd(d->branch, d->att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
-}
-
 MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts) {
     const mhe_scratch *outer;
     const mhe_config *cfg;
@@ -11207,16 +11322,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     m->training = 0;
     if (pos == 0) {   /* a new sequence: fresh recurrent states, maps of the current weights */
         mhe_status st;
-        for (l = E; l < m->n_total_layers; l++) {
-            int kind = m->layers[l].attn.kind, n = cfg->n_heads, dh = mhe_config_d_head(cfg), hh;
-            if (kind == MHE_ATTN_TAYLOR) memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
-            if (kind == MHE_ATTN_NONAPPROX)
-                for (hh = 0; hh < n; hh++) {
-                    float *st0 = c->state[l] + (size_t)hh * (dh + 2);
-                    memset(st0, 0, (size_t)(dh + 2) * sizeof(float));
-                    st0[0] = -INFINITY;
-                }
-        }
+        for (l = E; l < m->n_total_layers; l++) mhe__decode_state_reset(m, c, l);
         if ((st = mhe__decode_maps(m, c)) != MHE_OK) return st;
     }
     x = d.sum;

@@ -66,6 +66,56 @@ static void decode_equals_forward(const char *text) {
     mhe_model_free(&m);
 }
 
+/* The kind table states facts the code must honour: the tensors a layer of
+   each kind owns (bias=0: the names outside brackets), and the causal and
+   cross-attention rules, which validation enforces with the table's reason. */
+static void kind_table(void) {
+    int kind;
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {
+        const char *listed = mhe_attn_kind_tensors(kind), *p;
+        char text[256], want[512] = " ", have[512] = " ", err[MHE_ERR_LEN];
+        mhe_config c;
+        mhe_model m;
+        int i, depth = 0, causal = kind != MHE_ATTN_FNET && kind != MHE_ATTN_LINEAR;
+        snprintf(text, sizeof text, "bias=0\n%sattn=%s\n", causal ? "" : "arch=encoder\n", mhe_attn_kind_name(kind));
+        if (!make_config(&c, text)) continue;
+        for (p = listed; *p; p++) {   /* the words outside [...] */
+            size_t n = strlen(want);
+            if (*p == '[') depth++;
+            else if (*p == ']') depth--;
+            else if (!depth && *p != '(' && strncmp(p, "(none)", 6) != 0 && n + 2 < sizeof want) { want[n] = *p; want[n + 1] = 0; }
+            if (!strncmp(p, "(none)", 6)) p += 5;
+        }
+        while (strstr(want, "  ")) memmove(strstr(want, "  "), strstr(want, "  ") + 1, strlen(strstr(want, "  ")));
+        if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK) { CHECK(0, "init %s: %s", text, m.err); continue; }
+        for (i = 0; i < m.n_tensors; i++) {
+            const char *nm = m.params[i].name;
+            if (!strncmp(nm, "layers.0.attn.", 14)) {
+                char base[64];
+                snprintf(base, sizeof base, "%s", nm + 14);
+                if (strstr(base, ".weight")) *strstr(base, ".weight") = 0;
+                if (strlen(have) + strlen(base) + 2 < sizeof have) { strcat(have, base); strcat(have, " "); }
+            }
+        }
+        if (strlen(want) > 1 && want[strlen(want) - 1] != ' ') strcat(want, " ");
+        CHECK(strcmp(want, have) == 0, "kind table: %s owns [%s], the table says [%s]", mhe_attn_kind_name(kind), have, want);
+        mhe_model_free(&m);
+        c = mhe_config_default();
+        snprintf(text, sizeof text, "arch=encdec\nenc_layers=1\ncross_attn=%s\n", mhe_attn_kind_name(kind));
+        if (mhe_config_parse(&c, text, strlen(text), err) == MHE_OK) {
+            int cross_ok = !(kind == MHE_ATTN_MLP || kind == MHE_ATTN_NONAPPROX || kind == MHE_ATTN_RNDEMB_QK ||
+                             kind == MHE_ATTN_FIXEDSEQ_QK || kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR);
+            mhe_status st = mhe_config_validate(&c, err);
+            CHECK((st == MHE_OK) == cross_ok && (cross_ok || strstr(err, "cross-attention of layer 0 is")),
+                  "cross rule of %s: %s", mhe_attn_kind_name(kind), st == MHE_OK ? "accepted" : err);
+        }
+        c = mhe_config_default();
+        snprintf(text, sizeof text, "attn=%s\n", mhe_attn_kind_name(kind));
+        if (mhe_config_parse(&c, text, strlen(text), err) == MHE_OK)
+            CHECK((mhe_config_validate(&c, err) == MHE_OK) == causal, "causal rule of %s", mhe_attn_kind_name(kind));
+    }
+}
+
 int main(void) {
     /* kinds a causal decoder runs; the ones an encoder-decoder runs as self- and as cross-attention */
     static const char *self_kinds[] = {
@@ -81,6 +131,7 @@ int main(void) {
     int i, j, v;
     char text[512];
     setvbuf(stdout, NULL, _IONBF, 0);
+    kind_table();
     for (v = 0; v < 3; v++) {
         for (i = 0; i < nself; i++) {   /* a decoder: the kind between two mha layers (hybrids too), then alone */
             snprintf(text, sizeof text, "%sattn=mha,%s,mha\nkv_groups=2\ncollab_dim=6\n", norms[v], self_kinds[i]);
