@@ -4247,7 +4247,7 @@ static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
     { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] wk wv [d_h, C] [biases] wo" },
     { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo" },
-    { "skv", "Kitaev et al. 2020 (shared QK-style: K = V)", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+    { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq wkv [n d_h, C] [biases] wo" },
     { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] [bias] wo" },
     { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
