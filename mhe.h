@@ -2016,8 +2016,10 @@ static void mhe__gemm_pack_b(int tb, const float *B, int ldb, int k0, int kc, in
                 if (nr == MHE__GEMM_NR) {
                     memcpy(d, src, sizeof(float) * MHE__GEMM_NR);
                 } else {
-                    for (j = 0; j < nr; j++) d[j] = src[j];
-                    for (; j < MHE__GEMM_NR; j++) d[j] = 0.0f;
+                    for (j = 0; j < nr; j++)
+                        d[j] = src[j];
+                    for (; j < MHE__GEMM_NR; j++)
+                        d[j] = 0.0f;
                 }
             }
         } else {
@@ -2025,7 +2027,8 @@ static void mhe__gemm_pack_b(int tb, const float *B, int ldb, int k0, int kc, in
             mhe__gemm_pack_t(B + (size_t)(j0 + jp) * ldb + k0, ldb, nr, kc, bp, MHE__GEMM_NR);
             if (nr < MHE__GEMM_NR)
                 for (k = 0; k < kc; k++)
-                    for (j = nr; j < MHE__GEMM_NR; j++) bp[(size_t)k * MHE__GEMM_NR + j] = 0.0f;
+                    for (j = nr; j < MHE__GEMM_NR; j++)
+                        bp[(size_t)k * MHE__GEMM_NR + j] = 0.0f;
         }
     }
 }
@@ -2037,8 +2040,11 @@ static void mhe__gemm_pack_a(int ta, const float *A, int lda, int i0, int mr, in
         /* op(A)[i][k] = A[k][i]: mr contiguous floats per k */
         const float *src = A + (size_t)k0 * lda + i0;
         for (k = 0; k < kc; k++, src += lda, ap += MHE__GEMM_MR) {
-            if (mr == MHE__GEMM_MR) memcpy(ap, src, sizeof(float) * MHE__GEMM_MR);
-            else for (i = 0; i < mr; i++) ap[i] = src[i];
+            if (mr == MHE__GEMM_MR)
+                memcpy(ap, src, sizeof(float) * MHE__GEMM_MR);
+            else
+                for (i = 0; i < mr; i++)
+                    ap[i] = src[i];
         }
     } else {
         mhe__gemm_pack_t(A + (size_t)i0 * lda + k0, lda, mr, kc, ap, MHE__GEMM_MR);
@@ -2117,15 +2123,18 @@ typedef struct mhe__own_scratch { mhe_scratch s; float *raw; } mhe__own_scratch;
 static const mhe_scratch *mhe__scratch_for(int d_head, int threads, mhe__own_scratch *own) {
     const mhe_scratch *s = mhe__scratch_cur;
     own->raw = NULL;
-    if (s && s->base && s->d_head >= d_head && (!mhe__in_parallel() || mhe__thread_num() < s->threads)) return s;
+    if (s && s->base && s->d_head >= d_head && (!mhe__in_parallel() || mhe__thread_num() < s->threads))
+        return s;
     own->raw = (float *)MHE_MALLOC(NULL, mhe_scratch_floats(d_head, threads) * sizeof(float));
-    if (!own->raw) return NULL;
+    if (!own->raw)
+        return NULL;
     mhe_scratch_init(&own->s, own->raw, d_head, threads);
     return &own->s;
 }
 
 static void mhe__scratch_done(mhe__own_scratch *own) {
-    if (own->raw) MHE_FREE(NULL, own->raw);
+    if (own->raw)
+        MHE_FREE(NULL, own->raw);
     own->raw = NULL;
 }
 
@@ -2135,15 +2144,20 @@ static int mhe__team(const mhe_scratch *s) {
     int nt = mhe__max_threads();
     return nt < s->threads ? nt : s->threads;
 }
+
+static int mhe__team_of(const mhe_scratch *s) { return s ? mhe__team(s) : mhe__max_threads(); }
 #endif
 
 /* the calling thread's slice: GEMM packing, then the kernel's tiles */
 static float *mhe__pack_slice(const mhe_scratch *s) {
     int t = mhe__in_parallel() ? mhe__thread_num() : 0;
-    return s->base + (size_t)(t < s->threads ? t : 0) * s->slice_floats;   /* a block allocated for one caller: 0 */
+    return s->base +
+           (size_t)(t < s->threads ? t : 0) * s->slice_floats; /* a block allocated for one caller: 0 */
 }
 
-static float *mhe__tile_slice(const mhe_scratch *s) { return mhe__pack_slice(s) + MHE__PACK_FLOATS; }
+static float *mhe__tile_slice(const mhe_scratch *s) {
+    return mhe__pack_slice(s) + MHE__PACK_FLOATS;
+}
 
 /* n floats from a slice, 64-byte aligned */
 static float *mhe__carve(float **cursor, size_t n) {
@@ -2188,7 +2202,8 @@ static void mhe__gemm_unpacked(const mhe__gemm_args *g) {
 static void mhe__gemm_block(const mhe__gemm_args *g, int i0, int i1, int j0, int j1, float *pack) {
     float *bp = pack, *ap = pack + MHE__R16(MHE__GEMM_KC * MHE__GEMM_NC);
     int K = g->K, kstep, nstep, mstep, ib, jc, pc, ic, jr;
-    if (i0 >= i1 || j0 >= j1) return;
+    if (i0 >= i1 || j0 >= j1)
+        return;
     /* even blocks: K = 257 makes two KC blocks of 129, not 256 + 1 */
     kstep = mhe__gemm_step(K, MHE__GEMM_KC, 1);
     nstep = mhe__gemm_step(j1 - j0, MHE__GEMM_NC, MHE__GEMM_NR);
@@ -2225,13 +2240,14 @@ static void mhe__gemm_block(const mhe__gemm_args *g, int i0, int i1, int j0, int
    W(k,j) = w[k*ldw + j] when kmajor, else w[j*ldw + k]. Memory-bound: W is
    read once, in storage order. The inner loops have constant trip counts
    and independent lanes, so they vectorise without intrinsics. */
-static void mhe__gemv_range(int j0, int j1, int K, float alpha, const float *x, int xs,
-                            const float *w, int ldw, int kmajor, float beta, float *y, int ys) {
+static void mhe__gemv_range(int j0, int j1, int K, float alpha, const float *x, int xs, const float *w,
+                            int ldw, int kmajor, float beta, float *y, int ys) {
     float acc[MHE__GEMV_JB];
     int jb, j, k, l;
     for (jb = j0; jb < j1; jb += MHE__GEMV_JB) {
         int jn = j1 - jb < MHE__GEMV_JB ? j1 - jb : MHE__GEMV_JB;
-        for (j = 0; j < jn; j++) acc[j] = 0.0f;
+        for (j = 0; j < jn; j++)
+            acc[j] = 0.0f;
         if (kmajor) {
             /* rows of W run along j: acc += x[k] * W[k, :], four rows per pass
                (each lane still adds its terms in k order) */
@@ -2241,12 +2257,17 @@ static void mhe__gemv_range(int j0, int j1, int K, float alpha, const float *x, 
                 if (k + 4 > K) { /* the last 1..3 rows: one at a time */
                     for (; k < K; k++, w0 += ldw) {
                         x0 = x[(size_t)k * xs];
-                        for (j = 0; j < jn; j++) acc[j] += x0 * w0[j];
+                        for (j = 0; j < jn; j++)
+                            acc[j] += x0 * w0[j];
                     }
                     break;
                 }
-                w1 = w0 + ldw; w2 = w1 + ldw; w3 = w2 + ldw;
-                x1 = x[(size_t)(k + 1) * xs]; x2 = x[(size_t)(k + 2) * xs]; x3 = x[(size_t)(k + 3) * xs];
+                w1 = w0 + ldw;
+                w2 = w1 + ldw;
+                w3 = w2 + ldw;
+                x1 = x[(size_t)(k + 1) * xs];
+                x2 = x[(size_t)(k + 2) * xs];
+                x3 = x[(size_t)(k + 3) * xs];
                 for (j = 0; j + 16 <= jn; j += 16)
                     for (l = j; l < j + 16; l++) {
                         float a = acc[l];
@@ -2273,18 +2294,24 @@ static void mhe__gemv_range(int j0, int j1, int K, float alpha, const float *x, 
                 int kn = K - kb < MHE__GEMV_KB ? K - kb : MHE__GEMV_KB;
                 const float *xp = x + (size_t)kb * xs;
                 if (xs != 1) {
-                    for (k = 0; k < kn; k++) xb[k] = xp[(size_t)k * xs];
+                    for (k = 0; k < kn; k++)
+                        xb[k] = xp[(size_t)k * xs];
                     xp = xb;
                 }
                 for (j = 0; j < jn; j++) {
                     const float *wj = w + (size_t)(jb + j) * ldw + kb;
                     float s[16];
-                    for (l = 0; l < 16; l++) s[l] = 0.0f;
+                    for (l = 0; l < 16; l++)
+                        s[l] = 0.0f;
                     for (k = 0; k + 16 <= kn; k += 16)
-                        for (l = 0; l < 16; l++) s[l] += xp[k + l] * wj[k + l];
-                    for (l = 0; k < kn; k++, l++) s[l] += xp[k] * wj[k];
-                    for (l = 0; l < 8; l++) s[l] += s[l + 8];
-                    for (l = 0; l < 4; l++) s[l] += s[l + 4];
+                        for (l = 0; l < 16; l++)
+                            s[l] += xp[k + l] * wj[k + l];
+                    for (l = 0; k < kn; k++, l++)
+                        s[l] += xp[k] * wj[k];
+                    for (l = 0; l < 8; l++)
+                        s[l] += s[l + 8];
+                    for (l = 0; l < 4; l++)
+                        s[l] += s[l + 4];
                     acc[j] += (s[0] + s[2]) + (s[1] + s[3]);
                 }
             }
@@ -2312,11 +2339,16 @@ static void mhe__gemm_grid(int M, int N, int nt, int *tm, int *tn) {
     int d;
     for (d = 1; d <= nt; d++) {
         double mt, ntt, cost;
-        if (nt % d) continue;
+        if (nt % d)
+            continue;
         mt = (double)mhe__gemm_split(M, nt / d, 1, MHE__GEMM_MR);
         ntt = (double)mhe__gemm_split(N, d, 1, MHE__GEMM_NR);
         cost = 2.0 * mt * ntt / 64.0 + mt * ceil(ntt / MHE__GEMM_NC) + ntt;
-        if (best < 0 || cost < best) { best = cost; *tm = nt / d; *tn = d; }
+        if (best < 0 || cost < best) {
+            best = cost;
+            *tm = nt / d;
+            *tn = d;
+        }
     }
 }
 
@@ -2415,17 +2447,22 @@ MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
    same bits whatever the compiler flags (libm's expf may differ). Inputs
    below -87.3 give 0, above 88 infinity; NaN stays NaN. */
 static inline MHE__VECTORISE float mhe__exp(float x) {
-    union { float f; int32_t i; } sc;
+    union {
+        float f;
+        int32_t i;
+    } sc;
     /* quiet comparisons (isless, isgreater, x != x) keep the loop free of
        trapping compares, so gcc vectorises it without -ffast-math */
     float n, r, p, y, xc = isless(x, -87.3f) ? -87.3f : (isgreater(x, 88.0f) ? 88.0f : x);
     xc = x != x ? 0.0f : xc;
-    int32_t k = (int32_t)(xc * 1.44269504088896341f + 128.5f) - 128;   /* floor(x/ln2 + 1/2) */
+    int32_t k = (int32_t)(xc * 1.44269504088896341f + 128.5f) - 128; /* floor(x/ln2 + 1/2) */
     n = (float)k;
     r = xc - n * 0.693145751953125f;
     r = r - n * 1.42860682030941723e-06f;
-    p = 1.0f + r * (1.0f + r * (0.5f + r * (1.66666671633720398e-01f + r * (4.16666716337203979e-02f +
-        r * (8.33333376795053482e-03f + r * 1.38888892251998186e-03f)))));
+    p = 1.0f +
+        r * (1.0f + r * (0.5f + r * (1.66666671633720398e-01f +
+                                     r * (4.16666716337203979e-02f +
+                                          r * (8.33333376795053482e-03f + r * 1.38888892251998186e-03f)))));
     sc.i = (k + 127) * (1 << 23);
     y = p * sc.f;
     y = isgreater(x, 88.0f) ? INFINITY : y;
@@ -2438,7 +2475,8 @@ static inline MHE__VECTORISE float mhe__exp(float x) {
 static inline MHE__VECTORISE float mhe__tanh(float u) {
     float e = mhe__exp(2.0f * (isless(u, -9.0f) ? -9.0f : (isgreater(u, 9.0f) ? 9.0f : u)));
     float big = 1.0f - 2.0f / (e + 1.0f), u2 = u * u;
-    float small = u * (1.0f + u2 * (-0.333333343f + u2 * (0.13333334f + u2 * (-0.0539682545f + u2 * 0.0218694888f))));
+    float small =
+        u * (1.0f + u2 * (-0.333333343f + u2 * (0.13333334f + u2 * (-0.0539682545f + u2 * 0.0218694888f))));
     return isless(u2, 0.0625f) ? small : big;
 }
 
@@ -2447,24 +2485,36 @@ static inline MHE__VECTORISE float mhe__tanh(float u) {
 static MHE__VECTORISE float mhe__lane_sum(const float *x, int n) {
     float a[16];
     int j, l;
-    for (l = 0; l < 16; l++) a[l] = 0.0f;
+    for (l = 0; l < 16; l++)
+        a[l] = 0.0f;
     for (j = 0; j + 16 <= n; j += 16)
-        for (l = 0; l < 16; l++) a[l] += x[j + l];
-    for (; j < n; j++) a[0] += x[j];
+        for (l = 0; l < 16; l++)
+            a[l] += x[j + l];
+    for (; j < n; j++)
+        a[0] += x[j];
     for (l = 8; l >= 1; l /= 2)
-        for (j = 0; j < l; j++) a[j] += a[j + l];
+        for (j = 0; j < l; j++)
+            a[j] += a[j + l];
     return a[0];
 }
 
 static MHE__VECTORISE float mhe__lane_sq_dev(const float *x, int n, float m) {
     float a[16];
     int j, l;
-    for (l = 0; l < 16; l++) a[l] = 0.0f;
+    for (l = 0; l < 16; l++)
+        a[l] = 0.0f;
     for (j = 0; j + 16 <= n; j += 16)
-        for (l = 0; l < 16; l++) { float d = x[j + l] - m; a[l] += d * d; }
-    for (; j < n; j++) { float d = x[j] - m; a[0] += d * d; }
+        for (l = 0; l < 16; l++) {
+            float d = x[j + l] - m;
+            a[l] += d * d;
+        }
+    for (; j < n; j++) {
+        float d = x[j] - m;
+        a[0] += d * d;
+    }
     for (l = 8; l >= 1; l /= 2)
-        for (j = 0; j < l; j++) a[j] += a[j + l];
+        for (j = 0; j < l; j++)
+            a[j] += a[j + l];
     return a[0];
 }
 
@@ -2472,119 +2522,150 @@ static MHE__VECTORISE float mhe__lane_sq_dev(const float *x, int n, float m) {
 static MHE__VECTORISE float mhe__lane_dot3(const float *a, const float *b, const float *c, int n) {
     float acc[16];
     int j, l;
-    for (l = 0; l < 16; l++) acc[l] = 0.0f;
+    for (l = 0; l < 16; l++)
+        acc[l] = 0.0f;
     if (c) {
         for (j = 0; j + 16 <= n; j += 16)
-            for (l = 0; l < 16; l++) acc[l] += a[j + l] * b[j + l] * c[j + l];
-        for (; j < n; j++) acc[0] += a[j] * b[j] * c[j];
+            for (l = 0; l < 16; l++)
+                acc[l] += a[j + l] * b[j + l] * c[j + l];
+        for (; j < n; j++)
+            acc[0] += a[j] * b[j] * c[j];
     } else {
         for (j = 0; j + 16 <= n; j += 16)
-            for (l = 0; l < 16; l++) acc[l] += a[j + l] * b[j + l];
-        for (; j < n; j++) acc[0] += a[j] * b[j];
+            for (l = 0; l < 16; l++)
+                acc[l] += a[j + l] * b[j + l];
+        for (; j < n; j++)
+            acc[0] += a[j] * b[j];
     }
     for (l = 8; l >= 1; l /= 2)
-        for (j = 0; j < l; j++) acc[j] += acc[j + l];
+        for (j = 0; j < l; j++)
+            acc[j] += acc[j + l];
     return acc[0];
 }
 
 MHEDEF MHE__VECTORISE void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C, float eps) {
+                                             const float *w, const float *b, int N, int C, float eps) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float m = mhe__lane_sum(x, C) / (float)C, v = mhe__lane_sq_dev(x, C, m) / (float)C, s;
-        int j;
-        s = 1.0f / sqrtf(v + eps);
-        if (b) for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j] + b[j];
-        else for (j = 0; j < C; j++) o[j] = (x[j] - m) * s * w[j];
-        mean[i] = m; rstd[i] = s;
-    }
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float *o = out + (size_t)i * C;
+    float m = mhe__lane_sum(x, C) / (float)C, v = mhe__lane_sq_dev(x, C, m) / (float)C, s;
+    int j;
+    s = 1.0f / sqrtf(v + eps);
+    if (b)
+        for (j = 0; j < C; j++)
+            o[j] = (x[j] - m) * s * w[j] + b[j];
+    else
+        for (j = 0; j < C; j++)
+            o[j] = (x[j] - m) * s * w[j];
+    mean[i] = m;
+    rstd[i] = s;
+}
 }
 
 /* forward was: xhat = (x - mean) * rstd; out = xhat * w + b. So
    dxhat = dout * w and dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)). */
-MHEDEF MHE__VECTORISE void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                              const float *w, const float *mean, const float *rstd, int N, int C) {
+MHEDEF MHE__VECTORISE void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
+                                             const float *inp, const float *w, const float *mean,
+                                             const float *rstd, int N, int C) {
     int i, j;
     /* input gradient: rows are independent */
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C;
-        float m = mean[i], s = rstd[i], sum_d, sum_dx, acc_d[16], acc_x[16];
-        int k, l;
-        for (l = 0; l < 16; l++) acc_d[l] = acc_x[l] = 0.0f;
-        for (k = 0; k + 16 <= C; k += 16)
-            for (l = 0; l < 16; l++) {
-                float xhat = (x[k + l] - m) * s, d = dy[k + l] * w[k + l];
-                acc_d[l] += d; acc_x[l] += d * xhat;
-            }
-        for (; k < C; k++) {
-            float xhat = (x[k] - m) * s, d = dy[k] * w[k];
-            acc_d[0] += d; acc_x[0] += d * xhat;
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float *dx = dinp + (size_t)i * C;
+    float m = mean[i], s = rstd[i], sum_d, sum_dx, acc_d[16], acc_x[16];
+    int k, l;
+    for (l = 0; l < 16; l++)
+        acc_d[l] = acc_x[l] = 0.0f;
+    for (k = 0; k + 16 <= C; k += 16)
+        for (l = 0; l < 16; l++) {
+            float xhat = (x[k + l] - m) * s, d = dy[k + l] * w[k + l];
+            acc_d[l] += d;
+            acc_x[l] += d * xhat;
         }
-        for (l = 8; l >= 1; l /= 2)
-            for (k = 0; k < l; k++) { acc_d[k] += acc_d[k + l]; acc_x[k] += acc_x[k + l]; }
-        sum_d = acc_d[0] / (float)C; sum_dx = acc_x[0] / (float)C;
-        for (k = 0; k < C; k++) {
-            float xhat = (x[k] - m) * s, d = dy[k] * w[k];
-            dx[k] += s * (d - sum_d - xhat * sum_dx);
-        }
+    for (; k < C; k++) {
+        float xhat = (x[k] - m) * s, d = dy[k] * w[k];
+        acc_d[0] += d;
+        acc_x[0] += d * xhat;
     }
-    /* parameter gradients: a column sum, in row order (reproducible) */
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float m = mean[i], s = rstd[i];
-        for (j = 0; j < C; j++) {
-            dw[j] += dy[j] * (x[j] - m) * s;
-            if (db) db[j] += dy[j];
+    for (l = 8; l >= 1; l /= 2)
+        for (k = 0; k < l; k++) {
+            acc_d[k] += acc_d[k + l];
+            acc_x[k] += acc_x[k + l];
         }
+    sum_d = acc_d[0] / (float)C;
+    sum_dx = acc_x[0] / (float)C;
+    for (k = 0; k < C; k++) {
+        float xhat = (x[k] - m) * s, d = dy[k] * w[k];
+        dx[k] += s * (d - sum_d - xhat * sum_dx);
     }
 }
+/* parameter gradients: a column sum, in row order (reproducible) */
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float m = mean[i], s = rstd[i];
+    for (j = 0; j < C; j++) {
+        dw[j] += dy[j] * (x[j] - m) * s;
+        if (db)
+            db[j] += dy[j];
+    }
+}
+}
 
-MHEDEF MHE__VECTORISE void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps) {
+MHEDEF MHE__VECTORISE void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N,
+                                           int C, float eps) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C, ms = mhe__lane_dot3(x, x, NULL, C), s;
-        int j;
-        s = 1.0f / sqrtf(ms / (float)C + eps);
-        for (j = 0; j < C; j++) o[j] = x[j] * s * w[j];
-        rstd[i] = s;
-    }
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float *o = out + (size_t)i * C, ms = mhe__lane_dot3(x, x, NULL, C), s;
+    int j;
+    s = 1.0f / sqrtf(ms / (float)C + eps);
+    for (j = 0; j < C; j++)
+        o[j] = x[j] * s * w[j];
+    rstd[i] = s;
+}
 }
 
 /* forward was: out = x * s * w with s = (mean(x^2) + eps)^-1/2, so
    dx = s * (dout*w) - x * s^3 * mean(dout*w*x) */
 MHEDEF MHE__VECTORISE void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
-                            const float *w, const float *rstd, int N, int C) {
+                                           const float *w, const float *rstd, int N, int C) {
     int i, j;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C, s = rstd[i], dot = mhe__lane_dot3(dy, w, x, C) / (float)C;
-        int k;
-        for (k = 0; k < C; k++) dx[k] += s * dy[k] * w[k] - x[k] * s * s * s * dot;
-    }
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float s = rstd[i];
-        for (j = 0; j < C; j++) dw[j] += dy[j] * x[j] * s;
-    }
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float *dx = dinp + (size_t)i * C, s = rstd[i], dot = mhe__lane_dot3(dy, w, x, C) / (float)C;
+    int k;
+    for (k = 0; k < C; k++)
+        dx[k] += s * dy[k] * w[k] - x[k] * s * s * s * dot;
+}
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float s = rstd[i];
+    for (j = 0; j < C; j++)
+        dw[j] += dy[j] * x[j] * s;
+}
 }
 
 #define MHE__GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 
-static inline MHE__VECTORISE float mhe__gelu(float x) { return 0.5f * x * (1.0f + mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x))); }
+static inline MHE__VECTORISE float mhe__gelu(float x) {
+    return 0.5f * x * (1.0f + mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x)));
+}
 static inline MHE__VECTORISE float mhe__gelu_grad(float x) {
     float t = mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
-static inline MHE__VECTORISE float mhe__silu(float x) { return x / (1.0f + mhe__exp(-x)); }
-static inline MHE__VECTORISE float mhe__silu_grad(float x) { float sg = 1.0f / (1.0f + mhe__exp(-x)); return sg * (1.0f + x * (1.0f - sg)); }
+static inline MHE__VECTORISE float mhe__silu(float x) {
+    return x / (1.0f + mhe__exp(-x));
+}
+static inline MHE__VECTORISE float mhe__silu_grad(float x) {
+    float sg = 1.0f / (1.0f + mhe__exp(-x));
+    return sg * (1.0f + x * (1.0f - sg));
+}
 
 /* chunks of MHE__CHUNK elements spread over threads; one simple loop per
    activation inside, so the compiler vectorises it */
@@ -2597,13 +2678,16 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
         int64_t i, lo = c * MHE__CHUNK, hi = lo + MHE__CHUNK < n ? lo + MHE__CHUNK : n;
         if (act == MHE_ACT_GELU) {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) out[i] = mhe__gelu(inp[i]);
+            for (i = lo; i < hi; i++)
+                out[i] = mhe__gelu(inp[i]);
         } else if (act == MHE_ACT_RELU) {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) out[i] = isgreater(inp[i], 0.0f) ? inp[i] : 0.0f;
+            for (i = lo; i < hi; i++)
+                out[i] = isgreater(inp[i], 0.0f) ? inp[i] : 0.0f;
         } else {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) out[i] = mhe__silu(inp[i]);
+            for (i = lo; i < hi; i++)
+                out[i] = mhe__silu(inp[i]);
         }
     }
 }
@@ -2618,13 +2702,16 @@ MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, c
         int64_t i, lo = c * MHE__CHUNK, hi = lo + MHE__CHUNK < n ? lo + MHE__CHUNK : n;
         if (act == MHE_ACT_GELU) {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) dinp[i] += dout[i] * mhe__gelu_grad(inp[i]);
+            for (i = lo; i < hi; i++)
+                dinp[i] += dout[i] * mhe__gelu_grad(inp[i]);
         } else if (act == MHE_ACT_RELU) {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) dinp[i] += isgreater(inp[i], 0.0f) ? dout[i] : 0.0f;
+            for (i = lo; i < hi; i++)
+                dinp[i] += isgreater(inp[i], 0.0f) ? dout[i] : 0.0f;
         } else {
             MHE__OMP(omp simd)
-            for (i = lo; i < hi; i++) dinp[i] += dout[i] * mhe__silu_grad(inp[i]);
+            for (i = lo; i < hi; i++)
+                dinp[i] += dout[i] * mhe__silu_grad(inp[i]);
         }
     }
 }
@@ -2632,89 +2719,119 @@ MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, c
 MHEDEF MHE__VECTORISE void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C, mx = -INFINITY, sum = 0;
-        int j;
-        for (j = 0; j < C; j++) if (x[j] > mx) mx = x[j];
-        for (j = 0; j < C; j++) { o[j] = expf(x[j] - mx); sum += o[j]; }
-        for (j = 0; j < C; j++) o[j] /= sum;
+for (i = 0; i < N; i++) {
+    const float *x = inp + (size_t)i * C;
+    float *o = out + (size_t)i * C, mx = -INFINITY, sum = 0;
+    int j;
+    for (j = 0; j < C; j++)
+        if (x[j] > mx)
+            mx = x[j];
+    for (j = 0; j < C; j++) {
+        o[j] = expf(x[j] - mx);
+        sum += o[j];
     }
+    for (j = 0; j < C; j++)
+        o[j] /= sum;
+}
 }
 
 /* dx_j = y_j * (dy_j - sum_k dy_k y_k) */
 MHEDEF MHE__VECTORISE void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * C > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *y = out + (size_t)i * C, *dy = dout + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C, dot = 0;
-        int j;
-        for (j = 0; j < C; j++) dot += dy[j] * y[j];
-        for (j = 0; j < C; j++) dx[j] += y[j] * (dy[j] - dot);
-    }
+for (i = 0; i < N; i++) {
+    const float *y = out + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float *dx = dinp + (size_t)i * C, dot = 0;
+    int j;
+    for (j = 0; j < C; j++)
+        dot += dy[j] * y[j];
+    for (j = 0; j < C; j++)
+        dx[j] += y[j] * (dy[j] - dot);
+}
 }
 
 static float mhe__logsumexp(const float *x, int n) {
     float mx = -INFINITY, sum = 0;
     int j;
-    for (j = 0; j < n; j++) if (x[j] > mx) mx = x[j];
-    for (j = 0; j < n; j++) sum += expf(x[j] - mx);
+    for (j = 0; j < n; j++)
+        if (x[j] > mx)
+            mx = x[j];
+    for (j = 0; j < n; j++)
+        sum += expf(x[j] - mx);
     return mx + logf(sum);
 }
 
-MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const float *logits,
-                         const int *targets, int N, int V) {
+MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const float *logits, const int *targets,
+                         int N, int V) {
     int i, c = 0;
     double total = 0;
 MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * V;
-        losses[i] = targets[i] < 0 ? 0.0f : mhe__logsumexp(x, V) - x[targets[i]];
+for (i = 0; i < N; i++) {
+    const float *x = logits + (size_t)i * V;
+    losses[i] = targets[i] < 0 ? 0.0f : mhe__logsumexp(x, V) - x[targets[i]];
+}
+for (i = 0; i < N; i++)
+    if (targets[i] >= 0) {
+        total += losses[i];
+        c++;
     }
-    for (i = 0; i < N; i++) if (targets[i] >= 0) { total += losses[i]; c++; }
-    if (mean_loss) *mean_loss = c ? (float)(total / c) : 0.0f;
-    if (count) *count = c;
+if (mean_loss)
+    *mean_loss = c ? (float)(total / c) : 0.0f;
+if (count)
+    *count = c;
 }
 
 MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
-    for (i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * V;
-        float *dx = dlogits + (size_t)i * V, lse;
-        int j;
-        if (targets[i] < 0) continue;
-        lse = mhe__logsumexp(x, V);
-        for (j = 0; j < V; j++) dx[j] += scale * expf(x[j] - lse);
-        dx[targets[i]] -= scale;
+for (i = 0; i < N; i++) {
+    const float *x = logits + (size_t)i * V;
+    float *dx = dlogits + (size_t)i * V, lse;
+    int j;
+    if (targets[i] < 0)
+        continue;
+    lse = mhe__logsumexp(x, V);
+    for (j = 0; j < V; j++)
+        dx[j] += scale * expf(x[j] - lse);
+    dx[targets[i]] -= scale;
+}
+}
+
+MHEDEF MHE__VECTORISE void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed,
+                                           uint64_t offset) {
+    int64_t i;
+    float keep = 1.0f / (1.0f - p);
+    if (p <= 0) {
+        if (out != inp)
+            memcpy(out, inp, (size_t)n * sizeof(float));
+        return;
     }
-}
-
-MHEDEF MHE__VECTORISE void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset) {
-    int64_t i;
-    float keep = 1.0f / (1.0f - p);
-    if (p <= 0) { if (out != inp) memcpy(out, inp, (size_t)n * sizeof(float)); return; }
 MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
-    for (i = 0; i < n; i++)
-        out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
+for (i = 0; i < n; i++)
+    out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
 }
 
-MHEDEF MHE__VECTORISE void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset) {
+MHEDEF MHE__VECTORISE void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed,
+                                           uint64_t offset) {
     int64_t i;
     float keep = 1.0f / (1.0f - p);
 MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
-    for (i = 0; i < n; i++)
-        if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p) dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
+for (i = 0; i < n; i++)
+    if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p)
+        dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
 }
 
-MHEDEF MHE__VECTORISE void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate) {
+MHEDEF MHE__VECTORISE void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C,
+                                             int accumulate) {
     int i, j;
     for (i = 0; i < N; i++) {
         const float *row = table + (size_t)ids[i] * C;
         float *o = out + (size_t)i * C;
-        if (accumulate) for (j = 0; j < C; j++) o[j] += row[j];
-        else memcpy(o, row, (size_t)C * sizeof(float));
+        if (accumulate)
+            for (j = 0; j < C; j++)
+                o[j] += row[j];
+        else
+            memcpy(o, row, (size_t)C * sizeof(float));
     }
 }
 
@@ -2724,28 +2841,34 @@ MHEDEF MHE__VECTORISE void mhe_embedding_bwd(float *dtable, const float *dout, c
     for (i = 0; i < N; i++) {
         float *row = dtable + (size_t)ids[i] * C;
         const float *d = dout + (size_t)i * C;
-        for (j = 0; j < C; j++) row[j] += d[j];
+        for (j = 0; j < C; j++)
+            row[j] += d[j];
     }
 }
 
-MHEDEF MHE__VECTORISE void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC) {
+MHEDEF MHE__VECTORISE void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
+                                          int IC, int OC) {
     int i, j;
     mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
     if (b)
 MHE__OMP(omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j))
-        for (i = 0; i < N; i++)
-            for (j = 0; j < OC; j++) out[(size_t)i * OC + j] += b[j];
+    for (i = 0; i < N; i++)
+        for (j = 0; j < OC; j++)
+            out[(size_t)i * OC + j] += b[j];
 }
 
 /* forward was out = inp W^T + b: dinp += dout W, dW += dout^T inp, db += colsum(dout) */
-MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                           const float *w, int N, int IC, int OC) {
+MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
+                                          const float *inp, const float *w, int N, int IC, int OC) {
     int i, j;
-    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
-    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dinp)
+        mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    if (dw)
+        mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db)
         for (i = 0; i < N; i++)
-            for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * OC + j];
+            for (j = 0; j < OC; j++)
+                db[j] += dout[(size_t)i * OC + j];
 }
 
 /* ---- 3. kernels: CP decomposition ------------------------------------------ */
@@ -2756,31 +2879,38 @@ MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, con
 static int mhe__chol_solve_rows(double *G, int R, double *Y, int n) {
     int i, j, k, r;
     double ridge = 0;
-    for (i = 0; i < R; i++) ridge += G[(size_t)i * R + i];
+    for (i = 0; i < R; i++)
+        ridge += G[(size_t)i * R + i];
     ridge = ridge / (R > 0 ? R : 1) * 1e-12;
-    for (i = 0; i < R; i++) G[(size_t)i * R + i] += ridge;
-    for (j = 0; j < R; j++) {   /* G = L L^T, L in the lower triangle */
+    for (i = 0; i < R; i++)
+        G[(size_t)i * R + i] += ridge;
+    for (j = 0; j < R; j++) { /* G = L L^T, L in the lower triangle */
         double d = G[(size_t)j * R + j];
-        for (k = 0; k < j; k++) d -= G[(size_t)j * R + k] * G[(size_t)j * R + k];
-        if (!(d > 0)) return 0;
+        for (k = 0; k < j; k++)
+            d -= G[(size_t)j * R + k] * G[(size_t)j * R + k];
+        if (!(d > 0))
+            return 0;
         d = sqrt(d);
         G[(size_t)j * R + j] = d;
         for (i = j + 1; i < R; i++) {
             double s = G[(size_t)i * R + j];
-            for (k = 0; k < j; k++) s -= G[(size_t)i * R + k] * G[(size_t)j * R + k];
+            for (k = 0; k < j; k++)
+                s -= G[(size_t)i * R + k] * G[(size_t)j * R + k];
             G[(size_t)i * R + j] = s / d;
         }
     }
-    for (r = 0; r < n; r++) {   /* rows: x G = y, i.e. G x^T = y^T */
+    for (r = 0; r < n; r++) { /* rows: x G = y, i.e. G x^T = y^T */
         double *y = Y + (size_t)r * R;
         for (i = 0; i < R; i++) {
             double s = y[i];
-            for (k = 0; k < i; k++) s -= G[(size_t)i * R + k] * y[k];
+            for (k = 0; k < i; k++)
+                s -= G[(size_t)i * R + k] * y[k];
             y[i] = s / G[(size_t)i * R + i];
         }
         for (i = R - 1; i >= 0; i--) {
             double s = y[i];
-            for (k = i + 1; k < R; k++) s -= G[(size_t)k * R + i] * y[k];
+            for (k = i + 1; k < R; k++)
+                s -= G[(size_t)k * R + i] * y[k];
             y[i] = s / G[(size_t)i * R + i];
         }
     }
@@ -2793,7 +2923,8 @@ static void mhe__gram(const float *F, int n, int R, double *G) {
     for (a = 0; a < R; a++)
         for (b = a; b < R; b++) {
             double s = 0;
-            for (i = 0; i < n; i++) s += (double)F[(size_t)i * R + a] * F[(size_t)i * R + b];
+            for (i = 0; i < n; i++)
+                s += (double)F[(size_t)i * R + a] * F[(size_t)i * R + b];
             G[(size_t)a * R + b] = G[(size_t)b * R + a] = s;
         }
 }
@@ -2804,120 +2935,187 @@ static void mhe__gram(const float *F, int n, int R, double *G) {
 static void mhe__cp_svd_init(const double *G, int n, int R, float *F, double *Q, mhe_rng *rng) {
     int r = n < R ? n : R, it, a, b, i;
     double *Z = Q + (size_t)n * r;
-    for (i = 0; i < n * r; i++) Q[i] = mhe_rng_uniform(rng) - 0.5;
+    for (i = 0; i < n * r; i++)
+        Q[i] = mhe_rng_uniform(rng) - 0.5;
     for (it = 0; it < 60; it++) {
-        for (a = 0; a < r; a++) {   /* column a of Z = G q_a, then orthogonal to the columns before it */
+        for (a = 0; a < r; a++) { /* column a of Z = G q_a, then orthogonal to the columns before it */
             double nrm = 0;
             for (i = 0; i < n; i++) {
                 double sum = 0;
                 int k;
-                for (k = 0; k < n; k++) sum += G[(size_t)i * n + k] * Q[(size_t)k * r + a];
+                for (k = 0; k < n; k++)
+                    sum += G[(size_t)i * n + k] * Q[(size_t)k * r + a];
                 Z[(size_t)i * r + a] = sum;
             }
             for (b = 0; b < a; b++) {
                 double d = 0;
-                for (i = 0; i < n; i++) d += Z[(size_t)i * r + a] * Z[(size_t)i * r + b];
-                for (i = 0; i < n; i++) Z[(size_t)i * r + a] -= d * Z[(size_t)i * r + b];
+                for (i = 0; i < n; i++)
+                    d += Z[(size_t)i * r + a] * Z[(size_t)i * r + b];
+                for (i = 0; i < n; i++)
+                    Z[(size_t)i * r + a] -= d * Z[(size_t)i * r + b];
             }
-            for (i = 0; i < n; i++) nrm += Z[(size_t)i * r + a] * Z[(size_t)i * r + a];
+            for (i = 0; i < n; i++)
+                nrm += Z[(size_t)i * r + a] * Z[(size_t)i * r + a];
             nrm = sqrt(nrm);
-            for (i = 0; i < n; i++) Z[(size_t)i * r + a] = nrm > 0 ? Z[(size_t)i * r + a] / nrm : (i == a);
+            for (i = 0; i < n; i++)
+                Z[(size_t)i * r + a] = nrm > 0 ? Z[(size_t)i * r + a] / nrm : (i == a);
         }
         memcpy(Q, Z, (size_t)n * r * sizeof(double));
     }
     for (i = 0; i < n; i++)
-        for (a = 0; a < r; a++) F[(size_t)i * R + a] = (float)Q[(size_t)i * r + a];
+        for (a = 0; a < r; a++)
+            F[(size_t)i * R + a] = (float)Q[(size_t)i * r + a];
 }
 
 MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
-                             int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res) {
+                             int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx,
+                             mhe_cp_result *res) {
     size_t IJK, n_max, bytes, i;
     float *W, *M;
     double *G, *G2, *Y, norm_t = 0, err = 0, prev = -1;
     float *F[3];
     int dims[3], mode, it, r, a, ok = 1, converged = 0;
     mhe_rng rng;
-    if (res) { res->rel_error = 0; res->iterations = 0; }
+    if (res) {
+        res->rel_error = 0;
+        res->iterations = 0;
+    }
     if (!T || !A || !B || !C || I < 1 || J < 1 || K < 1 || R < 1 || max_iter < 1 || !(tol >= 0) ||
-        (init != MHE_CP_INIT_RANDOM && init != MHE_CP_INIT_SVD)) return MHE_ERR_ARG;
+        (init != MHE_CP_INIT_RANDOM && init != MHE_CP_INIT_SVD))
+        return MHE_ERR_ARG;
     IJK = mhe__mul_size(mhe__mul_size((size_t)I, (size_t)J, &ok), (size_t)K, &ok);
     n_max = (size_t)(I > J ? (I > K ? I : K) : (J > K ? J : K));
     /* W: T times one factor ([I*J or J*K, R]), then the reconstruction [I*J, K]; M: MTTKRP [n, R] */
-    bytes = mhe__mul_size(mhe__mul_size((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K, (size_t)R, &ok), sizeof(float), &ok);
+    bytes = mhe__mul_size(
+        mhe__mul_size((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K, (size_t)R, &ok),
+        sizeof(float), &ok);
     bytes = mhe__add_size(bytes, mhe__mul_size(IJK, sizeof(float), &ok), &ok);
     bytes = mhe__add_size(bytes, mhe__mul_size(n_max * (size_t)R, sizeof(float), &ok), &ok);
-    bytes = mhe__add_size(bytes, sizeof(float), &ok);   /* room to align the doubles */
+    bytes = mhe__add_size(bytes, sizeof(float), &ok); /* room to align the doubles */
     bytes = mhe__add_size(bytes, mhe__mul_size((size_t)(2 * R + (int)n_max) * R, sizeof(double), &ok), &ok);
-    if (!ok || (int64_t)IJK > INT_MAX) return MHE_ERR_OVERFLOW;
+    if (!ok || (int64_t)IJK > INT_MAX)
+        return MHE_ERR_OVERFLOW;
     W = (float *)MHE_MALLOC(alloc_ctx, bytes);
-    if (!W) return MHE_ERR_NOMEM;
+    if (!W)
+        return MHE_ERR_NOMEM;
     M = W + ((size_t)I * J > (size_t)J * K ? (size_t)I * J : (size_t)J * K) * R;
     /* the doubles after the floats start at an even float offset (malloc aligns the block for double) */
     G = (double *)(void *)(M + ((size_t)(M - W) + n_max * R + IJK) % 2 + n_max * R + IJK);
     G2 = G + (size_t)R * R;
     Y = G2 + (size_t)R * R;
-    F[0] = A; F[1] = B; F[2] = C; dims[0] = I; dims[1] = J; dims[2] = K;
+    F[0] = A;
+    F[1] = B;
+    F[2] = C;
+    dims[0] = I;
+    dims[1] = J;
+    dims[2] = K;
     mhe_rng_seed(&rng, seed);
     for (mode = 0; mode < 3; mode++)
-        for (i = 0; i < (size_t)dims[mode] * R; i++) F[mode][i] = mhe_rng_uniform(&rng);
+        for (i = 0; i < (size_t)dims[mode] * R; i++)
+            F[mode][i] = mhe_rng_uniform(&rng);
     if (init == MHE_CP_INIT_SVD) {
         size_t nm = n_max;
         double *Gm = (double *)MHE_MALLOC(alloc_ctx, (nm * nm + 2 * nm * (size_t)R) * sizeof(double));
         float *Gf = (float *)MHE_MALLOC(alloc_ctx, nm * nm * sizeof(float));
-        if (!Gm || !Gf) { if (Gm) MHE_FREE(alloc_ctx, Gm); if (Gf) MHE_FREE(alloc_ctx, Gf); MHE_FREE(alloc_ctx, W); return MHE_ERR_NOMEM; }
-        for (mode = 0; mode < 3; mode++) {   /* Gram matrix of the mode's unfolding, as GEMMs */
+        if (!Gm || !Gf) {
+            if (Gm)
+                MHE_FREE(alloc_ctx, Gm);
+            if (Gf)
+                MHE_FREE(alloc_ctx, Gf);
+            MHE_FREE(alloc_ctx, W);
+            return MHE_ERR_NOMEM;
+        }
+        for (mode = 0; mode < 3; mode++) { /* Gram matrix of the mode's unfolding, as GEMMs */
             int n = dims[mode], x;
-            if (mode == 0) mhe_gemm(0, 1, I, I, J * K, 1.0f, T, J * K, T, J * K, 0.0f, Gf, I);
-            else if (mode == 2) mhe_gemm(1, 0, K, K, I * J, 1.0f, T, K, T, K, 0.0f, Gf, K);
+            if (mode == 0)
+                mhe_gemm(0, 1, I, I, J * K, 1.0f, T, J * K, T, J * K, 0.0f, Gf, I);
+            else if (mode == 2)
+                mhe_gemm(1, 0, K, K, I * J, 1.0f, T, K, T, K, 0.0f, Gf, K);
             else
-                for (x = 0; x < I; x++)   /* sum over i of slice_i slice_i^T, slice_i [J, K] */
-                    mhe_gemm(0, 1, J, J, K, 1.0f, T + (size_t)x * J * K, K, T + (size_t)x * J * K, K, x ? 1.0f : 0.0f, Gf, J);
-            for (i = 0; i < (size_t)n * n; i++) Gm[i] = Gf[i];
+                for (x = 0; x < I; x++) /* sum over i of slice_i slice_i^T, slice_i [J, K] */
+                    mhe_gemm(0, 1, J, J, K, 1.0f, T + (size_t)x * J * K, K, T + (size_t)x * J * K, K,
+                             x ? 1.0f : 0.0f, Gf, J);
+            for (i = 0; i < (size_t)n * n; i++)
+                Gm[i] = Gf[i];
             mhe__cp_svd_init(Gm, n, R, F[mode], Gm + nm * nm, &rng);
         }
         MHE_FREE(alloc_ctx, Gf);
         MHE_FREE(alloc_ctx, Gm);
     }
-    for (i = 0; i < IJK; i++) norm_t += (double)T[i] * T[i];
+    for (i = 0; i < IJK; i++)
+        norm_t += (double)T[i] * T[i];
     norm_t = sqrt(norm_t);
     for (it = 0; it < max_iter && !converged; it++) {
         for (mode = 0; mode < 3; mode++) {
             int n = dims[mode], p = (mode + 1) % 3, q = (mode + 2) % 3, x, y;
             double recon = 0;
             /* MTTKRP: M[n, r] = sum over the other two indices of T times their factors */
-            if (mode == 0) {        /* W[(i,j), r] = sum_k T[i,j,k] C[k,r]; M[i,r] = sum_j W[(i,j),r] B[j,r] */
+            if (mode == 0) { /* W[(i,j), r] = sum_k T[i,j,k] C[k,r]; M[i,r] = sum_j W[(i,j),r] B[j,r] */
                 mhe_gemm(0, 0, I * J, R, K, 1.0f, T, K, C, R, 0.0f, W, R);
                 for (x = 0; x < I; x++)
-                    for (r = 0; r < R; r++) { double s = 0; for (y = 0; y < J; y++) s += (double)W[((size_t)x * J + y) * R + r] * B[(size_t)y * R + r]; M[(size_t)x * R + r] = (float)s; }
-            } else if (mode == 1) { /* W = T C still holds (C has not changed): M[j,r] = sum_i W[(i,j),r] A[i,r] */
+                    for (r = 0; r < R; r++) {
+                        double s = 0;
+                        for (y = 0; y < J; y++)
+                            s += (double)W[((size_t)x * J + y) * R + r] * B[(size_t)y * R + r];
+                        M[(size_t)x * R + r] = (float)s;
+                    }
+            } else if (mode ==
+                       1) { /* W = T C still holds (C has not changed): M[j,r] = sum_i W[(i,j),r] A[i,r] */
                 for (y = 0; y < J; y++)
-                    for (r = 0; r < R; r++) { double s = 0; for (x = 0; x < I; x++) s += (double)W[((size_t)x * J + y) * R + r] * A[(size_t)x * R + r]; M[(size_t)y * R + r] = (float)s; }
-            } else {                /* W[(j,k), r] = sum_i T[i,j,k] A[i,r] (T as I x JK, transposed); M[k,r] = sum_j W[(j,k),r] B[j,r] */
+                    for (r = 0; r < R; r++) {
+                        double s = 0;
+                        for (x = 0; x < I; x++)
+                            s += (double)W[((size_t)x * J + y) * R + r] * A[(size_t)x * R + r];
+                        M[(size_t)y * R + r] = (float)s;
+                    }
+            } else { /* W[(j,k), r] = sum_i T[i,j,k] A[i,r] (T as I x JK, transposed); M[k,r] = sum_j W[(j,k),r] B[j,r] */
                 mhe_gemm(1, 0, J * K, R, I, 1.0f, T, J * K, A, R, 0.0f, W, R);
                 for (y = 0; y < K; y++)
-                    for (r = 0; r < R; r++) { double s = 0; for (x = 0; x < J; x++) s += (double)W[((size_t)x * K + y) * R + r] * B[(size_t)x * R + r]; M[(size_t)y * R + r] = (float)s; }
+                    for (r = 0; r < R; r++) {
+                        double s = 0;
+                        for (x = 0; x < J; x++)
+                            s += (double)W[((size_t)x * K + y) * R + r] * B[(size_t)x * R + r];
+                        M[(size_t)y * R + r] = (float)s;
+                    }
             }
             /* normal equations: F_mode (G_p * G_q) = M */
             mhe__gram(F[p], dims[p], R, G);
             mhe__gram(F[q], dims[q], R, G2);
-            for (a = 0; a < R * R; a++) G[a] *= G2[a];
-            for (i = 0; i < (size_t)n * R; i++) Y[i] = M[i];
-            if (!mhe__chol_solve_rows(G, R, Y, n)) { MHE_FREE(alloc_ctx, W); return MHE_ERR_NONFINITE; }
-            for (i = 0; i < (size_t)n * R; i++) F[mode][i] = (float)Y[i];
-            if (mode == 2) {   /* [[A, B, C]] = (A (.) B) C^T as [I*J, K]: rows A[i] * B[j] times C^T */
+            for (a = 0; a < R * R; a++)
+                G[a] *= G2[a];
+            for (i = 0; i < (size_t)n * R; i++)
+                Y[i] = M[i];
+            if (!mhe__chol_solve_rows(G, R, Y, n)) {
+                MHE_FREE(alloc_ctx, W);
+                return MHE_ERR_NONFINITE;
+            }
+            for (i = 0; i < (size_t)n * R; i++)
+                F[mode][i] = (float)Y[i];
+            if (mode == 2) { /* [[A, B, C]] = (A (.) B) C^T as [I*J, K]: rows A[i] * B[j] times C^T */
                 float *rec = M + n_max * R;
                 for (x = 0; x < I; x++)
                     for (y = 0; y < J; y++)
-                        for (r = 0; r < R; r++) W[((size_t)x * J + y) * R + r] = A[(size_t)x * R + r] * B[(size_t)y * R + r];
+                        for (r = 0; r < R; r++)
+                            W[((size_t)x * J + y) * R + r] = A[(size_t)x * R + r] * B[(size_t)y * R + r];
                 mhe_gemm(0, 1, I * J, K, R, 1.0f, W, R, C, R, 0.0f, rec, K);
-                for (i = 0; i < IJK; i++) { double dlt = (double)T[i] - rec[i]; recon += dlt * dlt; }
+                for (i = 0; i < IJK; i++) {
+                    double dlt = (double)T[i] - rec[i];
+                    recon += dlt * dlt;
+                }
                 err = sqrt(recon) / (norm_t > 0 ? norm_t : 1);
             }
         }
-        if (!(err == err)) { MHE_FREE(alloc_ctx, W); return MHE_ERR_NONFINITE; }
-        if (prev >= 0 && fabs(prev - err) < tol) converged = 1;
+        if (!(err == err)) {
+            MHE_FREE(alloc_ctx, W);
+            return MHE_ERR_NONFINITE;
+        }
+        if (prev >= 0 && fabs(prev - err) < tol)
+            converged = 1;
         prev = err;
-        if (res) { res->rel_error = err; res->iterations = it + 1; }
+        if (res) {
+            res->rel_error = err;
+            res->iterations = it + 1;
+        }
     }
     MHE_FREE(alloc_ctx, W);
     return converged ? MHE_OK : MHE_ERR_CONVERGE;
@@ -2925,24 +3123,38 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
 
 /* ---- 3. kernels: FFT (for fnet) ------------------------------------------ */
 
-static int mhe__pow2_at_least(int n) { int m = 1; while (m < n) m <<= 1; return m; }
+static int mhe__pow2_at_least(int n) {
+    int m = 1;
+    while (m < n)
+        m <<= 1;
+    return m;
+}
 
 MHEDEF size_t mhe_fft_work_len(int n) {
     int m;
-    if (n < 2 || (n & (n - 1)) == 0) return 1;
+    if (n < 2 || (n & (n - 1)) == 0)
+        return 1;
     m = mhe__pow2_at_least(2 * n - 1);
-    return 4 * (size_t)m + 2 * (size_t)n;   /* a, b (complex, m each) and the chirp (n) */
+    return 4 * (size_t)m + 2 * (size_t)n; /* a, b (complex, m each) and the chirp (n) */
 }
 
 /* iterative radix-2 (Cooley-Tukey), n a power of two; sign -1 forward */
 static void mhe__fft2(double *re, double *im, int n, int sign) {
     int i, j = 0, len, k;
-    for (i = 1; i < n; i++) {   /* bit reversal */
+    for (i = 1; i < n; i++) { /* bit reversal */
         int bit = n >> 1;
         double t;
-        for (; j & bit; bit >>= 1) j ^= bit;
+        for (; j & bit; bit >>= 1)
+            j ^= bit;
         j ^= bit;
-        if (i < j) { t = re[i]; re[i] = re[j]; re[j] = t; t = im[i]; im[i] = im[j]; im[j] = t; }
+        if (i < j) {
+            t = re[i];
+            re[i] = re[j];
+            re[j] = t;
+            t = im[i];
+            im[i] = im[j];
+            im[j] = t;
+        }
     }
     for (len = 2; len <= n; len <<= 1) {
         double ang = sign * 6.283185307179586 / len;
@@ -2951,8 +3163,10 @@ static void mhe__fft2(double *re, double *im, int n, int sign) {
             for (i = k; i < n; i += len) {
                 int i2 = i + len / 2;
                 double xr = re[i2] * wr - im[i2] * wi, xi = re[i2] * wi + im[i2] * wr;
-                re[i2] = re[i] - xr; im[i2] = im[i] - xi;
-                re[i] += xr; im[i] += xi;
+                re[i2] = re[i] - xr;
+                im[i2] = im[i] - xi;
+                re[i] += xr;
+                im[i] += xi;
             }
         }
     }
@@ -2965,27 +3179,44 @@ static void mhe__fft2(double *re, double *im, int n, int sign) {
 MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work) {
     int sign = inverse ? 1 : -1, m, j;
     double *ar, *ai, *br, *bi, *cr, *ci;
-    if (n < 2) return;
-    if ((n & (n - 1)) == 0) { mhe__fft2(re, im, n, sign); return; }
+    if (n < 2)
+        return;
+    if ((n & (n - 1)) == 0) {
+        mhe__fft2(re, im, n, sign);
+        return;
+    }
     m = mhe__pow2_at_least(2 * n - 1);
-    ar = work; ai = ar + m; br = ai + m; bi = br + m; cr = bi + m; ci = cr + n;
+    ar = work;
+    ai = ar + m;
+    br = ai + m;
+    bi = br + m;
+    cr = bi + m;
+    ci = cr + n;
     for (j = 0; j < n; j++) {
         long long q = ((long long)j * j) % (2LL * n);
         double ang = sign * 3.141592653589793 * (double)q / n;
-        cr[j] = cos(ang); ci[j] = sin(ang);
+        cr[j] = cos(ang);
+        ci[j] = sin(ang);
     }
-    for (j = 0; j < m; j++) { ar[j] = ai[j] = br[j] = bi[j] = 0; }
+    for (j = 0; j < m; j++) {
+        ar[j] = ai[j] = br[j] = bi[j] = 0;
+    }
     for (j = 0; j < n; j++) {
         ar[j] = re[j] * cr[j] - im[j] * ci[j];
         ai[j] = re[j] * ci[j] + im[j] * cr[j];
-        br[j] = cr[j]; bi[j] = -ci[j];
-        if (j) { br[m - j] = cr[j]; bi[m - j] = -ci[j]; }
+        br[j] = cr[j];
+        bi[j] = -ci[j];
+        if (j) {
+            br[m - j] = cr[j];
+            bi[m - j] = -ci[j];
+        }
     }
     mhe__fft2(ar, ai, m, -1);
     mhe__fft2(br, bi, m, -1);
     for (j = 0; j < m; j++) {
         double xr = ar[j] * br[j] - ai[j] * bi[j], xi = ar[j] * bi[j] + ai[j] * br[j];
-        ar[j] = xr; ai[j] = xi;
+        ar[j] = xr;
+        ai[j] = xi;
     }
     mhe__fft2(ar, ai, m, 1);
     for (j = 0; j < n; j++) {
@@ -3005,15 +3236,19 @@ MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work) {
    sequence's real length (keys past it are padding) */
 static int mhe__att_visible(const mhe_attn_dims *d, int b, int t) {
     int n = d->causal ? t + d->q_offset + 1 : d->Tk, len = d->kv_len ? d->kv_len[b] : d->Tk;
-    if (len < n) n = len;
+    if (len < n)
+        n = len;
     return n < 0 ? 0 : (n > d->Tk ? d->Tk : n);
 }
 
-static float mhe__dot(const float *a, const float *b, int n) { return mhe__lane_dot3(a, b, NULL, n); }
+static float mhe__dot(const float *a, const float *b, int n) {
+    return mhe__lane_dot3(a, b, NULL, n);
+}
 
 static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
     int i;
-    for (i = 0; i < n; i++) y[i] += a * x[i];
+    for (i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 /* Collaborative geometry in the reference core: Q/K heads of width d_qk,
@@ -3022,39 +3257,51 @@ static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
 #define MHE__REF_VH(d, g, h) ((size_t)((d)->v_per_head ? (h) : (g)) * (d)->d_head)
 #define MHE__REF_KB(d, b, j, h) ((d)->k_bias ? (d)->k_bias[((size_t)(b) * (d)->Tk + (j)) * (d)->k_bias_stride + (h)] : 0.0f)
 
+#ifdef _OPENMP
+/* worth a second thread: B n Tq Tk scores */
+static int mhe__att_parallel(const mhe_attn_dims *d) { return (int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN; }
+#endif
+
 /* the scale of an attention weight that dropout keeps: 1 / (1 - p) */
-static float mhe__att_keep(const mhe_attn_dims *d) { return d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f; }
+static float mhe__att_keep(const mhe_attn_dims *d) {
+    return d->dropout > 0 ? 1.0f / (1.0f - d->dropout) : 1.0f;
+}
 
 /* Reference: S = Q K^T * scale; S_tj = -inf where masked; P = softmax(S);
    O = dropout(P) V. One (b, kv-group) per iteration so K/V gradients of
    heads that share them never race. */
-MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
-                             const float *q, const float *k, const float *v) {
+MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q, const float *k,
+                             const float *v) {
     int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
     float keep = mhe__att_keep(d);
-MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
-    for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
-        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
-        for (h = g * group; h < (g + 1) * group; h++)
-            for (t = 0; t < d->Tq; t++) {
-                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
-                float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
-                float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
-                int vis = mhe__att_visible(d, b, t);
-                for (j = 0; j < d->Tk; j++) {
-                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
-                    p[j] = j < vis ? d->scale * (mhe__dot(qt, kj, W) + MHE__REF_KB(d, b, j, h)) : -INFINITY;
-                }
-                if (vis > 0) mhe_softmax_fwd(p, p, 1, d->Tk);
-                else for (j = 0; j < d->Tk; j++) p[j] = 0;
-                memset(o, 0, (size_t)d->d_head * sizeof(float));
-                for (j = 0; j < vis; j++) {
-                    float w = p[j];
-                    if (d->dropout > 0) w = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? w * keep : 0.0f;
-                    mhe__axpy(o, w, v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), d->d_head);
-                }
+MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
+for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
+    int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
+    for (h = g * group; h < (g + 1) * group; h++)
+        for (t = 0; t < d->Tq; t++) {
+            const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
+            float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+            float *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+            int vis = mhe__att_visible(d, b, t);
+            for (j = 0; j < d->Tk; j++) {
+                const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
+                p[j] = j < vis ? d->scale * (mhe__dot(qt, kj, W) + MHE__REF_KB(d, b, j, h)) : -INFINITY;
             }
-    }
+            if (vis > 0)
+                mhe_softmax_fwd(p, p, 1, d->Tk);
+            else
+                for (j = 0; j < d->Tk; j++)
+                    p[j] = 0;
+            memset(o, 0, (size_t)d->d_head * sizeof(float));
+            for (j = 0; j < vis; j++) {
+                float w = p[j];
+                if (d->dropout > 0)
+                    w = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? w * keep
+                                                                                             : 0.0f;
+                mhe__axpy(o, w, v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), d->d_head);
+            }
+        }
+}
 }
 
 /* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale (q k^T + kb).
@@ -3064,37 +3311,41 @@ MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float
                              const float *probs, const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
     float keep = mhe__att_keep(d);
-MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
-    for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
-        int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
-        for (h = g * group; h < (g + 1) * group; h++)
-            for (t = 0; t < d->Tq; t++) {
-                const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
-                const float *dot_ = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
-                const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
-                float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
-                int vis = mhe__att_visible(d, b, t);
-                float sum = 0;
-                for (j = 0; j < vis; j++) {   /* pass 1: sum_k P dP */
-                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
-                    float m = 1.0f, dp;
-                    if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
-                    dp = mhe__dot(dot_, vj, d->d_head) * m;
-                    sum += p[j] * dp;
-                    mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), p[j] * m, dot_, d->d_head);
-                }
-                for (j = 0; j < vis; j++) {   /* pass 2: dS, dq, dk */
-                    const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
-                    const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
-                    float m = 1.0f, ds;
-                    if (d->dropout > 0) m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
-                    ds = p[j] * (mhe__dot(dot_, vj, d->d_head) * m - sum) * d->scale;
-                    mhe__axpy(dqt, ds, kj, W);
-                    mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W, ds, qt, W);
-                    if (d->dk_bias) d->dk_bias[((size_t)b * d->Tk + j) * d->k_bias_stride + h] += ds;
-                }
+MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
+for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
+    int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
+    for (h = g * group; h < (g + 1) * group; h++)
+        for (t = 0; t < d->Tq; t++) {
+            const float *qt = q + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
+            const float *dot_ = dout + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head;
+            const float *p = probs + (((size_t)b * d->n_heads + h) * d->Tq + t) * d->Tk;
+            float *dqt = dq + ((size_t)b * d->Tq + t) * d->q_stride + (size_t)h * W;
+            int vis = mhe__att_visible(d, b, t);
+            float sum = 0;
+            for (j = 0; j < vis; j++) { /* pass 1: sum_k P dP */
+                const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
+                float m = 1.0f, dp;
+                if (d->dropout > 0)
+                    m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
+                dp = mhe__dot(dot_, vj, d->d_head) * m;
+                sum += p[j] * dp;
+                mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h), p[j] * m, dot_,
+                          d->d_head);
             }
-    }
+            for (j = 0; j < vis; j++) { /* pass 2: dS, dq, dk */
+                const float *vj = v + ((size_t)b * d->Tk + j) * d->v_stride + MHE__REF_VH(d, g, h);
+                const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W;
+                float m = 1.0f, ds;
+                if (d->dropout > 0)
+                    m = mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j)) >= d->dropout ? keep : 0.0f;
+                ds = p[j] * (mhe__dot(dot_, vj, d->d_head) * m - sum) * d->scale;
+                mhe__axpy(dqt, ds, kj, W);
+                mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W, ds, qt, W);
+                if (d->dk_bias)
+                    d->dk_bias[((size_t)b * d->Tk + j) * d->k_bias_stride + h] += ds;
+            }
+        }
+}
 }
 
 /* Row kernels of the online softmax. A running max or sum in one
@@ -3105,12 +3356,16 @@ MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__
 static MHE__VECTORISE float mhe__row_max(const float *s, int n, float mx) {
     float m[MHE__LANES];
     int j, l;
-    for (l = 0; l < MHE__LANES; l++) m[l] = mx;
+    for (l = 0; l < MHE__LANES; l++)
+        m[l] = mx;
     for (j = 0; j + MHE__LANES <= n; j += MHE__LANES)
-        for (l = 0; l < MHE__LANES; l++) m[l] = isgreater(s[j + l], m[l]) || s[j + l] != s[j + l] ? s[j + l] : m[l];
-    for (; j < n; j++) m[0] = isgreater(s[j], m[0]) || s[j] != s[j] ? s[j] : m[0];
+        for (l = 0; l < MHE__LANES; l++)
+            m[l] = isgreater(s[j + l], m[l]) || s[j + l] != s[j + l] ? s[j + l] : m[l];
+    for (; j < n; j++)
+        m[0] = isgreater(s[j], m[0]) || s[j] != s[j] ? s[j] : m[0];
     /* a NaN score makes the max NaN: an all-NaN row must not pass for a fully masked one */
-    for (l = 1; l < MHE__LANES; l++) m[0] = isgreater(m[l], m[0]) || m[l] != m[l] ? m[l] : m[0];
+    for (l = 1; l < MHE__LANES; l++)
+        m[0] = isgreater(m[l], m[0]) || m[l] != m[l] ? m[l] : m[0];
     return m[0];
 }
 
@@ -3118,13 +3373,18 @@ static MHE__VECTORISE float mhe__row_max(const float *s, int n, float mx) {
 static MHE__VECTORISE float mhe__row_exp_sum(float *s, int n, float mx) {
     float a[MHE__LANES];
     int j, l;
-    for (j = 0; j < n; j++) s[j] = mhe__exp(s[j] - mx);
-    for (l = 0; l < MHE__LANES; l++) a[l] = 0.0f;
+    for (j = 0; j < n; j++)
+        s[j] = mhe__exp(s[j] - mx);
+    for (l = 0; l < MHE__LANES; l++)
+        a[l] = 0.0f;
     for (j = 0; j + MHE__LANES <= n; j += MHE__LANES)
-        for (l = 0; l < MHE__LANES; l++) a[l] += s[j + l];
-    for (; j < n; j++) a[0] += s[j];
+        for (l = 0; l < MHE__LANES; l++)
+            a[l] += s[j + l];
+    for (; j < n; j++)
+        a[0] += s[j];
     for (l = MHE__LANES / 2; l >= 1; l /= 2)
-        for (j = 0; j < l; j++) a[j] += a[j + l];
+        for (j = 0; j < l; j++)
+            a[j] += a[j + l];
     return a[0];
 }
 
@@ -3139,14 +3399,16 @@ static float mhe__online_row(float *s, int cols, float *m, float *l, float *acc,
     int j, c;
     *mass = 0.0f;
     if (mx == -INFINITY) {
-        for (j = 0; j < cols; j++) s[j] = 0.0f;
+        for (j = 0; j < cols; j++)
+            s[j] = 0.0f;
         return 1.0f;
     }
     corr = expf(*m - mx);
     *mass = mhe__row_exp_sum(s, cols, mx);
     *l = *l * corr + *mass;
     if (corr != 1.0f)
-        for (c = 0; c < dh; c++) acc[c] *= corr;
+        for (c = 0; c < dh; c++)
+            acc[c] *= corr;
     *m = mx;
     return corr;
 }
@@ -3173,17 +3435,20 @@ static void mhe__tile_mask(const mhe_attn_dims *d, float *S, int b, int t0, int 
     int i, jj;
     for (i = 0; i < rows; i++) {
         int vis = mhe__att_visible(d, b, t0 + i) - j0;
-        for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) S[(size_t)i * MHE__BK + jj] = -INFINITY;
+        for (jj = vis < 0 ? 0 : vis; jj < cols; jj++)
+            S[(size_t)i * MHE__BK + jj] = -INFINITY;
     }
 }
 
 /* out[r][c] = src[r][c] * mul[c] + add[c] (mul, add may be NULL) for a tile */
-static void mhe__tile_affine(float *out, const float *src, size_t stride, int rows, int dh, const float *mul, const float *add) {
+static void mhe__tile_affine(float *out, const float *src, size_t stride, int rows, int dh, const float *mul,
+                             const float *add) {
     int r, c;
     for (r = 0; r < rows; r++) {
         const float *s = src + (size_t)r * stride;
         float *o = out + (size_t)r * dh;
-        for (c = 0; c < dh; c++) o[c] = (mul ? s[c] * mul[c] : s[c]) + (add ? add[c] : 0.0f);
+        for (c = 0; c < dh; c++)
+            o[c] = (mul ? s[c] * mul[c] : s[c]) + (add ? add[c] : 0.0f);
     }
 }
 
@@ -3192,41 +3457,64 @@ static void mhe__tile_affine(float *out, const float *src, size_t stride, int ro
 #define MHE__MAP(p, d, h) ((p) ? (p) + (size_t)(h) * (d)->d_head : NULL)
 
 MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
-                               const float *q, const float *k, const float *v) {
+                                                    const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, n_qb = (d->Tq + MHE__BQ - 1) / MHE__BQ, work;
     int dh = d->d_head, qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    if (!sc) return MHE_ERR_NOMEM;
+    if (!sc)
+        return MHE_ERR_NOMEM;
     /* one (b, h, query block) per iteration: outputs never overlap */
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S = mhe__carve(&tile, MHE__BQ * MHE__BK), *acc = mhe__carve(&tile, (size_t)MHE__BQ * dh), *mrow = mhe__carve(&tile, MHE__BQ);
-        float *lrow = mhe__carve(&tile, MHE__BQ), *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *S = mhe__carve(&tile, MHE__BQ * MHE__BK), *acc = mhe__carve(&tile, (size_t)MHE__BQ * dh),
+              *mrow = mhe__carve(&tile, MHE__BQ);
+        float *lrow = mhe__carve(&tile, MHE__BQ), *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh),
+              *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, c, ldq = d->q_stride;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride + MHE__QH(d, h);
-        if (qmap) { mhe__tile_affine(Qh, qblk, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h)); qblk = Qh; ldq = dh; }
-        for (i = 0; i < rows; i++) { mrow[i] = -INFINITY; lrow[i] = 0; }
+        if (qmap) {
+            mhe__tile_affine(Qh, qblk, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h),
+                             MHE__MAP(d->q_add, d, h));
+            qblk = Qh;
+            ldq = dh;
+        }
+        for (i = 0; i < rows; i++) {
+            mrow[i] = -INFINITY;
+            lrow[i] = 0;
+        }
         memset(acc, 0, sizeof(float) * (size_t)rows * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK, ldk = d->k_stride, ldv = d->v_stride;
             size_t koff = (size_t)b * d->Tk + j0;
-            const float *kblk = k + koff * d->k_stride + (size_t)g * dh, *vblk = v + koff * d->v_stride + (size_t)g * dh;
-            if (kmap) { mhe__tile_affine(Kh, kblk, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h)); kblk = Kh; ldk = dh; }
-            if (vmap) { mhe__tile_affine(Vh, vblk, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
+            const float *kblk = k + koff * d->k_stride + (size_t)g * dh,
+                        *vblk = v + koff * d->v_stride + (size_t)g * dh;
+            if (kmap) {
+                mhe__tile_affine(Kh, kblk, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h));
+                kblk = Kh;
+                ldk = dh;
+            }
+            if (vmap) {
+                mhe__tile_affine(Vh, vblk, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h),
+                                 MHE__MAP(d->v_add, d, h));
+                vblk = Vh;
+                ldv = dh;
+            }
             /* S = scale * Q_blk K_blk^T */
             mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, S, MHE__BK);
-            if (d->causal) mhe__tile_mask(d, S, b, t0, rows, j0, cols);
+            if (d->causal)
+                mhe__tile_mask(d, S, b, t0, rows, j0, cols);
             /* online softmax: rescale what was summed under the old row max */
             for (i = 0; i < rows; i++) {
                 float *s = S + (size_t)i * MHE__BK, mass;
                 mhe__online_row(s, cols, mrow + i, lrow + i, acc + (size_t)i * dh, dh, &mass);
-                if (d->dropout > 0) mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
+                if (d->dropout > 0)
+                    mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
             }
             /* acc += P V_blk */
             mhe_gemm(0, 0, rows, dh, cols, 1.0f, S, MHE__BK, vblk, ldv, 1.0f, acc, dh);
@@ -3234,10 +3522,12 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
         for (i = 0; i < rows; i++) {
             float *o = out + ((size_t)b * d->Tq + t0 + i) * d->o_stride + (size_t)h * dh;
             float inv = lrow[i] > 0 ? 1.0f / lrow[i] : 0.0f;
-            for (c = 0; c < dh; c++) o[c] = acc[(size_t)i * dh + c] * inv;
-            lse[((size_t)b * d->n_heads + h) * d->Tq + t0 + i] = lrow[i] > 0 ? mrow[i] + logf(lrow[i]) : -INFINITY;
+            for (c = 0; c < dh; c++)
+                o[c] = acc[(size_t)i * dh + c] * inv;
+            lse[((size_t)b * d->n_heads + h) * d->Tq + t0 + i] =
+                lrow[i] > 0 ? mrow[i] + logf(lrow[i]) : -INFINITY;
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
     mhe__scratch_done(&own);
     return MHE_OK;
@@ -3246,30 +3536,38 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
 /* One row of a backward tile, from the recomputed scores p and dP = dO V^T:
    P = exp(s - lse) on the first vis keys (0 past them), dS = P (dP*mask/(1-p) + add - D) * scale
    into dp, and P becomes the dropped-out Pd. add is dO.e^V for MHE-ADD, else 0. */
-static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis, float lse, float D,
-                                        float add, int b, int h, int t, int j0) {
+static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis,
+                                        float lse, float D, float add, int b, int h, int t, int j0) {
     float keep = mhe__att_keep(d);
     int jj;
-    for (jj = 0; jj < vis; jj++) p[jj] = mhe__exp(p[jj] - lse);
-    for (; jj < cols; jj++) p[jj] = 0.0f;
+    for (jj = 0; jj < vis; jj++)
+        p[jj] = mhe__exp(p[jj] - lse);
+    for (; jj < cols; jj++)
+        p[jj] = 0.0f;
     if (d->dropout > 0)
         for (jj = 0; jj < cols; jj++) {
-            float m = jj < vis && mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j0 + jj)) >= d->dropout ? keep : 0.0f;
-            dp[jj] = p[jj] * ((dp[jj] + add) * m - D) * d->scale;   /* dS */
-            p[jj] *= m;                                              /* Pd */
+            float m = jj < vis && mhe_hash_uniform(d->seed, MHE__ATT_IDX(d, b, h, t, j0 + jj)) >= d->dropout
+                          ? keep
+                          : 0.0f;
+            dp[jj] = p[jj] * ((dp[jj] + add) * m - D) * d->scale; /* dS */
+            p[jj] *= m; /* Pd */
         }
     else
-        for (jj = 0; jj < cols; jj++) dp[jj] = p[jj] * (dp[jj] + add - D) * d->scale;
+        for (jj = 0; jj < cols; jj++)
+            dp[jj] = p[jj] * (dp[jj] + add - D) * d->scale;
 }
 
 /* sum over rows of a tile, and of its product with another: the per-head map gradients */
-static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld, const float *src, size_t sld, int rows, int dh) {
+static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float *grad, int gld,
+                                          const float *src, size_t sld, int rows, int dh) {
     int r, c;
     for (r = 0; r < rows; r++)
         for (c = 0; c < dh; c++) {
             float gv = grad[(size_t)r * gld + c];
-            if (dmul) dmul[c] += gv * src[(size_t)r * sld + c];
-            if (dadd) dadd[c] += gv;
+            if (dmul)
+                dmul[c] += gv * src[(size_t)r * sld + c];
+            if (dadd)
+                dadd[c] += gv;
         }
 }
 
@@ -3281,22 +3579,27 @@ static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float 
    per-head maps the tiles are mapped as in the forward; the map gradients of
    (b, h) go to d->map_scratch[b][h] and are summed over b afterwards in a
    fixed order. */
-MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                               const float *out, const float *lse, const float *q, const float *k, const float *v) {
+MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
+                                                    const float *dout, const float *out, const float *lse,
+                                                    const float *q, const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head, n = d->n_heads;
     int qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
-    size_t per_bh = 5 * (size_t)dh;   /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
+    size_t per_bh = 5 * (size_t)dh; /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     MHE_ASSERT(!(qmap || kmap || vmap) || d->map_scratch);
-    if (qmap || kmap || vmap) memset(d->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
-    if (!sc) return MHE_ERR_NOMEM;
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    if (qmap || kmap || vmap)
+        memset(d->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
+    if (!sc)
+        return MHE_ERR_NOMEM;
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *P = mhe__carve(&tile, MHE__BQ * MHE__BK), *dP = mhe__carve(&tile, MHE__BQ * MHE__BK), *Drow = mhe__carve(&tile, MHE__BQ);
-        float *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *dQh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *P = mhe__carve(&tile, MHE__BQ * MHE__BK), *dP = mhe__carve(&tile, MHE__BQ * MHE__BK),
+              *Drow = mhe__carve(&tile, MHE__BQ);
+        float *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *dQh = mhe__carve(&tile, (size_t)MHE__BQ * dh),
+              *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh), *dKVh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj, c;
         for (h = g * group; h < (g + 1) * group; h++) {
@@ -3311,68 +3614,102 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, floa
                 float *dqblk = dq + qoff * d->q_stride + MHE__QH(d, h);
                 const float *lse_b = lse + ((size_t)b * n + h) * d->Tq + t0;
                 if (qmap) {
-                    mhe__tile_affine(Qh, qraw, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h), MHE__MAP(d->q_add, d, h));
-                    qblk = Qh; ldq = dh;
+                    mhe__tile_affine(Qh, qraw, (size_t)d->q_stride, rows, dh, MHE__MAP(d->q_mul, d, h),
+                                     MHE__MAP(d->q_add, d, h));
+                    qblk = Qh;
+                    ldq = dh;
                     memset(dQh, 0, sizeof(float) * (size_t)rows * dh);
                 }
                 for (i = 0; i < rows; i++)
                     Drow[i] = mhe__dot(doblk + (size_t)i * d->o_stride, oblk + (size_t)i * d->o_stride, dh);
                 for (j0 = 0; j0 < kend; j0 += MHE__BK) {
-                    int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK, ldk = d->k_stride, ldv = d->v_stride;
+                    int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK, ldk = d->k_stride,
+                        ldv = d->v_stride;
                     size_t koff = (size_t)b * d->Tk + j0;
-                    const float *kraw = k + koff * d->k_stride + (size_t)g * dh, *vraw = v + koff * d->v_stride + (size_t)g * dh;
+                    const float *kraw = k + koff * d->k_stride + (size_t)g * dh,
+                                *vraw = v + koff * d->v_stride + (size_t)g * dh;
                     const float *kblk = kraw, *vblk = vraw;
-                    float *dkblk = dk + koff * d->k_stride + (size_t)g * dh, *dvblk = dv + koff * d->v_stride + (size_t)g * dh;
-                    if (kmap) { mhe__tile_affine(Kh, kraw, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h)); kblk = Kh; ldk = dh; }
-                    if (vmap) { mhe__tile_affine(Vh, vraw, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h), MHE__MAP(d->v_add, d, h)); vblk = Vh; ldv = dh; }
+                    float *dkblk = dk + koff * d->k_stride + (size_t)g * dh,
+                          *dvblk = dv + koff * d->v_stride + (size_t)g * dh;
+                    if (kmap) {
+                        mhe__tile_affine(Kh, kraw, (size_t)ldk, cols, dh, NULL, MHE__MAP(d->k_add, d, h));
+                        kblk = Kh;
+                        ldk = dh;
+                    }
+                    if (vmap) {
+                        mhe__tile_affine(Vh, vraw, (size_t)ldv, cols, dh, MHE__MAP(d->v_mul, d, h),
+                                         MHE__MAP(d->v_add, d, h));
+                        vblk = Vh;
+                        ldv = dh;
+                    }
                     mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, ldq, kblk, ldk, 0.0f, P, MHE__BK);
-                    if (d->causal) mhe__tile_mask(d, P, b, t0, rows, j0, cols);
+                    if (d->causal)
+                        mhe__tile_mask(d, P, b, t0, rows, j0, cols);
                     mhe_gemm(0, 1, rows, cols, dh, 1.0f, doblk, d->o_stride, vblk, ldv, 0.0f, dP, MHE__BK);
-                    for (i = 0; i < rows; i++)   /* masked scores are -inf: exp gives 0 */
-                        mhe__bwd_row(d, P + (size_t)i * MHE__BK, dP + (size_t)i * MHE__BK, cols, cols, lse_b[i], Drow[i], 0.0f, b, h, t0 + i, j0);
+                    for (i = 0; i < rows; i++) /* masked scores are -inf: exp gives 0 */
+                        mhe__bwd_row(d, P + (size_t)i * MHE__BK, dP + (size_t)i * MHE__BK, cols, cols,
+                                     lse_b[i], Drow[i], 0.0f, b, h, t0 + i, j0);
                     /* dV += Pd^T dO (through the value map: dV += dVh * v_mul) */
                     if (vmap) {
                         mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 0.0f, dKVh, dh);
-                        mhe__map_grads(d->v_mul ? ms + 3 * dh : NULL, d->v_add ? ms + 4 * dh : NULL, dKVh, dh, vraw, (size_t)d->v_stride, cols, dh);
+                        mhe__map_grads(d->v_mul ? ms + 3 * dh : NULL, d->v_add ? ms + 4 * dh : NULL, dKVh, dh,
+                                       vraw, (size_t)d->v_stride, cols, dh);
                         for (jj = 0; jj < cols; jj++)
                             for (c = 0; c < dh; c++)
-                                dvblk[(size_t)jj * d->v_stride + c] += dKVh[(size_t)jj * dh + c] * (d->v_mul ? d->v_mul[(size_t)h * dh + c] : 1.0f);
+                                dvblk[(size_t)jj * d->v_stride + c] +=
+                                    dKVh[(size_t)jj * dh + c] *
+                                    (d->v_mul ? d->v_mul[(size_t)h * dh + c] : 1.0f);
                     } else {
-                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 1.0f, dvblk, d->v_stride);
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, P, MHE__BK, doblk, d->o_stride, 1.0f, dvblk,
+                                 d->v_stride);
                     }
                     /* dQ += dS K */
-                    if (qmap) mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dQh, dh);
-                    else mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dqblk, d->q_stride);
+                    if (qmap)
+                        mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dQh, dh);
+                    else
+                        mhe_gemm(0, 0, rows, dh, cols, 1.0f, dP, MHE__BK, kblk, ldk, 1.0f, dqblk,
+                                 d->q_stride);
                     /* dK += dS^T Q (a key bias passes its gradient through unchanged) */
                     if (kmap) {
                         mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, ldq, 0.0f, dKVh, dh);
                         mhe__map_grads(NULL, ms + 2 * dh, dKVh, dh, kraw, (size_t)d->k_stride, cols, dh);
                         for (jj = 0; jj < cols; jj++)
-                            for (c = 0; c < dh; c++) dkblk[(size_t)jj * d->k_stride + c] += dKVh[(size_t)jj * dh + c];
+                            for (c = 0; c < dh; c++)
+                                dkblk[(size_t)jj * d->k_stride + c] += dKVh[(size_t)jj * dh + c];
                     } else {
-                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, ldq, 1.0f, dkblk, d->k_stride);
+                        mhe_gemm(1, 0, cols, dh, rows, 1.0f, dP, MHE__BK, qblk, ldq, 1.0f, dkblk,
+                                 d->k_stride);
                     }
                 }
-                if (qmap) {   /* through the query map: dQ += dQh * q_mul */
+                if (qmap) { /* through the query map: dQ += dQh * q_mul */
                     const float *qm = MHE__MAP(d->q_mul, d, h);
-                    mhe__map_grads(qm ? ms : NULL, d->q_add ? ms + dh : NULL, dQh, dh, qraw, (size_t)d->q_stride, rows, dh);
+                    mhe__map_grads(qm ? ms : NULL, d->q_add ? ms + dh : NULL, dQh, dh, qraw,
+                                   (size_t)d->q_stride, rows, dh);
                     for (i = 0; i < rows; i++)
-                        for (c = 0; c < dh; c++) dqblk[(size_t)i * d->q_stride + c] += dQh[(size_t)i * dh + c] * (qm ? qm[c] : 1.0f);
+                        for (c = 0; c < dh; c++)
+                            dqblk[(size_t)i * d->q_stride + c] +=
+                                dQh[(size_t)i * dh + c] * (qm ? qm[c] : 1.0f);
                 }
             }
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
-    if (qmap || kmap || vmap) {   /* sum the per-(b, h) map gradients over b */
+    if (qmap || kmap || vmap) { /* sum the per-(b, h) map gradients over b */
         int b, h, c2, which;
         float *targets[5];
-        targets[0] = d->dq_mul; targets[1] = d->dq_add; targets[2] = d->dk_add; targets[3] = d->dv_mul; targets[4] = d->dv_add;
+        targets[0] = d->dq_mul;
+        targets[1] = d->dq_add;
+        targets[2] = d->dk_add;
+        targets[3] = d->dv_mul;
+        targets[4] = d->dv_add;
         for (which = 0; which < 5; which++) {
-            if (!targets[which]) continue;
+            if (!targets[which])
+                continue;
             for (b = 0; b < d->B; b++)
                 for (h = 0; h < n; h++)
                     for (c2 = 0; c2 < dh; c2++)
-                        targets[which][(size_t)h * dh + c2] += d->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
+                        targets[which][(size_t)h * dh + c2] +=
+                            d->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
         }
     }
     mhe__scratch_done(&own);
@@ -3382,36 +3719,50 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, floa
 /* One query per head over Tk keys (a decoding step): online softmax key by
    key with the per-head maps applied on the fly. O(d_h) memory and no
    tiles, so a small device's stack stays small. No dropout (inference). */
-static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k, const float *v) {
+static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                         const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, dh = d->d_head, W = MHE__QKW(d), h, j, c, b;
     float qh[MHE_MAX_D_HEAD], kx[MHE_MAX_D_HEAD];
     for (b = 0; b < d->B; b++)
         for (h = 0; h < d->n_heads; h++) {
             const float *qr = q + (size_t)b * d->q_stride + (d->q_shared ? 0 : (size_t)h * W);
-            const float *qm = d->q_mul ? d->q_mul + (size_t)h * W : NULL, *qa = MHE__MAP(d->q_add, d, h), *ka = MHE__MAP(d->k_add, d, h);
+            const float *qm = d->q_mul ? d->q_mul + (size_t)h * W : NULL, *qa = MHE__MAP(d->q_add, d, h),
+                        *ka = MHE__MAP(d->k_add, d, h);
             const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
             float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, mx = -INFINITY, l = 0;
             int g = h / group, vis = mhe__att_visible(d, b, 0), added = qa || ka;
-            MHE_ASSERT(!added || W <= MHE_MAX_D_HEAD);   /* additive maps only in MHE-ADD, where W = d_h */
-            if (added) for (c = 0; c < W; c++) qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f);
-            for (c = 0; c < dh; c++) o[c] = 0;
+            MHE_ASSERT(!added || W <= MHE_MAX_D_HEAD); /* additive maps only in MHE-ADD, where W = d_h */
+            if (added)
+                for (c = 0; c < W; c++)
+                    qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f);
+            for (c = 0; c < dh; c++)
+                o[c] = 0;
             for (j = 0; j < vis; j++) {
                 size_t row = (size_t)b * d->Tk + j;
                 const float *kr = k + row * d->k_stride + (size_t)g * W;
                 const float *vr = v + row * d->v_stride + (size_t)(d->v_per_head ? h : g) * dh;
                 float sc, p, corr = 1.0f;
                 if (added) {
-                    for (c = 0; c < W; c++) kx[c] = ka ? kr[c] + ka[c] : kr[c];
+                    for (c = 0; c < W; c++)
+                        kx[c] = ka ? kr[c] + ka[c] : kr[c];
                     sc = mhe__dot(qh, kx, W);
-                } else sc = qm ? mhe__lane_dot3(qr, qm, kr, W) : mhe__dot(qr, kr, W);   /* (q * m) . k without a copy */
-                if (d->k_bias) sc += d->k_bias[row * d->k_bias_stride + h];
+                } else
+                    sc = qm ? mhe__lane_dot3(qr, qm, kr, W)
+                            : mhe__dot(qr, kr, W); /* (q * m) . k without a copy */
+                if (d->k_bias)
+                    sc += d->k_bias[row * d->k_bias_stride + h];
                 sc *= d->scale;
-                if (isgreater(sc, mx) || sc != sc) { corr = mhe__exp(mx - sc); mx = sc; }   /* rescale what came before */
+                if (isgreater(sc, mx) || sc != sc) {
+                    corr = mhe__exp(mx - sc);
+                    mx = sc;
+                } /* rescale what came before */
                 p = mhe__exp(sc - mx);
                 l = l * corr + p;
-                for (c = 0; c < dh; c++) o[c] = o[c] * corr + p * ((vm ? vr[c] * vm[c] : vr[c]) + (va ? va[c] : 0.0f));
+                for (c = 0; c < dh; c++)
+                    o[c] = o[c] * corr + p * ((vm ? vr[c] * vm[c] : vr[c]) + (va ? va[c] : 0.0f));
             }
-            for (c = 0; c < dh; c++) o[c] = l > 0 ? o[c] / l : 0.0f;
+            for (c = 0; c < dh; c++)
+                o[c] = l > 0 ? o[c] / l : 0.0f;
             lse[((size_t)b * d->n_heads + h) * d->Tq] = l > 0 ? mx + logf(l) : -INFINITY;
         }
 }
@@ -3432,65 +3783,84 @@ static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, flo
 /* query rows per block when n heads with Q/K width W are stacked, 0 when they do not fit */
 static int mhe__stacked_rows(int n, int W, int dh) {
     int w = W > dh ? W : dh, rows;
-    if (w < MHE__BK) w = MHE__BK;
+    if (w < MHE__BK)
+        w = MHE__BK;
     rows = MHE__MUL_FLOATS / w / n;
     return rows > MHE__BQ ? MHE__BQ : rows;
 }
 
 static int mhe__attn_mul_rows(const mhe_attn_dims *d) {
-    if (d->n_kv_heads != 1 || !d->q_shared || !d->q_mul || d->q_add || d->k_add || d->v_add) return 0;
+    if (d->n_kv_heads != 1 || !d->q_shared || !d->q_mul || d->q_add || d->k_add || d->v_add)
+        return 0;
     return mhe__stacked_rows(d->n_heads, MHE__QKW(d), d->d_head);
 }
 
-static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
-                                             const float *v) {
-    int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), n_qb = (d->Tq + R - 1) / R, work;
+static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                             const float *k, const float *v) {
+    int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d),
+        n_qb = (d->Tq + R - 1) / R, work;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc); /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (work = 0; work < d->B * n_qb; work++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *S = mhe__carve(&tile, MHE__MUL_FLOATS), *acc = mhe__carve(&tile, MHE__MUL_FLOATS);
-        float *mrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK), *lrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
+        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *S = mhe__carve(&tile, MHE__MUL_FLOATS),
+              *acc = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *mrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK),
+              *lrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), r, i, h, j0, jj, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
-        for (h = 0; h < n; h++)   /* stacked row h*rows + i: query i of head h, mapped */
-            mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W, d->q_mul + (size_t)h * W, NULL);
-        for (r = 0; r < M; r++) { mrow[r] = -INFINITY; lrow[r] = 0; }
+        for (h = 0; h < n; h++) /* stacked row h*rows + i: query i of head h, mapped */
+            mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W,
+                             d->q_mul + (size_t)h * W, NULL);
+        for (r = 0; r < M; r++) {
+            mrow[r] = -INFINITY;
+            lrow[r] = 0;
+        }
         memset(acc, 0, sizeof(float) * (size_t)M * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
             size_t koff = (size_t)b * d->Tk + j0;
-            mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, k + koff * d->k_stride, d->k_stride, 0.0f, S, MHE__BK);
+            mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, k + koff * d->k_stride, d->k_stride, 0.0f, S,
+                     MHE__BK);
             for (r = 0; r < M; r++) {
                 float *s = S + (size_t)r * MHE__BK, mass;
-                h = r / rows; i = r % rows;
-                if (d->k_bias)   /* the head's score of each key, scaled as the dot products */
-                    for (jj = 0; jj < cols; jj++) s[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + h];
+                h = r / rows;
+                i = r % rows;
+                if (d->k_bias) /* the head's score of each key, scaled as the dot products */
+                    for (jj = 0; jj < cols; jj++)
+                        s[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + h];
                 if (d->causal || d->kv_len) {
                     int vis = mhe__att_visible(d, b, t0 + i) - j0;
-                    for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
+                    for (jj = vis < 0 ? 0 : vis; jj < cols; jj++)
+                        s[jj] = -INFINITY;
                 }
                 mhe__online_row(s, cols, mrow + r, lrow + r, acc + (size_t)r * dh, dh, &mass);
-                if (d->dropout > 0) mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
+                if (d->dropout > 0)
+                    mhe__row_dropout(d, s, cols, b, h, t0 + i, j0);
             }
-            if (!d->v_per_head) mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
+            if (!d->v_per_head)
+                mhe_gemm(0, 0, M, dh, cols, 1.0f, S, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc,
+                         dh);
             else
-                for (h = 0; h < n; h++)   /* each head its own values */
-                    mhe_gemm(0, 0, rows, dh, cols, 1.0f, S + (size_t)h * rows * MHE__BK, MHE__BK, v + koff * d->v_stride + (size_t)h * dh,
-                             d->v_stride, 1.0f, acc + (size_t)h * rows * dh, dh);
+                for (h = 0; h < n; h++) /* each head its own values */
+                    mhe_gemm(0, 0, rows, dh, cols, 1.0f, S + (size_t)h * rows * MHE__BK, MHE__BK,
+                             v + koff * d->v_stride + (size_t)h * dh, d->v_stride, 1.0f,
+                             acc + (size_t)h * rows * dh, dh);
         }
         for (r = 0; r < M; r++) {
             const float *vm = d->v_mul ? d->v_mul + (size_t)(r / rows) * dh : NULL;
             float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh;
             float inv = lrow[r] > 0 ? 1.0f / lrow[r] : 0.0f;
-            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv * (vm ? vm[c] : 1.0f);
-            lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = lrow[r] > 0 ? mrow[r] + logf(lrow[r]) : -INFINITY;
+            for (c = 0; c < dh; c++)
+                o[c] = acc[(size_t)r * dh + c] * inv * (vm ? vm[c] : 1.0f);
+            lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] =
+                lrow[r] > 0 ? mrow[r] + logf(lrow[r]) : -INFINITY;
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
     mhe__scratch_done(&own);
 }
@@ -3501,36 +3871,42 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
    dV += Z_i * (1+e_i^V) and the value-map gradient sum_j Z_i V (per-head
    values: dV_i += Z_i); the key bias gets the column sums of dS. The map
    gradients of each sequence go to map_scratch and are summed afterwards. */
-static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                                             const float *out, const float *lse, const float *q, const float *k, const float *v) {
+static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out, const float *lse,
+                                             const float *q, const float *k, const float *v) {
     int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), b;
-    size_t per_b = (size_t)n * (W + dh);   /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
+    size_t per_b = (size_t)n * (W + dh); /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
-    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc); /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *dQs = mhe__carve(&tile, MHE__MUL_FLOATS), *dOs = mhe__carve(&tile, MHE__MUL_FLOATS);
-        float *P = mhe__carve(&tile, MHE__MUL_FLOATS), *dP = mhe__carve(&tile, MHE__MUL_FLOATS), *Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *dQs = mhe__carve(&tile, MHE__MUL_FLOATS),
+              *dOs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *P = mhe__carve(&tile, MHE__MUL_FLOATS), *dP = mhe__carve(&tile, MHE__MUL_FLOATS),
+              *Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
         float *Drow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int t0, r, i, h, j0, jj, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
-            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows, kend = mhe__att_visible(d, b, t0 + rows - 1);
+            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows,
+                kend = mhe__att_visible(d, b, t0 + rows - 1);
             size_t qoff = (size_t)b * d->Tq + t0;
             const float *qblk = q + qoff * d->q_stride;
             for (h = 0; h < n; h++) {
                 const float *vm = d->v_mul ? d->v_mul + (size_t)h * dh : NULL;
-                mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W, d->q_mul + (size_t)h * W, NULL);
+                mhe__tile_affine(Qs + (size_t)h * rows * W, qblk, (size_t)d->q_stride, rows, W,
+                                 d->q_mul + (size_t)h * W, NULL);
                 for (i = 0; i < rows; i++) {
                     const float *doi = dout + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
                     const float *oi = out + (qoff + (size_t)i) * d->o_stride + (size_t)h * dh;
                     float *ds = dOs + ((size_t)h * rows + i) * dh;
                     Drow[h * rows + i] = mhe__dot(doi, oi, dh);
-                    for (c = 0; c < dh; c++) ds[c] = vm ? doi[c] * vm[c] : doi[c];
+                    for (c = 0; c < dh; c++)
+                        ds[c] = vm ? doi[c] * vm[c] : doi[c];
                 }
             }
             memset(dQs, 0, sizeof(float) * (size_t)M * W);
@@ -3540,21 +3916,27 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                 const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
                 float *dkblk = dk + koff * d->k_stride, *dvblk = dv + koff * d->v_stride;
                 mhe_gemm(0, 1, M, cols, W, d->scale, Qs, W, kblk, d->k_stride, 0.0f, P, MHE__BK);
-                if (!d->v_per_head) mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
+                if (!d->v_per_head)
+                    mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);
                 else
                     for (h = 0; h < n; h++)
-                        mhe_gemm(0, 1, rows, cols, dh, 1.0f, dOs + (size_t)h * rows * dh, dh, vblk + (size_t)h * dh, d->v_stride,
-                                 0.0f, dP + (size_t)h * rows * MHE__BK, MHE__BK);
+                        mhe_gemm(0, 1, rows, cols, dh, 1.0f, dOs + (size_t)h * rows * dh, dh,
+                                 vblk + (size_t)h * dh, d->v_stride, 0.0f, dP + (size_t)h * rows * MHE__BK,
+                                 MHE__BK);
                 for (r = 0; r < M; r++) {
                     int vis = mhe__att_visible(d, b, t0 + r % rows) - j0;
                     float *p = P + (size_t)r * MHE__BK;
                     vis = vis > cols ? cols : vis < 0 ? 0 : vis;
                     if (d->k_bias)
-                        for (jj = 0; jj < cols; jj++) p[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows];
+                        for (jj = 0; jj < cols; jj++)
+                            p[jj] += d->scale * d->k_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows];
                     mhe__bwd_row(d, p, dP + (size_t)r * MHE__BK, cols, vis,
-                                 lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows], Drow[r], 0.0f, b, r / rows, t0 + r % rows, j0);
-                    if (d->dk_bias)   /* the content bias sits inside the scaled logits: its gradient is dS */
-                        for (jj = 0; jj < cols; jj++) d->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] += dP[(size_t)r * MHE__BK + jj];
+                                 lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows], Drow[r], 0.0f, b,
+                                 r / rows, t0 + r % rows, j0);
+                    if (d->dk_bias) /* the content bias sits inside the scaled logits: its gradient is dS */
+                        for (jj = 0; jj < cols; jj++)
+                            d->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] +=
+                                dP[(size_t)r * MHE__BK + jj];
                 }
                 /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V) (or into head i's values); value-map gradient += sum_j Z * V */
                 for (h = 0; h < n; h++) {
@@ -3563,18 +3945,23 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                              dout + qoff * d->o_stride + (size_t)h * dh, d->o_stride, 0.0f, Z, dh);
                     if (d->v_per_head) {
                         for (jj = 0; jj < cols; jj++)
-                            for (c = 0; c < dh; c++) dvblk[(size_t)jj * d->v_stride + (size_t)h * dh + c] += Z[(size_t)jj * dh + c];
+                            for (c = 0; c < dh; c++)
+                                dvblk[(size_t)jj * d->v_stride + (size_t)h * dh + c] +=
+                                    Z[(size_t)jj * dh + c];
                         continue;
                     }
                     for (jj = 0; jj < cols; jj++)
                         for (c = 0; c < dh; c++) {
                             float z = Z[(size_t)jj * dh + c];
                             dvblk[(size_t)jj * d->v_stride + c] += vm ? z * vm[c] : z;
-                            if (vm) sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
+                            if (vm)
+                                sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
                         }
                 }
-                mhe_gemm(0, 0, M, W, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs, W);       /* dQs += dS K */
-                mhe_gemm(1, 0, cols, W, M, 1.0f, dP, MHE__BK, Qs, W, 1.0f, dkblk, d->k_stride);       /* dK += dS^T Qs */
+                mhe_gemm(0, 0, M, W, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs,
+                         W); /* dQs += dS K */
+                mhe_gemm(1, 0, cols, W, M, 1.0f, dP, MHE__BK, Qs, W, 1.0f, dkblk,
+                         d->k_stride); /* dK += dS^T Qs */
             }
             /* back through the query map Q*w_i: dQ += sum_i dQs_i * w_i, dw_i += sum_t dQs_i * Q */
             for (h = 0; h < n; h++) {
@@ -3582,17 +3969,24 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                 for (i = 0; i < rows; i++) {
                     const float *g = dQs + ((size_t)h * rows + i) * W, *qi = qblk + (size_t)i * d->q_stride;
                     float *dqi = dq + (qoff + (size_t)i) * d->q_stride;
-                    for (c = 0; c < W; c++) { dqi[c] += g[c] * w[c]; sdq[(size_t)h * W + c] += g[c] * qi[c]; }
+                    for (c = 0; c < W; c++) {
+                        dqi[c] += g[c] * w[c];
+                        sdq[(size_t)h * W + c] += g[c] * qi[c];
+                    }
                 }
             }
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
-    for (b = 0; b < d->B; b++) {   /* fixed order over sequences: the same sums for any thread count */
+    for (b = 0; b < d->B; b++) { /* fixed order over sequences: the same sums for any thread count */
         const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int e;
-        if (d->dq_mul) for (e = 0; e < n * W; e++) d->dq_mul[e] += sdq[e];
-        if (d->dv_mul) for (e = 0; e < n * dh; e++) d->dv_mul[e] += sdv[e];
+        if (d->dq_mul)
+            for (e = 0; e < n * W; e++)
+                d->dq_mul[e] += sdq[e];
+        if (d->dv_mul)
+            for (e = 0; e < n * dh; e++)
+                d->dv_mul[e] += sdv[e];
     }
     mhe__scratch_done(&own);
 }
@@ -3609,61 +4003,81 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
 /* query rows per block with the heads stacked, 0 when they do not fit */
 static int mhe__attn_add_rows(const mhe_attn_dims *d) {
     int w = d->d_head > MHE__BK ? d->d_head : MHE__BK, rows = MHE__ADD_FLOATS / w / d->n_heads;
-    if (d->n_kv_heads != 1 || d->n_heads > MHE__BK) return 0;
-    if (rows > MHE__BQ) rows = MHE__BQ;
+    if (d->n_kv_heads != 1 || d->n_heads > MHE__BK)
+        return 0;
+    if (rows > MHE__BQ)
+        rows = MHE__BQ;
     return rows >= 1 ? rows : 0;
 }
 
-static int mhe__attn_add_fits(const mhe_attn_dims *d) { return mhe__attn_add_rows(d) > 0; }
+static int mhe__attn_add_fits(const mhe_attn_dims *d) {
+    return mhe__attn_add_rows(d) > 0;
+}
 
-static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
-                                             const float *v, const float *eq, const float *ev) {
+static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                             const float *k, const float *v, const float *eq,
+                                             const float *ev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), n_qb = (d->Tq + R - 1) / R, work;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc); /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (work = 0; work < d->B * n_qb; work++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS);
-        float *acc = mhe__carve(&tile, MHE__ADD_FLOATS), *mrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK), *lrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK),
+              *P = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *acc = mhe__carve(&tile, MHE__ADD_FLOATS), *mrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK),
+              *lrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         float *rs = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, r, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
-        for (r = 0; r < M; r++) { mrow[r] = -INFINITY; lrow[r] = 0; rs[r] = 0; }
+        for (r = 0; r < M; r++) {
+            mrow[r] = -INFINITY;
+            lrow[r] = 0;
+            rs[r] = 0;
+        }
         memset(acc, 0, sizeof(float) * (size_t)M * dh);
         for (j0 = 0; j0 < kend; j0 += MHE__BK) {
             int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
             size_t koff = (size_t)b * d->Tk + j0;
             const float *kblk = k + koff * d->k_stride;
-            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);   /* once */
-            mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U, MHE__BK);           /* u_i = K e_i^Q */
-            for (r = 0; r < M; r++) {   /* stacked row h*rows + i: query i of head h */
+            mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0,
+                     MHE__BK); /* once */
+            mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U,
+                     MHE__BK); /* u_i = K e_i^Q */
+            for (r = 0; r < M; r++) { /* stacked row h*rows + i: query i of head h */
                 float *s = P + (size_t)r * MHE__BK, corr, mass, kept;
                 const float *s0, *u;
                 int vis;
-                h = r / rows; i = r % rows;
-                s0 = S0 + (size_t)i * MHE__BK; u = U + (size_t)h * MHE__BK;
+                h = r / rows;
+                i = r % rows;
+                s0 = S0 + (size_t)i * MHE__BK;
+                u = U + (size_t)h * MHE__BK;
                 vis = mhe__att_visible(d, b, t0 + i) - j0;
-                if (vis > cols) vis = cols;
-                for (jj = 0; jj < cols; jj++) s[jj] = s0[jj] + u[jj];
-                for (jj = vis < 0 ? 0 : vis; jj < cols; jj++) s[jj] = -INFINITY;
+                if (vis > cols)
+                    vis = cols;
+                for (jj = 0; jj < cols; jj++)
+                    s[jj] = s0[jj] + u[jj];
+                for (jj = vis < 0 ? 0 : vis; jj < cols; jj++)
+                    s[jj] = -INFINITY;
                 corr = mhe__online_row(s, cols, mrow + r, lrow + r, acc + (size_t)r * dh, dh, &mass);
                 kept = d->dropout > 0 ? mhe__row_dropout(d, s, cols, b, h, t0 + i, j0) : mass;
-                rs[r] = rs[r] * corr + kept;   /* the dropped-out weights' sum, for the e^V term */
+                rs[r] = rs[r] * corr + kept; /* the dropped-out weights' sum, for the e^V term */
             }
             mhe_gemm(0, 0, M, dh, cols, 1.0f, P, MHE__BK, v + koff * d->v_stride, d->v_stride, 1.0f, acc, dh);
         }
         for (r = 0; r < M; r++) {
-            float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh, l = lrow[r];
+            float *o = out + ((size_t)b * d->Tq + t0 + r % rows) * d->o_stride + (size_t)(r / rows) * dh,
+                  l = lrow[r];
             float inv = l > 0 ? 1.0f / l : 0.0f, w = rs[r] * inv;
             const float *e = ev + (size_t)(r / rows) * dh;
-            for (c = 0; c < dh; c++) o[c] = acc[(size_t)r * dh + c] * inv + w * e[c];
+            for (c = 0; c < dh; c++)
+                o[c] = acc[(size_t)r * dh + c] * inv + w * e[c];
             lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows] = l > 0 ? mrow[r] + logf(l) : -INFINITY;
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
     mhe__scratch_done(&own);
 }
@@ -3673,30 +4087,35 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
    biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. dP and dV for
    all heads in stacked GEMMs over the shared V. Per-(b) e gradients go to
    d->map_scratch and are summed over b afterwards. */
-static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                                             const float *out, const float *lse, const float *q, const float *k, const float *v,
-                                             const float *eq, const float *ev, float *deq, float *dev) {
+static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
+                                             const float *dout, const float *out, const float *lse,
+                                             const float *q, const float *k, const float *v, const float *eq,
+                                             const float *ev, float *deq, float *dev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), b;
     size_t per_b = 2 * (size_t)n * dh;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
-    MHE_ASSERT(sc);   /* models bind their scratch before they run a core */
-    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE_ASSERT(sc); /* models bind their scratch before they run a core */
+    MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
-        const mhe_scratch *outer = mhe_scratch_bind(sc);   /* tiles inside the loop find it */
+        const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *dSs = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK);
-        float *CS = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS), *dP = mhe__carve(&tile, MHE__ADD_FLOATS);
-        float *dOs = mhe__carve(&tile, MHE__ADD_FLOATS), *Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK), *edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *dSs = mhe__carve(&tile, MHE__BQ * MHE__BK),
+              *U = mhe__carve(&tile, MHE__BK * MHE__BK);
+        float *CS = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS),
+              *dP = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *dOs = mhe__carve(&tile, MHE__ADD_FLOATS), *Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK),
+              *edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int t0, i, j0, jj, h, r, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
-            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows, kend = mhe__att_visible(d, b, t0 + rows - 1);
+            int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows,
+                kend = mhe__att_visible(d, b, t0 + rows - 1);
             size_t qoff = (size_t)b * d->Tq + t0;
             const float *qblk = q + qoff * d->q_stride;
             float *dqblk = dq + qoff * d->q_stride;
-            for (r = 0; r < M; r++) {   /* stacked dO, D = dO . O and dO . e^V (V_i = V + e_i^V) */
+            for (r = 0; r < M; r++) { /* stacked dO, D = dO . O and dO . e^V (V_i = V + e_i^V) */
                 const float *doi = dout + (qoff + (size_t)(r % rows)) * d->o_stride + (size_t)(r / rows) * dh;
                 const float *oi = out + (qoff + (size_t)(r % rows)) * d->o_stride + (size_t)(r / rows) * dh;
                 memcpy(dOs + (size_t)r * dh, doi, (size_t)dh * sizeof(float));
@@ -3707,38 +4126,58 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
                 int cols = kend - j0 < MHE__BK ? kend - j0 : MHE__BK;
                 size_t koff = (size_t)b * d->Tk + j0;
                 const float *kblk = k + koff * d->k_stride, *vblk = v + koff * d->v_stride;
-                mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0, MHE__BK);
+                mhe_gemm(0, 1, rows, cols, dh, d->scale, qblk, d->q_stride, kblk, d->k_stride, 0.0f, S0,
+                         MHE__BK);
                 mhe_gemm(0, 1, n, cols, dh, d->scale, eq, dh, kblk, d->k_stride, 0.0f, U, MHE__BK);
-                mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP, MHE__BK);   /* dP for all heads */
+                mhe_gemm(0, 1, M, cols, dh, 1.0f, dOs, dh, vblk, d->v_stride, 0.0f, dP,
+                         MHE__BK); /* dP for all heads */
                 memset(dSs, 0, sizeof(float) * (size_t)rows * MHE__BK);
                 memset(CS, 0, sizeof(float) * (size_t)n * MHE__BK);
                 for (r = 0; r < M; r++) {
                     float *p = P + (size_t)r * MHE__BK, *dp = dP + (size_t)r * MHE__BK, *ds, *cs, rsum = 0, l;
                     const float *s0, *u;
                     int vis;
-                    h = r / rows; i = r % rows;
-                    s0 = S0 + (size_t)i * MHE__BK; u = U + (size_t)h * MHE__BK; ds = dSs + (size_t)i * MHE__BK; cs = CS + (size_t)h * MHE__BK;
+                    h = r / rows;
+                    i = r % rows;
+                    s0 = S0 + (size_t)i * MHE__BK;
+                    u = U + (size_t)h * MHE__BK;
+                    ds = dSs + (size_t)i * MHE__BK;
+                    cs = CS + (size_t)h * MHE__BK;
                     l = lse[((size_t)b * n + h) * d->Tq + t0 + i];
                     vis = mhe__att_visible(d, b, t0 + i) - j0;
                     vis = vis > cols ? cols : vis < 0 ? 0 : vis;
-                    for (jj = 0; jj < cols; jj++) p[jj] = s0[jj] + u[jj];
-                    mhe__bwd_row(d, p, dp, cols, vis, l, Drow[r], edo[r], b, h, t0 + i, j0);   /* dS of head h */
-                    for (jj = 0; jj < cols; jj++) { ds[jj] += dp[jj]; cs[jj] += dp[jj]; rsum += p[jj]; }
-                    for (c = 0; c < dh; c++) sdev[(size_t)h * dh + c] += rsum * dOs[(size_t)r * dh + c];
+                    for (jj = 0; jj < cols; jj++)
+                        p[jj] = s0[jj] + u[jj];
+                    mhe__bwd_row(d, p, dp, cols, vis, l, Drow[r], edo[r], b, h, t0 + i,
+                                 j0); /* dS of head h */
+                    for (jj = 0; jj < cols; jj++) {
+                        ds[jj] += dp[jj];
+                        cs[jj] += dp[jj];
+                        rsum += p[jj];
+                    }
+                    for (c = 0; c < dh; c++)
+                        sdev[(size_t)h * dh + c] += rsum * dOs[(size_t)r * dh + c];
                 }
-                mhe_gemm(1, 0, cols, dh, M, 1.0f, P, MHE__BK, dOs, dh, 1.0f, dv + koff * d->v_stride, d->v_stride);  /* dV += Pd^T dO */
-                mhe_gemm(0, 0, rows, dh, cols, 1.0f, dSs, MHE__BK, kblk, d->k_stride, 1.0f, dqblk, d->q_stride);
-                mhe_gemm(1, 0, cols, dh, rows, 1.0f, dSs, MHE__BK, qblk, d->q_stride, 1.0f, dk + koff * d->k_stride, d->k_stride);
-                mhe_gemm(1, 0, cols, dh, n, 1.0f, CS, MHE__BK, eq, dh, 1.0f, dk + koff * d->k_stride, d->k_stride);
+                mhe_gemm(1, 0, cols, dh, M, 1.0f, P, MHE__BK, dOs, dh, 1.0f, dv + koff * d->v_stride,
+                         d->v_stride); /* dV += Pd^T dO */
+                mhe_gemm(0, 0, rows, dh, cols, 1.0f, dSs, MHE__BK, kblk, d->k_stride, 1.0f, dqblk,
+                         d->q_stride);
+                mhe_gemm(1, 0, cols, dh, rows, 1.0f, dSs, MHE__BK, qblk, d->q_stride, 1.0f,
+                         dk + koff * d->k_stride, d->k_stride);
+                mhe_gemm(1, 0, cols, dh, n, 1.0f, CS, MHE__BK, eq, dh, 1.0f, dk + koff * d->k_stride,
+                         d->k_stride);
                 mhe_gemm(0, 0, n, dh, cols, 1.0f, CS, MHE__BK, kblk, d->k_stride, 1.0f, sdeq, dh);
             }
         }
-    mhe_scratch_bind(outer);
+        mhe_scratch_bind(outer);
     }
     for (b = 0; b < d->B; b++) {
         const float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int e;
-        for (e = 0; e < n * dh; e++) { deq[e] += sdeq[e]; dev[e] += sdev[e]; }
+        for (e = 0; e < n * dh; e++) {
+            deq[e] += sdeq[e];
+            dev[e] += sdev[e];
+        }
     }
     mhe__scratch_done(&own);
 }
@@ -3770,9 +4209,10 @@ static size_t mhe__kernel_floats(int d_head) {
    (The thesis's Appendix I, eq. 4.14-4.17, writes the three orders normalised
    separately; Based's code, which the thesis says it follows, shares one
    denominator: we follow Based.) Reference path: the weights materialised. */
-static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q, const float *k, const float *v) {
+static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q,
+                                const float *k, const float *v) {
     int bh;
-    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
     for (bh = 0; bh < d->B * d->n_heads; bh++) {
         int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
         for (t = 0; t < d->Tq; t++) {
@@ -3782,14 +4222,19 @@ static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs
             int vis = mhe__att_visible(d, b, t);
             double z = 0;
             for (j = 0; j < d->Tk; j++) {
-                float s = j < vis ? d->scale * mhe__dot(qt, k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head, d->d_head) : 0;
+                float s = j < vis ? d->scale * mhe__dot(qt,
+                                                        k + ((size_t)b * d->Tk + j) * d->k_stride +
+                                                            (size_t)h * d->d_head,
+                                                        d->d_head)
+                                  : 0;
                 p[j] = j < vis ? 1.0f + s + 0.5f * s * s : 0.0f;
                 z += p[j];
             }
             memset(o, 0, (size_t)d->d_head * sizeof(float));
             for (j = 0; j < vis; j++) {
                 p[j] = (float)(p[j] / z);
-                mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, d->d_head);
+                mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head,
+                          d->d_head);
             }
         }
     }
@@ -3799,7 +4244,7 @@ static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs
 static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                 const float *probs, const float *q, const float *k, const float *v) {
     int bh;
-    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
     for (bh = 0; bh < d->B * d->n_heads; bh++) {
         int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
         for (t = 0; t < d->Tq; t++) {
@@ -3815,7 +4260,8 @@ static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
                 float s = d->scale * mhe__dot(qt, kj, d->d_head);
                 z += 1.0 + s + 0.5 * s * s;
                 dsum += (double)p[j] * mhe__dot(g, vj, d->d_head);
-                mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, p[j], g, d->d_head);
+                mhe__axpy(dv + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, p[j], g,
+                          d->d_head);
             }
             for (j = 0; j < vis; j++) {
                 const float *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head;
@@ -3823,7 +4269,8 @@ static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
                 float s = d->scale * mhe__dot(qt, kj, d->d_head);
                 float ds = (float)(((double)mhe__dot(g, vj, d->d_head) - dsum) / z) * (1.0f + s) * d->scale;
                 mhe__axpy(dqt, ds, kj, d->d_head);
-                mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head, ds, qt, d->d_head);
+                mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * d->d_head, ds, qt,
+                          d->d_head);
             }
         }
     }
@@ -3832,16 +4279,20 @@ static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
 /* The feature map phi with phi(q).phi(k) = 1 + s + s^2/2 (Based's TaylorExp,
    with the d(d+1)/2 distinct products of the symmetric x x^T instead of all
    d^2): [1, a x, a^2 x_i^2 / sqrt 2, a^2 x_i x_j (i < j)], a = sqrt(scale). */
-static int mhe__taylor_features(int dh) { return 1 + dh + dh * (dh + 1) / 2; }
+static int mhe__taylor_features(int dh) {
+    return 1 + dh + dh * (dh + 1) / 2;
+}
 
 static void mhe__taylor_phi(const float *x, int dh, float a, float *phi) {
     int i, j, f = 1 + dh;
     float a2 = a * a, r2 = 0.70710678118654752f;
     phi[0] = 1.0f;
-    for (i = 0; i < dh; i++) phi[1 + i] = a * x[i];
+    for (i = 0; i < dh; i++)
+        phi[1 + i] = a * x[i];
     for (i = 0; i < dh; i++) {
         phi[f++] = a2 * r2 * x[i] * x[i];
-        for (j = i + 1; j < dh; j++) phi[f++] = a2 * x[i] * x[j];
+        for (j = i + 1; j < dh; j++)
+            phi[f++] = a2 * x[i] * x[j];
     }
 }
 
@@ -3849,10 +4300,14 @@ static void mhe__taylor_phi(const float *x, int dh, float a, float *phi) {
 static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gphi, float *gx) {
     int i, j, f = 1 + dh;
     float a2 = a * a, s2 = 1.41421356237309505f;
-    for (i = 0; i < dh; i++) gx[i] += a * gphi[1 + i];
+    for (i = 0; i < dh; i++)
+        gx[i] += a * gphi[1 + i];
     for (i = 0; i < dh; i++) {
         gx[i] += gphi[f++] * a2 * s2 * x[i];
-        for (j = i + 1; j < dh; j++, f++) { gx[i] += gphi[f] * a2 * x[j]; gx[j] += gphi[f] * a2 * x[i]; }
+        for (j = i + 1; j < dh; j++, f++) {
+            gx[i] += gphi[f] * a2 * x[j];
+            gx[j] += gphi[f] * a2 * x[i];
+        }
     }
 }
 
@@ -3866,15 +4321,18 @@ static size_t mhe__taylor_slot(int dh) {
 static int mhe__taylor_slots(int B, int n, int dh) {
     size_t per = mhe__taylor_slot(dh) * sizeof(float), cap = ((size_t)64 << 20) / per;
     int64_t want = (int64_t)B * n;
-    if (want > 16) want = 16;
-    if ((int64_t)cap < want) want = cap < 1 ? 1 : (int64_t)cap;
+    if (want > 16)
+        want = 16;
+    if ((int64_t)cap < want)
+        want = cap < 1 ? 1 : (int64_t)cap;
     return (int)want;
 }
 
 /* phi of rows r0 .. r0+n-1 (row stride ld) into P [n, F] */
 static void mhe__taylor_phis(const float *x, size_t ld, int r0, int n, int dh, float a, float *P, int F) {
     int i;
-    for (i = 0; i < n; i++) mhe__taylor_phi(x + (size_t)(r0 + i) * ld, dh, a, P + (size_t)i * F);
+    for (i = 0; i < n; i++)
+        mhe__taylor_phi(x + (size_t)(r0 + i) * ld, dh, a, P + (size_t)i * F);
 }
 
 /* one (sequence, head) of the Taylor core: where its rows are */
@@ -3891,7 +4349,8 @@ static void mhe__taylor_add_keys(const mhe__tay *x, int j0, int n, float *S, flo
     for (i = 0; i < n; i++) {
         const float *pk = P + (size_t)i * x->F;
         mhe__taylor_phi(x->k + (size_t)(j0 + i) * x->lk, x->dh, x->a, P + (size_t)i * x->F);
-        for (f = 0; f < x->F; f++) z[f] += pk[f];
+        for (f = 0; f < x->F; f++)
+            z[f] += pk[f];
     }
     mhe_gemm(1, 0, x->F, x->dh, n, 1.0f, P, x->F, x->v + (size_t)j0 * x->lv, (int)x->lv, 1.0f, S, x->dh);
 }
@@ -3899,18 +4358,32 @@ static void mhe__taylor_add_keys(const mhe__tay *x, int j0, int n, float *S, flo
 /* the direct weight w = 1 + s + s^2/2 of query t and key j, and s */
 static float mhe__taylor_w(const mhe__tay *x, int t, int j, float scale, float *s_out) {
     float s = scale * mhe__dot(x->q + (size_t)t * x->lq, x->k + (size_t)j * x->lk, x->dh);
-    if (s_out) *s_out = s;
+    if (s_out)
+        *s_out = s;
     return 1.0f + s + 0.5f * s * s;
 }
 
-static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q, const float *k, const float *v) {
+static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q, const float *k,
+                            const float *v) {
     mhe__tay x;
-    x.dh = d->d_head; x.F = mhe__taylor_features(x.dh); x.a = sqrtf(d->scale);
-    x.q = q + (size_t)b * d->Tq * d->q_stride + (size_t)h * x.dh; x.lq = (size_t)d->q_stride;
-    x.k = k + (size_t)b * d->Tk * d->k_stride + (size_t)h * x.dh; x.lk = (size_t)d->k_stride;
-    x.v = v + (size_t)b * d->Tk * d->v_stride + (size_t)h * x.dh; x.lv = (size_t)d->v_stride;
+    x.dh = d->d_head;
+    x.F = mhe__taylor_features(x.dh);
+    x.a = sqrtf(d->scale);
+    x.q = q + (size_t)b * d->Tq * d->q_stride + (size_t)h * x.dh;
+    x.lq = (size_t)d->q_stride;
+    x.k = k + (size_t)b * d->Tk * d->k_stride + (size_t)h * x.dh;
+    x.lk = (size_t)d->k_stride;
+    x.v = v + (size_t)b * d->Tk * d->v_stride + (size_t)h * x.dh;
+    x.lv = (size_t)d->v_stride;
     return x;
 }
+
+#ifdef _OPENMP
+/* worth a second thread: cnt (sequence, head) pairs of Tq d_h^3 work */
+static int mhe__taylor_parallel(const mhe_attn_dims *d, int cnt) {
+    return cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN;
+}
+#endif
 
 /* Linear-time form (causal prefix sums of Katharopoulos et al. 2020 with
    Based's phi), chunked: S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) over
@@ -3919,25 +4392,26 @@ static mhe__tay mhe__tay_at(const mhe_attn_dims *d, int b, int h, const float *q
    query t sees) weighed directly. o_t = (phi(q_t)^T S + sum w v) / (phi(q_t).z
    + sum w). Keeps den_t in stats. Works for any visibility that grows with
    t: causal, bidirectional, padded. */
-static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, const float *q, const float *k,
-                                const float *v, float *slots) {
+static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, const float *q,
+                                const float *k, const float *v, float *slots) {
     const mhe_scratch *sc = mhe__scratch_cur;
     int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
     size_t per = mhe__taylor_slot(d->d_head);
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) num_threads(sc ? mhe__team(sc) : mhe__max_threads()) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc)) if (mhe__taylor_parallel(d, cnt)))
         for (i = 0; i < cnt; i++) {
-            const mhe_scratch *outer = mhe_scratch_bind(sc);   /* the GEMMs of its chunks pack there */
+            const mhe_scratch *outer = mhe_scratch_bind(sc); /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0;
             mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
             int F = x.F, dh = x.dh;
-            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *PK = PQ + (size_t)MHE__TCH * F;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F,
+                  *PK = PQ + (size_t)MHE__TCH * F;
             float *num = PK + (size_t)MHE__TCH * F;
             memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
             for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {
                 int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
-                for (; added < lo; added += c) {   /* the keys every query of the chunk sees, into the state */
+                for (; added < lo; added += c) { /* the keys every query of the chunk sees, into the state */
                     c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
                     mhe__taylor_add_keys(&x, added, c, S, z, PK);
                 }
@@ -3946,17 +4420,19 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
                 for (t = 0; t < rows; t++) {
                     int vis = mhe__att_visible(d, b, t0 + t);
                     float *o = out + ((size_t)b * d->Tq + t0 + t) * d->o_stride + (size_t)h * dh, dn = 0;
-                    for (f = 0; f < F; f++) dn += PQ[(size_t)t * F + f] * z[f];
-                    for (j = lo; j < vis; j++) {   /* the chunk's own keys */
+                    for (f = 0; f < F; f++)
+                        dn += PQ[(size_t)t * F + f] * z[f];
+                    for (j = lo; j < vis; j++) { /* the chunk's own keys */
                         float w = mhe__taylor_w(&x, t0 + t, j, d->scale, NULL);
                         mhe__axpy(num + (size_t)t * dh, w, x.v + (size_t)j * x.lv, dh);
                         dn += w;
                     }
-                    for (c = 0; c < dh; c++) o[c] = vis > 0 ? num[(size_t)t * dh + c] / dn : 0.0f;
+                    for (c = 0; c < dh; c++)
+                        o[c] = vis > 0 ? num[(size_t)t * dh + c] / dn : 0.0f;
                     den[((size_t)b * d->n_heads + h) * d->Tq + t0 + t] = vis > 0 ? dn : 0.0f;
                 }
             }
-    mhe_scratch_bind(outer);
+            mhe_scratch_bind(outer);
         }
     }
 }
@@ -3975,7 +4451,7 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
     if (d->Tq < 1) return;   /* no queries, no gradient */
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) num_threads(sc ? mhe__team(sc) : mhe__max_threads()) if (cnt > 1 && (int64_t)d->Tq * d->d_head * d->d_head * d->d_head * cnt > MHE__PAR_MIN))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc)) if (mhe__taylor_parallel(d, cnt)))
         for (i = 0; i < cnt; i++) {
             const mhe_scratch *outer = mhe_scratch_bind(sc);   /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0, nch;
@@ -4052,60 +4528,77 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
    s_j = scale SiLU(q_j).k_j (a token's own query and key; q is given before
    the SiLU), and A_tj = exp(s_j) / sum over the keys t sees of exp(s). Needs
    Tq == Tk (self-attention). Reference path: A materialised. */
-static void mhe__nonapprox_scores(const mhe_attn_dims *d, int b, int h, const float *q, const float *k, float *s) {
+static void mhe__nonapprox_scores(const mhe_attn_dims *d, int b, int h, const float *q, const float *k,
+                                  float *s) {
     int j, c, dh = d->d_head;
     for (j = 0; j < d->Tk; j++) {
-        const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+        const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh,
+                    *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
         float acc = 0;
-        for (c = 0; c < dh; c++) acc += mhe__silu(qj[c]) * kj[c];
+        for (c = 0; c < dh; c++)
+            acc += mhe__silu(qj[c]) * kj[c];
         s[j] = d->scale * acc;
     }
 }
 
-static void mhe__nonapprox_scores_one(const mhe_attn_dims *d, int b, int h, int j, const float *q, const float *k, float *s) {
+static void mhe__nonapprox_scores_one(const mhe_attn_dims *d, int b, int h, int j, const float *q,
+                                      const float *k, float *s) {
     int c, dh = d->d_head;
-    const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+    const float *qj = q + ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh,
+                *kj = k + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
     float acc = 0;
-    for (c = 0; c < dh; c++) acc += mhe__silu(qj[c]) * kj[c];
+    for (c = 0; c < dh; c++)
+        acc += mhe__silu(qj[c]) * kj[c];
     *s = d->scale * acc;
 }
 
-static void mhe__nonapprox_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q, const float *k, const float *v) {
+static void mhe__nonapprox_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q,
+                                   const float *k, const float *v) {
     int bh;
     MHE_ASSERT(d->Tq == d->Tk);
-    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
     for (bh = 0; bh < d->B * d->n_heads; bh++) {
         int b = bh / d->n_heads, h = bh % d->n_heads, t, j;
-        float *rows = probs + ((size_t)b * d->n_heads + h) * d->Tq * d->Tk, *s = rows + (size_t)(d->Tq - 1) * d->Tk;
-        mhe__nonapprox_scores(d, b, h, q, k, s);   /* in the last row, which is written last (in place) */
+        float *rows = probs + ((size_t)b * d->n_heads + h) * d->Tq * d->Tk,
+              *s = rows + (size_t)(d->Tq - 1) * d->Tk;
+        mhe__nonapprox_scores(d, b, h, q, k, s); /* in the last row, which is written last (in place) */
         for (t = 0; t < d->Tq; t++) {
-            float *p = rows + (size_t)t * d->Tk, *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head, mx = -INFINITY;
+            float *p = rows + (size_t)t * d->Tk,
+                  *o = out + ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * d->d_head, mx = -INFINITY;
             int vis = mhe__att_visible(d, b, t);
             double z = 0;
-            for (j = 0; j < vis; j++) mx = s[j] > mx ? s[j] : mx;
-            for (j = 0; j < vis; j++) z += exp((double)s[j] - mx);
-            for (j = 0; j < d->Tk; j++) p[j] = j < vis ? (float)(exp((double)s[j] - mx) / z) : 0.0f;
+            for (j = 0; j < vis; j++)
+                mx = s[j] > mx ? s[j] : mx;
+            for (j = 0; j < vis; j++)
+                z += exp((double)s[j] - mx);
+            for (j = 0; j < d->Tk; j++)
+                p[j] = j < vis ? (float)(exp((double)s[j] - mx) / z) : 0.0f;
             memset(o, 0, (size_t)d->d_head * sizeof(float));
-            for (j = 0; j < vis; j++) mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head, d->d_head);
+            for (j = 0; j < vis; j++)
+                mhe__axpy(o, p[j], v + ((size_t)b * d->Tk + j) * d->v_stride + (size_t)h * d->d_head,
+                          d->d_head);
         }
     }
 }
 
 /* ds_j = sum_t A_tj (g_t.v_j - g_t.o_t) (the scores of a column are one s_j),
    dv_j = sum_t A_tj g_t; then through s_j = scale SiLU(q_j).k_j */
-static void mhe__nonapprox_grad_qk(const mhe_attn_dims *d, int b, int h, int j, float ds, const float *q, const float *k, float *dq, float *dk) {
+static void mhe__nonapprox_grad_qk(const mhe_attn_dims *d, int b, int h, int j, float ds, const float *q,
+                                   const float *k, float *dq, float *dk) {
     int c, dh = d->d_head;
-    size_t qo = ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh, ko = ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
+    size_t qo = ((size_t)b * d->Tq + j) * d->q_stride + (size_t)h * dh,
+           ko = ((size_t)b * d->Tk + j) * d->k_stride + (size_t)h * dh;
     for (c = 0; c < dh; c++) {
         dq[qo + c] += ds * d->scale * k[ko + c] * mhe__silu_grad(q[qo + c]);
         dk[ko + c] += ds * d->scale * mhe__silu(q[qo + c]);
     }
 }
 
-static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                   const float *probs, const float *q, const float *k, const float *v) {
+static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *probs, const float *q, const float *k,
+                                   const float *v) {
     int bh;
-    MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN))
+    MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
     for (bh = 0; bh < d->B * d->n_heads; bh++) {
         int b = bh / d->n_heads, h = bh % d->n_heads, t, j, dh = d->d_head;
         const float *rows = probs + ((size_t)b * d->n_heads + h) * d->Tq * d->Tk;
@@ -4116,7 +4609,8 @@ static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk,
             for (t = 0; t < d->Tq; t++) {
                 float a = rows[(size_t)t * d->Tk + j];
                 size_t r = ((size_t)b * d->Tq + t) * d->o_stride + (size_t)h * dh;
-                if (a == 0.0f) continue;
+                if (a == 0.0f)
+                    continue;
                 ds += (double)a * (mhe__dot(dout + r, vj, dh) - mhe__dot(dout + r, out + r, dh));
                 mhe__axpy(dvj, a, dout + r, dh);
             }
@@ -4128,7 +4622,8 @@ static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk,
 /* Linear time (the recurrent form, eq. 4.18, run over the sequence): a
    running max m, sum D and numerator N per (sequence, head); o_t = N / D over
    the keys t sees; stats keeps lse_t = m + log D. */
-static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k, const float *v) {
+static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                   const float *k, const float *v) {
     int bh;
     MHE_ASSERT(d->Tq == d->Tk);
     MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->d_head > MHE__PAR_MIN))
@@ -4143,9 +4638,10 @@ static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *ls
             for (; added < vis; added++) {
                 const float *vj = v + ((size_t)b * d->Tk + added) * d->v_stride + (size_t)h * dh;
                 mhe__nonapprox_scores_one(d, b, h, added, q, k, &s);
-                if (s > mx) {   /* rescale what was summed under the old max */
+                if (s > mx) { /* rescale what was summed under the old max */
                     float corr = mx == -INFINITY ? 0.0f : expf(mx - s);
-                    for (c = 0; c < dh; c++) num[c] *= corr;
+                    for (c = 0; c < dh; c++)
+                        num[c] *= corr;
                     den *= corr;
                     mx = s;
                 }
@@ -4155,7 +4651,8 @@ static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *ls
                     den += e;
                 }
             }
-            for (c = 0; c < dh; c++) o[c] = vis > 0 ? (float)(num[c] / den) : 0.0f;
+            for (c = 0; c < dh; c++)
+                o[c] = vis > 0 ? (float)(num[c] / den) : 0.0f;
             lse[((size_t)b * d->n_heads + h) * d->Tq + t] = vis > 0 ? mx + (float)log(den) : -INFINITY;
         }
     }
@@ -4165,8 +4662,9 @@ static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *ls
    keys t sees; G = sum exp(r - c_t) g_t and H = sum exp(r - c_t) g_t.o_t over
    the queries that see key j, r = the least c_t among them (so every factor
    is <= 1); dv_j = exp(s_j - r) G, ds_j = exp(s_j - r) (v_j.G - H). */
-static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                   const float *lse, const float *q, const float *k, const float *v) {
+static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *lse, const float *q, const float *k,
+                                   const float *v) {
     int bh;
     MHE__OMP(omp parallel for if ((int64_t)d->B * d->n_heads * d->Tq * d->d_head > MHE__PAR_MIN))
     for (bh = 0; bh < d->B * d->n_heads; bh++) {
@@ -4182,7 +4680,8 @@ static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk,
                 float w = 1.0f, go = mhe__dot(dout + row, out + row, dh);
                 if (cl[t] < r) {
                     float corr = r == INFINITY ? 0.0f : expf(cl[t] - r);
-                    for (c = 0; c < dh; c++) G[c] *= corr;
+                    for (c = 0; c < dh; c++)
+                        G[c] *= corr;
                     H *= corr;
                     r = cl[t];
                 } else {
@@ -4244,39 +4743,48 @@ static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
       "wq wk wv [n d_h, C] [biases] wo" },
     { "sha", "MHE paper Table 1: one head, repeated into W^O", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq wk wv [d_h, C] [biases] wo" },
-    { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] wk wv [d_h, C] [biases] wo" },
+    { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] wk wv [d_h, C] [biases] wo" },
     { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo" },
-    { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+    { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV,
+      1, 1, NULL, 1,
       "wq wkv [n d_h, C] [biases] wo" },
-    { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1, "wq [n d_h, C] [bias] wo" },
+    { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] [bias] wo" },
     { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
     { "mhe-mul", "MHE paper eq. 5-6, psi(A, e) = A * (1 + e)", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
       "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
     { "mlp", "thesis eq. 4.4-4.5: down(SiLU(gate x) * up x)", MHE__FAM_GATED, MHE__CACHE_NONE, 1, 1,
       "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]" },
-    { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV, MHE__CACHE_STATE, 1, 1,
+    { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV,
+      MHE__CACHE_STATE, 1, 1,
       NULL, 1, "wq wk wv [n d_h, C] [biases] wo" },
-    { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV, MHE__CACHE_STATE, 1, 1,
+    { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV,
+      MHE__CACHE_STATE, 1, 1,
       "it scores each position by its own query and key, which a decoder and a source do not share", 1,
       "wq wk wv [n d_h, C] [biases] wo" },
-    { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV, MHE__CACHE_MAPS, 1, 0,
+    { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV,
+      MHE__CACHE_MAPS, 1, 0,
       "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
-    { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV, MHE__CACHE_MAPS, 1, 0,
+    { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV,
+      MHE__CACHE_MAPS, 1, 0,
       "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
-    { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV, 1, 1, NULL, 1,
+    { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV,
+      1, 1, NULL, 1,
       "wq wk wv [n d_h, C] [biases] wo" },
     { "fnet", "Lee-Thorp et al. 2022: Re(F_L X F_C)", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
       "it mixes one sequence with itself", 0, "(none)" },
     { "linear", "Lee-Thorp et al. 2022: W_seq X W_hidden^T", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
       "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]" },
-    { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB, MHE__CACHE_KV, 1, 1,
+    { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB,
+      MHE__CACHE_KV, 1, 1,
       NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo" },
 };
 
 static const mhe__kind_info *mhe__kind(int kind) {
-    MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT);   /* configs are validated first */
+    MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT); /* configs are validated first */
     return &mhe__kinds[kind];
 }
 
@@ -4293,7 +4801,8 @@ MHEDEF const char *mhe_attn_kind_name(int kind) {
 MHEDEF int mhe_attn_kind_from_name(const char *name) {
     int i;
     for (i = 0; i < MHE_ATTN_KIND_COUNT; i++)
-        if (strcmp(name, mhe__kinds[i].name) == 0) return i;
+        if (strcmp(name, mhe__kinds[i].name) == 0)
+            return i;
     return -1;
 }
 
@@ -4322,32 +4831,73 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     mhe__geom g;
     int n = c->n_heads, dh = mhe_config_d_head(c);
     memset(&g, 0, sizeof g);
-    g.q_w = n * dh; g.core_q_heads = n;
+    g.q_w = n * dh;
+    g.core_q_heads = n;
     switch (kind) {
-    case MHE_ATTN_MHA: g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
-    case MHE_ATTN_MQA: g.k_w = g.v_w = dh; g.kv_heads = 1; break;
-    case MHE_ATTN_GQA: g.k_w = g.v_w = c->kv_groups * dh; g.kv_heads = c->kv_groups; break;
-    case MHE_ATTN_SKV: g.k_w = n * dh; g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_EL_ATT: g.k_w = g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_SHA: g.q_w = g.k_w = g.v_w = dh; g.core_q_heads = 1; g.kv_heads = 1; break;
-    case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
-        g.q_w = g.k_w = g.v_w = dh; g.kv_heads = 1; g.mhe = 1; break;
-    case MHE_ATTN_MLP:   /* gate | up in one GEMM; "W^O" is the down projection */
-        g.q_w = g.k_w = mhe_config_mlp_width(c); g.v_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
-        g.q_w = 0; g.kv_heads = n; break;
-    case MHE_ATTN_COLLAB:   /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
-        g.q_w = mhe_config_collab_dim(c); g.k_w = g.q_w + n; g.v_w = n * dh; g.kv_heads = 1; break;
+    case MHE_ATTN_MHA:
+        g.k_w = g.v_w = n * dh;
+        g.kv_heads = n;
+        break;
+    case MHE_ATTN_MQA:
+        g.k_w = g.v_w = dh;
+        g.kv_heads = 1;
+        break;
+    case MHE_ATTN_GQA:
+        g.k_w = g.v_w = c->kv_groups * dh;
+        g.kv_heads = c->kv_groups;
+        break;
+    case MHE_ATTN_SKV:
+        g.k_w = n * dh;
+        g.v_w = 0;
+        g.kv_heads = n;
+        break;
+    case MHE_ATTN_EL_ATT:
+        g.k_w = g.v_w = 0;
+        g.kv_heads = n;
+        break;
+    case MHE_ATTN_SHA:
+        g.q_w = g.k_w = g.v_w = dh;
+        g.core_q_heads = 1;
+        g.kv_heads = 1;
+        break;
+    case MHE_ATTN_MHE_ADD:
+    case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
+        g.q_w = g.k_w = g.v_w = dh;
+        g.kv_heads = 1;
+        g.mhe = 1;
+        break;
+    case MHE_ATTN_MLP: /* gate | up in one GEMM; "W^O" is the down projection */
+        g.q_w = g.k_w = mhe_config_mlp_width(c);
+        g.v_w = 0;
+        g.kv_heads = n;
+        break;
+    case MHE_ATTN_FNET:
+    case MHE_ATTN_LINEAR:
+        g.q_w = 0;
+        g.kv_heads = n;
+        break;
+    case MHE_ATTN_COLLAB: /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
+        g.q_w = mhe_config_collab_dim(c);
+        g.k_w = g.q_w + n;
+        g.v_w = n * dh;
+        g.kv_heads = 1;
+        break;
     default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
-        g.k_w = g.v_w = n * dh; g.kv_heads = n; break;
+        g.k_w = g.v_w = n * dh;
+        g.kv_heads = n;
+        break;
     }
     g.proj_w = g.q_w + g.k_w + g.v_w;
     g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
     g.cache_v = g.v_w;
-    g.att_w = kind == MHE_ATTN_MLP ? g.q_w : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model : n * dh;
+    g.att_w = kind == MHE_ATTN_MLP                               ? g.q_w
+              : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model
+                                                                 : n * dh;
     /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
-    if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE) g.cache_k = g.cache_v = 0;
-    if (mhe__kind(kind)->cache == MHE__CACHE_MAPS) g.cache_k = 0;
+    if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE)
+        g.cache_k = g.cache_v = 0;
+    if (mhe__kind(kind)->cache == MHE__CACHE_MAPS)
+        g.cache_k = 0;
     return g;
 }
 
@@ -4355,8 +4905,10 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
    probabilities: fused_attention=0, or a collab layer whose n heads of width
    D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
 static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
-    if (!c->fused_attention) return 1;
-    return kind == MHE_ATTN_COLLAB && !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
+    if (!c->fused_attention)
+        return 1;
+    return kind == MHE_ATTN_COLLAB &&
+           !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
 }
 
 /* ---- 5.3 what a sublayer sees: dropout sites, norms, core dimensions ---- */
@@ -4387,29 +4939,45 @@ typedef struct mhe__ctx {
 
 static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rstd, const float *inp,
                           const mhe_tensor *w, const mhe_tensor *b, int N) {
-    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_fwd(out, mean, rstd, inp, w->data, b->data, N, m->cfg.d_model, m->cfg.norm_eps);
-    else mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
+    if (m->cfg.norm == MHE_NORM_LAYERNORM)
+        mhe_layernorm_fwd(out, mean, rstd, inp, w->data, b->data, N, m->cfg.d_model, m->cfg.norm_eps);
+    else
+        mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
 }
 
 static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, const float *inp,
-                          const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd, int N) {
-    if (m->cfg.norm == MHE_NORM_LAYERNORM) mhe_layernorm_bwd(dinp, w->grad, b->grad, dout, inp, w->data, mean, rstd, N, m->cfg.d_model);
-    else mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
+                          const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd,
+                          int N) {
+    if (m->cfg.norm == MHE_NORM_LAYERNORM)
+        mhe_layernorm_bwd(dinp, w->grad, b->grad, dout, inp, w->data, mean, rstd, N, m->cfg.d_model);
+    else
+        mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
 }
 
-static const float *mhe__opt_data(const mhe_tensor *t) { return t ? t->data : NULL; }
-static float *mhe__opt_grad(const mhe_tensor *t) { return t ? t->grad : NULL; }
+static const float *mhe__opt_data(const mhe_tensor *t) {
+    return t ? t->data : NULL;
+}
+static float *mhe__opt_grad(const mhe_tensor *t) {
+    return t ? t->grad : NULL;
+}
 
-static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
-                                    int causal, const int *kv_len) {
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq,
+                                    int Tk, int causal, const int *kv_len) {
     mhe_attn_dims d;
     const mhe_config *c = &m->cfg;
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int dh = mhe_config_d_head(c);
     memset(&d, 0, sizeof d);
-    d.B = B; d.n_heads = g.core_q_heads; d.n_kv_heads = g.kv_heads; d.Tq = Tq; d.Tk = Tk; d.d_head = dh;
+    d.B = B;
+    d.n_heads = g.core_q_heads;
+    d.n_kv_heads = g.kv_heads;
+    d.Tq = Tq;
+    d.Tk = Tk;
+    d.d_head = dh;
     d.o_stride = c->n_heads * dh;
-    d.causal = causal; d.q_offset = Tk - Tq; d.kv_len = kv_len;
+    d.causal = causal;
+    d.q_offset = Tk - Tq;
+    d.kv_len = kv_len;
     d.scale = 1.0f / sqrtf((float)dh);
     d.dropout = m->training ? c->attn_dropout : 0.0f;
     d.seed = mhe__site_seed(m, site);
@@ -4417,18 +4985,27 @@ static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *
 }
 
 /* out rows (stride ldo) = inp rows (stride ldi) W^T + b: a linear layer writing into a column slice */
-static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b, int N, int IC, int OC) {
+static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b,
+                          int N, int IC, int OC) {
     int i, j;
     mhe_gemm(0, 1, N, OC, IC, 1.0f, inp, ldi, w, IC, 0.0f, out, ldo);
-    if (b) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) out[(size_t)i * ldo + j] += b[j];
+    if (b)
+        for (i = 0; i < N; i++)
+            for (j = 0; j < OC; j++)
+                out[(size_t)i * ldo + j] += b[j];
 }
 
-static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo, const float *inp,
-                              const float *w, int N, int IC, int OC) {
+static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo,
+                              const float *inp, const float *w, int N, int IC, int OC) {
     int i, j;
-    if (dinp) mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, w, IC, 1.0f, dinp, ldi);
-    if (dw) mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, ldi, 1.0f, dw, IC);
-    if (db) for (i = 0; i < N; i++) for (j = 0; j < OC; j++) db[j] += dout[(size_t)i * ldo + j];
+    if (dinp)
+        mhe_gemm(0, 0, N, IC, OC, 1.0f, dout, ldo, w, IC, 1.0f, dinp, ldi);
+    if (dw)
+        mhe_gemm(1, 0, OC, IC, N, 1.0f, dout, ldo, inp, ldi, 1.0f, dw, IC);
+    if (db)
+        for (i = 0; i < N; i++)
+            for (j = 0; j < OC; j++)
+                db[j] += dout[(size_t)i * ldo + j];
 }
 
 /* ---- 5.4 MHE-ADD, MHE-MUL: the head embeddings (MHE paper eq. 5-6) ------- */
@@ -4446,7 +5023,8 @@ static void mhe__mul_maps(const mhe_attn_weights *w, float *hmap, int nd) {
 
 /* MHE reference path, literally eq. 5: head i of every row gets
    psi(seed row, e_i), stored in x [rows, n d_h]. */
-static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_tensor *e, int n, int dh, int mul, float *x) {
+static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_tensor *e, int n, int dh,
+                            int mul, float *x) {
     int r, h, c;
     for (r = 0; r < rows; r++)
         for (h = 0; h < n; h++)
@@ -4457,7 +5035,8 @@ static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_te
 }
 
 /* back through mhe__mhe_expand: dsrc += sum over heads, e->grad += sum over rows */
-static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows, mhe_tensor *e, int n, int dh, int mul) {
+static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows,
+                                mhe_tensor *e, int n, int dh, int mul) {
     int r, h, c;
     for (r = 0; r < rows; r++)
         for (h = 0; h < n; h++)
@@ -4476,8 +5055,13 @@ static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, 
    layer it may replace. The projection rows hold Q~ [D~], then K~ [D~] and
    the n content-bias scores v_i . x_k, then the n per-head values. */
 static void mhe__collab_dims(mhe_attn_dims *d, const mhe_attn_weights *w, int D, const float *k, int ks) {
-    d->d_qk = D; d->v_per_head = 1; d->n_kv_heads = 1; d->q_shared = 1; d->q_mul = w->mix->data;
-    d->k_bias = k + D; d->k_bias_stride = ks;
+    d->d_qk = D;
+    d->v_per_head = 1;
+    d->n_kv_heads = 1;
+    d->q_shared = 1;
+    d->q_mul = w->mix->data;
+    d->k_bias = k + D;
+    d->k_bias_stride = ks;
 }
 
 /* reference path, literally: Q_i = Q~ * m_i for every head, [rows, n D~] */
@@ -4485,10 +5069,12 @@ static void mhe__collab_expand(const float *q, int qs, int rows, const float *mi
     int r, h, c;
     for (r = 0; r < rows; r++)
         for (h = 0; h < n; h++)
-            for (c = 0; c < D; c++) x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
+            for (c = 0; c < D; c++)
+                x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
 }
 
-static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows, const float *mix, float *dmix, int n, int D) {
+static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows,
+                                   const float *mix, float *dmix, int n, int D) {
     int r, h, c;
     for (r = 0; r < rows; r++)
         for (h = 0; h < n; h++)
@@ -4504,16 +5090,20 @@ static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, i
    folds in, eq. 12, and a key bias adds a constant to each row of scores) */
 static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, int rows) {
     int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv)
+        return;
     for (r = 0; r < rows; r++)
-        for (j = 0; j < (int)w->bv->size; j++) v[(size_t)r * stride + j] += w->bv->data[j];
+        for (j = 0; j < (int)w->bv->size; j++)
+            v[(size_t)r * stride + j] += w->bv->data[j];
 }
 
 static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
     int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv) return;
+    if (w->kind != MHE_ATTN_COLLAB || !w->bv)
+        return;
     for (r = 0; r < rows; r++)
-        for (j = 0; j < (int)w->bv->size; j++) w->bv->grad[j] += dv[(size_t)r * stride + j];
+        for (j = 0; j < (int)w->bv->size; j++)
+            w->bv->grad[j] += dv[(size_t)r * stride + j];
 }
 
 /* ---- 5.6 where Q, K and V come from (softmax kinds, MHE, collab) -------- */
@@ -4522,8 +5112,8 @@ static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, in
    after Q in one [rows, proj_w] block; cross: the [src rows, k_w + v_w]
    block of the encoder output), or, for a kind without W^K (el-att), the
    input itself; V is K for a kind without W^V (skv). */
-static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp, int inp_stride,
-                         const float **k, int *ks, const float **v) {
+static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp,
+                         int inp_stride, const float **k, int *ks, const float **v) {
     *k = g->k_w ? proj : inp;
     *ks = g->k_w ? proj_stride : inp_stride;
     *v = g->v_w ? proj + g->k_w : *k;
@@ -4531,7 +5121,8 @@ static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride,
 
 /* Q, K, V of a self-attention sublayer in one GEMM into proj [rows, proj_w]
    (collab adds its one bias, b^V, after it); training and decoding both */
-static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u, float *proj) {
+static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u,
+                              float *proj) {
     mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g->proj_w);
     mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
 }
@@ -4539,8 +5130,10 @@ static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int
 /* K, V of a cross-attention sublayer from the encoder output mem [rows, C]
    into kv [rows, k_w + v_w]: W^K and W^V follow W^Q in memory (b^K, b^V
    follow b^Q), one GEMM. A kind without W^K (el-att) reads mem itself. */
-static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem, float *kv) {
-    if (!g->k_w) return;
+static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem,
+                          float *kv) {
+    if (!g->k_w)
+        return;
     mhe_linear_fwd(kv, mem, w->wk->data, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
     mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
 }
@@ -4552,21 +5145,32 @@ static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, 
    [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
    core). Training, cross-attention and decoding all come here, so the
    KV-cache path cannot drift from the trained one. */
-static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                          float *att, float *stats, float *projx, float *hmap, int use_ref) {
+static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *att, float *stats, float *projx, float *hmap,
+                          int use_ref) {
     const mhe_config *c = &m->cfg;
     int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe__geom g = mhe__layer_geom(c, kind);
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
     if (kind == MHE_ATTN_COLLAB) {
         mhe__collab_dims(&d, w, g.q_w, k, ks);
         /* decoding: one query, M on the fly; else the heads stacked as MHE-MUL's, M in the query map */
-        if (!use_ref && Tq == 1 && !d.dropout) { mhe__attn_one(&d, att, stats, q, k, v); return; }
-        if (!use_ref && mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }
+        if (!use_ref && Tq == 1 && !d.dropout) {
+            mhe__attn_one(&d, att, stats, q, k, v);
+            return;
+        }
+        if (!use_ref && mhe__attn_mul_rows(&d)) {
+            mhe__attn_mul_fwd(&d, att, stats, q, k, v);
+            return;
+        }
         mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, g.q_w, projx);
-        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        d.q_shared = 0;
+        d.q_mul = NULL;
+        d.q_stride = n * g.q_w;
         mhe_attn_ref_fwd(&d, att, stats, projx, k, v);
         return;
     }
@@ -4581,57 +5185,84 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
         mhe_attn_ref_fwd(&d, att, stats, qx, kx, vx);
         return;
     }
-    if (g.mhe) {   /* fast path: one seed head, per-head maps inside the fused core */
+    if (g.mhe) { /* fast path: one seed head, per-head maps inside the fused core */
         d.q_shared = 1;
-        if (Tq == 1 && !d.dropout) {   /* decoding: one query, the maps on the fly */
-            if (kind == MHE_ATTN_MHE_MUL) { mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD; }
-            else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+        if (Tq == 1 && !d.dropout) { /* decoding: one query, the maps on the fly */
+            if (kind == MHE_ATTN_MHE_MUL) {
+                mhe__mul_maps(w, hmap, HD);
+                d.q_mul = hmap;
+                d.v_mul = hmap + HD;
+            } else {
+                d.q_add = w->eq->data;
+                d.k_add = w->ek->data;
+                d.v_add = w->ev->data;
+            }
             mhe__attn_one(&d, att, stats, q, k, v);
             return;
         }
-        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) {   /* one QK^T for all heads */
+        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) { /* one QK^T for all heads */
             mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
             return;
         }
         if (kind == MHE_ATTN_MHE_MUL) {
-            mhe__mul_maps(w, hmap, HD); d.q_mul = hmap; d.v_mul = hmap + HD;
-            if (mhe__attn_mul_rows(&d)) { mhe__attn_mul_fwd(&d, att, stats, q, k, v); return; }   /* heads stacked */
-        } else { d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data; }
+            mhe__mul_maps(w, hmap, HD);
+            d.q_mul = hmap;
+            d.v_mul = hmap + HD;
+            if (mhe__attn_mul_rows(&d)) {
+                mhe__attn_mul_fwd(&d, att, stats, q, k, v);
+                return;
+            } /* heads stacked */
+        } else {
+            d.q_add = w->eq->data;
+            d.k_add = w->ek->data;
+            d.v_add = w->ev->data;
+        }
         mhe_attn_fused_fwd(&d, att, stats, q, k, v);
         return;
     }
-    if (use_ref) mhe_attn_ref_fwd(&d, att, stats, q, k, v);
-    else if (Tq == 1 && !d.dropout) mhe__attn_one(&d, att, stats, q, k, v);
-    else mhe_attn_fused_fwd(&d, att, stats, q, k, v);
-    if (kind == MHE_ATTN_SHA) {   /* n identical heads feed W^O */
+    if (use_ref)
+        mhe_attn_ref_fwd(&d, att, stats, q, k, v);
+    else if (Tq == 1 && !d.dropout)
+        mhe__attn_one(&d, att, stats, q, k, v);
+    else
+        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+    if (kind == MHE_ATTN_SHA) { /* n identical heads feed W^O */
         int r, h;
         for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++) memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD, (size_t)dh * sizeof(float));
+            for (h = 1; h < n; h++)
+                memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD,
+                       (size_t)dh * sizeof(float));
     }
 }
 
 /* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
    and into the head-embedding gradients. d_att is used as scratch. */
-static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                          const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                          float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats,
-                          const float *projx, float *hmap, int use_ref) {
+static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                          const float *att, const float *stats, const float *projx, float *hmap,
+                          int use_ref) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
     int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
     mhe__geom g = mhe__layer_geom(c, kind);
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
-    if (kind == MHE_ATTN_COLLAB) {   /* the content-bias scores' gradient lands beside dK */
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (kind == MHE_ATTN_COLLAB) { /* the content-bias scores' gradient lands beside dK */
         mhe__collab_dims(&d, w, g.q_w, k, ks);
         d.dk_bias = dk + g.q_w;
         if (!use_ref && mhe__attn_mul_rows(&d)) {
-            d.map_scratch = a->map_scratch; d.dq_mul = w->mix->grad;
+            d.map_scratch = a->map_scratch;
+            d.dq_mul = w->mix->grad;
             mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
             return;
         }
         memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
-        d.q_shared = 0; d.q_mul = NULL; d.q_stride = n * g.q_w;
+        d.q_shared = 0;
+        d.q_mul = NULL;
+        d.q_stride = n * g.q_w;
         mhe_attn_ref_bwd(&d, a->d_projx, dk, dv, d_att, stats, projx, k, v);
         mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
         return;
@@ -4657,28 +5288,41 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
         if (kind == MHE_ATTN_MHE_MUL) {
             float *dmap = a->d_hmap;
             memset(dmap, 0, (size_t)2 * HD * sizeof(float));
-            d.q_mul = hmap; d.v_mul = hmap + HD; d.dq_mul = dmap; d.dv_mul = dmap + HD;
-            if (mhe__attn_mul_rows(&d)) mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-            else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-            for (i = 0; i < HD; i++) {   /* w = (1+e^Q)(1+e^K) */
+            d.q_mul = hmap;
+            d.v_mul = hmap + HD;
+            d.dq_mul = dmap;
+            d.dv_mul = dmap + HD;
+            if (mhe__attn_mul_rows(&d))
+                mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            else
+                mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            for (i = 0; i < HD; i++) { /* w = (1+e^Q)(1+e^K) */
                 w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
                 w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
                 w->ev->grad[i] += dmap[HD + i];
             }
-        } else if (mhe__attn_add_fits(&d)) {   /* e^K has no effect: its gradient stays 0 */
-            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data, w->eq->grad, w->ev->grad);
+        } else if (mhe__attn_add_fits(&d)) { /* e^K has no effect: its gradient stays 0 */
+            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data,
+                              w->eq->grad, w->ev->grad);
         } else {
-            d.q_add = w->eq->data; d.k_add = w->ek->data; d.v_add = w->ev->data;
-            d.dq_add = w->eq->grad; d.dk_add = w->ek->grad; d.dv_add = w->ev->grad;
+            d.q_add = w->eq->data;
+            d.k_add = w->ek->data;
+            d.v_add = w->ev->data;
+            d.dq_add = w->eq->grad;
+            d.dk_add = w->ek->grad;
+            d.dv_add = w->ev->grad;
             mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
         }
         return;
     }
-    if (kind == MHE_ATTN_SHA)   /* the n copies of the one head: their gradients add up */
+    if (kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
         for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++) mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
-    if (use_ref) mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
-    else mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            for (h = 1; h < n; h++)
+                mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
+    if (use_ref)
+        mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+    else
+        mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
 }
 
 /* ---- 5.8 thesis ch. 4 and FNet: mlp, taylor, nonapprox, rndemb-qk,
@@ -4686,11 +5330,14 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
 
 /* the mlp kind (eq. 4.5): down(SiLU(gate u) * up u); gate | up adjacent, one
    GEMM into proj [rows, 2F], the product into att [rows, F] */
-static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj, float *att, float *out) {
+static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj,
+                           float *att, float *out) {
     int r, i;
-    mhe_linear_fwd(proj, u, w->gate->data, mhe__opt_data(w->gate_b), rows, C, 2 * F);   /* gate and up: one GEMM */
+    mhe_linear_fwd(proj, u, w->gate->data, mhe__opt_data(w->gate_b), rows, C,
+                   2 * F); /* gate and up: one GEMM */
     for (r = 0; r < rows; r++)
-        for (i = 0; i < F; i++) att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
+        for (i = 0; i < F; i++)
+            att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
     mhe_linear_fwd(out, att, w->down->data, mhe__opt_data(w->down_b), rows, F, C);
 }
 
@@ -4705,87 +5352,121 @@ static size_t mhe__fnet_work(int T, int C) {
    2-D DFT over each sequence's L real tokens and the C features (padding
    rows give 0 and are not mixed in). The map is its own adjoint:
    Re(F_L G F_C) is also d loss / d X. */
-static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work, int accumulate) {
+static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work,
+                            int accumulate) {
     int b, t, c;
     for (b = 0; b < B; b++) {
         int L = len ? len[b] : T, n = T > C ? T : C;
         double *zr = work, *zi = zr + (size_t)T * C, *cr = zi + (size_t)T * C, *ci = cr + n, *fw = ci + n;
         const float *x = X + (size_t)b * T * C;
         float *y = Y + (size_t)b * T * C;
-        for (t = 0; t < L; t++) {   /* along the features, row by row */
+        for (t = 0; t < L; t++) { /* along the features, row by row */
             double *r = zr + (size_t)t * C, *im = zi + (size_t)t * C;
-            for (c = 0; c < C; c++) { r[c] = x[(size_t)t * C + c]; im[c] = 0; }
+            for (c = 0; c < C; c++) {
+                r[c] = x[(size_t)t * C + c];
+                im[c] = 0;
+            }
             mhe_fft(r, im, C, 0, fw);
         }
-        for (c = 0; c < C; c++) {   /* along the sequence, column by column */
-            for (t = 0; t < L; t++) { cr[t] = zr[(size_t)t * C + c]; ci[t] = zi[(size_t)t * C + c]; }
+        for (c = 0; c < C; c++) { /* along the sequence, column by column */
+            for (t = 0; t < L; t++) {
+                cr[t] = zr[(size_t)t * C + c];
+                ci[t] = zi[(size_t)t * C + c];
+            }
             mhe_fft(cr, ci, L, 0, fw);
-            for (t = 0; t < L; t++) y[(size_t)t * C + c] = (float)(accumulate ? y[(size_t)t * C + c] + cr[t] : cr[t]);
+            for (t = 0; t < L; t++)
+                y[(size_t)t * C + c] = (float)(accumulate ? y[(size_t)t * C + c] + cr[t] : cr[t]);
         }
-        if (!accumulate) memset(y + (size_t)L * C, 0, (size_t)(T - L) * C * sizeof(float));
+        if (!accumulate)
+            memset(y + (size_t)L * C, 0, (size_t)(T - L) * C * sizeof(float));
     }
 }
 
 /* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
 static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
     int dh = mhe_config_d_head(c);
-    if (kind == MHE_ATTN_TAYLOR && fused) return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
-    if (kind == MHE_ATTN_FNET) return 2 * mhe__fnet_work(Tq, c->d_model);
-    if (kind == MHE_ATTN_LINEAR) return (size_t)B * Tq * c->d_model;
-    if (kind == MHE_ATTN_STATICEMB_QK) return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
+    if (kind == MHE_ATTN_TAYLOR && fused)
+        return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
+    if (kind == MHE_ATTN_FNET)
+        return 2 * mhe__fnet_work(Tq, c->d_model);
+    if (kind == MHE_ATTN_LINEAR)
+        return (size_t)B * Tq * c->d_model;
+    if (kind == MHE_ATTN_STATICEMB_QK)
+        return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
     return 0;
 }
 
 /* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
    hidden state gets before W^{Q,K,V}, so e and H arrive at the same scale;
    post-norm: e as it is). buf: [rows, C] then mean, rstd [rows]. */
-static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, float *buf) {
+static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb,
+                                   const float *e, int rows, float *buf) {
     size_t C = (size_t)m->cfg.d_model;
-    if (m->cfg.post_norm) return e;
+    if (m->cfg.post_norm)
+        return e;
     mhe__norm_fwd(m, buf, buf + rows * C, buf + rows * C + rows, e, nw, nb, rows);
     return buf;
 }
 
 /* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
-static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e, int rows, const float *buf,
-                               const float *dne, float *de) {
+static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e,
+                               int rows, const float *buf, const float *dne, float *de) {
     size_t C = (size_t)m->cfg.d_model;
-    if (m->cfg.post_norm) { mhe__axpy(de, 1.0f, dne, (int)(rows * C)); return; }
+    if (m->cfg.post_norm) {
+        mhe__axpy(de, 1.0f, dne, (int)(rows * C));
+        return;
+    }
     mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
 }
 
 /* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
    own reference (probabilities) or linear-time paths; the fixed-map and
    static-embedding kinds on the usual softmax cores */
-static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                                float *att, float *stats, float *ext, int use_ref) {
+static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq,
+                                int Tk, int causal, const int *kv_len, const float *q, int qs, const float *k,
+                                int ks, const float *v, int vs, float *att, float *stats, float *ext,
+                                int use_ref) {
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
     if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref) mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
-        else mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
+        if (use_ref)
+            mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
+        else
+            mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
     } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref) mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
-        else mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
+        if (use_ref)
+            mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
+        else
+            mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
     } else {
-        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL, use_ref);
+        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL,
+                      use_ref);
     }
 }
 
-static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk, int causal,
-                                const int *kv_len, const float *q, int qs, const float *k, int ks, const float *v, int vs,
-                                float *dq, float *dk, float *dv, float *d_att, const float *att, const float *stats, float *ext, int use_ref) {
+static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                                const float *att, const float *stats, float *ext, int use_ref) {
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
-    d.q_stride = qs; d.k_stride = ks; d.v_stride = vs;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
     if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref) mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
-        else mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
+        if (use_ref)
+            mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+        else
+            mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
     } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref) mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-        else mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        if (use_ref)
+            mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        else
+            mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
     } else {
-        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att, stats, NULL, NULL, use_ref);
+        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att,
+                      stats, NULL, NULL, use_ref);
     }
 }
 
@@ -4794,18 +5475,26 @@ static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int sit
    from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
    fixedseq-qk, eq. 4.10 and 4.12) or the static embeddings (staticemb-qk,
    eq. 4.13); V always from the input. */
-static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                  float *out) {
     const mhe_config *c = &m->cfg;
     const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
     mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind,
+        site = MHE__SITE_ATT(l, cross);
     int qs, ks, Tk, causal, b, t;
     const int *kv_len;
     const float *q, *k, *v;
-    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out); return; }
-    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0); return; }
-    if (kind == MHE_ATTN_LINEAR) {   /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
+    if (kind == MHE_ATTN_MLP) {
+        mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) {
+        mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0);
+        return;
+    }
+    if (kind == MHE_ATTN_LINEAR) { /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
         int Lmax = c->max_seq_len;
         mhe_linear_fwd(aa->ext, u, w->hidden->data, NULL, rows, C, C);
         for (b = 0; b < x->B; b++) {
@@ -4818,69 +5507,94 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
     }
     if (!cross) {
         int fixed_qk = (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) && !x->fixed;
-        if (fixed_qk) {   /* Q, K of the fixed stream at this layer, the same for every sequence */
+        if (fixed_qk) { /* Q, K of the fixed stream at this layer, the same for every sequence */
             const float *fp = m->fixed.acts.layer[l].attn.proj;
             for (b = 0; b < x->B; b++)
-                for (t = 0; t < x->T; t++) memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD, 2 * (size_t)HD * sizeof(float));
+                for (t = 0; t < x->T; t++)
+                    memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD,
+                           2 * (size_t)HD * sizeof(float));
             mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
-        } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
-            const float *ne = mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
+        } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
+            const float *ne =
+                mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
             mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
             mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
         } else {
             mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
         }
-        q = aa->proj; k = q + HD; v = q + 2 * HD; qs = ks = 3 * HD;
-        Tk = x->T; causal = x->causal; kv_len = x->len;
-    } else {   /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
+        q = aa->proj;
+        k = q + HD;
+        v = q + 2 * HD;
+        qs = ks = 3 * HD;
+        Tk = x->T;
+        causal = x->causal;
+        kv_len = x->len;
+    } else { /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
         int mrows = x->B * x->Ts;
-        if (kind == MHE_ATTN_STATICEMB_QK) {   /* both sides through norm3, the cross sublayer's input norm */
+        if (kind == MHE_ATTN_STATICEMB_QK) { /* both sides through norm3, the cross sublayer's input norm */
             const mhe_layer *y = &m->layers[l];
             float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
-            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
-            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C, w->wk->data,
-                          mhe__opt_data(w->bk), mrows, C, HD);
+            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data,
+                           mhe__opt_data(w->bq), rows, C, HD);
+            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C,
+                          w->wk->data, mhe__opt_data(w->bk), mrows, C, HD);
             mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
         } else {
             mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
             mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), mrows, C, 2 * HD);
         }
-        q = aa->proj; qs = HD; k = aa->kv; v = k + HD; ks = 2 * HD;
-        Tk = x->Ts; causal = 0; kv_len = x->mem_len;
+        q = aa->proj;
+        qs = HD;
+        k = aa->kv;
+        v = k + HD;
+        ks = 2 * HD;
+        Tk = x->Ts;
+        causal = 0;
+        kv_len = x->mem_len;
     }
-    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats, aa->ext, !c->fused_attention);
+    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats,
+                        aa->ext, !c->fused_attention);
     mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
 }
 
-static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                  const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
     const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
     mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     mhe_acts *a = &m->acts;
     mhe__geom g = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind, site = MHE__SITE_ATT(l, cross);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind,
+        site = MHE__SITE_ATT(l, cross);
     int b, t, i;
     if (kind == MHE_ATTN_MLP) {
         int F = g.q_w;
         memset(a->d_att, 0, (size_t)rows * F * sizeof(float));
-        mhe_linear_bwd(a->d_att, w->down->grad, mhe__opt_grad(w->down_b), d_out, aa->att, w->down->data, rows, F, C);
+        mhe_linear_bwd(a->d_att, w->down->grad, mhe__opt_grad(w->down_b), d_out, aa->att, w->down->data, rows,
+                       F, C);
         for (b = 0; b < rows; b++)
             for (i = 0; i < F; i++) {
-                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i], da = a->d_att[(size_t)b * F + i];
+                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i],
+                      da = a->d_att[(size_t)b * F + i];
                 a->d_proj[(size_t)b * 2 * F + i] = da * up * mhe__silu_grad(gt);
                 a->d_proj[(size_t)b * 2 * F + F + i] = da * mhe__silu(gt);
             }
-        mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), a->d_proj, u, w->gate->data, rows, C, 2 * F);
+        mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), a->d_proj, u, w->gate->data, rows, C,
+                       2 * F);
         return;
     }
-    if (kind == MHE_ATTN_FNET) { mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1); return; }
+    if (kind == MHE_ATTN_FNET) {
+        mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1);
+        return;
+    }
     if (kind == MHE_ATTN_LINEAR) {
         int Lmax = c->max_seq_len;
         memset(a->d_att, 0, (size_t)rows * C * sizeof(float));
         for (b = 0; b < x->B; b++) {
             int L = x->len ? x->len[b] : x->T;
             const float *db = d_out + (size_t)b * x->T * C, *zb = aa->ext + (size_t)b * x->T * C;
-            mhe_gemm(1, 0, L, C, L, 1.0f, w->seq->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C, C);
+            mhe_gemm(1, 0, L, C, L, 1.0f, w->seq->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C,
+                     C);
             mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->seq->grad, Lmax);
         }
         mhe_linear_bwd(du, w->hidden->grad, NULL, a->d_att, u, w->hidden->data, rows, C, C);
@@ -4892,26 +5606,33 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         int fixed_qk = kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK;
         float *dp = a->d_proj;
         memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD, 3 * HD,
-                            aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
-        if (fixed_qk && !x->fixed) {   /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD,
+                            3 * HD, aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att,
+                            aa->stats, aa->ext, !c->fused_attention);
+        if (fixed_qk &&
+            !x->fixed) { /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
             float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
             for (b = 0; b < x->B; b++)
-                for (t = 0; t < x->T; t++) mhe__axpy(dqk + (size_t)t * 2 * HD, 1.0f, dp + ((size_t)b * x->T + t) * 3 * HD, 2 * HD);
-            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+                for (t = 0; t < x->T; t++)
+                    mhe__axpy(dqk + (size_t)t * 2 * HD, 1.0f, dp + ((size_t)b * x->T + t) * 3 * HD, 2 * HD);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data,
+                              rows, C, HD);
             return;
         }
-        if (fixed_qk) {   /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
+        if (fixed_qk) { /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
             const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
-            for (t = 0; t < x->T; t++) mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
+            for (t = 0; t < x->T; t++)
+                mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
         }
-        if (kind == MHE_ATTN_STATICEMB_QK) {   /* a->scratch (the forward's branch buffer) holds d N(e) */
+        if (kind == MHE_ATTN_STATICEMB_QK) { /* a->scratch (the forward's branch buffer) holds d N(e) */
             const mhe_layer *y = &m->layers[l];
             const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
             memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
-            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data, rows, C, 2 * HD);
+            mhe__lin_rows_bwd(a->scratch, C, w->wq->grad, mhe__opt_grad(w->bq), dp, 3 * HD, ne, w->wq->data,
+                              rows, C, 2 * HD);
             mhe__static_in_bwd(m, y->norm1_w, y->norm1_b, x->emb, rows, aa->ext, a->scratch, x->d_emb);
-            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data, rows, C, HD);
+            mhe__lin_rows_bwd(du, C, w->wv->grad, mhe__opt_grad(w->bv), dp + 2 * HD, 3 * HD, u, w->wv->data,
+                              rows, C, HD);
         } else {
             mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dp, u, w->wq->data, rows, C, 3 * HD);
         }
@@ -4919,22 +5640,26 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         int mrows = x->B * x->Ts;
         float *dq = a->d_proj, *dkv = dq + (size_t)rows * HD;
         memset(dq, 0, ((size_t)rows * HD + (size_t)mrows * 2 * HD) * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD, 2 * HD,
-                            dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, !c->fused_attention);
+        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD,
+                            aa->kv + HD, 2 * HD, dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext,
+                            !c->fused_attention);
         if (kind == MHE_ATTN_STATICEMB_QK) {
             const mhe_layer *y = &m->layers[l];
             const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
             memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
-            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq, w->wq->data, rows, C, HD);
+            mhe_linear_bwd(a->scratch, w->wq->grad, mhe__opt_grad(w->bq), dq, m->cfg.post_norm ? x->emb : bq,
+                           w->wq->data, rows, C, HD);
             mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->emb, rows, bq, a->scratch, x->d_emb);
             memset(a->scratch, 0, (size_t)mrows * C * sizeof(float));
-            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD, m->cfg.post_norm ? x->mem_emb : bk,
-                              w->wk->data, mrows, C, HD);
+            mhe__lin_rows_bwd(a->scratch, C, w->wk->grad, mhe__opt_grad(w->bk), dkv, 2 * HD,
+                              m->cfg.post_norm ? x->mem_emb : bk, w->wk->data, mrows, C, HD);
             mhe__static_in_bwd(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk, a->scratch, x->d_mem_emb);
-            mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem, w->wv->data, mrows, C, HD);
+            mhe__lin_rows_bwd(x->d_mem, C, w->wv->grad, mhe__opt_grad(w->bv), dkv + HD, 2 * HD, x->mem,
+                              w->wv->data, mrows, C, HD);
         } else {
             mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, HD);
-            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, 2 * HD);
+            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C,
+                           2 * HD);
         }
     }
 }
@@ -4943,7 +5668,8 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
 
 /* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
    (cross: Q from u, K and V from the encoder output) into out [rows, C] */
-static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 float *out) {
     const mhe_config *c = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
@@ -4951,25 +5677,29 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
-    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_fwd(m, l, cross, x, u, out); return; }
+    if (mhe_attn_kind_is_decon(w->kind)) {
+        mhe__decon_branch_fwd(m, l, cross, x, u, out);
+        return;
+    }
     if (!cross) {
         mhe__attn_project(w, &g, C, rows, u, aa->proj);
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k,
+                      ks, v, ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     } else {
         mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
         mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
         mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v,
+                      ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     }
     mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
 }
 
 /* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
    adds the gradient of u into du (and of the encoder output into d_mem) */
-static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, const float *d_out, float *du) {
+static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
@@ -4979,7 +5709,10 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
-    if (mhe_attn_kind_is_decon(w->kind)) { mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du); return; }
+    if (mhe_attn_kind_is_decon(w->kind)) {
+        mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du);
+        return;
+    }
     memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
     mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
     if (!cross) {
@@ -4987,8 +5720,9 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
         dk = g.k_w ? a->d_proj + g.q_w : du;
         dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k, ks, v, ks,
-                      a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k,
+                      ks, v, ks, a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap,
+                      mhe__attn_uses_probs(c, w->kind));
         mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
         mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows);
     } else {
@@ -4998,10 +5732,13 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
         mhe__kv_ptrs(&g, aa->kv, kvw, x->mem, C, &k, &ks, &v);
         dk = g.k_w ? dkv : x->d_mem;
         dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v, ks,
-                      dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v,
+                      ks, dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap,
+                      mhe__attn_uses_probs(c, w->kind));
         mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
-        if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C, kvw);
+        if (g.k_w)
+            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C,
+                           kvw);
         mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows);
     }
 }
@@ -5050,10 +5787,14 @@ static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_bu
    [F, d_h] and z [F] per head; nonapprox max, sum and numerator [d_h] per
    head; rndemb-qk / fixedseq-qk the causal maps of max_len positions */
 static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_len) {
-    size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c), F = (size_t)mhe__taylor_features((int)dh);
-    if (kind == MHE_ATTN_TAYLOR) return n * (F * dh + F);
-    if (kind == MHE_ATTN_NONAPPROX) return n * (dh + 2);
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
+    size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c),
+           F = (size_t)mhe__taylor_features((int)dh);
+    if (kind == MHE_ATTN_TAYLOR)
+        return n * (F * dh + F);
+    if (kind == MHE_ATTN_NONAPPROX)
+        return n * (dh + 2);
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK)
+        return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
     return 0;
 }
 
@@ -5061,10 +5802,12 @@ static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_le
    z = 0; nonapprox: max -inf, sum and numerator 0) */
 static void mhe__decode_state_reset(const mhe_model *m, mhe_kv_cache *c, int l) {
     int kind = m->layers[l].attn.kind, n = m->cfg.n_heads, dh = mhe_config_d_head(&m->cfg), h;
-    if (mhe__kind(kind)->cache != MHE__CACHE_STATE) return;
+    if (mhe__kind(kind)->cache != MHE__CACHE_STATE)
+        return;
     memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
     if (kind == MHE_ATTN_NONAPPROX)
-        for (h = 0; h < n; h++) c->state[l][(size_t)h * (dh + 2)] = -INFINITY;
+        for (h = 0; h < n; h++)
+            c->state[l][(size_t)h * (dh + 2)] = -INFINITY;
 }
 
 /* one token through a self-attention sublayer of a ch. 4 kind, into
@@ -5072,13 +5815,17 @@ static void mhe__decode_state_reset(const mhe_model *m, mhe_kv_cache *c, int l) 
    o = S^T phi(q) / phi(q).z; nonapprox: eq. 4.18 with a running max), the
    precomputed maps, or a K/V cache (staticemb-qk, whose K come from the
    static embeddings e) */
-static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u, mhe__decode_buf *d) {
+static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u,
+                              mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = &y->attn;
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
     float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att, *phi = d->phi;
-    if (kind == MHE_ATTN_MLP) { mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch); return; }
+    if (kind == MHE_ATTN_MLP) {
+        mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch);
+        return;
+    }
     if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
         size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
         float *vrow = c->v[l] + (size_t)pos * HD;
@@ -5086,16 +5833,17 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
         memset(att, 0, (size_t)HD * sizeof(float));
         for (h = 0; h < n; h++) {
             const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
-            for (i = 0; i <= pos; i++) mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
+            for (i = 0; i <= pos; i++)
+                mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
         }
-    } else if (kind == MHE_ATTN_STATICEMB_QK) {   /* Q, K from N1(e), as in training */
+    } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N1(e), as in training */
         const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
         mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
         mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
         memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
         memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l], HD, att, d->lse,
-                      NULL, NULL, 0);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l],
+                      HD, att, d->lse, NULL, NULL, 0);
     } else {
         mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
         for (h = 0; h < n; h++) {
@@ -5103,7 +5851,8 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             float *o = att + (size_t)h * dh;
             if (kind == MHE_ATTN_TAYLOR) {
                 int F = mhe__taylor_features(dh);
-                float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh, a = sqrtf(scale), den = 0;
+                float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh,
+                      a = sqrtf(scale), den = 0;
                 mhe__taylor_phi(k, dh, a, phi);
                 for (f = 0; f < F; f++) {
                     mhe__axpy(S + (size_t)f * dh, phi[f], v, dh);
@@ -5115,20 +5864,24 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
                     mhe__axpy(o, phi[f], S + (size_t)f * dh, dh);
                     den += phi[f] * z[f];
                 }
-                for (i = 0; i < dh; i++) o[i] /= den;
-            } else {   /* nonapprox, eq. 4.18: state [max, sum, numerator] */
+                for (i = 0; i < dh; i++)
+                    o[i] /= den;
+            } else { /* nonapprox, eq. 4.18: state [max, sum, numerator] */
                 float *st = c->state[l] + (size_t)h * (dh + 2), sc = 0, ex;
-                for (i = 0; i < dh; i++) sc += mhe__silu(q[i]) * k[i];
+                for (i = 0; i < dh; i++)
+                    sc += mhe__silu(q[i]) * k[i];
                 sc *= scale;
                 if (sc > st[0]) {
                     float corr = st[0] == -INFINITY ? 0.0f : expf(st[0] - sc);
-                    for (i = 0; i < dh + 1; i++) st[1 + i] *= corr;
+                    for (i = 0; i < dh + 1; i++)
+                        st[1 + i] *= corr;
                     st[0] = sc;
                 }
                 ex = expf(sc - st[0]);
                 st[1] += ex;
                 mhe__axpy(st + 2, ex, v, dh);
-                for (i = 0; i < dh; i++) o[i] = st[2 + i] / st[1];
+                for (i = 0; i < dh; i++)
+                    o[i] = st[2 + i] / st[1];
             }
         }
     }
@@ -5137,17 +5890,19 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
 
 /* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
    shared normaliser) or staticemb-qk (Q from the token's static embedding) */
-static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u, mhe__decode_buf *d) {
+static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const float *u,
+                                    mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = &y->cross;
-    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j, W = c->cross_width[l];
+    int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j,
+        W = c->cross_width[l];
     float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
-    if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* Q from N3(e), as in training */
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), as in training */
         const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
         mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W, c->cross[l] + HD, W,
-                      att, d->lse, NULL, NULL, 0);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W,
+                      c->cross[l] + HD, W, att, d->lse, NULL, NULL, 0);
     } else {
         mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
         for (h = 0; h < n; h++) {
@@ -5160,7 +5915,8 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
                 mhe__axpy(o, wt, kj + HD, dh);
                 den += wt;
             }
-            for (j = 0; j < dh; j++) o[j] = (float)(o[j] / den);
+            for (j = 0; j < dh; j++)
+                o[j] = (float)(o[j] / den);
         }
     }
     mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
@@ -5170,29 +5926,33 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
    d->branch: projections as in training (mhe__attn_project), this token's
    K (or the input, for el-att) and V appended to the cache, then the same
    core as training (mhe__attn_fwd) over the cached keys. */
-static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u, mhe__decode_buf *d) {
+static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                    mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
     const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
     mhe__geom g = mhe__layer_geom(cfg, w->kind);
     int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
     const float *kp, *vp;
     if (mhe_attn_kind_is_decon(w->kind)) {
-        if (k) mhe__decon_decode_cross(m, c, l, u, d);
-        else mhe__decon_decode(m, c, l, pos, u, d);
+        if (k)
+            mhe__decon_decode_cross(m, c, l, u, d);
+        else
+            mhe__decon_decode(m, c, l, pos, u, d);
         return;
     }
     if (!k) {
         int kw = c->k_width[l], vw = c->v_width[l];
         mhe__attn_project(w, &g, C, 1, u, d->proj);
         memcpy(c->k[l] + (size_t)pos * kw, g.k_w ? d->proj + g.q_w : u, (size_t)kw * sizeof(float));
-        if (vw) memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw, c->v[l],
-                      vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
+        if (vw)
+            memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw,
+                      c->v[l], vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
     } else {
         mhe_linear_fwd(d->proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
         mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks, d->att, d->lse,
-                      NULL, d->hmap, 0);
+        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks,
+                      d->att, d->lse, NULL, d->hmap, 0);
     }
     mhe_linear_fwd(d->branch, d->att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
 }
