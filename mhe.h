@@ -4788,6 +4788,12 @@ static const mhe__kind_info *mhe__kind(int kind) {
     return &mhe__kinds[kind];
 }
 
+/* rndemb-qk, fixedseq-qk: Q and K from the fixed stream, maps precomputed at decoding */
+static int mhe__kind_fixed(int kind) { return mhe__kind(kind)->cache == MHE__CACHE_MAPS; }
+
+/* fnet, linear: a fixed or learned mixing, no attention map to inspect */
+static int mhe__kind_has_map(int kind) { return mhe__kind(kind)->family != MHE__FAM_MIXING; }
+
 /* the kinds of thesis ch. 4 and FNet: their sublayers run mhe__decon_branch_* */
 MHEDEF int mhe_attn_kind_is_decon(int kind) {
     int f = kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].family : -1;
@@ -4890,9 +4896,9 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     g.proj_w = g.q_w + g.k_w + g.v_w;
     g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
     g.cache_v = g.v_w;
-    g.att_w = kind == MHE_ATTN_MLP                               ? g.q_w
-              : kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR ? c->d_model
-                                                                 : n * dh;
+    g.att_w = n * dh;
+    if (kind == MHE_ATTN_MLP) g.att_w = g.q_w;              /* the gated product before down */
+    if (!mhe__kind_has_map(kind)) g.att_w = c->d_model;     /* fnet, linear: the mixed input */
     /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
     if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE)
         g.cache_k = g.cache_v = 0;
@@ -4909,6 +4915,131 @@ static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
         return 1;
     return kind == MHE_ATTN_COLLAB &&
            !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
+}
+
+/* ---- 5.2b the tensors a kind owns, their count, and its width rules ------- */
+
+/* checks that a layer of `kind` fits the geometry (self- or cross-attention alike) */
+static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    int dh = mhe_config_d_head(c);
+    if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i, c->kv_groups, c->n_heads);
+    if (kind == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
+                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads, dh, c->d_model);
+    return MHE_OK;
+}
+
+/* the attention tensors mhe__layout_walk creates for one layer, counted */
+static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
+    mhe__geom g = mhe__layer_geom(c, kind);
+    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
+    int64_t n = (int64_t)g.proj_w * C;                        /* W^Q, W^K, W^V as the kind has them */
+    if (kind == MHE_ATTN_MLP) {   /* gate and up count as the projections, down as W^O */
+        int64_t F = g.q_w;
+        return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
+    }
+    if (kind == MHE_ATTN_FNET) return 0;
+    if (kind == MHE_ATTN_LINEAR) return (int64_t)c->max_seq_len * c->max_seq_len + C * C;   /* no W^O, no bias */
+    if (kind == MHE_ATTN_COLLAB)   /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
+        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) + (with_wo ? C * HD + (with_bias ? C : 0) : 0);
+    if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
+    if (with_bias) n += g.proj_w;
+    if (with_wo) n += C * HD + (with_bias ? C : 0);
+    return n;
+}
+
+/* Walks the parameter list in memory order. With m->params == NULL it only
+   counts; then it fills the tensors. The order puts wq, wk, wv (and their
+   biases) next to each other so one GEMM computes Q, K and V together. */
+typedef struct mhe__layout {
+    mhe_model *m;
+    int count;
+    int64_t floats;
+    int overflow;
+    char prefix[32], tmp[32];       /* name of the block being laid out ("layers.3") */
+} mhe__layout;
+
+static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
+                              int init, float init_std) {
+    mhe_tensor *t;
+    int64_t shape[2], size;
+    shape[0] = d0; shape[1] = d1;
+    size = mhe_shape_size(ndim, shape);
+    if (size < 0 || L->floats > INT64_MAX / 4 - size) { L->overflow = 1; return NULL; }
+    if (!L->m->params) { L->count++; L->floats += size; return NULL; }
+    t = &L->m->params[L->count++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
+    t->size = size;
+    t->data = L->m->param_data ? L->m->param_data + L->floats : NULL;
+    t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL;   /* none for an inference-only model */
+    t->decay = decay;
+    t->init = init;
+    t->init_std = init_std;
+    L->floats += size;
+    return t;
+}
+
+/* one attention sublayer (prefix "attn" or "cross") of a block */
+static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
+    const mhe_config *c = &L->m->cfg;
+    mhe__geom g = mhe__layer_geom(c, kind);
+    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
+    float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
+    const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
+    char nm[MHE_NAME_LEN];
+#define MHE__AP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix), \
+                                                       w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
+    w->kind = kind;
+    if (kind == MHE_ATTN_MLP) {   /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
+        MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(up, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) {
+            MHE__AP(gate_b, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
+            MHE__AP(up_b, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
+        }
+        MHE__AP(down, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        return;
+    }
+    if (kind == MHE_ATTN_FNET) return;   /* no parameters */
+    if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
+        MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
+        return;
+    }
+    if (kind == MHE_ATTN_COLLAB) {   /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
+        int D = g.q_w;
+        MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+        /* no decay on M, as on the MHE head embeddings */
+        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS, c->collab_mix_std);
+        MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
+        if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        return;
+    }
+    MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
+    if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname); MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std); }
+    if (g.v_w) MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+    if (c->bias) {
+        MHE__AP(bq, "wq.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname); MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
+        if (g.v_w) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+    }
+    if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
+        MHE__AP(eq, "eq", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+        MHE__AP(ek, "ek", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+        MHE__AP(ev, "ev", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
+    }
+    MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
+    if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+#undef MHE__AP
 }
 
 /* ---- 5.3 what a sublayer sees: dropout sites, norms, core dimensions ---- */
@@ -5506,7 +5637,7 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         return;
     }
     if (!cross) {
-        int fixed_qk = (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) && !x->fixed;
+        int fixed_qk = mhe__kind_fixed(kind) && !x->fixed;
         if (fixed_qk) { /* Q, K of the fixed stream at this layer, the same for every sequence */
             const float *fp = m->fixed.acts.layer[l].attn.proj;
             for (b = 0; b < x->B; b++)
@@ -5603,7 +5734,7 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
     memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
     mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
     if (!cross) {
-        int fixed_qk = kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK;
+        int fixed_qk = mhe__kind_fixed(kind);
         float *dp = a->d_proj;
         memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
         mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD,
@@ -5793,7 +5924,7 @@ static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_le
         return n * (F * dh + F);
     if (kind == MHE_ATTN_NONAPPROX)
         return n * (dh + 2);
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK)
+    if (mhe__kind_fixed(kind))
         return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
     return 0;
 }
@@ -5826,7 +5957,7 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
         mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch);
         return;
     }
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) {
+    if (mhe__kind_fixed(kind)) {
         size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
         float *vrow = c->v[l] + (size_t)pos * HD;
         mhe_linear_fwd(vrow, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
@@ -7475,17 +7606,6 @@ static mhe_status mhe__check_kinds(const int *kinds, int n, const char *key, con
     return MHE_OK;
 }
 
-/* checks that a layer of `kind` fits the geometry (self- or cross-attention alike) */
-static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
-    int dh = mhe_config_d_head(c);
-    if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i, c->kv_groups, c->n_heads);
-    if (kind == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
-                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads, dh, c->d_model);
-    return MHE_OK;
-}
-
 /* the word-embedding fields: hash embeddings have no vocabulary softmax,
    and the sizes must fit the hash (thesis sec. 2.3) */
 static mhe_status mhe__check_embedding(const mhe_config *c, char *err) {
@@ -7626,100 +7746,6 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
 }
 
 /* ---- 7. models: parameters ---------------------------------------------- */
-static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias);
-
-/* Walks the parameter list in memory order. With m->params == NULL it only
-   counts; then it fills the tensors. The order puts wq, wk, wv (and their
-   biases) next to each other so one GEMM computes Q, K and V together. */
-typedef struct mhe__layout {
-    mhe_model *m;
-    int count;
-    int64_t floats;
-    int overflow;
-    char prefix[32], tmp[32];       /* name of the block being laid out ("layers.3") */
-} mhe__layout;
-
-static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_t d0, int64_t d1, int decay,
-                              int init, float init_std) {
-    mhe_tensor *t;
-    int64_t shape[2], size;
-    shape[0] = d0; shape[1] = d1;
-    size = mhe_shape_size(ndim, shape);
-    if (size < 0 || L->floats > INT64_MAX / 4 - size) { L->overflow = 1; return NULL; }
-    if (!L->m->params) { L->count++; L->floats += size; return NULL; }
-    t = &L->m->params[L->count++];
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->ndim = ndim;
-    t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
-    t->size = size;
-    t->data = L->m->param_data ? L->m->param_data + L->floats : NULL;
-    t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL;   /* none for an inference-only model */
-    t->decay = decay;
-    t->init = init;
-    t->init_std = init_std;
-    L->floats += size;
-    return t;
-}
-
-/* one attention sublayer (prefix "attn" or "cross") of a block */
-static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
-    const mhe_config *c = &L->m->cfg;
-    mhe__geom g = mhe__layer_geom(c, kind);
-    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
-    float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
-    const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
-    char nm[MHE_NAME_LEN];
-#define MHE__AP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix), \
-                                                       w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
-    w->kind = kind;
-    if (kind == MHE_ATTN_MLP) {   /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
-        MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(up, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias) {
-            MHE__AP(gate_b, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
-            MHE__AP(up_b, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
-        }
-        MHE__AP(down, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias) MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-        return;
-    }
-    if (kind == MHE_ATTN_FNET) return;   /* no parameters */
-    if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
-        MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
-        return;
-    }
-    if (kind == MHE_ATTN_COLLAB) {   /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
-        int D = g.q_w;
-        MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
-        /* no decay on M, as on the MHE head embeddings */
-        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS, c->collab_mix_std);
-        MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-        return;
-    }
-    MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-    if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname); MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std); }
-    if (g.v_w) MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
-    if (c->bias) {
-        MHE__AP(bq, "wq.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
-        if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname); MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
-        if (g.v_w) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
-    }
-    if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
-        MHE__AP(eq, "eq", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
-        MHE__AP(ek, "ek", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
-        MHE__AP(ev, "ev", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
-    }
-    MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
-    if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-#undef MHE__AP
-}
 
 /* The token embedding (thesis sec. 2.3): a vocabulary table, or a hash
    embedding with its special-token rows; all N(0, init_std) except the
@@ -7820,25 +7846,6 @@ static void mhe__layout_walk(mhe__layout *L) {
     }
 }
 
-/* the attention tensors mhe__layout_walk creates for one layer, counted */
-static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
-    mhe__geom g = mhe__layer_geom(c, kind);
-    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
-    int64_t n = (int64_t)g.proj_w * C;                        /* W^Q, W^K, W^V as the kind has them */
-    if (kind == MHE_ATTN_MLP) {   /* gate and up count as the projections, down as W^O */
-        int64_t F = g.q_w;
-        return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
-    }
-    if (kind == MHE_ATTN_FNET) return 0;
-    if (kind == MHE_ATTN_LINEAR) return (int64_t)c->max_seq_len * c->max_seq_len + C * C;   /* no W^O, no bias */
-    if (kind == MHE_ATTN_COLLAB)   /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
-        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) + (with_wo ? C * HD + (with_bias ? C : 0) : 0);
-    if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
-    if (with_bias) n += g.proj_w;
-    if (with_wo) n += C * HD + (with_bias ? C : 0);
-    return n;
-}
-
 MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
     if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT) return -1;
     return mhe__attn_count(c, kind, with_wo, with_bias);
@@ -7880,7 +7887,7 @@ static mhe_status mhe__fixed_init(mhe_model *m) {
     int l, C = c->d_model;
     f->kind = -1; f->top = 0;
     for (l = 0; l < c->n_layers && c->arch != MHE_ARCH_ENCDEC; l++)
-        if (c->attn[l] == MHE_ATTN_RNDEMB_QK || c->attn[l] == MHE_ATTN_FIXEDSEQ_QK) { f->kind = c->attn[l]; f->top = l + 1; }
+        if (mhe__kind_fixed(c->attn[l])) { f->kind = c->attn[l]; f->top = l + 1; }
     if (f->kind == MHE_ATTN_RNDEMB_QK) {
         mhe_rng r;
         float sd = c->fixed_std >= 0 ? c->fixed_std : c->init_std;
@@ -11615,7 +11622,7 @@ static const float *mhe__layer_map(const mhe_model *m, int l, int b, int h, cons
     const mhe_layer *y = &m->layers[l];
     int T = m->last_T, nh;
     if (y->attn.kind == MHE_ATTN_MLP) return identity;
-    if (y->attn.kind == MHE_ATTN_FNET || y->attn.kind == MHE_ATTN_LINEAR || m->cfg.fused_attention) return NULL;
+    if (!mhe__kind_has_map(y->attn.kind) || m->cfg.fused_attention) return NULL;
     nh = mhe__layer_geom(&m->cfg, y->attn.kind).core_q_heads;
     if (h >= nh) h = nh - 1;
     return m->acts.layer[l].attn.stats + (((size_t)b * nh + h) * T) * T;
@@ -11688,7 +11695,7 @@ MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, i
     out->alloc_ctx = m->alloc_ctx; out->n_layers = NL; out->n_heads = nh;
     for (l = 0; l < NL; l++) {
         out->kind[l] = m->layers[l].attn.kind;
-        out->has_map[l] = out->kind[l] != MHE_ATTN_FNET && out->kind[l] != MHE_ATTN_LINEAR && !(m->skip_attn >> l & 1);
+        out->has_map[l] = mhe__kind_has_map(out->kind[l]) && !(m->skip_attn >> l & 1);
     }
     fused = c->fused_attention;
     if (fused) { mhe__acts_drop(m); m->cfg.fused_attention = 0; }   /* the reference path materialises the maps */
@@ -11864,7 +11871,7 @@ MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_
     if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT || len < 0) return 0;
     g = mhe__layer_geom(c, kind);
     st = mhe__decode_state_floats(c, kind, len);
-    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) { sh = st; st = 0; }
+    if (mhe__kind_fixed(kind)) { sh = st; st = 0; }
     if (shared) *shared = sh * sizeof(float);
     return ((size_t)(g.cache_k + g.cache_v) * (size_t)len + st) * sizeof(float);
 }
@@ -12001,7 +12008,7 @@ static mhe_status mhe__decode_maps(mhe_model *m, mhe_kv_cache *c) {
     if ((st = mhe__fixed_fwd(m, T, 1)) != MHE_OK) return st;
     for (l = 0; l < m->fixed.top; l++) {
         const float *fp = m->fixed.acts.layer[l].attn.proj;
-        if (m->layers[l].attn.kind != MHE_ATTN_RNDEMB_QK && m->layers[l].attn.kind != MHE_ATTN_FIXEDSEQ_QK) continue;
+        if (!mhe__kind_fixed(m->layers[l].attn.kind)) continue;
         for (h = 0; h < n; h++)
             for (t = 0; t < T; t++) {
                 float *row = c->state[l] + (size_t)h * tri + (size_t)t * (t + 1) / 2, mx = -INFINITY;
