@@ -321,36 +321,44 @@ typedef struct mhe_attn_dims {
     /* Optional per-head maps, [n_heads, d_head] each, NULL = none (fused core
        only): head h uses Q*q_mul[h] + q_add[h], K + k_add[h] and
        V*v_mul[h] + v_add[h] (MHE paper eq. 5 with psi = add or mul), built
-       tile by tile, never stored per head. Their gradients are added into
-       dq_mul ... dv_add (when not NULL); the backward needs map_scratch of
-       B * n_heads * 5 * d_head floats. */
+       tile by tile, never stored per head (their gradients: mhe_attn_grads). */
     const float *q_mul, *q_add, *k_add, *v_mul, *v_add;
-    float *dq_mul, *dq_add, *dk_add, *dv_mul, *dv_add, *map_scratch;
     /* Collaborative attention (Cordonnier et al. 2020, eq. 12; reference,
        stacked and decoding cores): Q and K of width d_qk (0: d_head), V of
        one head per query head although K is shared (v_per_head), and a
        per-head score of each key, k_bias[(b*Tk + j) * k_bias_stride + h],
-       added inside the scaled logits; its gradient goes to dk_bias. */
+       added inside the scaled logits. */
     int d_qk, v_per_head, k_bias_stride;
     const float *k_bias;
-    float *dk_bias;
 } mhe_attn_dims;
 
-#define MHE_MAX_D_HEAD 256   /* widest head (d_head) a config may set; mhe_config_validate says MHE_ERR_CONFIG past it */
+/* What a backward writes besides dQ, dK, dV (NULL pointers: not wanted):
+   the gradients of the per-head maps, added into dq_mul ... dv_add, and of
+   the key bias, into dk_bias (same layout as k_bias); with maps, the fused
+   backward needs map_scratch of B * n_heads * 5 * d_head floats. */
+typedef struct mhe_attn_grads {
+    float *dq_mul, *dq_add, *dk_add, *dv_mul, *dv_add;
+    float *dk_bias;
+    float *map_scratch;
+} mhe_attn_grads;
+
+/* widest head (d_head) a config may set; mhe_config_validate says MHE_ERR_CONFIG past it */
+#define MHE_MAX_D_HEAD 256
 
 /* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
 MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v);
-MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                             const float *probs, const float *q, const float *k, const float *v);
+MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk, float *dv,
+                             const float *dout, const float *probs, const float *q, const float *k, const float *v);
 /* Fused path: tiled, online softmax (Milakov and Gimelshein 2018; Dao et al.
    2022); stores only lse[B, n, Tq] = log-sum-exp of each score row. The
    backward recomputes the scores tile by tile. Tiles come from the bound
    mhe_scratch (or one allocated for the call: MHE_ERR_NOMEM if that fails). */
 MHEDEF mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v);
-MHEDEF mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                               const float *out, const float *lse, const float *q, const float *k, const float *v);
+MHEDEF mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk,
+                                     float *dv, const float *dout, const float *out, const float *lse,
+                                     const float *q, const float *k, const float *v);
 
 /* ======================================================================== */
 /* 5. attention kinds                                                       */
@@ -2145,7 +2153,9 @@ static int mhe__team(const mhe_scratch *s) {
     return nt < s->threads ? nt : s->threads;
 }
 
-static int mhe__team_of(const mhe_scratch *s) { return s ? mhe__team(s) : mhe__max_threads(); }
+static int mhe__team_of(const mhe_scratch *s) {
+    return s ? mhe__team(s) : mhe__max_threads();
+}
 #endif
 
 /* the calling thread's slice: GEMM packing, then the kernel's tiles */
@@ -3259,8 +3269,13 @@ static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
 
 #ifdef _OPENMP
 /* worth a second thread: B n Tq Tk scores */
-static int mhe__att_parallel(const mhe_attn_dims *d) { return (int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN; }
+static int mhe__att_parallel(const mhe_attn_dims *d) {
+    return (int64_t)d->B * d->n_heads * d->Tq * d->Tk > MHE__PAR_MIN;
+}
 #endif
+
+/* a backward's default: no map or bias gradients */
+static const mhe_attn_grads mhe__no_grads = { NULL, NULL, NULL, NULL, NULL, NULL, NULL };
 
 /* the scale of an attention weight that dropout keeps: 1 / (1 - p) */
 static float mhe__att_keep(const mhe_attn_dims *d) {
@@ -3307,10 +3322,13 @@ for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
 /* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale (q k^T + kb).
    dv_j += Pd_tj do_t; dPd_tj = do_t . v_j; dP = dPd * mask/(1-p);
    dS_tj = P_tj (dP_tj - sum_k P_tk dP_tk); dq_t += scale dS k; dk_j += scale dS q_t; dkb_j += scale dS. */
-MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
-                             const float *probs, const float *q, const float *k, const float *v) {
+MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk,
+                             float *dv, const float *dout, const float *probs, const float *q, const float *k,
+                             const float *v) {
     int group = d->n_heads / d->n_kv_heads, W = MHE__QKW(d), bg;
     float keep = mhe__att_keep(d);
+    if (!gr)
+        gr = &mhe__no_grads;
 MHE__OMP(omp parallel for if (mhe__att_parallel(d)))
 for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
     int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t, j;
@@ -3341,8 +3359,8 @@ for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
                 ds = p[j] * (mhe__dot(dot_, vj, d->d_head) * m - sum) * d->scale;
                 mhe__axpy(dqt, ds, kj, W);
                 mhe__axpy(dk + ((size_t)b * d->Tk + j) * d->k_stride + (size_t)g * W, ds, qt, W);
-                if (d->dk_bias)
-                    d->dk_bias[((size_t)b * d->Tk + j) * d->k_bias_stride + h] += ds;
+                if (gr->dk_bias)
+                    gr->dk_bias[((size_t)b * d->Tk + j) * d->k_bias_stride + h] += ds;
             }
         }
 }
@@ -3577,19 +3595,25 @@ static MHE__VECTORISE void mhe__map_grads(float *dmul, float *dadd, const float 
    dQ += scale dS K, dK += scale dS^T Q. One (b, kv-group) per iteration so
    heads sharing K/V add into dK, dV in a fixed order without races. With
    per-head maps the tiles are mapped as in the forward; the map gradients of
-   (b, h) go to d->map_scratch[b][h] and are summed over b afterwards in a
+   (b, h) go to gr->map_scratch[b][h] and are summed over b afterwards in a
    fixed order. */
-MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
-                                                    const float *dout, const float *out, const float *lse,
-                                                    const float *q, const float *k, const float *v) {
+MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr,
+                                                    float *dq, float *dk, float *dv, const float *dout,
+                                                    const float *out, const float *lse, const float *q,
+                                                    const float *k, const float *v) {
     int group = d->n_heads / d->n_kv_heads, bg, dh = d->d_head, n = d->n_heads;
     int qmap = d->q_mul || d->q_add, kmap = d->k_add != NULL, vmap = d->v_mul || d->v_add;
     size_t per_bh = 5 * (size_t)dh; /* dq_mul, dq_add, dk_add, dv_mul, dv_add */
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    MHE_ASSERT(!(qmap || kmap || vmap) || d->map_scratch);
+    if (!gr)
+        gr = &mhe__no_grads;
+    if ((qmap || kmap || vmap) && !gr->map_scratch) { /* maps need room for their per-head sums */
+        mhe__scratch_done(&own);
+        return MHE_ERR_ARG;
+    }
     if (qmap || kmap || vmap)
-        memset(d->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
+        memset(gr->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
     if (!sc)
         return MHE_ERR_NOMEM;
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
@@ -3603,7 +3627,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, floa
         float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh), *dKVh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj, c;
         for (h = g * group; h < (g + 1) * group; h++) {
-            float *ms = (qmap || kmap || vmap) ? d->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
+            float *ms = (qmap || kmap || vmap) ? gr->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
             for (t0 = 0; t0 < d->Tq; t0 += MHE__BQ) {
                 int rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ, ldq = d->q_stride;
                 int kend = mhe__att_visible(d, b, t0 + rows - 1);
@@ -3697,11 +3721,11 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, floa
     if (qmap || kmap || vmap) { /* sum the per-(b, h) map gradients over b */
         int b, h, c2, which;
         float *targets[5];
-        targets[0] = d->dq_mul;
-        targets[1] = d->dq_add;
-        targets[2] = d->dk_add;
-        targets[3] = d->dv_mul;
-        targets[4] = d->dv_add;
+        targets[0] = gr->dq_mul;
+        targets[1] = gr->dq_add;
+        targets[2] = gr->dk_add;
+        targets[3] = gr->dv_mul;
+        targets[4] = gr->dv_add;
         for (which = 0; which < 5; which++) {
             if (!targets[which])
                 continue;
@@ -3709,7 +3733,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, floa
                 for (h = 0; h < n; h++)
                     for (c2 = 0; c2 < dh; c2++)
                         targets[which][(size_t)h * dh + c2] +=
-                            d->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
+                            gr->map_scratch[((size_t)b * n + h) * per_bh + (size_t)which * dh + c2];
         }
     }
     mhe__scratch_done(&own);
@@ -3871,14 +3895,17 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
    dV += Z_i * (1+e_i^V) and the value-map gradient sum_j Z_i V (per-head
    values: dV_i += Z_i); the key bias gets the column sums of dS. The map
    gradients of each sequence go to map_scratch and are summed afterwards. */
-static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
-                                             const float *dout, const float *out, const float *lse,
-                                             const float *q, const float *k, const float *v) {
+static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq,
+                                             float *dk, float *dv, const float *dout, const float *out,
+                                             const float *lse, const float *q, const float *k,
+                                             const float *v) {
     int n = d->n_heads, dh = d->d_head, W = MHE__QKW(d), R = mhe__attn_mul_rows(d), b;
     size_t per_b = (size_t)n * (W + dh); /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
+    if (!gr)
+        gr = &mhe__no_grads;
+    memset(gr->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE_ASSERT(sc); /* models bind their scratch before they run a core */
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
@@ -3889,7 +3916,7 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
         float *P = mhe__carve(&tile, MHE__MUL_FLOATS), *dP = mhe__carve(&tile, MHE__MUL_FLOATS),
               *Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
         float *Drow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
-        float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
+        float *sdq = gr->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int t0, r, i, h, j0, jj, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
             int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows,
@@ -3933,9 +3960,9 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
                     mhe__bwd_row(d, p, dP + (size_t)r * MHE__BK, cols, vis,
                                  lse[((size_t)b * n + r / rows) * d->Tq + t0 + r % rows], Drow[r], 0.0f, b,
                                  r / rows, t0 + r % rows, j0);
-                    if (d->dk_bias) /* the content bias sits inside the scaled logits: its gradient is dS */
+                    if (gr->dk_bias) /* the content bias sits inside the scaled logits: its gradient is dS */
                         for (jj = 0; jj < cols; jj++)
-                            d->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] +=
+                            gr->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] +=
                                 dP[(size_t)r * MHE__BK + jj];
                 }
                 /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V) (or into head i's values); value-map gradient += sum_j Z * V */
@@ -3979,14 +4006,14 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, float *dq, 
         mhe_scratch_bind(outer);
     }
     for (b = 0; b < d->B; b++) { /* fixed order over sequences: the same sums for any thread count */
-        const float *sdq = d->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
+        const float *sdq = gr->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int e;
-        if (d->dq_mul)
+        if (gr->dq_mul)
             for (e = 0; e < n * W; e++)
-                d->dq_mul[e] += sdq[e];
-        if (d->dv_mul)
+                gr->dq_mul[e] += sdq[e];
+        if (gr->dv_mul)
             for (e = 0; e < n * dh; e++)
-                d->dv_mul[e] += sdv[e];
+                gr->dv_mul[e] += sdv[e];
     }
     mhe__scratch_done(&own);
 }
@@ -4086,16 +4113,18 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
    dK = (sum_i dS_i)^T Q + CS e^Q (CS: column sums of each dS_i, from the key
    biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. dP and dV for
    all heads in stacked GEMMs over the shared V. Per-(b) e gradients go to
-   d->map_scratch and are summed over b afterwards. */
-static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv,
-                                             const float *dout, const float *out, const float *lse,
-                                             const float *q, const float *k, const float *v, const float *eq,
-                                             const float *ev, float *deq, float *dev) {
+   gr->map_scratch and are summed over b afterwards. */
+static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq,
+                                             float *dk, float *dv, const float *dout, const float *out,
+                                             const float *lse, const float *q, const float *k, const float *v,
+                                             const float *eq, const float *ev, float *deq, float *dev) {
     int n = d->n_heads, dh = d->d_head, R = mhe__attn_add_rows(d), b;
     size_t per_b = 2 * (size_t)n * dh;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    memset(d->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
+    if (!gr)
+        gr = &mhe__no_grads;
+    memset(gr->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE_ASSERT(sc); /* models bind their scratch before they run a core */
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
@@ -4107,7 +4136,7 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
               *dP = mhe__carve(&tile, MHE__ADD_FLOATS);
         float *dOs = mhe__carve(&tile, MHE__ADD_FLOATS), *Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK),
               *edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
-        float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
+        float *sdeq = gr->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int t0, i, j0, jj, h, r, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
             int rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows,
@@ -4172,7 +4201,7 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, float *dq, 
         mhe_scratch_bind(outer);
     }
     for (b = 0; b < d->B; b++) {
-        const float *sdeq = d->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
+        const float *sdeq = gr->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int e;
         for (e = 0; e < n * dh; e++) {
             deq[e] += sdeq[e];
@@ -4789,10 +4818,14 @@ static const mhe__kind_info *mhe__kind(int kind) {
 }
 
 /* rndemb-qk, fixedseq-qk: Q and K from the fixed stream, maps precomputed at decoding */
-static int mhe__kind_fixed(int kind) { return mhe__kind(kind)->cache == MHE__CACHE_MAPS; }
+static int mhe__kind_fixed(int kind) {
+    return mhe__kind(kind)->cache == MHE__CACHE_MAPS;
+}
 
 /* fnet, linear: a fixed or learned mixing, no attention map to inspect */
-static int mhe__kind_has_map(int kind) { return mhe__kind(kind)->family != MHE__FAM_MIXING; }
+static int mhe__kind_has_map(int kind) {
+    return mhe__kind(kind)->family != MHE__FAM_MIXING;
+}
 
 /* the kinds of thesis ch. 4 and FNet: their sublayers run mhe__decon_branch_* */
 MHEDEF int mhe_attn_kind_is_decon(int kind) {
@@ -4897,8 +4930,10 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
     g.cache_v = g.v_w;
     g.att_w = n * dh;
-    if (kind == MHE_ATTN_MLP) g.att_w = g.q_w;              /* the gated product before down */
-    if (!mhe__kind_has_map(kind)) g.att_w = c->d_model;     /* fnet, linear: the mixed input */
+    if (kind == MHE_ATTN_MLP)
+        g.att_w = g.q_w; /* the gated product before down */
+    if (!mhe__kind_has_map(kind))
+        g.att_w = c->d_model; /* fnet, linear: the mixed input */
     /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
     if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE)
         g.cache_k = g.cache_v = 0;
@@ -4923,10 +4958,14 @@ static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
 static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
     int dh = mhe_config_d_head(c);
     if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i, c->kv_groups, c->n_heads);
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i,
+                         c->kv_groups, c->n_heads);
     if (kind == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model (%d * %d != %d)",
-                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads, dh, c->d_model);
+        return mhe__fail(err, MHE_ERR_CONFIG,
+                         "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model "
+                         "(%d * %d != %d)",
+                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads,
+                         dh, c->d_model);
     return MHE_OK;
 }
 
@@ -4934,18 +4973,24 @@ static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char
 static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
     mhe__geom g = mhe__layer_geom(c, kind);
     int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
-    int64_t n = (int64_t)g.proj_w * C;                        /* W^Q, W^K, W^V as the kind has them */
-    if (kind == MHE_ATTN_MLP) {   /* gate and up count as the projections, down as W^O */
+    int64_t n = (int64_t)g.proj_w * C; /* W^Q, W^K, W^V as the kind has them */
+    if (kind == MHE_ATTN_MLP) { /* gate and up count as the projections, down as W^O */
         int64_t F = g.q_w;
         return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
     }
-    if (kind == MHE_ATTN_FNET) return 0;
-    if (kind == MHE_ATTN_LINEAR) return (int64_t)c->max_seq_len * c->max_seq_len + C * C;   /* no W^O, no bias */
-    if (kind == MHE_ATTN_COLLAB)   /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
-        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) + (with_wo ? C * HD + (with_bias ? C : 0) : 0);
-    if (g.mhe) n += 3 * HD;                                   /* e^Q, e^K, e^V */
-    if (with_bias) n += g.proj_w;
-    if (with_wo) n += C * HD + (with_bias ? C : 0);
+    if (kind == MHE_ATTN_FNET)
+        return 0;
+    if (kind == MHE_ATTN_LINEAR)
+        return (int64_t)c->max_seq_len * c->max_seq_len + C * C; /* no W^O, no bias */
+    if (kind == MHE_ATTN_COLLAB) /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
+        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) +
+               (with_wo ? C * HD + (with_bias ? C : 0) : 0);
+    if (g.mhe)
+        n += 3 * HD; /* e^Q, e^K, e^V */
+    if (with_bias)
+        n += g.proj_w;
+    if (with_wo)
+        n += C * HD + (with_bias ? C : 0);
     return n;
 }
 
@@ -4964,18 +5009,27 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
                               int init, float init_std) {
     mhe_tensor *t;
     int64_t shape[2], size;
-    shape[0] = d0; shape[1] = d1;
+    shape[0] = d0;
+    shape[1] = d1;
     size = mhe_shape_size(ndim, shape);
-    if (size < 0 || L->floats > INT64_MAX / 4 - size) { L->overflow = 1; return NULL; }
-    if (!L->m->params) { L->count++; L->floats += size; return NULL; }
+    if (size < 0 || L->floats > INT64_MAX / 4 - size) {
+        L->overflow = 1;
+        return NULL;
+    }
+    if (!L->m->params) {
+        L->count++;
+        L->floats += size;
+        return NULL;
+    }
     t = &L->m->params[L->count++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = ndim;
-    t->shape[0] = d0; t->shape[1] = ndim > 1 ? d1 : 0;
+    t->shape[0] = d0;
+    t->shape[1] = ndim > 1 ? d1 : 0;
     t->size = size;
     t->data = L->m->param_data ? L->m->param_data + L->floats : NULL;
-    t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL;   /* none for an inference-only model */
+    t->grad = L->m->grad_data ? L->m->grad_data + L->floats : NULL; /* none for an inference-only model */
     t->decay = decay;
     t->init = init;
     t->init_std = init_std;
@@ -5378,23 +5432,25 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
     int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
     mhe__geom g = mhe__layer_geom(c, kind);
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    mhe_attn_grads gr;
+    memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
     if (kind == MHE_ATTN_COLLAB) { /* the content-bias scores' gradient lands beside dK */
         mhe__collab_dims(&d, w, g.q_w, k, ks);
-        d.dk_bias = dk + g.q_w;
+        gr.dk_bias = dk + g.q_w;
         if (!use_ref && mhe__attn_mul_rows(&d)) {
-            d.map_scratch = a->map_scratch;
-            d.dq_mul = w->mix->grad;
-            mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            gr.map_scratch = a->map_scratch;
+            gr.dq_mul = w->mix->grad;
+            mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
             return;
         }
         memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
         d.q_shared = 0;
         d.q_mul = NULL;
         d.q_stride = n * g.q_w;
-        mhe_attn_ref_bwd(&d, a->d_projx, dk, dv, d_att, stats, projx, k, v);
+        mhe_attn_ref_bwd(&d, &gr, a->d_projx, dk, dv, d_att, stats, projx, k, v);
         mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
         return;
     }
@@ -5406,7 +5462,7 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
         memset(dqx, 0, (nq + 2 * nk) * sizeof(float));
         d.q_stride = d.k_stride = d.v_stride = HD;
         d.n_kv_heads = n;
-        mhe_attn_ref_bwd(&d, dqx, dkx, dvx, d_att, stats, qx, kx, vx);
+        mhe_attn_ref_bwd(&d, &gr, dqx, dkx, dvx, d_att, stats, qx, kx, vx);
         /* back through psi: A_i = A*(1+e_i) (mul) or A + e_i (add), summed over heads */
         mhe__mhe_expand_bwd(dqx, q, dq, qs, B * Tq, w->eq, n, dh, mul);
         mhe__mhe_expand_bwd(dkx, k, dk, ks, B * Tk, w->ek, n, dh, mul);
@@ -5415,34 +5471,34 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
     }
     if (g.mhe) {
         d.q_shared = 1;
-        d.map_scratch = a->map_scratch;
+        gr.map_scratch = a->map_scratch;
         if (kind == MHE_ATTN_MHE_MUL) {
             float *dmap = a->d_hmap;
             memset(dmap, 0, (size_t)2 * HD * sizeof(float));
             d.q_mul = hmap;
             d.v_mul = hmap + HD;
-            d.dq_mul = dmap;
-            d.dv_mul = dmap + HD;
+            gr.dq_mul = dmap;
+            gr.dv_mul = dmap + HD;
             if (mhe__attn_mul_rows(&d))
-                mhe__attn_mul_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+                mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
             else
-                mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+                mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
             for (i = 0; i < HD; i++) { /* w = (1+e^Q)(1+e^K) */
                 w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
                 w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
                 w->ev->grad[i] += dmap[HD + i];
             }
         } else if (mhe__attn_add_fits(&d)) { /* e^K has no effect: its gradient stays 0 */
-            mhe__attn_add_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data,
+            mhe__attn_add_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data,
                               w->eq->grad, w->ev->grad);
         } else {
             d.q_add = w->eq->data;
             d.k_add = w->ek->data;
             d.v_add = w->ev->data;
-            d.dq_add = w->eq->grad;
-            d.dk_add = w->ek->grad;
-            d.dv_add = w->ev->grad;
-            mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+            gr.dq_add = w->eq->grad;
+            gr.dk_add = w->ek->grad;
+            gr.dv_add = w->ev->grad;
+            mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
         }
         return;
     }
@@ -5451,9 +5507,9 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
             for (h = 1; h < n; h++)
                 mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
     if (use_ref)
-        mhe_attn_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+        mhe_attn_ref_bwd(&d, &gr, dq, dk, dv, d_att, stats, q, k, v);
     else
-        mhe_attn_fused_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+        mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
 }
 
 /* ---- 5.8 thesis ch. 4 and FNet: mlp, taylor, nonapprox, rndemb-qk,

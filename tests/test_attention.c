@@ -33,8 +33,8 @@ static void fused_vs_ref(int B, int n, int nkv, int Tq, int Tk, int dh, int caus
     fill(q, nq); fill(k, nk); fill(v, nk); fill(dout, no);
     mhe_attn_ref_fwd(&d, o1, probs, q, k, v);
     mhe_attn_fused_fwd(&d, o2, lse, q, k, v);
-    mhe_attn_ref_bwd(&d, dq1, dk1, dv1, dout, probs, q, k, v);
-    mhe_attn_fused_bwd(&d, dq2, dk2, dv2, dout, o2, lse, q, k, v);
+    mhe_attn_ref_bwd(&d, NULL, dq1, dk1, dv1, dout, probs, q, k, v);
+    mhe_attn_fused_bwd(&d, NULL, dq2, dk2, dv2, dout, o2, lse, q, k, v);
     e_o = test_max_rel_err(o2, o1, (long)no, 1.0);
     e_q = test_max_rel_err(dq2, dq1, (long)nq, 1.0);
     e_k = test_max_rel_err(dk2, dk1, (long)nk, 1.0);
@@ -59,7 +59,7 @@ static void ref_gradcheck(int causal, float drop, int nkv) {
     fill(q, nq); fill(k, nk); fill(v, nk); fill(w, no);
     memset(dq, 0, sizeof dq); memset(dk, 0, sizeof dk); memset(dv, 0, sizeof dv);
     mhe_attn_ref_fwd(&d, o, p, q, k, v);
-    mhe_attn_ref_bwd(&d, dq, dk, dv, w, p, q, k, v);
+    mhe_attn_ref_bwd(&d, NULL, dq, dk, dv, w, p, q, k, v);
     for (which = 0; which < 3; which++)
         for (i = 0; i < (int)sizes[which]; i++) {
             float keep = xs[which][i], h = 1e-2f;
