@@ -2123,15 +2123,16 @@ MHEDEF const mhe_scratch *mhe_scratch_bind(const mhe_scratch *s) {
     return old;
 }
 
-/* The scratch a kernel runs on: the bound one if its tiles are wide enough
-   and the calling thread has a slice, else one allocated for the call into
-   *own (released by mhe__scratch_done). NULL: no memory. */
+/* The scratch a kernel runs on: the bound one if its tiles are wide enough,
+   else one allocated for the call into *own (released by mhe__scratch_done).
+   NULL: no memory. A thread whose index has no slice uses slice 0: that is a
+   caller's own thread in a team of its own (each model binds its own block). */
 typedef struct mhe__own_scratch { mhe_scratch s; float *raw; } mhe__own_scratch;
 
 static const mhe_scratch *mhe__scratch_for(int d_head, int threads, mhe__own_scratch *own) {
     const mhe_scratch *s = mhe__scratch_cur;
     own->raw = NULL;
-    if (s && s->base && s->d_head >= d_head && (!mhe__in_parallel() || mhe__thread_num() < s->threads))
+    if (s && s->base && s->d_head >= d_head)
         return s;
     own->raw = (float *)MHE_MALLOC(NULL, mhe_scratch_floats(d_head, threads) * sizeof(float));
     if (!own->raw)

@@ -76,6 +76,41 @@ static size_t run_small_stack(job *j) {
     return STACK_BYTES - untouched;
 }
 
+/* The kernels' scratch for direct callers: a bound block and a per-call one
+   give the same bits; a fused backward with maps but no map_scratch is an
+   argument error, not an assert. */
+static void direct_scratch(void) {
+    enum { M = 70, N = 90, K = 150 };
+    static float A[M * K], B[K * N], C1[M * N], C2[M * N];
+    float *buf = (float *)malloc(mhe_scratch_floats(16, 2) * sizeof(float));
+    mhe_scratch ws;
+    const mhe_scratch *prev;
+    mhe_attn_dims d;
+    mhe_attn_grads g;
+    float q[2 * 4 * 16], o[2 * 4 * 16], lse[2 * 2 * 4], dq[2 * 4 * 16], ones[2 * 16];
+    int i;
+    for (i = 0; i < M * K; i++) A[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (i = 0; i < K * N; i++) B[i] = (float)((i * 53) % 97) / 48.0f - 1.0f;
+    mhe_gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C1, N);
+    mhe_scratch_init(&ws, buf, 16, 2);
+    prev = mhe_scratch_bind(&ws);
+    mhe_gemm(0, 0, M, N, K, 1.0f, A, K, B, N, 0.0f, C2, N);
+    CHECK(memcmp(C1, C2, sizeof C1) == 0, "mhe_gemm on a bound scratch = on its own, bit for bit");
+    memset(&d, 0, sizeof d);
+    d.B = 1; d.n_heads = 2; d.n_kv_heads = 1; d.Tq = d.Tk = 4; d.d_head = 16; d.q_shared = 1;
+    d.q_stride = d.k_stride = d.v_stride = 16; d.o_stride = 32; d.scale = 0.25f;
+    for (i = 0; i < (int)(sizeof q / sizeof q[0]); i++) q[i] = (float)(i % 7) / 7.0f;
+    for (i = 0; i < 2 * 16; i++) ones[i] = 1.0f;
+    d.q_mul = ones; d.v_mul = ones;
+    CHECK(mhe_attn_fused_fwd(&d, o, lse, q, q, q) == MHE_OK, "fused forward with maps on the bound scratch");
+    memset(&g, 0, sizeof g);
+    memset(dq, 0, sizeof dq);
+    CHECK(mhe_attn_fused_bwd(&d, &g, dq, dq, dq, o, o, lse, q, q, q) == MHE_ERR_ARG,
+          "maps without map_scratch: MHE_ERR_ARG");
+    mhe_scratch_bind(prev);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     static const char *configs[] = {
         "vocab_size=64\nd_model=64\nn_heads=4\nn_layers=2\nmax_seq_len=64\n",
@@ -95,6 +130,7 @@ int main(int argc, char **argv) {
         execv("/proc/self/exe", argv);
         printf("cannot re-execute (%s): worker stacks keep their default size\n", argc > 0 ? argv[0] : "?");
     }
+    direct_scratch();
     for (i = 0; i < (int)(sizeof configs / sizeof configs[0]); i++) {
         job j;
         size_t used;
