@@ -7744,26 +7744,38 @@ static int mhe__has_kind(const mhe_config *c, int kind) {
     return 0;
 }
 
-MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
-    int i, dh = mhe_config_d_head(c);
-    mhe_status st;
-    /* every field within its table range (catches values set directly in C) */
-    for (i = 0; i < MHE__N_CONFIG_FIELDS; i++) {
-        const mhe__field *f = &mhe__config_fields[i];
-        const void *p = (const unsigned char *)c + f->offset;
+/* every int, float and enum field of a struct within its table's range;
+   what: "config" or "train", for the message */
+static mhe_status mhe__check_fields(const mhe__field *fields, int n, const void *obj, const char *what, char *err) {
+    int i;
+    for (i = 0; i < n; i++) {
+        const mhe__field *f = &fields[i];
+        const void *p = (const unsigned char *)obj + f->offset;
         if (f->type == MHE__F_INT) {
             int v = *(const int *)p;
-            if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
+            if (v < f->lo || v > f->hi)
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %d is out of range [%.0f, %.0f]", what, f->key, v,
+                                 f->lo, f->hi);
         } else if (f->type == MHE__F_FLOAT) {
             float v = *(const float *)p;
-            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
+            if (!(v >= (float)f->lo && v <= (float)f->hi))
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': %g is out of range [%g, %g]", what, f->key, (double)v,
+                                 f->lo, f->hi);
         } else if (f->type == MHE__F_ENUM) {
             int v = *(const int *)p;
             char tmp[64];
             mhe__enum_name(f->names, v, tmp, sizeof tmp);
-            if (v < 0 || !tmp[0]) return mhe__fail(err, MHE_ERR_CONFIG, "config field '%s': invalid value %d", f->key, v);
+            if (v < 0 || !tmp[0]) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': invalid value %d", what, f->key, v);
         }
     }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
+    int i, dh = mhe_config_d_head(c);
+    mhe_status st;
+    /* every field within its table range (catches values set directly in C) */
+    if ((st = mhe__check_fields(mhe__config_fields, MHE__N_CONFIG_FIELDS, c, "config", err)) != MHE_OK) return st;
     if (c->d_head == 0 && c->d_model % c->n_heads != 0)
         return mhe__fail(err, MHE_ERR_CONFIG, "d_model %d is not divisible by n_heads %d (set d_head explicitly)", c->d_model, c->n_heads);
     if (dh < 1 || dh > MHE_MAX_D_HEAD)
@@ -9565,21 +9577,8 @@ MHEDEF mhe_status mhe_train_config_parse(mhe_train_config *c, const char *text, 
 }
 
 MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err) {
-    int i;
-    for (i = 0; i < MHE__N_TRAIN_FIELDS; i++) {
-        const mhe__field *f = &mhe__train_fields[i];
-        const void *p = (const unsigned char *)c + f->offset;
-        if (f->type == MHE__F_INT) {
-            int v = *(const int *)p;
-            if (v < f->lo || v > f->hi) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %d is out of range [%.0f, %.0f]", f->key, v, f->lo, f->hi);
-        } else if (f->type == MHE__F_FLOAT) {
-            float v = *(const float *)p;
-            if (!(v >= (float)f->lo && v <= (float)f->hi)) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': %g is out of range [%g, %g]", f->key, (double)v, f->lo, f->hi);
-        } else if (f->type == MHE__F_ENUM) {
-            int v = *(const int *)p;
-            if (v < 0 || v > MHE_SCHED_COSINE_RESTARTS) return mhe__fail(err, MHE_ERR_CONFIG, "train field '%s': invalid value %d", f->key, v);
-        }
-    }
+    mhe_status st;
+    if ((st = mhe__check_fields(mhe__train_fields, MHE__N_TRAIN_FIELDS, c, "train", err)) != MHE_OK) return st;
     if (c->min_lr > c->lr) return mhe__fail(err, MHE_ERR_CONFIG, "min_lr %g is larger than lr %g", (double)c->min_lr, (double)c->lr);
     return MHE_OK;
 }
