@@ -5529,6 +5529,50 @@ static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, co
     mhe_linear_fwd(out, att, w->down->data, mhe__opt_data(w->down_b), rows, F, C);
 }
 
+/* back through mhe__gated_fwd: dproj [rows, 2F] and datt [rows, F] are scratch; du += */
+static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, const float *proj,
+                           const float *att, const float *d_out, float *dproj, float *datt, float *du) {
+    int r, i;
+    memset(datt, 0, (size_t)rows * F * sizeof(float));
+    mhe_linear_bwd(datt, w->down->grad, mhe__opt_grad(w->down_b), d_out, att, w->down->data, rows, F, C);
+    for (r = 0; r < rows; r++)
+        for (i = 0; i < F; i++) {
+            float gate = proj[(size_t)r * 2 * F + i], up = proj[(size_t)r * 2 * F + F + i];
+            float da = datt[(size_t)r * F + i];
+            dproj[(size_t)r * 2 * F + i] = da * up * mhe__silu_grad(gate);
+            dproj[(size_t)r * 2 * F + F + i] = da * mhe__silu(gate);
+        }
+    mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), dproj, u, w->gate->data, rows, C, 2 * F);
+}
+
+/* the linear kind (FNet's learned baseline): Y_b = W_seq[:L, :L] (X_b W_hidden^T)
+   over each sequence's L real tokens (padding rows 0); z [rows, C] keeps X W_hidden^T */
+static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x, const float *u,
+                                float *z, float *out) {
+    int C = m->cfg.d_model, Lmax = m->cfg.max_seq_len, b;
+    mhe_linear_fwd(z, u, w->hidden->data, NULL, x->B * x->T, C, C);
+    for (b = 0; b < x->B; b++) {
+        int L = x->len ? x->len[b] : x->T;
+        float *yb = out + (size_t)b * x->T * C;
+        mhe_gemm(0, 0, L, C, L, 1.0f, w->seq->data, Lmax, z + (size_t)b * x->T * C, C, 0.0f, yb, C);
+        memset(yb + (size_t)L * C, 0, (size_t)(x->T - L) * C * sizeof(float));
+    }
+}
+
+/* dW_seq += dY Z^T, dZ = W_seq^T dY (into dz, scratch), then through W_hidden: du += */
+static void mhe__linear_mix_bwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x, const float *u,
+                                const float *z, const float *d_out, float *dz, float *du) {
+    int C = m->cfg.d_model, Lmax = m->cfg.max_seq_len, rows = x->B * x->T, b;
+    memset(dz, 0, (size_t)rows * C * sizeof(float));
+    for (b = 0; b < x->B; b++) {
+        int L = x->len ? x->len[b] : x->T;
+        const float *db = d_out + (size_t)b * x->T * C, *zb = z + (size_t)b * x->T * C;
+        mhe_gemm(1, 0, L, C, L, 1.0f, w->seq->data, Lmax, db, C, 0.0f, dz + (size_t)b * x->T * C, C);
+        mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->seq->grad, Lmax);
+    }
+    mhe_linear_bwd(du, w->hidden->grad, NULL, dz, u, w->hidden->data, rows, C, C);
+}
+
 /* doubles of DFT scratch for sequences of up to T tokens of width C */
 static size_t mhe__fnet_work(int T, int C) {
     int n = T > C ? T : C;
@@ -5682,15 +5726,8 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0);
         return;
     }
-    if (kind == MHE_ATTN_LINEAR) { /* Y_b = W_seq[:L, :L] (X_b W_hidden^T) over the L real tokens */
-        int Lmax = c->max_seq_len;
-        mhe_linear_fwd(aa->ext, u, w->hidden->data, NULL, rows, C, C);
-        for (b = 0; b < x->B; b++) {
-            int L = x->len ? x->len[b] : x->T;
-            float *yb = out + (size_t)b * x->T * C;
-            mhe_gemm(0, 0, L, C, L, 1.0f, w->seq->data, Lmax, aa->ext + (size_t)b * x->T * C, C, 0.0f, yb, C);
-            memset(yb + (size_t)L * C, 0, (size_t)(x->T - L) * C * sizeof(float));
-        }
+    if (kind == MHE_ATTN_LINEAR) {
+        mhe__linear_mix_fwd(m, w, x, u, aa->ext, out);
         return;
     }
     if (!cross) {
@@ -5754,21 +5791,9 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind,
         site = MHE__SITE_ATT(l, cross);
-    int b, t, i;
+    int b, t;
     if (kind == MHE_ATTN_MLP) {
-        int F = g.q_w;
-        memset(a->d_att, 0, (size_t)rows * F * sizeof(float));
-        mhe_linear_bwd(a->d_att, w->down->grad, mhe__opt_grad(w->down_b), d_out, aa->att, w->down->data, rows,
-                       F, C);
-        for (b = 0; b < rows; b++)
-            for (i = 0; i < F; i++) {
-                float gt = aa->proj[(size_t)b * 2 * F + i], up = aa->proj[(size_t)b * 2 * F + F + i],
-                      da = a->d_att[(size_t)b * F + i];
-                a->d_proj[(size_t)b * 2 * F + i] = da * up * mhe__silu_grad(gt);
-                a->d_proj[(size_t)b * 2 * F + F + i] = da * mhe__silu(gt);
-            }
-        mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), a->d_proj, u, w->gate->data, rows, C,
-                       2 * F);
+        mhe__gated_bwd(w, C, g.q_w, rows, u, aa->proj, aa->att, d_out, a->d_proj, a->d_att, du);
         return;
     }
     if (kind == MHE_ATTN_FNET) {
@@ -5776,16 +5801,7 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         return;
     }
     if (kind == MHE_ATTN_LINEAR) {
-        int Lmax = c->max_seq_len;
-        memset(a->d_att, 0, (size_t)rows * C * sizeof(float));
-        for (b = 0; b < x->B; b++) {
-            int L = x->len ? x->len[b] : x->T;
-            const float *db = d_out + (size_t)b * x->T * C, *zb = aa->ext + (size_t)b * x->T * C;
-            mhe_gemm(1, 0, L, C, L, 1.0f, w->seq->data, Lmax, db, C, 0.0f, a->d_att + (size_t)b * x->T * C,
-                     C);
-            mhe_gemm(0, 1, L, L, C, 1.0f, db, C, zb, C, 1.0f, w->seq->grad, Lmax);
-        }
-        mhe_linear_bwd(du, w->hidden->grad, NULL, a->d_att, u, w->hidden->data, rows, C, C);
+        mhe__linear_mix_bwd(m, w, x, u, aa->ext, d_out, a->d_att, du);
         return;
     }
     memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
