@@ -1832,7 +1832,8 @@ MHE__FORCE_INLINE void mhe__gemm_store256(float *c, __m256 x0, __m256 x1, int nr
 #define MHE__K256_PREF(i) _mm_prefetch((const char *)(c + (size_t)(i) * ldc), _MM_HINT_T0);
 #define MHE__K256_FMA(i) { __m256 ai = _mm256_broadcast_ss(a + (i)); \
     x##i##a = _mm256_fmadd_ps(ai, b0, x##i##a); x##i##b = _mm256_fmadd_ps(ai, b1, x##i##b); }
-#define MHE__K256_STORE(i) mhe__gemm_store256(c + (size_t)(i) * ldc, x##i##a, x##i##b, nr, m0, m1, alpha, beta);
+#define MHE__K256_STORE(i) \
+    mhe__gemm_store256(c + (size_t)(i) * ldc, x##i##a, x##i##b, nr, m0, m1, alpha, beta);
 #define MHE__K256_DEF(n) \
 static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
                            float *c, int ldc, float alpha, float beta) { \
@@ -1862,7 +1863,9 @@ MHE__FORCE_INLINE void mhe__gemm_store_neon(float *c, float32x4_t x0, float32x4_
     int j;
     if (nr == 12) {
         if (beta == 0.0f) {
-            vst1q_f32(c, vmulq_f32(va, x0)); vst1q_f32(c + 4, vmulq_f32(va, x1)); vst1q_f32(c + 8, vmulq_f32(va, x2));
+            vst1q_f32(c, vmulq_f32(va, x0));
+            vst1q_f32(c + 4, vmulq_f32(va, x1));
+            vst1q_f32(c + 8, vmulq_f32(va, x2));
         } else {
             float32x4_t vb = vdupq_n_f32(beta);
             vst1q_f32(c, vfmaq_f32(vmulq_f32(vb, vld1q_f32(c)), va, x0));
@@ -1876,8 +1879,11 @@ MHE__FORCE_INLINE void mhe__gemm_store_neon(float *c, float32x4_t x0, float32x4_
 }
 #define MHE__KNEON_ZERO(i) float32x4_t x##i##a = vdupq_n_f32(0.0f), x##i##b = x##i##a, x##i##c = x##i##a;
 #define MHE__KNEON_FMA(i) { float32x4_t ai = vdupq_n_f32(a[i]); \
-    x##i##a = vfmaq_f32(x##i##a, b0, ai); x##i##b = vfmaq_f32(x##i##b, b1, ai); x##i##c = vfmaq_f32(x##i##c, b2, ai); }
-#define MHE__KNEON_STORE(i) mhe__gemm_store_neon(c + (size_t)(i) * ldc, x##i##a, x##i##b, x##i##c, nr, alpha, beta);
+    x##i##a = vfmaq_f32(x##i##a, b0, ai); \
+    x##i##b = vfmaq_f32(x##i##b, b1, ai); \
+    x##i##c = vfmaq_f32(x##i##c, b2, ai); }
+#define MHE__KNEON_STORE(i) \
+    mhe__gemm_store_neon(c + (size_t)(i) * ldc, x##i##a, x##i##b, x##i##c, nr, alpha, beta);
 #define MHE__KNEON_DEF(n) \
 static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
                            float *c, int ldc, float alpha, float beta) { \
@@ -1908,7 +1914,8 @@ MHE__FORCE_INLINE void mhe__gemm_tile(const int mr, int nr, int kc, const float 
     for (k = 0; k + 4 <= kc; k += 4) {
         const float *b0 = b, *b1 = b + MHE__GEMM_NR, *b2 = b1 + MHE__GEMM_NR, *b3 = b2 + MHE__GEMM_NR;
         for (i = 0; i < mr; i++) {
-            float a0 = a[i], a1 = a[MHE__GEMM_MR + i], a2 = a[2 * MHE__GEMM_MR + i], a3 = a[3 * MHE__GEMM_MR + i];
+            float a0 = a[i], a1 = a[MHE__GEMM_MR + i];
+            float a2 = a[2 * MHE__GEMM_MR + i], a3 = a[3 * MHE__GEMM_MR + i];
             for (j = 0; j < MHE__GEMM_NR; j++) {
                 float t = acc[i][j];
                 t += a0 * b0[j];
@@ -2067,7 +2074,8 @@ static void mhe__gemm_pack_a(int ta, const float *A, int lda, int i0, int mr, in
 #define MHE__TLS thread_local
 #elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
 #define MHE__TLS _Thread_local
-#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__unix__) || defined(__APPLE__) || defined(_WIN32))
+#elif (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__unix__) || defined(__APPLE__) || defined(_WIN32))
 #define MHE__TLS __thread
 #elif defined(_MSC_VER)
 #define MHE__TLS __declspec(thread)
@@ -2440,8 +2448,10 @@ MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
 #endif
         for (t = 0; t < ntask; t++) {
             int bi = t / tn, bj = t % tn;
-            int i0 = mhe__gemm_split(M, tm, bi, MHE__GEMM_MR), i1 = mhe__gemm_split(M, tm, bi + 1, MHE__GEMM_MR);
-            int j0 = mhe__gemm_split(N, tn, bj, MHE__GEMM_NR), j1 = mhe__gemm_split(N, tn, bj + 1, MHE__GEMM_NR);
+            int i0 = mhe__gemm_split(M, tm, bi, MHE__GEMM_MR);
+            int i1 = mhe__gemm_split(M, tm, bi + 1, MHE__GEMM_MR);
+            int j0 = mhe__gemm_split(N, tn, bj, MHE__GEMM_NR);
+            int j1 = mhe__gemm_split(N, tn, bj + 1, MHE__GEMM_NR);
             mhe__gemm_block(&g, i0, i1, j0, j1, mhe__pack_slice(sc));
         }
         mhe__scratch_done(&own);
@@ -3079,7 +3089,9 @@ MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *
                             s += (double)W[((size_t)x * J + y) * R + r] * A[(size_t)x * R + r];
                         M[(size_t)y * R + r] = (float)s;
                     }
-            } else { /* W[(j,k), r] = sum_i T[i,j,k] A[i,r] (T as I x JK, transposed); M[k,r] = sum_j W[(j,k),r] B[j,r] */
+            } else {
+                /* W[(j,k), r] = sum_i T[i,j,k] A[i,r] (T as I x JK, transposed);
+                   M[k,r] = sum_j W[(j,k),r] B[j,r] */
                 mhe_gemm(1, 0, J * K, R, I, 1.0f, T, J * K, A, R, 0.0f, W, R);
                 for (y = 0; y < K; y++)
                     for (r = 0; r < R; r++) {
@@ -3241,7 +3253,8 @@ MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work) {
 
 /* index of the attention weight (b, h, t, j) for the dropout hash */
 #define MHE__ATT_IDX(d, b, h, t, j) \
-    ((((uint64_t)(b) * (uint64_t)(d)->n_heads + (uint64_t)(h)) * (uint64_t)(d)->Tq + (uint64_t)(t)) * (uint64_t)(d)->Tk + (uint64_t)(j))
+    ((((uint64_t)(b) * (uint64_t)(d)->n_heads + (uint64_t)(h)) * (uint64_t)(d)->Tq + (uint64_t)(t)) * \
+         (uint64_t)(d)->Tk + (uint64_t)(j))
 
 /* number of keys query t of sequence b may see: the causal bound and the
    sequence's real length (keys past it are padding) */
@@ -3266,7 +3279,8 @@ static MHE__VECTORISE void mhe__axpy(float *y, float a, const float *x, int n) {
    values per query head, the key bias inside the logits. */
 #define MHE__QKW(d) ((d)->d_qk > 0 ? (d)->d_qk : (d)->d_head)
 #define MHE__REF_VH(d, g, h) ((size_t)((d)->v_per_head ? (h) : (g)) * (d)->d_head)
-#define MHE__REF_KB(d, b, j, h) ((d)->k_bias ? (d)->k_bias[((size_t)(b) * (d)->Tk + (j)) * (d)->k_bias_stride + (h)] : 0.0f)
+#define MHE__REF_KB(d, b, j, h) \
+    ((d)->k_bias ? (d)->k_bias[((size_t)(b) * (d)->Tk + (j)) * (d)->k_bias_stride + (h)] : 0.0f)
 
 #ifdef _OPENMP
 /* worth a second thread: B n Tq Tk scores */
@@ -3966,7 +3980,8 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_a
                             gr->dk_bias[(koff + (size_t)jj) * d->k_bias_stride + r / rows] +=
                                 dP[(size_t)r * MHE__BK + jj];
                 }
-                /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V) (or into head i's values); value-map gradient += sum_j Z * V */
+                /* per head: Z = Pd_i^T dO_i; dV += Z * (1+e_i^V) (or into head i's values);
+                   value-map gradient += sum_j Z * V */
                 for (h = 0; h < n; h++) {
                     const float *vm = d->v_mul ? d->v_mul + (size_t)h * dh : NULL;
                     mhe_gemm(1, 0, cols, dh, rows, 1.0f, P + (size_t)h * rows * MHE__BK, MHE__BK,
@@ -4343,7 +4358,8 @@ static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gp
 
 /* floats of one work slot of the linear-time Taylor core, and how many slots
    (of B n sequence-heads) run at once: at most 16 and 64 MB */
-#define MHE__TCH 32   /* tokens per chunk: the state moves by GEMMs, a chunk's own keys are weighed directly */
+/* tokens per chunk: the state moves by GEMMs, a chunk's own keys are weighed directly */
+#define MHE__TCH 32
 static size_t mhe__taylor_slot(int dh) {
     size_t F = (size_t)mhe__taylor_features(dh);
     return F * (size_t)dh + F + 2 * (size_t)MHE__TCH * F + 2 * (size_t)MHE__TCH * dh + 2 * MHE__TCH;
@@ -4429,7 +4445,8 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
     size_t per = mhe__taylor_slot(d->d_head);
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc)) if (mhe__taylor_parallel(d, cnt)))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc))
+                 if (mhe__taylor_parallel(d, cnt)))
         for (i = 0; i < cnt; i++) {
             const mhe_scratch *outer = mhe_scratch_bind(sc); /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0;
@@ -4467,54 +4484,78 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
     }
 }
 
+/* dnum_t = g_t / den_t and dden_t = -(g_t . o_t) / den_t of query rows t0 .. t0+rows-1 of
+   (sequence b, head h) into DN [rows, d_h] and DD [rows] (0 where den_t is 0) */
+static void mhe__taylor_dnum(const mhe_attn_dims *d, const float *dout, const float *out, const float *dnp,
+                             int b, int h, int t0, int rows, float *DN, float *DD) {
+    int dh = d->d_head, r, c;
+    for (r = 0; r < rows; r++) {
+        size_t row = ((size_t)b * d->Tq + t0 + r) * d->o_stride + (size_t)h * dh;
+        float dn = dnp[t0 + r];
+        if (dn > 0) {
+            for (c = 0; c < dh; c++)
+                DN[(size_t)r * dh + c] = dout[row + c] / dn;
+            DD[r] = -mhe__dot(dout + row, out + row, dh) / dn;
+        } else {
+            memset(DN + (size_t)r * dh, 0, (size_t)dh * sizeof(float));
+            DD[r] = 0;
+        }
+    }
+}
+
 /* backward: o = num / den, dnum = g / den, dden = -(g.o) / den. Through the
    state: d phi(q_t) = S dnum_t + z dden_t (a forward sweep again), and for a
    key j in the state of chunks k.. : d phi(k_j) = R v_j + r, dv_j += R^T
    phi(k_j), with R = sum of phi(q_t) dnum_t^T, r of phi(q_t) dden_t over
    those chunks' queries (a reverse sweep). The direct weights: dw =
    dnum.v_j + dden, ds = dw (1 + s). */
-static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout, const float *out,
-                                const float *den, const float *q, const float *k, const float *v, float *slots) {
+static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                const float *out, const float *den, const float *q, const float *k,
+                                const float *v, float *slots) {
     const mhe_scratch *sc = mhe__scratch_cur;
     int P = mhe__taylor_slots(d->B, d->n_heads, d->d_head), base, total = d->B * d->n_heads;
     size_t per = mhe__taylor_slot(d->d_head);
-    if (d->Tq < 1) return;   /* no queries, no gradient */
+    if (d->Tq < 1)
+        return; /* no queries, no gradient */
     for (base = 0; base < total; base += P) {
         int i, cnt = total - base < P ? total - base : P;
-        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc)) if (mhe__taylor_parallel(d, cnt)))
+        MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team_of(sc))
+                 if (mhe__taylor_parallel(d, cnt)))
         for (i = 0; i < cnt; i++) {
-            const mhe_scratch *outer = mhe_scratch_bind(sc);   /* the GEMMs of its chunks pack there */
+            const mhe_scratch *outer = mhe_scratch_bind(sc); /* the GEMMs of its chunks pack there */
             int bh = base + i, b = bh / d->n_heads, h = bh % d->n_heads, t0, t, j, c, f, added = 0, nch;
             mhe__tay x = mhe__tay_at(d, b, h, q, k, v);
             int F = x.F, dh = x.dh;
-            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F, *G = PQ + (size_t)MHE__TCH * F;
-            float *DN = G + (size_t)MHE__TCH * F, *DV = DN + (size_t)MHE__TCH * dh, *DD = DV + (size_t)MHE__TCH * dh;
+            float *S = slots + (size_t)i * per, *z = S + (size_t)F * dh, *PQ = z + F,
+                  *G = PQ + (size_t)MHE__TCH * F;
+            float *DN = G + (size_t)MHE__TCH * F, *DV = DN + (size_t)MHE__TCH * dh,
+                  *DD = DV + (size_t)MHE__TCH * dh;
             const float *dnp = den + ((size_t)b * d->n_heads + h) * d->Tq;
-            float *dqh = dq + (size_t)b * d->Tq * d->q_stride + (size_t)h * dh, *dkh = dk + (size_t)b * d->Tk * d->k_stride + (size_t)h * dh;
+            float *dqh = dq + (size_t)b * d->Tq * d->q_stride + (size_t)h * dh,
+                  *dkh = dk + (size_t)b * d->Tk * d->k_stride + (size_t)h * dh;
             float *dvh = dv + (size_t)b * d->Tk * d->v_stride + (size_t)h * dh;
-            /* dnum_t, dden_t of chunk rows */
-#define MHE__TAY_DN(t0_, rows_) do { int r_; for (r_ = 0; r_ < (rows_); r_++) { \
-                size_t row_ = ((size_t)b * d->Tq + (t0_) + r_) * d->o_stride + (size_t)h * dh; float dn_ = dnp[(t0_) + r_]; \
-                if (dn_ > 0) { for (c = 0; c < dh; c++) DN[(size_t)r_ * dh + c] = dout[row_ + c] / dn_; DD[r_] = -mhe__dot(dout + row_, out + row_, dh) / dn_; } \
-                else { memset(DN + (size_t)r_ * dh, 0, (size_t)dh * sizeof(float)); DD[r_] = 0; } } } while (0)
             memset(S, 0, ((size_t)F * dh + F) * sizeof(float));
-            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) {   /* pass 1: d q through the state; the direct weights */
+            for (t0 = 0; t0 < d->Tq; t0 += MHE__TCH) { /* pass 1: d q through the state; the direct weights */
                 int rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH, lo = mhe__att_visible(d, b, t0);
                 for (; added < lo; added += c) {
                     c = lo - added < MHE__TCH ? lo - added : MHE__TCH;
                     mhe__taylor_add_keys(&x, added, c, S, z, G);
                 }
-                MHE__TAY_DN(t0, rows);
-                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) G[(size_t)t * F + f] = z[f] * DD[t];
-                mhe_gemm(0, 1, rows, F, dh, 1.0f, DN, dh, S, dh, 1.0f, G, F);   /* + dnum S^T */
+                mhe__taylor_dnum(d, dout, out, dnp, b, h, t0, rows, DN, DD);
+                for (t = 0; t < rows; t++)
+                    for (f = 0; f < F; f++)
+                        G[(size_t)t * F + f] = z[f] * DD[t];
+                mhe_gemm(0, 1, rows, F, dh, 1.0f, DN, dh, S, dh, 1.0f, G, F); /* + dnum S^T */
                 for (t = 0; t < rows; t++) {
                     int vis = mhe__att_visible(d, b, t0 + t);
                     float *dqt = dqh + (size_t)(t0 + t) * x.lq;
-                    if (vis == 0) continue;
+                    if (vis == 0)
+                        continue;
                     mhe__taylor_phi_bwd(x.q + (size_t)(t0 + t) * x.lq, dh, x.a, G + (size_t)t * F, dqt);
                     for (j = lo; j < vis; j++) {
                         float s, w = mhe__taylor_w(&x, t0 + t, j, d->scale, &s);
-                        float ds = (mhe__dot(DN + (size_t)t * dh, x.v + (size_t)j * x.lv, dh) + DD[t]) * (1.0f + s) * d->scale;
+                        float ds = (mhe__dot(DN + (size_t)t * dh, x.v + (size_t)j * x.lv, dh) + DD[t]) *
+                                   (1.0f + s) * d->scale;
                         mhe__axpy(dvh + (size_t)j * d->v_stride, w, DN + (size_t)t * dh, dh);
                         mhe__axpy(dqt, ds, x.k + (size_t)j * x.lk, dh);
                         mhe__axpy(dkh + (size_t)j * d->k_stride, ds, x.q + (size_t)(t0 + t) * x.lq, dh);
@@ -4523,7 +4564,7 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
             }
             /* pass 2, chunks from the last: R, r gather the chunk's queries, then
                the keys that only chunks from this one on see through the state */
-            memset(S, 0, ((size_t)F * dh + F) * sizeof(float));   /* now R, r */
+            memset(S, 0, ((size_t)F * dh + F) * sizeof(float)); /* now R, r */
             nch = (d->Tq + MHE__TCH - 1) / MHE__TCH;
             while (nch-- > 0) {
                 int rows, lo, lo_prev;
@@ -4531,25 +4572,29 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
                 rows = d->Tq - t0 < MHE__TCH ? d->Tq - t0 : MHE__TCH;
                 lo = mhe__att_visible(d, b, t0);
                 lo_prev = nch > 0 ? mhe__att_visible(d, b, t0 - MHE__TCH) : 0;
-                MHE__TAY_DN(t0, rows);
+                mhe__taylor_dnum(d, dout, out, dnp, b, h, t0, rows, DN, DD);
                 mhe__taylor_phis(x.q, x.lq, t0, rows, dh, x.a, PQ, F);
-                mhe_gemm(1, 0, F, dh, rows, 1.0f, PQ, F, DN, dh, 1.0f, S, dh);   /* R += Phi_Q^T dnum */
-                for (t = 0; t < rows; t++) for (f = 0; f < F; f++) z[f] += PQ[(size_t)t * F + f] * DD[t];
+                mhe_gemm(1, 0, F, dh, rows, 1.0f, PQ, F, DN, dh, 1.0f, S, dh); /* R += Phi_Q^T dnum */
+                for (t = 0; t < rows; t++)
+                    for (f = 0; f < F; f++)
+                        z[f] += PQ[(size_t)t * F + f] * DD[t];
                 for (j = lo_prev; j < lo; j += c) {
                     int jj;
                     c = lo - j < MHE__TCH ? lo - j : MHE__TCH;
                     mhe__taylor_phis(x.k, x.lk, j, c, dh, x.a, PQ, F);
-                    for (jj = 0; jj < c; jj++) memcpy(G + (size_t)jj * F, z, (size_t)F * sizeof(float));
-                    mhe_gemm(0, 1, c, F, dh, 1.0f, x.v + (size_t)j * x.lv, (int)x.lv, S, dh, 1.0f, G, F);   /* v_j R^T + r */
-                    mhe_gemm(0, 0, c, dh, F, 1.0f, PQ, F, S, dh, 0.0f, DV, dh);                               /* phi(k_j)^T R */
+                    for (jj = 0; jj < c; jj++)
+                        memcpy(G + (size_t)jj * F, z, (size_t)F * sizeof(float));
+                    mhe_gemm(0, 1, c, F, dh, 1.0f, x.v + (size_t)j * x.lv, (int)x.lv, S, dh, 1.0f, G,
+                             F); /* v_j R^T + r */
+                    mhe_gemm(0, 0, c, dh, F, 1.0f, PQ, F, S, dh, 0.0f, DV, dh); /* phi(k_j)^T R */
                     for (jj = 0; jj < c; jj++) {
                         mhe__axpy(dvh + (size_t)(j + jj) * d->v_stride, 1.0f, DV + (size_t)jj * dh, dh);
-                        mhe__taylor_phi_bwd(x.k + (size_t)(j + jj) * x.lk, dh, x.a, G + (size_t)jj * F, dkh + (size_t)(j + jj) * d->k_stride);
+                        mhe__taylor_phi_bwd(x.k + (size_t)(j + jj) * x.lk, dh, x.a, G + (size_t)jj * F,
+                                            dkh + (size_t)(j + jj) * d->k_stride);
                     }
                 }
             }
-#undef MHE__TAY_DN
-    mhe_scratch_bind(outer);
+            mhe_scratch_bind(outer);
         }
     }
 }
@@ -5038,6 +5083,10 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
     return t;
 }
 
+/* one tensor of an attention sublayer, named "<block>.<attn|cross>.<suffix>" */
+#define MHE__AP(field, suffix, nd, a, b, dec, init, sd)                                  \
+    (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix),                 \
+     w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
 /* one attention sublayer (prefix "attn" or "cross") of a block */
 static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
     const mhe_config *c = &L->m->cfg;
@@ -5046,10 +5095,9 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
     float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
     const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
     char nm[MHE_NAME_LEN];
-#define MHE__AP(field, suffix, nd, a, b, dec, init, sd) (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix), \
-                                                       w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
     w->kind = kind;
-    if (kind == MHE_ATTN_MLP) {   /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
+    if (kind ==
+        MHE_ATTN_MLP) { /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
         MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(up, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
         if (c->bias) {
@@ -5057,45 +5105,59 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
             MHE__AP(up_b, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
         }
         MHE__AP(down, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias) MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        if (c->bias)
+            MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
         return;
     }
-    if (kind == MHE_ATTN_FNET) return;   /* no parameters */
-    if (kind == MHE_ATTN_LINEAR) {   /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
+    if (kind == MHE_ATTN_FNET)
+        return; /* no parameters */
+    if (kind == MHE_ATTN_LINEAR) { /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
         MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
         return;
     }
-    if (kind == MHE_ATTN_COLLAB) {   /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
+    if (kind == MHE_ATTN_COLLAB) { /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
         int D = g.q_w;
         MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
         MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (c->bias)
+            MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
         /* no decay on M, as on the MHE head embeddings */
-        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS, c->collab_mix_std);
+        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS,
+                c->collab_mix_std);
         MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        if (c->bias)
+            MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
         return;
     }
     MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-    if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname); MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std); }
-    if (g.v_w) MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+    if (g.k_w) {
+        snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname);
+        MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
+    }
+    if (g.v_w)
+        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
     if (c->bias) {
         MHE__AP(bq, "wq.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
-        if (g.k_w) { snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname); MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0); }
-        if (g.v_w) MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (g.k_w) {
+            snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname);
+            MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
+        }
+        if (g.v_w)
+            MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
     }
-    if (g.mhe) {   /* head embeddings: no weight decay, which would pull every head towards SHA */
+    if (g.mhe) { /* head embeddings: no weight decay, which would pull every head towards SHA */
         MHE__AP(eq, "eq", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
         MHE__AP(ek, "ek", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
         MHE__AP(ev, "ev", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
     }
     MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
-    if (c->bias) MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-#undef MHE__AP
+    if (c->bias)
+        MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
 }
+#undef MHE__AP
 
 /* ---- 5.3 what a sublayer sees: dropout sites, norms, core dimensions ---- */
 
@@ -5530,8 +5592,9 @@ static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, co
 }
 
 /* back through mhe__gated_fwd: dproj [rows, 2F] and datt [rows, F] are scratch; du += */
-static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, const float *proj,
-                           const float *att, const float *d_out, float *dproj, float *datt, float *du) {
+static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u,
+                           const float *proj, const float *att, const float *d_out, float *dproj, float *datt,
+                           float *du) {
     int r, i;
     memset(datt, 0, (size_t)rows * F * sizeof(float));
     mhe_linear_bwd(datt, w->down->grad, mhe__opt_grad(w->down_b), d_out, att, w->down->data, rows, F, C);
@@ -5547,8 +5610,8 @@ static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, co
 
 /* the linear kind (FNet's learned baseline): Y_b = W_seq[:L, :L] (X_b W_hidden^T)
    over each sequence's L real tokens (padding rows 0); z [rows, C] keeps X W_hidden^T */
-static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x, const float *u,
-                                float *z, float *out) {
+static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x,
+                                const float *u, float *z, float *out) {
     int C = m->cfg.d_model, Lmax = m->cfg.max_seq_len, b;
     mhe_linear_fwd(z, u, w->hidden->data, NULL, x->B * x->T, C, C);
     for (b = 0; b < x->B; b++) {
@@ -5560,8 +5623,8 @@ static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, c
 }
 
 /* dW_seq += dY Z^T, dZ = W_seq^T dY (into dz, scratch), then through W_hidden: du += */
-static void mhe__linear_mix_bwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x, const float *u,
-                                const float *z, const float *d_out, float *dz, float *du) {
+static void mhe__linear_mix_bwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x,
+                                const float *u, const float *z, const float *d_out, float *dz, float *du) {
     int C = m->cfg.d_model, Lmax = m->cfg.max_seq_len, rows = x->B * x->T, b;
     memset(dz, 0, (size_t)rows * C * sizeof(float));
     for (b = 0; b < x->B; b++) {
@@ -5823,7 +5886,7 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
                               rows, C, HD);
             return;
         }
-        if (fixed_qk) { /* the fixed stream itself: its own attention plus what the main stream asks of its Q, K */
+        if (fixed_qk) { /* the fixed stream: its own attention plus what the main stream asks of its Q, K */
             const float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
             for (t = 0; t < x->T; t++)
                 mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
@@ -5971,17 +6034,27 @@ static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_bu
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
         if ((size_t)g.proj_w > max_proj) max_proj = (size_t)g.proj_w;
         if ((size_t)g.att_w > max_att) max_att = (size_t)g.att_w;
-        if (m->layers[l].cross.kind >= 0) {   /* its queries (collab's D~ may be wider than a self kind's Q, K, V) */
+        if (m->layers[l].cross.kind >= 0) { /* its queries (collab's D~ may be wider than self Q, K, V) */
             g = mhe__layer_geom(cfg, m->layers[l].cross.kind);
             if ((size_t)g.q_w > max_proj) max_proj = (size_t)g.q_w;
         }
     }
     if (!d) d = &unused;
 #define MHE__D(ptr, count) do { (ptr) = base ? base + used : NULL; used += (count); } while (0)
-    MHE__D(d->sum, C); MHE__D(d->nrm, C); MHE__D(d->stats, 4); MHE__D(d->branch, C); MHE__D(d->fin, C);
-    MHE__D(d->proj, max_proj); MHE__D(d->att, max_att); MHE__D(d->fc1, F); MHE__D(d->act, F);
-    MHE__D(d->lse, n); MHE__D(d->hmap, 2 * HD);
-    MHE__D(d->emb, C); MHE__D(d->emb_norm, C + 2); MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
+    MHE__D(d->sum, C);
+    MHE__D(d->nrm, C);
+    MHE__D(d->stats, 4);
+    MHE__D(d->branch, C);
+    MHE__D(d->fin, C);
+    MHE__D(d->proj, max_proj);
+    MHE__D(d->att, max_att);
+    MHE__D(d->fc1, F);
+    MHE__D(d->act, F);
+    MHE__D(d->lse, n);
+    MHE__D(d->hmap, 2 * HD);
+    MHE__D(d->emb, C);
+    MHE__D(d->emb_norm, C + 2);
+    MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
     MHE__D(d->logits, (size_t)cfg->vocab_size);
 #undef MHE__D
     return used;
