@@ -2178,6 +2178,13 @@ static float *mhe__tile_slice(const mhe_scratch *s) {
     return mhe__pack_slice(s) + MHE__PACK_FLOATS;
 }
 
+/* tiles carved from one slice never overlap: tell the compiler, as separate arrays did */
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define MHE__RESTRICT __restrict
+#else
+#define MHE__RESTRICT
+#endif
+
 /* n floats from a slice, 64-byte aligned */
 static float *mhe__carve(float **cursor, size_t n) {
     float *p = *cursor;
@@ -3427,7 +3434,7 @@ static MHE__VECTORISE float mhe__row_exp_sum(float *s, int n, float mx) {
    hides); the running sum l and the row's accumulator acc [dh] are
    rescaled by exp(m_old - m). Returns that factor (0 on the first visible
    tile, 1 when nothing changed); *mass gets the tile's share of l. */
-static float mhe__online_row(float *s, int cols, float *m, float *l, float *acc, int dh, float *mass) {
+static MHE__VECTORISE float mhe__online_row(float *s, int cols, float *m, float *l, float *acc, int dh, float *mass) {
     float mx = mhe__row_max(s, cols, *m), corr;
     int j, c;
     *mass = 0.0f;
@@ -3448,7 +3455,7 @@ static float mhe__online_row(float *s, int cols, float *m, float *l, float *acc,
 
 /* attention dropout on the weights of query t against keys j0 .. j0+cols-1,
    replayable from the seed; returns the kept weights' sum */
-static float mhe__row_dropout(const mhe_attn_dims *d, float *s, int cols, int b, int h, int t, int j0) {
+static MHE__VECTORISE float mhe__row_dropout(const mhe_attn_dims *d, float *s, int cols, int b, int h, int t, int j0) {
     float keep = mhe__att_keep(d), sum = 0.0f;
     int j;
     for (j = 0; j < cols; j++) {
@@ -3502,11 +3509,13 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
     for (work = 0; work < d->B * d->n_heads * n_qb; work++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S = mhe__carve(&tile, MHE__BQ * MHE__BK), *acc = mhe__carve(&tile, (size_t)MHE__BQ * dh),
-              *mrow = mhe__carve(&tile, MHE__BQ);
-        float *lrow = mhe__carve(&tile, MHE__BQ), *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh),
-              *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
-        float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT S = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT acc = mhe__carve(&tile, (size_t)MHE__BQ * dh);
+        float *MHE__RESTRICT mrow = mhe__carve(&tile, MHE__BQ);
+        float *MHE__RESTRICT lrow = mhe__carve(&tile, MHE__BQ);
+        float *MHE__RESTRICT Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh);
+        float *MHE__RESTRICT Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = work / (d->n_heads * n_qb), h = (work / n_qb) % d->n_heads, qb = work % n_qb;
         int g = h / group, t0 = qb * MHE__BQ, rows = d->Tq - t0 < MHE__BQ ? d->Tq - t0 : MHE__BQ;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, c, ldq = d->q_stride;
@@ -3635,11 +3644,14 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, cons
     for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *P = mhe__carve(&tile, MHE__BQ * MHE__BK), *dP = mhe__carve(&tile, MHE__BQ * MHE__BK),
-              *Drow = mhe__carve(&tile, MHE__BQ);
-        float *Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh), *dQh = mhe__carve(&tile, (size_t)MHE__BQ * dh),
-              *Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
-        float *Vh = mhe__carve(&tile, (size_t)MHE__BK * dh), *dKVh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT P = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT dP = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT Drow = mhe__carve(&tile, MHE__BQ);
+        float *MHE__RESTRICT Qh = mhe__carve(&tile, (size_t)MHE__BQ * dh);
+        float *MHE__RESTRICT dQh = mhe__carve(&tile, (size_t)MHE__BQ * dh);
+        float *MHE__RESTRICT Kh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT Vh = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT dKVh = mhe__carve(&tile, (size_t)MHE__BK * dh);
         int b = bg / d->n_kv_heads, g = bg % d->n_kv_heads, h, t0, i, j0, jj, c;
         for (h = g * group; h < (g + 1) * group; h++) {
             float *ms = (qmap || kmap || vmap) ? gr->map_scratch + ((size_t)b * n + h) * per_bh : NULL;
@@ -3845,10 +3857,11 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
     for (work = 0; work < d->B * n_qb; work++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *S = mhe__carve(&tile, MHE__MUL_FLOATS),
-              *acc = mhe__carve(&tile, MHE__MUL_FLOATS);
-        float *mrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK),
-              *lrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
+        float *MHE__RESTRICT Qs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT S = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT acc = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT mrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
+        float *MHE__RESTRICT lrow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), r, i, h, j0, jj, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
@@ -3918,19 +3931,19 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_a
     size_t per_b = (size_t)n * (W + dh); /* dq_mul [n, W], dv_mul [n, d_h] of one sequence */
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    if (!gr)
-        gr = &mhe__no_grads;
     memset(gr->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE_ASSERT(sc); /* models bind their scratch before they run a core */
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *Qs = mhe__carve(&tile, MHE__MUL_FLOATS), *dQs = mhe__carve(&tile, MHE__MUL_FLOATS),
-              *dOs = mhe__carve(&tile, MHE__MUL_FLOATS);
-        float *P = mhe__carve(&tile, MHE__MUL_FLOATS), *dP = mhe__carve(&tile, MHE__MUL_FLOATS),
-              *Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
-        float *Drow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
+        float *MHE__RESTRICT Qs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT dQs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT dOs = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT P = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT dP = mhe__carve(&tile, MHE__MUL_FLOATS);
+        float *MHE__RESTRICT Z = mhe__carve(&tile, (size_t)MHE__BK * dh);
+        float *MHE__RESTRICT Drow = mhe__carve(&tile, MHE__MUL_FLOATS / MHE__BK);
         float *sdq = gr->map_scratch + (size_t)b * per_b, *sdv = sdq + (size_t)n * W;
         int t0, r, i, h, j0, jj, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
@@ -3993,13 +4006,15 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_a
                                     Z[(size_t)jj * dh + c];
                         continue;
                     }
-                    for (jj = 0; jj < cols; jj++)
-                        for (c = 0; c < dh; c++) {
-                            float z = Z[(size_t)jj * dh + c];
-                            dvblk[(size_t)jj * d->v_stride + c] += vm ? z * vm[c] : z;
-                            if (vm)
-                                sdv[(size_t)h * dh + c] += z * vblk[(size_t)jj * d->v_stride + c];
-                        }
+                    for (jj = 0; jj < cols; jj++) {   /* dV, then the map's sum: loops that vectorise */
+                        const float *zj = Z + (size_t)jj * dh, *vj = vblk + (size_t)jj * d->v_stride;
+                        float *dvj = dvblk + (size_t)jj * d->v_stride, *dm = sdv + (size_t)h * dh;
+                        for (c = 0; c < dh; c++)
+                            dvj[c] += vm ? zj[c] * vm[c] : zj[c];
+                        if (vm)
+                            for (c = 0; c < dh; c++)
+                                dm[c] += zj[c] * vj[c];
+                    }
                 }
                 mhe_gemm(0, 0, M, W, cols, 1.0f, dP, MHE__BK, kblk, d->k_stride, 1.0f, dQs,
                          W); /* dQs += dS K */
@@ -4011,11 +4026,11 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_a
                 const float *w = d->q_mul + (size_t)h * W;
                 for (i = 0; i < rows; i++) {
                     const float *g = dQs + ((size_t)h * rows + i) * W, *qi = qblk + (size_t)i * d->q_stride;
-                    float *dqi = dq + (qoff + (size_t)i) * d->q_stride;
-                    for (c = 0; c < W; c++) {
+                    float *dqi = dq + (qoff + (size_t)i) * d->q_stride, *dw = sdq + (size_t)h * W;
+                    for (c = 0; c < W; c++) /* two loops: each vectorises with few alias checks */
                         dqi[c] += g[c] * w[c];
-                        sdq[(size_t)h * W + c] += g[c] * qi[c];
-                    }
+                    for (c = 0; c < W; c++)
+                        dw[c] += g[c] * qi[c];
                 }
             }
         }
@@ -4068,11 +4083,13 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
     for (work = 0; work < d->B * n_qb; work++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *U = mhe__carve(&tile, MHE__BK * MHE__BK),
-              *P = mhe__carve(&tile, MHE__ADD_FLOATS);
-        float *acc = mhe__carve(&tile, MHE__ADD_FLOATS), *mrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK),
-              *lrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
-        float *rs = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *MHE__RESTRICT S0 = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT U = mhe__carve(&tile, MHE__BK * MHE__BK);
+        float *MHE__RESTRICT P = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *MHE__RESTRICT acc = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *MHE__RESTRICT mrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *MHE__RESTRICT lrow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *MHE__RESTRICT rs = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         int b = work / n_qb, t0 = (work % n_qb) * R, rows = d->Tq - t0 < R ? d->Tq - t0 : R, M = n * rows;
         int kend = mhe__att_visible(d, b, t0 + rows - 1), i, j0, jj, h, r, c;
         const float *qblk = q + ((size_t)b * d->Tq + t0) * d->q_stride;
@@ -4138,20 +4155,21 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, const mhe_a
     size_t per_b = 2 * (size_t)n * dh;
     mhe__own_scratch own;
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
-    if (!gr)
-        gr = &mhe__no_grads;
     memset(gr->map_scratch, 0, (size_t)d->B * per_b * sizeof(float));
     MHE_ASSERT(sc); /* models bind their scratch before they run a core */
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
     for (b = 0; b < d->B; b++) {
         const mhe_scratch *outer = mhe_scratch_bind(sc); /* tiles inside the loop find it */
         float *tile = mhe__tile_slice(sc);
-        float *S0 = mhe__carve(&tile, MHE__BQ * MHE__BK), *dSs = mhe__carve(&tile, MHE__BQ * MHE__BK),
-              *U = mhe__carve(&tile, MHE__BK * MHE__BK);
-        float *CS = mhe__carve(&tile, MHE__BK * MHE__BK), *P = mhe__carve(&tile, MHE__ADD_FLOATS),
-              *dP = mhe__carve(&tile, MHE__ADD_FLOATS);
-        float *dOs = mhe__carve(&tile, MHE__ADD_FLOATS), *Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK),
-              *edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *MHE__RESTRICT S0 = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT dSs = mhe__carve(&tile, MHE__BQ * MHE__BK);
+        float *MHE__RESTRICT U = mhe__carve(&tile, MHE__BK * MHE__BK);
+        float *MHE__RESTRICT CS = mhe__carve(&tile, MHE__BK * MHE__BK);
+        float *MHE__RESTRICT P = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *MHE__RESTRICT dP = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *MHE__RESTRICT dOs = mhe__carve(&tile, MHE__ADD_FLOATS);
+        float *MHE__RESTRICT Drow = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
+        float *MHE__RESTRICT edo = mhe__carve(&tile, MHE__ADD_FLOATS / MHE__BK);
         float *sdeq = gr->map_scratch + (size_t)b * per_b, *sdev = sdeq + (size_t)n * dh;
         int t0, i, j0, jj, h, r, c;
         for (t0 = 0; t0 < d->Tq; t0 += R) {
