@@ -137,7 +137,49 @@ fuzz-seeds:
 	@mkdir -p $(B)
 	$(CC) -O1 -std=c99 -I. -o $(B)/make_seeds tests/fuzz/make_seeds.c -lm && ./$(B)/make_seeds tests/fuzz/seeds
 
+# ---- the CUDA companion (mhe_cuda.cuh) ---------------------------------------
+# make cuda: everything built by nvcc for sm_80 and sm_90 (+ compute_90 PTX),
+# warnings and spills as errors, then the kernels' registers and shared memory
+# checked against tools/cuda_budget.txt (nothing runs: no GPU here).
+# make test-cuda: the same kernels compiled as C++ through tests/cuda/emu.h and
+# executed on the CPU (fibers in both thread orders, ThreadSanitizer, ASan +
+# UBSan), then the deliberately broken variants, which must be caught.
+NVCC        ?= nvcc
+CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVFLAGS      = -std=c++17 -O2 -I. -DMHE_CUDA $(CUDA_ARCH) --Werror all-warnings \
+               -Xptxas -v,-warn-spills,-warn-lmem-usage -Xcompiler -Wall,-Wextra,-Werror
+CUDA_DEPS    = mhe.h mhe_cuda.cuh $(wildcard tools/*.h)
+EMU_CXX     ?= clang++
+EMU_FLAGS    = -std=c++20 -g -I. -DMHE_CUDA_EMULATE -include tests/cuda/emu.h -Wall -Wextra -Werror
+
+cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda
+	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt
+
+# the tool instantiates every kernel: its ptxas report is the one the budget checks
+$(B)/cuda/mhe: tools/mhe.c tools/mhe_params.c $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -x cu -o $@ tools/mhe.c tools/mhe_params.c > $(B)/cuda/ptxas.log 2>&1 || (cat $(B)/cuda/ptxas.log; exit 1)
+	@grep -v 'ptxas info\|bytes stack frame' $(B)/cuda/ptxas.log || true
+
+$(B)/cuda/bench_cuda: tools/bench_cuda.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Xptxas -v0 -o $@ $< 2>&1 | grep -v 'ptxas info\|bytes stack frame' || true
+	@test -x $@
+
+$(B)/cuda/test_cuda: tests/cuda/test_cuda.cpp tests/test.h $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -x cu -o $@ $< 2>&1 | grep -v 'ptxas info\|bytes stack frame' || true
+	@test -x $@
+
+# the README's table of kernel resources
+cuda-budget-table: $(B)/cuda/mhe
+	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt --table
+
+test-cuda:
+	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
+
 clean:
 	rm -rf build
 
-.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4
+.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 \
+        cuda cuda-budget-table test-cuda

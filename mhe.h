@@ -117,6 +117,7 @@ typedef enum mhe_status {
     MHE_ERR_DATA,         /* a corpus or token file is empty, too short or has bad tokens */
     MHE_ERR_FORMAT,       /* a checkpoint of another format or version */
     MHE_ERR_CONVERGE,     /* an iterative method stopped at its limit before converging */
+    MHE_ERR_DEVICE,       /* no CUDA device, a device error, or a shape past a device kernel's limits (mhe_cuda.cuh) */
     MHE_STATUS_COUNT
 } mhe_status;
 
@@ -1488,6 +1489,7 @@ MHEDEF const char *mhe_status_str(mhe_status s) {
     case MHE_ERR_DATA: return "bad data";
     case MHE_ERR_FORMAT: return "unknown format or version";
     case MHE_ERR_CONVERGE: return "did not converge";
+    case MHE_ERR_DEVICE: return "CUDA device error";
     default: return "unknown status";
     }
 }
@@ -9744,7 +9746,9 @@ MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm) {
     return norm;
 }
 
-MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
+/* the trainer's state (AdamW moments, batch buffers, RNG) without the
+   model's activations: the CPU trainer reserves those, the CUDA one its own */
+static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
     mhe_status st;
     size_t bytes, B, T, Ts;
     int ok = 1;
@@ -9780,7 +9784,14 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
     memset(t->adam_m, 0, bytes);
     memset(t->adam_v, 0, bytes);
     mhe_rng_seed(&t->rng, tc->seed);
-    if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len, (int)Ts)) != MHE_OK) {
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
+    mhe_status st = mhe__trainer_alloc(t, m, tc);
+    int Ts = tc && tc->src_len > 0 ? tc->src_len : tc ? tc->seq_len : 0;
+    if (st != MHE_OK) return st;
+    if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len, Ts)) != MHE_OK) {
         memcpy(t->err, m->err, MHE_ERR_LEN);
         mhe_trainer_free(t);
         return st;
@@ -9789,12 +9800,10 @@ MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train
 }
 
 MHEDEF void mhe_trainer_free(mhe_trainer *t) {
-    void *ctx;
     if (!t || !t->model) return;
-    ctx = t->model->alloc_ctx;
-    if (t->adam_m) MHE_FREE(ctx, t->adam_m);
-    if (t->adam_v) MHE_FREE(ctx, t->adam_v);
-    if (t->batch_tokens) MHE_FREE(ctx, t->batch_tokens);
+    if (t->adam_m) MHE_FREE(t->model->alloc_ctx, t->adam_m);
+    if (t->adam_v) MHE_FREE(t->model->alloc_ctx, t->adam_v);
+    if (t->batch_tokens) MHE_FREE(t->model->alloc_ctx, t->batch_tokens);
     t->adam_m = t->adam_v = NULL;
     t->batch_tokens = t->batch_targets = t->batch_src = t->batch_lengths = t->batch_labels = t->batch_clean = NULL;
 }
@@ -9856,12 +9865,13 @@ static size_t mhe__lm_span(const mhe_model *m, int T, int Ts) {
     return m->cfg.arch == MHE_ARCH_ENCODER ? (size_t)T : m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)Ts + T : (size_t)T + 1;
 }
 
-MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
+/* the next language-model batch of a trainer: tc.batch random windows of
+   data[n] (the CPU and the CUDA trainers draw the same batches) */
+static mhe_status mhe__lm_batch(mhe_trainer *t, const int *data, size_t n, mhe_batch *bt) {
     mhe_model *m = t->model;
     const mhe_train_config *tc = &t->tc;
     int T = tc->seq_len, Ts = tc->src_len > 0 ? tc->src_len : T, b;
     size_t need = mhe__lm_span(m, T, Ts);
-    mhe_batch bt;
     if (m->cfg.token_head == MHE_HEAD_SR)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "the model has a Shuffle+Random head (token_head=sr): train it with mhe_trainer_step_sr");
     if (!data || n < need)
@@ -9872,10 +9882,16 @@ MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
         mhe__lm_row(m, data + off, T, Ts, tc->mlm_prob, &t->rng, t->batch_tokens + (size_t)b * T,
                     t->batch_targets + (size_t)b * T, t->batch_src + (size_t)b * Ts);
     }
-    memset(&bt, 0, sizeof bt);
-    bt.B = tc->batch; bt.T = T; bt.tokens = t->batch_tokens; bt.targets = t->batch_targets;
-    if (m->cfg.arch == MHE_ARCH_ENCDEC) { bt.Ts = Ts; bt.src = t->batch_src; }
-    return mhe__trainer_update(t, &bt);
+    memset(bt, 0, sizeof *bt);
+    bt->B = tc->batch; bt->T = T; bt->tokens = t->batch_tokens; bt->targets = t->batch_targets;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) { bt->Ts = Ts; bt->src = t->batch_src; }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n) {
+    mhe_batch bt;
+    mhe_status st = mhe__lm_batch(t, data, n, &bt);
+    return st != MHE_OK ? st : mhe__trainer_update(t, &bt);
 }
 
 MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s) {
@@ -12314,6 +12330,11 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 
 #endif /* MHE_IMPLEMENTATION_DONE */
 #endif /* MHE_IMPLEMENTATION */
+
+/* the CUDA companion: a .cu file (or the CPU emulation of the tests) defines MHE_CUDA */
+#ifdef MHE_CUDA
+#include "mhe_cuda.cuh"
+#endif
 
 /*
 ------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ typedef struct {
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators;
     uint64_t seed;
     int threads, n_tokens, top_k, batches, quiet, words, skip, map_len;
+    int cuda, tf32;                    /* --device cuda (a build with MHE_CUDA: make cuda), --tf32 1 */
     char model_given[128];             /* which model fields came from the command line */
     float temperature;
 } opts;
@@ -123,6 +124,17 @@ static int parse_opts(int argc, char **argv, opts *o) {
             o->task = v;
         }
         else if (strcmp(key, "threads") == 0) o->threads = atoi(v);
+        else if (strcmp(key, "device") == 0) {
+            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) { fprintf(stderr, "mhe: --device is cpu or cuda, not '%s'\n", v); return -1; }
+            o->cuda = strcmp(v, "cuda") == 0;
+#ifndef MHE_CUDA
+            if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
+#endif
+        }
+        else if (strcmp(key, "tf32") == 0) {
+            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) { fprintf(stderr, "mhe: --tf32 is 0 or 1, not '%s'\n", v); return -1; }
+            o->tf32 = v[0] == '1';
+        }
         else if (strcmp(key, "words") == 0) {
             if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) { fprintf(stderr, "mhe: --words is 0 or 1, not '%s'\n", v); return -1; }
             o->words = v[0] == '1';
@@ -349,12 +361,18 @@ typedef struct {
     void (*print_val)(const train_run *r);    /* the rest of a "step N  " validation line */
     void (*print_final)(const train_run *r);  /* NULL, or the line before "wrote FILE" */
     int tokens_per_s;                         /* the progress line shows tokens/s */
+    int on_device;                            /* --device cuda can train it */
 } train_task;
 
 struct train_run {
     const opts *o;
     mhe_model *m;
-    mhe_trainer t;
+    mhe_trainer *t;           /* the CPU trainer, or the host half of the CUDA one */
+    mhe_trainer cpu;
+#ifdef MHE_CUDA
+    mhe_cuda_model dev;       /* --device cuda: the model and trainer on the GPU */
+    mhe_cuda_trainer gpu;
+#endif
     const train_task *task;
     void *data;               /* the task's own: lm_data, cls_data or sr_data */
     int has_valid, tty, first_step;
@@ -366,25 +384,37 @@ static int due(int step, int every, int last) { return step % every == 0 || step
 
 static void print_progress(const train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
-    double el = now_s() - r->t0, per = el / (r->t.step - r->first_step);
-    printf("%sstep %6d/%d  loss %.4f  lr %.2e  ", r->tty ? "\r" : "", r->t.step, tc->steps, r->t.last_loss, r->t.last_lr);
-    if (r->task->tokens_per_s) printf("%7.0f tok/s  ", (double)(r->t.step - r->first_step) * tc->batch * tc->seq_len / el);
-    printf("%5.0f ms/step  left %4.0fs%s", per * 1e3, per * (tc->steps - r->t.step), r->tty ? "" : "\n");
+    double el = now_s() - r->t0, per = el / (r->t->step - r->first_step);
+    printf("%sstep %6d/%d  loss %.4f  lr %.2e  ", r->tty ? "\r" : "", r->t->step, tc->steps, r->t->last_loss, r->t->last_lr);
+    if (r->task->tokens_per_s) printf("%7.0f tok/s  ", (double)(r->t->step - r->first_step) * tc->batch * tc->seq_len / el);
+    printf("%5.0f ms/step  left %4.0fs%s", per * 1e3, per * (tc->steps - r->t->step), r->tty ? "" : "\n");
     fflush(stdout);
 }
 
+/* --device cuda: the device's weights and moments into the host model and trainer */
+static int sync_device(train_run *r) {
+#ifdef MHE_CUDA
+    if (r->o->cuda && mhe_cuda_trainer_sync(&r->gpu) != MHE_OK) { fprintf(stderr, "\nmhe: %s\n", r->dev.err); return 0; }
+#else
+    (void)r;
+#endif
+    return 1;
+}
+
 static int validate(train_run *r) {
+    if (!sync_device(r)) return 0;
     if (r->task->validate(r) != MHE_OK) { fprintf(stderr, "\nmhe: validation: %s\n", r->m->err); return 0; }
     if (!r->o->quiet) {
-        printf("%sstep %6d  ", r->tty ? "\n" : "", r->t.step);
+        printf("%sstep %6d  ", r->tty ? "\n" : "", r->t->step);
         r->task->print_val(r);
     }
     return 1;
 }
 
 static int save_checkpoint(train_run *r) {
-    if (mhe_checkpoint_save(r->m, &r->t, r->o->out) == MHE_OK) return 1;
-    fprintf(stderr, "\nmhe: %s\n", r->t.err);
+    if (!sync_device(r)) return 0;
+    if (mhe_checkpoint_save(r->m, r->t, r->o->out) == MHE_OK) return 1;
+    fprintf(stderr, "\nmhe: %s\n", r->t->err);
     return 0;
 }
 
@@ -392,13 +422,13 @@ static int save_checkpoint(train_run *r) {
 static int train_steps(train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
     r->t0 = now_s();
-    r->first_step = r->t.step;
-    while (r->t.step < tc->steps) {
+    r->first_step = r->t->step;
+    while (r->t->step < tc->steps) {
         mhe_status s = r->task->step(r);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t.step, r->t.err, mhe_status_str(s)); return 0; }
-        if (!r->o->quiet && due(r->t.step, tc->log_every, tc->steps)) print_progress(r);
-        if (r->has_valid && tc->eval_every > 0 && due(r->t.step, tc->eval_every, tc->steps) && !validate(r)) return 0;
-        if (tc->save_every > 0 && r->t.step % tc->save_every == 0 && r->t.step < tc->steps && !save_checkpoint(r)) return 0;
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); return 0; }
+        if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
+        if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) return 0;
+        if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) return 0;
     }
     return save_checkpoint(r);
 }
@@ -410,6 +440,51 @@ static void print_end(const train_run *r) {
     printf("wrote %s\n", r->o->out);
     printf("peak memory: %.1f MB resident (library: %.1f MB parameters+gradients, %.1f MB activations, %.1f MB AdamW)\n",
            peak_rss_mb(), m->bytes_params / 1e6, m->bytes_acts / 1e6, 2.0 * m->n_params * 4 / 1e6);
+#ifdef MHE_CUDA
+    if (r->o->cuda)
+        printf("device memory: %.1f MB (parameters, gradients, activations) + %.1f MB AdamW\n", r->dev.device_bytes / 1e6,
+               2.0 * m->n_params * 4 / 1e6);
+#endif
+}
+
+/* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
+static int start_device(train_run *r) {
+#ifdef MHE_CUDA
+    char name[256];
+    int major = 0, minor = 0;
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm only\n"); return 0; }
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, r->dev.err) != MHE_OK ||
+        mhe_cuda_model_init(&r->dev, r->m, r->o->tf32) != MHE_OK) {
+        fprintf(stderr, "mhe: --device cuda: %s\n", r->dev.err);
+        return 0;
+    }
+    if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
+        fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
+        mhe_cuda_model_free(&r->dev);
+        return 0;
+    }
+    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
+        fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
+        mhe_cuda_trainer_free(&r->gpu);
+        mhe_cuda_model_free(&r->dev);
+        return 0;
+    }
+    r->t = &r->gpu.host;
+    if (!r->o->quiet) printf("device: %s (compute capability %d.%d)%s\n", name, major, minor, r->o->tf32 ? ", TF32 GEMMs" : "");
+    return 1;
+#else
+    (void)r;
+    return 0;
+#endif
+}
+
+static void stop_device(train_run *r) {
+#ifdef MHE_CUDA
+    mhe_cuda_trainer_free(&r->gpu);
+    mhe_cuda_model_free(&r->dev);
+#else
+    (void)r;
+#endif
 }
 
 /* trains m on the task's data and writes the checkpoint; returns the exit status */
@@ -418,10 +493,16 @@ static int run_training(const opts *o, mhe_model *m, const train_task *task, voi
     int ok;
     memset(&r, 0, sizeof r);
     r.o = o; r.m = m; r.task = task; r.data = data; r.has_valid = has_valid; r.tty = isatty(1);
-    if (!start_trainer(&r.t, m, o)) return 1;
+    if (o->cuda) {
+        if (!start_device(&r)) return 1;
+    } else {
+        if (!start_trainer(&r.cpu, m, o)) return 1;
+        r.t = &r.cpu;
+    }
     ok = task->begin(&r) && train_steps(&r);
     if (ok && !o->quiet) print_end(&r);
-    mhe_trainer_free(&r.t);
+    if (o->cuda) stop_device(&r);
+    else mhe_trainer_free(&r.cpu);
     return ok ? 0 : 1;
 }
 
@@ -438,13 +519,16 @@ static int lm_begin(train_run *r) {
     describe(r->m);
     printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", d->n_train, d->n_valid,
            mhe_unigram_entropy(d->train, d->n_train, r->m->cfg.vocab_size));
-    printf("training %d steps of %d x %d tokens%s\n", tc->steps, tc->batch, tc->seq_len, r->t.step ? " (resumed)" : "");
+    printf("training %d steps of %d x %d tokens%s\n", tc->steps, tc->batch, tc->seq_len, r->t->step ? " (resumed)" : "");
     return 1;
 }
 
 static mhe_status lm_step(train_run *r) {
     const lm_data *d = (const lm_data *)r->data;
-    return mhe_trainer_step(&r->t, d->train, d->n_train);
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_step(&r->gpu, d->train, d->n_train);
+#endif
+    return mhe_trainer_step(r->t, d->train, d->n_train);
 }
 
 static mhe_status lm_validate(train_run *r) {
@@ -460,12 +544,12 @@ static void lm_print_val(const train_run *r) {
 
 static void lm_print_final(const train_run *r) {
     const lm_data *d = (const lm_data *)r->data;
-    printf("final train loss %.4f", r->t.last_loss);
+    printf("final train loss %.4f", r->t->last_loss);
     if (d->valid) printf(", val loss %.4f (ppl %.3f)", d->val_loss, mhe_perplexity(d->val_loss));
     printf("\n");
 }
 
-static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1 };
+static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1, 1 };
 
 static int train_lm(opts *o) {
     lm_data d;
@@ -568,7 +652,7 @@ static int cls_begin(train_run *r) {
     return 1;
 }
 
-static mhe_status cls_step(train_run *r) { return mhe_trainer_step_cls(&r->t, &((const cls_data *)r->data)->train); }
+static mhe_status cls_step(train_run *r) { return mhe_trainer_step_cls(r->t, &((const cls_data *)r->data)->train); }
 
 static mhe_status cls_validate(train_run *r) {
     cls_data *d = (cls_data *)r->data;
@@ -577,7 +661,7 @@ static mhe_status cls_validate(train_run *r) {
 
 static void cls_print_val(const train_run *r) { print_cls("val", &((const cls_data *)r->data)->val); }
 
-static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0 };
+static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 0 };
 
 /* mhe train --task cls: the classification head of an encoder on labelled texts
    (bytes, or words for word models and --words 1); a loaded model without a
@@ -654,7 +738,7 @@ static int sr_begin(train_run *r) {
 
 static mhe_status sr_step(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
-    return mhe_trainer_step_sr(&r->t, d->train, d->n_train, &d->ftr);
+    return mhe_trainer_step_sr(r->t, d->train, d->n_train, &d->ftr);
 }
 
 static mhe_status sr_validate(train_run *r) {
@@ -665,7 +749,7 @@ static mhe_status sr_validate(train_run *r) {
 
 static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
 
-static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1 };
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 0 };
 
 static int train_sr(opts *o) {
     sr_data d;
@@ -687,7 +771,8 @@ static int cmd_train(int argc, char **argv) {
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
                "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
-               "                 [--resume CKPT.safetensors] [--task lm|cls|sr] [--words 1] [--threads N] [train flags]\n"
+               "                 [--resume CKPT.safetensors] [--task lm|cls|sr] [--words 1] [--threads N]\n"
+               "                 [--device cpu|cuda [--tf32 1]] [train flags]\n"
                "Trains a model. --task lm (default): a decoder learns the next byte, an\n"
                "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
                "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
@@ -705,7 +790,9 @@ static int cmd_train(int argc, char **argv) {
                "saved in it are used unless a flag overrides them). Progress: step, loss,\n"
                "tokens/s, learning rate and time left; validation loss and perplexity every\n"
                "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
-               "every save_every steps and at the end. Train fields:\n");
+               "every save_every steps and at the end. --device cuda (build/cuda/mhe, built by make\n"
+               "cuda) trains --task lm on the GPU: the same batches, schedule and checkpoint; --tf32 1\n"
+               "runs its GEMMs on TF32 tensor cores. Train fields:\n");
         print_fields(stdout, 0);
         printf("Model fields (for a new model): see `mhe init --help`.\n");
         return 0;

@@ -1,0 +1,517 @@
+/* tests/cuda/test_cuda.cpp - every kernel of mhe_cuda.cuh (but the
+   attention cores: test_attn.cpp) and the device model, executed on the CPU
+   through tests/cuda/emu.h and compared with the CPU library.
+
+   Built by `make test-cuda` in four ways: fibers in forward and in reversed
+   thread order, threads under ThreadSanitizer, threads under ASan + UBSan.
+   An argument runs one group (gemm, tf32, norm, elementwise, model, train,
+   decode, errors); the fault builds (MHE_CUDA_FAULT) run one group each. */
+#define MHE_IMPLEMENTATION
+#define MHE_CUDA
+#include "mhe.h"
+#include "tests/test.h"
+#include <stdlib.h>
+#include <vector>
+
+static mhe_rng test_rng;
+
+static std::vector<float> randn(size_t n, float s) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = s * mhe_rng_normal(&test_rng);
+    return v;
+}
+
+template <typename T> static T *dev(const std::vector<T> &h) {
+    void *d = NULL;
+    if (cudaMalloc(&d, h.size() * sizeof(T) + 4) != cudaSuccess)
+        abort();
+    cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return (T *)d;
+}
+
+template <typename T> static std::vector<T> host(const T *d, size_t n) {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+}
+
+static double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+    double m = 0, s = 1e-6;
+    for (size_t i = 0; i < b.size(); i++)
+        s = fabs(b[i]) > s ? fabs(b[i]) : s;
+    for (size_t i = 0; i < b.size(); i++) {
+        double d = fabs((double)a[i] - b[i]) / s;
+        if (!(d <= m)) /* NaN counts */
+            m = d == d ? d : 1e30;
+    }
+    return m;
+}
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* tf32 rounding of the inputs (cvt.rna: 10 mantissa bits, nearest, ties
+   away from zero), for a reference the TF32 kernel must match closely */
+static std::vector<float> tf32_round(const std::vector<float> &x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if ((u & 0x7f800000u) != 0x7f800000u) /* finite: add half an ulp of tf32, drop 13 bits */
+            u = (u + 0x1000u) & ~0x1fffu;
+        memcpy(&y[i], &u, 4);
+    }
+    return y;
+}
+
+static void test_gemm(int tf32) {
+    static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}};
+    for (const auto &s : shapes)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int bi = 0; bi < 2; bi++) {
+                    int M = s[0], N = s[1], K = s[2], lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                    float alpha = 0.7f, beta = bi ? 0.5f : 0.0f;
+                    std::vector<float> A = randn((size_t)(ta ? K : M) * lda, 1), B = randn((size_t)(tb ? N : K) * ldb, 1);
+                    std::vector<float> C0 = randn((size_t)M * ldc, 1), ref = C0;
+                    if (tf32) { /* the reference sees what the tensor cores see */
+                        std::vector<float> Ar = tf32_round(A), Br = tf32_round(B);
+                        mhe_gemm(ta, tb, M, N, K, alpha, Ar.data(), lda, Br.data(), ldb, beta, ref.data(), ldc);
+                    } else {
+                        mhe_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, ref.data(), ldc);
+                    }
+                    float *dA = dev(A), *dB = dev(B), *dC = dev(C0);
+                    cudaError_t e = mhe__cu_gemm(tf32, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc);
+                    std::vector<float> got = host(dC, C0.size());
+                    double err = rel_err(got, ref);
+                    CHECK(e == cudaSuccess && err < 2e-5, "%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
+                          tf32 ? "tf32" : "simt", ta, tb, M, N, K, (double)beta, err, cudaGetErrorString(e));
+                    cudaFree(dA);
+                    cudaFree(dB);
+                    cudaFree(dC);
+                }
+}
+
+/* ---- norms, activations, embeddings, cross-entropy, AdamW --------------------- */
+
+static void test_norm(void) {
+    static const int Cs[] = {75, 300, 32};
+    for (int C : Cs)
+        for (int rms = 0; rms < 2; rms++) {
+            int N = 13;
+            std::vector<float> x = randn((size_t)N * C, 2), w = randn(C, 1), b = randn(C, 1), dy = randn((size_t)N * C, 1);
+            std::vector<float> out((size_t)N * C), mean(N), rstd(N), dx = randn((size_t)N * C, 1), dw = randn(C, 1),
+                db = randn(C, 1);
+            std::vector<float> dx0 = dx, dw0 = dw, db0 = db;
+            float *d_x = dev(x), *d_w = dev(w), *d_b = dev(b), *d_out = dev(out), *d_mean = dev(mean),
+                  *d_rstd = dev(rstd), *d_dy = dev(dy), *d_dx = dev(dx0), *d_dw = dev(dw0), *d_db = dev(db0);
+            size_t smem = mhe__cu_norm_smem(C);
+            cudaError_t e = mhe__cu_launch(mhe__cu_norm_fwd, dim3(N), dim3(MHE__CU_EW), smem, d_out, d_mean, d_rstd,
+                                           (const float *)d_x, (const float *)d_w, (const float *)d_b, C, 1e-5f, rms);
+            if (rms)
+                mhe_rmsnorm_fwd(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+            else
+                mhe_layernorm_fwd(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+            CHECK(e == cudaSuccess && rel_err(host(d_out, out.size()), out) < 1e-5, "norm fwd rms=%d C=%d: %.3g", rms, C,
+                  rel_err(host(d_out, out.size()), out));
+            CHECK(rel_err(host(d_rstd, N), rstd) < 1e-5, "norm rstd rms=%d C=%d", rms, C);
+            /* the backward from the device's own statistics (equal to the CPU's, checked above) */
+            e = mhe__cu_launch(mhe__cu_norm_bwd_x, dim3(N), dim3(MHE__CU_EW), smem, d_dx, (const float *)d_dy,
+                               (const float *)d_x, (const float *)d_w, (const float *)d_mean, (const float *)d_rstd, C, rms);
+            if (e == cudaSuccess)
+                e = mhe__cu_launch(mhe__cu_norm_bwd_w, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_dw,
+                                   rms ? (float *)NULL : d_db, (const float *)d_dy, (const float *)d_x,
+                                   (const float *)d_mean, (const float *)d_rstd, N, C, rms);
+            if (rms)
+                mhe_rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+            else
+                mhe_layernorm_bwd(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                                  rstd.data(), N, C);
+            CHECK(e == cudaSuccess && rel_err(host(d_dx, dx.size()), dx) < 1e-5, "norm dx rms=%d C=%d: %.3g", rms, C,
+                  rel_err(host(d_dx, dx.size()), dx));
+            CHECK(rel_err(host(d_dw, C), dw) < 1e-5, "norm dw rms=%d C=%d", rms, C);
+            if (!rms)
+                CHECK(rel_err(host(d_db, C), db) < 1e-5, "norm db C=%d", C);
+            for (float *p : {d_x, d_w, d_b, d_out, d_mean, d_rstd, d_dy, d_dx, d_dw, d_db})
+                cudaFree(p);
+        }
+}
+
+static void test_elementwise(void) {
+    int64_t n = 1000;
+    for (int act = 0; act < 3; act++) {
+        std::vector<float> x = randn(n, 2), dy = randn(n, 1), out(n), dx = randn(n, 1), dx0 = dx;
+        float *d_x = dev(x), *d_out = dev(out), *d_dy = dev(dy), *d_dx = dev(dx0);
+        mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, act, d_out,
+                       (const float *)d_x, n);
+        mhe__cu_launch(mhe__cu_act_bwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, act, d_dx,
+                       (const float *)d_x, (const float *)d_dy, n);
+        mhe_act_fwd(act, out.data(), x.data(), n);
+        mhe_act_bwd(act, dx.data(), x.data(), dy.data(), n);
+        CHECK(rel_err(host(d_out, n), out) < 1e-5 && rel_err(host(d_dx, n), dx) < 1e-5, "activation %d", act);
+        for (float *p : {d_x, d_out, d_dy, d_dx})
+            cudaFree(p);
+    }
+    { /* embeddings: rows repeat (atomics), positions from an offset */
+        int V = 11, C = 70, B = 3, T = 9, t0 = 2, P = 16;
+        std::vector<float> tok = randn((size_t)V * C, 1), pos = randn((size_t)P * C, 1), out((size_t)B * T * C);
+        std::vector<float> d = randn(out.size(), 1), dtok((size_t)V * C, 0.0f), dpos((size_t)P * C, 0.0f);
+        std::vector<int> ids(B * T);
+        for (int i = 0; i < B * T; i++)
+            ids[i] = (i * 7) % 5; /* five ids, each used several times */
+        float *d_tok = dev(tok), *d_pos = dev(pos), *d_out = dev(out), *d_d = dev(d), *d_dtok = dev(dtok),
+              *d_dpos = dev(dpos);
+        int *d_ids = dev(ids);
+        mhe__cu_launch(mhe__cu_embed_fwd, dim3(B * T), dim3(MHE__CU_EW), 0, d_out, (const float *)d_tok,
+                       (const float *)d_pos, (const int *)d_ids, T, t0, C);
+        mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(B * T), dim3(MHE__CU_EW), 0, d_dtok, (const float *)d_d,
+                       (const int *)d_ids, C);
+        mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                       d_dpos, (const float *)d_d, B, T, C);
+        for (int r = 0; r < B * T; r++)
+            for (int c = 0; c < C; c++) {
+                out[(size_t)r * C + c] = tok[(size_t)ids[r] * C + c] + pos[(size_t)(t0 + r % T) * C + c];
+                dtok[(size_t)ids[r] * C + c] += d[(size_t)r * C + c];
+                dpos[(size_t)(r % T) * C + c] += d[(size_t)r * C + c];
+            }
+        CHECK(rel_err(host(d_out, out.size()), out) < 1e-6, "embedding forward");
+        CHECK(rel_err(host(d_dtok, dtok.size()), dtok) < 1e-5, "embedding backward (repeated rows)");
+        CHECK(rel_err(host(d_dpos, dpos.size()), dpos) < 1e-5, "position backward");
+        for (float *p : {d_tok, d_pos, d_out, d_d, d_dtok, d_dpos})
+            cudaFree(p);
+        cudaFree(d_ids);
+    }
+    { /* softmax cross-entropy with ignored rows, V past the block width */
+        int N = 9, V = 301;
+        std::vector<float> z = randn((size_t)N * V, 3), loss(N), dz((size_t)N * V, 0.0f), dzc((size_t)N * V, 0.0f);
+        std::vector<int> tg(N);
+        for (int i = 0; i < N; i++)
+            tg[i] = i % 4 == 3 ? -1 : (i * 37) % V;
+        float *d_z = dev(z), *d_loss = dev(loss), *d_dz = dev(dz);
+        int *d_tg = dev(tg), count;
+        float mean;
+        mhe__cu_launch(mhe__cu_xent, dim3(N), dim3(MHE__CU_EW), 0, d_loss, d_dz, (const float *)d_z,
+                       (const int *)d_tg, V, 0.25f);
+        mhe_xent_fwd(loss.data(), &mean, &count, z.data(), tg.data(), N, V);
+        mhe_xent_bwd(dzc.data(), z.data(), tg.data(), N, V, 0.25f);
+        CHECK(rel_err(host(d_loss, N), loss) < 1e-5, "cross-entropy losses");
+        CHECK(rel_err(host(d_dz, dz.size()), dzc) < 1e-5, "cross-entropy gradient");
+        cudaFree(d_z);
+        cudaFree(d_loss);
+        cudaFree(d_dz);
+        cudaFree(d_tg);
+    }
+    { /* AdamW with a clipping scale, against mhe_clip_grad_norm + mhe_adamw_update */
+        int64_t m = 777;
+        std::vector<float> p = randn(m, 1), gr = randn(m, 1), mo = randn(m, 0.1f), ve = randn(m, 0.1f);
+        for (auto &x : ve)
+            x = x * x;
+        float *d_p = dev(p), *d_g = dev(gr), *d_m = dev(mo), *d_v = dev(ve);
+        float lr = 3e-3f, wd = 0.1f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, clip = 1.0f;
+        int t = 5;
+        float norm = mhe_clip_grad_norm(gr.data(), m, clip), gs = norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+        float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+        mhe_adamw_update(p.data(), gr.data(), mo.data(), ve.data(), m, lr, b1, b2, eps, wd, t);
+        mhe__cu_launch(mhe__cu_adamw, dim3(mhe__cu_blocks(m, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_p, d_g, d_m, d_v, m,
+                       gs, lr / bc1, 1.0f - lr * wd, b1, b2, eps, sqrtf(bc2));
+        CHECK(rel_err(host(d_p, m), p) < 1e-6 && rel_err(host(d_m, m), mo) < 1e-5 && rel_err(host(d_v, m), ve) < 1e-5,
+              "AdamW with clipping");
+        for (float *q : {d_p, d_g, d_m, d_v})
+            cudaFree(q);
+    }
+}
+
+/* ---- the device model ------------------------------------------------------------ */
+
+static mhe_config small_config(int kind, int arch, int post, int norm, int act) {
+    mhe_config c = mhe_config_default();
+    c.arch = arch;
+    c.vocab_size = 61;
+    c.d_model = 48;
+    c.n_heads = 4;
+    c.d_head = 12;
+    c.n_layers = 2;
+    c.d_ff = 100;
+    c.max_seq_len = 24;
+    c.kv_groups = 2;
+    c.collab_dim = 20;
+    c.post_norm = post;
+    c.norm = norm;
+    c.activation = act;
+    c.head_init_std = 0.3f; /* head embeddings far from 0, so the heads differ */
+    for (int l = 0; l < c.n_layers; l++)
+        c.attn[l] = l == 0 ? kind : (kind == MHE_ATTN_MHA ? MHE_ATTN_MHE_MUL : MHE_ATTN_MHA);
+    return c;
+}
+
+static const int device_kinds[] = {MHE_ATTN_MHA,     MHE_ATTN_SHA,     MHE_ATTN_MQA,    MHE_ATTN_GQA,   MHE_ATTN_SKV,
+                                   MHE_ATTN_EL_ATT,  MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL, MHE_ATTN_COLLAB};
+
+/* one forward and backward on both sides: loss, logits and every gradient */
+static void compare_step(const mhe_config *cfg, const char *what) {
+    mhe_model m;
+    mhe_cuda_model g;
+    int B = 2, T = 19, V = cfg->vocab_size;
+    std::vector<int> tok(B * T), tgt(B * T);
+    float loss_cpu = 0, loss_dev = 0;
+    if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
+        CHECK(0, "%s: model init: %s", what, m.err);
+        return;
+    }
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+        tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    }
+    mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+    CHECK(st == MHE_OK, "%s: device init: %s", what, g.err);
+    if (st != MHE_OK) {
+        mhe_model_free(&m);
+        return;
+    }
+    mhe_model_zero_grad(&m);
+    mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+    std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
+    mhe_model_backward(&m);
+    std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
+    st = mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_backward(&g);
+    CHECK(st == MHE_OK, "%s: device step: %s", what, g.err);
+    CHECK_CLOSE(loss_dev, loss_cpu, 1e-5, 1e-5, "%s: loss %.7f vs CPU %.7f", what, (double)loss_dev, (double)loss_cpu);
+    std::vector<float> logits_dev(logits_cpu.size());
+    mhe_cuda_model_logits(&g, logits_dev.data());
+    CHECK(rel_err(logits_dev, logits_cpu) < 1e-5, "%s: logits rel err %.3g", what, rel_err(logits_dev, logits_cpu));
+    mhe_cuda_model_grads(&g);
+    int bad = 0;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const mhe_tensor *p = &m.params[i];
+        size_t off = (size_t)(p->data - m.param_data);
+        std::vector<float> a(m.grad_data + off, m.grad_data + off + p->size),
+            b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + p->size));
+        double e = rel_err(a, b);
+        if (!(e < 2e-4)) {
+            bad++;
+            printf("  %s: gradient of %s rel err %.3g\n", what, p->name, e);
+        }
+    }
+    CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+}
+
+static void test_model(void) {
+    char what[128];
+    for (int kind : device_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        snprintf(what, sizeof what, "decoder %s", mhe_attn_kind_name(kind));
+        compare_step(&c, what);
+    }
+    {
+        mhe_config c = small_config(MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER, 1, MHE_NORM_RMSNORM, MHE_ACT_SILU);
+        c.bias = 0;
+        c.tie_embeddings = 0;
+        compare_step(&c, "post-norm rmsnorm silu, no biases, untied head");
+    }
+    {
+        mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
+        compare_step(&c, "encoder (masked LM) mhe-add");
+    }
+}
+
+/* ---- training: 20 steps on real text, device against CPU --------------------------- */
+
+static void test_train(void) {
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
+        CHECK(0, "corpus: %s", err);
+        return;
+    }
+    static const int kinds[] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD, MHE_ATTN_COLLAB};
+    for (int kind : kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        mhe_trainer tcpu;
+        mhe_cuda_model g;
+        mhe_cuda_trainer tdev;
+        c.vocab_size = 256;
+        c.attn[1] = kind;
+        tc.batch = 2;
+        tc.seq_len = 16;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 20;
+        tc.seed = 5;
+        mhe_model_init(&mc, &c, 11, NULL);
+        mhe_model_init(&md, &c, 11, NULL);
+        mhe_trainer_init(&tcpu, &mc, &tc);
+        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+        CHECK(st == MHE_OK, "train %s: device init: %s", mhe_attn_kind_name(kind), g.err);
+        if (st != MHE_OK)
+            continue;
+        double worst = 0;
+        float first = 0, last_cpu = 0, last_dev = 0;
+        for (int s = 0; s < 20 && st == MHE_OK; s++) {
+            mhe_trainer_step(&tcpu, data, n);
+            st = mhe_cuda_trainer_step(&tdev, data, n);
+            double d = fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss;
+            worst = d > worst ? d : worst;
+            if (s == 0)
+                first = tcpu.last_loss;
+            last_cpu = tcpu.last_loss;
+            last_dev = tdev.host.last_loss;
+        }
+        CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g)",
+              mhe_attn_kind_name(kind), worst);
+        CHECK(last_dev < first - 0.3f, "train %s: loss falls on the device (%.3f -> %.3f; CPU %.3f)",
+              mhe_attn_kind_name(kind), (double)first, (double)last_dev, (double)last_cpu);
+        /* the parameters come back to the host model: it evaluates as the CPU-trained one */
+        mhe_cuda_trainer_sync(&tdev);
+        std::vector<float> a(md.param_data, md.param_data + md.n_params), b(mc.param_data, mc.param_data + mc.n_params);
+        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", mhe_attn_kind_name(kind),
+              rel_err(a, b));
+        mhe_cuda_trainer_free(&tdev);
+        mhe_cuda_model_free(&g);
+        mhe_trainer_free(&tcpu);
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    free(data);
+}
+
+/* ---- decoding: token by token equals the full forward ------------------------------- */
+
+static void test_decode(void) {
+    for (int kind : device_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, kind == MHE_ATTN_MQA, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_cuda_kv_cache kc;
+        int T = 13, V = c.vocab_size;
+        std::vector<int> tok(T);
+        for (int i = 0; i < T; i++)
+            tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+        mhe_model_init(&m, &c, 3, NULL);
+        mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_forward(&g, tok.data(), NULL, 1, T, NULL);
+        std::vector<float> full((size_t)T * V), step(V);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_logits(&g, full.data());
+        if (st == MHE_OK)
+            st = mhe_cuda_kv_cache_init(&kc, &g, T);
+        double worst = 0;
+        for (int t = 0; t < T && st == MHE_OK; t++) {
+            st = mhe_cuda_decode_step(&g, &kc, tok[t], step.data());
+            std::vector<float> ref(full.begin() + (long)t * V, full.begin() + (long)(t + 1) * V);
+            double e = rel_err(step, ref);
+            worst = e > worst ? e : worst;
+        }
+        CHECK(st == MHE_OK && worst < 1e-5, "decode %s: step logits equal the forward's (rel %.3g) %s",
+              mhe_attn_kind_name(kind), worst, st == MHE_OK ? "" : g.err);
+        if (kind == MHE_ATTN_MHE_MUL) /* the MHE cache holds one head: d_h K and d_h V per position */
+            CHECK(kc.kv_w[0] == 2 * mhe_config_d_head(&c) && kc.kv_w[1] == 2 * c.n_heads * mhe_config_d_head(&c),
+                  "MHE-MUL caches one head (%d floats per position; mha %d)", kc.kv_w[0], kc.kv_w[1]);
+        CHECK(mhe_cuda_decode_step(&g, &kc, tok[0], NULL) == MHE_ERR_SHAPE, "decode past the cache: MHE_ERR_SHAPE");
+        mhe_cuda_kv_cache_free(&kc);
+        mhe_cuda_model_free(&g);
+        mhe_model_free(&m);
+    }
+}
+
+/* ---- bad input: a status and a message, never a wrong result ---------------------------- */
+
+static void test_errors(void) {
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+    mhe_model m;
+    mhe_cuda_model g;
+    char err[MHE_ERR_LEN] = "";
+    mhe_model_init(&m, &c, 1, NULL);
+
+#ifdef MHE_CUDA_EMULATE /* the emulation's hooks provoke what a real GPU does rarely */
+    mhe_emu_set_device_count(0);
+    CHECK(mhe_cuda_model_init(&g, &m, 0) == MHE_ERR_DEVICE && strstr(g.err, "no CUDA device"), "no device: %s", g.err);
+    mhe_emu_set_device_count(1);
+
+    mhe_emu_set_no_kernel_image(1);
+    CHECK(mhe_cuda_model_init(&g, &m, 0) == MHE_ERR_DEVICE && strstr(g.err, "no kernel image"), "binary without the arch: %s",
+          g.err);
+    mhe_emu_set_no_kernel_image(0);
+
+    mhe_emu_set_mem_limit(1000);
+    CHECK(mhe_cuda_model_init(&g, &m, 0) == MHE_ERR_NOMEM && strstr(g.err, "out of device memory"),
+          "out of device memory at init: %s", g.err);
+    mhe_emu_set_mem_limit((size_t)m.n_params * 8 + 4096); /* parameters fit, activations do not */
+    if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+        int tok[40] = {0};
+        float loss;
+        CHECK(mhe_cuda_model_forward(&g, tok, tok, 2, 20, &loss) == MHE_ERR_NOMEM, "out of device memory for activations: %s",
+              g.err);
+        mhe_cuda_model_free(&g);
+    } else {
+        CHECK(0, "init within the memory limit: %s", g.err);
+    }
+    mhe_emu_set_mem_limit(0);
+#endif
+
+    {
+        mhe_config bad = c;
+        bad.attn[1] = MHE_ATTN_TAYLOR;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "taylor"), "taylor stays on the CPU: %s", err);
+        bad = c;
+        bad.dropout = 0.1f;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
+        bad = c;
+        bad.arch = MHE_ARCH_ENCDEC;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG, "encdec: %s", err);
+    }
+    if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+        int tok[4] = {1, 2, 999, 3}, tg[4] = {1, 2, 3, 4};
+        float loss;
+        CHECK(mhe_cuda_model_forward(&g, tok, tg, 1, 4, &loss) == MHE_ERR_DATA && strstr(g.err, "999"),
+              "token outside the vocabulary: %s", g.err);
+        int many[30] = {0};
+        CHECK(mhe_cuda_model_forward(&g, many, NULL, 1, 30, NULL) == MHE_ERR_SHAPE, "past max_seq_len: %s", g.err);
+        CHECK(mhe_cuda_model_backward(&g) == MHE_ERR_ARG, "backward without targets: %s", g.err);
+        mhe_cuda_model_free(&g);
+    }
+    { /* a head past the attention kernels' limit: a status, no launch */
+        mhe_attn_dims d;
+        memset(&d, 0, sizeof d);
+        d.B = 1;
+        d.n_heads = d.n_kv_heads = 1;
+        d.Tq = d.Tk = 4;
+        d.d_head = MHE_MAX_D_HEAD + 1;
+        d.q_stride = d.k_stride = d.v_stride = d.o_stride = d.d_head;
+        d.scale = 1.0f;
+        CHECK(mhe__cu_attn_fwd(&d, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head, err);
+    }
+    mhe_model_free(&m);
+}
+
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : "";
+    mhe_rng_seed(&test_rng, 42);
+#define GROUP(name) (!*only || !strcmp(only, name))
+    if (GROUP("gemm"))
+        test_gemm(0);
+    if (GROUP("tf32"))
+        test_gemm(1);
+    if (GROUP("norm"))
+        test_norm();
+    if (GROUP("elementwise"))
+        test_elementwise();
+    if (GROUP("model"))
+        test_model();
+    if (GROUP("train"))
+        test_train();
+    if (GROUP("decode"))
+        test_decode();
+    if (GROUP("errors"))
+        test_errors();
+    return TEST_END();
+}

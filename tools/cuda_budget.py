@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Compare ptxas's resource report with the checked-in kernel budget.
+
+usage: cuda_budget.py PTXAS_LOG BUDGET            fail when a kernel is over budget
+       cuda_budget.py PTXAS_LOG BUDGET --table    the README's table (markdown)
+       cuda_budget.py PTXAS_LOG --write BUDGET    write a budget from a report
+
+PTXAS_LOG is what `nvcc -Xptxas -v` printed while building the kernels
+(make cuda keeps it in build/cuda/ptxas.log). BUDGET (tools/cuda_budget.txt)
+has one line per kernel and architecture: name, arch, registers, shared
+bytes. A kernel fails when it uses more registers or static shared memory
+than its line allows, spills or uses local memory at all, or has no line
+(a new kernel gets a budget on purpose, not by accident).
+"""
+import re
+import subprocess
+import sys
+
+
+def demangle(names):
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+        return [re.sub(r"\(.*", "", x) for x in out.splitlines()]
+    except (OSError, subprocess.CalledProcessError):
+        return names
+
+
+def parse(path):
+    """{(kernel, arch): dict(regs, smem, spill, stack)} from a ptxas -v log"""
+    kernels, cur = {}, None
+    for line in open(path, encoding="utf-8", errors="replace"):
+        m = re.search(r"Compiling entry function '([^']+)' for '(sm_\d+a?)'", line)
+        if m:
+            cur = (m.group(1), m.group(2))
+            kernels[cur] = {"regs": 0, "smem": 0, "spill": 0, "stack": 0}
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            kernels[cur]["stack"] = int(m.group(1))
+            kernels[cur]["spill"] = int(m.group(2)) + int(m.group(3))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            kernels[cur]["regs"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            kernels[cur]["smem"] = int(s.group(1)) if s else 0
+    names = sorted({k for k, _ in kernels})
+    pretty = dict(zip(names, demangle(names)))
+    return {(pretty[k], a): v for (k, a), v in kernels.items()}
+
+
+def read_budget(path):
+    budget = {}
+    for line in open(path, encoding="utf-8"):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, arch, regs, smem = line.rsplit(None, 3)
+        budget[(name, arch)] = (int(regs), int(smem))
+    return budget
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__)
+        return 2
+    report = parse(argv[1])
+    if not report:
+        print("cuda_budget: no kernels in %s" % argv[1])
+        return 1
+    if argv[2] == "--write":
+        with open(argv[3], "w", encoding="utf-8") as f:
+            f.write("# kernel  arch  max-registers  max-static-shared-bytes (tools/cuda_budget.py; spills must be 0)\n")
+            for (name, arch), v in sorted(report.items()):
+                f.write("%s  %s  %d  %d\n" % (name, arch, v["regs"], v["smem"]))
+        return 0
+    budget = read_budget(argv[2])
+    if "--table" in argv:
+        print("| kernel | arch | registers (budget) | static shared bytes (budget) | spills |")
+        print("| --- | --- | --- | --- | --- |")
+        for (name, arch), v in sorted(report.items()):
+            b = budget.get((name, arch), ("-", "-"))
+            print("| `%s` | %s | %d (%s) | %d (%s) | %d |" % (name, arch, v["regs"], b[0], v["smem"], b[1], v["spill"]))
+        return 0
+    bad = 0
+    for (name, arch), v in sorted(report.items()):
+        b = budget.get((name, arch))
+        why = []
+        if b is None:
+            why.append("no budget line")
+        else:
+            if v["regs"] > b[0]:
+                why.append("%d registers > %d" % (v["regs"], b[0]))
+            if v["smem"] > b[1]:
+                why.append("%d shared bytes > %d" % (v["smem"], b[1]))
+        if v["spill"] or v["stack"]:
+            why.append("%d bytes spilled, %d bytes stack" % (v["spill"], v["stack"]))
+        if why:
+            bad += 1
+            print("cuda_budget: %s (%s): %s" % (name, arch, "; ".join(why)))
+    print("cuda_budget: %d kernel builds checked, %d over budget" % (len(report), bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
