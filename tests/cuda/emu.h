@@ -1,0 +1,1434 @@
+// tests/cuda/emu.h - run mhe's CUDA kernels on the CPU, for tests only.
+//
+// The kernels in mhe_cuda.cuh are plain C++ once this header has defined the
+// CUDA keywords, built-in variables and runtime functions, so the same source
+// compiles with nvcc for a GPU and with g++/clang++ (-std=c++20 -x c++) for
+// this emulation. It is not a GPU simulator: it runs each CUDA thread as a
+// C++ thread of execution so that barriers, warp collectives and shared
+// memory behave as CUDA defines them, and misuse shows up.
+//
+// How a launch runs. Blocks run one after another (blockIdx.x fastest, then
+// y, then z); every thread of a block has finished before the next block
+// starts. Inside a block there is one emulated thread per (x, y, z) of
+// threadIdx. `__shared__` is `static`, so a kernel's shared arrays are
+// function statics that all threads of the (single running) block share.
+// Warps are 32 consecutive linear thread ids (x + y*Dx + z*Dx*Dy); a last
+// partial warp has fewer lanes and its collectives cover those lanes only.
+//
+// Two modes, chosen when compiling:
+//   default            fibers (ucontext), one per CUDA thread, all on the
+//                      launching thread. A fiber runs until it waits at a
+//                      barrier; then the next one runs, in thread order
+//                      0,1,2,... (or last to first with MHE_EMU_ORDER=reverse
+//                      or mhe_emu_set_order(1)), so a missing __syncthreads
+//                      gives different results in the two orders. A barrier
+//                      that can never complete (deadlock) fails the launch
+//                      with cudaErrorLaunchFailure and a message on stderr.
+//   -DMHE_EMU_THREADS  one pthread per CUDA thread and pthread_barrier_t
+//                      barriers: the mode for ThreadSanitizer and
+//                      AddressSanitizer runs (they do not follow fibers).
+//
+// Misuse that CUDA leaves undefined (a partial mask, a bad shuffle width,
+// mma from a partial warp, a call outside a kernel) prints a message and
+// aborts. A bad launch configuration is not misuse: it returns CUDA's error.
+// Threads mode aborts on a barrier that not every thread reaches (at once
+// when it can tell, else after 60 s without progress: MHE_EMU_WATCHDOG=s).
+//
+// Limits, for the kernel author:
+// - No `extern __shared__`: dynamic shared memory is mhe_emu_dyn_shared().
+//   Static __shared__ arrays keep their contents from block to block and
+//   launch to launch (a GPU does not clear them either), and do not count
+//   against the shared memory limit. Dynamic shared memory starts as 0xff
+//   bytes (NaN as floats).
+// - No inline PTX: use mhe_emu_mma_m16n8k8_tf32 and mhe_emu_cvt_rna_tf32.
+// - Warp collectives take the full mask 0xffffffff only. Lanes do not run in
+//   lockstep: warp-synchronous code needs __syncwarp, as since Volta.
+// - A thread runs until it reaches a barrier, so it must never spin-wait for
+//   another thread or block (flags, locks, grid-wide sync): blocks run one
+//   after another, and in fiber mode such a loop never ends.
+// - Device memory is host memory: a kernel that dereferences a host pointer
+//   works here and faults on a GPU. cudaMemcpy/cudaMemset do check that the
+//   device side lies inside a live cudaMalloc allocation.
+// - Launches, copies and events are synchronous; streams are accepted and
+//   ignored. __expf and friends are the exact functions.
+// - Fiber stacks are 256 KiB (a guard page faults past that); threads mode
+//   uses 1 MiB stacks and one pthread per CUDA thread, created per launch.
+#ifndef MHE_CUDA_EMU_H
+#define MHE_CUDA_EMU_H
+
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef MHE_EMU_THREADS
+#include <atomic>
+#include <ctime>
+#include <pthread.h>
+#else
+#include <ucontext.h>
+#endif
+
+// The sanitizers cannot follow ucontext stack switches: they need threads.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MHE_EMU_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MHE_EMU_SANITIZED 1
+#endif
+#endif
+#if defined(MHE_EMU_SANITIZED) && !defined(MHE_EMU_THREADS)
+#error "tests/cuda/emu.h: build with -DMHE_EMU_THREADS under ASan/TSan (fibers confuse them)"
+#endif
+
+// Lets shared code tell the emulation from nvcc.
+#define MHE_CUDA_EMU 1
+
+// ---------------------------------------------------------------------------
+// 1. CUDA's keywords
+// ---------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __noinline__
+// `inline` rather than nothing: a __device__ __forceinline__ helper defined in
+// a header must not become a duplicate symbol when two files include it.
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// One block runs at a time, so a function static is exactly one block's
+// shared memory. (`extern __shared__` arrays do not work: use
+// mhe_emu_dyn_shared() for dynamic shared memory.)
+#define __shared__ static
+#define __constant__ static
+
+// ---------------------------------------------------------------------------
+// 2. CUDA's types
+// ---------------------------------------------------------------------------
+struct uint3 {
+    unsigned x, y, z;
+};
+
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// Codes and values as in CUDA's driver_types.h.
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInitializationError = 3,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInvalidMemcpyDirection = 21,
+    cudaErrorInvalidDeviceFunction = 98,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNoKernelImageForDevice = 209,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
+    cudaErrorLaunchFailure = 719,
+};
+
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4,
+};
+
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+};
+
+struct CUstream_st {
+    int unused;
+};
+typedef CUstream_st *cudaStream_t;
+
+struct CUevent_st {
+    double ms;      // wall clock when recorded, in ms since an arbitrary start
+    bool recorded;
+};
+typedef CUevent_st *cudaEvent_t;
+
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor;
+    size_t totalGlobalMem;
+    size_t sharedMemPerBlock;
+    size_t sharedMemPerBlockOptin;
+    size_t sharedMemPerMultiprocessor;
+    size_t totalConstMem;
+    int multiProcessorCount;
+    int maxThreadsPerBlock;
+    int maxThreadsDim[3];
+    int maxGridSize[3];
+    int maxThreadsPerMultiProcessor;
+    int warpSize;
+    int regsPerBlock;
+    int clockRate;        // kHz
+    int memoryClockRate;  // kHz
+    int memoryBusWidth;   // bits
+    int l2CacheSize;      // bytes
+};
+
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes;
+    size_t constSizeBytes;
+    size_t localSizeBytes;
+    int maxThreadsPerBlock;
+    int numRegs;
+    int ptxVersion;
+    int binaryVersion;
+    int maxDynamicSharedSizeBytes;
+};
+
+struct cudaLaunchConfig_t {
+    dim3 gridDim;
+    dim3 blockDim;
+    size_t dynamicSmemBytes;
+    cudaStream_t stream;
+    void *attrs;  // ignored
+    unsigned numAttrs;
+};
+
+// ---------------------------------------------------------------------------
+// 3. Built-in variables
+// ---------------------------------------------------------------------------
+// Per emulated thread. In fiber mode every fiber lives on the launching
+// thread, and the scheduler stores the next fiber's values before it switches.
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+// Per launch, written before any emulated thread starts.
+inline dim3 blockDim;
+inline dim3 gridDim;
+constexpr int warpSize = 32;
+
+// ---------------------------------------------------------------------------
+// 4. The emulator's state
+// ---------------------------------------------------------------------------
+namespace mhe_emu_impl {
+
+constexpr unsigned kMaxThreads = 1024;
+constexpr unsigned kMaxWarps = kMaxThreads / 32;
+constexpr size_t kDefaultSmem = 48 * 1024;   // per block without opting in
+constexpr size_t kOptinSmem = 227 * 1024;    // sm_90's sharedMemPerBlockOptin
+constexpr size_t kDefaultMem = size_t(16) << 30;
+constexpr size_t kFiberStack = 256 * 1024;
+constexpr size_t kThreadStack = 1024 * 1024;
+constexpr int kWatchdogSeconds = 60;         // threads mode: no progress this long = stuck (MHE_EMU_WATCHDOG)
+// The emulation's answer to a launch asking for too much dynamic shared
+// memory. A real GPU says cudaErrorInvalidValue ("invalid argument") there,
+// so code that must work on both should only check for "not cudaSuccess".
+constexpr cudaError_t kSmemTooBig = cudaErrorInvalidConfiguration;
+
+// What an emulated thread is doing (fiber scheduler, threads-mode watchdog).
+enum : unsigned char { kRunnable, kWaitBlock, kWaitWarp, kDone };
+// Threads mode: why a thread waits at a barrier, so that a thread at
+// __syncthreads meeting one that has returned is caught (see thread_wait).
+enum : unsigned char { kKindSync = 1, kKindWarp = 2, kKindExit = 3 };
+
+// One lane's contribution to a warp collective: a shuffle uses w[0..1], the
+// tf32 mma 10 words (a0-a3, b0-b1, c0-c3).
+struct Slot {
+    unsigned w[10];
+};
+
+// One emulated CUDA thread.
+struct Lane {
+    uint3 idx;             // its threadIdx
+    unsigned tid;          // linear id in the block
+    unsigned warp, lane;   // tid / 32, tid % 32
+    unsigned block_phase;  // block barriers passed so far
+    unsigned warp_phase;   // warp barriers passed so far
+#ifndef MHE_EMU_THREADS
+    ucontext_t ctx;
+    void *stack;
+    unsigned char state;
+#endif
+};
+
+struct State {
+    // test hooks and runtime bookkeeping (host side only)
+    int device_count = 1;
+    int device = 0;
+    size_t mem_limit = kDefaultMem;  // 0: no limit
+    size_t live_bytes = 0;
+    bool no_kernel_image = false;
+    long launches = 0;
+    int order = -1;                  // -1: not chosen yet (read MHE_EMU_ORDER), 0 forward, 1 reverse
+    cudaError_t last_error = cudaSuccess;
+    std::map<uintptr_t, size_t> allocations;          // device "memory": base -> size
+    std::map<const void *, int> smem_limits;          // per kernel, from cudaFuncSetAttribute
+
+    // the launch being run
+    void (*run)(void *) = nullptr;   // calls the kernel with its arguments
+    void *run_data = nullptr;
+    const void *kernel = nullptr;
+    unsigned nthreads = 0, nwarps = 0;
+    unsigned warp_lanes[kMaxWarps] = {};
+    size_t nblocks = 0;
+    void *dyn_smem = nullptr;
+    Lane *lanes = nullptr;           // kMaxThreads, allocated once, never moved
+    // Warp exchange buffers, two per warp: a collective writes the buffer of
+    // its barrier's parity, so the next collective (other buffer) cannot
+    // overwrite slots a slow lane has still to read, and one barrier suffices.
+    Slot exchange[kMaxWarps][2][32];
+
+#ifdef MHE_EMU_THREADS
+    pthread_barrier_t block_bar;
+    pthread_barrier_t warp_bar[kMaxWarps];
+    unsigned char block_kind[2][kMaxThreads];  // [barrier parity][tid]
+    unsigned char warp_kind[2][kMaxThreads];
+    std::atomic<unsigned char> thread_state[kMaxThreads];
+    std::atomic<unsigned long> progress{0};     // barrier arrivals, for the watchdog
+    pthread_mutex_t done_mu;
+    pthread_cond_t done_cv;
+    unsigned done = 0;
+    std::atomic<size_t> block_now{0};          // block being run, for the watchdog's message
+#else
+    ucontext_t main_ctx;             // the scheduler's (launching thread's) context
+    unsigned block_arrived = 0;
+    unsigned warp_arrived[kMaxWarps] = {};
+    unsigned runnable = 0;           // fibers that can run now
+    unsigned live = 0;               // fibers not finished
+    bool reverse = false;
+    bool deadlock = false;
+#endif
+};
+
+inline State g;
+// The emulated thread running on this OS thread (null outside kernels).
+inline thread_local Lane *self = nullptr;
+
+// Records a failed call as CUDA's "last error" and returns the code.
+inline cudaError_t fail(cudaError_t e) {
+    g.last_error = e;
+    return e;
+}
+
+inline cudaError_t no_device() {
+    return g.device_count <= 0 ? fail(cudaErrorNoDevice) : cudaSuccess;
+}
+
+// "name(args)" of a kernel if the executable exports it, else its address as
+// an offset that `addr2line -f -C -e EXE OFFSET` turns into a name.
+inline void kernel_name(char *out, size_t size, const void *kernel) {
+    Dl_info info;
+    if (kernel && dladdr(kernel, &info)) {
+        if (info.dli_sname) {
+            int status = 0;
+            char *nice = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+            snprintf(out, size, "%s", status == 0 && nice ? nice : info.dli_sname);
+            free(nice);
+            return;
+        }
+        if (info.dli_fname) {
+            unsigned long off = (unsigned long)((const char *)kernel - (const char *)info.dli_fbase);
+            snprintf(out, size, "at %s+0x%lx (addr2line -f -C -e %s 0x%lx)", info.dli_fname, off,
+                     info.dli_fname, off);
+            return;
+        }
+    }
+    snprintf(out, size, "at %p", kernel);
+}
+
+// Prints "mhe emu: <message> [kernel, block, thread]" and aborts.
+[[noreturn]] __attribute__((format(printf, 1, 2))) inline void die(const char *fmt, ...) {
+    fprintf(stderr, "mhe emu: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (self) {
+        char name[512];
+        kernel_name(name, sizeof name, g.kernel);
+        fprintf(stderr, "\n  in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", name, blockIdx.x, blockIdx.y,
+                blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+    }
+    fprintf(stderr, "\n");
+    abort();
+}
+
+inline Lane *current(const char *what) {
+    if (!self)
+        die("%s called outside a kernel", what);
+    return self;
+}
+
+inline double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+inline uint3 block_index(size_t b) {
+    size_t gx = gridDim.x, gy = gridDim.y;
+    return uint3{unsigned(b % gx), unsigned(b / gx % gy), unsigned(b / (gx * gy))};
+}
+
+// ---------------------------------------------------------------------------
+// 5a. Fiber mode: a scheduler on the launching thread
+// ---------------------------------------------------------------------------
+#ifndef MHE_EMU_THREADS
+
+// The next fiber that can run after fiber `from`, in the chosen order;
+// `from` itself comes last. Only called while some fiber is runnable.
+inline Lane *next_runnable(unsigned from) {
+    unsigned n = g.nthreads;
+    for (unsigned step = 1; step <= n; step++) {
+        unsigned i = g.reverse ? (from + n - step) % n : (from + step) % n;
+        if (g.lanes[i].state == kRunnable)
+            return &g.lanes[i];
+    }
+    return nullptr;
+}
+
+inline void switch_to(Lane *me, Lane *next) {
+    self = next;
+    threadIdx = next->idx;
+    swapcontext(&me->ctx, &next->ctx);
+    // back here when another fiber switches to this one (it set self, threadIdx)
+}
+
+// Nothing can run but fibers remain: give up on this block.
+[[noreturn]] inline void fiber_deadlock() {
+    g.deadlock = true;
+    setcontext(&g.main_ctx);
+    abort();  // setcontext does not return
+}
+
+// Arrival at a block barrier (block = true) or at this fiber's warp barrier.
+inline void fiber_wait(bool block) {
+    Lane *me = self;
+    me->state = block ? kWaitBlock : kWaitWarp;
+    g.runnable--;
+    if (block) {
+        me->block_phase++;
+        if (++g.block_arrived == g.nthreads) {  // the last one: everybody may go on
+            g.block_arrived = 0;
+            for (unsigned i = 0; i < g.nthreads; i++)
+                g.lanes[i].state = kRunnable;
+            g.runnable += g.nthreads;
+        }
+    } else {
+        me->warp_phase++;
+        unsigned w = me->warp, lanes = g.warp_lanes[w];
+        if (++g.warp_arrived[w] == lanes) {
+            g.warp_arrived[w] = 0;
+            for (unsigned i = 0; i < lanes; i++)
+                g.lanes[w * 32 + i].state = kRunnable;
+            g.runnable += lanes;
+        }
+    }
+    if (g.runnable == 0)
+        fiber_deadlock();
+    Lane *next = next_runnable(me->tid);
+    // A fiber whose arrival completed the barrier, and whose turn it is
+    // anyway, goes on without a (system-call-priced) context switch.
+    if (next != me)
+        switch_to(me, next);
+}
+
+// A fiber's kernel call has returned.
+[[noreturn]] inline void fiber_finish() {
+    Lane *me = self;
+    me->state = kDone;
+    g.runnable--;
+    g.live--;
+    if (g.live == 0)
+        setcontext(&g.main_ctx);  // the block is done
+    if (g.runnable == 0)
+        fiber_deadlock();         // the others wait for this one forever
+    Lane *next = next_runnable(me->tid);
+    self = next;
+    threadIdx = next->idx;
+    setcontext(&next->ctx);
+    abort();
+}
+
+// makecontext's entry point: one CUDA thread of one block.
+inline void fiber_main() {
+    g.run(g.run_data);
+    fiber_finish();
+}
+
+inline void fiber_setup(Lane *l) {
+    if (!l->stack) {
+        // mmap with a PROT_NONE page below: a stack overflow faults at once
+        // instead of overwriting the heap.
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        void *p = mmap(nullptr, kFiberStack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            die("cannot map a %zu-byte fiber stack", kFiberStack);
+        mprotect(p, page, PROT_NONE);
+        l->stack = (char *)p + page;
+        getcontext(&l->ctx);  // makecontext needs an initialised context
+    }
+    l->ctx.uc_stack.ss_sp = l->stack;
+    l->ctx.uc_stack.ss_size = kFiberStack;
+    l->ctx.uc_link = &g.main_ctx;
+    makecontext(&l->ctx, fiber_main, 0);
+}
+
+inline void report_deadlock(uint3 block) {
+    unsigned at_sync = 0, at_warp = 0, done = 0;
+    for (unsigned i = 0; i < g.nthreads; i++) {
+        at_sync += g.lanes[i].state == kWaitBlock;
+        at_warp += g.lanes[i].state == kWaitWarp;
+        done += g.lanes[i].state == kDone;
+    }
+    char warps[200] = "";  // the warps with a lane at a warp barrier
+    size_t used = 0;
+    for (unsigned w = 0; w < g.nwarps && used + 8 < sizeof warps; w++) {
+        bool waits = false;
+        for (unsigned i = 0; i < g.warp_lanes[w]; i++)
+            waits = waits || g.lanes[w * 32 + i].state == kWaitWarp;
+        if (waits)
+            used += (size_t)snprintf(warps + used, sizeof warps - used, " %u", w);
+    }
+    char name[512];
+    kernel_name(name, sizeof name, g.kernel);
+    fprintf(stderr,
+            "mhe emu: deadlock in kernel %s, block (%u,%u,%u): of %u threads, %u wait at __syncthreads, "
+            "%u wait at a warp collective or __syncwarp (warps:%s), %u have returned. A barrier that not "
+            "every thread reaches (in a branch, or after an early return)? The launch fails with "
+            "cudaErrorLaunchFailure.\n",
+            name, block.x, block.y, block.z, g.nthreads, at_sync, at_warp, at_warp ? warps : " none", done);
+}
+
+inline cudaError_t run_blocks() {
+    if (g.order < 0) {
+        const char *env = getenv("MHE_EMU_ORDER");
+        g.order = env && strcmp(env, "reverse") == 0;
+    }
+    g.reverse = g.order == 1;
+    for (size_t b = 0; b < g.nblocks; b++) {
+        blockIdx = block_index(b);
+        for (unsigned i = 0; i < g.nthreads; i++) {
+            Lane *l = &g.lanes[i];
+            l->state = kRunnable;
+            l->block_phase = l->warp_phase = 0;
+            fiber_setup(l);
+        }
+        g.block_arrived = 0;
+        memset(g.warp_arrived, 0, sizeof g.warp_arrived);
+        g.runnable = g.live = g.nthreads;
+        g.deadlock = false;
+        Lane *first = &g.lanes[g.reverse ? g.nthreads - 1 : 0];
+        self = first;
+        threadIdx = first->idx;
+        swapcontext(&g.main_ctx, &first->ctx);
+        // back when every fiber has finished, or none can go on
+        self = nullptr;
+        if (g.deadlock) {
+            report_deadlock(blockIdx);
+            return cudaErrorLaunchFailure;
+        }
+    }
+    return cudaSuccess;
+}
+
+inline void block_barrier() {
+    current("__syncthreads");
+    __asm__ __volatile__("" ::: "memory");
+    fiber_wait(true);
+    __asm__ __volatile__("" ::: "memory");
+}
+
+inline void warp_barrier(const char *what) {
+    current(what);
+    __asm__ __volatile__("" ::: "memory");
+    fiber_wait(false);
+    __asm__ __volatile__("" ::: "memory");
+}
+
+// ---------------------------------------------------------------------------
+// 5b. Threads mode: one pthread per CUDA thread
+// ---------------------------------------------------------------------------
+#else
+
+inline const char *kind_name(unsigned char kind) {
+    return kind == kKindSync ? "__syncthreads" : kind == kKindWarp ? "a warp collective" : "the kernel's end";
+}
+
+// Waits at a pthread barrier, then checks that the neighbour (tid + 1, in a
+// ring) arrived for the same reason. Each thread writes its kind to the slot
+// of this barrier's parity; that slot is written again only two barriers
+// later, after the neighbour has read it, so the check needs no lock. When
+// every neighbour agrees, everybody does.
+inline void thread_wait(bool block, unsigned char kind) {
+    Lane *me = self;
+    unsigned p = (block ? me->block_phase++ : me->warp_phase++) & 1;
+    unsigned base = block ? 0 : me->warp * 32;
+    unsigned count = block ? g.nthreads : g.warp_lanes[me->warp];
+    unsigned char *kinds = block ? g.block_kind[p] : g.warp_kind[p];
+    kinds[me->tid] = kind;
+    g.thread_state[me->tid].store(block ? kWaitBlock : kWaitWarp, std::memory_order_relaxed);
+    g.progress.fetch_add(1, std::memory_order_relaxed);
+    pthread_barrier_wait(block ? &g.block_bar : &g.warp_bar[me->warp]);
+    g.thread_state[me->tid].store(kRunnable, std::memory_order_relaxed);
+    unsigned other = base + (me->tid - base + 1) % count;
+    if (kinds[other] != kind)
+        die("thread %u waits at %s while thread %u has reached %s: a barrier that not every thread "
+            "reaches (in a branch, or after an early return). Threads mode cannot recover from this; "
+            "the fiber mode reports it as cudaErrorLaunchFailure.",
+            me->tid, kind_name(kind), other, kind_name(kinds[other]));
+}
+
+inline void block_barrier() {
+    current("__syncthreads");
+    thread_wait(true, kKindSync);
+}
+
+inline void warp_barrier(const char *what) {
+    current(what);
+    thread_wait(false, kKindWarp);
+}
+
+inline void *thread_main(void *arg) {
+    Lane *me = static_cast<Lane *>(arg);
+    self = me;
+    threadIdx = me->idx;
+    for (size_t b = 0; b < g.nblocks; b++) {
+        blockIdx = block_index(b);
+        if (me->tid == 0)
+            g.block_now.store(b, std::memory_order_relaxed);
+        g.run(g.run_data);
+        // A block ends with a warp then a block barrier marked "exit", so that
+        // the next block's shared memory writes wait for this block's reads,
+        // and so that an early return meets the other threads' barriers.
+        thread_wait(false, kKindExit);
+        thread_wait(true, kKindExit);
+    }
+    g.thread_state[me->tid].store(kDone, std::memory_order_relaxed);
+    self = nullptr;
+    pthread_mutex_lock(&g.done_mu);
+    g.done++;
+    pthread_cond_signal(&g.done_cv);
+    pthread_mutex_unlock(&g.done_mu);
+    return nullptr;
+}
+
+// The launching thread waits for the workers. If no barrier is reached for
+// kWatchdogSeconds (or $MHE_EMU_WATCHDOG seconds), it reports where the
+// threads are and aborts instead of hanging the test run: the deadlocks that
+// thread_wait cannot see, e.g. a lane that returned while the rest of its
+// warp waits at __syncthreads.
+inline void wait_for_threads() {
+    static const int limit = getenv("MHE_EMU_WATCHDOG") ? atoi(getenv("MHE_EMU_WATCHDOG")) : kWatchdogSeconds;
+    pthread_mutex_lock(&g.done_mu);
+    unsigned long last = 0;
+    double since = now_ms();
+    while (g.done < g.nthreads) {
+        timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&g.done_cv, &g.done_mu, &until);
+        unsigned long now = g.progress.load(std::memory_order_relaxed) + g.done;  // a finished thread is progress
+        if (now != last) {
+            last = now;
+            since = now_ms();
+            continue;
+        }
+        if (g.done == g.nthreads || now_ms() - since < limit * 1000.0)
+            continue;
+        unsigned count[4] = {};
+        for (unsigned i = 0; i < g.nthreads; i++)
+            count[g.thread_state[i].load(std::memory_order_relaxed)]++;
+        uint3 b = block_index(g.block_now.load(std::memory_order_relaxed));
+        char name[512];
+        kernel_name(name, sizeof name, g.kernel);
+        fprintf(stderr,
+                "mhe emu: no barrier reached for %d s in kernel %s, block (%u,%u,%u) or later: of %u threads, "
+                "%u run, %u wait at __syncthreads (or the block's end), %u at a warp barrier (a collective, "
+                "__syncwarp or the kernel's end), %u have finished. A deadlock (a barrier some threads never "
+                "reach)? The fiber mode tells more.\n",
+                limit, name, b.x, b.y, b.z, g.nthreads, count[kRunnable], count[kWaitBlock],
+                count[kWaitWarp], count[kDone]);
+        abort();
+    }
+    pthread_mutex_unlock(&g.done_mu);
+}
+
+inline cudaError_t run_blocks() {
+    pthread_barrier_init(&g.block_bar, nullptr, g.nthreads);
+    for (unsigned w = 0; w < g.nwarps; w++)
+        pthread_barrier_init(&g.warp_bar[w], nullptr, g.warp_lanes[w]);
+    pthread_mutex_init(&g.done_mu, nullptr);
+    pthread_cond_init(&g.done_cv, nullptr);
+    g.done = 0;
+    for (unsigned i = 0; i < g.nthreads; i++) {
+        g.thread_state[i].store(kRunnable, std::memory_order_relaxed);
+        g.lanes[i].block_phase = g.lanes[i].warp_phase = 0;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kThreadStack);
+    static pthread_t threads[kMaxThreads];
+    for (unsigned i = 0; i < g.nthreads; i++) {
+        int err = pthread_create(&threads[i], &attr, thread_main, &g.lanes[i]);
+        if (err)
+            die("pthread_create failed for thread %u of %u: %s", i, g.nthreads, strerror(err));
+    }
+    pthread_attr_destroy(&attr);
+    wait_for_threads();
+    for (unsigned i = 0; i < g.nthreads; i++)
+        pthread_join(threads[i], nullptr);
+    pthread_barrier_destroy(&g.block_bar);
+    for (unsigned w = 0; w < g.nwarps; w++)
+        pthread_barrier_destroy(&g.warp_bar[w]);
+    pthread_cond_destroy(&g.done_cv);
+    pthread_mutex_destroy(&g.done_mu);
+    return cudaSuccess;
+}
+
+#endif  // MHE_EMU_THREADS
+
+// ---------------------------------------------------------------------------
+// 6. Warp collectives, through the exchange buffers
+// ---------------------------------------------------------------------------
+
+inline void check_mask(unsigned mask, const char *what) {
+    if (mask != 0xffffffffu)
+        die("%s with mask 0x%08x: the emulation supports full-warp masks only (0xffffffff)", what, mask);
+}
+
+// Posts this lane's slot, waits for the warp, and returns the warp's slots.
+// The caller reads them before its next warp barrier.
+inline const Slot *warp_exchange(const Slot &mine, const char *what) {
+    Lane *me = current(what);
+    Slot *slots = g.exchange[me->warp][me->warp_phase & 1];
+    slots[me->lane] = mine;
+    warp_barrier(what);
+    return slots;
+}
+
+// For shuffles: each lane posts `var`, then reads lane `src`'s. A lane that
+// does not exist (past the end of a partial warp) gives the caller's own
+// value, as an out-of-segment source does in CUDA. On a GPU it is undefined.
+template <typename T>
+inline T shuffle(T var, unsigned src, const char *what) {
+    static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "shuffles move values of up to 8 bytes");
+    Slot mine = {};
+    memcpy(mine.w, &var, sizeof(T));
+    unsigned lanes = g.warp_lanes[current(what)->warp];
+    const Slot *slots = warp_exchange(mine, what);
+    if (src >= lanes)
+        return var;
+    T out;
+    memcpy(&out, slots[src].w, sizeof(T));
+    return out;
+}
+
+inline unsigned check_width(unsigned mask, int width, const char *what) {
+    check_mask(mask, what);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        die("%s with width %d: the width must be a power of 2 from 1 to 32", what, width);
+    return current(what)->lane;
+}
+
+inline unsigned ballot(unsigned mask, int pred, const char *what) {
+    check_mask(mask, what);
+    Slot mine = {};
+    mine.w[0] = pred != 0;
+    unsigned lanes = g.warp_lanes[current(what)->warp];
+    const Slot *slots = warp_exchange(mine, what);
+    unsigned bits = 0;
+    for (unsigned i = 0; i < lanes; i++)
+        bits |= slots[i].w[0] << i;
+    return bits;
+}
+
+inline unsigned lanes_mask() {
+    unsigned lanes = g.warp_lanes[current("__all_sync")->warp];
+    return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+}
+
+// A tf32 operand as the tensor core reads it: the low 13 bits are ignored.
+inline float tf32_value(unsigned bits) {
+    bool nan = (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu);
+    if (!nan)
+        bits &= 0xffffe000u;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+// Atomics that no builtin does in one step (float add, min, max): retry a
+// compare-and-swap until no other thread got in between. The generic builtin
+// compares bits, so a NaN does not loop forever.
+template <typename T>
+inline T atomic_update(T *addr, T (*op)(T, T), T val) {
+    T old;
+    __atomic_load(addr, &old, __ATOMIC_SEQ_CST);
+    T want = op(old, val);
+    while (!__atomic_compare_exchange(addr, &old, &want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        want = op(old, val);
+    return old;
+}
+
+template <typename T>
+inline T atomic_cas(T *a, T compare, T val) {
+    // on failure `compare` receives the current value; on success it was it
+    __atomic_compare_exchange_n(a, &compare, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return compare;
+}
+
+}  // namespace mhe_emu_impl
+
+// ---------------------------------------------------------------------------
+// 7. Device functions
+// ---------------------------------------------------------------------------
+
+inline void __syncthreads() { mhe_emu_impl::block_barrier(); }
+
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    mhe_emu_impl::check_mask(mask, "__syncwarp");
+    mhe_emu_impl::warp_barrier("__syncwarp");
+}
+
+// The emulation's atomics are sequentially consistent, so the data they
+// publish is ordered too: a fence adds nothing but a compiler barrier.
+inline void __threadfence() { __asm__ __volatile__("" ::: "memory"); }
+inline void __threadfence_block() { __asm__ __volatile__("" ::: "memory"); }
+
+// Shuffles, as CUDA defines them: with width < 32 the warp is split into
+// segments of `width` lanes and lane numbers are relative to the segment.
+template <typename T>
+inline T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize) {
+    unsigned lane = mhe_emu_impl::check_width(mask, width, "__shfl_sync");
+    unsigned w = (unsigned)width;
+    unsigned src = (lane & ~(w - 1)) + ((unsigned)srcLane & (w - 1));
+    return mhe_emu_impl::shuffle(var, src, "__shfl_sync");
+}
+
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    unsigned lane = mhe_emu_impl::check_width(mask, width, "__shfl_up_sync");
+    unsigned in_segment = lane & ((unsigned)width - 1);
+    unsigned src = in_segment >= delta ? lane - delta : lane;  // below the segment: own value
+    return mhe_emu_impl::shuffle(var, src, "__shfl_up_sync");
+}
+
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+    unsigned lane = mhe_emu_impl::check_width(mask, width, "__shfl_down_sync");
+    unsigned in_segment = lane & ((unsigned)width - 1);
+    unsigned src = delta < (unsigned)width - in_segment ? lane + delta : lane;  // past it: own value
+    return mhe_emu_impl::shuffle(var, src, "__shfl_down_sync");
+}
+
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize) {
+    unsigned lane = mhe_emu_impl::check_width(mask, width, "__shfl_xor_sync");
+    unsigned src = lane ^ ((unsigned)laneMask & 31);
+    // Earlier segments may be read, later ones give the caller's own value.
+    if (src > (lane | ((unsigned)width - 1)))
+        src = lane;
+    return mhe_emu_impl::shuffle(var, src, "__shfl_xor_sync");
+}
+
+inline unsigned __ballot_sync(unsigned mask, int pred) { return mhe_emu_impl::ballot(mask, pred, "__ballot_sync"); }
+inline int __any_sync(unsigned mask, int pred) { return mhe_emu_impl::ballot(mask, pred, "__any_sync") != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+    return mhe_emu_impl::ballot(mask, pred, "__all_sync") == mhe_emu_impl::lanes_mask();
+}
+
+// Atomics: GCC/Clang __atomic builtins, which ThreadSanitizer knows. Each
+// returns the old value, as in CUDA.
+inline int atomicAdd(int *a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicAdd(unsigned *a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long *a, unsigned long long v) {
+    return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+}
+inline float atomicAdd(float *a, float v) {
+    return mhe_emu_impl::atomic_update<float>(a, [](float x, float y) { return x + y; }, v);
+}
+inline double atomicAdd(double *a, double v) {
+    return mhe_emu_impl::atomic_update<double>(a, [](double x, double y) { return x + y; }, v);
+}
+inline int atomicMax(int *a, int v) {
+    return mhe_emu_impl::atomic_update<int>(a, [](int x, int y) { return x > y ? x : y; }, v);
+}
+inline unsigned atomicMax(unsigned *a, unsigned v) {
+    return mhe_emu_impl::atomic_update<unsigned>(a, [](unsigned x, unsigned y) { return x > y ? x : y; }, v);
+}
+inline int atomicMin(int *a, int v) {
+    return mhe_emu_impl::atomic_update<int>(a, [](int x, int y) { return x < y ? x : y; }, v);
+}
+inline unsigned atomicMin(unsigned *a, unsigned v) {
+    return mhe_emu_impl::atomic_update<unsigned>(a, [](unsigned x, unsigned y) { return x < y ? x : y; }, v);
+}
+inline int atomicExch(int *a, int v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicExch(unsigned *a, unsigned v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
+inline float atomicExch(float *a, float v) {
+    float old;
+    __atomic_exchange(a, &v, &old, __ATOMIC_SEQ_CST);
+    return old;
+}
+inline int atomicCAS(int *a, int compare, int val) { return mhe_emu_impl::atomic_cas(a, compare, val); }
+inline unsigned atomicCAS(unsigned *a, unsigned compare, unsigned val) {
+    return mhe_emu_impl::atomic_cas(a, compare, val);
+}
+inline unsigned long long atomicCAS(unsigned long long *a, unsigned long long compare, unsigned long long val) {
+    return mhe_emu_impl::atomic_cas(a, compare, val);
+}
+
+// Math intrinsics: the exact functions stand in for the fast approximations.
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }  // NaN -> 0
+inline unsigned __float_as_uint(float x) {
+    unsigned u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+inline float __uint_as_float(unsigned u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+inline int __float_as_int(float x) {
+    int i;
+    memcpy(&i, &x, 4);
+    return i;
+}
+inline float __int_as_float(int i) {
+    float x;
+    memcpy(&x, &i, 4);
+    return x;
+}
+template <typename T>
+inline T __ldg(const T *p) {
+    return *p;
+}
+
+// cvt.rna.tf32.f32: round to tf32 (10 explicit mantissa bits) to nearest,
+// ties away from zero; the 32-bit pattern with its low 13 bits zero.
+inline unsigned mhe_emu_cvt_rna_tf32(float x) {
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u) {  // Inf or NaN
+        if ((u & 0x007fffffu) == 0)
+            return u;                        // Inf stays Inf
+        return (u & 0xffffe000u) | 0x00400000u;  // NaN stays (a quiet) NaN
+    }
+    // Sign and magnitude are separate bits, so adding half a tf32 ulp to the
+    // pattern rounds the magnitude half-up: ties away from zero. A carry out
+    // of the mantissa moves into the exponent, which is the right answer
+    // (and gives Inf past the largest tf32).
+    return (u + 0x1000u) & 0xffffe000u;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D = A*B + C, for the
+// warp. Fragment layout from the PTX ISA, section "Matrix Fragments for
+// mma.m16n8k8" (9.7.14.5.7 in PTX ISA 8.x; anchor
+// #warp-level-matrix-fragment-mma-1688), .tf32 tables, with
+// groupID = lane >> 2 and tig = lane % 4 (threadID_in_group):
+//   A (16x8, row-major): a0 (groupID, tig)   a1 (groupID+8, tig)
+//                        a2 (groupID, tig+4) a3 (groupID+8, tig+4)
+//   B (8x8, [k][n]):     b0 (k = tig, n = groupID)  b1 (k = tig+4, n = groupID)
+//   C, D (16x8):         c0, c1 (groupID, 2*tig and 2*tig+1)
+//                        c2, c3 (groupID+8, 2*tig and 2*tig+1)
+// Every lane posts its fragments, rebuilds the whole of A, B and C, and
+// computes its own four elements of D in float.
+inline void mhe_emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+    using namespace mhe_emu_impl;
+    const char *what = "mhe_emu_mma_m16n8k8_tf32";
+    Lane *me = current(what);
+    if (g.warp_lanes[me->warp] != 32)
+        die("%s needs a whole warp, but warp %u has %u threads", what, me->warp, g.warp_lanes[me->warp]);
+    Slot mine = {};
+    memcpy(&mine.w[0], a, 4 * sizeof(unsigned));
+    memcpy(&mine.w[4], b, 2 * sizeof(unsigned));
+    memcpy(&mine.w[6], c, 4 * sizeof(float));  // before d is written: d may be c
+    const Slot *s = warp_exchange(mine, what);
+
+    float A[16][8], B[8][8], C[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned grp = l >> 2, tig = l % 4;
+        const unsigned *w = s[l].w;
+        A[grp][tig] = tf32_value(w[0]);
+        A[grp + 8][tig] = tf32_value(w[1]);
+        A[grp][tig + 4] = tf32_value(w[2]);
+        A[grp + 8][tig + 4] = tf32_value(w[3]);
+        B[tig][grp] = tf32_value(w[4]);
+        B[tig + 4][grp] = tf32_value(w[5]);
+        C[grp][2 * tig] = __uint_as_float(w[6]);
+        C[grp][2 * tig + 1] = __uint_as_float(w[7]);
+        C[grp + 8][2 * tig] = __uint_as_float(w[8]);
+        C[grp + 8][2 * tig + 1] = __uint_as_float(w[9]);
+    }
+    unsigned grp = me->lane >> 2, tig = me->lane % 4;
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned row = grp + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
+        float sum = 0.0f;
+        for (unsigned k = 0; k < 8; k++)
+            sum += A[row][k] * B[k][col];  // tf32 products are exact in float
+        d[i] = sum + C[row][col];
+    }
+}
+
+// The launch's dynamic shared memory: exactly the bytes asked for (so that
+// AddressSanitizer sees an overrun), filled with 0xff bytes at the launch
+// (NaN as floats) because CUDA does not clear shared memory either.
+inline void *mhe_emu_dyn_shared(void) { return mhe_emu_impl::g.dyn_smem; }
+
+// ---------------------------------------------------------------------------
+// 8. Launch
+// ---------------------------------------------------------------------------
+namespace mhe_emu_impl {
+
+inline size_t smem_limit(const void *kernel) {
+    auto it = g.smem_limits.find(kernel);
+    return it == g.smem_limits.end() ? kDefaultSmem : (size_t)it->second;
+}
+
+// The checks a GPU makes before it runs anything.
+inline cudaError_t check_launch(const cudaLaunchConfig_t *cfg, const void *kernel) {
+    if (cudaError_t e = no_device())
+        return e;
+    if (g.no_kernel_image)
+        return fail(cudaErrorNoKernelImageForDevice);
+    if (!kernel)
+        return fail(cudaErrorInvalidDeviceFunction);
+    if (!cfg)
+        return fail(cudaErrorInvalidValue);
+    dim3 bd = cfg->blockDim, gd = cfg->gridDim;
+    if (bd.x == 0 || bd.y == 0 || bd.z == 0 || bd.x > 1024 || bd.y > 1024 || bd.z > 64 ||
+        (unsigned long long)bd.x * bd.y * bd.z > kMaxThreads)
+        return fail(cudaErrorInvalidConfiguration);
+    if (gd.x == 0 || gd.y == 0 || gd.z == 0 || gd.x > 0x7fffffffu || gd.y > 65535 || gd.z > 65535)
+        return fail(cudaErrorInvalidConfiguration);
+    if (cfg->dynamicSmemBytes > smem_limit(kernel))
+        return fail(kSmemTooBig);
+    return cudaSuccess;
+}
+
+inline cudaError_t launch(const cudaLaunchConfig_t &cfg, const void *kernel, void (*run)(void *), void *data) {
+    if (self)
+        die("a kernel launch from inside a kernel is not supported");
+    g.launches++;
+    g.run = run;
+    g.run_data = data;
+    g.kernel = kernel;
+    blockDim = cfg.blockDim;
+    gridDim = cfg.gridDim;
+    g.nthreads = blockDim.x * blockDim.y * blockDim.z;
+    g.nwarps = (g.nthreads + 31) / 32;
+    for (unsigned w = 0; w < g.nwarps; w++)
+        g.warp_lanes[w] = g.nthreads - w * 32 < 32 ? g.nthreads - w * 32 : 32;
+    g.nblocks = (size_t)gridDim.x * gridDim.y * gridDim.z;
+    if (!g.lanes)
+        g.lanes = new Lane[kMaxThreads]();
+    for (unsigned i = 0; i < g.nthreads; i++) {
+        Lane *l = &g.lanes[i];
+        l->tid = i;
+        l->idx = uint3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
+        l->warp = i / 32;
+        l->lane = i % 32;
+    }
+    g.dyn_smem = malloc(cfg.dynamicSmemBytes);
+    if (!g.dyn_smem)
+        die("cannot allocate %zu bytes of dynamic shared memory", cfg.dynamicSmemBytes);
+    memset(g.dyn_smem, 0xff, cfg.dynamicSmemBytes);
+
+    cudaError_t err = run_blocks();
+
+    free(g.dyn_smem);
+    g.dyn_smem = nullptr;
+    g.run = nullptr;
+    g.run_data = nullptr;
+    return err ? fail(err) : cudaSuccess;
+}
+
+// The kernel and a copy of its arguments, converted to its parameter types.
+template <typename... Exp>
+struct KernelCall {
+    void (*kernel)(Exp...);
+    std::tuple<std::decay_t<Exp>...> args;
+    // Every emulated thread calls the kernel on these copies (by value, as
+    // CUDA passes kernel arguments, so a thread may change its own).
+    static void run(void *p) {
+        KernelCall *call = static_cast<KernelCall *>(p);
+        std::apply(call->kernel, call->args);
+    }
+};
+
+}  // namespace mhe_emu_impl
+
+template <typename... Exp, typename... Act>
+inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*kernel)(Exp...), Act &&...args) {
+    static_assert(sizeof...(Exp) == sizeof...(Act),
+                  "cudaLaunchKernelEx: the kernel takes a different number of arguments");
+    const void *key = reinterpret_cast<const void *>(kernel);
+    if (cudaError_t e = mhe_emu_impl::check_launch(cfg, key))
+        return e;
+    mhe_emu_impl::KernelCall<Exp...> call{kernel, std::tuple<std::decay_t<Exp>...>(std::forward<Act>(args)...)};
+    return mhe_emu_impl::launch(*cfg, key, &mhe_emu_impl::KernelCall<Exp...>::run, &call);
+}
+
+// ---------------------------------------------------------------------------
+// 9. Runtime API (host memory stands in for device memory)
+// ---------------------------------------------------------------------------
+namespace mhe_emu_impl {
+
+// Is [p, p + n) inside one live cudaMalloc allocation?
+inline bool device_range(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g.allocations.upper_bound(a);
+    if (it == g.allocations.begin())
+        return false;
+    --it;
+    return a - it->first <= it->second && n <= it->second - (a - it->first);
+}
+
+}  // namespace mhe_emu_impl
+
+inline cudaError_t cudaGetLastError(void) {
+    cudaError_t e = mhe_emu_impl::g.last_error;
+    mhe_emu_impl::g.last_error = cudaSuccess;
+    return e;
+}
+
+inline cudaError_t cudaPeekAtLastError(void) { return mhe_emu_impl::g.last_error; }
+
+inline const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoKernelImageForDevice: return "cudaErrorNoKernelImageForDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    }
+    return "unrecognized error code";
+}
+
+inline const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoKernelImageForDevice: return "no kernel image is available for execution on the device";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unrecognized error code";
+}
+
+inline cudaError_t cudaGetDeviceCount(int *count) {
+    using mhe_emu_impl::g;
+    if (!count)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *count = g.device_count > 0 ? g.device_count : 0;
+    return mhe_emu_impl::no_device();
+}
+
+inline cudaError_t cudaSetDevice(int device) {
+    using mhe_emu_impl::g;
+    if (cudaError_t e = mhe_emu_impl::no_device())
+        return e;
+    if (device < 0 || device >= g.device_count)
+        return mhe_emu_impl::fail(cudaErrorInvalidDevice);
+    g.device = device;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGetDevice(int *device) {
+    if (cudaError_t e = mhe_emu_impl::no_device())
+        return e;
+    if (!device)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *device = mhe_emu_impl::g.device;
+    return cudaSuccess;
+}
+
+// An sm_90 (H100-like) device, but with 8 multiprocessors so that grids
+// sized from the SM count stay small on a CPU.
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!prop)
+        return fail(cudaErrorInvalidValue);
+    if (device < 0 || device >= g.device_count)
+        return fail(cudaErrorInvalidDevice);
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "mhe CPU emulation");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->totalGlobalMem = g.mem_limit ? g.mem_limit : kDefaultMem;
+    prop->sharedMemPerBlock = kDefaultSmem;
+    prop->sharedMemPerBlockOptin = kOptinSmem;
+    prop->sharedMemPerMultiprocessor = 228 * 1024;
+    prop->totalConstMem = 64 * 1024;
+    prop->multiProcessorCount = 8;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = 1024;
+    prop->maxThreadsDim[1] = 1024;
+    prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 0x7fffffff;
+    prop->maxGridSize[1] = 65535;
+    prop->maxGridSize[2] = 65535;
+    prop->maxThreadsPerMultiProcessor = 2048;
+    prop->warpSize = 32;
+    prop->regsPerBlock = 65536;
+    prop->clockRate = 1980000;
+    prop->memoryClockRate = 2619000;
+    prop->memoryBusWidth = 5120;
+    prop->l2CacheSize = 50 * 1024 * 1024;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceSynchronize(void) { return mhe_emu_impl::no_device(); }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return mhe_emu_impl::no_device(); }
+
+inline cudaError_t cudaStreamCreate(cudaStream_t *stream) {
+    if (cudaError_t e = mhe_emu_impl::no_device())
+        return e;
+    if (!stream)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *stream = new CUstream_st();
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    delete stream;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaMalloc(void **ptr, size_t size) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!ptr)
+        return fail(cudaErrorInvalidValue);
+    *ptr = nullptr;
+    if (size == 0)
+        return cudaSuccess;
+    if (g.mem_limit && (g.live_bytes > g.mem_limit || size > g.mem_limit - g.live_bytes))
+        return fail(cudaErrorMemoryAllocation);
+    void *p = nullptr;
+    if (posix_memalign(&p, 256, size) != 0)  // cudaMalloc's alignment; size exact for ASan
+        return fail(cudaErrorMemoryAllocation);
+    g.allocations[(uintptr_t)p] = size;
+    g.live_bytes += size;
+    *ptr = p;
+    return cudaSuccess;
+}
+
+template <typename T>
+inline cudaError_t cudaMalloc(T **ptr, size_t size) {
+    return cudaMalloc(reinterpret_cast<void **>(ptr), size);
+}
+
+inline cudaError_t cudaFree(void *ptr) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!ptr)
+        return cudaSuccess;
+    auto it = g.allocations.find((uintptr_t)ptr);
+    if (it == g.allocations.end())
+        return fail(cudaErrorInvalidValue);
+    g.live_bytes -= it->second;
+    g.allocations.erase(it);
+    free(ptr);
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!free_bytes || !total_bytes)
+        return fail(cudaErrorInvalidValue);
+    size_t total = g.mem_limit ? g.mem_limit : kDefaultMem;
+    *total_bytes = total;
+    *free_bytes = g.live_bytes < total ? total - g.live_bytes : 0;
+    return cudaSuccess;
+}
+
+// The device side(s) of a copy must lie inside live cudaMalloc allocations.
+inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, cudaMemcpyKind kind) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+        return fail(cudaErrorInvalidMemcpyDirection);
+    if (count == 0)
+        return cudaSuccess;
+    if (!dst || !src)
+        return fail(cudaErrorInvalidValue);
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if ((dst_dev && !device_range(dst, count)) || (src_dev && !device_range(src, count)))
+        return fail(cudaErrorInvalidValue);
+    memcpy(dst, src, count);
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, cudaMemcpyKind kind,
+                                   cudaStream_t stream = nullptr) {
+    (void)stream;
+    return cudaMemcpy(dst, src, count, kind);
+}
+
+inline cudaError_t cudaMemset(void *ptr, int value, size_t count) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (count == 0)
+        return cudaSuccess;
+    if (!device_range(ptr, count))
+        return fail(cudaErrorInvalidValue);
+    memset(ptr, value, count);
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream = nullptr) {
+    (void)stream;
+    return cudaMemset(ptr, value, count);
+}
+
+template <typename F>
+inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!func)
+        return fail(cudaErrorInvalidDeviceFunction);
+    if (attr == cudaFuncAttributePreferredSharedMemoryCarveout)
+        return value >= -1 && value <= 100 ? cudaSuccess : fail(cudaErrorInvalidValue);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > kOptinSmem)
+        return fail(cudaErrorInvalidValue);
+    g.smem_limits[reinterpret_cast<const void *>(func)] = value;
+    return cudaSuccess;
+}
+
+template <typename F>
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, F *func) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    if (g.no_kernel_image)
+        return fail(cudaErrorNoKernelImageForDevice);
+    if (!attr)
+        return fail(cudaErrorInvalidValue);
+    if (!func)
+        return fail(cudaErrorInvalidDeviceFunction);
+    memset(attr, 0, sizeof *attr);
+    attr->maxThreadsPerBlock = 1024;
+    attr->numRegs = 32;       // made up: the emulation has no registers
+    attr->ptxVersion = 90;
+    attr->binaryVersion = 90;
+    attr->maxDynamicSharedSizeBytes = (int)smem_limit(reinterpret_cast<const void *>(func));
+    return cudaSuccess;
+}
+
+// Events measure wall-clock time; the emulation is synchronous, so recording
+// is reading the clock.
+inline cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+    if (cudaError_t e = mhe_emu_impl::no_device())
+        return e;
+    if (!ev)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *ev = new CUevent_st();
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t stream = nullptr) {
+    (void)stream;
+    if (!ev)
+        return mhe_emu_impl::fail(cudaErrorInvalidResourceHandle);
+    ev->ms = mhe_emu_impl::now_ms();
+    ev->recorded = true;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    return ev ? cudaSuccess : mhe_emu_impl::fail(cudaErrorInvalidResourceHandle);
+}
+
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    if (!start || !end)
+        return mhe_emu_impl::fail(cudaErrorInvalidResourceHandle);
+    if (!start->recorded || !end->recorded)
+        return mhe_emu_impl::fail(cudaErrorInvalidResourceHandle);
+    *ms = (float)(end->ms - start->ms);
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    delete ev;
+    return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// 10. Test hooks (emulation only)
+// ---------------------------------------------------------------------------
+
+// Fiber mode: run the threads of a block last to first (1) or first to last
+// (0) between barriers. Without a call, MHE_EMU_ORDER=reverse picks reverse.
+inline void mhe_emu_set_order(int reverse) { mhe_emu_impl::g.order = reverse ? 1 : 0; }
+
+// 0: no device; cudaGetDeviceCount and every device call fail with cudaErrorNoDevice.
+inline void mhe_emu_set_device_count(int count) {
+    using mhe_emu_impl::g;
+    g.device_count = count > 0 ? count : 0;
+    if (g.device >= g.device_count)
+        g.device = 0;
+}
+
+// cudaMalloc fails (cudaErrorMemoryAllocation) once the live allocations
+// would exceed `bytes`; 0 removes the limit. The default is 16 GiB, which
+// cudaMemGetInfo and totalGlobalMem report.
+inline void mhe_emu_set_mem_limit(size_t bytes) { mhe_emu_impl::g.mem_limit = bytes; }
+
+// 1: every launch and cudaFuncGetAttributes fail with cudaErrorNoKernelImageForDevice.
+inline void mhe_emu_set_no_kernel_image(int on) { mhe_emu_impl::g.no_kernel_image = on != 0; }
+
+// Kernel launches that passed the checks and ran, since the program started.
+inline long mhe_emu_launches(void) { return mhe_emu_impl::g.launches; }
+
+#endif  // MHE_CUDA_EMU_H
