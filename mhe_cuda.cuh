@@ -47,6 +47,7 @@ typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
     float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, n d_h], [B n T], MUL maps [2 n d_h] */
+    float *kb;                              /* MHE-ADD: each key's per-head bias k . e_i^Q [rows, n] */
     float *fc1, *act;                       /* [rows, d_ff] */
 } mhe_cuda_layer_acts;
 
@@ -56,6 +57,7 @@ typedef struct mhe_cuda_kv_cache {
     int len, cap;                           /* positions cached, capacity (<= max_seq_len) */
     float *kv[MHE_MAX_LAYERS];              /* [cap, k_w + v_w] (el-att: the layer's input [cap, C]) */
     int kv_w[MHE_MAX_LAYERS];
+    float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] */
     void *block;
 } mhe_cuda_kv_cache;
 
@@ -67,7 +69,7 @@ typedef struct mhe_cuda_model {
     void *acts_block;
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
     float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
-    float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap;
+    float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
     int *tokens, *targets;
     const float *final_h;
     int last_B, last_T, last_count, has_targets, pos0;
@@ -618,11 +620,518 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
 /* ======================================================================== */
 /* C4. attention cores                                                      */
 /* ======================================================================== */
-#if __has_include("tests/cuda/attn_draft.cuh")
-#include "tests/cuda/attn_draft.cuh" /* being written; inlined here when done */
-#elif defined(MHE_CU_ATTN_STUB)
-#include "/tmp/attn_stub.cuh"
-#endif
+/* Fused attention with online softmax (Milakov and Gimelshein 2018; Dao et
+   et al. 2022) for the meaning of mhe_attn_dims (mhe.h section 4), device
+   pointers throughout. One warp owns one query row and every query head of
+   its K/V group, so a K/V tile loaded into shared memory once serves all of
+   them: for MHE-MUL and collab (q_shared, one K/V head) that is the
+   stacked form of DESIGN section 5, the head maps applied to the query in
+   shared memory and to the output at the end, and per-head Q/K/V never
+   reach device memory. MHE-ADD reaches the core with one QK^T for all
+   heads and its per-head key bias k_j . e_i^Q precomputed as a [keys, n]
+   table (k_bias, as collab's content bias); k_add only shifts whole score
+   rows, which softmax ignores, so it is not read (its gradient is 0).
+   Scores, weights and accumulators stay in shared memory (lanes own
+   columns), so no register array is indexed at run time. */
+
+#define MHE__CU_BK 32   /* keys per shared tile (one per lane) */
+
+/* everything a core kernel needs, passed by value */
+typedef struct mhe__cu_att {
+    int B, n, n_kv, group, Tq, Tk, dk, dh, vw, q_off, causal;
+    int qs, ks, vs, os, kbs, q_shared, v_per_head;
+    float scale;
+    const int *kv_len;
+    const float *q_mul, *q_add, *v_mul, *v_add, *k_bias;
+} mhe__cu_att;
+
+static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
+    mhe__cu_att a;
+    memset(&a, 0, sizeof a);
+    a.B = d->B;
+    a.n = d->n_heads;
+    a.n_kv = d->n_kv_heads;
+    a.group = d->n_heads / d->n_kv_heads;
+    a.Tq = d->Tq;
+    a.Tk = d->Tk;
+    a.dh = d->d_head;
+    a.dk = d->d_qk > 0 ? d->d_qk : d->d_head;
+    a.v_per_head = d->v_per_head;
+    a.vw = d->v_per_head ? a.group * d->d_head : d->d_head;
+    a.q_off = d->q_offset;
+    a.causal = d->causal;
+    a.qs = d->q_stride;
+    a.ks = d->k_stride;
+    a.vs = d->v_stride;
+    a.os = d->o_stride;
+    a.kbs = d->k_bias_stride;
+    a.q_shared = d->q_shared;
+    a.scale = d->scale;
+    a.kv_len = d->kv_len;
+    a.q_mul = d->q_mul;
+    a.q_add = d->q_add;
+    a.v_mul = d->v_mul;
+    a.v_add = d->v_add;
+    a.k_bias = d->k_bias;
+    return a;
+}
+
+/* keys query t of sequence b may see: the causal limit and the padding */
+static __device__ __host__ __forceinline__ int mhe__cu_visible(const mhe__cu_att *a, int b, int t) {
+    int n = a->Tk;
+    if (a->causal && t + a->q_off + 1 < n)
+        n = t + a->q_off + 1;
+    if (a->kv_len && a->kv_len[b] < n)
+        n = a->kv_len[b];
+    return n < 0 ? 0 : n;
+}
+
+/* head h's query at row r mapped as in eq. 5 of the MHE paper: q * q_mul_h + q_add_h */
+static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att *a, const float *q, int h, int c) {
+    float x = q[c];
+    if (a->q_mul)
+        x *= a->q_mul[(size_t)h * a->dk + c];
+    if (a->q_add)
+        x += a->q_add[(size_t)h * a->dk + c];
+    return x;
+}
+
+/* shared memory of a forward block of W warps, in floats */
+static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
+    size_t G = (size_t)a->group;
+    size_t per_warp = G * a->dk + MHE__CU_BK + G * a->dh + 2 * G;
+    return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
+}
+
+/* Forward: block (query rows blockIdx.x*W .., K/V head blockIdx.y, sequence blockIdx.z) */
+__global__ __launch_bounds__(128) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
+                                                          const float *k, const float *v) {
+    MHE__CU_DYN_SHARED(float, sm);
+    int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
+    int live = t < a.Tq, kend_blk, kend;
+    float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 2 * G);
+    float *qb = wb, *pb = qb + G * a.dk, *acc = pb + MHE__CU_BK, *mst = acc + G * a.dh, *lst = mst + G;
+    int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
+    kend_blk = mhe__cu_visible(&a, b, tl); /* the block's last row sees the most keys */
+    kend = live ? mhe__cu_visible(&a, b, t) : 0;
+    if (live) {
+        for (int hh = 0; hh < G; hh++) {
+            int h = g * G + hh;
+            const float *qr = q + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+            for (int c = lane; c < a.dk; c += 32)
+                qb[hh * a.dk + c] = mhe__cu_qmap(&a, qr, h, c);
+            for (int c = lane; c < a.dh; c += 32)
+                acc[hh * a.dh + c] = 0.0f;
+        }
+        if (lane == 0)
+            for (int hh = 0; hh < G; hh++) {
+                mst[hh] = -INFINITY;
+                lst[hh] = 0.0f;
+            }
+    }
+    __syncwarp();
+    for (int j0 = 0; j0 < kend_blk; j0 += MHE__CU_BK) {
+        __syncthreads(); /* the previous tile is read by every warp */
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.dk; e += (int)blockDim.x) {
+            int j = e / a.dk, c = e % a.dk;
+            kt[j * (a.dk + 1) + c] = j0 + j < a.Tk ? k[((size_t)b * a.Tk + j0 + j) * a.ks + (size_t)g * a.dk + c] : 0.0f;
+        }
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.vw; e += (int)blockDim.x) {
+            int j = e / a.vw, c = e % a.vw;
+            size_t col = a.v_per_head ? (size_t)g * a.vw + c : (size_t)g * a.dh + c;
+            vt[e] = j0 + j < a.Tk ? v[((size_t)b * a.Tk + j0 + j) * a.vs + col] : 0.0f;
+        }
+        if (a.k_bias)
+            for (int e = (int)threadIdx.x; e < MHE__CU_BK * G; e += (int)blockDim.x) {
+                int j = e / G, hh = e % G;
+                kbt[e] = j0 + j < a.Tk ? a.k_bias[((size_t)b * a.Tk + j0 + j) * a.kbs + g * G + hh] : 0.0f;
+            }
+        __syncthreads();
+        if (!live || j0 >= kend)
+            continue;
+        int vis = j0 + lane < kend;
+        float s0 = 0.0f;
+        for (int hh = 0; hh < G; hh++) {
+            /* heads that read the same query share one dot product (MHE-ADD) */
+            if (hh == 0 || a.q_mul || !a.q_shared || a.q_add) {
+                s0 = 0.0f;
+                for (int c = 0; c < a.dk; c++)
+                    s0 += qb[hh * a.dk + c] * kt[lane * (a.dk + 1) + c];
+            }
+            float s = vis ? a.scale * (s0 + (a.k_bias ? kbt[lane * G + hh] : 0.0f)) : -INFINITY;
+            float m_old = mst[hh], m_new = fmaxf(m_old, mhe__cu_warp_max(s));
+            float p = vis ? expf(s - m_new) : 0.0f, corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            float mass = mhe__cu_warp_sum(p);
+            pb[lane] = p;
+            __syncwarp();
+            const float *vh = vt + (a.v_per_head ? hh * a.dh : 0);
+            for (int c = lane; c < a.dh; c += 32) {
+                float o = acc[hh * a.dh + c] * corr;
+                for (int j = 0; j < MHE__CU_BK; j++)
+                    o += pb[j] * vh[j * a.vw + c];
+                acc[hh * a.dh + c] = o;
+            }
+            float l_old = lst[hh];
+            __syncwarp(); /* everyone has read pb, mst, lst */
+            if (lane == 0) {
+                mst[hh] = m_new;
+                lst[hh] = l_old * corr + mass;
+            }
+            __syncwarp();
+        }
+    }
+    if (!live)
+        return; /* no barrier follows */
+    for (int hh = 0; hh < G; hh++) {
+        int h = g * G + hh;
+        float l = lst[hh], inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float *o = out + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
+        for (int c = lane; c < a.dh; c += 32) {
+            float x = acc[hh * a.dh + c] * inv;
+            if (l > 0.0f && a.v_mul)
+                x *= a.v_mul[(size_t)h * a.dh + c];
+            if (l > 0.0f && a.v_add)
+                x += a.v_add[(size_t)h * a.dh + c];
+            o[c] = x;
+        }
+        if (lane == 0)
+            lse[((size_t)b * a.n + h) * a.Tq + t] = l > 0.0f ? mst[hh] + logf(l) : -INFINITY;
+    }
+}
+
+/* D[b, h, t] = dO_h . (O_h - v_add_h): the row term of the softmax backward */
+__global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float *D, const float *dout, const float *out) {
+    int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = (int)threadIdx.x % 32;
+    if (i >= (int64_t)a.B * a.n * a.Tq)
+        return;
+    int t = (int)(i % a.Tq), h = (int)(i / a.Tq % a.n), b = (int)(i / ((int64_t)a.Tq * a.n));
+    const float *o = out + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh,
+                *g = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
+    float s = 0.0f;
+    for (int c = lane; c < a.dh; c += 32)
+        s += g[c] * (o[c] - (a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f));
+    s = mhe__cu_warp_sum(s);
+    if (lane == 0)
+        D[i] = s;
+}
+
+/* Backward for the queries (Dao et al. 2022, Algorithm 4, the dQ half): per
+   row and head, P = exp(S - lse), dP = dO~ V^T with dO~ = dO * v_mul,
+   dS = P (dP - D); dQ_h = scale dS K. The map gradients of the query side
+   and of v_mul / v_add are sums over all rows: atomics. */
+static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
+    size_t G = (size_t)a->group;
+    size_t per_warp = 2 * G * a->dk + 2 * G * a->dh + MHE__CU_BK + 2 * G;
+    return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
+}
+
+__global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
+                                                         float *dv_mul, float *dv_add, const float *dout,
+                                                         const float *lse, const float *D, const float *q,
+                                                         const float *k, const float *v) {
+    MHE__CU_DYN_SHARED(float, sm);
+    int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
+    int live = t < a.Tq, kend_blk, kend;
+    float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (2 * G * a.dk + 2 * G * a.dh + MHE__CU_BK + 2 * G);
+    float *qb = wb, *dqa = qb + G * a.dk, *gb = dqa + G * a.dk, *ou = gb + G * a.dh, *pb = ou + G * a.dh;
+    float *lb = pb + MHE__CU_BK, *Db = lb + G;
+    int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
+    kend_blk = mhe__cu_visible(&a, b, tl);
+    kend = live ? mhe__cu_visible(&a, b, t) : 0;
+    if (live) {
+        for (int hh = 0; hh < G; hh++) {
+            int h = g * G + hh;
+            const float *qr = q + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+            const float *go = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
+            for (int c = lane; c < a.dk; c += 32) {
+                qb[hh * a.dk + c] = mhe__cu_qmap(&a, qr, h, c);
+                dqa[hh * a.dk + c] = 0.0f;
+            }
+            for (int c = lane; c < a.dh; c += 32) {
+                gb[hh * a.dh + c] = go[c] * (a.v_mul ? a.v_mul[(size_t)h * a.dh + c] : 1.0f);
+                ou[hh * a.dh + c] = 0.0f;
+            }
+            if (lane == 0) {
+                lb[hh] = lse[((size_t)b * a.n + h) * a.Tq + t];
+                Db[hh] = D[((size_t)b * a.n + h) * a.Tq + t];
+            }
+        }
+    }
+    __syncwarp();
+    for (int j0 = 0; j0 < kend_blk; j0 += MHE__CU_BK) {
+        __syncthreads();
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.dk; e += (int)blockDim.x) {
+            int j = e / a.dk, c = e % a.dk;
+            kt[j * (a.dk + 1) + c] = j0 + j < a.Tk ? k[((size_t)b * a.Tk + j0 + j) * a.ks + (size_t)g * a.dk + c] : 0.0f;
+        }
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.vw; e += (int)blockDim.x) {
+            int j = e / a.vw, c = e % a.vw;
+            size_t col = a.v_per_head ? (size_t)g * a.vw + c : (size_t)g * a.dh + c;
+            vt[e] = j0 + j < a.Tk ? v[((size_t)b * a.Tk + j0 + j) * a.vs + col] : 0.0f;
+        }
+        if (a.k_bias)
+            for (int e = (int)threadIdx.x; e < MHE__CU_BK * G; e += (int)blockDim.x) {
+                int j = e / G, hh = e % G;
+                kbt[e] = j0 + j < a.Tk ? a.k_bias[((size_t)b * a.Tk + j0 + j) * a.kbs + g * G + hh] : 0.0f;
+            }
+        __syncthreads();
+        if (!live || j0 >= kend)
+            continue;
+        int vis = j0 + lane < kend;
+        for (int hh = 0; hh < G; hh++) {
+            const float *vh = vt + (a.v_per_head ? hh * a.dh : 0);
+            float s = 0.0f, dp = 0.0f;
+            for (int c = 0; c < a.dk; c++)
+                s += qb[hh * a.dk + c] * kt[lane * (a.dk + 1) + c];
+            for (int c = 0; c < a.dh; c++)
+                dp += gb[hh * a.dh + c] * vh[lane * a.vw + c];
+            s = a.scale * (s + (a.k_bias ? kbt[lane * G + hh] : 0.0f));
+            float p = vis ? expf(s - lb[hh]) : 0.0f;
+            pb[lane] = p * (dp - Db[hh]); /* dS */
+            __syncwarp();
+            for (int c = lane; c < a.dk; c += 32) {
+                float x = 0.0f;
+                for (int j = 0; j < MHE__CU_BK; j++)
+                    x += pb[j] * kt[j * (a.dk + 1) + c];
+                dqa[hh * a.dk + c] += x;
+            }
+            __syncwarp();
+            if (a.v_mul) { /* the unmapped output, for d v_mul */
+                pb[lane] = p;
+                __syncwarp();
+                for (int c = lane; c < a.dh; c += 32) {
+                    float x = 0.0f;
+                    for (int j = 0; j < MHE__CU_BK; j++)
+                        x += pb[j] * vh[j * a.vw + c];
+                    ou[hh * a.dh + c] += x;
+                }
+                __syncwarp();
+            }
+        }
+    }
+    if (!live)
+        return;
+    for (int hh = 0; hh < G; hh++) {
+        int h = g * G + hh;
+        const float *qr = q + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+        float *dqr = dq + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+        const float *go = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
+        for (int c = lane; c < a.dk; c += 32) {
+            float gq = a.scale * dqa[hh * a.dk + c]; /* d loss / d mapped query */
+            float m = a.q_mul ? a.q_mul[(size_t)h * a.dk + c] : 1.0f;
+            if (a.q_shared) /* heads add into the one seed query: several warps of a block share this row */
+                atomicAdd(dqr + c, gq * m);
+            else
+                dqr[c] += gq * m;
+            if (dq_mul)
+                atomicAdd(dq_mul + (size_t)h * a.dk + c, gq * qr[c]);
+            if (dq_add)
+                atomicAdd(dq_add + (size_t)h * a.dk + c, gq);
+        }
+        for (int c = lane; c < a.dh; c += 32) {
+            if (dv_mul && kend > 0)
+                atomicAdd(dv_mul + (size_t)h * a.dh + c, go[c] * ou[hh * a.dh + c]);
+            if (dv_add && kend > 0)
+                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c]);
+        }
+    }
+}
+
+/* Backward for the keys and values (Algorithm 4, the dK dV half): a warp
+   owns one key of one K/V head and loops over every query and head that
+   read it, so dK, dV and the key-bias gradient are written by one warp
+   each (disjoint, no atomics). The query-side map is folded into the key:
+   (q * m_h + a_h) . k = q . (k * m_h) + a_h . k. */
+#define MHE__CU_BT 32   /* queries per shared tile of the key-side backward */
+
+static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
+    size_t G = (size_t)a->group;
+    size_t per_warp = (size_t)a->dk + a->dh + 2 * MHE__CU_BT + a->dk + (a->v_per_head ? G : 1) * a->dh + 2;
+    return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 2 * MHE__CU_BT + W * per_warp;
+}
+
+__global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
+                                                          const float *dout, const float *lse, const float *D,
+                                                          const float *q, const float *k, const float *v) {
+    MHE__CU_DYN_SHARED(float, sm);
+    int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, j = (int)blockIdx.x * W + warp;
+    int live = j < a.Tk && !(a.kv_len && j >= a.kv_len[b]);
+    float *qt = sm, *gt = qt + MHE__CU_BT * (a.dk + 1), *lt = gt + MHE__CU_BT * (a.dh + 1), *Dt = lt + MHE__CU_BT;
+    size_t per_warp = (size_t)a.dk + a.dh + 2 * MHE__CU_BT + a.dk + (a.v_per_head ? G : 1) * a.dh + 2;
+    float *wb = Dt + MHE__CU_BT + (size_t)warp * per_warp;
+    float *kh = wb, *vh = kh + a.dk, *pb = vh + a.dh, *sb = pb + MHE__CU_BT, *dka = sb + MHE__CU_BT;
+    float *dva = dka + a.dk, *cst = dva + (a.v_per_head ? G : 1) * a.dh;
+    const float *kr = k + ((size_t)b * a.Tk + (live ? j : 0)) * a.ks + (size_t)g * a.dk;
+    /* the first query that sees the block's first key (causal) */
+    int j_first = (int)blockIdx.x * W, t_start = a.causal ? j_first - a.q_off : 0;
+    if (t_start < 0)
+        t_start = 0;
+    t_start -= t_start % MHE__CU_BT;
+    for (int c = lane; c < a.dk; c += 32)
+        dka[c] = 0.0f;
+    for (int c = lane; c < (a.v_per_head ? G : 1) * a.dh; c += 32)
+        dva[c] = 0.0f;
+    for (int t0 = t_start; t0 < a.Tq; t0 += MHE__CU_BT) {
+        __syncthreads();
+        for (int e = (int)threadIdx.x; e < MHE__CU_BT * a.dk; e += (int)blockDim.x) {
+            int r = e / a.dk, c = e % a.dk;
+            qt[r * (a.dk + 1) + c] = t0 + r < a.Tq ? q[((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)g * G * a.dk) + c] : 0.0f;
+        }
+        for (int hh = 0; hh < G; hh++) {
+            int h = g * G + hh;
+            if (hh > 0) /* the query tile of head hh (non-shared queries differ per head) */
+                __syncthreads();
+            if (hh > 0 && !a.q_shared)
+                for (int e = (int)threadIdx.x; e < MHE__CU_BT * a.dk; e += (int)blockDim.x) {
+                    int r = e / a.dk, c = e % a.dk;
+                    qt[r * (a.dk + 1) + c] =
+                        t0 + r < a.Tq ? q[((size_t)b * a.Tq + t0 + r) * a.qs + (size_t)h * a.dk + c] : 0.0f;
+                }
+            for (int e = (int)threadIdx.x; e < MHE__CU_BT * a.dh; e += (int)blockDim.x) {
+                int r = e / a.dh, c = e % a.dh;
+                gt[r * (a.dh + 1) + c] = t0 + r < a.Tq ? dout[((size_t)b * a.Tq + t0 + r) * a.os + (size_t)h * a.dh + c] *
+                                                            (a.v_mul ? a.v_mul[(size_t)h * a.dh + c] : 1.0f)
+                                                      : 0.0f;
+            }
+            for (int e = (int)threadIdx.x; e < MHE__CU_BT; e += (int)blockDim.x) {
+                lt[e] = t0 + e < a.Tq ? lse[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
+                Dt[e] = t0 + e < a.Tq ? D[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
+            }
+            __syncthreads();
+            if (!live)
+                continue;
+            /* this head's view of the key: k * q_mul_h, plus the row-independent a_h . k and bias */
+            float ca = 0.0f;
+            for (int c = lane; c < a.dk; c += 32) {
+                kh[c] = kr[c] * (a.q_mul ? a.q_mul[(size_t)h * a.dk + c] : 1.0f);
+                if (a.q_add)
+                    ca += a.q_add[(size_t)h * a.dk + c] * kr[c];
+            }
+            ca = mhe__cu_warp_sum(ca);
+            if (a.k_bias)
+                ca += a.k_bias[((size_t)b * a.Tk + j) * a.kbs + h];
+            size_t vcol = a.v_per_head ? (size_t)g * a.vw + (size_t)hh * a.dh : (size_t)g * a.dh;
+            for (int c = lane; c < a.dh; c += 32)
+                vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c];
+            __syncwarp();
+            int t = t0 + lane, vis = t < a.Tq && j < mhe__cu_visible(&a, b, t);
+            float s = 0.0f, dp = 0.0f;
+            for (int c = 0; c < a.dk; c++)
+                s += qt[lane * (a.dk + 1) + c] * kh[c];
+            for (int c = 0; c < a.dh; c++)
+                dp += gt[lane * (a.dh + 1) + c] * vh[c];
+            float p = vis ? expf(a.scale * (s + ca) - lt[lane]) : 0.0f, ds = p * (dp - Dt[lane]);
+            float dsum = mhe__cu_warp_sum(ds);
+            pb[lane] = p;
+            sb[lane] = ds;
+            __syncwarp();
+            float *dvh = dva + (a.v_per_head ? hh * a.dh : 0);
+            for (int c = lane; c < a.dh; c += 32) {
+                float x = 0.0f;
+                for (int r = 0; r < MHE__CU_BT; r++)
+                    x += pb[r] * gt[r * (a.dh + 1) + c];
+                dvh[c] += x;
+            }
+            for (int c = lane; c < a.dk; c += 32) { /* d k = scale sum_t dS (q_t * m_h + a_h) */
+                float x = 0.0f, m = a.q_mul ? a.q_mul[(size_t)h * a.dk + c] : 1.0f;
+                for (int r = 0; r < MHE__CU_BT; r++)
+                    x += sb[r] * qt[r * (a.dk + 1) + c];
+                dka[c] += a.scale * (x * m + (a.q_add ? dsum * a.q_add[(size_t)h * a.dk + c] : 0.0f));
+            }
+            if (dk_bias && lane == 0)
+                cst[0] = dsum; /* summed below over the query tiles */
+            __syncwarp();
+            if (dk_bias && lane == 0)
+                dk_bias[((size_t)b * a.Tk + j) * a.kbs + h] += a.scale * cst[0];
+            __syncwarp();
+        }
+    }
+    if (!live)
+        return;
+    float *dkr = dk + ((size_t)b * a.Tk + j) * a.ks + (size_t)g * a.dk;
+    for (int c = lane; c < a.dk; c += 32)
+        dkr[c] += dka[c];
+    for (int hh = 0; hh < (a.v_per_head ? G : 1); hh++) {
+        size_t vcol = a.v_per_head ? (size_t)g * a.vw + (size_t)hh * a.dh : (size_t)g * a.dh;
+        float *dvr = dv + ((size_t)b * a.Tk + j) * a.vs + vcol;
+        for (int c = lane; c < a.dh; c += 32)
+            dvr[c] += dva[hh * a.dh + c];
+    }
+}
+
+/* warps per block that fit the shared memory the kernel needs (0: none) */
+static int mhe__cu_att_warps(const mhe__cu_att *a, size_t (*smem)(const mhe__cu_att *, int)) {
+    for (int W = 4; W >= 1; W /= 2)
+        if (smem(a, W) * sizeof(float) <= 99 * 1024)
+            return W;
+    return 0;
+}
+
+static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
+    int dk = d->d_qk > 0 ? d->d_qk : d->d_head;
+    if (d->dropout > 0)
+        return mhe__fail(err, MHE_ERR_CONFIG, "attention dropout runs on the CPU path (set attn_dropout=0 on the device)");
+    if (d->d_head < 1 || d->d_head > MHE_MAX_D_HEAD || dk > MHE_MAX_D_HEAD)
+        return mhe__fail(err, MHE_ERR_DEVICE, "head width %d (query/key %d) is outside the device cores' 1..%d", d->d_head,
+                         dk, MHE_MAX_D_HEAD);
+    if (d->n_kv_heads < 1 || d->n_heads % d->n_kv_heads)
+        return mhe__fail(err, MHE_ERR_ARG, "%d query heads cannot share %d K/V heads", d->n_heads, d->n_kv_heads);
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
+                                   const float *v, char *err) {
+    mhe_status st = mhe__cu_att_check(d, err);
+    if (st != MHE_OK)
+        return st;
+    mhe__cu_att a = mhe__cu_att_from(d);
+    int W = mhe__cu_att_warps(&a, mhe__cu_fwd_smem);
+    if (!W)
+        return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
+                         a.group, a.dh);
+    if (a.Tq < 1 || a.B < 1)
+        return MHE_OK;
+    dim3 grid((unsigned)mhe__cu_blocks(a.Tq, W), (unsigned)a.n_kv, (unsigned)a.B);
+    return mhe__cu_status(mhe__cu_launch(mhe__cu_attn_fwd_k, grid, dim3(32 * W), mhe__cu_fwd_smem(&a, W) * sizeof(float),
+                                         a, out, lse, q, k, v),
+                          err, "attention forward");
+}
+
+static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return (size_t)d->B * d->n_heads * d->Tq; }
+
+static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk, float *dv,
+                                   const float *dout, const float *out, const float *lse, const float *q,
+                                   const float *k, const float *v, float *scratch, char *err) {
+    mhe_status st = mhe__cu_att_check(d, err);
+    if (st != MHE_OK)
+        return st;
+    mhe__cu_att a = mhe__cu_att_from(d);
+    int Wq = mhe__cu_att_warps(&a, mhe__cu_dq_smem), Wk = mhe__cu_att_warps(&a, mhe__cu_dkv_smem);
+    if (!Wq || !Wk)
+        return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
+                         a.group, a.dh);
+    if (a.Tq < 1 || a.B < 1)
+        return MHE_OK;
+    int64_t rows = (int64_t)a.B * a.n * a.Tq;
+    cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
+    if (e == cudaSuccess)
+        e = mhe__cu_launch(mhe__cu_attn_dq_k, dim3((unsigned)mhe__cu_blocks(a.Tq, Wq), (unsigned)a.n_kv, (unsigned)a.B),
+                           dim3(32 * Wq), mhe__cu_dq_smem(&a, Wq) * sizeof(float), a, dq, gr ? gr->dq_mul : NULL,
+                           gr ? gr->dq_add : NULL, gr ? gr->dv_mul : NULL, gr ? gr->dv_add : NULL, dout, lse,
+                           (const float *)scratch, q, k, v);
+    if (e == cudaSuccess && a.Tk > 0)
+        e = mhe__cu_launch(mhe__cu_attn_dkv_k, dim3((unsigned)mhe__cu_blocks(a.Tk, Wk), (unsigned)a.n_kv, (unsigned)a.B),
+                           dim3(32 * Wk), mhe__cu_dkv_smem(&a, Wk) * sizeof(float), a, dk, dv,
+                           gr ? gr->dk_bias : NULL, dout, lse, (const float *)scratch, q, k, v);
+    return mhe__cu_status(e, err, "attention backward");
+}
+
 
 /* ======================================================================== */
 /* C5. the device model                                                     */
@@ -748,6 +1257,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
         a->att = mhe__cu_take(&cur, base, rows * HD);
         a->lse = mhe__cu_take(&cur, base, rows * n);
         a->hmap = mhe__cu_take(&cur, base, 2 * HD);
+        a->kb = mhe__cu_take(&cur, base, rows * n);
         a->fc1 = mhe__cu_take(&cur, base, rows * F);
         a->act = mhe__cu_take(&cur, base, rows * F);
         if ((size_t)geo.proj_w > max_proj)
@@ -773,6 +1283,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->d_act = mhe__cu_take(&cur, base, rows * F);
     g->d_logits = mhe__cu_take(&cur, base, rows * V);
     g->d_hmap = mhe__cu_take(&cur, base, 2 * HD);
+    g->d_kb = mhe__cu_take(&cur, base, rows * n);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
     return (size_t)(cur - base);
@@ -1032,12 +1543,15 @@ static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_
             gr->dq_mul = dmap;
             gr->dv_mul = dmap + HD;
         }
-    } else if (w->kind == MHE_ATTN_MHE_ADD) { /* e^K only shifts whole rows: no effect, no gradient */
+    } else if (w->kind == MHE_ATTN_MHE_ADD) {
+        /* one QK^T for every head plus the key bias table kb = K E^Q^T (hmap holds it, dmap its
+           gradient); e^K only shifts whole rows: no effect, no gradient */
         d->q_shared = 1;
-        d->q_add = MHE__CU_P(g, w->eq);
+        d->k_bias = hmap;
+        d->k_bias_stride = c->n_heads;
         d->v_add = MHE__CU_P(g, w->ev);
         if (gr) {
-            gr->dq_add = MHE__CU_G(g, w->eq);
+            gr->dk_bias = dmap;
             gr->dv_add = MHE__CU_G(g, w->ev);
         }
     }
@@ -1054,11 +1568,14 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, int l, int B, int Tq,
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
+    float *kb = g->cache ? g->cache->kb : a->kb;
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
                                    a->hmap, (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
                                    (const float *)MHE__CU_P(g, w->ev), HD), "MHE-MUL maps");
-    mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, a->hmap, NULL);
+    if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
+    mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
     MHE__CU_MHE(mhe__cu_attn_fwd(&d, a->att, a->lse, q, k, v, g->err));
     if (w->kind == MHE_ATTN_SHA)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
@@ -1080,11 +1597,20 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, 
     d.v_stride = ks;
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
+    if (w->kind == MHE_ATTN_MHE_ADD)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * T * n));
     if (w->kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * T * dh, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, g->d_att, B * T, n, dh, 1), "sha heads backward");
-    mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
+    if (w->kind == MHE_ATTN_MHE_ADD)
+        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
+    else
+        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
     MHE__CU_MHE(mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v, g->attn_scratch, g->err));
+    if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * T, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
+    }
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
                                    MHE__CU_G(g, w->eq), MHE__CU_G(g, w->ek), MHE__CU_G(g, w->ev),
@@ -1506,12 +2032,14 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         c->kv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model; /* el-att caches its input */
         total += (size_t)max_len * c->kv_w[l];
     }
+    total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
     MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
     c->block = block;
     for (l = 0; l < cfg->n_layers; l++) {
         c->kv[l] = (float *)block + off;
         off += (size_t)max_len * c->kv_w[l];
     }
+    c->kb = (float *)block + off;
     c->cap = max_len;
     return MHE_OK;
 }

@@ -283,15 +283,24 @@ static void compare_step(const mhe_config *cfg, const char *what) {
     CHECK(rel_err(logits_dev, logits_cpu) < 1e-5, "%s: logits rel err %.3g", what, rel_err(logits_dev, logits_cpu));
     mhe_cuda_model_grads(&g);
     int bad = 0;
+    double gmax = 0;
+    for (float x : grad_cpu)
+        gmax = fabs(x) > gmax ? fabs(x) : gmax;
     for (int i = 0; i < m.n_tensors; i++) {
         const mhe_tensor *p = &m.params[i];
         size_t off = (size_t)(p->data - m.param_data);
         std::vector<float> a(m.grad_data + off, m.grad_data + off + p->size),
             b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + p->size));
-        double e = rel_err(a, b);
+        double e = rel_err(a, b), mx = 0;
+        for (float x : b)
+            mx = fabs(x) > mx ? fabs(x) : mx;
+        /* a gradient that is zero in exact arithmetic (MHE-ADD's key bias: it shifts whole score
+           rows) is rounding noise on both sides: compared against the model's gradient scale */
+        if (mx < 1e-3 * gmax)
+            e = e * mx / (1e-3 * gmax);
         if (!(e < 2e-4)) {
             bad++;
-            printf("  %s: gradient of %s rel err %.3g\n", what, p->name, e);
+            printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", what, p->name, e, mx);
         }
     }
     CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
@@ -365,6 +374,8 @@ static void test_train(void) {
             last_cpu = tcpu.last_loss;
             last_dev = tdev.host.last_loss;
         }
+        printf("train %s: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
+               mhe_attn_kind_name(kind), (double)first, (double)last_cpu, (double)last_dev, worst);
         CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g)",
               mhe_attn_kind_name(kind), worst);
         CHECK(last_dev < first - 0.3f, "train %s: loss falls on the device (%.3f -> %.3f; CPU %.3f)",
