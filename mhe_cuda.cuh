@@ -677,22 +677,22 @@ static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
 }
 
 /* keys query t of sequence b may see: the causal limit and the padding */
-static __device__ __host__ __forceinline__ int mhe__cu_visible(const mhe__cu_att *a, int b, int t) {
-    int n = a->Tk;
-    if (a->causal && t + a->q_off + 1 < n)
-        n = t + a->q_off + 1;
-    if (a->kv_len && a->kv_len[b] < n)
-        n = a->kv_len[b];
+static __device__ __forceinline__ int mhe__cu_visible(const mhe__cu_att &a, int b, int t) {
+    int n = a.Tk;
+    if (a.causal && t + a.q_off + 1 < n)
+        n = t + a.q_off + 1;
+    if (a.kv_len && a.kv_len[b] < n)
+        n = a.kv_len[b];
     return n < 0 ? 0 : n;
 }
 
 /* head h's query at row r mapped as in eq. 5 of the MHE paper: q * q_mul_h + q_add_h */
-static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att *a, const float *q, int h, int c) {
+static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att &a, const float *q, int h, int c) {
     float x = q[c];
-    if (a->q_mul)
-        x *= a->q_mul[(size_t)h * a->dk + c];
-    if (a->q_add)
-        x += a->q_add[(size_t)h * a->dk + c];
+    if (a.q_mul)
+        x *= a.q_mul[(size_t)h * a.dk + c];
+    if (a.q_add)
+        x += a.q_add[(size_t)h * a.dk + c];
     return x;
 }
 
@@ -704,7 +704,7 @@ static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
 }
 
 /* Forward: block (query rows blockIdx.x*W .., K/V head blockIdx.y, sequence blockIdx.z) */
-__global__ __launch_bounds__(128) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
+__global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
                                                           const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
@@ -714,14 +714,14 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *
     float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 2 * G);
     float *qb = wb, *pb = qb + G * a.dk, *acc = pb + MHE__CU_BK, *mst = acc + G * a.dh, *lst = mst + G;
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
-    kend_blk = mhe__cu_visible(&a, b, tl); /* the block's last row sees the most keys */
-    kend = live ? mhe__cu_visible(&a, b, t) : 0;
+    kend_blk = mhe__cu_visible(a, b, tl); /* the block's last row sees the most keys */
+    kend = live ? mhe__cu_visible(a, b, t) : 0;
     if (live) {
         for (int hh = 0; hh < G; hh++) {
             int h = g * G + hh;
             const float *qr = q + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
             for (int c = lane; c < a.dk; c += 32)
-                qb[hh * a.dk + c] = mhe__cu_qmap(&a, qr, h, c);
+                qb[hh * a.dk + c] = mhe__cu_qmap(a, qr, h, c);
             for (int c = lane; c < a.dh; c += 32)
                 acc[hh * a.dh + c] = 0.0f;
         }
@@ -841,15 +841,15 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
     float *qb = wb, *dqa = qb + G * a.dk, *gb = dqa + G * a.dk, *ou = gb + G * a.dh, *pb = ou + G * a.dh;
     float *lb = pb + MHE__CU_BK, *Db = lb + G;
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
-    kend_blk = mhe__cu_visible(&a, b, tl);
-    kend = live ? mhe__cu_visible(&a, b, t) : 0;
+    kend_blk = mhe__cu_visible(a, b, tl);
+    kend = live ? mhe__cu_visible(a, b, t) : 0;
     if (live) {
         for (int hh = 0; hh < G; hh++) {
             int h = g * G + hh;
             const float *qr = q + ((size_t)b * a.Tq + t) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
             const float *go = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
             for (int c = lane; c < a.dk; c += 32) {
-                qb[hh * a.dk + c] = mhe__cu_qmap(&a, qr, h, c);
+                qb[hh * a.dk + c] = mhe__cu_qmap(a, qr, h, c);
                 dqa[hh * a.dk + c] = 0.0f;
             }
             for (int c = lane; c < a.dh; c += 32) {
@@ -1020,7 +1020,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
             for (int c = lane; c < a.dh; c += 32)
                 vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c];
             __syncwarp();
-            int t = t0 + lane, vis = t < a.Tq && j < mhe__cu_visible(&a, b, t);
+            int t = t0 + lane, vis = t < a.Tq && j < mhe__cu_visible(a, b, t);
             float s = 0.0f, dp = 0.0f;
             for (int c = 0; c < a.dk; c++)
                 s += qt[lane * (a.dk + 1) + c] * kh[c];

@@ -7,7 +7,9 @@
    An argument runs one group (gemm, tf32, norm, elementwise, model, train,
    decode, errors); the fault builds (MHE_CUDA_FAULT) run one group each. */
 #define MHE_IMPLEMENTATION
+#ifndef MHE_CUDA
 #define MHE_CUDA
+#endif
 #include "mhe.h"
 #include "tests/test.h"
 #include <stdlib.h>
