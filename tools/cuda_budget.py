@@ -76,12 +76,18 @@ def main(argv):
                 f.write("%s  %s  %d  %d\n" % (name, arch, (v["regs"] + 7) // 8 * 8, v["smem"]))
         return 0
     budget = read_budget(argv[2])
-    if "--table" in argv:
-        print("| kernel | arch | registers (budget) | static shared bytes (budget) | spills |")
-        print("| --- | --- | --- | --- | --- |")
-        for (name, arch), v in sorted(report.items()):
-            b = budget.get((name, arch), ("-", "-"))
-            print("| `%s` | %s | %d (%s) | %d (%s) | %d |" % (name, arch, v["regs"], b[0], v["smem"], b[1], v["spill"]))
+    if "--table" in argv:  # one row per kernel, the architectures side by side
+        archs = sorted({a for _, a in report})
+        print("| kernel | " + " | ".join("%s registers (budget)" % a for a in archs) + " | static shared bytes | spills |")
+        print("| --- |" + " --- |" * (len(archs) + 2))
+        for name in sorted({k for k, _ in report}):
+            regs = []
+            for a in archs:
+                v, b = report.get((name, a)), budget.get((name, a), ("-", "-"))
+                regs.append("%d (%s)" % (v["regs"], b[0]) if v else "-")
+            vs = [report[(name, a)] for a in archs if (name, a) in report]
+            print("| `%s` | %s | %d | %d |" % (name, " | ".join(regs), max(v["smem"] for v in vs),
+                                               sum(v["spill"] for v in vs)))
         return 0
     bad = 0
     for (name, arch), v in sorted(report.items()):
