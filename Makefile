@@ -158,18 +158,16 @@ cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda
 # the tool instantiates every kernel: its ptxas report is the one the budget checks
 $(B)/cuda/mhe: tools/mhe.c tools/mhe_params.c $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -x cu -o $@ tools/mhe.c tools/mhe_params.c > $(B)/cuda/ptxas.log 2>&1 || (cat $(B)/cuda/ptxas.log; exit 1)
+	$(NVCC) $(NVFLAGS) -x cu -o $@ tools/mhe.c tools/mhe_params.c > $(B)/cuda/ptxas.log 2>&1 || (cat $(B)/cuda/ptxas.log; rm -f $@; exit 1)
 	@grep -v 'ptxas info\|bytes stack frame' $(B)/cuda/ptxas.log || true
 
 $(B)/cuda/bench_cuda: tools/bench_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -Xptxas -v0 -o $@ $< 2>&1 | grep -v 'ptxas info\|bytes stack frame' || true
-	@test -x $@
+	$(NVCC) $(NVFLAGS) -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
 $(B)/cuda/test_cuda: tests/cuda/test_cuda.cpp tests/test.h $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -x cu -o $@ $< 2>&1 | grep -v 'ptxas info\|bytes stack frame' || true
-	@test -x $@
+	$(NVCC) $(NVFLAGS) -x cu -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
 # the README's table of kernel resources
 cuda-budget-table: $(B)/cuda/mhe

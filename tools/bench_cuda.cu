@@ -1,0 +1,200 @@
+/* bench_cuda - the CUDA companion on a real GPU: GEMM TFLOP/s at transformer
+   shapes (float32 SIMT and TF32 tensor cores), attention forward + backward
+   for mha, mhe-mul and mhe-add at L = 512 .. 8192, and training tokens/s with
+   the device memory it used. Built by `make cuda` (build/cuda/bench_cuda).
+   The project's machines have no GPU, so this tool has never been run on
+   one there: without a device it says so and exits 0.
+   usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only] */
+#define MHE_IMPLEMENTATION
+#ifndef MHE_CUDA
+#define MHE_CUDA
+#endif
+#include "mhe.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *dalloc(size_t n) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) {
+        fprintf(stderr, "bench_cuda: cannot allocate %zu floats on the device\n", n);
+        exit(1);
+    }
+    cudaMemset(p, 0, n * sizeof(float));
+    return (float *)p;
+}
+
+/* median of reps timings (ms) of one call */
+template <typename F> static float time_ms(int reps, F f) {
+    float t[32], ms;
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    f(); /* warm-up */
+    if (reps > 32)
+        reps = 32;
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(a, 0);
+        f();
+        cudaEventRecord(b, 0);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&ms, a, b);
+        t[r] = ms;
+    }
+    for (int i = 1; i < reps; i++) /* insertion sort: a handful of values */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            float s = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = s;
+        }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return t[reps / 2];
+}
+
+static void bench_gemm(int quick) {
+    int tokens = quick ? 1024 : 4096, Cs[2] = {768, 1024};
+    printf("\nGEMM, TFLOP/s (float32 SIMT | TF32 mma.sync), %d tokens\n", tokens);
+    printf("%-28s %8s %8s\n", "shape (M x N x K)", "simt", "tf32");
+    for (int ci = 0; ci < (quick ? 1 : 2); ci++) {
+        int C = Cs[ci];
+        struct { const char *what; int ta, M, N, K; } sh[] = {
+            {"QKV projection", 0, tokens, 3 * C, C}, {"W^O", 0, tokens, C, C},
+            {"MLP up", 0, tokens, 4 * C, C},        {"MLP down", 0, tokens, C, 4 * C},
+            {"weight gradient (A^T)", 1, C, 4 * C, tokens}, {"LM head (32000)", 0, tokens, 32000, C}};
+        for (auto &s : sh) {
+            float *A = dalloc((size_t)s.M * s.K), *B = dalloc((size_t)s.K * s.N), *Cm = dalloc((size_t)s.M * s.N);
+            double flops = 2.0 * s.M * s.N * s.K;
+            float t0 = time_ms(quick ? 3 : 9, [&] { mhe__cu_gemm(0, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N); });
+            float t1 = time_ms(quick ? 3 : 9, [&] { mhe__cu_gemm(1, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N); });
+            char label[64];
+            snprintf(label, sizeof label, "C=%d %s", C, s.what);
+            printf("%-28s %8.2f %8.2f   (%d x %d x %d)\n", label, flops / t0 / 1e9, flops / t1 / 1e9, s.M, s.N, s.K);
+            cudaFree(A);
+            cudaFree(B);
+            cudaFree(Cm);
+        }
+    }
+}
+
+static void bench_attn(int quick) {
+    int n = 12, dh = 64, HD = n * dh, Ls[5] = {512, 1024, 2048, 4096, 8192};
+    printf("\nattention, causal, %d heads of %d, B*L = 8192 tokens: forward | backward ms (ratio to mha)\n", n, dh);
+    printf("%6s %20s %28s %28s\n", "L", "mha", "mhe-mul", "mhe-add");
+    for (int li = 0; li < (quick ? 2 : 5); li++) {
+        int L = Ls[li], B = 8192 / L > 0 ? 8192 / L : 1;
+        size_t rows = (size_t)B * L;
+        float *q = dalloc(rows * HD), *k = dalloc(rows * HD), *v = dalloc(rows * HD), *o = dalloc(rows * HD),
+              *go = dalloc(rows * HD), *dq = dalloc(rows * HD), *dk = dalloc(rows * HD), *dv = dalloc(rows * HD),
+              *lse = dalloc(rows * n), *maps = dalloc(4 * (size_t)HD), *kb = dalloc(rows * n), *scr = dalloc(rows * n);
+        float res[3][2];
+        char err[MHE_ERR_LEN];
+        for (int kind = 0; kind < 3; kind++) {
+            mhe_attn_dims d;
+            mhe_attn_grads gr;
+            memset(&d, 0, sizeof d);
+            memset(&gr, 0, sizeof gr);
+            d.B = B, d.n_heads = n, d.Tq = d.Tk = L, d.d_head = dh, d.causal = 1, d.scale = 0.125f, d.o_stride = HD;
+            if (kind == 0) { /* mha: per-head Q, K, V */
+                d.n_kv_heads = n, d.q_stride = d.k_stride = d.v_stride = HD;
+            } else { /* MHE: one seed head, the maps inside the core (MUL) or a key bias (ADD) */
+                d.n_kv_heads = 1, d.q_shared = 1, d.q_stride = d.k_stride = d.v_stride = dh;
+                if (kind == 1)
+                    d.q_mul = maps, d.v_mul = maps + HD, gr.dq_mul = maps + 2 * HD, gr.dv_mul = maps + 3 * HD;
+                else
+                    d.k_bias = kb, d.k_bias_stride = n, d.v_add = maps, gr.dk_bias = kb, gr.dv_add = maps + HD;
+            }
+            res[kind][0] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_fwd(&d, o, lse, q, k, v, err); });
+            res[kind][1] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err); });
+        }
+        printf("%6d %9.2f | %8.2f %9.2f | %6.2f (%.2fx) %9.2f | %6.2f (%.2fx)\n", L, res[0][0], res[0][1], res[1][0],
+               res[1][1], (res[1][0] + res[1][1]) / (res[0][0] + res[0][1]), res[2][0], res[2][1],
+               (res[2][0] + res[2][1]) / (res[0][0] + res[0][1]));
+        for (float *p : {q, k, v, o, go, dq, dk, dv, lse, maps, kb, scr})
+            cudaFree(p);
+    }
+    printf("attention activations kept per token and layer: mha Q,K,V %d floats; mhe-mul/mhe-add %d (1/%d)\n", 3 * HD,
+           3 * dh, n);
+}
+
+static int bench_train(int quick, int tf32) {
+    static const int kinds[3] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD};
+    size_t n = 1 << 20;
+    int *data = (int *)malloc(n * sizeof(int));
+    mhe_rng r;
+    mhe_rng_seed(&r, 1);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (int)mhe_rng_below(&r, 256);
+    printf("\ntraining a byte-level GPT (random bytes): tokens/s and device memory%s\n", tf32 ? ", TF32 GEMMs" : "");
+    for (int ki = 0; ki < 3; ki++) {
+        mhe_config c = mhe_config_default();
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_cuda_trainer t;
+        size_t free0 = 0, free1 = 0, total = 0;
+        c.vocab_size = 256, c.d_model = quick ? 128 : 512, c.n_heads = 8, c.n_layers = quick ? 2 : 8;
+        c.max_seq_len = quick ? 128 : 512;
+        for (int l = 0; l < c.n_layers; l++)
+            c.attn[l] = kinds[ki];
+        tc.batch = 8, tc.seq_len = c.max_seq_len, tc.steps = quick ? 3 : 20;
+        cudaMemGetInfo(&free0, &total);
+        if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK || mhe_cuda_model_init(&g, &m, tf32) != MHE_OK) {
+            fprintf(stderr, "bench_cuda: %s%s\n", m.err, g.err);
+            return 1;
+        }
+        if (mhe_cuda_trainer_init(&t, &g, &tc) != MHE_OK) {
+            fprintf(stderr, "bench_cuda: %s\n", t.host.err);
+            return 1;
+        }
+        mhe_cuda_trainer_step(&t, data, n); /* warm-up */
+        cudaDeviceSynchronize();
+        float ms = time_ms(quick ? 3 : 9, [&] {
+            if (mhe_cuda_trainer_step(&t, data, n) != MHE_OK)
+                fprintf(stderr, "bench_cuda: %s\n", t.host.err);
+        });
+        cudaMemGetInfo(&free1, &total);
+        printf("%-8s %8.0f tokens/s  %7.1f ms/step  device memory %.1f MB (library %.1f MB)\n",
+               mhe_attn_kind_name(kinds[ki]), tc.batch * tc.seq_len / (ms / 1e3), ms, (free0 - free1) / 1e6,
+               (g.device_bytes + 2.0 * m.n_params * 4) / 1e6);
+        mhe_cuda_trainer_free(&t);
+        mhe_cuda_model_free(&g);
+        mhe_model_free(&m);
+    }
+    free(data);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, tf32 = 0, only = 0;
+    char name[256], err[MHE_ERR_LEN];
+    int major = 0, minor = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--tf32"))
+            tf32 = 1;
+        else if (!strcmp(argv[i], "--gemm-only"))
+            only = 1;
+        else if (!strcmp(argv[i], "--attn-only"))
+            only = 2;
+        else if (!strcmp(argv[i], "--train-only"))
+            only = 3;
+        else {
+            fprintf(stderr, "usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only]\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, err) != MHE_OK) {
+        printf("bench_cuda: no CUDA device (%s): nothing to measure\n", err);
+        return 0;
+    }
+    printf("device: %s (compute capability %d.%d)\n", name, major, minor);
+    if (!only || only == 1)
+        bench_gemm(quick);
+    if (!only || only == 2)
+        bench_attn(quick);
+    if (!only || only == 3)
+        return bench_train(quick, tf32);
+    return 0;
+}
