@@ -44,8 +44,9 @@ run() {
     out=$("$@" 2>&1)
     rc=$?
     secs=$(($(date +%s) - start))
-    p=$(printf '%s\n' "$out" | sed -n 's/^RESULT: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
-    f=$(printf '%s\n' "$out" | sed -n 's/^RESULT: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
+    # the last "N passed, M failed" line (RESULT: of tests/test.h, or test_emu's "emu:")
+    p=$(printf '%s\n' "$out" | sed -n 's/^[A-Za-z]*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
+    f=$(printf '%s\n' "$out" | sed -n 's/^[A-Za-z]*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
     if [ $rc -eq 0 ] && ! printf '%s\n' "$out" | grep -q 'Sanitizer'; then
         echo "$label: ${p:-?} checks passed (${secs} s)"
         passed=$((passed + ${p:-1}))
