@@ -1221,11 +1221,11 @@ MHEDEF mhe_status mhe_cuda_device(char *name, size_t len, int *major, int *minor
 
 /* ---- device memory layout -------------------------------------------------- */
 
-/* take n floats (64-byte aligned) from *cur; with base NULL only counts */
-static float *mhe__cu_take(char **cur, char *base, size_t n) {
-    char *p = *cur;
-    *cur += (n * sizeof(float) + 63) & ~(size_t)63;
-    return base ? (float *)p : NULL;
+/* take n floats (64-byte aligned) at byte offset *off; with base NULL only counts */
+static float *mhe__cu_take(size_t *off, char *base, size_t n) {
+    size_t at = *off;
+    *off += (n * sizeof(float) + 63) & ~(size_t)63;
+    return base ? (float *)(base + at) : NULL;
 }
 
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
@@ -1235,7 +1235,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     const mhe_config *c = &g->host->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_scr = 0;
-    char *cur = base;
+    size_t cur = 0;
     int l, k;
     for (l = 0; l < c->n_layers; l++) {
         mhe_cuda_layer_acts *a = &g->layer[l];
@@ -1286,7 +1286,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->d_kb = mhe__cu_take(&cur, base, rows * n);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
-    return (size_t)(cur - base);
+    return cur;
 }
 
 MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
