@@ -1149,6 +1149,16 @@ MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batc
                                int max_batches, float *mean_loss);
 MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
                                    int max_batches, float *mean_loss);
+/* Strided perplexity of a decoder LM (MHE paper sec. 4.5, stride 256 there):
+   windows of seq_len tokens moved by stride (1..seq_len); the first window
+   scores all its targets, each later one only the targets past the previous
+   window's end (its last `stride`), and a final window ending at the text's
+   end scores the rest, so every token after the first is scored exactly once
+   with at least seq_len - stride tokens of context (fewer only in the first
+   window). stride == seq_len is plain consecutive windows. Mean loss over
+   every scored token; *n_scored gets their count (may be NULL). */
+MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+                                       float *mean_loss, int64_t *n_scored);
 
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
@@ -9978,6 +9988,57 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
 MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss) {
     return mhe_evaluate_s2s(m, data, n, batch, 0, seq_len, max_batches, mean_loss);
+}
+
+MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+                                       float *mean_loss, int64_t *n_scored) {
+    size_t last, begin = 0, scored_to = 0;   /* targets data[1 .. scored_to] are scored */
+    double total = 0;
+    int64_t count = 0;
+    int *buf, b, t, T = seq_len, done = 0;
+    mhe_status st = MHE_OK;
+    mhe_batch bt;
+    if (!m) return MHE_ERR_ARG;
+    if (batch < 1 || seq_len < 1 || stride < 1 || stride > seq_len)
+        return mhe__fail(m->err, MHE_ERR_ARG, "evaluate: batch %d and seq_len %d must be >= 1, stride %d in 1..seq_len",
+                         batch, seq_len, stride);
+    if (m->cfg.arch != MHE_ARCH_DECODER || m->cfg.token_head != MHE_HEAD_LM)
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "strided perplexity scores a decoder language model (arch=decoder, token_head=lm)");
+    if ((int64_t)batch * T > (1 << 24))
+        return mhe__fail(m->err, MHE_ERR_OVERFLOW, "evaluate: batch %d x seq_len %d is too many tokens", batch, T);
+    if (!data || n < (size_t)T + 1)
+        return mhe__fail(m->err, MHE_ERR_DATA, "evaluation data has %zu tokens, needs at least %d", n, T + 1);
+    last = n - 1 - (size_t)T;   /* the window that ends at the text's end */
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, 2 * (size_t)batch * T * sizeof(int));
+    if (!buf) return mhe__fail(m->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    m->training = 0;
+    memset(&bt, 0, sizeof bt);
+    bt.T = T; bt.tokens = buf; bt.targets = buf + (size_t)batch * T;
+    while (!done) {
+        float loss;
+        for (b = 0; b < batch && !done; b++) {
+            int *tok = buf + (size_t)b * T, *tgt = buf + (size_t)(batch + b) * T;
+            if (begin > last) begin = last;
+            for (t = 0; t < T; t++) {
+                size_t target = begin + (size_t)t + 1;
+                tok[t] = data[begin + t];
+                tgt[t] = target > scored_to ? data[target] : -1;   /* < 0: not scored */
+            }
+            scored_to = begin + (size_t)T;
+            done = begin == last;
+            begin += (size_t)stride;
+        }
+        bt.B = b;
+        st = mhe_model_forward_batch(m, &bt, &loss);
+        if (st != MHE_OK) break;
+        total += (double)loss * m->last_count;
+        count += m->last_count;
+    }
+    MHE_FREE(m->alloc_ctx, buf);
+    if (st != MHE_OK) return st;
+    if (mean_loss) *mean_loss = count ? (float)(total / count) : 0.0f;
+    if (n_scored) *n_scored = count;
+    return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out) {

@@ -407,6 +407,59 @@ static void words_sr_and_finetune(void) {
 }
 #endif
 
+/* Strided perplexity (MHE paper sec. 4.5) against a token-by-token
+   computation: target j is scored by its own forward pass over the window
+   the definition gives it (the first window [0, T) for j <= T, else window
+   k = ceil((j - T) / s) starting at k*s, or the window ending at the text's
+   end when k*s passes it), all other targets of that pass ignored. */
+static void strided_perplexity(const int *valid) {
+    mhe_config c = small_cfg();
+    mhe_model m;
+    const int n = 150, T = 16, strides[] = { 1, 5, 16 };
+    int si, *tgt = (int *)malloc(T * sizeof(int));
+    float loss, l1;
+    int64_t scored;
+    mhe_status st;
+    CHECK(mhe_model_init(&m, &c, 11, NULL) == MHE_OK, "init: %s", m.err);
+    for (si = 0; si < 3; si++) {
+        int s = strides[si], j;
+        double total = 0;
+        size_t last = (size_t)(n - 1 - T);
+        CHECK(mhe_evaluate_strided(&m, valid, n, 4, T, s, &loss, &scored) == MHE_OK, "strided %d: %s", s, m.err);
+        CHECK(scored == n - 1, "stride %d scores %lld targets, not %d", s, (long long)scored, n - 1);
+        for (j = 1; j < n; j++) {
+            size_t begin = 0, k;
+            int t;
+            if (j > T) {
+                k = (size_t)(j - T + s - 1) / (size_t)s;
+                begin = k * (size_t)s > last ? last : k * (size_t)s;
+            }
+            for (t = 0; t < T; t++) tgt[t] = (int)begin + t + 1 == j ? valid[j] : -1;
+            mhe_model_forward(&m, valid + begin, tgt, 1, T, &l1);
+            total += l1;
+        }
+        CHECK_CLOSE(loss, total / (n - 1), 1e-5, 1e-5, "stride %d: %.7f vs token by token %.7f", s, loss, total / (n - 1));
+    }
+    /* stride == seq_len over whole windows is mhe_evaluate's consecutive windows */
+    CHECK(mhe_evaluate_strided(&m, valid, 8 * T + 1, 3, T, T, &loss, &scored) == MHE_OK && scored == 8 * T, "stride T: %s", m.err);
+    CHECK(mhe_evaluate(&m, valid, 8 * T + 1, 3, T, 0, &l1) == MHE_OK, "evaluate: %s", m.err);
+    CHECK_CLOSE(loss, l1, 1e-6, 1e-6, "stride T %.7f vs consecutive windows %.7f", loss, l1);
+    /* bad input: a status and a message */
+    st = mhe_evaluate_strided(&m, valid, n, 4, T, 0, &loss, NULL);
+    CHECK(st == MHE_ERR_ARG && strstr(m.err, "stride"), "stride 0: %d %s", st, m.err);
+    st = mhe_evaluate_strided(&m, valid, n, 4, T, T + 1, &loss, NULL);
+    CHECK(st == MHE_ERR_ARG, "stride > seq_len: %d", st);
+    st = mhe_evaluate_strided(&m, valid, T, 4, T, 1, &loss, NULL);
+    CHECK(st == MHE_ERR_DATA, "too short: %d %s", st, m.err);
+    mhe_model_free(&m);
+    c.arch = MHE_ARCH_ENCODER;
+    CHECK(mhe_model_init(&m, &c, 11, NULL) == MHE_OK, "init encoder: %s", m.err);
+    st = mhe_evaluate_strided(&m, valid, n, 4, T, 4, &loss, NULL);
+    CHECK(st == MHE_ERR_CONFIG && strstr(m.err, "decoder"), "encoder: %d %s", st, m.err);
+    mhe_model_free(&m);
+    free(tgt);
+}
+
 int main(void) {
     size_t nt, nv;
     int *train = load("examples/data/train.txt", &nt), *valid = load("examples/data/valid.txt", &nv);
@@ -417,6 +470,7 @@ int main(void) {
     determinism_and_resume(train, nt);
     bad_inputs(train, nt);
     atomic_save();
+    strided_perplexity(valid);
 #ifndef MHE_TEST_QUICK
     loss_falls(train, nt, valid, nv);
     encoder_mlm(train, nt, valid, nv);

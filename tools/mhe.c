@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,8 @@ typedef struct {
     int cfg_given, tc_keys_given;
     char tc_given[64];                 /* which train fields came from the command line */
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators;
+    const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
+    int stride;                        /* eval --stride S: strided perplexity (0: consecutive windows) */
     uint64_t seed;
     int threads, n_tokens, top_k, batches, quiet, words, skip, map_len;
     int cuda, tf32;                    /* --device cuda (a build with MHE_CUDA: make cuda), --tf32 1 */
@@ -118,6 +121,13 @@ static int parse_opts(int argc, char **argv, opts *o) {
         else if (strcmp(key, "prompt") == 0) o->prompt = v;
         else if (strcmp(key, "source") == 0) o->source = v;
         else if (strcmp(key, "indicators") == 0) o->indicators = v;
+        else if (strcmp(key, "dump-batches") == 0) o->dump_batches = v;
+        else if (strcmp(key, "stride") == 0) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (end == v || *end || x < 1 || x > (1 << 24)) { fprintf(stderr, "mhe: --stride takes a whole number >= 1, not '%s'\n", v); return -1; }
+            o->stride = (int)x;
+        }
         else if (strcmp(key, "map-len") == 0) o->map_len = atoi(v);
         else if (strcmp(key, "task") == 0) {
             if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0 && strcmp(v, "sr") != 0) { fprintf(stderr, "mhe: --task is lm, cls or sr, not '%s'\n", v); return -1; }
@@ -377,6 +387,8 @@ struct train_run {
     void *data;               /* the task's own: lm_data, cls_data or sr_data */
     int has_valid, tty, first_step;
     double t0;
+    FILE *dump;               /* --dump-batches: the temporary file being written */
+    char dump_tmp[4096];
 };
 
 /* logs and validations come every N steps and at the last */
@@ -418,6 +430,106 @@ static int save_checkpoint(train_run *r) {
     return 0;
 }
 
+/* ---- --dump-batches FILE: the batches the trainer draws, for a lockstep replay ----
+   Text header lines, "end", then one little-endian record per step:
+     int32 step; float32 loss, lr, grad_norm (after the step, as mhe computed them);
+     int32 tokens[B*T]; int32 targets[B*T] (< 0: not scored); int32 src[B*Ts] (arch=encdec only).
+   Header: "mhe-batches 1", batch, seq_len, src_len (the Ts of src), steps (records),
+   first_step, corpus_tokens and corpus_fnv1a64 (FNV-1a 64 of the training tokens as
+   int32 LE, so a replay can refuse another corpus), then model.KEY=VALUE for every
+   model field (a replay refuses another model). Written to a temporary name and
+   renamed when training ends; a failed run leaves no dump. */
+
+static uint64_t fnv1a64_tokens(const int *d, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    size_t i;
+    int k;
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 4; k++) { h ^= (uint64_t)(((uint32_t)d[i] >> (8 * k)) & 0xFF); h *= 1099511628211ULL; }
+    return h;
+}
+
+static int put_i32s(FILE *f, const int *v, size_t n) {
+    unsigned char b[4];
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t x = (uint32_t)v[i];
+        b[0] = (unsigned char)x; b[1] = (unsigned char)(x >> 8); b[2] = (unsigned char)(x >> 16); b[3] = (unsigned char)(x >> 24);
+        if (fwrite(b, 1, 4, f) != 4) return 0;
+    }
+    return 1;
+}
+
+static int put_f32(FILE *f, float v) {
+    int x;
+    memcpy(&x, &v, 4);
+    return put_i32s(f, &x, 1);
+}
+
+static int dump_src_len(const train_run *r) {
+    const mhe_train_config *tc = &r->o->tc;
+    return r->m->cfg.arch == MHE_ARCH_ENCDEC ? (tc->src_len > 0 ? tc->src_len : tc->seq_len) : 0;
+}
+
+static void dump_abandon(train_run *r) {
+    if (!r->dump) return;
+    fclose(r->dump);
+    r->dump = NULL;
+    remove(r->dump_tmp);
+}
+
+static int dump_open(train_run *r, const int *corpus, size_t n) {
+    const opts *o = r->o;
+    const mhe_config *c = &r->m->cfg;
+    const char *key;
+    char val[512];
+    int i;
+    if (!o->dump_batches) return 1;
+    if (c->embedding != MHE_EMB_VOCAB) {
+        fprintf(stderr, "mhe: --dump-batches: a hash-embedding model's batches need its word features; only vocabulary models are dumped\n");
+        return 0;
+    }
+    snprintf(r->dump_tmp, sizeof r->dump_tmp, "%s.%ld.tmp", o->dump_batches, (long)getpid());
+    if (!(r->dump = fopen(r->dump_tmp, "wb"))) { fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno)); return 0; }
+    fprintf(r->dump, "mhe-batches 1\nbatch %d\nseq_len %d\nsrc_len %d\nsteps %d\nfirst_step %d\n", o->tc.batch, o->tc.seq_len,
+            dump_src_len(r), o->tc.steps - r->t->step, r->t->step);
+    fprintf(r->dump, "corpus_tokens %zu\ncorpus_fnv1a64 %016llx\n", n, (unsigned long long)fnv1a64_tokens(corpus, n));
+    for (i = 0; mhe_config_field(c, i, &key, val, sizeof val); i++) {
+        if (strchr(val, '\n')) { fprintf(stderr, "mhe: --dump-batches: model field %s holds a newline\n", key); dump_abandon(r); return 0; }
+        fprintf(r->dump, "model.%s=%s\n", key, val);
+    }
+    fprintf(r->dump, "end\n");
+    return 1;
+}
+
+static int dump_step(train_run *r) {
+    const mhe_trainer *t = r->t;
+    size_t BT = (size_t)r->o->tc.batch * r->o->tc.seq_len, BTs = (size_t)r->o->tc.batch * dump_src_len(r);
+    int step = t->step - 1;
+    if (!r->dump) return 1;
+    if (put_i32s(r->dump, &step, 1) && put_f32(r->dump, t->last_loss) && put_f32(r->dump, t->last_lr) &&
+        put_f32(r->dump, t->last_grad_norm) && put_i32s(r->dump, t->batch_tokens, BT) &&
+        put_i32s(r->dump, t->batch_targets, BT) && put_i32s(r->dump, t->batch_src, BTs))
+        return 1;
+    fprintf(stderr, "\nmhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno));
+    dump_abandon(r);
+    return 0;
+}
+
+static int dump_close(train_run *r) {
+    FILE *f = r->dump;
+    if (!f) return 1;
+    r->dump = NULL;
+    if (fflush(f) != 0 || ferror(f)) { fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno)); fclose(f); remove(r->dump_tmp); return 0; }
+    if (fclose(f) != 0 || rename(r->dump_tmp, r->o->dump_batches) != 0) {
+        fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->o->dump_batches, strerror(errno));
+        remove(r->dump_tmp);
+        return 0;
+    }
+    if (!r->o->quiet) printf("wrote %s (the batches of %d steps)\n", r->o->dump_batches, r->o->tc.steps - r->first_step);
+    return 1;
+}
+
 /* steps to tc.steps with progress, validation and checkpoints; 0 on failure (message printed) */
 static int train_steps(train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
@@ -426,6 +538,7 @@ static int train_steps(train_run *r) {
     while (r->t->step < tc->steps) {
         mhe_status s = r->task->step(r);
         if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); return 0; }
+        if (!dump_step(r)) return 0;
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
         if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) return 0;
         if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) return 0;
@@ -499,7 +612,8 @@ static int run_training(const opts *o, mhe_model *m, const train_task *task, voi
         if (!start_trainer(&r.cpu, m, o)) return 1;
         r.t = &r.cpu;
     }
-    ok = task->begin(&r) && train_steps(&r);
+    ok = task->begin(&r) && train_steps(&r) && dump_close(&r);
+    dump_abandon(&r);   /* a failed run leaves no dump */
     if (ok && !o->quiet) print_end(&r);
     if (o->cuda) stop_device(&r);
     else mhe_trainer_free(&r.cpu);
@@ -515,6 +629,7 @@ static int lm_begin(train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
     size_t need = (size_t)tc->seq_len + (r->m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len) : 1);
     if (d->n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", r->o->data, d->n_train, need); return 0; }
+    if (!dump_open(r, d->train, d->n_train)) return 0;
     if (r->o->quiet) return 1;
     describe(r->m);
     printf("data: %zu train tokens, %zu valid tokens; unigram entropy %.3f nats\n", d->n_train, d->n_valid,
@@ -772,7 +887,7 @@ static int cmd_train(int argc, char **argv) {
         printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
                "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
                "                 [--resume CKPT.safetensors] [--task lm|cls|sr] [--words 1] [--threads N]\n"
-               "                 [--device cpu|cuda [--tf32 1]] [train flags]\n"
+               "                 [--device cpu|cuda [--tf32 1]] [--dump-batches FILE] [train flags]\n"
                "Trains a model. --task lm (default): a decoder learns the next byte, an\n"
                "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
                "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
@@ -792,13 +907,16 @@ static int cmd_train(int argc, char **argv) {
                "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
                "every save_every steps and at the end. --device cuda (build/cuda/mhe, built by make\n"
                "cuda) trains --task lm on the GPU: the same batches, schedule and checkpoint; --tf32 1\n"
-               "runs its GEMMs on TF32 tensor cores. Train fields:\n");
+               "runs its GEMMs on TF32 tensor cores. --dump-batches FILE (--task lm) records every batch\n"
+               "drawn with mhe's loss, lr and gradient norm per step, for a lockstep replay by the PyTorch\n"
+               "twin (tools/mhe_torch.py replay). Train fields:\n");
         print_fields(stdout, 0);
         printf("Model fields (for a new model): see `mhe init --help`.\n");
         return 0;
     }
     if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!o.out) return die("train: --out FILE is required%s%s", "", "");
+    if (o.dump_batches && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --dump-batches records --task lm batches only\n"); return 2; }
     if (o.task && strcmp(o.task, "cls") == 0) return train_cls(&o);
     if (o.task && strcmp(o.task, "sr") == 0) return train_sr(&o);
     return train_lm(&o);
@@ -862,9 +980,12 @@ static int cmd_eval(int argc, char **argv) {
     float loss;
     if (argc > 2 && strcmp(argv[2], "--help") == 0) {
         printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--src_len S] [--batch B] [--batches N]\n"
-               "                [--task lm|cls] [--skip] [--indicators PREFIX [--map-len N]] [--threads N]\n"
+               "                [--stride S] [--task lm|cls] [--skip] [--indicators PREFIX [--map-len N]] [--threads N]\n"
                "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
                "consecutive windows of the text (N <= 0: all of it), shaped as `mhe train` shapes them.\n"
+               "--stride S (a decoder LM): strided perplexity (MHE paper sec. 4.5) over all of the text:\n"
+               "windows of seq_len bytes S apart, each scoring only its bytes past the previous window,\n"
+               "so every byte after the first is scored once with >= seq_len - S bytes of context.\n"
                "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
                "`label<TAB>text` line of TEXT (cut to seq_len bytes, or words for a word model).\n"
                "--task sr: Shuffle+Random loss, accuracy, macro-F1 and MCC of a word model's S+R head\n"
@@ -926,7 +1047,14 @@ static int cmd_eval(int argc, char **argv) {
     if (m.cfg.token_head == MHE_HEAD_SR) { fprintf(stderr, "mhe: this model has the S+R head: evaluate it with --task sr (or --task cls)\n"); mhe_model_free(&m); return 1; }
     if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
-    if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
+    if (o.stride) {
+        int64_t scored = 0;
+        if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %d is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
+        if (mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, o.stride, &loss, &scored) != MHE_OK) {
+            fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
+        }
+        printf("stride %d, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
+    } else if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
     }
     printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
