@@ -1,6 +1,7 @@
 # mhe - build the examples, tools and tests. Everything generated goes to build/.
 #   make              examples and tools (build/)
 #   make run          train the main example on the bundled corpus, then generate text
+#   make reproduce    the README's separation study of the attention kinds (hours; REPRO_* variables)
 #   make test         every test; ends with "N passed, N failed"
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
@@ -64,6 +65,22 @@ BLASFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cbla
 
 run: all
 	./$(B)/examples/train_tiny_lm
+
+# make reproduce: the separation study of the README (examples/compare_attention):
+# every MHE-paper kind, REPRO_SEEDS seeds each, at a budget where mha and sha
+# should separate beyond the seed spread. The defaults take about 1.5 hours on
+# 2 cores (24 runs of ~3.5 min); never part of make test. Writes
+# build/reproduce/compare_attention.md and .svg, e.g. make reproduce REPRO_STEPS=500
+REPRO_STEPS   ?= 2000
+REPRO_SEEDS   ?= 3
+REPRO_D_MODEL ?= 128
+REPRO_HEADS   ?= 8
+REPRO_LAYERS  ?= 4
+REPRO_THREADS ?= 2
+reproduce: $(B)/examples/compare_attention
+	@mkdir -p build/reproduce
+	./$(B)/examples/compare_attention --steps $(REPRO_STEPS) --seeds $(REPRO_SEEDS) --d_model $(REPRO_D_MODEL) \
+	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) --out build/reproduce/compare_attention
 
 test: all $(TESTS)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} sh tests/run.sh
@@ -179,5 +196,5 @@ test-cuda:
 clean:
 	rm -rf build
 
-.PHONY: all run test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 \
+.PHONY: all run reproduce test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 \
         cuda cuda-budget-table test-cuda
