@@ -356,7 +356,7 @@ int main(int argc, char **argv) {
     options o;
     size_t n_train, n_valid;
     int *train = NULL, *valid = NULL, k, s, i;
-    char load_err[MHE_ERR_LEN], err[MHE_ERR_LEN], path[1024], tmp[1040], verdict[3][400];
+    char load_err[MHE_ERR_LEN], err[MHE_ERR_LEN], scored[48], path[1024], tmp[1040], verdict[3][400];
     FILE *md, *svg;
     const char *verdict_name[3] = {"(a) mha and sha separate", "(b) MHE-MUL keeps 75–99 % of MHA's performance (MHE paper)",
                                    "(c) MUL ahead of ADD"};
@@ -449,13 +449,13 @@ int main(int argc, char **argv) {
 
     snprintf(path, sizeof path, "%s.md", o.prefix);
     if (!(md = open_tmp(tmp, sizeof tmp, path))) return 1;
-    if (o.eval_batches > 0) snprintf(err, sizeof err, "the first %d batches of", o.eval_batches);
-    else snprintf(err, sizeof err, "the whole of");
+    if (o.eval_batches > 0) snprintf(scored, sizeof scored, "the first %d batches of", o.eval_batches);
+    else snprintf(scored, sizeof scored, "the whole of");
     fprintf(md, "decoder, d_model %d, %d heads, %d layers, T %d, batch %d, lr %g, %d steps, %d seed%s per kind "
                 "(seed s: model seed 42 + s, batch seed 5 + s); validation perplexity over %s "
                 "examples/data/valid.txt; ± is the sample std over the seeds, PRR and PEoP are taken per seed "
                 "(seed i against seed i of mha / sha)\n\n",
-            o.d_model, o.heads, o.layers, o.seq_len, o.batch, o.lr, o.steps, o.seeds, o.seeds == 1 ? "" : "s", err);
+            o.d_model, o.heads, o.layers, o.seq_len, o.batch, o.lr, o.steps, o.seeds, o.seeds == 1 ? "" : "s", scored);
     write_table(md, res, o.n_kinds, o.seeds);
     fprintf(md, "\n");
     for (i = 0; i < 3; i++) fprintf(md, "- Verdict %s: %s\n", verdict_name[i], verdict[i]);

@@ -50,7 +50,7 @@ def tiny_run(out):
         doc = xml.dom.minidom.parse(prefix + ".svg")
         texts = " ".join(t.firstChild.data for t in doc.getElementsByTagName("text") if t.firstChild)
         check(all(k in texts for k in KINDS), "SVG does not label every kind: %s" % texts)
-        # a bar and an error bar (3 lines) per kind, besides the axes and grid
+        # the white background and one bar per kind
         check(len(doc.getElementsByTagName("rect")) == 1 + len(KINDS), "SVG bars: want one per kind")
     except Exception as e:  # noqa: BLE001 - any parse error is the failure
         check(False, "SVG does not parse: %s" % e)
