@@ -437,7 +437,8 @@ static int save_checkpoint(train_run *r) {
    Header: "mhe-batches 1", batch, seq_len, src_len (the Ts of src), steps (records),
    first_step, corpus_tokens and corpus_fnv1a64 (FNV-1a 64 of the training tokens as
    int32 LE, so a replay can refuse another corpus), then model.KEY=VALUE for every
-   model field (a replay refuses another model). Written to a temporary name and
+   model field (a replay refuses another model) and train.KEY=VALUE for every train
+   field (the schedule and AdamW settings the replay uses). Written to a temporary name and
    renamed when training ends; a failed run leaves no dump. */
 
 static uint64_t fnv1a64_tokens(const int *d, size_t n) {
@@ -498,6 +499,7 @@ static int dump_open(train_run *r, const int *corpus, size_t n) {
         if (strchr(val, '\n')) { fprintf(stderr, "mhe: --dump-batches: model field %s holds a newline\n", key); dump_abandon(r); return 0; }
         fprintf(r->dump, "model.%s=%s\n", key, val);
     }
+    for (i = 0; mhe_train_config_field(&o->tc, i, &key, val, sizeof val); i++) fprintf(r->dump, "train.%s=%s\n", key, val);
     fprintf(r->dump, "end\n");
     return 1;
 }
