@@ -1176,7 +1176,7 @@ def read_token_file(path):
             else:
                 d = line
             rows.append(d.split())
-    T, B = len(rows[0]) - 1, len(rows)
+    T = len(rows[0]) - 1
     tok = [[0 if v == "." else int(v) for v in r[:T]] for r in rows]
     tgt = [[-1 if v == "." else int(v) for v in r[1:]] for r in rows]
     lens = [min(sum(1 for v in r if v != "."), T) for r in rows]
