@@ -1,0 +1,225 @@
+"""The PyTorch twin (tools/mhe_torch.py) against build/mhe:
+
+- round trips: a checkpoint made by `mhe init` or `mhe train` (decoder, post-norm hybrid,
+  encoder-decoder with Admin, a word model with the S+R head), loaded by the twin and saved
+  again, holds the same tensors, metadata and word state, and `mhe eval` gives the same loss
+  on both files; `mhe train --resume` continues from the twin's file exactly as from mhe's;
+- lockstep: from one `mhe init` file, a few steps of the twin's trainer (mhe's batches,
+  schedule, clipping, AdamW) end at the weights `mhe train` ends at;
+- refusals: a checkpoint with an unknown attention kind, an unknown tensor, a missing tensor
+  or a misshapen one is refused with a CheckpointError naming it.
+Skips when PyTorch is missing (the twin needs it)."""
+import json
+import os
+import re
+import struct
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import REPO, check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
+from mhetest import run_mhe as run  # noqa: E402
+
+
+def twin():
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import mhe_torch
+    return mhe_torch
+
+
+def header(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n))
+
+
+def eval_line(model, data, *extra):
+    rc, out, err = run("eval", "--model", model, "--data", data, "--seq_len", 16, "--batch", 4, "--batches", 4, *extra)
+    return out.strip() if rc == 0 else "rc %d: %s" % (rc, err.strip())
+
+
+def same_file_content(mt, a, b, tag):
+    """tensors (bit for bit) and metadata of two checkpoints"""
+    ta, ma, _ = mt.read_safetensors(a)
+    tb, mb, _ = mt.read_safetensors(b)
+    check(sorted(ta) == sorted(tb), "%s: tensor names differ: %s" % (tag, sorted(set(ta) ^ set(tb))[:5]))
+    bad = [k for k in ta if k in tb and (ta[k].dtype != tb[k].dtype or ta[k].shape != tb[k].shape
+                                         or ta[k].tobytes() != tb[k].tobytes())]
+    check(not bad, "%s: tensors differ after the round trip: %s" % (tag, bad[:5]))
+    check(ma == mb, "%s: metadata differs: %s" % (tag, sorted(k for k in set(ma) | set(mb) if ma.get(k) != mb.get(k))))
+
+
+def round_trips(mt, d, data):
+    cases = [
+        ("decoder-mhe-mul", ["--attn", "mha,mhe-mul", "--n_layers", 2]),
+        ("post-rms-hybrid", ["--attn", "gqa,mhe-add,collab", "--n_layers", 3, "--norm_position", "post",
+                             "--norm", "rmsnorm", "--bias", 0, "--tie_embeddings", 0]),
+        ("encdec-admin", ["--arch", "encdec", "--enc_layers", 1, "--n_layers", 1, "--norm_position", "post",
+                          "--admin", 1, "--cross_attn", "mhe-mul", "--src_len", 8]),
+    ]
+    for name, flags in cases:
+        base = ["--d_model", 24, "--n_heads", 4, "--max_seq_len", 16] + flags
+        init = os.path.join(d, name + "_init.safetensors")
+        ck = os.path.join(d, name + ".safetensors")
+        rc, _, err = run("init", "--seed", 3, "--out", init, *[a for a in base if a not in ("--src_len", 8)])
+        if not check(rc == 0, "%s: mhe init rc %d: %s" % (name, rc, err)):
+            continue
+        rc, _, err = run("train", "--model", init, "--data", data, "--out", ck, "--seq_len", 16, "--batch", 4,
+                         "--steps", 6, "--eval_every", 0, "--quiet", *(["--src_len", 8] if "--src_len" in flags else []))
+        if not check(rc == 0, "%s: mhe train rc %d: %s" % (name, rc, err)):
+            continue
+        for src, label in ((init, "init"), (ck, "trainer")):
+            out = os.path.join(d, "%s_%s_twin.safetensors" % (name, label))
+            model, cfg, opt = mt.load_checkpoint(src)
+            check((opt is not None) == (label == "trainer"), "%s [%s]: optimizer state %s" % (name, label, opt))
+            mt.save_checkpoint(out, model, cfg, opt)
+            same_file_content(mt, src, out, "%s [%s]" % (name, label))
+            extra = ["--src_len", 8] if "encdec" in name else []
+            a, b = eval_line(src, data, *extra), eval_line(out, data, *extra)
+            check(a == b and a.startswith("loss"), "%s [%s]: mhe eval gives %r on mhe's file, %r on the twin's"
+                  % (name, label, a, b))
+        # the twin's trainer checkpoint resumes as mhe's own does
+        outs = []
+        for src in (ck, os.path.join(d, name + "_trainer_twin.safetensors")):
+            res = src + ".resumed"
+            rc, out, err = run("train", "--resume", src, "--data", data, "--out", res, "--steps", 9, "--eval_every", 0,
+                               "--log_every", 1)
+            outs.append(re.findall(r"loss [0-9.]+", out) if rc == 0 else ["rc %d: %s" % (rc, err)])
+        check(outs[0] == outs[1] and outs[0], "%s: train --resume differs: mhe's file %s, the twin's %s"
+              % (name, outs[0], outs[1]))
+
+
+def words(mt, d, data):
+    init = os.path.join(d, "words.safetensors")
+    rc, _, err = run("init", "--seed", 2, "--out", init, "--data", data, "--words", 1, "--arch", "encoder",
+                     "--token_head", "sr", "--vocab_size", 60, "--d_model", 24, "--n_heads", 4, "--n_layers", 1,
+                     "--max_seq_len", 16)
+    if not check(rc == 0, "words: mhe init rc %d: %s" % (rc, err)):
+        return
+    out = os.path.join(d, "words_twin.safetensors")
+    model, cfg, _ = mt.load_checkpoint(init, mt.torch.float64)
+    check(set(model.extra_i32) == {"vocab.words"}, "words: word state %s" % sorted(model.extra_i32))
+    mt.save_checkpoint(out, model, cfg)
+    same_file_content(mt, init, out, "words")
+    a, b = (eval_line(p, data, "--task", "sr") for p in (init, out))
+    check(a == b and "S+R loss" in a, "words: mhe eval --task sr gives %r and %r" % (a, b))
+
+
+def lockstep(mt, d, data):
+    """a decoder and an encoder-decoder: 12 steps of the twin's trainer against mhe train's"""
+    text = list(open(data, "rb").read())
+    for name, flags in (("mha-mhemul", ["--attn", "mha,mhe-mul"]),
+                        ("post-gqa-skv", ["--attn", "gqa,skv", "--norm_position", "post", "--activation", "silu"])):
+        init, ck = os.path.join(d, name + "_l0.safetensors"), os.path.join(d, name + "_l12.safetensors")
+        rc, _, err = run("init", "--seed", 9, "--out", init, "--d_model", 24, "--n_heads", 4, "--n_layers", 2,
+                         "--max_seq_len", 16, *flags)
+        train = {"steps": 12, "batch": 3, "seq_len": 16, "warmup": 4, "lr": "0.01", "min_lr": "0.001",
+                 "weight_decay": "0.5", "clip": "0.5", "eval_every": 0}
+        if rc == 0:
+            rc, _, err = run("train", "--model", init, "--data", data, "--out", ck, "--quiet",
+                             *[x for k, v in train.items() for x in ("--" + k, v)])
+        if not check(rc == 0, "lockstep %s: mhe rc %d: %s" % (name, rc, err)):
+            continue
+        model, _, _ = mt.load_checkpoint(init)
+        opt = mt.AdamWState(model, train)
+        for _ in range(12):
+            b = mt.lm_batch(model, opt, text)
+            mt.train_step(model, opt, b["tokens"], b["targets"])
+        want, _, opt_c = mt.load_checkpoint(ck)
+        check(opt.rng == opt_c.rng and opt.step == opt_c.step,
+              "lockstep %s: rng/step %s/%d, mhe %s/%d" % (name, opt.rng, opt.step, opt_c.rng, opt_c.step))
+        # wk.bias gets a gradient that is exactly zero in exact arithmetic (q.b_k is constant
+        # along a row of scores, which softmax ignores): both sides hold rounding noise, which
+        # AdamW turns into full-size steps of arbitrary sign, so it is not compared
+        names = [n for n in model.names if not n.endswith(".wk.bias")]
+        worst, wname = 0.0, "-"
+        for n in names:
+            a, w = model.param(n).detach(), want.param(n).detach()
+            e = float((a - w).abs().max() / w.abs().max().clamp(min=1e-6))
+            if e > worst:
+                worst, wname = e, n
+        # float32 GEMMs sum in another order, and AdamW's first step is lr g / (|g| + eps): for
+        # the few entries with |g| ~ eps that rounding is visible (1 % of a step here); a wrong
+        # decay set, bias correction or eps placement moves weights by far more; the next steps
+        # see slightly different weights, so the moments drift apart too (4e-4 after 12 steps)
+        check(worst <= 2e-3, "lockstep %s: after 12 steps the weights differ: %s rel %.3g" % (name, wname, worst))
+        for which, mine, theirs in (("m", opt.m, opt_c.m), ("v", opt.v, opt_c.v)):
+            e = max(float((mine[n] - theirs[n]).abs().max() / theirs[n].abs().max().clamp(min=1e-30)) for n in names)
+            check(e <= 2e-3, "lockstep %s: AdamW moment %s differs: rel %.3g" % (name, which, e))
+        tw = os.path.join(d, name + "_twin12.safetensors")
+        mt.save_checkpoint(tw, model, None, opt)
+        la, lb = (eval_line(p, data) for p in (ck, tw))
+        va, vb = (float(x.split()[1]) if x.startswith("loss") else float("nan") for x in (la, lb))
+        check(abs(va - vb) <= 1e-4 * abs(va), "lockstep %s: mhe eval after 12 steps: mhe %r, twin %r" % (name, la, lb))
+
+
+def refusals(mt, d):
+    src = os.path.join(d, "ok.safetensors")
+    rc, _, err = run("init", "--seed", 1, "--out", src, "--d_model", 16, "--n_heads", 2, "--n_layers", 2,
+                     "--max_seq_len", 8, "--attn", "mhe-add")
+    if not check(rc == 0, "refusals: mhe init rc %d: %s" % (rc, err)):
+        return
+    tensors, meta, order = mt.read_safetensors(src)
+
+    def variant(tag, want, meta_edit=None, tensor_edit=None):
+        t, m = dict(tensors), dict(meta)
+        if meta_edit:
+            m.update(meta_edit)
+        if tensor_edit:
+            tensor_edit(t)
+        path = os.path.join(d, tag + ".safetensors")
+        mt.write_safetensors(path, list(t.items()), m)
+        try:
+            mt.load_checkpoint(path)
+            msg = None
+        except mt.CheckpointError as e:
+            msg = str(e)
+        check(msg is not None and all(w in msg for w in want),
+              "refusal %s: want a CheckpointError naming %s, got %r" % (tag, want, msg))
+        return path
+
+    variant("unknown-kind", ["mhe-pow", "attn"], {"attn": "mha,mhe-pow"})
+    variant("unknown-tensor", ["layers.0.attn.bogus"], tensor_edit=lambda t: t.update({"layers.0.attn.bogus": t["layers.0.attn.eq"]}))
+    variant("missing-tensor", ["layers.1.attn.ek"], tensor_edit=lambda t: t.pop("layers.1.attn.ek"))
+    variant("wrong-shape", ["layers.0.mlp.fc1.weight", "[16, 64]"],
+            tensor_edit=lambda t: t.update({"layers.0.mlp.fc1.weight": t["layers.0.mlp.fc1.weight"].T.copy()}))
+    variant("not-mhe", ["format"], {"format": "gguf"})
+    m = dict(meta)
+    m.pop("n_heads")
+    p = os.path.join(d, "missing-config.safetensors")
+    mt.write_safetensors(p, list(tensors.items()), m)
+    try:
+        mt.load_checkpoint(p)
+        msg = None
+    except mt.CheckpointError as e:
+        msg = str(e)
+    check(msg is not None and "n_heads" in msg, "refusal missing-config: got %r" % msg)
+    # the refusal from the command line: a clear message, exit status 1
+    bad = variant("cli-unknown-kind", ["mhe-pow"], {"attn": "mhe-pow"})
+    import subprocess
+    p = subprocess.run([sys.executable, os.path.join(REPO, "tools", "mhe_torch.py"), "roundtrip", "--model", bad,
+                        "--out", bad + ".out"], capture_output=True, text=True)
+    check(p.returncode == 1 and "mhe-pow" in p.stderr and not os.path.exists(bad + ".out"),
+          "mhe_torch.py roundtrip on an unknown kind: rc %d, %r" % (p.returncode, p.stderr[-300:]))
+
+
+def main():
+    why = torch_missing() or mhe_missing()
+    if why:
+        return skip("test_twin", why)
+    mt = twin()
+    mt.torch.set_num_threads(1)
+    d = tmpdir("mhe_twin_")
+    data = os.path.join(d, "corpus.txt")
+    with open(os.path.join(REPO, "README.md"), "rb") as f:
+        text = f.read(30000)
+    with open(data, "wb") as f:
+        f.write(bytes(b for b in text if 32 <= b < 127 or b == 10))   # plain ASCII text
+    refusals(mt, d)
+    round_trips(mt, d, data)
+    words(mt, d, data)
+    lockstep(mt, d, data)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
