@@ -6,6 +6,7 @@
   on both files; `mhe train --resume` continues from the twin's file exactly as from mhe's;
 - lockstep: from one `mhe init` file, a few steps of the twin's trainer (mhe's batches,
   schedule, clipping, AdamW) end at the weights `mhe train` ends at;
+- the classification loss equals `mhe eval --task cls`;
 - refusals: a checkpoint with an unknown attention kind, an unknown tensor, a missing tensor
   or a misshapen one is refused with a CheckpointError naming it.
 Skips when PyTorch is missing (the twin needs it)."""
@@ -102,6 +103,35 @@ def words(mt, d, data):
     same_file_content(mt, init, out, "words")
     a, b = (eval_line(p, data, "--task", "sr") for p in (init, out))
     check(a == b and "S+R loss" in a, "words: mhe eval --task sr gives %r and %r" % (a, b))
+
+
+def classify(mt, d):
+    """the classification loss (mean-pooled real tokens, cls_head) against `mhe eval --task cls`
+    on examples shorter and longer than seq_len"""
+    tsv = os.path.join(d, "cls.tsv")
+    rows = []
+    with open(os.path.join(REPO, "examples", "data", "fortunes_test.tsv"), "rb") as f:
+        for line in f.read().split(b"\n")[:40:3]:
+            lab, text = line.split(b"\t", 1)
+            rows.append((int(lab) % 3, text[:30]))
+    with open(tsv, "wb") as f:
+        f.write(b"".join(b"%d\t%s\n" % (lab, text) for lab, text in rows))
+    path = os.path.join(d, "cls.safetensors")
+    rc, _, err = run("init", "--seed", 4, "--out", path, "--arch", "encoder", "--n_classes", 3, "--d_model", 24,
+                     "--n_heads", 4, "--n_layers", 2, "--max_seq_len", 32, "--norm_position", "post", "--attn", "mhe-mul,mha")
+    if not check(rc == 0, "cls: mhe init rc %d: %s" % (rc, err)):
+        return
+    rc, out, err = run("eval", "--model", path, "--data", tsv, "--task", "cls", "--seq_len", 24, "--batch", 4)
+    got = re.search(r"loss ([0-9.]+)", out)
+    if not check(rc == 0 and got, "cls: mhe eval --task cls rc %d: %s %s" % (rc, out, err)):
+        return
+    model, _, _ = mt.load_checkpoint(path, mt.torch.float64)
+    T = 24
+    tok = [list(t[:T]) + [0] * (T - len(t[:T])) for _, t in rows]
+    with mt.torch.no_grad():
+        loss = float(model(mt.torch.tensor(tok), lengths=[min(len(t), T) for _, t in rows],
+                           labels=[lab for lab, _ in rows]))
+    check(abs(loss - float(got.group(1))) <= 6e-5, "cls: the twin's loss %.6f, mhe eval %s" % (loss, got.group(1)))
 
 
 def lockstep(mt, d, data):
@@ -217,6 +247,7 @@ def main():
     refusals(mt, d)
     round_trips(mt, d, data)
     words(mt, d, data)
+    classify(mt, d)
     lockstep(mt, d, data)
     return finish()
 

@@ -21,6 +21,10 @@ AdamWState, lr_at, clip_grad_norm_, adamw_update_, train_step
                            mhe's trainer step (mhe__trainer_update): Admin profiling on the
                            first step, forward, backward, global-norm clipping, the learning
                            rate of the step, AdamW on every tensor in mhe's memory order.
+lm_batch(model, opt, data) the batch mhe's trainer draws next for --task lm (decoder,
+                           encoder masked LM, encoder-decoder), advancing opt.rng as mhe does:
+                           with it the twin trains in lockstep with `mhe train` (to ~1e-5 of
+                           the loss per step over 30 steps of small models of every kind).
 MheModel.loss(...)         the loss of each task as mhe computes it: lm (next token, or
                            masked LM for encoders; mean cross-entropy over targets != -1),
                            cls (mean-pooled real tokens, cls_head, mean over sequences), sr
@@ -49,11 +53,13 @@ the twin does not hash words itself (use `mhe hash`, or hashlib for md5 as the c
 Heads: the LM head (tied or lm_head), cls_head, sr_head.
 
 Not covered: dropout (mhe's per-site dropout streams are not reproduced; the twin runs with
-dropout off), batch drawing (mhe's trainer draws windows with its RNG: replay mhe's batches),
-eval --skip's identity sublayers are available as MheModel.skip_attn, KV-cache decoding and
-generation (the twin scores whole sequences), LSH hashing. init_weights(seed) reproduces
+dropout off); the batches of --task cls and --task sr (mhe_trainer_step_cls's example draws,
+mhe_sr_corrupt's shuffles and replacements: replay mhe's batches; their losses are here);
+mhe_evaluate's windows (score the same windows with MheModel.loss); KV-cache decoding and
+generation (the twin scores whole sequences); hashing words (MD5 or LSH: give the features).
+eval --skip's identity sublayers are MheModel.skip_attn (a set of layer indices). init_weights(seed) reproduces
 mhe init's weights exactly (mhe's xoshiro256** and Box-Muller, one draw per element in memory
-order), which is slow in Python for large models (about 1 s per million parameters).
+order), which is slow in Python for large models (several seconds per million parameters).
 """
 import json
 import math
@@ -233,6 +239,10 @@ class Xoshiro:
         s[2] ^= t
         s[3] = rotl(s[3], 45)
         return result
+
+    def uniform(self):
+        """mhe_rng_uniform: 24 random bits in [0, 1), a float32"""
+        return float(np.float32(self.u64() >> 40) * np.float32(1.0 / 16777216.0))
 
     def normal(self):
         """mhe_rng_normal: Box-Muller with u1 in (0, 1], rounded to float32"""
@@ -1126,16 +1136,19 @@ def train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_len
 
 
 def lm_batch(model, opt, data, batch=None, seq_len=None):
-    """The next language-model batch of mhe's trainer (mhe__lm_batch) for a decoder or an
-    encoder-decoder: tc.batch windows of data (token ids) at offsets drawn with the trainer's
-    RNG (opt.rng advances as mhe's does, including the dropout seed mhe__trainer_update draws
-    after the batch). -> dict(tokens, targets[, src]). Encoders (masked LM) are not drawn here."""
+    """The next language-model batch of mhe's trainer (mhe__lm_batch): tc.batch windows of
+    data (token ids) at offsets drawn with the trainer's RNG; a decoder predicts the next
+    token, an encoder-decoder's decoder continues the source, an encoder learns masked LM
+    (mhe_mlm_mask: each position is a target with mlm_prob, its input then [MASK] 80 %, a
+    random token 10 %, itself 10 %; Devlin et al. 2019). opt.rng advances as mhe's does,
+    including the dropout seed mhe__trainer_update draws after the batch.
+    -> dict(tokens, targets[, src])."""
     r, tc = model.r, opt.tc()
     B, T = batch or tc["batch"], seq_len or tc["seq_len"]
     Ts = tc["src_len"] or T
-    if r["arch"] == "encoder" or r["token_head"] == "sr":
-        raise ValueError("lm_batch draws decoder and encoder-decoder batches only")
-    need = Ts + T if r["arch"] == "encdec" else T + 1
+    if r["token_head"] == "sr":
+        raise ValueError("the model has a Shuffle+Random head: lm_batch draws language-model batches only")
+    need = Ts + T if r["arch"] == "encdec" else T if r["arch"] == "encoder" else T + 1
     n = len(data)
     if n < need:
         raise ValueError("training data has %d tokens, a batch row needs %d" % (n, need))
@@ -1145,6 +1158,23 @@ def lm_batch(model, opt, data, batch=None, seq_len=None):
         span = n - need + 1
         off = g.u64() % span if span > 0xFFFFFFFF else ((g.u64() >> 32) * span) >> 32
         w = data[off:off + need]
+        if r["arch"] == "encoder":
+            prob, V = np.float32(tc["mlm_prob"]), r["vocab_size"]
+            ti, tt = [], []
+            for x in w:
+                inp, tg = x, -1
+                if g.uniform() < prob:
+                    u = g.uniform()
+                    tg = x
+                    if u < np.float32(0.8):
+                        inp = r["mask_token"]
+                    elif u < np.float32(0.9):
+                        inp = ((g.u64() >> 32) * V) >> 32
+                ti.append(inp)
+                tt.append(tg)
+            tok.append(ti)
+            tgt.append(tt)
+            continue
         if r["arch"] == "encdec":
             src.append(list(w[:Ts]))
             w = w[Ts - 1:]          # the decoder's first input is the last source token
