@@ -213,6 +213,8 @@ def refusals(mt, d):
     variant("wrong-shape", ["layers.0.mlp.fc1.weight", "[16, 64]"],
             tensor_edit=lambda t: t.update({"layers.0.mlp.fc1.weight": t["layers.0.mlp.fc1.weight"].T.copy()}))
     variant("not-mhe", ["format"], {"format": "gguf"})
+    variant("unknown-config-key", ["rope_theta"], {"rope_theta": "10000"})
+    variant("bad-geometry", ["kv_groups 3", "n_heads 2"], {"attn": "gqa,mhe-add", "kv_groups": "3"})
     m = dict(meta)
     m.pop("n_heads")
     p = os.path.join(d, "missing-config.safetensors")

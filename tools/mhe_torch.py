@@ -186,6 +186,12 @@ def resolve_config(meta):
     r["enc_layers"] = E
     r["enc_attn"] = _kinds(r["enc_attn"], E, "enc_attn") if E else []
     r["cross_attn"] = _kinds(r["cross_attn"], L, "cross_attn") if E else []
+    for where, kinds in (("layer", r["attn"]), ("encoder layer", r["enc_attn"]), ("cross-attention of layer", r["cross_attn"])):
+        for i, k in enumerate(kinds):
+            if k == "gqa" and n % r["kv_groups"]:
+                raise CheckpointError("%s %d is gqa: kv_groups %d does not divide n_heads %d" % (where, i, r["kv_groups"], n))
+            if k == "el-att" and n * r["d_head"] != C:
+                raise CheckpointError("%s %d is el-att: n_heads * d_head = %d is not d_model %d" % (where, i, n * r["d_head"], C))
     r["post_norm"] = r["norm_position"] == "post"
     if r["admin"] and not r["post_norm"]:
         raise CheckpointError("config admin=1 needs norm_position=post")
@@ -492,6 +498,25 @@ class MheModel(torch.nn.Module):
     def named_mhe_parameters(self):
         """(mhe name, Parameter) in mhe's memory order"""
         return [(n, self.params[_key(n)]) for n in self.names]
+
+    def mhe_state_dict(self):
+        """{mhe name: tensor (detached)} in mhe's memory order"""
+        return {n: p.detach() for n, p in self.named_mhe_parameters()}
+
+    @torch.no_grad()
+    def load_mhe_state_dict(self, tensors):
+        """copies {mhe name: array or tensor} into the parameters; every name must be the
+        model's and every tensor of the model must be given, with its shape"""
+        extra = [n for n in tensors if not self.has(n)]
+        missing = [n for n in self.names if n not in tensors]
+        if extra or missing:
+            raise CheckpointError("tensors: %s%s" % ("unknown %s " % extra[:5] if extra else "",
+                                                     "missing %s" % missing[:5] if missing else ""))
+        for n in self.names:
+            t = torch.as_tensor(np.asarray(tensors[n]) if not torch.is_tensor(tensors[n]) else tensors[n])
+            if tuple(t.shape) != self.shapes[n]:
+                raise CheckpointError("tensor '%s' has shape %s, the model expects %s" % (n, list(t.shape), list(self.shapes[n])))
+            self.param(n).copy_(t.to(self.dtype))
 
     def _p(self, name):
         k = _key(name)
@@ -937,6 +962,12 @@ def load_checkpoint(path, dtype=torch.float32):
     missing = [k for k in CONFIG_REQUIRED if k not in meta]
     if missing:
         raise CheckpointError("%s: metadata lacks config field(s) %s" % (path, ", ".join(missing)))
+    # mhe writes every config field it has: a key the twin does not know may change the model
+    unknown = [k for k in meta if k not in CONFIG_KEYS and k not in ("format", "step", "rng")
+               and not (k.startswith("train.") and k[6:] in TRAIN_KEYS)]
+    if unknown:
+        raise CheckpointError("%s: metadata key(s) %s are not config fields the twin knows (a newer mhe?)"
+                              % (path, ", ".join(unknown)))
     cfg = {k: meta[k] for k in CONFIG_KEYS if k in meta}
     try:
         model = MheModel(cfg, dtype)
