@@ -73,7 +73,7 @@ Word models (WORD_CONFIGS, names words-*): the HashFormers embeddings hash-emb,
 hash-pool, hash-add, hash-proj, each with hash=md5 and hash=lsh, and the word
 vocabulary baseline, with the Shuffle+Random head (sr_head) and its 3-way loss on
 labels given in the token file (`LABELS | TEXT` lines); pre/post norm, encoder and
-decoder, padding, LSH table mode. MD5/HMAC-MD5 buckets and bits are computed here
+decoder, padding, LSH table mode. MD5/HMAC-MD5 buckets and bits are computed by the twin
 with hashlib/hmac and must equal `mhe hash`; see the section "word models" below.
 Invalid word configs (an LM head on a hash embedding, k > 24, N = 0, T > 128 for
 MD5) must fail at `mhe init`.
@@ -1255,7 +1255,7 @@ def compare_grads(tag, exp, grads, g_ref, l1_ref, res, verbose):
 #   hash-proj            regular + Pearson correlation of the bits with each row of proj.weight
 # with bucket = HMAC-MD5 (key "en"; plain MD5 with hash_key=0) of the word as a
 # big-endian integer mod N, and bits = the digest's first T bits, MSB first, both
-# computed here with hashlib/hmac and checked against `mhe hash`; LSH buckets and
+# computed by the twin (md5_features) with hashlib/hmac and checked against `mhe hash`; LSH buckets and
 # bits come from `mhe hash` (the LSH itself is checked against an explicit
 # hyperplane matrix in tests/test_hash.c).
 
@@ -1325,18 +1325,6 @@ def py_words(item):
         out.append(b[i:j].lower())
         i = j
     return out
-
-
-def md5_features(r, word):
-    """(bucket, bits) of a word under the model's md5 settings, with hashlib/hmac."""
-    import hashlib
-    import hmac
-    d = (hmac.new(b"en", word, hashlib.md5).digest() if int(r.get("hash_key", 1))
-         else hashlib.md5(word).digest())
-    bucket = int.from_bytes(d, "big") % int(r.get("hash_buckets", 1024))
-    T = int(r.get("hash_bits", 128))
-    bits = [(d[t // 8] >> (7 - t % 8)) & 1 for t in range(T)]
-    return bucket, bits
 
 
 def tool_hash(tool, model, words, res, tag):
@@ -1464,7 +1452,7 @@ def check_word_config(c, tool, workdir, seed, res, verbose):
         feat = [N_SPECIAL + vocab.index(w) if w in vocab else 1 for w in types]
         mine = [("id", v) for v in feat]
     elif r.get("hash", "md5") == "md5":
-        pairs = [md5_features(r, w) for w in types]
+        pairs = [twin().md5_features(twin().resolve_config(cfg), w) for w in types]
         feat = [p[0] if emb == "hash-emb" else p[1] for p in pairs]
         mine = [("bucket", p[0]) if emb == "hash-emb" else ("bits", p[1] + [0] * (-len(p[1]) % 8)) for p in pairs]
     else:

@@ -49,7 +49,7 @@ against mhe's loss and gradients by tests/torch_crosscheck.py):
   layout / KIND@LAYOUT hybrids          covered (thesis Table 4.11, resolved as mhe does)
 Embeddings: vocab (bytes or a word vocabulary: token ids are rows), hash-emb, hash-pool,
 hash-add, hash-proj (thesis eq. 2.12, 2.1, 2.2, 2.3) given per-type features (buckets or bits);
-the twin does not hash words itself (use `mhe hash`, or hashlib for md5 as the crosscheck does).
+word_feats computes MD5 features (hashlib/hmac); LSH features come from `mhe hash`.
 Heads: the LM head (tied or lm_head), cls_head, sr_head.
 
 Not covered: dropout (mhe's per-site dropout streams are not reproduced; the twin runs with
@@ -286,6 +286,31 @@ def fixed_tokens(r):
         raise CheckpointError("fixedseq-qk with mhe's built-in text: the twin needs fixed_seq in the config")
     ids = [int(v) for v in t[4:].replace(",", " ").split()] if t.startswith("ids:") else list(t.encode())
     return [ids[i % len(ids)] for i in range(r["max_seq_len"])]
+
+
+def md5_features(r, word):
+    """A word's (bucket, bits) under hash=md5 (thesis sec. 2.3, the authors' code): the digest
+    of HMAC-MD5 with key "en" (plain MD5 with hash_key=0) of the word's bytes; bucket = the
+    digest as a big-endian integer mod hash_buckets (hash-emb), bits = its first hash_bits
+    bits, most significant first (hash-pool/add/proj). r: resolve_config's dict."""
+    import hashlib
+    import hmac
+    d = hmac.new(b"en", word, hashlib.md5).digest() if r["hash_key"] else hashlib.md5(word).digest()
+    T = r["hash_bits"]
+    return int.from_bytes(d, "big") % r["hash_buckets"], [(d[t // 8] >> (7 - t % 8)) & 1 for t in range(T)]
+
+
+def word_feats(model, words):
+    """the feats argument of MheModel for word types (bytes, as mhe's splitter gives them,
+    lower-cased) under hash=md5: buckets (hash-emb) or bits (the others)"""
+    r = model.r
+    if r["embedding"] == "vocab" or r["hash"] != "md5":
+        raise ValueError("word_feats computes md5 features; embedding=%s hash=%s needs `mhe hash`"
+                         % (r["embedding"], r["hash"]))
+    pairs = [md5_features(r, w) for w in words]
+    if r["embedding"] == "hash-emb":
+        return torch.tensor([p[0] for p in pairs], dtype=torch.long)
+    return torch.tensor([p[1] for p in pairs], dtype=torch.long).reshape(len(words), r["hash_bits"])
 
 
 # --------------------------------------------------------------------------
