@@ -2,10 +2,11 @@
 
 - round trips: a checkpoint made by `mhe init` or `mhe train` (decoder, post-norm hybrid,
   encoder-decoder with Admin, a word model with the S+R head), loaded by the twin and saved
-  again, holds the same tensors, metadata and word state, and `mhe eval` gives the same loss
+  again, is byte for byte the same file (tensors, metadata, word state), and `mhe eval` gives the same loss
   on both files; `mhe train --resume` continues from the twin's file exactly as from mhe's;
 - lockstep: from one `mhe init` file, a few steps of the twin's trainer (mhe's batches,
   schedule, clipping, AdamW) end at the weights `mhe train` ends at;
+- a model the twin builds with mhe's init and saves is byte for byte `mhe init`'s file;
 - the classification loss equals `mhe eval --task cls`;
 - refusals: a checkpoint with an unknown attention kind, an unknown tensor, a missing tensor
   or a misshapen one is refused with a CheckpointError naming it.
@@ -74,6 +75,8 @@ def round_trips(mt, d, data):
             check((opt is not None) == (label == "trainer"), "%s [%s]: optimizer state %s" % (name, label, opt))
             mt.save_checkpoint(out, model, cfg, opt)
             same_file_content(mt, src, out, "%s [%s]" % (name, label))
+            with open(src, "rb") as f1, open(out, "rb") as f2:
+                check(f1.read() == f2.read(), "%s [%s]: the twin's file is not byte for byte mhe's" % (name, label))
             extra = ["--src_len", 8] if "encdec" in name else []
             a, b = eval_line(src, data, *extra), eval_line(out, data, *extra)
             check(a == b and a.startswith("loss"), "%s [%s]: mhe eval gives %r on mhe's file, %r on the twin's"
@@ -87,6 +90,24 @@ def round_trips(mt, d, data):
             outs.append(re.findall(r"loss [0-9.]+", out) if rc == 0 else ["rc %d: %s" % (rc, err)])
         check(outs[0] == outs[1] and outs[0], "%s: train --resume differs: mhe's file %s, the twin's %s"
               % (name, outs[0], outs[1]))
+
+
+def fresh(mt, d):
+    """a model the twin builds and initialises itself (mhe's xoshiro256** init in memory
+    order) and saves is byte for byte the file `mhe init` writes for the same config and seed"""
+    for flags in (["--attn", "mhe-add,collab,gqa", "--n_layers", 3, "--bias", 0],
+                  ["--arch", "encdec", "--enc_layers", 1, "--n_layers", 1, "--norm_position", "post", "--admin", 1,
+                   "--norm", "rmsnorm", "--collab_mix_std", 0, "--cross_attn", "collab", "--head_init_std", "0.3"]):
+        want = os.path.join(d, "fresh_mhe.safetensors")
+        got = os.path.join(d, "fresh_twin.safetensors")
+        base = ["--d_model", 16, "--n_heads", 4, "--max_seq_len", 8] + flags
+        rc, _, err = run("init", "--seed", 11, "--out", want, *base)
+        if not check(rc == 0, "fresh %s: mhe init rc %d: %s" % (flags, rc, err)):
+            continue
+        cfg = {str(k)[2:]: str(v) for k, v in zip(base[::2], base[1::2])}
+        mt.save_checkpoint(got, mt.MheModel(cfg, seed=11))
+        with open(want, "rb") as f1, open(got, "rb") as f2:
+            check(f1.read() == f2.read(), "fresh %s: the twin's init + save differs from mhe init's file" % flags)
 
 
 def words(mt, d, data):
@@ -248,6 +269,7 @@ def main():
         f.write(bytes(b for b in text if 32 <= b < 127 or b == 10))   # plain ASCII text
     refusals(mt, d)
     round_trips(mt, d, data)
+    fresh(mt, d)
     words(mt, d, data)
     classify(mt, d)
     lockstep(mt, d, data)

@@ -208,7 +208,7 @@ def config_meta(cfg):
         v = given.get(k, d)
         if isinstance(v, bool):
             v = int(v)
-        if isinstance(v, float):
+        if k in _FLOATS or isinstance(v, float):    # mhe prints its float fields as %.9g of the float
             v = "%.9g" % f32(v)
         out[k] = str(v)
     return out
@@ -1204,6 +1204,9 @@ def lm_batch(model, opt, data, batch=None, seq_len=None):
     Ts = tc["src_len"] or T
     if r["token_head"] == "sr":
         raise ValueError("the model has a Shuffle+Random head: lm_batch draws language-model batches only")
+    for what, v in (("seq_len", T), ("src_len", Ts)):
+        if v > r["max_seq_len"]:
+            raise ValueError("%s %d exceeds the model's max_seq_len %d" % (what, v, r["max_seq_len"]))
     need = Ts + T if r["arch"] == "encdec" else T if r["arch"] == "encoder" else T + 1
     n = len(data)
     if n < need:
