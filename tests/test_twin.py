@@ -5,7 +5,8 @@
   again, is byte for byte the same file (tensors, metadata, word state), and `mhe eval` gives the same loss
   on both files; `mhe train --resume` continues from the twin's file exactly as from mhe's;
 - lockstep: from one `mhe init` file, a few steps of the twin's trainer (mhe's batches,
-  schedule, clipping, AdamW) end at the weights `mhe train` ends at;
+  schedule, clipping, AdamW) end at the weights `mhe train` ends at, for --task lm (two
+  decoders), sr (a hash-emb word model) and cls (byte examples);
 - a model the twin builds with mhe's init and saves is byte for byte `mhe init`'s file;
 - the classification loss equals `mhe eval --task cls`;
 - refusals: a checkpoint with an unknown attention kind, an unknown tensor, a missing tensor
@@ -203,6 +204,56 @@ def lockstep(mt, d, data):
         check(abs(va - vb) <= 1e-4 * abs(va), "lockstep %s: mhe eval after 12 steps: mhe %r, twin %r" % (name, la, lb))
 
 
+def lockstep_tasks(mt, d):
+    """--task sr (a hash-emb word model: md5 features, Shuffle+Random batches) and --task cls
+    (byte examples): 8 steps of the twin against mhe train, loss by loss and the weights"""
+    words = os.path.join(d, "words.txt")
+    pool = [b"alpha", b"beta", b"gamma", b"delta", b"eps", b"zeta", b"eta", b"theta", b"iota", b"kappa", b"mu"]
+    with open(words, "wb") as f:
+        f.write(b"".join(b" ".join(pool[(7 * i + 3 * j) % len(pool)] for j in range(3 + i % 9)) + b"\n" for i in range(200)))
+    tsv = os.path.join(d, "lock.tsv")
+    with open(os.path.join(REPO, "examples", "data", "fortunes_train.tsv"), "rb") as f:
+        lines = f.read().split(b"\n")[:50]
+    with open(tsv, "wb") as f:
+        f.write(b"".join(ln[:60] + b"\n" for ln in lines))
+    common = ["--arch", "encoder", "--d_model", 24, "--n_heads", 4, "--n_layers", 2, "--max_seq_len", 16]
+    train = {"steps": 8, "batch": 4, "seq_len": 16, "warmup": 3, "lr": "0.003", "eval_every": 0, "log_every": 1,
+             "sr_prob": "0.3"}
+    for task, flags, data in (("sr", ["--token_head", "sr", "--embedding", "hash-emb", "--hash_buckets", 64], words),
+                              ("cls", ["--n_classes", 4, "--attn", "mhe-mul"], tsv)):
+        init, out = os.path.join(d, task + "_0.safetensors"), os.path.join(d, task + "_8.safetensors")
+        rc, _, err = run("init", "--seed", 3, "--out", init, *(common + flags))
+        if rc == 0:
+            rc, log, err = run("train", "--task", task, "--model", init, "--data", data, "--out", out,
+                               *[x for k, v in train.items() for x in ("--" + k, v)])
+        if not check(rc == 0, "lockstep --task %s: mhe rc %d: %s" % (task, rc, err)):
+            continue
+        want = [float(x) for x in re.findall(r"step +\d+.*?loss ([0-9.]+)", log)][:8]
+        model, _, _ = mt.load_checkpoint(init)
+        opt = mt.AdamWState(model, train)
+        with open(data, "rb") as f:
+            text = f.read()
+        got = []
+        if task == "sr":
+            toks, types = mt.read_words(text)
+            feats = mt.word_feats(model, types)
+            for _ in range(8):
+                b = mt.sr_batch(model, opt, toks, len(types))
+                got.append(mt.train_step(model, opt, b["tokens"], b["targets"], feats=feats)[0])
+        else:
+            examples = mt.read_text_set(text)
+            for _ in range(8):
+                b = mt.cls_batch(model, opt, examples)
+                got.append(mt.train_step(model, opt, b["tokens"], lengths=b["lengths"], labels=b["labels"])[0])
+        check(len(want) == 8 and all(abs(a - b) <= 1e-4 * a + 6e-5 for a, b in zip(want, got)),
+              "lockstep --task %s: mhe's losses %s, the twin's %s" % (task, want, [round(x, 4) for x in got]))
+        ref, _, opt_c = mt.load_checkpoint(out)
+        worst = max(float((model.param(n) - ref.param(n)).abs().max() / ref.param(n).abs().max().clamp(min=1e-6))
+                    for n in model.names if not n.endswith(".wk.bias"))
+        check(opt.rng == opt_c.rng and worst <= 2e-3, "lockstep --task %s: rng equal %s, weights rel %.3g"
+              % (task, opt.rng == opt_c.rng, worst))
+
+
 def refusals(mt, d):
     src = os.path.join(d, "ok.safetensors")
     rc, _, err = run("init", "--seed", 1, "--out", src, "--d_model", 16, "--n_heads", 2, "--n_layers", 2,
@@ -273,6 +324,7 @@ def main():
     words(mt, d, data)
     classify(mt, d)
     lockstep(mt, d, data)
+    lockstep_tasks(mt, d)
     return finish()
 
 

@@ -21,10 +21,15 @@ AdamWState, lr_at, clip_grad_norm_, adamw_update_, train_step
                            mhe's trainer step (mhe__trainer_update): Admin profiling on the
                            first step, forward, backward, global-norm clipping, the learning
                            rate of the step, AdamW on every tensor in mhe's memory order.
-lm_batch(model, opt, data) the batch mhe's trainer draws next for --task lm (decoder,
-                           encoder masked LM, encoder-decoder), advancing opt.rng as mhe does:
-                           with it the twin trains in lockstep with `mhe train` (to ~1e-5 of
-                           the loss per step over 30 steps of small models of every kind).
+lm_batch(model, opt, data), cls_batch(model, opt, examples), sr_batch(model, opt, data, n_types)
+                           the batch mhe's trainer draws next for --task lm (decoder, encoder
+                           masked LM, encoder-decoder), cls and sr, advancing opt.rng as mhe
+                           does: with them the twin trains in lockstep with `mhe train` (to
+                           ~1e-5 of the loss per step over 30 steps of small models of every
+                           kind; tests/test_twin.py checks lm, cls and sr).
+read_words(text), read_text_set(text), md5_features(r, word), word_feats(model, types)
+                           mhe's word corpora (word rule, first-appearance type ids, </s> per
+                           line), `label<TAB>text` sets, and MD5/HMAC-MD5 features of types.
 MheModel.loss(...)         the loss of each task as mhe computes it: lm (next token, or
                            masked LM for encoders; mean cross-entropy over targets != -1),
                            cls (mean-pooled real tokens, cls_head, mean over sequences), sr
@@ -53,10 +58,13 @@ word_feats computes MD5 features (hashlib/hmac); LSH features come from `mhe has
 Heads: the LM head (tied or lm_head), cls_head, sr_head.
 
 Not covered: dropout (mhe's per-site dropout streams are not reproduced; the twin runs with
-dropout off); the batches of --task cls and --task sr (mhe_trainer_step_cls's example draws,
-mhe_sr_corrupt's shuffles and replacements: replay mhe's batches; their losses are here);
-mhe_evaluate's windows (score the same windows with MheModel.loss); KV-cache decoding and
-generation (the twin scores whole sequences); hashing words (MD5 or LSH: give the features).
+dropout off, so lockstep needs dropout=0 and attn_dropout=0); mhe_evaluate's windows (score
+the same windows with MheModel.loss); KV-cache decoding and generation (the twin scores whole
+sequences); LSH word features (take them from `mhe hash`); a word vocabulary's rows for
+--task sr/cls are the caller's (feats: the tok_emb row of each type); mhe's built-in
+fixedseq-qk text (give fixed_seq). Speed: Debian's python3-torch 1.13 uses the generic BLAS
+(~2 GFLOP/s a core), so the issue's default model (d_model 256, 4 layers, 16 x 128 tokens)
+takes ~15 s a step here: lockstep runs use small models.
 eval --skip's identity sublayers are MheModel.skip_attn (a set of layer indices). init_weights(seed) reproduces
 mhe init's weights exactly (mhe's xoshiro256** and Box-Muller, one draw per element in memory
 order), which is slow in Python for large models (several seconds per million parameters).
@@ -1245,6 +1253,138 @@ def lm_batch(model, opt, data, batch=None, seq_len=None):
     if src:
         out["src"] = torch.tensor(src, dtype=torch.long)
     return out
+
+
+def _word_class(c):
+    """mhe's word rule per byte: 1 word ([A-Za-z0-9_] and bytes >= 0x80), 0 space, 2 punctuation"""
+    if c >= 0x80 or 48 <= c <= 57 or 65 <= c <= 90 or 97 <= c <= 122 or c == 95:
+        return 1
+    return 0 if c == 32 or 9 <= c <= 13 or 0x1c <= c <= 0x1f else 2
+
+
+def _words(text):
+    """[(start, end)] of the words of text (bytes): maximal runs of one non-space class"""
+    out, p, n = [], 0, len(text)
+    while p < n:
+        while p < n and _word_class(text[p]) == 0:
+            p += 1
+        if p == n:
+            break
+        b, cls = p, _word_class(text[p])
+        while p < n and _word_class(text[p]) == cls:
+            p += 1
+        out.append((b, p))
+    return out
+
+
+def read_words(text, types=None):
+    """A word corpus as mhe_words_parse reads it: every word (lower-cased ASCII) is
+    4 + its type's index (types in order of first appearance, appended to `types`), and a
+    line break after a word ends its line with </s> (3), as does the end of the text.
+    -> (tokens, types: list of bytes)"""
+    types = [] if types is None else types
+    index = {w: i for i, w in enumerate(types)}
+    out, prev, pending = [], 0, False
+    for b, e in _words(text):
+        if pending and b"\n" in text[prev:b]:
+            out.append(3)
+        w = text[b:e].lower()
+        if w not in index:
+            index[w] = len(types)
+            types.append(w)
+        out.append(N_SPECIAL + index[w])
+        pending, prev = True, e
+    if pending:
+        out.append(3)
+    return out, types
+
+
+def read_text_set(text, types=None):
+    """`label<TAB>text` lines (mhe_text_set_parse): [(label, tokens)]; tokens are the bytes of
+    the text, or word tokens (4 + type index, as read_words) when types is a list"""
+    out = []
+    for line in text.split(b"\n"):
+        line = line[:-1] if line.endswith(b"\r") else line
+        if not line:
+            continue
+        lab, _, t = line.partition(b"\t")
+        if types is None:
+            toks = list(t)
+        else:
+            index = {w: i for i, w in enumerate(types)}
+            toks = []
+            for b, e in _words(t):
+                w = t[b:e].lower()
+                if w not in index:
+                    index[w] = len(types)
+                    types.append(w)
+                toks.append(N_SPECIAL + index[w])
+        out.append((int(lab), toks))
+    return out
+
+
+def cls_batch(model, opt, examples):
+    """The next batch of mhe_trainer_step_cls: tc.batch examples drawn with the trainer's RNG
+    (with replacement), each cut to seq_len. examples: [(label, tokens)] (read_text_set).
+    -> dict(tokens, lengths, labels)"""
+    tc = opt.tc()
+    B, T = tc["batch"], tc["seq_len"]
+    g = Xoshiro.from_hex(opt.rng)
+    tok, lens, labs = [], [], []
+    for _ in range(B):
+        lab, t = examples[((g.u64() >> 32) * len(examples)) >> 32]
+        t = list(t[:T])
+        lens.append(len(t))
+        labs.append(lab)
+        tok.append(t + [0] * (T - len(t)))
+    g.u64()                         # the step's dropout seed
+    opt.rng = g.hex()
+    return {"tokens": torch.tensor(tok, dtype=torch.long), "lengths": lens, "labels": labs}
+
+
+def sr_batch(model, opt, data, n_types):
+    """The next batch of mhe_trainer_step_sr: tc.batch windows of seq_len word tokens, then
+    mhe_sr_corrupt (the authors' Shuffle+Random task, thesis sec. 2.4): one permutation pi of
+    the positions per batch; each word token (id >= 4) is shuffled with sr_prob (takes the word
+    at pi(t) when that is another word: label 1), else replaced with sr_prob by a random word
+    type of the n_types (up to 8 draws for one that differs: label 2), else kept (label 0);
+    special tokens get label -1. -> dict(tokens, targets)"""
+    tc = opt.tc()
+    B, T, prob = tc["batch"], tc["seq_len"], np.float32(tc["sr_prob"])
+    if len(data) < T:
+        raise ValueError("training data has %d tokens, a window needs %d" % (len(data), T))
+    g = Xoshiro.from_hex(opt.rng)
+    below = lambda k: g.u64() % k if k > 0xFFFFFFFF else ((g.u64() >> 32) * k) >> 32
+    rows = [list(data[o:o + T]) for o in [below(len(data) - T + 1) for _ in range(B)]]
+    perm = list(range(T))
+    for t in range(T - 1, 0, -1):   # Fisher-Yates, as mhe draws it
+        j = below(t + 1)
+        perm[t], perm[j] = perm[j], perm[t]
+    first = N_SPECIAL
+    tok, lab = [], []
+    for row in rows:
+        ti, tl = [], []
+        for t in range(T):
+            p, x = perm[t], row[t]
+            inp, y = x, -1
+            if x >= first:
+                y = 0
+                if g.uniform() < prob:
+                    if row[p] >= first and row[p] != x:
+                        inp, y = row[p], 1
+                elif g.uniform() < prob and n_types > 0:
+                    for _ in range(8):
+                        w = first + below(n_types)
+                        if w != x:
+                            inp, y = w, 2
+                            break
+            ti.append(inp)
+            tl.append(y)
+        tok.append(ti)
+        lab.append(tl)
+    g.u64()                         # the step's dropout seed
+    opt.rng = g.hex()
+    return {"tokens": torch.tensor(tok, dtype=torch.long), "targets": torch.tensor(lab, dtype=torch.long)}
 
 
 # --------------------------------------------------------------------------
