@@ -82,6 +82,10 @@ def round_trips(mt, d, data):
             a, b = eval_line(src, data, *extra), eval_line(out, data, *extra)
             check(a == b and a.startswith("loss"), "%s [%s]: mhe eval gives %r on mhe's file, %r on the twin's"
                   % (name, label, a, b))
+            with open(data, "rb") as f:
+                mine = mt.evaluate(model, list(f.read()), 4, 16, 4, 8 if extra else 0)
+            check(a.startswith("loss") and abs(float(a.split()[1]) - mine) <= 6e-5,
+                  "%s [%s]: the twin's evaluate gives %.5f, mhe eval %r" % (name, label, mine, a))
         # the twin's trainer checkpoint resumes as mhe's own does
         outs = []
         for src in (ck, os.path.join(d, name + "_trainer_twin.safetensors")):
@@ -154,6 +158,12 @@ def classify(mt, d):
         loss = float(model(mt.torch.tensor(tok), lengths=[min(len(t), T) for _, t in rows],
                            labels=[lab for lab, _ in rows]))
     check(abs(loss - float(got.group(1))) <= 6e-5, "cls: the twin's loss %.6f, mhe eval %s" % (loss, got.group(1)))
+    # the same encoder's masked-LM loss over the text (mhe eval's fixed masks)
+    a = eval_line(path, tsv)
+    with open(tsv, "rb") as f:
+        mine = mt.evaluate(model, list(f.read()), 4, 16, 4)
+    check(a.startswith("loss") and abs(float(a.split()[1]) - mine) <= 6e-5,
+          "encoder: the twin's evaluate gives %.5f, mhe eval %r" % (mine, a))
 
 
 def lockstep(mt, d, data):

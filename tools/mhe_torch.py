@@ -27,6 +27,8 @@ lm_batch(model, opt, data), cls_batch(model, opt, examples), sr_batch(model, opt
                            does: with them the twin trains in lockstep with `mhe train` (to
                            ~1e-5 of the loss per step over 30 steps of small models of every
                            kind; tests/test_twin.py checks lm, cls and sr).
+evaluate(model, data, batch, seq_len, max_batches, src_len)
+                           `mhe eval`'s mean loss over consecutive windows (mhe_evaluate_s2s).
 read_words(text), read_text_set(text), md5_features(r, word), word_feats(model, types)
                            mhe's word corpora (word rule, first-appearance type ids, </s> per
                            line), `label<TAB>text` sets, and MD5/HMAC-MD5 features of types.
@@ -58,8 +60,7 @@ word_feats computes MD5 features (hashlib/hmac); LSH features come from `mhe has
 Heads: the LM head (tied or lm_head), cls_head, sr_head.
 
 Not covered: dropout (mhe's per-site dropout streams are not reproduced; the twin runs with
-dropout off, so lockstep needs dropout=0 and attn_dropout=0); mhe_evaluate's windows (score
-the same windows with MheModel.loss); KV-cache decoding and generation (the twin scores whole
+dropout off, so lockstep needs dropout=0 and attn_dropout=0); KV-cache decoding and generation (the twin scores whole
 sequences); LSH word features (take them from `mhe hash`); a word vocabulary's rows for
 --task sr/cls are the caller's (feats: the tok_emb row of each type); mhe's built-in
 fixedseq-qk text (give fixed_seq). Speed: Debian's python3-torch 1.13 uses the generic BLAS
@@ -1199,6 +1200,64 @@ def train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_len
     return float(loss), norm, lr
 
 
+def _lm_row(r, w, T, Ts, prob, g, tok, tgt, src):
+    """mhe__lm_row: one row of a language-model batch from the window w (appended to tok, tgt,
+    src). Encoders: masked LM (mhe_mlm_mask: each position a target with prob, its input then
+    [MASK] 80 %, a random token 10 %, itself 10 %; Devlin et al. 2019) drawing from g."""
+    if r["arch"] == "encoder":
+        prob, V = np.float32(prob), r["vocab_size"]
+        ti, tt = [], []
+        for x in w[:T]:
+            inp, y = x, -1
+            if g.uniform() < prob:
+                u = g.uniform()
+                y = x
+                if u < np.float32(0.8):
+                    inp = r["mask_token"]
+                elif u < np.float32(0.9):
+                    inp = ((g.u64() >> 32) * V) >> 32
+            ti.append(inp)
+            tt.append(y)
+        tok.append(ti)
+        tgt.append(tt)
+        return
+    if r["arch"] == "encdec":
+        src.append(list(w[:Ts]))
+        w = w[Ts - 1:]              # the decoder's first input is the last source token
+    tok.append(list(w[:T]))
+    tgt.append(list(w[1:T + 1]))
+
+
+def evaluate(model, data, batch=16, seq_len=128, max_batches=50, src_len=0):
+    """mhe_evaluate(_s2s), as `mhe eval` scores a text: consecutive windows seq_len apart (every
+    target scored once), in batches, up to max_batches (<= 0: all); encoders with fixed masks
+    (15 %, from the seed 0x6d6c6d). -> the mean loss over the scored tokens (a float)"""
+    r = model.r
+    T = min(seq_len, r["max_seq_len"])
+    Ts = min(src_len or T, r["max_seq_len"])
+    need = Ts + T if r["arch"] == "encdec" else T if r["arch"] == "encoder" else T + 1
+    if len(data) < need:
+        raise ValueError("evaluation data has %d tokens, needs at least %d" % (len(data), need))
+    windows = (len(data) - need) // T + 1
+    g = Xoshiro(0x6d6c6d)
+    total, count, w, nb = 0.0, 0, 0, 0
+    while w < windows and (max_batches <= 0 or nb < max_batches):
+        tok, tgt, src = [], [], []
+        for _ in range(min(batch, windows - w)):
+            _lm_row(r, data[w * T:w * T + need], T, Ts, f32(0.15), g, tok, tgt, src)
+            w += 1
+        tgt = torch.tensor(tgt, dtype=torch.long)
+        with torch.no_grad():
+            loss = float(model.loss(torch.tensor(tok, dtype=torch.long), tgt,
+                                    src=torch.tensor(src, dtype=torch.long) if src else None))
+        c = int((tgt != -1).sum())
+        if c:
+            total += f32(loss) * c  # mhe sums the float32 batch means in double
+        count += c
+        nb += 1
+    return f32(total / count) if count else 0.0
+
+
 def lm_batch(model, opt, data, batch=None, seq_len=None):
     """The next language-model batch of mhe's trainer (mhe__lm_batch): tc.batch windows of
     data (token ids) at offsets drawn with the trainer's RNG; a decoder predicts the next
@@ -1224,29 +1283,7 @@ def lm_batch(model, opt, data, batch=None, seq_len=None):
     for _ in range(B):
         span = n - need + 1
         off = g.u64() % span if span > 0xFFFFFFFF else ((g.u64() >> 32) * span) >> 32
-        w = data[off:off + need]
-        if r["arch"] == "encoder":
-            prob, V = np.float32(tc["mlm_prob"]), r["vocab_size"]
-            ti, tt = [], []
-            for x in w:
-                inp, tg = x, -1
-                if g.uniform() < prob:
-                    u = g.uniform()
-                    tg = x
-                    if u < np.float32(0.8):
-                        inp = r["mask_token"]
-                    elif u < np.float32(0.9):
-                        inp = ((g.u64() >> 32) * V) >> 32
-                ti.append(inp)
-                tt.append(tg)
-            tok.append(ti)
-            tgt.append(tt)
-            continue
-        if r["arch"] == "encdec":
-            src.append(list(w[:Ts]))
-            w = w[Ts - 1:]          # the decoder's first input is the last source token
-        tok.append(list(w[:T]))
-        tgt.append(list(w[1:T + 1]))
+        _lm_row(r, data[off:off + need], T, Ts, tc["mlm_prob"], g, tok, tgt, src)
     g.u64()                         # the step's dropout seed
     opt.rng = g.hex()
     out = {"tokens": torch.tensor(tok, dtype=torch.long), "targets": torch.tensor(tgt, dtype=torch.long)}
