@@ -8,36 +8,57 @@ Import it by path (it has no side effects on import), or run it as a script:
 
 What it holds
 -------------
-MheModel(cfg, dtype)       a torch.nn.Module for every model mhe builds, its parameters
-                           named as in mhe's checkpoints (model.param(NAME), model.names,
-                           model.named_mhe_parameters()); float32 or float64.
-load_checkpoint(path, dtype) -> (model, cfg, opt_state or None)
+MheModel(cfg, dtype=torch.float32, seed=None)
+                           a torch.nn.Module for every model mhe builds (cfg: mhe's config
+                           fields, strings or values; missing ones take mhe's defaults; seed:
+                           mhe init's weights, bit for bit). Parameters live in model.params,
+                           a ParameterDict keyed by the mhe name with '.' -> '__'; by mhe name:
+                           model.param(NAME), model.has(NAME), model.names (memory order),
+                           model.shapes, model.decay (AdamW's decay set), model.r (resolved
+                           config), model.meta (config strings), named_mhe_parameters(),
+                           mhe_state_dict(), load_mhe_state_dict(d), init_weights(seed),
+                           admin_init(batch...), skip_attn (eval --skip's layers).
+  model(tokens, targets=None, lengths=None, src=None, src_lengths=None, labels=None, feats=None)
+                           the loss as mhe_model_forward_batch computes it when targets (lm, sr)
+                           or labels (cls) are given, else the logits; model.loss,
+                           model.cls_loss, model.logits, model.hidden, model.embed.
+load_checkpoint(path, dtype=torch.float32) -> (model, cfg, AdamWState or None)
 save_checkpoint(path, model, cfg=None, opt_state=None, step=None)
                            safetensors files mhe reads unchanged (build/mhe eval, generate,
-                           train --resume): the metadata keys and tensor names mhe writes,
-                           F32 tensors, optim.m.NAME / optim.v.NAME moments, "step", "rng",
-                           "train.KEY"; written to PATH.tmp and renamed.
-AdamWState, lr_at, clip_grad_norm_, adamw_update_, train_step
+                           train --resume): the metadata keys and tensor names, order and F32
+                           dtype mhe writes, optim.m.NAME / optim.v.NAME moments, "step",
+                           "rng", "train.KEY", the I32 word state; written to PATH.tmp and
+                           renamed. A round trip is byte for byte mhe's file. A file the twin
+                           cannot take raises CheckpointError (a ValueError) naming the key,
+                           kind, tensor or shape.
+AdamWState(model, train=None, step=0, rng=None), lr_at(tc, step), clip_grad_norm_(grads, max),
+adamw_update_(p, g, m, v, lr, beta1, beta2, eps, weight_decay, t),
+train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_lengths=None,
+           labels=None, feats=None) -> (loss, grad norm, lr)
                            mhe's trainer step (mhe__trainer_update): Admin profiling on the
                            first step, forward, backward, global-norm clipping, the learning
-                           rate of the step, AdamW on every tensor in mhe's memory order.
+                           rate of the step, AdamW on every tensor in mhe's memory order, with
+                           mhe's float32 constants and operation order.
 lm_batch(model, opt, data), cls_batch(model, opt, examples), sr_batch(model, opt, data, n_types)
                            the batch mhe's trainer draws next for --task lm (decoder, encoder
                            masked LM, encoder-decoder), cls and sr, advancing opt.rng as mhe
                            does: with them the twin trains in lockstep with `mhe train` (to
                            ~1e-5 of the loss per step over 30 steps of small models of every
                            kind; tests/test_twin.py checks lm, cls and sr).
-evaluate(model, data, batch, seq_len, max_batches, src_len)
+evaluate(model, data, batch=16, seq_len=128, max_batches=50, src_len=0)
                            `mhe eval`'s mean loss over consecutive windows (mhe_evaluate_s2s).
 read_words(text), read_text_set(text), md5_features(r, word), word_feats(model, types)
                            mhe's word corpora (word rule, first-appearance type ids, </s> per
                            line), `label<TAB>text` sets, and MD5/HMAC-MD5 features of types.
-MheModel.loss(...)         the loss of each task as mhe computes it: lm (next token, or
-                           masked LM for encoders; mean cross-entropy over targets != -1),
-                           cls (mean-pooled real tokens, cls_head, mean over sequences), sr
-                           (the 3-way Shuffle+Random head per token). Dropout is never
-                           applied: the twin is deterministic (set dropout=0 in mhe too when
-                           comparing training runs).
+resolve_config(meta), config_meta(cfg), param_layout(r), Xoshiro(seed)
+                           mhe's config (defaults, KIND@LAYOUT), its tensor layout (names,
+                           shapes, init, decay set), its RNG.
+main(argv)                 the script's subcommands (COMMANDS takes more).
+
+Losses, as mhe computes them: lm (next token, or masked LM for encoders; mean cross-entropy
+over the targets that are not -1 and not padding), cls (mean of each sequence's real tokens,
+cls_head, mean cross-entropy over the sequences), sr (the 3-way Shuffle+Random head per
+token). Dropout is never applied: the twin is deterministic.
 
 Coverage, per attention kind (self-attention of decoders and encoders, encoder self-attention
 and cross-attention of encdec, pre- and post-norm, Admin's omega; every kind is checked
@@ -59,16 +80,15 @@ hash-add, hash-proj (thesis eq. 2.12, 2.1, 2.2, 2.3) given per-type features (bu
 word_feats computes MD5 features (hashlib/hmac); LSH features come from `mhe hash`.
 Heads: the LM head (tied or lm_head), cls_head, sr_head.
 
-Not covered: dropout (mhe's per-site dropout streams are not reproduced; the twin runs with
-dropout off, so lockstep needs dropout=0 and attn_dropout=0); KV-cache decoding and generation (the twin scores whole
-sequences); LSH word features (take them from `mhe hash`); a word vocabulary's rows for
---task sr/cls are the caller's (feats: the tok_emb row of each type); mhe's built-in
-fixedseq-qk text (give fixed_seq). Speed: Debian's python3-torch 1.13 uses the generic BLAS
+Not covered: dropout (mhe's per-site dropout streams are not reproduced: the twin runs with
+dropout off, so a lockstep run needs dropout=0 and attn_dropout=0, mhe's defaults); KV-cache
+decoding and generation (the twin scores whole sequences); LSH word features (take them from
+`mhe hash`); a word vocabulary's rows for --task sr/cls (feats: the tok_emb row of each type,
+the caller's); mhe's built-in fixedseq-qk text (give fixed_seq); batches of a model with an
+sr head but no words. init_weights is exact but slow in Python for large models (several
+seconds per million parameters). Speed: Debian's python3-torch 1.13 uses the generic BLAS
 (~2 GFLOP/s a core), so the issue's default model (d_model 256, 4 layers, 16 x 128 tokens)
-takes ~15 s a step here: lockstep runs use small models.
-eval --skip's identity sublayers are MheModel.skip_attn (a set of layer indices). init_weights(seed) reproduces
-mhe init's weights exactly (mhe's xoshiro256** and Box-Muller, one draw per element in memory
-order), which is slow in Python for large models (several seconds per million parameters).
+takes ~15 s a training step here: lockstep runs use small models.
 """
 import json
 import math
@@ -122,7 +142,6 @@ ATTN_KINDS = ("mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul",
 DECON_KINDS = ("mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk", "fnet", "linear")
 N_SPECIAL = 4               # <pad> <unk> <s> </s>: rows of special_emb (or tok_emb) below the words
 SR_CLASSES = 3              # Shuffle+Random: original, shuffled, random
-FIXED_SEQ_DEFAULT = None    # mhe's built-in fixedseq-qk text is not copied: give fixed_seq
 
 
 class CheckpointError(ValueError):
