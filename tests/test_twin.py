@@ -115,6 +115,24 @@ def fresh(mt, d):
             check(f1.read() == f2.read(), "fresh %s: the twin's init + save differs from mhe init's file" % flags)
 
 
+def skipped(mt, d, data):
+    """eval --skip (thesis Table 4.1): the non-mha layers' self-attention is the identity"""
+    for pos in ("pre", "post"):
+        path = os.path.join(d, "skip_%s.safetensors" % pos)
+        rc, _, err = run("init", "--seed", 2, "--out", path, "--d_model", 24, "--n_heads", 4, "--n_layers", 3,
+                         "--max_seq_len", 16, "--attn", "mha,taylor,mhe-mul", "--norm_position", pos)
+        if not check(rc == 0, "skip: mhe init rc %d: %s" % (rc, err)):
+            continue
+        a = eval_line(path, data, "--skip")
+        model, _, _ = mt.load_checkpoint(path)
+        model.skip_attn = {1, 2}
+        with open(data, "rb") as f:
+            mine = mt.evaluate(model, list(f.read()), 4, 16, 4)
+        got = re.search(r"^loss ([0-9.]+)", a, re.M)
+        check(got and abs(float(got.group(1)) - mine) <= 6e-5, "skip %s: the twin gives %.5f, mhe eval --skip %r"
+              % (pos, mine, a))
+
+
 def words(mt, d, data):
     init = os.path.join(d, "words.safetensors")
     rc, _, err = run("init", "--seed", 2, "--out", init, "--data", data, "--words", 1, "--arch", "encoder",
@@ -331,6 +349,7 @@ def main():
     refusals(mt, d)
     round_trips(mt, d, data)
     fresh(mt, d)
+    skipped(mt, d, data)
     words(mt, d, data)
     classify(mt, d)
     lockstep(mt, d, data)

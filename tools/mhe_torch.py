@@ -762,7 +762,7 @@ class MheModel(torch.nn.Module):
         ctx = dict(ctx or {})
         xctx = dict(ctx, cross=True, lens=ctx.get("mem_lens"))
         ctx["cross"] = False
-        skip = stack == 0 and ctx.get("layer") in self.skip_attn and not ctx.get("fixed")
+        skip = stack == 0 and ctx.get("layer") in self.skip_attn
         if not self.r["post_norm"]:
             u = self._norm(x, p + "norm1")
             if "us" in ctx:
