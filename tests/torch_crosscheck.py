@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Cross-checks the C model against an independent PyTorch float64 model.
+"""Cross-checks the C model against its PyTorch twin (tools/mhe_torch.py) in float64.
 
 For each of several small configs it runs
 
     $MHE_BIN init --config CFG.txt --seed S --out M.safetensors
     $MHE_BIN grad --model M.safetensors --tokens TOK.txt --out G.safetensors
 
-loads the parameters into a float64 PyTorch implementation of the GPT that
-mhe describes, and compares the loss and the gradient of every parameter.
+builds the twin (MheModel, float64) of the config that was asked for, loads the
+parameters into it by mhe's tensor names, and compares the loss and the gradient
+of every parameter. The twin is the repository's one PyTorch model; the names and
+shapes are checked against a spec written here (expected_params), independently.
 Each config is checked twice: with the parameters exactly as `mhe init` made
 them, and with every parameter perturbed (norm weights away from 1, biases
 away from 0, MHE head embeddings eq/ev by N(0, 0.2) so the heads differ),
@@ -20,7 +22,8 @@ el-att (K = V = the attention input split into heads), mhe-add and mhe-mul (seed
 wq/wk/wv of width d_head and head embeddings eq/ek/ev [n, d_head]; head i uses
 A + e[i] or A * (1 + e[i])). Configs run each kind in pre and post norm, with and
 without biases, per-layer hybrids, and the MHE kinds with fused_attention=1 (fast
-path) and =0 (reference path: the literal per-head expansion).
+path) and =0 (reference path: the literal per-head expansion) -- the twin has one
+path, so both of mhe's paths are checked against it.
 
 Encoders (config key `arch=encoder`, default `decoder`) are the same model with
 bidirectional self-attention: no causal mask, every query sees every key of its
@@ -70,7 +73,7 @@ Word models (WORD_CONFIGS, names words-*): the HashFormers embeddings hash-emb,
 hash-pool, hash-add, hash-proj, each with hash=md5 and hash=lsh, and the word
 vocabulary baseline, with the Shuffle+Random head (sr_head) and its 3-way loss on
 labels given in the token file (`LABELS | TEXT` lines); pre/post norm, encoder and
-decoder, padding, LSH table mode. MD5/HMAC-MD5 buckets and bits are computed here
+decoder, padding, LSH table mode. MD5/HMAC-MD5 buckets and bits are computed by the twin
 with hashlib/hmac and must equal `mhe hash`; see the section "word models" below.
 Invalid word configs (an LM head on a hash embedding, k > 24, N = 0, T > 128 for
 MD5) must fail at `mhe init`.
@@ -84,10 +87,13 @@ Without PyTorch/numpy, or without the binary, it prints a SKIP line and
 
 Output: "FAIL ..." lines, an "ok ..." summary line per config and variant,
 then "RESULT: N passed, N failed"; exit status 1 if anything failed.
+
+--selftest replaces the C tool by a stand-in (the twin in float32) and checks that the
+faults MHE_FAKE_BUG injects into it (a wrong GQA map, a causal encoder, a dropped or
+scaled gradient, ...) are caught.
 """
 import argparse
 import json
-import math
 import os
 import shutil
 import struct
@@ -707,452 +713,104 @@ def expected_params(cfg):
     return out
 
 
-M64 = (1 << 64) - 1
+# --------------------------------------------------------------------------
+# the reference: the PyTorch twin (tools/mhe_torch.py) in float64
+# --------------------------------------------------------------------------
+
+def twin():
+    """tools/mhe_torch.py, imported by path from the repository root (it needs torch:
+    call only after torch_missing())"""
+    tools = os.path.join(REPO, "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import mhe_torch
+    return mhe_torch
 
 
-def _splitmix64(x):
-    x = (x + 0x9e3779b97f4a7c15) & M64
-    z = x
-    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
-    return x, z ^ (z >> 31)
-
-
-class Xoshiro:
-    """mhe_rng: xoshiro256** seeded through splitmix64, and its Box-Muller normal"""
-    def __init__(self, seed):
-        self.s, x = [], seed & M64
-        for _ in range(4):
-            x, z = _splitmix64(x)
-            self.s.append(z)
-
-    def u64(self):
-        s = self.s
-        rotl = lambda v, k: ((v << k) | (v >> (64 - k))) & M64
-        result = (rotl((s[1] * 5) & M64, 7) * 9) & M64
-        t = (s[1] << 17) & M64
-        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]
-        s[2] ^= t
-        s[3] = rotl(s[3], 45)
-        return result
-
-    def normal(self):
-        u1 = ((self.u64() >> 11) + 1.0) * (1.0 / 9007199254740992.0)
-        u2 = (self.u64() >> 11) * (1.0 / 9007199254740992.0)
-        return math.sqrt(-2.0 * math.log(u1)) * math.cos(6.283185307179586 * u2)
-
-
-def fixed_eps(r):
-    """rndemb-qk's fixed random embeddings [max_seq_len, C], as mhe draws them"""
+def reference_model(cfg, params_np, dtype=None, cls=None):
+    """The twin of the config that was asked for (not of the file's metadata, which
+    check_meta judges), holding the parameters params_np {name: array}. Raises ValueError
+    when the twin's tensors are not exactly the file's."""
     import numpy as np
-    g = Xoshiro(int(r.get("fixed_seed", 1)))
-    std = float(r.get("fixed_std", -1))
-    std = np.float32(std if std >= 0 else r["init_std"])
-    n = r["max_seq_len"] * r["d_model"]
-    return np.array([std * np.float32(g.normal()) for _ in range(n)], dtype=np.float32).reshape(r["max_seq_len"], -1)
-
-
-def fixed_tokens(r):
-    """fixedseq-qk's tokens, cycled to max_seq_len: "ids:..." or the text's bytes (tests
-    always give fixed_seq; the built-in default is mhe's own)"""
-    t = r.get("fixed_seq", "")
-    if not t:
-        raise ValueError("give fixed_seq in crosscheck configs")
-    ids = [int(v) for v in t[4:].replace(",", " ").split()] if t.startswith("ids:") else list(t.encode())
-    return [ids[i % len(ids)] for i in range(r["max_seq_len"])]
-
-
-def reference_loss(torch, cfg, P, inputs, targets, taps=None, lengths=None, src=None,
-                   src_lengths=None, emb=None, head="lm"):
-    """Float64 forward of the spec, written with torch.nn.functional. P: {name: tensor}.
-    lengths / src_lengths: real tokens per sequence (the rest is padding: no query attends
-    to it; targets there are -1, ignored). src: the encoder input of an encdec model.
-    taps (a dict) receives, per mhe-add sublayer, its per-head keys K_i = K + ek[i] under
-    the name of ek (with retain_grad), for the noise scale of ek's gradient.
-    emb: a function P -> [B, T, C] token embeddings (word models); head "sr": the
-    3-way Shuffle+Random head sr_head instead of the LM head."""
-    F = torch.nn.functional
-    r = resolved(cfg)
-    B, T = inputs.shape
-    C, n, dh, V = r["d_model"], r["n_heads"], r["d_head"], r["vocab_size"]
-    eps = r["norm_eps"]
-
-    def norm(x, p):
-        if r["norm"] == "layernorm":
-            return F.layer_norm(x, (C,), P[p + ".weight"], P[p + ".bias"], eps)
-        return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * P[p + ".weight"]
-
-    def linear(x, p):
-        return F.linear(x, P[p + ".weight"], P.get(p + ".bias"))
-
-    def act(x):
-        a = r["activation"]
-        if a == "gelu":
-            return F.gelu(x, approximate="tanh")
-        if a == "relu":
-            return F.relu(x)
-        if a == "silu":
-            return F.silu(x)
-        raise ValueError("unknown activation " + a)
-
-    if r["arch"] not in ARCHS:
-        raise ValueError("unknown arch " + r["arch"])
-
-    def blocked(Tq, Tk, lens, causal):
-        """[B, 1, Tq, Tk]: True where query t may not see key j (the future of a decoder;
-        the padding of sequence b, keys j >= lens[b])"""
-        m = torch.zeros(B, 1, Tq, Tk, dtype=torch.bool)
-        if causal:
-            m = m | torch.ones(Tq, Tk, dtype=torch.bool).triu(1)
-        if lens is not None:
-            pad = torch.arange(Tk)[None, :] >= torch.tensor(lens)[:, None]
-            m = m | pad[:, None, None, :]
-        return m
-
-    def heads(t, k):
-        """[B, L, k*dh] -> [B, k, L, dh]"""
-        return t.reshape(B, t.shape[1], k, dh).transpose(1, 2)
-
-    def core(q, k, v, mask):
-        """q: [B, heads, Tq, dh], k, v: [B, heads, Tk, dh] -> [B, Tq, heads*dh]"""
-        s = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-        s = s.masked_fill(mask, float("-inf"))
-        o = torch.softmax(s, dim=-1) @ v
-        return o.transpose(1, 2).reshape(B, q.shape[2], -1)
-
-    def masked_rows(w, mask):
-        """attention weights w [B, h, Tq, Tk] (>= 0) with the blocked keys zeroed, each row
-        divided by its sum"""
-        w = w.masked_fill(mask, 0.0)
-        return w / w.sum(dim=-1, keepdim=True)
-
-    def decon(xq, xkv, p, kind, mask, ctx):
-        """the kinds of thesis ch. 4 and FNet. ctx: lens (real tokens of xkv's sequences),
-        emb / mem_emb (the static block-0 inputs of xq's and xkv's stacks), fixed_u (the
-        fixed stream's attention inputs per layer), layer, fixed (this is that stream)"""
-        if kind == "mlp":           # eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H))
-            return linear(F.silu(linear(xq, p + ".gate")) * linear(xq, p + ".up"), p + ".down")
-        if kind == "fnet":          # Re of the 2-D DFT over each sequence's real tokens
-            lens = ctx["lens"] or [xq.shape[1]] * B
-            rows = []
-            for b in range(B):
-                yb = torch.fft.fft2(xq[b, :lens[b]].to(torch.complex128)).real
-                rows.append(torch.cat([yb, torch.zeros(xq.shape[1] - lens[b], C, dtype=xq.dtype)], 0))
-            return torch.stack(rows)
-        if kind == "linear":        # W_seq[:L, :L] (X W_hidden^T) per sequence
-            z = xq @ P[p + ".hidden.weight"].t()
-            lens = ctx["lens"] or [xq.shape[1]] * B
-            rows = []
-            for b in range(B):
-                Lb = lens[b]
-                yb = P[p + ".seq.weight"][:Lb, :Lb] @ z[b, :Lb]
-                rows.append(torch.cat([yb, torch.zeros(xq.shape[1] - Lb, C, dtype=xq.dtype)], 0))
-            return torch.stack(rows)
-        if kind in ("rndemb-qk", "fixedseq-qk") and not ctx["fixed"]:
-            fu = ctx["fixed_u"][ctx["layer"]]           # [1, T, C]: the same Q, K for every sequence
-            q = heads(linear(fu, p + ".wq").expand(B, -1, -1), n)
-            k = heads(linear(fu, p + ".wk").expand(B, -1, -1), n)
-        elif kind == "staticemb-qk":
-            # eq. 4.13: Q, K from the static embeddings, through the sublayer's input norm
-            # (pre-norm: norm1, or norm3 for cross-attention; post-norm: as they are)
-            nm = p.rsplit(".", 1)[0] + (".norm3" if ctx["cross"] else ".norm1")
-            sn = (lambda e: norm(e, nm)) if r["norm_position"] == "pre" else (lambda e: e)
-            q = heads(linear(sn(ctx["emb"]), p + ".wq"), n)
-            k = heads(linear(sn(ctx["mem_emb"] if ctx["cross"] else ctx["emb"]), p + ".wk"), n)
-        else:
-            q, k = heads(linear(xq, p + ".wq"), n), heads(linear(xkv, p + ".wk"), n)
-        v = heads(linear(xkv, p + ".wv"), n)
-        if kind == "taylor":        # eq. 4.6 with Based's one normaliser: w = 1 + s + s^2/2
-            s_ = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-            a = masked_rows(1 + s_ + 0.5 * s_ * s_, mask)
-        elif kind == "nonapprox":   # eq. 4.7-4.8: one score per key position, softmax over time
-            sc = (F.silu(q) * k).sum(-1) / math.sqrt(dh)              # [B, h, T]
-            s_ = sc[:, :, None, :].expand(-1, -1, q.shape[2], -1)
-            a = torch.softmax(s_.masked_fill(mask, float("-inf")), dim=-1)
-        else:
-            s_ = (q @ k.transpose(-2, -1)) / math.sqrt(dh)
-            a = torch.softmax(s_.masked_fill(mask, float("-inf")), dim=-1)
-        o = (a @ v).transpose(1, 2).reshape(B, q.shape[2], -1)
-        return linear(o, p + ".wo")
-
-    def attn(xq, xkv, p, kind, mask, ctx=None):
-        """Q from xq, K and V from xkv (the same tensor for self-attention)"""
-        if kind in DECON_KINDS:
-            return decon(xq, xkv, p, kind, mask, ctx)
-        if kind in ("mhe-add", "mhe-mul"):
-            # seed Q, K, V of width dh; head i uses psi(seed, e[i]) (broadcast over tokens)
-            def psi(a, e):
-                a = a.unsqueeze(1)                          # [B, 1, L, dh]
-                e = P[p + "." + e].view(1, n, 1, dh)        # [1, n, 1, dh]
-                return a + e if kind == "mhe-add" else a * (1 + e)
-            q, k, v = linear(xq, p + ".wq"), linear(xkv, p + ".wk"), linear(xkv, p + ".wv")
-            k = psi(k, "ek")
-            if taps is not None and kind == "mhe-add":
-                k.retain_grad()
-                taps[p + ".ek"] = k
-            o = core(psi(q, "eq"), k, psi(v, "ev"), mask)
-        elif kind == "collab":
-            # eq. 13: head i scores (x_q W~_Q diag(m_i) W~_K^T x_k + v_i . x_k) / sqrt(d_h)
-            q, k = linear(xq, p + ".wq"), linear(xkv, p + ".wk")
-            s_ = torch.einsum("bqd,hd,bkd->bhqk", q, P[p + ".mixing"], k)
-            s_ = s_ + (xkv @ P[p + ".content_bias.weight"].t()).transpose(1, 2)[:, :, None, :]
-            a = torch.softmax((s_ / math.sqrt(dh)).masked_fill(mask, float("-inf")), dim=-1)
-            o = (a @ heads(linear(xkv, p + ".wv"), n)).transpose(1, 2).reshape(B, xq.shape[1], -1)
-        elif kind == "sha":
-            q = heads(linear(xq, p + ".wq"), 1)
-            k, v = heads(linear(xkv, p + ".wk"), 1), heads(linear(xkv, p + ".wv"), 1)
-            o = core(q, k, v, mask).repeat(1, 1, n)         # n copies of the one head
-        else:
-            q = heads(linear(xq, p + ".wq"), n)
-            if kind == "mha":
-                k, v = heads(linear(xkv, p + ".wk"), n), heads(linear(xkv, p + ".wv"), n)
-            elif kind in ("mqa", "gqa"):
-                g = 1 if kind == "mqa" else r["kv_groups"]
-                # query head h uses K/V head h // (n // g)
-                k = heads(linear(xkv, p + ".wk"), g).repeat_interleave(n // g, dim=1)
-                v = heads(linear(xkv, p + ".wv"), g).repeat_interleave(n // g, dim=1)
-            elif kind == "skv":
-                k = v = heads(linear(xkv, p + ".wkv"), n)
-            elif kind == "el-att":
-                assert n * dh == C, "el-att needs n_heads * d_head == d_model"
-                k = v = heads(xkv, n)
-            else:
-                raise ValueError("unknown attn kind " + kind)
-            o = core(q, k, v, mask)
-        return linear(o, p + ".wo")
-
-    def mlp(x, p):
-        return linear(act(linear(x, p + ".fc1")), p + ".fc2")
-
-    def block(x, p, kind, mask, cross=None, ctx=None):
-        """cross: (encoder output, kind, mask) for a decoder block of encdec; ctx: see
-        decon (ctx["us"] collects the attention input of each layer)"""
-        ctx = dict(ctx or {})
-        xctx = dict(ctx, cross=True, lens=ctx.get("mem_lens"))
-        ctx["cross"] = False
-        if r["norm_position"] == "pre":
-            u = norm(x, p + "norm1")
-            if "us" in ctx:
-                ctx["us"].append(u)
-            x = x + attn(u, u, p + "attn", kind, mask, ctx)
-            if cross:
-                x = x + attn(norm(x, p + "norm3"), cross[0], p + "cross", cross[1], cross[2], xctx)
-            return x + mlp(norm(x, p + "norm2"), p + "mlp")
-        if "us" in ctx:
-            ctx["us"].append(x)
-        # post-norm; with admin=1 the residual input is scaled: LN(omega * x + f(x))
-        def om(name):
-            return P[p + name] if r["admin"] else 1.0
-        x = norm(om("omega1") * x + attn(x, x, p + "attn", kind, mask, ctx), p + "norm1")
-        if cross:
-            x = norm(om("omega3") * x + attn(x, cross[0], p + "cross", cross[1], cross[2], xctx), p + "norm3")
-        return norm(om("omega2") * x + mlp(x, p + "mlp"), p + "norm2")
-
-    mem, src_emb = None, None
-    if r["arch"] == "encdec":
-        Ts = src.shape[1]
-        e = src_emb = P["tok_emb.weight"][src] + P["enc.pos_emb.weight"][:Ts]
-        emask = blocked(Ts, Ts, src_lengths, False)
-        for l in range(r["enc_layers"]):
-            e = block(e, "enc.layers.%d." % l, r["enc_attn"][l], emask,
-                      ctx={"lens": src_lengths, "emb": src_emb, "fixed": False, "layer": l})
-        mem = norm(e, "enc.ln_f") if r["norm_position"] == "pre" else e
-        cmask = blocked(T, Ts, src_lengths, False)
-    # the input embeddings (the static embeddings of staticemb-qk): vocab rows, or a word model's
-    x = x_emb = (emb(P) if emb is not None else P["tok_emb.weight"][inputs]) + P["pos_emb.weight"][:T]
-    # decoders: query t sees keys 0..t; encoders: bidirectional; both stop at the padding
-    mask = blocked(T, T, lengths, r["arch"] != "encoder")
-    fixed_u = None
-    fixed_kinds = [k for k in r["attn"] if k in ("rndemb-qk", "fixedseq-qk")]
-    if fixed_kinds:
-        # eq. 4.9 / 4.11: the model's own blocks on a fixed input (one sequence, no padding)
-        top = max(l for l, k in enumerate(r["attn"]) if k in fixed_kinds) + 1
-        if fixed_kinds[0] == "rndemb-qk":
-            f = torch.tensor(fixed_eps(r)[:T], dtype=torch.float64)[None]
-        else:
-            ts = torch.tensor(fixed_tokens(r)[:T], dtype=torch.long)[None]
-            f = P["tok_emb.weight"][ts] + P["pos_emb.weight"][:T]
-        fctx = {"lens": None, "emb": f, "fixed": True, "us": []}
-        B_keep, B = B, 1
-        fmask = blocked(T, T, None, r["arch"] != "encoder")
-        for l in range(top):
-            f = block(f, "layers.%d." % l, r["attn"][l], fmask, ctx=dict(fctx, layer=l))
-        B = B_keep
-        fixed_u = fctx["us"]
-    for l in range(r["n_layers"]):
-        x = block(x, "layers.%d." % l, r["attn"][l], mask,
-                  (mem, r["cross_attn"][l], cmask) if mem is not None else None,
-                  ctx={"lens": lengths, "mem_lens": src_lengths, "emb": x_emb, "mem_emb": src_emb,
-                       "fixed": False, "fixed_u": fixed_u, "layer": l})
-    if r["norm_position"] == "pre":
-        x = norm(x, "ln_f")
-    if head == "sr":
-        logits = F.linear(x, P["sr_head.weight"], P.get("sr_head.bias"))
-        return F.cross_entropy(logits.reshape(B * T, 3), targets.reshape(B * T), ignore_index=-1)
-    W = P["tok_emb.weight"] if r["tie_embeddings"] else P["lm_head.weight"]
-    logits = x @ W.t()
-    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), ignore_index=-1)
+    import torch
+    mt = twin()
+    model = (cls or mt.MheModel)(cfg, dtype or torch.float64)
+    missing = [n for n in model.names if n not in params_np]
+    extra = [n for n in params_np if not model.has(n)]
+    if missing or extra:
+        raise ValueError("the twin's tensors differ from the file's: missing %s, unexpected %s"
+                         % (missing[:5], extra[:5]))
+    with torch.no_grad():
+        for n in model.names:
+            model.param(n).copy_(torch.from_numpy(np.asarray(params_np[n], dtype=np.float32)).to(model.dtype))
+    return model
 
 
 def reference_grads(torch, cfg, params_np, inputs_np, targets_np, lengths=None, src_np=None,
-                    src_lengths=None):
-    P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in params_np.items()}
-    inputs = torch.tensor(inputs_np, dtype=torch.long)
-    targets = torch.tensor(targets_np, dtype=torch.long)
-    src = torch.tensor(src_np, dtype=torch.long) if src_np is not None else None
-    taps = {}
-    loss = reference_loss(torch, cfg, P, inputs, targets, taps, lengths, src, src_lengths)
+                    src_lengths=None, feats=None):
+    """-> (loss, {name: gradient}, {ek name: noise scale}) of the twin in float64.
+    lengths / src_lengths: real tokens per sequence (the rest is padding: no query attends
+    to it; targets there are -1). feats: a word model's per-type features. The taps give,
+    per mhe-add sublayer, its per-head keys K_i = K + ek[i]: the gradient of ek is the sum
+    over the tokens of dL/dK_i, and the absolute sum of those terms is what float32
+    rounding noise is relative to."""
+    import numpy as np
+    model = reference_model(cfg, params_np)
+    model.taps = {}
+    src = torch.as_tensor(src_np, dtype=torch.long) if src_np is not None else None
+    loss = model.loss(torch.as_tensor(inputs_np, dtype=torch.long), torch.as_tensor(targets_np, dtype=torch.long),
+                      lengths, src, src_lengths, feats)
     loss.backward()
-    # ek of mhe-add: grad = sum over batch and tokens of dL/dK_i; the size of the terms
-    # of that sum (their absolute sum) is what float32 rounding noise is relative to
-    l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in taps.items()}
+    l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in model.taps.items()}
     # parameters the loss does not use (cls_head) get no .grad: their gradient is zero
-    g = {k: (t.grad.numpy() if t.grad is not None else torch.zeros_like(t).detach().numpy())
-         for k, t in P.items()}
+    g = {n: (p.grad.numpy() if p.grad is not None else np.zeros(tuple(p.shape)))
+         for n, p in model.named_mhe_parameters()}
     return float(loss.item()), g, l1
 
 
 # --------------------------------------------------------------------------
-# stand-in for the C tool (only for --selftest): float32, nn.Module style,
-# written separately from reference_loss so the two check each other
+# stand-in for the C tool (only for --selftest): the twin in float32, with the
+# faults MHE_FAKE_BUG injects, so the checks can be shown to catch them
 # --------------------------------------------------------------------------
 
 def _fake_model(torch, cfg):
-    nn = torch.nn
-    r = resolved(cfg)
-    C, n, dh, V, L, Fd = (r["d_model"], r["n_heads"], r["d_head"], r["vocab_size"],
-                          r["n_layers"], r["d_ff"])
-    bias = r["bias"] == 1
+    mt = twin()
+    F = torch.nn.functional
     bug = os.environ.get("MHE_FAKE_BUG", "")
 
-    class RMS(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(C))
+    class Fake(mt.MheModel):
+        def _attn(self, xq, xkv, p, kind, mask, ctx):
+            n, dh = self.r["n_heads"], self.r["d_head"]
+            if kind == "gqa" and bug == "gqa-map":
+                g = self.r["kv_groups"]           # the fault: query head h uses K/V head h % g
+                q = self._heads(self._linear(xq, p + ".wq"), n)
+                k = self._heads(self._linear(xkv, p + ".wk"), g).repeat(1, n // g, 1, 1)
+                v = self._heads(self._linear(xkv, p + ".wv"), g).repeat(1, n // g, 1, 1)
+                return self._linear(self._core(q, k, v, mask), p + ".wo")
+            if kind == "sha" and bug == "sha-copies":
+                q = self._heads(self._linear(xq, p + ".wq"), 1)
+                k, v = self._heads(self._linear(xkv, p + ".wk"), 1), self._heads(self._linear(xkv, p + ".wv"), 1)
+                o = self._core(q, k, v, mask)     # the fault: heads 1.. get zeros, not copies
+                o = torch.cat([o, o.new_zeros(o.shape[0], o.shape[1], (n - 1) * dh)], -1)
+                return self._linear(o, p + ".wo")
+            return super()._attn(xq, xkv, p, kind, mask, ctx)
 
-        def forward(self, x):
-            return self.weight * (x / torch.sqrt((x * x).mean(-1, keepdim=True) + r["norm_eps"]))
-
-    def mknorm():
-        return nn.LayerNorm(C, eps=r["norm_eps"]) if r["norm"] == "layernorm" else RMS()
-
-    class Attn(nn.Module):
-        """One attention sublayer, written head by head (a loop, unlike reference_loss)."""
-        def __init__(self, kind):
-            super().__init__()
-            self.kind = kind
-            mhe = kind in ("mhe-add", "mhe-mul")
-            seed_only = mhe or kind == "sha"
-            kv = {"mha": n, "mqa": 1, "gqa": r["kv_groups"], "skv": n}.get(kind, 1)
-            self.wq = nn.Linear(C, dh if seed_only else n * dh, bias=bias)
-            if kind == "skv":
-                self.wkv = nn.Linear(C, n * dh, bias=bias)
-            elif kind != "el-att":
-                self.wk = nn.Linear(C, kv * dh, bias=bias)
-                self.wv = nn.Linear(C, kv * dh, bias=bias)
-            if mhe:
-                self.eq = nn.Parameter(torch.zeros(n, dh))
-                self.ek = nn.Parameter(torch.zeros(n, dh))
-                self.ev = nn.Parameter(torch.zeros(n, dh))
-            self.wo = nn.Linear(n * dh, C, bias=bias)
-
-        def forward(self, x):
-            B, T, _ = x.shape
-            kind = self.kind
-            if r["arch"] == "encoder" and bug != "encoder-causal":
-                keep = torch.ones(T, T).bool()
-            else:
-                keep = torch.tril(torch.ones(T, T)).bool()
-            Q = self.wq(x)
-            if kind == "skv":
-                K = V = self.wkv(x)
-            elif kind == "el-att":
-                K = V = x
-            else:
-                K, V = self.wk(x), self.wv(x)
-            outs = []
-            for h in range(n):
-                if kind in ("mhe-add", "mhe-mul"):
-                    if kind == "mhe-add":
-                        q, k, v = Q + self.eq[h], K + self.ek[h], V + self.ev[h]
-                    else:
-                        q, k, v = Q * (1 + self.eq[h]), K * (1 + self.ek[h]), V * (1 + self.ev[h])
-                else:
-                    if kind == "sha":
-                        j, q = 0, Q
-                    else:
-                        q = Q[..., h * dh:(h + 1) * dh]
-                        j = {"mqa": 0, "gqa": h * r["kv_groups"] // n}.get(kind, h)
-                        if kind == "gqa" and bug == "gqa-map":
-                            j = h % r["kv_groups"]
-                    k, v = K[..., j * dh:(j + 1) * dh], V[..., j * dh:(j + 1) * dh]
-                s = torch.einsum("bid,bjd->bij", q, k) * (dh ** -0.5)
-                s = torch.where(keep, s, torch.full_like(s, -1e30))
-                a = torch.exp(s - s.amax(-1, keepdim=True))
-                a = a / a.sum(-1, keepdim=True)
-                o = torch.einsum("bij,bjd->bid", a, v)
-                if kind == "sha" and h > 0 and bug == "sha-copies":
-                    o = torch.zeros_like(o)
-                outs.append(o)
-            return self.wo(torch.cat(outs, dim=-1))
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = nn.Linear(C, Fd, bias=bias)
-            self.fc2 = nn.Linear(Fd, C, bias=bias)
-
-        def forward(self, x):
-            h = self.fc1(x)
-            if r["activation"] == "gelu":
-                h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
-            elif r["activation"] == "relu":
-                h = torch.clamp(h, min=0)
-            else:
-                h = h * torch.sigmoid(h)
-            return self.fc2(h)
-
-    class Block(nn.Module):
-        def __init__(self, kind):
-            super().__init__()
-            self.norm1, self.attn, self.norm2, self.mlp = mknorm(), Attn(kind), mknorm(), MLP()
-
-        def forward(self, x):
-            if r["norm_position"] == "pre":
-                x = x + self.attn(self.norm1(x))
-                return x + self.mlp(self.norm2(x))
-            x = self.norm1(x + self.attn(x))
-            return self.norm2(x + self.mlp(x))
-
-    class GPT(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok_emb = nn.Embedding(V, C)
-            self.pos_emb = nn.Embedding(r["max_seq_len"], C)
-            self.layers = nn.ModuleList([Block(r["attn"][l]) for l in range(L)])
-            if r["norm_position"] == "pre":
-                self.ln_f = mknorm()
-            if not r["tie_embeddings"]:
-                self.lm_head = nn.Linear(C, V, bias=False)
-            if r["n_classes"] > 0:
-                self.cls_head = nn.Linear(C, r["n_classes"], bias=bias)
-
-        def forward(self, idx, tgt):
-            B, T = idx.shape
-            x = self.tok_emb(idx) + self.pos_emb(torch.arange(T))
-            for blk in self.layers:
-                x = blk(x)
-            if r["norm_position"] == "pre":
-                x = self.ln_f(x)
-            W = self.tok_emb.weight if r["tie_embeddings"] else self.lm_head.weight
-            logp = torch.log_softmax(torch.matmul(x, W.t()), dim=-1)
-            loss = -logp.gather(-1, tgt.unsqueeze(-1)).mean()
-            if r["n_classes"] > 0 and bug == "cls-grad":
-                # the injected fault: the head leaks a tiny term into the LM loss
-                loss = loss + 1e-6 * self.cls_head(x[:, 0]).sum()
+        def loss(self, tokens, targets, *args, **kw):
+            loss = super().loss(tokens, targets, *args, **kw)
+            if self.r["n_classes"] > 0 and bug == "cls-grad":
+                # the fault: the head leaks a tiny term into the LM loss
+                x = self.hidden(tokens)
+                loss = loss + 1e-6 * F.linear(x[:, 0], self.param("cls_head.weight"), self._p("cls_head.bias")).sum()
             return loss
 
-    return GPT()
+    m = Fake(cfg, torch.float32)
+    if bug == "encoder-causal" and m.r["arch"] == "encoder":
+        m.r["arch"] = "decoder"                 # the fault: an encoder with the causal mask
+    return m
+
+
+# the config keys the stand-in takes (it writes them all into its metadata)
+FAKE_KEYS = SPEC_KEYS + list(OPT_DEFAULTS) + ["admin"]
 
 
 def fake_mhe(argv):
@@ -1175,7 +833,7 @@ def fake_mhe(argv):
                 line = line.split("#")[0].strip()
                 if line:
                     k, v = line.split("=", 1)
-                    if k not in SPEC_KEYS + list(OPT_DEFAULTS):
+                    if k not in FAKE_KEYS:
                         sys.stderr.write("mhe: unknown config key '%s'\n" % k)
                         return 2
                     cfg[k.strip()] = v.strip()
@@ -1211,13 +869,12 @@ def fake_mhe(argv):
         torch.manual_seed(int(opt("--seed")))
         m = _fake_model(torch, cfg)
         std = float(cfg["init_std"])
-        sd = m.state_dict()
         out = []
         for name, shape in expected_params(cfg):
-            t = sd[name]
+            t = m.param(name)
             if name.endswith(".bias"):
                 v = torch.zeros(shape)
-            elif ".norm" in name or name.startswith("ln_f."):
+            elif ".norm" in name or name.startswith("ln_f.") or ".omega" in name:
                 v = torch.ones(shape)
             else:
                 v = torch.randn(shape) * std
@@ -1237,9 +894,11 @@ def fake_mhe(argv):
         return 0
     if argv[0] == "grad":
         params, meta, _, _ = st_read(opt("--model"))
-        cfg = {k: meta[k] for k in SPEC_KEYS + list(OPT_DEFAULTS) if k in meta}
+        cfg = {k: meta[k] for k in FAKE_KEYS if k in meta}
         m = _fake_model(torch, cfg)
-        m.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in params.items()})
+        with torch.no_grad():
+            for k, v in params.items():
+                m.param(k).copy_(torch.from_numpy(v.copy()))
         rows = []
         with open(opt("--tokens")) as f:
             for line in f:
@@ -1249,7 +908,7 @@ def fake_mhe(argv):
         loss = m(tok[:, :-1], tok[:, 1:])
         loss.backward()
         g = {k: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
-             for k, p in m.named_parameters()}
+             for k, p in m.named_mhe_parameters()}
         if "tok_emb.weight" not in g:
             raise RuntimeError("no tok_emb grad")
         names = [name for name, _ in expected_params(cfg)]
@@ -1503,8 +1162,12 @@ def check_config(c, tool, workdir, seed, res, verbose, known_keys):
         except (ValueError, OSError) as e:
             res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
             continue
-        loss_ref, g_ref, l1_ref = reference_grads(torch, cfg, model_now, inputs, targets, lengths,
-                                                  src, src_lengths)
+        try:
+            loss_ref, g_ref, l1_ref = reference_grads(torch, cfg, model_now, inputs, targets, lengths,
+                                                      src, src_lengths)
+        except ValueError as e:
+            res.check(False, "%s: the twin cannot take the model: %s" % (tag, e))
+            continue
         if "loss" not in grads:
             res.check(False, "%s: no `loss` tensor in the gradient file" % tag)
             loss_err = float("nan")
@@ -1592,7 +1255,7 @@ def compare_grads(tag, exp, grads, g_ref, l1_ref, res, verbose):
 #   hash-proj            regular + Pearson correlation of the bits with each row of proj.weight
 # with bucket = HMAC-MD5 (key "en"; plain MD5 with hash_key=0) of the word as a
 # big-endian integer mod N, and bits = the digest's first T bits, MSB first, both
-# computed here with hashlib/hmac and checked against `mhe hash`; LSH buckets and
+# computed by the twin (md5_features) with hashlib/hmac and checked against `mhe hash`; LSH buckets and
 # bits come from `mhe hash` (the LSH itself is checked against an explicit
 # hyperplane matrix in tests/test_hash.c).
 
@@ -1664,18 +1327,6 @@ def py_words(item):
     return out
 
 
-def md5_features(r, word):
-    """(bucket, bits) of a word under the model's md5 settings, with hashlib/hmac."""
-    import hashlib
-    import hmac
-    d = (hmac.new(b"en", word, hashlib.md5).digest() if int(r.get("hash_key", 1))
-         else hashlib.md5(word).digest())
-    bucket = int.from_bytes(d, "big") % int(r.get("hash_buckets", 1024))
-    T = int(r.get("hash_bits", 128))
-    bits = [(d[t // 8] >> (7 - t % 8)) & 1 for t in range(T)]
-    return bucket, bits
-
-
 def tool_hash(tool, model, words, res, tag):
     """`mhe hash` on each word: {word: ('id'|'bucket', n) or ('bits', [0/1 ...])}"""
     cmd = tool + ["hash", "--model", model] + [w.decode("utf-8") for w in words]
@@ -1727,42 +1378,6 @@ def expected_word_params(cfg):
     if r["bias"] == 1:
         out.append(("sr_head.bias", (3,)))
     return out
-
-
-def word_embedding(torch, r, rows, feat):
-    """P -> [B, T, C]: rows of token ids (specials < 4, else 4 + index into feat)."""
-    emb, C = r.get("embedding", "vocab"), r["d_model"]
-    T, k = int(r.get("hash_bits", 128)), int(r.get("hash_chunk", 10))
-
-    def fn(P):
-        out = []
-        for row in rows:
-            vecs = []
-            for t in row:
-                if emb == "vocab":
-                    vecs.append(P["tok_emb.weight"][t if t < N_SPECIAL else feat[t - N_SPECIAL]])
-                    continue
-                if t < N_SPECIAL:
-                    vecs.append(P["special_emb.weight"][t])
-                    continue
-                f = feat[t - N_SPECIAL]
-                if emb == "hash-emb":
-                    vecs.append(P["tok_emb.weight"][f])
-                    continue
-                if emb == "hash-pool":          # eq. 2.1: one codebook, softmax over chunks per dim
-                    idx = [int("".join(str(b) for b in f[c * k:(c + 1) * k]), 2) + 1 for c in range(-(-T // k))]
-                    e = (torch.softmax(P["pool.weight"], dim=0) * P["pool.codebook.weight"][idx]).sum(0)
-                elif emb == "hash-add":         # eq. 2.2, gamma = sqrt(T)
-                    e = P["add.books"][torch.arange(T), torch.tensor(f)].sum(0) / math.sqrt(T)
-                else:                           # eq. 2.3, Pearson correlation, norms clamped at 1e-8
-                    tau = torch.tensor(f, dtype=torch.float64)
-                    tau = tau - tau.mean()
-                    w = P["proj.weight"] - P["proj.weight"].mean(dim=1, keepdim=True)
-                    e = (w @ tau) / (torch.clamp(tau.norm(), min=1e-8) * torch.clamp(w.norm(dim=1), min=1e-8))
-                vecs.append(e + P["regular_emb.weight"])
-            out.append(torch.stack(vecs))
-        return torch.stack(out)
-    return fn
 
 
 def check_word_config(c, tool, workdir, seed, res, verbose):
@@ -1837,7 +1452,7 @@ def check_word_config(c, tool, workdir, seed, res, verbose):
         feat = [N_SPECIAL + vocab.index(w) if w in vocab else 1 for w in types]
         mine = [("id", v) for v in feat]
     elif r.get("hash", "md5") == "md5":
-        pairs = [md5_features(r, w) for w in types]
+        pairs = [twin().md5_features(twin().resolve_config(cfg), w) for w in types]
         feat = [p[0] if emb == "hash-emb" else p[1] for p in pairs]
         mine = [("bucket", p[0]) if emb == "hash-emb" else ("bits", p[1] + [0] * (-len(p[1]) % 8)) for p in pairs]
     else:
@@ -1862,15 +1477,13 @@ def check_word_config(c, tool, workdir, seed, res, verbose):
         except (ValueError, OSError) as e:
             res.check(False, "%s: cannot read the gradients: %s" % (tag, e))
             continue
-        P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in model_now.items()}
-        taps = {}
-        loss = reference_loss(torch, cfg, P, inputs, targets, taps, lengths if c.get("pad") else None,
-                              emb=word_embedding(torch, r, rows, feat), head="sr")
-        loss.backward()
-        l1 = {k: float(t.grad.abs().sum(dim=(0, 2)).max()) for k, t in taps.items()}
-        g_ref = {k: (t.grad.numpy() if t.grad is not None else torch.zeros_like(t).detach().numpy())
-                 for k, t in P.items()}
-        loss_ref = float(loss.item())
+        # the twin embeds each word type from its features: vocabulary rows, buckets or bits
+        try:
+            loss_ref, g_ref, l1 = reference_grads(torch, cfg, model_now, inputs, targets,
+                                                  lengths if c.get("pad") else None, feats=feat)
+        except ValueError as e:
+            res.check(False, "%s: the twin cannot take the model: %s" % (tag, e))
+            continue
         lc = grads.pop("loss", None)
         loss_err = rel_err(float(lc.reshape(-1)[0]), loss_ref, 1e-12) if lc is not None else float("nan")
         res.check(lc is not None and loss_err <= LOSS_RTOL, "%s: S+R loss rel err %.3g (torch %.8f)" % (tag, loss_err, loss_ref))
