@@ -5,6 +5,9 @@ Import it by path (it has no side effects on import), or run it as a script:
 
     python3 tools/mhe_torch.py eval --model M.safetensors --tokens TOKENS.txt
     python3 tools/mhe_torch.py roundtrip --model IN.safetensors --out OUT.safetensors
+    python3 tools/mhe_torch.py replay --model M0.safetensors --batches RUN.batches [--data TEXT]
+    python3 tools/mhe_torch.py strided --model M.safetensors --data TEXT --seq_len T --stride S
+    python3 tools/mhe_torch.py train-own --data TEXT --out M.safetensors --seed S --set KEY=VALUE ...
 
 What it holds
 -------------
@@ -53,7 +56,20 @@ read_words(text), read_text_set(text), md5_features(r, word), word_feats(model, 
 resolve_config(meta), config_meta(cfg), param_layout(r), Xoshiro(seed)
                            mhe's config (defaults, KIND@LAYOUT), its tensor layout (names,
                            shapes, init, decay set), its RNG.
-main(argv)                 the script's subcommands (COMMANDS takes more).
+read_batch_dump(path), replay(model_path, dump_path, dtype, corpus_path=None, log=None)
+                           `mhe train --dump-batches FILE`'s batches, and the twin trained on
+                           them from the checkpoint mhe started from -> (twin losses, mhe's
+                           losses, model, opt); a dump of another model or corpus, or a
+                           truncated one, raises CheckpointError naming the mismatch.
+strided_loss(model, data, seq_len, stride, batch=16)
+                           strided perplexity (MHE paper sec. 4.5) from its definition, as
+                           `mhe eval --stride` computes it -> (mean loss, tokens scored).
+init_own(model, seed, plain=False), train_own(cfg, train, corpus, seed, ...)
+                           the twin on its own: mhe's init distributions (or plain N(0,
+                           init_std) everywhere) drawn from torch's generator, batches at
+                           offsets from torch's generator, mhe's schedule and AdamW.
+main(argv)                 the script's subcommands: eval, roundtrip, replay, strided,
+                           train-own (COMMANDS takes more).
 
 Losses, as mhe computes them: lm (next token, or masked LM for encoders; mean cross-entropy
 over the targets that are not -1 and not padding), cls (mean of each sequence's real tokens,
@@ -1521,6 +1537,268 @@ def main(argv=None):
 # more subcommands: name -> (add the arguments to a parser, run(args) -> exit status)
 COMMANDS = {}
 
+
+# --------------------------------------------------------------------------
+# lockstep replay of `mhe train --dump-batches`, strided perplexity, and
+# training with the twin's own seeds
+# --------------------------------------------------------------------------
+
+def fnv1a64_tokens(tokens):
+    """FNV-1a 64 of token ids as int32 little-endian bytes (the dump's corpus_fnv1a64)"""
+    h, mask = 1469598103934665603, (1 << 64) - 1
+    for b in np.asarray(tokens, dtype="<i4").tobytes():
+        h = ((h ^ b) * 1099511628211) & mask
+    return h
+
+
+def read_corpus(path):
+    """a text file as mhe reads a byte-level corpus: one token per byte"""
+    with open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
+
+
+def read_batch_dump(path):
+    """`mhe train --dump-batches FILE` -> (header, records). header: batch, seq_len, src_len,
+    steps, first_step, corpus_tokens (ints), corpus_fnv1a64 (int), model and train (dicts of
+    mhe's field strings). records: step [S], loss, lr, grad_norm [S] (what mhe computed),
+    tokens, targets [S, B, T], src [S, B, Ts] or None. Raises CheckpointError on a file that is
+    not a dump, a truncated one or one of another format version."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    end = raw.find(b"\nend\n")
+    if not raw.startswith(b"mhe-batches ") or end < 0:
+        raise CheckpointError("%s: not a batch dump of mhe train --dump-batches" % path)
+    lines = raw[:end].decode("utf-8", "replace").split("\n")
+    if lines[0] != "mhe-batches 1":
+        raise CheckpointError("%s: batch dump format '%s', this twin reads 'mhe-batches 1'" % (path, lines[0]))
+    h = {"model": {}, "train": {}}
+    for ln in lines[1:]:
+        if ln.startswith(("model.", "train.")):
+            k, _, v = ln.partition("=")
+            sect, _, key = k.partition(".")
+            h[sect][key] = v
+        else:
+            k, _, v = ln.partition(" ")
+            h[k] = int(v, 16) if k == "corpus_fnv1a64" else int(v)
+    for k in ("batch", "seq_len", "src_len", "steps", "first_step", "corpus_tokens", "corpus_fnv1a64"):
+        if k not in h:
+            raise CheckpointError("%s: batch dump header lacks '%s'" % (path, k))
+    B, T, Ts, S = h["batch"], h["seq_len"], h["src_len"], h["steps"]
+    words = 4 + 2 * B * T + B * Ts
+    body = raw[end + 5:]
+    if len(body) != 4 * words * S:
+        raise CheckpointError("%s: %d bytes of records, %d steps of %d x %d need %d (truncated?)"
+                              % (path, len(body), S, B, T, 4 * words * S))
+    a = np.frombuffer(body, dtype="<i4").reshape(S, words)
+    f = a[:, 1:4].copy().view("<f4")
+    rec = {"step": a[:, 0].copy(), "loss": f[:, 0], "lr": f[:, 1], "grad_norm": f[:, 2],
+           "tokens": a[:, 4:4 + B * T].reshape(S, B, T).astype(np.int64),
+           "targets": a[:, 4 + B * T:4 + 2 * B * T].reshape(S, B, T).astype(np.int64),
+           "src": a[:, 4 + 2 * B * T:].reshape(S, B, Ts).astype(np.int64) if Ts else None}
+    return h, rec
+
+
+def check_dump_matches(h, model, dump_path, model_path, corpus=None, corpus_path=None):
+    """Refuses a dump of another model (a config field differs) or of another corpus."""
+    want = model.meta
+    for k, v in h["model"].items():
+        if k in want and want[k] != v:
+            raise CheckpointError("%s was written for another model: %s=%s there, %s=%s in %s"
+                                  % (dump_path, k, v, k, want[k], model_path))
+    if corpus is not None:
+        if len(corpus) != h["corpus_tokens"] or fnv1a64_tokens(corpus) != h["corpus_fnv1a64"]:
+            raise CheckpointError("%s was drawn from another corpus: %d tokens (FNV-1a %016x), %s has %d (%016x)"
+                                  % (dump_path, h["corpus_tokens"], h["corpus_fnv1a64"], corpus_path,
+                                     len(corpus), fnv1a64_tokens(corpus)))
+
+
+def replay(model_path, dump_path, dtype=torch.float32, corpus_path=None, log=None):
+    """Trains the checkpoint at model_path (the one `mhe train --model` started from, or the
+    trainer checkpoint `--resume` continued) on the batches of dump_path, step for step, with
+    the dump's train settings. -> (twin losses, mhe losses, model, opt). Dropout must be 0."""
+    model, _, opt = load_checkpoint(model_path, dtype)
+    h, rec = read_batch_dump(dump_path)
+    corpus = read_corpus(corpus_path) if corpus_path else None
+    check_dump_matches(h, model, dump_path, model_path, corpus, corpus_path)
+    if model.r["dropout"] > 0 or model.r["attn_dropout"] > 0:
+        raise CheckpointError("%s: dropout is on; the twin replays dropout-free training only" % model_path)
+    if h["first_step"] > 0:
+        if opt is None or opt.step != h["first_step"]:
+            raise CheckpointError("%s continues step %d: give the trainer checkpoint of that step, not %s"
+                                  % (dump_path, h["first_step"], model_path))
+        opt.train.update(h["train"])
+    else:
+        opt = AdamWState(model, h["train"])
+    ours = []
+    for i in range(h["steps"]):
+        src = torch.from_numpy(rec["src"][i]) if rec["src"] is not None else None
+        loss, _, _ = train_step(model, opt, torch.from_numpy(rec["tokens"][i]), torch.from_numpy(rec["targets"][i]),
+                                src=src)
+        ours.append(loss)
+        if log:
+            log(i, loss, float(rec["loss"][i]))
+    return np.array(ours), rec["loss"].astype(np.float64), model, opt
+
+
+@torch.no_grad()
+def strided_loss(model, data, seq_len, stride, batch=16):
+    """Strided perplexity (MHE paper sec. 4.5), as mhe_evaluate_strided defines it: windows of
+    seq_len tokens stride apart; the first scores all its targets, each later one those past
+    the previous window's end, a last window ending at the text's end scores the rest.
+    -> (mean loss over every scored target, count). Every target after the first is scored
+    once; written from the definition (start of each target's window), not from mhe's loop."""
+    n, T, s = len(data), seq_len, stride
+    if not 1 <= s <= T or n < T + 1:
+        raise ValueError("stride %d must be in 1..%d and the text longer than %d tokens" % (s, T, T))
+    last = n - 1 - T
+    begins, scored_from = [0], [1]          # window start, first target it scores
+    j = T + 1                               # the first target the first window leaves
+    while j <= n - 1:
+        k = -(-(j - T) // s)                # ceil((j - T) / s): target j's window
+        b = min(k * s, last)
+        begins.append(b)
+        scored_from.append(j)
+        j = b + T + 1
+    total, count = 0.0, 0
+    d = torch.as_tensor(np.asarray(data), dtype=torch.long)
+    for i in range(0, len(begins), batch):
+        bs = begins[i:i + batch]
+        tok = torch.stack([d[b:b + T] for b in bs])
+        tgt = torch.stack([d[b + 1:b + T + 1] for b in bs]).clone()
+        for r, (b, f) in enumerate(zip(bs, scored_from[i:i + batch])):
+            tgt[r, :f - b - 1] = -1
+        logits = model.logits(tok).to(torch.float64)
+        total += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-1,
+                                       reduction="sum"))
+        count += int((tgt >= 0).sum())
+    return total / count, count
+
+
+RESIDUAL_OUTPUTS = ("attn.wo.weight", "cross.wo.weight", "attn.down.weight", "mlp.fc2.weight")
+
+
+@torch.no_grad()
+def init_own(model, seed, plain=False):
+    """The twin's own initialisation: mhe's distributions (weights N(0, std) with mhe's
+    per-tensor std, GPT-2's 1/sqrt(2L) on the residual outputs; biases 0; gains 1) drawn from
+    torch's generator. plain=True: every normal tensor N(0, init_std), no residual scaling."""
+    g = torch.Generator().manual_seed(seed)
+    std0 = model.r["init_std"]
+    for name, shape, _, init, std in model.layout:
+        p = model.param(name)
+        if init == "normal":
+            sd = std0 if plain and name.endswith(RESIDUAL_OUTPUTS) else std
+            p.copy_((torch.randn(shape, generator=g, dtype=torch.float64) * sd).to(model.dtype))
+        elif init == "blocks":
+            nr, W = shape
+            b = (W + nr - 1) // nr
+            p.zero_()
+            for i in range(nr):
+                p[i, i * b:min((i + 1) * b, W)] = 1
+        else:
+            p.fill_(1.0 if init == "one" else 0.0)
+
+
+def train_own(cfg, train, corpus, seed, dtype=torch.float32, plain_init=False, log=None, log_every=100):
+    """Trains a decoder LM from scratch with the twin's own seeds (torch's generator for the
+    init and for the batch offsets) and mhe's schedule, clipping and AdamW. -> (model, opt)"""
+    model = MheModel(cfg, dtype)
+    init_own(model, seed, plain_init)
+    opt = AdamWState(model, train)
+    tc = opt.tc()
+    B, T = tc["batch"], tc["seq_len"]
+    d = torch.as_tensor(np.asarray(corpus), dtype=torch.long)
+    g = torch.Generator().manual_seed(seed + 1)
+    while opt.step < tc["steps"]:
+        off = torch.randint(0, len(d) - T, (B,), generator=g)
+        tok = torch.stack([d[o:o + T] for o in off.tolist()])
+        tgt = torch.stack([d[o + 1:o + T + 1] for o in off.tolist()])
+        loss, _, lr = train_step(model, opt, tok, tgt)
+        if log and (opt.step % log_every == 0 or opt.step == tc["steps"]):
+            log(opt.step, loss, lr)
+    return model, opt
+
+
+def _setup_replay(p):
+    p.add_argument("--model", required=True, help="the checkpoint mhe train started from (--model / --resume)")
+    p.add_argument("--batches", required=True, help="the file of mhe train --dump-batches")
+    p.add_argument("--data", help="the training corpus: refuse a dump drawn from another")
+    p.add_argument("--float64", action="store_true")
+    p.add_argument("--out", help="write the twin's final checkpoint here")
+
+
+def _cmd_replay(a):
+    worst = [0.0]
+
+    def log(i, ours, theirs):
+        rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
+        worst[0] = max(worst[0], rel)
+        print("step %5d  twin %.6f  mhe %.6f  rel %.2e" % (i + 1, ours, theirs, rel))
+    ours, theirs, model, opt = replay(a.model, a.batches, torch.float64 if a.float64 else torch.float32, a.data, log)
+    print("%d steps: worst relative loss difference %.2e" % (len(ours), worst[0]))
+    if a.out:
+        save_checkpoint(a.out, model, None, opt)
+        print("wrote %s" % a.out)
+    return 0
+
+
+def _setup_strided(p):
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--stride", type=int, required=True)
+    p.add_argument("--batch", type=int, default=16)
+
+
+def _cmd_strided(a):
+    model, _, _ = load_checkpoint(a.model)
+    T = min(a.seq_len, model.r["max_seq_len"])
+    loss, count = strided_loss(model, read_corpus(a.data), T, a.stride, a.batch)
+    print("stride %d, window %d: %d bytes scored" % (a.stride, T, count))
+    print("loss %.4f  perplexity %.3f  bits/byte %.4f" % (loss, math.exp(loss), loss / math.log(2)))
+    return 0
+
+
+def _setup_train_own(p):
+    p.add_argument("--data", required=True, help="a byte-level training text")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--plain-init", action="store_true",
+                   help="every weight N(0, init_std): no 1/sqrt(2L) on the residual outputs")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a model or train field (mhe's names), e.g. --set d_model=256 --set steps=1000")
+
+
+def _cmd_train_own(a):
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg, train = {}, {}
+    for kv in a.set:
+        k, _, v = kv.partition("=")
+        if k in dict(CONFIG_DEFAULTS):
+            cfg[k] = v
+        elif k in dict(TRAIN_DEFAULTS):
+            train[k] = v
+        else:
+            raise CheckpointError("--set %s: not a model or train field" % k)
+    train.setdefault("seed", str(a.seed))
+    corpus = read_corpus(a.data)
+    import time
+    t0 = time.time()
+
+    def log(step, loss, lr):
+        print("step %6d  loss %.4f  lr %.2e  %.0f ms/step" % (step, loss, lr, 1e3 * (time.time() - t0) / step))
+        sys.stdout.flush()
+    model, opt = train_own(cfg, train, corpus, a.seed, plain_init=a.plain_init, log=log)
+    save_checkpoint(a.out, model, None, opt)
+    print("wrote %s" % a.out)
+    return 0
+
+
+COMMANDS["replay"] = (_setup_replay, _cmd_replay)
+COMMANDS["strided"] = (_setup_strided, _cmd_strided)
+COMMANDS["train-own"] = (_setup_train_own, _cmd_train_own)
 
 if __name__ == "__main__":
     sys.exit(main())
