@@ -1223,7 +1223,7 @@ def train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_len
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
     norm = clip_grad_norm_(grads, tc["clip"])
-    opt.last_loss, opt.last_grad_norm = float(loss), norm
+    opt.last_loss, opt.last_grad_norm = float(loss.detach()), norm
     if not math.isfinite(norm):
         raise FloatingPointError("gradient norm is %g at step %d; no update made" % (norm, opt.step))
     lr = lr_at(tc, opt.step)
@@ -1232,7 +1232,7 @@ def train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_len
         adamw_update_(p.data, p.grad, opt.m[name], opt.v[name], lr, tc["beta1"], tc["beta2"], tc["eps"],
                       tc["weight_decay"] if model.decay[name] else 0.0, opt.step + 1)
     opt.step += 1
-    return float(loss), norm, lr
+    return opt.last_loss, norm, lr
 
 
 def _lm_row(r, w, T, Ts, prob, g, tok, tgt, src):
