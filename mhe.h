@@ -1273,10 +1273,16 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
 MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
 MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
+/* MHE_ERR_NONFINITE, naming the tensor and element in m->err, when a weight
+   is NaN or infinite (loading does not check: a caller that computes with
+   the weights does; mhe_trainer_load_mem refuses non-finite moments) */
+MHEDEF mhe_status mhe_model_check_finite(mhe_model *m);
 #ifndef MHE_NO_STDIO
 MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
 MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
-/* atomic: temp file + rename; t may be NULL for weights only */
+/* atomic (mhe_out); t may be NULL for weights only. A non-finite weight or
+   moment is refused (MHE_ERR_NONFINITE) before the disk is touched, so a
+   diverged state never replaces a good checkpoint */
 MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
 /* the gradients of the last backward, as a safetensors file with `loss` */
 MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
@@ -11708,6 +11714,35 @@ MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t si
     return mhe__model_load(m, ckpt, size, NULL, arena, (flags & MHE_LOAD_IN_PLACE) != 0);
 }
 
+/* the first non-finite value of a buffer laid out like the parameters (the
+   weights or an AdamW moment): MHE_ERR_NONFINITE naming tensor and element */
+static mhe_status mhe__check_finite(const mhe_model *m, const float *base, const char *what, char *err) {
+    int i;
+    for (i = 0; i < m->n_tensors; i++) {
+        const float *p = base + (m->params[i].data - m->param_data);
+        int64_t k, n = m->params[i].size;
+        for (k = 0; k < n; k++)
+            if (!mhe__is_finite(p[k]))
+                return mhe__fail(err, MHE_ERR_NONFINITE, "%s '%s' element %lld is %g", what, m->params[i].name, (long long)k, (double)p[k]);
+    }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_check_finite(mhe_model *m) {
+    if (!m || !m->param_data) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_check_finite: no model") : MHE_ERR_ARG;
+    return mhe__check_finite(m, m->param_data, "non-finite weight:", m->err);
+}
+
+/* the first element of a little-endian F32 tensor that is NaN or infinite, or -1 */
+static int64_t mhe__st_first_nonfinite(const mhe_st_tensor *t) {
+    int64_t i;
+    for (i = 0; i < t->size; i++) {
+        const unsigned char *b = t->data + 4 * i;
+        if ((b[3] & 0x7f) == 0x7f && (b[2] & 0x80)) return i;   /* exponent all ones */
+    }
+    return -1;
+}
+
 static int mhe__hex_u64(const char *s, uint64_t *out) {
     uint64_t v = 0;
     int i;
@@ -11766,11 +11801,17 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
         for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
             char nm[MHE_NAME_LEN + 16];
             size_t off = (size_t)(m->params[i].data - m->param_data);
-            snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
-            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_m + off : NULL, t->err);
-            if (s != MHE_OK) break;
-            snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
-            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_v + off : NULL, t->err);
+            int mv;
+            for (mv = 0; mv < 2 && s == MHE_OK; mv++) {
+                snprintf(nm, sizeof nm, "optim.%c.%s", mv ? 'v' : 'm', m->params[i].name);
+                s = mhe__load_tensor(&st, nm, &m->params[i], pass ? (mv ? t->adam_v : t->adam_m) + off : NULL, t->err);
+                if (s == MHE_OK && !pass) {   /* a diverged run's moments would poison every later step */
+                    int64_t bad = mhe__st_first_nonfinite(mhe_st_find(&st, nm));
+                    if (bad >= 0)
+                        s = mhe__fail(t->err, MHE_ERR_NONFINITE, "optimizer state '%s' element %lld is not finite: the run that saved it had diverged; not resumed",
+                                      nm, (long long)bad);
+                }
+            }
         }
     mhe_st_free(&st);
     if (s != MHE_OK) return s;
@@ -11811,7 +11852,15 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
 
 static mhe_status mhe__save(const mhe_model *m, const mhe_trainer *t, const char *path, int grads_only, char *err) {
     mhe__ckpt k;
-    mhe_status st = mhe__ckpt_build(m, t, &k, grads_only, err);
+    mhe_status st = MHE_OK;
+    if (!grads_only) {   /* a diverged state never replaces a good checkpoint */
+        char why[MHE_ERR_LEN];
+        st = mhe__check_finite(m, m->param_data, "weight", why);
+        if (st == MHE_OK && t && t->adam_m) st = mhe__check_finite(m, t->adam_m, "optimizer state optim.m of", why);
+        if (st == MHE_OK && t && t->adam_v) st = mhe__check_finite(m, t->adam_v, "optimizer state optim.v of", why);
+        if (st != MHE_OK) return mhe__fail(err, st, "not saved: %.150s; '%.60s' left unchanged", why, path ? path : "");
+    }
+    st = mhe__ckpt_build(m, t, &k, grads_only, err);
     if (st != MHE_OK) return st;
     st = mhe_st_save_file(path, k.items, k.n_items, k.keys, k.values, k.n_meta, m->alloc_ctx, err);
     MHE_FREE(m->alloc_ctx, k.block);
