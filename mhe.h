@@ -7766,15 +7766,44 @@ MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char *
     return mhe__field_get(mhe__train_fields, MHE__N_TRAIN_FIELDS, c, i, key, value, value_len);
 }
 
-/* `key=value` lines; calls set(obj, key, value) for each */
+/* the key of one raw `key = value # comment` line, spaces trimmed; 0 when it has none */
+static size_t mhe__line_key(const char *line, size_t n, const char **key) {
+    size_t i = 0, e;
+    while (i < n && mhe__is_space(line[i])) i++;
+    for (e = i; e < n && line[e] != '=' && line[e] != '#'; e++) {}
+    if (e == n || line[e] != '=') return 0;
+    *key = line + i;
+    while (e > i && mhe__is_space(line[e - 1])) e--;
+    return e - i;
+}
+
+/* the line before byte `end` of text where `key` was set, or 0 */
+static int mhe__key_line(const char *text, size_t end, const char *key, size_t klen) {
+    size_t pos = 0;
+    int line = 0;
+    while (pos < end) {
+        size_t e = pos, n;
+        const char *k;
+        while (e < end && text[e] != '\n') e++;
+        line++;
+        n = mhe__line_key(text + pos, e - pos, &k);
+        if (n == klen && memcmp(k, key, n) == 0) return line;
+        pos = e + 1;
+    }
+    return 0;
+}
+
+/* `key=value` lines; calls set(obj, key, value) for each. A key set twice is
+   refused: the last one winning silently hides a typo or a stale line */
 static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
                                    mhe_status (*set)(void *, const char *, const char *, char *), char *err) {
     size_t pos = 0;
     int line = 0;
     while (pos < len) {
         char buf[512], *eq, *k, *v, *end;
-        size_t e = pos, n;
+        size_t e = pos, n, start = pos;
         mhe_status st;
+        int first;
         line++;
         while (e < len && text[e] != '\n') e++;
         n = e - pos;
@@ -7792,6 +7821,8 @@ static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
         for (end = eq; end > k && mhe__is_space(end[-1]); end--) end[-1] = 0;
         while (mhe__is_space(*v)) v++;
         for (end = v + strlen(v); end > v && mhe__is_space(end[-1]); end--) end[-1] = 0;
+        if ((first = mhe__key_line(text, start, k, strlen(k))) != 0)
+            return mhe__fail(err, MHE_ERR_CONFIG, "line %d: key '%.100s' was already set on line %d", line, k, first);
         st = set(obj, k, v, err);
         if (st != MHE_OK) {
             char tmp[MHE_ERR_LEN];

@@ -14,12 +14,12 @@
 #include <string.h>
 
 /* strto* skip leading spaces and read a sign; a flag value may not start so */
-static int arg_starts_clean(const char *text, int sign_ok) {
+static inline int arg_starts_clean(const char *text, int sign_ok) {
     return text && *text && (text[0] >= '0' && text[0] <= '9' ? 1 : sign_ok && (text[0] == '-' || text[0] == '+' || text[0] == '.'));
 }
 
 /* an integer; out of long's range is "not a number" here only when strtol says so */
-static int arg_long(const char *flag, const char *text, long *out) {
+static inline int arg_long(const char *flag, const char *text, long *out) {
     char *end;
     if (!arg_starts_clean(text, 1) || text[0] == '.') {
         fprintf(stderr, "mhe: %s needs an integer, not '%s'\n", flag, text ? text : "");
@@ -32,7 +32,7 @@ static int arg_long(const char *flag, const char *text, long *out) {
     return 1;
 }
 
-static int arg_u64(const char *flag, const char *text, unsigned long long *out) {
+static inline int arg_u64(const char *flag, const char *text, unsigned long long *out) {
     char *end;
     if (!arg_starts_clean(text, 0)) { fprintf(stderr, "mhe: %s needs an unsigned integer, not '%s'\n", flag, text ? text : ""); return 0; }
     errno = 0;
@@ -43,14 +43,14 @@ static int arg_u64(const char *flag, const char *text, unsigned long long *out) 
 }
 
 /* on the bits, so -ffast-math cannot fold the test away */
-static int arg_finite(double x) {
+static inline int arg_finite(double x) {
     unsigned long long b;
     memcpy(&b, &x, sizeof b);
     return (b >> 52 & 0x7ff) != 0x7ff;
 }
 
 /* a finite number: nan, inf and 1e999 are refused */
-static int arg_double(const char *flag, const char *text, double *out) {
+static inline int arg_double(const char *flag, const char *text, double *out) {
     char *end;
     if (!arg_starts_clean(text, 1)) { fprintf(stderr, "mhe: %s needs a number, not '%s'\n", flag, text ? text : ""); return 0; }
     errno = 0;
@@ -61,21 +61,21 @@ static int arg_double(const char *flag, const char *text, double *out) {
 }
 
 /* 1 when lo <= v <= hi, else a message with the range */
-static int arg_in_range(const char *flag, const char *text, double v, double lo, double hi) {
+static inline int arg_in_range(const char *flag, const char *text, double v, double lo, double hi) {
     if (v >= lo && v <= hi) return 1;
     fprintf(stderr, "mhe: %s %s is out of range [%.15g, %.15g]\n", flag, text, lo, hi);
     return 0;
 }
 
 /* an integer flag in [lo, hi]: 1 ok, 0 not an integer (exit 2), -1 out of range (exit 1) */
-static int arg_int_in(const char *flag, const char *text, long lo, long hi, long *out) {
+static inline int arg_int_in(const char *flag, const char *text, long lo, long hi, long *out) {
     int r = arg_long(flag, text, out);
     if (r <= 0) return r;
     return arg_in_range(flag, text, (double)*out, (double)lo, (double)hi) ? 1 : -1;
 }
 
 /* a finite float flag in [lo, hi]: as arg_int_in */
-static int arg_double_in(const char *flag, const char *text, double lo, double hi, double *out) {
+static inline int arg_double_in(const char *flag, const char *text, double lo, double hi, double *out) {
     int r = arg_double(flag, text, out);
     if (r <= 0) return r;
     return arg_in_range(flag, text, *out, lo, hi) ? 1 : -1;
