@@ -153,7 +153,7 @@ static const flag_spec export_flags[] = {
 static const flag_spec reparam_flags[] = {
     NEED("model", "CKPT", model, "a trained model with mha layers"),
     NEED("out", "OUT", out, "the collab model to write"),
-    FLAG("dim", "D", F_INT, 1, 1 << 20, NULL, dim, "shared query/key width D~ (required)"),
+    { "dim", "D", F_INT, 1, 1, 1 << 20, NULL, offsetof(opts, dim), "shared query/key width D~" },
     FLAG("max_iter", "N", F_INT, 1, 1e9, NULL, max_iter, "ALS sweeps per layer before giving up (default 1000)"),
     FLAG("tol", "X", F_FLOAT, 0, 1, NULL, tol, "converged when the relative error changes by less (default 1e-06)"),
     FLAG("init", "svd|random", F_CHOICE, 0, 0, "svd|random", init_s, "svd (HOSVD start, default) or random (uniform [0,1), the authors' code)"),
@@ -312,8 +312,9 @@ static void print_help(const command_spec *c) {
         const flag_spec *f = &c->flags[i];
         snprintf(item, sizeof item, "--%s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
         printf("  %-28s %s", item, f->help);
-        if (f->type == F_INT) printf(" [%.0f, %.0f]", f->lo, f->hi);
-        if (f->type == F_FLOAT) printf(" [%g, %g]", f->lo, f->hi);
+        if (f->type == F_INT) printf(" (an integer in [%.0f, %.0f])", f->lo, f->hi);
+        if (f->type == F_FLOAT) printf(" (a number in [%g, %g])", f->lo, f->hi);
+        if (f->type == F_U64) printf(" (an unsigned 64-bit integer)");
         printf("%s\n", f->required ? " (required)" : "");
     }
     if (c->train_fields) {
@@ -1745,7 +1746,6 @@ static int cmd_reparam(int argc, char **argv) {
     int rc, converted = 0;
     if (!command_opts("reparam", argc, argv, &o, &rc)) return rc;
     model = o.model; out = o.out;
-    if (!given(&o, "dim")) { fprintf(stderr, "mhe: reparam: --dim D (the shared query/key width, >= 1) is required\n"); return 1; }
     ro.dim = (int)o.dim;
     if (given(&o, "max_iter")) ro.max_iter = (int)o.max_iter;
     if (given(&o, "tol")) ro.tol = o.tol;

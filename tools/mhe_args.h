@@ -52,7 +52,8 @@ static inline int arg_finite(double x) {
 /* a finite number: nan, inf and 1e999 are refused */
 static inline int arg_double(const char *flag, const char *text, double *out) {
     char *end;
-    if (!arg_starts_clean(text, 1)) { fprintf(stderr, "mhe: %s needs a number, not '%s'\n", flag, text ? text : ""); return 0; }
+    /* strtod also reads hexadecimal floats (0x1p3): decimal only here */
+    if (!arg_starts_clean(text, 1) || strpbrk(text, "xXpP")) { fprintf(stderr, "mhe: %s needs a number, not '%s'\n", flag, text ? text : ""); return 0; }
     errno = 0;
     *out = strtod(text, &end);
     if (*end || end == text) { fprintf(stderr, "mhe: %s needs a number, not '%s'\n", flag, text); return 0; }
