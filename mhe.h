@@ -11886,9 +11886,9 @@ static mhe_status mhe__save(const mhe_model *m, const mhe_trainer *t, const char
     mhe_status st = MHE_OK;
     if (!grads_only) {   /* a diverged state never replaces a good checkpoint */
         char why[MHE_ERR_LEN];
-        st = mhe__check_finite(m, m->param_data, "weight", why);
-        if (st == MHE_OK && t && t->adam_m) st = mhe__check_finite(m, t->adam_m, "optimizer state optim.m of", why);
-        if (st == MHE_OK && t && t->adam_v) st = mhe__check_finite(m, t->adam_v, "optimizer state optim.v of", why);
+        st = mhe__check_finite(m, m->param_data, "non-finite weight", why);
+        if (st == MHE_OK && t && t->adam_m) st = mhe__check_finite(m, t->adam_m, "non-finite optimizer state optim.m of", why);
+        if (st == MHE_OK && t && t->adam_v) st = mhe__check_finite(m, t->adam_v, "non-finite optimizer state optim.v of", why);
         if (st != MHE_OK) return mhe__fail(err, st, "not saved: %.150s; '%.60s' left unchanged", why, path ? path : "");
     }
     st = mhe__ckpt_build(m, t, &k, grads_only, err);
