@@ -681,6 +681,14 @@ static int new_model(const opts *o, mhe_model *m) {
     return 0;
 }
 
+/* a resumed run that already reached --steps would save its state unchanged and print a zero loss */
+static int steps_left(const opts *o, const mhe_trainer *t) {
+    if (!o->resume || t->step < o->tc.steps) return 1;
+    fprintf(stderr, "mhe: --resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)\n", o->resume, t->step,
+            o->tc.steps, t->step);
+    return 0;
+}
+
 /* a trainer for m; --resume restores its AdamW moments, RNG and step */
 static int start_trainer(mhe_trainer *t, mhe_model *m, const opts *o) {
     if (mhe_trainer_init(t, m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t->err); return 0; }
@@ -689,12 +697,7 @@ static int start_trainer(mhe_trainer *t, mhe_model *m, const opts *o) {
         mhe_trainer_free(t);
         return 0;
     }
-    if (o->resume && t->step >= o->tc.steps) {
-        fprintf(stderr, "mhe: --resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)\n", o->resume, t->step,
-                o->tc.steps, t->step);
-        mhe_trainer_free(t);
-        return 0;
-    }
+    if (!steps_left(o, t)) { mhe_trainer_free(t); return 0; }
     return 1;
 }
 
@@ -812,8 +815,9 @@ static int start_device(train_run *r) {
         mhe_cuda_model_free(&r->dev);
         return 0;
     }
-    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
-        fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
+    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || !steps_left(r->o, &r->gpu.host) ||
+                         mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
+        if (r->gpu.host.step < r->o->tc.steps) fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
         mhe_cuda_trainer_free(&r->gpu);
         mhe_cuda_model_free(&r->dev);
         return 0;
