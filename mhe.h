@@ -1473,6 +1473,11 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #if defined(__STRICT_ANSI__) && !defined(__cplusplus) && !defined(_POSIX_C_SOURCE) && \
     !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE)
 extern int fileno(FILE *);      /* POSIX, but hidden by strict -std=c99 headers */
+#endif
+/* hidden by strict -std=c99 headers, and by a _POSIX_C_SOURCE older than 2001 */
+#if !defined(__cplusplus) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && (defined(__STRICT_ANSI__) || defined(_POSIX_C_SOURCE)) && \
+    (!defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200112L)
 extern FILE *fdopen(int, const char *);
 extern int lstat(const char *, struct stat *);
 extern ssize_t readlink(const char *, char *, size_t);

@@ -154,6 +154,11 @@ def limited(limit):
 
 def file_size_limit(d, text, model, ckpt):
     """ulimit -f: SIGXFSZ is an error (EFBIG) with a message, the old file stays, no .tmp is left."""
+    if os.environ.get("MHE_TEST_RUNNER"):
+        # the limit and the signal would be the emulator's (qemu-user), not the tool's
+        print("SKIP file-size limit cases: under the emulator %s" % os.environ["MHE_TEST_RUNNER"])
+        RESULTS.skipped += 1
+        return
     old_h = os.path.join(d, "limit.h")
     with open(old_h, "w") as f:
         f.write("/* an earlier export */\n")

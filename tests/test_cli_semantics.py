@@ -85,6 +85,8 @@ def model_flags(d, text, model, ckpt):
         f.write("d_model=16\nn_heads=2\n")
     expect(["train", "--data", text, "--model", model, "--config", cfg, "--out", out] + STEPS, 2, ["--config", "refused"],
            "train --model with --config", keep=keep + [cfg], absent=absent)
+    expect(["train", "--data", text, "--model", model, "--words", 1, "--out", out] + STEPS, 2, ["--words", "--model", "refused"],
+           "train --model with --words", keep=keep, absent=absent)
     expect(["train", "--data", text, "--model", model, "--resume", ckpt, "--out", out] + STEPS, 2, ["--model or --resume"],
            "train --model and --resume", keep=keep, absent=absent)
     for cmd in (["eval", "--model", model, "--data", text], ["generate", "--model", model], ["export", "--model", model, "--out", out]):

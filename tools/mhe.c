@@ -1135,6 +1135,11 @@ static int cmd_train(int argc, char **argv) {
                 return 2;
             }
     }
+    if ((o.model || o.resume) && o.words_s) {   /* a loaded model already takes words or bytes */
+        fprintf(stderr, "mhe: --words chooses a new model's tokens, but %s %s brings its own: refused\n", o.resume ? "--resume" : "--model",
+                o.resume ? o.resume : o.model);
+        return 2;
+    }
     if (o.resume && o.model) { fprintf(stderr, "mhe: give --model or --resume, not both\n"); return 2; }
     /* before the data is read and the first step taken */
     if (!check_output(&o, o.out, 1)) return 1;
