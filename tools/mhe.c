@@ -1206,15 +1206,13 @@ static int cmd_eval(int argc, char **argv) {
     int *data;
     size_t n;
     float loss;
-    int rc;
-    if (!command_opts("eval", argc, argv, &o, &rc)) return rc;
-    if (o.indicators) {
-        char path[MHE_PATH_LEN + 16];
+    int status, k;
+    if (!command_opts("eval", argc, argv, &o, &status)) return status;
+    for (k = 0; o.indicators && k < 3; k++) {   /* the files write_indicators writes, before any work */
         static const char *suffix[3] = { ".csv", ".svg", "_maps.svg" };
-        for (rc = 0; rc < 3; rc++) {
-            snprintf(path, sizeof path, "%s%s", o.indicators, suffix[rc]);
-            if (!check_output(&o, path, 0)) return 1;
-        }
+        char path[MHE_PATH_LEN + 16];
+        snprintf(path, sizeof path, "%s%s", o.indicators, suffix[k]);
+        if (!check_output(&o, path, 0)) return 1;
     }
     if (!load_model(o.model, &m)) return 1;
     if (o.skip) {   /* hybrids "with skip": every layer whose kind is not mha loses its attention */
