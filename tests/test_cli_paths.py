@@ -213,6 +213,11 @@ def full_disk(d, text, model, ckpt):
         check("wrote" not in out, "%s on a full disk says it wrote nothing: %r" % (what, out[-200:]))
     # params --out-dir: its tables too
     expect(["params", "--table", "4", "--out-dir", mnt], 1, ["No space left on device"], "params --out-dir on a full disk", keep=keep)
+    # standard output is an output as well: help text redirected to the full disk
+    with open(os.path.join(mnt, "stdout.txt"), "w") as so:
+        p = subprocess.run([MHE, "init", "--help"], stdout=so, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 1 and "cannot write to standard output: No space left on device" in p.stderr,
+          "stdout on a full disk: rc %d %r" % (p.returncode, p.stderr))
 
 
 def main():
