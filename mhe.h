@@ -79,6 +79,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#ifndef MHE_NO_STDIO
+#include <stdio.h>   /* FILE in mhe_out */
+#endif
 
 #ifdef MHE_STATIC
 #if defined(__GNUC__)
@@ -1229,8 +1232,38 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
                                    const char *const *meta_keys, const char *const *meta_values,
                                    int n_meta, char *err);
 #ifndef MHE_NO_STDIO
-/* write to path + ".tmp", flush, fsync where available, then rename over path:
-   a file already at `path` is replaced only by a complete new one */
+/* Output files: one policy for every file mhe writes (checkpoints, gradients,
+   and through these calls the mhe tool's exports, CSV and SVG files).
+   - The path must name a regular file or nothing: a FIFO, device, socket or
+     directory is refused. A symlink is followed and its target replaced.
+   - The bytes go to a new temporary file beside the target, TARGET.tmp.PID.N
+     (created exclusively, so two writers never share one, and a stale file
+     or symlink there is never written through); it is flushed, synced and
+     renamed over the target, so the old file is replaced only by a complete
+     new one.
+   - Every failure names the file and the system's reason (strerror), and
+     removes the temporary file. A file-size limit kills a process by
+     SIGXFSZ unless it ignores that signal (the mhe tool does); then the
+     write fails with EFBIG and is reported like a full disk. */
+#define MHE_PATH_LEN 4096
+typedef struct {
+    FILE *f;                         /* write here between open and commit */
+    char target[MHE_PATH_LEN];       /* the file the commit replaces (symlinks followed) */
+    char tmp[MHE_PATH_LEN + 48];
+    int write_errno;                 /* the reason of a failed mhe_out_write, for the commit's message */
+} mhe_out;
+/* the checks of mhe_out_open without writing anything: the path is usable
+   and a temporary file can be created beside it (call it before a long run) */
+MHEDEF mhe_status mhe_out_check(const char *path, char *err);
+MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err);
+/* n bytes to o->f; 0 on failure, which the commit then reports */
+MHEDEF int mhe_out_write(mhe_out *o, const void *p, size_t n);
+/* flush, sync, close and rename over the target; on failure the target is
+   unchanged and the temporary file gone */
+MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err);
+/* abandons an open output: the temporary file is removed, the target untouched */
+MHEDEF void mhe_out_discard(mhe_out *o);
+/* a safetensors file written through mhe_out (the policy above) */
 MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, int n_items,
                                    const char *const *meta_keys, const char *const *meta_values,
                                    int n_meta, void *alloc_ctx, char *err);
@@ -1250,10 +1283,16 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
 MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
 MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
+/* MHE_ERR_NONFINITE, naming the tensor and element in m->err, when a weight
+   is NaN or infinite (loading does not check: a caller that computes with
+   the weights does; mhe_trainer_load_mem refuses non-finite moments) */
+MHEDEF mhe_status mhe_model_check_finite(mhe_model *m);
 #ifndef MHE_NO_STDIO
 MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
 MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
-/* atomic: temp file + rename; t may be NULL for weights only */
+/* atomic (mhe_out); t may be NULL for weights only. A non-finite weight or
+   moment is refused (MHE_ERR_NONFINITE) before the disk is touched, so a
+   diverged state never replaces a good checkpoint */
 MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
 /* the gradients of the last backward, as a safetensors file with `loss` */
 MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
@@ -1432,13 +1471,26 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #ifndef MHE_NO_STDIO
 #include <errno.h>
 #if defined(_WIN32)
-#include <io.h>                 /* _commit, _fileno */
+#include <io.h>                 /* _commit, _fileno, _open */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <process.h>            /* _getpid */
 #elif defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>             /* fsync */
+#include <unistd.h>             /* fsync, getpid, readlink */
+#include <fcntl.h>              /* open with O_EXCL */
+#include <sys/stat.h>           /* lstat: what an output path names */
 #define MHE__HAVE_FSYNC 1
 #if defined(__STRICT_ANSI__) && !defined(__cplusplus) && !defined(_POSIX_C_SOURCE) && \
     !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE)
 extern int fileno(FILE *);      /* POSIX, but hidden by strict -std=c99 headers */
+#endif
+/* hidden by strict -std=c99 headers, and by a _POSIX_C_SOURCE older than 2001 */
+#if !defined(__cplusplus) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && (defined(__STRICT_ANSI__) || defined(_POSIX_C_SOURCE)) && \
+    (!defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200112L)
+extern FILE *fdopen(int, const char *);
+extern int lstat(const char *, struct stat *);
+extern ssize_t readlink(const char *, char *, size_t);
 #endif
 #endif
 #endif
@@ -7729,15 +7781,44 @@ MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char *
     return mhe__field_get(mhe__train_fields, MHE__N_TRAIN_FIELDS, c, i, key, value, value_len);
 }
 
-/* `key=value` lines; calls set(obj, key, value) for each */
+/* the key of one raw `key = value # comment` line, spaces trimmed; 0 when it has none */
+static size_t mhe__line_key(const char *line, size_t n, const char **key) {
+    size_t i = 0, e;
+    while (i < n && mhe__is_space(line[i])) i++;
+    for (e = i; e < n && line[e] != '=' && line[e] != '#'; e++) {}
+    if (e == n || line[e] != '=') return 0;
+    *key = line + i;
+    while (e > i && mhe__is_space(line[e - 1])) e--;
+    return e - i;
+}
+
+/* the line before byte `end` of text where `key` was set, or 0 */
+static int mhe__key_line(const char *text, size_t end, const char *key, size_t klen) {
+    size_t pos = 0;
+    int line = 0;
+    while (pos < end) {
+        size_t e = pos, n;
+        const char *k;
+        while (e < end && text[e] != '\n') e++;
+        line++;
+        n = mhe__line_key(text + pos, e - pos, &k);
+        if (n == klen && memcmp(k, key, n) == 0) return line;
+        pos = e + 1;
+    }
+    return 0;
+}
+
+/* `key=value` lines; calls set(obj, key, value) for each. A key set twice is
+   refused: the last one winning silently hides a typo or a stale line */
 static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
                                    mhe_status (*set)(void *, const char *, const char *, char *), char *err) {
     size_t pos = 0;
     int line = 0;
     while (pos < len) {
         char buf[512], *eq, *k, *v, *end;
-        size_t e = pos, n;
+        size_t e = pos, n, start = pos;
         mhe_status st;
+        int first;
         line++;
         while (e < len && text[e] != '\n') e++;
         n = e - pos;
@@ -7755,6 +7836,8 @@ static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
         for (end = eq; end > k && mhe__is_space(end[-1]); end--) end[-1] = 0;
         while (mhe__is_space(*v)) v++;
         for (end = v + strlen(v); end > v && mhe__is_space(end[-1]); end--) end[-1] = 0;
+        if ((first = mhe__key_line(text, start, k, strlen(k))) != 0)
+            return mhe__fail(err, MHE_ERR_CONFIG, "line %d: key '%.100s' was already set on line %d", line, k, first);
         st = set(obj, k, v, err);
         if (st != MHE_OK) {
             char tmp[MHE_ERR_LEN];
@@ -11170,88 +11253,192 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
 }
 
 #ifndef MHE_NO_STDIO
-/* n floats to f as little-endian bytes; nonzero when every byte was written */
-static int mhe__st_fwrite_f32(FILE *f, const float *x, size_t n) {
+/* n floats to o as little-endian bytes; nonzero when every byte was written */
+static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
     unsigned char tmp[4096];
-    if (mhe__little_endian()) return n == 0 || fwrite(x, 4, n, f) == n;
+    if (mhe__little_endian()) return mhe_out_write(o, x, 4 * n);
     while (n) {
         size_t k = n < sizeof tmp / 4 ? n : sizeof tmp / 4;
         mhe__f32_to_le(tmp, x, k);
-        if (fwrite(tmp, 4, k, f) != k) return 0;
+        if (!mhe_out_write(o, tmp, 4 * k)) return 0;
         x += k; n -= k;
     }
     return 1;
 }
 
+/* ---- output files: the policy of mhe_out (see its declaration) ---- */
+
+/* what a non-regular path is, for the refusal */
+static const char *mhe__file_kind(unsigned mode) {
+#if defined(MHE__HAVE_FSYNC)
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+#else
+    (void)mode;
+#endif
+    return "not a regular file";
+}
+
+/* the file a write to `path` replaces: symlinks followed; anything but a
+   regular file or nothing is refused */
+static mhe_status mhe__out_target(const char *path, char *target, char *err) {
+    size_t n;
+    if (!path || !*path) return mhe__fail(err, MHE_ERR_ARG, "output path is NULL or empty");
+    n = strlen(path);
+    if (n >= MHE_PATH_LEN) return mhe__fail(err, MHE_ERR_ARG, "output path of %zu bytes is too long", n);
+    memcpy(target, path, n + 1);
+#if defined(MHE__HAVE_FSYNC)
+    {
+        int hops;
+        for (hops = 0;; hops++) {
+            struct stat sb;
+            char link[MHE_PATH_LEN];
+            ssize_t k;
+            size_t dir;
+            errno = 0;
+            if (lstat(target, &sb) != 0) {
+                int e = errno;
+                if (e == ENOENT) return MHE_OK;   /* absent: the commit creates it */
+                return mhe__fail(err, MHE_ERR_IO, "cannot use '%s' as output: %s", target, strerror(e));
+            }
+            if (S_ISREG(sb.st_mode)) return MHE_OK;
+            if (!S_ISLNK(sb.st_mode))
+                return mhe__fail(err, MHE_ERR_IO, "output '%s' is %s, not a regular file: refused", target, mhe__file_kind((unsigned)sb.st_mode));
+            if (hops == 40) return mhe__fail(err, MHE_ERR_IO, "output '%s': more than 40 symlinks", path);
+            k = readlink(target, link, sizeof link - 1);
+            if (k < 0) { int e = errno; return mhe__fail(err, MHE_ERR_IO, "cannot read the symlink '%s': %s", target, strerror(e)); }
+            link[k] = 0;
+            /* a relative link is relative to the directory holding it */
+            dir = 0;
+            if (link[0] != '/') { const char *slash = strrchr(target, '/'); dir = slash ? (size_t)(slash - target) + 1 : 0; }
+            if (dir + (size_t)k >= MHE_PATH_LEN) return mhe__fail(err, MHE_ERR_ARG, "output '%s': the symlink's target path is too long", path);
+            memcpy(target + dir, link, (size_t)k + 1);
+        }
+    }
+#elif defined(_WIN32)
+    {
+        struct _stat sb;
+        if (_stat(target, &sb) == 0 && !(sb.st_mode & _S_IFREG))
+            return mhe__fail(err, MHE_ERR_IO, "output '%s' is %s, not a regular file: refused", target,
+                             (sb.st_mode & _S_IFDIR) ? "a directory" : "a device");
+    }
+#endif
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
+    mhe_status s;
+    int i, e = 0;
+    if (!o) return mhe__fail(err, MHE_ERR_ARG, "mhe_out_open: NULL argument");
+    o->f = NULL;
+    o->write_errno = 0;
+    o->tmp[0] = 0;
+    if ((s = mhe__out_target(path, o->target, err)) != MHE_OK) return s;
+    /* the pid keeps processes apart, the counter the writers of one process */
+    for (i = 0; i < 1000 && !o->f; i++) {
+#if defined(MHE__HAVE_FSYNC)
+        int fd;
+        snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)getpid(), i);
+        errno = 0;
+        fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+        e = errno;
+        if (fd < 0) { if (e == EEXIST) continue; break; }
+        if (!(o->f = fdopen(fd, "wb"))) { e = errno; close(fd); remove(o->tmp); break; }
+#elif defined(_WIN32)
+        int fd;
+        snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)_getpid(), i);
+        errno = 0;
+        fd = _open(o->tmp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
+        e = errno;
+        if (fd < 0) { if (e == EEXIST) continue; break; }
+        if (!(o->f = _fdopen(fd, "wb"))) { e = errno; _close(fd); remove(o->tmp); break; }
+#else
+        FILE *probe;
+        snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->target, i);
+        if ((probe = fopen(o->tmp, "rb")) != NULL) { fclose(probe); continue; }
+        errno = 0;
+        if (!(o->f = fopen(o->tmp, "wb"))) { e = errno; break; }
+#endif
+    }
+    if (!o->f) return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    return MHE_OK;
+}
+
+MHEDEF int mhe_out_write(mhe_out *o, const void *p, size_t n) {
+    if (n == 0) return 1;
+    errno = 0;
+    if (fwrite(p, 1, n, o->f) == n) return 1;
+    if (!o->write_errno) o->write_errno = errno ? errno : EIO;
+    return 0;
+}
+
+MHEDEF void mhe_out_discard(mhe_out *o) {
+    if (!o || !o->f) return;
+    fclose(o->f);
+    o->f = NULL;
+    remove(o->tmp);
+}
+
+MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
+    const char *what = "write to";
+    int ok, e;
+    if (!o || !o->f) return mhe__fail(err, MHE_ERR_ARG, "mhe_out_commit: no open output");
+    /* errno still holds the reason of a failed fprintf: nothing ran since */
+    e = o->write_errno ? o->write_errno : errno;
+    ok = !o->write_errno && !ferror(o->f);
+    if (ok) { errno = 0; if (fflush(o->f) != 0) { ok = 0; e = errno; what = "flush"; } }
+#if defined(MHE__HAVE_FSYNC)
+    if (ok && fsync(fileno(o->f)) != 0) { ok = 0; e = errno; what = "sync"; }
+#elif defined(_WIN32)
+    if (ok && _commit(_fileno(o->f)) != 0) { ok = 0; e = errno; what = "sync"; }
+#endif
+    errno = 0;
+    if (fclose(o->f) != 0 && ok) { ok = 0; e = errno; what = "close"; }
+    o->f = NULL;
+    if (ok) {
+#ifdef _WIN32
+        remove(o->target); /* rename does not replace an existing file there */
+#endif
+        errno = 0;
+        if (rename(o->tmp, o->target) == 0) return MHE_OK;
+        e = errno;
+        remove(o->tmp);
+        return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->target, e ? strerror(e) : "rename failed");
+    }
+    remove(o->tmp);
+    return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; '%s' left unchanged", what, o->tmp, e ? strerror(e) : "write error", o->target);
+}
+
+MHEDEF mhe_status mhe_out_check(const char *path, char *err) {
+    mhe_out o;
+    mhe_status s = mhe_out_open(&o, path, err);
+    if (s == MHE_OK) mhe_out_discard(&o);
+    return s;
+}
+
 MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, int n_items,
                                    const char *const *meta_keys, const char *const *meta_values,
                                    int n_meta, void *alloc_ctx, char *err) {
-    size_t json_len, padded, total, plen;
+    size_t json_len, padded, total;
     unsigned char *hdr;
-    char *tmp;
-    FILE *f;
+    mhe_out o;
     mhe_status s;
-    int i, ok, e = 0;
-    const char *what = "write to";
+    int i, ok;
     if (!path || !*path) return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: path is NULL or empty");
     /* everything is checked before the disk is touched */
     s = mhe__st_layout(items, n_items, meta_keys, meta_values, n_meta, err, &json_len, &padded, &total);
     if (s != MHE_OK) return s;
-    plen = strlen(path);
     hdr = (unsigned char *)MHE_MALLOC(alloc_ctx, 8 + padded);
-    tmp = plen < SIZE_MAX - 5 ? (char *)MHE_MALLOC(alloc_ctx, plen + 5) : NULL;
-    if (!hdr || !tmp) {
-        if (hdr) MHE_FREE(alloc_ctx, hdr);
-        if (tmp) MHE_FREE(alloc_ctx, tmp);
-        return mhe__fail(err, MHE_ERR_NOMEM, "out of memory saving '%s'", path);
-    }
+    if (!hdr) return mhe__fail(err, MHE_ERR_NOMEM, "out of memory saving '%s'", path);
     mhe__st_put_header(hdr, json_len, padded, items, n_items, meta_keys, meta_values, n_meta);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    /* a temp file left by a crashed save goes first: writing through it would
-       follow a symlink to another file, or fail on a read-only leftover */
-    remove(tmp);
-    errno = 0;
-    f = fopen(tmp, "wb");
-    if (!f) {
-        e = errno;
-        MHE_FREE(alloc_ctx, hdr);
-        s = mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", tmp, e ? strerror(e) : "fopen failed");
-        MHE_FREE(alloc_ctx, tmp);
-        return s;
-    }
-    ok = fwrite(hdr, 1, 8 + padded, f) == 8 + padded;
+    if ((s = mhe_out_open(&o, path, err)) != MHE_OK) { MHE_FREE(alloc_ctx, hdr); return s; }
+    ok = mhe_out_write(&o, hdr, 8 + padded);
     for (i = 0; ok && i < n_items; i++)
-        ok = mhe__st_fwrite_f32(f, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
-    if (ok && fflush(f) != 0) ok = 0;
-#if defined(MHE__HAVE_FSYNC)
-    if (ok && fsync(fileno(f)) != 0) { ok = 0; what = "sync"; }
-#elif defined(_WIN32)
-    if (ok && _commit(_fileno(f)) != 0) { ok = 0; what = "sync"; }
-#endif
-    if (!ok) e = errno;
-    if (fclose(f) != 0 && ok) { ok = 0; e = errno; what = "close"; }
+        ok = mhe__st_fwrite_f32(&o, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
     MHE_FREE(alloc_ctx, hdr);
-    if (ok) {
-#ifdef _WIN32
-        remove(path); /* rename does not replace an existing file there */
-#endif
-        if (rename(tmp, path) != 0) {
-            e = errno;
-            remove(tmp);
-            s = mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, e ? strerror(e) : "rename failed");
-            MHE_FREE(alloc_ctx, tmp);
-            return s;
-        }
-        MHE_FREE(alloc_ctx, tmp);
-        return MHE_OK;
-    }
-    remove(tmp);
-    s = mhe__fail(err, MHE_ERR_IO, "cannot %s '%s' (%llu bytes): %s; '%s' left unchanged", what, tmp,
-                  (unsigned long long)total, e ? strerror(e) : "write failed", path);
-    MHE_FREE(alloc_ctx, tmp);
-    return s;
+    return mhe_out_commit(&o, err);
 }
 
 MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err) {
@@ -11624,6 +11811,35 @@ MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t si
     return mhe__model_load(m, ckpt, size, NULL, arena, (flags & MHE_LOAD_IN_PLACE) != 0);
 }
 
+/* the first non-finite value of a buffer laid out like the parameters (the
+   weights or an AdamW moment): MHE_ERR_NONFINITE naming tensor and element */
+static mhe_status mhe__check_finite(const mhe_model *m, const float *base, const char *what, char *err) {
+    int i;
+    for (i = 0; i < m->n_tensors; i++) {
+        const float *p = base + (m->params[i].data - m->param_data);
+        int64_t k, n = m->params[i].size;
+        for (k = 0; k < n; k++)
+            if (!mhe__is_finite(p[k]))
+                return mhe__fail(err, MHE_ERR_NONFINITE, "%s '%s' element %lld is %g", what, m->params[i].name, (long long)k, (double)p[k]);
+    }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_check_finite(mhe_model *m) {
+    if (!m || !m->param_data) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_check_finite: no model") : MHE_ERR_ARG;
+    return mhe__check_finite(m, m->param_data, "non-finite weight:", m->err);
+}
+
+/* the first element of a little-endian F32 tensor that is NaN or infinite, or -1 */
+static int64_t mhe__st_first_nonfinite(const mhe_st_tensor *t) {
+    int64_t i;
+    for (i = 0; i < t->size; i++) {
+        const unsigned char *b = t->data + 4 * i;
+        if ((b[3] & 0x7f) == 0x7f && (b[2] & 0x80)) return i;   /* exponent all ones */
+    }
+    return -1;
+}
+
 static int mhe__hex_u64(const char *s, uint64_t *out) {
     uint64_t v = 0;
     int i;
@@ -11682,11 +11898,17 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
         for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
             char nm[MHE_NAME_LEN + 16];
             size_t off = (size_t)(m->params[i].data - m->param_data);
-            snprintf(nm, sizeof nm, "optim.m.%s", m->params[i].name);
-            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_m + off : NULL, t->err);
-            if (s != MHE_OK) break;
-            snprintf(nm, sizeof nm, "optim.v.%s", m->params[i].name);
-            s = mhe__load_tensor(&st, nm, &m->params[i], pass ? t->adam_v + off : NULL, t->err);
+            int mv;
+            for (mv = 0; mv < 2 && s == MHE_OK; mv++) {
+                snprintf(nm, sizeof nm, "optim.%c.%s", mv ? 'v' : 'm', m->params[i].name);
+                s = mhe__load_tensor(&st, nm, &m->params[i], pass ? (mv ? t->adam_v : t->adam_m) + off : NULL, t->err);
+                if (s == MHE_OK && !pass) {   /* a diverged run's moments would poison every later step */
+                    int64_t bad = mhe__st_first_nonfinite(mhe_st_find(&st, nm));
+                    if (bad >= 0)
+                        s = mhe__fail(t->err, MHE_ERR_NONFINITE, "optimizer state '%s' element %lld is not finite: the run that saved it had diverged; not resumed",
+                                      nm, (long long)bad);
+                }
+            }
         }
     mhe_st_free(&st);
     if (s != MHE_OK) return s;
@@ -11727,7 +11949,15 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
 
 static mhe_status mhe__save(const mhe_model *m, const mhe_trainer *t, const char *path, int grads_only, char *err) {
     mhe__ckpt k;
-    mhe_status st = mhe__ckpt_build(m, t, &k, grads_only, err);
+    mhe_status st = MHE_OK;
+    if (!grads_only) {   /* a diverged state never replaces a good checkpoint */
+        char why[MHE_ERR_LEN];
+        st = mhe__check_finite(m, m->param_data, "non-finite weight", why);
+        if (st == MHE_OK && t && t->adam_m) st = mhe__check_finite(m, t->adam_m, "non-finite optimizer state optim.m of", why);
+        if (st == MHE_OK && t && t->adam_v) st = mhe__check_finite(m, t->adam_v, "non-finite optimizer state optim.v of", why);
+        if (st != MHE_OK) return mhe__fail(err, st, "not saved: %.150s; '%.60s' left unchanged", why, path ? path : "");
+    }
+    st = mhe__ckpt_build(m, t, &k, grads_only, err);
     if (st != MHE_OK) return st;
     st = mhe_st_save_file(path, k.items, k.n_items, k.keys, k.values, k.n_meta, m->alloc_ctx, err);
     MHE_FREE(m->alloc_ctx, k.block);

@@ -4,12 +4,13 @@
         with EFBIG; the save must report MHE_ERR_IO and remove its temp file;
      2. death mid-write: the same limit with SIGXFSZ at its default action,
         so the kernel kills the child inside write() at a known byte;
-     3. SIGKILL from the parent as soon as PATH.tmp holds some bytes.
+     3. SIGKILL from the parent as soon as the child's temporary file
+        PATH.tmp.PID.0 holds some bytes.
    After each, PATH is the old checkpoint byte for byte (or, if a kill came
    after the rename, the complete new one), loads, and training resumed from
    it gives the same losses and weights as the run that never stopped. A
-   stale PATH.tmp, even a symlink to another file, does not break the next
-   save and is not written through. */
+   stale file at the next save's temporary name, even a symlink to another
+   file, does not break that save and is not written through. */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
@@ -22,7 +23,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-static char path[128], tmp[160], victim[160];
+static char path[128], tmp[200], victim[160];
+
+/* the temporary file the save of process `pid` starts with */
+static void tmp_of(pid_t pid) { snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)pid); }
 static int data[400];
 
 static unsigned char *slurp(const char *p, size_t *n) {
@@ -116,7 +120,6 @@ int main(void) {
     FILE *f;
 
     snprintf(path, sizeof path, "/tmp/mhe_test_crash_%d.safetensors", (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(victim, sizeof victim, "%s.victim", path);
     for (i = 0; i < 400; i++) data[i] = (i * 13 + i / 7) % 32;
 
@@ -144,6 +147,7 @@ int main(void) {
 
     /* 1. write error (EFBIG): reported, temp file removed, old file intact */
     pid = save_child(&big, 1L << 16, 1);
+    tmp_of(pid);
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == MHE_ERR_IO, "write error: the save reports MHE_ERR_IO (status 0x%x)", st);
     CHECK(file_size(tmp) < 0, "write error: the temporary file is removed");
@@ -151,6 +155,7 @@ int main(void) {
 
     /* 2. killed by SIGXFSZ inside write(), 64 KB into the temp file */
     pid = save_child(&big, 1L << 16, 0);
+    tmp_of(pid);
     waitpid(pid, &st, 0);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGXFSZ, "the child died by SIGXFSZ mid-write (status 0x%x)", st);
     CHECK(file_size(tmp) == 1L << 16, "a partial temp file of 64 KB is left (%ld bytes)", file_size(tmp));
@@ -163,6 +168,7 @@ int main(void) {
         int waited;
         remove(tmp);
         pid = save_child(&big, 0, 0);
+        tmp_of(pid);
         /* kill as soon as the temp file holds some bytes */
         for (waited = 0; waited < 200000 && (sz = file_size(tmp)) <= 0; waited++) nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
@@ -189,10 +195,13 @@ int main(void) {
 
     /* a leftover temp file does not break the next save; a symlink is not followed */
     CHECK(file_size(tmp) >= 0, "a partial temp file is left over from the kill");
-    f = fopen(victim, "wb"); fputs("victim", f); fclose(f);
     remove(tmp);
+    f = fopen(victim, "wb"); fputs("victim", f); fclose(f);
+    tmp_of(getpid());   /* the name this process's next save tries first */
     CHECK(symlink(victim, tmp) == 0, "stale temp file as a symlink");
     CHECK(mhe_checkpoint_save(&m, &t, path) == MHE_OK, "save over a stale temp file: %s", t.err);
+    CHECK(file_size(tmp) >= 0 && remove(tmp) == 0, "the stale symlink was left alone");
+    tmp_of(getpid()); tmp[strlen(tmp) - 1] = '1';
     CHECK(file_size(tmp) < 0, "no temp file after a successful save");
     CHECK(file_size(victim) == 6, "the symlink's target was not written through");
     CHECK(mhe_model_load(&r, path, NULL) == MHE_OK && !memcmp(r.param_data, m.param_data, (size_t)m.n_params * sizeof(float)),

@@ -132,22 +132,17 @@ static void atomic_save(void) {
     char path[256], tmp[300];
     float first;
     snprintf(path, sizeof path, "/tmp/mhe_test_train_%d.safetensors", (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     mhe_model_init(&m, &c, 1, NULL);
     CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_OK, "save: %s", m.err);
     first = m.param_data[0];
     m.param_data[0] += 1.0f;
-    /* make the temporary name unusable (a non-empty directory, which the
-       save cannot clear away): the save must fail and keep the old file */
+    /* make every temporary name this process could use (PATH.tmp.PID.0 to
+       .999) a directory: the save must fail, say why, and keep the old file */
     {
-        char inner[320];
-        FILE *f;
-        snprintf(inner, sizeof inner, "%s/x", tmp);
-        mkdir(tmp, 0700);
-        if ((f = fopen(inner, "w")) != NULL) fclose(f);
-        CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_ERR_IO, "save with blocked temp file fails: %s", m.err);
-        remove(inner);
-        rmdir(tmp);
+        int k;
+        for (k = 0; k < 1000; k++) { snprintf(tmp, sizeof tmp, "%s.tmp.%d.%d", path, (int)getpid(), k); mkdir(tmp, 0700); }
+        CHECK(mhe_checkpoint_save(&m, NULL, path) == MHE_ERR_IO && strstr(m.err, "File exists"), "save with blocked temp names fails: %s", m.err);
+        for (k = 0; k < 1000; k++) { snprintf(tmp, sizeof tmp, "%s.tmp.%d.%d", path, (int)getpid(), k); rmdir(tmp); }
     }
     CHECK(mhe_model_load(&r, path, NULL) == MHE_OK && r.param_data[0] == first, "old checkpoint intact after a failed save");
     mhe_model_free(&r);

@@ -12,13 +12,16 @@
 #include <time.h>
 #include "mhe_plots.h"
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
+#include "mhe_args.h"     /* the number parser of every flag */
+#include <stddef.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <errno.h>
 #include <unistd.h>
 
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 static double peak_rss_mb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss / 1024.0; }
-
-static int rc_opts;   /* what parse_opts said */
 
 static int die(const char *fmt, const char *a, const char *b) {
     fprintf(stderr, "mhe: ");
@@ -35,29 +38,237 @@ static void set_threads(int n) {
 #endif
 }
 
-/* ---- options ------------------------------------------------------------ */
-
-typedef struct {
-    mhe_config cfg;
-    mhe_train_config tc;
-    int cfg_given, tc_keys_given;
-    char tc_given[64];                 /* which train fields came from the command line */
-    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators;
-    const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
-    int stride;                        /* eval --stride S: strided perplexity (0: consecutive windows) */
-    uint64_t seed;
-    int threads, n_tokens, top_k, batches, quiet, words, skip, map_len;
-    int cuda, tf32;                    /* --device cuda (a build with MHE_CUDA: make cuda), --tf32 1 */
-    char model_given[128];             /* which model fields came from the command line */
-    float temperature;
-} opts;
-
 static int read_text(const char *path, char **buf, size_t *len) {
     void *b;
     char err[MHE_ERR_LEN];
     if (mhe_read_file(path, &b, len, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     *buf = (char *)b;
     return 1;
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+/* Each subcommand has one table of the flags it takes: the parser accepts
+   exactly those, and --help prints them, so the two cannot disagree. Model
+   fields (mhe_config) and train fields (mhe_train_config) are flags as well
+   where a command takes them; their values go through mhe.h's checked field
+   parser, every other number through mhe_args.h. */
+
+typedef struct {
+    mhe_config cfg;
+    mhe_train_config tc;
+    int cfg_given;
+    char tc_given[64];                 /* which train fields came from the command line */
+    char model_given[128];             /* which model fields came from the command line */
+    const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators, *name;
+    const char *device, *tf32_s, *words_s, *init_s;
+    const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
+    const char *args[256];             /* positional arguments (mhe hash's texts) */
+    int n_args;
+    unsigned long long seed;
+    long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter;
+    long stride;                       /* eval --stride S: strided perplexity (0: consecutive windows) */
+    int quiet, skip, words, cuda, tf32;
+    double temperature, tol;
+    char given[64];                    /* which flags of the command's table were given */
+    const struct command_spec *cmd;
+} opts;
+
+enum { F_STR, F_SWITCH, F_INT, F_U64, F_FLOAT, F_CHOICE };
+
+typedef struct {
+    const char *name, *arg;            /* --name ARG (no ARG: a switch) */
+    int type, required;
+    double lo, hi;                     /* F_INT, F_FLOAT: the allowed range */
+    const char *choices;               /* F_CHOICE: "a|b|c" */
+    size_t off;                        /* where the value goes in opts */
+    const char *help;
+} flag_spec;
+
+#define FLAG(name, arg, type, lo, hi, choices, field, help) { name, arg, type, 0, lo, hi, choices, offsetof(opts, field), help }
+#define NEED(name, arg, field, help) { name, arg, F_STR, 1, 0, 0, NULL, offsetof(opts, field), help }
+#define STR(name, arg, field, help) FLAG(name, arg, F_STR, 0, 0, NULL, field, help)
+#define THREADS FLAG("threads", "N", F_INT, 0, 4096, NULL, threads, "OpenMP threads (0: the default)")
+
+typedef struct command_spec {
+    const char *name;
+    const flag_spec *flags;
+    int n_flags;
+    int model_fields;                  /* 0 none, 1 every model field, 2 every one but only for a new model */
+    const char *train_fields;          /* NULL none, "*" all, else the names it uses, space-separated */
+    const char *positional;            /* the usage of positional arguments, or NULL */
+    const char *about;
+} command_spec;
+
+static const flag_spec init_flags[] = {
+    NEED("out", "MODEL.safetensors", out, "the model file to write"),
+    STR("config", "CFG", config_path, "key=value lines of model fields; flags override them"),
+    FLAG("seed", "S", F_U64, 0, 0, NULL, seed, "seed of the initial weights (default 42)"),
+    FLAG("words", "0|1", F_CHOICE, 0, 0, "0|1", words_s, "1: embedding=vocab gets a word vocabulary from --data"),
+    STR("data", "TEXT", data, "the corpus a word model takes its vocabulary or n-gram table from"),
+};
+static const flag_spec train_flags[] = {
+    NEED("data", "TRAIN.txt", data, "training text (or `label<TAB>text` lines for --task cls)"),
+    NEED("out", "CKPT.safetensors", out, "the checkpoint to write (may be the --resume file)"),
+    STR("valid", "VALID.txt", valid, "validation text, evaluated every eval_every steps"),
+    STR("model", "M.safetensors", model, "start from these weights (no model fields then)"),
+    STR("config", "CFG", config_path, "key=value lines of model fields for a new model"),
+    STR("resume", "CKPT.safetensors", resume, "continue a checkpoint this command wrote"),
+    FLAG("task", "lm|cls|sr", F_CHOICE, 0, 0, "lm|cls|sr", task, "what to learn (default lm)"),
+    FLAG("words", "0|1", F_CHOICE, 0, 0, "0|1", words_s, "1: texts as words with a word vocabulary"),
+    THREADS,
+    FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
+    FLAG("quiet", NULL, F_SWITCH, 0, 0, NULL, quiet, "no progress or summary lines"),
+    STR("dump-batches", "FILE", dump_batches, "record every batch drawn (--task lm), for tools/mhe_torch.py replay"),
+};
+static const flag_spec eval_flags[] = {
+    NEED("model", "M.safetensors", model, "the model to evaluate"),
+    NEED("data", "TEXT", data, "the text (or `label<TAB>text` lines for --task cls)"),
+    FLAG("task", "lm|cls|sr", F_CHOICE, 0, 0, "lm|cls|sr", task, "what to measure (default lm)"),
+    FLAG("batches", "N", F_INT, 0, 1e9, NULL, batches, "batches to evaluate (default 50; 0: all of the text)"),
+    FLAG("skip", NULL, F_SWITCH, 0, 0, NULL, skip, "the attention of every layer that is not mha becomes the identity"),
+    STR("indicators", "PREFIX", indicators, "write PREFIX.csv, PREFIX.svg and PREFIX_maps.svg"),
+    FLAG("map-len", "N", F_INT, 1, 1e6, NULL, map_len, "bytes of the heat-maps of --indicators (default 32)"),
+    FLAG("stride", "S", F_INT, 1, 1 << 24, NULL, stride, "strided perplexity: windows S apart (1..seq_len; a decoder LM)"),
+    THREADS,
+};
+static const flag_spec generate_flags[] = {
+    NEED("model", "M.safetensors", model, "a decoder or encoder-decoder with an LM head"),
+    STR("prompt", "TEXT", prompt, "the start of the text (default a newline)"),
+    STR("source", "TEXT", source, "the source an encoder-decoder model encodes (required there)"),
+    FLAG("n", "N", F_INT, 0, 1e9, NULL, n_tokens, "exactly N new tokens (default 200, or what fits the model's max_seq_len)"),
+    FLAG("temperature", "T", F_FLOAT, 0, 1e6, NULL, temperature, "sampling temperature (default 0.8; 0: greedy)"),
+    FLAG("top-k", "K", F_INT, 0, 1e9, NULL, top_k, "sample among the K likeliest (default 40; 0: no cut)"),
+    THREADS,
+};
+static const flag_spec grad_flags[] = {
+    NEED("model", "M.safetensors", model, "the model"),
+    NEED("tokens", "TOKENS.txt", tokens, "the batch, one sequence per line (see above)"),
+    NEED("out", "G.safetensors", out, "the loss and gradients to write"),
+    THREADS,
+};
+static const flag_spec export_flags[] = {
+    NEED("model", "CKPT.safetensors", model, "the checkpoint"),
+    NEED("out", "FILE.safetensors|FILE.h", out, "weights only, as safetensors or as a C header"),
+    STR("name", "NAME", name, "the C identifier of the array in FILE.h (default mhe_model)"),
+    FLAG("max_len", "N", F_INT, 1, 1e9, NULL, max_len, "tokens of the KV cache the arena holds (default: max_seq_len)"),
+    FLAG("n", "N", F_INT, 1, 1e9, NULL, n_tokens, "the same as --max_len"),
+};
+static const flag_spec reparam_flags[] = {
+    NEED("model", "CKPT", model, "a trained model with mha layers"),
+    NEED("out", "OUT", out, "the collab model to write"),
+    { "dim", "D", F_INT, 1, 1, 1 << 20, NULL, offsetof(opts, dim), "shared query/key width D~" },
+    FLAG("max_iter", "N", F_INT, 1, 1e9, NULL, max_iter, "ALS sweeps per layer before giving up (default 1000)"),
+    FLAG("tol", "X", F_FLOAT, 0, 1, NULL, tol, "converged when the relative error changes by less (default 1e-06)"),
+    FLAG("init", "svd|random", F_CHOICE, 0, 0, "svd|random", init_s, "svd (HOSVD start, default) or random (uniform [0,1), the authors' code)"),
+    FLAG("seed", "S", F_U64, 0, 0, NULL, seed, "seed of the starting factors (default 1)"),
+    THREADS,
+};
+static const flag_spec hash_flags[] = {
+    NEED("model", "M.safetensors", model, "a word model"),
+};
+
+#define CMD(name, flags, model_fields, train_fields, positional, about) { name, flags, (int)(sizeof flags / sizeof flags[0]), model_fields, train_fields, positional, about }
+
+static const command_spec commands[] = {
+    CMD("init", init_flags, 1, NULL, NULL,
+        "Creates a model with freshly initialised weights. A word model takes its word state from\n"
+        "the words of --data: embedding=vocab with --words 1 its vocabulary (the vocab_size - 4 most\n"
+        "frequent words), hash=lsh with lsh_features=table its n-gram table.\n"),
+    CMD("train", train_flags, 2, "*", NULL,
+        "Trains a model. --task lm (default): a decoder learns the next byte, an\n"
+        "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
+        "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
+        "--task cls: an encoder's classification head learns labelled texts, one\n"
+        "`label<TAB>text` line each (integer labels; n_classes defaults to the largest + 1);\n"
+        "validation prints loss, accuracy, macro-F1 and MCC. Texts are bytes, or words for a\n"
+        "word model (embedding=hash-*, a loaded word model, or --words 1 for a word vocabulary);\n"
+        "--model with a model without a head fine-tunes it: a new head, its weights kept.\n"
+        "--task sr: Shuffle+Random pre-training of a word model on the words of a text (a new\n"
+        "model is an encoder with token_head=sr unless --arch/--token_head say otherwise):\n"
+        "per token, original / shuffled / replaced by a random word (sr_prob each).\n"
+        "A new model comes from --config/model flags; --model starts from a file's weights and\n"
+        "--resume continues a checkpoint written by this command exactly where it stopped\n"
+        "(weights, AdamW moments, RNG, step; the train settings saved in it are used unless a\n"
+        "flag overrides them); model flags are refused with either. Progress: step, loss,\n"
+        "tokens/s, learning rate and time left; validation loss and perplexity every\n"
+        "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
+        "every save_every steps and at the end; the output is checked before the first step,\n"
+        "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
+        "--task lm on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
+        "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
+        "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
+        "replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
+    CMD("eval", eval_flags, 0, "seq_len src_len batch sr_prob", NULL,
+        "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
+        "consecutive windows of the text, shaped as `mhe train` shapes them.\n"
+        "--stride S (a decoder LM): strided perplexity (MHE paper sec. 4.5) over all of the text:\n"
+        "windows of seq_len bytes S apart, each scoring only its bytes past the previous window,\n"
+        "so every byte after the first is scored once with >= seq_len - S bytes of context.\n"
+        "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
+        "`label<TAB>text` line of TEXT (cut to seq_len bytes, or words for a word model).\n"
+        "--task sr: Shuffle+Random loss, accuracy, macro-F1 and MCC of a word model's S+R head\n"
+        "on consecutive windows of the words of TEXT, corrupted with sr_prob under a fixed seed.\n"
+        "--skip: a hybrid evaluated \"with skip\" (thesis Table 4.1).\n"
+        "--indicators PREFIX: the attention-pattern indicators (thesis sec. 4.4.4: Entropy, Conc,\n"
+        "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
+        "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
+        "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"),
+    CMD("generate", generate_flags, 0, "seed", NULL,
+        "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
+        "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
+        "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"),
+    CMD("grad", grad_flags, 0, NULL, NULL,
+        "Runs one forward and backward pass (no dropout) and writes the loss (tensor `loss`,\n"
+        "shape [1]) and the gradient of every parameter under the parameter's name.\n"
+        "TOKENS.txt: one sequence per line, T+1 whitespace-separated token ids, the same\n"
+        "count on every line; inputs are the first T ids, targets the last T; the lines\n"
+        "form the batch. A target of -1 is ignored by the loss. A `.` in place of an id is\n"
+        "padding (only at the end of a line): those positions are masked out of attention\n"
+        "and of the loss. An encoder-decoder model reads `SOURCE IDS | DECODER IDS`: the\n"
+        "source ids (the same count on every line, padding allowed) go to the encoder.\n"
+        "A word model (embedding=hash-*, or a word vocabulary) reads `LABELS | TEXT`: T targets\n"
+        "of its token head (S+R: 0 original, 1 shuffled, 2 random; -1 ignored; `.` pads the\n"
+        "end) and a text of exactly as many words (the word splitter; the items <pad> <unk>\n"
+        "<s> </s> are special tokens). A NUL byte in the file is refused.\n"),
+    CMD("export", export_flags, 0, NULL, NULL,
+        "Writes the model's weights without optimizer state: as a safetensors file, or (FILE.h)\n"
+        "as a C header with `static const unsigned char NAME[]`, NAME_SIZE and NAME_ARENA_BYTES,\n"
+        "the bytes of one arena that holds the model loaded for inference and a KV cache of N\n"
+        "tokens: see examples/embedded.c.\n"),
+    CMD("reparam", reparam_flags, 0, NULL, NULL,
+        "Collaborative attention (Cordonnier et al. 2020, sec. 3.3): every mha layer of a trained\n"
+        "model becomes a collab layer whose heads share query/key projections of width D~ = D,\n"
+        "from a CP decomposition (alternating least squares) of the stacked W_Q^(i) W_K^(i)T; the\n"
+        "query biases fold into the content bias (eq. 12). D >= n_heads * d_head is exact. The\n"
+        "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
+        "and time; writes OUT only when every layer converged.\n"),
+    CMD("hash", hash_flags, 0, NULL, "TEXT...",
+        "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
+        "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
+        "own hasher (seen in training or not):\n"
+        "  WORD<TAB>id N       embedding=vocab: tok_emb row (1 = <unk>)\n"
+        "  WORD<TAB>bucket N   hash-emb: the bucket (md5: digest mod N; lsh: argmax form)\n"
+        "  WORD<TAB>bits HEX   hash-pool/add/proj: the T bits, packed MSB-first\n"),
+};
+
+static const command_spec *find_command(const char *name) {
+    size_t i;
+    for (i = 0; i < sizeof commands / sizeof commands[0]; i++) if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static const flag_spec *find_flag(const command_spec *c, const char *name) {
+    int i;
+    for (i = 0; i < c->n_flags; i++) if (strcmp(c->flags[i].name, name) == 0) return &c->flags[i];
+    return NULL;
+}
+
+/* was the command's flag --name given? */
+static int given(const opts *o, const char *name) {
+    const flag_spec *f = find_flag(o->cmd, name);
+    return f && o->given[f - o->cmd->flags];
 }
 
 static int train_field_index(const char *key) {
@@ -77,105 +288,233 @@ static int model_field_index(const char *key) {
     for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) if (strcmp(k, key) == 0) return i;
     return -1;
 }
-static int model_field(const char *key) { return model_field_index(key) >= 0; }
 static int model_given(const opts *o, const char *key) { int i = model_field_index(key); return i >= 0 && o->model_given[i]; }
 
-/* --key value for config and train fields, and the tool's own flags.
-   Returns 1, 0 for a bad value (exit 1) or -1 for a usage error (exit 2). */
-static int parse_opts(int argc, char **argv, opts *o) {
-    int i;
-    char err[MHE_ERR_LEN];
-    memset(o, 0, sizeof *o);
-    o->cfg = mhe_config_default();
-    o->tc = mhe_train_config_default();
-    o->seed = 42; o->n_tokens = 200; o->top_k = 40; o->temperature = 0.8f; o->batches = 50; o->map_len = 32;
-    /* the config file first, so flags override it */
-    for (i = 2; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--config") == 0) {
-            char *text;
-            size_t len;
-            if (!read_text(argv[i + 1], &text, &len)) return 0;
-            if (mhe_config_parse(&o->cfg, text, len, err) != MHE_OK) {
-                fprintf(stderr, "mhe: %s: %s\n", argv[i + 1], err);
-                free(text);
-                return 0;
-            }
-            free(text);
-            o->cfg_given = 1;
-        }
-    for (i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        const char *key = a + 2;
-        if (strncmp(a, "--", 2) != 0) { fprintf(stderr, "mhe: unexpected argument '%s'\n", a); return -1; }
-        if (strcmp(a, "--quiet") == 0) { o->quiet = 1; continue; }
-        if (strcmp(a, "--skip") == 0) { o->skip = 1; continue; }
-        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return -1; }
-        i++;
-        if (strcmp(key, "config") == 0) continue;
-        else if (strcmp(key, "model") == 0) o->model = v;
-        else if (strcmp(key, "out") == 0) o->out = v;
-        else if (strcmp(key, "data") == 0) o->data = v;
-        else if (strcmp(key, "valid") == 0) o->valid = v;
-        else if (strcmp(key, "tokens") == 0) o->tokens = v;
-        else if (strcmp(key, "resume") == 0) o->resume = v;
-        else if (strcmp(key, "prompt") == 0) o->prompt = v;
-        else if (strcmp(key, "source") == 0) o->source = v;
-        else if (strcmp(key, "indicators") == 0) o->indicators = v;
-        else if (strcmp(key, "dump-batches") == 0) o->dump_batches = v;
-        else if (strcmp(key, "stride") == 0) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (end == v || *end || x < 1 || x > (1 << 24)) { fprintf(stderr, "mhe: --stride takes a whole number >= 1, not '%s'\n", v); return -1; }
-            o->stride = (int)x;
-        }
-        else if (strcmp(key, "map-len") == 0) o->map_len = atoi(v);
-        else if (strcmp(key, "task") == 0) {
-            if (strcmp(v, "lm") != 0 && strcmp(v, "cls") != 0 && strcmp(v, "sr") != 0) { fprintf(stderr, "mhe: --task is lm, cls or sr, not '%s'\n", v); return -1; }
-            o->task = v;
-        }
-        else if (strcmp(key, "threads") == 0) o->threads = atoi(v);
-        else if (strcmp(key, "device") == 0) {
-            if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0) { fprintf(stderr, "mhe: --device is cpu or cuda, not '%s'\n", v); return -1; }
-            o->cuda = strcmp(v, "cuda") == 0;
-#ifndef MHE_CUDA
-            if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
-#endif
-        }
-        else if (strcmp(key, "tf32") == 0) {
-            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) { fprintf(stderr, "mhe: --tf32 is 0 or 1, not '%s'\n", v); return -1; }
-            o->tf32 = v[0] == '1';
-        }
-        else if (strcmp(key, "words") == 0) {
-            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) { fprintf(stderr, "mhe: --words is 0 or 1, not '%s'\n", v); return -1; }
-            o->words = v[0] == '1';
-        }
-        else if (strcmp(key, "n") == 0 || strcmp(key, "length") == 0) o->n_tokens = atoi(v);
-        else if (strcmp(key, "top-k") == 0) o->top_k = atoi(v);
-        else if (strcmp(key, "batches") == 0) o->batches = atoi(v);
-        else if (strcmp(key, "temperature") == 0) o->temperature = (float)atof(v);
-        else if (strcmp(key, "seed") == 0 && strcmp(argv[1], "init") == 0) o->seed = strtoull(v, NULL, 10);
-        else if (model_field(key)) {
-            if (mhe_config_set(&o->cfg, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-            o->cfg_given = 1;
-            o->model_given[model_field_index(key)] = 1;
-        } else if (train_field_index(key) >= 0) {
-            if (mhe_train_config_set(&o->tc, key, v, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-            o->tc_given[train_field_index(key)] = 1;
-        } else { fprintf(stderr, "mhe: unknown option %s (see --help)\n", a); return -1; }
+/* does command c use the train field `key`? */
+static int takes_train_field(const command_spec *c, const char *key) {
+    const char *p = c->train_fields;
+    size_t n = strlen(key);
+    if (!p) return 0;
+    if (strcmp(p, "*") == 0) return 1;
+    for (; (p = strstr(p, key)) != NULL; p += n)
+        if ((p == c->train_fields || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return 1;
+    return 0;
+}
+
+static void print_help(const command_spec *c) {
+    mhe_config mc = mhe_config_default();
+    mhe_train_config t = mhe_train_config_default();
+    const char *k;
+    char v[512], item[96];
+    int i, col = printf("usage: mhe %s", c->name);
+    for (i = 0; i <= c->n_flags + 2; i++) {
+        const flag_spec *f = i < c->n_flags ? &c->flags[i] : NULL;
+        if (f) snprintf(item, sizeof item, "%s--%s%s%s%s", f->required ? "" : "[", f->name, f->arg ? " " : "", f->arg ? f->arg : "", f->required ? "" : "]");
+        else if (i == c->n_flags && c->model_fields) snprintf(item, sizeof item, "[--MODEL_FIELD VALUE ...]");
+        else if (i == c->n_flags + 1 && c->train_fields) snprintf(item, sizeof item, "[--TRAIN_FIELD VALUE ...]");
+        else if (i == c->n_flags + 2 && c->positional) snprintf(item, sizeof item, "%s", c->positional);
+        else continue;
+        if (col + 1 + (int)strlen(item) > 96) col = printf("\n%*s", (int)strlen(c->name) + 11, "") - 1;
+        col += printf(" %s", item);
     }
-    if (o->threads < 0 || o->n_tokens < 0) { fprintf(stderr, "mhe: --threads and --n must be >= 0\n"); return 0; }
-    set_threads(o->threads);
+    printf("\n%s", c->about);
+    printf("Flags:\n");
+    for (i = 0; i < c->n_flags; i++) {
+        const flag_spec *f = &c->flags[i];
+        snprintf(item, sizeof item, "--%s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
+        printf("  %-28s %s", item, f->help);
+        if (f->type == F_INT) printf(" (an integer in [%.0f, %.0f])", f->lo, f->hi);
+        if (f->type == F_FLOAT) printf(" (a number in [%g, %g])", f->lo, f->hi);
+        if (f->type == F_U64) printf(" (an unsigned 64-bit integer)");
+        printf("%s\n", f->required ? " (required)" : "");
+    }
+    if (c->train_fields) {
+        printf("Train fields%s:\n", strcmp(c->train_fields, "*") ? " it uses" : "");
+        for (i = 0; mhe_train_config_field(&t, i, &k, v, sizeof v); i++)
+            if (takes_train_field(c, k)) printf("    --%-16s (default %s)\n", k, v);
+    }
+    if (c->model_fields == 2) printf("Model fields (a new model only; refused with --model or --resume): see `mhe init --help`.\n");
+    if (c->model_fields == 1) {
+        printf("Model fields:\n");
+        for (i = 0; mhe_config_field(&mc, i, &k, v, sizeof v); i++) printf("    --%-16s (default %s)\n", k, v);
+    }
+}
+
+/* the config file first, then the field flags in their order, so flags override the file */
+typedef struct { const char *key, *value; int model; } field_arg;
+
+static int apply_fields(opts *o, const field_arg *fa, int n) {
+    char err[MHE_ERR_LEN];
+    int i;
+    if (o->config_path) {
+        char *text;
+        size_t len;
+        if (!read_text(o->config_path, &text, &len)) return 0;
+        if (mhe_config_parse(&o->cfg, text, len, err) != MHE_OK) {
+            fprintf(stderr, "mhe: %s: %s\n", o->config_path, err);
+            free(text);
+            return 0;
+        }
+        free(text);
+        o->cfg_given = 1;
+    }
+    for (i = 0; i < n; i++) {
+        mhe_status s = fa[i].model ? mhe_config_set(&o->cfg, fa[i].key, fa[i].value, err) : mhe_train_config_set(&o->tc, fa[i].key, fa[i].value, err);
+        if (s != MHE_OK) { fprintf(stderr, "mhe: --%s: %s\n", fa[i].key, err); return 0; }
+        if (fa[i].model) o->cfg_given = 1;
+    }
     return 1;
 }
 
-static void print_fields(FILE *f, int model) {
-    mhe_config c = mhe_config_default();
-    mhe_train_config t = mhe_train_config_default();
-    const char *k;
-    char v[512];
+/* one flag of the command's table: 1, 0 for a bad value (exit 1) or -1 for a usage error (exit 2) */
+static int set_flag(opts *o, const flag_spec *f, const char *flag, const char *v) {
+    char *p = (char *)o + f->off;
+    long x;
+    double d;
+    int r;
+    switch (f->type) {
+    case F_STR: *(const char **)(void *)p = v; return 1;
+    case F_CHOICE: {
+        const char *c = f->choices;
+        size_t n = strlen(v);
+        while (c) {
+            const char *bar = strchr(c, '|');
+            size_t len = bar ? (size_t)(bar - c) : strlen(c);
+            if (n == len && n && strncmp(c, v, n) == 0) { *(const char **)(void *)p = v; return 1; }
+            c = bar ? bar + 1 : NULL;
+        }
+        fprintf(stderr, "mhe: %s is %s, not '%s'\n", flag, f->choices, v);
+        return -1;
+    }
+    case F_INT:
+        r = arg_int_in(flag, v, (long)f->lo, (long)f->hi, &x);
+        if (r == 1) *(long *)(void *)p = x;
+        return r == 1 ? 1 : r == 0 ? -1 : 0;
+    case F_U64:
+        r = arg_u64(flag, v, (unsigned long long *)(void *)p);
+        return r == 1 ? 1 : r == 0 ? -1 : 0;
+    case F_FLOAT:
+        r = arg_double_in(flag, v, f->lo, f->hi, &d);
+        if (r == 1) *(double *)(void *)p = d;
+        return r == 1 ? 1 : r == 0 ? -1 : 0;
+    }
+    return -1;
+}
+
+/* the flags of command c. Returns 1, 0 for a bad value (exit 1) or -1 for a usage error (exit 2) */
+static int parse_opts(const command_spec *c, int argc, char **argv, opts *o) {
+    field_arg *fa;
+    int i, n_fa = 0, r = 1;
+    memset(o, 0, sizeof *o);
+    o->cfg = mhe_config_default();
+    o->tc = mhe_train_config_default();
+    o->cmd = c;
+    o->seed = 42; o->n_tokens = 200; o->top_k = 40; o->temperature = 0.8; o->batches = 50; o->map_len = 32;
+    if (!(fa = (field_arg *)malloc((size_t)argc * sizeof *fa))) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
+    for (i = 2; i < argc && r == 1; i++) {
+        const char *a = argv[i], *key = a + 2, *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const flag_spec *f;
+        int mi, ti;
+        if (strncmp(a, "--", 2) != 0 || !a[2]) {
+            if (c->positional && o->n_args < (int)(sizeof o->args / sizeof o->args[0])) { o->args[o->n_args++] = a; continue; }
+            fprintf(stderr, "mhe: %s: unexpected argument '%s' (see mhe %s --help)\n", c->name, a, c->name);
+            r = -1;
+            break;
+        }
+        if ((f = find_flag(c, key)) != NULL) {
+            int at = (int)(f - c->flags);
+            if (o->given[at]) { fprintf(stderr, "mhe: %s given twice\n", a); r = -1; break; }
+            o->given[at] = 1;
+            if (f->type == F_SWITCH) { *(int *)(void *)((char *)o + f->off) = 1; continue; }
+            if (!v) { fprintf(stderr, "mhe: %s needs a value (%s)\n", a, f->arg); r = -1; break; }
+            i++;
+            r = set_flag(o, f, a, v);
+            continue;
+        }
+        mi = model_field_index(key);
+        ti = train_field_index(key);
+        if ((mi >= 0 && c->model_fields) || (ti >= 0 && takes_train_field(c, key))) {
+            if (mi >= 0 ? o->model_given[mi] : o->tc_given[ti]) { fprintf(stderr, "mhe: %s given twice\n", a); r = -1; break; }
+            if (!v) { fprintf(stderr, "mhe: %s needs a value\n", a); r = -1; break; }
+            i++;
+            if (mi >= 0) o->model_given[mi] = 1; else o->tc_given[ti] = 1;
+            fa[n_fa].key = key; fa[n_fa].value = v; fa[n_fa].model = mi >= 0; n_fa++;
+            continue;
+        }
+        if (mi >= 0) fprintf(stderr, "mhe: %s is a model field: mhe %s takes the model from --model and does not change it\n", a, c->name);
+        else if (ti >= 0) fprintf(stderr, "mhe: %s is a train field that mhe %s does not use (see mhe %s --help)\n", a, c->name, c->name);
+        else {
+            size_t k;
+            for (k = 0; k < sizeof commands / sizeof commands[0] && !find_flag(&commands[k], key); k++) {}
+            if (k < sizeof commands / sizeof commands[0]) fprintf(stderr, "mhe: %s is not a flag of mhe %s (see mhe %s --help)\n", a, c->name, c->name);
+            else fprintf(stderr, "mhe: unknown option %s (see mhe %s --help)\n", a, c->name);
+        }
+        r = -1;
+    }
+    for (i = 0; i < c->n_flags && r == 1; i++)
+        if (c->flags[i].required && !o->given[i]) { fprintf(stderr, "mhe: %s: --%s %s is required\n", c->name, c->flags[i].name, c->flags[i].arg); r = 0; }
+    if (r == 1 && !apply_fields(o, fa, n_fa)) r = 0;
+    free(fa);
+    if (r != 1) return r;
+    o->words = o->words_s && o->words_s[0] == '1';
+    o->tf32 = o->tf32_s && o->tf32_s[0] == '1';
+    o->cuda = o->device && strcmp(o->device, "cuda") == 0;
+#ifndef MHE_CUDA
+    if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
+#endif
+    set_threads((int)o->threads);
+    return 1;
+}
+
+/* --help, or the parsed flags of the command: 1 to go on, else *rc is the exit status */
+static int command_opts(const char *name, int argc, char **argv, opts *o, int *rc) {
+    const command_spec *c = find_command(name);
+    int r;
+    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) { print_help(c); *rc = 0; return 0; }
+    r = parse_opts(c, argc, argv, o);
+    *rc = r < 0 ? 2 : 1;
+    return r == 1;
+}
+
+/* ---- output paths ---------------------------------------------------------- */
+
+/* do a and b name the same file? (device and inode where both exist) */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (strcmp(a, b) == 0) return 1;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* an output of the command, checked before any work: none of its inputs
+   (train may write over its --resume file: that is how a run continues),
+   and usable under mhe.h's output policy (a regular file or absent, a
+   temporary file can be created beside it) */
+static int check_output(const opts *o, const char *out, int resume_ok) {
+    const char *in[] = { o->config_path, o->model, o->data, o->valid, o->tokens, o->resume };
+    static const char *flag[] = { "--config", "--model", "--data", "--valid", "--tokens", "--resume" };
+    char err[MHE_ERR_LEN];
     int i;
-    if (model) for (i = 0; mhe_config_field(&c, i, &k, v, sizeof v); i++) fprintf(f, "    --%-16s (default %s)\n", k, v);
-    else for (i = 0; mhe_train_config_field(&t, i, &k, v, sizeof v); i++) fprintf(f, "    --%-16s (default %s)\n", k, v);
+    for (i = 0; i < 6; i++)
+        if (in[i] && !(i == 5 && resume_ok) && same_file(out, in[i])) {
+            fprintf(stderr, "mhe: the output %s is the input %s %s: refused\n", out, flag[i], in[i]);
+            return 0;
+        }
+    if (mhe_out_check(out, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    return 1;
+}
+
+static int out_open(mhe_out *w, const char *path) {
+    char err[MHE_ERR_LEN];
+    if (mhe_out_open(w, path, err) == MHE_OK) return 1;
+    fprintf(stderr, "mhe: %s\n", err);
+    return 0;
+}
+
+static int out_commit(mhe_out *w) {
+    char err[MHE_ERR_LEN];
+    if (mhe_out_commit(w, err) == MHE_OK) return 1;
+    fprintf(stderr, "mhe: %s\n", err);
+    return 0;
 }
 
 /* bytes of a text file as tokens; rejects empty and binary files */
@@ -186,11 +525,18 @@ static int load_corpus(const char *path, int **tokens, size_t *n) {
     return 1;
 }
 
+/* a model file, refused when a weight is NaN or infinite: every command
+   computes with the weights or passes them on */
 static int load_model(const char *path, mhe_model *m) {
     mhe_status s;
     if (!path) { fprintf(stderr, "mhe: no model given (--model FILE)\n"); return 0; }
     s = mhe_model_load(m, path, NULL);
     if (s != MHE_OK) { fprintf(stderr, "mhe: %s (%s)\n", m->err, mhe_status_str(s)); return 0; }
+    if (mhe_model_check_finite(m) != MHE_OK) {
+        fprintf(stderr, "mhe: %s: %s: refused\n", path, m->err);
+        mhe_model_free(m);
+        return 0;
+    }
     return 1;
 }
 
@@ -269,17 +615,8 @@ static int cmd_init(int argc, char **argv) {
     opts o;
     mhe_model m;
     mhe_status s;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe init [--config CFG] [--KEY VALUE ...] [--seed S] [--words 1] [--data TEXT] --out MODEL.safetensors\n"
-               "Creates a model with freshly initialised weights. CFG holds key=value lines;\n"
-               "flags override it. A word model takes its word state from the words of --data:\n"
-               "embedding=vocab with --words 1 its vocabulary (the vocab_size - 4 most frequent\n"
-               "words), hash=lsh with lsh_features=table its n-gram table. Model fields:\n");
-        print_fields(stdout, 1);
-        return 0;
-    }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
-    if (!o.out) return die("init: --out FILE is required%s%s", "", "");
+    int rc;
+    if (!command_opts("init", argc, argv, &o, &rc) || !check_output(&o, o.out, 0)) return rc;
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
     if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
@@ -322,6 +659,13 @@ static int resume_settings(opts *o) {
     int i;
     if (mhe_read_file(o->resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+        if (!mhe_st_meta(&st, "step")) {
+            fprintf(stderr, "mhe: --resume %s: a weights-only file (no optimizer state, step or RNG); to train these weights further, "
+                            "give --model %s\n", o->resume, o->resume);
+            mhe_st_free(&st);
+            free(buf);
+            return 0;
+        }
         for (i = 0; mhe_train_config_field(&tc, i, &k, v, sizeof v); i++) {
             char key[64];
             const char *val;
@@ -348,6 +692,14 @@ static int new_model(const opts *o, mhe_model *m) {
     return 0;
 }
 
+/* a resumed run that already reached --steps would save its state unchanged and print a zero loss */
+static int steps_left(const opts *o, const mhe_trainer *t) {
+    if (!o->resume || t->step < o->tc.steps) return 1;
+    fprintf(stderr, "mhe: --resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)\n", o->resume, t->step,
+            o->tc.steps, t->step);
+    return 0;
+}
+
 /* a trainer for m; --resume restores its AdamW moments, RNG and step */
 static int start_trainer(mhe_trainer *t, mhe_model *m, const opts *o) {
     if (mhe_trainer_init(t, m, &o->tc) != MHE_OK) { fprintf(stderr, "mhe: %s\n", t->err); return 0; }
@@ -356,6 +708,7 @@ static int start_trainer(mhe_trainer *t, mhe_model *m, const opts *o) {
         mhe_trainer_free(t);
         return 0;
     }
+    if (!steps_left(o, t)) { mhe_trainer_free(t); return 0; }
     return 1;
 }
 
@@ -387,8 +740,7 @@ struct train_run {
     void *data;               /* the task's own: lm_data, cls_data or sr_data */
     int has_valid, tty, first_step;
     double t0;
-    FILE *dump;               /* --dump-batches: the temporary file being written */
-    char dump_tmp[4096];
+    mhe_out dump;             /* --dump-batches: the file being written (dump.f NULL: none) */
 };
 
 /* logs and validations come every N steps and at the last */
@@ -450,21 +802,20 @@ static uint64_t fnv1a64_tokens(const int *d, size_t n) {
     return h;
 }
 
-static int put_i32s(FILE *f, const int *v, size_t n) {
+static void put_i32s(mhe_out *w, const int *v, size_t n) {
     unsigned char b[4];
     size_t i;
     for (i = 0; i < n; i++) {
         uint32_t x = (uint32_t)v[i];
         b[0] = (unsigned char)x; b[1] = (unsigned char)(x >> 8); b[2] = (unsigned char)(x >> 16); b[3] = (unsigned char)(x >> 24);
-        if (fwrite(b, 1, 4, f) != 4) return 0;
+        mhe_out_write(w, b, 4);
     }
-    return 1;
 }
 
-static int put_f32(FILE *f, float v) {
+static void put_f32(mhe_out *w, float v) {
     int x;
     memcpy(&x, &v, 4);
-    return put_i32s(f, &x, 1);
+    put_i32s(w, &x, 1);
 }
 
 static int dump_src_len(const train_run *r) {
@@ -473,10 +824,8 @@ static int dump_src_len(const train_run *r) {
 }
 
 static void dump_abandon(train_run *r) {
-    if (!r->dump) return;
-    fclose(r->dump);
-    r->dump = NULL;
-    remove(r->dump_tmp);
+    if (r->dump.f) mhe_out_discard(&r->dump);
+    r->dump.f = NULL;
 }
 
 static int dump_open(train_run *r, const int *corpus, size_t n) {
@@ -485,49 +834,45 @@ static int dump_open(train_run *r, const int *corpus, size_t n) {
     const char *key;
     char val[512];
     int i;
+    FILE *f;
     if (!o->dump_batches) return 1;
     if (c->embedding != MHE_EMB_VOCAB) {
         fprintf(stderr, "mhe: --dump-batches: a hash-embedding model's batches need its word features; only vocabulary models are dumped\n");
         return 0;
     }
-    snprintf(r->dump_tmp, sizeof r->dump_tmp, "%s.%ld.tmp", o->dump_batches, (long)getpid());
-    if (!(r->dump = fopen(r->dump_tmp, "wb"))) { fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno)); return 0; }
-    fprintf(r->dump, "mhe-batches 1\nbatch %d\nseq_len %d\nsrc_len %d\nsteps %d\nfirst_step %d\n", o->tc.batch, o->tc.seq_len,
+    if (!out_open(&r->dump, o->dump_batches)) return 0;
+    f = r->dump.f;
+    fprintf(f, "mhe-batches 1\nbatch %d\nseq_len %d\nsrc_len %d\nsteps %d\nfirst_step %d\n", o->tc.batch, o->tc.seq_len,
             dump_src_len(r), o->tc.steps - r->t->step, r->t->step);
-    fprintf(r->dump, "corpus_tokens %zu\ncorpus_fnv1a64 %016llx\n", n, (unsigned long long)fnv1a64_tokens(corpus, n));
+    fprintf(f, "corpus_tokens %zu\ncorpus_fnv1a64 %016llx\n", n, (unsigned long long)fnv1a64_tokens(corpus, n));
     for (i = 0; mhe_config_field(c, i, &key, val, sizeof val); i++) {
         if (strchr(val, '\n')) { fprintf(stderr, "mhe: --dump-batches: model field %s holds a newline\n", key); dump_abandon(r); return 0; }
-        fprintf(r->dump, "model.%s=%s\n", key, val);
+        fprintf(f, "model.%s=%s\n", key, val);
     }
-    for (i = 0; mhe_train_config_field(&o->tc, i, &key, val, sizeof val); i++) fprintf(r->dump, "train.%s=%s\n", key, val);
-    fprintf(r->dump, "end\n");
+    for (i = 0; mhe_train_config_field(&o->tc, i, &key, val, sizeof val); i++) fprintf(f, "train.%s=%s\n", key, val);
+    fprintf(f, "end\n");
     return 1;
 }
 
-static int dump_step(train_run *r) {
+/* one step's record; a failed write shows at the commit (ferror), which names the reason */
+static void dump_step(train_run *r) {
     const mhe_trainer *t = r->t;
     size_t BT = (size_t)r->o->tc.batch * r->o->tc.seq_len, BTs = (size_t)r->o->tc.batch * dump_src_len(r);
     int step = t->step - 1;
-    if (!r->dump) return 1;
-    if (put_i32s(r->dump, &step, 1) && put_f32(r->dump, t->last_loss) && put_f32(r->dump, t->last_lr) &&
-        put_f32(r->dump, t->last_grad_norm) && put_i32s(r->dump, t->batch_tokens, BT) &&
-        put_i32s(r->dump, t->batch_targets, BT) && put_i32s(r->dump, t->batch_src, BTs))
-        return 1;
-    fprintf(stderr, "\nmhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno));
-    dump_abandon(r);
-    return 0;
+    if (!r->dump.f) return;
+    put_i32s(&r->dump, &step, 1);
+    put_f32(&r->dump, t->last_loss);
+    put_f32(&r->dump, t->last_lr);
+    put_f32(&r->dump, t->last_grad_norm);
+    put_i32s(&r->dump, t->batch_tokens, BT);
+    put_i32s(&r->dump, t->batch_targets, BT);
+    put_i32s(&r->dump, t->batch_src, BTs);
 }
 
 static int dump_close(train_run *r) {
-    FILE *f = r->dump;
-    if (!f) return 1;
-    r->dump = NULL;
-    if (fflush(f) != 0 || ferror(f)) { fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->dump_tmp, strerror(errno)); fclose(f); remove(r->dump_tmp); return 0; }
-    if (fclose(f) != 0 || rename(r->dump_tmp, r->o->dump_batches) != 0) {
-        fprintf(stderr, "mhe: --dump-batches: cannot write %s: %s\n", r->o->dump_batches, strerror(errno));
-        remove(r->dump_tmp);
-        return 0;
-    }
+    if (!r->dump.f) return 1;
+    if (!out_commit(&r->dump)) { r->dump.f = NULL; return 0; }
+    r->dump.f = NULL;
     if (!r->o->quiet) printf("wrote %s (the batches of %d steps)\n", r->o->dump_batches, r->o->tc.steps - r->first_step);
     return 1;
 }
@@ -540,7 +885,7 @@ static int train_steps(train_run *r) {
     while (r->t->step < tc->steps) {
         mhe_status s = r->task->step(r);
         if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); return 0; }
-        if (!dump_step(r)) return 0;
+        dump_step(r);
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
         if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) return 0;
         if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) return 0;
@@ -578,8 +923,9 @@ static int start_device(train_run *r) {
         mhe_cuda_model_free(&r->dev);
         return 0;
     }
-    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
-        fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
+    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || !steps_left(r->o, &r->gpu.host) ||
+                         mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
+        if (r->gpu.host.step < r->o->tc.steps) fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
         mhe_cuda_trainer_free(&r->gpu);
         mhe_cuda_model_free(&r->dev);
         return 0;
@@ -885,40 +1231,33 @@ static int train_sr(opts *o) {
 
 static int cmd_train(int argc, char **argv) {
     opts o;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe train --data TRAIN.txt [--valid VALID.txt] --out CKPT.safetensors\n"
-               "                 [--model M.safetensors | --config CFG | --KEY VALUE ...]\n"
-               "                 [--resume CKPT.safetensors] [--task lm|cls|sr] [--words 1] [--threads N]\n"
-               "                 [--device cpu|cuda [--tf32 1]] [--dump-batches FILE] [train flags]\n"
-               "Trains a model. --task lm (default): a decoder learns the next byte, an\n"
-               "encoder masked bytes (mlm_prob), an encoder-decoder (arch=encdec) continues a text:\n"
-               "its encoder reads src_len bytes, its decoder predicts the seq_len bytes after them.\n"
-               "--task cls: an encoder's classification head learns labelled texts, one\n"
-               "`label<TAB>text` line each (integer labels; n_classes defaults to the largest + 1);\n"
-               "validation prints loss, accuracy, macro-F1 and MCC. Texts are bytes, or words for a\n"
-               "word model (embedding=hash-*, a loaded word model, or --words 1 for a word vocabulary);\n"
-               "--model with a model without a head fine-tunes it: a new head, its weights kept.\n"
-               "--task sr: Shuffle+Random pre-training of a word model on the words of a text (a new\n"
-               "model is an encoder with token_head=sr unless --arch/--token_head say otherwise):\n"
-               "per token, original / shuffled / replaced by a random word (sr_prob each).\n"
-               "A new model comes from --model (weights) or from\n"
-               "--config/model flags; --resume continues a checkpoint written by this command\n"
-               "exactly where it stopped (weights, AdamW moments, RNG, step; the train settings\n"
-               "saved in it are used unless a flag overrides them). Progress: step, loss,\n"
-               "tokens/s, learning rate and time left; validation loss and perplexity every\n"
-               "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
-               "every save_every steps and at the end. --device cuda (build/cuda/mhe, built by make\n"
-               "cuda) trains --task lm on the GPU: the same batches, schedule and checkpoint; --tf32 1\n"
-               "runs its GEMMs on TF32 tensor cores. --dump-batches FILE (--task lm) records every batch\n"
-               "drawn with mhe's loss, lr and gradient norm per step, for a lockstep replay by the PyTorch\n"
-               "twin (tools/mhe_torch.py replay). Train fields:\n");
-        print_fields(stdout, 0);
-        printf("Model fields (for a new model): see `mhe init --help`.\n");
-        return 0;
+    int rc, i;
+    if (!command_opts("train", argc, argv, &o, &rc)) return rc;
+    /* a loaded model keeps its config: a model flag would be silently ignored */
+    if (o.model || o.resume) {
+        const char *k;
+        char v[512];
+        for (i = 0; mhe_config_field(&o.cfg, i, &k, v, sizeof v); i++)
+            if (o.model_given[i] || o.config_path) {
+                if (o.config_path) fprintf(stderr, "mhe: --config sets a new model's fields, ");
+                else fprintf(stderr, "mhe: --%s sets a new model's field, ", k);
+                fprintf(stderr, "but %s %s brings its own config: refused\n", o.resume ? "--resume" : "--model", o.resume ? o.resume : o.model);
+                return 2;
+            }
     }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
-    if (!o.out) return die("train: --out FILE is required%s%s", "", "");
-    if (o.dump_batches && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --dump-batches records --task lm batches only\n"); return 2; }
+    if ((o.model || o.resume) && o.words_s) {   /* a loaded model already takes words or bytes */
+        fprintf(stderr, "mhe: --words chooses a new model's tokens, but %s %s brings its own: refused\n", o.resume ? "--resume" : "--model",
+                o.resume ? o.resume : o.model);
+        return 2;
+    }
+    if (o.resume && o.model) { fprintf(stderr, "mhe: give --model or --resume, not both\n"); return 2; }
+    /* before the data is read and the first step taken */
+    if (!check_output(&o, o.out, 1)) return 1;
+    if (o.dump_batches) {
+        if (o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --dump-batches records --task lm batches only\n"); return 2; }
+        if (same_file(o.dump_batches, o.out)) { fprintf(stderr, "mhe: --dump-batches %s is the --out file: refused\n", o.dump_batches); return 2; }
+        if (!check_output(&o, o.dump_batches, 0)) return 1;
+    }
     if (o.task && strcmp(o.task, "cls") == 0) return train_cls(&o);
     if (o.task && strcmp(o.task, "sr") == 0) return train_sr(&o);
     return train_lm(&o);
@@ -931,9 +1270,10 @@ static int write_indicators(const opts *o, mhe_model *m, const int *data, size_t
     mhe_indicators ind;
     const mhe_indicators *one = &ind;
     const char *label = o->model;
-    char path[4096];
-    FILE *f;
-    int i, len = o->map_len < 1 ? 1 : o->map_len > o->tc.seq_len ? o->tc.seq_len : o->map_len, *tok;
+    static const char *suffix[3] = { ".csv", ".svg", "_maps.svg" };
+    char path[3][MHE_PATH_LEN];
+    mhe_out w[3];
+    int i, k, ok = 1, n_open = 0, len = o->map_len > o->tc.seq_len ? o->tc.seq_len : (int)o->map_len, *tok;
     if (m->cfg.arch == MHE_ARCH_ENCDEC) { fprintf(stderr, "mhe: --indicators: decoder and encoder models only\n"); return 1; }
     if (mhe_indicators_eval(m, data, n, o->tc.batch, o->tc.seq_len, o->batches, &ind) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 1; }
     printf("indicators over %lld sequences of %d bytes (reference path; layer means over heads):\n", (long long)ind.sequences, o->tc.seq_len);
@@ -941,7 +1281,6 @@ static int write_indicators(const opts *o, mhe_model *m, const int *data, size_t
     for (i = 0; i < MHE_IND_COUNT; i++) printf(" %12s", mhe_ind_name(i));
     printf("\n");
     for (i = 0; i < ind.n_layers; i++) {
-        int k;
         printf("  %5d %-12s", i, mhe_attn_kind_name(ind.kind[i]));
         for (k = 0; k < MHE_IND_COUNT; k++) {
             if (ind.has_map[i]) printf(" %12.4f", mhe_indicator(&ind, i, -1, k));
@@ -949,29 +1288,31 @@ static int write_indicators(const opts *o, mhe_model *m, const int *data, size_t
         }
         printf("\n");
     }
-    snprintf(path, sizeof path, "%s.csv", o->indicators);
-    if (!(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); mhe_indicators_free(&ind); return 1; }
-    pl_ind_csv(f, &ind, label, 1);
-    fclose(f);
-    printf("wrote %s\n", path);
-    snprintf(path, sizeof path, "%s.svg", o->indicators);
-    if (!(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); mhe_indicators_free(&ind); return 1; }
-    pl_ind_svg(f, &one, &label, 1, "Attention-pattern indicators per layer (mean over heads)");
-    fclose(f);
-    printf("wrote %s\n", path);
-    mhe_indicators_free(&ind);
-    if (n < (size_t)len) len = (int)n;
-    tok = (int *)malloc((size_t)len * sizeof(int));
-    snprintf(path, sizeof path, "%s_maps.svg", o->indicators);
-    if (!tok || !(f = fopen(path, "w"))) { fprintf(stderr, "mhe: cannot write %s\n", path); free(tok); return 1; }
+    /* three files, each atomic; written in full before any replaces its old version */
+    tok = (int *)malloc((size_t)(n < (size_t)len ? (len = (int)n) : len) * sizeof(int));
+    if (!tok) { fprintf(stderr, "mhe: out of memory\n"); mhe_indicators_free(&ind); return 1; }
     for (i = 0; i < len; i++) tok[i] = data[i];
-    if (!pl_heatmap_svg(f, m, tok, len, "Attention maps of the first bytes (rows: queries, columns: keys)")) {
-        fprintf(stderr, "mhe: heat-maps: %s\n", m->err); fclose(f); free(tok); return 1;
+    for (k = 0; k < 3 && ok; k++) {
+        if (snprintf(path[k], sizeof path[k], "%s%s", o->indicators, suffix[k]) >= (int)sizeof path[k]) {
+            fprintf(stderr, "mhe: --indicators %s: path too long\n", o->indicators);
+            ok = 0;
+        } else if ((ok = out_open(&w[k], path[k])) != 0) n_open++;
     }
-    fclose(f);
+    if (ok) {
+        pl_ind_csv(w[0].f, &ind, label, 1);
+        pl_ind_svg(w[1].f, &one, &label, 1, "Attention-pattern indicators per layer (mean over heads)");
+        if (!pl_heatmap_svg(w[2].f, m, tok, len, "Attention maps of the first bytes (rows: queries, columns: keys)")) {
+            fprintf(stderr, "mhe: heat-maps: %s\n", m->err);
+            ok = 0;
+        }
+    }
+    for (i = 0; i < n_open; i++) {
+        if (ok && (ok = out_commit(&w[i])) != 0) printf("wrote %s\n", path[i]);
+        else mhe_out_discard(&w[i]);
+    }
     free(tok);
-    printf("wrote %s\n", path);
-    return 0;
+    mhe_indicators_free(&ind);
+    return ok ? 0 : 1;
 }
 
 static int cmd_eval(int argc, char **argv) {
@@ -980,27 +1321,14 @@ static int cmd_eval(int argc, char **argv) {
     int *data;
     size_t n;
     float loss;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe eval --model M.safetensors --data TEXT [--seq_len T] [--src_len S] [--batch B] [--batches N]\n"
-               "                [--stride S] [--task lm|cls] [--skip] [--indicators PREFIX [--map-len N]] [--threads N]\n"
-               "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
-               "consecutive windows of the text (N <= 0: all of it), shaped as `mhe train` shapes them.\n"
-               "--stride S (a decoder LM): strided perplexity (MHE paper sec. 4.5) over all of the text:\n"
-               "windows of seq_len bytes S apart, each scoring only its bytes past the previous window,\n"
-               "so every byte after the first is scored once with >= seq_len - S bytes of context.\n"
-               "--task cls: loss, accuracy, macro-F1 and MCC of the classification head on every\n"
-               "`label<TAB>text` line of TEXT (cut to seq_len bytes, or words for a word model).\n"
-               "--task sr: Shuffle+Random loss, accuracy, macro-F1 and MCC of a word model's S+R head\n"
-               "on consecutive windows of the words of TEXT, corrupted with sr_prob under a fixed seed.\n"
-               "--skip: the self-attention sublayers of the layers that are not mha become the identity\n"
-               "(a hybrid evaluated \"with skip\", thesis Table 4.1).\n"
-               "--indicators PREFIX: the attention-pattern indicators (thesis sec. 4.4.4: Entropy, Conc,\n"
-               "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
-               "probabilities of the reference path; writes PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
-               "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes, default 32).\n");
-        return 0;
+    int status, k;
+    if (!command_opts("eval", argc, argv, &o, &status)) return status;
+    for (k = 0; o.indicators && k < 3; k++) {   /* the files write_indicators writes, before any work */
+        static const char *suffix[3] = { ".csv", ".svg", "_maps.svg" };
+        char path[MHE_PATH_LEN + 16];
+        snprintf(path, sizeof path, "%s%s", o.indicators, suffix[k]);
+        if (!check_output(&o, path, 0)) return 1;
     }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
     if (!load_model(o.model, &m)) return 1;
     if (o.skip) {   /* hybrids "with skip": every layer whose kind is not mha loses its attention */
         int l, E = m.cfg.arch == MHE_ARCH_ENCDEC ? m.cfg.enc_layers : 0;
@@ -1051,11 +1379,11 @@ static int cmd_eval(int argc, char **argv) {
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
     if (o.stride) {
         int64_t scored = 0;
-        if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %d is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
-        if (mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, o.stride, &loss, &scored) != MHE_OK) {
+        if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %ld is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
+        if (mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored) != MHE_OK) {
             fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
         }
-        printf("stride %d, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
+        printf("stride %ld, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
     } else if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
     }
@@ -1096,17 +1424,10 @@ static int cmd_generate(int argc, char **argv) {
     mhe_rng r;
     const char *prompt;
     size_t i, plen;
-    int len, tok, rc = 1;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe generate --model M.safetensors [--prompt TEXT] [--source TEXT] [--n TOKENS]\n"
-               "                    [--temperature T] [--top-k K] [--seed S]\n"
-               "Writes the prompt and a continuation sampled with a KV cache (temperature <= 0: greedy;\n"
-               "top-k <= 0: no cut). An encoder-decoder model (arch=encdec) first encodes --source\n"
-               "(required) and its decoder starts from --prompt (default: the last byte of the source).\n"
-               "Prints the KV-cache size on stderr.\n");
-        return 0;
-    }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
+    int len, tok, rc = 1, at, room;
+    long n;
+    if (!command_opts("generate", argc, argv, &o, &rc)) return rc;
+    rc = 1;
     if (!load_model(o.model, &m)) return 1;
     if (m.cfg.arch == MHE_ARCH_ENCODER) { fprintf(stderr, "mhe: generate needs a decoder (this model has arch=encoder)\n"); mhe_model_free(&m); return 1; }
     if (m.cfg.embedding != MHE_EMB_VOCAB || m.cfg.token_head != MHE_HEAD_LM) {
@@ -1122,9 +1443,17 @@ static int cmd_generate(int argc, char **argv) {
     }
     prompt = o.prompt ? o.prompt : m.cfg.arch == MHE_ARCH_ENCDEC ? o.source + strlen(o.source) - 1 : "\n";
     plen = strlen(prompt);
-    len = m.cfg.max_seq_len;
-    if (plen + (size_t)o.n_tokens < (size_t)len) len = (int)(plen + o.n_tokens);
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
+    /* the last new token is sampled, never decoded: N tokens need plen + N - 1 cache positions */
+    room = m.cfg.max_seq_len - (int)plen + 1;
+    n = o.n_tokens;
+    if (!given(&o, "n")) n = n < room ? n : room;   /* the default: what fits */
+    else if (n > room) {
+        fprintf(stderr, "mhe: --n %ld: a prompt of %zu tokens leaves room for %d new tokens (max_seq_len %d)\n", n, plen, room, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
+    len = (int)plen + (n > 0 ? (int)n - 1 : 0);
     if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
     print_cache_layers(&m, &kv, len);
@@ -1142,13 +1471,11 @@ static int cmd_generate(int argc, char **argv) {
     fwrite(prompt, 1, plen, stdout);
     for (i = 0; i < plen; i++)
         if (mhe_decode_step(&m, &kv, (unsigned char)prompt[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
-    while (kv.len < len) {
-        tok = mhe_sample(kv.logits, m.cfg.vocab_size, o.temperature, o.top_k, &r);
+    for (at = 0; at < n; at++) {
+        tok = mhe_sample(kv.logits, m.cfg.vocab_size, (float)o.temperature, (int)o.top_k, &r);
         putchar(tok);
-        if (mhe_decode_step(&m, &kv, tok) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+        if (at + 1 < n && mhe_decode_step(&m, &kv, tok) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
     }
-    tok = mhe_sample(kv.logits, m.cfg.vocab_size, o.temperature, o.top_k, &r);
-    putchar(tok);
     putchar('\n');
     rc = 0;
 done:
@@ -1295,38 +1622,25 @@ out:
 
 /* how each word of the texts embeds under a model: its row, bucket or bits */
 static int cmd_hash(int argc, char **argv) {
+    opts o;
     mhe_model m;
-    const char *path = NULL;
-    int i, rc = 0, T;
+    int i, rc, T;
     unsigned char *bits;
-    if (argc < 3 || strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe hash --model M.safetensors TEXT...\n"
-               "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
-               "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
-               "own hasher (seen in training or not):\n"
-               "  WORD<TAB>id N       embedding=vocab: tok_emb row (1 = <unk>)\n"
-               "  WORD<TAB>bucket N   hash-emb: the bucket (md5: digest mod N; lsh: argmax form)\n"
-               "  WORD<TAB>bits HEX   hash-pool/add/proj: the T bits, packed MSB-first\n");
-        return argc < 3 ? 2 : 0;
-    }
-    for (i = 2; i < argc; i++) {
-        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) { path = argv[++i]; continue; }
-        if (strncmp(argv[i], "--", 2) == 0) { fprintf(stderr, "mhe: unknown option %s (see --help)\n", argv[i]); return 2; }
-    }
-    if (!load_model(path, &m)) return 1;
+    if (!command_opts("hash", argc, argv, &o, &rc)) return rc;
+    rc = 0;
+    if (!load_model(o.model, &m)) return 1;
     if (!word_model(&m)) { fprintf(stderr, "mhe: this model embeds byte tokens, not words\n"); mhe_model_free(&m); return 1; }
     T = m.cfg.hash_bits;
     bits = (unsigned char *)malloc(MHE_BITS_BYTES(T));
     if (!bits) { mhe_model_free(&m); return 1; }
-    for (i = 2; i < argc && rc == 0; i++) {
-        size_t pos = 0, ws, wn, len;
-        if (strcmp(argv[i], "--model") == 0) { i++; continue; }
-        len = strlen(argv[i]);
-        while ((wn = mhe_word_next(argv[i], len, &pos, &ws)) > 0) {
+    for (i = 0; i < o.n_args && rc == 0; i++) {
+        const char *text = o.args[i];
+        size_t pos = 0, ws, wn, len = strlen(text);
+        while ((wn = mhe_word_next(text, len, &pos, &ws)) > 0) {
             int32_t id = 0;
             size_t k;
-            if (mhe_model_hash_word(&m, argv[i] + ws, wn, &id, bits) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); rc = 1; break; }
-            for (k = 0; k < wn; k++) putchar(argv[i][ws + k] >= 'A' && argv[i][ws + k] <= 'Z' ? argv[i][ws + k] + 32 : argv[i][ws + k]);
+            if (mhe_model_hash_word(&m, text + ws, wn, &id, bits) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); rc = 1; break; }
+            for (k = 0; k < wn; k++) putchar(text[ws + k] >= 'A' && text[ws + k] <= 'Z' ? text[ws + k] + 32 : text[ws + k]);
             if (m.cfg.embedding == MHE_EMB_VOCAB) printf("\tid %d\n", (int)id);
             else if (m.cfg.embedding == MHE_EMB_HASH_EMB) printf("\tbucket %d\n", (int)id);
             else {
@@ -1351,24 +1665,8 @@ static int cmd_grad(int argc, char **argv) {
     int rows = 0, width = -1, src_w = -1, cur = 0, cur_bar = -1, B, T, Ts = 0, b, t, rc = 1, encdec, line = 1;
     int *tok = NULL, *tgt, *src, *lens, *slens;
     float loss;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe grad --model M.safetensors --tokens TOKENS.txt --out G.safetensors\n"
-               "Runs one forward and backward pass (no dropout) and writes the loss (tensor `loss`,\n"
-               "shape [1]) and the gradient of every parameter under the parameter's name.\n"
-               "TOKENS.txt: one sequence per line, T+1 whitespace-separated token ids, the same\n"
-               "count on every line; inputs are the first T ids, targets the last T; the lines\n"
-               "form the batch. A target of -1 is ignored by the loss. A `.` in place of an id is\n"
-               "padding (only at the end of a line): those positions are masked out of attention\n"
-               "and of the loss. An encoder-decoder model reads `SOURCE IDS | DECODER IDS`: the\n"
-               "source ids (the same count on every line, padding allowed) go to the encoder.\n"
-               "A word model (embedding=hash-*, or a word vocabulary) reads `LABELS | TEXT`: T targets\n"
-               "of its token head (S+R: 0 original, 1 shuffled, 2 random; -1 ignored; `.` pads the\n"
-               "end) and a text of exactly as many words (the word splitter; the items <pad> <unk>\n"
-               "<s> </s> are special tokens).\n");
-        return 0;
-    }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
-    if (!o.tokens || !o.out) return die("grad: --tokens and --out are required%s%s", "", "");
+    if (!command_opts("grad", argc, argv, &o, &rc) || !check_output(&o, o.out, 0)) return rc;
+    rc = 1;
     if (!load_model(o.model, &m)) return 1;
     encdec = m.cfg.arch == MHE_ARCH_ENCDEC;
     if (!read_text(o.tokens, &text, &len)) { mhe_model_free(&m); return 1; }
@@ -1376,6 +1674,12 @@ static int cmd_grad(int argc, char **argv) {
     if (!p) { free(text); mhe_model_free(&m); return die("grad: out of memory%s%s", "", ""); }
     text = p;
     text[len] = 0;
+    if ((p = (char *)memchr(text, 0, len)) != NULL) {   /* the parser would stop there and run a shorter batch */
+        fprintf(stderr, "mhe: %s: NUL byte at offset %zu: a token file is text\n", o.tokens, (size_t)(p - text));
+        free(text);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (word_model(&m)) {
         rc = grad_words(&o, &m, text);
         free(text);
@@ -1479,57 +1783,65 @@ static int cmd_inspect(int argc, char **argv) {
 /* a checkpoint's weights (no optimizer state) as a .safetensors file, or as a
    C header holding them in an array plus the arena bytes embedded inference
    needs (mhe_inference_memory_needed) */
+/* can NAME, NAME_SIZE and the other macros stand in a C (or C++) file? */
+static int c_identifier(const char *name) {
+    static const char *reserved[] = { "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+        "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short",
+        "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool",
+        "class", "delete", "new", "namespace", "operator", "private", "protected", "public", "template", "this", "throw",
+        "try", "catch", "virtual", "true", "false", "asm", "friend", "mutable", "typename", "using", "explicit", "export" };
+    size_t i;
+    if (!name[0] || strlen(name) > 200) return 0;
+    for (i = 0; name[i]; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') || name[i] == '_' || (i && name[i] >= '0' && name[i] <= '9')))
+            return 0;
+    if (name[0] == '_' && (name[1] == '_' || (name[1] >= 'A' && name[1] <= 'Z'))) return 0;   /* reserved for the implementation */
+    for (i = 0; i < sizeof reserved / sizeof reserved[0]; i++) if (strcmp(name, reserved[i]) == 0) return 0;
+    return 1;
+}
+
 static int cmd_export(int argc, char **argv) {
     opts o;
     mhe_model m;
+    mhe_out f;
     size_t size = 0, w = 0, need = 0, i, n;
     unsigned char *buf;
-    const char *name = "mhe_model", *ext;
-    int max_len, rc = 1, a;
-    FILE *f;
-    if (argc > 2 && strcmp(argv[2], "--help") == 0) {
-        printf("usage: mhe export --model CKPT.safetensors --out FILE.safetensors|FILE.h [--name NAME] [--max_len N]\n"
-               "Writes the model's weights without optimizer state: as a safetensors file, or (FILE.h)\n"
-               "as a C header with `static const unsigned char NAME[]`, NAME_SIZE and NAME_ARENA_BYTES,\n"
-               "the bytes of one arena that holds the model loaded for inference and a KV cache of N\n"
-               "tokens (default: max_seq_len): see examples/embedded.c.\n");
-        return 0;
-    }
-    for (a = 2; a + 1 < argc; a++) if (strcmp(argv[a], "--name") == 0) { name = argv[a + 1]; argv[a] = argv[a + 1] = (char *)"--quiet"; }
-    if ((rc_opts = parse_opts(argc, argv, &o)) <= 0) return rc_opts < 0 ? 2 : 1;
-    if (!o.out) return die("export: --out FILE is required%s%s", "", "");
-    for (i = 0; name[i]; i++)
-        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') || name[i] == '_' || (i && name[i] >= '0' && name[i] <= '9')))
-            return die("export: --name '%s' is not a C identifier%s", name, "");
-    if (!load_model(o.model, &m)) return 1;
-    max_len = m.cfg.max_seq_len;
-    for (a = 2; a + 1 < argc; a++) if (strcmp(argv[a], "--n") == 0 || strcmp(argv[a], "--length") == 0) max_len = o.n_tokens;
+    const char *name, *ext;
+    int max_len, rc;
+    if (!command_opts("export", argc, argv, &o, &rc)) return rc;
+    name = o.name ? o.name : "mhe_model";
+    if (!c_identifier(name)) { fprintf(stderr, "mhe: export: --name '%s' is not a C identifier (or is a keyword or reserved)\n", name); return 1; }
+    if (given(&o, "n") && given(&o, "max_len")) { fprintf(stderr, "mhe: export: --n is --max_len: give one\n"); return 2; }
+    if (!check_output(&o, o.out, 0) || !load_model(o.model, &m)) return 1;
+    rc = 1;
+    max_len = given(&o, "max_len") ? (int)o.max_len : given(&o, "n") ? (int)o.n_tokens : m.cfg.max_seq_len;
     if (mhe_checkpoint_size(&m, NULL, &size) != MHE_OK || !(buf = (unsigned char *)malloc(size)) ||
         mhe_checkpoint_write_mem(&m, NULL, buf, size, &w) != MHE_OK) { fprintf(stderr, "mhe: export: cannot serialise the model\n"); mhe_model_free(&m); return 1; }
     ext = strrchr(o.out, '.');
     if (ext && strcmp(ext, ".h") == 0) {
         size_t need_copy = 0;
-        if (mhe_inference_memory_needed(buf, size, max_len, MHE_LOAD_IN_PLACE, &need) != MHE_OK ||
+        if (max_len > m.cfg.max_seq_len || mhe_inference_memory_needed(buf, size, max_len, MHE_LOAD_IN_PLACE, &need) != MHE_OK ||
             mhe_inference_memory_needed(buf, size, max_len, 0, &need_copy) != MHE_OK) {
-            fprintf(stderr, "mhe: export: max_len %d is outside [1, %d]\n", max_len, m.cfg.max_seq_len);
+            fprintf(stderr, "mhe: export: --max_len %d is outside [1, %d] (the model's max_seq_len)\n", max_len, m.cfg.max_seq_len);
             goto done;
         }
-        if (!(f = fopen(o.out, "w"))) { fprintf(stderr, "mhe: export: cannot write %s\n", o.out); goto done; }
-        fprintf(f, "/* generated by `mhe export` from %s: the model's weights as a safetensors image */\n", o.model);
-        fprintf(f, "#define %s_SIZE %zu\n#define %s_MAX_LEN %d\n", name, size, name, max_len);
-        fprintf(f, "/* arena bytes of mhe_inference_memory_needed(%s, %s_SIZE, %d, flags): weights left in place, or copied */\n", name, name, max_len);
-        fprintf(f, "#define %s_ARENA_BYTES %zu\n#define %s_ARENA_BYTES_COPY %zu\n", name, need, name, need_copy);
-        fprintf(f, "#if defined(__GNUC__)\n#define %s_ALIGN __attribute__((aligned(8)))   /* in-place weights need 4 */\n#else\n#define %s_ALIGN\n#endif\n", name, name);
-        fprintf(f, "static const unsigned char %s[%zu] %s_ALIGN = {\n", name, size, name);
+        if (!out_open(&f, o.out)) goto done;
+        fprintf(f.f, "/* generated by `mhe export` from %s: the model's weights as a safetensors image */\n", o.model);
+        fprintf(f.f, "#define %s_SIZE %zu\n#define %s_MAX_LEN %d\n", name, size, name, max_len);
+        fprintf(f.f, "/* arena bytes of mhe_inference_memory_needed(%s, %s_SIZE, %d, flags): weights left in place, or copied */\n", name, name, max_len);
+        fprintf(f.f, "#define %s_ARENA_BYTES %zu\n#define %s_ARENA_BYTES_COPY %zu\n", name, need, name, need_copy);
+        fprintf(f.f, "#if defined(__GNUC__)\n#define %s_ALIGN __attribute__((aligned(8)))   /* in-place weights need 4 */\n#else\n#define %s_ALIGN\n#endif\n", name, name);
+        fprintf(f.f, "static const unsigned char %s[%zu] %s_ALIGN = {\n", name, size, name);
         for (i = 0, n = 0; i < size; i++) {   /* 24 bytes a line */
-            fprintf(f, "%s%u,", n ? "" : "  ", buf[i]);
-            if (++n == 24 || i + 1 == size) { fputc('\n', f); n = 0; }
+            fprintf(f.f, "%s%u,", n ? "" : "  ", buf[i]);
+            if (++n == 24 || i + 1 == size) { fputc('\n', f.f); n = 0; }
         }
-        fprintf(f, "};\n");
-        if (fclose(f) != 0) { fprintf(stderr, "mhe: export: cannot write %s\n", o.out); goto done; }
+        fprintf(f.f, "};\n");
+        if (!out_commit(&f)) goto done;
         printf("wrote %s: %zu bytes of weights; arena for inference with %d tokens: %zu bytes (weights in place), %zu (copied)\n",
                o.out, size, max_len, need, need_copy);
     } else {
+        if (given(&o, "max_len") || given(&o, "n")) { fprintf(stderr, "mhe: export: --max_len sizes the arena of a C header (--out FILE.h)\n"); goto done; }
         if (mhe_checkpoint_save(&m, NULL, o.out) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
         printf("wrote %s: %zu bytes of weights\n", o.out, size);
     }
@@ -1555,57 +1867,20 @@ static void reparam_progress(void *ctx, const char *sublayer, const mhe_cp_resul
 
 static int cmd_reparam(int argc, char **argv) {
     mhe_reparam_opts ro = mhe_reparam_opts_default();
-    const char *model = NULL, *out = NULL;
+    opts o;
+    const char *model, *out;
     mhe_model src, dst;
     reparam_clock clk;
     mhe_status st;
-    int i, converted = 0, threads = 0;
-    char *end;
-    if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        printf("usage: mhe reparam --model CKPT --out OUT --dim D [--max_iter N] [--tol X] [--init svd|random]\n"
-               "                   [--seed S] [--threads N]\n"
-               "Collaborative attention (Cordonnier et al. 2020, sec. 3.3): every mha layer of a trained\n"
-               "model becomes a collab layer whose heads share query/key projections of width D~ = D,\n"
-               "from a CP decomposition (alternating least squares) of the stacked W_Q^(i) W_K^(i)T; the\n"
-               "query biases fold into the content bias (eq. 12). D >= n_heads * d_head is exact. The\n"
-               "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
-               "and time; writes OUT only when every layer converged.\n"
-               "  --dim D        shared query/key width D~ (required, >= 1)\n"
-               "  --max_iter N   ALS sweeps per layer before giving up (default %d)\n"
-               "  --tol X        converged when the relative error changes by less (default %g)\n"
-               "  --init I       svd (HOSVD start, default) or random (uniform [0,1), the authors' code)\n"
-               "  --seed S       seed of the starting factors (default %llu)\n",
-               ro.max_iter, ro.tol, (unsigned long long)ro.seed);
-        return 0;
-    }
-    ro.dim = 0;
-    for (i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { fprintf(stderr, "mhe: option %s needs a value\n", a); return 2; }
-        i++;
-        if (strcmp(a, "--model") == 0) model = v;
-        else if (strcmp(a, "--out") == 0) out = v;
-        else if (strcmp(a, "--dim") == 0 || strcmp(a, "--max_iter") == 0 || strcmp(a, "--threads") == 0) {
-            long x = strtol(v, &end, 10);
-            if (*end || end == v || x > 1000000000L || x < -1000000000L) { fprintf(stderr, "mhe: %s needs an integer, not '%s'\n", a, v); return 2; }
-            if (a[2] == 'd') ro.dim = (int)x; else if (a[2] == 'm') ro.max_iter = (int)x; else threads = (int)x;
-        } else if (strcmp(a, "--tol") == 0) {
-            ro.tol = strtod(v, &end);
-            if (*end || end == v || !(ro.tol >= 0)) { fprintf(stderr, "mhe: --tol needs a number >= 0, not '%s'\n", v); return 2; }
-        } else if (strcmp(a, "--seed") == 0) {
-            ro.seed = strtoull(v, &end, 10);
-            if (*end || end == v) { fprintf(stderr, "mhe: --seed needs an integer, not '%s'\n", v); return 2; }
-        } else if (strcmp(a, "--init") == 0) {
-            if (strcmp(v, "svd") == 0) ro.init = MHE_CP_INIT_SVD;
-            else if (strcmp(v, "random") == 0) ro.init = MHE_CP_INIT_RANDOM;
-            else { fprintf(stderr, "mhe: --init is svd or random, not '%s'\n", v); return 2; }
-        } else { fprintf(stderr, "mhe: unknown option %s (see mhe reparam --help)\n", a); return 2; }
-    }
-    if (!out) return die("reparam: --out FILE is required%s%s", "", "");
-    if (ro.dim < 1) { fprintf(stderr, "mhe: reparam: --dim D~ must be >= 1 (got %d)\n", ro.dim); return 1; }
-    if (ro.max_iter < 1) { fprintf(stderr, "mhe: reparam: --max_iter must be >= 1 (got %d)\n", ro.max_iter); return 1; }
-    set_threads(threads);
-    if (!load_model(model, &src)) return 1;
+    int rc, converted = 0;
+    if (!command_opts("reparam", argc, argv, &o, &rc)) return rc;
+    model = o.model; out = o.out;
+    ro.dim = (int)o.dim;
+    if (given(&o, "max_iter")) ro.max_iter = (int)o.max_iter;
+    if (given(&o, "tol")) ro.tol = o.tol;
+    if (given(&o, "seed")) ro.seed = o.seed;
+    if (o.init_s) ro.init = strcmp(o.init_s, "random") == 0 ? MHE_CP_INIT_RANDOM : MHE_CP_INIT_SVD;
+    if (!check_output(&o, out, 0) || !load_model(model, &src)) return 1;
     printf("reparametrising %s: mha -> collab with D~ = %d (n_heads %d x d_head %d = %d)\n", model, ro.dim, src.cfg.n_heads,
            mhe_config_d_head(&src.cfg), src.cfg.n_heads * mhe_config_d_head(&src.cfg));
     clk.t0 = clk.last = now_s();
@@ -1627,18 +1902,27 @@ static int cmd_reparam(int argc, char **argv) {
     return st == MHE_OK ? 0 : 1;
 }
 
+/* stdout is an output too: a full disk or a size limit there is an error */
+static int finish_stdout(int rc) {
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "mhe: cannot write to standard output: %s\n", strerror(errno));
+        return rc ? rc : 1;
+    }
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
+        { "init", cmd_init }, { "train", cmd_train }, { "eval", cmd_eval }, { "generate", cmd_generate }, { "grad", cmd_grad },
+        { "inspect", cmd_inspect }, { "params", cmd_params }, { "export", cmd_export }, { "hash", cmd_hash }, { "reparam", cmd_reparam },
+    };
     const char *cmd = argc > 1 ? argv[1] : "--help";
-    if (strcmp(cmd, "init") == 0) return cmd_init(argc, argv);
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc, argv);
-    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc, argv);
-    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc, argv);
-    if (strcmp(cmd, "grad") == 0) return cmd_grad(argc, argv);
-    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc, argv);
-    if (strcmp(cmd, "params") == 0) return cmd_params(argc, argv);
-    if (strcmp(cmd, "export") == 0) return cmd_export(argc, argv);
-    if (strcmp(cmd, "hash") == 0) return cmd_hash(argc, argv);
-    if (strcmp(cmd, "reparam") == 0) return cmd_reparam(argc, argv);
+    size_t i;
+    /* a file-size limit then fails the write with EFBIG, which every save reports,
+       instead of killing the process midway */
+    signal(SIGXFSZ, SIG_IGN);
+    for (i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(cmd, cmds[i].name) == 0) return finish_stdout(cmds[i].run(argc, argv));
     printf("mhe %s - train and run parameter-efficient transformers\n"
            "usage: mhe COMMAND [options]   (mhe COMMAND --help for each)\n"
            "  init       create a model file from a config\n"

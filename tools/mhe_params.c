@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L   /* mkdir */
 #include "../mhe.h"
 #include "mhe_params.h"
+#include "mhe_args.h"     /* the number parser of every flag */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -1253,28 +1254,19 @@ static void mp_svg_fig4(FILE *f, const mp_opts *o) {
 
 /* ---- writing files --------------------------------------------------------------------------- */
 
-/* writes DIR/stem.ext through a temporary name, so no half-written file is left */
+/* writes DIR/stem.ext under mhe.h's output policy (mhe_out: atomic, checked) */
 static int mp_write(const mp_opts *o, const char *stem, const char *ext, const mp_table *t, int fig, int quiet_to_stderr) {
-    char path[4096], tmp[4200];
-    FILE *f;
-    int bad;
+    char path[4096], err[MHE_ERR_LEN];
+    mhe_out w;
     if (snprintf(path, sizeof path, "%s/%s.%s", o->out_dir, stem, ext) >= (int)sizeof path) {
         fprintf(stderr, "mhe: --out-dir path too long\n");
         return 1;
     }
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    f = fopen(tmp, "w");
-    if (!f) { fprintf(stderr, "mhe: cannot write %s: %s\n", tmp, strerror(errno)); return 1; }
-    if (t) mp_print(f, t, MP_CSV, 1);
-    else if (fig == 3) mp_svg_fig3(f, o);
-    else mp_svg_fig4(f, o);
-    bad = ferror(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        fprintf(stderr, "mhe: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return 1;
-    }
+    if (mhe_out_open(&w, path, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 1; }
+    if (t) mp_print(w.f, t, MP_CSV, 1);
+    else if (fig == 3) mp_svg_fig3(w.f, o);
+    else mp_svg_fig4(w.f, o);
+    if (mhe_out_commit(&w, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 1; }
     fprintf(quiet_to_stderr ? stderr : stdout, "wrote %s\n", path);
     return 0;
 }
@@ -1331,17 +1323,8 @@ static void mp_usage(FILE *f) {
         "Exit status: 0 ok, 1 impossible values or a file that could not be written, 2 bad options.\n");
 }
 
-/* 1 ok, 0 not an integer (usage error) */
-static int mp_parse_int(const char *opt, const char *v, long *out) {
-    char *end;
-    errno = 0;
-    *out = strtol(v, &end, 10);
-    if (end == v || *end != 0 || errno == ERANGE) {
-        fprintf(stderr, "mhe: %s expects an integer, got '%s'\n", opt, v);
-        return 0;
-    }
-    return 1;
-}
+/* 1 ok, 0 not an integer or out of long's range (usage error): mhe_args.h's parser */
+static int mp_parse_int(const char *opt, const char *v, long *out) { return arg_long(opt, v, out) == 1; }
 
 static int mp_parse_tables(const char *v, unsigned *bits) {
     char buf[256], *p, *q;
