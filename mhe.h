@@ -7798,7 +7798,7 @@ static int mhe__key_line(const char *text, size_t end, const char *key, size_t k
     int line = 0;
     while (pos < end) {
         size_t e = pos, n;
-        const char *k;
+        const char *k = NULL;   /* set when n > 0; arm-none-eabi-gcc -Os cannot see that */
         while (e < end && text[e] != '\n') e++;
         line++;
         n = mhe__line_key(text + pos, e - pos, &k);
