@@ -7802,7 +7802,7 @@ static int mhe__key_line(const char *text, size_t end, const char *key, size_t k
         while (e < end && text[e] != '\n') e++;
         line++;
         n = mhe__line_key(text + pos, e - pos, &k);
-        if (n == klen && memcmp(k, key, n) == 0) return line;
+        if (k != NULL && n == klen && memcmp(k, key, n) == 0) return line;   /* k is NULL on a line with no key */
         pos = e + 1;
     }
     return 0;
