@@ -656,6 +656,8 @@ enum { MHE_ARCH_DECODER = 0,    /* causal self-attention, next-token LM */
        MHE_ARCH_ENCODER,        /* bidirectional self-attention: masked LM, sequence classification */
        MHE_ARCH_ENCDEC };       /* encoder + decoder with cross-attention: sequence to sequence */
 enum { MHE_NORM_LAYERNORM = 0, MHE_NORM_RMSNORM };
+/* init_residual: how the residual-output projections (W^O, fc2, down) start */
+enum { MHE_INIT_RESIDUAL_PLAIN = 0, MHE_INIT_RESIDUAL_SCALED };
 /* How tokens become vectors (config `embedding`): a table row per token, or
    a word's hash through a HashFormers embedding (MHE_EMB_HASH_* = 1 + MHE_HASH_*) */
 enum { MHE_EMB_VOCAB = 0, MHE_EMB_HASH_EMB, MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ };
@@ -684,7 +686,8 @@ typedef struct mhe_config {
     int tie_embeddings;     /* LM head reuses tok_emb.weight */
     float dropout;          /* embedding and residual dropout */
     float attn_dropout;     /* dropout on attention weights */
-    float init_std;         /* N(0, init_std) for weights; residual outputs get /sqrt(branches per stack) */
+    float init_std;         /* N(0, init_std) for weights */
+    int init_residual;      /* plain: residual outputs N(0, init_std) too; scaled: / sqrt(branches per stack), GPT-2 */
     int fused_attention;    /* 1: online-softmax core, 0: reference core (tests, teaching) */
     int mask_token;         /* encoder MLM: id of [MASK]; -1 means vocab_size - 1 */
     int n_classes;          /* encoder: classes of the sequence-classification head (0: none) */
@@ -7552,6 +7555,8 @@ static const mhe__field mhe__config_fields[] = {
       "fixedseq-qk: the fixed text (bytes as tokens) or ids:ID ID ..., cycled (empty: a built-in text)", 1 },
     { "collab_dim", MHE__F_INT, MHE__CF(collab_dim), 0, 1048576, 0, "collab: shared query/key width D~ (0: n_heads*d_head)", 1 },
     { "collab_mix_std", MHE__F_FLOAT, MHE__CF(collab_mix_std), 0, 10, 0, "collab: std of the mixing matrix init (0: blocks of ones)", 1 },
+    { "init_residual", MHE__F_ENUM, MHE__CF(init_residual), 0, 0, "plain|scaled",
+      "residual-output init (W^O, fc2): plain N(0, init_std), or scaled by 1/sqrt(residual branches) as GPT-2", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -8053,9 +8058,10 @@ static void mhe__layout_embed(mhe__layout *L) {
 }
 
 /* Memory order: embeddings, the encoder's blocks and final norm (encdec),
-   the main stack's blocks, its final norm, the heads. GPT-2 init: weights
-   N(0, init_std), the residual-output projections (W^O, fc2) N(0, init_std /
-   sqrt(residual branches of their stack)), biases 0, norm gains 1. */
+   the main stack's blocks, its final norm, the heads. Weights N(0, init_std),
+   biases 0, norm gains 1, as the papers' HuggingFace models; init_residual=
+   scaled starts the residual-output projections (W^O, fc2) at N(0, init_std /
+   sqrt(residual branches of their stack)) instead, as GPT-2 does. */
 static void mhe__layout_walk(mhe__layout *L) {
     mhe_model *m = L->m;
     const mhe_config *c = &m->cfg;
@@ -8070,7 +8076,8 @@ static void mhe__layout_walk(mhe__layout *L) {
     for (l = 0; l < m->n_total_layers; l++) {
         mhe_layer *y = &m->layers[l];
         int enc = l < E, idx = enc ? l : l - E, cross = E && !enc;
-        float res_std = std / sqrtf((float)(enc ? 2 * E : (cross ? 3 : 2) * c->n_layers));
+        float res_std = c->init_residual == MHE_INIT_RESIDUAL_PLAIN ? std
+                      : std / sqrtf((float)(enc ? 2 * E : (cross ? 3 : 2) * c->n_layers));
         y->encoder = enc; y->index = idx;
         snprintf(L->prefix, sizeof L->prefix, "%s%d", enc ? "enc.layers." : "layers.", idx);
         /* names read "layers.3.attn.wq.weight": the block prefix goes first */

@@ -9,7 +9,8 @@
 static mhe_config tiny(const char *extra) {
     mhe_config c = mhe_config_default();
     char err[MHE_ERR_LEN];
-    const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\ninit_std=0.3\n";
+    /* scaled residual outputs: the finite differences of the checks below were tuned on them */
+    const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\ninit_std=0.3\ninit_residual=scaled\n";
     mhe_config_parse(&c, base, strlen(base), err);
     if (extra && mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) printf("bad test config: %s\n", err);
     return c;
@@ -459,6 +460,27 @@ static void head_init(void) {
     mhe_model_free(&m);
 }
 
+/* init_residual=scaled (GPT-2) draws the same numbers as plain and divides the
+   residual outputs W^O and fc2 by sqrt(2 * n_layers); every other tensor is equal */
+static void residual_init(void) {
+    mhe_config cp = tiny("init_residual=plain\n"), cs = tiny(NULL), d = mhe_config_default();
+    mhe_model p, s;
+    int l, i, j, same = 1, scaled = 1;
+    CHECK(d.init_residual == MHE_INIT_RESIDUAL_PLAIN && cs.init_residual == MHE_INIT_RESIDUAL_SCALED, "init_residual defaults to plain");
+    mhe_model_init(&p, &cp, 5, NULL);
+    mhe_model_init(&s, &cs, 5, NULL);
+    for (l = 0; l < 2; l++) {
+        const mhe_tensor *pt[2] = { p.layers[l].attn.wo, p.layers[l].fc2_w }, *st[2] = { s.layers[l].attn.wo, s.layers[l].fc2_w };
+        for (j = 0; j < 2; j++)
+            for (i = 0; i < pt[j]->size; i++) scaled &= fabsf(st[j]->data[i] - 0.5f * pt[j]->data[i]) <= 1e-6f * fabsf(pt[j]->data[i]);
+        for (i = 0; i < p.layers[l].attn.wq->size; i++) same &= s.layers[l].attn.wq->data[i] == p.layers[l].attn.wq->data[i];
+    }
+    CHECK(scaled, "init_residual=scaled: W^O and fc2 are the plain draws / sqrt(2*2)");
+    CHECK(same, "init_residual leaves W^Q alone");
+    mhe_model_free(&p);
+    mhe_model_free(&s);
+}
+
 static void mlm_masking(void) {
     enum { N = 20000 };
     static int tok[N], in[N], tg[N];
@@ -627,6 +649,7 @@ int main(void) {
     attn_counts();
     mlm_masking();
     head_init();
+    residual_init();
     checkpoint_every_kind();
     encdec_config_errors();
     cls_metrics();

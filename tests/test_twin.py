@@ -103,7 +103,8 @@ def fresh(mt, d):
     order) and saves is byte for byte the file `mhe init` writes for the same config and seed"""
     for flags in (["--attn", "mhe-add,collab,gqa", "--n_layers", 3, "--bias", 0],
                   ["--arch", "encdec", "--enc_layers", 1, "--n_layers", 1, "--norm_position", "post", "--admin", 1,
-                   "--norm", "rmsnorm", "--collab_mix_std", 0, "--cross_attn", "collab", "--head_init_std", "0.3"]):
+                   "--norm", "rmsnorm", "--collab_mix_std", 0, "--cross_attn", "collab", "--head_init_std", "0.3",
+                   "--init_residual", "scaled"]):
         want = os.path.join(d, "fresh_mhe.safetensors")
         got = os.path.join(d, "fresh_twin.safetensors")
         base = ["--d_model", 16, "--n_heads", 4, "--max_seq_len", 8] + flags

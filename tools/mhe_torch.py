@@ -64,10 +64,10 @@ read_batch_dump(path), replay(model_path, dump_path, dtype, corpus_path=None, lo
 strided_loss(model, data, seq_len, stride, batch=16)
                            strided perplexity (MHE paper sec. 4.5) from its definition, as
                            `mhe eval --stride` computes it -> (mean loss, tokens scored).
-init_own(model, seed, plain=False), train_own(cfg, train, corpus, seed, ...)
-                           the twin on its own: mhe's init distributions (or plain N(0,
-                           init_std) everywhere) drawn from torch's generator, batches at
-                           offsets from torch's generator, mhe's schedule and AdamW.
+init_own(model, seed), train_own(cfg, train, corpus, seed, ...)
+                           the twin on its own: mhe's init distributions (init_residual
+                           included) drawn from torch's generator, batches at offsets
+                           from torch's generator, mhe's schedule and AdamW.
 main(argv)                 the script's subcommands: eval, roundtrip, replay, strided,
                            train-own (COMMANDS takes more).
 
@@ -131,7 +131,7 @@ CONFIG_DEFAULTS = [
     ("hash_chunk", "10"), ("hash_key", "1"), ("lsh_features", "hashed"), ("lsh_dim", "50000"),
     ("lsh_eta", "0"), ("lsh_pad", "0"), ("lsh_nmin", "1"), ("lsh_nmax", "4"), ("lsh_seed", "42"),
     ("token_head", "lm"), ("layout", "none"), ("fixed_seed", "1"), ("fixed_std", "-1"), ("fixed_seq", ""),
-    ("collab_dim", "0"), ("collab_mix_std", "0.200000003"),
+    ("collab_dim", "0"), ("collab_mix_std", "0.200000003"), ("init_residual", "plain"),
 ]
 CONFIG_KEYS = [k for k, _ in CONFIG_DEFAULTS]
 # fields every mhe checkpoint holds (the rest were added later: mhe keeps the default)
@@ -148,6 +148,7 @@ _ENUMS = {"arch": ("decoder", "encoder", "encdec"), "norm": ("layernorm", "rmsno
           "norm_position": ("pre", "post"), "activation": ("gelu", "relu", "silu"),
           "embedding": ("vocab", "hash-emb", "hash-pool", "hash-add", "hash-proj"), "hash": ("md5", "lsh"),
           "lsh_features": ("hashed", "table"), "token_head": ("lm", "sr"),
+          "init_residual": ("plain", "scaled"),
           "layout": ("none", "even", "odd", "top", "middle", "bottom", "25%", "first", "last", "bilateral")}
 _FLOATS = {"norm_eps", "dropout", "attn_dropout", "init_std", "head_init_std", "fixed_std", "collab_mix_std"}
 _TEXT = {"attn", "enc_attn", "cross_attn", "fixed_seq"} | set(_ENUMS)
@@ -471,12 +472,13 @@ def param_layout(r):
     p("pos_emb.weight", (r["max_seq_len"], C), 1, "normal", std)
     if E:
         p("enc.pos_emb.weight", (r["max_seq_len"], C), 1, "normal", std)
-    # GPT-2 init: residual-output projections get init_std / sqrt(residual branches of the stack)
+    # init_residual=scaled (GPT-2): residual-output projections get init_std / sqrt(residual branches)
     for l in range(E + L):
         enc = l < E
         idx = l if enc else l - E
         cross = E > 0 and not enc
-        res_std = f32(np.float32(std) / np.sqrt(np.float32(2 * E if enc else (3 if cross else 2) * L)))
+        res_std = std if r["init_residual"] == "plain" else \
+            f32(np.float32(std) / np.sqrt(np.float32(2 * E if enc else (3 if cross else 2) * L)))
         pre = ("enc.layers.%d." if enc else "layers.%d.") % idx
         norm(pre + "norm1")
         attention(pre + "attn.", r["enc_attn"][idx] if enc else r["attn"][idx], res_std)
@@ -1674,21 +1676,15 @@ def strided_loss(model, data, seq_len, stride, batch=16):
     return total / count, count
 
 
-RESIDUAL_OUTPUTS = ("attn.wo.weight", "cross.wo.weight", "attn.down.weight", "mlp.fc2.weight")
-
-
 @torch.no_grad()
-def init_own(model, seed, plain=False):
+def init_own(model, seed):
     """The twin's own initialisation: mhe's distributions (weights N(0, std) with mhe's
-    per-tensor std, GPT-2's 1/sqrt(2L) on the residual outputs; biases 0; gains 1) drawn from
-    torch's generator. plain=True: every normal tensor N(0, init_std), no residual scaling."""
+    per-tensor std, init_residual included; biases 0; gains 1) drawn from torch's generator."""
     g = torch.Generator().manual_seed(seed)
-    std0 = model.r["init_std"]
     for name, shape, _, init, std in model.layout:
         p = model.param(name)
         if init == "normal":
-            sd = std0 if plain and name.endswith(RESIDUAL_OUTPUTS) else std
-            p.copy_((torch.randn(shape, generator=g, dtype=torch.float64) * sd).to(model.dtype))
+            p.copy_((torch.randn(shape, generator=g, dtype=torch.float64) * std).to(model.dtype))
         elif init == "blocks":
             nr, W = shape
             b = (W + nr - 1) // nr
@@ -1699,11 +1695,11 @@ def init_own(model, seed, plain=False):
             p.fill_(1.0 if init == "one" else 0.0)
 
 
-def train_own(cfg, train, corpus, seed, dtype=torch.float32, plain_init=False, log=None, log_every=100):
+def train_own(cfg, train, corpus, seed, dtype=torch.float32, log=None, log_every=100):
     """Trains a decoder LM from scratch with the twin's own seeds (torch's generator for the
     init and for the batch offsets) and mhe's schedule, clipping and AdamW. -> (model, opt)"""
     model = MheModel(cfg, dtype)
-    init_own(model, seed, plain_init)
+    init_own(model, seed)
     opt = AdamWState(model, train)
     tc = opt.tc()
     B, T = tc["batch"], tc["seq_len"]
@@ -1763,11 +1759,9 @@ def _setup_train_own(p):
     p.add_argument("--data", required=True, help="a byte-level training text")
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--plain-init", action="store_true",
-                   help="every weight N(0, init_std): no 1/sqrt(2L) on the residual outputs")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a model or train field (mhe's names), e.g. --set d_model=256 --set steps=1000")
+                   help="a model or train field (mhe's names), e.g. --set d_model=256 --set init_residual=scaled")
 
 
 def _cmd_train_own(a):
@@ -1790,7 +1784,7 @@ def _cmd_train_own(a):
     def log(step, loss, lr):
         print("step %6d  loss %.4f  lr %.2e  %.0f ms/step" % (step, loss, lr, 1e3 * (time.time() - t0) / step))
         sys.stdout.flush()
-    model, opt = train_own(cfg, train, corpus, a.seed, plain_init=a.plain_init, log=log)
+    model, opt = train_own(cfg, train, corpus, a.seed, log=log)
     save_checkpoint(a.out, model, None, opt)
     print("wrote %s" % a.out)
     return 0
