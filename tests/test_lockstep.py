@@ -104,7 +104,23 @@ def main():
         if tag == "mhe-mul":
             strided(tw, m1, corpus, T)
             refusals(tw, m0, dump, corpus, other, work)
+            curve(tw, ours, theirs, work)
     return finish()
+
+
+def curve(tw, ours, theirs, work):
+    """replay --curve: the CSV holds every step's two losses, the SVG a line per series"""
+    import xml.etree.ElementTree as ET
+    prefix = os.path.join(work, "curve")
+    tw.write_curve(prefix, ours, theirs, "a <test> & its curve")
+    with open(prefix + ".csv") as f:
+        rows = [ln.split(",") for ln in f.read().split()[1:]]
+    check(len(rows) == len(ours) and all(abs(float(r[1]) - o) <= 1e-6 * abs(o) and abs(float(r[2]) - t) <= 1e-6 * abs(t)
+                                         for r, o, t in zip(rows, ours, theirs)),
+          "replay --curve: the CSV holds each step's twin and mhe loss (%d rows)" % len(rows))
+    lines = ET.parse(prefix + ".svg").getroot().findall("{http://www.w3.org/2000/svg}polyline")
+    check(len(lines) == 3 and all(len(pl.get("points").split()) == len(ours) for pl in lines),
+          "replay --curve: the SVG parses and draws mhe, the twin and their difference, a point per step")
 
 
 def strided(tw, model_path, corpus, T):

@@ -61,6 +61,8 @@ read_batch_dump(path), replay(model_path, dump_path, dtype, corpus_path=None, lo
                            them from the checkpoint mhe started from -> (twin losses, mhe's
                            losses, model, opt); a dump of another model or corpus, or a
                            truncated one, raises CheckpointError naming the mismatch.
+write_curve(prefix, ours, theirs, title)
+                           a lockstep run as PREFIX.csv and PREFIX.svg (`replay --curve`).
 strided_loss(model, data, seq_len, stride, batch=16)
                            strided perplexity (MHE paper sec. 4.5) from its definition, as
                            `mhe eval --stride` computes it -> (mean loss, tokens scored).
@@ -1642,6 +1644,55 @@ def replay(model_path, dump_path, dtype=torch.float32, corpus_path=None, log=Non
     return np.array(ours), rec["loss"].astype(np.float64), model, opt
 
 
+def write_curve(prefix, ours, theirs, title):
+    """A lockstep run as PREFIX.csv (step, twin loss, mhe loss, relative difference) and
+    PREFIX.svg: both losses against the step (they overlap when the two agree) above the
+    relative difference on a log axis. Plain SVG, no plotting library."""
+    ours, theirs = np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64)
+    rel = np.abs(ours - theirs) / np.maximum(np.abs(theirs), 1e-12)
+    with open(prefix + ".csv", "w") as f:
+        f.write("step,twin_loss,mhe_loss,rel_diff\n")
+        for i in range(len(ours)):
+            f.write("%d,%.7g,%.7g,%.3e\n" % (i + 1, ours[i], theirs[i], rel[i]))
+    n, W, x0, pw, ph = len(ours), 640, 70, 540, 200
+    esc = lambda t: t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    def xs(i):
+        return x0 + pw * (i / max(n - 1, 1))
+
+    def panel(y0, vals, lo, hi, log_axis, ticks, colors_labels):
+        f = lambda v: y0 + ph - ph * ((math.log10(v) - lo) / (hi - lo) if log_axis else (v - lo) / (hi - lo))
+        out = ['<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>' % (x0, y0, pw, ph)]
+        for t in ticks:
+            y = f(t)
+            out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/>' % (x0, x0 + pw, y, y))
+            out.append('<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s</text>'
+                       % (x0 - 4, y + 4, ("%.0e" % t) if log_axis else ("%.2f" % t)))
+        for (v, dash), (color, label) in zip(vals, colors_labels):
+            pts = " ".join("%.1f,%.1f" % (xs(i), f(min(max(v[i], 10 ** lo if log_axis else lo), 10 ** hi if log_axis else hi)))
+                           for i in range(n))
+            out.append('<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"/>'
+                       % (color, ' stroke-dasharray="5,4"' if dash else "", pts))
+        for k, (color, label) in enumerate(colors_labels):     # legends above the panel
+            out.append('<text x="%d" y="%d" font-size="12" fill="%s">%s</text>' % (x0 + 260 * k, y0 - 6, color, esc(label)))
+        return out
+    lo, hi = float(min(ours.min(), theirs.min())), float(max(ours.max(), theirs.max()))
+    lo, hi = math.floor(lo * 4) / 4, math.ceil(hi * 4) / 4
+    svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">' % (W, 2 * ph + 130),
+           '<text x="%d" y="20" font-size="14">%s</text>' % (x0, esc(title))]
+    svg += panel(50, [(theirs, False), (ours, True)], lo, hi, False, np.linspace(lo, hi, 5),
+                 [("#1b9e77", "mhe (training loss)"), ("#d95f02", "twin, replayed (dashed)")])
+    pos = rel[rel > 0]
+    rlo = math.floor(math.log10(pos.min())) if len(pos) else -9
+    rhi = max(math.ceil(math.log10(pos.max())) if len(pos) else -8, rlo + 1)
+    svg += panel(ph + 85, [(np.where(rel > 0, rel, 10.0 ** rlo), False)], rlo, rhi, True,
+                 [10.0 ** e for e in range(rlo, rhi + 1)], [("#7570b3", "|twin - mhe| / mhe")])
+    svg.append('<text x="%d" y="%d" font-size="12" text-anchor="middle">step (1 .. %d)</text>' % (x0 + pw // 2, 2 * ph + 120, n))
+    svg.append("</svg>")
+    with open(prefix + ".svg", "w") as f:
+        f.write("\n".join(svg) + "\n")
+
+
 @torch.no_grad()
 def strided_loss(model, data, seq_len, stride, batch=16):
     """Strided perplexity (MHE paper sec. 4.5), as mhe_evaluate_strided defines it: windows of
@@ -1721,6 +1772,7 @@ def _setup_replay(p):
     p.add_argument("--data", help="the training corpus: refuse a dump drawn from another")
     p.add_argument("--float64", action="store_true")
     p.add_argument("--out", help="write the twin's final checkpoint here")
+    p.add_argument("--curve", metavar="PREFIX", help="write PREFIX.csv and PREFIX.svg: both losses per step")
 
 
 def _cmd_replay(a):
@@ -1732,6 +1784,9 @@ def _cmd_replay(a):
         print("step %5d  twin %.6f  mhe %.6f  rel %.2e" % (i + 1, ours, theirs, rel))
     ours, theirs, model, opt = replay(a.model, a.batches, torch.float64 if a.float64 else torch.float32, a.data, log)
     print("%d steps: worst relative loss difference %.2e" % (len(ours), worst[0]))
+    if a.curve:
+        write_curve(a.curve, ours, theirs, "lockstep: %s on %s, %d steps" % (a.model, a.batches, len(ours)))
+        print("wrote %s.csv and %s.svg" % (a.curve, a.curve))
     if a.out:
         save_checkpoint(a.out, model, None, opt)
         print("wrote %s" % a.out)
