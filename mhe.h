@@ -241,7 +241,7 @@ MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const flo
 MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const float *rstd, int N, int C);
 
-enum { MHE_ACT_GELU = 0, MHE_ACT_RELU, MHE_ACT_SILU };
+enum { MHE_ACT_GELU = 0, MHE_ACT_RELU, MHE_ACT_SILU, MHE_ACT_GELU_ERF };   /* GELU: tanh form; GELU_ERF: exact (PyTorch's nn.GELU) */
 /* GELU uses the tanh approximation (Hendrycks and Gimpel 2016, eq. in sec. 2) */
 MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n);
 MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n);
@@ -681,7 +681,7 @@ typedef struct mhe_config {
     int norm;               /* layernorm | rmsnorm */
     float norm_eps;
     int post_norm;          /* norm_position=pre|post */
-    int activation;         /* gelu | relu | silu */
+    int activation;         /* gelu (tanh form) | relu | silu | gelu-erf (exact) */
     int bias;               /* biases on every linear layer except the LM head */
     int tie_embeddings;     /* LM head reuses tok_emb.weight */
     float dropout;          /* embedding and residual dropout */
@@ -2754,6 +2754,13 @@ static inline MHE__VECTORISE float mhe__gelu_grad(float x) {
     float t = mhe__tanh(MHE__GELU_K * (x + 0.044715f * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MHE__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
 }
+/* the exact GELU x Phi(x) (Hendrycks and Gimpel 2016, eq. 1); d/dx = Phi(x) + x phi(x) */
+static inline float mhe__gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+static inline float mhe__gelu_erf_grad(float x) {
+    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * mhe__exp(-0.5f * x * x);
+}
 static inline MHE__VECTORISE float mhe__silu(float x) {
     return x / (1.0f + mhe__exp(-x));
 }
@@ -2779,6 +2786,9 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
             MHE__OMP(omp simd)
             for (i = lo; i < hi; i++)
                 out[i] = isgreater(inp[i], 0.0f) ? inp[i] : 0.0f;
+        } else if (act == MHE_ACT_GELU_ERF) {
+            for (i = lo; i < hi; i++)
+                out[i] = mhe__gelu_erf(inp[i]);
         } else {
             MHE__OMP(omp simd)
             for (i = lo; i < hi; i++)
@@ -2803,6 +2813,9 @@ MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, c
             MHE__OMP(omp simd)
             for (i = lo; i < hi; i++)
                 dinp[i] += isgreater(inp[i], 0.0f) ? dout[i] : 0.0f;
+        } else if (act == MHE_ACT_GELU_ERF) {
+            for (i = lo; i < hi; i++)
+                dinp[i] += dout[i] * mhe__gelu_erf_grad(inp[i]);
         } else {
             MHE__OMP(omp simd)
             for (i = lo; i < hi; i++)
@@ -7518,7 +7531,7 @@ static const mhe__field mhe__config_fields[] = {
     { "norm", MHE__F_ENUM, MHE__CF(norm), 0, 0, "layernorm|rmsnorm", "normalisation", 0 },
     { "norm_eps", MHE__F_FLOAT, MHE__CF(norm_eps), 1e-12, 1, 0, "epsilon inside the norm", 0 },
     { "norm_position", MHE__F_ENUM, MHE__CF(post_norm), 0, 0, "pre|post", "norm before (pre) or after (post) each residual sum", 0 },
-    { "activation", MHE__F_ENUM, MHE__CF(activation), 0, 0, "gelu|relu|silu", "MLP activation", 0 },
+    { "activation", MHE__F_ENUM, MHE__CF(activation), 0, 0, "gelu|relu|silu|gelu-erf", "MLP activation (gelu: tanh form; gelu-erf: exact)", 0 },
     { "bias", MHE__F_INT, MHE__CF(bias), 0, 1, 0, "biases in linear layers (0/1)", 0 },
     { "tie_embeddings", MHE__F_INT, MHE__CF(tie_embeddings), 0, 1, 0, "LM head shares tok_emb.weight (0/1)", 0 },
     { "dropout", MHE__F_FLOAT, MHE__CF(dropout), 0, 0.99, 0, "embedding and residual dropout", 0 },

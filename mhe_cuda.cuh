@@ -490,10 +490,12 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_bias(float *out, const
         out[i] += b[i % OC];
 }
 
-/* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU: the CPU's formulas */
+/* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU, exact GELU: the CPU's formulas */
 static __device__ __forceinline__ float mhe__cu_act(int act, float x) {
     if (act == MHE_ACT_GELU)
         return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    if (act == MHE_ACT_GELU_ERF)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
     if (act == MHE_ACT_RELU)
         return x > 0.0f ? x : 0.0f;
     return x / (1.0f + expf(-x));
@@ -506,6 +508,8 @@ static __device__ __forceinline__ float mhe__cu_act_grad(int act, float x) {
     }
     if (act == MHE_ACT_RELU)
         return x > 0.0f ? 1.0f : 0.0f;
+    if (act == MHE_ACT_GELU_ERF)
+        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
     float sg = 1.0f / (1.0f + expf(-x));
     return sg * (1.0f + x * (1.0f - sg));
 }

@@ -35,7 +35,7 @@ KINDS = [
 # without biases, an encoder-decoder continuing a text
 VARIANTS = [
     ("mhe-mul encoder", "mhe-mul", ["--arch", "encoder"]),
-    ("mha post-norm admin", "mha", ["--norm_position", "post", "--admin", "1"]),
+    ("mha post-norm admin gelu-erf", "mha", ["--norm_position", "post", "--admin", "1", "--activation", "gelu-erf"]),
     ("mhe-add rmsnorm silu nobias untied", "mhe-add",
      ["--norm", "rmsnorm", "--activation", "silu", "--bias", "0", "--tie_embeddings", "0"]),
     ("encdec mhe-mul/mha", "mha", ["--arch", "encdec", "--enc_layers", "1", "--enc_attn", "mhe-mul",

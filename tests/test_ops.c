@@ -95,6 +95,9 @@ static void known_answers(void) {
     CHECK_CLOSE(o[0], 0.841192, 1e-6, 0, "gelu(1) = %.7f", o[0]);
     mhe_act_fwd(MHE_ACT_SILU, o, x, 1);
     CHECK_CLOSE(o[0], 1.0 / (1.0 + exp(-1.0)), 1e-7, 1e-6, "silu(1)");
+    /* the exact GELU(1) = Phi(1) = 0.8413447460685429 */
+    mhe_act_fwd(MHE_ACT_GELU_ERF, o, x, 1);
+    CHECK_CLOSE(o[0], 0.8413447460685429, 1e-6, 0, "gelu-erf(1) = %.7f", o[0]);
 }
 
 /* the library's own exp and tanh against libm over their whole range */
@@ -295,8 +298,8 @@ static void cp_als(void) {
 }
 
 int main(void) {
-    int acts[3] = { MHE_ACT_GELU, MHE_ACT_RELU, MHE_ACT_SILU }, i;
-    const char *act_names[3] = { "gelu", "relu", "silu" };
+    int acts[4] = { MHE_ACT_GELU, MHE_ACT_RELU, MHE_ACT_SILU, MHE_ACT_GELU_ERF }, i;
+    const char *act_names[4] = { "gelu", "relu", "silu", "gelu-erf" };
     float table[6 * C];
     mhe_rng_seed(&rng, 1);
     fill(g_w, C, 1.0f); fill(g_b, C, 1.0f); fill(g_lw, LO * LI, 1.0f); fill(g_lb, LO, 1.0f);
@@ -307,7 +310,7 @@ int main(void) {
     gradcheck("layernorm dw", lnw_f, lnw_b, NULL, C, N * C, 1e-2f, 1e-2);
     gradcheck("rmsnorm dw", rmsw_f, rmsw_b, NULL, C, N * C, 1e-2f, 1e-2);
     /* ReLU is piecewise linear: a small step keeps away from its kink; the smooth ones take a larger step */
-    for (i = 0; i < 3; i++) gradcheck(act_names[i], act_f, act_b, &acts[i], N * C, N * C, acts[i] == MHE_ACT_RELU ? 1e-3f : 1e-2f, 1e-2);
+    for (i = 0; i < 4; i++) gradcheck(act_names[i], act_f, act_b, &acts[i], N * C, N * C, acts[i] == MHE_ACT_RELU ? 1e-3f : 1e-2f, 1e-2);
     gradcheck("softmax", sm_f, sm_b, NULL, N * C, N * C, 1e-2f, 1e-2);
     gradcheck("cross-entropy", xe_f, xe_b, NULL, N * C, 1, 1e-2f, 1e-2);
     gradcheck("dropout", do_f, do_b, NULL, N * C, N * C, 1e-2f, 1e-3);

@@ -147,7 +147,7 @@ TRAIN_DEFAULTS = [
 ]
 TRAIN_KEYS = [k for k, _ in TRAIN_DEFAULTS]
 _ENUMS = {"arch": ("decoder", "encoder", "encdec"), "norm": ("layernorm", "rmsnorm"),
-          "norm_position": ("pre", "post"), "activation": ("gelu", "relu", "silu"),
+          "norm_position": ("pre", "post"), "activation": ("gelu", "relu", "silu", "gelu-erf"),
           "embedding": ("vocab", "hash-emb", "hash-pool", "hash-add", "hash-proj"), "hash": ("md5", "lsh"),
           "lsh_features": ("hashed", "table"), "token_head": ("lm", "sr"),
           "init_residual": ("plain", "scaled"),
@@ -632,6 +632,8 @@ class MheModel(torch.nn.Module):
         a = self.r["activation"]
         if a == "gelu":             # mhe's GELU is the tanh approximation (Hendrycks and Gimpel 2016)
             return F.gelu(x, approximate="tanh")
+        if a == "gelu-erf":         # the exact x * Phi(x), nn.GELU's default
+            return F.gelu(x)
         return F.relu(x) if a == "relu" else F.silu(x)
 
     @staticmethod
