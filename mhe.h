@@ -182,6 +182,13 @@ typedef struct mhe_tensor {
     int decay;            /* 1: AdamW applies weight decay (matrices), 0: biases, norms */
     int init;             /* MHE_INIT_*: how mhe_model_init fills it */
     float init_std;       /* std of MHE_INIT_NORMAL */
+    /* int8 weights of a q8 checkpoint (NULL: float): element i is
+       q8[i] * q8_scale[i / q8_group], groups running along each row. Every
+       forward reads a linear layer through them when set (data is then
+       NULL in place, or the dequantized copy on the host). */
+    const int8_t *q8;
+    const float *q8_scale;
+    int q8_group;
 } mhe_tensor;
 
 /* MHE_INIT_BLOCKS: [n, W] rows of ones on head i's block of ceil(W/n) columns
@@ -280,6 +287,25 @@ MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work);
 MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
 MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int N, int IC, int OC);
+/* int8 weights (q8). mhe_q8_quantize: W[rows, cols] -> q[rows, cols] int8
+   and scale[rows, cols / group], symmetric per group of `group` consecutive
+   elements of a row: scale = max |w| / 127, q = round(w / scale) (an
+   all-zero group gets scale 1). MHE_ERR_ARG when group does not divide
+   cols, MHE_ERR_NONFINITE for a NaN or infinite weight.
+   mhe_q8_linear_fwd: out rows (stride ldo) = inp rows (stride ldi) W^T + b
+   with W as q8: per group the int8 x float dot product, times its scale
+   (weights stay int8 in memory; float activations, float accumulation).
+   AVX2 / AVX-512 when the group is a multiple of 8 / 16, scalar otherwise. */
+MHEDEF mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int rows, int cols, int group);
+MHEDEF void mhe_q8_linear_fwd(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
+                              int group, const float *b, int N, int IC, int OC);
+/* the alternative the q8 issue asked to measure: activations quantized to
+   int8 per token (scale max |x| / 127), int8 x int8 products summed in
+   int32 per group (the shape Cortex-M4's SMLAD takes, two 16-bit products
+   per instruction), then scaled. Less accurate; see the README's q8 table. */
+MHEDEF void mhe_q8_linear_fwd_i8(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
+                                 int group, const float *b, int N, int IC, int OC);
+
 /* CP (PARAFAC) decomposition of a 3-way tensor by alternating least squares
    (Carroll and Chang 1970; Kolda and Bader 2009, sec. 3.4):
    T[i][j][k] ~ sum_r A[i][r] B[j][r] C[k][r], T of I x J x K row-major, the
@@ -881,6 +907,9 @@ typedef struct mhe_model {
     size_t bytes_params, bytes_acts;
     void *alloc_ctx;
     mhe_arena *arena;               /* mhe_model_load_arena: every block from this arena, no gradients */
+    int q8;                         /* 1: loaded from a q8 checkpoint (inference only) */
+    int q8_group;                   /* its metadata group (0: one scale per row) */
+    void *q8_block;                 /* loaded to the heap: the int8 weights and scales */
     char err[MHE_ERR_LEN];
     /* word embeddings: tok_emb is the hash-emb bucket table [N, C]; the others
        exist for hash-pool/add/proj (special_emb for every hash embedding) */
@@ -1222,8 +1251,9 @@ typedef struct mhe_st_item {
     int ndim;
     int64_t shape[MHE_ST_MAX_DIMS];
     const float *data;
-    int dtype;                   /* MHE_DTYPE_F32 (0, the default) or MHE_DTYPE_I32 */
+    int dtype;                   /* MHE_DTYPE_F32 (0, the default), MHE_DTYPE_I32 or MHE_DTYPE_I8 */
     const int32_t *data_i32;     /* the data of an I32 item (data is then unused) */
+    const int8_t *data_i8;       /* the data of an I8 item */
 } mhe_st_item;
 
 /* exact byte size of the file mhe_st_write_mem would produce */
@@ -1286,6 +1316,19 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
 MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
 MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
+/* q8 checkpoints: weights only, for inference. The matrices of linear
+   layers (attention projections, W^O, the MLP, mlp's gate/up/down, linear's
+   W_hidden, collab's content bias, untied LM and classification heads) are
+   I8 tensors under their usual names, each with an F32 `<name>_scale`
+   [rows, cols / group] (group 0: one scale per row, [rows, 1]; a row the
+   group does not divide also gets one scale). Everything else (embeddings,
+   position tables, norms, biases, head embeddings, collab's mixing, linear's
+   W_seq) stays F32. Metadata adds "quant": "q8" and "quant.group". The F32
+   tensors come first, so an image at a 4-byte aligned address loads in
+   place. The loaders read it (mhe_model_load_arena in place only); the
+   model refuses training (MHE_ERR_FORMAT). */
+MHEDEF mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size);
+MHEDEF mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written);
 /* MHE_ERR_NONFINITE, naming the tensor and element in m->err, when a weight
    is NaN or infinite (loading does not check: a caller that computes with
    the weights does; mhe_trainer_load_mem refuses non-finite moments) */
@@ -1297,6 +1340,8 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
    moment is refused (MHE_ERR_NONFINITE) before the disk is touched, so a
    diverged state never replaces a good checkpoint */
 MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
+/* a q8 checkpoint (see mhe_q8_checkpoint_write_mem), atomic (mhe_out) */
+MHEDEF mhe_status mhe_q8_checkpoint_save(const mhe_model *m, int group, const char *path);
 /* the gradients of the last backward, as a safetensors file with `loss` */
 MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
 #endif
@@ -2977,6 +3022,132 @@ MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, con
         for (i = 0; i < N; i++)
             for (j = 0; j < OC; j++)
                 db[j] += dout[(size_t)i * OC + j];
+}
+
+/* ---- 3. kernels: int8 weights (q8) ---------------------------------------- */
+
+MHEDEF mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int rows, int cols, int group) {
+    int64_t i, n;
+    int j;
+    if (!q || !scale || !w || rows < 1 || cols < 1 || group < 1 || cols % group) return MHE_ERR_ARG;
+    n = (int64_t)rows * cols;
+    for (i = 0; i < n; i++) if (!mhe__is_finite(w[i])) return MHE_ERR_NONFINITE;
+    for (i = 0; i < n; i += group, scale++) {
+        float amax = 0, s, inv;
+        for (j = 0; j < group; j++) amax = fabsf(w[i + j]) > amax ? fabsf(w[i + j]) : amax;
+        s = amax / 127.0f;
+        if (!(s > 0)) s = 1.0f;   /* an all-zero group (or one below 127 FLT_TRUE_MIN): q = 0 exactly */
+        inv = 1.0f / s;
+        for (j = 0; j < group; j++) {
+            float v = roundf(w[i + j] * inv);
+            q[i + j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+        }
+        *scale = s;
+    }
+    return MHE_OK;
+}
+
+/* sum over groups of scale[g] * sum_j q[j] x[j]: one output of a q8 layer */
+static float mhe__q8_row(const int8_t *q, const float *scale, int group, const float *x, int IC) {
+    int g0, j;
+    float tot = 0;
+#if defined(MHE__GEMM_AVX512)
+    if (group % 16 == 0) {
+        __m512 t = _mm512_setzero_ps();
+        for (g0 = 0; g0 < IC; g0 += group, scale++) {
+            __m512 acc = _mm512_setzero_ps();
+            for (j = g0; j < g0 + group; j += 16) {
+                __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + j))));
+                acc = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + j), acc);
+            }
+            t = _mm512_fmadd_ps(acc, _mm512_set1_ps(*scale), t);
+        }
+        return _mm512_reduce_add_ps(t);
+    }
+#endif
+#if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
+    if (group % 8 == 0) {
+        __m256 t = _mm256_setzero_ps();
+        __m128 h;
+        for (g0 = 0; g0 < IC; g0 += group, scale++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (j = g0; j < g0 + group; j += 8) {
+                __m256 wv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(q + j))));
+                acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + j), acc);
+            }
+            t = _mm256_fmadd_ps(acc, _mm256_set1_ps(*scale), t);
+        }
+        h = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        return _mm_cvtss_f32(h);
+    }
+#endif
+    for (g0 = 0; g0 < IC; g0 += group, scale++) {   /* portable: an int8 load and a float MAC per weight */
+        float acc = 0;
+        for (j = g0; j < g0 + group; j++) acc += (float)q[j] * x[j];
+        tot += *scale * acc;
+    }
+    return tot;
+}
+
+MHEDEF void mhe_q8_linear_fwd(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
+                              int group, const float *b, int N, int IC, int OC) {
+    int i, o, gpr = IC / group;
+    /* each output whole in one thread: 1 and N threads give the same bits */
+MHE__OMP(omp parallel for if ((int64_t)N * OC * IC > 64 * MHE__PAR_MIN && !mhe__in_parallel()) private(i))
+    for (o = 0; o < OC; o++)
+        for (i = 0; i < N; i++)
+            out[(size_t)i * ldo + o] = mhe__q8_row(q + (size_t)o * IC, scale + (size_t)o * gpr, group, inp + (size_t)i * ldi, IC)
+                                     + (b ? b[o] : 0.0f);
+}
+
+/* int8 x int8: products of two int8 fit int16, their group sums int32 (a
+   group of up to 2^16 elements cannot overflow); written as pairs so a
+   Cortex-M4 compiler can fuse each into one SMLAD */
+static int32_t mhe__i8_dot(const int8_t *a, const int8_t *b, int n) {
+    int32_t acc = 0;
+    int j;
+#if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
+    if (n % 16 == 0) {
+        __m256i s = _mm256_setzero_si256();
+        __m128i h;
+        for (j = 0; j < n; j += 16) {
+            __m256i x = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(a + j)));
+            __m256i y = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(b + j)));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(x, y));
+        }
+        h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        return _mm_cvtsi128_si32(h);
+    }
+#endif
+    for (j = 0; j + 1 < n; j += 2) acc += (int16_t)(a[j] * b[j]) + (int16_t)(a[j + 1] * b[j + 1]);
+    if (j < n) acc += a[j] * b[j];
+    return acc;
+}
+
+MHEDEF void mhe_q8_linear_fwd_i8(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
+                                 int group, const float *b, int N, int IC, int OC) {
+    int i, o, j, g, gpr = IC / group;
+    int8_t xq[4096];   /* one token's activations; wider rows fall back to float activations */
+    if (IC > (int)sizeof xq) { mhe_q8_linear_fwd(out, ldo, inp, ldi, q, scale, group, b, N, IC, OC); return; }
+    for (i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * ldi;
+        float amax = 0, xs, inv;
+        for (j = 0; j < IC; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        xs = amax > 0 ? amax / 127.0f : 1.0f;
+        inv = 1.0f / xs;
+        for (j = 0; j < IC; j++) xq[j] = (int8_t)roundf(x[j] * inv);
+        for (o = 0; o < OC; o++) {
+            const int8_t *wq = q + (size_t)o * IC;
+            const float *s = scale + (size_t)o * gpr;
+            float tot = 0;
+            for (g = 0; g < gpr; g++) tot += s[g] * (float)mhe__i8_dot(wq + (size_t)g * group, xq + (size_t)g * group, group);
+            out[(size_t)i * ldo + o] = xs * tot + (b ? b[o] : 0.0f);
+        }
+    }
 }
 
 /* ---- 3. kernels: CP decomposition ------------------------------------------ */
@@ -5341,6 +5512,28 @@ static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const 
                 out[(size_t)i * ldo + j] += b[j];
 }
 
+/* A forward linear layer through its weight tensor: float GEMM, or the q8
+   kernel when the weights are int8. OC may run past w into the tensors that
+   follow it in the model's memory order (wq, wk, wv: one projection), each
+   q8 tensor with its own scales. */
+static void mhe__lin_rowsq(float *out, int ldo, const float *inp, int ldi, const mhe_tensor *w, const float *b,
+                           int N, int IC, int OC) {
+    int r0 = 0;
+    if (!w->q8) { mhe__lin_rows(out, ldo, inp, ldi, w->data, b, N, IC, OC); return; }
+    for (; r0 < OC; w++) {
+        int rows = (int)w->shape[0] < OC - r0 ? (int)w->shape[0] : OC - r0;
+        MHE_ASSERT(w->q8 && w->ndim == 2 && w->shape[1] == IC);
+#ifdef MHE_Q8_INT8_ACTIVATIONS   /* the measured alternative (see mhe_q8_linear_fwd_i8) */
+        mhe_q8_linear_fwd_i8(out + r0, ldo, inp, ldi, w->q8, w->q8_scale, w->q8_group, b ? b + r0 : NULL, N, IC, rows);
+#else
+        mhe_q8_linear_fwd(out + r0, ldo, inp, ldi, w->q8, w->q8_scale, w->q8_group, b ? b + r0 : NULL, N, IC, rows);
+#endif
+        r0 += rows;
+    }
+}
+#define mhe__linq(out, inp, w, b, N, IC, OC) mhe__lin_rowsq((out), (OC), (inp), (IC), (w), (b), (N), (IC), (OC))
+
+
 static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo,
                               const float *inp, const float *w, int N, int IC, int OC) {
     int i, j;
@@ -5469,7 +5662,7 @@ static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride,
    (collab adds its one bias, b^V, after it); training and decoding both */
 static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u,
                               float *proj) {
-    mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g->proj_w);
+    mhe__linq(proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g->proj_w);
     mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
 }
 
@@ -5480,7 +5673,7 @@ static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, 
                           float *kv) {
     if (!g->k_w)
         return;
-    mhe_linear_fwd(kv, mem, w->wk->data, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
+    mhe__linq(kv, mem, w->wk, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
     mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
 }
 
@@ -5681,12 +5874,12 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
 static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj,
                            float *att, float *out) {
     int r, i;
-    mhe_linear_fwd(proj, u, w->gate->data, mhe__opt_data(w->gate_b), rows, C,
+    mhe__linq(proj, u, w->gate, mhe__opt_data(w->gate_b), rows, C,
                    2 * F); /* gate and up: one GEMM */
     for (r = 0; r < rows; r++)
         for (i = 0; i < F; i++)
             att[(size_t)r * F + i] = mhe__silu(proj[(size_t)r * 2 * F + i]) * proj[(size_t)r * 2 * F + F + i];
-    mhe_linear_fwd(out, att, w->down->data, mhe__opt_data(w->down_b), rows, F, C);
+    mhe__linq(out, att, w->down, mhe__opt_data(w->down_b), rows, F, C);
 }
 
 /* back through mhe__gated_fwd: dproj [rows, 2F] and datt [rows, F] are scratch; du += */
@@ -5711,7 +5904,7 @@ static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, co
 static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x,
                                 const float *u, float *z, float *out) {
     int C = m->cfg.d_model, Lmax = m->cfg.max_seq_len, b;
-    mhe_linear_fwd(z, u, w->hidden->data, NULL, x->B * x->T, C, C);
+    mhe__linq(z, u, w->hidden, NULL, x->B * x->T, C, C);
     for (b = 0; b < x->B; b++) {
         int L = x->len ? x->len[b] : x->T;
         float *yb = out + (size_t)b * x->T * C;
@@ -5899,14 +6092,14 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
                 for (t = 0; t < x->T; t++)
                     memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD,
                            2 * (size_t)HD * sizeof(float));
-            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+            mhe__lin_rowsq(aa->proj + 2 * HD, 3 * HD, u, C, w->wv, mhe__opt_data(w->bv), rows, C, HD);
         } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
             const float *ne =
                 mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
-            mhe__lin_rows(aa->proj, 3 * HD, ne, C, w->wq->data, mhe__opt_data(w->bq), rows, C, 2 * HD);
-            mhe__lin_rows(aa->proj + 2 * HD, 3 * HD, u, C, w->wv->data, mhe__opt_data(w->bv), rows, C, HD);
+            mhe__lin_rowsq(aa->proj, 3 * HD, ne, C, w->wq, mhe__opt_data(w->bq), rows, C, 2 * HD);
+            mhe__lin_rowsq(aa->proj + 2 * HD, 3 * HD, u, C, w->wv, mhe__opt_data(w->bv), rows, C, HD);
         } else {
-            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, 3 * HD);
+            mhe__linq(aa->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, 3 * HD);
         }
         q = aa->proj;
         k = q + HD;
@@ -5920,14 +6113,14 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         if (kind == MHE_ATTN_STATICEMB_QK) { /* both sides through norm3, the cross sublayer's input norm */
             const mhe_layer *y = &m->layers[l];
             float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
-            mhe_linear_fwd(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq->data,
+            mhe__linq(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq,
                            mhe__opt_data(w->bq), rows, C, HD);
-            mhe__lin_rows(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C,
-                          w->wk->data, mhe__opt_data(w->bk), mrows, C, HD);
-            mhe__lin_rows(aa->kv + HD, 2 * HD, x->mem, C, w->wv->data, mhe__opt_data(w->bv), mrows, C, HD);
+            mhe__lin_rowsq(aa->kv, 2 * HD, mhe__static_in(m, y->norm3_w, y->norm3_b, x->mem_emb, mrows, bk), C,
+                          w->wk, mhe__opt_data(w->bk), mrows, C, HD);
+            mhe__lin_rowsq(aa->kv + HD, 2 * HD, x->mem, C, w->wv, mhe__opt_data(w->bv), mrows, C, HD);
         } else {
-            mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, HD);
-            mhe_linear_fwd(aa->kv, x->mem, w->wk->data, mhe__opt_data(w->bk), mrows, C, 2 * HD);
+            mhe__linq(aa->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, HD);
+            mhe__linq(aa->kv, x->mem, w->wk, mhe__opt_data(w->bk), mrows, C, 2 * HD);
         }
         q = aa->proj;
         qs = HD;
@@ -5940,7 +6133,7 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
     }
     mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats,
                         aa->ext, !c->fused_attention);
-    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+    mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
 }
 
 static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
@@ -6052,13 +6245,13 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k,
                       ks, v, ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     } else {
-        mhe_linear_fwd(aa->proj, u, w->wq->data, mhe__opt_data(w->bq), rows, C, g.q_w);
+        mhe__linq(aa->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g.q_w);
         mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
         mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v,
                       ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
     }
-    mhe_linear_fwd(out, aa->att, w->wo->data, mhe__opt_data(w->bo), rows, HD, C);
+    mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
 }
 
 /* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
@@ -6204,7 +6397,7 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
     if (mhe__kind_fixed(kind)) {
         size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
         float *vrow = c->v[l] + (size_t)pos * HD;
-        mhe_linear_fwd(vrow, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        mhe__linq(vrow, u, w->wv, mhe__opt_data(w->bv), 1, C, HD);
         memset(att, 0, (size_t)HD * sizeof(float));
         for (h = 0; h < n; h++) {
             const float *row = c->state[l] + (size_t)h * tri + (size_t)pos * (pos + 1) / 2;
@@ -6213,14 +6406,14 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
         }
     } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N1(e), as in training */
         const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
-        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, 2 * HD);
-        mhe_linear_fwd(proj + 2 * HD, u, w->wv->data, mhe__opt_data(w->bv), 1, C, HD);
+        mhe__linq(proj, ne, w->wq, mhe__opt_data(w->bq), 1, C, 2 * HD);
+        mhe__linq(proj + 2 * HD, u, w->wv, mhe__opt_data(w->bv), 1, C, HD);
         memcpy(c->k[l] + (size_t)pos * HD, proj + HD, (size_t)HD * sizeof(float));
         memcpy(c->v[l] + (size_t)pos * HD, proj + 2 * HD, (size_t)HD * sizeof(float));
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, proj, 2 * HD, c->k[l], HD, c->v[l],
                       HD, att, d->lse, NULL, NULL, 0);
     } else {
-        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, 3 * HD);
+        mhe__linq(proj, u, w->wq, mhe__opt_data(w->bq), 1, C, 3 * HD);
         for (h = 0; h < n; h++) {
             const float *q = proj + (size_t)h * dh, *k = q + HD, *v = q + 2 * HD;
             float *o = att + (size_t)h * dh;
@@ -6260,7 +6453,7 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             }
         }
     }
-    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+    mhe__linq(d->branch, att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 /* cross-attention of a ch. 4 kind over the cached source: taylor (one query,
@@ -6275,11 +6468,11 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
     float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
     if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), as in training */
         const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
-        mhe_linear_fwd(proj, ne, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        mhe__linq(proj, ne, w->wq, mhe__opt_data(w->bq), 1, C, HD);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W,
                       c->cross[l] + HD, W, att, d->lse, NULL, NULL, 0);
     } else {
-        mhe_linear_fwd(proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, HD);
+        mhe__linq(proj, u, w->wq, mhe__opt_data(w->bq), 1, C, HD);
         for (h = 0; h < n; h++) {
             float *o = att + (size_t)h * dh;
             double den = 0;
@@ -6294,7 +6487,7 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
                 o[j] = (float)(o[j] / den);
         }
     }
-    mhe_linear_fwd(d->branch, att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+    mhe__linq(d->branch, att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 /* One token through attention sublayer k (0 self, 1 cross) of block l into
@@ -6324,12 +6517,12 @@ static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k,
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw,
                       c->v[l], vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
     } else {
-        mhe_linear_fwd(d->proj, u, w->wq->data, mhe__opt_data(w->bq), 1, C, g.q_w);
+        mhe__linq(d->proj, u, w->wq, mhe__opt_data(w->bq), 1, C, g.q_w);
         mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks,
                       d->att, d->lse, NULL, d->hmap, 0);
     }
-    mhe_linear_fwd(d->branch, d->att, w->wo->data, mhe__opt_data(w->bo), 1, HD, C);
+    mhe__linq(d->branch, d->att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
 
 /* ---- 6. embeddings: hashing ------------------------------------------------ */
@@ -8285,6 +8478,7 @@ MHEDEF void mhe_model_free(mhe_model *m) {
     mhe__free(ctx, ar, m->param_data);
     mhe__free(ctx, ar, m->grad_data);
     mhe__free(ctx, ar, m->acts_block);
+    if (m->q8_block) MHE_FREE(ctx, m->q8_block);   /* heap loads only */
     if (m->emb_in.block) MHE_FREE(ctx, m->emb_in.block);   /* word inputs: always from the hooks */
     mhe_lsh_free(&m->lsh);
     mhe_lexicon_free(&m->vocab);
@@ -9057,9 +9251,9 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
 static void mhe__mlp_fwd(const mhe_model *m, const mhe_layer *y, int rows, const float *u, float *fc1, float *act, float *out) {
     const mhe_config *c = &m->cfg;
     int C = c->d_model, F = mhe_config_d_ff(c);
-    mhe_linear_fwd(fc1, u, y->fc1_w->data, mhe__opt_data(y->fc1_b), rows, C, F);
+    mhe__linq(fc1, u, y->fc1_w, mhe__opt_data(y->fc1_b), rows, C, F);
     mhe_act_fwd(c->activation, act, fc1, (int64_t)rows * F);
-    mhe_linear_fwd(out, act, y->fc2_w->data, mhe__opt_data(y->fc2_b), rows, F, C);
+    mhe__linq(out, act, y->fc2_w, mhe__opt_data(y->fc2_b), rows, F, C);
 }
 
 static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const float *d_out, float *du) {
@@ -9453,7 +9647,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         memset(a->pooled, 0, (size_t)B * C * sizeof(float));
         for (i = 0; i < B; i++)
             for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
-        mhe_linear_fwd(a->cls_logits, a->pooled, m->cls_w->data, mhe__opt_data(m->cls_b), B, C, K);
+        mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K);
         mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K);
         m->last_loss = mean;
         m->last_count = count;
@@ -9463,7 +9657,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     }
     {
         const mhe_tensor *hb, *hw = mhe__token_head(m, &hb);
-        mhe_linear_fwd(a->logits, x, hw->data, mhe__opt_data(hb), BT, C, V);
+        mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V);
     }
     if (bt->targets) {
         float mean;
@@ -9522,6 +9716,7 @@ static mhe_status mhe__backward(mhe_model *m) {
     size_t nC = (size_t)BT * C * sizeof(float);
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     float *dfin;
+    if (m->q8) return mhe__fail(m->err, MHE_ERR_FORMAT, "backward: the model has int8 (q8) weights, for inference only (no gradients)");
     if (!m->grad_data) return mhe__fail(m->err, MHE_ERR_ARG, "backward: this model was loaded for inference only (no gradients)");
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     mhe__contexts(m, &enc, &dec);
@@ -9868,6 +10063,7 @@ static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_tra
     if (!t) return MHE_ERR_ARG;
     memset(t, 0, sizeof *t);
     if (!m || !tc) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: model or config is NULL");
+    if (m->q8) return mhe__fail(t->err, MHE_ERR_FORMAT, "mhe_trainer_init: the model has int8 (q8) weights, for inference only; train or resume its float checkpoint");
     if (!m->grad_data) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: the model was loaded for inference only (no gradients)");
     if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
     if (tc->seq_len > m->cfg.max_seq_len)
@@ -11092,6 +11288,8 @@ static const float *mhe__st_item_words(const mhe_st_item *it) {
     return it->dtype == MHE_DTYPE_I32 ? (const float *)(const void *)it->data_i32 : it->data;
 }
 
+static uint64_t mhe__st_item_elsize(const mhe_st_item *it) { return it->dtype == MHE_DTYPE_I8 ? 1 : 4; }
+
 static uint64_t mhe__st_item_count(const mhe_st_item *it) {
     uint64_t c = 1;
     int d;
@@ -11140,14 +11338,14 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
             return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: tensor '%s' of shape %s is too large", show, sh);
         }
         if (count) count = nz;
-        if (it->dtype != MHE_DTYPE_F32 && it->dtype != MHE_DTYPE_I32)
-            return mhe__fail(err, MHE_ERR_DTYPE, "safetensors writer: tensor '%s' has dtype %d; the writer takes F32 and I32", show,
-                             it->dtype);
-        if (count && !mhe__st_item_words(it))
+        if (it->dtype != MHE_DTYPE_F32 && it->dtype != MHE_DTYPE_I32 && it->dtype != MHE_DTYPE_I8)
+            return mhe__fail(err, MHE_ERR_DTYPE, "safetensors writer: tensor '%s' has dtype %d; the writer takes F32, I32 and I8",
+                             show, it->dtype);
+        if (count && (it->dtype == MHE_DTYPE_I8 ? !it->data_i8 : !mhe__st_item_words(it)))
             return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);
         if (count * 4 > MHE__JSON_MAX_INT - total || count * 4 > (uint64_t)(SIZE_MAX / 2) - total)
             return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: total data size overflows at tensor '%s'", show);
-        total += count * 4;
+        total += count * mhe__st_item_elsize(it);
         /* quadratic, but a checkpoint has hundreds of tensors, not millions */
         for (k = 0; k < i; k++)
             if (!strcmp(items[k].name, it->name))
@@ -11187,7 +11385,8 @@ static void mhe__st_header(mhe__wbuf *w, const mhe_st_item *items, int n_items, 
         const mhe_st_item *it = &items[i];
         if (i || n_meta > 0) mhe__wput(w, ",", 1);
         mhe__wput_jstr(w, it->name);
-        mhe__wput(w, it->dtype == MHE_DTYPE_I32 ? ":{\"dtype\":\"I32\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[", 25);
+        if (it->dtype == MHE_DTYPE_I8) mhe__wput(w, ":{\"dtype\":\"I8\",\"shape\":[", 24);
+        else mhe__wput(w, it->dtype == MHE_DTYPE_I32 ? ":{\"dtype\":\"I32\",\"shape\":[" : ":{\"dtype\":\"F32\",\"shape\":[", 25);
         for (d = 0; d < it->ndim; d++) {
             if (d) mhe__wput(w, ",", 1);
             mhe__wput_u64(w, (uint64_t)it->shape[d]);
@@ -11195,7 +11394,7 @@ static void mhe__st_header(mhe__wbuf *w, const mhe_st_item *items, int n_items, 
         mhe__wput(w, "],\"data_offsets\":[", 18);
         mhe__wput_u64(w, off);
         mhe__wput(w, ",", 1);
-        off += mhe__st_item_count(it) * 4;
+        off += mhe__st_item_count(it) * mhe__st_item_elsize(it);
         mhe__wput_u64(w, off);
         mhe__wput(w, "]}", 2);
     }
@@ -11264,6 +11463,7 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
     off = 8 + padded;
     for (i = 0; i < n_items; i++) {
         size_t c = (size_t)mhe__st_item_count(&items[i]);
+        if (items[i].dtype == MHE_DTYPE_I8) { if (c) memcpy(dst + off, items[i].data_i8, c); off += c; continue; }
         mhe__f32_to_le(dst + off, mhe__st_item_words(&items[i]), c);
         off += c * 4;
     }
@@ -11456,7 +11656,8 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
     if ((s = mhe_out_open(&o, path, err)) != MHE_OK) { MHE_FREE(alloc_ctx, hdr); return s; }
     ok = mhe_out_write(&o, hdr, 8 + padded);
     for (i = 0; ok && i < n_items; i++)
-        ok = mhe__st_fwrite_f32(&o, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
+        ok = items[i].dtype == MHE_DTYPE_I8 ? mhe_out_write(&o, items[i].data_i8, (size_t)mhe__st_item_count(&items[i]))
+                                            : mhe__st_fwrite_f32(&o, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
     MHE_FREE(alloc_ctx, hdr);
     return mhe_out_commit(&o, err);
 }
@@ -11721,6 +11922,139 @@ MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer
     return st;
 }
 
+/* ---- 10. checkpoints: q8 (int8 weights, inference only) --------------------- */
+
+/* 1 when t is the weight matrix of a linear layer: what a q8 checkpoint
+   stores as int8 (every such tensor feeds the forward through mhe__linq) */
+static int mhe__q8_linear(const mhe_model *m, const mhe_tensor *t) {
+    int l, k;
+    if (t->ndim != 2) return 0;
+    if (t == m->lm_head || t == m->cls_w || t == m->sr_w) return 1;
+    for (l = 0; l < m->n_total_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        if (t == y->fc1_w || t == y->fc2_w) return 1;
+        for (k = 0; k < 2; k++) {
+            const mhe_attn_weights *w = k ? &y->cross : &y->attn;
+            if (t == w->wq || t == w->wk || t == w->wv || t == w->wo || t == w->wcb || t == w->gate || t == w->up ||
+                t == w->down || t == w->hidden)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* elements per scale of a q8 tensor with rows of `cols`: the group, or the
+   whole row where the group (0: per row) does not divide it */
+static int mhe__q8_group_of(int group, int64_t cols) { return group > 0 && cols % group == 0 ? group : (int)cols; }
+
+typedef struct mhe__q8ckpt {
+    mhe__ckpt k;                    /* the float checkpoint's items and metadata */
+    mhe_st_item *items;
+    const char **keys, **values;
+    int n_items, n_meta;
+    char group_text[16];
+    void *block;
+} mhe__q8ckpt;
+
+static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, char *err) {
+    int nt = m->n_tensors, i, pass, nq = 0, ok = 1;
+    size_t qbytes = 0, sfloats = 0, bytes;
+    char *names;
+    float *sc;
+    int8_t *qb, *q0;
+    mhe_status s;
+    memset(q, 0, sizeof *q);
+    if (group < 0) return mhe__fail(err, MHE_ERR_ARG, "q8: group %d must be >= 0 (0: one scale per row)", group);
+    for (i = 0; i < nt; i++) {
+        const mhe_tensor *t = &m->params[i];
+        if (!mhe__q8_linear(m, t)) continue;
+        if (!t->data) return mhe__fail(err, MHE_ERR_ARG, "q8: tensor '%s' has no float weights to quantize (an in-place q8 model)", t->name);
+        nq++;
+        qbytes = mhe__add_size(qbytes, (size_t)t->size, &ok);
+        sfloats = mhe__add_size(sfloats, (size_t)(t->size / mhe__q8_group_of(group, t->shape[1])), &ok);
+    }
+    if ((s = mhe__ckpt_build(m, NULL, &q->k, 0, err)) != MHE_OK) return s;
+    MHE_ASSERT(q->k.n_items >= nt);
+    bytes = (size_t)(q->k.n_items + nq) * sizeof(mhe_st_item) + 2 * (size_t)(q->k.n_meta + 2) * sizeof(char *);
+    bytes = MHE_ARENA_ROUND(mhe__add_size(bytes, mhe__mul_size((size_t)nq, MHE_NAME_LEN + 8, &ok), &ok));
+    bytes = mhe__add_size(bytes, mhe__add_size(mhe__mul_size(sfloats, sizeof(float), &ok), qbytes, &ok), &ok);
+    q->block = ok ? MHE_MALLOC(m->alloc_ctx, bytes) : NULL;
+    if (!q->block) { MHE_FREE(m->alloc_ctx, q->k.block); return mhe__fail(err, MHE_ERR_NOMEM, "q8: out of memory"); }
+    q->items = (mhe_st_item *)q->block;
+    q->keys = (const char **)(void *)(q->items + q->k.n_items + nq);
+    q->values = q->keys + q->k.n_meta + 2;
+    names = (char *)(void *)(q->values + q->k.n_meta + 2);
+    sc = (float *)(void *)((unsigned char *)q->block + (bytes - sfloats * sizeof(float) - qbytes));
+    qb = q0 = (int8_t *)(void *)(sc + sfloats);
+    for (i = 0; i < q->k.n_meta; i++) { q->keys[i] = q->k.keys[i]; q->values[i] = q->k.values[i]; }
+    snprintf(q->group_text, sizeof q->group_text, "%d", group);
+    q->keys[i] = "quant"; q->values[i++] = "q8";
+    q->keys[i] = "quant.group"; q->values[i++] = q->group_text;
+    q->n_meta = i;
+    /* pass 0: every F32 tensor (the scales in place of their matrices), pass 1: the I8 ones */
+    for (pass = 0; pass < 2; pass++)
+        for (i = 0, qb = q0; i < q->k.n_items; i++) {
+            mhe_st_item *it;
+            const mhe_tensor *t = i < nt ? &m->params[i] : NULL;
+            int quant = t && mhe__q8_linear(m, t), g;
+            if (quant ? 0 : pass) continue;
+            it = &q->items[q->n_items++];
+            *it = q->k.items[i];
+            if (!quant) continue;
+            g = mhe__q8_group_of(group, t->shape[1]);
+            if (pass == 0) {   /* the scales [rows, cols / g], named <name>_scale */
+                snprintf(names, MHE_NAME_LEN + 8, "%s_scale", t->name);
+                it->name = names; names += MHE_NAME_LEN + 8;
+                it->shape[1] = t->shape[1] / g;
+                it->data = sc;
+                s = mhe_q8_quantize(qb, sc, t->data, (int)t->shape[0], (int)t->shape[1], g);
+                if (s != MHE_OK) {
+                    MHE_FREE(m->alloc_ctx, q->block); MHE_FREE(m->alloc_ctx, q->k.block);
+                    return mhe__fail(err, s, "q8: tensor '%s' cannot be quantized (%s)", t->name, mhe_status_str(s));
+                }
+                sc += t->size / g;
+                qb += t->size;
+            } else {
+                it->dtype = MHE_DTYPE_I8;
+                it->data_i8 = qb;
+                qb += t->size;
+            }
+        }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size) {
+    mhe__q8ckpt q;
+    mhe_status st;
+    if (!m || !size) return MHE_ERR_ARG;
+    if ((st = mhe__q8_build(m, group, &q, ((mhe_model *)m)->err)) != MHE_OK) return st;
+    st = mhe_st_write_size(q.items, q.n_items, q.keys, q.values, q.n_meta, size, ((mhe_model *)m)->err);
+    MHE_FREE(m->alloc_ctx, q.block); MHE_FREE(m->alloc_ctx, q.k.block);
+    return st;
+}
+
+MHEDEF mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written) {
+    mhe__q8ckpt q;
+    mhe_status st;
+    if (!m) return MHE_ERR_ARG;
+    if ((st = mhe__q8_build(m, group, &q, ((mhe_model *)m)->err)) != MHE_OK) return st;
+    st = mhe_st_write_mem(buf, cap, written, q.items, q.n_items, q.keys, q.values, q.n_meta, ((mhe_model *)m)->err);
+    MHE_FREE(m->alloc_ctx, q.block); MHE_FREE(m->alloc_ctx, q.k.block);
+    return st;
+}
+
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_q8_checkpoint_save(const mhe_model *m, int group, const char *path) {
+    mhe__q8ckpt q;
+    mhe_status st;
+    if (!m) return MHE_ERR_ARG;
+    if ((st = mhe__q8_build(m, group, &q, ((mhe_model *)m)->err)) != MHE_OK) return st;
+    st = mhe_st_save_file(path, q.items, q.n_items, q.keys, q.values, q.n_meta, m->alloc_ctx, ((mhe_model *)m)->err);
+    MHE_FREE(m->alloc_ctx, q.block); MHE_FREE(m->alloc_ctx, q.k.block);
+    return st;
+}
+#endif
+
 /* copy one named F32 tensor of the file into dst, checking its shape */
 static mhe_status mhe__load_tensor(const mhe_safetensors *st, const char *name, const mhe_tensor *like, float *dst, char *err) {
     const mhe_st_tensor *t = mhe_st_find(st, name);
@@ -11773,17 +12107,120 @@ static mhe_status mhe__map_tensor(const mhe_safetensors *st, mhe_tensor *t, char
     return MHE_OK;
 }
 
+/* the I8 weights and F32 scales of a q8 tensor in a parsed file, checked as
+   a hostile file would be: dtypes, shapes, a group that divides the row,
+   every scale finite and positive. *g gets the elements per scale. */
+static mhe_status mhe__q8_check(const mhe_safetensors *st, const mhe_tensor *t, int group, const mhe_st_tensor **qt,
+                                const mhe_st_tensor **sc, int *g, char *err) {
+    char nm[MHE_NAME_LEN + 8];
+    const mhe_st_tensor *a = mhe_st_find(st, t->name), *b;
+    int64_t rows = t->shape[0], cols = t->shape[1], k;
+    if (!a) return mhe__fail(err, MHE_ERR_MISSING, "checkpoint has no tensor '%s'", t->name);
+    if (a->dtype != MHE_DTYPE_I8)
+        return mhe__fail(err, MHE_ERR_DTYPE, "q8 checkpoint: tensor '%s' (a linear layer's weights) must be I8", t->name);
+    if (a->ndim != 2 || a->shape[0] != rows || a->shape[1] != cols)
+        return mhe__fail(err, MHE_ERR_SHAPE, "q8 checkpoint: tensor '%s' must be [%lld, %lld]", t->name, (long long)rows, (long long)cols);
+    snprintf(nm, sizeof nm, "%s_scale", t->name);
+    if (!(b = mhe_st_find(st, nm))) return mhe__fail(err, MHE_ERR_MISSING, "q8 checkpoint has no scales '%s'", nm);
+    if (b->dtype != MHE_DTYPE_F32 || b->ndim != 2 || b->shape[0] != rows)
+        return mhe__fail(err, b->dtype != MHE_DTYPE_F32 ? MHE_ERR_DTYPE : MHE_ERR_SHAPE,
+                         "q8 checkpoint: scales '%s' must be F32 [%lld, groups per row]", nm, (long long)rows);
+    if (b->shape[1] == 1) *g = (int)cols;   /* one scale per row */
+    else if (group <= 0 || cols % group)
+        return mhe__fail(err, MHE_ERR_SHAPE, "q8 checkpoint: group size %d does not divide the row length %lld of '%s'", group,
+                         (long long)cols, t->name);
+    else if (b->shape[1] != cols / group)
+        return mhe__fail(err, MHE_ERR_SHAPE, "q8 checkpoint: scales '%s' have %lld per row; group %d needs %lld (or 1)", nm,
+                         (long long)b->shape[1], group, (long long)(cols / group));
+    else *g = group;
+    for (k = 0; k < b->size; k++) {   /* little-endian bytes, read portably */
+        const unsigned char *p = b->data + 4 * k;
+        uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        float v;
+        memcpy(&v, &u, sizeof v);
+        if (!mhe__is_finite(v))
+            return mhe__fail(err, MHE_ERR_NONFINITE, "q8 checkpoint: scale %lld of '%s' is %g", (long long)k, nm, (double)v);
+        if (!(v > 0))
+            return mhe__fail(err, MHE_ERR_FORMAT, "q8 checkpoint: scale %lld of '%s' is %g, not positive", (long long)k, nm, (double)v);
+    }
+    *qt = a; *sc = b;
+    return MHE_OK;
+}
+
+/* A q8 model's int8 tensors: in place, pointers into the image (the scales
+   4-byte aligned, a little-endian CPU); on the heap, one block of the scales
+   and int8 weights, and the float weights dequantized beside them, so every
+   path that reads floats (export, reparam) still works. */
+static mhe_status mhe__q8_load(mhe_model *m, const mhe_safetensors *st, int in_place) {
+    size_t sfloats = 0, qbytes = 0;
+    int i, pass, ok = 1, g = 1;
+    float *sc = NULL;
+    int8_t *qb = NULL;
+    union { uint32_t u; unsigned char c[4]; } e;
+    e.u = 1;
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < m->n_tensors; i++) {
+            mhe_tensor *t = &m->params[i];
+            const mhe_st_tensor *a = NULL, *b = NULL;
+            mhe_status s;
+            int64_t k;
+            if (!mhe__q8_linear(m, t)) continue;
+            if ((s = mhe__q8_check(st, t, m->q8_group, &a, &b, &g, m->err)) != MHE_OK) return s;
+            t->q8_group = g;
+            if (in_place) {
+                if (e.c[0] != 1 || ((uintptr_t)b->data & 3u) != 0)
+                    return mhe__fail(m->err, MHE_ERR_ARG, "tensor '%s': in-place weights need a 4-byte aligned image on a little-endian CPU", t->name);
+                t->q8 = (const int8_t *)(const void *)a->data;
+                t->q8_scale = (const float *)(const void *)b->data;
+                t->data = NULL;   /* no float copy exists: every reader of a linear weight takes q8 */
+                continue;
+            }
+            if (pass == 0) {
+                sfloats = mhe__add_size(sfloats, (size_t)b->size, &ok);
+                qbytes = mhe__add_size(qbytes, (size_t)a->size, &ok);
+                continue;
+            }
+            if ((s = mhe_st_read_f32(st, b, sc, b->size)) != MHE_OK) return mhe__fail(m->err, s, "tensor '%s_scale': %s", t->name, mhe_status_str(s));
+            memcpy(qb, a->data, (size_t)a->size);
+            for (k = 0; k < t->size; k++) t->data[k] = (float)qb[k] * sc[k / g];
+            t->q8 = qb; t->q8_scale = sc;
+            qb += a->size; sc += b->size;
+        }
+        if (in_place) return MHE_OK;
+        if (pass == 0) {
+            size_t bytes = mhe__add_size(mhe__mul_size(sfloats, sizeof(float), &ok), qbytes, &ok);
+            m->q8_block = ok ? MHE_MALLOC(m->alloc_ctx, bytes ? bytes : 1) : NULL;
+            if (!m->q8_block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate the q8 weights");
+            sc = (float *)m->q8_block;
+            qb = (int8_t *)(void *)(sc + sfloats);
+        }
+    }
+    return MHE_OK;
+}
+
 static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena, int in_place) {
     mhe_safetensors st;
     mhe_config cfg;
     mhe_status s;
     char err[MHE_ERR_LEN];
-    int i;
+    const char *quant;
+    int i, q8 = 0, q8_group = 0;
     if (!m) return MHE_ERR_ARG;
     memset(m, 0, sizeof *m);
     s = mhe__st_parse(&st, buf, size, alloc_ctx, arena);
     if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
     if ((s = mhe__ckpt_config(&st, &cfg, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if ((quant = mhe_st_meta(&st, "quant")) != NULL) {   /* int8 weights (q8) */
+        const char *gt = mhe_st_meta(&st, "quant.group");
+        int64_t gv = -1;
+        if (strcmp(quant, "q8") != 0) s = mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint quantization '%.32s': this build reads q8", quant);
+        else if (!gt || mhe__parse_i64(gt, &gv) != MHE_OK || gv < 0 || gv > INT_MAX)
+            s = mhe__fail(m->err, MHE_ERR_FORMAT, "q8 checkpoint: metadata 'quant.group' is missing or not a group size >= 0");
+        else if (arena && !in_place)
+            s = mhe__fail(m->err, MHE_ERR_ARG, "a q8 checkpoint loads into an arena in place only (MHE_LOAD_IN_PLACE): a copy would need its float weights");
+        if (s != MHE_OK) { mhe_st_free(&st); return s; }
+        q8 = 1; q8_group = (int)gv;
+    }
     if ((s = mhe_config_validate(&cfg, err)) != MHE_OK) {
         mhe__fail(m->err, s, "checkpoint metadata: %s", err);
         mhe_st_free(&st);
@@ -11794,7 +12231,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
         size_t tb, fb;
         int cnt;
         int64_t floats;
-        if (mhe__param_bytes(m, &cfg, &tb, &fb, &cnt, &floats) != MHE_OK || (uint64_t)floats > (uint64_t)(st.data_size / 4)) {
+        if (mhe__param_bytes(m, &cfg, &tb, &fb, &cnt, &floats) != MHE_OK || (uint64_t)floats > (uint64_t)(st.data_size / (q8 ? 1 : 4))) {
             memset(m, 0, sizeof *m);
             mhe__fail(m->err, MHE_ERR_SHAPE, "checkpoint config describes %lld parameters but the file holds %llu bytes of data",
                       (long long)floats, (unsigned long long)st.data_size);
@@ -11803,14 +12240,26 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
         }
         memset(m, 0, sizeof *m);
     }
-    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL, in_place)) != MHE_OK) { mhe_st_free(&st); return s; }
-    for (i = 0; i < m->n_tensors && s == MHE_OK; i++)
+    /* a q8 model is for inference: no gradient block */
+    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL && !q8, in_place)) != MHE_OK) { mhe_st_free(&st); return s; }
+    m->q8 = q8; m->q8_group = q8_group;
+    for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
+        if (q8 && mhe__q8_linear(m, &m->params[i])) continue;   /* below */
         s = in_place ? mhe__map_tensor(&st, &m->params[i], m->err)
                      : mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
+    }
+    if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place);
     if (s == MHE_OK) s = mhe__load_words(m, &st);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
         const char *nm = st.tensors[i].name;
-        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && !mhe_model_find(m, nm))
+        size_t len = strlen(nm);
+        mhe_tensor *t = mhe_model_find(m, nm);
+        if (!t && q8 && len > 6 && len < MHE_NAME_LEN + 6 && !strcmp(nm + len - 6, "_scale")) {   /* a q8 matrix's scales */
+            char base[MHE_NAME_LEN + 8];
+            memcpy(base, nm, len - 6); base[len - 6] = 0;
+            if ((t = mhe_model_find(m, base)) != NULL && !t->q8) t = NULL;
+        }
+        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && !t)
             s = mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint has tensor '%.100s' that this model does not", nm);
     }
     mhe_st_free(&st);
@@ -12456,6 +12905,7 @@ MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int
     *bytes = 0;
     if ((s = mhe_st_parse(&st, ckpt, size, NULL)) != MHE_OK) return s;
     s = mhe__ckpt_config(&st, &cfg, err);
+    if (s == MHE_OK && mhe_st_meta(&st, "quant") && !(flags & MHE_LOAD_IN_PLACE)) s = MHE_ERR_ARG;   /* q8: in place only */
     if (s == MHE_OK) s = mhe_config_validate(&cfg, err);
     m = s == MHE_OK ? (mhe_model *)MHE_MALLOC(NULL, sizeof *m) : NULL;   /* a layout to measure, too big for small stacks */
     if (s == MHE_OK && !m) s = MHE_ERR_NOMEM;
@@ -12541,8 +12991,8 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
         if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* K from the source's static embeddings (through norm3), V from the encoder output */
             const float *ne = m->cfg.post_norm ? m->acts.src_emb
                             : mhe__static_in(m, m->layers[l].norm3_w, m->layers[l].norm3_b, m->acts.src_emb, Ts, m->acts.layer[l].cross.ext);
-            mhe__lin_rows(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk->data, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
-            mhe__lin_rows(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv->data, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
+            mhe__lin_rowsq(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
+            mhe__lin_rowsq(c->cross[l] + g.k_w, g.k_w + g.v_w, m->acts.mem, cfg->d_model, w->wv, mhe__opt_data(w->bv), Ts, cfg->d_model, g.v_w);
         } else if (g.k_w) {
             mhe__cross_kv(w, &g, cfg->d_model, Ts, m->acts.mem, c->cross[l]);
         }
@@ -12603,7 +13053,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
         mhe__norm_fwd(m, d.fin, d.stats, d.stats + 1, x, m->lnf_w, m->lnf_b, 1);
         out = d.fin;
     }
-    mhe_linear_fwd(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb)->data, NULL, 1, C, cfg->vocab_size);
+    mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), NULL, 1, C, cfg->vocab_size);
     c->len++;
     return MHE_OK;
 }
