@@ -53,6 +53,28 @@ static int checkpoint(const char *root, const char *name, const char *extra, int
     return rc;
 }
 
+/* a q8 (int8 weights) checkpoint of the same small models, `group` along the rows */
+static int q8_checkpoint(const char *root, const char *name, const char *extra, int group) {
+    mhe_config c = mhe_config_default();
+    mhe_model m;
+    char err[MHE_ERR_LEN], dir[256], file[128];
+    size_t size = 0, w;
+    void *buf;
+    int rc = 0;
+    mhe_config_parse(&c, base_cfg, strlen(base_cfg), err);
+    if (mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) { fprintf(stderr, "%s: %s\n", name, err); return 1; }
+    if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK) { fprintf(stderr, "%s: %s\n", name, m.err); return 1; }
+    if (mhe_q8_checkpoint_size(&m, group, &size) != MHE_OK) { fprintf(stderr, "%s: %s\n", name, m.err); mhe_model_free(&m); return 1; }
+    buf = malloc(size);
+    if (mhe_q8_checkpoint_write_mem(&m, group, buf, size, &w) != MHE_OK) rc = 1;
+    snprintf(dir, sizeof dir, "%s/checkpoint", root);
+    snprintf(file, sizeof file, "%s.safetensors", name);
+    if (!rc) rc = write_file(dir, file, buf, w);
+    free(buf);
+    mhe_model_free(&m);
+    return rc;
+}
+
 /* a hand-written safetensors file: JSON header (length prefixed) + data */
 static int raw(const char *root, const char *name, const char *json, const void *data, size_t n) {
     unsigned char buf[4096];
@@ -84,6 +106,8 @@ int main(int argc, char **argv) {
     rc |= checkpoint(root, "mha", "attn=mha\n", 1);
     rc |= checkpoint(root, "mhe-mul_dropout", "attn=mhe-mul\ndropout=0.1\nattn_dropout=0.1\n", 1);
     rc |= checkpoint(root, "encoder", "arch=encoder\nattn=skv\n", 1);
+    rc |= q8_checkpoint(root, "mhe-mul_q8", "attn=mhe-mul\n", 4);
+    rc |= q8_checkpoint(root, "hybrid_q8_rows", "n_layers=2\nattn=mhe-mul,gqa\nnorm=rmsnorm\nactivation=silu\ntie_embeddings=0\n", 0);
 
     /* foreign but valid safetensors: other dtypes, empty and zero-size tensors, metadata escapes */
     rc |= raw(root, "empty.safetensors", "{}", NULL, 0);
