@@ -8,6 +8,7 @@
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
 #   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
 #   make test-m32 / test-aarch64 / build-cortex-m4   portability builds (see README, Reliability)
+#   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -132,6 +133,35 @@ build-cortex-m4: $(B)/tiny_lm_model.h
 	arm-none-eabi-size build/m4/embedded.elf
 	@echo "largest stack frames (bytes):"; sort -t '	' -k2 -n build/m4/embedded.su | tail -n 4 | sed 's/^.*:\([a-z_0-9.]*\)	\([0-9]*\).*/  \1 \2/'
 
+# Cortex-M4 that runs: examples/embedded.c with the q8 tiny model in flash, the
+# startup code and memory map of examples/m4/ for qemu's mps2-an386, newlib-nano
+# (semihosting for output and exit), greedy decoding; tests/test_cortex_m4.sh runs
+# it under qemu-system-arm and compares its tokens with the x86 build's
+M4_RUN_FLAGS = $(M4_FLAGS) -std=c99 -Wall -Wextra -pedantic -Werror -Os -ffunction-sections -fdata-sections \
+               -DMHE_NO_STDIO $(M4_TEST_DEFS)
+# greedy, and a prompt from the validation text whose per-byte argmax is compared too
+M4_TEST_DEFS = -DEMBEDDED_TEMPERATURE=0 -DEMBEDDED_PREDICTIONS '-DEMBEDDED_PROMPT="Paul, a servant of Jesus Christ, called to be "'
+$(B)/q8/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe
+	@mkdir -p $(dir $@)
+	$(B)/mhe export --model $< --quant q8 --out $@ --name tiny_lm --n 64
+
+$(B)/m4/embedded_q8.elf: examples/embedded.c examples/m4/startup.c examples/m4/mps2_an386.ld $(B)/q8/tiny_lm_model.h mhe.h
+	@mkdir -p $(dir $@)
+	arm-none-eabi-gcc $(M4_RUN_FLAGS) -DEMBEDDED_M4 -I. -I$(B)/q8 -T examples/m4/mps2_an386.ld -nostartfiles \
+	    --specs=nano.specs --specs=nosys.specs -Wl,--gc-sections -o $@ examples/embedded.c examples/m4/startup.c -lm
+
+# the x86 build of the same program and model, the reference the M4's tokens must match
+$(B)/m4/embedded_q8_host: examples/embedded.c $(B)/q8/tiny_lm_model.h $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) $(M4_TEST_DEFS) -I$(B)/q8 -o $@ $< $(LDLIBS)
+
+$(B)/q8/tiny_lm_q8.safetensors: examples/data/tiny_lm.safetensors $(B)/mhe
+	@mkdir -p $(dir $@)
+	$(B)/mhe export --model $< --quant q8 --out $@
+
+test-cortex-m4: $(B)/m4/embedded_q8.elf $(B)/m4/embedded_q8_host $(B)/q8/tiny_lm_q8.safetensors
+	sh tests/test_cortex_m4.sh $(B)
+
 # ---- fuzzing: clang's libFuzzer with ASan + UBSan; targets in tests/fuzz/fuzz.h
 FUZZ_TIME    ?= 60
 FUZZ_CC      ?= clang
@@ -196,5 +226,5 @@ test-cuda:
 clean:
 	rm -rf build
 
-.PHONY: all run reproduce test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 \
+.PHONY: all run reproduce test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 test-cortex-m4 \
         cuda cuda-budget-table test-cuda
