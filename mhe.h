@@ -1278,9 +1278,11 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
      removes the temporary file. A file-size limit kills a process by
      SIGXFSZ unless it ignores that signal (the mhe tool does); then the
      write fails with EFBIG and is reported like a full disk.
-   - On Windows: non-regular files are refused through _stat64 (symlinks are
-     not followed), and the rename is MoveFileExA with REPLACE_EXISTING and
-     WRITE_THROUGH (rename() there fails over an existing file). */
+   - On Windows: non-regular files (NUL and CON included) are refused through
+     _stat64 and the type of an open handle (symlinks are not followed); the
+     rename is MoveFileExA with REPLACE_EXISTING and WRITE_THROUGH (rename()
+     there fails over an existing file), which fails, leaving the target as it
+     was, while another program holds the target open. */
 #define MHE_PATH_LEN 4096
 typedef struct {
     FILE *f;                         /* write here between open and commit */
@@ -1528,8 +1530,13 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <process.h>            /* _getpid */
 /* from kernel32, declared here rather than through <windows.h>, whose macros
    (min, max, near, small ...) would leak into the including file */
-__declspec(dllimport) int __stdcall MoveFileExA(const char *, const char *, unsigned long);
-__declspec(dllimport) unsigned long __stdcall GetLastError(void);
+#ifdef __cplusplus
+#define MHE__KERNEL32 extern "C" __declspec(dllimport)
+#else
+#define MHE__KERNEL32 __declspec(dllimport)
+#endif
+MHE__KERNEL32 int __stdcall MoveFileExA(const char *, const char *, unsigned long);
+MHE__KERNEL32 unsigned long __stdcall GetLastError(void);
 typedef long long mhe__off;     /* long is 32 bits there: 64-bit offsets for files over 2 GB */
 #define MHE__FSEEK _fseeki64
 #define MHE__FTELL _ftelli64
