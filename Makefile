@@ -7,7 +7,7 @@
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
 #   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
-#   make test-m32 / test-aarch64 / build-cortex-m4   portability builds (see README, Reliability)
+#   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (see README, Reliability)
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
 CC      ?= cc
 OPT     ?= -O2 -march=native
@@ -20,42 +20,45 @@ CFLAGS  ?=
 ALLFLAGS = $(OPT) $(WARN) $(OMPFLAG) $(CFLAGS) -I.
 LDLIBS  = -lm
 B       = build
+EXE     ?=
+# runs the build's own programs where make needs them (the embedded example's model header)
+RUN     ?=
 
 # tools/*.c are one program each, except mhe_params.c, a part of mhe
-TOOLS    = $(patsubst tools/%.c,$(B)/%,$(filter-out tools/mhe_params.c,$(wildcard tools/*.c)))
-EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
-TESTS    = $(patsubst tests/%.c,$(B)/tests/%,$(wildcard tests/test_*.c))
+TOOLS    = $(patsubst tools/%.c,$(B)/%$(EXE),$(filter-out tools/mhe_params.c,$(wildcard tools/*.c)))
+EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%$(EXE),$(wildcard examples/*.c))
+TESTS    = $(patsubst tests/%.c,$(B)/tests/%$(EXE),$(wildcard tests/test_*.c))
 DEPS     = mhe.h $(wildcard tools/*.h)
 
 all: $(TOOLS) $(EXAMPLES)
 
-$(B)/%: tools/%.c $(DEPS)
+$(B)/%$(EXE): tools/%.c $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm,$@),$(BLASFLAGS),)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm$(EXE),$@),$(BLASFLAGS),)
 
 # mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
-$(B)/mhe: tools/mhe.c tools/mhe_params.c $(DEPS)
+$(B)/mhe$(EXE): tools/mhe.c tools/mhe_params.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ tools/mhe.c tools/mhe_params.c $(LDLIBS)
 
-$(B)/examples/%: examples/%.c $(DEPS)
+$(B)/examples/%$(EXE): examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
 # the embedded example compiles its model in, as a C array `mhe export` writes
-$(B)/examples/embedded: examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
+$(B)/examples/embedded$(EXE): examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -I$(B) -o $@ $< $(LDLIBS)
 
-$(B)/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe
-	$(B)/mhe export --model $< --out $@ --name tiny_lm --n 64
+$(B)/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe$(EXE)
+	$(RUN) $(B)/mhe$(EXE) export --model $< --out $@ --name tiny_lm --n 64
 
-$(B)/tests/%: tests/%.c tests/test.h $(wildcard tests/fuzz/*.h) $(DEPS)
+$(B)/tests/%$(EXE): tests/%.c tests/test.h $(wildcard tests/fuzz/*.h) $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
 # test_numerics links the same kernels built twice: -fno-fast-math and -ffast-math
-$(B)/tests/test_numerics: tests/test_numerics.c tests/numerics_kernels.c tests/numerics_kernels.h tests/test.h $(DEPS)
+$(B)/tests/test_numerics$(EXE): tests/test_numerics.c tests/numerics_kernels.c tests/numerics_kernels.h tests/test.h $(DEPS)
 	@mkdir -p $(B)/tests $(B)/obj
 	$(CC) $(ALLFLAGS) -fno-fast-math -DNUM_SUFFIX=_std -c -o $(B)/obj/numerics_std.o tests/numerics_kernels.c
 	$(CC) $(ALLFLAGS) -ffast-math -DNUM_SUFFIX=_fast -c -o $(B)/obj/numerics_fast.o tests/numerics_kernels.c
@@ -96,6 +99,9 @@ test-fastmath:
 
 all-tests: $(TESTS) $(TOOLS)
 
+# the mhe tool, the examples and the tests, without the benchmarks
+tool-examples-tests: $(B)/mhe$(EXE) $(EXAMPLES) $(TESTS)
+
 # the header as C++, included twice, and with MHE_STATIC; no warnings allowed
 check-build:
 	@mkdir -p $(B)
@@ -120,6 +126,29 @@ test-aarch64:
 	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" all-tests
 	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
 	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu sh tests/run.sh
+
+# Windows x86-64: static .exe files from x86_64-w64-mingw32-gcc (Debian:
+# gcc-mingw-w64-x86-64), run under wine (Debian: wine, wine64) in a prefix of
+# its own, build/win/wineprefix (no display needed). The tool, the examples and
+# the C tests (MHE_TEST_QUICK; not the benchmarks, to save build time), without
+# OpenMP: mingw's libgomp creates a Windows semaphore per parallel region, a
+# wineserver round trip each (test_model, one thread: 104 s against 8);
+# test_gemm and test_train run again with OpenMP at 1 and 2 threads.
+# clock_gettime comes from mingw's winpthread library (-lpthread).
+# The Python checks are skipped (they drive POSIX paths: FIFOs, symlinks, ulimit).
+MINGW_CC ?= x86_64-w64-mingw32-gcc
+WINE     ?= wine
+WINE_ENV  = WINEPREFIX=$(CURDIR)/build/win/wineprefix WINEDEBUG=-all
+WIN_FLAGS = -O2 -march=native -Wall -Wextra -pedantic -std=c99 -static -Werror -DMHE_TEST_QUICK -I.
+test-windows:
+	@mkdir -p build/win/tests
+	@[ -d build/win/wineprefix ] || { echo "creating the wine prefix build/win/wineprefix"; $(WINE_ENV) $(WINE) wineboot --init >/dev/null 2>&1; }
+	$(MAKE) B=build/win CC=$(MINGW_CC) EXE=.exe RUN="$(WINE_ENV) $(WINE)" OPT="-O2 -march=native" OPENMP=0 LDLIBS="-lm -lpthread" \
+	    CFLAGS="-static -Werror -DMHE_TEST_QUICK" tool-examples-tests build/win/tests/test_gemm_openmp.exe build/win/tests/test_train_openmp.exe
+	$(WINE_ENV) MHE_TEST_BUILD=build/win MHE_TEST_RUNNER=$(WINE) MHE_TEST_PYTHON=0 sh tests/run.sh
+
+build/win/tests/test_%_openmp.exe: tests/test_%.c tests/test.h $(DEPS)
+	$(MINGW_CC) $(WIN_FLAGS) -fopenmp -o $@ $< -lm
 
 # Cortex-M4 bare metal (arm-none-eabi-gcc, newlib, nosys): compile and link
 # examples/embedded.c (inference from a static buffer); prints the image size
@@ -226,5 +255,5 @@ test-cuda:
 clean:
 	rm -rf build
 
-.PHONY: all run reproduce test test-sanitize test-fastmath all-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 build-cortex-m4 test-cortex-m4 \
+.PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
         cuda cuda-budget-table test-cuda

@@ -1277,7 +1277,12 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
    - Every failure names the file and the system's reason (strerror), and
      removes the temporary file. A file-size limit kills a process by
      SIGXFSZ unless it ignores that signal (the mhe tool does); then the
-     write fails with EFBIG and is reported like a full disk. */
+     write fails with EFBIG and is reported like a full disk.
+   - On Windows: non-regular files (NUL and CON included) are refused through
+     _stat64 and the type of an open handle (symlinks are not followed); the
+     rename is MoveFileExA with REPLACE_EXISTING and WRITE_THROUGH (rename()
+     there fails over an existing file), which fails, leaving the target as it
+     was, while another program holds the target open. */
 #define MHE_PATH_LEN 4096
 typedef struct {
     FILE *f;                         /* write here between open and commit */
@@ -1523,6 +1528,18 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <process.h>            /* _getpid */
+/* from kernel32, declared here rather than through <windows.h>, whose macros
+   (min, max, near, small ...) would leak into the including file */
+#ifdef __cplusplus
+#define MHE__KERNEL32 extern "C" __declspec(dllimport)
+#else
+#define MHE__KERNEL32 __declspec(dllimport)
+#endif
+MHE__KERNEL32 int __stdcall MoveFileExA(const char *, const char *, unsigned long);
+MHE__KERNEL32 unsigned long __stdcall GetLastError(void);
+typedef long long mhe__off;     /* long is 32 bits there: 64-bit offsets for files over 2 GB */
+#define MHE__FSEEK _fseeki64
+#define MHE__FTELL _ftelli64
 #elif defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>             /* fsync, getpid, readlink */
 #include <fcntl.h>              /* open with O_EXCL */
@@ -1540,6 +1557,11 @@ extern FILE *fdopen(int, const char *);
 extern int lstat(const char *, struct stat *);
 extern ssize_t readlink(const char *, char *, size_t);
 #endif
+#endif
+#if !defined(_WIN32)
+typedef long mhe__off;          /* a file offset: what ftell returns */
+#define MHE__FSEEK fseek
+#define MHE__FTELL ftell
 #endif
 #endif
 #ifdef _OPENMP
@@ -1606,7 +1628,9 @@ MHEDEF const char *mhe_status_str(mhe_status s) {
 
 /* printf into a fixed message buffer (err may be NULL); returns the status */
 static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...)
-#if defined(__GNUC__)
+#if defined(__MINGW_PRINTF_FORMAT)
+    __attribute__((format(__MINGW_PRINTF_FORMAT, 3, 4)))   /* mingw: gnu_printf when its C99 stdio is on */
+#elif defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
@@ -5129,7 +5153,7 @@ static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
 
 static const mhe__kind_info *mhe__kind(int kind) {
     MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT); /* configs are validated first */
-    return &mhe__kinds[kind];
+    return mhe__kinds + (size_t)kind;   /* size_t: mingw gcc 12 warns (-Warray-bounds) on an int index */
 }
 
 /* rndemb-qk, fixedseq-qk: Q and K from the fixed stream, maps precomputed at decoding */
@@ -11488,18 +11512,16 @@ static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
 
 /* ---- output files: the policy of mhe_out (see its declaration) ---- */
 
+#if defined(MHE__HAVE_FSYNC)
 /* what a non-regular path is, for the refusal */
 static const char *mhe__file_kind(unsigned mode) {
-#if defined(MHE__HAVE_FSYNC)
     if (S_ISDIR(mode)) return "a directory";
     if (S_ISFIFO(mode)) return "a FIFO";
     if (S_ISCHR(mode)) return "a character device";
     if (S_ISBLK(mode)) return "a block device";
-#else
-    (void)mode;
-#endif
     return "not a regular file";
 }
+#endif
 
 /* the file a write to `path` replaces: symlinks followed; anything but a
    regular file or nothing is refused */
@@ -11539,10 +11561,18 @@ static mhe_status mhe__out_target(const char *path, char *target, char *err) {
     }
 #elif defined(_WIN32)
     {
-        struct _stat sb;
-        if (_stat(target, &sb) == 0 && !(sb.st_mode & _S_IFREG))
+        struct _stat64 sb;   /* 64-bit: a 32-bit _stat fails on files over 2 GB */
+        int fd, dev = 0;
+        if (_stat64(target, &sb) == 0 && !(sb.st_mode & _S_IFREG))
             return mhe__fail(err, MHE_ERR_IO, "output '%s' is %s, not a regular file: refused", target,
                              (sb.st_mode & _S_IFDIR) ? "a directory" : "a device");
+        /* NUL, CON, COM1 ... exist in every directory, and _stat may not see
+           them: the type of an open handle tells (read-only, nothing read) */
+        if ((fd = _open(target, _O_RDONLY | _O_BINARY)) >= 0) {
+            dev = _fstat64(fd, &sb) == 0 && !(sb.st_mode & _S_IFREG);
+            _close(fd);
+        }
+        if (dev) return mhe__fail(err, MHE_ERR_IO, "output '%s' is a device, not a regular file: refused", target);
     }
 #endif
     return MHE_OK;
@@ -11619,13 +11649,20 @@ MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
     o->f = NULL;
     if (ok) {
 #ifdef _WIN32
-        remove(o->target); /* rename does not replace an existing file there */
-#endif
+        /* rename() fails over an existing file there; this replaces it in one step */
+        unsigned long we;
+        if (MoveFileExA(o->tmp, o->target, 0x1 | 0x8)) return MHE_OK;   /* REPLACE_EXISTING | WRITE_THROUGH */
+        we = GetLastError();
+        remove(o->tmp);
+        return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': Windows error %lu%s", o->tmp, o->target, we,
+                         we == 5 || we == 32 ? " (access denied or the file is open elsewhere)" : "");
+#else
         errno = 0;
         if (rename(o->tmp, o->target) == 0) return MHE_OK;
         e = errno;
         remove(o->tmp);
         return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->target, e ? strerror(e) : "rename failed");
+#endif
     }
     remove(o->tmp);
     return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; '%s' left unchanged", what, o->tmp, e ? strerror(e) : "write error", o->target);
@@ -11664,7 +11701,7 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
 
 MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err) {
     FILE *f;
-    long len;
+    mhe__off len;
     unsigned char *p;
     size_t n;
     int e;
@@ -11681,7 +11718,7 @@ MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void
         fclose(f);
         return mhe__fail(err, MHE_ERR_IO, "cannot read '%s': %s", path, e ? strerror(e) : "read error");
     }
-    if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    if (MHE__FSEEK(f, 0, SEEK_END) != 0 || (len = MHE__FTELL(f)) < 0 || MHE__FSEEK(f, 0, SEEK_SET) != 0) {
         fclose(f);
         return mhe__fail(err, MHE_ERR_IO, "cannot determine the size of '%s' (not a regular file, or too large)", path);
     }

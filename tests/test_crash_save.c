@@ -15,6 +15,16 @@
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "test.h"
+#ifdef _WIN32
+/* fork, setrlimit, signals and symlinks are POSIX; test_fileio checks the
+   Windows side of the writer (replacing, a target open elsewhere, a stale
+   temporary file) */
+int main(void) {
+    printf("SKIP test_crash_save: needs fork, setrlimit, SIGXFSZ/SIGKILL and symlinks (POSIX)\n");
+    printf("RESULT: %d passed, %d failed, 1 skipped\n", test_pass_count, test_fail_count);
+    return 0;
+}
+#else
 #include <stdlib.h>
 #include <signal.h>
 #include <time.h>
@@ -215,3 +225,4 @@ int main(void) {
     mhe_model_free(&big);
     return TEST_END();
 }
+#endif /* _WIN32 */

@@ -10,6 +10,10 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef _WIN32
+#include <direct.h>
+#define mkdir(path, mode) _mkdir(path)   /* no mode argument there */
+#endif
 
 static int *load(const char *path, size_t *n) {
     int *tok;

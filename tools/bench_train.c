@@ -16,9 +16,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef _WIN32
+#include <windows.h>
+#include <psapi.h>
+#else
 #include <sys/resource.h>
+#endif
 
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
+#ifdef _WIN32
+/* no getrusage there: the peak working set */
+static double peak_rss_mb(void) {
+    PROCESS_MEMORY_COUNTERS pmc;
+    return K32GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc) ? pmc.PeakWorkingSetSize / 1048576.0 : 0;
+}
+#else
+static double peak_rss_mb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss / 1024.0; }
+#endif
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 
 typedef struct { const char *name; int d_model, n_heads, n_layers, T, B; } bench_cfg;
@@ -32,7 +46,6 @@ static int run_one(const bench_cfg *bc0, int threads, int steps, int warmup, con
     int *data, i, n = 1 << 16;
     double *ms = (double *)malloc(sizeof(double) * (size_t)steps);
     char err[MHE_ERR_LEN];
-    struct rusage ru;
     mhe_rng r;
     bench_cfg bcv = *bc0, *bc = &bcv;
     if (seq > 0) bcv.T = seq;
@@ -58,10 +71,9 @@ static int run_one(const bench_cfg *bc0, int threads, int steps, int warmup, con
         if (i >= warmup) ms[i - warmup] = (now_s() - t0) * 1e3;
     }
     qsort(ms, (size_t)steps, sizeof(double), cmp_d);
-    getrusage(RUSAGE_SELF, &ru);
     printf("JSON {\"config\": \"%s\", \"attn\": \"%s\", \"seq\": %d, \"batch\": %d, \"threads\": %d, \"ms_median\": %.2f, \"ms_min\": %.2f, "
            "\"tokens_per_s\": %.1f, \"peak_rss_mb\": %.1f, \"params\": %lld}\n",
-           bc->name, attn, bc->T, bc->B, threads, ms[steps / 2], ms[0], bc->B * bc->T / (ms[steps / 2] / 1e3), ru.ru_maxrss / 1024.0,
+           bc->name, attn, bc->T, bc->B, threads, ms[steps / 2], ms[0], bc->B * bc->T / (ms[steps / 2] / 1e3), peak_rss_mb(),
            (long long)m.n_params);
     mhe_trainer_free(&t);
     mhe_model_free(&m);

@@ -24,6 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef _WIN32
+#include <direct.h>
+#define mkdir(path, mode) _mkdir(path)   /* no mode argument there */
+#endif
 
 #define MP_ROWS 24
 #define MP_COLS 16
