@@ -16,7 +16,7 @@
 // partial warp has fewer lanes and its collectives cover those lanes only.
 //
 // Two modes, chosen when compiling:
-//   default            fibers (ucontext), one per CUDA thread, all on the
+//   default            fibers, one per CUDA thread, all on the
 //                      launching thread. A fiber runs until it waits at a
 //                      barrier; then the next one runs, in thread order
 //                      0,1,2,... (or last to first with MHE_EMU_ORDER=reverse
@@ -52,7 +52,7 @@
 // - Launches, copies and events are synchronous; streams are accepted and
 //   ignored. __expf and friends are the exact functions.
 // - Fiber stacks are 256 KiB (a guard page faults past that); threads mode
-//   uses 1 MiB stacks and one pthread per CUDA thread, created per launch.
+//   uses 1 MiB stacks and one pthread per CUDA thread, kept for later launches.
 #ifndef MHE_CUDA_EMU_H
 #define MHE_CUDA_EMU_H
 
@@ -77,8 +77,16 @@
 #include <atomic>
 #include <ctime>
 #include <pthread.h>
+#include <semaphore.h>
 #else
+// Fibers switch with a few lines of assembly on x86-64 and aarch64 ELF (see
+// 5a), with ucontext elsewhere or with -DMHE_EMU_UCONTEXT.
+#if !defined(MHE_EMU_UCONTEXT) && !(defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__)))
+#define MHE_EMU_UCONTEXT 1
+#endif
+#ifdef MHE_EMU_UCONTEXT
 #include <ucontext.h>
+#endif
 #endif
 
 // The sanitizers cannot follow ucontext stack switches: they need threads.
@@ -252,6 +260,16 @@ struct Slot {
     unsigned w[10];
 };
 
+#ifndef MHE_EMU_THREADS
+#ifdef MHE_EMU_UCONTEXT
+typedef ucontext_t FiberCtx;
+#else
+struct FiberCtx {
+    void *sp;  // while switched out: its stack, with the saved registers on top (see 5a)
+};
+#endif
+#endif
+
 // One emulated CUDA thread.
 struct Lane {
     uint3 idx;             // its threadIdx
@@ -260,7 +278,7 @@ struct Lane {
     unsigned block_phase;  // block barriers passed so far
     unsigned warp_phase;   // warp barriers passed so far
 #ifndef MHE_EMU_THREADS
-    ucontext_t ctx;
+    FiberCtx ctx;
     void *stack;
     unsigned char state;
 #endif
@@ -300,12 +318,18 @@ struct State {
     unsigned char warp_kind[2][kMaxThreads];
     std::atomic<unsigned char> thread_state[kMaxThreads];
     std::atomic<unsigned long> progress{0};     // barrier arrivals, for the watchdog
-    pthread_mutex_t done_mu;
-    pthread_cond_t done_cv;
+    pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;
     unsigned done = 0;
+    // The workers, kept from launch to launch: creating and ending up to 1024
+    // threads per launch was most of the sanitizer runs' (system) time.
+    pthread_t workers[kMaxThreads];
+    sem_t start[kMaxThreads];                  // posted: worker i runs lane i of the launch
+    unsigned nworkers = 0;
+    bool quit = false;                         // at exit: the workers return
     std::atomic<size_t> block_now{0};          // block being run, for the watchdog's message
 #else
-    ucontext_t main_ctx;             // the scheduler's (launching thread's) context
+    FiberCtx main_ctx;               // the scheduler's (launching thread's) context
     unsigned block_arrived = 0;
     unsigned warp_arrived[kMaxWarps] = {};
     unsigned runnable = 0;           // fibers that can run now
@@ -389,12 +413,156 @@ inline uint3 block_index(size_t b) {
 // ---------------------------------------------------------------------------
 #ifndef MHE_EMU_THREADS
 
+// The switch between fibers. glibc's swapcontext makes an rt_sigprocmask
+// system call on every switch, which was most of the fiber runs' time; the
+// fibers never change the signal mask, so this switch keeps to user space.
+// It saves what a call must preserve (System V x86-64: rbx, rbp, r12-r15,
+// MXCSR and the x87 control word; AAPCS64: x19-x29, lr, d8-d15, FPCR) on the
+// stack being left, stores that stack pointer in *save, and resumes the one
+// in `load`: one saved the same way, or a new fiber's from fiber_start_frame.
+// In a comdat group so that several files may include this header.
+#ifndef MHE_EMU_UCONTEXT
+extern "C" void mhe_emu_fiber_switch(void **save, void *load);
+extern "C" void mhe_emu_fiber_entry();
+
+#if defined(__x86_64__)
+__asm__(".pushsection .text.mhe_emu_fiber_switch,\"axG\",@progbits,mhe_emu_fiber_switch,comdat\n"
+        ".weak mhe_emu_fiber_switch\n"
+        ".type mhe_emu_fiber_switch,@function\n"
+        ".p2align 4\n"
+        "mhe_emu_fiber_switch:\n"
+        "    pushq %rbp\n"
+        "    pushq %rbx\n"
+        "    pushq %r12\n"
+        "    pushq %r13\n"
+        "    pushq %r14\n"
+        "    pushq %r15\n"
+        "    subq $8, %rsp\n"
+        "    stmxcsr (%rsp)\n"
+        "    fnstcw 4(%rsp)\n"
+        "    movq %rsp, (%rdi)\n"
+        "    movq %rsi, %rsp\n"
+        "    ldmxcsr (%rsp)\n"
+        "    fldcw 4(%rsp)\n"
+        "    addq $8, %rsp\n"
+        "    popq %r15\n"
+        "    popq %r14\n"
+        "    popq %r13\n"
+        "    popq %r12\n"
+        "    popq %rbx\n"
+        "    popq %rbp\n"
+        "    ret\n"
+        ".size mhe_emu_fiber_switch, .-mhe_emu_fiber_switch\n"
+        // A new fiber's first return lands here, on a 16-byte aligned stack,
+        // with the entry function in rbx. The entry never returns; if it did,
+        // ud2 stops the program at once. Outermost frame for unwinders.
+        ".weak mhe_emu_fiber_entry\n"
+        ".type mhe_emu_fiber_entry,@function\n"
+        "mhe_emu_fiber_entry:\n"
+        "    .cfi_startproc\n"
+        "    .cfi_undefined rip\n"
+        "    callq *%rbx\n"
+        "    ud2\n"
+        "    .cfi_endproc\n"
+        ".size mhe_emu_fiber_entry, .-mhe_emu_fiber_entry\n"
+        ".popsection\n");
+
+constexpr size_t kFrameWords = 8;  // control words, r15, r14, r13, r12, rbx, rbp, return address
+
+// The stack of a fiber not yet run: as mhe_emu_fiber_switch leaves one, so
+// that switching to it "returns" into mhe_emu_fiber_entry.
+inline void *fiber_start_frame(char *top, void (*entry)()) {
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    __asm__ __volatile__("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+    uint64_t *f = (uint64_t *)top - kFrameWords;  // after the ret: rsp = top, 16-byte aligned
+    memset(f, 0, kFrameWords * 8);                 // rbp = 0 ends frame-pointer backtraces
+    f[0] = mxcsr | (uint64_t)fpucw << 32;
+    f[5] = (uint64_t)entry;                        // rbx
+    f[7] = (uint64_t)&mhe_emu_fiber_entry;
+    return f;
+}
+
+#else  // __aarch64__
+__asm__(".pushsection .text.mhe_emu_fiber_switch,\"axG\",@progbits,mhe_emu_fiber_switch,comdat\n"
+        ".weak mhe_emu_fiber_switch\n"
+        ".type mhe_emu_fiber_switch,%function\n"
+        ".p2align 4\n"
+        "mhe_emu_fiber_switch:\n"
+        "    sub sp, sp, #176\n"
+        "    stp x19, x20, [sp, #0]\n"
+        "    stp x21, x22, [sp, #16]\n"
+        "    stp x23, x24, [sp, #32]\n"
+        "    stp x25, x26, [sp, #48]\n"
+        "    stp x27, x28, [sp, #64]\n"
+        "    stp x29, x30, [sp, #80]\n"
+        "    stp d8, d9, [sp, #96]\n"
+        "    stp d10, d11, [sp, #112]\n"
+        "    stp d12, d13, [sp, #128]\n"
+        "    stp d14, d15, [sp, #144]\n"
+        "    mrs x9, fpcr\n"
+        "    str x9, [sp, #160]\n"
+        "    mov x9, sp\n"
+        "    str x9, [x0]\n"
+        "    mov sp, x1\n"
+        "    ldp x19, x20, [sp, #0]\n"
+        "    ldp x21, x22, [sp, #16]\n"
+        "    ldp x23, x24, [sp, #32]\n"
+        "    ldp x25, x26, [sp, #48]\n"
+        "    ldp x27, x28, [sp, #64]\n"
+        "    ldp x29, x30, [sp, #80]\n"
+        "    ldp d8, d9, [sp, #96]\n"
+        "    ldp d10, d11, [sp, #112]\n"
+        "    ldp d12, d13, [sp, #128]\n"
+        "    ldp d14, d15, [sp, #144]\n"
+        "    ldr x9, [sp, #160]\n"
+        "    msr fpcr, x9\n"
+        "    add sp, sp, #176\n"
+        "    ret\n"
+        ".size mhe_emu_fiber_switch, .-mhe_emu_fiber_switch\n"
+        // A new fiber's first return lands here with the entry function in
+        // x19; brk stops the program if the entry ever returns.
+        ".weak mhe_emu_fiber_entry\n"
+        ".type mhe_emu_fiber_entry,%function\n"
+        "mhe_emu_fiber_entry:\n"
+        "    .cfi_startproc\n"
+        "    .cfi_undefined x30\n"
+        "    blr x19\n"
+        "    brk #1\n"
+        "    .cfi_endproc\n"
+        ".size mhe_emu_fiber_entry, .-mhe_emu_fiber_entry\n"
+        ".popsection\n");
+
+constexpr size_t kFrameWords = 22;  // x19-x30, d8-d15, FPCR, padding to 16 bytes
+
+inline void *fiber_start_frame(char *top, void (*entry)()) {
+    uint64_t fpcr;
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    uint64_t *f = (uint64_t *)top - kFrameWords;  // after the switch: sp = top
+    memset(f, 0, kFrameWords * 8);                 // x29 = 0 ends frame-pointer backtraces
+    f[0] = (uint64_t)entry;                        // x19
+    f[11] = (uint64_t)&mhe_emu_fiber_entry;        // x30
+    f[20] = fpcr;
+    return f;
+}
+#endif
+
+// Saves the running fiber (or the scheduler) in `from` and resumes `to`.
+inline void ctx_switch(FiberCtx *from, FiberCtx *to) { mhe_emu_fiber_switch(&from->sp, to->sp); }
+#else
+inline void ctx_switch(FiberCtx *from, FiberCtx *to) { swapcontext(from, to); }
+#endif
+
 // The next fiber that can run after fiber `from`, in the chosen order;
 // `from` itself comes last. Only called while some fiber is runnable.
 inline Lane *next_runnable(unsigned from) {
-    unsigned n = g.nthreads;
+    unsigned n = g.nthreads, i = from;
     for (unsigned step = 1; step <= n; step++) {
-        unsigned i = g.reverse ? (from + n - step) % n : (from + step) % n;
+        // a wrap rather than `% n`: the division was a fifth of a barrier's cost
+        if (g.reverse)
+            i = i == 0 ? n - 1 : i - 1;
+        else
+            i = i + 1 == n ? 0 : i + 1;
         if (g.lanes[i].state == kRunnable)
             return &g.lanes[i];
     }
@@ -404,15 +572,17 @@ inline Lane *next_runnable(unsigned from) {
 inline void switch_to(Lane *me, Lane *next) {
     self = next;
     threadIdx = next->idx;
-    swapcontext(&me->ctx, &next->ctx);
+    ctx_switch(&me->ctx, &next->ctx);
     // back here when another fiber switches to this one (it set self, threadIdx)
 }
 
-// Nothing can run but fibers remain: give up on this block.
+// Nothing can run but fibers remain: give up on this block. The fiber is
+// never resumed (the next block starts every fiber anew), so its context is
+// saved only to be dropped.
 [[noreturn]] inline void fiber_deadlock() {
     g.deadlock = true;
-    setcontext(&g.main_ctx);
-    abort();  // setcontext does not return
+    ctx_switch(&self->ctx, &g.main_ctx);
+    abort();  // never resumed
 }
 
 // Arrival at a block barrier (block = true) or at this fiber's warp barrier.
@@ -442,7 +612,7 @@ inline void fiber_wait(bool block) {
         fiber_deadlock();
     Lane *next = next_runnable(me->tid);
     // A fiber whose arrival completed the barrier, and whose turn it is
-    // anyway, goes on without a (system-call-priced) context switch.
+    // anyway, goes on without a context switch.
     if (next != me)
         switch_to(me, next);
 }
@@ -453,19 +623,18 @@ inline void fiber_wait(bool block) {
     me->state = kDone;
     g.runnable--;
     g.live--;
-    if (g.live == 0)
-        setcontext(&g.main_ctx);  // the block is done
+    if (g.live == 0) {
+        ctx_switch(&me->ctx, &g.main_ctx);  // the block is done
+        abort();                            // never resumed
+    }
     if (g.runnable == 0)
-        fiber_deadlock();         // the others wait for this one forever
-    Lane *next = next_runnable(me->tid);
-    self = next;
-    threadIdx = next->idx;
-    setcontext(&next->ctx);
+        fiber_deadlock();                   // the others wait for this one forever
+    switch_to(me, next_runnable(me->tid));  // a finished fiber is never resumed
     abort();
 }
 
-// makecontext's entry point: one CUDA thread of one block.
-inline void fiber_main() {
+// A fiber's entry point: one CUDA thread of one block.
+[[noreturn]] inline void fiber_main() {
     g.run(g.run_data);
     fiber_finish();
 }
@@ -480,12 +649,18 @@ inline void fiber_setup(Lane *l) {
             die("cannot map a %zu-byte fiber stack", kFiberStack);
         mprotect(p, page, PROT_NONE);
         l->stack = (char *)p + page;
+#ifdef MHE_EMU_UCONTEXT
         getcontext(&l->ctx);  // makecontext needs an initialised context
+#endif
     }
+#ifdef MHE_EMU_UCONTEXT
     l->ctx.uc_stack.ss_sp = l->stack;
     l->ctx.uc_stack.ss_size = kFiberStack;
     l->ctx.uc_link = &g.main_ctx;
     makecontext(&l->ctx, fiber_main, 0);
+#else
+    l->ctx.sp = fiber_start_frame((char *)l->stack + kFiberStack, fiber_main);
+#endif
 }
 
 inline void report_deadlock(uint3 block) {
@@ -535,7 +710,7 @@ inline cudaError_t run_blocks() {
         Lane *first = &g.lanes[g.reverse ? g.nthreads - 1 : 0];
         self = first;
         threadIdx = first->idx;
-        swapcontext(&g.main_ctx, &first->ctx);
+        ctx_switch(&g.main_ctx, &first->ctx);
         // back when every fiber has finished, or none can go on
         self = nullptr;
         if (g.deadlock) {
@@ -603,8 +778,8 @@ inline void warp_barrier(const char *what) {
     thread_wait(false, kKindWarp);
 }
 
-inline void *thread_main(void *arg) {
-    Lane *me = static_cast<Lane *>(arg);
+// One launch, on the worker that runs lane `me`.
+inline void run_thread(Lane *me) {
     self = me;
     threadIdx = me->idx;
     for (size_t b = 0; b < g.nblocks; b++) {
@@ -624,7 +799,44 @@ inline void *thread_main(void *arg) {
     g.done++;
     pthread_cond_signal(&g.done_cv);
     pthread_mutex_unlock(&g.done_mu);
-    return nullptr;
+}
+
+// A worker: lane i of every launch with more than i threads. The semaphore
+// and done_mu order each launch's memory after the last one's, as the
+// thread creation and join did.
+inline void *worker_main(void *arg) {
+    unsigned i = (unsigned)(uintptr_t)arg;  // not lanes[i].tid: the launcher rewrites it
+    for (;;) {
+        while (sem_wait(&g.start[i]) != 0) {
+        }
+        if (g.quit)
+            return nullptr;
+        run_thread(&g.lanes[i]);
+    }
+}
+
+inline void stop_workers() {
+    g.quit = true;
+    for (unsigned i = 0; i < g.nworkers; i++)
+        sem_post(&g.start[i]);
+    for (unsigned i = 0; i < g.nworkers; i++)
+        pthread_join(g.workers[i], nullptr);
+}
+
+inline void add_workers(unsigned n) {
+    if (g.nworkers == 0)
+        atexit(stop_workers);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kThreadStack);
+    for (unsigned i = g.nworkers; i < n; i++) {
+        sem_init(&g.start[i], 0, 0);
+        int err = pthread_create(&g.workers[i], &attr, worker_main, (void *)(uintptr_t)i);
+        if (err)
+            die("pthread_create failed for thread %u of %u: %s", i, n, strerror(err));
+        g.nworkers = i + 1;
+    }
+    pthread_attr_destroy(&attr);
 }
 
 // The launching thread waits for the workers. If no barrier is reached for
@@ -672,31 +884,19 @@ inline cudaError_t run_blocks() {
     pthread_barrier_init(&g.block_bar, nullptr, g.nthreads);
     for (unsigned w = 0; w < g.nwarps; w++)
         pthread_barrier_init(&g.warp_bar[w], nullptr, g.warp_lanes[w]);
-    pthread_mutex_init(&g.done_mu, nullptr);
-    pthread_cond_init(&g.done_cv, nullptr);
     g.done = 0;
     for (unsigned i = 0; i < g.nthreads; i++) {
         g.thread_state[i].store(kRunnable, std::memory_order_relaxed);
         g.lanes[i].block_phase = g.lanes[i].warp_phase = 0;
     }
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, kThreadStack);
-    static pthread_t threads[kMaxThreads];
-    for (unsigned i = 0; i < g.nthreads; i++) {
-        int err = pthread_create(&threads[i], &attr, thread_main, &g.lanes[i]);
-        if (err)
-            die("pthread_create failed for thread %u of %u: %s", i, g.nthreads, strerror(err));
-    }
-    pthread_attr_destroy(&attr);
-    wait_for_threads();
+    if (g.nworkers < g.nthreads)
+        add_workers(g.nthreads);
     for (unsigned i = 0; i < g.nthreads; i++)
-        pthread_join(threads[i], nullptr);
+        sem_post(&g.start[i]);
+    wait_for_threads();  // every worker has left the barriers: they may go
     pthread_barrier_destroy(&g.block_bar);
     for (unsigned w = 0; w < g.nwarps; w++)
         pthread_barrier_destroy(&g.warp_bar[w]);
-    pthread_cond_destroy(&g.done_cv);
-    pthread_mutex_destroy(&g.done_mu);
     return cudaSuccess;
 }
 
