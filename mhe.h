@@ -3081,12 +3081,19 @@ static float mhe__q8_row(const int8_t *q, const float *scale, int group, const f
         for (g0 = 0; g0 < IC; g0 += group, scale++) {
             __m512 acc = _mm512_setzero_ps();
             for (j = g0; j < g0 + group; j += 16) {
-                __m512 wv = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(q + j))));
+                /* the maskz forms: g++'s headers warn (-Wmaybe-uninitialized) on the plain ones' undefined source */
+                __m512 wv = _mm512_maskz_cvtepi32_ps((__mmask16)-1, _mm512_maskz_cvtepi8_epi32((__mmask16)-1,
+                                _mm_loadu_si128((const __m128i *)(const void *)(q + j))));
                 acc = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + j), acc);
             }
             t = _mm512_fmadd_ps(acc, _mm512_set1_ps(*scale), t);
         }
-        return _mm512_reduce_add_ps(t);
+        {
+            float lane[16];
+            _mm512_storeu_ps(lane, t);
+            for (j = 0; j < 16; j++) tot += lane[j];
+            return tot;
+        }
     }
 #endif
 #if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
@@ -3105,6 +3112,21 @@ static float mhe__q8_row(const int8_t *q, const float *scale, int group, const f
         h = _mm_add_ps(h, _mm_movehl_ps(h, h));
         h = _mm_add_ss(h, _mm_movehdup_ps(h));
         return _mm_cvtss_f32(h);
+    }
+#endif
+#if defined(MHE__GEMM_NEON)
+    if (group % 8 == 0) {   /* 8 int8 widened to two float32x4 per step */
+        float32x4_t t = vdupq_n_f32(0.0f);
+        for (g0 = 0; g0 < IC; g0 += group, scale++) {
+            float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+            for (j = g0; j < g0 + group; j += 8) {
+                int16x8_t w16 = vmovl_s8(vld1_s8(q + j));
+                a0 = vfmaq_f32(a0, vcvtq_f32_s32(vmovl_s16(vget_low_s16(w16))), vld1q_f32(x + j));
+                a1 = vfmaq_f32(a1, vcvtq_f32_s32(vmovl_s16(vget_high_s16(w16))), vld1q_f32(x + j + 4));
+            }
+            t = vfmaq_n_f32(t, vaddq_f32(a0, a1), *scale);
+        }
+        return vaddvq_f32(t);
     }
 #endif
     for (g0 = 0; g0 < IC; g0 += group, scale++) {   /* portable: an int8 load and a float MAC per weight */
@@ -3132,6 +3154,22 @@ MHE__OMP(omp parallel for if ((int64_t)N * OC * IC > 64 * MHE__PAR_MIN && !mhe__
 static int32_t mhe__i8_dot(const int8_t *a, const int8_t *b, int n) {
     int32_t acc = 0;
     int j;
+#if defined(MHE__GEMM_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    if (n % 32 == 0) {   /* AVX-512 VNNI: VPDPWSSD adds pairs of int16 products into int32 in one instruction */
+        __m512i s = _mm512_setzero_si512();
+        for (j = 0; j < n; j += 32) {
+            __m512i x = _mm512_maskz_cvtepi8_epi16((__mmask32)-1, _mm256_loadu_si256((const __m256i *)(const void *)(a + j)));
+            __m512i y = _mm512_maskz_cvtepi8_epi16((__mmask32)-1, _mm256_loadu_si256((const __m256i *)(const void *)(b + j)));
+            s = _mm512_dpwssd_epi32(s, x, y);
+        }
+        {
+            int32_t lane[16];
+            _mm512_storeu_si512((void *)lane, s);
+            for (j = 0; j < 16; j++) acc += lane[j];
+            return acc;
+        }
+    }
+#endif
 #if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
     if (n % 16 == 0) {
         __m256i s = _mm256_setzero_si256();
@@ -3145,6 +3183,21 @@ static int32_t mhe__i8_dot(const int8_t *a, const int8_t *b, int n) {
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
         return _mm_cvtsi128_si32(h);
+    }
+#endif
+#if defined(MHE__GEMM_NEON)
+    if (n % 16 == 0) {   /* SDOT (Armv8.2 dot product) when the target has it, else widening multiplies */
+        int32x4_t s = vdupq_n_s32(0);
+        for (j = 0; j < n; j += 16) {
+            int8x16_t x = vld1q_s8(a + j), y = vld1q_s8(b + j);
+#if defined(__ARM_FEATURE_DOTPROD)
+            s = vdotq_s32(s, x, y);
+#else
+            s = vpadalq_s16(s, vmull_s8(vget_low_s8(x), vget_low_s8(y)));
+            s = vpadalq_s16(s, vmull_high_s8(x, y));
+#endif
+        }
+        return vaddvq_s32(s);
     }
 #endif
     for (j = 0; j + 1 < n; j += 2) acc += (int16_t)(a[j] * b[j]) + (int16_t)(a[j + 1] * b[j + 1]);

@@ -40,6 +40,24 @@ static void quantize_bounds(void) {
             if (fabs(yi[j] - y[j]) > worst_dot) worst_dot = fabs(yi[j] - y[j]);
         }
         CHECK(worst_dot < 0.05, "group %d: int8 x int8 (per-token activation scale) within 0.05: %g", g, worst_dot);
+        {   /* the int8 x int8 kernel (SIMD sums) equals its definition: exact integer group sums */
+            float amax = 0, xs;
+            int8_t xq[Cc];
+            for (j = 0; j < Cc; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+            xs = amax / 127.0f;
+            for (j = 0; j < Cc; j++) xq[j] = (int8_t)roundf(x[j] * (1.0f / xs));
+            for (j = 0, bad = 0; j < R; j++) {
+                double want = 0;
+                int k, gg;
+                for (gg = 0; gg < Cc / g; gg++) {
+                    long dot = 0;
+                    for (k = gg * g; k < (gg + 1) * g; k++) dot += (long)q[j * Cc + k] * xq[k];
+                    want += (double)s[j * (Cc / g) + gg] * (double)dot;
+                }
+                bad += fabs(yi[j] - xs * want) > 1e-5 * (1 + fabs(xs * want));
+            }
+            CHECK(bad == 0, "group %d: the int8 x int8 kernel equals its integer definition (%d outputs off)", g, bad);
+        }
     }
     CHECK(mhe_q8_quantize(q, s, w, R, Cc, 7) == MHE_ERR_ARG, "a group that does not divide the row is refused");
     w[3] = NAN;
