@@ -211,6 +211,7 @@ static void bad_input(void) {
               "a %s scale is refused: %s", scales[i].what, m.err);
         mhe_arena_init(&arena, arena_buf, sizeof arena_buf);
         CHECK(mhe_model_load_arena(&m, b, size, &arena, MHE_LOAD_IN_PLACE) == scales[i].want, "and in place: %s", m.err);
+        mhe_arena_free(&arena);   /* nothing of arena_buf; the blocks of a MHE_ARENA_DEBUG build */
         free(b);
     }
     b = patch_header(img, size, "\"quant.group\"", "\"32\"", "\"24\"");
@@ -242,6 +243,7 @@ static void bad_input(void) {
     }
     mhe_arena_init(&arena, arena_buf, sizeof arena_buf);
     CHECK(mhe_model_load_arena(&m, img, size, &arena, 0) == MHE_ERR_ARG && strstr(m.err, "in place"), "an arena copy of q8 is refused: %s", m.err);
+    mhe_arena_free(&arena);
     CHECK(mhe_inference_memory_needed(img, size, 8, 0, &need) == MHE_ERR_ARG, "and its size is not computed");
     free(img);
     mhe_model_free(&orig);
