@@ -1195,6 +1195,26 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
 MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
                                        float *mean_loss, int64_t *n_scored);
 
+/* Per-operation time of the training step (tools/bench_train --profile).
+   Compiled in only with MHE_PROFILE defined (else mhe_profile_enabled() is
+   0 and every figure stays 0). Wall time of each operation class as the
+   calling thread sees it (an OpenMP region counts whole), summed since the
+   last reset, per phase: forward, backward, and the update (zero_grad,
+   clipping, AdamW). One process-wide table: profile one model at a time.
+   The decon kinds' and collab's whole branch counts as MHE_OP_ATTN. */
+enum { MHE_OP_EMBED = 0, MHE_OP_NORM, MHE_OP_QKV, MHE_OP_ATTN, MHE_OP_WO, MHE_OP_FC1, MHE_OP_ACT, MHE_OP_FC2,
+       MHE_OP_RESIDUAL, MHE_OP_HEAD, MHE_OP_LOSS, MHE_OP_ZERO, MHE_OP_CLIP, MHE_OP_ADAMW, MHE_OP_COUNT };
+enum { MHE_PHASE_FORWARD = 0, MHE_PHASE_BACKWARD, MHE_PHASE_UPDATE, MHE_PHASE_COUNT };
+typedef struct mhe_profile {
+    double ms[MHE_PHASE_COUNT][MHE_OP_COUNT];      /* milliseconds */
+    int64_t calls[MHE_PHASE_COUNT][MHE_OP_COUNT];
+} mhe_profile;
+MHEDEF int mhe_profile_enabled(void);
+MHEDEF void mhe_profile_reset(void);
+MHEDEF void mhe_profile_read(mhe_profile *out);
+/* "embed", "norm", "qkv", "attn", "wo", "fc1", "act", "fc2", "residual", "head", "loss", "zero", "clip", "adamw" */
+MHEDEF const char *mhe_profile_op_name(int op);
+
 /* ======================================================================== */
 /* 10. checkpoints: safetensors                                             */
 /* ======================================================================== */
@@ -1563,6 +1583,9 @@ typedef long mhe__off;          /* a file offset: what ftell returns */
 #define MHE__FSEEK fseek
 #define MHE__FTELL ftell
 #endif
+#endif
+#ifdef MHE_PROFILE
+#include <time.h>   /* clock_gettime for the per-operation profile */
 #endif
 #ifdef _OPENMP
 #include <omp.h>
@@ -5119,6 +5142,47 @@ static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk,
     }
 }
 
+/* ---- per-operation profile (MHE_PROFILE) ----------------------------------
+   MHE__TIMED(op, statements) runs the statements and, when profiling, adds
+   their wall time to op in the current phase. The sites are call sites in
+   sections 5, 7 and 9, never nested. */
+static mhe_profile mhe__prof;
+#ifdef MHE_PROFILE
+static int mhe__prof_phase;
+static double mhe__prof_now(void) {
+#if defined(_OPENMP)
+    return omp_get_wtime();
+#elif defined(_WIN32)
+    return (double)clock() / CLOCKS_PER_SEC;   /* wall time there */
+#elif defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+#else
+    return (double)clock() / CLOCKS_PER_SEC;   /* CPU time: close to wall time on one thread */
+#endif
+}
+static void mhe__prof_add(int op, double t0) {
+    mhe__prof.ms[mhe__prof_phase][op] += (mhe__prof_now() - t0) * 1e3;
+    mhe__prof.calls[mhe__prof_phase][op]++;
+}
+#define MHE__TIMED(op, ...) do { double mhe__t0 = mhe__prof_now(); __VA_ARGS__; mhe__prof_add(op, mhe__t0); } while (0)
+#define MHE__PHASE(p) (mhe__prof_phase = (p))
+MHEDEF int mhe_profile_enabled(void) { return 1; }
+#else
+#define MHE__TIMED(op, ...) do { __VA_ARGS__; } while (0)
+#define MHE__PHASE(p) ((void)0)   /* no shared state written: models may run in parallel threads */
+MHEDEF int mhe_profile_enabled(void) { return 0; }
+#endif
+
+MHEDEF void mhe_profile_reset(void) { memset(&mhe__prof, 0, sizeof mhe__prof); }
+MHEDEF void mhe_profile_read(mhe_profile *out) { if (out) *out = mhe__prof; }
+MHEDEF const char *mhe_profile_op_name(int op) {
+    static const char *const names[MHE_OP_COUNT] = { "embed", "norm", "qkv", "attn", "wo", "fc1", "act", "fc2",
+                                                      "residual", "head", "loss", "zero", "clip", "adamw" };
+    return op >= 0 && op < MHE_OP_COUNT ? names[op] : "?";
+}
+
 /* ---- 5. attention kinds -------------------------------------------------- */
 /* Everything about one kind is here, reached from the kind table (5.1):
    its geometry (5.2), its maps (5.4, 5.5, 5.8), and three dispatch chains
@@ -6313,22 +6377,24 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     if (mhe_attn_kind_is_decon(w->kind)) {
-        mhe__decon_branch_fwd(m, l, cross, x, u, out);
+        MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_fwd(m, l, cross, x, u, out));
         return;
     }
     if (!cross) {
-        mhe__attn_project(w, &g, C, rows, u, aa->proj);
+        MHE__TIMED(MHE_OP_QKV, mhe__attn_project(w, &g, C, rows, u, aa->proj));
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k,
-                      ks, v, ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        MHE__TIMED(MHE_OP_ATTN, mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len,
+                                              aa->proj, g.proj_w, k, ks, v, ks, aa->att, aa->stats, aa->projx,
+                                              aa->hmap, mhe__attn_uses_probs(c, w->kind)));
     } else {
-        mhe__linq(aa->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g.q_w);
-        mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv);
+        MHE__TIMED(MHE_OP_QKV, mhe__linq(aa->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g.q_w);
+                   mhe__cross_kv(w, &g, C, x->B * x->Ts, x->mem, aa->kv));
         mhe__kv_ptrs(&g, aa->kv, g.k_w + g.v_w, x->mem, C, &k, &ks, &v);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v,
-                      ks, aa->att, aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+        MHE__TIMED(MHE_OP_ATTN, mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len,
+                                              aa->proj, g.q_w, k, ks, v, ks, aa->att, aa->stats, aa->projx,
+                                              aa->hmap, mhe__attn_uses_probs(c, w->kind)));
     }
-    mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
+    MHE__TIMED(MHE_OP_WO, mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C));
 }
 
 /* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
@@ -6345,36 +6411,39 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     const float *k, *v;
     float *dk, *dv;
     if (mhe_attn_kind_is_decon(w->kind)) {
-        mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du);
+        MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du));
         return;
     }
-    memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
-    mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
+    MHE__TIMED(MHE_OP_ZERO, memset(a->d_att, 0, (size_t)rows * HD * sizeof(float)));
+    MHE__TIMED(MHE_OP_WO, mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att,
+                                         w->wo->data, rows, HD, C));
     if (!cross) {
-        memset(a->d_proj, 0, (size_t)rows * g.proj_w * sizeof(float));
+        MHE__TIMED(MHE_OP_ZERO, memset(a->d_proj, 0, (size_t)rows * g.proj_w * sizeof(float)));
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
         dk = g.k_w ? a->d_proj + g.q_w : du;
         dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len, aa->proj, g.proj_w, k,
-                      ks, v, ks, a->d_proj, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap,
-                      mhe__attn_uses_probs(c, w->kind));
-        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data, rows, C, g.proj_w);
-        mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows);
+        MHE__TIMED(MHE_OP_ATTN, mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 0), x->B, x->T, x->T, x->causal, x->len,
+                                              aa->proj, g.proj_w, k, ks, v, ks, a->d_proj, dk, dv, a->d_att,
+                                              aa->att, aa->stats, aa->projx, aa->hmap,
+                                              mhe__attn_uses_probs(c, w->kind));
+                   mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows));
+        MHE__TIMED(MHE_OP_QKV, mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data,
+                                              rows, C, g.proj_w));
     } else {
         int mrows = x->B * x->Ts, kvw = g.k_w + g.v_w;
         float *dq = a->d_proj, *dkv = dq + (size_t)rows * g.q_w;
-        memset(dq, 0, ((size_t)rows * g.q_w + (size_t)mrows * kvw) * sizeof(float));
+        MHE__TIMED(MHE_OP_ZERO, memset(dq, 0, ((size_t)rows * g.q_w + (size_t)mrows * kvw) * sizeof(float)));
         mhe__kv_ptrs(&g, aa->kv, kvw, x->mem, C, &k, &ks, &v);
         dk = g.k_w ? dkv : x->d_mem;
         dv = g.v_w ? dk + g.k_w : dk;
-        mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, g.q_w, k, ks, v,
-                      ks, dq, dk, dv, a->d_att, aa->att, aa->stats, aa->projx, aa->hmap,
-                      mhe__attn_uses_probs(c, w->kind));
-        mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C, g.q_w);
-        if (g.k_w)
-            mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem, w->wk->data, mrows, C,
-                           kvw);
-        mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows);
+        MHE__TIMED(MHE_OP_ATTN, mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len,
+                                              aa->proj, g.q_w, k, ks, v, ks, dq, dk, dv, a->d_att, aa->att,
+                                              aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
+                   mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows));
+        MHE__TIMED(MHE_OP_QKV, mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C,
+                                              g.q_w);
+                   if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem,
+                                             w->wk->data, mrows, C, kvw));
     }
 }
 
@@ -9328,9 +9397,9 @@ MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts) {
 static void mhe__mlp_fwd(const mhe_model *m, const mhe_layer *y, int rows, const float *u, float *fc1, float *act, float *out) {
     const mhe_config *c = &m->cfg;
     int C = c->d_model, F = mhe_config_d_ff(c);
-    mhe__linq(fc1, u, y->fc1_w, mhe__opt_data(y->fc1_b), rows, C, F);
-    mhe_act_fwd(c->activation, act, fc1, (int64_t)rows * F);
-    mhe__linq(out, act, y->fc2_w, mhe__opt_data(y->fc2_b), rows, F, C);
+    MHE__TIMED(MHE_OP_FC1, mhe__linq(fc1, u, y->fc1_w, mhe__opt_data(y->fc1_b), rows, C, F));
+    MHE__TIMED(MHE_OP_ACT, mhe_act_fwd(c->activation, act, fc1, (int64_t)rows * F));
+    MHE__TIMED(MHE_OP_FC2, mhe__linq(out, act, y->fc2_w, mhe__opt_data(y->fc2_b), rows, F, C));
 }
 
 static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const float *d_out, float *du) {
@@ -9339,11 +9408,13 @@ static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const fl
     mhe_layer_acts *la = &m->acts.layer[l];
     mhe_acts *a = &m->acts;
     int C = c->d_model, F = mhe_config_d_ff(c);
-    memset(a->d_act, 0, (size_t)rows * F * sizeof(float));
-    mhe_linear_bwd(a->d_act, y->fc2_w->grad, mhe__opt_grad(y->fc2_b), d_out, la->act, y->fc2_w->data, rows, F, C);
-    memset(a->d_fc1, 0, (size_t)rows * F * sizeof(float));
-    mhe_act_bwd(c->activation, a->d_fc1, la->fc1, a->d_act, (int64_t)rows * F);
-    mhe_linear_bwd(du, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, u, y->fc1_w->data, rows, C, F);
+    MHE__TIMED(MHE_OP_ZERO, memset(a->d_act, 0, (size_t)rows * F * sizeof(float)));
+    MHE__TIMED(MHE_OP_FC2, mhe_linear_bwd(a->d_act, y->fc2_w->grad, mhe__opt_grad(y->fc2_b), d_out, la->act,
+                                          y->fc2_w->data, rows, F, C));
+    MHE__TIMED(MHE_OP_ZERO, memset(a->d_fc1, 0, (size_t)rows * F * sizeof(float)));
+    MHE__TIMED(MHE_OP_ACT, mhe_act_bwd(c->activation, a->d_fc1, la->fc1, a->d_act, (int64_t)rows * F));
+    MHE__TIMED(MHE_OP_FC1, mhe_linear_bwd(du, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, u,
+                                          y->fc1_w->data, rows, C, F));
 }
 
 /* y = x + dropout(branch) for the residual sums; y = omega * x + dropout(branch)
@@ -9406,7 +9477,7 @@ static const float *mhe__sub_enter(const mhe_model *m, const mhe_layer *y, int k
     const mhe_tensor *nw, *nb;
     if (m->cfg.post_norm) return h;
     mhe__sub_norm(y, k, &nw, &nb);
-    mhe__norm_fwd(m, nrm, mean, rstd, h, nw, nb, rows);
+    MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, nrm, mean, rstd, h, nw, nb, rows));
     return nrm;
 }
 
@@ -9425,11 +9496,11 @@ static void mhe__sub_leave(mhe_model *m, const mhe_layer *y, int l, int k, const
         mhe__residual(m, sum, h, branch, n, MHE__SITE_RES(l, k), omega);
         *r = (float)sqrt(mhe__variance(scaled, n) + mhe__variance(branch, n));
     } else {
-        mhe__residual(m, sum, h, branch, n, MHE__SITE_RES(l, k), omega);
+        MHE__TIMED(MHE_OP_RESIDUAL, mhe__residual(m, sum, h, branch, n, MHE__SITE_RES(l, k), omega));
     }
     if (!m->cfg.post_norm) return;
     mhe__sub_norm(y, k, &nw, &nb);
-    mhe__norm_fwd(m, nrm, mean, rstd, sum, nw, nb, rows);
+    MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, nrm, mean, rstd, sum, nw, nb, rows));
 }
 
 /* Sublayer k of block l over the batch, keeping what the backward needs. */
@@ -9464,15 +9535,15 @@ static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     mhe__sub_norm(y, k, &nw, &nb);
     if (!m->cfg.post_norm) {
         /* d h = d h' + N'(f'(d h')) */
-        dbr = mhe__residual_bwd(m, a->d_tmp, a->d_h, (int64_t)n, MHE__SITE_RES(l, k));
-        memset(a->d_u, 0, n * sizeof(float));
+        MHE__TIMED(MHE_OP_RESIDUAL, dbr = mhe__residual_bwd(m, a->d_tmp, a->d_h, (int64_t)n, MHE__SITE_RES(l, k)));
+        MHE__TIMED(MHE_OP_ZERO, memset(a->d_u, 0, n * sizeof(float)));
         if (k == 2) mhe__mlp_bwd(m, l, rows, s->nrm, dbr, a->d_u);
         else mhe__attn_branch_bwd(m, l, k, x, s->nrm, dbr, a->d_u);
-        mhe__norm_bwd(m, a->d_h, a->d_u, h, nw, nb, s->mean, s->rstd, rows);
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_bwd(m, a->d_h, a->d_u, h, nw, nb, s->mean, s->rstd, rows));
     } else {
         /* d sum = N'(d h'); d h = d sum + f'(d sum) (omega * d sum with Admin, and d omega += sum_rows d sum * h) */
-        memset(a->d_u, 0, n * sizeof(float));
-        mhe__norm_bwd(m, a->d_u, a->d_h, s->sum, nw, nb, s->mean, s->rstd, rows);
+        MHE__TIMED(MHE_OP_ZERO, memset(a->d_u, 0, n * sizeof(float)));
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_bwd(m, a->d_u, a->d_h, s->sum, nw, nb, s->mean, s->rstd, rows));
         if (y->omega[k]) {
             const float *om = y->omega[k]->data;
             float *dom = y->omega[k]->grad;
@@ -9486,7 +9557,7 @@ static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
         } else {
             memcpy(a->d_h, a->d_u, n * sizeof(float));
         }
-        dbr = mhe__residual_bwd(m, a->d_tmp, a->d_u, (int64_t)n, MHE__SITE_RES(l, k));
+        MHE__TIMED(MHE_OP_RESIDUAL, dbr = mhe__residual_bwd(m, a->d_tmp, a->d_u, (int64_t)n, MHE__SITE_RES(l, k)));
         if (k == 2) mhe__mlp_bwd(m, l, rows, h, dbr, a->d_h);
         else mhe__attn_branch_bwd(m, l, k, x, h, dbr, a->d_h);
     }
@@ -9661,9 +9732,13 @@ static void mhe__encode(mhe_model *m) {
     const float *h;
     int E = mhe__n_enc(&m->cfg), rows = m->last_B * m->last_Ts;
     mhe__contexts(m, &enc, &dec);
-    mhe__embed_fwd(m, a->src_emb, a->src, m->enc_pos_emb, m->last_B, m->last_Ts, 1);
+    MHE__TIMED(MHE_OP_EMBED, mhe__embed_fwd(m, a->src_emb, a->src, m->enc_pos_emb, m->last_B, m->last_Ts, 1));
     h = mhe__stack_fwd(m, 0, E, &enc, a->src_emb);
-    if (!m->cfg.post_norm) { mhe__norm_fwd(m, a->enc_fin.nrm, a->enc_fin.mean, a->enc_fin.rstd, h, m->enc_lnf_w, m->enc_lnf_b, rows); h = a->enc_fin.nrm; }
+    if (!m->cfg.post_norm) {
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, a->enc_fin.nrm, a->enc_fin.mean, a->enc_fin.rstd, h, m->enc_lnf_w,
+                                              m->enc_lnf_b, rows));
+        h = a->enc_fin.nrm;
+    }
     a->mem = h;
 }
 
@@ -9711,12 +9786,16 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     }
     m->last_B = B; m->last_T = T; m->last_Ts = Ts; m->last_has_targets = bt->targets || cls; m->last_cls = cls;
 
+    MHE__PHASE(MHE_PHASE_FORWARD);
     if (E) mhe__encode(m);
     mhe__contexts(m, &enc, &dec);
     if ((st = mhe__fixed_fwd(m, T, dec.causal)) != MHE_OK) return st;
-    mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, B, T, 0);
+    MHE__TIMED(MHE_OP_EMBED, mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, B, T, 0));
     x = mhe__stack_fwd(m, E, m->n_total_layers, &dec, a->emb);
-    if (!c->post_norm) { mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, BT); x = a->fin.nrm; }
+    if (!c->post_norm) {
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, BT));
+        x = a->fin.nrm;
+    }
     a->final_h = x;
     if (cls) {   /* mean over each sequence's real tokens, then a linear layer to the classes */
         int K = c->n_classes, count;
@@ -9724,8 +9803,8 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         memset(a->pooled, 0, (size_t)B * C * sizeof(float));
         for (i = 0; i < B; i++)
             for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
-        mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K);
-        mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K);
+        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K));
+        MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K));
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
@@ -9734,12 +9813,12 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     }
     {
         const mhe_tensor *hb, *hw = mhe__token_head(m, &hb);
-        mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V);
+        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V));
     }
     if (bt->targets) {
         float mean;
         int count;
-        mhe_xent_fwd(a->losses, &mean, &count, a->logits, a->targets, BT, V);
+        MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(a->losses, &mean, &count, a->logits, a->targets, BT, V));
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
@@ -9797,9 +9876,10 @@ static mhe_status mhe__backward(mhe_model *m) {
     if (!m->grad_data) return mhe__fail(m->err, MHE_ERR_ARG, "backward: this model was loaded for inference only (no gradients)");
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     mhe__contexts(m, &enc, &dec);
+    MHE__PHASE(MHE_PHASE_BACKWARD);
     /* gradient of the head input: into d_u before the final norm (pre-norm), straight into d_h (post-norm) */
     dfin = c->post_norm ? a->d_h : a->d_u;
-    memset(dfin, 0, nC);
+    MHE__TIMED(MHE_OP_ZERO, memset(dfin, 0, nC));
     if (m->last_cls) {
         /* loss = mean xent(W_c mean_t(h) + b_c): d h_t = d pooled / len for the real tokens */
         int K = c->n_classes;
@@ -9810,32 +9890,36 @@ static mhe_status mhe__backward(mhe_model *m) {
         for (i = 0; i < B; i++)
             for (t = 0; t < a->lengths[i]; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)a->lengths[i], a->d_pooled + (size_t)i * C, C);
     } else {
-        memset(a->d_logits, 0, (size_t)BT * V * sizeof(float));
-        if (m->last_count > 0) mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count);
-        mhe_linear_bwd(dfin, head->grad, mhe__opt_grad(hb), a->d_logits, a->final_h, head->data, BT, C, V);
+        MHE__TIMED(MHE_OP_ZERO, memset(a->d_logits, 0, (size_t)BT * V * sizeof(float)));
+        if (m->last_count > 0)
+            MHE__TIMED(MHE_OP_LOSS, mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count));
+        MHE__TIMED(MHE_OP_HEAD, mhe_linear_bwd(dfin, head->grad, mhe__opt_grad(hb), a->d_logits, a->final_h,
+                                               head->data, BT, C, V));
     }
     if (!c->post_norm) {
-        memset(a->d_h, 0, nC);
-        mhe__norm_bwd(m, a->d_h, a->d_u, a->layer[m->n_total_layers - 1].out, m->lnf_w, m->lnf_b, a->fin.mean, a->fin.rstd, BT);
+        MHE__TIMED(MHE_OP_ZERO, memset(a->d_h, 0, nC));
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_bwd(m, a->d_h, a->d_u, a->layer[m->n_total_layers - 1].out, m->lnf_w,
+                                              m->lnf_b, a->fin.mean, a->fin.rstd, BT));
     }
     if (E) memset(a->d_mem, 0, (size_t)B * m->last_Ts * C * sizeof(float));
     if (a->d_emb) memset(a->d_emb, 0, nC);
     if (a->d_src_emb) memset(a->d_src_emb, 0, (size_t)B * m->last_Ts * C * sizeof(float));
     mhe__stack_bwd(m, E, m->n_total_layers, &dec);
     if (a->d_emb) mhe__axpy(a->d_h, 1.0f, a->d_emb, BT * C);   /* staticemb-qk: Q, K read the embeddings too */
-    mhe__embed_bwd(m, a->d_h, a->tokens, m->pos_emb, B, T, 0);
+    MHE__TIMED(MHE_OP_EMBED, mhe__embed_bwd(m, a->d_h, a->tokens, m->pos_emb, B, T, 0));
     mhe__fixed_bwd(m);
     if (E) {   /* the encoder, from the gradient its output got from every cross-attention */
         int rows = B * m->last_Ts;
         if (!c->post_norm) {
-            memset(a->d_h, 0, (size_t)rows * C * sizeof(float));
-            mhe__norm_bwd(m, a->d_h, a->d_mem, a->layer[E - 1].out, m->enc_lnf_w, m->enc_lnf_b, a->enc_fin.mean, a->enc_fin.rstd, rows);
+            MHE__TIMED(MHE_OP_ZERO, memset(a->d_h, 0, (size_t)rows * C * sizeof(float)));
+            MHE__TIMED(MHE_OP_NORM, mhe__norm_bwd(m, a->d_h, a->d_mem, a->layer[E - 1].out, m->enc_lnf_w, m->enc_lnf_b,
+                                                  a->enc_fin.mean, a->enc_fin.rstd, rows));
         } else {
             memcpy(a->d_h, a->d_mem, (size_t)rows * C * sizeof(float));
         }
         mhe__stack_bwd(m, 0, E, &enc);
         if (a->d_src_emb) mhe__axpy(a->d_h, 1.0f, a->d_src_emb, rows * C);
-        mhe__embed_bwd(m, a->d_h, a->src, m->enc_pos_emb, B, m->last_Ts, 1);
+        MHE__TIMED(MHE_OP_EMBED, mhe__embed_bwd(m, a->d_h, a->src, m->enc_pos_emb, B, m->last_Ts, 1));
     }
     return MHE_OK;
 }
@@ -10208,23 +10292,26 @@ static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b) {
         memcpy(t->err, m->err, MHE_ERR_LEN);
         return st;
     }
-    mhe_model_zero_grad(m);
+    MHE__PHASE(MHE_PHASE_UPDATE);
+    MHE__TIMED(MHE_OP_ZERO, mhe_model_zero_grad(m));
     st = mhe_model_forward_batch(m, b, &loss);
     if (st == MHE_OK) st = mhe_model_backward(m);
     m->training = 0;
     if (st != MHE_OK) { memcpy(t->err, m->err, MHE_ERR_LEN); return st; }
-    norm = mhe_clip_grad_norm(m->grad_data, m->n_params, tc->clip);
+    MHE__PHASE(MHE_PHASE_UPDATE);
+    MHE__TIMED(MHE_OP_CLIP, norm = mhe_clip_grad_norm(m->grad_data, m->n_params, tc->clip));
     t->last_loss = loss;
     t->last_grad_norm = norm;
     if (!mhe__is_finite(norm)) return mhe__fail(t->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm, t->step);
     lr = mhe_lr_at(tc, t->step);
     t->last_lr = lr;
-    for (i = 0; i < m->n_tensors; i++) {
-        mhe_tensor *p = &m->params[i];
-        size_t off = (size_t)(p->data - m->param_data);
-        mhe_adamw_update(p->data, p->grad, t->adam_m + off, t->adam_v + off, p->size, lr,
-                         tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f, t->step + 1);
-    }
+    MHE__TIMED(MHE_OP_ADAMW,
+        for (i = 0; i < m->n_tensors; i++) {
+            mhe_tensor *p = &m->params[i];
+            size_t off = (size_t)(p->data - m->param_data);
+            mhe_adamw_update(p->data, p->grad, t->adam_m + off, t->adam_v + off, p->size, lr,
+                             tc->beta1, tc->beta2, tc->eps, p->decay ? tc->weight_decay : 0.0f, t->step + 1);
+        });
     t->step++;
     return MHE_OK;
 }
