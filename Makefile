@@ -34,7 +34,7 @@ all: $(TOOLS) $(EXAMPLES)
 
 $(B)/%$(EXE): tools/%.c $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm$(EXE),$@),$(BLASFLAGS),)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm$(EXE),$@),$(BLASFLAGS) $(DLFLAGS),)
 
 # mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
 $(B)/mhe$(EXE): tools/mhe.c tools/mhe_params.c $(DEPS)
@@ -66,6 +66,8 @@ $(B)/tests/test_numerics$(EXE): tests/test_numerics.c tests/numerics_kernels.c t
 
 # bench_gemm links OpenBLAS when its header is installed (apt-get install libopenblas-dev)
 BLASFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cblas.h - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
+# and loads MKL at run time with dlopen, which glibc before 2.34 keeps in libdl
+DLFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -o /dev/null -ldl >/dev/null 2>&1 && echo "-ldl")
 
 run: all
 	./$(B)/examples/train_tiny_lm

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Times one training step of mhe's GPT in PyTorch (CPU, float32): the yardstick
-for the C library's own step-time benchmark.
+for the C library's own step-time benchmark (tools/bench_train.c). Runs under
+any Python whose torch is >= 2 (the peer users run: PyPI's wheel, MKL sgemm,
+oneDNN, fused scaled_dot_product_attention) or Debian's torch 1.13:
 
-    /usr/bin/python3 tools/bench_train_torch.py --config C1 --threads 1
-    /usr/bin/python3 tools/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
+    python3 -m venv .venv && .venv/bin/pip install torch numpy
+    .venv/bin/python tools/bench_train_torch.py --config C1 --threads 1
+    .venv/bin/python tools/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
     /usr/bin/python3 tools/bench_train_torch.py --config C1 --attn mhe-mul --seq 512 --batch 2
 
 Model: byte vocabulary, learned positions, pre-norm blocks with LayerNorm,
@@ -14,29 +17,41 @@ weights N(0, 0.02). --attn picks the kind as a PyTorch user would write it:
 mqa projects one K and V head and expands it over the query heads; mhe-add and
 mhe-mul project one seed head of Q, K, V and broadcast it against the [n, d_h]
 head embeddings (Q + e^Q or Q * (1 + e^Q), ...), which materialises every
-head's Q, K and V as MHA does. Attention is written out (q k^T * scale, causal mask with
-masked_fill(-inf), softmax, @ v) because torch 1.13 has no
-scaled_dot_product_attention.
+head's Q, K and V as MHA does. The attention core is
+torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+where torch has it (>= 2.0: a fused kernel that, like mhe's, skips the
+masked half of the score tiles); torch 1.13 has none, so there it is written
+out (q k^T * scale, causal mask with masked_fill(-inf), softmax, @ v).
 
 One step = zero_grad(set_to_none=True) + forward + cross-entropy + backward +
-AdamW(lr 3e-4, betas (0.9, 0.95), weight_decay 0.1 on every parameter,
-foreach=False). The batch is one fixed random byte batch (seed 0).
+AdamW(lr 3e-4, betas (0.9, 0.95), weight_decay 0.1 on every parameter). The
+optimizer is torch's default implementation, the one a user gets without
+options: for CPU parameters both 1.13 and 2.x resolve foreach=None to the
+single-tensor loop (foreach and fused kernels are chosen by default only on
+GPU-like devices; fused=True on CPU is opt-in since 2.4), so the step is the
+same on both columns and matches what mhe is compared with in practice.
+The batch is one fixed random byte batch (seed 0).
 
 Threads: Debian's torch sends matmuls to the system OpenBLAS, whose thread
 pool ignores torch.set_num_threads, and torch's OpenMP workers spin between
-regions and steal the cores OpenBLAS needs. So before torch is imported this
-script makes sure OPENBLAS_NUM_THREADS=N, OMP_NUM_THREADS=N and
-OMP_WAIT_POLICY=PASSIVE are in the environment, re-executing itself with them
-if they are not; it also re-executes under /usr/bin/python3 when the running
-interpreter has no torch.
+regions and steal the cores the BLAS needs; MKL reads MKL_NUM_THREADS. So
+before torch is imported this script makes sure OPENBLAS_NUM_THREADS=N,
+OMP_NUM_THREADS=N, MKL_NUM_THREADS=N and OMP_WAIT_POLICY=PASSIVE are in the
+environment, re-executing itself with them if they are not. The running
+interpreter is kept whenever it has torch; only one without torch is swapped
+for Debian's /usr/bin/python3.
 
-Output: human-readable lines, then one last line
-    JSON {"config":..., "threads":..., "ms_median":..., "ms_min":..., "tokens_per_s":..., "peak_rss_mb":..., ...}
+Output: human-readable lines (the torch version and its BLAS among them), then
+one last line
+    JSON {"config":..., "threads":..., "ms_median":..., "ms_min":..., "tokens_per_s":..., "peak_rss_mb":...,
+          "torch_version":..., "blas":..., "attention_core":..., ...}
 """
 import argparse
 import importlib.util
+import ctypes
 import json
 import os
+import re
 import resource
 import statistics
 import sys
@@ -72,16 +87,18 @@ def parse_args():
 
 def ensure_environment(threads):
     """Re-exec with the thread variables set (and with Debian's python if this one
-    lacks torch). They must be in the environment before torch/OpenBLAS load."""
+    lacks torch). They must be in the environment before torch and its BLAS load."""
     want = {"OPENBLAS_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads),
-            "OMP_WAIT_POLICY": "PASSIVE"}
+            "MKL_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE"}
     python = sys.executable
     if importlib.util.find_spec("torch") is None:
-        if os.path.exists(DEBIAN_PY) and os.path.realpath(DEBIAN_PY) != os.path.realpath(python):
+        # a venv made from Debian's python is the same binary, but without its site-packages
+        same = os.path.realpath(DEBIAN_PY) == os.path.realpath(python) and sys.prefix == sys.base_prefix
+        if os.path.exists(DEBIAN_PY) and not same:
             python = DEBIAN_PY
         else:
             sys.exit("bench_train_torch: PyTorch is not installed for %s "
-                     "(apt-get install python3-torch)" % python)
+                     "(python3 -m venv .venv && .venv/bin/pip install torch numpy; or apt-get install python3-torch)" % python)
     if python == sys.executable and all(os.environ.get(k) == v for k, v in want.items()):
         return
     if os.environ.get("MHE_BENCH_REEXEC") == "1":
@@ -92,11 +109,55 @@ def ensure_environment(threads):
     os.execve(python, [python, os.path.abspath(__file__)] + sys.argv[1:], env)
 
 
+def has_sdpa(torch):
+    return hasattr(torch.nn.functional, "scaled_dot_product_attention")
+
+
+def loaded_blas():
+    """The BLAS library mapped into this process, for a torch built against the
+    system libblas (Debian's): OpenBLAS describes itself (openblas_get_config);
+    Debian's netlib reference BLAS lives in .../blas/ and is named so, since
+    it is many times slower and changes what the column means."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "blas" in line.rsplit("/", 1)[-1]})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            get = ctypes.CDLL(path).openblas_get_config
+        except (OSError, AttributeError):
+            continue
+        get.restype = ctypes.c_char_p
+        return get().decode().split(" DYNAMIC_ARCH")[0] + " (" + os.path.basename(path) + ")"
+    for path in paths:
+        if os.path.basename(os.path.dirname(path)) == "blas":
+            return "netlib reference BLAS (" + path + ")"
+    return os.path.basename(paths[0]) if paths else None
+
+
+def blas_name(torch):
+    """BLAS and oneDNN, from torch.__config__.show(): e.g. 'MKL 2024.2, oneDNN v3.13.3'
+    or 'OpenBLAS 0.3.21 (libblas.so.3), oneDNN v2.6.3' (BLAS_INFO=generic: the system
+    libblas, which needs a matmul to have run to be mapped)."""
+    show = torch.__config__.show()
+    info = re.search(r"BLAS_INFO=([^,\s]+)", show)
+    info = info.group(1) if info else "unknown"
+    mkl = re.search(r"Math Kernel Library Version ([0-9.]+)", show)
+    dnn = re.search(r"MKL-DNN (v[0-9.]+)", show)
+    if mkl and info == "mkl":
+        name = "MKL " + mkl.group(1)
+    else:
+        name = (info == "generic" and loaded_blas()) or "BLAS_INFO=" + info
+    return name + (", oneDNN " + dnn.group(1) if dnn else "")
+
+
 def build_model(torch, cfg, kind="mha"):
     nn = torch.nn
     F = torch.nn.functional
     V, C, n, L, Tmax = cfg["vocab"], cfg["d_model"], cfg["n_heads"], cfg["n_layers"], cfg["seq"]
     dh = C // n
+    HAS_SDPA = has_sdpa(torch)
     width = {"mha": 3 * C, "mqa": C + 2 * dh, "mhe-add": 3 * dh, "mhe-mul": 3 * dh}[kind]
 
     class Attention(nn.Module):
@@ -108,8 +169,9 @@ def build_model(torch, cfg, kind="mha"):
                 self.ek = nn.Parameter(torch.zeros(n, 1, dh))
                 self.ev = nn.Parameter(torch.zeros(n, 1, dh))
             self.proj = nn.Linear(C, C)
-            self.register_buffer("mask", torch.ones(Tmax, Tmax, dtype=torch.bool).triu(1),
-                                 persistent=False)
+            if not HAS_SDPA:
+                self.register_buffer("mask", torch.ones(Tmax, Tmax, dtype=torch.bool).triu(1),
+                                     persistent=False)
             self.scale = dh ** -0.5
 
         def forward(self, x):
@@ -130,11 +192,14 @@ def build_model(torch, cfg, kind="mha"):
                     q, k, v = q + self.eq, k + self.ek, v + self.ev
                 else:
                     q, k, v = q * (1 + self.eq), k * (1 + self.ek), v * (1 + self.ev)
-            att = (q @ k.transpose(-2, -1)) * self.scale
-            att = att.masked_fill(self.mask[:T, :T], float("-inf"))
-            att = torch.softmax(att, dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, C)
-            return self.proj(y)
+            if HAS_SDPA:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * self.scale
+                att = att.masked_fill(self.mask[:T, :T], float("-inf"))
+                att = torch.softmax(att, dim=-1)
+                y = att @ v
+            return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
     class Block(nn.Module):
         def __init__(self):
@@ -173,12 +238,19 @@ def build_model(torch, cfg, kind="mha"):
     return GPT()
 
 
-def model_flops(cfg):
-    """3 x forward matmul FLOPs per step (Linear layers, LM head, full T x T scores and AV)."""
-    C, L, T, B, V = cfg["d_model"], cfg["n_layers"], cfg["seq"], cfg["batch"], cfg["vocab"]
-    per_tok = L * (2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C) + 2 * C * V
-    attn = L * 2 * (2 * T * T * C)          # q k^T and att v, full square
-    return 3 * (B * T * per_tok + B * attn)
+def model_flops(cfg, kind):
+    """FLOPs of one step, counted as tools/bench_train.c counts them: 2 per
+    multiply-add of every matmul of the forward pass (Q/K/V or their seed head,
+    W^O, fc1, fc2, LM head; the attention core's q k^T and p v over the T(T+1)/2
+    causal query-key pairs that a fused kernel computes), backward twice the
+    forward; elementwise work is not counted."""
+    C, n, L, T, B, V = cfg["d_model"], cfg["n_heads"], cfg["n_layers"], cfg["seq"], cfg["batch"], cfg["vocab"]
+    dh = C // n
+    qkv = {"mha": 3 * C, "mqa": C + 2 * dh, "mhe-add": 3 * dh, "mhe-mul": 3 * dh}[kind]
+    rows = B * T
+    linear = L * 2 * rows * C * (qkv + C + 4 * C + 4 * C) + 2 * rows * C * V
+    core = L * 2 * (2 * B * n * dh * (T * (T + 1) // 2))
+    return 3 * (linear + core)
 
 
 def main():
@@ -199,13 +271,17 @@ def main():
     g = torch.Generator().manual_seed(0)
     data = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1), generator=g)
     x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            foreach=False)
+    # torch's default implementation (on CPU: the single-tensor loop), see the docstring
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    torch.ones(2, 2) @ torch.ones(2, 2)   # loads the BLAS, so that blas_name can see which
+    blas = blas_name(torch)
+    core = "scaled_dot_product_attention" if has_sdpa(torch) else "written out (softmax)"
 
     print("bench_train_torch: config %s attn %s %s" % (a.config, a.attn, " ".join("%s=%d" % kv for kv in cfg.items())))
-    print("torch %s, %s, torch threads %d, OPENBLAS_NUM_THREADS=%s, OMP_WAIT_POLICY=%s"
-          % (torch.__version__, sys.executable, torch.get_num_threads(),
-             os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_WAIT_POLICY")))
+    print("torch %s, %s, torch threads %d, OPENBLAS_NUM_THREADS=%s, MKL_NUM_THREADS=%s, OMP_WAIT_POLICY=%s"
+          % (torch.__version__, sys.executable, torch.get_num_threads(), os.environ.get("OPENBLAS_NUM_THREADS"),
+             os.environ.get("MKL_NUM_THREADS"), os.environ.get("OMP_WAIT_POLICY")))
+    print("BLAS: %s; attention core: %s" % (blas, core))
     print("parameters %d (tied head counted once); %d tokens/step; %d warm-up + %d timed steps"
           % (n_params, cfg["batch"] * cfg["seq"], a.warmup, a.steps), flush=True)
 
@@ -228,7 +304,7 @@ def main():
 
     med = statistics.median(t_step)
     tokens = cfg["batch"] * cfg["seq"]
-    flops = model_flops(cfg)
+    flops = model_flops(cfg, a.attn)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # Linux: KiB
     print("loss: first step %.4f, last step %.4f (same batch every step)" % (losses[0], losses[-1]))
     print("step ms: median %.1f, min %.1f, max %.1f" % (med, min(t_step), max(t_step)))
@@ -243,7 +319,8 @@ def main():
         "ms_max": round(max(t_step), 3), "ms_fwd": round(statistics.median(t_fwd), 3),
         "ms_bwd": round(statistics.median(t_bwd), 3), "ms_opt": round(statistics.median(t_opt), 3),
         "steps": a.steps, "warmup": a.warmup, "params": n_params,
-        "gflop_per_step": round(flops / 1e9, 3), "torch": torch.__version__,
+        "gflop_per_step": round(flops / 1e9, 3), "torch_version": torch.__version__,
+        "blas": blas, "attention_core": core,
     }
     print("JSON " + json.dumps(out, separators=(", ", ": ")))
     return 0

@@ -13,29 +13,16 @@
 #include "mhe_plots.h"
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 #include "mhe_args.h"     /* the number parser of every flag */
+#include "mhe_clock.h"    /* now_s, peak_rss_mb */
 #include <stddef.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <errno.h>
 #include <unistd.h>
 #ifdef _WIN32
-#include <windows.h>      /* same_file's file ids, the peak working set */
-#include <psapi.h>
+#include <windows.h>      /* same_file's file ids */
 #include <io.h>           /* _setmode */
 #include <fcntl.h>
-#else
-#include <sys/resource.h>
-#endif
-
-static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
-#ifdef _WIN32
-/* no getrusage there: the peak working set */
-static double peak_rss_mb(void) {
-    PROCESS_MEMORY_COUNTERS pmc;
-    return K32GetProcessMemoryInfo(GetCurrentProcess(), &pmc, sizeof pmc) ? pmc.PeakWorkingSetSize / 1048576.0 : 0;
-}
-#else
-static double peak_rss_mb(void) { struct rusage u; getrusage(RUSAGE_SELF, &u); return u.ru_maxrss / 1024.0; }
 #endif
 
 static int die(const char *fmt, const char *a, const char *b) {
