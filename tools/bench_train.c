@@ -7,6 +7,9 @@
      build/bench_train --scaling       step time vs sequence length (2048 tokens a step)
      build/bench_train --config C1 --threads 1 [--steps N] [--attn KIND] [--seq T --batch B]
                                        one run (prints a JSON line)
+     build/bench_train --profile [--config C1] [--threads 1] [--attn KIND]
+                                       one run, then ms per step of each operation
+                                       class, forward / backward / update, and its share
    Step = zero_grad + forward + loss + backward + AdamW (lr 3e-4, betas
    0.9/0.95, wd 0.1, no clipping), one fixed random batch, as the PyTorch
    script tools/bench_train_torch.py does (run from the repository root).
@@ -25,6 +28,7 @@
    not counted); elementwise work (norms, GELU, softmax, AdamW) is ignored.
    The peak is bench_peak.h's FMA loop at the row's thread count. */
 #define _POSIX_C_SOURCE 200809L
+#define MHE_PROFILE            /* per-operation times for --profile: a clock read per operation, ~0.01 % */
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include <stdio.h>
@@ -51,7 +55,32 @@ static double step_flops(const bench_cfg *bc, const char *kind) {
     return 3 * (linear + core);
 }
 
-static int run_one(const bench_cfg *bc0, int threads, int steps, int warmup, const char *attn, int seq, int batch) {
+/* --profile: the mean time per step of each operation class since the reset, as a Markdown table */
+static void print_profile(const char *name, const char *attn, int threads, int steps, double step_ms) {
+    static const char *const what[MHE_OP_COUNT] = {
+        "token + position embedding", "layer norms", "Q/K/V projections (GEMM)", "attention core",
+        "W^O projection (GEMM)", "MLP fc1 (GEMM)", "GELU", "MLP fc2 (GEMM)", "residual adds",
+        "LM head (GEMM)", "cross-entropy", "memset (zero_grad, gradient buffers)", "gradient norm (clipping)", "AdamW" };
+    mhe_profile p;
+    double sum = 0;
+    int op;
+    mhe_profile_read(&p);
+    printf("\n%s %s, %d thread(s): mean of %d steps, %.2f ms per step\n\n", name, attn, threads, steps, step_ms);
+    printf("| operation | forward ms | backward ms | update ms | ms per step | share of step |\n|---|---:|---:|---:|---:|---:|\n");
+    for (op = 0; op < MHE_OP_COUNT; op++) {
+        double f = p.ms[MHE_PHASE_FORWARD][op] / steps, b = p.ms[MHE_PHASE_BACKWARD][op] / steps,
+               u = p.ms[MHE_PHASE_UPDATE][op] / steps;
+        sum += f + b + u;
+        printf("| %s (`%s`) | %.2f | %.2f | %.2f | %.2f | %.1f %% |\n", what[op], mhe_profile_op_name(op), f, b, u, f + b + u,
+               100 * (f + b + u) / step_ms);
+    }
+    printf("| everything else (not timed: batch copy, checks, scratch binding) | | | | %.2f | %.1f %% |\n", step_ms - sum,
+           100 * (step_ms - sum) / step_ms);
+    printf("| **step** | | | | **%.2f** | 100 %% |\n\n", step_ms);
+}
+
+static int run_one(const bench_cfg *bc0, int threads, int steps, int warmup, const char *attn, int seq, int batch,
+                   int profile) {
     mhe_config c = mhe_config_default();
     mhe_train_config tc = mhe_train_config_default();
     mhe_model m;
@@ -79,9 +108,16 @@ static int run_one(const bench_cfg *bc0, int threads, int steps, int warmup, con
     mhe_rng_seed(&r, 0);
     for (i = 0; i < n; i++) data[i] = (int)mhe_rng_below(&r, VOCAB);
     for (i = 0; i < warmup + steps; i++) {
-        double t0 = now_s();
+        double t0;
+        if (i == warmup) mhe_profile_reset();
+        t0 = now_s();
         if (mhe_trainer_step(&t, data, (size_t)n) != MHE_OK) { fprintf(stderr, "%s\n", t.err); return 1; }
         if (i >= warmup) ms[i - warmup] = (now_s() - t0) * 1e3;
+    }
+    if (profile) {
+        double total = 0;
+        for (i = 0; i < steps; i++) total += ms[i];
+        print_profile(bc->name, attn, threads, steps, total / steps);
     }
     qsort(ms, (size_t)steps, sizeof(double), cmp_d);
     printf("JSON {\"config\": \"%s\", \"attn\": \"%s\", \"seq\": %d, \"batch\": %d, \"threads\": %d, \"ms_median\": %.2f, \"ms_min\": %.2f, "
@@ -170,17 +206,19 @@ static void short_version(const char *version, char *out, size_t size) {
 
 int main(int argc, char **argv) {
     const char *only = NULL, *attn = "mha", *python = NULL, *debian = NULL;
-    int threads = 0, steps = 0, seq = 0, batch = 0, scaling = 0, torch = 1, use_debian = 1, i, ci, th, k;
+    int threads = 0, steps = 0, seq = 0, batch = 0, scaling = 0, torch = 1, use_debian = 1, profile = 0, i, ci, th, k;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: bench_train [--config C1|C2 --threads N [--steps N] [--attn KIND] [--seq T --batch B]]\n"
                    "                   [--scaling] [--threads N] [--python PATH] [--no-debian] [--no-torch]\n"
+                   "       bench_train --profile [--config C1|C2] [--threads N] [--attn KIND] [--steps N]\n"
                    "Without --config: every config and kind (mha, mhe-mul, mhe-add, mqa) at 1 and 2 threads (or only\n"
                    "--threads N), mhe next to PyTorch 2 (--python PATH, else $MHE_TORCH_PYTHON, else ./.venv/bin/python\n"
                    "when its torch is >= 2) and Debian's PyTorch (/usr/bin/python3; --no-debian drops it), as a\n"
                    "Markdown table with GFLOP/s against the measured FMA peak. Run from the repository root.\n"
                    "--scaling: step time vs sequence length 128..2048 at 2048 tokens a step (C1 width) for mha,\n"
-                   "mhe-mul and taylor.\n");
+                   "mhe-mul and taylor. --profile: one run (C1, mha, 1 thread unless given), then the mean ms per\n"
+                   "step of each operation class, forward / backward / update, and its share of the step.\n");
             return 0;
         }
         if (i + 1 < argc && strcmp(argv[i], "--config") == 0) only = argv[++i];
@@ -191,14 +229,17 @@ int main(int argc, char **argv) {
         else if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) batch = atoi(argv[++i]);
         else if (i + 1 < argc && strcmp(argv[i], "--python") == 0) python = argv[++i];
         else if (strcmp(argv[i], "--scaling") == 0) scaling = 1;
+        else if (strcmp(argv[i], "--profile") == 0) profile = 1;
         else if (strcmp(argv[i], "--no-debian") == 0) use_debian = 0;
         else if (strcmp(argv[i], "--no-torch") == 0) torch = 0;
         else { fprintf(stderr, "bench_train: unknown argument %s (see --help)\n", argv[i]); return 2; }
     }
+    if (profile && !only) only = "C1";
     if (only) {
         for (ci = 0; ci < 2; ci++)
             if (strcmp(only, configs[ci].name) == 0)
-                return run_one(&configs[ci], threads > 0 ? threads : 1, steps > 0 ? steps : (ci ? 10 : 20), ci ? 3 : 5, attn, seq, batch);
+                return run_one(&configs[ci], threads > 0 ? threads : 1, steps > 0 ? steps : (ci ? 10 : 20), ci ? 3 : 5, attn, seq, batch,
+                               profile);
         fprintf(stderr, "unknown config %s\n", only);
         return 2;
     }
