@@ -8,6 +8,9 @@ Import it by path (it has no side effects on import), or run it as a script:
     python3 tools/mhe_torch.py replay --model M0.safetensors --batches RUN.batches [--data TEXT]
     python3 tools/mhe_torch.py strided --model M.safetensors --data TEXT --seq_len T --stride S
     python3 tools/mhe_torch.py train-own --data TEXT --out M.safetensors --seed S --set KEY=VALUE ...
+    torchrun --nproc_per_node N tools/mhe_torch.py train --data TEXT --out CKPT.safetensors
+             [--model M | --resume CKPT | --config CFG] [--set KEY=VALUE ...] [--steps S]
+             [--save_every K] [--task lm|cls|sr] [--fsdp] [--amp bf16|fp16] [--timeout SECONDS]
 
 What it holds
 -------------
@@ -70,8 +73,23 @@ init_own(model, seed), train_own(cfg, train, corpus, seed, ...)
                            the twin on its own: mhe's init distributions (init_residual
                            included) drawn from torch's generator, batches at offsets
                            from torch's generator, mhe's schedule and AdamW.
+parse_config_text(text)    an mhe config file (mhe_config_parse's rules) -> {model field: value}
 main(argv)                 the script's subcommands: eval, roundtrip, replay, strided,
-                           train-own (COMMANDS takes more).
+                           train-own, train (COMMANDS takes more).
+
+train: mhe's trainer data-parallel. Every rank draws the same global batch with mhe's sampler
+and RNG (the batch stream of `mhe train`) and takes its B/world rows; its loss is its targets'
+summed loss * world / (the global target count), so DDP's gradient average is the global mean
+loss's gradient even when ranks hold different counts (masked LM); then mhe's clipping and
+AdamW on every rank. One process in float32 (no torchrun) is exactly train_step. --fsdp
+(PyTorch 2; use_orig_params, one FSDP unit: the parameters are gathered whole for the
+forward, gradients and AdamW moments stay sharded; the clipping norm is all-reduced; rank 0
+saves the gathered state). --amp bf16 (autocast, CPU or GPU) or fp16 (CUDA, GradScaler): not
+bit-equal to mhe. Tasks: lm (bytes: decoder, masked-LM encoder, encoder-decoder), cls (byte
+`label<TAB>text` lines), sr (hash-embedding word models with md5 features); not word
+vocabularies, LSH features or dropout. Checkpoints: rank 0, PATH.tmp + fsync + rename.
+Debian's torch 1.13 under Python 3.11: torchrun's default --redirects/--tee "0" fails (an
+enum change); `--redirects 9:1 --tee 9:1` (a rank that does not exist) works around it.
 
 Losses, as mhe computes them: lm (next token, or masked LM for encoders; mean cross-entropy
 over the targets that are not -1 and not padding), cls (mean of each sequence's real tokens,
@@ -2133,7 +2151,7 @@ def _train(a, d, say):
     if a.fsdp:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         try:
-            net = FSDP(model, use_orig_params=True, device_id=dev if cuda else None)
+            net = FSDP(model, use_orig_params=True, device_id=dev)
             shards = _shard_ranges(net, model)
         except (RuntimeError, ValueError, AttributeError, AssertionError) as e:
             raise TrainError("--fsdp: this PyTorch cannot shard the model here (%s): %s"
