@@ -2122,6 +2122,8 @@ def _train(a, d, say):
     major = int(torch.__version__.split(".")[0])
     if a.fsdp and major < 2:
         raise TrainError("--fsdp needs PyTorch 2 (use_orig_params); this is PyTorch %s" % torch.__version__)
+    if a.fsdp and d.world == 1:
+        raise TrainError("--fsdp shards over the processes of a torchrun launch; one process has nothing to shard")
     out_dir = os.path.dirname(os.path.abspath(a.out))
     if not os.path.isdir(out_dir) or os.path.isdir(a.out):
         raise TrainError("--out %s: %s" % (a.out, "is a directory" if os.path.isdir(a.out) else "no such directory"))
