@@ -8,6 +8,9 @@ Import it by path (it has no side effects on import), or run it as a script:
     python3 tools/mhe_torch.py replay --model M0.safetensors --batches RUN.batches [--data TEXT]
     python3 tools/mhe_torch.py strided --model M.safetensors --data TEXT --seq_len T --stride S
     python3 tools/mhe_torch.py train-own --data TEXT --out M.safetensors --seed S --set KEY=VALUE ...
+    torchrun --nproc_per_node N tools/mhe_torch.py train --data TEXT --out CKPT.safetensors
+             [--model M | --resume CKPT | --config CFG] [--set KEY=VALUE ...] [--steps S]
+             [--save_every K] [--task lm|cls|sr] [--fsdp] [--amp bf16|fp16] [--timeout SECONDS]
 
 What it holds
 -------------
@@ -70,8 +73,23 @@ init_own(model, seed), train_own(cfg, train, corpus, seed, ...)
                            the twin on its own: mhe's init distributions (init_residual
                            included) drawn from torch's generator, batches at offsets
                            from torch's generator, mhe's schedule and AdamW.
+parse_config_text(text)    an mhe config file (mhe_config_parse's rules) -> {model field: value}
 main(argv)                 the script's subcommands: eval, roundtrip, replay, strided,
-                           train-own (COMMANDS takes more).
+                           train-own, train (COMMANDS takes more).
+
+train: mhe's trainer data-parallel. Every rank draws the same global batch with mhe's sampler
+and RNG (the batch stream of `mhe train`) and takes its B/world rows; its loss is its targets'
+summed loss * world / (the global target count), so DDP's gradient average is the global mean
+loss's gradient even when ranks hold different counts (masked LM); then mhe's clipping and
+AdamW on every rank. One process in float32 (no torchrun) is exactly train_step. --fsdp
+(PyTorch 2; use_orig_params, one FSDP unit: the parameters are gathered whole for the
+forward, gradients and AdamW moments stay sharded; the clipping norm is all-reduced; rank 0
+saves the gathered state). --amp bf16 (autocast, CPU or GPU) or fp16 (CUDA, GradScaler): not
+bit-equal to mhe. Tasks: lm (bytes: decoder, masked-LM encoder, encoder-decoder), cls (byte
+`label<TAB>text` lines), sr (hash-embedding word models with md5 features); not word
+vocabularies, LSH features or dropout. Checkpoints: rank 0, PATH.tmp + fsync + rename.
+Debian's torch 1.13 under Python 3.11: torchrun's default --redirects/--tee "0" fails (an
+enum change); `--redirects 9:1 --tee 9:1` (a rank that does not exist) works around it.
 
 Losses, as mhe computes them: lm (next token, or masked LM for encoders; mean cross-entropy
 over the targets that are not -1 and not padding), cls (mean of each sequence's real tokens,
@@ -905,28 +923,31 @@ class MheModel(torch.nn.Module):
         W = self.param("lm_head.weight") if self.has("lm_head.weight") else self.param("tok_emb.weight")
         return x @ W.t()
 
-    def forward(self, tokens, targets=None, lengths=None, src=None, src_lengths=None, labels=None, feats=None):
+    def forward(self, tokens, targets=None, lengths=None, src=None, src_lengths=None, labels=None, feats=None,
+                reduction="mean"):
         """loss as mhe_model_forward_batch computes it when targets (per token, -1 ignored;
         padding beyond lengths ignored) or labels (per sequence: the classification head) are
-        given; else the logits"""
+        given; else the logits. reduction "sum": the sum over the targets (a data-parallel
+        rank's share, 0 when it holds none)"""
         if labels is not None:
-            return self.cls_loss(tokens, labels, lengths, feats)
+            return self.cls_loss(tokens, labels, lengths, feats, reduction)
         if targets is None:
             return self.logits(tokens, lengths, src, src_lengths, feats)
-        return self.loss(tokens, targets, lengths, src, src_lengths, feats)
+        return self.loss(tokens, targets, lengths, src, src_lengths, feats, reduction)
 
-    def loss(self, tokens, targets, lengths=None, src=None, src_lengths=None, feats=None):
-        """lm / sr: mean cross-entropy of the token head over the targets that are not -1
-        (and within each sequence's length)"""
+    def loss(self, tokens, targets, lengths=None, src=None, src_lengths=None, feats=None, reduction="mean"):
+        """lm / sr: mean (or sum) cross-entropy of the token head over the targets that are
+        not -1 (and within each sequence's length)"""
         lg = self.logits(tokens, lengths, src, src_lengths, feats)
         B, T, V = lg.shape
         targets = torch.as_tensor(targets).long()
         if lengths is not None:
             keep = torch.arange(T)[None, :] < torch.as_tensor(lengths).reshape(-1)[:, None]
             targets = torch.where(keep, targets, torch.full_like(targets, -1))
-        return F.cross_entropy(lg.reshape(B * T, V), targets.reshape(B * T), ignore_index=-1)
+        return F.cross_entropy(lg.reshape(B * T, V), targets.reshape(B * T).to(lg.device), ignore_index=-1,
+                               reduction=reduction)
 
-    def cls_loss(self, tokens, labels, lengths=None, feats=None):
+    def cls_loss(self, tokens, labels, lengths=None, feats=None, reduction="mean"):
         """cls: mean over each sequence's real tokens, cls_head, mean cross-entropy over the
         sequences (mhe__forward_batch with labels)"""
         if self.r["n_classes"] < 1:
@@ -937,7 +958,8 @@ class MheModel(torch.nn.Module):
         keep = (torch.arange(T)[None, :] < lens[:, None]).to(x.dtype)
         pooled = (x * keep[..., None]).sum(1) / lens[:, None].to(x.dtype)
         lg = F.linear(pooled, self.param("cls_head.weight"), self._p("cls_head.bias"))
-        return F.cross_entropy(lg, torch.as_tensor(labels).long().reshape(-1), ignore_index=-1)
+        return F.cross_entropy(lg, torch.as_tensor(labels).long().reshape(-1).to(lg.device), ignore_index=-1,
+                               reduction=reduction)
 
     @torch.no_grad()
     def admin_init(self, tokens, targets=None, lengths=None, src=None, src_lengths=None, labels=None, feats=None):
@@ -1007,14 +1029,21 @@ def write_safetensors(path, items, meta):
     hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
     hb += b" " * ((8 - len(hb) % 8) % 8)
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)))
-        f.write(hb)
-        for raw in blobs:
-            f.write(raw)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(hb)))
+            f.write(hb)
+            for raw in blobs:
+                f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:       # a failed or interrupted save leaves no partial file behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # --------------------------------------------------------------------------
@@ -1175,13 +1204,16 @@ def lr_at(tc, step):
 
 
 @torch.no_grad()
-def clip_grad_norm_(grads, max_norm):
+def clip_grad_norm_(grads, max_norm, reduce=None):
     """mhe_clip_grad_norm: the global L2 norm of all gradients (a double sum of float squares,
     rounded to float32); when above max_norm > 0 (and finite) every gradient is scaled by
-    max_norm / (norm + 1e-6) in float32. Returns the norm before clipping."""
+    max_norm / (norm + 1e-6) in float32. Returns the norm before clipping. reduce: maps the
+    local sum of squares to the global one (sharded gradients: an all-reduce)."""
     total = 0.0
     for g in grads:
         total += float((g.double() * g.double()).sum())
+    if reduce is not None:
+        total = reduce(total)
     norm = f32(math.sqrt(total))
     if max_norm > 0 and norm > max_norm and math.isfinite(norm):
         s = np.float32(max_norm) / (np.float32(norm) + np.float32(1e-6))
@@ -1210,26 +1242,40 @@ def adamw_update_(p, g, m, v, lr, beta1, beta2, eps, weight_decay, t):
 
 
 def train_step(model, opt, tokens, targets=None, lengths=None, src=None, src_lengths=None, labels=None,
-               feats=None):
+               feats=None, loss_fn=None, params=None, sq_reduce=None, after_backward=None):
     """One step of mhe's trainer (mhe__trainer_update) on a given batch: Admin profiling on a
     fresh run's first step, forward and backward (no dropout), global-norm clipping, the step's
     learning rate, AdamW on every tensor in mhe's memory order (weight decay on the decay set
-    only), step + 1. Returns (loss, grad norm before clipping, lr)."""
+    only), step + 1. Returns (loss, grad norm before clipping, lr).
+    Data-parallel use (the train command): the batch arguments are the global batch (Admin
+    profiles it); loss_fn() -> (the tensor to differentiate, the step's loss as a float), e.g.
+    a DDP rank's share; params: [(mhe name, Parameter)] AdamW updates (default the model's;
+    FSDP: the local shards, with opt.m / opt.v holding the same shards); sq_reduce: the
+    global sum of squared gradients from the local one (sharded gradients); after_backward(grads)
+    -> False skips the update (fp16 loss scaling found an overflow; the step still counts)."""
     tc = opt.tc()
     if model.r["admin"] and opt.step == 0:
         model.admin_init(tokens, targets, lengths, src, src_lengths, labels, feats)
-    params = model.named_mhe_parameters()
+    params = model.named_mhe_parameters() if params is None else params
     for _, p in params:
         p.grad = None
-    loss = model(tokens, targets, lengths, src, src_lengths, labels, feats)
+    if loss_fn is None:
+        loss = model(tokens, targets, lengths, src, src_lengths, labels, feats)
+        report = None
+    else:
+        loss, report = loss_fn()
     loss.backward()
     grads = []
     for _, p in params:
         if p.grad is None:      # a tensor the loss does not use: its gradient is zero
             p.grad = torch.zeros_like(p)
         grads.append(p.grad)
-    norm = clip_grad_norm_(grads, tc["clip"])
-    opt.last_loss, opt.last_grad_norm = float(loss.detach()), norm
+    if after_backward is not None and not after_backward(grads):
+        opt.last_loss, opt.last_grad_norm, opt.last_lr = report, float("nan"), lr_at(tc, opt.step)
+        opt.step += 1
+        return opt.last_loss, opt.last_grad_norm, opt.last_lr
+    norm = clip_grad_norm_(grads, tc["clip"], sq_reduce)
+    opt.last_loss, opt.last_grad_norm = float(loss.detach()) if report is None else report, norm
     if not math.isfinite(norm):
         raise FloatingPointError("gradient norm is %g at step %d; no update made" % (norm, opt.step))
     lr = lr_at(tc, opt.step)
@@ -1847,6 +1893,430 @@ def _cmd_train_own(a):
     return 0
 
 
+# --------------------------------------------------------------------------
+# train: mhe's trainer data-parallel under torchrun (DDP; FSDP and AMP optional)
+# --------------------------------------------------------------------------
+
+class TrainError(Exception):
+    """bad input to the train command: one line on stderr, exit status 1"""
+
+
+class _Stopped(Exception):
+    """SIGTERM (torchrun stopping the other ranks after one failed)"""
+
+
+def parse_config_text(text, where="config"):
+    """A config file as mhe_config_parse reads it: `key=value` lines, '#' starts a comment,
+    blank lines ignored, spaces around key and value trimmed, a key set twice refused, only
+    model fields. -> {key: value}; TrainError names the line."""
+    out, first = {}, {}
+    lines = text.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    for i, raw in enumerate(lines, 1):
+        if len(raw) >= 512:
+            raise TrainError("%s: line %d: longer than 511 characters" % (where, i))
+        if b"\0" in raw:
+            raise TrainError("%s: line %d: contains a NUL byte" % (where, i))
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TrainError("%s: line %d: not UTF-8" % (where, i))
+        line = line.split("#", 1)[0].strip(" \t\r\n")
+        if not line:
+            continue
+        if "=" not in line:
+            raise TrainError("%s: line %d: expected key=value, got '%s'" % (where, i, line))
+        k, _, v = line.partition("=")
+        k, v = k.strip(" \t\r\n"), v.strip(" \t\r\n")
+        if k in first:
+            raise TrainError("%s: line %d: key '%s' was already set on line %d" % (where, i, k, first[k]))
+        first[k] = i
+        if k not in CONFIG_KEYS:
+            extra = " (a train field: give it with --set %s=...)" % k if k in TRAIN_KEYS else ""
+            raise TrainError("%s: line %d: unknown model field '%s'%s" % (where, i, k, extra))
+        out[k] = v
+    return out
+
+
+def _check_train(t):
+    """the train fields as mhe's trainer needs them; TrainError names a bad one"""
+    holder = AdamWState.__new__(AdamWState)
+    holder.train = t
+    try:
+        tc = holder.tc()
+    except ValueError as e:
+        raise TrainError("train config: %s" % e)
+    if t["schedule"] not in ("constant", "linear", "cosine", "invsqrt", "cosine-restarts"):
+        raise TrainError("train config: schedule '%s' is not constant, linear, cosine, invsqrt or cosine-restarts"
+                         % t["schedule"])
+    for k in ("steps", "batch", "seq_len"):
+        if tc[k] < 1:
+            raise TrainError("train config: %s must be >= 1, not %d" % (k, tc[k]))
+    return tc
+
+
+class _Dist:
+    """the process group of a torchrun launch (world 1 without torchrun's variables)"""
+
+    def __init__(self):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.on = False
+
+    def start(self, backend, timeout):
+        import datetime
+        import torch.distributed as dist
+        if self.world > 1:
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+            self.on = True
+
+    def sum(self, values):
+        """element-wise sum over the ranks of a list of floats (float64)"""
+        if not self.on:
+            return list(values)
+        import torch.distributed as dist
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def _train_data(a, model, opt):
+    """the task's corpus -> (draw(): the next global batch as a dict, count(batch): its targets)"""
+    r = model.r
+    with open(a.data, "rb") as f:
+        text = f.read()
+    words = bool(model.extra_i32) or r["embedding"] != "vocab"
+    if a.task == "sr":
+        if r["token_head"] != "sr" or r["embedding"] == "vocab":
+            raise TrainError("--task sr: the twin trains hash-embedding word models with token_head=sr "
+                             "(a word vocabulary's rows are not supported)")
+        if r["hash"] != "md5":
+            raise TrainError("--task sr: hash=lsh features come from `mhe hash`; the twin computes md5 features only")
+        toks, types = read_words(text)
+        feats = word_feats(model, types)
+        if len(toks) < opt.tc()["seq_len"]:
+            raise TrainError("%s: %d word tokens, a window needs %d" % (a.data, len(toks), opt.tc()["seq_len"]))
+        return (lambda: dict(sr_batch(model, opt, toks, len(types)), feats=feats),
+                lambda b: int((b["targets"] != -1).sum()))
+    if words:
+        raise TrainError("--task %s: the model takes words (%s); the twin trains word models with --task sr only"
+                         % (a.task, "a word vocabulary" if model.extra_i32 else r["embedding"]))
+    if a.task == "cls":
+        if r["n_classes"] < 1:
+            raise TrainError("--task cls needs a model with a classification head (arch=encoder, n_classes > 0)")
+        try:
+            examples = read_text_set(text)
+        except ValueError:
+            raise TrainError("%s: not `label<TAB>text` lines with integer labels" % a.data)
+        bad = [lab for lab, _ in examples if not 0 <= lab < r["n_classes"]]
+        if not examples or bad:
+            raise TrainError("%s: %s" % (a.data, "no examples" if not examples else
+                                         "label %d outside 0..%d" % (bad[0], r["n_classes"] - 1)))
+        return lambda: cls_batch(model, opt, examples), lambda b: len(b["labels"])
+    if r["token_head"] == "sr":
+        raise TrainError("the model has a Shuffle+Random head: train it with --task sr")
+    data = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
+    if len(data) and int(data.max()) >= r["vocab_size"]:
+        raise TrainError("%s: byte %d is outside the model's vocab_size %d" % (a.data, int(data.max()), r["vocab_size"]))
+    tc = opt.tc()
+    T, Ts = tc["seq_len"], tc["src_len"] or tc["seq_len"]
+    for what, v in (("seq_len", T), ("src_len", Ts)):
+        if v > r["max_seq_len"]:
+            raise TrainError("%s %d exceeds the model's max_seq_len %d" % (what, v, r["max_seq_len"]))
+    need = Ts + T if r["arch"] == "encdec" else T if r["arch"] == "encoder" else T + 1
+    if len(data) < need:
+        raise TrainError("%s: corpus has %d bytes, a training window needs %d" % (a.data, len(data), need))
+    return lambda: lm_batch(model, opt, data), lambda b: int((b["targets"] != -1).sum())
+
+
+def _train_model(a):
+    """-> (model, opt, where it came from) from --resume, --model, or --config/--set (a new model)"""
+    cfg, train = {}, {}
+    if a.config:
+        with open(a.config, "rb") as f:
+            cfg.update(parse_config_text(f.read(), a.config))
+    for kv in a.set:
+        k, eq, v = kv.partition("=")
+        if not eq:
+            raise TrainError("--set %s: expected KEY=VALUE" % kv)
+        if k in CONFIG_KEYS:
+            cfg[k] = v
+        elif k in TRAIN_KEYS:
+            train[k] = v
+        else:
+            raise TrainError("--set %s: not a model or train field" % k)
+    for k, v in (("steps", a.steps), ("save_every", a.save_every)):
+        if v is not None:
+            train[k] = str(v)
+    if a.resume and a.model:
+        raise TrainError("give --model or --resume, not both")
+    src = a.resume or a.model
+    if src and cfg:
+        raise TrainError("%s sets a new model's fields, but %s %s brings its own config: refused"
+                         % ("--config" if a.config else "--set " + sorted(cfg)[0], "--resume" if a.resume else "--model", src))
+    if src:
+        model, _, opt = load_checkpoint(src)
+        if a.resume:
+            if opt is None:
+                raise TrainError("--resume %s: a weights-only file (no optimizer state, step or RNG); to train these "
+                                 "weights further, give --model %s" % (src, src))
+            opt.train.update(train)     # flags override the saved train settings, as in mhe
+        else:
+            opt = AdamWState(model, train)
+    else:
+        t = dict(TRAIN_DEFAULTS)
+        t.update(train)
+        try:
+            model = MheModel(cfg, seed=int(t["seed"]))   # mhe train seeds a new model's init with the train seed
+        except ValueError as e:
+            raise TrainError("config: %s" % e)
+        opt = AdamWState(model, train)
+    if model.r["dropout"] > 0 or model.r["attn_dropout"] > 0:
+        raise TrainError("the model has dropout on; the twin does not reproduce mhe's dropout (give dropout=0 and "
+                         "attn_dropout=0)")
+    tc = _check_train(opt.train)
+    if opt.step >= tc["steps"]:
+        raise TrainError("--resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)"
+                         % (src, opt.step, tc["steps"], opt.step))
+    return model, opt, src or "a new model"
+
+
+def _shard_ranges(net, model):
+    """FSDP (use_orig_params): {mhe name: (local Parameter, first, last + 1 element of the full
+    tensor it holds)} from the flat parameter's shard metadata"""
+    out = {}
+    for h in net._all_handles if hasattr(net, "_all_handles") else [net._handle]:
+        fp = h.flat_param
+        for fqn, info in zip(fp._fqns, fp._shard_param_infos):
+            name = fqn.split("params.", 1)[-1].replace("__", ".")
+            p = model.param(name)
+            out[name] = (p, info.intra_param_start_idx, info.intra_param_end_idx + 1) if info.in_shard else (p, 0, 0)
+    return out
+
+
+def _cmd_train(a):
+    d = _Dist()
+    say = (lambda *x: None) if d.rank else (lambda m: (print(m), sys.stdout.flush()))
+    try:
+        return _train(a, d, say)
+    except (TrainError, CheckpointError, OSError) as e:
+        if d.rank == 0:
+            sys.stderr.write("mhe_torch: %s\n" % e)
+        return 1
+
+
+def _train(a, d, say):
+    import signal
+    import time
+    import torch.distributed as dist
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cuda = torch.cuda.is_available() if a.device == "auto" else a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise TrainError("--device cuda: no CUDA device is available to this PyTorch")
+    if a.amp == "fp16" and not cuda:
+        raise TrainError("--amp fp16 needs a CUDA device (it scales the loss for float16 gradients); "
+                         "on the CPU use --amp bf16")
+    major = int(torch.__version__.split(".")[0])
+    if a.fsdp and major < 2:
+        raise TrainError("--fsdp needs PyTorch 2 (use_orig_params); this is PyTorch %s" % torch.__version__)
+    if a.fsdp and d.world == 1:
+        raise TrainError("--fsdp shards over the processes of a torchrun launch; one process has nothing to shard")
+    out_dir = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(out_dir) or os.path.isdir(a.out):
+        raise TrainError("--out %s: %s" % (a.out, "is a directory" if os.path.isdir(a.out) else "no such directory"))
+    model, opt, origin = _train_model(a)
+    tc = opt.tc()
+    B = tc["batch"]
+    if B % d.world:
+        raise TrainError("batch %d is not divisible by the world size %d: every rank takes B/world rows of the "
+                         "global batch" % (B, d.world))
+    if a.fsdp and model.r["admin"] and opt.step == 0:
+        raise TrainError("--fsdp: Admin's profiling pass needs the whole model on one rank; start from a "
+                         "checkpoint past step 0, or train without --fsdp")
+    draw, count = _train_data(a, model, opt)
+    dev = torch.device("cuda", d.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    d.start("nccl" if cuda else "gloo", a.timeout)
+    Bl, lo = B // d.world, d.rank * (B // d.world)
+    die = os.environ.get("MHE_TORCH_TEST_EXIT", "")         # test hook "RANK:STEP": that rank dies there
+    die = tuple(int(x) for x in die.split(":")) if die else None
+
+    model.to(dev)
+    for st in (opt.m, opt.v):
+        for k in st:
+            st[k] = st[k].to(dev)
+    net, params, sq_reduce, shards = model, None, None, None
+    if a.fsdp:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        try:
+            net = FSDP(model, use_orig_params=True, device_id=dev)
+            shards = _shard_ranges(net, model)
+        except (RuntimeError, ValueError, AttributeError, AssertionError) as e:
+            raise TrainError("--fsdp: this PyTorch cannot shard the model here (%s): %s"
+                             % ("CUDA" if cuda else "CPU, gloo", str(e).splitlines()[0] if str(e) else type(e).__name__))
+        for name, (p, i, j) in shards.items():
+            for st in (opt.m, opt.v):
+                st[name] = st[name].reshape(-1)[i:j].clone()
+        params = [(n, shards[n][0]) for n in model.names]
+
+        def sq_reduce(x):
+            t = torch.tensor([x], dtype=torch.float64, device=dev)
+            dist.all_reduce(t)
+            return float(t.item())
+    elif d.on:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        # DDP must be told of tensors the loss does not use (cls: an LM head): a probe step on one
+        # row of the first batch, the RNG put back, finds them
+        rng = opt.rng
+        pb = draw()
+        opt.rng = rng
+        sl = slice(0, 1)
+        probe = model(pb["tokens"][sl].to(dev), pb["targets"][sl].to(dev) if "targets" in pb else None,
+                      pb["lengths"][sl] if pb.get("lengths") else None, pb["src"][sl].to(dev) if "src" in pb else None,
+                      None, pb["labels"][sl] if "labels" in pb else None, pb.get("feats"), reduction="sum")
+        probe.backward()
+        unused = any(p.grad is None for _, p in model.named_mhe_parameters())
+        model.zero_grad(set_to_none=True)
+        net = DDP(model, device_ids=[dev.index] if cuda else None, find_unused_parameters=unused)
+    amp = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.amp]
+    autocast = (lambda: torch.autocast(dev.type, dtype=amp)) if amp else None
+    scaler = after_backward = None
+    if a.amp == "fp16":
+        scaler = torch.cuda.amp.GradScaler()
+        proxy = torch.optim.SGD([p for _, p in (params or model.named_mhe_parameters())], lr=0.0)
+
+        def after_backward(grads):
+            scaler.unscale_(proxy)
+            ok = all(bool(torch.isfinite(g).all()) for g in grads)
+            scaler.update()
+            return ok
+
+    def save(path):
+        """every rank gathers FSDP shards; rank 0 writes (atomically: PATH.tmp, fsync, rename)"""
+        if shards is not None:
+            full = {}
+            with torch.no_grad():
+                for name in model.names:
+                    p, i, j = shards[name]
+                    for key, loc in (("p", p.detach().reshape(-1)), ("m", opt.m[name]), ("v", opt.v[name])):
+                        t = torch.zeros(int(np.prod(model.shapes[name])), dtype=torch.float32, device=dev)
+                        t[i:j] = loc
+                        if d.on:    # the shards do not overlap: a sum puts each element in place
+                            dist.all_reduce(t)
+                        full[(key, name)] = t.reshape(model.shapes[name]).cpu()
+            if d.rank == 0:
+                host = MheModel(model.meta)
+                host.extra_i32 = model.extra_i32
+                with torch.no_grad():
+                    for name in model.names:
+                        host.param(name).copy_(full[("p", name)])
+                st = AdamWState(host, opt.train, opt.step, opt.rng)
+                st.m = {n: full[("m", n)] for n in model.names}
+                st.v = {n: full[("v", n)] for n in model.names}
+                save_checkpoint(path, host, None, st)
+        elif d.rank == 0:
+            save_checkpoint(path, model, None, opt)
+
+    say("%s: %s, %d tensors, %d parameters; %d process%s (%s%s%s)" % (
+        "resumed at step %d" % opt.step if a.resume else "training", origin, len(model.names),
+        sum(int(np.prod(s)) for s in model.shapes.values()), d.world, "es" if d.world > 1 else "",
+        "FSDP" if a.fsdp else "DDP" if d.on else "one process", ", " + dev.type, ", amp " + a.amp if amp else ""))
+    say("training %d steps of %d x %d tokens%s" % (tc["steps"], B, tc["seq_len"],
+                                                 " (%d rows per rank)" % Bl if d.world > 1 else ""))
+    first, t0 = opt.step, time.time()
+    plain = net is model and autocast is None
+
+    def on_term(sig, frame):
+        raise _Stopped()
+    if d.on:
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        while opt.step < tc["steps"]:
+            if die and die[0] == d.rank and die[1] == opt.step:
+                os._exit(17)
+            b = draw()
+            G = count(b)
+            tok, tgt = b["tokens"].to(dev), b.get("targets")
+            tgt = tgt.to(dev) if tgt is not None else None
+            src = b["src"].to(dev) if "src" in b else None
+            lens, labels, feats = b.get("lengths"), b.get("labels"), b.get("feats")
+            if plain:       # one process in float32: exactly mhe's step
+                train_step(model, opt, tok, tgt, lens, src, None, labels, feats)
+            else:
+                sl = slice(lo, lo + Bl)
+
+                def loss_fn():
+                    args = (tok[sl], tgt[sl] if tgt is not None else None, lens[sl] if lens else None,
+                            src[sl] if src is not None else None, None,
+                            labels[sl] if labels is not None else None, feats)
+                    if autocast:
+                        with autocast():
+                            s = net(*args, reduction="sum")
+                    else:
+                        s = net(*args, reduction="sum")
+                    s = s.float()
+                    total = d.sum([float(s.detach())])[0]
+                    # DDP/FSDP average the ranks' gradients: world * (local sum) / G averages to the
+                    # gradient of the global mean, whatever each rank's share of the G targets
+                    loss = s * (d.world / G) if G else s * 0.0
+                    if scaler is not None:
+                        loss = scaler.scale(loss)
+                    return loss, f32(total / G) if G else 0.0
+                train_step(model, opt, tok, tgt, lens, src, None, labels, feats, loss_fn=loss_fn, params=params,
+                           sq_reduce=sq_reduce, after_backward=after_backward)
+            if opt.step % tc["log_every"] == 0 or opt.step == tc["steps"]:
+                el = time.time() - t0
+                per = el / (opt.step - first)
+                say("step %6d/%d  loss %.4f  lr %.2e  %7.0f tok/s  %5.0f ms/step  left %4.0fs"
+                    % (opt.step, tc["steps"], opt.last_loss, opt.last_lr, (opt.step - first) * B * tc["seq_len"] / el,
+                       per * 1e3, per * (tc["steps"] - opt.step)))
+            if tc["save_every"] > 0 and opt.step % tc["save_every"] == 0 and opt.step < tc["steps"]:
+                save(a.out)
+        save(a.out)
+    except FloatingPointError as e:
+        raise TrainError(str(e))
+    except _Stopped:
+        sys.stderr.write("mhe_torch: rank %d stopped by SIGTERM at step %d (torchrun ends the run when a rank "
+                         "fails)\n" % (d.rank, opt.step))
+        return 1
+    except RuntimeError as e:
+        if not d.on:
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        sys.stderr.write("mhe_torch: rank %d noticed at step %d: a collective failed (another rank died or the "
+                         "%gs timeout passed): %s\n" % (d.rank, opt.step, a.timeout, msg))
+        os._exit(1)         # the process group is broken: no orderly shutdown to wait for
+    say("wrote %s (step %d)" % (a.out, opt.step))
+    if d.on:
+        dist.destroy_process_group()
+    return 0
+
+
+def _setup_train(p):
+    p.add_argument("--data", required=True, help="training text: bytes (--task lm), `label<TAB>text` lines (cls), "
+                   "words (sr)")
+    p.add_argument("--out", required=True, help="the checkpoint to write (rank 0; atomically)")
+    p.add_argument("--task", choices=("lm", "cls", "sr"), default="lm")
+    p.add_argument("--model", help="start from this mhe checkpoint's weights")
+    p.add_argument("--resume", help="continue this trainer checkpoint (weights, AdamW moments, step, batch RNG)")
+    p.add_argument("--config", help="key=value lines of model fields for a new model (mhe's rules)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a model field (new model) or train field (mhe's names)")
+    p.add_argument("--steps", type=int, help="train until this step (train field steps)")
+    p.add_argument("--save_every", type=int, help="also save every N steps (train field save_every)")
+    p.add_argument("--fsdp", action="store_true", help="shard parameters, gradients and moments (PyTorch 2)")
+    p.add_argument("--amp", choices=("off", "bf16", "fp16"), default="off",
+                   help="autocast (bf16: CPU or GPU; fp16: CUDA, with loss scaling); off = float32, equal to mhe")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds a collective may wait for the other ranks")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: torch's default)")
+
+
+COMMANDS["train"] = (_setup_train, _cmd_train)
 COMMANDS["replay"] = (_setup_replay, _cmd_replay)
 COMMANDS["strided"] = (_setup_strided, _cmd_strided)
 COMMANDS["train-own"] = (_setup_train_own, _cmd_train_own)
