@@ -204,6 +204,17 @@ static void short_version(const char *version, char *out, size_t size) {
     out[n] = 0;
 }
 
+/* a tiny run that names a torch and its BLAS before the table; its column label "PyTorch X.Y" into label */
+static int probe_torch(const char *python, const char *tag, run_result *res, char *label, size_t size) {
+    char v[48];
+    torch_run(python, "C1", 1, "mha", 1, 0, " --seq 8 --batch 1", res);
+    if (res->ms <= 0) return 0;
+    short_version(res->version, v, sizeof v);
+    snprintf(label, size, "PyTorch %s", v);
+    printf("%s%s: torch %s (%s), BLAS: %s\n", label, tag, res->version, python, res->blas);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     const char *only = NULL, *attn = "mha", *python = NULL, *debian = NULL;
     int threads = 0, steps = 0, seq = 0, batch = 0, scaling = 0, torch = 1, use_debian = 1, profile = 0, i, ci, th, k;
@@ -280,7 +291,7 @@ int main(int argc, char **argv) {
 
     {
         run_result peer, deb;
-        char peer_label[64] = "PyTorch 2", deb_label[64] = "PyTorch 1.13", v[48];
+        char peer_label[64] = "PyTorch 2", deb_label[64] = "PyTorch 1.13";
         /* thread counts of the rows: 1 and 2, or --threads N alone */
         int counts[2] = { 1, 2 }, n_counts = 2, ti;
         double peak[2];
@@ -288,12 +299,7 @@ int main(int argc, char **argv) {
         memset(&deb, 0, sizeof deb);
         /* a tiny probe run names each torch and its BLAS before the table */
         if (python) {
-            torch_run(python, "C1", 1, "mha", 1, 0, " --seq 8 --batch 1", &peer);
-            if (peer.ms > 0) {
-                short_version(peer.version, v, sizeof v);
-                snprintf(peer_label, sizeof peer_label, "PyTorch %s", v);
-                printf("%s: torch %s (%s), BLAS: %s\n", peer_label, peer.version, python, peer.blas);
-            } else {
+            if (!probe_torch(python, "", &peer, peer_label, sizeof peer_label)) {
                 fprintf(stderr, "bench_train: tools/bench_train_torch.py failed under %s; no PyTorch 2 column\n", python);
                 python = NULL;
             }
@@ -301,16 +307,7 @@ int main(int argc, char **argv) {
             printf("PyTorch 2: not found (--python PATH, $MHE_TORCH_PYTHON, or python3 -m venv .venv && "
                    ".venv/bin/pip install torch numpy)\n");
         }
-        if (debian) {
-            torch_run(debian, "C1", 1, "mha", 1, 0, " --seq 8 --batch 1", &deb);
-            if (deb.ms > 0) {
-                short_version(deb.version, v, sizeof v);
-                snprintf(deb_label, sizeof deb_label, "PyTorch %s", v);
-                printf("%s (Debian): torch %s (%s), BLAS: %s\n", deb_label, deb.version, debian, deb.blas);
-            } else {
-                debian = NULL;
-            }
-        }
+        if (debian && !probe_torch(debian, " (Debian)", &deb, deb_label, sizeof deb_label)) debian = NULL;
         if (threads) counts[0] = threads, n_counts = 1;
         /* measured with nothing else of ours running */
         for (ti = 0; ti < n_counts; ti++) {
