@@ -22,93 +22,70 @@
 #endif
 
 #define BENCH_PEAK_X4(OP, a) OP(a) OP(a + 1) OP(a + 2) OP(a + 3)
+/* per ISA: the vector type, broadcast, x * m + a fused, add, store */
 #if defined(__AVX512F__)
 #define BENCH_PEAK_ISA "AVX-512F"
 #define BENCH_PEAK_LANES 16
 #define BENCH_PEAK_CHAINS 16   /* 32 zmm registers */
+typedef __m512 bench_peak_vec;
+#define BENCH_PEAK_SET1(x) _mm512_set1_ps(x)
+#define BENCH_PEAK_FMA(x, m, a) _mm512_fmadd_ps(x, m, a)
+#define BENCH_PEAK_ADD(x, y) _mm512_add_ps(x, y)
+#define BENCH_PEAK_STORE(p, x) _mm512_storeu_ps(p, x)
 #elif defined(__FMA__)
 #define BENCH_PEAK_ISA "AVX2 FMA"
 #define BENCH_PEAK_LANES 8
 #define BENCH_PEAK_CHAINS 12   /* 16 ymm registers: 12 chains and the two operands */
+typedef __m256 bench_peak_vec;
+#define BENCH_PEAK_SET1(x) _mm256_set1_ps(x)
+#define BENCH_PEAK_FMA(x, m, a) _mm256_fmadd_ps(x, m, a)
+#define BENCH_PEAK_ADD(x, y) _mm256_add_ps(x, y)
+#define BENCH_PEAK_STORE(p, x) _mm256_storeu_ps(p, x)
 #elif defined(__ARM_NEON) && (defined(__aarch64__) || defined(__ARM_FEATURE_FMA))
 #define BENCH_PEAK_ISA "NEON FMA"
 #define BENCH_PEAK_LANES 4
 #define BENCH_PEAK_CHAINS 16   /* 32 q registers on AArch64 */
+typedef float32x4_t bench_peak_vec;
+#define BENCH_PEAK_SET1(x) vdupq_n_f32(x)
+#define BENCH_PEAK_FMA(x, m, a) vfmaq_f32(a, x, m)   /* a + x * m */
+#define BENCH_PEAK_ADD(x, y) vaddq_f32(x, y)
+#define BENCH_PEAK_STORE(p, x) vst1q_f32(p, x)
 #else
 #define BENCH_PEAK_ISA "scalar"
 #define BENCH_PEAK_LANES 1
 #define BENCH_PEAK_CHAINS 12
+typedef float bench_peak_vec;
+#define BENCH_PEAK_SET1(x) (x)
+#define BENCH_PEAK_FMA(x, m, a) ((x) * (m) + (a))
+#define BENCH_PEAK_ADD(x, y) ((x) + (y))
+#define BENCH_PEAK_STORE(p, x) (*(p) = (x))
 #endif
 
 /* `iters` rounds of BENCH_PEAK_CHAINS independent FMAs; returns a sum of the
    chains so that the compiler cannot drop them. x = x * m + a with m just
    under 1 settles at a / (1 - m): no overflow, no denormals. */
 static float bench_peak_kernel(long iters, float seed) {
+    bench_peak_vec m = BENCH_PEAK_SET1(0.99999f), a = BENCH_PEAK_SET1(1e-6f), x[BENCH_PEAK_CHAINS];
+    float lanes[BENCH_PEAK_LANES], out = 0;
     long i;
-    float out = 0;
-#if defined(__AVX512F__)
-    __m512 m = _mm512_set1_ps(0.99999f), a = _mm512_set1_ps(1e-6f), x[16];
-    float lanes[16];
     int c;
-#define BENCH_PEAK_INIT(k) x[k] = _mm512_set1_ps(seed + (float)(k));
-#define BENCH_PEAK_STEP(k) x[k] = _mm512_fmadd_ps(x[k], m, a);
-#define BENCH_PEAK_FOLD(k) x[0] = _mm512_add_ps(x[0], x[k]);
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 0) BENCH_PEAK_X4(BENCH_PEAK_INIT, 4)
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 8) BENCH_PEAK_X4(BENCH_PEAK_INIT, 12)
-    for (i = 0; i < iters; i++) {
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 0) BENCH_PEAK_X4(BENCH_PEAK_STEP, 4)
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 8) BENCH_PEAK_X4(BENCH_PEAK_STEP, 12)
-    }
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 1) BENCH_PEAK_X4(BENCH_PEAK_FOLD, 5)
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 9) BENCH_PEAK_FOLD(13) BENCH_PEAK_FOLD(14) BENCH_PEAK_FOLD(15)
-    _mm512_storeu_ps(lanes, x[0]);
-    for (c = 0; c < 16; c++) out += lanes[c];
-#elif defined(__FMA__)
-    __m256 m = _mm256_set1_ps(0.99999f), a = _mm256_set1_ps(1e-6f), x[12];
-    float lanes[8];
-    int c;
-#define BENCH_PEAK_INIT(k) x[k] = _mm256_set1_ps(seed + (float)(k));
-#define BENCH_PEAK_STEP(k) x[k] = _mm256_fmadd_ps(x[k], m, a);
-#define BENCH_PEAK_FOLD(k) x[0] = _mm256_add_ps(x[0], x[k]);
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 0) BENCH_PEAK_X4(BENCH_PEAK_INIT, 4) BENCH_PEAK_X4(BENCH_PEAK_INIT, 8)
-    for (i = 0; i < iters; i++) {
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 0) BENCH_PEAK_X4(BENCH_PEAK_STEP, 4) BENCH_PEAK_X4(BENCH_PEAK_STEP, 8)
-    }
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 1) BENCH_PEAK_X4(BENCH_PEAK_FOLD, 5) BENCH_PEAK_FOLD(9) BENCH_PEAK_FOLD(10) BENCH_PEAK_FOLD(11)
-    _mm256_storeu_ps(lanes, x[0]);
-    for (c = 0; c < 8; c++) out += lanes[c];
-#elif BENCH_PEAK_LANES == 4
-    float32x4_t m = vdupq_n_f32(0.99999f), a = vdupq_n_f32(1e-6f), x[16];
-    float lanes[4];
-    int c;
-#define BENCH_PEAK_INIT(k) x[k] = vdupq_n_f32(seed + (float)(k));
-#define BENCH_PEAK_STEP(k) x[k] = vfmaq_f32(a, x[k], m);   /* a + x * m */
-#define BENCH_PEAK_FOLD(k) x[0] = vaddq_f32(x[0], x[k]);
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 0) BENCH_PEAK_X4(BENCH_PEAK_INIT, 4)
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 8) BENCH_PEAK_X4(BENCH_PEAK_INIT, 12)
-    for (i = 0; i < iters; i++) {
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 0) BENCH_PEAK_X4(BENCH_PEAK_STEP, 4)
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 8) BENCH_PEAK_X4(BENCH_PEAK_STEP, 12)
-    }
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 1) BENCH_PEAK_X4(BENCH_PEAK_FOLD, 5)
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 9) BENCH_PEAK_FOLD(13) BENCH_PEAK_FOLD(14) BENCH_PEAK_FOLD(15)
-    vst1q_f32(lanes, x[0]);
-    for (c = 0; c < 4; c++) out += lanes[c];
+#define BENCH_PEAK_INIT(k) x[k] = BENCH_PEAK_SET1(seed + (float)(k));
+#define BENCH_PEAK_STEP(k) x[k] = BENCH_PEAK_FMA(x[k], m, a);
+#if BENCH_PEAK_CHAINS == 16
+#define BENCH_PEAK_ALL(OP) BENCH_PEAK_X4(OP, 0) BENCH_PEAK_X4(OP, 4) BENCH_PEAK_X4(OP, 8) BENCH_PEAK_X4(OP, 12)
 #else
-    float m = 0.99999f, a = 1e-6f, x[12];
-#define BENCH_PEAK_INIT(k) x[k] = seed + (float)(k);
-#define BENCH_PEAK_STEP(k) x[k] = x[k] * m + a;
-#define BENCH_PEAK_FOLD(k) x[0] += x[k];
-    BENCH_PEAK_X4(BENCH_PEAK_INIT, 0) BENCH_PEAK_X4(BENCH_PEAK_INIT, 4) BENCH_PEAK_X4(BENCH_PEAK_INIT, 8)
-    for (i = 0; i < iters; i++) {
-        BENCH_PEAK_X4(BENCH_PEAK_STEP, 0) BENCH_PEAK_X4(BENCH_PEAK_STEP, 4) BENCH_PEAK_X4(BENCH_PEAK_STEP, 8)
-    }
-    BENCH_PEAK_X4(BENCH_PEAK_FOLD, 1) BENCH_PEAK_X4(BENCH_PEAK_FOLD, 5) BENCH_PEAK_FOLD(9) BENCH_PEAK_FOLD(10) BENCH_PEAK_FOLD(11)
-    out = x[0];
+#define BENCH_PEAK_ALL(OP) BENCH_PEAK_X4(OP, 0) BENCH_PEAK_X4(OP, 4) BENCH_PEAK_X4(OP, 8)
 #endif
+    BENCH_PEAK_ALL(BENCH_PEAK_INIT)
+    for (i = 0; i < iters; i++) {
+        BENCH_PEAK_ALL(BENCH_PEAK_STEP)
+    }
+    for (c = 1; c < BENCH_PEAK_CHAINS; c++) x[0] = BENCH_PEAK_ADD(x[0], x[c]);
+    BENCH_PEAK_STORE(lanes, x[0]);
+    for (c = 0; c < BENCH_PEAK_LANES; c++) out += lanes[c];
 #undef BENCH_PEAK_INIT
 #undef BENCH_PEAK_STEP
-#undef BENCH_PEAK_FOLD
+#undef BENCH_PEAK_ALL
     return out;
 }
 
