@@ -121,7 +121,7 @@ static double bench_peak_gflops(int threads, double seconds) {
     threads = 1;
 #endif
     if (threads < 1) threads = 1;
-    while ((t = bench_peak_time(1, iters)) < 0.01 && iters < (1L << 40)) iters *= 2;
+    while ((t = bench_peak_time(1, iters)) < 0.01 && iters < (1L << 30)) iters *= 2;   /* 1L << 30: long may be 32 bits */
     iters = (long)((double)iters * (seconds / 3) / (t > 0 ? t : 1e-9)) + 1;
     for (r = 0; r < 3; r++) {
         t = bench_peak_time(threads, iters);
