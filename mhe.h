@@ -4118,55 +4118,221 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, cons
     return MHE_OK;
 }
 
-/* One query per head over Tk keys (a decoding step): online softmax key by
-   key with the per-head maps applied on the fly. O(d_h) memory and no
-   tiles, so a small device's stack stays small. No dropout (inference). */
-static MHE__VECTORISE void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q,
-                                         const float *k, const float *v) {
-    int group = d->n_heads / d->n_kv_heads, dh = d->d_head, W = MHE__QKW(d), h, j, c, b;
-    float qh[MHE_MAX_D_HEAD], kx[MHE_MAX_D_HEAD];
-    for (b = 0; b < d->B; b++)
-        for (h = 0; h < d->n_heads; h++) {
-            const float *qr = q + (size_t)b * d->q_stride + (d->q_shared ? 0 : (size_t)h * W);
-            const float *qm = d->q_mul ? d->q_mul + (size_t)h * W : NULL, *qa = MHE__MAP(d->q_add, d, h),
-                        *ka = MHE__MAP(d->k_add, d, h);
-            const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
-            float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, mx = -INFINITY, l = 0;
-            int g = h / group, vis = mhe__att_visible(d, b, 0), added = qa || ka;
-            MHE_ASSERT(!added || W <= MHE_MAX_D_HEAD); /* additive maps only in MHE-ADD, where W = d_h */
-            if (added)
-                for (c = 0; c < W; c++)
-                    qh[c] = (qm ? qr[c] * qm[c] : qr[c]) + (qa ? qa[c] : 0.0f);
-            for (c = 0; c < dh; c++)
-                o[c] = 0;
-            for (j = 0; j < vis; j++) {
-                size_t row = (size_t)b * d->Tk + j;
-                const float *kr = k + row * d->k_stride + (size_t)g * W;
-                const float *vr = v + row * d->v_stride + (size_t)(d->v_per_head ? h : g) * dh;
-                float sc, p, corr = 1.0f;
-                if (added) {
-                    for (c = 0; c < W; c++)
-                        kx[c] = ka ? kr[c] + ka[c] : kr[c];
-                    sc = mhe__dot(qh, kx, W);
-                } else
-                    sc = qm ? mhe__lane_dot3(qr, qm, kr, W)
-                            : mhe__dot(qr, kr, W); /* (q * m) . k without a copy */
-                if (d->k_bias)
-                    sc += d->k_bias[row * d->k_bias_stride + h];
-                sc *= d->scale;
-                if (isgreater(sc, mx) || sc != sc) {
-                    corr = mhe__exp(mx - sc);
-                    mx = sc;
-                } /* rescale what came before */
-                p = mhe__exp(sc - mx);
-                l = l * corr + p;
-                for (c = 0; c < dh; c++)
-                    o[c] = o[c] * corr + p * ((vm ? vr[c] * vm[c] : vr[c]) + (va ? va[c] : 0.0f));
+/* One query per head over Tk keys (a decoding step). The per-head maps
+   leave the key loop: MHE-ADD's key map adds q'.e_i^K to every score of head
+   i, a constant the softmax ignores (only the lse keeps it), and a value map
+   applies once to the head's output, sum_j p_j (v_j * m + a) = (sum_j p_j v_j)
+   * m + a since the weights sum to 1 (MHE paper eq. 6). What is left is plain
+   attention of up to MHE__ONE_HEADS mapped queries against the cached rows:
+   a tile of MHE__BK keys is scored for all of them while each K row is in L1,
+   one online-softmax step per tile and head (Milakov and Gimelshein 2018),
+   then each V row meets every head's weight. So a pass streams whole cache
+   rows, and MQA, GQA and MHE read a K/V head once per pass, not once per
+   query head. The tiles
+   live on the stack (about 10 KB): decoding on a small device binds no
+   scratch. A head's numbers do not depend on which pass or thread has it. */
+#define MHE__ONE_HEADS 8     /* query heads per pass over a group's keys (the shared kernels' lanes) */
+#define MHE__ONE_FLOATS 1024 /* floats of mapped queries, and of accumulators, per pass */
+#define MHE__ONE_PAR_FLOPS 262144 /* multiply-adds of a step worth a second thread */
+
+/* heads per pass: a span of heads split so that `parts` passes cover it, within the tiles */
+static int mhe__one_heads(const mhe_attn_dims *d, int span, int parts) {
+    int W = MHE__QKW(d), w = d->d_head, hb = (span + parts - 1) / parts;
+    if (W <= MHE__ONE_FLOATS && W > w)
+        w = W; /* the mapped queries are copied when they fit */
+    if (hb > MHE__ONE_HEADS)
+        hb = MHE__ONE_HEADS;
+    return hb > MHE__ONE_FLOATS / w ? MHE__ONE_FLOATS / w : hb;
+}
+
+/* Eight lanes as a C type (GNU C vector extension): the compiler maps them
+   to its vectors (AVX ymm, two SSE or NEON registers, or scalars) and keeps
+   named accumulators in registers, which arrays indexed in loops are not. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(MHE_NO_SIMD)
+typedef float mhe__v8 __attribute__((vector_size(32)));
+#define MHE__V8 1
+#endif
+
+/* s[i][jj] = q'_i . k_jj for the MHE__ONE_HEADS (8) heads of a pass that
+   share one K head: with the queries transposed, qt[c][i], one key meets
+   all heads as an 8-lane FMA per dimension, eight keys in independent
+   chains, and no dot product needs a horizontal sum (unused heads have zero
+   queries). */
+static MHE__VECTORISE void mhe__one_scores_shared(float (*s)[MHE__BK], const float *qt, const float *k,
+                                                  size_t stride, int W, int cols) {
+    int jj, c, i, r;
+    for (jj = 0; jj < cols; jj += 8) {
+        const float *kr[8];
+        for (r = 0; r < 8; r++) /* past the tile: a valid row, its scores dropped */
+            kr[r] = k + (size_t)(jj + r < cols ? jj + r : jj) * stride;
+#ifdef MHE__V8
+        {
+            mhe__v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}, qc;
+            for (c = 0; c < W; c++) {
+                memcpy(&qc, qt + (size_t)c * 8, sizeof qc);
+                a0 += kr[0][c] * qc;
+                a1 += kr[1][c] * qc;
+                a2 += kr[2][c] * qc;
+                a3 += kr[3][c] * qc;
+                a4 += kr[4][c] * qc;
+                a5 += kr[5][c] * qc;
+                a6 += kr[6][c] * qc;
+                a7 += kr[7][c] * qc;
             }
-            for (c = 0; c < dh; c++)
-                o[c] = l > 0 ? o[c] / l : 0.0f;
-            lse[((size_t)b * d->n_heads + h) * d->Tq] = l > 0 ? mx + logf(l) : -INFINITY;
+            for (i = 0; i < 8; i++) {
+                float row[8];
+                row[0] = a0[i], row[1] = a1[i], row[2] = a2[i], row[3] = a3[i];
+                row[4] = a4[i], row[5] = a5[i], row[6] = a6[i], row[7] = a7[i];
+                for (r = 0; r < 8 && jj + r < cols; r++)
+                    s[i][jj + r] = row[r];
+            }
         }
+#else
+        for (r = 0; r < 8 && jj + r < cols; r++)
+            for (i = 0; i < 8; i++) {
+                float a = 0.0f;
+                for (c = 0; c < W; c++)
+                    a += kr[r][c] * qt[(size_t)c * 8 + i];
+                s[i][jj + r] = a;
+            }
+#endif
+    }
+}
+
+/* acc[i] += sum_jj p[i][jj] v_jj for the 8 heads of a pass that share one V
+   head: 8 output columns of every head stay in registers while the tile's
+   V rows stream past (unused heads have zero weights) */
+static MHE__VECTORISE void mhe__one_pv_shared(float *acc, int dh, float (*p)[MHE__BK], const float *v,
+                                              size_t stride, int cols) {
+    int c0 = 0, jj, i;
+#ifdef MHE__V8
+    for (; c0 + 8 <= dh; c0 += 8) {
+        mhe__v8 a[8], vr;
+        mhe__v8 a0, a1, a2, a3, a4, a5, a6, a7;
+        for (i = 0; i < 8; i++)
+            memcpy(&a[i], acc + (size_t)i * dh + c0, sizeof vr);
+        a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+        for (jj = 0; jj < cols; jj++) {
+            memcpy(&vr, v + (size_t)jj * stride + c0, sizeof vr);
+            a0 += p[0][jj] * vr;
+            a1 += p[1][jj] * vr;
+            a2 += p[2][jj] * vr;
+            a3 += p[3][jj] * vr;
+            a4 += p[4][jj] * vr;
+            a5 += p[5][jj] * vr;
+            a6 += p[6][jj] * vr;
+            a7 += p[7][jj] * vr;
+        }
+        a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+        for (i = 0; i < 8; i++)
+            memcpy(acc + (size_t)i * dh + c0, &a[i], sizeof vr);
+    }
+#endif
+    for (; c0 < dh; c0++) /* without vectors, or past the last 8: one column at a time */
+        for (i = 0; i < 8; i++)
+            for (jj = 0; jj < cols; jj++)
+                acc[(size_t)i * dh + c0] += p[i][jj] * v[(size_t)jj * stride + c0];
+}
+
+/* heads h0 .. h0+nh-1 of batch row b: one K/V group, or (MHA) neighbours */
+static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                              const float *k, const float *v, int b, int h0, int nh) {
+    int group = d->n_heads / d->n_kv_heads, dh = d->d_head, W = MHE__QKW(d), g0 = h0 / group;
+    int vis = mhe__att_visible(d, b, 0), copied = W <= MHE__ONE_FLOATS, i, j0, jj, c;
+    /* heads of one K (V) head take the shared kernels, padded to MHE__ONE_HEADS */
+    int kshared = group > 1 && W * MHE__ONE_HEADS <= MHE__ONE_FLOATS && dh * MHE__ONE_HEADS <= MHE__ONE_FLOATS;
+    int vshared = kshared && !d->v_per_head, rows = kshared ? MHE__ONE_HEADS : nh;
+    float qx[MHE__ONE_FLOATS], acc[MHE__ONE_FLOATS], s[MHE__ONE_HEADS][MHE__BK];
+    float mx[MHE__ONE_HEADS], l[MHE__ONE_HEADS], shift[MHE__ONE_HEADS];
+    const float *qr[MHE__ONE_HEADS], *qm[MHE__ONE_HEADS];
+    if (kshared)
+        memset(qx, 0, sizeof(float) * (size_t)W * MHE__ONE_HEADS);
+    for (i = 0; i < nh; i++) { /* q' = q * q_mul + q_add, per head (kshared: transposed) */
+        int h = h0 + i;
+        const float *qa = MHE__MAP(d->q_add, d, h), *ka = MHE__MAP(d->k_add, d, h);
+        size_t at = kshared ? (size_t)i : (size_t)i * W, step = kshared ? MHE__ONE_HEADS : 1;
+        qr[i] = q + (size_t)b * d->q_stride + (d->q_shared ? 0 : (size_t)h * W);
+        qm[i] = d->q_mul ? d->q_mul + (size_t)h * W : NULL;
+        shift[i] = 0.0f;
+        if (copied)
+            for (c = 0; c < W; c++) {
+                float x = (qm[i] ? qr[i][c] * qm[i][c] : qr[i][c]) + (qa ? qa[c] : 0.0f);
+                qx[at + c * step] = x;
+                shift[i] += ka ? x * ka[c] : 0.0f;
+            }
+        MHE_ASSERT(!(qa || ka) || copied); /* additive maps only in MHE-ADD, where W = d_h */
+        shift[i] *= d->scale;
+    }
+    for (i = 0; i < rows; i++) {
+        mx[i] = -INFINITY;
+        l[i] = 0.0f;
+        for (c = 0; c < dh; c++)
+            acc[(size_t)i * dh + c] = 0.0f;
+        for (jj = 0; jj < MHE__BK; jj++)
+            s[i][jj] = 0.0f; /* padded heads keep zero weights */
+    }
+    for (j0 = 0; j0 < vis; j0 += MHE__BK) {
+        int cols = vis - j0 < MHE__BK ? vis - j0 : MHE__BK;
+        size_t row0 = (size_t)b * d->Tk + j0;
+        if (kshared) /* S = Q' K^T */
+            mhe__one_scores_shared(s, qx, k + row0 * d->k_stride + (size_t)g0 * W, (size_t)d->k_stride, W, cols);
+        else
+            for (jj = 0; jj < cols; jj++) { /* each K row once for the nh heads */
+                const float *kr = k + (row0 + jj) * d->k_stride;
+                for (i = 0; i < nh; i++) {
+                    const float *kh = kr + (size_t)((h0 + i) / group) * W;
+                    s[i][jj] = copied ? mhe__dot(qx + (size_t)i * W, kh, W) : mhe__lane_dot3(qr[i], qm[i], kh, W);
+                }
+            }
+        for (i = 0; i < nh; i++) {
+            float mass;
+            if (d->k_bias) /* collab's content bias, inside the scaled logit */
+                for (jj = 0; jj < cols; jj++)
+                    s[i][jj] += d->k_bias[(row0 + jj) * d->k_bias_stride + h0 + i];
+            for (jj = 0; jj < cols; jj++)
+                s[i][jj] *= d->scale;
+            mhe__online_row(s[i], cols, mx + i, l + i, acc + (size_t)i * dh, dh, &mass); /* s = exp(s - m) */
+        }
+        if (vshared) /* acc += P V */
+            mhe__one_pv_shared(acc, dh, s, v + row0 * d->v_stride + (size_t)g0 * dh, (size_t)d->v_stride, cols);
+        else
+            for (jj = 0; jj < cols; jj++) { /* each V row once for the nh heads */
+                const float *vr = v + (row0 + jj) * d->v_stride;
+                for (i = 0; i < nh; i++)
+                    mhe__axpy(acc + (size_t)i * dh, s[i][jj],
+                              vr + (size_t)(d->v_per_head ? h0 + i : (h0 + i) / group) * dh, dh);
+            }
+    }
+    for (i = 0; i < nh; i++) { /* o = (acc / l) * v_mul + v_add */
+        int h = h0 + i;
+        const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
+        float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+        for (c = 0; c < dh; c++) {
+            float x = acc[(size_t)i * dh + c] * inv;
+            o[c] = (vm ? x * vm[c] : x) + (va && l[i] > 0 ? va[c] : 0.0f);
+        }
+        lse[((size_t)b * d->n_heads + h) * d->Tq] = l[i] > 0 ? mx[i] + logf(l[i]) + shift[i] : -INFINITY;
+    }
+}
+
+/* Passes over the cache are independent: threads take them. A pass covers
+   heads of one K/V group (MHA: neighbouring heads, so it streams whole
+   rows); a span splits when the spans are fewer than the threads. */
+static void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
+                          const float *v) {
+    int n = d->n_heads, group = n / d->n_kv_heads, span = group == 1 ? n : group, spans = d->B * (n / span);
+    int nt = mhe__max_threads(), hb, per, work;
+    int64_t flops = (int64_t)d->B * n * d->Tk * (MHE__QKW(d) + d->d_head);
+    if (mhe__in_parallel() || flops < MHE__ONE_PAR_FLOPS)
+        nt = 1;
+    hb = mhe__one_heads(d, span, spans >= nt ? 1 : (nt + spans - 1) / spans);
+    per = (span + hb - 1) / hb;
+    MHE__OMP(omp parallel for schedule(static) num_threads(nt) if (nt > 1))
+    for (work = 0; work < spans * per; work++) {
+        int sp = work / per, h0 = (sp % (n / span)) * span + (work % per) * hb;
+        int end = (sp % (n / span) + 1) * span;
+        mhe__attn_one_pass(d, out, lse, q, k, v, sp / (n / span), h0, end - h0 < hb ? end - h0 : hb);
+    }
 }
 
 /* MHE-MUL with the heads stacked (MHE paper eq. 5, psi = mul). Every head
