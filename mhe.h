@@ -4135,9 +4135,9 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, cons
 #define MHE__ONE_FLOATS 1024 /* floats of mapped queries, and of accumulators, per pass */
 #define MHE__ONE_PAR_FLOPS 262144 /* multiply-adds of a step worth a second thread */
 
-/* heads per pass: a span of heads split so that `parts` passes cover it, within the tiles */
-static int mhe__one_heads(const mhe_attn_dims *d, int span, int parts) {
-    int W = MHE__QKW(d), w = d->d_head, hb = (span + parts - 1) / parts;
+/* heads per pass over a span of heads that read neighbouring cache columns */
+static int mhe__one_heads(const mhe_attn_dims *d, int span) {
+    int W = MHE__QKW(d), w = d->d_head, hb = span;
     if (W <= MHE__ONE_FLOATS && W > w)
         w = W; /* the mapped queries are copied when they fit */
     if (hb > MHE__ONE_HEADS)
@@ -4317,7 +4317,9 @@ static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *out
 
 /* Passes over the cache are independent: threads take them. A pass covers
    heads of one K/V group (MHA: neighbouring heads, so it streams whole
-   rows); a span splits when the spans are fewer than the threads. */
+   rows). A span is not split for a second thread: the shared kernels cost
+   the same for 4 heads as for 8, and two threads reading halves of the same
+   MHA rows were measured twice as slow as one reading them whole. */
 static void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                           const float *v) {
     int n = d->n_heads, group = n / d->n_kv_heads, span = group == 1 ? n : group, spans = d->B * (n / span);
@@ -4325,8 +4327,10 @@ static void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const 
     int64_t flops = (int64_t)d->B * n * d->Tk * (MHE__QKW(d) + d->d_head);
     if (mhe__in_parallel() || flops < MHE__ONE_PAR_FLOPS)
         nt = 1;
-    hb = mhe__one_heads(d, span, spans >= nt ? 1 : (nt + spans - 1) / spans);
+    hb = mhe__one_heads(d, span);
     per = (span + hb - 1) / hb;
+    if (nt > spans * per)
+        nt = spans * per;
     MHE__OMP(omp parallel for schedule(static) num_threads(nt) if (nt > 1))
     for (work = 0; work < spans * per; work++) {
         int sp = work / per, h0 = (sp % (n / span)) * span + (work % per) * hb;
