@@ -10358,13 +10358,58 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
     return (float)(lo + (lr - lo) * 0.5 * (1 + cos(3.141592653589793 * p)));
 }
 
-MHEDEF MHE__VECTORISE void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, int t) {
-    int64_t i;
-    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-    float step = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * weight_decay;
-MHE__OMP(omp parallel for if (n > 4 * MHE__PAR_MIN))
-    for (i = 0; i < n; i++) {
+/* AdamW (Loshchilov and Hutter 2019, Algorithm 2) on elements [lo, hi).
+   sqrtf is a libm call with errno that gcc will not vectorise without
+   -fno-math-errno, so the SIMD builds spell the same IEEE operations (each
+   correctly rounded, no FMA) in vectors: every build gives the scalar
+   loop's bits. */
+#define MHE__ADAMW_CHUNK 16384 /* elements per OpenMP task, a multiple of every vector width */
+static void mhe__adamw_range(float *p, const float *g, float *m, float *v, int64_t lo, int64_t hi, float beta1,
+                             float beta2, float eps, float step, float bc2_sqrt, float decay) {
+    int64_t i = lo;
+#if defined(MHE__GEMM_AVX512)
+    __m512 b1 = _mm512_set1_ps(beta1), c1 = _mm512_set1_ps(1.0f - beta1), b2 = _mm512_set1_ps(beta2),
+           c2 = _mm512_set1_ps(1.0f - beta2), ve = _mm512_set1_ps(eps), vs = _mm512_set1_ps(step),
+           vb = _mm512_set1_ps(bc2_sqrt), vd = _mm512_set1_ps(decay);
+    for (; i + 16 <= hi; i += 16) {
+        __m512 gi = _mm512_loadu_ps(g + i);
+        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
+        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+        __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), vb), ve);
+        _mm512_storeu_ps(m + i, mi);
+        _mm512_storeu_ps(v + i, vi);
+        _mm512_storeu_ps(p + i, _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(p + i), vd),
+                                              _mm512_div_ps(_mm512_mul_ps(vs, mi), den)));
+    }
+#elif defined(MHE__GEMM_AVX2)
+    __m256 b1 = _mm256_set1_ps(beta1), c1 = _mm256_set1_ps(1.0f - beta1), b2 = _mm256_set1_ps(beta2),
+           c2 = _mm256_set1_ps(1.0f - beta2), ve = _mm256_set1_ps(eps), vs = _mm256_set1_ps(step),
+           vb = _mm256_set1_ps(bc2_sqrt), vd = _mm256_set1_ps(decay);
+    for (; i + 8 <= hi; i += 8) {
+        __m256 gi = _mm256_loadu_ps(g + i);
+        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
+        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
+        __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vb), ve);
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), vd),
+                                              _mm256_div_ps(_mm256_mul_ps(vs, mi), den)));
+    }
+#elif defined(MHE__GEMM_NEON)
+    float32x4_t b1 = vdupq_n_f32(beta1), c1 = vdupq_n_f32(1.0f - beta1), b2 = vdupq_n_f32(beta2),
+                c2 = vdupq_n_f32(1.0f - beta2), ve = vdupq_n_f32(eps), vs = vdupq_n_f32(step),
+                vb = vdupq_n_f32(bc2_sqrt), vd = vdupq_n_f32(decay);
+    for (; i + 4 <= hi; i += 4) {
+        float32x4_t gi = vld1q_f32(g + i);
+        float32x4_t mi = vaddq_f32(vmulq_f32(b1, vld1q_f32(m + i)), vmulq_f32(c1, gi));
+        float32x4_t vi = vaddq_f32(vmulq_f32(b2, vld1q_f32(v + i)), vmulq_f32(vmulq_f32(c2, gi), gi));
+        float32x4_t den = vaddq_f32(vdivq_f32(vsqrtq_f32(vi), vb), ve);
+        vst1q_f32(m + i, mi);
+        vst1q_f32(v + i, vi);
+        vst1q_f32(p + i, vsubq_f32(vmulq_f32(vld1q_f32(p + i), vd), vdivq_f32(vmulq_f32(vs, mi), den)));
+    }
+#endif
+    for (; i < hi; i++) {
         float gi = g[i];
         m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
         v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
@@ -10372,11 +10417,30 @@ MHE__OMP(omp parallel for if (n > 4 * MHE__PAR_MIN))
     }
 }
 
+MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t) {
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    float step = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * weight_decay;
+    int64_t chunks = (n + MHE__ADAMW_CHUNK - 1) / MHE__ADAMW_CHUNK, c;
+MHE__OMP(omp parallel for if (n > 4 * MHE__PAR_MIN))
+    for (c = 0; c < chunks; c++) {
+        int64_t lo = c * MHE__ADAMW_CHUNK, hi = lo + MHE__ADAMW_CHUNK < n ? lo + MHE__ADAMW_CHUNK : n;
+        mhe__adamw_range(p, g, m, v, lo, hi, beta1, beta2, eps, step, bc2_sqrt, decay);
+    }
+}
+
 MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm) {
-    double sum = 0;
+    double sum = 0, lane[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
     float norm;
     int64_t i;
-    for (i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    int l;
+    for (i = 0; i + 8 <= n; i += 8) /* eight lanes in double: vectorised, one summation order */
+        for (l = 0; l < 8; l++)
+            lane[l] += (double)g[i + l] * g[i + l];
+    for (; i < n; i++)
+        lane[0] += (double)g[i] * g[i];
+    for (l = 0; l < 8; l++)
+        sum += lane[l];
     norm = (float)sqrt(sum);
     if (max_norm > 0 && norm > max_norm && mhe__is_finite(norm)) {
         float s = max_norm / (norm + 1e-6f);

@@ -74,6 +74,73 @@ static void ref_gradcheck(int causal, float drop, int nkv) {
     CHECK(worst < 1e-2, "reference attention gradient check (causal %d, dropout %.1f, kv %d): worst %.3g", causal, (double)drop, nkv, worst);
 }
 
+/* The decoding core (one query per head, mhe__attn_one) against the
+   reference core on explicitly expanded heads: MHE's per-head maps
+   (maps 1: MHE-MUL's q_mul, v_mul; 2: MHE-ADD's q_add, k_add, v_add; 3:
+   collab's mixing rows of width W, key bias and per-head values), spans of
+   more heads than one pass takes, head sizes off the 8-lane kernels, and
+   contexts of several key tiles. The lse against the fused core's (which
+   reads the same maps), and one thread against two, bit for bit. */
+static void one_vs_ref(int B, int n, int nkv, int Tk, int dh, int maps, int W) {
+    int qw = maps == 3 ? W : dh, kw = maps == 3 ? W + n : nkv * dh, h, b, j, c, vn = maps == 3 ? n : nkv;
+    size_t nk = (size_t)B * Tk;
+    float *q = malloc((size_t)B * (maps ? qw : n * dh) * 4), *k = malloc(nk * kw * 4), *v = malloc(nk * vn * dh * 4);
+    float *mul = malloc((size_t)n * qw * 4), *add = malloc((size_t)n * dh * 4 * 3), *vmul = malloc((size_t)n * dh * 4);
+    float *qx = malloc((size_t)B * n * qw * 4), *kx = malloc(nk * n * dh * 4), *vx = malloc(nk * n * dh * 4);
+    float *o1 = malloc((size_t)B * n * dh * 4), *o2 = malloc((size_t)B * n * dh * 4), *o3 = malloc((size_t)B * n * dh * 4);
+    float *probs = malloc((size_t)B * n * Tk * 4), *lse1 = malloc((size_t)B * n * 4), *lse2 = malloc((size_t)B * n * 4),
+          *lse3 = malloc((size_t)B * n * 4);
+    mhe_attn_dims d, r;
+    double e_o, e_l = 0;
+    memset(&d, 0, sizeof d);
+    d.B = B; d.n_heads = n; d.n_kv_heads = maps ? 1 : nkv; d.Tq = 1; d.Tk = Tk; d.d_head = dh;
+    d.q_stride = maps ? qw : n * dh; d.k_stride = kw; d.v_stride = vn * dh; d.o_stride = n * dh;
+    d.scale = 1.0f / sqrtf((float)dh); d.q_shared = maps != 0;
+    fill(q, (size_t)B * d.q_stride); fill(k, nk * kw); fill(v, nk * vn * dh);
+    fill(mul, (size_t)n * qw); fill(add, (size_t)n * dh * 3); fill(vmul, (size_t)n * dh);
+    if (maps == 1) { d.q_mul = mul; d.v_mul = vmul; }
+    if (maps == 2) { d.q_add = add; d.k_add = add + n * dh; d.v_add = add + 2 * n * dh; }
+    if (maps == 3) { d.d_qk = W; d.q_mul = mul; d.v_per_head = 1; d.k_bias = k + W; d.k_bias_stride = kw; }
+    r = d; /* the reference: every head's Q, K, V written out */
+    r.q_shared = 0; r.q_mul = r.q_add = r.k_add = r.v_mul = r.v_add = NULL;
+    r.q_stride = n * qw;
+    if (maps == 1 || maps == 2) { r.n_kv_heads = n; r.k_stride = r.v_stride = n * dh; }
+    for (b = 0; b < B; b++)
+        for (h = 0; h < n; h++)
+            for (c = 0; c < qw; c++) {
+                float x = q[(size_t)b * d.q_stride + (maps ? 0 : (size_t)h * dh) + c];
+                qx[((size_t)b * n + h) * qw + c] = (maps == 1 || maps == 3 ? x * mul[h * qw + c] : x) + (maps == 2 ? add[h * dh + c] : 0.0f);
+            }
+    if (maps == 1 || maps == 2)
+        for (j = 0; j < (int)nk; j++)
+            for (h = 0; h < n; h++)
+                for (c = 0; c < dh; c++) {
+                    kx[((size_t)j * n + h) * dh + c] = k[(size_t)j * kw + c] + (maps == 2 ? add[n * dh + h * dh + c] : 0.0f);
+                    vx[((size_t)j * n + h) * dh + c] = v[(size_t)j * dh + c] * (maps == 1 ? vmul[h * dh + c] : 1.0f) +
+                                                        (maps == 2 ? add[2 * n * dh + h * dh + c] : 0.0f);
+                }
+    mhe_attn_ref_fwd(&r, o1, probs, qx, maps == 1 || maps == 2 ? kx : k, maps == 1 || maps == 2 ? vx : v);
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    mhe__attn_one(&d, o2, lse2, q, k, v);
+#ifdef _OPENMP
+    omp_set_num_threads(2);
+#endif
+    mhe__attn_one(&d, o3, lse3, q, k, v);
+    e_o = test_max_rel_err(o2, o1, (long)B * n * dh, 1.0);
+    if (maps != 3) { /* the fused core takes the same maps and gives the lse */
+        mhe_attn_fused_fwd(&d, o1, lse1, q, k, v);
+        e_l = test_max_rel_err(lse2, lse1, (long)B * n, 1.0);
+    }
+    CHECK(e_o < 1e-5 && e_l < 1e-5, "decoding core != reference (B%d n%d kv%d Tk%d d%d maps%d W%d): out %.2g lse %.2g",
+          B, n, nkv, Tk, dh, maps, W, e_o, e_l);
+    CHECK(!memcmp(o2, o3, (size_t)B * n * dh * 4) && !memcmp(lse2, lse3, (size_t)B * n * 4),
+          "decoding core: 1 and 2 threads differ (B%d n%d kv%d Tk%d d%d maps%d)", B, n, nkv, Tk, dh, maps);
+    free(q); free(k); free(v); free(mul); free(add); free(vmul); free(qx); free(kx); free(vx);
+    free(o1); free(o2); free(o3); free(probs); free(lse1); free(lse2); free(lse3);
+}
+
 int main(void) {
     int causal;
     mhe_rng_seed(&rng, 3);
@@ -93,5 +160,13 @@ int main(void) {
         fused_vs_ref(2, 4, 4, 70, 70, 16, causal, 0.2f);       /* attention dropout */
         fused_vs_ref(1, 2, 2, 200, 200, 256, causal, 0.1f);    /* largest head size */
     }
+    one_vs_ref(2, 8, 8, 300, 32, 0, 0);   /* MHA: neighbouring heads in one pass, 5 key tiles, 2 threads */
+    one_vs_ref(1, 12, 1, 150, 12, 0, 0);  /* MQA: passes of 8 + 4 heads, d_h not a multiple of 8 */
+    one_vs_ref(2, 12, 3, 200, 16, 0, 0);  /* GQA: groups of 4 heads, padded lanes */
+    one_vs_ref(1, 8, 1, 257, 64, 1, 0);   /* MHE-MUL maps */
+    one_vs_ref(2, 8, 1, 130, 64, 2, 0);   /* MHE-ADD maps: the key map's constant in the lse */
+    one_vs_ref(1, 4, 1, 70, 256, 1, 0);   /* widest head: past the shared kernels' tiles */
+    one_vs_ref(1, 4, 1, 90, 16, 3, 300);  /* collab: W = 300, queries copied, passes of 3 + 1 */
+    one_vs_ref(2, 2, 1, 20, 8, 3, 1500);  /* collab: W past the copy, mixing rows read in place */
     return TEST_END();
 }

@@ -197,6 +197,34 @@ static void adamw_known(void) {
     p = 1.0f; m = 0; v = 0;
     mhe_adamw_update(&p, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1);
     CHECK_CLOSE(p, 1.0 * (1 - 0.05) - 0.1, 1e-6, 0, "decoupled weight decay: %g", p);
+    { /* the vector loop gives the scalar loop's numbers, tails included (bits outside fast-math) */
+        enum { NA = 1037 };
+        static float p1[NA], g1[NA], m1[NA], v1[NA], p2[NA], m2[NA], v2[NA];
+        double worst = 0, sum = 0;
+        int i, t;
+        for (i = 0; i < NA; i++) {
+            p1[i] = p2[i] = mhe_rng_normal(&rng);
+            m1[i] = m2[i] = v1[i] = v2[i] = 0.0f;
+        }
+        for (t = 1; t <= 3; t++) {
+            float bc1 = 1.0f - powf(0.9f, (float)t), bc2 = 1.0f - powf(0.999f, (float)t);
+            float step = 0.01f / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - 0.01f * 0.1f;
+            for (i = 0; i < NA; i++)
+                g1[i] = mhe_rng_normal(&rng) * (float)(i % 7 + 1);
+            mhe_adamw_update(p1, g1, m1, v1, NA, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, t);
+            for (i = 0; i < NA; i++) {
+                m2[i] = 0.9f * m2[i] + (1.0f - 0.9f) * g1[i];
+                v2[i] = 0.999f * v2[i] + (1.0f - 0.999f) * g1[i] * g1[i];
+                p2[i] = p2[i] * decay - step * m2[i] / (sqrtf(v2[i]) / bc2_sqrt + 1e-8f);
+            }
+        }
+        for (i = 0; i < NA; i++)
+            worst = fmax(worst, fabs((double)p1[i] - p2[i]) + fabs((double)v1[i] - v2[i]));
+        CHECK(worst < 1e-6, "adamw over %d elements = the scalar loop: %.3g", NA, worst);
+        for (i = 0; i < NA; i++)
+            sum += (double)g1[i] * g1[i];
+        CHECK_CLOSE(mhe_clip_grad_norm(g1, NA, 0.0f), sqrt(sum), 0, 1e-6, "grad norm of %d elements", NA);
+    }
     {
         float gg[4] = { 3, 4, 0, 0 };
         float n = mhe_clip_grad_norm(gg, 4, 1.0f);
