@@ -4234,16 +4234,39 @@ static MHE__VECTORISE void mhe__one_pv_shared(float *acc, int dh, float (*p)[MHE
                 acc[(size_t)i * dh + c0] += p[i][jj] * v[(size_t)jj * stride + c0];
 }
 
-/* heads h0 .. h0+nh-1 of batch row b: one K/V group, or (MHA) neighbours */
-static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *out, float *lse, const float *q,
-                                              const float *k, const float *v, int b, int h0, int nh) {
+/* A pass's running state: per head the max, the sum of weights, the key
+   map's lse constant, then the [nh, d_h] unnormalised outputs. */
+#define MHE__ONE_STATE (3 * MHE__ONE_HEADS + MHE__ONE_FLOATS)
+
+/* o = (acc / l) * v_mul + v_add and the lse, from a pass's state */
+static void mhe__one_finish(const mhe_attn_dims *d, float *out, float *lse, int b, int h0, int nh,
+                            const float *st) {
+    int dh = d->d_head, i, c;
+    for (i = 0; i < nh; i++) {
+        int h = h0 + i;
+        const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
+        const float *acc = st + 3 * MHE__ONE_HEADS + (size_t)i * dh;
+        float mx = st[i], l = st[MHE__ONE_HEADS + i], shift = st[2 * MHE__ONE_HEADS + i];
+        float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, inv = l > 0 ? 1.0f / l : 0.0f;
+        for (c = 0; c < dh; c++) {
+            float x = acc[c] * inv;
+            o[c] = (vm ? x * vm[c] : x) + (va && l > 0 ? va[c] : 0.0f);
+        }
+        lse[((size_t)b * d->n_heads + h) * d->Tq] = l > 0 ? mx + logf(l) + shift : -INFINITY;
+    }
+}
+
+/* heads h0 .. h0+nh-1 of batch row b (one K/V group, or MHA's neighbours)
+   over keys [ja, jb): the state into st */
+static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *st, const float *q, const float *k,
+                                              const float *v, int b, int h0, int nh, int ja, int jb) {
     int group = d->n_heads / d->n_kv_heads, dh = d->d_head, W = MHE__QKW(d), g0 = h0 / group;
-    int vis = mhe__att_visible(d, b, 0), copied = W <= MHE__ONE_FLOATS, i, j0, jj, c;
+    int copied = W <= MHE__ONE_FLOATS, i, j0, jj, c;
     /* heads of one K (V) head take the shared kernels, padded to MHE__ONE_HEADS */
     int kshared = group > 1 && W * MHE__ONE_HEADS <= MHE__ONE_FLOATS && dh * MHE__ONE_HEADS <= MHE__ONE_FLOATS;
     int vshared = kshared && !d->v_per_head, rows = kshared ? MHE__ONE_HEADS : nh;
-    float qx[MHE__ONE_FLOATS], acc[MHE__ONE_FLOATS], s[MHE__ONE_HEADS][MHE__BK];
-    float mx[MHE__ONE_HEADS], l[MHE__ONE_HEADS], shift[MHE__ONE_HEADS];
+    float qx[MHE__ONE_FLOATS], s[MHE__ONE_HEADS][MHE__BK];
+    float *mx = st, *l = st + MHE__ONE_HEADS, *shift = st + 2 * MHE__ONE_HEADS, *acc = st + 3 * MHE__ONE_HEADS;
     const float *qr[MHE__ONE_HEADS], *qm[MHE__ONE_HEADS];
     if (kshared)
         memset(qx, 0, sizeof(float) * (size_t)W * MHE__ONE_HEADS);
@@ -4271,8 +4294,8 @@ static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *out
         for (jj = 0; jj < MHE__BK; jj++)
             s[i][jj] = 0.0f; /* padded heads keep zero weights */
     }
-    for (j0 = 0; j0 < vis; j0 += MHE__BK) {
-        int cols = vis - j0 < MHE__BK ? vis - j0 : MHE__BK;
+    for (j0 = ja; j0 < jb; j0 += MHE__BK) {
+        int cols = jb - j0 < MHE__BK ? jb - j0 : MHE__BK;
         size_t row0 = (size_t)b * d->Tk + j0;
         if (kshared) /* S = Q' K^T */
             mhe__one_scores_shared(s, qx, k + row0 * d->k_stride + (size_t)g0 * W, (size_t)d->k_stride, W, cols);
@@ -4303,39 +4326,62 @@ static MHE__VECTORISE void mhe__attn_one_pass(const mhe_attn_dims *d, float *out
                               vr + (size_t)(d->v_per_head ? h0 + i : (h0 + i) / group) * dh, dh);
             }
     }
-    for (i = 0; i < nh; i++) { /* o = (acc / l) * v_mul + v_add */
-        int h = h0 + i;
-        const float *vm = MHE__MAP(d->v_mul, d, h), *va = MHE__MAP(d->v_add, d, h);
-        float *o = out + (size_t)b * d->o_stride + (size_t)h * dh, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-        for (c = 0; c < dh; c++) {
-            float x = acc[(size_t)i * dh + c] * inv;
-            o[c] = (vm ? x * vm[c] : x) + (va && l[i] > 0 ? va[c] : 0.0f);
-        }
-        lse[((size_t)b * d->n_heads + h) * d->Tq] = l[i] > 0 ? mx[i] + logf(l[i]) + shift[i] : -INFINITY;
+}
+
+/* two states of the same heads over consecutive key ranges -> one, in a
+   (the online-softmax merge: each side rescaled to the larger max) */
+static void mhe__one_merge(float *a, const float *b2, int nh, int dh) {
+    int i, c;
+    for (i = 0; i < nh; i++) {
+        float m0 = a[i], m1 = b2[i], mx = m0 > m1 ? m0 : m1, f0, f1;
+        if (mx == -INFINITY)
+            continue; /* neither range saw a key */
+        f0 = expf(m0 - mx);
+        f1 = expf(m1 - mx);
+        a[i] = mx;
+        a[MHE__ONE_HEADS + i] = a[MHE__ONE_HEADS + i] * f0 + b2[MHE__ONE_HEADS + i] * f1;
+        for (c = 0; c < dh; c++)
+            a[3 * MHE__ONE_HEADS + (size_t)i * dh + c] =
+                a[3 * MHE__ONE_HEADS + (size_t)i * dh + c] * f0 + b2[3 * MHE__ONE_HEADS + (size_t)i * dh + c] * f1;
     }
 }
 
 /* Passes over the cache are independent: threads take them. A pass covers
    heads of one K/V group (MHA: neighbouring heads, so it streams whole
-   rows). A span is not split for a second thread: the shared kernels cost
-   the same for 4 heads as for 8, and two threads reading halves of the same
-   MHA rows were measured twice as slow as one reading them whole. */
+   rows). A span is not split across threads by heads: the shared kernels
+   cost the same for 4 heads as for 8, and two threads reading halves of the
+   same MHA rows were measured twice as slow as one reading them whole. A
+   single pass over a long context (one sequence, MHA or one K/V group)
+   splits its keys in two halves instead, merged in a fixed order, so one
+   thread and two give the same bits (Dao et al. 2023, Flash-Decoding). */
+#define MHE__ONE_SPLIT 512 /* keys from which a lone pass splits */
+
 static void mhe__attn_one(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
                           const float *v) {
     int n = d->n_heads, group = n / d->n_kv_heads, span = group == 1 ? n : group, spans = d->B * (n / span);
-    int nt = mhe__max_threads(), hb, per, work;
+    int nt = mhe__max_threads(), hb = mhe__one_heads(d, span), per = (span + hb - 1) / hb, work;
     int64_t flops = (int64_t)d->B * n * d->Tk * (MHE__QKW(d) + d->d_head);
     if (mhe__in_parallel() || flops < MHE__ONE_PAR_FLOPS)
         nt = 1;
-    hb = mhe__one_heads(d, span);
-    per = (span + hb - 1) / hb;
+    if (spans * per == 1 && mhe__att_visible(d, 0, 0) >= MHE__ONE_SPLIT) {
+        float st[2][MHE__ONE_STATE];
+        int vis = mhe__att_visible(d, 0, 0), half = ((vis + 1) / 2 + MHE__BK - 1) / MHE__BK * MHE__BK, s;
+        MHE__OMP(omp parallel for schedule(static) num_threads(2) if (nt > 1))
+        for (s = 0; s < 2; s++)
+            mhe__attn_one_pass(d, st[s], q, k, v, 0, 0, n, s ? half : 0, s ? vis : half);
+        mhe__one_merge(st[0], st[1], n, d->d_head);
+        mhe__one_finish(d, out, lse, 0, 0, n, st[0]);
+        return;
+    }
     if (nt > spans * per)
         nt = spans * per;
     MHE__OMP(omp parallel for schedule(static) num_threads(nt) if (nt > 1))
     for (work = 0; work < spans * per; work++) {
-        int sp = work / per, h0 = (sp % (n / span)) * span + (work % per) * hb;
-        int end = (sp % (n / span) + 1) * span;
-        mhe__attn_one_pass(d, out, lse, q, k, v, sp / (n / span), h0, end - h0 < hb ? end - h0 : hb);
+        float st[MHE__ONE_STATE];
+        int sp = work / per, h0 = (sp % (n / span)) * span + (work % per) * hb, b = sp / (n / span);
+        int nh = (sp % (n / span) + 1) * span - h0 < hb ? (sp % (n / span) + 1) * span - h0 : hb;
+        mhe__attn_one_pass(d, st, q, k, v, b, h0, nh, 0, mhe__att_visible(d, b, 0));
+        mhe__one_finish(d, out, lse, b, h0, nh, st);
     }
 }
 

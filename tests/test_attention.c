@@ -79,8 +79,9 @@ static void ref_gradcheck(int causal, float drop, int nkv) {
    (maps 1: MHE-MUL's q_mul, v_mul; 2: MHE-ADD's q_add, k_add, v_add; 3:
    collab's mixing rows of width W, key bias and per-head values), spans of
    more heads than one pass takes, head sizes off the 8-lane kernels, and
-   contexts of several key tiles. The lse against the fused core's (which
-   reads the same maps), and one thread against two, bit for bit. */
+   contexts of several key tiles, split in halves for one long sequence.
+   The lse against the fused core's (which reads the same maps), and one
+   thread against two, bit for bit. */
 static void one_vs_ref(int B, int n, int nkv, int Tk, int dh, int maps, int W) {
     int qw = maps == 3 ? W : dh, kw = maps == 3 ? W + n : nkv * dh, h, b, j, c, vn = maps == 3 ? n : nkv;
     size_t nk = (size_t)B * Tk;
@@ -161,6 +162,8 @@ int main(void) {
         fused_vs_ref(1, 2, 2, 200, 200, 256, causal, 0.1f);    /* largest head size */
     }
     one_vs_ref(2, 8, 8, 300, 32, 0, 0);   /* MHA: neighbouring heads in one pass, 5 key tiles, 2 threads */
+    one_vs_ref(1, 8, 8, 700, 32, 0, 0);   /* one MHA sequence, long: the keys split in two halves */
+    one_vs_ref(1, 8, 1, 600, 64, 1, 0);   /* one MHE-MUL sequence, long: split, shared kernels */
     one_vs_ref(1, 12, 1, 150, 12, 0, 0);  /* MQA: passes of 8 + 4 heads, d_h not a multiple of 8 */
     one_vs_ref(2, 12, 3, 200, 16, 0, 0);  /* GQA: groups of 4 heads, padded lanes */
     one_vs_ref(1, 8, 1, 257, 64, 1, 0);   /* MHE-MUL maps */

@@ -79,10 +79,13 @@ FAST_PATHS = [
     ("nonapprox, linear time", ["mhe__nonapprox_lin_fwd", "mhe__nonapprox_lin_bwd"],
      "one score per position: a running max, sum and numerator over time (eq. 4.18)",
      "test_decon fused_equals_reference, nonapprox_recurrence"),
-    ("decoding, one query", ["mhe__attn_one", "mhe__attn_branch_decode"],
-     "the online-softmax recurrence key by key with the per-head maps applied on the fly; cached K, V are the "
-     "rows training computes (the same projections and cores)",
-     "test_decode (every kind, decoder and encdec, pre/post-norm, Admin profiled); test_decon decode_equals_forward"),
+    ("decoding, one query", ["mhe__attn_one_pass", "mhe__attn_one", "mhe__attn_branch_decode"],
+     "the per-head maps leave the key loop (MHE-ADD's key map is a constant of the scores, a value map applies "
+     "to the output); up to 8 query heads of a K/V group meet each tile of 64 cached rows together, one "
+     "online-softmax step per tile (`mhe__one_scores_shared`, `mhe__one_pv_shared`: 8-lane kernels); a long lone "
+     "sequence splits its keys in halves merged in a fixed order; cached K, V are the rows training computes",
+     "test_decode (every kind, decoder and encdec, pre/post-norm, Admin profiled); test_attention one_vs_ref "
+     "(maps, collab, spans, splits, 1 = 2 threads); test_decon decode_equals_forward"),
 ]
 
 FAMILY = {"MHE__FAM_SOFTMAX": "softmax", "MHE__FAM_MHE": "MHE", "MHE__FAM_COLLAB": "collab",
