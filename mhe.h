@@ -10407,52 +10407,59 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
 /* AdamW (Loshchilov and Hutter 2019, Algorithm 2) on elements [lo, hi).
    sqrtf is a libm call with errno that gcc will not vectorise without
    -fno-math-errno, so the SIMD builds spell the same IEEE operations (each
-   correctly rounded, no FMA) in vectors: every build gives the scalar
-   loop's bits. */
+   correctly rounded, no FMA) in vectors of the GEMM kernel's ISA, through
+   one set of names: every build gives the scalar loop's bits. */
 #define MHE__ADAMW_CHUNK 16384 /* elements per OpenMP task, a multiple of every vector width */
+#if defined(MHE__GEMM_AVX512)
+#define MHE__AW_W 16
+#define MHE__AW_T __m512
+#define MHE__AW_SET1 _mm512_set1_ps
+#define MHE__AW_LOAD _mm512_loadu_ps
+#define MHE__AW_STORE _mm512_storeu_ps
+#define MHE__AW_ADD _mm512_add_ps
+#define MHE__AW_SUB _mm512_sub_ps
+#define MHE__AW_MUL _mm512_mul_ps
+#define MHE__AW_DIV _mm512_div_ps
+#define MHE__AW_SQRT _mm512_sqrt_ps
+#elif defined(MHE__GEMM_AVX2)
+#define MHE__AW_W 8
+#define MHE__AW_T __m256
+#define MHE__AW_SET1 _mm256_set1_ps
+#define MHE__AW_LOAD _mm256_loadu_ps
+#define MHE__AW_STORE _mm256_storeu_ps
+#define MHE__AW_ADD _mm256_add_ps
+#define MHE__AW_SUB _mm256_sub_ps
+#define MHE__AW_MUL _mm256_mul_ps
+#define MHE__AW_DIV _mm256_div_ps
+#define MHE__AW_SQRT _mm256_sqrt_ps
+#elif defined(MHE__GEMM_NEON)
+#define MHE__AW_W 4
+#define MHE__AW_T float32x4_t
+#define MHE__AW_SET1 vdupq_n_f32
+#define MHE__AW_LOAD vld1q_f32
+#define MHE__AW_STORE vst1q_f32
+#define MHE__AW_ADD vaddq_f32
+#define MHE__AW_SUB vsubq_f32
+#define MHE__AW_MUL vmulq_f32
+#define MHE__AW_DIV vdivq_f32
+#define MHE__AW_SQRT vsqrtq_f32
+#endif
+
 static void mhe__adamw_range(float *p, const float *g, float *m, float *v, int64_t lo, int64_t hi, float beta1,
                              float beta2, float eps, float step, float bc2_sqrt, float decay) {
     int64_t i = lo;
-#if defined(MHE__GEMM_AVX512)
-    __m512 b1 = _mm512_set1_ps(beta1), c1 = _mm512_set1_ps(1.0f - beta1), b2 = _mm512_set1_ps(beta2),
-           c2 = _mm512_set1_ps(1.0f - beta2), ve = _mm512_set1_ps(eps), vs = _mm512_set1_ps(step),
-           vb = _mm512_set1_ps(bc2_sqrt), vd = _mm512_set1_ps(decay);
-    for (; i + 16 <= hi; i += 16) {
-        __m512 gi = _mm512_loadu_ps(g + i);
-        __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_loadu_ps(m + i)), _mm512_mul_ps(c1, gi));
-        __m512 vi = _mm512_add_ps(_mm512_mul_ps(b2, _mm512_loadu_ps(v + i)), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
-        __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), vb), ve);
-        _mm512_storeu_ps(m + i, mi);
-        _mm512_storeu_ps(v + i, vi);
-        _mm512_storeu_ps(p + i, _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(p + i), vd),
-                                              _mm512_div_ps(_mm512_mul_ps(vs, mi), den)));
-    }
-#elif defined(MHE__GEMM_AVX2)
-    __m256 b1 = _mm256_set1_ps(beta1), c1 = _mm256_set1_ps(1.0f - beta1), b2 = _mm256_set1_ps(beta2),
-           c2 = _mm256_set1_ps(1.0f - beta2), ve = _mm256_set1_ps(eps), vs = _mm256_set1_ps(step),
-           vb = _mm256_set1_ps(bc2_sqrt), vd = _mm256_set1_ps(decay);
-    for (; i + 8 <= hi; i += 8) {
-        __m256 gi = _mm256_loadu_ps(g + i);
-        __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, gi));
-        __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(c2, gi), gi));
-        __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vb), ve);
-        _mm256_storeu_ps(m + i, mi);
-        _mm256_storeu_ps(v + i, vi);
-        _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(p + i), vd),
-                                              _mm256_div_ps(_mm256_mul_ps(vs, mi), den)));
-    }
-#elif defined(MHE__GEMM_NEON)
-    float32x4_t b1 = vdupq_n_f32(beta1), c1 = vdupq_n_f32(1.0f - beta1), b2 = vdupq_n_f32(beta2),
-                c2 = vdupq_n_f32(1.0f - beta2), ve = vdupq_n_f32(eps), vs = vdupq_n_f32(step),
-                vb = vdupq_n_f32(bc2_sqrt), vd = vdupq_n_f32(decay);
-    for (; i + 4 <= hi; i += 4) {
-        float32x4_t gi = vld1q_f32(g + i);
-        float32x4_t mi = vaddq_f32(vmulq_f32(b1, vld1q_f32(m + i)), vmulq_f32(c1, gi));
-        float32x4_t vi = vaddq_f32(vmulq_f32(b2, vld1q_f32(v + i)), vmulq_f32(vmulq_f32(c2, gi), gi));
-        float32x4_t den = vaddq_f32(vdivq_f32(vsqrtq_f32(vi), vb), ve);
-        vst1q_f32(m + i, mi);
-        vst1q_f32(v + i, vi);
-        vst1q_f32(p + i, vsubq_f32(vmulq_f32(vld1q_f32(p + i), vd), vdivq_f32(vmulq_f32(vs, mi), den)));
+#ifdef MHE__AW_W
+    MHE__AW_T b1 = MHE__AW_SET1(beta1), c1 = MHE__AW_SET1(1.0f - beta1), b2 = MHE__AW_SET1(beta2),
+              c2 = MHE__AW_SET1(1.0f - beta2), ve = MHE__AW_SET1(eps), vs = MHE__AW_SET1(step),
+              vb = MHE__AW_SET1(bc2_sqrt), vd = MHE__AW_SET1(decay);
+    for (; i + MHE__AW_W <= hi; i += MHE__AW_W) {
+        MHE__AW_T gi = MHE__AW_LOAD(g + i);
+        MHE__AW_T mi = MHE__AW_ADD(MHE__AW_MUL(b1, MHE__AW_LOAD(m + i)), MHE__AW_MUL(c1, gi));
+        MHE__AW_T vi = MHE__AW_ADD(MHE__AW_MUL(b2, MHE__AW_LOAD(v + i)), MHE__AW_MUL(MHE__AW_MUL(c2, gi), gi));
+        MHE__AW_T den = MHE__AW_ADD(MHE__AW_DIV(MHE__AW_SQRT(vi), vb), ve);
+        MHE__AW_STORE(m + i, mi);
+        MHE__AW_STORE(v + i, vi);
+        MHE__AW_STORE(p + i, MHE__AW_SUB(MHE__AW_MUL(MHE__AW_LOAD(p + i), vd), MHE__AW_DIV(MHE__AW_MUL(vs, mi), den)));
     }
 #endif
     for (; i < hi; i++) {
