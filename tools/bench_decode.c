@@ -14,7 +14,14 @@
    batched forward); then the k tokens at positions L-k .. L-1 are decoded
    one at a time, each step computing the next-token logits, and the time
    over k is one repeat. One untimed repeat, then `repeats` timed ones, each
-   rewinding the cache to L-k; the median is the result. */
+   rewinding the cache to L-k; the median is the result.
+   The memory time of a step: the bytes it must read (every weight once,
+   the position table's one row, the cached K/V rows of the context) over
+   the machine's streaming read bandwidth at that thread count, measured
+   here on a buffer past the caches. A decoding step of one sequence is a
+   matrix-vector product per weight, so this is what it costs when every
+   byte comes from memory: an estimate, not a bound (the L3 may keep part
+   of the weights from one token to the next). */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
@@ -45,8 +52,8 @@ typedef struct {
 typedef struct {
     int threads, context, window;
     const char *kind;
-    double mhe_us, mhe_us_min, torch_us, torch_us_min, torch_kv_bytes;
-    size_t mhe_kv_bytes, mhe_kv_bytes_per_token;
+    double mhe_us, mhe_us_min, torch_us, torch_us_min, torch_kv_bytes, memory_us;
+    size_t mhe_kv_bytes, mhe_kv_bytes_per_token, weight_bytes;
     long long params;
 } bench_row;
 
@@ -80,6 +87,36 @@ static int make_model(const bench_opts *o, const char *kind, mhe_model *m) {
         return 0;
     }
     return 1;
+}
+
+/* streaming read bandwidth, GB/s, of `threads` threads summing a buffer
+   four times the size of a large L3: the best of three passes */
+#define BW_FLOATS ((size_t)64 << 20)
+static double read_gbps(int threads) {
+    static float *buf;
+    double best = 0;
+    int pass;
+    long long i, n = (long long)BW_FLOATS;
+    if (!buf && !(buf = (float *)malloc(BW_FLOATS * sizeof(float)))) return 0;
+    set_threads(threads);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (i = 0; i < n; i++) buf[i] = (float)(i & 7);   /* first touch by the threads that read */
+    for (pass = 0; pass < 3; pass++) {
+        double t0 = now_s(), s = 0, dt;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) reduction(+ : s)
+#endif
+        for (i = 0; i < n; i += 16) {   /* one float per 64-byte line: the loads, not the adds, set the pace */
+            float a = buf[i] + buf[i + 4] + buf[i + 8] + buf[i + 12];
+            s += a;
+        }
+        dt = now_s() - t0;
+        if (s < 0) return 0;   /* keeps the sum live */
+        if (BW_FLOATS * sizeof(float) / dt / 1e9 > best) best = BW_FLOATS * sizeof(float) / dt / 1e9;
+    }
+    return best;
 }
 
 static size_t cache_bytes(const mhe_kv_cache *kv) {   /* K/V rows and recurrent state of every layer, at max_len */
@@ -127,6 +164,7 @@ static int measure_mhe(const bench_opts *o, int ki, int threads, bench_row *rows
         row->mhe_kv_bytes = cache_bytes(&kv);
         row->mhe_kv_bytes_per_token = kv.bytes_per_token;
         row->params = (long long)m.n_params;
+        row->weight_bytes = sizeof(float) * (size_t)(m.n_params - (m.pos_emb ? m.pos_emb->size - o->d_model : 0));
     }
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -208,9 +246,10 @@ static void measure_torch(const bench_opts *o, const char *py, int ki, int threa
 static void print_json(const bench_opts *o, const bench_row *r) {
     printf("JSON {\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"max_len\": %d, \"kv_groups\": %d, \"threads\": %d, "
            "\"kind\": \"%s\", \"context\": %d, \"window\": %d, \"repeats\": %d, \"params\": %lld, "
-           "\"mhe_us_per_token\": %.1f, \"mhe_us_min\": %.1f, \"mhe_kv_bytes\": %zu, \"mhe_kv_bytes_per_token\": %zu, ",
+           "\"mhe_us_per_token\": %.1f, \"mhe_us_min\": %.1f, \"mhe_kv_bytes\": %zu, \"mhe_kv_bytes_per_token\": %zu, "
+           "\"weight_bytes\": %zu, \"memory_us\": %.1f, ",
            o->d_model, o->heads, o->layers, o->max_len, o->kv_groups, r->threads, r->kind, r->context, r->window, o->repeats,
-           r->params, r->mhe_us, r->mhe_us_min, r->mhe_kv_bytes, r->mhe_kv_bytes_per_token);
+           r->params, r->mhe_us, r->mhe_us_min, r->mhe_kv_bytes, r->mhe_kv_bytes_per_token, r->weight_bytes, r->memory_us);
     if (r->torch_us > 0)
         printf("\"torch_us_per_token\": %.1f, \"torch_us_min\": %.1f, \"torch_kv_bytes\": %.0f}\n", r->torch_us, r->torch_us_min,
                r->torch_kv_bytes);
@@ -223,8 +262,8 @@ static void print_json(const bench_opts *o, const bench_row *r) {
 static void print_table(const bench_opts *o, const bench_row *rows, int n) {
     int ti, ci, ki, i;
     printf("\n| model | threads | kind | context | mhe µs/token | PyTorch µs/token | mhe / PyTorch | mhe kind / mhe mha "
-           "| mhe KV-cache bytes | PyTorch KV-cache bytes |\n");
-    printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+           "| memory time µs | mhe / memory time | mhe KV-cache bytes | PyTorch KV-cache bytes |\n");
+    printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (ti = 0; ti < o->n_threads; ti++)
         for (ci = 0; ci < o->n_contexts; ci++) {
             const bench_row *mha = NULL;
@@ -242,6 +281,8 @@ static void print_table(const bench_opts *o, const bench_row *rows, int n) {
                     else printf("- | - | ");
                     if (mha) printf("%.2fx | ", r->mhe_us / mha->mhe_us);
                     else printf("- | ");
+                    if (r->memory_us > 0) printf("%.1f | %.2fx | ", r->memory_us, r->mhe_us / r->memory_us);
+                    else printf("- | - | ");
                     printf("%zu | ", r->mhe_kv_bytes);
                     if (r->torch_kv_bytes > 0) printf("%.0f |\n", r->torch_kv_bytes);
                     else printf("- |\n");
@@ -342,7 +383,9 @@ static void usage(void) {
            "./.venv/bin/python (needs torch >= 2; else that column is skipped). Any kind mhe decodes\n"
            "is timed; the PyTorch loop has mha, mqa, gqa, mhe-mul and mhe-add. --check: mhe's\n"
            "next-token logits against the PyTorch loop's on one saved checkpoint per kind.\n"
-           "--cpu-time: both sides time the process's CPU time (for one-thread runs on a busy machine).\n");
+           "--cpu-time: both sides time the process's CPU time (for one-thread runs on a busy machine).\n"
+           "Memory time: (bytes of every weight + the cached K/V rows of the context) / the streaming\n"
+           "read bandwidth measured at that thread count: a step's cost when every byte comes from memory.\n");
 }
 
 int main(int argc, char **argv) {
@@ -409,14 +452,20 @@ int main(int argc, char **argv) {
 #endif
     if (!py) printf("PyTorch column skipped: %s\n", reason);
     fflush(stdout);
-    for (ti = 0; ti < o.n_threads; ti++)
+    for (ti = 0; ti < o.n_threads; ti++) {
+        double gbps = read_gbps(o.threads[ti]);
+        printf("streaming read, %d thread(s): %.1f GB/s (the memory time's bandwidth)\n", o.threads[ti], gbps);
+        fflush(stdout);
         for (ki = 0; ki < o.n_kinds; ki++) {
             bench_row *r = &rows[n_rows];
             if (!measure_mhe(&o, ki, o.threads[ti], r)) continue;
+            for (i = 0; i < o.n_contexts && gbps > 0; i++)
+                r[i].memory_us = ((double)r[i].weight_bytes + (double)r[i].mhe_kv_bytes_per_token * r[i].context) / gbps / 1e3;
             if (py) measure_torch(&o, py, ki, o.threads[ti], r, about, sizeof about);
             for (i = 0; i < o.n_contexts; i++) print_json(&o, &r[i]);
             n_rows += o.n_contexts;
         }
+    }
     if (about[0]) printf("PyTorch: %s\n", about);
     print_table(&o, rows, n_rows);
     return 0;
