@@ -4151,6 +4151,9 @@ static int mhe__one_heads(const mhe_attn_dims *d, int span) {
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(MHE_NO_SIMD)
 typedef float mhe__v8 __attribute__((vector_size(32)));
 #define MHE__V8 1
+/* x in every lane; spelled out, since x87 builds (-m32) evaluate a float
+   scalar in long double and refuse to mix it with a float vector */
+#define MHE__V8_SPLAT(x) ((mhe__v8){ (x), (x), (x), (x), (x), (x), (x), (x) })
 #endif
 
 /* s[i][jj] = q'_i . k_jj for the MHE__ONE_HEADS (8) heads of a pass that
@@ -4170,14 +4173,14 @@ static MHE__VECTORISE void mhe__one_scores_shared(float (*s)[MHE__BK], const flo
             mhe__v8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0}, qc;
             for (c = 0; c < W; c++) {
                 memcpy(&qc, qt + (size_t)c * 8, sizeof qc);
-                a0 += kr[0][c] * qc;
-                a1 += kr[1][c] * qc;
-                a2 += kr[2][c] * qc;
-                a3 += kr[3][c] * qc;
-                a4 += kr[4][c] * qc;
-                a5 += kr[5][c] * qc;
-                a6 += kr[6][c] * qc;
-                a7 += kr[7][c] * qc;
+                a0 += MHE__V8_SPLAT(kr[0][c]) * qc;
+                a1 += MHE__V8_SPLAT(kr[1][c]) * qc;
+                a2 += MHE__V8_SPLAT(kr[2][c]) * qc;
+                a3 += MHE__V8_SPLAT(kr[3][c]) * qc;
+                a4 += MHE__V8_SPLAT(kr[4][c]) * qc;
+                a5 += MHE__V8_SPLAT(kr[5][c]) * qc;
+                a6 += MHE__V8_SPLAT(kr[6][c]) * qc;
+                a7 += MHE__V8_SPLAT(kr[7][c]) * qc;
             }
             for (i = 0; i < 8; i++) {
                 float row[8];
@@ -4214,14 +4217,14 @@ static MHE__VECTORISE void mhe__one_pv_shared(float *acc, int dh, float (*p)[MHE
         a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
         for (jj = 0; jj < cols; jj++) {
             memcpy(&vr, v + (size_t)jj * stride + c0, sizeof vr);
-            a0 += p[0][jj] * vr;
-            a1 += p[1][jj] * vr;
-            a2 += p[2][jj] * vr;
-            a3 += p[3][jj] * vr;
-            a4 += p[4][jj] * vr;
-            a5 += p[5][jj] * vr;
-            a6 += p[6][jj] * vr;
-            a7 += p[7][jj] * vr;
+            a0 += MHE__V8_SPLAT(p[0][jj]) * vr;
+            a1 += MHE__V8_SPLAT(p[1][jj]) * vr;
+            a2 += MHE__V8_SPLAT(p[2][jj]) * vr;
+            a3 += MHE__V8_SPLAT(p[3][jj]) * vr;
+            a4 += MHE__V8_SPLAT(p[4][jj]) * vr;
+            a5 += MHE__V8_SPLAT(p[5][jj]) * vr;
+            a6 += MHE__V8_SPLAT(p[6][jj]) * vr;
+            a7 += MHE__V8_SPLAT(p[7][jj]) * vr;
         }
         a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
         for (i = 0; i < 8; i++)
