@@ -92,17 +92,30 @@ test: all $(TESTS)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} sh tests/run.sh
 
 test-sanitize:
-	$(MAKE) B=build/san OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" OPENMP=0 CFLAGS="-DMHE_ARENA_DEBUG -DMHE_TEST_QUICK" all-tests
+	$(MAKE) B=build/san OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" OPENMP=0 CFLAGS="-DMHE_ARENA_DEBUG -DMHE_TEST_QUICK" tool-examples-tests
 	MHE_TEST_BUILD=build/san sh tests/run.sh
 
 test-fastmath:
-	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" all-tests
+	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
 	MHE_TEST_BUILD=build/fast sh tests/run.sh
 
 all-tests: $(TESTS) $(TOOLS)
 
-# the mhe tool, the examples and the tests, without the benchmarks
+# the mhe tool, the examples and the tests, without the benchmarks (what
+# tests/run.sh runs: the build flavours below need no more)
 tool-examples-tests: $(B)/mhe$(EXE) $(EXAMPLES) $(TESTS)
+
+# every C file through the compiler's front end with the build's flags
+# (-Werror in CI): clang's warnings all come from its front end, so
+# -fsyntax-only reports what a full clang build would, at a fraction of its
+# time. The mhe tool is built for real (it writes the embedded example's model).
+SYNTAX_SRCS = $(wildcard tools/*.c examples/*.c tests/test_*.c) tests/numerics_kernels.c
+check-syntax: $(SYNTAX_SRCS:%.c=$(B)/syntax/%.ok)
+	@echo "check-syntax: $(words $(SYNTAX_SRCS)) files, no warnings"
+
+$(B)/syntax/%.ok: %.c $(DEPS) $(wildcard tests/*.h tests/fuzz/*.h) $(B)/tiny_lm_model.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -I$(B) -DNUM_SUFFIX=_std $(filter -D%,$(BLASFLAGS)) -fsyntax-only $< && touch $@
 
 # the header as C++, included twice, and with MHE_STATIC; no warnings allowed
 check-build:
@@ -115,9 +128,10 @@ check-build:
 # ---- portability builds (CI installs the compilers; see README, Reliability)
 # 32-bit x86: gcc -m32 (Debian: gcc-12-multilib; its asm/ headers come from the
 # 64-bit include directory, because gcc-multilib, which links them, conflicts
-# with the Debian cross compilers); the whole suite, Python checks included
+# with the Debian cross compilers); the whole suite, Python checks included,
+# but test_train's three long training runs (make test and test-fastmath have them)
 test-m32:
-	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu" all-tests
+	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu -DMHE_TEST_SHORT_TRAIN" tool-examples-tests
 	MHE_TEST_BUILD=build/m32 sh tests/run.sh
 
 # 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
@@ -125,7 +139,7 @@ test-m32:
 AARCH64_CC ?= aarch64-linux-gnu-gcc
 QEMU_AARCH64 ?= qemu-aarch64-static
 test-aarch64:
-	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" all-tests
+	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" tool-examples-tests
 	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
 	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu sh tests/run.sh
 
@@ -257,5 +271,5 @@ test-cuda:
 clean:
 	rm -rf build
 
-.PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
+.PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
         cuda cuda-budget-table test-cuda

@@ -10,7 +10,9 @@ export MHE_BIN="${MHE_BIN:-$BUILD/mhe}"
 pass=0; fail=0; skip=0
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
+    t0=$(date +%s)
     out=$($RUNNER "$t" 2>&1); rc=$?
+    secs=$(($(date +%s) - t0))
     line=$(printf '%s\n' "$out" | grep '^RESULT:' | tail -n 1)
     if [ -z "$line" ]; then
         printf '%s\n' "$out" | tail -n 20
@@ -21,21 +23,23 @@ for t in "$BUILD"/tests/test_*; do
     s=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
     [ "$f" -ne 0 ] || [ "$rc" -ne 0 ] && printf '%s\n' "$out" | grep -E 'FAIL|error' | head -n 30
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    echo "$t: $p passed, $f failed${s:+, $s skipped}"
+    echo "$t: $p passed, $f failed${s:+, $s skipped} ($secs s)"
     pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
 done
 for py in tests/*.py; do
     [ -f "$py" ] || continue
     # MHE_TEST_PYTHON=0: the build's mhe cannot run them (the Windows build under wine)
     if [ "${MHE_TEST_PYTHON:-1}" = 0 ]; then echo "SKIP $py: MHE_TEST_PYTHON=0"; skip=$((skip + 1)); continue; fi
+    t0=$(date +%s)
     out=$(sh tests/python.sh "$py" 2>&1); rc=$?
+    secs=$(($(date +%s) - t0))
     line=$(printf '%s\n' "$out" | grep '^RESULT:' | tail -n 1)
     if [ -z "$line" ]; then printf '%s\n' "$out" | tail -n 20; echo "CRASH $py"; fail=$((fail + 1)); continue; fi
     printf '%s\n' "$out" | grep -E '^(SKIP|FAIL)' | head -n 30
     p=$(echo "$line" | sed 's/RESULT: \([0-9]*\) passed.*/\1/')
     f=$(echo "$line" | sed 's/.* \([0-9]*\) failed.*/\1/')
     s=$(echo "$line" | sed -n 's/.* \([0-9]*\) skipped.*/\1/p')
-    echo "$py: $p passed, $f failed${s:+, $s skipped}"
+    echo "$py: $p passed, $f failed${s:+, $s skipped} ($secs s)"
     pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
 done
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi

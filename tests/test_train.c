@@ -35,7 +35,15 @@ static mhe_train_config small_tc(int steps) {
 }
 
 
-#ifndef MHE_TEST_QUICK   /* the sanitizer run skips the long training runs */
+/* the long training runs: the main suite and -ffast-math; the sanitizer, 32-bit
+   and cross builds run the rest (MHE_TEST_QUICK, MHE_TEST_SHORT_TRAIN) */
+#if !defined(MHE_TEST_QUICK) && !defined(MHE_TEST_SHORT_TRAIN)
+#define TT_LONG 1
+#else
+#define TT_LONG 0
+#endif
+
+#if TT_LONG
 static double now_s(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
 static void loss_falls(const int *train, size_t nt, const int *valid, size_t nv) {
@@ -156,7 +164,7 @@ static void atomic_save(void) {
     mhe_model_free(&m);
 }
 
-#ifndef MHE_TEST_QUICK
+#if TT_LONG
 /* an encoder learns masked bytes from both sides: its masked-LM loss falls below the unigram entropy */
 static void encoder_mlm(const int *train, size_t nt, const int *valid, size_t nv) {
     mhe_config c = small_cfg();
@@ -231,7 +239,7 @@ static void classification(const int *train, size_t nt, const int *valid, size_t
               set.start[1] - set.start[0] == 2 && set.labels[0] == 2 && set.tokens[2] == 'c', "CRLF and blank lines: %s", err);
         mhe_text_set_free(&set);
     }
-#ifndef MHE_TEST_QUICK
+#if TT_LONG
     {
         enum { TRAIN = 1500, TEST = 300 };
         size_t cap = 2 * (TRAIN + TEST) * 600, used = 0;
@@ -275,7 +283,7 @@ static void classification(const int *train, size_t nt, const int *valid, size_t
 #endif
 }
 
-#ifndef MHE_TEST_QUICK
+#if TT_LONG
 /* Word models on the corpus: Shuffle+Random pre-training learns more than
    the label prior (the vocab baseline also finds random and shuffled words),
    a hash embedding then fine-tunes to classify held-out verses, and an S+R
@@ -470,13 +478,13 @@ int main(void) {
     bad_inputs(train, nt);
     atomic_save();
     strided_perplexity(valid);
-#ifndef MHE_TEST_QUICK
+#if TT_LONG
     loss_falls(train, nt, valid, nv);
     encoder_mlm(train, nt, valid, nv);
     encdec_continuation(train, nt, valid, nv);
 #endif
     classification(train, nt, valid, nv);
-#ifndef MHE_TEST_QUICK
+#if TT_LONG
     words_sr_and_finetune();
 #endif
     free(train); free(valid);
