@@ -1,4 +1,4 @@
-/* mhe_cuda.cuh - the CUDA companion of mhe.h (DESIGN section 12)
+/* mhe_cuda.cuh - the CUDA companion of mhe.h (docs/design.md §12)
 
    Enabled by `#define MHE_CUDA` before `#include "mhe.h"` in a .cu file
    (mhe.h includes this file at its end); the CUDA runtime only, no cuBLAS,
@@ -629,7 +629,7 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
    pointers throughout. One warp owns one query row and every query head of
    its K/V group, so a K/V tile loaded into shared memory once serves all of
    them: for MHE-MUL and collab (q_shared, one K/V head) that is the
-   stacked form of DESIGN section 5, the head maps applied to the query in
+   stacked form of docs/design.md section 5, the head maps applied to the query in
    shared memory and to the output at the end, and per-head Q/K/V never
    reach device memory. MHE-ADD reaches the core with one QK^T for all
    heads and its per-head key bias k_j . e_i^Q precomputed as a [keys, n]
