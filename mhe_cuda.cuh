@@ -1,4 +1,4 @@
-/* mhe_cuda.cuh - the CUDA companion of mhe.h (docs/design.md §12)
+/* mhe_cuda.cuh - the CUDA companion of mhe.h (docs/design.md section 12)
 
    Enabled by `#define MHE_CUDA` before `#include "mhe.h"` in a .cu file
    (mhe.h includes this file at its end); the CUDA runtime only, no cuBLAS,

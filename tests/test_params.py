@@ -21,7 +21,7 @@ def run(*args, cwd=None):
 
 
 def count(kind, dm, n, dh, g=2, wo=False):
-    """Parameters of one attention sublayer, from the DESIGN.md table (no biases)."""
+    """Parameters of one attention sublayer, from the table in docs/design.md section 4 (no biases)."""
     base = {
         "mha": 3 * dm * n * dh, "sha": 3 * dm * dh, "mqa": dm * n * dh + 2 * dm * dh,
         "gqa": dm * n * dh + 2 * dm * g * dh, "skv": 2 * dm * n * dh, "el-att": dm * n * dh,

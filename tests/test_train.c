@@ -287,7 +287,7 @@ static void classification(const int *train, size_t nt, const int *valid, size_t
 /* Word models on the corpus: Shuffle+Random pre-training learns more than
    the label prior (the vocab baseline also finds random and shuffled words),
    a hash embedding then fine-tunes to classify held-out verses, and an S+R
-   run is deterministic. One thread: these models are small (DESIGN sec. 13). */
+   run is deterministic. One thread: these models are small (docs/design.md section 11). */
 static void words_sr_and_finetune(void) {
     mhe_lexicon x, xtr;   /* all types; the training types alone, with their training counts */
     mhe_word_feats ftr, fall;
