@@ -2,6 +2,7 @@
 makes it from mhe.h, finds every function it names and gives the same line
 ranges and kind table as README.md holds. Needs only python3."""
 import os
+import re
 import subprocess
 import sys
 
@@ -13,7 +14,13 @@ def main():
     script = os.path.join(REPO, "tools", "reading_guide.py")
     made = subprocess.run([sys.executable, script], capture_output=True, text=True)
     check(made.returncode == 0, "reading_guide.py finds every function it names: %s" % made.stderr.strip())
-    check("| `mhe-mul` |" in made.stdout and "| `linear` |" in made.stdout, "the kind table has every kind")
+    # one row per kind of mhe.h's enum (MHE_ATTN_MHA .. before MHE_ATTN_KIND_COUNT)
+    header = open(os.path.join(REPO, "mhe.h")).read()
+    enum = header[header.index("MHE_ATTN_MHA = 0"):header.index("MHE_ATTN_KIND_COUNT")]
+    n_kinds = len(re.findall(r"^\s*MHE_ATTN_\w+", enum, re.M))
+    kinds = re.findall(r"^\| `([a-z-]+)` \|", made.stdout, re.M)
+    check(n_kinds == 17 and len(kinds) == n_kinds and len(set(kinds)) == n_kinds,
+          "the kind table has one row per kind: %d rows, %d kinds in mhe.h" % (len(kinds), n_kinds))
     stale = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
     check(stale.returncode == 0, "README.md's reading guide is current: %s" % stale.stdout.strip())
     return finish()

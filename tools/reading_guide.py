@@ -134,8 +134,11 @@ def where(defs, names):
 def kind_rows(text):
     body = text[text.index("static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {"):]
     body = body[:body.index("\n};")]
-    rows = re.findall(r'\{ "([^"]+)", "([^"]+)",\s*(MHE__FAM_\w+), (MHE__CACHE_\w+), (\d), (\d),\s*'
-                      r'(NULL|"[^"]*"), (\d),\s*"([^"]*)" \}', body, re.S)
+    # any field may start a new line in mhe.h: whitespace after every comma
+    rows = re.findall(r'\{ "([^"]+)",\s*"([^"]+)",\s*(MHE__FAM_\w+),\s*(MHE__CACHE_\w+),\s*(\d),\s*(\d),\s*'
+                      r'(NULL|"[^"]*"),\s*(\d),\s*"([^"]*)"\s*\}', body, re.S)
+    if len(rows) != body.count('{ "'):
+        sys.exit("reading_guide.py: read %d of the %d rows of mhe__kinds[]" % (len(rows), body.count('{ "')))
     out = []
     for name, src, fam, cache, causal, encdec, nocross, fast, tensors in rows:
         rules = []
