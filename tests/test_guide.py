@@ -21,6 +21,16 @@ def main():
     kinds = re.findall(r"^\| `([a-z-]+)` \|", made.stdout, re.M)
     check(n_kinds == 17 and len(kinds) == n_kinds and len(set(kinds)) == n_kinds,
           "the kind table has one row per kind: %d rows, %d kinds in mhe.h" % (len(kinds), n_kinds))
+    # the README's tests table: one row per test program and script
+    readme = open(os.path.join(REPO, "README.md")).read()
+    table = readme[readme.index("\n## Tests\n"):readme.index("\n## Reliability\n")]
+    rows = re.findall(r"^\| `([^|]+)` \|", table, re.M)
+    named = [n.strip() for row in rows for n in row.replace("`", "").split(",")]
+    tests = sorted(os.path.splitext(f)[0] if f.endswith(".c") else f
+                   for f in os.listdir(os.path.join(REPO, "tests"))
+                   if re.match(r"(test_\w+\.(c|py)|torch_crosscheck\.py)$", f))
+    check(sorted(named) == tests, "the README's tests table names each test once: missing %s, extra or repeated %s" % (
+        sorted(set(tests) - set(named)), sorted(n for n in set(named) if named.count(n) != 1 or n not in tests)))
     stale = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
     check(stale.returncode == 0, "README.md's reading guide is current: %s" % stale.stdout.strip())
     return finish()
