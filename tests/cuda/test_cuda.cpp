@@ -570,6 +570,7 @@ static void test_eval(void) {
     static const struct { int kind, arch; } cases[] = {{MHE_ATTN_MHA, MHE_ARCH_DECODER},
                                                       {MHE_ATTN_MHE_ADD, MHE_ARCH_DECODER},
                                                       {MHE_ATTN_COLLAB, MHE_ARCH_ENCODER}};
+    double worst = 0;
     for (const auto &k : cases) {
         mhe_config c = small_config(k.kind, k.arch, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         mhe_model m;
@@ -585,16 +586,19 @@ static void test_eval(void) {
         float lc = 0, ld = 0;
         /* 9 windows of 20 in batches of 4, 4, 1 (the device reallocates for none of them) */
         mhe_status sc = mhe_evaluate(&m, data, 200, 4, 20, 0, &lc), sd = mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld);
+        worst = fmax(worst, fabs((double)ld - lc) / lc);
         CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval %s %s: loss %.7f vs CPU %.7f %s",
               what, mhe_attn_kind_name(k.kind), (double)ld, (double)lc, g.err);
         sc = mhe_evaluate(&m, data, 2000, 3, 24, 2, &lc);
         sd = mhe_cuda_evaluate(&g, data, 2000, 3, 24, 2, &ld);
+        worst = fmax(worst, fabs((double)ld - lc) / lc);
         CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval %s %s, 2 batches: %.7f vs CPU %.7f",
               what, mhe_attn_kind_name(k.kind), (double)ld, (double)lc);
         if (k.arch == MHE_ARCH_DECODER) {
             int64_t nc = 0, nd = 0;
             sc = mhe_evaluate_strided(&m, data, 150, 3, 20, 7, &lc, &nc);
             sd = mhe_cuda_evaluate_strided(&g, data, 150, 3, 20, 7, &ld, &nd);
+            worst = fmax(worst, fabs((double)ld - lc) / lc);
             CHECK(sc == MHE_OK && sd == MHE_OK && nc == nd && nc == 149 && fabs((double)ld - lc) < 1e-5 * lc,
                   "eval strided %s: loss %.7f vs CPU %.7f, %lld vs %lld scored", mhe_attn_kind_name(k.kind), (double)ld,
                   (double)lc, (long long)nd, (long long)nc);
@@ -607,6 +611,7 @@ static void test_eval(void) {
         mhe_cuda_model_free(&g);
         mhe_model_free(&m);
     }
+    printf("eval: worst relative difference of the device's mean loss from the CPU's %.3g\n", worst);
     { /* an error of the device's forward reaches the caller: bytes past a 61-token vocabulary */
         mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         mhe_model m;
