@@ -10694,8 +10694,20 @@ MHEDEF mhe_status mhe_trainer_step_sr(mhe_trainer *t, const int *data, size_t n,
     return mhe__trainer_update(t, &bt);
 }
 
-MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
-                                   int max_batches, float *mean_loss) {
+/* One batch's forward for the evaluation loops: its mean loss and the
+   targets it scored. The CPU model here; mhe_cuda.cuh passes the device's,
+   so both evaluate the same windows in the same batches. */
+typedef mhe_status (*mhe__eval_fwd)(void *ctx, const mhe_batch *bt, float *loss, int64_t *count);
+
+static mhe_status mhe__eval_fwd_cpu(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
+    mhe_model *m = (mhe_model *)ctx;
+    mhe_status st = mhe_model_forward_batch(m, bt, loss);
+    *count = m->last_count;
+    return st;
+}
+
+static mhe_status mhe__evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+                                    int max_batches, float *mean_loss, mhe__eval_fwd fwd, void *ctx) {
     size_t windows, w = 0, need;
     double total = 0;
     int64_t count = 0;
@@ -10723,14 +10735,15 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
     if (m->cfg.arch == MHE_ARCH_ENCDEC) { bt.Ts = Ts; bt.src = buf + 2 * (size_t)batch * T; }
     while (w < windows && (max_batches <= 0 || nb < max_batches)) {
         float loss;
+        int64_t scored = 0;
         bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
         for (b = 0; b < bt.B; b++, w++)
             mhe__lm_row(m, data + w * T, T, Ts, 0.15f, &mask_rng, buf + (size_t)b * T, buf + (size_t)(batch + b) * T,
                         buf + 2 * (size_t)batch * T + (size_t)b * Ts);
-        st = mhe_model_forward_batch(m, &bt, &loss);
+        st = fwd(ctx, &bt, &loss, &scored);
         if (st != MHE_OK) break;
-        total += (double)loss * m->last_count;
-        count += m->last_count;
+        total += (double)loss * scored;
+        count += scored;
         nb++;
     }
     MHE_FREE(m->alloc_ctx, buf);
@@ -10738,13 +10751,18 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
     return st;
 }
 
+MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+                                   int max_batches, float *mean_loss) {
+    return mhe__evaluate_s2s(m, data, n, batch, src_len, seq_len, max_batches, mean_loss, mhe__eval_fwd_cpu, m);
+}
+
 MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss) {
     return mhe_evaluate_s2s(m, data, n, batch, 0, seq_len, max_batches, mean_loss);
 }
 
-MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
-                                       float *mean_loss, int64_t *n_scored) {
+static mhe_status mhe__evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+                                        float *mean_loss, int64_t *n_scored, mhe__eval_fwd fwd, void *ctx) {
     size_t last, begin = 0, scored_to = 0;   /* targets data[1 .. scored_to] are scored */
     double total = 0;
     int64_t count = 0;
@@ -10769,6 +10787,7 @@ MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, 
     bt.T = T; bt.tokens = buf; bt.targets = buf + (size_t)batch * T;
     while (!done) {
         float loss;
+        int64_t scored = 0;
         for (b = 0; b < batch && !done; b++) {
             int *tok = buf + (size_t)b * T, *tgt = buf + (size_t)(batch + b) * T;
             if (begin > last) begin = last;
@@ -10782,16 +10801,21 @@ MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, 
             begin += (size_t)stride;
         }
         bt.B = b;
-        st = mhe_model_forward_batch(m, &bt, &loss);
+        st = fwd(ctx, &bt, &loss, &scored);
         if (st != MHE_OK) break;
-        total += (double)loss * m->last_count;
-        count += m->last_count;
+        total += (double)loss * scored;
+        count += scored;
     }
     MHE_FREE(m->alloc_ctx, buf);
     if (st != MHE_OK) return st;
     if (mean_loss) *mean_loss = count ? (float)(total / count) : 0.0f;
     if (n_scored) *n_scored = count;
     return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+                                       float *mean_loss, int64_t *n_scored) {
+    return mhe__evaluate_strided(m, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__eval_fwd_cpu, m);
 }
 
 MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out) {

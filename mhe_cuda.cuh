@@ -19,6 +19,7 @@
      C3. elementwise: norms, activations, embeddings, cross-entropy, AdamW
      C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores
      C5. the device model: forward, backward, training step, KV-cache decoding
+         (prompt prefill, decode steps), evaluation
 */
 #ifndef MHE_CUDA_CUH
 #define MHE_CUDA_CUH
@@ -57,7 +58,7 @@ typedef struct mhe_cuda_kv_cache {
     int len, cap;                           /* positions cached, capacity (<= max_seq_len) */
     float *kv[MHE_MAX_LAYERS];              /* [cap, k_w + v_w] (el-att: the layer's input [cap, C]) */
     int kv_w[MHE_MAX_LAYERS];
-    float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] */
+    float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] (else NULL) */
     void *block;
 } mhe_cuda_kv_cache;
 
@@ -120,8 +121,21 @@ MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t);
 
 MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g, int max_len);
 MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c);
-/* feeds one token at position c->len; logits [V] into host memory */
+/* feeds one token at position c->len; logits [V] into host memory (may be NULL) */
 MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits);
+/* feeds tokens[n] at positions c->len .. c->len + n - 1 as one forward pass
+   (a prompt): each query sees the cached keys and the prompt's keys up to
+   its own; their K/V join the cache. The last position's logits [V] into
+   host memory (may be NULL). The same logits as n decode steps. On an error
+   the cache keeps its length. */
+MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits);
+
+/* mhe_evaluate_s2s and mhe_evaluate_strided with the forward passes on the
+   device: the same windows, batches and masks (decoder and encoder models) */
+MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                    int max_batches, float *mean_loss);
+MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                            int stride, float *mean_loss, int64_t *n_scored);
 
 #endif /* MHE_CUDA_CUH */
 
@@ -1143,7 +1157,8 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads 
 /* The CPU driver's structure, call for call (mhe.h sections 5 and 7):
    sublayers enter and leave through the same norms and residuals, chain 1
    projects Q|K|V in one GEMM and runs the kind's core, and decoding is the
-   forward pass of one row whose K and V come from the cache. */
+   forward pass of the new rows (a prompt, or one token) whose K and V join
+   the cache the core reads. */
 
 #define MHE__CU_TRY(call, what)                                                                          \
     do {                                                                                                 \
@@ -1524,6 +1539,14 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld,
         y[(i / nb) * ld + off + i % nb] += b[i % nb];
 }
 
+/* dst[r][0..w) = src[r][0..w) with row strides ldd, lds (new positions' K|V into the cache) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds, int w,
+                                                                int rows) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * w)
+        dst[(i / w) * ldd + i % w] = src[(i / w) * lds + i % w];
+}
+
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
 /* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
@@ -1639,16 +1662,18 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, int l, int B, int T
                                    dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
                                    (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
     if (g->cache) {
-        /* decoding: this position's K|V columns join the cache; the core reads the cache */
+        /* decoding (B = 1): the T new positions' K|V columns join the cache, and the core reads the
+           cache, query t seeing keys 0 .. pos + t */
         mhe_cuda_kv_cache *kc = g->cache;
         int kvw = kc->kv_w[l], pos = kc->len;
         const float *src = geo.k_w ? a->proj + geo.q_w : u;
-        MHE__CU_TRY(cudaMemcpy(kc->kv[l] + (size_t)pos * kvw, src, (size_t)kvw * sizeof(float),
-                               cudaMemcpyDeviceToDevice), "KV cache append");
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
+                                   geo.k_w ? geo.proj_w : C, kvw, T), "KV cache append");
         k = kc->kv[l];
         ks = kvw;
         v = geo.v_w ? k + geo.k_w : k;
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, 1, 1, pos + 1, pos, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks));
     } else {
         mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
         MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, B, T, T, 0, a->proj, geo.proj_w, k, ks, v, ks));
@@ -1784,7 +1809,8 @@ static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, i
     return MHE_OK;
 }
 
-/* forward of B sequences of T tokens at positions pos0.. (decoding: B = T = 1 with g->cache) */
+/* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
+   only the last position's logits) */
 static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const int *targets, int B, int T, int pos0,
                                   float *loss) {
     mhe_model *m = g->host;
@@ -1823,6 +1849,14 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
         h = g->fin;
     }
     g->final_h = h;
+    if (g->cache) { /* the next token's logits: the other rows' would cost T - 1 head GEMM rows for nothing */
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h + (size_t)(rows - 1) * C, MHE__CU_P(g, head),
+                                       MHE__CU_P(g, hb), 1, C, V));
+        g->last_B = g->last_T = 1;
+        g->last_count = 0;
+        g->has_targets = 0;
+        return MHE_OK;
+    }
     MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h, MHE__CU_P(g, head), MHE__CU_P(g, hb), rows, C, V));
     g->last_B = B;
     g->last_T = T;
@@ -2018,7 +2052,7 @@ MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t) {
 MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g, int max_len) {
     const mhe_config *cfg;
     size_t total = 0, off = 0;
-    int l;
+    int l, has_add = 0;
     void *block = NULL;
     if (!c)
         return MHE_ERR_ARG;
@@ -2035,15 +2069,17 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         mhe__geom geo = mhe__layer_geom(cfg, g->host->layers[l].attn.kind);
         c->kv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model; /* el-att caches its input */
         total += (size_t)max_len * c->kv_w[l];
+        has_add |= g->host->layers[l].attn.kind == MHE_ATTN_MHE_ADD;
     }
-    total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
+    if (has_add) /* the MHE-ADD key biases, recomputed each step */
+        total += (size_t)max_len * cfg->n_heads;
     MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
     c->block = block;
     for (l = 0; l < cfg->n_layers; l++) {
         c->kv[l] = (float *)block + off;
         off += (size_t)max_len * c->kv_w[l];
     }
-    c->kb = (float *)block + off;
+    c->kb = has_add ? (float *)block + off : NULL;
     c->cap = max_len;
     return MHE_OK;
 }
@@ -2055,22 +2091,67 @@ MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
         memset(c, 0, sizeof *c);
 }
 
-MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits) {
+MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits) {
     mhe_status st;
     if (!g || !g->host || !c || !c->block)
         return MHE_ERR_ARG;
+    if (!tokens || n < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "prefill: no tokens (n=%d)", n);
     if (c->len >= c->cap)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "the KV cache is full (%d positions)", c->cap);
+    if (n > c->cap - c->len)
+        return mhe__fail(g->err, MHE_ERR_SHAPE, "%d tokens do not fit the KV cache (%d of %d positions used)", n,
+                         c->len, c->cap);
     g->cache = c;
-    st = mhe__cu_forward(g, &token, NULL, 1, 1, c->len, NULL);
+    st = mhe__cu_forward(g, tokens, NULL, 1, n, c->len, NULL);
     g->cache = NULL;
     if (st != MHE_OK)
         return st;
-    c->len++;
+    c->len += n;
     if (logits)
         MHE__CU_TRY(cudaMemcpy(logits, g->logits, (size_t)g->host->cfg.vocab_size * sizeof(float),
                                cudaMemcpyDeviceToHost), "download logits");
     return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits) {
+    return mhe_cuda_prefill(g, c, &token, 1, logits);
+}
+
+/* ---- evaluation ------------------------------------------------------------------ */
+
+/* the evaluation loops' forward (mhe__eval_fwd) on the device; its message goes to the host model's err */
+static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
+    mhe_cuda_model *g = (mhe_cuda_model *)ctx;
+    mhe_status st;
+    g->cache = NULL;
+    st = mhe__cu_forward(g, bt->tokens, bt->targets, bt->B, bt->T, 0, loss);
+    if (st != MHE_OK)
+        memcpy(g->host->err, g->err, MHE_ERR_LEN);
+    *count = g->last_count;
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                    int max_batches, float *mean_loss) {
+    mhe_status st;
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    st = mhe__evaluate_s2s(g->host, data, n, batch, 0, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
+    if (st != MHE_OK)
+        memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                            int stride, float *mean_loss, int64_t *n_scored) {
+    mhe_status st;
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    st = mhe__evaluate_strided(g->host, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__cu_eval_fwd, g);
+    if (st != MHE_OK)
+        memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
 }
 
 #endif /* MHE_IMPLEMENTATION && !MHE_CUDA_IMPLEMENTATION_DONE */

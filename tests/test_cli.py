@@ -107,6 +107,11 @@ def main():
 
     rc, out, err = run("init", *small, "--out", model)
     check(rc == 0 and os.path.exists(model), "init: %s" % err)
+    # a build without CUDA refuses --device cuda wherever it is a flag, before any work
+    for args in (["train", "--data", text, "--model", model, "--out", ckpt], ["eval", "--model", model, "--data", text],
+                 ["generate", "--model", model]):
+        expect_error(args + ["--device", "cuda"], ["built without CUDA"], "%s --device cuda in a build without CUDA" % args[0])
+    check(not os.path.exists(ckpt), "nothing written by a refused --device cuda")
     # bad configs
     expect_error(["init", "--d_model", 0, "--out", model], ["d_model"], "zero d_model")
     expect_error(["init", "--d_model", 30, "--n_heads", 4, "--out", model], ["divisible"], "indivisible heads")

@@ -134,6 +134,8 @@ static const flag_spec eval_flags[] = {
     FLAG("map-len", "N", F_INT, 1, 1e6, NULL, map_len, "bytes of the heat-maps of --indicators (default 32)"),
     FLAG("stride", "S", F_INT, 1, 1 << 24, NULL, stride, "strided perplexity: windows S apart (1..seq_len; a decoder LM)"),
     THREADS,
+    FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where the forward passes run (cuda: build/cuda/mhe)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
 };
 static const flag_spec generate_flags[] = {
     NEED("model", "M.safetensors", model, "a decoder or encoder-decoder with an LM head"),
@@ -143,6 +145,8 @@ static const flag_spec generate_flags[] = {
     FLAG("temperature", "T", F_FLOAT, 0, 1e6, NULL, temperature, "sampling temperature (default 0.8; 0: greedy)"),
     FLAG("top-k", "K", F_INT, 0, 1e9, NULL, top_k, "sample among the K likeliest (default 40; 0: no cut)"),
     THREADS,
+    FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where the model runs (cuda: build/cuda/mhe)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
 };
 static const flag_spec grad_flags[] = {
     NEED("model", "M.safetensors", model, "the model"),
@@ -218,11 +222,16 @@ static const command_spec commands[] = {
         "--indicators PREFIX: the attention-pattern indicators (thesis sec. 4.4.4: Entropy, Conc,\n"
         "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
         "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
-        "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"),
+        "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"
+        "--device cuda (--task lm, with or without --stride): the forward passes on the GPU, over\n"
+        "the same windows and batches; a model the device cannot run is refused, not run here.\n"),
     CMD("generate", generate_flags, 0, "seed", NULL,
         "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
         "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
-        "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"),
+        "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"
+        "--device cuda (a decoder): the prompt runs as one batch into the GPU's KV cache, then\n"
+        "each token is decoded there; sampling stays on the host with the same RNG, so greedy\n"
+        "output equals the CPU's. A model the device cannot run is refused, not run here.\n"),
     CMD("grad", grad_flags, 0, NULL, NULL,
         "Runs one forward and backward pass (no dropout) and writes the loss (tensor `loss`,\n"
         "shape [1]) and the gradient of every parameter under the parameter's name.\n"
@@ -561,6 +570,21 @@ static int load_model(const char *path, mhe_model *m) {
     }
     return 1;
 }
+
+#ifdef MHE_CUDA
+/* --device cuda: m's weights on the GPU. A config the device cannot run
+   fails here with mhe_cuda_supports's message; nothing then runs on the CPU. */
+static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
+    char name[256];
+    int major = 0, minor = 0;
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, o->tf32) != MHE_OK) {
+        fprintf(stderr, "mhe: --device cuda: %s\n", g->err);
+        return 0;
+    }
+    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, o->tf32 ? ", TF32 GEMMs" : "");
+    return 1;
+}
+#endif
 
 /* ---- word data ------------------------------------------------------------ */
 
@@ -932,14 +956,8 @@ static void print_end(const train_run *r) {
 /* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
 static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    char name[256];
-    int major = 0, minor = 0;
     if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm only\n"); return 0; }
-    if (mhe_cuda_device(name, sizeof name, &major, &minor, r->dev.err) != MHE_OK ||
-        mhe_cuda_model_init(&r->dev, r->m, r->o->tf32) != MHE_OK) {
-        fprintf(stderr, "mhe: --device cuda: %s\n", r->dev.err);
-        return 0;
-    }
+    if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
     if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
         mhe_cuda_model_free(&r->dev);
@@ -953,7 +971,6 @@ static int start_device(train_run *r) {
         return 0;
     }
     r->t = &r->gpu.host;
-    if (!r->o->quiet) printf("device: %s (compute capability %d.%d)%s\n", name, major, minor, r->o->tf32 ? ", TF32 GEMMs" : "");
     return 1;
 #else
     (void)r;
@@ -1344,7 +1361,14 @@ static int cmd_eval(int argc, char **argv) {
     size_t n;
     float loss;
     int status, k;
+    int64_t scored = 0;
+    mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
+    if (o.cuda && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --device cuda evaluates --task lm only\n"); return 1; }
+    if (o.cuda && o.indicators) {
+        fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
+        return 1;
+    }
     for (k = 0; o.indicators && k < 3; k++) {   /* the files write_indicators writes, before any work */
         static const char *suffix[3] = { ".csv", ".svg", "_maps.svg" };
         char path[MHE_PATH_LEN + 16];
@@ -1399,16 +1423,21 @@ static int cmd_eval(int argc, char **argv) {
     if (m.cfg.token_head == MHE_HEAD_SR) { fprintf(stderr, "mhe: this model has the S+R head: evaluate it with --task sr (or --task cls)\n"); mhe_model_free(&m); return 1; }
     if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
-    if (o.stride) {
-        int64_t scored = 0;
-        if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %ld is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
-        if (mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored) != MHE_OK) {
-            fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
-        }
-        printf("stride %ld, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
-    } else if (mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, o.batches, &loss) != MHE_OK) {
-        fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1;
-    }
+    if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %ld is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
+#ifdef MHE_CUDA
+    if (o.cuda) {   /* the same windows and batches, each forward on the device */
+        mhe_cuda_model g;
+        if (!open_device(&o, &m, &g, stdout)) { free(data); mhe_model_free(&m); return 1; }
+        es = o.stride ? mhe_cuda_evaluate_strided(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
+                      : mhe_cuda_evaluate(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.batches, &loss);
+        if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
+        mhe_cuda_model_free(&g);
+    } else
+#endif
+    es = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
+                  : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
+    if (es != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1; }
+    if (o.stride) printf("stride %ld, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
     printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
            loss / log(2.0), mhe_unigram_entropy(data, n, m.cfg.vocab_size));
     if (o.indicators && write_indicators(&o, &m, data, n) != 0) { free(data); mhe_model_free(&m); return 1; }
@@ -1439,14 +1468,85 @@ static void print_cache_layers(const mhe_model *m, const mhe_kv_cache *kv, int l
     }
 }
 
+/* Where the next-token logits come from: feed(ctx, tokens, n) runs n tokens
+   (the prompt at once, then one at a time) and returns the logits after the
+   last, or NULL with the message printed. */
+typedef const float *(*feed_fn)(void *ctx, const int *tokens, int n);
+
+typedef struct { mhe_model *m; mhe_kv_cache *kv; } cpu_feed;
+
+static const float *feed_cpu(void *ctx, const int *tokens, int n) {
+    cpu_feed *f = (cpu_feed *)ctx;
+    int i;
+    for (i = 0; i < n; i++)
+        if (mhe_decode_step(f->m, f->kv, tokens[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    return f->kv->logits;
+}
+
+/* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
+   are the host's whichever side computes the logits. Returns the exit status. */
+static int sample_text(const opts *o, int V, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
+    int *ptok = (int *)malloc(plen * sizeof(int)), tok, at;
+    const float *logits;
+    mhe_rng r;
+    size_t i;
+    if (!ptok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < plen; i++) ptok[i] = (unsigned char)prompt[i];
+    mhe_rng_seed(&r, o->tc.seed);
+    fwrite(prompt, 1, plen, stdout);
+    logits = feed(ctx, ptok, (int)plen);
+    free(ptok);
+    for (at = 0; logits && at < n; at++) {
+        tok = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
+        putchar(tok);
+        if (at + 1 < n) logits = feed(ctx, &tok, 1);
+    }
+    if (!logits) return 1;
+    putchar('\n');
+    return 0;
+}
+
+#ifdef MHE_CUDA
+typedef struct { mhe_cuda_model *g; mhe_cuda_kv_cache *kv; float *logits; } cuda_feed;
+
+static const float *feed_cuda(void *ctx, const int *tokens, int n) {
+    cuda_feed *f = (cuda_feed *)ctx;
+    if (mhe_cuda_prefill(f->g, f->kv, tokens, n, f->logits) != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->g->err); return NULL; }
+    return f->logits;
+}
+
+/* generate --device cuda: the prompt in one prefill, then a decode step per token */
+static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, int len) {
+    mhe_cuda_model g;
+    mhe_cuda_kv_cache kv;
+    cuda_feed f;
+    size_t per_token = 0;
+    int l, rc = 1;
+    if (!open_device(o, m, &g, stderr)) return 1;
+    if (mhe_cuda_kv_cache_init(&kv, &g, len) != MHE_OK) { fprintf(stderr, "mhe: --device cuda: %s\n", g.err); mhe_cuda_model_free(&g); return 1; }
+    for (l = 0; l < m->cfg.n_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
+    if (kv.kb) per_token += (size_t)m->cfg.n_heads * sizeof(float);
+    fprintf(stderr, "device KV cache: %d tokens x %zu bytes per token (all layers, K and V%s) = %.1f KB\n", len, per_token,
+            kv.kb ? ", MHE-ADD key biases" : "", (double)len * per_token / 1024.0);
+    f.g = &g; f.kv = &kv;
+    f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
+    if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
+    else rc = sample_text(o, m->cfg.vocab_size, prompt, plen, n, feed_cuda, &f);
+    free(f.logits);
+    mhe_cuda_kv_cache_free(&kv);
+    mhe_cuda_model_free(&g);
+    return rc;
+}
+#endif
+
 static int cmd_generate(int argc, char **argv) {
     opts o;
     mhe_model m;
     mhe_kv_cache kv;
-    mhe_rng r;
+    cpu_feed f;
     const char *prompt;
     size_t i, plen;
-    int len, tok, rc = 1, at, room;
+    int len, rc = 1, room;
     long n;
     if (!command_opts("generate", argc, argv, &o, &rc)) return rc;
     rc = 1;
@@ -1476,6 +1576,13 @@ static int cmd_generate(int argc, char **argv) {
         return 1;
     }
     len = (int)plen + (n > 0 ? (int)n - 1 : 0);
+#ifdef MHE_CUDA
+    if (o.cuda) {
+        rc = generate_cuda(&o, &m, prompt, plen, n, len);
+        mhe_model_free(&m);
+        return rc;
+    }
+#endif
     if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
     print_cache_layers(&m, &kv, len);
@@ -1489,17 +1596,8 @@ static int cmd_generate(int argc, char **argv) {
         if (es != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
         fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
     }
-    mhe_rng_seed(&r, o.tc.seed);
-    fwrite(prompt, 1, plen, stdout);
-    for (i = 0; i < plen; i++)
-        if (mhe_decode_step(&m, &kv, (unsigned char)prompt[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
-    for (at = 0; at < n; at++) {
-        tok = mhe_sample(kv.logits, m.cfg.vocab_size, (float)o.temperature, (int)o.top_k, &r);
-        putchar(tok);
-        if (at + 1 < n && mhe_decode_step(&m, &kv, tok) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
-    }
-    putchar('\n');
-    rc = 0;
+    f.m = &m; f.kv = &kv;
+    rc = sample_text(&o, m.cfg.vocab_size, prompt, plen, n, feed_cpu, &f);
 done:
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -1975,6 +2073,7 @@ int main(int argc, char **argv) {
            "  params     parameter and memory tables of the attention kinds (MHE paper)\n"
            "  export     weights only, as safetensors or as a C array for embedded inference\n"
            "  hash       how a word model embeds words (row, bucket or bits)\n"
-           "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n", MHE_VERSION);
+           "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n"
+           "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }

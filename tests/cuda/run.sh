@@ -8,6 +8,8 @@
 #               missing barriers)
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
+# Then tools/mhe.c built on the emulation: `mhe eval` and `mhe generate
+# --device cuda` against the same binary's CPU path (tests/cuda/cli.sh).
 # Then the harness's own teeth: the kernels rebuilt with MHE_CUDA_FAULT=1
 # (a missing barrier), 2 (a shared buffer one float short) and 3 (two mma
 # fragment registers swapped) must each be caught. Ends with
@@ -83,7 +85,7 @@ for prog in test_emu test_attn test_cuda; do
     [ -x "$B/$prog.fibers" ] && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
     # the sanitizer runs skip the long training and decoding groups: their kernels are those of the model group and test_attn
     if [ $prog = test_cuda ]; then
-        groups="gemm tf32 norm elementwise model errors"  # decoding's core (Tq = 1) is in test_attn
+        groups="gemm tf32 norm elementwise model errors"  # decoding's core (Tq = 1) is in test_attn; errors prefills
     else
         groups=""
     fi
@@ -97,6 +99,15 @@ for prog in test_emu test_attn test_cuda; do
         done
     fi
 done
+
+# the command-line tool on the emulation (fibers, forward order: its kernels are the model's)
+echo "== mhe --device cuda on the emulation"
+# shellcheck disable=SC2086
+if $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA -x c++ -o "$B/mhe.fibers" tools/mhe.c tools/mhe_params.c $LIBS; then
+    run "mhe eval, generate --device cuda vs the CPU" sh tests/cuda/cli.sh "$B/mhe.fibers"
+else
+    bad "build tools/mhe.c on the emulation"
+fi
 
 # the harness catches broken kernels
 echo "== broken variants (each must be caught)"

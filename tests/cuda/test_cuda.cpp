@@ -5,7 +5,8 @@
    Built by `make test-cuda` in four ways: fibers in forward and in reversed
    thread order, threads under ThreadSanitizer, threads under ASan + UBSan.
    An argument runs one group (gemm, tf32, norm, elementwise, model, train,
-   decode, errors); the fault builds (MHE_CUDA_FAULT) run one group each. */
+   decode, prefill, eval, errors); the fault builds (MHE_CUDA_FAULT) run one
+   group each. */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
 #define MHE_CUDA
@@ -436,6 +437,197 @@ static void test_decode(void) {
     }
 }
 
+/* ---- prefill: the prompt as one batch = token by token = the CPU's decoding ------------------ */
+
+/* the first len rows of every layer's device cache (K|V, or el-att's inputs) */
+static std::vector<float> cache_rows(const mhe_cuda_kv_cache *kc, int n_layers, int len) {
+    std::vector<float> all;
+    for (int l = 0; l < n_layers; l++) {
+        std::vector<float> h = host(kc->kv[l], (size_t)len * kc->kv_w[l]);
+        all.insert(all.end(), h.begin(), h.end());
+    }
+    return all;
+}
+
+/* A prompt of P tokens, then D decode steps, on a decoder whose layers are `kind` (and mha). The
+   reference is the CPU library's own decoding (mhe_decode_step) at every position from P - 1 on:
+   one prefill then steps; the prompt in three prefills (chunks 1, ~P/2, the rest: later ones see
+   cached keys, edges off the 32-key tiles); and, where step is set, P single device steps then
+   steps (with equal caches). Returns the worst relative difference from the CPU; *wsteps that
+   of the device's prefill from its own token-by-token decoding. */
+static double check_prefill(int kind, int P, int D, int tf32, int step, double tol, double *wsteps) {
+    mhe_config c = small_config(kind, MHE_ARCH_DECODER, kind == MHE_ATTN_MQA, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+    const char *name = mhe_attn_kind_name(kind);
+    mhe_model m;
+    mhe_kv_cache kv;
+    mhe_cuda_model g;
+    mhe_cuda_kv_cache ka, kb;
+    int V = c.vocab_size, L = P + D;
+    double worst = 0, wstep = 0;
+    c.max_seq_len = L;
+    std::vector<int> tok(L);
+    for (int i = 0; i < L; i++)
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    mhe_model_init(&m, &c, 5, NULL);
+    /* ref[i]: the CPU's logits after position P - 1 + i */
+    std::vector<std::vector<float>> ref;
+    mhe_status st = mhe_kv_cache_init(&kv, &m, L, NULL);
+    for (int t = 0; t < L && st == MHE_OK; t++) {
+        st = mhe_decode_step(&m, &kv, tok[t]);
+        if (t >= P - 1)
+            ref.emplace_back(kv.logits, kv.logits + V);
+    }
+    mhe_kv_cache_free(&kv);
+    CHECK(st == MHE_OK, "prefill %s: CPU decoding: %s", name, m.err);
+    if (st != MHE_OK || (st = mhe_cuda_model_init(&g, &m, tf32)) != MHE_OK) {
+        CHECK(st == MHE_OK, "prefill %s: device init: %s", name, g.err);
+        mhe_model_free(&m);
+        return 1e30;
+    }
+    std::vector<float> got(V), one(V);
+    st = mhe_cuda_kv_cache_init(&ka, &g, L);
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_init(&kb, &g, L);
+    /* (a) one prefill, then decode steps */
+    if (st == MHE_OK)
+        st = mhe_cuda_prefill(&g, &ka, tok.data(), P, got.data());
+    CHECK(st == MHE_OK && ka.len == P, "prefill %s: %d tokens: %s", name, P, g.err);
+    if (st == MHE_OK)
+        worst = rel_err(got, ref[0]);
+    /* (b) the same prompt token by token: the same logits and the same cache */
+    for (int t = 0; t < P && st == MHE_OK && step; t++)
+        st = mhe_cuda_decode_step(&g, &kb, tok[t], one.data());
+    if (st == MHE_OK && step) {
+        wstep = rel_err(got, one);
+        double ec = rel_err(cache_rows(&ka, c.n_layers, P), cache_rows(&kb, c.n_layers, P));
+        CHECK(ec < tol, "prefill %s: the cache equals token-by-token decoding's (rel %.3g)", name, ec);
+        if (kind == MHE_ATTN_MHE_ADD) {
+            std::vector<float> ba = host(ka.kb, (size_t)P * c.n_heads), bb = host(kb.kb, (size_t)P * c.n_heads);
+            CHECK(rel_err(ba, bb) < tol, "prefill %s: the key biases equal token-by-token decoding's", name);
+        }
+    }
+    for (int i = 0; i < D && st == MHE_OK; i++) {
+        st = mhe_cuda_decode_step(&g, &ka, tok[P + i], got.data());
+        double e = rel_err(got, ref[i + 1]);
+        worst = e > worst ? e : worst;
+        if (step && st == MHE_OK) {
+            st = mhe_cuda_decode_step(&g, &kb, tok[P + i], one.data());
+            e = rel_err(one, ref[i + 1]);
+            worst = e > worst ? e : worst;
+        }
+    }
+    CHECK(st == MHE_OK && worst < tol, "prefill %s%s: %d-token prompt and %d steps equal the CPU's decoding (rel %.3g) %s",
+          name, tf32 ? " (tf32)" : "", P, D, worst, st == MHE_OK ? "" : g.err);
+    if (step)
+        CHECK(wstep < tol, "prefill %s: equals the device's token-by-token decoding (rel %.3g)", name, wstep);
+    /* (c) the prompt in three prefills: queries of the later ones attend to cached keys too */
+    if (st == MHE_OK) {
+        int cut[3] = {1, P / 2 + 3, P};
+        ka.len = 0;
+        for (int k = 0, at = 0; k < 3 && st == MHE_OK; at = cut[k], k++)
+            st = mhe_cuda_prefill(&g, &ka, tok.data() + at, cut[k] - at, got.data());
+        double e = st == MHE_OK ? rel_err(got, ref[0]) : 1e30;
+        CHECK(st == MHE_OK && ka.len == P && e < tol, "prefill %s: in chunks of %d, %d, %d after cached tokens (rel %.3g) %s",
+              name, cut[0], cut[1] - cut[0], P - cut[1], e, st == MHE_OK ? "" : g.err);
+        worst = e > worst ? e : worst;
+    }
+    if (wsteps)
+        *wsteps = wstep;
+    mhe_cuda_kv_cache_free(&ka);
+    mhe_cuda_kv_cache_free(&kb);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+    return worst;
+}
+
+static void test_prefill(void) {
+    double worst = 0, wsteps = 0;
+    for (int kind : device_kinds) {
+        double ws = 0, e = check_prefill(kind, 70, 3, 0, 0, 1e-5, NULL); /* 70 keys: three tiles of 32 */
+        worst = e > worst ? e : worst;
+        /* token by token (a launch sequence per token): a shorter prompt, still two tiles */
+        e = check_prefill(kind, 34, 1, 0, 1, 1e-5, &ws);
+        worst = e > worst ? e : worst;
+        wsteps = ws > wsteps ? ws : wsteps;
+    }
+    printf("prefill: worst difference from the CPU's decoding %.3g, from the device's token-by-token %.3g (relative to max |logit|)\n",
+           worst, wsteps);
+    /* TF32 GEMMs: the same path, the tensor cores' rounding (10-bit mantissas) */
+    double e = check_prefill(MHE_ATTN_MHE_MUL, 40, 2, 1, 0, 1e-2, NULL);
+    printf("prefill with TF32 GEMMs: %.3g from the CPU\n", e);
+}
+
+/* ---- evaluation: the device's forward passes over the CPU's windows and batches --------------- */
+
+static void test_eval(void) {
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    if (mhe_read_text_tokens("examples/data/valid.txt", &data, &n, NULL, err) != MHE_OK) {
+        CHECK(0, "corpus: %s", err);
+        return;
+    }
+    static const struct { int kind, arch; } cases[] = {{MHE_ATTN_MHA, MHE_ARCH_DECODER},
+                                                      {MHE_ATTN_MHE_ADD, MHE_ARCH_DECODER},
+                                                      {MHE_ATTN_COLLAB, MHE_ARCH_ENCODER}};
+    double worst = 0;
+    for (const auto &k : cases) {
+        mhe_config c = small_config(k.kind, k.arch, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_model m;
+        mhe_cuda_model g;
+        const char *what = k.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder";
+        c.vocab_size = 256;
+        mhe_model_init(&m, &c, 9, NULL);
+        if (mhe_cuda_model_init(&g, &m, 0) != MHE_OK) {
+            CHECK(0, "eval: device init: %s", g.err);
+            mhe_model_free(&m);
+            continue;
+        }
+        float lc = 0, ld = 0;
+        /* 9 windows of 20 in batches of 4, 4, 1 (the device reallocates for none of them) */
+        mhe_status sc = mhe_evaluate(&m, data, 200, 4, 20, 0, &lc), sd = mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld);
+        worst = fmax(worst, fabs((double)ld - lc) / lc);
+        CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval %s %s: loss %.7f vs CPU %.7f %s",
+              what, mhe_attn_kind_name(k.kind), (double)ld, (double)lc, g.err);
+        sc = mhe_evaluate(&m, data, 2000, 3, 24, 2, &lc);
+        sd = mhe_cuda_evaluate(&g, data, 2000, 3, 24, 2, &ld);
+        worst = fmax(worst, fabs((double)ld - lc) / lc);
+        CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval %s %s, 2 batches: %.7f vs CPU %.7f",
+              what, mhe_attn_kind_name(k.kind), (double)ld, (double)lc);
+        if (k.arch == MHE_ARCH_DECODER) {
+            int64_t nc = 0, nd = 0;
+            sc = mhe_evaluate_strided(&m, data, 150, 3, 20, 7, &lc, &nc);
+            sd = mhe_cuda_evaluate_strided(&g, data, 150, 3, 20, 7, &ld, &nd);
+            worst = fmax(worst, fabs((double)ld - lc) / lc);
+            CHECK(sc == MHE_OK && sd == MHE_OK && nc == nd && nc == 149 && fabs((double)ld - lc) < 1e-5 * lc,
+                  "eval strided %s: loss %.7f vs CPU %.7f, %lld vs %lld scored", mhe_attn_kind_name(k.kind), (double)ld,
+                  (double)lc, (long long)nd, (long long)nc);
+        } else {
+            CHECK(mhe_cuda_evaluate_strided(&g, data, 150, 3, 20, 7, &ld, NULL) == MHE_ERR_CONFIG && strstr(g.err, "decoder"),
+                  "strided eval of an encoder: %s", g.err);
+        }
+        CHECK(mhe_cuda_evaluate(&g, data, 10, 4, 20, 0, &ld) == MHE_ERR_DATA && strstr(g.err, "needs at least"),
+              "eval: too little text: %s", g.err);
+        mhe_cuda_model_free(&g);
+        mhe_model_free(&m);
+    }
+    printf("eval: worst relative difference of the device's mean loss from the CPU's %.3g\n", worst);
+    { /* an error of the device's forward reaches the caller: bytes past a 61-token vocabulary */
+        mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_model m;
+        mhe_cuda_model g;
+        float ld = 0;
+        mhe_model_init(&m, &c, 9, NULL);
+        if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+            CHECK(mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld) == MHE_ERR_DATA && strstr(g.err, "outside the vocabulary"),
+                  "eval: a token past the vocabulary: %s", g.err);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_model_free(&m);
+    }
+    free(data);
+}
+
 /* ---- bad input: a status and a message, never a wrong result ---------------------------- */
 
 static void test_errors(void) {
@@ -492,6 +684,40 @@ static void test_errors(void) {
         CHECK(mhe_cuda_model_backward(&g) == MHE_ERR_ARG, "backward without targets: %s", g.err);
         mhe_cuda_model_free(&g);
     }
+    if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) { /* prefill: refused before anything joins the cache */
+        mhe_cuda_kv_cache kc, ref;
+        int tok[12] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, bad[3] = {1, 61, 2}, neg[2] = {4, -1};
+        std::vector<float> a(c.vocab_size), b(c.vocab_size);
+        if (mhe_cuda_kv_cache_init(&kc, &g, 10) == MHE_OK && mhe_cuda_kv_cache_init(&ref, &g, 10) == MHE_OK) {
+            CHECK(mhe_cuda_prefill(&g, &kc, tok, 0, a.data()) == MHE_ERR_ARG && strstr(g.err, "no tokens") && kc.len == 0,
+                  "prefill of 0 tokens: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, NULL, 3, a.data()) == MHE_ERR_ARG && kc.len == 0, "prefill of NULL: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, tok, 11, a.data()) == MHE_ERR_SHAPE && strstr(g.err, "do not fit") && kc.len == 0,
+                  "prefill past the capacity: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, tok, 6, a.data()) == MHE_OK && kc.len == 6, "prefill of 6: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, tok + 6, 5, a.data()) == MHE_ERR_SHAPE && kc.len == 6,
+                  "prefill past the capacity after 6 cached: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, bad, 3, a.data()) == MHE_ERR_DATA && strstr(g.err, "61") && kc.len == 6,
+                  "prefill of a token past the vocabulary: %s", g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, neg, 2, a.data()) == MHE_ERR_DATA && strstr(g.err, "-1") && kc.len == 6,
+                  "prefill of a negative token: %s", g.err);
+            CHECK(mhe_cuda_prefill(NULL, &kc, tok, 2, a.data()) == MHE_ERR_ARG && mhe_cuda_prefill(&g, NULL, tok, 2, NULL) == MHE_ERR_ARG,
+                  "prefill without a model or cache");
+            /* the refusals left the cache as it was: the rest of the prompt continues it exactly */
+            mhe_status st = mhe_cuda_prefill(&g, &kc, tok + 6, 4, a.data());
+            if (st == MHE_OK)
+                st = mhe_cuda_prefill(&g, &ref, tok, 10, b.data());
+            CHECK(st == MHE_OK && kc.len == 10 && rel_err(a, b) < 1e-5, "prefill continues after refusals (rel %.3g): %s",
+                  rel_err(a, b), g.err);
+            CHECK(mhe_cuda_prefill(&g, &kc, tok, 1, NULL) == MHE_ERR_SHAPE && strstr(g.err, "full"), "prefill into a full cache: %s",
+                  g.err);
+        } else {
+            CHECK(0, "KV cache init: %s", g.err);
+        }
+        mhe_cuda_kv_cache_free(&kc);
+        mhe_cuda_kv_cache_free(&ref);
+        mhe_cuda_model_free(&g);
+    }
     { /* a head past the attention kernels' limit: a status, no launch */
         mhe_attn_dims d;
         memset(&d, 0, sizeof d);
@@ -524,6 +750,10 @@ int main(int argc, char **argv) {
         test_train();
     if (GROUP("decode"))
         test_decode();
+    if (GROUP("prefill"))
+        test_prefill();
+    if (GROUP("eval"))
+        test_eval();
     if (GROUP("errors"))
         test_errors();
     return TEST_END();

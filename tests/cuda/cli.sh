@@ -1,0 +1,106 @@
+#!/bin/sh
+# tests/cuda/cli.sh MHE - `mhe eval` and `mhe generate --device cuda` of
+# tools/mhe.c built against the emulation (tests/cuda/run.sh builds MHE),
+# each compared with the CPU path of the same binary: the same loss within
+# float32 rounding, the same text greedy and sampled; a model the device
+# cannot run is refused with mhe_cuda_supports's message and nothing runs on
+# the CPU. Ends with "RESULT: N passed, M failed".
+set -u
+MHE=$1
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+passed=0
+failed=0
+# check WHAT RC OK: passes when the command's exit status RC is 0 and the test's status OK is 0
+check() {
+    if [ "$2" -eq 0 ] && [ "$3" -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "ok: $1"
+    else
+        failed=$((failed + 1))
+        echo "FAILED: $1 (exit $2)"
+    fi
+}
+# loss FILE: the number after "loss" on eval's result line
+loss() { sed -n 's/^loss \([0-9.]*\) .*/\1/p' "$1"; }
+# close A B: equal within the 4 printed decimals (one unit of the last for rounding)
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 1.5e-4 && d >= -1.5e-4) }'; }
+
+TINY=examples/data/tiny_lm.safetensors # a trained 2-layer mhe-mul byte LM, max_seq_len 64
+head -c 900 examples/data/valid.txt > "$D/valid.txt"
+"$MHE" init --out "$D/gqa.st" --attn gqa --kv_groups 2 --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 40 \
+    --norm rmsnorm --activation silu > /dev/null
+"$MHE" init --out "$D/taylor.st" --attn taylor --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+
+# eval: consecutive windows (a partial last batch), then strided
+for m in "$TINY 64" "$D/gqa.st 40"; do
+    set -- $m
+    for how in "--batches 0 --batch 4" "--batch 3 --stride 30"; do
+        # shellcheck disable=SC2086
+        "$MHE" eval --model "$1" --data "$D/valid.txt" --seq_len "$2" $how > "$D/cpu.txt" 2>&1
+        # shellcheck disable=SC2086
+        "$MHE" eval --model "$1" --data "$D/valid.txt" --seq_len "$2" $how --device cuda > "$D/dev.txt" 2>&1
+        rc=$?
+        a=$(loss "$D/cpu.txt")
+        b=$(loss "$D/dev.txt")
+        close "$a" "$b"
+        ok=$?
+        check "eval ${1##*/} $how: device loss $b, CPU $a" $rc $ok
+    done
+done
+grep -q "^device: " "$D/dev.txt"
+check "eval --device cuda names the device" 0 $?
+# --tf32 1: the tensor cores' rounding (10-bit mantissas), a looser bound
+"$MHE" eval --model "$TINY" --data "$D/valid.txt" --seq_len 64 --batch 4 > "$D/cpu.txt" 2>&1
+"$MHE" eval --model "$TINY" --data "$D/valid.txt" --seq_len 64 --batch 4 --device cuda --tf32 1 > "$D/dev.txt" 2>&1
+rc=$?
+a=$(loss "$D/cpu.txt")
+b=$(loss "$D/dev.txt")
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 5e-3 && d >= -5e-3) }' &&
+    grep -q "TF32 GEMMs" "$D/dev.txt"
+check "eval --tf32 1: device loss $b, CPU $a" $rc $?
+
+# generate: a 40-byte prompt (prefill over two 32-key tiles), then decode steps; greedy and sampled
+P="And God said, Let there be light: and th"
+for how in "--temperature 0" "--temperature 0.8 --top-k 20 --seed 3" "--temperature 1.5 --top-k 0 --seed 11"; do
+    # shellcheck disable=SC2086
+    "$MHE" generate --model "$TINY" --prompt "$P" --n 24 $how > "$D/cpu.txt" 2> /dev/null
+    # shellcheck disable=SC2086
+    "$MHE" generate --model "$TINY" --prompt "$P" --n 24 $how --device cuda > "$D/dev.txt" 2> "$D/err.txt"
+    rc=$?
+    cmp -s "$D/cpu.txt" "$D/dev.txt"
+    ok=$?
+    check "generate $how: device '$(tail -c 25 "$D/dev.txt" | tr '\n' ' ')', the CPU's the same" $rc $ok
+done
+grep -q "^device KV cache: 63 tokens" "$D/err.txt"
+check "generate --device cuda sizes the device KV cache (prompt + n - 1)" 0 $?
+"$MHE" generate --model "$TINY" --prompt "x" --n 64 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
+rc=$?
+"$MHE" generate --model "$TINY" --prompt "x" --n 64 --temperature 0 > "$D/cpu.txt" 2> /dev/null
+cmp -s "$D/cpu.txt" "$D/dev.txt"
+check "generate: a 1-byte prompt, then steps to max_seq_len, as the CPU" $rc $?
+
+# refusals: a status, the reason, and no result computed elsewhere
+for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
+    # shellcheck disable=SC2086
+    "$MHE" $cmd --model "$D/taylor.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+    rc=$?
+    grep -q "attn=taylor runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
+    ok=$?
+    check "${cmd%% *} --device cuda of a taylor model: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
+done
+"$MHE" eval --model "$TINY" --data "$D/valid.txt" --indicators "$D/ind" --device cuda > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]
+check "eval --indicators --device cuda: refused" $((rc == 0)) $?
+"$MHE" eval --model "$TINY" --data "$D/valid.txt" --task cls --device cuda > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "task lm only" "$D/err.txt"
+check "eval --task cls --device cuda: refused" $((rc == 0)) $?
+"$MHE" generate --model "$TINY" --prompt "$P" --n 30 --device cuda > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "room for 25 new tokens" "$D/err.txt"
+check "generate --device cuda past max_seq_len: refused as on the CPU" $((rc == 0)) $?
+
+echo "RESULT: $passed passed, $failed failed"
+[ $failed -eq 0 ]
