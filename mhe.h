@@ -37,6 +37,16 @@
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
                            AddressSanitizer sees every overrun (their alignment
                            is then malloc's, not 64 bytes)
+     MHE_ST_MAX_HEADER     the largest safetensors JSON header a load accepts,
+                           in bytes (default 100000000, the format's own limit)
+     MHE_PROFILE           time every kernel call site (mhe_profile_*; costs a
+                           clock read per call, so for measurement only)
+     MHE_Q8_INT8_ACTIVATIONS  q8 inference also rounds activations to int8
+                           (mhe_q8_linear_fwd_i8: measured no faster and a
+                           little less exact than the default int8 x float)
+     MHE_CUDA              in a .cu file (nvcc): also include the CUDA companion
+                           mhe_cuda.cuh (training, evaluation and decoding on an
+                           NVIDIA GPU; its own top comment says what runs there)
      Threads: compile with -fopenmp to use OpenMP; without it the pragmas vanish
      and everything runs on one thread.
 
@@ -59,9 +69,11 @@
      with padding; word embeddings: vocab or HashFormers hash embeddings;
      hybrid layouts, skip, the fixed stream; Admin)   8 tokenizer and
      objectives (masked LM, labelled text sets, Shuffle+Random)
-     9 optimizer and trainer   10 checkpoints (safetensors)   11 metrics
+     9 optimizer and trainer   10 checkpoints (safetensors; q8: int8
+     weights with per-group scales, for inference)   11 metrics
      (attention-pattern indicators, thesis Tables 4.5-4.8)   12 inference
-     (KV cache, recurrent states, precomputed maps, sampling, embedded use)
+     (KV cache, recurrent states, precomputed maps, sampling, embedded use,
+     q8 kernels)   then, with MHE_CUDA, mhe_cuda.cuh (the device model)
 
    WORD MODELS (HashFormers): config embedding=hash-emb|hash-pool|hash-add|
      hash-proj, hash=md5|lsh, token_head=sr; read words into a lexicon
