@@ -2,7 +2,7 @@
 #   make              examples and tools (build/)
 #   make run          train the main example on the bundled corpus, then generate text
 #   make reproduce    the README's separation study of the attention kinds (hours; REPRO_* variables)
-#   make test         every test; ends with "N passed, N failed"
+#   make test         every test; ends with "N passed, N failed" (T=test_q8: one test)
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
@@ -88,8 +88,9 @@ reproduce: $(B)/examples/compare_attention
 	./$(B)/examples/compare_attention --steps $(REPRO_STEPS) --seeds $(REPRO_SEEDS) --d_model $(REPRO_D_MODEL) \
 	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) --out build/reproduce/compare_attention
 
+# make test T=test_q8 (or T='test_cli*', T=test_twin.py): only the tests that match
 test: all $(TESTS)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} sh tests/run.sh
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-2} MHE_TEST_ONLY='$(T)' sh tests/run.sh
 
 test-sanitize:
 	$(MAKE) B=build/san OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" OPENMP=0 CFLAGS="-DMHE_ARENA_DEBUG -DMHE_TEST_QUICK" tool-examples-tests

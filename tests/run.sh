@@ -8,8 +8,19 @@ BUILD=${MHE_TEST_BUILD:-build}
 RUNNER=${MHE_TEST_RUNNER:-}
 export MHE_BIN="${MHE_BIN:-$BUILD/mhe}"
 pass=0; fail=0; skip=0
+# MHE_TEST_ONLY (make test T=...): only the tests whose name, with or without
+# its extension, matches this shell pattern, e.g. test_q8, 'test_cli*', test_twin.py
+only() {
+    [ -z "${MHE_TEST_ONLY:-}" ] && return 0
+    n=$(basename "$1"); base=${n%.*}
+    # shellcheck disable=SC2254
+    case $n in $MHE_TEST_ONLY) return 0 ;; esac
+    case $base in $MHE_TEST_ONLY) return 0 ;; esac
+    return 1
+}
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
+    only "$t" || continue
     t0=$(date +%s)
     out=$($RUNNER "$t" 2>&1); rc=$?
     secs=$(($(date +%s) - t0))
@@ -28,6 +39,7 @@ for t in "$BUILD"/tests/test_*; do
 done
 for py in tests/*.py; do
     [ -f "$py" ] || continue
+    only "$py" || continue
     # MHE_TEST_PYTHON=0: the build's mhe cannot run them (the Windows build under wine)
     if [ "${MHE_TEST_PYTHON:-1}" = 0 ]; then echo "SKIP $py: MHE_TEST_PYTHON=0"; skip=$((skip + 1)); continue; fi
     t0=$(date +%s)
@@ -42,5 +54,8 @@ for py in tests/*.py; do
     echo "$py: $p passed, $f failed${s:+, $s skipped} ($secs s)"
     pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + ${s:-0}))
 done
+if [ $((pass + fail + skip)) -eq 0 ] && [ -n "${MHE_TEST_ONLY:-}" ]; then
+    echo "no test matches '$MHE_TEST_ONLY'"; fail=1
+fi
 if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ "$fail" -eq 0 ]
