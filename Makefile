@@ -9,6 +9,7 @@
 #   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
 #   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (see README, Reliability)
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
+#   make cuda / test-cuda  the CUDA companion built by nvcc / its kernels executed on the CPU
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -230,7 +231,7 @@ CUDA_DEPS    = mhe.h mhe_cuda.cuh $(wildcard tools/*.h)
 EMU_CXX     ?= clang++
 EMU_FLAGS    = -std=c++20 -g -I. -DMHE_CUDA_EMULATE -include tests/cuda/emu.h -Wall -Wextra -Werror
 
-cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda
+cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda $(B)/cuda/test_attn
 	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt
 
 # the tool instantiates every kernel: its ptxas report is the one the budget checks
@@ -243,7 +244,8 @@ $(B)/cuda/bench_cuda: tools/bench_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
-$(B)/cuda/test_cuda: tests/cuda/test_cuda.cpp tests/test.h $(CUDA_DEPS)
+# the emulation's test programs, built for the GPU (without one they say so and exit 3)
+$(B)/cuda/test_%: tests/cuda/test_%.cpp tests/cuda/test_device.h tests/test.h $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -x cu -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
