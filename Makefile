@@ -10,6 +10,8 @@
 #   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (see README, Reliability)
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
 #   make cuda / test-cuda  the CUDA companion built by nvcc / its kernels executed on the CPU
+#   make gpu-check OUT=DIR  on a machine with an NVIDIA GPU: the CUDA companion built, tested, sanitized,
+#                     trained against the CPU and benchmarked there; a report in DIR
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -220,6 +222,7 @@ fuzz-seeds:
 # make cuda: everything built by nvcc for sm_80 and sm_90 (+ compute_90 PTX),
 # warnings and spills as errors, then the kernels' registers and shared memory
 # checked against tools/cuda_budget.txt (nothing runs: no GPU here).
+# make gpu-check: the real run on a GPU machine (below).
 # make test-cuda: the same kernels compiled as C++ through tests/cuda/emu.h and
 # executed on the CPU (fibers in both thread orders, ThreadSanitizer, ASan +
 # UBSan), then the deliberately broken variants, which must be caught.
@@ -256,8 +259,18 @@ cuda-budget-table: $(B)/cuda/mhe
 test-cuda:
 	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
 
+# make gpu-check OUT=DIR: on a machine with an NVIDIA GPU, everything above for
+# real (tools/gpu_check.py: builds for the GPU's own architecture, the tests,
+# compute-sanitizer, the model at T = 256, training against the CPU, the
+# benchmark); a report in DIR/gpu-check.md and .json, logs in DIR/logs. The
+# script's status: 0 all passed, 1 a step failed, 3 no GPU (nothing run); make
+# turns any nonzero status into its own 2 and names it ("Error 3").
+OUT ?= build/gpu-check/report
+gpu-check:
+	@sh tools/gpu_check.sh $(OUT)
+
 clean:
 	rm -rf build
 
 .PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
-        cuda cuda-budget-table test-cuda
+        cuda cuda-budget-table test-cuda gpu-check
