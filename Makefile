@@ -9,6 +9,9 @@
 #   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
 #   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (see README, Reliability)
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
+#   make cuda / test-cuda  the CUDA companion built by nvcc / its kernels executed on the CPU
+#   make gpu-check OUT=DIR  on a machine with an NVIDIA GPU: the CUDA companion built, tested, sanitized,
+#                     trained against the CPU and benchmarked there; a report in DIR
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -234,6 +237,7 @@ fuzz-seeds:
 # make cuda: everything built by nvcc for sm_80 and sm_90 (+ compute_90 PTX),
 # warnings and spills as errors, then the kernels' registers and shared memory
 # checked against tools/cuda_budget.txt (nothing runs: no GPU here).
+# make gpu-check: the real run on a GPU machine (below).
 # make test-cuda: the same kernels compiled as C++ through tests/cuda/emu.h and
 # executed on the CPU (fibers in both thread orders, ThreadSanitizer, ASan +
 # UBSan), then the deliberately broken variants, which must be caught.
@@ -245,7 +249,7 @@ CUDA_DEPS    = mhe.h mhe_cuda.cuh $(wildcard tools/*.h)
 EMU_CXX     ?= clang++
 EMU_FLAGS    = -std=c++20 -g -I. -DMHE_CUDA_EMULATE -include tests/cuda/emu.h -Wall -Wextra -Werror
 
-cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda
+cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda $(B)/cuda/test_attn
 	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt
 
 # the tool instantiates every kernel: its ptxas report is the one the budget checks
@@ -258,7 +262,8 @@ $(B)/cuda/bench_cuda: tools/bench_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
-$(B)/cuda/test_cuda: tests/cuda/test_cuda.cpp tests/test.h $(CUDA_DEPS)
+# the emulation's test programs, built for the GPU (without one they say so and exit 3)
+$(B)/cuda/test_%: tests/cuda/test_%.cpp tests/cuda/test_device.h tests/test.h $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -x cu -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
@@ -269,8 +274,18 @@ cuda-budget-table: $(B)/cuda/mhe
 test-cuda:
 	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
 
+# make gpu-check OUT=DIR: on a machine with an NVIDIA GPU, everything above for
+# real (tools/gpu_check.py: builds for the GPU's own architecture, the tests,
+# compute-sanitizer, the model at T = 256, training against the CPU, the
+# benchmark); a report in DIR/gpu-check.md and .json, logs in DIR/logs. The
+# script's status: 0 all passed, 1 a step failed, 3 no GPU (nothing run); make
+# turns any nonzero status into its own 2 and names it ("Error 3").
+OUT ?= build/gpu-check/report
+gpu-check:
+	@sh tools/gpu_check.sh $(OUT)
+
 clean:
 	rm -rf build
 
 .PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
-        cuda cuda-budget-table test-cuda
+        cuda cuda-budget-table test-cuda gpu-check

@@ -3,7 +3,8 @@
    for mha, mhe-mul and mhe-add at L = 512 .. 8192, and training tokens/s with
    the device memory it used. Built by `make cuda` (build/cuda/bench_cuda).
    The project's machines have no GPU, so this tool has never been run on
-   one there: without a device it says so and exits 0.
+   one there: without a device it says so and exits 0; a failed call makes
+   the exit status 1 (make gpu-check runs --quick).
    usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only] */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
@@ -13,6 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* a failed call: named once, and the exit status says so (timings of a failed call mean nothing) */
+static int failures;
+static void failed(const char *what, const char *why) {
+    if (failures++ < 10)
+        fprintf(stderr, "bench_cuda: %s failed: %s\n", what, why);
+}
 
 static float *dalloc(size_t n) {
     void *p = NULL;
@@ -65,8 +73,13 @@ static void bench_gemm(int quick) {
         for (auto &s : sh) {
             float *A = dalloc((size_t)s.M * s.K), *B = dalloc((size_t)s.K * s.N), *Cm = dalloc((size_t)s.M * s.N);
             double flops = 2.0 * s.M * s.N * s.K;
-            float t0 = time_ms(quick ? 3 : 9, [&] { mhe__cu_gemm(0, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N); });
-            float t1 = time_ms(quick ? 3 : 9, [&] { mhe__cu_gemm(1, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N); });
+            auto gemm = [&](int tf32) {
+                cudaError_t e = mhe__cu_gemm(tf32, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N);
+                if (e != cudaSuccess)
+                    failed(tf32 ? "tf32 GEMM" : "simt GEMM", cudaGetErrorString(e));
+            };
+            float t0 = time_ms(quick ? 3 : 9, [&] { gemm(0); });
+            float t1 = time_ms(quick ? 3 : 9, [&] { gemm(1); });
             char label[64];
             snprintf(label, sizeof label, "C=%d %s", C, s.what);
             printf("%-28s %8.2f %8.2f   (%d x %d x %d)\n", label, flops / t0 / 1e9, flops / t1 / 1e9, s.M, s.N, s.K);
@@ -104,8 +117,14 @@ static void bench_attn(int quick) {
                 else
                     d.k_bias = kb, d.k_bias_stride = n, d.v_add = maps, gr.dk_bias = kb, gr.dv_add = maps + HD;
             }
-            res[kind][0] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_fwd(&d, o, lse, q, k, v, err); });
-            res[kind][1] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err); });
+            res[kind][0] = time_ms(quick ? 3 : 5, [&] {
+                if (mhe__cu_attn_fwd(&d, o, lse, q, k, v, err) != MHE_OK)
+                    failed("attention forward", err);
+            });
+            res[kind][1] = time_ms(quick ? 3 : 5, [&] {
+                if (mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err) != MHE_OK)
+                    failed("attention backward", err);
+            });
         }
         printf("%6d %9.2f | %8.2f %9.2f | %6.2f (%.2fx) %9.2f | %6.2f (%.2fx)\n", L, res[0][0], res[0][1], res[1][0],
                res[1][1], (res[1][0] + res[1][1]) / (res[0][0] + res[0][1]), res[2][0], res[2][1],
@@ -147,11 +166,12 @@ static int bench_train(int quick, int tf32) {
             fprintf(stderr, "bench_cuda: %s\n", t.host.err);
             return 1;
         }
-        mhe_cuda_trainer_step(&t, data, n); /* warm-up */
+        if (mhe_cuda_trainer_step(&t, data, n) != MHE_OK) /* warm-up */
+            failed("training step", t.host.err);
         cudaDeviceSynchronize();
         float ms = time_ms(quick ? 3 : 9, [&] {
             if (mhe_cuda_trainer_step(&t, data, n) != MHE_OK)
-                fprintf(stderr, "bench_cuda: %s\n", t.host.err);
+                failed("training step", t.host.err);
         });
         cudaMemGetInfo(&free1, &total);
         printf("%-8s %8.0f tokens/s  %7.1f ms/step  device memory %.1f MB (library %.1f MB)\n",
@@ -190,11 +210,19 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("device: %s (compute capability %d.%d)\n", name, major, minor);
+    int rc = 0;
     if (!only || only == 1)
         bench_gemm(quick);
     if (!only || only == 2)
         bench_attn(quick);
     if (!only || only == 3)
-        return bench_train(quick, tf32);
-    return 0;
+        rc = bench_train(quick, tf32);
+    cudaError_t e = cudaDeviceSynchronize(); /* a fault in the last kernels shows here */
+    if (e == cudaSuccess)
+        e = cudaGetLastError();
+    if (e != cudaSuccess)
+        failed("the device at exit", cudaGetErrorString(e));
+    if (failures)
+        fprintf(stderr, "bench_cuda: %d failed calls: the numbers above are not valid\n", failures);
+    return failures ? 1 : rc;
 }

@@ -284,11 +284,23 @@ struct Lane {
 #endif
 };
 
+// MHE_EMU_DEVICES=0 starts the program with no device and MHE_EMU_MEM_LIMIT=N
+// with N bytes of device memory (a test program's no-device and failed-
+// allocation paths, seen from outside); unset: one device, kDefaultMem
+inline int initial_device_count() {
+    const char *env = getenv("MHE_EMU_DEVICES");
+    return env && *env ? atoi(env) : 1;
+}
+inline size_t initial_mem_limit() {
+    const char *env = getenv("MHE_EMU_MEM_LIMIT");
+    return env && *env ? (size_t)strtoull(env, nullptr, 10) : kDefaultMem;
+}
+
 struct State {
     // test hooks and runtime bookkeeping (host side only)
-    int device_count = 1;
+    int device_count = initial_device_count();
     int device = 0;
-    size_t mem_limit = kDefaultMem;  // 0: no limit
+    size_t mem_limit = initial_mem_limit();  // 0: no limit
     size_t live_bytes = 0;
     bool no_kernel_image = false;
     long launches = 0;
@@ -1612,7 +1624,8 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 // (0) between barriers. Without a call, MHE_EMU_ORDER=reverse picks reverse.
 inline void mhe_emu_set_order(int reverse) { mhe_emu_impl::g.order = reverse ? 1 : 0; }
 
-// 0: no device; cudaGetDeviceCount and every device call fail with cudaErrorNoDevice.
+// 0: no device; cudaGetDeviceCount and every device call fail with cudaErrorNoDevice
+// (MHE_EMU_DEVICES=N sets the count the program starts with).
 inline void mhe_emu_set_device_count(int count) {
     using mhe_emu_impl::g;
     g.device_count = count > 0 ? count : 0;

@@ -8,12 +8,15 @@
 #               missing barriers)
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
-# Then tools/mhe.c built on the emulation: `mhe eval` and `mhe generate
-# --device cuda` against the same binary's CPU path (tests/cuda/cli.sh).
-# Then the harness's own teeth: the kernels rebuilt with MHE_CUDA_FAULT=1
-# (a missing barrier), 2 (a shared buffer one float short) and 3 (two mma
-# fragment registers swapped) must each be caught. Ends with
-# "RESULT: N passed, M failed".
+# test_cuda's large group (the model at T = 80, three key tiles, float32 and
+# TF32) runs once, in fibers. Then tools/mhe.c built on the emulation: `mhe
+# eval` and `mhe generate --device cuda` against the same binary's CPU path
+# (tests/cuda/cli.sh). Then the programs' own failure paths: without a device
+# one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
+# failed call named (MHE_EMU_MEM_LIMIT). Then the harness's own teeth: the
+# kernels rebuilt with MHE_CUDA_FAULT=1 (a missing barrier), 2 (a shared
+# buffer one float short) and 3 (two mma fragment registers swapped) must each
+# be caught. Ends with "RESULT: N passed, M failed".
 set -u
 B=${B:-build/emu}
 EMU_CXX=${EMU_CXX:-clang++}
@@ -83,6 +86,8 @@ for prog in test_emu test_attn test_cuda; do
     done
     [ -x "$B/$prog.fibers" ] && run "$prog fibers" env MHE_EMU_ORDER=forward "$B/$prog.fibers"
     [ -x "$B/$prog.fibers" ] && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
+    # the model at T = 80 (three key tiles), float32 and TF32: once, it takes seconds
+    [ $prog = test_cuda ] && [ -x "$B/$prog.fibers" ] && run "$prog large, fibers" "$B/$prog.fibers" large
     # the sanitizer runs skip the long training and decoding groups: their kernels are those of the model group and test_attn
     if [ $prog = test_cuda ]; then
         groups="gemm tf32 norm elementwise model errors"  # decoding's core (Tq = 1) is in test_attn; errors prefills
@@ -108,6 +113,30 @@ if $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA -x c++ -o "$B/mhe.fibers" tools/mhe.c tool
 else
     bad "build tools/mhe.c on the emulation"
 fi
+
+# the programs' own failures: no device is one line and status 3 (a GPU
+# machine's check tells it from a failure); a failed allocation names itself
+echo "== no device, failed allocation"
+for prog in test_cuda test_attn; do
+    [ -x "$B/$prog.fibers" ] || continue
+    out=$(MHE_EMU_DEVICES=0 "$B/$prog.fibers" 2>&1)
+    rc=$?
+    if [ $rc -eq 3 ] && [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] && printf '%s\n' "$out" | grep -q "^$prog: no CUDA device"; then
+        ok "$prog without a device: one line, exit 3"
+    else
+        printf '%s\n' "$out" | tail -n 5
+        bad "$prog without a device (exit $rc)"
+    fi
+    out=$(MHE_EMU_MEM_LIMIT=1000 "$B/$prog.fibers" 2>&1)
+    rc=$?
+    if [ $rc -eq 1 ] && printf '%s\n' "$out" | grep -q "^FAIL $prog: cudaMalloc of [0-9]* bytes: out of memory" &&
+        printf '%s\n' "$out" | grep -q '^RESULT:'; then
+        ok "$prog out of device memory: the call named, exit 1"
+    else
+        printf '%s\n' "$out" | tail -n 5
+        bad "$prog out of device memory was not reported (exit $rc)"
+    fi
+done
 
 # the harness catches broken kernels
 echo "== broken variants (each must be caught)"

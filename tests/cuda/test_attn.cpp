@@ -15,13 +15,16 @@
    Gradients are added into buffers that start non-zero, as the model's do.
    Errors (dropout, a head past 256 columns, a group past shared memory) are
    statuses, never launches. Run by tests/cuda/run.sh in every emulation
-   mode. */
+   mode; built by nvcc (make cuda) it runs on the GPU (no device: one line,
+   exit status 3). `test_attn quick`: one case of each kind and path, for
+   the slow tools (compute-sanitizer). */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
 #define MHE_CUDA
 #endif
 #include "mhe.h"
 #include "tests/test.h"
+#include "tests/cuda/test_device.h"
 #include <vector>
 
 typedef std::vector<float> vec;
@@ -37,15 +40,14 @@ static vec randn(size_t n, float s) {
 
 /* a device copy of h (one spare element, so that an empty vector still gets its own allocation) */
 template <typename T> static T *dev(const std::vector<T> &h) {
-    void *d = NULL;
-    cudaMalloc(&d, h.size() * sizeof(T) + sizeof(T));
-    cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return (T *)d;
+    T *d = test_dev_alloc<T>(h.size() * sizeof(T) + sizeof(T));
+    test_copy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
 }
 
 static vec back(const float *d, size_t n) {
     vec h(n);
-    cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    test_copy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
     return h;
 }
 
@@ -321,41 +323,57 @@ static void limits(void) {
     }
 }
 
-int main(void) {
-    mhe_rng_seed(&rng, 9);
+/* the cases: B n n_kv Tq Tk d_h causal padding maps, and 1 when `quick` runs it too */
+static const struct {
+    int B, n, n_kv, Tq, Tk, dh, causal, pad, maps, quick;
+} cases[] = {
     /* the general core: mha, gqa, mqa, one head (sha); self and cross, causal and not */
-    one(2, 4, 4, 37, 37, 16, 1, NOPAD, PLAIN);
-    one(2, 1, 1, 37, 37, 16, 1, PAD, PLAIN);
-    one(2, 4, 4, 37, 37, 16, 0, PAD, PLAIN);
-    one(2, 6, 2, 37, 37, 40, 1, NOPAD, PLAIN);
-    one(2, 4, 2, 37, 37, 64, 1, PAD, PLAIN);
-    one(2, 4, 1, 19, 45, 24, 0, PAD, PLAIN);
-    one(2, 4, 2, 19, 45, 40, 1, NOPAD, PLAIN);
-    one(2, 4, 4, 37, 37, 16, 0, PAD_EMPTY, PLAIN);
-    one(1, 2, 2, 23, 23, 130, 1, NOPAD, PLAIN);
-    one(1, 4, 2, 19, 45, 130, 0, PAD, PLAIN);
-    one(1, 4, 1, 9, 9, 256, 1, NOPAD, PLAIN); /* past 48 KiB of shared memory: the opt-in launch */
+    {2, 4, 4, 37, 37, 16, 1, NOPAD, PLAIN, 1},
+    {2, 1, 1, 37, 37, 16, 1, PAD, PLAIN, 0},
+    {2, 4, 4, 37, 37, 16, 0, PAD, PLAIN, 0},
+    {2, 6, 2, 37, 37, 40, 1, NOPAD, PLAIN, 0},
+    {2, 4, 2, 37, 37, 64, 1, PAD, PLAIN, 1},
+    {2, 4, 1, 19, 45, 24, 0, PAD, PLAIN, 0},
+    {2, 4, 2, 19, 45, 40, 1, NOPAD, PLAIN, 1},
+    {2, 4, 4, 37, 37, 16, 0, PAD_EMPTY, PLAIN, 0},
+    {1, 2, 2, 23, 23, 130, 1, NOPAD, PLAIN, 0},
+    {1, 4, 2, 19, 45, 130, 0, PAD, PLAIN, 0},
+    {1, 4, 1, 9, 9, 256, 1, NOPAD, PLAIN, 1}, /* past 48 KiB of shared memory: the opt-in launch */
     /* decoding: one query at position Tk - 1 */
-    one(2, 4, 2, 1, 45, 16, 1, NOPAD, PLAIN);
-    one(2, 4, 4, 1, 45, 64, 1, PAD, PLAIN);
+    {2, 4, 2, 1, 45, 16, 1, NOPAD, PLAIN, 0},
+    {2, 4, 4, 1, 45, 64, 1, PAD, PLAIN, 1},
     /* MHE-MUL stacked */
-    one(2, 4, 1, 37, 37, 16, 1, NOPAD, MUL);
-    one(2, 6, 1, 19, 45, 24, 0, PAD, MUL);
-    one(2, 4, 1, 37, 37, 64, 0, NOPAD, MUL);
-    one(1, 4, 1, 23, 23, 130, 1, NOPAD, MUL);
-    one(2, 4, 1, 1, 45, 16, 1, PAD, MUL);
+    {2, 4, 1, 37, 37, 16, 1, NOPAD, MUL, 0},
+    {2, 6, 1, 19, 45, 24, 0, PAD, MUL, 1},
+    {2, 4, 1, 37, 37, 64, 0, NOPAD, MUL, 0},
+    {1, 4, 1, 23, 23, 130, 1, NOPAD, MUL, 0},
+    {2, 4, 1, 1, 45, 16, 1, PAD, MUL, 0},
     /* MHE-ADD: the maps (fused path), and the shared scores with the key-bias table */
-    one(2, 4, 1, 37, 37, 16, 1, NOPAD, ADDMAP);
-    one(2, 4, 1, 37, 37, 16, 1, PAD, ADDK);
-    one(2, 6, 1, 19, 45, 40, 0, NOPAD, ADDK);
-    one(2, 4, 1, 37, 37, 16, 1, NOPAD, ADDKB);
-    one(2, 6, 1, 19, 45, 64, 0, PAD, ADDKB);
-    one(2, 4, 1, 1, 45, 16, 1, NOPAD, ADDKB);
+    {2, 4, 1, 37, 37, 16, 1, NOPAD, ADDMAP, 0},
+    {2, 4, 1, 37, 37, 16, 1, PAD, ADDK, 1},
+    {2, 6, 1, 19, 45, 40, 0, NOPAD, ADDK, 0},
+    {2, 4, 1, 37, 37, 16, 1, NOPAD, ADDKB, 0},
+    {2, 6, 1, 19, 45, 64, 0, PAD, ADDKB, 1},
+    {2, 4, 1, 1, 45, 16, 1, NOPAD, ADDKB, 0},
     /* collab */
-    one(2, 4, 1, 37, 37, 16, 1, NOPAD, COLLAB);
-    one(2, 6, 1, 19, 45, 40, 0, PAD, COLLAB);
-    one(2, 4, 1, 1, 45, 16, 1, NOPAD, COLLAB);
+    {2, 4, 1, 37, 37, 16, 1, NOPAD, COLLAB, 0},
+    {2, 6, 1, 19, 45, 40, 0, PAD, COLLAB, 1},
+    {2, 4, 1, 1, 45, 16, 1, NOPAD, COLLAB, 0},
+};
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "quick");
+    if (argc > 1 && !quick) {
+        printf("usage: test_attn [quick]\n");
+        return 2;
+    }
+    test_device_or_exit("test_attn");
+    mhe_rng_seed(&rng, 9);
+    for (const auto &c : cases)
+        if (c.quick || !quick)
+            one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
     limits();
+    test_device_settled(quick ? "quick" : "attention");
     printf("attn: %d passed, %d failed\n", test_pass_count, test_fail_count);
     return TEST_END();
 }

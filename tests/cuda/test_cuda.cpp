@@ -4,15 +4,19 @@
 
    Built by `make test-cuda` in four ways: fibers in forward and in reversed
    thread order, threads under ThreadSanitizer, threads under ASan + UBSan.
-   An argument runs one group (gemm, tf32, norm, elementwise, model, train,
-   decode, prefill, eval, errors); the fault builds (MHE_CUDA_FAULT) run one
-   group each. */
+   An argument runs one group (gemm, tf32, norm, elementwise, model, large,
+   train, decode, prefill, eval, errors); the fault builds (MHE_CUDA_FAULT)
+   run one group each. Built by nvcc (make cuda) it runs on the GPU; without
+   a device it says so in one line and exits with status 3
+   (tests/cuda/test_device.h). */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
 #define MHE_CUDA
 #endif
 #include "mhe.h"
 #include "tests/test.h"
+#include "tests/cuda/test_device.h"
+#include <algorithm>
 #include <stdlib.h>
 #include <vector>
 
@@ -26,16 +30,14 @@ static std::vector<float> randn(size_t n, float s) {
 }
 
 template <typename T> static T *dev(const std::vector<T> &h) {
-    void *d = NULL;
-    if (cudaMalloc(&d, h.size() * sizeof(T) + 4) != cudaSuccess)
-        abort();
-    cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return (T *)d;
+    T *d = test_dev_alloc<T>(h.size() * sizeof(T) + 4);
+    test_copy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return d;
 }
 
 template <typename T> static std::vector<T> host(const T *d, size_t n) {
     std::vector<T> h(n);
-    cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
+    test_copy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
     return h;
 }
 
@@ -250,13 +252,30 @@ static mhe_config small_config(int kind, int arch, int post, int norm, int act) 
 static const int device_kinds[] = {MHE_ATTN_MHA,     MHE_ATTN_SHA,     MHE_ATTN_MQA,    MHE_ATTN_GQA,   MHE_ATTN_SKV,
                                    MHE_ATTN_EL_ATT,  MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL, MHE_ATTN_COLLAB};
 
-/* one forward and backward on both sides: loss, logits and every gradient */
-static void compare_step(const mhe_config *cfg, const char *what) {
+/* how far a device step may be from the CPU's: the loss (relative), the
+   logits and each gradient tensor (max error over the tensor's largest value) */
+struct step_tol {
+    double loss, logits, grad;
+};
+
+/* the worst a device step was, for the summary line */
+struct step_err {
+    double loss, logits, grad;
+    char grad_name[MHE_NAME_LEN];
+};
+
+static const step_tol fp32_tol = {1e-5, 1e-5, 2e-4};
+
+/* one forward and backward on both sides: loss, logits and every gradient.
+   The device runs once per precision (tf32 = 0, then 1 when n_prec is 2),
+   each against the same CPU step; tol[p] bounds precision p. With summary,
+   one line per precision says the worst errors (the GPU check reads it). */
+static void compare_step(const mhe_config *cfg, const char *what, int B, int T, const step_tol *tol, int n_prec,
+                         int summary) {
     mhe_model m;
-    mhe_cuda_model g;
-    int B = 2, T = 19, V = cfg->vocab_size;
+    int V = cfg->vocab_size;
     std::vector<int> tok(B * T), tgt(B * T);
-    float loss_cpu = 0, loss_dev = 0;
+    float loss_cpu = 0;
     if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
         CHECK(0, "%s: model init: %s", what, m.err);
         return;
@@ -265,49 +284,64 @@ static void compare_step(const mhe_config *cfg, const char *what) {
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
         tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
     }
-    mhe_status st = mhe_cuda_model_init(&g, &m, 0);
-    CHECK(st == MHE_OK, "%s: device init: %s", what, g.err);
-    if (st != MHE_OK) {
-        mhe_model_free(&m);
-        return;
-    }
     mhe_model_zero_grad(&m);
     mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
     std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
     mhe_model_backward(&m);
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
-    st = mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
-    if (st == MHE_OK)
-        st = mhe_cuda_model_backward(&g);
-    CHECK(st == MHE_OK, "%s: device step: %s", what, g.err);
-    CHECK_CLOSE(loss_dev, loss_cpu, 1e-5, 1e-5, "%s: loss %.7f vs CPU %.7f", what, (double)loss_dev, (double)loss_cpu);
-    std::vector<float> logits_dev(logits_cpu.size());
-    mhe_cuda_model_logits(&g, logits_dev.data());
-    CHECK(rel_err(logits_dev, logits_cpu) < 1e-5, "%s: logits rel err %.3g", what, rel_err(logits_dev, logits_cpu));
-    mhe_cuda_model_grads(&g);
-    int bad = 0;
     double gmax = 0;
     for (float x : grad_cpu)
         gmax = fabs(x) > gmax ? fabs(x) : gmax;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const mhe_tensor *p = &m.params[i];
-        size_t off = (size_t)(p->data - m.param_data);
-        std::vector<float> a(m.grad_data + off, m.grad_data + off + p->size),
-            b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + p->size));
-        double e = rel_err(a, b), mx = 0;
-        for (float x : b)
-            mx = fabs(x) > mx ? fabs(x) : mx;
-        /* a gradient that is zero in exact arithmetic (MHE-ADD's key bias: it shifts whole score
-           rows) is rounding noise on both sides: compared against the model's gradient scale */
-        if (mx < 1e-3 * gmax)
-            e = e * mx / (1e-3 * gmax);
-        if (!(e < 2e-4)) {
-            bad++;
-            printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", what, p->name, e, mx);
+    for (int p = 0; p < n_prec; p++) {
+        mhe_cuda_model g;
+        float loss_dev = 0;
+        step_err worst = {0, 0, 0, ""};
+        char w[200];
+        snprintf(w, sizeof w, "%s%s", what, n_prec > 1 ? (p ? " tf32" : " fp32") : "");
+        mhe_status st = mhe_cuda_model_init(&g, &m, p);
+        CHECK(st == MHE_OK, "%s: device init: %s", w, g.err);
+        if (st != MHE_OK)
+            continue;
+        st = mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_backward(&g);
+        CHECK(st == MHE_OK, "%s: device step: %s", w, g.err);
+        worst.loss = fabs((double)loss_dev - loss_cpu) / fabs((double)loss_cpu);
+        CHECK_CLOSE(loss_dev, loss_cpu, tol[p].loss, tol[p].loss, "%s: loss %.7f vs CPU %.7f", w, (double)loss_dev,
+                    (double)loss_cpu);
+        std::vector<float> logits_dev(logits_cpu.size());
+        mhe_cuda_model_logits(&g, logits_dev.data());
+        worst.logits = rel_err(logits_dev, logits_cpu);
+        CHECK(worst.logits < tol[p].logits, "%s: logits rel err %.3g (bound %.3g)", w, worst.logits, tol[p].logits);
+        mhe_cuda_model_grads(&g); /* into m.grad_data: the CPU's are in grad_cpu */
+        int bad = 0;
+        for (int i = 0; i < m.n_tensors; i++) {
+            const mhe_tensor *t = &m.params[i];
+            size_t off = (size_t)(t->data - m.param_data);
+            std::vector<float> a(m.grad_data + off, m.grad_data + off + t->size),
+                b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + t->size));
+            double e = rel_err(a, b), mx = 0;
+            for (float x : b)
+                mx = fabs(x) > mx ? fabs(x) : mx;
+            /* a gradient that is zero in exact arithmetic (MHE-ADD's key bias: it shifts whole score
+               rows) is rounding noise on both sides: compared against the model's gradient scale */
+            if (mx < 1e-3 * gmax)
+                e = e * mx / (1e-3 * gmax);
+            if (!(e <= worst.grad)) {
+                worst.grad = e == e ? e : 1e30;
+                snprintf(worst.grad_name, sizeof worst.grad_name, "%s", t->name);
+            }
+            if (!(e < tol[p].grad)) {
+                bad++;
+                printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", w, t->name, e, mx);
+            }
         }
+        CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's (bound %.3g)", w, bad, m.n_tensors, tol[p].grad);
+        if (summary)
+            printf("%s: loss %.2g logits %.2g gradient %.2g (%s); bounds %.2g %.2g %.2g\n", w, worst.loss, worst.logits,
+                   worst.grad, worst.grad_name, tol[p].loss, tol[p].logits, tol[p].grad);
+        mhe_cuda_model_free(&g);
     }
-    CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
-    mhe_cuda_model_free(&g);
     mhe_model_free(&m);
 }
 
@@ -316,17 +350,53 @@ static void test_model(void) {
     for (int kind : device_kinds) {
         mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         snprintf(what, sizeof what, "decoder %s", mhe_attn_kind_name(kind));
-        compare_step(&c, what);
+        compare_step(&c, what, 2, 19, &fp32_tol, 1, 0);
     }
     {
         mhe_config c = small_config(MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER, 1, MHE_NORM_RMSNORM, MHE_ACT_SILU);
         c.bias = 0;
         c.tie_embeddings = 0;
-        compare_step(&c, "post-norm rmsnorm silu, no biases, untied head");
+        compare_step(&c, "post-norm rmsnorm silu, no biases, untied head", 2, 19, &fp32_tol, 1, 0);
     }
     {
         mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
-        compare_step(&c, "encoder (masked LM) mhe-add");
+        compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
+    }
+}
+
+/* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
+
+/* Every device kind in both layers of a pre-norm decoder with d_model D, 4
+   heads of D/4, d_ff 4D, 256 bytes of vocabulary, B = 2 sequences of T: at
+   T = 256 the attention runs 8 tiles of 32 keys, so the online softmax
+   rescales across tiles in every kernel, forward and backward. The bounds:
+   float32 as the small model's, but the gradients twice as loose (sums of
+   512 rows and 1024 columns instead of 38 and 100). TF32 rounds each GEMM
+   input to 10 explicit mantissa bits, a relative error up to u = 2^-11;
+   a product carries 2u, a dot product of random-signed terms about that
+   relative to its scale, and the errors of the GEMMs in a chain add: about
+   ten GEMMs lead to a logit, twice that to a gradient, while the loss
+   averages B*T tokens' errors. The emulation (the same rounding) measured at
+   T = 256, D = 256 at most 0.01u on the loss, 1.4u on the logits and 3u on
+   the gradients; the bounds leave room for the tensor cores' own
+   accumulation: loss u, logits 8u, gradients 32u. */
+static void test_large(int T, int D) {
+    const double u = 1.0 / 2048;
+    const step_tol tol[2] = {{1e-5, 1e-5, 4e-4}, {u, 8 * u, 32 * u}};
+    char what[128];
+    for (int kind : device_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.vocab_size = 256;
+        c.d_model = D;
+        c.n_heads = 4;
+        c.d_head = D / 4;
+        c.d_ff = 4 * D;
+        c.max_seq_len = T;
+        c.collab_dim = D / 4 + 16; /* query/key width unlike the heads' */
+        for (int l = 0; l < c.n_layers; l++)
+            c.attn[l] = kind;
+        snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
+        compare_step(&c, what, 2, T, tol, 2, 1);
     }
 }
 
@@ -661,6 +731,7 @@ static void test_errors(void) {
         CHECK(0, "init within the memory limit: %s", g.err);
     }
     mhe_emu_set_mem_limit(0);
+    cudaGetLastError(); /* the errors provoked above are not left for test_device_settled */
 #endif
 
     {
@@ -732,29 +803,63 @@ static void test_errors(void) {
     mhe_model_free(&m);
 }
 
+/* name is one of the comma-separated groups in list */
+static int in_list(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+        if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+            return 1;
+    return 0;
+}
+
+/* test_cuda [GROUP[,GROUP...] [T D]]: all groups, or those named; large takes
+   its size (default T = 256, d_model = 256; in the emulation 80 and 64, three
+   key tiles, about ten seconds, and only when named: tests/cuda/run.sh runs
+   it once) */
 int main(int argc, char **argv) {
+    static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",
+                                         "large", "train", "decode", "errors"};
     const char *only = argc > 1 ? argv[1] : "";
+#ifdef MHE_CUDA_EMULATE
+    int large_T = 80, large_D = 64;
+#else
+    int large_T = 256, large_D = 256;
+#endif
+    if (argc > 3) {
+        large_T = atoi(argv[2]);
+        large_D = atoi(argv[3]);
+    }
+    int named = 0;
+    for (const char *g : groups)
+        named += in_list(only, g);
+    if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
+        large_T < 1 || large_D < 4 || large_D % 4) {
+        printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model large train "
+               "decode errors (large: T >= 1, D a multiple of 4)\n");
+        return 2;
+    }
+    test_device_or_exit("test_cuda");
     mhe_rng_seed(&test_rng, 42);
-#define GROUP(name) (!*only || !strcmp(only, name))
-    if (GROUP("gemm"))
-        test_gemm(0);
-    if (GROUP("tf32"))
-        test_gemm(1);
-    if (GROUP("norm"))
-        test_norm();
-    if (GROUP("elementwise"))
-        test_elementwise();
-    if (GROUP("model"))
-        test_model();
-    if (GROUP("train"))
-        test_train();
-    if (GROUP("decode"))
-        test_decode();
-    if (GROUP("prefill"))
-        test_prefill();
-    if (GROUP("eval"))
-        test_eval();
-    if (GROUP("errors"))
-        test_errors();
+#ifdef MHE_CUDA_EMULATE
+#define GROUP(name) (*only ? in_list(only, name) : strcmp(name, "large") != 0)
+#else
+#define GROUP(name) (!*only || in_list(only, name))
+#endif
+#define RUN(name, call)                                                                                                \
+    if (GROUP(name)) {                                                                                                 \
+        call;                                                                                                          \
+        test_device_settled(name);                                                                                     \
+    }
+    RUN("gemm", test_gemm(0));
+    RUN("tf32", test_gemm(1));
+    RUN("norm", test_norm());
+    RUN("elementwise", test_elementwise());
+    RUN("model", test_model());
+    RUN("large", test_large(large_T, large_D));
+    RUN("train", test_train());
+    RUN("decode", test_decode());
+    RUN("prefill", test_prefill());
+    RUN("eval", test_eval());
+    RUN("errors", test_errors());
     return TEST_END();
 }

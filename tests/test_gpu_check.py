@@ -1,0 +1,384 @@
+"""make gpu-check (tools/gpu_check.py) on a machine without a GPU.
+
+The real run needs an NVIDIA GPU; what can be checked here is checked here:
+  - without a GPU (no nvidia-smi, one that fails, one that lists nothing) it
+    says so in one line, exits 3 and builds nothing; make gpu-check too
+  - --dry-run: the whole step machinery with stub commands: every step, its
+    log, the parsers, the loss-curve comparison, the markdown and JSON report
+    (json.tool must accept it); then with steps that fail, hang past their
+    limit, a failed build retried, curves that drift: exit 1, each failure
+    reported with its log tail, the later steps still run, the hung step's
+    processes gone
+  - a time budget that runs out: the rest skipped, exit 1
+  - a run stopped by SIGTERM: the report says interrupted; while a step runs,
+    the report on disk already lists the steps done and the one running
+  - the parsers against the programs' own printf formats (bench_cuda.cu,
+    test_cuda.cpp) and a real CPU `mhe train` run with its batch dump
+  - the curve comparison's bounds on synthetic curves: each can fail
+"""
+import json
+import math
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import mhetest  # noqa: E402
+from mhetest import check  # noqa: E402
+
+REPO = mhetest.REPO
+SCRIPT = os.path.join(REPO, "tools", "gpu_check.py")
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import gpu_check  # noqa: E402
+
+TMP = mhetest.tmpdir("mhe_gpu_check_")
+
+
+def run(args, env=None, timeout=120, wrapper=False):
+    e = dict(os.environ)
+    for k in ("GPU_CHECK_STUB_FAIL", "GPU_CHECK_STUB_HANG", "GPU_CHECK_STUB_DRIFT", "GPU_CHECK_STUB_TIMEOUT",
+              "GPU_CHECK_STUB_HANG_S"):
+        e.pop(k, None)
+    e.update(env or {})
+    cmd = (["sh", os.path.join(REPO, "tools", "gpu_check.sh")] if wrapper else [sys.executable, SCRIPT]) + args
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout, cwd=REPO)
+    return p.returncode, p.stdout, p.stderr
+
+
+def fake_smi(name, body):
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\n" + body + "\n")
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+    return path
+
+
+def load(out):
+    with open(os.path.join(out, "gpu-check.json")) as f:
+        return json.load(f)
+
+
+def json_tool_ok(out):
+    p = subprocess.run([sys.executable, "-m", "json.tool", os.path.join(out, "gpu-check.json")], capture_output=True)
+    return p.returncode == 0
+
+
+def steps(rep):
+    return {s["key"]: s for s in rep["steps"]}
+
+
+def procs_with(text):
+    """pids whose command line mentions text (the stubs name the run's directory)"""
+    found = []
+    if not os.path.isdir("/proc"):
+        return found
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def no_gpu():
+    missing = os.path.join(TMP, "no-such-nvidia-smi")
+    cases = [("no nvidia-smi", missing, "nvidia-smi: not found"),
+             ("nvidia-smi fails", fake_smi("smi_fail", "echo \"NVIDIA-SMI has failed because it couldn't "
+                                           "communicate with the NVIDIA driver.\"; exit 9"),
+              "couldn't communicate with the NVIDIA driver"),
+             ("nvidia-smi lists nothing", fake_smi("smi_empty", "exit 0"), "no GPU listed")]
+    for i, (what, smi, says) in enumerate(cases):
+        out = os.path.join(TMP, "nogpu%d" % i)
+        for wrapper in (False, True):
+            rc, so, se = run([out], {"MHE_NVIDIA_SMI": smi}, wrapper=wrapper)
+            lines = so.splitlines()
+            how = "tools/gpu_check.sh" if wrapper else "gpu_check.py"
+            check(rc == gpu_check.NO_GPU, "%s, %s: exit %d (want 3): %s %s" % (what, how, rc, so, se))
+            check(len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here (") and says in lines[0]
+                  and lines[0].endswith("nothing run") and not se,
+                  "%s, %s: one line naming the cause: %r %r" % (what, how, so, se))
+        check(not os.path.exists(os.path.join(out, "logs")), "%s: nothing run (no logs)" % what)
+        rep = load(out)
+        check(rep["status"] == "no-gpu" and says in rep["reason"], "%s: the report says no-gpu: %s" % (what, rep))
+    # a fake nvidia-smi that does list a GPU is not "no GPU" (the check would start): --only with no step
+    ok = fake_smi("smi_ok", "echo 'NVIDIA H100 80GB HBM3, 9.0, 580.65.06, 81559 MiB'")
+    gpu = None
+    os.environ["MHE_NVIDIA_SMI"] = ok
+    try:
+        gpu = gpu_check.query_gpu()
+    finally:
+        del os.environ["MHE_NVIDIA_SMI"]
+    check(gpu and gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["compute_capability"] == "9.0"
+          and gpu["driver"] == "580.65.06", "nvidia-smi's line read: %s" % gpu)
+    if subprocess.run(["make", "--version"], capture_output=True).returncode == 0:
+        out = os.path.join(TMP, "nogpu_make")
+        e = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        e["MHE_NVIDIA_SMI"] = missing
+        p = subprocess.run(["make", "-s", "gpu-check", "OUT=" + out], capture_output=True, text=True, env=e, cwd=REPO,
+                           timeout=60)
+        check(p.returncode != 0 and p.stdout.startswith("gpu-check: no NVIDIA GPU here") and
+              len(p.stdout.splitlines()) == 1 and "Error 3" in p.stderr,
+              "make gpu-check without a GPU: the line, and make names status 3: %r %r" % (p.stdout, p.stderr))
+
+
+def dry_run_pass():
+    out = os.path.join(TMP, "dry")
+    rc, so, se = run(["--dry-run", out])
+    check(rc == 0, "dry run: exit %d\n%s%s" % (rc, so[-2000:], se[-2000:]))
+    check(json_tool_ok(out), "dry run: python3 -m json.tool accepts gpu-check.json")
+    rep = load(out)
+    st = steps(rep)
+    want = ["environment", "build", "build-relaxed", "budget", "test_cuda-gemm", "test_cuda-tf32", "test_cuda-norm",
+            "test_cuda-elementwise", "test_cuda-model", "test_cuda-train", "test_cuda-decode", "test_cuda-prefill",
+            "test_cuda-eval", "test_cuda-errors", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32", "train-compare", "bench",
+            "memcheck-test_attn", "memcheck-test_cuda", "racecheck-test_attn", "racecheck-test_cuda",
+            "synccheck-test_attn", "synccheck-test_cuda"]
+    check(list(st) == want, "dry run: the steps in order: %s" % list(st))
+    check(rep["status"] == "pass" and rep["failed"] == [], "dry run: status pass: %s %s" % (rep["status"],
+                                                                                            rep["failed"]))
+    check(all(s["status"] == "pass" for k, s in st.items() if k != "build-relaxed") and
+          st["build-relaxed"]["status"] == "not needed", "dry run: every step passed")
+    check(all(os.path.getsize(os.path.join(out, s["log"])) > 0 for k, s in st.items() if k != "build-relaxed"),
+          "dry run: every step has a log")
+    n = st["large"]["numbers"]
+    check(n.get("T") == 256 and n.get("fp32_kinds") == 9 and n.get("tf32_kinds") == 9 and
+          abs(n.get("tf32_max_logits", 0) - 4.8e-4) < 1e-9, "dry run: large's numbers: %s" % n)
+    n = st["bench"]["numbers"]
+    check(n.get("gemm_best_tf32_tflops") == 80.11 and n.get("attn_L512_mha_ms") == [0.41, 1.22] and
+          n.get("train_mhe_mul_tokens_per_s") == 655000, "dry run: bench's numbers: %s" % n)
+    n = st["train-compare"]["numbers"]
+    check(n.get("fp32_final_rel", 1) < 1e-4 and n.get("tf32_final_rel", 1) < 1e-3 and "fp32_final_cpu" in n,
+          "dry run: curve numbers: %s" % n)
+    check(st["test_cuda-gemm"]["numbers"] == {"passed": 40, "failed": 0}, "dry run: test counts")
+    check(st["train-cpu"]["started_s"] <= st["test_cuda-gemm"]["started_s"] < st["train-gpu"]["started_s"],
+          "dry run: the CPU's training starts beside the GPU tests, right after the build")
+    with open(os.path.join(out, "gpu-check.md")) as f:
+        md = f.read()
+    check("**PASS" in md and md.count("\n| ") >= len(want) + 10 and "## Training, CPU against GPU" in md and
+          "## Failures" not in md, "dry run: the markdown report")
+    with open(os.path.join(out, "train_losses.csv")) as f:
+        rows = f.read().splitlines()
+    check(rows[0] == "step,cpu,gpu_fp32,gpu_tf32" and len(rows) == gpu_check.TRAIN_STEPS + 1,
+          "dry run: train_losses.csv, %d rows" % len(rows))
+
+
+def dry_run_failures():
+    out = os.path.join(TMP, "dryfail")
+    env = {"GPU_CHECK_STUB_FAIL": "build,test_cuda-tf32,large,memcheck-test_attn", "GPU_CHECK_STUB_HANG": "bench",
+           "GPU_CHECK_STUB_TIMEOUT": "2", "GPU_CHECK_STUB_HANG_S": "30", "GPU_CHECK_STUB_DRIFT": "0.05"}
+    t0 = time.monotonic()
+    rc, so, se = run(["--dry-run", out], env)
+    secs = time.monotonic() - t0
+    check(rc == 1, "failures: exit %d (want 1)\n%s%s" % (rc, so[-2000:], se[-2000:]))
+    check(json_tool_ok(out), "failures: json.tool accepts the report")
+    rep = load(out)
+    st = steps(rep)
+    want = {"build": "fail", "build-relaxed": "pass", "budget": "skipped", "test_cuda-gemm": "pass",
+            "test_cuda-tf32": "fail", "large": "fail", "train-compare": "fail", "bench": "timeout",
+            "memcheck-test_attn": "fail", "memcheck-test_cuda": "pass", "synccheck-test_cuda": "pass"}
+    got = {k: st[k]["status"] for k in want}
+    check(got == want, "failures: statuses %s" % got)
+    check(rep["status"] == "fail" and set(rep["failed"]) == {k for k, v in want.items() if v not in ("pass",)},
+          "failures: the failed list %s" % rep["failed"])
+    check("rel err 0.5" in st["test_cuda-tf32"]["summary"], "failures: the FAIL line in the summary: %s" %
+          st["test_cuda-tf32"]["summary"])
+    check("FAIL fp32: " in st["train-compare"]["summary"] and st["train-compare"]["numbers"]["fp32_max_rel"] > 0.04,
+          "failures: curve drift named: %s" % st["train-compare"]["summary"])
+    check(1.5 <= st["bench"]["seconds"] < 10 and secs < 120, "failures: the hung step stopped at its limit (%.1f s)" %
+          st["bench"]["seconds"])
+    check(not procs_with(out), "failures: no process of the run is left")
+    with open(os.path.join(out, "gpu-check.md")) as f:
+        md = f.read()
+    check("**FAIL: " in md and "## Failures" in md and "### test_cuda tf32: fail" in md and
+          "FAIL tests/cuda/test_cuda.cpp:101: tf32 stub" in md and "### bench_cuda --quick: timeout" in md,
+          "failures: the markdown names each failure with its log tail")
+
+
+def budget_and_signal():
+    out = os.path.join(TMP, "budget")
+    rc, so, se = run(["--dry-run", "--budget", "11", "--only", "environment,build,test_cuda-gemm,test_attn", out],
+                     {"GPU_CHECK_STUB_HANG": "environment", "GPU_CHECK_STUB_HANG_S": "30"})
+    st = steps(load(out))
+    check(rc == 1 and st["environment"]["status"] == "timeout" and st["build"]["status"] == "skipped" and
+          "no time left" in st["build"]["summary"] and st["build-relaxed"]["status"] == "not needed" and
+          st["test_attn"]["status"] == "skipped", "budget: the rest skipped, exit %d: %s" %
+          (rc, {k: (v["status"], v["summary"]) for k, v in st.items()}))
+
+    out = os.path.join(TMP, "signal")
+    env = dict(os.environ, GPU_CHECK_STUB_HANG="test_cuda-model", GPU_CHECK_STUB_HANG_S="30",
+               GPU_CHECK_STUB_TIMEOUT="60")
+    p = subprocess.Popen([sys.executable, SCRIPT, "--dry-run", "--only", "environment,test_cuda-model,test_attn", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    running = None
+    for _ in range(300):  # the report says running, and the stub has started
+        try:
+            st = steps(load(out))
+            with open(os.path.join(out, "logs", "test_cuda-model.log")) as f:
+                started = "hanging" in f.read()
+            if st["test_cuda-model"]["status"] == "running" and started:
+                running = st
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.1)
+    with open(os.path.join(out, "gpu-check.md")) as f:
+        md = f.read()
+    check(running is not None and running["environment"]["status"] == "pass" and
+          running["test_attn"]["status"] == "pending" and "INCOMPLETE" in md and "| test_cuda model | running |" in md,
+          "while a step runs, the report on disk says so")
+    p.send_signal(signal.SIGTERM)
+    try:
+        so = p.communicate(timeout=30)[0].decode()
+    except subprocess.TimeoutExpired:
+        p.kill()
+        so = p.communicate()[0].decode()
+    rep = load(out)
+    st = steps(rep)
+    check(p.returncode == 1 and rep["status"] == "interrupted" and st["test_cuda-model"]["status"] == "interrupted"
+          and "stopped by signal" in so, "SIGTERM: exit %s, report %s" % (p.returncode, rep["status"]))
+    time.sleep(0.2)
+    check(not procs_with(out), "SIGTERM: the running step's processes are gone")
+
+
+def parsers_match_the_programs():
+    """the regular expressions against the printf formats in the sources (Python's % takes them as C's)"""
+    with open(os.path.join(REPO, "tools", "bench_cuda.cu")) as f:
+        src = f.read()
+    fmts = re.findall(r'printf\("((?:[^"\\]|\\.)*)"', src)
+    gemm = [x for x in fmts if "(%d x %d x %d)" in x]
+    attn = [x for x in fmts if "(%.2fx)" in x]
+    train = [x for x in fmts if "tokens/s" in x and "ms/step" in x]
+    check(len(gemm) == 1 and len(attn) == 1 and len(train) == 1, "bench_cuda.cu's three result formats found")
+    if len(gemm) == len(attn) == len(train) == 1:
+        un = lambda s: s.replace("\\n", "\n")  # noqa: E731
+        text = un(gemm[0]) % ("C=768 weight gradient (A^T)", 12.5, 123.25, 768, 3072, 1024)
+        text += un(gemm[0]) % ("C=768 LM head (32000)", 14.0, 99.0, 1024, 32000, 768)
+        text += un(attn[0]) % (512, 0.4, 1.2, 0.3, 1.0, 0.81, 0.35, 1.1, 0.92)
+        text += un(attn[0]) % (1024, 1234.5, 2345.25, 1000.0, 2000.0, 0.85, 1100.0, 2100.0, 0.9)
+        for k in ("mha", "mhe-mul", "mhe-add"):
+            text += un(train[0]) % (k, 512000.0, 2.0, 40.5, 30.25)
+        ok, n, summary = gpu_check.parse_bench(text, 0)
+        check(ok and n["gemm_best_tf32_tflops"] == 123.25 and n["gemm_best_simt_tflops"] == 14.0 and
+              n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
+              n["train_mhe_add_tokens_per_s"] == 512000, "bench parser on bench_cuda.cu's formats: %s %s" % (ok, n))
+        check(not gpu_check.parse_bench(text, 1)[0], "bench parser: a nonzero exit fails")
+        check(not gpu_check.parse_bench("bench_cuda: no CUDA device (x): nothing to measure\n", 0)[0],
+              "bench parser: no device fails")
+    with open(os.path.join(REPO, "tests", "cuda", "test_cuda.cpp")) as f:
+        src = f.read()
+    fmt = [x for x in re.findall(r'printf\("((?:[^"\\]|\\.)*)"', src) if "; bounds" in x]
+    check(len(fmt) == 1, "test_cuda.cpp's summary format found")
+    if fmt:
+        text = ""
+        for kind in ("mha", "mhe-mul"):
+            for prec, e in (("fp32", 1e-6), ("tf32", 1e-3)):
+                what = "large %s B=2 T=256 d_model=256 %s" % (kind, prec)
+                text += fmt[0].replace("\\n", "\n") % (what, e / 10, e, e * (3 if kind == "mhe-mul" else 1),
+                                                       "layers.0.attn.wq.weight", 1e-5, 1e-5, 4e-4)
+        text += "RESULT: 40 passed, 0 failed\n"
+        ok, n, summary = gpu_check.parse_large(text, 0)
+        check(ok and n["tf32_max_gradient"] == 3e-3 and n["tf32_max_gradient_kind"] == "mhe-mul" and
+              n["fp32_kinds"] == 2 and n["d_model"] == 256, "large parser on test_cuda.cpp's format: %s %s" % (ok, n))
+        check(not gpu_check.parse_large(text.replace("RESULT: 40 passed, 0 failed", "RESULT: 39 passed, 1 failed"),
+                                        1)[0], "large parser: a failed check fails")
+    ok, n, summary = gpu_check.parse_test("test_cuda: no CUDA device: driver too old; nothing run\n", 3)
+    check(not ok and "no CUDA device" in summary, "test parser: no device is a failure on a GPU machine: " + summary)
+    check(not gpu_check.parse_test("test_cuda: device X\nok\n", -6)[0], "test parser: no RESULT line (abort) fails")
+    ok, n, summary = gpu_check.parse_sanitizer("RESULT: 5 passed, 0 failed\n========= RACECHECK SUMMARY: 2 hazards "
+                                               "displayed (1 error, 1 warning)\n", 9)
+    check(not ok and n["hazards"] == 2 and n["errors"] == 1, "sanitizer parser: racecheck hazards: %s" % n)
+    ok, n, summary = gpu_check.parse_sanitizer("RESULT: 5 passed, 0 failed\n========= ERROR SUMMARY: 0 errors\n", 0)
+    check(ok and n["errors"] == 0, "sanitizer parser: a clean memcheck passes")
+
+
+def curve(n, f):
+    return [(s, f(s), 1e-3, 0.5, bytes([s % 256]) * 8) for s in range(n)]
+
+
+def curves():
+    base = curve(200, lambda s: 2.0 + 3.5 * math.exp(-s / 60.0))
+    lines = []
+
+    def bad(dev, prec="fp32"):
+        lines.clear()
+        return gpu_check.compare_curves(base, dev, prec, lines.append)
+
+    check(bad(list(base)) == 0, "curves: identical curves pass: %s" % lines)
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 5e-4 * math.sin(s)))) == 0, "curves: 5e-4 noise after step 1 "
+          "passes fp32: %s" % lines)
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 1e-4))) > 0 and any("step 1" in x for x in lines),
+          "curves: a first step off by 1e-4 fails fp32")
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 1e-4)), "tf32") == 0, "curves: ... and passes TF32")
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 0.03 * s / 200))) > 0 and any("all steps" in x for x in lines),
+          "curves: a drift to 3%% fails")
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 0.004 * (s > 100)))) > 0 and
+          any("last 20" in x for x in lines) and not any("all steps" in x for x in lines),
+          "curves: a lasting 4e-3 offset fails on the tail mean only: %s" % lines)
+    other = [(s, l, lr, g, b"x" * 8) for s, l, lr, g, _ in base]
+    check(bad(other) > 0 and any("batches differ" in x for x in lines), "curves: other batches fail")
+    check(bad(curve(200, lambda s: float("nan") if s == 150 else base[s][1])) > 0 and
+          any("not finite" in x for x in lines), "curves: a NaN fails")
+    check(bad(curve(200, lambda s: 5.5)) > 0 and any("does not learn" in x for x in lines),
+          "curves: a GPU that does not learn fails")
+    check(bad(base[:150]) > 0, "curves: a short run fails")
+
+
+def real_dump():
+    """the CPU mhe's own batch dump and progress lines, read as the check reads them"""
+    why = mhetest.mhe_missing()
+    if why:
+        mhetest.RESULTS.skipped += 1
+        print("SKIP real dump: " + why)
+        return
+    dump = os.path.join(TMP, "cpu.batches")
+    rc, so, se = mhetest.run_mhe("train", "--data", "examples/data/train.txt", "--out", os.path.join(TMP, "m.st"),
+                                 "--dump-batches", dump, "--steps", "30", "--batch", "4", "--seq_len", "16",
+                                 "--d_model", "32", "--n_heads", "2", "--n_layers", "1", "--log_every", "5",
+                                 "--lr", "1e-2", "--warmup", "1", "--threads", "1", cwd=REPO)
+    check(rc == 0, "mhe train with a dump: %s" % se)
+    if rc:
+        return
+    head, recs = gpu_check.read_dump(dump)
+    ok, n, summary = gpu_check.parse_train(so, rc)
+    check(head["batch"] == "4" and head["seq_len"] == "16" and len(recs) == 30 and
+          [r[0] for r in recs] == list(range(30)) and all(len(r[4]) == 4 * 16 * 4 for r in recs),
+          "the dump read: %s, %d records" % (head.get("batch"), len(recs)))
+    check(ok and abs(n["final_loss"] - recs[-1][1]) < 1e-4 and n["tokens_per_s"] > 0,
+          "train parser: final loss %s = the dump's last %.4f" % (n.get("final_loss"), recs[-1][1]))
+    lines = []
+    check(gpu_check.compare_curves(recs, recs, "fp32", lines.append) == 0, "a real dump against itself: %s" % lines)
+    lines = []
+    check(gpu_check.compare_curves(recs, recs[:1] + recs[2:] + recs[-1:], "fp32", lines.append) > 0 and
+          any("batches differ" in x for x in lines), "a real dump against itself one step off: %s" % lines)
+    with open(dump, "rb") as f:
+        data = f.read()
+    with open(dump + ".cut", "wb") as f:
+        f.write(data[:-7])
+    try:
+        gpu_check.read_dump(dump + ".cut")
+        check(False, "a cut dump is refused")
+    except ValueError:
+        check(True, "a cut dump is refused")
+
+
+def main():
+    no_gpu()
+    dry_run_pass()
+    dry_run_failures()
+    budget_and_signal()
+    parsers_match_the_programs()
+    curves()
+    real_dump()
+    return mhetest.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
