@@ -364,6 +364,7 @@ struct Runner {
 
 constexpr unsigned kMaxRunners = 64;
 constexpr unsigned kDefaultRunners = 4;  // blocks mode, unless MHE_EMU_BLOCK_THREADS says
+constexpr unsigned kMaxTsanRunners = 7;  // blocks mode under TSan (see section 4's TSan notes)
 
 struct State {
     // test hooks and runtime bookkeeping (host side only)
@@ -1157,7 +1158,7 @@ inline void start_runner_threads(unsigned n) {
 }
 
 // The semaphores order the launch after what the host did before it, and
-// what the host does next after the launch (for TSan as for the CPU).
+// what the host does next after the launch; nothing else orders the runners.
 inline cudaError_t run_blocks() {
     start_runner_threads(g.nrunners);
     g.failed.store(false, std::memory_order_relaxed);
@@ -1517,6 +1518,12 @@ inline unsigned runner_count() {
         g.nrunners_wanted = env ? atoi(env) : (int)kDefaultRunners;
     }
     size_t n = g.nrunners_wanted < 1 ? 1 : g.nrunners_wanted > (int)kMaxRunners ? kMaxRunners : g.nrunners_wanted;
+#ifdef MHE_EMU_TSAN
+    // up to 32 TSan threads (warps) each: more, and TSan would miss races
+    if (n > kMaxTsanRunners)
+        die("%zu runner threads: at most %u under ThreadSanitizer, which follows about 250 threads at once", n,
+            kMaxTsanRunners);
+#endif
     return (unsigned)(n < g.nblocks ? n : g.nblocks);
 #else
     return 1;
@@ -1960,8 +1967,9 @@ inline void mhe_emu_set_order(int reverse) { mhe_emu_impl::g.order = reverse ? 1
 // Without a call, MHE_EMU_SEED (a decimal number) sets it.
 inline void mhe_emu_set_seed(long seed) { mhe_emu_impl::g.seed = seed > 0 ? seed : 0; }
 
-// Blocks mode: how many runner threads run blocks at once (1 to 64; a launch
-// uses no more than it has blocks). Without a call, MHE_EMU_BLOCK_THREADS, or 4.
+// Blocks mode: how many runner threads run blocks at once (1 to 64, 7 under
+// TSan; a launch uses no more than it has blocks). Without a call,
+// MHE_EMU_BLOCK_THREADS, or 4.
 inline void mhe_emu_set_block_threads(int n) { mhe_emu_impl::g.nrunners_wanted = n; }
 
 // 0: no device; cudaGetDeviceCount and every device call fail with cudaErrorNoDevice.
