@@ -239,8 +239,9 @@ fuzz-seeds:
 # checked against tools/cuda_budget.txt (nothing runs: no GPU here).
 # make gpu-check: the real run on a GPU machine (below).
 # make test-cuda: the same kernels compiled as C++ through tests/cuda/emu.h and
-# executed on the CPU (fibers in both thread orders, ThreadSanitizer, ASan +
-# UBSan), then the deliberately broken variants, which must be caught.
+# executed on the CPU (fibers in both orders, blocks at once and threads under
+# ThreadSanitizer, threads under ASan + UBSan), then the deliberately broken
+# variants, which must be caught.
 NVCC        ?= nvcc
 CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVFLAGS      = -std=c++17 -O2 -I. -DMHE_CUDA $(CUDA_ARCH) --Werror all-warnings \

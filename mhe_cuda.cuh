@@ -149,7 +149,7 @@ MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, 
 /* Test-only fault injection: tests/cuda builds the kernels once with each
    MHE_CUDA_FAULT value to prove the emulation catches the broken variant
    (1: a missing barrier, 2: a shared buffer one row short, 3: a swapped
-   mma fragment). 0 in every real build. */
+   mma fragment, 4: a plain += for an atomicAdd). 0 in every real build. */
 #ifndef MHE_CUDA_FAULT
 #define MHE_CUDA_FAULT 0
 #endif
@@ -564,7 +564,10 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_tok(float *dtok,
     int r = (int)blockIdx.x;
     float *e = dtok + (size_t)tokens[r] * C;
     for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        atomicAdd(e + c, d[(size_t)r * C + c]);
+        if (MHE__CU_FAULT(4)) /* the test's broken variant: a race between blocks */
+            e[c] += d[(size_t)r * C + c];
+        else
+            atomicAdd(e + c, d[(size_t)r * C + c]);
 }
 
 /* d pos[t] += sum_b d[b, t]: one thread per (t, c), sequences in order */

@@ -7,26 +7,43 @@
 // C++ thread of execution so that barriers, warp collectives and shared
 // memory behave as CUDA defines them, and misuse shows up.
 //
-// How a launch runs. Blocks run one after another (blockIdx.x fastest, then
-// y, then z); every thread of a block has finished before the next block
+// How a launch runs. A runner runs a block's threads, one block after
+// another: every thread of a block has finished before its next block
 // starts. Inside a block there is one emulated thread per (x, y, z) of
-// threadIdx. `__shared__` is `static`, so a kernel's shared arrays are
-// function statics that all threads of the (single running) block share.
-// Warps are 32 consecutive linear thread ids (x + y*Dx + z*Dx*Dy); a last
-// partial warp has fewer lanes and its collectives cover those lanes only.
+// threadIdx. `__shared__` is `static` (thread_local in the blocks mode), so
+// a kernel's shared arrays are function statics that the threads of the
+// block a runner runs share. Warps are 32 consecutive linear thread ids
+// (x + y*Dx + z*Dx*Dy); a last partial warp has fewer lanes and its
+// collectives cover those lanes only.
 //
-// Two modes, chosen when compiling:
-//   default            fibers, one per CUDA thread, all on the
+// Three modes, chosen when compiling:
+//   default            fibers, one per CUDA thread, one runner on the
 //                      launching thread. A fiber runs until it waits at a
 //                      barrier; then the next one runs, in thread order
 //                      0,1,2,... (or last to first with MHE_EMU_ORDER=reverse
 //                      or mhe_emu_set_order(1)), so a missing __syncthreads
-//                      gives different results in the two orders. A barrier
-//                      that can never complete (deadlock) fails the launch
-//                      with cudaErrorLaunchFailure and a message on stderr.
+//                      gives different results in the two orders. Blocks run
+//                      in order of their linear index (x fastest), or last to
+//                      first, or shuffled (MHE_EMU_SEED=n, mhe_emu_set_seed).
+//                      A barrier that can never complete (deadlock) fails the
+//                      launch with cudaErrorLaunchFailure and a message.
+//   -DMHE_EMU_BLOCKS   as fibers, but several runners at once, each on a
+//                      thread of its own (MHE_EMU_BLOCK_THREADS, default 4;
+//                      mhe_emu_set_block_threads): runner k runs blocks
+//                      k, k + 4, k + 8... of the launch's order. With
+//                      -fsanitize=thread, TSan sees each warp as a thread
+//                      and a race between blocks (a plain += where an
+//                      atomicAdd belongs) or between warps (a missing
+//                      __syncthreads) as a data race; add
+//                      -fno-sanitize-thread-func-entry-exit (gcc: --param
+//                      tsan-instrument-func-entry-exit=0) for readable
+//                      reports: the lanes of a warp share one TSan call
+//                      stack. Races inside a warp are the threads mode's.
 //   -DMHE_EMU_THREADS  one pthread per CUDA thread and pthread_barrier_t
-//                      barriers: the mode for ThreadSanitizer and
-//                      AddressSanitizer runs (they do not follow fibers).
+//                      barriers, one block at a time: the mode for
+//                      AddressSanitizer, and for ThreadSanitizer inside a
+//                      warp (slow: TSan follows about 250 threads at once,
+//                      and misses races between those beyond).
 //
 // Misuse that CUDA leaves undefined (a partial mask, a bad shuffle width,
 // mma from a partial warp, a call outside a kernel) prints a message and
@@ -37,22 +54,26 @@
 // Limits, for the kernel author:
 // - No `extern __shared__`: dynamic shared memory is mhe_emu_dyn_shared().
 //   Static __shared__ arrays keep their contents from block to block and
-//   launch to launch (a GPU does not clear them either), and do not count
-//   against the shared memory limit. Dynamic shared memory starts as 0xff
-//   bytes (NaN as floats).
+//   launch to launch on a runner (a GPU does not clear them either), and do
+//   not count against the shared memory limit. Dynamic shared memory starts
+//   as 0xff bytes (NaN as floats) at each launch.
 // - No inline PTX: use mhe_emu_mma_m16n8k8_tf32 and mhe_emu_cvt_rna_tf32.
 // - Warp collectives take the full mask 0xffffffff only. Lanes do not run in
 //   lockstep: warp-synchronous code needs __syncwarp, as since Volta.
 // - A thread runs until it reaches a barrier, so it must never spin-wait for
-//   another thread or block (flags, locks, grid-wide sync): blocks run one
-//   after another, and in fiber mode such a loop never ends.
+//   another thread or block (flags, locks, grid-wide sync): in the fiber
+//   mode such a loop never ends, and in the others it may.
 // - Device memory is host memory: a kernel that dereferences a host pointer
 //   works here and faults on a GPU. cudaMemcpy/cudaMemset do check that the
 //   device side lies inside a live cudaMalloc allocation.
 // - Launches, copies and events are synchronous; streams are accepted and
-//   ignored. __expf and friends are the exact functions.
+//   ignored. __expf and friends are the exact functions. Launch from one
+//   host thread only.
 // - Fiber stacks are 256 KiB (a guard page faults past that); threads mode
-//   uses 1 MiB stacks and one pthread per CUDA thread, kept for later launches.
+//   uses 1 MiB stacks. The threads and blocks modes keep their threads for
+//   later launches, so a child process forked after a launch must not launch.
+// - Blocks mode under TSan: up to 7 runner threads (each runs as many TSan
+//   threads as a block has warps, and TSan follows about 250 at once).
 #ifndef MHE_CUDA_EMU_H
 #define MHE_CUDA_EMU_H
 
@@ -73,12 +94,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#ifdef MHE_EMU_THREADS
+#if defined(MHE_EMU_THREADS) && defined(MHE_EMU_BLOCKS)
+#error "tests/cuda/emu.h: MHE_EMU_THREADS and MHE_EMU_BLOCKS are two different modes: pick one"
+#endif
+#if defined(MHE_EMU_THREADS) || defined(MHE_EMU_BLOCKS)
 #include <atomic>
-#include <ctime>
 #include <pthread.h>
 #include <semaphore.h>
+#endif
+#ifdef MHE_EMU_THREADS
+#include <ctime>
 #else
+#include <vector>
 // Fibers switch with a few lines of assembly on x86-64 and aarch64 ELF (see
 // 5a), with ucontext elsewhere or with -DMHE_EMU_UCONTEXT.
 #if !defined(MHE_EMU_UCONTEXT) && !(defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__)))
@@ -89,16 +116,28 @@
 #endif
 #endif
 
-// The sanitizers cannot follow ucontext stack switches: they need threads.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define MHE_EMU_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MHE_EMU_SANITIZED 1
+// AddressSanitizer cannot follow the fibers' stack switches: it needs
+// threads. ThreadSanitizer follows fibers that tell it of each switch, which
+// the blocks mode does (see 5a).
+#if defined(__SANITIZE_ADDRESS__)
+#define MHE_EMU_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define MHE_EMU_TSAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(MHE_EMU_ASAN)
+#define MHE_EMU_ASAN 1
+#endif
+#if __has_feature(thread_sanitizer) && !defined(MHE_EMU_TSAN)
+#define MHE_EMU_TSAN 1
 #endif
 #endif
-#if defined(MHE_EMU_SANITIZED) && !defined(MHE_EMU_THREADS)
-#error "tests/cuda/emu.h: build with -DMHE_EMU_THREADS under ASan/TSan (fibers confuse them)"
+#if defined(MHE_EMU_ASAN) && !defined(MHE_EMU_THREADS)
+#error "tests/cuda/emu.h: build with -DMHE_EMU_THREADS under ASan (fibers confuse it)"
+#endif
+#if defined(MHE_EMU_TSAN) && !defined(MHE_EMU_THREADS) && !defined(MHE_EMU_BLOCKS)
+#error "tests/cuda/emu.h: build with -DMHE_EMU_BLOCKS or -DMHE_EMU_THREADS under TSan"
 #endif
 
 // Lets shared code tell the emulation from nvcc.
@@ -115,10 +154,16 @@
 // a header must not become a duplicate symbol when two files include it.
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// One block runs at a time, so a function static is exactly one block's
-// shared memory. (`extern __shared__` arrays do not work: use
-// mhe_emu_dyn_shared() for dynamic shared memory.)
+// A runner runs one block at a time, so a function static is exactly one
+// block's shared memory where one runner runs them all (fiber and threads
+// modes). In the blocks mode each runner thread runs its block's threads as
+// fibers on itself, so there a thread_local static is. (`extern __shared__`
+// arrays do not work: use mhe_emu_dyn_shared() for dynamic shared memory.)
+#ifdef MHE_EMU_BLOCKS
+#define __shared__ static thread_local
+#else
 #define __shared__ static
+#endif
 #define __constant__ static
 
 // ---------------------------------------------------------------------------
@@ -221,7 +266,7 @@ struct cudaLaunchConfig_t {
 // ---------------------------------------------------------------------------
 // 3. Built-in variables
 // ---------------------------------------------------------------------------
-// Per emulated thread. In fiber mode every fiber lives on the launching
+// Per emulated thread. In the fiber modes a runner's fibers share its OS
 // thread, and the scheduler stores the next fiber's values before it switches.
 inline thread_local uint3 threadIdx;
 inline thread_local uint3 blockIdx;
@@ -270,6 +315,8 @@ struct FiberCtx {
 #endif
 #endif
 
+struct Runner;
+
 // One emulated CUDA thread.
 struct Lane {
     uint3 idx;             // its threadIdx
@@ -277,9 +324,10 @@ struct Lane {
     unsigned warp, lane;   // tid / 32, tid % 32
     unsigned block_phase;  // block barriers passed so far
     unsigned warp_phase;   // warp barriers passed so far
+    Runner *runner;        // the runner it belongs to
 #ifndef MHE_EMU_THREADS
     FiberCtx ctx;
-    void *stack;
+    void *stack;           // null: no fiber yet
     unsigned char state;
 #endif
 };
@@ -296,6 +344,40 @@ inline size_t initial_mem_limit() {
     return env && *env ? (size_t)strtoull(env, nullptr, 10) : kDefaultMem;
 }
 
+// Runs one block at a time: its emulated threads and what they share. The
+// fiber and threads modes have one runner; the blocks mode one per runner
+// thread, each running blocks as fibers on its own OS thread.
+struct Runner {
+    unsigned index;
+    Lane *lanes;                // kMaxThreads, allocated once, never moved
+    void *dyn_smem = nullptr;   // this launch's dynamic shared memory
+    // Warp exchange buffers, two per warp: a collective writes the buffer of
+    // its barrier's parity, so the next collective (other buffer) cannot
+    // overwrite slots a slow lane has still to read, and one barrier suffices.
+    Slot exchange[kMaxWarps][2][32];
+#ifndef MHE_EMU_THREADS
+    FiberCtx main_ctx;          // the scheduler's context
+    unsigned block_arrived = 0;
+    unsigned warp_arrived[kMaxWarps] = {};
+    unsigned runnable = 0;      // fibers that can run now
+    unsigned live = 0;          // fibers not finished
+    bool deadlock = false;
+    // ThreadSanitizer (blocks mode, see below): the scheduler's fiber and
+    // each warp's, and bytes whose addresses name happens-before edges.
+    void *tsan = nullptr;
+    void *tsan_warp[kMaxWarps] = {};
+    char tsan_block[2], tsan_start, tsan_end;
+#endif
+#ifdef MHE_EMU_BLOCKS
+    pthread_t thread;
+    sem_t start;                // posted: run this launch's share of the blocks
+#endif
+};
+
+constexpr unsigned kMaxRunners = 64;
+constexpr unsigned kDefaultRunners = 4;  // blocks mode, unless MHE_EMU_BLOCK_THREADS says
+constexpr unsigned kMaxTsanRunners = 7;  // blocks mode under TSan (see section 4's TSan notes)
+
 struct State {
     // test hooks and runtime bookkeeping (host side only)
     int device_count = initial_device_count();
@@ -305,6 +387,8 @@ struct State {
     bool no_kernel_image = false;
     long launches = 0;
     int order = -1;                  // -1: not chosen yet (read MHE_EMU_ORDER), 0 forward, 1 reverse
+    long seed = -1;                  // -1: not chosen yet (read MHE_EMU_SEED), 0 none, else shuffle the blocks
+    int nrunners_wanted = -1;        // blocks mode; -1: not chosen yet (read MHE_EMU_BLOCK_THREADS)
     cudaError_t last_error = cudaSuccess;
     std::map<uintptr_t, size_t> allocations;          // device "memory": base -> size
     std::map<const void *, int> smem_limits;          // per kernel, from cudaFuncSetAttribute
@@ -316,12 +400,8 @@ struct State {
     unsigned nthreads = 0, nwarps = 0;
     unsigned warp_lanes[kMaxWarps] = {};
     size_t nblocks = 0;
-    void *dyn_smem = nullptr;
-    Lane *lanes = nullptr;           // kMaxThreads, allocated once, never moved
-    // Warp exchange buffers, two per warp: a collective writes the buffer of
-    // its barrier's parity, so the next collective (other buffer) cannot
-    // overwrite slots a slow lane has still to read, and one barrier suffices.
-    Slot exchange[kMaxWarps][2][32];
+    Runner *runners[kMaxRunners] = {};  // created on first use, never freed
+    unsigned nrunners = 0;              // used by this launch
 
 #ifdef MHE_EMU_THREADS
     pthread_barrier_t block_bar;
@@ -341,19 +421,80 @@ struct State {
     bool quit = false;                         // at exit: the workers return
     std::atomic<size_t> block_now{0};          // block being run, for the watchdog's message
 #else
-    FiberCtx main_ctx;               // the scheduler's (launching thread's) context
-    unsigned block_arrived = 0;
-    unsigned warp_arrived[kMaxWarps] = {};
-    unsigned runnable = 0;           // fibers that can run now
-    unsigned live = 0;               // fibers not finished
-    bool reverse = false;
-    bool deadlock = false;
+    bool reverse = false;            // this launch runs threads (and blocks) last to first
+    std::vector<size_t> shuffled;    // this launch's block order, when shuffled
+#endif
+#ifdef MHE_EMU_BLOCKS
+    unsigned nthreads_started = 0;   // runner threads
+    bool quit = false;               // at exit: the runner threads return
+    sem_t runner_done;               // posted by each runner thread at the end of its share
+    // A runner's block deadlocked: the others take no more blocks. Relaxed,
+    // like everything the runners share during a launch, so that nothing
+    // orders one runner's blocks before another's (for ThreadSanitizer).
+    std::atomic<bool> failed{false};
 #endif
 };
 
 inline State g;
 // The emulated thread running on this OS thread (null outside kernels).
 inline thread_local Lane *self = nullptr;
+
+// ThreadSanitizer's view of the fibers (blocks mode). TSan is told of each
+// switch, and sees each warp as a thread of its own (not each CUDA thread:
+// TSan follows at most about 250 threads at once, and misses races between
+// those beyond). A switch does not order the warps' memory accesses
+// (no_sync); only what orders a GPU's warps does, so that TSan sees races
+// between warps as well as between blocks (races inside a warp are left to
+// the threads mode):
+// - __syncthreads: each thread releases the barrier's clock when it arrives
+//   and acquires it when it goes on (tsan_block, by barrier parity, as the
+//   exchange buffers);
+// - the start and end of a block on the same runner (tsan_start, tsan_end),
+//   as the next block there reuses the shared memory; blocks on different
+//   runners stay unordered: their conflicting accesses are races;
+// - the launch, before and after (the semaphores that start and end it).
+// The scheduler's own bookkeeping, which the warps share without such an
+// order, is not checked (MHE_EMU_UNCHECKED functions); every access TSan
+// does check comes before the warp's next release. Without TSan all of this
+// is nothing.
+#ifdef MHE_EMU_TSAN
+extern "C" {  // as in <sanitizer/tsan_interface.h>
+void *__tsan_get_current_fiber(void);
+void *__tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void *fiber);
+void __tsan_switch_to_fiber(void *fiber, unsigned flags);
+void __tsan_set_fiber_name(void *fiber, const char *name);
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+}
+#define MHE_EMU_UNCHECKED __attribute__((no_sanitize("thread")))
+inline void *tsan_current() { return __tsan_get_current_fiber(); }
+inline void *tsan_create(unsigned runner, unsigned warp) {
+    void *fiber = __tsan_create_fiber(0);
+    char name[64];
+    snprintf(name, sizeof name, "mhe emu runner %u, warp %u", runner, warp);
+    __tsan_set_fiber_name(fiber, name);
+    return fiber;
+}
+inline void tsan_destroy(void *fiber) { __tsan_destroy_fiber(fiber); }
+// TSan enters and leaves functions on the fiber current at the time: the
+// switch must be inlined into the function that switches stacks, so that
+// both sides of each switch go through the same frames.
+MHE_EMU_UNCHECKED __attribute__((always_inline)) inline void tsan_switch(void *fiber) {
+    if (fiber != __tsan_get_current_fiber())
+        __tsan_switch_to_fiber(fiber, 1 /* __tsan_switch_to_fiber_no_sync */);
+}
+inline void tsan_acquire(void *sync) { __tsan_acquire(sync); }
+inline void tsan_release(void *sync) { __tsan_release(sync); }
+#else
+#define MHE_EMU_UNCHECKED
+inline void *tsan_current() { return nullptr; }
+inline void *tsan_create(unsigned, unsigned) { return nullptr; }
+inline void tsan_destroy(void *) {}
+inline void tsan_switch(void *) {}
+inline void tsan_acquire(void *) {}
+inline void tsan_release(void *) {}
+#endif
 
 // Records a failed call as CUDA's "last error" and returns the code.
 inline cudaError_t fail(cudaError_t e) {
@@ -421,7 +562,7 @@ inline uint3 block_index(size_t b) {
 }
 
 // ---------------------------------------------------------------------------
-// 5a. Fiber mode: a scheduler on the launching thread
+// 5a. Fibers: a runner's scheduler (fiber mode: on the launching thread)
 // ---------------------------------------------------------------------------
 #ifndef MHE_EMU_THREADS
 
@@ -560,14 +701,25 @@ inline void *fiber_start_frame(char *top, void (*entry)()) {
 #endif
 
 // Saves the running fiber (or the scheduler) in `from` and resumes `to`.
-inline void ctx_switch(FiberCtx *from, FiberCtx *to) { mhe_emu_fiber_switch(&from->sp, to->sp); }
+MHE_EMU_UNCHECKED __attribute__((always_inline)) inline void ctx_switch(FiberCtx *from, FiberCtx *to) {
+    mhe_emu_fiber_switch(&from->sp, to->sp);
+}
 #else
-inline void ctx_switch(FiberCtx *from, FiberCtx *to) { swapcontext(from, to); }
+MHE_EMU_UNCHECKED __attribute__((always_inline)) inline void ctx_switch(FiberCtx *from, FiberCtx *to) {
+    swapcontext(from, to);
+}
 #endif
 
-// The next fiber that can run after fiber `from`, in the chosen order;
+// The block that comes p-th in this launch's order (see choose_order).
+inline size_t block_at(size_t p) {
+    if (!g.shuffled.empty())
+        return g.shuffled[p];
+    return g.reverse ? g.nblocks - 1 - p : p;
+}
+
+// The next fiber that can run after lane `from`, in the chosen order;
 // `from` itself comes last. Only called while some fiber is runnable.
-inline Lane *next_runnable(unsigned from) {
+MHE_EMU_UNCHECKED inline Lane *next_runnable(Runner *r, unsigned from) {
     unsigned n = g.nthreads, i = from;
     for (unsigned step = 1; step <= n; step++) {
         // a wrap rather than `% n`: the division was a fifth of a barrier's cost
@@ -575,119 +727,158 @@ inline Lane *next_runnable(unsigned from) {
             i = i == 0 ? n - 1 : i - 1;
         else
             i = i + 1 == n ? 0 : i + 1;
-        if (g.lanes[i].state == kRunnable)
-            return &g.lanes[i];
+        if (r->lanes[i].state == kRunnable)
+            return &r->lanes[i];
     }
     return nullptr;
 }
 
-inline void switch_to(Lane *me, Lane *next) {
+// Saves the running fiber (or the scheduler) in `from` and resumes `next`.
+MHE_EMU_UNCHECKED inline void switch_to(FiberCtx *from, Lane *next) {
     self = next;
     threadIdx = next->idx;
-    ctx_switch(&me->ctx, &next->ctx);
-    // back here when another fiber switches to this one (it set self, threadIdx)
+    tsan_switch(next->runner->tsan_warp[next->warp]);
+    ctx_switch(from, &next->ctx);
+    // back here when another fiber (or the scheduler) switches to this one
 }
 
-// Nothing can run but fibers remain: give up on this block. The fiber is
-// never resumed (the next block starts every fiber anew), so its context is
-// saved only to be dropped.
-[[noreturn]] inline void fiber_deadlock() {
-    g.deadlock = true;
-    ctx_switch(&self->ctx, &g.main_ctx);
-    abort();  // never resumed
+// Back to the runner's scheduler: the block has ended, or cannot go on.
+MHE_EMU_UNCHECKED inline void switch_to_scheduler(Lane *me) {
+    Runner *r = me->runner;
+    tsan_switch(r->tsan);
+    ctx_switch(&me->ctx, &r->main_ctx);
 }
 
 // Arrival at a block barrier (block = true) or at this fiber's warp barrier.
-inline void fiber_wait(bool block) {
+MHE_EMU_UNCHECKED inline void fiber_wait(bool block) {
     Lane *me = self;
+    Runner *r = me->runner;
+    // TSan: what this warp has done happens before what every thread of the
+    // block does after a __syncthreads, and before the runner's next block
+    // (even if this one never ends: a deadlock).
+    char *edge = &r->tsan_block[me->block_phase & 1];
+    if (block)
+        tsan_release(edge);
+    tsan_release(&r->tsan_end);
     me->state = block ? kWaitBlock : kWaitWarp;
-    g.runnable--;
+    r->runnable--;
     if (block) {
         me->block_phase++;
-        if (++g.block_arrived == g.nthreads) {  // the last one: everybody may go on
-            g.block_arrived = 0;
+        if (++r->block_arrived == g.nthreads) {  // the last one: everybody may go on
+            r->block_arrived = 0;
             for (unsigned i = 0; i < g.nthreads; i++)
-                g.lanes[i].state = kRunnable;
-            g.runnable += g.nthreads;
+                r->lanes[i].state = kRunnable;
+            r->runnable += g.nthreads;
         }
     } else {
         me->warp_phase++;
         unsigned w = me->warp, lanes = g.warp_lanes[w];
-        if (++g.warp_arrived[w] == lanes) {
-            g.warp_arrived[w] = 0;
+        if (++r->warp_arrived[w] == lanes) {
+            r->warp_arrived[w] = 0;
             for (unsigned i = 0; i < lanes; i++)
-                g.lanes[w * 32 + i].state = kRunnable;
-            g.runnable += lanes;
+                r->lanes[w * 32 + i].state = kRunnable;
+            r->runnable += lanes;
         }
     }
-    if (g.runnable == 0)
-        fiber_deadlock();
-    Lane *next = next_runnable(me->tid);
+    if (r->runnable == 0) {
+        // Nothing can run but fibers remain: the scheduler gives up on this
+        // block and never resumes this fiber (see run_block).
+        r->deadlock = true;
+        switch_to_scheduler(me);
+        abort();
+    }
+    Lane *next = next_runnable(r, me->tid);
     // A fiber whose arrival completed the barrier, and whose turn it is
     // anyway, goes on without a context switch.
     if (next != me)
-        switch_to(me, next);
+        switch_to(&me->ctx, next);
+    if (block)
+        tsan_acquire(edge);
 }
 
-// A fiber's kernel call has returned.
-[[noreturn]] inline void fiber_finish() {
+// A fiber's kernel call has returned: it waits, switched out, until its
+// runner starts it in the next block.
+MHE_EMU_UNCHECKED inline void fiber_finish() {
     Lane *me = self;
+    Runner *r = me->runner;
+    tsan_release(&r->tsan_end);
     me->state = kDone;
-    g.runnable--;
-    g.live--;
-    if (g.live == 0) {
-        ctx_switch(&me->ctx, &g.main_ctx);  // the block is done
-        abort();                            // never resumed
-    }
-    if (g.runnable == 0)
-        fiber_deadlock();                   // the others wait for this one forever
-    switch_to(me, next_runnable(me->tid));  // a finished fiber is never resumed
-    abort();
+    r->runnable--;
+    r->live--;
+    if (r->live == 0)
+        switch_to_scheduler(me);  // the block is done
+    else if (r->runnable == 0) {
+        r->deadlock = true;       // the others wait for this one forever
+        switch_to_scheduler(me);
+    } else
+        switch_to(&me->ctx, next_runnable(r, me->tid));
 }
 
-// A fiber's entry point: one CUDA thread of one block.
-[[noreturn]] inline void fiber_main() {
-    g.run(g.run_data);
-    fiber_finish();
+// A fiber's life: one CUDA thread in each block its runner runs. A new
+// fiber's first switch starts it here.
+[[noreturn]] MHE_EMU_UNCHECKED inline void fiber_main() {
+    for (;;) {
+        tsan_acquire(&self->runner->tsan_start);
+        g.run(g.run_data);
+        fiber_finish();
+    }
 }
 
-inline void fiber_setup(Lane *l) {
-    if (!l->stack) {
-        // mmap with a PROT_NONE page below: a stack overflow faults at once
-        // instead of overwriting the heap.
-        size_t page = (size_t)sysconf(_SC_PAGESIZE);
-        void *p = mmap(nullptr, kFiberStack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED)
-            die("cannot map a %zu-byte fiber stack", kFiberStack);
-        mprotect(p, page, PROT_NONE);
-        l->stack = (char *)p + page;
+inline void fiber_create(Lane *l) {
+    // mmap with a PROT_NONE page below: a stack overflow faults at once
+    // instead of overwriting the heap.
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p = mmap(nullptr, kFiberStack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        die("cannot map a %zu-byte fiber stack", kFiberStack);
+    mprotect(p, page, PROT_NONE);
+    l->stack = (char *)p + page;
 #ifdef MHE_EMU_UCONTEXT
-        getcontext(&l->ctx);  // makecontext needs an initialised context
-#endif
-    }
-#ifdef MHE_EMU_UCONTEXT
+    getcontext(&l->ctx);  // makecontext needs an initialised context
     l->ctx.uc_stack.ss_sp = l->stack;
     l->ctx.uc_stack.ss_size = kFiberStack;
-    l->ctx.uc_link = &g.main_ctx;
+    l->ctx.uc_link = nullptr;  // fiber_main never returns
     makecontext(&l->ctx, fiber_main, 0);
 #else
     l->ctx.sp = fiber_start_frame((char *)l->stack + kFiberStack, fiber_main);
 #endif
+    Runner *r = l->runner;
+    if (!r->tsan_warp[l->warp])
+        r->tsan_warp[l->warp] = tsan_create(r->index, l->warp);
 }
 
-inline void report_deadlock(uint3 block) {
+// After a deadlock: the fibers left at a barrier are never resumed, so every
+// fiber of the runner goes (their stacks, and with them what TSan remembers
+// of that memory, and the warps' TSan fibers, whose call stacks the lanes
+// share), and the next blocks start new ones.
+inline void runner_reset(Runner *r) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (unsigned i = 0; i < kMaxThreads; i++) {
+        Lane *l = &r->lanes[i];
+        if (l->stack)
+            munmap((char *)l->stack - page, kFiberStack + page);
+        l->stack = nullptr;
+    }
+    for (unsigned w = 0; w < kMaxWarps; w++) {
+        if (r->tsan_warp[w])
+            tsan_destroy(r->tsan_warp[w]);
+        r->tsan_warp[w] = nullptr;
+    }
+}
+
+inline void report_deadlock(Runner *r, uint3 block) {
     unsigned at_sync = 0, at_warp = 0, done = 0;
     for (unsigned i = 0; i < g.nthreads; i++) {
-        at_sync += g.lanes[i].state == kWaitBlock;
-        at_warp += g.lanes[i].state == kWaitWarp;
-        done += g.lanes[i].state == kDone;
+        at_sync += r->lanes[i].state == kWaitBlock;
+        at_warp += r->lanes[i].state == kWaitWarp;
+        done += r->lanes[i].state == kDone;
     }
     char warps[200] = "";  // the warps with a lane at a warp barrier
     size_t used = 0;
     for (unsigned w = 0; w < g.nwarps && used + 8 < sizeof warps; w++) {
         bool waits = false;
         for (unsigned i = 0; i < g.warp_lanes[w]; i++)
-            waits = waits || g.lanes[w * 32 + i].state == kWaitWarp;
+            waits = waits || r->lanes[w * 32 + i].state == kWaitWarp;
         if (waits)
             used += (size_t)snprintf(warps + used, sizeof warps - used, " %u", w);
     }
@@ -701,37 +892,42 @@ inline void report_deadlock(uint3 block) {
             name, block.x, block.y, block.z, g.nthreads, at_sync, at_warp, at_warp ? warps : " none", done);
 }
 
+// Runs block b on runner r's fibers, from the runner's OS thread. False
+// (and a report on stderr) when it deadlocked.
+inline bool run_block(Runner *r, size_t b) {
+    blockIdx = block_index(b);
+    for (unsigned i = 0; i < g.nthreads; i++) {
+        Lane *l = &r->lanes[i];
+        l->state = kRunnable;
+        l->block_phase = l->warp_phase = 0;
+        if (!l->stack)
+            fiber_create(l);
+    }
+    r->block_arrived = 0;
+    memset(r->warp_arrived, 0, sizeof r->warp_arrived);
+    r->runnable = r->live = g.nthreads;
+    r->deadlock = false;
+    tsan_release(&r->tsan_start);
+    switch_to(&r->main_ctx, &r->lanes[g.reverse ? g.nthreads - 1 : 0]);
+    // back when every fiber has finished, or none can go on
+    tsan_acquire(&r->tsan_end);
+    self = nullptr;
+    if (!r->deadlock)
+        return true;
+    report_deadlock(r, blockIdx);
+    runner_reset(r);
+    return false;
+}
+
+#ifndef MHE_EMU_BLOCKS
+// Fiber mode: one runner, on the launching thread.
 inline cudaError_t run_blocks() {
-    if (g.order < 0) {
-        const char *env = getenv("MHE_EMU_ORDER");
-        g.order = env && strcmp(env, "reverse") == 0;
-    }
-    g.reverse = g.order == 1;
-    for (size_t b = 0; b < g.nblocks; b++) {
-        blockIdx = block_index(b);
-        for (unsigned i = 0; i < g.nthreads; i++) {
-            Lane *l = &g.lanes[i];
-            l->state = kRunnable;
-            l->block_phase = l->warp_phase = 0;
-            fiber_setup(l);
-        }
-        g.block_arrived = 0;
-        memset(g.warp_arrived, 0, sizeof g.warp_arrived);
-        g.runnable = g.live = g.nthreads;
-        g.deadlock = false;
-        Lane *first = &g.lanes[g.reverse ? g.nthreads - 1 : 0];
-        self = first;
-        threadIdx = first->idx;
-        ctx_switch(&g.main_ctx, &first->ctx);
-        // back when every fiber has finished, or none can go on
-        self = nullptr;
-        if (g.deadlock) {
-            report_deadlock(blockIdx);
+    for (size_t p = 0; p < g.nblocks; p++)
+        if (!run_block(g.runners[0], block_at(p)))
             return cudaErrorLaunchFailure;
-        }
-    }
     return cudaSuccess;
 }
+#endif
 
 inline void block_barrier() {
     current("__syncthreads");
@@ -747,10 +943,12 @@ inline void warp_barrier(const char *what) {
     __asm__ __volatile__("" ::: "memory");
 }
 
+#endif  // !MHE_EMU_THREADS
+
 // ---------------------------------------------------------------------------
 // 5b. Threads mode: one pthread per CUDA thread
 // ---------------------------------------------------------------------------
-#else
+#ifdef MHE_EMU_THREADS
 
 inline const char *kind_name(unsigned char kind) {
     return kind == kKindSync ? "__syncthreads" : kind == kKindWarp ? "a warp collective" : "the kernel's end";
@@ -823,7 +1021,7 @@ inline void *worker_main(void *arg) {
         }
         if (g.quit)
             return nullptr;
-        run_thread(&g.lanes[i]);
+        run_thread(&g.runners[0]->lanes[i]);
     }
 }
 
@@ -899,7 +1097,7 @@ inline cudaError_t run_blocks() {
     g.done = 0;
     for (unsigned i = 0; i < g.nthreads; i++) {
         g.thread_state[i].store(kRunnable, std::memory_order_relaxed);
-        g.lanes[i].block_phase = g.lanes[i].warp_phase = 0;
+        g.runners[0]->lanes[i].block_phase = g.runners[0]->lanes[i].warp_phase = 0;
     }
     if (g.nworkers < g.nthreads)
         add_workers(g.nthreads);
@@ -915,6 +1113,78 @@ inline cudaError_t run_blocks() {
 #endif  // MHE_EMU_THREADS
 
 // ---------------------------------------------------------------------------
+// 5c. Blocks mode: runners on threads of their own, at once
+// ---------------------------------------------------------------------------
+#ifdef MHE_EMU_BLOCKS
+
+// A runner thread. Each launch, runner k runs the blocks at positions k,
+// k + nrunners, k + 2 nrunners... of the launch's order: fixed shares rather
+// than blocks taken from a shared counter, so that neighbours in the order
+// are on different runners however the OS schedules the threads (one
+// thread could otherwise take every block of a small grid), and a seed
+// replays a race.
+inline void *runner_main(void *arg) {
+    Runner *r = static_cast<Runner *>(arg);
+    r->tsan = tsan_current();
+    for (;;) {
+        while (sem_wait(&r->start) != 0) {
+        }
+        if (g.quit)
+            return nullptr;
+        for (size_t p = r->index; p < g.nblocks; p += g.nrunners) {
+            if (g.failed.load(std::memory_order_relaxed))
+                break;
+            if (!run_block(r, block_at(p)))
+                g.failed.store(true, std::memory_order_relaxed);
+        }
+        sem_post(&g.runner_done);
+    }
+}
+
+inline void stop_runners() {
+    g.quit = true;
+    for (unsigned k = 0; k < g.nthreads_started; k++)
+        sem_post(&g.runners[k]->start);
+    for (unsigned k = 0; k < g.nthreads_started; k++)
+        pthread_join(g.runners[k]->thread, nullptr);
+}
+
+// The threads of runners 0..n-1 (created by the launch), kept for later launches.
+inline void start_runner_threads(unsigned n) {
+    if (g.nthreads_started == 0) {
+        sem_init(&g.runner_done, 0, 0);
+        atexit(stop_runners);
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, kThreadStack);  // the kernels run on the fibers' stacks
+    for (unsigned k = g.nthreads_started; k < n; k++) {
+        Runner *r = g.runners[k];
+        sem_init(&r->start, 0, 0);
+        int err = pthread_create(&r->thread, &attr, runner_main, r);
+        if (err)
+            die("pthread_create failed for runner %u of %u: %s", k, n, strerror(err));
+        g.nthreads_started = k + 1;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+// The semaphores order the launch after what the host did before it, and
+// what the host does next after the launch; nothing else orders the runners.
+inline cudaError_t run_blocks() {
+    start_runner_threads(g.nrunners);
+    g.failed.store(false, std::memory_order_relaxed);
+    for (unsigned k = 0; k < g.nrunners; k++)
+        sem_post(&g.runners[k]->start);
+    for (unsigned k = 0; k < g.nrunners; k++)
+        while (sem_wait(&g.runner_done) != 0) {
+        }
+    return g.failed.load(std::memory_order_relaxed) ? cudaErrorLaunchFailure : cudaSuccess;
+}
+
+#endif  // MHE_EMU_BLOCKS
+
+// ---------------------------------------------------------------------------
 // 6. Warp collectives, through the exchange buffers
 // ---------------------------------------------------------------------------
 
@@ -927,7 +1197,7 @@ inline void check_mask(unsigned mask, const char *what) {
 // The caller reads them before its next warp barrier.
 inline const Slot *warp_exchange(const Slot &mine, const char *what) {
     Lane *me = current(what);
-    Slot *slots = g.exchange[me->warp][me->warp_phase & 1];
+    Slot *slots = me->runner->exchange[me->warp][me->warp_phase & 1];
     slots[me->lane] = mine;
     warp_barrier(what);
     return slots;
@@ -1205,7 +1475,7 @@ inline void mhe_emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsi
 // The launch's dynamic shared memory: exactly the bytes asked for (so that
 // AddressSanitizer sees an overrun), filled with 0xff bytes at the launch
 // (NaN as floats) because CUDA does not clear shared memory either.
-inline void *mhe_emu_dyn_shared(void) { return mhe_emu_impl::g.dyn_smem; }
+inline void *mhe_emu_dyn_shared(void) { return mhe_emu_impl::current("mhe_emu_dyn_shared")->runner->dyn_smem; }
 
 // ---------------------------------------------------------------------------
 // 8. Launch
@@ -1238,6 +1508,78 @@ inline cudaError_t check_launch(const cudaLaunchConfig_t *cfg, const void *kerne
     return cudaSuccess;
 }
 
+// Runner k, made on first use.
+inline Runner *runner(unsigned k) {
+    Runner *&r = g.runners[k];
+    if (!r) {
+        r = new Runner();
+        r->index = k;
+        r->lanes = new Lane[kMaxThreads]();
+        for (unsigned i = 0; i < kMaxThreads; i++)
+            r->lanes[i].runner = r;
+    }
+    return r;
+}
+
+// How many runners this launch uses: one, but in the blocks mode one per
+// runner thread (MHE_EMU_BLOCK_THREADS, default 4) up to one per block.
+inline unsigned runner_count() {
+#ifdef MHE_EMU_BLOCKS
+    if (g.nrunners_wanted < 0) {
+        const char *env = getenv("MHE_EMU_BLOCK_THREADS");
+        g.nrunners_wanted = env ? atoi(env) : (int)kDefaultRunners;
+    }
+    size_t n = g.nrunners_wanted < 1 ? 1 : g.nrunners_wanted > (int)kMaxRunners ? kMaxRunners : g.nrunners_wanted;
+#ifdef MHE_EMU_TSAN
+    // up to 32 TSan threads (warps) each: more, and TSan would miss races
+    if (n > kMaxTsanRunners)
+        die("%zu runner threads: at most %u under ThreadSanitizer, which follows about 250 threads at once", n,
+            kMaxTsanRunners);
+#endif
+    return (unsigned)(n < g.nblocks ? n : g.nblocks);
+#else
+    return 1;
+#endif
+}
+
+#ifndef MHE_EMU_THREADS
+// splitmix64's output function: a well-mixed 64-bit value from a counter.
+inline uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// This launch's orders: threads within a block, and the blocks, first to
+// last or last to first (MHE_EMU_ORDER=reverse); with a seed (MHE_EMU_SEED,
+// not 0) the blocks in a shuffled order instead, another one each launch
+// and the same ones again for the same seed.
+inline void choose_order() {
+    if (g.order < 0) {
+        const char *env = getenv("MHE_EMU_ORDER");
+        g.order = env && strcmp(env, "reverse") == 0;
+    }
+    if (g.seed < 0) {
+        const char *env = getenv("MHE_EMU_SEED");
+        g.seed = env ? strtol(env, nullptr, 10) : 0;
+        g.seed = g.seed < 0 ? 0 : g.seed;
+    }
+    g.reverse = g.order == 1;
+    g.shuffled.clear();
+    if (g.seed == 0)
+        return;
+    g.shuffled.resize(g.nblocks);
+    for (size_t i = 0; i < g.nblocks; i++)
+        g.shuffled[i] = i;
+    uint64_t state = (uint64_t)g.seed << 32 ^ (uint64_t)g.launches;
+    for (size_t i = g.nblocks - 1; i > 0; i--) {  // Fisher-Yates
+        state = mix64(state);
+        std::swap(g.shuffled[i], g.shuffled[state % (i + 1)]);
+    }
+}
+#endif
+
 inline cudaError_t launch(const cudaLaunchConfig_t &cfg, const void *kernel, void (*run)(void *), void *data) {
     if (self)
         die("a kernel launch from inside a kernel is not supported");
@@ -1252,24 +1594,31 @@ inline cudaError_t launch(const cudaLaunchConfig_t &cfg, const void *kernel, voi
     for (unsigned w = 0; w < g.nwarps; w++)
         g.warp_lanes[w] = g.nthreads - w * 32 < 32 ? g.nthreads - w * 32 : 32;
     g.nblocks = (size_t)gridDim.x * gridDim.y * gridDim.z;
-    if (!g.lanes)
-        g.lanes = new Lane[kMaxThreads]();
-    for (unsigned i = 0; i < g.nthreads; i++) {
-        Lane *l = &g.lanes[i];
-        l->tid = i;
-        l->idx = uint3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
-        l->warp = i / 32;
-        l->lane = i % 32;
+    g.nrunners = runner_count();
+    for (unsigned k = 0; k < g.nrunners; k++) {
+        Runner *r = runner(k);
+        for (unsigned i = 0; i < g.nthreads; i++) {
+            Lane *l = &r->lanes[i];
+            l->tid = i;
+            l->idx = uint3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
+            l->warp = i / 32;
+            l->lane = i % 32;
+        }
+        r->dyn_smem = malloc(cfg.dynamicSmemBytes);
+        if (!r->dyn_smem)
+            die("cannot allocate %zu bytes of dynamic shared memory", cfg.dynamicSmemBytes);
+        memset(r->dyn_smem, 0xff, cfg.dynamicSmemBytes);
     }
-    g.dyn_smem = malloc(cfg.dynamicSmemBytes);
-    if (!g.dyn_smem)
-        die("cannot allocate %zu bytes of dynamic shared memory", cfg.dynamicSmemBytes);
-    memset(g.dyn_smem, 0xff, cfg.dynamicSmemBytes);
+#ifndef MHE_EMU_THREADS
+    choose_order();
+#endif
 
     cudaError_t err = run_blocks();
 
-    free(g.dyn_smem);
-    g.dyn_smem = nullptr;
+    for (unsigned k = 0; k < g.nrunners; k++) {
+        free(g.runners[k]->dyn_smem);
+        g.runners[k]->dyn_smem = nullptr;
+    }
     g.run = nullptr;
     g.run_data = nullptr;
     return err ? fail(err) : cudaSuccess;
@@ -1620,9 +1969,20 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
 // 10. Test hooks (emulation only)
 // ---------------------------------------------------------------------------
 
-// Fiber mode: run the threads of a block last to first (1) or first to last
-// (0) between barriers. Without a call, MHE_EMU_ORDER=reverse picks reverse.
+// Fiber and blocks modes: run the threads of a block (between barriers) and
+// the blocks of a grid last to first (1) or first to last (0). Without a
+// call, MHE_EMU_ORDER=reverse picks reverse.
 inline void mhe_emu_set_order(int reverse) { mhe_emu_impl::g.order = reverse ? 1 : 0; }
+
+// Fiber and blocks modes: not 0, run the blocks of each launch in an order
+// shuffled from this seed and the launch's number; 0, in mhe_emu_set_order's.
+// Without a call, MHE_EMU_SEED (a decimal number) sets it.
+inline void mhe_emu_set_seed(long seed) { mhe_emu_impl::g.seed = seed > 0 ? seed : 0; }
+
+// Blocks mode: how many runner threads run blocks at once (1 to 64, 7 under
+// TSan; a launch uses no more than it has blocks). Without a call,
+// MHE_EMU_BLOCK_THREADS, or 4.
+inline void mhe_emu_set_block_threads(int n) { mhe_emu_impl::g.nrunners_wanted = n; }
 
 // 0: no device; cudaGetDeviceCount and every device call fail with cudaErrorNoDevice
 // (MHE_EMU_DEVICES=N sets the count the program starts with).

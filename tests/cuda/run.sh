@@ -1,11 +1,16 @@
 #!/bin/sh
 # tests/cuda/run.sh - make test-cuda: the CUDA kernels executed on the CPU.
-# Each test program is built three ways from the same source through
-# tests/cuda/emu.h and run four times:
-#   fibers      one fiber per CUDA thread, threads run in forward order, then
-#               again in reversed order (MHE_EMU_ORDER=reverse)
-#   tsan        one pthread per CUDA thread under ThreadSanitizer (races,
-#               missing barriers)
+# Each test program is built in some of four ways from the same source
+# through tests/cuda/emu.h:
+#   fibers      one fiber per CUDA thread, blocks one after another; run in
+#               forward order, then in reversed order (MHE_EMU_ORDER=reverse:
+#               threads and blocks last to first)
+#   blocks      several blocks at once on 4 threads (fibers on each) under
+#               ThreadSanitizer, which sees each warp as a thread: races
+#               between blocks (a missing atomic) and between warps (a
+#               missing barrier); run in shuffled block orders (MHE_EMU_SEED)
+#   tsan        one pthread per CUDA thread under ThreadSanitizer: races
+#               inside a warp too, but slow, so on test_cuda's small groups
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
 # test_cuda's large group (the model at T = 80, three key tiles, float32 and
@@ -15,8 +20,10 @@
 # one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
 # failed call named (MHE_EMU_MEM_LIMIT). Then the harness's own teeth: the
 # kernels rebuilt with MHE_CUDA_FAULT=1 (a missing barrier), 2 (a shared
-# buffer one float short) and 3 (two mma fragment registers swapped) must each
-# be caught. Ends with "RESULT: N passed, M failed".
+# buffer one float short), 3 (two mma fragment registers swapped) and 4 (a
+# plain += for an atomicAdd: a race between blocks that only the blocks mode
+# sees) must each be caught. Ends with "RESULT: N passed, M failed".
+# shellcheck disable=SC2086  # the flag lists are split into words on purpose
 set -u
 B=${B:-build/emu}
 EMU_CXX=${EMU_CXX:-clang++}
@@ -28,17 +35,38 @@ failed=0
 ok() { passed=$((passed + 1)); echo "ok: $*"; }
 bad() { failed=$((failed + 1)); echo "FAILED: $*"; }
 
+# The blocks mode's TSan builds without function entry/exit hooks: the
+# threads of a warp share one TSan call stack, which a report would print
+# in full. Its reports then give the racing lines only (clang or gcc flag).
+if echo 'int x;' | $EMU_CXX -fsanitize=thread -fno-sanitize-thread-func-entry-exit -x c++ -c -o /dev/null - 2>/dev/null; then
+    NO_FUNC_HOOKS=-fno-sanitize-thread-func-entry-exit
+else
+    NO_FUNC_HOOKS=--param=tsan-instrument-func-entry-exit=0
+fi
+BLOCKS_FLAGS="-O1 -DMHE_EMU_BLOCKS -fsanitize=thread $NO_FUNC_HOOKS"
+TSAN_FLAGS="-O1 -DMHE_EMU_THREADS -fsanitize=thread"
+ASAN_FLAGS="-O1 -DMHE_EMU_THREADS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+
 # build NAME MODE [extra flags]: $B/NAME.MODE
 build() {
     name=$1 mode=$2
     shift 2
     case $mode in
     fibers) flags="-O1" ;;
-    tsan) flags="-O1 -DMHE_EMU_THREADS -fsanitize=thread" ;;
-    asan) flags="-O1 -DMHE_EMU_THREADS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" ;;
+    blocks) flags=$BLOCKS_FLAGS ;;
+    tsan) flags=$TSAN_FLAGS ;;
+    asan) flags=$ASAN_FLAGS ;;
     esac
-    # shellcheck disable=SC2086
-    $EMU_CXX $EMU_FLAGS $flags "$@" -o "$B/$name.$mode" "tests/cuda/$name.cpp" $LIBS
+    rm -f "$B/$name.$mode"  # no stale binary if the build fails
+        $EMU_CXX $EMU_FLAGS $flags "$@" -o "$B/$name.$mode" "tests/cuda/$name.cpp" $LIBS
+}
+
+# built NAME MODE: true if MODE is one of $modes and NAME was built in it
+built() {
+    case " $modes " in
+    *" $2 "*) [ -x "$B/$1.$2" ] ;;
+    *) false ;;
+    esac
 }
 
 # run LABEL CMD...: the program's own RESULT line (if any) is added to the totals
@@ -77,32 +105,40 @@ caught() {
     fi
 }
 
+TSAN="env TSAN_OPTIONS=halt_on_error=1"
 for prog in test_emu test_attn test_cuda; do
-    for mode in fibers tsan asan; do
+    # The blocks mode replaces the threads mode under TSan where that was
+    # slow (test_attn, test_cuda's model group: most of its time).
+    case $prog in
+    test_attn) modes="fibers blocks asan" ;;
+    *) modes="fibers blocks tsan asan" ;;
+    esac
+    for mode in $modes; do
         if ! build $prog $mode; then
             bad "build $prog ($mode)"
             continue
         fi
     done
-    [ -x "$B/$prog.fibers" ] && run "$prog fibers" env MHE_EMU_ORDER=forward "$B/$prog.fibers"
-    [ -x "$B/$prog.fibers" ] && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
+    built $prog fibers && run "$prog fibers" env MHE_EMU_ORDER=forward "$B/$prog.fibers"
+    built $prog fibers && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
     # the model at T = 80 (three key tiles), float32 and TF32: once, it takes seconds
-    [ $prog = test_cuda ] && [ -x "$B/$prog.fibers" ] && run "$prog large, fibers" "$B/$prog.fibers" large
-    # the sanitizer runs skip the long training and decoding groups: their kernels are those of the model group and test_attn
-    if [ $prog = test_cuda ]; then
-        groups="gemm tf32 norm elementwise model errors"  # decoding's core (Tq = 1) is in test_attn; errors prefills
-    else
-        groups=""
+    [ $prog = test_cuda ] && built $prog fibers && run "$prog large, fibers" "$B/$prog.fibers" large
+    if [ $prog != test_cuda ]; then
+        built $prog blocks && run "$prog blocks, ThreadSanitizer" $TSAN MHE_EMU_SEED=1 "$B/$prog.blocks"
+        built $prog tsan && run "$prog ThreadSanitizer" $TSAN "$B/$prog.tsan"
+        built $prog asan && run "$prog ASan+UBSan" "$B/$prog.asan"
+        continue
     fi
-    if [ -z "$groups" ]; then
-        [ -x "$B/$prog.tsan" ] && run "$prog ThreadSanitizer" env TSAN_OPTIONS=halt_on_error=1 "$B/$prog.tsan"
-        [ -x "$B/$prog.asan" ] && run "$prog ASan+UBSan" "$B/$prog.asan"
-    else
-        for g in $groups; do
-            [ -x "$B/$prog.tsan" ] && run "$prog $g ThreadSanitizer" env TSAN_OPTIONS=halt_on_error=1 "$B/$prog.tsan" $g
-            [ -x "$B/$prog.asan" ] && run "$prog $g ASan+UBSan" "$B/$prog.asan" $g
-        done
-    fi
+    # The sanitizer runs skip the long training and decoding groups: their
+    # kernels are those of the model group and test_attn (decoding's core,
+    # Tq = 1, is in test_attn). Each group in another block order.
+    seed=2
+    for g in gemm tf32 norm elementwise model errors; do
+        built $prog blocks && run "$prog $g blocks, ThreadSanitizer" $TSAN MHE_EMU_SEED=$seed "$B/$prog.blocks" $g
+        seed=$((seed + 1))
+        built $prog tsan && [ $g != model ] && run "$prog $g ThreadSanitizer" $TSAN "$B/$prog.tsan" $g
+        built $prog asan && run "$prog $g ASan+UBSan" "$B/$prog.asan" $g
+    done
 done
 
 # the command-line tool on the emulation (fibers, forward order: its kernels are the model's)
@@ -142,13 +178,18 @@ done
 echo "== broken variants (each must be caught)"
 $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA_FAULT=1 -o "$B/fault1.fibers" tests/cuda/test_cuda.cpp $LIBS &&
     caught "missing barrier, fibers in both orders" "FAIL" sh -c "MHE_EMU_ORDER=forward $B/fault1.fibers gemm && MHE_EMU_ORDER=reverse $B/fault1.fibers gemm"
-$EMU_CXX $EMU_FLAGS -O1 -DMHE_EMU_THREADS -fsanitize=thread -DMHE_CUDA_FAULT=1 -o "$B/fault1.tsan" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" env TSAN_OPTIONS=halt_on_error=1 "$B/fault1.tsan" gemm
-$EMU_CXX $EMU_FLAGS -O1 -DMHE_EMU_THREADS -fsanitize=address,undefined -fno-sanitize-recover=all -DMHE_CUDA_FAULT=2 \
-    -o "$B/fault2.asan" tests/cuda/test_cuda.cpp $LIBS &&
+$EMU_CXX $EMU_FLAGS $TSAN_FLAGS -DMHE_CUDA_FAULT=1 -o "$B/fault1.tsan" tests/cuda/test_cuda.cpp $LIBS &&
+    caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.tsan" gemm
+$EMU_CXX $EMU_FLAGS $BLOCKS_FLAGS -DMHE_CUDA_FAULT=1 -o "$B/fault1.blocks" tests/cuda/test_cuda.cpp $LIBS &&
+    caught "missing barrier, blocks under ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.blocks" gemm
+$EMU_CXX $EMU_FLAGS $ASAN_FLAGS -DMHE_CUDA_FAULT=2 -o "$B/fault2.asan" tests/cuda/test_cuda.cpp $LIBS &&
     caught "shared buffer one float short, AddressSanitizer" "AddressSanitizer: heap-buffer-overflow" "$B/fault2.asan" norm
 $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA_FAULT=3 -o "$B/fault3.fibers" tests/cuda/test_cuda.cpp $LIBS &&
     caught "swapped mma fragment" "FAIL.*tf32 gemm" "$B/fault3.fibers" tf32
+# The fiber and threads modes pass this one: they run one block at a time.
+$EMU_CXX $EMU_FLAGS $BLOCKS_FLAGS -DMHE_CUDA_FAULT=4 -o "$B/fault4.blocks" tests/cuda/test_cuda.cpp $LIBS &&
+    caught "plain += for atomicAdd (embedding backward), blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
+        $TSAN "$B/fault4.blocks" elementwise
 
 echo "RESULT: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -14,10 +14,11 @@
    and a decoding step of each against mhe__attn_one, the CPU's decoder.
    Gradients are added into buffers that start non-zero, as the model's do.
    Errors (dropout, a head past 256 columns, a group past shared memory) are
-   statuses, never launches. Run by tests/cuda/run.sh in every emulation
-   mode; built by nvcc (make cuda) it runs on the GPU (no device: one line,
-   exit status 3). `test_attn quick`: one case of each kind and path, for
-   the slow tools (compute-sanitizer). */
+   statuses, never launches. Run by tests/cuda/run.sh with fibers, with
+   blocks at once under ThreadSanitizer and with threads under ASan; built
+   by nvcc (make cuda) it runs on the GPU (no device: one line, exit status
+   3). `test_attn quick`: one case of each kind and path, for the slow tools
+   (compute-sanitizer). */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
 #define MHE_CUDA

@@ -2,8 +2,9 @@
    attention cores: test_attn.cpp) and the device model, executed on the CPU
    through tests/cuda/emu.h and compared with the CPU library.
 
-   Built by `make test-cuda` in four ways: fibers in forward and in reversed
-   thread order, threads under ThreadSanitizer, threads under ASan + UBSan.
+   Built by `make test-cuda` in four ways: fibers (run in forward and in
+   reversed order), blocks at once under ThreadSanitizer, threads under
+   ThreadSanitizer, threads under ASan + UBSan.
    An argument runs one group (gemm, tf32, norm, elementwise, model, large,
    train, decode, prefill, eval, errors); the fault builds (MHE_CUDA_FAULT)
    run one group each. Built by nvcc (make cuda) it runs on the GPU; without

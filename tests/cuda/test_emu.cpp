@@ -9,7 +9,11 @@
    3. threads under AddressSanitizer + UBSan:
      clang++ -std=c++20 -O1 -g -DMHE_EMU_THREADS -fsanitize=address,undefined -fno-sanitize-recover=all \
        -I. tests/cuda/test_emu.cpp -o build/test_emu_asan && build/test_emu_asan
-   4. TSan does see a missing __syncthreads (expect "WARNING: ThreadSanitizer: data race"):
+   4. blocks (several runner threads) under ThreadSanitizer:
+     clang++ -std=c++20 -O1 -g -DMHE_EMU_BLOCKS -fsanitize=thread -I. tests/cuda/test_emu.cpp \
+       -o build/test_emu_blocks && build/test_emu_blocks
+   5. TSan does see a missing __syncthreads (expect "WARNING: ThreadSanitizer: data race"),
+      and with -DMHE_EMU_BLOCKS instead of -DMHE_EMU_THREADS a race between blocks too:
      clang++ -std=c++20 -O1 -g -DMHE_EMU_THREADS -DEMU_SHOW_RACE -fsanitize=thread -I. \
        tests/cuda/test_emu.cpp -o build/test_emu_race && build/test_emu_race
    EMU_BENCH=1 in the environment also times a launch of 64 blocks x 256
@@ -244,7 +248,7 @@ __global__ void dyn_smem_sum(unsigned long long *out) {
         unsigned long long sum = 0;
         for (size_t i = 0; i < n; i++)
             sum += s[i];
-        *out = sum;
+        out[blockIdx.x] = sum;  // a block of its own: the blocks may run at once
     }
 }
 
@@ -283,7 +287,7 @@ __global__ void math_bits(float *out) {
 __global__ void sync_in_branch(int *out) {
     if (threadIdx.x < 32)
         __syncthreads();
-    out[threadIdx.x] = 1;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
 }
 
 __global__ void shuffle_half_warp(int *out) {
@@ -292,6 +296,51 @@ __global__ void shuffle_half_warp(int *out) {
         v = __shfl_xor_sync(FULL, v, 1);
     out[threadIdx.x] = v;
 }
+#endif
+
+#ifdef MHE_EMU_BLOCKS
+// Blocks 0 and 1 each wait (10 s at most) for the other to have started: both
+// see the other only if two runners run them at once. Each keeps its number in
+// static and in dynamic shared memory across the wait, which stay its own
+// only if every runner has its own shared memory.
+__global__ void handshake(int *started, int *saw_other, int *kept) {
+    __shared__ int mine;
+    int *dyn = static_cast<int *>(mhe_emu_dyn_shared());
+    int b = (int)blockIdx.x;
+    if (threadIdx.x == 0) {
+        mine = b;
+        dyn[0] = b;
+        atomicExch(&started[b], 1);
+        auto t0 = std::chrono::steady_clock::now();
+        while (atomicAdd(&started[1 - b], 0) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+        }
+        saw_other[b] = atomicAdd(&started[1 - b], 0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        kept[b] = mine == b && dyn[0] == b;
+}
+
+// The order in which the blocks ran (ran[k]: the k-th block), and the OS
+// thread that ran each one.
+__global__ void block_log(int *count, int *ran, unsigned long long *thread) {
+    if (threadIdx.x == 0) {
+        ran[atomicAdd(count, 1)] = (int)blockIdx.x;
+        thread[blockIdx.x] = (unsigned long long)pthread_self();
+    }
+}
+
+// Only block `bad` deadlocks.
+__global__ void sync_in_one_block(int *out, unsigned bad) {
+    if (blockIdx.x != bad || threadIdx.x < 32)
+        __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+#endif
+
+#if defined(MHE_EMU_BLOCKS) && defined(EMU_SHOW_RACE)
+// A sum over blocks without atomicAdd: a race between blocks.
+__global__ void plain_sum(int *sum) { *sum += 1; }
 #endif
 
 // The timing kernel: 10 warp reductions and 10 __syncthreads.
@@ -549,14 +598,14 @@ static void test_launch_checks() {
     CHECK(mhe_emu_launches() == before + 2);
 
     // 100 KiB of dynamic shared memory once the kernel opts in
-    unsigned long long *sum = device_array<unsigned long long>(1);
+    unsigned long long *sum = device_array<unsigned long long>(2);
     CHECK(launch(dim3(2), dim3(128), 100 * 1024, dyn_smem_sum, sum) == cudaErrorInvalidConfiguration);
     CHECK(cudaFuncSetAttribute(dyn_smem_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024) == cudaSuccess);
     CHECK(launch(dim3(2), dim3(128), 100 * 1024, dyn_smem_sum, sum) == cudaSuccess);
     unsigned long long want = 0;
     for (size_t k = 0; k < 100 * 1024; k++)
         want += k % 251;
-    CHECK(to_host(sum, 1)[0] == want);
+    CHECK(to_host(sum, 2)[0] == want && to_host(sum, 2)[1] == want);
     cudaFuncAttributes attr;
     CHECK(cudaFuncGetAttributes(&attr, dyn_smem_sum) == cudaSuccess);
     CHECK(attr.maxDynamicSharedSizeBytes == 100 * 1024 && attr.maxThreadsPerBlock == 1024);
@@ -695,14 +744,93 @@ static void test_math() {
 
 #ifndef MHE_EMU_THREADS
 static void test_deadlock() {
-    int *out = device_array<int>(64);
-    fprintf(stderr, "test_emu: two deadlock reports are expected next\n");
+    int *out = device_array<int>(2 * 64);
+    fprintf(stderr, "test_emu: deadlock reports are expected next\n");
     CHECK(launch(dim3(2), dim3(64), 0, sync_in_branch, out) == cudaErrorLaunchFailure);
     CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
     CHECK(launch(dim3(1), dim3(64), 0, shuffle_half_warp, out) == cudaErrorLaunchFailure);
     CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
     cudaFree(out);
+#ifdef MHE_EMU_BLOCKS
+    // one block of many: the launch fails whichever runner ran it
+    out = device_array<int>(16 * 64);
+    CHECK(launch(dim3(16), dim3(64), 0, sync_in_one_block, out, 5u) == cudaErrorLaunchFailure);
+    CHECK(cudaGetLastError() == cudaErrorLaunchFailure);
+    cudaFree(out);
+#endif
     test_block_sum(0);  // the emulation still works afterwards
+}
+#endif
+
+#ifdef MHE_EMU_BLOCKS
+// Runners run blocks at once, each with its own shared memory.
+static void test_blocks_at_once() {
+    mhe_emu_set_block_threads(4);
+    int *started = device_array<int>(2), *saw_other = device_array<int>(2), *kept = device_array<int>(2);
+    CHECK(launch(dim3(2), dim3(64), 16, handshake, started, saw_other, kept) == cudaSuccess);
+    std::vector<int> saw = to_host(saw_other, 2), k = to_host(kept, 2);
+    CHECK(saw[0] == 1 && saw[1] == 1);
+    CHECK(k[0] == 1 && k[1] == 1);
+    cudaFree(started);
+    cudaFree(saw_other);
+    cudaFree(kept);
+}
+
+// Returns the order in which the blocks of a grid of n ran; threads[b]: the
+// OS thread that ran block b.
+static std::vector<int> block_order(int n, std::vector<unsigned long long> *threads = nullptr) {
+    int *count = device_array<int>(1), *ran = device_array<int>((size_t)n, -1);
+    unsigned long long *thread = device_array<unsigned long long>((size_t)n);
+    CHECK(launch(dim3((unsigned)n), dim3(32), 0, block_log, count, ran, thread) == cudaSuccess);
+    std::vector<int> order = to_host(ran, (size_t)n);
+    if (threads)
+        *threads = to_host(thread, (size_t)n);
+    cudaFree(count);
+    cudaFree(ran);
+    cudaFree(thread);
+    return order;
+}
+
+static bool each_block_once(const std::vector<int> &v) {
+    std::vector<int> seen(v.size(), 0);
+    for (int b : v)
+        if (b < 0 || (size_t)b >= v.size() || seen[(size_t)b]++)
+            return false;
+    return true;
+}
+
+// The orders the blocks run in, and which runner runs which.
+static void test_block_orders() {
+    const int n = 24;
+    std::vector<int> forward(n), reverse(n);
+    for (int i = 0; i < n; i++) {
+        forward[i] = i;
+        reverse[i] = n - 1 - i;
+    }
+    mhe_emu_set_block_threads(1);  // one runner: the order is the launch's order
+    mhe_emu_set_seed(0);
+    mhe_emu_set_order(0);
+    CHECK(block_order(n) == forward);
+    mhe_emu_set_order(1);
+    CHECK(block_order(n) == reverse);
+    mhe_emu_set_order(0);
+    mhe_emu_set_seed(12345);
+    std::vector<int> a = block_order(n), b = block_order(n);
+    CHECK(each_block_once(a) && each_block_once(b));
+    CHECK(a != forward && a != reverse && a != b);  // shuffled, differently each launch
+    mhe_emu_set_seed(0);
+
+    // 3 runners: runner k runs positions k, k + 3, ... of the order, so
+    // neighbours in it run on different threads.
+    mhe_emu_set_block_threads(3);
+    std::vector<unsigned long long> thread;
+    std::vector<int> order = block_order(n, &thread);
+    CHECK(each_block_once(order));
+    bool shares = true;
+    for (int i = 0; i + 1 < n; i++)
+        shares = shares && thread[i] != thread[i + 1] && (i + 3 >= n || thread[i] == thread[i + 3]);
+    CHECK(shares);
+    mhe_emu_set_block_threads(4);
 }
 #endif
 
@@ -772,6 +900,8 @@ static void bench() {
     double ms = std::chrono::duration<double, std::milli>(t1 - t0).count() / runs;
 #ifdef MHE_EMU_THREADS
     const char *mode = "threads";
+#elif defined(MHE_EMU_BLOCKS)
+    const char *mode = "blocks";
 #else
     const char *mode = "fibers";
 #endif
@@ -781,10 +911,17 @@ static void bench() {
 }
 
 int main() {
+#ifndef MHE_EMU_THREADS
+    // First: its children fork, and a child of a process that has started
+    // runner threads (blocks mode) has none of them.
+    test_misuse();
+#endif
     test_block_sum(0);
     test_block_sum(1);
 #ifndef MHE_EMU_THREADS
     test_run_order();
+#endif
+#if !defined(MHE_EMU_THREADS) && !defined(MHE_EMU_TSAN)
     // The missing __syncthreads gives a wrong answer in at least one order.
     mhe_emu_set_order(0);
     int wrong_forward = run_missing_barrier();
@@ -795,6 +932,17 @@ int main() {
 #elif defined(EMU_SHOW_RACE)
     printf("EMU_SHOW_RACE: %d wrong outputs; ThreadSanitizer should have reported a data race\n",
            run_missing_barrier());
+#if defined(MHE_EMU_BLOCKS)
+    int *sum = device_array<int>(1);
+    launch(dim3(8), dim3(1), 0, plain_sum, sum);
+    printf("EMU_SHOW_RACE: sum %d of 8; ThreadSanitizer should have reported a data race between blocks\n",
+           to_host(sum, 1)[0]);
+    cudaFree(sum);
+#endif
+#endif
+#ifdef MHE_EMU_BLOCKS
+    test_blocks_at_once();
+    test_block_orders();
 #endif
     test_shuffles(64);
     test_shuffles(48);  // a last warp of 16 lanes
@@ -809,7 +957,6 @@ int main() {
     test_math();
 #ifndef MHE_EMU_THREADS
     test_deadlock();
-    test_misuse();
 #endif
     const char *b = getenv("EMU_BENCH");
     if (b && strcmp(b, "1") == 0)
