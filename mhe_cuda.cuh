@@ -8,10 +8,10 @@
 
    The same source compiles as plain C++ through tests/cuda/emu.h
    (MHE_CUDA_EMULATE), which runs every CUDA thread on the CPU: that is how
-   every kernel here is executed and checked against the CPU library. Rules
-   that keep the emulation honest where it cannot see (races between blocks):
-   a data-dependent scatter to global memory uses atomics or is documented
-   disjoint; warp collectives use full masks only.
+   every kernel here is executed and checked against the CPU library (its
+   blocks mode runs several blocks at once under ThreadSanitizer, so a
+   data-dependent scatter to global memory without atomics is reported).
+   Warp collectives use full masks only: the emulation cannot check others.
 
    Contents
      C1. the device toolbox: errors, launches, warp reductions
