@@ -1235,40 +1235,51 @@ static float *mhe__cu_take(size_t *off, char *base, size_t n) {
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
                          const float *k, int ks, float *dk, float *hmap, float *dmap);
 
+/* what one stream keeps for the backward, layers 0 .. top-1 over rows; the
+   widest projection and the core's backward scratch */
+static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, int top, int B, int T, char *base,
+                                  size_t *cur, size_t *max_proj, size_t *max_scr) {
+    const mhe_config *c = &g->host->cfg;
+    size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
+    size_t HD = n * (size_t)mhe_config_d_head(c);
+    int l, k;
+    for (l = 0; l < top; l++) {
+        mhe_cuda_layer_acts *a = &la[l];
+        const mhe_attn_weights *w = &g->host->layers[l].attn;
+        mhe__geom geo = mhe__layer_geom(c, w->kind);
+        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, T, 1, NULL);
+        mhe_attn_grads gr;
+        size_t scr;
+        /* the backward's scratch depends on the maps the kind sets; any non-NULL pointer stands for them here */
+        memset(&gr, 0, sizeof gr);
+        mhe__cu_dims(g, w, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
+        scr = mhe__cu_attn_bwd_floats(&d);
+        for (k = 0; k < 3; k += 2) {
+            a->nrm[k] = mhe__cu_take(cur, base, rows * C);
+            a->sum[k] = mhe__cu_take(cur, base, rows * C);
+            a->mean[k] = mhe__cu_take(cur, base, rows);
+            a->rstd[k] = mhe__cu_take(cur, base, rows);
+        }
+        a->proj = mhe__cu_take(cur, base, rows * (size_t)geo.proj_w);
+        a->att = mhe__cu_take(cur, base, rows * HD);
+        a->lse = mhe__cu_take(cur, base, rows * n);
+        a->hmap = mhe__cu_take(cur, base, 2 * HD);
+        a->kb = mhe__cu_take(cur, base, rows * n);
+        a->fc1 = mhe__cu_take(cur, base, rows * F);
+        a->act = mhe__cu_take(cur, base, rows * F);
+        if ((size_t)geo.proj_w > *max_proj)
+            *max_proj = (size_t)geo.proj_w;
+        if (scr > *max_scr)
+            *max_scr = scr;
+    }
+}
+
 static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     const mhe_config *c = &g->host->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_scr = 0;
     size_t cur = 0;
-    int l, k;
-    for (l = 0; l < c->n_layers; l++) {
-        mhe_cuda_layer_acts *a = &g->layer[l];
-        mhe__geom geo = mhe__layer_geom(c, g->host->layers[l].attn.kind);
-        mhe_attn_dims d = mhe__attn_dims(g->host, &g->host->layers[l].attn, 0, B, T, T, 1, NULL);
-        mhe_attn_grads gr;
-        size_t scr;
-        /* the backward's scratch depends on the maps the kind sets; any non-NULL pointer stands for them here */
-        memset(&gr, 0, sizeof gr);
-        mhe__cu_dims(g, &g->host->layers[l].attn, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
-        scr = mhe__cu_attn_bwd_floats(&d);
-        for (k = 0; k < 3; k += 2) {
-            a->nrm[k] = mhe__cu_take(&cur, base, rows * C);
-            a->sum[k] = mhe__cu_take(&cur, base, rows * C);
-            a->mean[k] = mhe__cu_take(&cur, base, rows);
-            a->rstd[k] = mhe__cu_take(&cur, base, rows);
-        }
-        a->proj = mhe__cu_take(&cur, base, rows * (size_t)geo.proj_w);
-        a->att = mhe__cu_take(&cur, base, rows * HD);
-        a->lse = mhe__cu_take(&cur, base, rows * n);
-        a->hmap = mhe__cu_take(&cur, base, 2 * HD);
-        a->kb = mhe__cu_take(&cur, base, rows * n);
-        a->fc1 = mhe__cu_take(&cur, base, rows * F);
-        a->act = mhe__cu_take(&cur, base, rows * F);
-        if ((size_t)geo.proj_w > max_proj)
-            max_proj = (size_t)geo.proj_w;
-        if (scr > max_scr)
-            max_scr = scr;
-    }
+    mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_scr);
     g->emb = mhe__cu_take(&cur, base, rows * C);
     g->fin = mhe__cu_take(&cur, base, rows * C);
     g->fin_mean = mhe__cu_take(&cur, base, rows);
@@ -1526,6 +1537,13 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld,
 
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
+/* What the blocks of a stream see, as the CPU's mhe__ctx: its shape and the
+   activations it keeps for the backward */
+typedef struct mhe__cu_ctx {
+    int B, T;
+    mhe_cuda_layer_acts *la;
+} mhe__cu_ctx;
+
 /* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
                          const float *k, int ks, float *dk, float *hmap, float *dmap) {
@@ -1561,11 +1579,11 @@ static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_
     }
 }
 
-static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, int l, int B, int Tq, int Tk, int q_offset,
-                                        const float *q, int qs, const float *k, int ks, const float *v, int vs) {
+static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int Tq, int Tk,
+                                        int q_offset, const float *q, int qs, const float *k, int ks, const float *v,
+                                        int vs) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, Tq, Tk, c->arch != MHE_ARCH_ENCODER, NULL);
     d.q_offset = q_offset;
@@ -1587,11 +1605,11 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, int l, int B, int Tq,
     return MHE_OK;
 }
 
-static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, const float *q, int qs,
-                                        const float *k, int ks, const float *v, float *dq, float *dk, float *dv) {
+static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int T,
+                                        const float *q, int qs, const float *k, int ks, const float *v, float *dq,
+                                        float *dk, float *dv) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, T, c->arch != MHE_ARCH_ENCODER, NULL);
     mhe_attn_grads gr;
@@ -1625,44 +1643,68 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, 
 
 /* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
 
-static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, int l, int B, int T, const float *u, float *out) {
+/* Q|K|V of a sublayer into a->proj [rows, proj_w], one GEMM (W^Q, W^K, W^V
+   are adjacent, and their biases; collab adds its one bias, b^V) */
+static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = B * T, ks;
-    const float *k, *v;
+    int C = c->d_model, rows = x->B * x->T;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.proj_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
                                    geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
                                    (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
+    return MHE_OK;
+}
+
+/* decoding: this position's row (a->proj) through the core of its kind,
+   with the K|V rows the cache keeps */
+static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_kv_cache *kc = g->cache;
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int pos = kc->len, kvw = kc->kv_w[l], ks;
+    const float *k, *v, *src;
+    /* this position's K|V columns (el-att: its input) join the cache; the core reads the cache */
+    src = geo.k_w ? a->proj + geo.q_w : u;
+    MHE__CU_TRY(cudaMemcpy(kc->kv[l] + (size_t)pos * kvw, src, (size_t)kvw * sizeof(float), cudaMemcpyDeviceToDevice),
+                "KV cache append");
+    k = kc->kv[l];
+    ks = kvw;
+    v = geo.v_w ? k + geo.k_w : k;
+    return mhe__cu_attn_core_fwd(g, a, l, 1, 1, pos + 1, pos, a->proj, geo.proj_w, k, ks, v, ks);
+}
+
+static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
+                                          float *out) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    MHE__CU_MHE(mhe__cu_project(g, x, l, u));
     if (g->cache) {
-        /* decoding: this position's K|V columns join the cache; the core reads the cache */
-        mhe_cuda_kv_cache *kc = g->cache;
-        int kvw = kc->kv_w[l], pos = kc->len;
-        const float *src = geo.k_w ? a->proj + geo.q_w : u;
-        MHE__CU_TRY(cudaMemcpy(kc->kv[l] + (size_t)pos * kvw, src, (size_t)kvw * sizeof(float),
-                               cudaMemcpyDeviceToDevice), "KV cache append");
-        k = kc->kv[l];
-        ks = kvw;
-        v = geo.v_w ? k + geo.k_w : k;
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, 1, 1, pos + 1, pos, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_decode_core(g, l, u));
     } else {
         mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, B, T, T, 0, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, x->B, x->T, x->T, 0, a->proj, geo.proj_w, k, ks, v, ks));
     }
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
 
-static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T, const float *u,
+static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
                                           const float *d_out, float *du) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = B * T, ks;
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
     MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
@@ -1672,7 +1714,7 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T
     mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
     dk = geo.k_w ? g->d_proj + geo.q_w : du;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, l, B, T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, x->B, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
                                    MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
@@ -1684,11 +1726,11 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T
 
 /* ---- the MLP and the sublayers ----------------------------------------------- */
 
-static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, int l, int rows, const float *u, float *out) {
+static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, float *out) {
     const mhe_config *c = &g->host->cfg;
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
-    int C = c->d_model, F = mhe_config_d_ff(c);
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_d_ff(c), rows = x->B * x->T;
     int64_t n = (int64_t)rows * F;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->fc1, F, u, MHE__CU_P(g, y->fc1_w), MHE__CU_P(g, y->fc1_b), rows, C, F));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
@@ -1696,12 +1738,12 @@ static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, int l, int rows, const floa
     return mhe__cu_linear_fwd(g, out, C, a->act, MHE__CU_P(g, y->fc2_w), MHE__CU_P(g, y->fc2_b), rows, F, C);
 }
 
-static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, int l, int rows, const float *u, const float *d_out,
+static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, const float *d_out,
                                   float *du) {
     const mhe_config *c = &g->host->cfg;
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
-    int C = c->d_model, F = mhe_config_d_ff(c);
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_d_ff(c), rows = x->B * x->T;
     int64_t n = (int64_t)rows * F;
     MHE__CU_MHE(mhe__cu_zero(g, g->d_act, (size_t)n));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_act, MHE__CU_G(g, y->fc2_w), MHE__CU_G(g, y->fc2_b), d_out, C, a->act,
@@ -1714,16 +1756,16 @@ static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, int l, int rows, const floa
                               MHE__CU_P(g, y->fc1_w), rows, C, F);
 }
 
-static const float *mhe__cu_sub_out(const mhe_cuda_model *g, int l, int k) {
-    return g->host->cfg.post_norm ? g->layer[l].nrm[k] : g->layer[l].sum[k];
+static const float *mhe__cu_sub_out(const mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
+    return g->host->cfg.post_norm ? x->la[l].nrm[k] : x->la[l].sum[k];
 }
 
 /* sublayer k (0 attention, 2 MLP) of block l, as mhe__sub_fwd: enter, branch, leave */
-static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T, const float *h) {
+static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h) {
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
-    int rows = B * T, post = g->host->cfg.post_norm;
+    int rows = x->B * x->T, post = g->host->cfg.post_norm;
     const float *u = h;
     mhe__sub_norm(y, k, &nw, &nb);
     if (!post) {
@@ -1731,9 +1773,9 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T,
         u = a->nrm[k];
     }
     if (k == 2)
-        MHE__CU_MHE(mhe__cu_mlp_fwd(g, l, rows, u, g->branch));
+        MHE__CU_MHE(mhe__cu_mlp_fwd(g, x, l, u, g->branch));
     else
-        MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, l, B, T, u, g->branch));
+        MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
     MHE__CU_MHE(mhe__cu_axpby_m(g, a->sum[k], h, g->branch, (int64_t)rows * g->host->cfg.d_model));
     if (post)
         MHE__CU_MHE(mhe__cu_norm_fwd(g, a->nrm[k], a->mean[k], a->rstd[k], a->sum[k], nw, nb, rows));
@@ -1742,28 +1784,51 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T,
 
 /* backward of sublayer k, as mhe__sub_bwd: d_h holds the gradient of its
    output and leaves with the gradient of its input */
-static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, int l, int k, int B, int T) {
+static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
-    const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, l, 0);
-    int rows = B * T;
+    const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, x, l, 0);
+    int rows = x->B * x->T;
     size_t n = (size_t)rows * g->host->cfg.d_model;
     mhe__sub_norm(y, k, &nw, &nb);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_u, n));
     if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(d h')) */
         if (k == 2)
-            MHE__CU_MHE(mhe__cu_mlp_bwd(g, l, rows, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
         else
-            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, l, B, T, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
     }
     /* d sum = N'(d h'); d h = d sum + f'(d sum) */
     MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_u, g->d_h, a->sum[k], nw, nb, a->mean[k], a->rstd[k], rows));
     MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
     if (k == 2)
-        return mhe__cu_mlp_bwd(g, l, rows, h, g->d_u, g->d_h);
-    return mhe__cu_attn_branch_bwd(g, l, B, T, h, g->d_u, g->d_h);
+        return mhe__cu_mlp_bwd(g, x, l, h, g->d_u, g->d_h);
+    return mhe__cu_attn_branch_bwd(g, x, l, h, g->d_u, g->d_h);
+}
+
+/* blocks 0 .. top-1 of a stream on its input h; *out its output (mhe__stack_fwd) */
+static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top, const float *h,
+                                    const float **out) {
+    int l;
+    for (l = 0; l < top; l++) {
+        x->la[l].in = h;
+        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 0, h));
+        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 2, mhe__cu_sub_out(g, x, l, 0)));
+        h = mhe__cu_sub_out(g, x, l, 2);
+    }
+    *out = h;
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_stack_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top) {
+    int l;
+    for (l = top - 1; l >= 0; l--) {
+        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 2));
+        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 0));
+    }
+    return MHE_OK;
 }
 
 /* ---- the whole model ----------------------------------------------------------- */
@@ -1789,9 +1854,10 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
                                   float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = c->vocab_size, rows = B * T, i, l, count = 0;
+    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0;
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
+    mhe__cu_ctx x;
     for (i = 0; i < rows; i++) {
         if (tokens[i] < 0 || tokens[i] >= V)
             return mhe__fail(g->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary (%d)", tokens[i],
@@ -1811,13 +1877,10 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                (const int *)g->tokens, T, pos0, C), "embedding");
-    h = g->emb;
-    for (l = 0; l < c->n_layers; l++) {
-        g->layer[l].in = h;
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, l, 0, B, T, h));
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, l, 2, B, T, mhe__cu_sub_out(g, l, 0)));
-        h = mhe__cu_sub_out(g, l, 2);
-    }
+    x.B = B;
+    x.T = T;
+    x.la = g->layer;
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, c->n_layers, g->emb, &h));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_norm_fwd(g, g->fin, g->fin_mean, g->fin_rstd, h, m->lnf_w, m->lnf_b, rows));
         h = g->fin;
@@ -1854,9 +1917,10 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe_model *m;
     const mhe_config *c;
-    int B, T, rows, C, V, l;
+    int B, T, rows, C, V;
     const mhe_tensor *hb, *head;
     float *dfin;
+    mhe__cu_ctx x;
     if (!g || !g->host)
         return MHE_ERR_ARG;
     m = g->host;
@@ -1869,19 +1933,19 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     head = mhe__token_head(m, &hb);
     if (!g->has_targets || rows == 0)
         return mhe__fail(g->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
+    x.B = B;
+    x.T = T;
+    x.la = g->layer;
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
                                    MHE__CU_P(g, head), rows, C, V));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
-        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, c->n_layers - 1, 2), m->lnf_w, m->lnf_b,
-                                     g->fin_mean, g->fin_rstd, rows));
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, c->n_layers - 1, 2), m->lnf_w,
+                                     m->lnf_b, g->fin_mean, g->fin_rstd, rows));
     }
-    for (l = c->n_layers - 1; l >= 0; l--) {
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, l, 2, B, T));
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, l, 0, B, T));
-    }
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, c->n_layers));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
                                (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
@@ -2033,7 +2097,7 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
                          cfg->max_seq_len);
     for (l = 0; l < cfg->n_layers; l++) {
         mhe__geom geo = mhe__layer_geom(cfg, g->host->layers[l].attn.kind);
-        c->kv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model; /* el-att caches its input */
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input */
         total += (size_t)max_len * c->kv_w[l];
     }
     total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
