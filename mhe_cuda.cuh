@@ -39,14 +39,17 @@
    tensor names and the checkpoint; the device holds copies of the
    parameters and gradients (the host layout, one block each) and the
    activations. Runs decoder and encoder (masked-LM) models with vocabulary
-   embeddings and the softmax attention kinds: mha, sha, mqa, gqa, skv,
-   el-att, mhe-add, mhe-mul and collab, pre- or post-norm, without dropout,
-   Admin, classification or encoder-decoder (mhe_cuda_supports says which
-   field stops a config). Everything else runs on the CPU path. */
+   embeddings and the attention kinds mha, sha, mqa, gqa, skv, el-att,
+   mhe-add, mhe-mul and collab (softmax), mlp (thesis ch. 4), and the FNet
+   encoders fnet and linear; pre- or post-norm, without dropout, Admin,
+   classification or encoder-decoder (mhe_cuda_supports says which field
+   stops a config). Everything else runs on the CPU path. Decoding covers
+   every one of these kinds the CPU decodes (all but fnet and linear, which
+   are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
-    float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, n d_h], [B n T], MUL maps [2 n d_h] */
+    float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, att_w], [B n T], MUL maps [2 n d_h] */
     float *kb;                              /* MHE-ADD: each key's per-head bias k . e_i^Q [rows, n] */
     float *fc1, *act;                       /* [rows, d_ff] */
 } mhe_cuda_layer_acts;
@@ -70,6 +73,8 @@ typedef struct mhe_cuda_model {
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
     float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
+    float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_T, S_T [T, T] */
+    int dft_T;                              /* the T whose tables dft holds (0: none yet) */
     int *tokens, *targets;
     const float *final_h;
     int last_B, last_T, last_count, has_targets, pos0;
@@ -1162,10 +1167,12 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads 
 #define MHE__CU_P(g, t) ((t) ? (g)->params + ((t)->data - (g)->host->param_data) : (float *)NULL)
 #define MHE__CU_G(g, t) ((t) ? (g)->grads + ((t)->data - (g)->host->param_data) : (float *)NULL)
 
+/* the kinds with a device path, named one by one: a kind added to mhe.h stays on the CPU until it has one */
 static int mhe__cu_kind_ok(int kind) {
     switch (kind) {
     case MHE_ATTN_MHA: case MHE_ATTN_SHA: case MHE_ATTN_MQA: case MHE_ATTN_GQA: case MHE_ATTN_SKV:
     case MHE_ATTN_EL_ATT: case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: case MHE_ATTN_COLLAB:
+    case MHE_ATTN_MLP: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
         return 1;
     default:
         return 0;
@@ -1190,8 +1197,9 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s runs on the CPU path (device kinds: mha sha mqa gqa skv el-att mhe-add mhe-mul collab)",
-                             l, mhe_attn_kind_name(kind));
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s runs on the CPU path (device kinds: mha sha mqa gqa "
+                             "skv el-att mhe-add mhe-mul collab mlp fnet linear)", l,
+                             mhe_attn_kind_name(kind));
     }
     for (l = 0; l < c->n_layers; l++)
         if (mhe_config_layer_kind(c, l) == MHE_ATTN_COLLAB && mhe_config_collab_dim(c) > MHE_MAX_D_HEAD)
@@ -1235,10 +1243,19 @@ static float *mhe__cu_take(size_t *off, char *base, size_t n) {
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
                          const float *k, int ks, float *dk, float *hmap, float *dmap);
 
+/* 1 when a layer of the main stack has this kind */
+static int mhe__cu_has_kind(const mhe_model *m, int kind) {
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].attn.kind == kind)
+            return 1;
+    return 0;
+}
+
 /* what one stream keeps for the backward, layers 0 .. top-1 over rows; the
-   widest projection and the core's backward scratch */
+   widest projection and attention output, and the core's backward scratch */
 static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, int top, int B, int T, char *base,
-                                  size_t *cur, size_t *max_proj, size_t *max_scr) {
+                                  size_t *cur, size_t *max_proj, size_t *max_att, size_t *max_scr) {
     const mhe_config *c = &g->host->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c);
@@ -1261,7 +1278,7 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
             a->rstd[k] = mhe__cu_take(cur, base, rows);
         }
         a->proj = mhe__cu_take(cur, base, rows * (size_t)geo.proj_w);
-        a->att = mhe__cu_take(cur, base, rows * HD);
+        a->att = mhe__cu_take(cur, base, rows * (size_t)geo.att_w);
         a->lse = mhe__cu_take(cur, base, rows * n);
         a->hmap = mhe__cu_take(cur, base, 2 * HD);
         a->kb = mhe__cu_take(cur, base, rows * n);
@@ -1269,17 +1286,21 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         a->act = mhe__cu_take(cur, base, rows * F);
         if ((size_t)geo.proj_w > *max_proj)
             *max_proj = (size_t)geo.proj_w;
+        if ((size_t)geo.att_w > *max_att)
+            *max_att = (size_t)geo.att_w;
         if (scr > *max_scr)
             *max_scr = scr;
     }
 }
 
 static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
-    const mhe_config *c = &g->host->cfg;
+    const mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
-    size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_scr = 0;
+    size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_att = HD, max_scr = 0;
     size_t cur = 0;
-    mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_scr);
+    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET);
+    mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_att, &max_scr);
     g->emb = mhe__cu_take(&cur, base, rows * C);
     g->fin = mhe__cu_take(&cur, base, rows * C);
     g->fin_mean = mhe__cu_take(&cur, base, rows);
@@ -1292,13 +1313,15 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->d_h = mhe__cu_take(&cur, base, rows * C);
     g->d_u = mhe__cu_take(&cur, base, rows * C);
     g->d_tmp = mhe__cu_take(&cur, base, rows * C);
-    g->d_att = mhe__cu_take(&cur, base, rows * HD);
+    g->d_att = mhe__cu_take(&cur, base, rows * max_att);
     g->d_proj = mhe__cu_take(&cur, base, rows * max_proj);
     g->d_fc1 = mhe__cu_take(&cur, base, rows * F);
     g->d_act = mhe__cu_take(&cur, base, rows * F);
     g->d_logits = mhe__cu_take(&cur, base, rows * V);
     g->d_hmap = mhe__cu_take(&cur, base, 2 * HD);
     g->d_kb = mhe__cu_take(&cur, base, rows * n);
+    g->mix = mhe__cu_take(&cur, base, fnet ? rows * 2 * C : 0);
+    g->dft = mhe__cu_take(&cur, base, fnet ? 2 * C * C + 2 * (size_t)T * T : 0);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
     return cur;
@@ -1328,6 +1351,7 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
     g->device_bytes += bytes;
     g->cap_B = B;
     g->cap_T = T;
+    g->dft_T = 0; /* fnet's tables are to be made in the new block */
     mhe__cu_acts_layout(g, (char *)block, B, T);
     return MHE_OK;
 }
@@ -1535,6 +1559,27 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld,
         y[(i / nb) * ld + off + i % nb] += b[i % nb];
 }
 
+/* the mlp kind (thesis eq. 4.5): att = SiLU(gate) * up over proj = [gate | up] [rows, 2F] */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_fwd(float *att, const float *proj, int rows, int F) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * F)
+        return;
+    const float *p = proj + (i / F) * 2 * F + i % F;
+    att[i] = mhe__cu_act(MHE_ACT_SILU, p[0]) * p[F];
+}
+
+/* d [gate | up] = [datt * up * SiLU'(gate) | datt * SiLU(gate)] (written, not added) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, const float *proj, const float *datt,
+                                                                int rows, int F) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * F)
+        return;
+    int64_t o = (i / F) * 2 * F + i % F;
+    float gate = proj[o], up = proj[o + F];
+    dproj[o] = datt[i] * up * mhe__cu_act_grad(MHE_ACT_SILU, gate);
+    dproj[o + F] = datt[i] * mhe__cu_act(MHE_ACT_SILU, gate);
+}
+
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
 /* What the blocks of a stream see, as the CPU's mhe__ctx: its shape and the
@@ -1641,6 +1686,121 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     return MHE_OK;
 }
 
+/* ---- the kinds without an attention core: mlp, fnet, linear ------------------ */
+
+/* the mlp kind (thesis eq. 4.4-4.5): down(SiLU(gate u) * up u); gate | up
+   adjacent, one GEMM into proj [rows, 2F], the product into att [rows, F]
+   (mhe__gated_fwd / _bwd) */
+static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, float *out) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 2 * F, u, MHE__CU_P(g, w->gate), MHE__CU_P(g, w->gate_b), rows, C,
+                                   2 * F));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_fwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, a->att, (const float *)a->proj, rows, F), "gated MLP");
+    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->down), MHE__CU_P(g, w->down_b), rows, F, C);
+}
+
+static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * F));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->down), MHE__CU_G(g, w->down_b), d_out, C, a->att,
+                                   MHE__CU_P(g, w->down), rows, F, C));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_bwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, g->d_proj, (const float *)a->proj, (const float *)g->d_att, rows,
+                               F), "gated MLP backward");
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->gate), MHE__CU_G(g, w->gate_b), g->d_proj, 2 * F, u,
+                              MHE__CU_P(g, w->gate), rows, C, 2 * F);
+}
+
+/* fnet's tables for sequences of T: [C_C | S_C] [C, 2C], then C_T and S_T
+   [T, T], with C_N[i][j] = cos(2 pi (i j mod N) / N) and S_N the sine, in
+   double (the angle exact before it is rounded), made on the host when T
+   changes */
+static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int T) {
+    int C = g->host->cfg.d_model, i, j;
+    size_t nc = 2 * (size_t)C * C, n = nc + 2 * (size_t)T * T;
+    const double tau = 6.283185307179586476925286766559;
+    float *h;
+    cudaError_t e;
+    if (g->dft_T == T)
+        return MHE_OK;
+    h = (float *)MHE_MALLOC(g->host->alloc_ctx, n * sizeof(float));
+    if (!h)
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "fnet: cannot allocate %zu bytes for the DFT tables",
+                         n * sizeof(float));
+    for (i = 0; i < C; i++)
+        for (j = 0; j < C; j++) {
+            double ang = tau * (double)(((int64_t)i * j) % C) / C;
+            h[(size_t)i * 2 * C + j] = (float)cos(ang);
+            h[(size_t)i * 2 * C + C + j] = (float)sin(ang);
+        }
+    for (i = 0; i < T; i++)
+        for (j = 0; j < T; j++) {
+            double ang = tau * (double)(((int64_t)i * j) % T) / T;
+            h[nc + (size_t)i * T + j] = (float)cos(ang);
+            h[nc + (size_t)T * T + (size_t)i * T + j] = (float)sin(ang);
+        }
+    e = cudaMemcpy(g->dft, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    MHE_FREE(g->host->alloc_ctx, h);
+    MHE__CU_TRY(e, "upload the DFT tables");
+    g->dft_T = T;
+    return MHE_OK;
+}
+
+/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_T X
+   F_C), the unnormalised 2-D DFT over each sequence's T tokens (all real
+   on the device: no padding) and the C features, = C_T X C_C - S_T X S_C.
+   A direct real DFT as GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole
+   batch, then C_T and -S_T on each sequence. The map is its own adjoint:
+   the backward is the same call on the gradient, added (acc) into du. */
+static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, int acc) {
+    int C = g->host->cfg.d_model, b;
+    const float *ct, *st;
+    MHE__CU_MHE(mhe__cu_dft_tables(g, T));
+    ct = g->dft + 2 * (size_t)C * C;
+    st = ct + (size_t)T * T;
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
+    for (b = 0; b < B; b++) {
+        const float *mb = g->mix + (size_t)b * T * 2 * C;
+        float *yb = y + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, ct, T, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, -1.0f, st, T, mb + C, 2 * C, 1.0f, yb, C));
+    }
+    return MHE_OK;
+}
+
+/* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
+   W_seq[:T, :T] (X_b W_hidden^T), no bias; att keeps Z = X W_hidden^T
+   (mhe__linear_mix_fwd / _bwd) */
+static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, float *out) {
+    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
+    for (b = 0; b < x->B; b++)
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, a->att + (size_t)b * T * C, C,
+                                   0.0f, out + (size_t)b * T * C, C));
+    return MHE_OK;
+}
+
+/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att), then through W_hidden: du += */
+static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
+    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    for (b = 0; b < x->B; b++) {
+        const float *db = d_out + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, db, C, 0.0f,
+                                   g->d_att + (size_t)b * T * C, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, T, T, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
+                                   MHE__CU_G(g, w->seq), L));
+    }
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->hidden), NULL, g->d_att, C, u, MHE__CU_P(g, w->hidden),
+                              x->B * T, C, C);
+}
+
 /* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
 
 /* Q|K|V of a sublayer into a->proj [rows, proj_w], one GEMM (W^Q, W^K, W^V
@@ -1688,6 +1848,12 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
+    if (w->kind == MHE_ATTN_MLP)
+        return mhe__cu_gated_fwd_m(g, a, w, rows, u, out);
+    if (w->kind == MHE_ATTN_FNET)
+        return mhe__cu_fnet(g, out, u, x->B, x->T, 0);
+    if (w->kind == MHE_ATTN_LINEAR)
+        return mhe__cu_linmix_fwd(g, x, a, w, u, out);
     MHE__CU_MHE(mhe__cu_project(g, x, l, u));
     if (g->cache) {
         MHE__CU_MHE(mhe__cu_decode_core(g, l, u));
@@ -1707,6 +1873,12 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
+    if (w->kind == MHE_ATTN_MLP)
+        return mhe__cu_gated_bwd_m(g, a, w, rows, u, d_out, du);
+    if (w->kind == MHE_ATTN_FNET)
+        return mhe__cu_fnet(g, du, d_out, x->B, x->T, 1);
+    if (w->kind == MHE_ATTN_LINEAR)
+        return mhe__cu_linmix_bwd(g, x, a, w, u, d_out, du);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->wo), MHE__CU_G(g, w->bo), d_out, C, a->att,
                                    MHE__CU_P(g, w->wo), rows, HD, C));
@@ -2090,14 +2262,14 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     if (!g || !g->host)
         return MHE_ERR_ARG;
     cfg = &g->host->cfg;
-    if (cfg->arch != MHE_ARCH_DECODER)
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "KV-cache decoding needs a decoder model");
+    if (cfg->arch != MHE_ARCH_DECODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder)");
     if (max_len < 1 || max_len > cfg->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
                          cfg->max_seq_len);
     for (l = 0; l < cfg->n_layers; l++) {
         mhe__geom geo = mhe__layer_geom(cfg, g->host->layers[l].attn.kind);
-        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input */
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; mlp nothing */
         total += (size_t)max_len * c->kv_w[l];
     }
     total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
