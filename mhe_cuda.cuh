@@ -17,7 +17,8 @@
      C1. the device toolbox: errors, launches, warp reductions
      C2. GEMM: float32 SIMT tiles and TF32 mma.sync tiles
      C3. elementwise: norms, activations, embeddings, cross-entropy, AdamW
-     C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores
+     C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores,
+         Taylor, Non-approximate
      C5. the device model: forward, backward, training step, KV-cache decoding
 */
 #ifndef MHE_CUDA_CUH
@@ -40,12 +41,12 @@
    parameters and gradients (the host layout, one block each) and the
    activations. Runs decoder and encoder (masked-LM) models with vocabulary
    embeddings and the attention kinds mha, sha, mqa, gqa, skv, el-att,
-   mhe-add, mhe-mul and collab (softmax), mlp (thesis ch. 4), and the FNet
-   encoders fnet and linear; pre- or post-norm, without dropout, Admin,
-   classification or encoder-decoder (mhe_cuda_supports says which field
-   stops a config). Everything else runs on the CPU path. Decoding covers
-   every one of these kinds the CPU decodes (all but fnet and linear, which
-   are encoder-only). */
+   mhe-add, mhe-mul and collab (softmax), mlp, taylor and nonapprox (thesis
+   ch. 4), and the FNet encoders fnet and linear; pre- or post-norm, without
+   dropout, Admin, classification or encoder-decoder (mhe_cuda_supports says
+   which field stops a config). Everything else runs on the CPU path.
+   Decoding covers every one of these kinds the CPU decodes (all but fnet
+   and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
@@ -55,11 +56,14 @@ typedef struct mhe_cuda_layer_acts {
 } mhe_cuda_layer_acts;
 
 /* KV cache of decoding on the device: per layer, the K and V columns of
-   each position (one head for the MHE kinds: 1/n of mha's) */
+   each position (one head for the MHE kinds: 1/n of mha's), and the state
+   of the kinds that keep one */
 typedef struct mhe_cuda_kv_cache {
     int len, cap;                           /* positions cached, capacity (<= max_seq_len) */
     float *kv[MHE_MAX_LAYERS];              /* [cap, k_w + v_w] (el-att: the layer's input [cap, C]) */
     int kv_w[MHE_MAX_LAYERS];
+    float *state[MHE_MAX_LAYERS];           /* taylor S|z [n, F, d_h + 1]; nonapprox [n, d_h + 2] */
+    size_t state_floats[MHE_MAX_LAYERS];
     float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] */
     void *block;
 } mhe_cuda_kv_cache;
@@ -641,7 +645,17 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
    table (k_bias, as collab's content bias); k_add only shifts whole score
    rows, which softmax ignores, so it is not read (its gradient is 0).
    Scores, weights and accumulators stay in shared memory (lanes own
-   columns), so no register array is indexed at run time. */
+   columns), so no register array is indexed at run time.
+
+   The same tiles run Taylor ("Approximate", thesis eq. 4.6; Based, Arora et
+   al. 2024) as template mode TAY = 1: w = 1 + s + s^2/2 in place of exp(s),
+   one shared normaliser, o_t = sum_j w_tj v_j / sum_j w_tj (w >= 1/2, so no
+   running max), lse holding that sum, as mhe__taylor_ref_fwd/_bwd. The CPU
+   also has a chunked linear-time form; its state is F x d_h per head (F = 1
+   + d_h + d_h (d_h + 1)/2: 2145 at d_h = 64), and adding a key to it and
+   reading it costs more than the direct form's T keys per query while T < F
+   (2F causal), so training here runs the direct form and decoding, one
+   token at a time, keeps the state (mhe__cu_taylor_step). */
 
 #define MHE__CU_BK 32   /* keys per shared tile (one per lane) */
 
@@ -713,6 +727,7 @@ static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
 }
 
 /* Forward: block (query rows blockIdx.x*W .., K/V head blockIdx.y, sequence blockIdx.z) */
+template <int TAY>
 __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
                                                           const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
@@ -770,8 +785,16 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                     s0 += qb[hh * a.dk + c] * kt[lane * (a.dk + 1) + c];
             }
             float s = vis ? a.scale * (s0 + (a.k_bias ? kbt[lane * G + hh] : 0.0f)) : -INFINITY;
-            float m_old = mst[hh], m_new = fmaxf(m_old, mhe__cu_warp_max(s));
-            float p = vis ? expf(s - m_new) : 0.0f, corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            float m_old = mst[hh], m_new, p, corr;
+            if (TAY) { /* Taylor: plain sums, no max to track */
+                m_new = 0.0f;
+                p = vis ? 1.0f + s + 0.5f * s * s : 0.0f;
+                corr = 1.0f;
+            } else {
+                m_new = fmaxf(m_old, mhe__cu_warp_max(s));
+                p = vis ? expf(s - m_new) : 0.0f;
+                corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            }
             float mass = mhe__cu_warp_sum(p);
             pb[lane] = p;
             __syncwarp();
@@ -805,8 +828,8 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                 x += a.v_add[(size_t)h * a.dh + c];
             o[c] = x;
         }
-        if (lane == 0)
-            lse[((size_t)b * a.n + h) * a.Tq + t] = l > 0.0f ? mst[hh] + logf(l) : -INFINITY;
+        if (lane == 0) /* Taylor: the normaliser itself (0 for a row that sees no key, as the CPU) */
+            lse[((size_t)b * a.n + h) * a.Tq + t] = TAY ? l : l > 0.0f ? mst[hh] + logf(l) : -INFINITY;
     }
 }
 
@@ -837,6 +860,7 @@ static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
+template <int TAY>
 __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
                                                          float *dv_mul, float *dv_add, const float *dout,
                                                          const float *lse, const float *D, const float *q,
@@ -900,8 +924,16 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             for (int c = 0; c < a.dh; c++)
                 dp += gb[hh * a.dh + c] * vh[lane * a.vw + c];
             s = a.scale * (s + (a.k_bias ? kbt[lane * G + hh] : 0.0f));
-            float p = vis ? expf(s - lb[hh]) : 0.0f;
-            pb[lane] = p * (dp - Db[hh]); /* dS */
+            float p, ds;
+            if (TAY) { /* p = w / Z: dS = (dP - D) (1 + s) / Z (mhe__taylor_ref_bwd) */
+                float z = vis ? lb[hh] : 1.0f;
+                p = vis ? (1.0f + s + 0.5f * s * s) / z : 0.0f;
+                ds = vis ? (dp - Db[hh]) * (1.0f + s) / z : 0.0f;
+            } else {
+                p = vis ? expf(s - lb[hh]) : 0.0f;
+                ds = p * (dp - Db[hh]);
+            }
+            pb[lane] = ds;
             __syncwarp();
             for (int c = lane; c < a.dk; c += 32) {
                 float x = 0.0f;
@@ -964,6 +996,7 @@ static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
     return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 2 * MHE__CU_BT + W * per_warp;
 }
 
+template <int TAY>
 __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
                                                           const float *dout, const float *lse, const float *D,
                                                           const float *q, const float *k, const float *v) {
@@ -1035,7 +1068,15 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
                 s += qt[lane * (a.dk + 1) + c] * kh[c];
             for (int c = 0; c < a.dh; c++)
                 dp += gt[lane * (a.dh + 1) + c] * vh[c];
-            float p = vis ? expf(a.scale * (s + ca) - lt[lane]) : 0.0f, ds = p * (dp - Dt[lane]);
+            float sc = a.scale * (s + ca), p, ds;
+            if (TAY) {
+                float z = vis ? lt[lane] : 1.0f;
+                p = vis ? (1.0f + sc + 0.5f * sc * sc) / z : 0.0f;
+                ds = vis ? (dp - Dt[lane]) * (1.0f + sc) / z : 0.0f;
+            } else {
+                p = vis ? expf(sc - lt[lane]) : 0.0f;
+                ds = p * (dp - Dt[lane]);
+            }
             float dsum = mhe__cu_warp_sum(ds);
             pb[lane] = p;
             sb[lane] = ds;
@@ -1094,8 +1135,9 @@ static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
     return MHE_OK;
 }
 
-static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
-                                   const float *v, char *err) {
+/* taylor: the Taylor weights (TAY = 1) in place of softmax; no maps, K/V heads per query head */
+static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *out, float *lse, const float *q,
+                                   const float *k, const float *v, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
     if (st != MHE_OK)
         return st;
@@ -1107,15 +1149,15 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, float *out, float *ls
     if (a.Tq < 1 || a.B < 1)
         return MHE_OK;
     dim3 grid((unsigned)mhe__cu_blocks(a.Tq, W), (unsigned)a.n_kv, (unsigned)a.B);
-    return mhe__cu_status(mhe__cu_launch(mhe__cu_attn_fwd_k, grid, dim3(32 * W), mhe__cu_fwd_smem(&a, W) * sizeof(float),
-                                         a, out, lse, q, k, v),
+    return mhe__cu_status(mhe__cu_launch(taylor ? mhe__cu_attn_fwd_k<1> : mhe__cu_attn_fwd_k<0>, grid, dim3(32 * W),
+                                         mhe__cu_fwd_smem(&a, W) * sizeof(float), a, out, lse, q, k, v),
                           err, "attention forward");
 }
 
 static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return (size_t)d->B * d->n_heads * d->Tq; }
 
-static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk, float *dv,
-                                   const float *dout, const float *out, const float *lse, const float *q,
+static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe_attn_grads *gr, float *dq, float *dk,
+                                   float *dv, const float *dout, const float *out, const float *lse, const float *q,
                                    const float *k, const float *v, float *scratch, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
     if (st != MHE_OK)
@@ -1130,15 +1172,224 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads 
     int64_t rows = (int64_t)a.B * a.n * a.Tq;
     cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
     if (e == cudaSuccess)
-        e = mhe__cu_launch(mhe__cu_attn_dq_k, dim3((unsigned)mhe__cu_blocks(a.Tq, Wq), (unsigned)a.n_kv, (unsigned)a.B),
-                           dim3(32 * Wq), mhe__cu_dq_smem(&a, Wq) * sizeof(float), a, dq, gr ? gr->dq_mul : NULL,
+        e = mhe__cu_launch(taylor ? mhe__cu_attn_dq_k<1> : mhe__cu_attn_dq_k<0>,
+                           dim3((unsigned)mhe__cu_blocks(a.Tq, Wq), (unsigned)a.n_kv, (unsigned)a.B), dim3(32 * Wq), mhe__cu_dq_smem(&a, Wq) * sizeof(float), a, dq, gr ? gr->dq_mul : NULL,
                            gr ? gr->dq_add : NULL, gr ? gr->dv_mul : NULL, gr ? gr->dv_add : NULL, dout, lse,
                            (const float *)scratch, q, k, v);
     if (e == cudaSuccess && a.Tk > 0)
-        e = mhe__cu_launch(mhe__cu_attn_dkv_k, dim3((unsigned)mhe__cu_blocks(a.Tk, Wk), (unsigned)a.n_kv, (unsigned)a.B),
-                           dim3(32 * Wk), mhe__cu_dkv_smem(&a, Wk) * sizeof(float), a, dk, dv,
+        e = mhe__cu_launch(taylor ? mhe__cu_attn_dkv_k<1> : mhe__cu_attn_dkv_k<0>,
+                           dim3((unsigned)mhe__cu_blocks(a.Tk, Wk), (unsigned)a.n_kv, (unsigned)a.B), dim3(32 * Wk), mhe__cu_dkv_smem(&a, Wk) * sizeof(float), a, dk, dv,
                            gr ? gr->dk_bias : NULL, dout, lse, (const float *)scratch, q, k, v);
     return mhe__cu_status(e, err, "attention backward");
+}
+
+/* Non-approximate (thesis eq. 4.7-4.8): one score per position, s_j =
+   scale SiLU(q_j).k_j (a token's own query and key), A_tj = exp(s_j) / sum
+   of exp(s) over the keys t sees: the recurrent form (eq. 4.18) with a
+   running max, as mhe__nonapprox_lin_fwd. One warp per (head, sequence),
+   lane l owns columns l + 32 i (registers, every loop over i unrolled); the
+   scan over positions is sequential, a warp reduction per key and no
+   barrier. st (decoding): per head [max, sum, numerator d_h], read unless
+   fresh (a new sequence) and written back. lse = max + log sum per row. */
+#define MHE__CU_NA_COLS (MHE_MAX_D_HEAD / 32)
+
+typedef struct mhe__cu_na {
+    int B, n, T, dh, qs, ks, vs, os, causal;
+    float scale;
+} mhe__cu_na;
+
+/* s_j = scale SiLU(q_j).k_j, in every lane */
+static __device__ __forceinline__ float mhe__cu_na_score(const mhe__cu_na &a, const float *qj, const float *kj,
+                                                         int lane) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+        int c = lane + 32 * i;
+        if (c < a.dh)
+            s += mhe__cu_act(MHE_ACT_SILU, qj[c]) * kj[c];
+    }
+    return a.scale * mhe__cu_warp_sum(s);
+}
+
+__global__ __launch_bounds__(32) void mhe__cu_nonapprox_fwd(mhe__cu_na a, float *out, float *lse, const float *q,
+                                                            const float *k, const float *v, float *st, int fresh) {
+    int h = (int)blockIdx.x, b = (int)blockIdx.y, lane = (int)threadIdx.x, added = 0;
+    float num[MHE__CU_NA_COLS], mx = -INFINITY, den = 0.0f;
+    float *sh = st ? st + (size_t)h * (a.dh + 2) : NULL;
+    int keep = sh && !fresh;
+    if (keep) {
+        mx = sh[0];
+        den = sh[1];
+    }
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+        int c = lane + 32 * i;
+        num[i] = keep && c < a.dh ? sh[2 + c] : 0.0f;
+    }
+    for (int t = 0; t < a.T; t++) {
+        int vis = a.causal ? t + 1 : a.T;
+        size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
+        for (; added < vis; added++) {
+            size_t r = (size_t)b * a.T + added;
+            const float *vj = v + r * a.vs + (size_t)h * a.dh;
+            float s = mhe__cu_na_score(a, q + r * a.qs + (size_t)h * a.dh, k + r * a.ks + (size_t)h * a.dh, lane);
+            if (s > mx) { /* rescale what was summed under the old max */
+                float corr = mx == -INFINITY ? 0.0f : expf(mx - s);
+#pragma unroll
+                for (int i = 0; i < MHE__CU_NA_COLS; i++)
+                    num[i] *= corr;
+                den *= corr;
+                mx = s;
+            }
+            float e = expf(s - mx);
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    num[i] += e * vj[c];
+            }
+            den += e;
+        }
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh)
+                out[ro + c] = den > 0.0f ? num[i] / den : 0.0f;
+        }
+        if (lane == 0)
+            lse[((size_t)b * a.n + h) * a.T + t] = den > 0.0f ? mx + logf(den) : -INFINITY;
+    }
+    if (sh) {
+        __syncwarp(); /* every lane has read the old state */
+        if (lane == 0) {
+            sh[0] = mx;
+            sh[1] = den;
+        }
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh)
+                sh[2 + c] = num[i];
+        }
+    }
+}
+
+/* The backward, a reverse sweep as mhe__nonapprox_lin_bwd: with c_t = lse_t,
+   A_tj = exp(s_j - c_t); over the queries that see key j, G = sum exp(r -
+   c_t) g_t and H = sum exp(r - c_t) g_t.o_t with r the least c_t among them
+   (every factor <= 1); dv_j += exp(s_j - r) G, ds_j = exp(s_j - r) (v_j.G -
+   H), then through s_j = scale SiLU(q_j).k_j. A warp writes only its own
+   head's columns of rows of its own sequence: disjoint, no atomics. */
+__global__ __launch_bounds__(32) void mhe__cu_nonapprox_bwd(mhe__cu_na a, float *dq, float *dk, float *dv,
+                                                            const float *dout, const float *out, const float *lse,
+                                                            const float *q, const float *k, const float *v) {
+    int h = (int)blockIdx.x, b = (int)blockIdx.y, lane = (int)threadIdx.x, t = a.T - 1;
+    float G[MHE__CU_NA_COLS], H = 0.0f, r = INFINITY;
+    const float *cl = lse + ((size_t)b * a.n + h) * a.T;
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++)
+        G[i] = 0.0f;
+    for (int j = a.T - 1; j >= 0; j--) { /* the last query sees every key, causal or not */
+        size_t rj = (size_t)b * a.T + j;
+        const float *qj = q + rj * a.qs + (size_t)h * a.dh, *kj = k + rj * a.ks + (size_t)h * a.dh,
+                    *vj = v + rj * a.vs + (size_t)h * a.dh;
+        for (; t >= 0 && (a.causal ? t + 1 : a.T) > j; t--) { /* the queries that see key j join */
+            size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
+            float go = 0.0f, w = 1.0f;
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    go += dout[ro + c] * out[ro + c];
+            }
+            go = mhe__cu_warp_sum(go);
+            if (cl[t] < r) {
+                float corr = r == INFINITY ? 0.0f : expf(cl[t] - r);
+#pragma unroll
+                for (int i = 0; i < MHE__CU_NA_COLS; i++)
+                    G[i] *= corr;
+                H *= corr;
+                r = cl[t];
+            } else {
+                w = expf(r - cl[t]);
+            }
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    G[i] += w * dout[ro + c];
+            }
+            H += w * go;
+        }
+        float e = expf(mhe__cu_na_score(a, qj, kj, lane) - r), vg = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh) {
+                dv[rj * a.vs + (size_t)h * a.dh + c] += e * G[i];
+                vg += vj[c] * G[i];
+            }
+        }
+        float ds = e * (mhe__cu_warp_sum(vg) - H) * a.scale;
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh) {
+                dq[rj * a.qs + (size_t)h * a.dh + c] += ds * kj[c] * mhe__cu_act_grad(MHE_ACT_SILU, qj[c]);
+                dk[rj * a.ks + (size_t)h * a.dh + c] += ds * mhe__cu_act(MHE_ACT_SILU, qj[c]);
+            }
+        }
+    }
+}
+
+/* Taylor decoding, the recurrent form (thesis sec. 4.15; Katharopoulos et
+   al. 2020 with Based's phi, as mhe__decon_decode): per head the state S =
+   sum_j phi(k_j) [v_j, 1]^T, [F, d_h + 1], whose last column is z; this
+   token joins S first, then o = S^T phi(q) / phi(q).z. phi as
+   mhe__taylor_phi, on the fly: 1, a x_i, then a^2 x_i x_j for i <= j (over
+   sqrt 2 when i = j), a = sqrt(scale). One block per head, threads over the
+   d_h + 1 columns; each column's F features are one thread's, in order. */
+__global__ __launch_bounds__(256) void mhe__cu_taylor_step(float *out, const float *q, const float *k,
+                                                           const float *v, float *S, int dh, float a) {
+    __shared__ float xs[3][MHE_MAX_D_HEAD + 1], res[MHE_MAX_D_HEAD + 1];
+    int h = (int)blockIdx.x, W = dh + 1;
+    size_t F = 1 + (size_t)dh + (size_t)dh * (dh + 1) / 2;
+    float *Sh = S + (size_t)h * F * W, a2 = a * a, r2 = 0.70710678118654752f;
+    for (int c = (int)threadIdx.x; c < dh; c += (int)blockDim.x) {
+        xs[0][c] = q[(size_t)h * dh + c];
+        xs[1][c] = k[(size_t)h * dh + c];
+        xs[2][c] = v[(size_t)h * dh + c];
+    }
+    if (threadIdx.x == 0)
+        xs[2][dh] = 1.0f; /* the normaliser's column */
+    __syncthreads();
+    for (int c = (int)threadIdx.x; c < W; c += (int)blockDim.x) {
+        float vc = xs[2][c], o, sf;
+        float *col = Sh + c;
+        sf = col[0] + vc; /* f = 0: phi = 1 */
+        col[0] = sf;
+        o = sf;
+        for (int i = 0; i < dh; i++) {
+            float *p = col + (size_t)(1 + i) * W;
+            sf = *p + a * xs[1][i] * vc;
+            *p = sf;
+            o += a * xs[0][i] * sf;
+        }
+        size_t f = 1 + (size_t)dh;
+        for (int i = 0; i < dh; i++)
+            for (int j = i; j < dh; j++, f++) {
+                float pk = i == j ? a2 * r2 * xs[1][i] * xs[1][i] : a2 * xs[1][i] * xs[1][j];
+                float pq = i == j ? a2 * r2 * xs[0][i] * xs[0][i] : a2 * xs[0][i] * xs[0][j];
+                float *p = col + f * W;
+                sf = *p + pk * vc;
+                *p = sf;
+                o += pq * sf;
+            }
+        res[c] = o;
+    }
+    __syncthreads();
+    for (int c = (int)threadIdx.x; c < dh; c += (int)blockDim.x)
+        out[(size_t)h * dh + c] = res[c] / res[dh];
 }
 
 
@@ -1172,7 +1423,7 @@ static int mhe__cu_kind_ok(int kind) {
     switch (kind) {
     case MHE_ATTN_MHA: case MHE_ATTN_SHA: case MHE_ATTN_MQA: case MHE_ATTN_GQA: case MHE_ATTN_SKV:
     case MHE_ATTN_EL_ATT: case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: case MHE_ATTN_COLLAB:
-    case MHE_ATTN_MLP: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
+    case MHE_ATTN_MLP: case MHE_ATTN_TAYLOR: case MHE_ATTN_NONAPPROX: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
         return 1;
     default:
         return 0;
@@ -1198,7 +1449,7 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s runs on the CPU path (device kinds: mha sha mqa gqa "
-                             "skv el-att mhe-add mhe-mul collab mlp fnet linear)", l,
+                             "skv el-att mhe-add mhe-mul collab mlp taylor nonapprox fnet linear)", l,
                              mhe_attn_kind_name(kind));
     }
     for (l = 0; l < c->n_layers; l++)
@@ -1624,6 +1875,22 @@ static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_
     }
 }
 
+/* the Non-approximate core's shape from the CPU's dims (Tq = Tk: self-attention) */
+static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
+    mhe__cu_na a;
+    a.B = d->B;
+    a.n = d->n_heads;
+    a.T = d->Tq;
+    a.dh = d->d_head;
+    a.qs = d->q_stride;
+    a.ks = d->k_stride;
+    a.vs = d->v_stride;
+    a.os = d->o_stride;
+    a.causal = d->causal;
+    a.scale = d->scale;
+    return a;
+}
+
 static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int Tq, int Tk,
                                         int q_offset, const float *q, int qs, const float *k, int ks, const float *v,
                                         int vs) {
@@ -1635,6 +1902,12 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), a->att, a->lse, q, k, v, (float *)NULL, 1),
+                    "Non-approximate attention");
+        return MHE_OK;
+    }
     float *kb = g->cache ? g->cache->kb : a->kb;
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
@@ -1643,7 +1916,7 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
     mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
-    MHE__CU_MHE(mhe__cu_attn_fwd(&d, a->att, a->lse, q, k, v, g->err));
+    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, a->att, a->lse, q, k, v, g->err));
     if (w->kind == MHE_ATTN_SHA)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");
@@ -1662,6 +1935,13 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = ks;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
+                                   (const float *)a->lse, q, k, v),
+                    "Non-approximate attention backward");
+        return MHE_OK;
+    }
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
     if (w->kind == MHE_ATTN_MHE_ADD)
@@ -1673,7 +1953,8 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
     else
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
-    MHE__CU_MHE(mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v, g->attn_scratch, g->err));
+    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
+                                 g->attn_scratch, g->err));
     if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
         MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * T, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
@@ -1821,15 +2102,34 @@ static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
 }
 
 /* decoding: this position's row (a->proj) through the core of its kind,
-   with the K|V rows the cache keeps */
+   with what the cache keeps: K|V rows (the softmax kinds) or the recurrent
+   states (taylor, nonapprox, as mhe__decon_decode) */
 static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, const float *u) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
     mhe_cuda_layer_acts *a = &g->layer[l];
     mhe_cuda_kv_cache *kc = g->cache;
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int pos = kc->len, kvw = kc->kv_w[l], ks;
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, pos = kc->len, kvw = kc->kv_w[l], ks;
     const float *k, *v, *src;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        int th = (dh + 1 + 31) / 32 * 32;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0, a->att,
+                                   (const float *)a->proj, (const float *)(a->proj + HD),
+                                   (const float *)(a->proj + 2 * HD), kc->state[l], dh,
+                                   sqrtf(1.0f / sqrtf((float)dh))),
+                    "Taylor decoding step");
+        return MHE_OK;
+    }
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
+        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
+                                   a->att, a->lse, (const float *)a->proj, (const float *)(a->proj + HD),
+                                   (const float *)(a->proj + 2 * HD), kc->state[l], pos == 0),
+                    "Non-approximate decoding step");
+        return MHE_OK;
+    }
     /* this position's K|V columns (el-att: its input) join the cache; the core reads the cache */
     src = geo.k_w ? a->proj + geo.q_w : u;
     MHE__CU_TRY(cudaMemcpy(kc->kv[l] + (size_t)pos * kvw, src, (size_t)kvw * sizeof(float), cudaMemcpyDeviceToDevice),
@@ -2268,9 +2568,15 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
                          cfg->max_seq_len);
     for (l = 0; l < cfg->n_layers; l++) {
-        mhe__geom geo = mhe__layer_geom(cfg, g->host->layers[l].attn.kind);
-        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; mlp nothing */
-        total += (size_t)max_len * c->kv_w[l];
+        int kind = g->host->layers[l].attn.kind;
+        size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
+        mhe__geom geo = mhe__layer_geom(cfg, kind);
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input */
+        if (kind == MHE_ATTN_TAYLOR)
+            c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
+        else if (kind == MHE_ATTN_NONAPPROX)
+            c->state_floats[l] = n * (dh + 2);
+        total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
     }
     total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
     MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
@@ -2278,6 +2584,8 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     for (l = 0; l < cfg->n_layers; l++) {
         c->kv[l] = (float *)block + off;
         off += (size_t)max_len * c->kv_w[l];
+        c->state[l] = c->state_floats[l] ? (float *)block + off : NULL;
+        off += c->state_floats[l];
     }
     c->kb = (float *)block + off;
     c->cap = max_len;
@@ -2291,12 +2599,25 @@ MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
         memset(c, 0, sizeof *c);
 }
 
+/* Position 0 of a sequence, as the CPU's mhe_decode_step: taylor's S|z
+   start at 0 (nonapprox's state is started by its kernel: fresh) */
+static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
+    const mhe_config *cfg = &g->host->cfg;
+    int l;
+    for (l = 0; l < cfg->n_layers; l++)
+        if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
+            MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits) {
     mhe_status st;
     if (!g || !g->host || !c || !c->block)
         return MHE_ERR_ARG;
     if (c->len >= c->cap)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "the KV cache is full (%d positions)", c->cap);
+    if (c->len == 0) /* a new sequence: empty states */
+        MHE__CU_MHE(mhe__cu_decode_start(g, c));
     g->cache = c;
     st = mhe__cu_forward(g, &token, NULL, 1, 1, c->len, NULL);
     g->cache = NULL;

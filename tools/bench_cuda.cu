@@ -104,8 +104,8 @@ static void bench_attn(int quick) {
                 else
                     d.k_bias = kb, d.k_bias_stride = n, d.v_add = maps, gr.dk_bias = kb, gr.dv_add = maps + HD;
             }
-            res[kind][0] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_fwd(&d, o, lse, q, k, v, err); });
-            res[kind][1] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err); });
+            res[kind][0] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_fwd(&d, 0, o, lse, q, k, v, err); });
+            res[kind][1] = time_ms(quick ? 3 : 5, [&] { mhe__cu_attn_bwd(&d, 0, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err); });
         }
         printf("%6d %9.2f | %8.2f %9.2f | %6.2f (%.2fx) %9.2f | %6.2f (%.2fx)\n", L, res[0][0], res[0][1], res[1][0],
                res[1][1], (res[1][0] + res[1][1]) / (res[0][0] + res[0][1]), res[2][0], res[2][1],

@@ -252,7 +252,7 @@ static const int device_kinds[] = {MHE_ATTN_MHA,     MHE_ATTN_SHA,     MHE_ATTN_
                                    MHE_ATTN_EL_ATT,  MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL, MHE_ATTN_COLLAB};
 
 /* thesis ch. 4 and FNet (fnet and linear mix a whole sequence: encoders only) */
-static const int decon_kinds[] = {MHE_ATTN_MLP, MHE_ATTN_FNET, MHE_ATTN_LINEAR};
+static const int decon_kinds[] = {MHE_ATTN_MLP, MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX, MHE_ATTN_FNET, MHE_ATTN_LINEAR};
 
 static int encoder_only(int kind) { return kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR; }
 
@@ -399,10 +399,13 @@ static void decode_check(const mhe_config *cfg, const char *what, int T, double 
     mhe_model_free(&m);
 }
 
-/* the ch. 4 and FNet kinds in a small hybrid, so that the sanitizer runs (the model group) execute
+/* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
    every kernel of theirs; each kind alone, pre- and post-norm, TF32, longer sequences: the kinds group */
 static void test_hybrids(void) {
-    mhe_config c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
+    mhe_config c = hybrid(MHE_ARCH_DECODER, 0, MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX, MHE_ATTN_MLP);
+    compare_step(&c, "hybrid decoder taylor nonapprox mlp", 2, 9);
+    decode_check(&c, "hybrid decoder", 3, 1e-5);
+    c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
     compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
 }
 
@@ -473,6 +476,7 @@ static void test_train(void) {
                                   {MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER},
                                   {MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_ADD, MHE_ARCH_DECODER},
                                   {MHE_ATTN_COLLAB, MHE_ATTN_COLLAB, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX, MHE_ARCH_DECODER},
                                   {MHE_ATTN_MLP, MHE_ATTN_MLP, MHE_ARCH_DECODER},
                                   {MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ARCH_ENCODER}};
     for (const auto &run : runs) {
@@ -622,8 +626,9 @@ static void test_errors(void) {
 
     {
         mhe_config bad = c;
-        bad.attn[1] = MHE_ATTN_TAYLOR;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "taylor"), "taylor stays on the CPU: %s", err);
+        bad.attn[1] = MHE_ATTN_STATICEMB_QK;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "staticemb-qk"),
+              "staticemb-qk stays on the CPU: %s", err);
         bad = c;
         bad.embedding = MHE_EMB_HASH_EMB;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash"), "hash embeddings: %s", err);
@@ -666,7 +671,8 @@ static void test_errors(void) {
         d.d_head = MHE_MAX_D_HEAD + 1;
         d.q_stride = d.k_stride = d.v_stride = d.o_stride = d.d_head;
         d.scale = 1.0f;
-        CHECK(mhe__cu_attn_fwd(&d, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head, err);
+        CHECK(mhe__cu_attn_fwd(&d, 0, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head,
+              err);
     }
     mhe_model_free(&m);
 }
