@@ -40,29 +40,32 @@
    tensor names and the checkpoint; the device holds copies of the
    parameters and gradients (the host layout, one block each) and the
    activations. Runs decoder and encoder (masked-LM) models with vocabulary
-   embeddings and the attention kinds mha, sha, mqa, gqa, skv, el-att,
-   mhe-add, mhe-mul and collab (softmax), mlp, taylor and nonapprox (thesis
-   ch. 4), and the FNet encoders fnet and linear; pre- or post-norm, without
-   dropout, Admin, classification or encoder-decoder (mhe_cuda_supports says
-   which field stops a config). Everything else runs on the CPU path.
-   Decoding covers every one of these kinds the CPU decodes (all but fnet
-   and linear, which are encoder-only). */
+   embeddings and every attention kind: the softmax kinds mha, sha, mqa,
+   gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
+   mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
+   and staticemb-qk, and the FNet encoders fnet and linear; pre- or
+   post-norm, without dropout, Admin, classification or encoder-decoder
+   (mhe_cuda_supports says which field stops a config). Everything else runs
+   on the CPU path. Decoding covers every kind the CPU decodes (all but
+   fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
     float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, att_w], [B n T], MUL maps [2 n d_h] */
     float *kb;                              /* MHE-ADD: each key's per-head bias k . e_i^Q [rows, n] */
+    float *ext;                             /* staticemb-qk: N(e) [rows, C], then its mean and rstd [rows] */
     float *fc1, *act;                       /* [rows, d_ff] */
 } mhe_cuda_layer_acts;
 
 /* KV cache of decoding on the device: per layer, the K and V columns of
-   each position (one head for the MHE kinds: 1/n of mha's), and the state
-   of the kinds that keep one */
+   each position (one head for the MHE kinds: 1/n of mha's; the V rows only
+   for rndemb-qk and fixedseq-qk), and the state of the kinds that keep one */
 typedef struct mhe_cuda_kv_cache {
     int len, cap;                           /* positions cached, capacity (<= max_seq_len) */
     float *kv[MHE_MAX_LAYERS];              /* [cap, k_w + v_w] (el-att: the layer's input [cap, C]) */
     int kv_w[MHE_MAX_LAYERS];
-    float *state[MHE_MAX_LAYERS];           /* taylor S|z [n, F, d_h + 1]; nonapprox [n, d_h + 2] */
+    float *state[MHE_MAX_LAYERS];           /* taylor S|z [n, F, d_h + 1]; nonapprox [n, d_h + 2]; fixed kinds:
+                                               the fixed stream's Q|K [cap, 2 n d_h], made at position 0 */
     size_t state_floats[MHE_MAX_LAYERS];
     float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] */
     void *block;
@@ -77,8 +80,16 @@ typedef struct mhe_cuda_model {
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
     float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
+    float *d_emb;                           /* staticemb-qk: d loss / d the stream's embeddings e */
     float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_T, S_T [T, T] */
     int dft_T;                              /* the T whose tables dft holds (0: none yet) */
+    /* the fixed stream of rndemb-qk / fixedseq-qk (thesis eq. 4.9-4.12): the
+       blocks below the last such layer run on a fixed input, one sequence */
+    mhe_cuda_layer_acts fixed_layer[MHE_MAX_LAYERS];
+    float *fixed_emb, *d_qk;                /* its input [T, C]; d loss / d its Q|K [top][cap_T, 2 n d_h] */
+    float *fixed_eps;                       /* rndemb-qk: the host model's eps [max_seq_len, C] */
+    int *fixed_tokens;                      /* fixedseq-qk: the host model's fixed text [max_seq_len] */
+    void *fixed_block;
     int *tokens, *targets;
     const float *final_h;
     int last_B, last_T, last_count, has_targets, pos0;
@@ -497,6 +508,15 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_bias(float *out, const
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         out[i] += b[i % OC];
+}
+
+/* y[r][off + j] += b[j] for j < nb (a bias on a column slice: collab's b^V,
+   the strided projections of the ch. 4 kinds) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
+                                                               int rows) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * nb)
+        y[(i / nb) * ld + off + i % nb] += b[i % nb];
 }
 
 /* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU, exact GELU: the CPU's formulas */
@@ -1423,7 +1443,8 @@ static int mhe__cu_kind_ok(int kind) {
     switch (kind) {
     case MHE_ATTN_MHA: case MHE_ATTN_SHA: case MHE_ATTN_MQA: case MHE_ATTN_GQA: case MHE_ATTN_SKV:
     case MHE_ATTN_EL_ATT: case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: case MHE_ATTN_COLLAB:
-    case MHE_ATTN_MLP: case MHE_ATTN_TAYLOR: case MHE_ATTN_NONAPPROX: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
+    case MHE_ATTN_MLP: case MHE_ATTN_TAYLOR: case MHE_ATTN_NONAPPROX: case MHE_ATTN_RNDEMB_QK:
+    case MHE_ATTN_FIXEDSEQ_QK: case MHE_ATTN_STATICEMB_QK: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
         return 1;
     default:
         return 0;
@@ -1448,8 +1469,7 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s runs on the CPU path (device kinds: mha sha mqa gqa "
-                             "skv el-att mhe-add mhe-mul collab mlp taylor nonapprox fnet linear)", l,
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
     }
     for (l = 0; l < c->n_layers; l++)
@@ -1533,6 +1553,7 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         a->lse = mhe__cu_take(cur, base, rows * n);
         a->hmap = mhe__cu_take(cur, base, 2 * HD);
         a->kb = mhe__cu_take(cur, base, rows * n);
+        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? rows * (C + 2) : 0);
         a->fc1 = mhe__cu_take(cur, base, rows * F);
         a->act = mhe__cu_take(cur, base, rows * F);
         if ((size_t)geo.proj_w > *max_proj)
@@ -1550,8 +1571,12 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_att = HD, max_scr = 0;
     size_t cur = 0;
-    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET);
+    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET), top = m->fixed.kind >= 0 ? m->fixed.top : 0;
     mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_att, &max_scr);
+    /* the fixed stream: one sequence of T, through the blocks below top */
+    mhe__cu_layers_layout(g, g->fixed_layer, top, 1, T, base, &cur, &max_proj, &max_att, &max_scr);
+    g->fixed_emb = mhe__cu_take(&cur, base, top ? (size_t)T * C : 0);
+    g->d_qk = mhe__cu_take(&cur, base, (size_t)top * T * 2 * HD);
     g->emb = mhe__cu_take(&cur, base, rows * C);
     g->fin = mhe__cu_take(&cur, base, rows * C);
     g->fin_mean = mhe__cu_take(&cur, base, rows);
@@ -1571,6 +1596,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->d_logits = mhe__cu_take(&cur, base, rows * V);
     g->d_hmap = mhe__cu_take(&cur, base, 2 * HD);
     g->d_kb = mhe__cu_take(&cur, base, rows * n);
+    g->d_emb = mhe__cu_take(&cur, base, mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK) ? rows * C : 0);
     g->mix = mhe__cu_take(&cur, base, fnet ? rows * 2 * C : 0);
     g->dft = mhe__cu_take(&cur, base, fnet ? 2 * C * C + 2 * (size_t)T * T : 0);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
@@ -1590,6 +1616,11 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
                          g->host->cfg.max_seq_len);
     if (g->acts_block && B <= g->cap_B && T <= g->cap_T)
         return MHE_OK;
+    /* grows, never shrinks: decoding's fixed stream (1 x cap) must not undo a training batch's room */
+    if (g->acts_block) {
+        B = B > g->cap_B ? B : g->cap_B;
+        T = T > g->cap_T ? T : g->cap_T;
+    }
     bytes = mhe__cu_acts_layout(g, NULL, B, T);
     if (g->acts_block) {
         cudaFree(g->acts_block);
@@ -1604,6 +1635,28 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
     g->cap_T = T;
     g->dft_T = 0; /* fnet's tables are to be made in the new block */
     mhe__cu_acts_layout(g, (char *)block, B, T);
+    return MHE_OK;
+}
+
+/* the fixed stream's input as the host model holds it (mhe__fixed_init):
+   rndemb-qk's eps, fixedseq-qk's tokens, copied, never re-derived */
+static mhe_status mhe__cu_fixed_upload(mhe_cuda_model *g) {
+    const mhe_fixed_stream *f = &g->host->fixed;
+    size_t L = (size_t)g->host->cfg.max_seq_len, bytes;
+    void *p = NULL;
+    if (f->kind < 0)
+        return MHE_OK;
+    bytes = f->kind == MHE_ATTN_RNDEMB_QK ? L * g->host->cfg.d_model * sizeof(float) : L * sizeof(int);
+    MHE__CU_TRY(cudaMalloc(&p, bytes), "the fixed stream's input");
+    g->fixed_block = p;
+    g->device_bytes += bytes;
+    if (f->kind == MHE_ATTN_RNDEMB_QK) {
+        g->fixed_eps = (float *)p;
+        MHE__CU_TRY(cudaMemcpy(p, f->eps, bytes, cudaMemcpyHostToDevice), "upload the fixed embeddings");
+    } else {
+        g->fixed_tokens = (int *)p;
+        MHE__CU_TRY(cudaMemcpy(p, f->tokens, bytes, cudaMemcpyHostToDevice), "upload the fixed sequence");
+    }
     return MHE_OK;
 }
 
@@ -1640,7 +1693,8 @@ MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int tf
         g->grads = (float *)q;
     }
     g->device_bytes = 2 * bytes;
-    if ((st = mhe_cuda_model_upload(g)) != MHE_OK || (st = mhe_cuda_model_zero_grad(g)) != MHE_OK) {
+    if ((st = mhe_cuda_model_upload(g)) != MHE_OK || (st = mhe_cuda_model_zero_grad(g)) != MHE_OK ||
+        (st = mhe__cu_fixed_upload(g)) != MHE_OK) {
         mhe_cuda_model_free(g);
         return st;
     }
@@ -1656,8 +1710,10 @@ MHEDEF void mhe_cuda_model_free(mhe_cuda_model *g) {
         cudaFree(g->grads);
     if (g->acts_block)
         cudaFree(g->acts_block);
+    if (g->fixed_block)
+        cudaFree(g->fixed_block);
     g->params = g->grads = NULL;
-    g->acts_block = NULL;
+    g->acts_block = g->fixed_block = NULL;
     g->host = NULL;
 }
 
@@ -1705,16 +1761,16 @@ static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N
     return MHE_OK;
 }
 
-/* out[N, OC] (row stride ldo) = inp[N, IC] W^T + b, as mhe_linear_fwd */
+/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd / mhe__lin_rows */
 static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
                                      const float *b, int N, int IC, int OC) {
     MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo));
-    if (b) {
-        if (ldo != OC)
-            return mhe__fail(g->err, MHE_ERR_ARG, "linear: bias on a strided output");
+    if (b && ldo == OC)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_bias, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, out, b, (int64_t)N * OC, OC), "bias");
-    }
+    else if (b)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, out, ldo, 0, b, OC, N), "bias");
     return MHE_OK;
 }
 
@@ -1802,14 +1858,6 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sha_heads(float *att, int 
     }
 }
 
-/* y[r][off + j] += b[j] for j < nb (collab's b^V on its V columns) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
-                                                               int rows) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (int64_t)rows * nb)
-        y[(i / nb) * ld + off + i % nb] += b[i % nb];
-}
-
 /* the mlp kind (thesis eq. 4.5): att = SiLU(gate) * up over proj = [gate | up] [rows, 2F] */
 __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_fwd(float *att, const float *proj, int rows, int F) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -1831,13 +1879,38 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, co
     dproj[o + F] = datt[i] * mhe__cu_act(MHE_ACT_SILU, gate);
 }
 
+/* dst[r][c] = src[r % period][c] for c < cols (row strides ldd, lds): the fixed
+   stream's Q|K, the same for every sequence of the batch */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds,
+                                                                int rows, int cols, int period) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * cols)
+        dst[(i / cols) * ldd + i % cols] = src[(i / cols % period) * lds + i % cols];
+}
+
+/* dst[t][c] += sum_b src[b T + t][c], b in order (one thread per (t, c), no
+   atomics): the batch's d Q|K onto the fixed stream's rows, and back */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int ldd, const float *src, int lds, int B,
+                                                               int T, int cols) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    if (i >= (int64_t)T * cols)
+        return;
+    for (int b = 0; b < B; b++)
+        s += src[((int64_t)b * T + i / cols) * lds + i % cols];
+    dst[(i / cols) * ldd + i % cols] += s;
+}
+
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
-/* What the blocks of a stream see, as the CPU's mhe__ctx: its shape and the
-   activations it keeps for the backward */
+/* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
+   the fixed stream of rndemb-qk / fixedseq-qk (one sequence, fixed = 1, its
+   activations in g->fixed_layer). emb is the stream's block-0 input, which
+   staticemb-qk reads. */
 typedef struct mhe__cu_ctx {
-    int B, T;
+    int B, T, fixed;
     mhe_cuda_layer_acts *la;
+    const float *emb;
 } mhe__cu_ctx;
 
 /* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
@@ -2084,14 +2157,41 @@ static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mh
 
 /* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
 
-/* Q|K|V of a sublayer into a->proj [rows, proj_w], one GEMM (W^Q, W^K, W^V
-   are adjacent, and their biases; collab adds its one bias, b^V) */
+/* Q|K|V of a sublayer into a->proj [rows, proj_w], by kind: one GEMM (the
+   softmax kinds, taylor, nonapprox, and rndemb-qk / fixedseq-qk inside
+   their own stream); Q|K of the fixed stream at this layer, the same for
+   every sequence, and V from u (rndemb-qk, fixedseq-qk, eq. 4.10, 4.12;
+   decoding reads Q|K from the cache); or Q|K from N(e), the stream's block-0
+   input through this sublayer's norm (e itself post-norm), and V from u
+   (staticemb-qk, eq. 4.13). W^Q, W^K, W^V are adjacent, and their biases. */
 static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
     mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, rows = x->B * x->T;
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T;
+    if (mhe__kind_fixed(w->kind) && !x->fixed) {
+        if (!g->cache)
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)rows * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, a->proj, 3 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, rows, 2 * HD, x->T),
+                        "the fixed stream's Q, K");
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
+    }
+    if (w->kind == MHE_ATTN_STATICEMB_QK) {
+        const float *ne = x->emb;
+        if (!c->post_norm) { /* N(e) [rows, C], mean, rstd in ext (mhe__static_in) */
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1),
+                                         x->emb, y->norm1_w, y->norm1_b, rows));
+            ne = a->ext;
+        }
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 3 * HD, ne, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+                                       2 * HD));
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
+    }
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.proj_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
                                    geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv)
@@ -2102,8 +2202,10 @@ static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
 }
 
 /* decoding: this position's row (a->proj) through the core of its kind,
-   with what the cache keeps: K|V rows (the softmax kinds) or the recurrent
-   states (taylor, nonapprox, as mhe__decon_decode) */
+   with what the cache keeps: K|V rows (the softmax kinds, staticemb-qk), the
+   recurrent states (taylor, nonapprox, as mhe__decon_decode), or V rows and
+   the fixed stream's Q|K (rndemb-qk, fixedseq-qk: the softmax rows of the
+   CPU's precomputed maps, computed by the training core) */
 static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, const float *u) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
@@ -2129,6 +2231,13 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, const float *u) 
                                    (const float *)(a->proj + 2 * HD), kc->state[l], pos == 0),
                     "Non-approximate decoding step");
         return MHE_OK;
+    }
+    if (mhe__kind_fixed(w->kind)) {
+        const float *qk = kc->state[l];
+        MHE__CU_TRY(cudaMemcpy(kc->kv[l] + (size_t)pos * HD, a->proj + 2 * HD, (size_t)HD * sizeof(float),
+                               cudaMemcpyDeviceToDevice), "V cache append");
+        return mhe__cu_attn_core_fwd(g, a, l, 1, 1, pos + 1, pos, qk + (size_t)pos * 2 * HD, 2 * HD, qk + HD, 2 * HD,
+                                     kc->kv[l], HD);
     }
     /* this position's K|V columns (el-att: its input) join the cache; the core reads the cache */
     src = geo.k_w ? a->proj + geo.q_w : u;
@@ -2167,12 +2276,13 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *
 static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
                                           const float *d_out, float *du) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
     mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
-    float *dk, *dv;
+    float *dk, *dv, *dqk = g->d_qk + (size_t)l * g->cap_T * 2 * HD;
     if (w->kind == MHE_ATTN_MLP)
         return mhe__cu_gated_bwd_m(g, a, w, rows, u, d_out, du);
     if (w->kind == MHE_ATTN_FNET)
@@ -2187,6 +2297,30 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     dk = geo.k_w ? g->d_proj + geo.q_w : du;
     dv = geo.v_w ? dk + geo.k_w : dk;
     MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, x->B, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
+    if (mhe__kind_fixed(w->kind) && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
+    if (mhe__kind_fixed(w->kind)) /* the fixed stream: its own attention plus what the batch asks of its Q|K */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_proj, 3 * HD, (const float *)dqk, 2 * HD, 1, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N(e) in d_tmp, then into d_emb through the norm */
+        const float *ne = c->post_norm ? x->emb : a->ext;
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, 3 * HD, ne,
+                                       MHE__CU_P(g, w->wq), rows, C, 2 * HD));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_emb, g->d_emb, g->d_tmp, (int64_t)rows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
+                                         a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), rows));
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
     MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
                                    MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
@@ -2280,9 +2414,9 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     return mhe__cu_attn_branch_bwd(g, x, l, h, g->d_u, g->d_h);
 }
 
-/* blocks 0 .. top-1 of a stream on its input h; *out its output (mhe__stack_fwd) */
-static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top, const float *h,
-                                    const float **out) {
+/* blocks 0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
+static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top, const float **out) {
+    const float *h = x->emb;
     int l;
     for (l = 0; l < top; l++) {
         x->la[l].in = h;
@@ -2300,6 +2434,66 @@ static mhe_status mhe__cu_stack_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
         MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 2));
         MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 0));
     }
+    return MHE_OK;
+}
+
+/* ---- the fixed stream of rndemb-qk and fixedseq-qk ------------------------------ */
+
+static mhe__cu_ctx mhe__cu_fixed_ctx(mhe_cuda_model *g, int T) {
+    mhe__cu_ctx x;
+    x.B = 1;
+    x.T = T;
+    x.fixed = 1;
+    x.la = g->fixed_layer;
+    x.emb = g->fixed_emb;
+    return x;
+}
+
+/* eq. 4.9 / 4.11: the model's own blocks below top on the fixed input
+   (rndemb-qk's eps, fixedseq-qk's text embedded at positions 0 ..), one
+   sequence of T, causal as the model; before the batch, which reads its
+   Q|K at each fixed layer (mhe__fixed_fwd) */
+static mhe_status mhe__cu_fixed_fwd(mhe_cuda_model *g, int T) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, HD = m->cfg.n_heads * mhe_config_d_head(&m->cfg);
+    mhe__cu_ctx x = mhe__cu_fixed_ctx(g, T);
+    const float *h;
+    if (m->fixed.kind < 0)
+        return MHE_OK;
+    if (m->fixed.kind == MHE_ATTN_RNDEMB_QK)
+        MHE__CU_TRY(cudaMemcpy(g->fixed_emb, g->fixed_eps, (size_t)T * C * sizeof(float), cudaMemcpyDeviceToDevice),
+                    "the fixed embeddings");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(T), dim3(MHE__CU_EW), 0, g->fixed_emb,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
+                                   (const int *)g->fixed_tokens, T, 0, C), "the fixed sequence's embedding");
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, m->fixed.top, &h));
+    return mhe__cu_zero(g, g->d_qk, (size_t)m->fixed.top * g->cap_T * 2 * HD);
+}
+
+/* after the batch's backward filled d_qk: back through the fixed stream into
+   the blocks below each such layer, and fixedseq-qk's token and position
+   embeddings (rndemb-qk's eps is constant), as mhe__fixed_bwd */
+static mhe_status mhe__cu_fixed_bwd(mhe_cuda_model *g, int T) {
+    mhe_model *m = g->host;
+    int C = m->cfg.d_model, stat = mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK);
+    mhe__cu_ctx x = mhe__cu_fixed_ctx(g, T);
+    size_t n = (size_t)T * C;
+    if (m->fixed.kind < 0)
+        return MHE_OK;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_h, n));
+    if (stat)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, n));
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->fixed.top));
+    if (stat)
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)n));
+    if (m->fixed.kind != MHE_ATTN_FIXEDSEQ_QK)
+        return MHE_OK;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(T), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
+                               (const float *)g->d_h, (const int *)g->fixed_tokens, C), "fixed sequence backward");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, 1, T, C),
+                "fixed sequence position backward");
     return MHE_OK;
 }
 
@@ -2346,13 +2540,17 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
     if (targets)
         MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
                     "upload targets");
+    if (!g->cache) /* decoding reads the stream's Q|K from the cache */
+        MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                (const int *)g->tokens, T, pos0, C), "embedding");
     x.B = B;
     x.T = T;
+    x.fixed = 0;
     x.la = g->layer;
-    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, c->n_layers, g->emb, &h));
+    x.emb = g->emb;
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, c->n_layers, &h));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_norm_fwd(g, g->fin, g->fin_mean, g->fin_rstd, h, m->lnf_w, m->lnf_b, rows));
         h = g->fin;
@@ -2389,7 +2587,7 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe_model *m;
     const mhe_config *c;
-    int B, T, rows, C, V;
+    int B, T, rows, C, V, stat;
     const mhe_tensor *hb, *head;
     float *dfin;
     mhe__cu_ctx x;
@@ -2403,11 +2601,14 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     C = c->d_model;
     V = c->vocab_size;
     head = mhe__token_head(m, &hb);
+    stat = mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK);
     if (!g->has_targets || rows == 0)
         return mhe__fail(g->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     x.B = B;
     x.T = T;
+    x.fixed = 0;
     x.la = g->layer;
+    x.emb = g->emb;
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
@@ -2417,13 +2618,17 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
         MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, c->n_layers - 1, 2), m->lnf_w,
                                      m->lnf_b, g->fin_mean, g->fin_rstd, rows));
     }
+    if (stat)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, (size_t)rows * C));
     MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, c->n_layers));
+    if (stat) /* staticemb-qk: Q, K read the embeddings too */
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
                                (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
                                dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, B, T, C),
                 "position backward");
-    return MHE_OK;
+    return mhe__cu_fixed_bwd(g, T);
 }
 
 /* ---- training ------------------------------------------------------------------- */
@@ -2571,11 +2776,13 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         int kind = g->host->layers[l].attn.kind;
         size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
         mhe__geom geo = mhe__layer_geom(cfg, kind);
-        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input */
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; the fixed kinds V only */
         if (kind == MHE_ATTN_TAYLOR)
             c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
         else if (kind == MHE_ATTN_NONAPPROX)
             c->state_floats[l] = n * (dh + 2);
+        else if (mhe__kind_fixed(kind))
+            c->state_floats[l] = (size_t)max_len * 2 * n * dh;
         total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
     }
     total += (size_t)max_len * cfg->n_heads; /* the MHE-ADD key biases, recomputed each step */
@@ -2600,13 +2807,26 @@ MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
 }
 
 /* Position 0 of a sequence, as the CPU's mhe_decode_step: taylor's S|z
-   start at 0 (nonapprox's state is started by its kernel: fresh) */
+   start at 0 (nonapprox's state is started by its kernel: fresh), and the
+   fixed stream runs once over the cache's length (causal: its first rows
+   are those of any shorter run), its Q|K kept for every fixed layer. */
 static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
     const mhe_config *cfg = &g->host->cfg;
-    int l;
+    int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
     for (l = 0; l < cfg->n_layers; l++)
         if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
             MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
+    if (g->host->fixed.kind < 0)
+        return MHE_OK;
+    g->cache = NULL;
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, c->cap));
+    MHE__CU_MHE(mhe__cu_fixed_fwd(g, c->cap));
+    for (l = 0; l < g->host->fixed.top; l++)
+        if (mhe__kind_fixed(g->host->layers[l].attn.kind))
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)c->cap * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, c->state[l], 2 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, c->cap, 2 * HD, c->cap),
+                        "the fixed stream's Q, K");
     return MHE_OK;
 }
 
@@ -2616,7 +2836,7 @@ MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, 
         return MHE_ERR_ARG;
     if (c->len >= c->cap)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "the KV cache is full (%d positions)", c->cap);
-    if (c->len == 0) /* a new sequence: empty states */
+    if (c->len == 0) /* a new sequence: empty states, the fixed stream's Q|K of the current weights */
         MHE__CU_MHE(mhe__cu_decode_start(g, c));
     g->cache = c;
     st = mhe__cu_forward(g, &token, NULL, 1, 1, c->len, NULL);

@@ -81,7 +81,8 @@ for prog in test_emu test_attn test_cuda; do
     done
     [ -x "$B/$prog.fibers" ] && run "$prog fibers" env MHE_EMU_ORDER=forward "$B/$prog.fibers"
     [ -x "$B/$prog.fibers" ] && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
-    # the sanitizer runs skip the long training and decoding groups: their kernels are those of the model group and test_attn
+    # the sanitizer runs skip the long training, decoding and per-kind groups: their kernels are those of the
+    # model group (whose two hybrids run every kernel of the ch. 4 and FNet kinds, decoding included) and test_attn
     if [ $prog = test_cuda ]; then
         groups="gemm tf32 norm elementwise model errors"  # decoding's core (Tq = 1) is in test_attn
     else
