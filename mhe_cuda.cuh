@@ -17,7 +17,8 @@
      C1. the device toolbox: errors, launches, warp reductions
      C2. GEMM: float32 SIMT tiles and TF32 mma.sync tiles
      C3. elementwise: norms, activations, embeddings, cross-entropy, AdamW
-     C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores
+     C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores,
+         Taylor, Non-approximate
      C5. the device model: forward, backward, training step, KV-cache decoding
          (prompt prefill, decode steps), evaluation
 */
@@ -40,24 +41,33 @@
    tensor names and the checkpoint; the device holds copies of the
    parameters and gradients (the host layout, one block each) and the
    activations. Runs decoder and encoder (masked-LM) models with vocabulary
-   embeddings and the softmax attention kinds: mha, sha, mqa, gqa, skv,
-   el-att, mhe-add, mhe-mul and collab, pre- or post-norm, without dropout,
-   Admin, classification or encoder-decoder (mhe_cuda_supports says which
-   field stops a config). Everything else runs on the CPU path. */
+   embeddings and every attention kind: the softmax kinds mha, sha, mqa,
+   gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
+   mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
+   and staticemb-qk, and the FNet encoders fnet and linear; pre- or
+   post-norm, without dropout, Admin, classification or encoder-decoder
+   (mhe_cuda_supports says which field stops a config). Everything else runs
+   on the CPU path. Decoding covers every kind the CPU decodes (all but
+   fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
-    float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, n d_h], [B n T], MUL maps [2 n d_h] */
+    float *proj, *att, *lse, *hmap;         /* Q|K|V [rows, proj_w], [rows, att_w], [B n T], MUL maps [2 n d_h] */
     float *kb;                              /* MHE-ADD: each key's per-head bias k . e_i^Q [rows, n] */
+    float *ext;                             /* staticemb-qk: N(e) [rows, C], then its mean and rstd [rows] */
     float *fc1, *act;                       /* [rows, d_ff] */
 } mhe_cuda_layer_acts;
 
 /* KV cache of decoding on the device: per layer, the K and V columns of
-   each position (one head for the MHE kinds: 1/n of mha's) */
+   each position (one head for the MHE kinds: 1/n of mha's; the V rows only
+   for rndemb-qk and fixedseq-qk), and the state of the kinds that keep one */
 typedef struct mhe_cuda_kv_cache {
     int len, cap;                           /* positions cached, capacity (<= max_seq_len) */
     float *kv[MHE_MAX_LAYERS];              /* [cap, k_w + v_w] (el-att: the layer's input [cap, C]) */
     int kv_w[MHE_MAX_LAYERS];
+    float *state[MHE_MAX_LAYERS];           /* taylor S|z [n, F, d_h + 1]; nonapprox [n, d_h + 2]; fixed kinds:
+                                               the fixed stream's Q|K [cap, 2 n d_h], made at position 0 */
+    size_t state_floats[MHE_MAX_LAYERS];
     float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] (else NULL) */
     void *block;
 } mhe_cuda_kv_cache;
@@ -71,6 +81,16 @@ typedef struct mhe_cuda_model {
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
     float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
+    float *d_emb;                           /* staticemb-qk: d loss / d the stream's embeddings e */
+    float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_T, S_T [T, T] */
+    int dft_T;                              /* the T whose tables dft holds (0: none yet) */
+    /* the fixed stream of rndemb-qk / fixedseq-qk (thesis eq. 4.9-4.12): the
+       blocks below the last such layer run on a fixed input, one sequence */
+    mhe_cuda_layer_acts fixed_layer[MHE_MAX_LAYERS];
+    float *fixed_emb, *d_qk;                /* its input [T, C]; d loss / d its Q|K [top][cap_T, 2 n d_h] */
+    float *fixed_eps;                       /* rndemb-qk: the host model's eps [max_seq_len, C] */
+    int *fixed_tokens;                      /* fixedseq-qk: the host model's fixed text [max_seq_len] */
+    void *fixed_block;
     int *tokens, *targets;
     const float *final_h;
     int last_B, last_T, last_count, has_targets, pos0;
@@ -504,6 +524,15 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_bias(float *out, const
         out[i] += b[i % OC];
 }
 
+/* y[r][off + j] += b[j] for j < nb (a bias on a column slice: collab's b^V,
+   the strided projections of the ch. 4 kinds) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
+                                                               int rows) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * nb)
+        y[(i / nb) * ld + off + i % nb] += b[i % nb];
+}
+
 /* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU, exact GELU: the CPU's formulas */
 static __device__ __forceinline__ float mhe__cu_act(int act, float x) {
     if (act == MHE_ACT_GELU)
@@ -653,7 +682,17 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
    table (k_bias, as collab's content bias); k_add only shifts whole score
    rows, which softmax ignores, so it is not read (its gradient is 0).
    Scores, weights and accumulators stay in shared memory (lanes own
-   columns), so no register array is indexed at run time. */
+   columns), so no register array is indexed at run time.
+
+   The same tiles run Taylor ("Approximate", thesis eq. 4.6; Based, Arora et
+   al. 2024) as template mode TAY = 1: w = 1 + s + s^2/2 in place of exp(s),
+   one shared normaliser, o_t = sum_j w_tj v_j / sum_j w_tj (w >= 1/2, so no
+   running max), lse holding that sum, as mhe__taylor_ref_fwd/_bwd. The CPU
+   also has a chunked linear-time form; its state is F x d_h per head (F = 1
+   + d_h + d_h (d_h + 1)/2: 2145 at d_h = 64), and adding a key to it and
+   reading it costs more than the direct form's T keys per query while T < F
+   (2F causal), so training here runs the direct form and decoding, one
+   token at a time, keeps the state (mhe__cu_taylor_step). */
 
 #define MHE__CU_BK 32   /* keys per shared tile (one per lane) */
 
@@ -725,6 +764,7 @@ static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
 }
 
 /* Forward: block (query rows blockIdx.x*W .., K/V head blockIdx.y, sequence blockIdx.z) */
+template <int TAY>
 __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
                                                           const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
@@ -782,8 +822,16 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                     s0 += qb[hh * a.dk + c] * kt[lane * (a.dk + 1) + c];
             }
             float s = vis ? a.scale * (s0 + (a.k_bias ? kbt[lane * G + hh] : 0.0f)) : -INFINITY;
-            float m_old = mst[hh], m_new = fmaxf(m_old, mhe__cu_warp_max(s));
-            float p = vis ? expf(s - m_new) : 0.0f, corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            float m_old = mst[hh], m_new, p, corr;
+            if (TAY) { /* Taylor: plain sums, no max to track */
+                m_new = 0.0f;
+                p = vis ? 1.0f + s + 0.5f * s * s : 0.0f;
+                corr = 1.0f;
+            } else {
+                m_new = fmaxf(m_old, mhe__cu_warp_max(s));
+                p = vis ? expf(s - m_new) : 0.0f;
+                corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+            }
             float mass = mhe__cu_warp_sum(p);
             pb[lane] = p;
             __syncwarp();
@@ -817,8 +865,8 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                 x += a.v_add[(size_t)h * a.dh + c];
             o[c] = x;
         }
-        if (lane == 0)
-            lse[((size_t)b * a.n + h) * a.Tq + t] = l > 0.0f ? mst[hh] + logf(l) : -INFINITY;
+        if (lane == 0) /* Taylor: the normaliser itself (0 for a row that sees no key, as the CPU) */
+            lse[((size_t)b * a.n + h) * a.Tq + t] = TAY ? l : l > 0.0f ? mst[hh] + logf(l) : -INFINITY;
     }
 }
 
@@ -849,6 +897,7 @@ static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
+template <int TAY>
 __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
                                                          float *dv_mul, float *dv_add, const float *dout,
                                                          const float *lse, const float *D, const float *q,
@@ -912,8 +961,16 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             for (int c = 0; c < a.dh; c++)
                 dp += gb[hh * a.dh + c] * vh[lane * a.vw + c];
             s = a.scale * (s + (a.k_bias ? kbt[lane * G + hh] : 0.0f));
-            float p = vis ? expf(s - lb[hh]) : 0.0f;
-            pb[lane] = p * (dp - Db[hh]); /* dS */
+            float p, ds;
+            if (TAY) { /* p = w / Z: dS = (dP - D) (1 + s) / Z (mhe__taylor_ref_bwd) */
+                float z = vis ? lb[hh] : 1.0f;
+                p = vis ? (1.0f + s + 0.5f * s * s) / z : 0.0f;
+                ds = vis ? (dp - Db[hh]) * (1.0f + s) / z : 0.0f;
+            } else {
+                p = vis ? expf(s - lb[hh]) : 0.0f;
+                ds = p * (dp - Db[hh]);
+            }
+            pb[lane] = ds;
             __syncwarp();
             for (int c = lane; c < a.dk; c += 32) {
                 float x = 0.0f;
@@ -976,6 +1033,7 @@ static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
     return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 2 * MHE__CU_BT + W * per_warp;
 }
 
+template <int TAY>
 __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
                                                           const float *dout, const float *lse, const float *D,
                                                           const float *q, const float *k, const float *v) {
@@ -1047,7 +1105,15 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
                 s += qt[lane * (a.dk + 1) + c] * kh[c];
             for (int c = 0; c < a.dh; c++)
                 dp += gt[lane * (a.dh + 1) + c] * vh[c];
-            float p = vis ? expf(a.scale * (s + ca) - lt[lane]) : 0.0f, ds = p * (dp - Dt[lane]);
+            float sc = a.scale * (s + ca), p, ds;
+            if (TAY) {
+                float z = vis ? lt[lane] : 1.0f;
+                p = vis ? (1.0f + sc + 0.5f * sc * sc) / z : 0.0f;
+                ds = vis ? (dp - Dt[lane]) * (1.0f + sc) / z : 0.0f;
+            } else {
+                p = vis ? expf(sc - lt[lane]) : 0.0f;
+                ds = p * (dp - Dt[lane]);
+            }
             float dsum = mhe__cu_warp_sum(ds);
             pb[lane] = p;
             sb[lane] = ds;
@@ -1106,8 +1172,9 @@ static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
     return MHE_OK;
 }
 
-static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q, const float *k,
-                                   const float *v, char *err) {
+/* taylor: the Taylor weights (TAY = 1) in place of softmax; no maps, K/V heads per query head */
+static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *out, float *lse, const float *q,
+                                   const float *k, const float *v, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
     if (st != MHE_OK)
         return st;
@@ -1119,15 +1186,15 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, float *out, float *ls
     if (a.Tq < 1 || a.B < 1)
         return MHE_OK;
     dim3 grid((unsigned)mhe__cu_blocks(a.Tq, W), (unsigned)a.n_kv, (unsigned)a.B);
-    return mhe__cu_status(mhe__cu_launch(mhe__cu_attn_fwd_k, grid, dim3(32 * W), mhe__cu_fwd_smem(&a, W) * sizeof(float),
-                                         a, out, lse, q, k, v),
+    return mhe__cu_status(mhe__cu_launch(taylor ? mhe__cu_attn_fwd_k<1> : mhe__cu_attn_fwd_k<0>, grid, dim3(32 * W),
+                                         mhe__cu_fwd_smem(&a, W) * sizeof(float), a, out, lse, q, k, v),
                           err, "attention forward");
 }
 
 static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return (size_t)d->B * d->n_heads * d->Tq; }
 
-static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk, float *dv,
-                                   const float *dout, const float *out, const float *lse, const float *q,
+static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe_attn_grads *gr, float *dq, float *dk,
+                                   float *dv, const float *dout, const float *out, const float *lse, const float *q,
                                    const float *k, const float *v, float *scratch, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
     if (st != MHE_OK)
@@ -1142,15 +1209,224 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads 
     int64_t rows = (int64_t)a.B * a.n * a.Tq;
     cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
     if (e == cudaSuccess)
-        e = mhe__cu_launch(mhe__cu_attn_dq_k, dim3((unsigned)mhe__cu_blocks(a.Tq, Wq), (unsigned)a.n_kv, (unsigned)a.B),
-                           dim3(32 * Wq), mhe__cu_dq_smem(&a, Wq) * sizeof(float), a, dq, gr ? gr->dq_mul : NULL,
+        e = mhe__cu_launch(taylor ? mhe__cu_attn_dq_k<1> : mhe__cu_attn_dq_k<0>,
+                           dim3((unsigned)mhe__cu_blocks(a.Tq, Wq), (unsigned)a.n_kv, (unsigned)a.B), dim3(32 * Wq), mhe__cu_dq_smem(&a, Wq) * sizeof(float), a, dq, gr ? gr->dq_mul : NULL,
                            gr ? gr->dq_add : NULL, gr ? gr->dv_mul : NULL, gr ? gr->dv_add : NULL, dout, lse,
                            (const float *)scratch, q, k, v);
     if (e == cudaSuccess && a.Tk > 0)
-        e = mhe__cu_launch(mhe__cu_attn_dkv_k, dim3((unsigned)mhe__cu_blocks(a.Tk, Wk), (unsigned)a.n_kv, (unsigned)a.B),
-                           dim3(32 * Wk), mhe__cu_dkv_smem(&a, Wk) * sizeof(float), a, dk, dv,
+        e = mhe__cu_launch(taylor ? mhe__cu_attn_dkv_k<1> : mhe__cu_attn_dkv_k<0>,
+                           dim3((unsigned)mhe__cu_blocks(a.Tk, Wk), (unsigned)a.n_kv, (unsigned)a.B), dim3(32 * Wk), mhe__cu_dkv_smem(&a, Wk) * sizeof(float), a, dk, dv,
                            gr ? gr->dk_bias : NULL, dout, lse, (const float *)scratch, q, k, v);
     return mhe__cu_status(e, err, "attention backward");
+}
+
+/* Non-approximate (thesis eq. 4.7-4.8): one score per position, s_j =
+   scale SiLU(q_j).k_j (a token's own query and key), A_tj = exp(s_j) / sum
+   of exp(s) over the keys t sees: the recurrent form (eq. 4.18) with a
+   running max, as mhe__nonapprox_lin_fwd. One warp per (head, sequence),
+   lane l owns columns l + 32 i (registers, every loop over i unrolled); the
+   scan over positions is sequential, a warp reduction per key and no
+   barrier. st (decoding): per head [max, sum, numerator d_h], read unless
+   fresh (a new sequence) and written back. lse = max + log sum per row. */
+#define MHE__CU_NA_COLS (MHE_MAX_D_HEAD / 32)
+
+typedef struct mhe__cu_na {
+    int B, n, T, dh, qs, ks, vs, os, causal;
+    float scale;
+} mhe__cu_na;
+
+/* s_j = scale SiLU(q_j).k_j, in every lane */
+static __device__ __forceinline__ float mhe__cu_na_score(const mhe__cu_na &a, const float *qj, const float *kj,
+                                                         int lane) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+        int c = lane + 32 * i;
+        if (c < a.dh)
+            s += mhe__cu_act(MHE_ACT_SILU, qj[c]) * kj[c];
+    }
+    return a.scale * mhe__cu_warp_sum(s);
+}
+
+__global__ __launch_bounds__(32) void mhe__cu_nonapprox_fwd(mhe__cu_na a, float *out, float *lse, const float *q,
+                                                            const float *k, const float *v, float *st, int fresh) {
+    int h = (int)blockIdx.x, b = (int)blockIdx.y, lane = (int)threadIdx.x, added = 0;
+    float num[MHE__CU_NA_COLS], mx = -INFINITY, den = 0.0f;
+    float *sh = st ? st + (size_t)h * (a.dh + 2) : NULL;
+    int keep = sh && !fresh;
+    if (keep) {
+        mx = sh[0];
+        den = sh[1];
+    }
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+        int c = lane + 32 * i;
+        num[i] = keep && c < a.dh ? sh[2 + c] : 0.0f;
+    }
+    for (int t = 0; t < a.T; t++) {
+        int vis = a.causal ? t + 1 : a.T;
+        size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
+        for (; added < vis; added++) {
+            size_t r = (size_t)b * a.T + added;
+            const float *vj = v + r * a.vs + (size_t)h * a.dh;
+            float s = mhe__cu_na_score(a, q + r * a.qs + (size_t)h * a.dh, k + r * a.ks + (size_t)h * a.dh, lane);
+            if (s > mx) { /* rescale what was summed under the old max */
+                float corr = mx == -INFINITY ? 0.0f : expf(mx - s);
+#pragma unroll
+                for (int i = 0; i < MHE__CU_NA_COLS; i++)
+                    num[i] *= corr;
+                den *= corr;
+                mx = s;
+            }
+            float e = expf(s - mx);
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    num[i] += e * vj[c];
+            }
+            den += e;
+        }
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh)
+                out[ro + c] = den > 0.0f ? num[i] / den : 0.0f;
+        }
+        if (lane == 0)
+            lse[((size_t)b * a.n + h) * a.T + t] = den > 0.0f ? mx + logf(den) : -INFINITY;
+    }
+    if (sh) {
+        __syncwarp(); /* every lane has read the old state */
+        if (lane == 0) {
+            sh[0] = mx;
+            sh[1] = den;
+        }
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh)
+                sh[2 + c] = num[i];
+        }
+    }
+}
+
+/* The backward, a reverse sweep as mhe__nonapprox_lin_bwd: with c_t = lse_t,
+   A_tj = exp(s_j - c_t); over the queries that see key j, G = sum exp(r -
+   c_t) g_t and H = sum exp(r - c_t) g_t.o_t with r the least c_t among them
+   (every factor <= 1); dv_j += exp(s_j - r) G, ds_j = exp(s_j - r) (v_j.G -
+   H), then through s_j = scale SiLU(q_j).k_j. A warp writes only its own
+   head's columns of rows of its own sequence: disjoint, no atomics. */
+__global__ __launch_bounds__(32) void mhe__cu_nonapprox_bwd(mhe__cu_na a, float *dq, float *dk, float *dv,
+                                                            const float *dout, const float *out, const float *lse,
+                                                            const float *q, const float *k, const float *v) {
+    int h = (int)blockIdx.x, b = (int)blockIdx.y, lane = (int)threadIdx.x, t = a.T - 1;
+    float G[MHE__CU_NA_COLS], H = 0.0f, r = INFINITY;
+    const float *cl = lse + ((size_t)b * a.n + h) * a.T;
+#pragma unroll
+    for (int i = 0; i < MHE__CU_NA_COLS; i++)
+        G[i] = 0.0f;
+    for (int j = a.T - 1; j >= 0; j--) { /* the last query sees every key, causal or not */
+        size_t rj = (size_t)b * a.T + j;
+        const float *qj = q + rj * a.qs + (size_t)h * a.dh, *kj = k + rj * a.ks + (size_t)h * a.dh,
+                    *vj = v + rj * a.vs + (size_t)h * a.dh;
+        for (; t >= 0 && (a.causal ? t + 1 : a.T) > j; t--) { /* the queries that see key j join */
+            size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
+            float go = 0.0f, w = 1.0f;
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    go += dout[ro + c] * out[ro + c];
+            }
+            go = mhe__cu_warp_sum(go);
+            if (cl[t] < r) {
+                float corr = r == INFINITY ? 0.0f : expf(cl[t] - r);
+#pragma unroll
+                for (int i = 0; i < MHE__CU_NA_COLS; i++)
+                    G[i] *= corr;
+                H *= corr;
+                r = cl[t];
+            } else {
+                w = expf(r - cl[t]);
+            }
+#pragma unroll
+            for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+                int c = lane + 32 * i;
+                if (c < a.dh)
+                    G[i] += w * dout[ro + c];
+            }
+            H += w * go;
+        }
+        float e = expf(mhe__cu_na_score(a, qj, kj, lane) - r), vg = 0.0f;
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh) {
+                dv[rj * a.vs + (size_t)h * a.dh + c] += e * G[i];
+                vg += vj[c] * G[i];
+            }
+        }
+        float ds = e * (mhe__cu_warp_sum(vg) - H) * a.scale;
+#pragma unroll
+        for (int i = 0; i < MHE__CU_NA_COLS; i++) {
+            int c = lane + 32 * i;
+            if (c < a.dh) {
+                dq[rj * a.qs + (size_t)h * a.dh + c] += ds * kj[c] * mhe__cu_act_grad(MHE_ACT_SILU, qj[c]);
+                dk[rj * a.ks + (size_t)h * a.dh + c] += ds * mhe__cu_act(MHE_ACT_SILU, qj[c]);
+            }
+        }
+    }
+}
+
+/* Taylor decoding, the recurrent form (thesis sec. 4.15; Katharopoulos et
+   al. 2020 with Based's phi, as mhe__decon_decode): per head the state S =
+   sum_j phi(k_j) [v_j, 1]^T, [F, d_h + 1], whose last column is z; this
+   token joins S first, then o = S^T phi(q) / phi(q).z. phi as
+   mhe__taylor_phi, on the fly: 1, a x_i, then a^2 x_i x_j for i <= j (over
+   sqrt 2 when i = j), a = sqrt(scale). One block per head, threads over the
+   d_h + 1 columns; each column's F features are one thread's, in order. */
+__global__ __launch_bounds__(256) void mhe__cu_taylor_step(float *out, const float *q, const float *k,
+                                                           const float *v, float *S, int dh, float a) {
+    __shared__ float xs[3][MHE_MAX_D_HEAD + 1], res[MHE_MAX_D_HEAD + 1];
+    int h = (int)blockIdx.x, W = dh + 1;
+    size_t F = 1 + (size_t)dh + (size_t)dh * (dh + 1) / 2;
+    float *Sh = S + (size_t)h * F * W, a2 = a * a, r2 = 0.70710678118654752f;
+    for (int c = (int)threadIdx.x; c < dh; c += (int)blockDim.x) {
+        xs[0][c] = q[(size_t)h * dh + c];
+        xs[1][c] = k[(size_t)h * dh + c];
+        xs[2][c] = v[(size_t)h * dh + c];
+    }
+    if (threadIdx.x == 0)
+        xs[2][dh] = 1.0f; /* the normaliser's column */
+    __syncthreads();
+    for (int c = (int)threadIdx.x; c < W; c += (int)blockDim.x) {
+        float vc = xs[2][c], o, sf;
+        float *col = Sh + c;
+        sf = col[0] + vc; /* f = 0: phi = 1 */
+        col[0] = sf;
+        o = sf;
+        for (int i = 0; i < dh; i++) {
+            float *p = col + (size_t)(1 + i) * W;
+            sf = *p + a * xs[1][i] * vc;
+            *p = sf;
+            o += a * xs[0][i] * sf;
+        }
+        size_t f = 1 + (size_t)dh;
+        for (int i = 0; i < dh; i++)
+            for (int j = i; j < dh; j++, f++) {
+                float pk = i == j ? a2 * r2 * xs[1][i] * xs[1][i] : a2 * xs[1][i] * xs[1][j];
+                float pq = i == j ? a2 * r2 * xs[0][i] * xs[0][i] : a2 * xs[0][i] * xs[0][j];
+                float *p = col + f * W;
+                sf = *p + pk * vc;
+                *p = sf;
+                o += pq * sf;
+            }
+        res[c] = o;
+    }
+    __syncthreads();
+    for (int c = (int)threadIdx.x; c < dh; c += (int)blockDim.x)
+        out[(size_t)h * dh + c] = res[c] / res[dh];
 }
 
 
@@ -1180,10 +1456,13 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, const mhe_attn_grads 
 #define MHE__CU_P(g, t) ((t) ? (g)->params + ((t)->data - (g)->host->param_data) : (float *)NULL)
 #define MHE__CU_G(g, t) ((t) ? (g)->grads + ((t)->data - (g)->host->param_data) : (float *)NULL)
 
+/* the kinds with a device path, named one by one: a kind added to mhe.h stays on the CPU until it has one */
 static int mhe__cu_kind_ok(int kind) {
     switch (kind) {
     case MHE_ATTN_MHA: case MHE_ATTN_SHA: case MHE_ATTN_MQA: case MHE_ATTN_GQA: case MHE_ATTN_SKV:
     case MHE_ATTN_EL_ATT: case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: case MHE_ATTN_COLLAB:
+    case MHE_ATTN_MLP: case MHE_ATTN_TAYLOR: case MHE_ATTN_NONAPPROX: case MHE_ATTN_RNDEMB_QK:
+    case MHE_ATTN_FIXEDSEQ_QK: case MHE_ATTN_STATICEMB_QK: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
         return 1;
     default:
         return 0;
@@ -1208,8 +1487,8 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s runs on the CPU path (device kinds: mha sha mqa gqa skv el-att mhe-add mhe-mul collab)",
-                             l, mhe_attn_kind_name(kind));
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
+                             mhe_attn_kind_name(kind));
     }
     for (l = 0; l < c->n_layers; l++)
         if (mhe_config_layer_kind(c, l) == MHE_ATTN_COLLAB && mhe_config_collab_dim(c) > MHE_MAX_D_HEAD)
@@ -1253,40 +1532,69 @@ static float *mhe__cu_take(size_t *off, char *base, size_t n) {
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
                          const float *k, int ks, float *dk, float *hmap, float *dmap);
 
-static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
+/* 1 when a layer of the main stack has this kind */
+static int mhe__cu_has_kind(const mhe_model *m, int kind) {
+    int l;
+    for (l = 0; l < m->cfg.n_layers; l++)
+        if (m->layers[l].attn.kind == kind)
+            return 1;
+    return 0;
+}
+
+/* what one stream keeps for the backward, layers 0 .. top-1 over rows; the
+   widest projection and attention output, and the core's backward scratch */
+static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, int top, int B, int T, char *base,
+                                  size_t *cur, size_t *max_proj, size_t *max_att, size_t *max_scr) {
     const mhe_config *c = &g->host->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
-    size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_scr = 0;
-    size_t cur = 0;
+    size_t HD = n * (size_t)mhe_config_d_head(c);
     int l, k;
-    for (l = 0; l < c->n_layers; l++) {
-        mhe_cuda_layer_acts *a = &g->layer[l];
-        mhe__geom geo = mhe__layer_geom(c, g->host->layers[l].attn.kind);
-        mhe_attn_dims d = mhe__attn_dims(g->host, &g->host->layers[l].attn, 0, B, T, T, 1, NULL);
+    for (l = 0; l < top; l++) {
+        mhe_cuda_layer_acts *a = &la[l];
+        const mhe_attn_weights *w = &g->host->layers[l].attn;
+        mhe__geom geo = mhe__layer_geom(c, w->kind);
+        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, T, 1, NULL);
         mhe_attn_grads gr;
         size_t scr;
         /* the backward's scratch depends on the maps the kind sets; any non-NULL pointer stands for them here */
         memset(&gr, 0, sizeof gr);
-        mhe__cu_dims(g, &g->host->layers[l].attn, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
+        mhe__cu_dims(g, w, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
         scr = mhe__cu_attn_bwd_floats(&d);
         for (k = 0; k < 3; k += 2) {
-            a->nrm[k] = mhe__cu_take(&cur, base, rows * C);
-            a->sum[k] = mhe__cu_take(&cur, base, rows * C);
-            a->mean[k] = mhe__cu_take(&cur, base, rows);
-            a->rstd[k] = mhe__cu_take(&cur, base, rows);
+            a->nrm[k] = mhe__cu_take(cur, base, rows * C);
+            a->sum[k] = mhe__cu_take(cur, base, rows * C);
+            a->mean[k] = mhe__cu_take(cur, base, rows);
+            a->rstd[k] = mhe__cu_take(cur, base, rows);
         }
-        a->proj = mhe__cu_take(&cur, base, rows * (size_t)geo.proj_w);
-        a->att = mhe__cu_take(&cur, base, rows * HD);
-        a->lse = mhe__cu_take(&cur, base, rows * n);
-        a->hmap = mhe__cu_take(&cur, base, 2 * HD);
-        a->kb = mhe__cu_take(&cur, base, rows * n);
-        a->fc1 = mhe__cu_take(&cur, base, rows * F);
-        a->act = mhe__cu_take(&cur, base, rows * F);
-        if ((size_t)geo.proj_w > max_proj)
-            max_proj = (size_t)geo.proj_w;
-        if (scr > max_scr)
-            max_scr = scr;
+        a->proj = mhe__cu_take(cur, base, rows * (size_t)geo.proj_w);
+        a->att = mhe__cu_take(cur, base, rows * (size_t)geo.att_w);
+        a->lse = mhe__cu_take(cur, base, rows * n);
+        a->hmap = mhe__cu_take(cur, base, 2 * HD);
+        a->kb = mhe__cu_take(cur, base, rows * n);
+        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? rows * (C + 2) : 0);
+        a->fc1 = mhe__cu_take(cur, base, rows * F);
+        a->act = mhe__cu_take(cur, base, rows * F);
+        if ((size_t)geo.proj_w > *max_proj)
+            *max_proj = (size_t)geo.proj_w;
+        if ((size_t)geo.att_w > *max_att)
+            *max_att = (size_t)geo.att_w;
+        if (scr > *max_scr)
+            *max_scr = scr;
     }
+}
+
+static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
+    const mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
+    size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_att = HD, max_scr = 0;
+    size_t cur = 0;
+    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET), top = m->fixed.kind >= 0 ? m->fixed.top : 0;
+    mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_att, &max_scr);
+    /* the fixed stream: one sequence of T, through the blocks below top */
+    mhe__cu_layers_layout(g, g->fixed_layer, top, 1, T, base, &cur, &max_proj, &max_att, &max_scr);
+    g->fixed_emb = mhe__cu_take(&cur, base, top ? (size_t)T * C : 0);
+    g->d_qk = mhe__cu_take(&cur, base, (size_t)top * T * 2 * HD);
     g->emb = mhe__cu_take(&cur, base, rows * C);
     g->fin = mhe__cu_take(&cur, base, rows * C);
     g->fin_mean = mhe__cu_take(&cur, base, rows);
@@ -1299,13 +1607,16 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->d_h = mhe__cu_take(&cur, base, rows * C);
     g->d_u = mhe__cu_take(&cur, base, rows * C);
     g->d_tmp = mhe__cu_take(&cur, base, rows * C);
-    g->d_att = mhe__cu_take(&cur, base, rows * HD);
+    g->d_att = mhe__cu_take(&cur, base, rows * max_att);
     g->d_proj = mhe__cu_take(&cur, base, rows * max_proj);
     g->d_fc1 = mhe__cu_take(&cur, base, rows * F);
     g->d_act = mhe__cu_take(&cur, base, rows * F);
     g->d_logits = mhe__cu_take(&cur, base, rows * V);
     g->d_hmap = mhe__cu_take(&cur, base, 2 * HD);
     g->d_kb = mhe__cu_take(&cur, base, rows * n);
+    g->d_emb = mhe__cu_take(&cur, base, mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK) ? rows * C : 0);
+    g->mix = mhe__cu_take(&cur, base, fnet ? rows * 2 * C : 0);
+    g->dft = mhe__cu_take(&cur, base, fnet ? 2 * C * C + 2 * (size_t)T * T : 0);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
     return cur;
@@ -1323,6 +1634,11 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
                          g->host->cfg.max_seq_len);
     if (g->acts_block && B <= g->cap_B && T <= g->cap_T)
         return MHE_OK;
+    /* grows, never shrinks: decoding's fixed stream (1 x cap) must not undo a training batch's room */
+    if (g->acts_block) {
+        B = B > g->cap_B ? B : g->cap_B;
+        T = T > g->cap_T ? T : g->cap_T;
+    }
     bytes = mhe__cu_acts_layout(g, NULL, B, T);
     if (g->acts_block) {
         cudaFree(g->acts_block);
@@ -1335,7 +1651,30 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
     g->device_bytes += bytes;
     g->cap_B = B;
     g->cap_T = T;
+    g->dft_T = 0; /* fnet's tables are to be made in the new block */
     mhe__cu_acts_layout(g, (char *)block, B, T);
+    return MHE_OK;
+}
+
+/* the fixed stream's input as the host model holds it (mhe__fixed_init):
+   rndemb-qk's eps, fixedseq-qk's tokens, copied, never re-derived */
+static mhe_status mhe__cu_fixed_upload(mhe_cuda_model *g) {
+    const mhe_fixed_stream *f = &g->host->fixed;
+    size_t L = (size_t)g->host->cfg.max_seq_len, bytes;
+    void *p = NULL;
+    if (f->kind < 0)
+        return MHE_OK;
+    bytes = f->kind == MHE_ATTN_RNDEMB_QK ? L * g->host->cfg.d_model * sizeof(float) : L * sizeof(int);
+    MHE__CU_TRY(cudaMalloc(&p, bytes), "the fixed stream's input");
+    g->fixed_block = p;
+    g->device_bytes += bytes;
+    if (f->kind == MHE_ATTN_RNDEMB_QK) {
+        g->fixed_eps = (float *)p;
+        MHE__CU_TRY(cudaMemcpy(p, f->eps, bytes, cudaMemcpyHostToDevice), "upload the fixed embeddings");
+    } else {
+        g->fixed_tokens = (int *)p;
+        MHE__CU_TRY(cudaMemcpy(p, f->tokens, bytes, cudaMemcpyHostToDevice), "upload the fixed sequence");
+    }
     return MHE_OK;
 }
 
@@ -1372,7 +1711,8 @@ MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int tf
         g->grads = (float *)q;
     }
     g->device_bytes = 2 * bytes;
-    if ((st = mhe_cuda_model_upload(g)) != MHE_OK || (st = mhe_cuda_model_zero_grad(g)) != MHE_OK) {
+    if ((st = mhe_cuda_model_upload(g)) != MHE_OK || (st = mhe_cuda_model_zero_grad(g)) != MHE_OK ||
+        (st = mhe__cu_fixed_upload(g)) != MHE_OK) {
         mhe_cuda_model_free(g);
         return st;
     }
@@ -1388,8 +1728,10 @@ MHEDEF void mhe_cuda_model_free(mhe_cuda_model *g) {
         cudaFree(g->grads);
     if (g->acts_block)
         cudaFree(g->acts_block);
+    if (g->fixed_block)
+        cudaFree(g->fixed_block);
     g->params = g->grads = NULL;
-    g->acts_block = NULL;
+    g->acts_block = g->fixed_block = NULL;
     g->host = NULL;
 }
 
@@ -1437,16 +1779,16 @@ static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N
     return MHE_OK;
 }
 
-/* out[N, OC] (row stride ldo) = inp[N, IC] W^T + b, as mhe_linear_fwd */
+/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd / mhe__lin_rows */
 static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
                                      const float *b, int N, int IC, int OC) {
     MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo));
-    if (b) {
-        if (ldo != OC)
-            return mhe__fail(g->err, MHE_ERR_ARG, "linear: bias on a strided output");
+    if (b && ldo == OC)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_bias, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, out, b, (int64_t)N * OC, OC), "bias");
-    }
+    else if (b)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, out, ldo, 0, b, OC, N), "bias");
     return MHE_OK;
 }
 
@@ -1534,23 +1876,61 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sha_heads(float *att, int 
     }
 }
 
-/* y[r][off + j] += b[j] for j < nb (collab's b^V on its V columns) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
-                                                               int rows) {
+/* the mlp kind (thesis eq. 4.5): att = SiLU(gate) * up over proj = [gate | up] [rows, 2F] */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_fwd(float *att, const float *proj, int rows, int F) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (int64_t)rows * nb)
-        y[(i / nb) * ld + off + i % nb] += b[i % nb];
+    if (i >= (int64_t)rows * F)
+        return;
+    const float *p = proj + (i / F) * 2 * F + i % F;
+    att[i] = mhe__cu_act(MHE_ACT_SILU, p[0]) * p[F];
 }
 
-/* dst[r][0..w) = src[r][0..w) with row strides ldd, lds (new positions' K|V into the cache) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds, int w,
-                                                                int rows) {
+/* d [gate | up] = [datt * up * SiLU'(gate) | datt * SiLU(gate)] (written, not added) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, const float *proj, const float *datt,
+                                                                int rows, int F) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (int64_t)rows * w)
-        dst[(i / w) * ldd + i % w] = src[(i / w) * lds + i % w];
+    if (i >= (int64_t)rows * F)
+        return;
+    int64_t o = (i / F) * 2 * F + i % F;
+    float gate = proj[o], up = proj[o + F];
+    dproj[o] = datt[i] * up * mhe__cu_act_grad(MHE_ACT_SILU, gate);
+    dproj[o + F] = datt[i] * mhe__cu_act(MHE_ACT_SILU, gate);
+}
+
+/* dst[r][c] = src[r % period][c] for c < cols (row strides ldd, lds): the fixed
+   stream's Q|K, the same for every sequence of the batch; with period = rows,
+   a plain copy (new positions' K|V into the decoding cache) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds,
+                                                                int rows, int cols, int period) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * cols)
+        dst[(i / cols) * ldd + i % cols] = src[(i / cols % period) * lds + i % cols];
+}
+
+/* dst[t][c] += sum_b src[b T + t][c], b in order (one thread per (t, c), no
+   atomics): the batch's d Q|K onto the fixed stream's rows, and back */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int ldd, const float *src, int lds, int B,
+                                                               int T, int cols) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    if (i >= (int64_t)T * cols)
+        return;
+    for (int b = 0; b < B; b++)
+        s += src[((int64_t)b * T + i / cols) * lds + i % cols];
+    dst[(i / cols) * ldd + i % cols] += s;
 }
 
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
+
+/* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
+   the fixed stream of rndemb-qk / fixedseq-qk (one sequence, fixed = 1, its
+   activations in g->fixed_layer). emb is the stream's block-0 input, which
+   staticemb-qk reads. */
+typedef struct mhe__cu_ctx {
+    int B, T, fixed;
+    mhe_cuda_layer_acts *la;
+    const float *emb;
+} mhe__cu_ctx;
 
 /* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
@@ -1587,17 +1967,39 @@ static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_
     }
 }
 
-static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, int l, int B, int Tq, int Tk, int q_offset,
-                                        const float *q, int qs, const float *k, int ks, const float *v, int vs) {
+/* the Non-approximate core's shape from the CPU's dims (Tq = Tk: self-attention) */
+static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
+    mhe__cu_na a;
+    a.B = d->B;
+    a.n = d->n_heads;
+    a.T = d->Tq;
+    a.dh = d->d_head;
+    a.qs = d->q_stride;
+    a.ks = d->k_stride;
+    a.vs = d->v_stride;
+    a.os = d->o_stride;
+    a.causal = d->causal;
+    a.scale = d->scale;
+    return a;
+}
+
+static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int Tq, int Tk,
+                                        int q_offset, const float *q, int qs, const float *k, int ks, const float *v,
+                                        int vs) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, Tq, Tk, c->arch != MHE_ARCH_ENCODER, NULL);
     d.q_offset = q_offset;
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), a->att, a->lse, q, k, v, (float *)NULL, 1),
+                    "Non-approximate attention");
+        return MHE_OK;
+    }
     float *kb = g->cache ? g->cache->kb : a->kb;
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
@@ -1606,18 +2008,18 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, int l, int B, int Tq,
     if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
     mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
-    MHE__CU_MHE(mhe__cu_attn_fwd(&d, a->att, a->lse, q, k, v, g->err));
+    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, a->att, a->lse, q, k, v, g->err));
     if (w->kind == MHE_ATTN_SHA)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");
     return MHE_OK;
 }
 
-static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, const float *q, int qs,
-                                        const float *k, int ks, const float *v, float *dq, float *dk, float *dv) {
+static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int T,
+                                        const float *q, int qs, const float *k, int ks, const float *v, float *dq,
+                                        float *dk, float *dv) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, T, c->arch != MHE_ARCH_ENCODER, NULL);
     mhe_attn_grads gr;
@@ -1625,6 +2027,13 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, 
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = ks;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
+                                   (const float *)a->lse, q, k, v),
+                    "Non-approximate attention backward");
+        return MHE_OK;
+    }
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
     if (w->kind == MHE_ATTN_MHE_ADD)
@@ -1636,7 +2045,8 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, 
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
     else
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
-    MHE__CU_MHE(mhe__cu_attn_bwd(&d, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v, g->attn_scratch, g->err));
+    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
+                                 g->attn_scratch, g->err));
     if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
         MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * T, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
@@ -1649,50 +2059,266 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, int l, int B, int T, 
     return MHE_OK;
 }
 
+/* ---- the kinds without an attention core: mlp, fnet, linear ------------------ */
+
+/* the mlp kind (thesis eq. 4.4-4.5): down(SiLU(gate u) * up u); gate | up
+   adjacent, one GEMM into proj [rows, 2F], the product into att [rows, F]
+   (mhe__gated_fwd / _bwd) */
+static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, float *out) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 2 * F, u, MHE__CU_P(g, w->gate), MHE__CU_P(g, w->gate_b), rows, C,
+                                   2 * F));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_fwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, a->att, (const float *)a->proj, rows, F), "gated MLP");
+    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->down), MHE__CU_P(g, w->down_b), rows, F, C);
+}
+
+static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * F));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->down), MHE__CU_G(g, w->down_b), d_out, C, a->att,
+                                   MHE__CU_P(g, w->down), rows, F, C));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_bwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, g->d_proj, (const float *)a->proj, (const float *)g->d_att, rows,
+                               F), "gated MLP backward");
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->gate), MHE__CU_G(g, w->gate_b), g->d_proj, 2 * F, u,
+                              MHE__CU_P(g, w->gate), rows, C, 2 * F);
+}
+
+/* fnet's tables for sequences of T: [C_C | S_C] [C, 2C], then C_T and S_T
+   [T, T], with C_N[i][j] = cos(2 pi (i j mod N) / N) and S_N the sine, in
+   double (the angle exact before it is rounded), made on the host when T
+   changes */
+static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int T) {
+    int C = g->host->cfg.d_model, i, j;
+    size_t nc = 2 * (size_t)C * C, n = nc + 2 * (size_t)T * T;
+    const double tau = 6.283185307179586476925286766559;
+    float *h;
+    cudaError_t e;
+    if (g->dft_T == T)
+        return MHE_OK;
+    h = (float *)MHE_MALLOC(g->host->alloc_ctx, n * sizeof(float));
+    if (!h)
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "fnet: cannot allocate %zu bytes for the DFT tables",
+                         n * sizeof(float));
+    for (i = 0; i < C; i++)
+        for (j = 0; j < C; j++) {
+            double ang = tau * (double)(((int64_t)i * j) % C) / C;
+            h[(size_t)i * 2 * C + j] = (float)cos(ang);
+            h[(size_t)i * 2 * C + C + j] = (float)sin(ang);
+        }
+    for (i = 0; i < T; i++)
+        for (j = 0; j < T; j++) {
+            double ang = tau * (double)(((int64_t)i * j) % T) / T;
+            h[nc + (size_t)i * T + j] = (float)cos(ang);
+            h[nc + (size_t)T * T + (size_t)i * T + j] = (float)sin(ang);
+        }
+    e = cudaMemcpy(g->dft, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    MHE_FREE(g->host->alloc_ctx, h);
+    MHE__CU_TRY(e, "upload the DFT tables");
+    g->dft_T = T;
+    return MHE_OK;
+}
+
+/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_T X
+   F_C), the unnormalised 2-D DFT over each sequence's T tokens (all real
+   on the device: no padding) and the C features, = C_T X C_C - S_T X S_C.
+   A direct real DFT as GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole
+   batch, then C_T and -S_T on each sequence. The map is its own adjoint:
+   the backward is the same call on the gradient, added (acc) into du. */
+static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, int acc) {
+    int C = g->host->cfg.d_model, b;
+    const float *ct, *st;
+    MHE__CU_MHE(mhe__cu_dft_tables(g, T));
+    ct = g->dft + 2 * (size_t)C * C;
+    st = ct + (size_t)T * T;
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
+    for (b = 0; b < B; b++) {
+        const float *mb = g->mix + (size_t)b * T * 2 * C;
+        float *yb = y + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, ct, T, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, -1.0f, st, T, mb + C, 2 * C, 1.0f, yb, C));
+    }
+    return MHE_OK;
+}
+
+/* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
+   W_seq[:T, :T] (X_b W_hidden^T), no bias; att keeps Z = X W_hidden^T
+   (mhe__linear_mix_fwd / _bwd) */
+static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, float *out) {
+    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
+    for (b = 0; b < x->B; b++)
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, a->att + (size_t)b * T * C, C,
+                                   0.0f, out + (size_t)b * T * C, C));
+    return MHE_OK;
+}
+
+/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att), then through W_hidden: du += */
+static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
+    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    for (b = 0; b < x->B; b++) {
+        const float *db = d_out + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, db, C, 0.0f,
+                                   g->d_att + (size_t)b * T * C, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, T, T, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
+                                   MHE__CU_G(g, w->seq), L));
+    }
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->hidden), NULL, g->d_att, C, u, MHE__CU_P(g, w->hidden),
+                              x->B * T, C, C);
+}
+
 /* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
 
-static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, int l, int B, int T, const float *u, float *out) {
+/* Q|K|V of a sublayer into a->proj [rows, proj_w], by kind: one GEMM (the
+   softmax kinds, taylor, nonapprox, and rndemb-qk / fixedseq-qk inside
+   their own stream); Q|K of the fixed stream at this layer, the same for
+   every sequence, and V from u (rndemb-qk, fixedseq-qk, eq. 4.10, 4.12;
+   decoding reads Q|K from the cache); or Q|K from N(e), the stream's block-0
+   input through this sublayer's norm (e itself post-norm), and V from u
+   (staticemb-qk, eq. 4.13). W^Q, W^K, W^V are adjacent, and their biases. */
+static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = B * T, ks;
-    const float *k, *v;
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T;
+    if (mhe__kind_fixed(w->kind) && !x->fixed) {
+        if (!g->cache)
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)rows * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, a->proj, 3 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, rows, 2 * HD, x->T),
+                        "the fixed stream's Q, K");
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
+    }
+    if (w->kind == MHE_ATTN_STATICEMB_QK) {
+        const float *ne = x->emb;
+        if (!c->post_norm) { /* N(e) [rows, C], mean, rstd in ext (mhe__static_in) */
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1),
+                                         x->emb, y->norm1_w, y->norm1_b, rows));
+            ne = a->ext;
+        }
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 3 * HD, ne, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+                                       2 * HD));
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
+    }
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.proj_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
                                    geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
                                    (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
+    return MHE_OK;
+}
+
+/* decoding (B = 1): the T new positions' rows (a->proj) through the core of
+   their kind, with what the cache keeps: K|V rows (the softmax kinds,
+   staticemb-qk), the recurrent states (taylor, nonapprox, as
+   mhe__decon_decode: one position after another), or V rows and the fixed
+   stream's Q|K (rndemb-qk, fixedseq-qk: the softmax rows of the CPU's
+   precomputed maps, computed by the training core). Query t sees keys
+   0 .. pos + t. */
+static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_kv_cache *kc = g->cache;
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, pos = kc->len, kvw = kc->kv_w[l], ks, t;
+    const float *k, *v, *src;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        int th = (dh + 1 + 31) / 32 * 32;
+        for (t = 0; t < T; t++) {
+            const float *row = a->proj + (size_t)t * geo.proj_w;
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0,
+                                       a->att + (size_t)t * HD, row, row + HD, row + 2 * HD, kc->state[l], dh,
+                                       sqrtf(1.0f / sqrtf((float)dh))),
+                        "Taylor decoding step");
+        }
+        return MHE_OK;
+    }
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
+        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        for (t = 0; t < T; t++) {
+            const float *row = a->proj + (size_t)t * geo.proj_w;
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
+                                       a->att + (size_t)t * HD, a->lse + (size_t)t * n, row, row + HD, row + 2 * HD,
+                                       kc->state[l], pos + t == 0),
+                        "Non-approximate decoding step");
+        }
+        return MHE_OK;
+    }
+    if (mhe__kind_fixed(w->kind)) {
+        const float *qk = kc->state[l];
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
+                                   (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
+                    "V cache append");
+        return mhe__cu_attn_core_fwd(g, a, l, 1, T, pos + T, pos, qk + (size_t)pos * 2 * HD, 2 * HD, qk + HD, 2 * HD,
+                                     kc->kv[l], HD);
+    }
+    /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
+    src = geo.k_w ? a->proj + geo.q_w : u;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
+                               geo.k_w ? geo.proj_w : c->d_model, T, kvw, T),
+                "KV cache append");
+    k = kc->kv[l];
+    ks = kvw;
+    v = geo.v_w ? k + geo.k_w : k;
+    return mhe__cu_attn_core_fwd(g, a, l, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks);
+}
+
+static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
+                                          float *out) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    if (w->kind == MHE_ATTN_MLP)
+        return mhe__cu_gated_fwd_m(g, a, w, rows, u, out);
+    if (w->kind == MHE_ATTN_FNET)
+        return mhe__cu_fnet(g, out, u, x->B, x->T, 0);
+    if (w->kind == MHE_ATTN_LINEAR)
+        return mhe__cu_linmix_fwd(g, x, a, w, u, out);
+    MHE__CU_MHE(mhe__cu_project(g, x, l, u));
     if (g->cache) {
-        /* decoding (B = 1): the T new positions' K|V columns join the cache, and the core reads the
-           cache, query t seeing keys 0 .. pos + t */
-        mhe_cuda_kv_cache *kc = g->cache;
-        int kvw = kc->kv_w[l], pos = kc->len;
-        const float *src = geo.k_w ? a->proj + geo.q_w : u;
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
-                                   geo.k_w ? geo.proj_w : C, kvw, T), "KV cache append");
-        k = kc->kv[l];
-        ks = kvw;
-        v = geo.v_w ? k + geo.k_w : k;
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_decode_core(g, l, x->T, u));
     } else {
         mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, l, B, T, T, 0, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, x->B, x->T, x->T, 0, a->proj, geo.proj_w, k, ks, v, ks));
     }
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
 
-static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T, const float *u,
+static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
                                           const float *d_out, float *du) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = B * T, ks;
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
-    float *dk, *dv;
+    float *dk, *dv, *dqk = g->d_qk + (size_t)l * g->cap_T * 2 * HD;
+    if (w->kind == MHE_ATTN_MLP)
+        return mhe__cu_gated_bwd_m(g, a, w, rows, u, d_out, du);
+    if (w->kind == MHE_ATTN_FNET)
+        return mhe__cu_fnet(g, du, d_out, x->B, x->T, 1);
+    if (w->kind == MHE_ATTN_LINEAR)
+        return mhe__cu_linmix_bwd(g, x, a, w, u, d_out, du);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->wo), MHE__CU_G(g, w->bo), d_out, C, a->att,
                                    MHE__CU_P(g, w->wo), rows, HD, C));
@@ -1700,7 +2326,31 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T
     mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
     dk = geo.k_w ? g->d_proj + geo.q_w : du;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, l, B, T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, x->B, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
+    if (mhe__kind_fixed(w->kind) && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
+    if (mhe__kind_fixed(w->kind)) /* the fixed stream: its own attention plus what the batch asks of its Q|K */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_proj, 3 * HD, (const float *)dqk, 2 * HD, 1, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N(e) in d_tmp, then into d_emb through the norm */
+        const float *ne = c->post_norm ? x->emb : a->ext;
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, 3 * HD, ne,
+                                       MHE__CU_P(g, w->wq), rows, C, 2 * HD));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_emb, g->d_emb, g->d_tmp, (int64_t)rows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
+                                         a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), rows));
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
     MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
                                    MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
@@ -1712,11 +2362,11 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, int l, int B, int T
 
 /* ---- the MLP and the sublayers ----------------------------------------------- */
 
-static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, int l, int rows, const float *u, float *out) {
+static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, float *out) {
     const mhe_config *c = &g->host->cfg;
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
-    int C = c->d_model, F = mhe_config_d_ff(c);
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_d_ff(c), rows = x->B * x->T;
     int64_t n = (int64_t)rows * F;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->fc1, F, u, MHE__CU_P(g, y->fc1_w), MHE__CU_P(g, y->fc1_b), rows, C, F));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
@@ -1724,12 +2374,12 @@ static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, int l, int rows, const floa
     return mhe__cu_linear_fwd(g, out, C, a->act, MHE__CU_P(g, y->fc2_w), MHE__CU_P(g, y->fc2_b), rows, F, C);
 }
 
-static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, int l, int rows, const float *u, const float *d_out,
+static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, const float *d_out,
                                   float *du) {
     const mhe_config *c = &g->host->cfg;
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
-    int C = c->d_model, F = mhe_config_d_ff(c);
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_d_ff(c), rows = x->B * x->T;
     int64_t n = (int64_t)rows * F;
     MHE__CU_MHE(mhe__cu_zero(g, g->d_act, (size_t)n));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_act, MHE__CU_G(g, y->fc2_w), MHE__CU_G(g, y->fc2_b), d_out, C, a->act,
@@ -1742,16 +2392,16 @@ static mhe_status mhe__cu_mlp_bwd(mhe_cuda_model *g, int l, int rows, const floa
                               MHE__CU_P(g, y->fc1_w), rows, C, F);
 }
 
-static const float *mhe__cu_sub_out(const mhe_cuda_model *g, int l, int k) {
-    return g->host->cfg.post_norm ? g->layer[l].nrm[k] : g->layer[l].sum[k];
+static const float *mhe__cu_sub_out(const mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
+    return g->host->cfg.post_norm ? x->la[l].nrm[k] : x->la[l].sum[k];
 }
 
 /* sublayer k (0 attention, 2 MLP) of block l, as mhe__sub_fwd: enter, branch, leave */
-static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T, const float *h) {
+static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h) {
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
-    int rows = B * T, post = g->host->cfg.post_norm;
+    int rows = x->B * x->T, post = g->host->cfg.post_norm;
     const float *u = h;
     mhe__sub_norm(y, k, &nw, &nb);
     if (!post) {
@@ -1759,9 +2409,9 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T,
         u = a->nrm[k];
     }
     if (k == 2)
-        MHE__CU_MHE(mhe__cu_mlp_fwd(g, l, rows, u, g->branch));
+        MHE__CU_MHE(mhe__cu_mlp_fwd(g, x, l, u, g->branch));
     else
-        MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, l, B, T, u, g->branch));
+        MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
     MHE__CU_MHE(mhe__cu_axpby_m(g, a->sum[k], h, g->branch, (int64_t)rows * g->host->cfg.d_model));
     if (post)
         MHE__CU_MHE(mhe__cu_norm_fwd(g, a->nrm[k], a->mean[k], a->rstd[k], a->sum[k], nw, nb, rows));
@@ -1770,28 +2420,111 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, int l, int k, int B, int T,
 
 /* backward of sublayer k, as mhe__sub_bwd: d_h holds the gradient of its
    output and leaves with the gradient of its input */
-static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, int l, int k, int B, int T) {
+static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
     const mhe_layer *y = &g->host->layers[l];
-    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
-    const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, l, 0);
-    int rows = B * T;
+    const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, x, l, 0);
+    int rows = x->B * x->T;
     size_t n = (size_t)rows * g->host->cfg.d_model;
     mhe__sub_norm(y, k, &nw, &nb);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_u, n));
     if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(d h')) */
         if (k == 2)
-            MHE__CU_MHE(mhe__cu_mlp_bwd(g, l, rows, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
         else
-            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, l, B, T, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
     }
     /* d sum = N'(d h'); d h = d sum + f'(d sum) */
     MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_u, g->d_h, a->sum[k], nw, nb, a->mean[k], a->rstd[k], rows));
     MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
     if (k == 2)
-        return mhe__cu_mlp_bwd(g, l, rows, h, g->d_u, g->d_h);
-    return mhe__cu_attn_branch_bwd(g, l, B, T, h, g->d_u, g->d_h);
+        return mhe__cu_mlp_bwd(g, x, l, h, g->d_u, g->d_h);
+    return mhe__cu_attn_branch_bwd(g, x, l, h, g->d_u, g->d_h);
+}
+
+/* blocks 0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
+static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top, const float **out) {
+    const float *h = x->emb;
+    int l;
+    for (l = 0; l < top; l++) {
+        x->la[l].in = h;
+        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 0, h));
+        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 2, mhe__cu_sub_out(g, x, l, 0)));
+        h = mhe__cu_sub_out(g, x, l, 2);
+    }
+    *out = h;
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_stack_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top) {
+    int l;
+    for (l = top - 1; l >= 0; l--) {
+        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 2));
+        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 0));
+    }
+    return MHE_OK;
+}
+
+/* ---- the fixed stream of rndemb-qk and fixedseq-qk ------------------------------ */
+
+static mhe__cu_ctx mhe__cu_fixed_ctx(mhe_cuda_model *g, int T) {
+    mhe__cu_ctx x;
+    x.B = 1;
+    x.T = T;
+    x.fixed = 1;
+    x.la = g->fixed_layer;
+    x.emb = g->fixed_emb;
+    return x;
+}
+
+/* eq. 4.9 / 4.11: the model's own blocks below top on the fixed input
+   (rndemb-qk's eps, fixedseq-qk's text embedded at positions 0 ..), one
+   sequence of T, causal as the model; before the batch, which reads its
+   Q|K at each fixed layer (mhe__fixed_fwd) */
+static mhe_status mhe__cu_fixed_fwd(mhe_cuda_model *g, int T) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, HD = m->cfg.n_heads * mhe_config_d_head(&m->cfg);
+    mhe__cu_ctx x = mhe__cu_fixed_ctx(g, T);
+    const float *h;
+    if (m->fixed.kind < 0)
+        return MHE_OK;
+    if (m->fixed.kind == MHE_ATTN_RNDEMB_QK)
+        MHE__CU_TRY(cudaMemcpy(g->fixed_emb, g->fixed_eps, (size_t)T * C * sizeof(float), cudaMemcpyDeviceToDevice),
+                    "the fixed embeddings");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(T), dim3(MHE__CU_EW), 0, g->fixed_emb,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
+                                   (const int *)g->fixed_tokens, T, 0, C), "the fixed sequence's embedding");
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, m->fixed.top, &h));
+    return mhe__cu_zero(g, g->d_qk, (size_t)m->fixed.top * g->cap_T * 2 * HD);
+}
+
+/* after the batch's backward filled d_qk: back through the fixed stream into
+   the blocks below each such layer, and fixedseq-qk's token and position
+   embeddings (rndemb-qk's eps is constant), as mhe__fixed_bwd */
+static mhe_status mhe__cu_fixed_bwd(mhe_cuda_model *g, int T) {
+    mhe_model *m = g->host;
+    int C = m->cfg.d_model, stat = mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK);
+    mhe__cu_ctx x = mhe__cu_fixed_ctx(g, T);
+    size_t n = (size_t)T * C;
+    if (m->fixed.kind < 0)
+        return MHE_OK;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_h, n));
+    if (stat)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, n));
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->fixed.top));
+    if (stat)
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)n));
+    if (m->fixed.kind != MHE_ATTN_FIXEDSEQ_QK)
+        return MHE_OK;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(T), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
+                               (const float *)g->d_h, (const int *)g->fixed_tokens, C), "fixed sequence backward");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, 1, T, C),
+                "fixed sequence position backward");
+    return MHE_OK;
 }
 
 /* ---- the whole model ----------------------------------------------------------- */
@@ -1818,9 +2551,10 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
                                   float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = c->vocab_size, rows = B * T, i, l, count = 0;
+    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0;
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
+    mhe__cu_ctx x;
     for (i = 0; i < rows; i++) {
         if (tokens[i] < 0 || tokens[i] >= V)
             return mhe__fail(g->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary (%d)", tokens[i],
@@ -1837,16 +2571,17 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
     if (targets)
         MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
                     "upload targets");
+    if (!g->cache) /* decoding reads the stream's Q|K from the cache */
+        MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                (const int *)g->tokens, T, pos0, C), "embedding");
-    h = g->emb;
-    for (l = 0; l < c->n_layers; l++) {
-        g->layer[l].in = h;
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, l, 0, B, T, h));
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, l, 2, B, T, mhe__cu_sub_out(g, l, 0)));
-        h = mhe__cu_sub_out(g, l, 2);
-    }
+    x.B = B;
+    x.T = T;
+    x.fixed = 0;
+    x.la = g->layer;
+    x.emb = g->emb;
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, c->n_layers, &h));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_norm_fwd(g, g->fin, g->fin_mean, g->fin_rstd, h, m->lnf_w, m->lnf_b, rows));
         h = g->fin;
@@ -1891,9 +2626,10 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe_model *m;
     const mhe_config *c;
-    int B, T, rows, C, V, l;
+    int B, T, rows, C, V, stat;
     const mhe_tensor *hb, *head;
     float *dfin;
+    mhe__cu_ctx x;
     if (!g || !g->host)
         return MHE_ERR_ARG;
     m = g->host;
@@ -1904,27 +2640,34 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     C = c->d_model;
     V = c->vocab_size;
     head = mhe__token_head(m, &hb);
+    stat = mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK);
     if (!g->has_targets || rows == 0)
         return mhe__fail(g->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
+    x.B = B;
+    x.T = T;
+    x.fixed = 0;
+    x.la = g->layer;
+    x.emb = g->emb;
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
                                    MHE__CU_P(g, head), rows, C, V));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
-        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, c->n_layers - 1, 2), m->lnf_w, m->lnf_b,
-                                     g->fin_mean, g->fin_rstd, rows));
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, c->n_layers - 1, 2), m->lnf_w,
+                                     m->lnf_b, g->fin_mean, g->fin_rstd, rows));
     }
-    for (l = c->n_layers - 1; l >= 0; l--) {
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, l, 2, B, T));
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, l, 0, B, T));
-    }
+    if (stat)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, (size_t)rows * C));
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, c->n_layers));
+    if (stat) /* staticemb-qk: Q, K read the embeddings too */
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
                                (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
                                dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, B, T, C),
                 "position backward");
-    return MHE_OK;
+    return mhe__cu_fixed_bwd(g, T);
 }
 
 /* ---- training ------------------------------------------------------------------- */
@@ -2063,16 +2806,24 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     if (!g || !g->host)
         return MHE_ERR_ARG;
     cfg = &g->host->cfg;
-    if (cfg->arch != MHE_ARCH_DECODER)
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "KV-cache decoding needs a decoder model");
+    if (cfg->arch != MHE_ARCH_DECODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder)");
     if (max_len < 1 || max_len > cfg->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
                          cfg->max_seq_len);
     for (l = 0; l < cfg->n_layers; l++) {
-        mhe__geom geo = mhe__layer_geom(cfg, g->host->layers[l].attn.kind);
-        c->kv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model; /* el-att caches its input */
-        total += (size_t)max_len * c->kv_w[l];
-        has_add |= g->host->layers[l].attn.kind == MHE_ATTN_MHE_ADD;
+        int kind = g->host->layers[l].attn.kind;
+        size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
+        mhe__geom geo = mhe__layer_geom(cfg, kind);
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; the fixed kinds V only */
+        if (kind == MHE_ATTN_TAYLOR)
+            c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
+        else if (kind == MHE_ATTN_NONAPPROX)
+            c->state_floats[l] = n * (dh + 2);
+        else if (mhe__kind_fixed(kind))
+            c->state_floats[l] = (size_t)max_len * 2 * n * dh;
+        total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
+        has_add |= kind == MHE_ATTN_MHE_ADD;
     }
     if (has_add) /* the MHE-ADD key biases, recomputed each step */
         total += (size_t)max_len * cfg->n_heads;
@@ -2081,6 +2832,8 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     for (l = 0; l < cfg->n_layers; l++) {
         c->kv[l] = (float *)block + off;
         off += (size_t)max_len * c->kv_w[l];
+        c->state[l] = c->state_floats[l] ? (float *)block + off : NULL;
+        off += c->state_floats[l];
     }
     c->kb = has_add ? (float *)block + off : NULL;
     c->cap = max_len;
@@ -2094,6 +2847,30 @@ MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
         memset(c, 0, sizeof *c);
 }
 
+/* Position 0 of a sequence, as the CPU's mhe_decode_step: taylor's S|z
+   start at 0 (nonapprox's state is started by its kernel: fresh), and the
+   fixed stream runs once over the cache's length (causal: its first rows
+   are those of any shorter run), its Q|K kept for every fixed layer. */
+static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
+    const mhe_config *cfg = &g->host->cfg;
+    int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
+    for (l = 0; l < cfg->n_layers; l++)
+        if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
+            MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
+    if (g->host->fixed.kind < 0)
+        return MHE_OK;
+    g->cache = NULL;
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, c->cap));
+    MHE__CU_MHE(mhe__cu_fixed_fwd(g, c->cap));
+    for (l = 0; l < g->host->fixed.top; l++)
+        if (mhe__kind_fixed(g->host->layers[l].attn.kind))
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)c->cap * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, c->state[l], 2 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, c->cap, 2 * HD, c->cap),
+                        "the fixed stream's Q, K");
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits) {
     mhe_status st;
     if (!g || !g->host || !c || !c->block)
@@ -2105,6 +2882,8 @@ MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, cons
     if (n > c->cap - c->len)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "%d tokens do not fit the KV cache (%d of %d positions used)", n,
                          c->len, c->cap);
+    if (c->len == 0) /* a new sequence: empty states, the fixed stream's Q|K of the current weights */
+        MHE__CU_MHE(mhe__cu_decode_start(g, c));
     g->cache = c;
     st = mhe__cu_forward(g, tokens, NULL, 1, n, c->len, NULL);
     g->cache = NULL;

@@ -129,9 +129,10 @@ for prog in test_emu test_attn test_cuda; do
         built $prog asan && run "$prog ASan+UBSan" "$B/$prog.asan"
         continue
     fi
-    # The sanitizer runs skip the long training and decoding groups: their
-    # kernels are those of the model group and test_attn (decoding's core,
-    # Tq = 1, is in test_attn). Each group in another block order.
+    # The sanitizer runs skip the long training, decoding and per-kind
+    # groups: their kernels are those of the model group (whose two hybrids
+    # run every kernel of the ch. 4 and FNet kinds, decoding included) and
+    # test_attn (decoding's core, Tq = 1). Each group in another block order.
     seed=2
     for g in gemm tf32 norm elementwise model errors; do
         built $prog blocks && run "$prog $g blocks, ThreadSanitizer" $TSAN MHE_EMU_SEED=$seed "$B/$prog.blocks" $g

@@ -221,7 +221,7 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     if (maps == ADDKB)
         dg.dk_bias = d_dkb;
     char err[MHE_ERR_LEN] = "";
-    mhe_status st = mhe__cu_attn_fwd(&dd, d_out, d_lse, d_q, d_k, d_v, err);
+    mhe_status st = mhe__cu_attn_fwd(&dd, 0, d_out, d_lse, d_q, d_k, d_v, err);
     CHECK(st == MHE_OK, "%s: forward: %s", what, err);
     /* the output's own columns (o_stride leaves one the cores must not write; the gradients' spare
        columns are compared with the rest: the CPU leaves them 0) */
@@ -236,7 +236,7 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     double e = err_of(got, vec(), want, max_abs(want));
     CHECK(e < 2e-5, "%s: output (err %.3g)", what, e);
     if (st == MHE_OK)
-        st = mhe__cu_attn_bwd(&dd, &dg, d_dq, d_dk, d_dv, d_do, d_out, d_lse, d_q, d_k, d_v, d_scr, err);
+        st = mhe__cu_attn_bwd(&dd, 0, &dg, d_dq, d_dk, d_dv, d_do, d_out, d_lse, d_q, d_k, d_v, d_scr, err);
     CHECK(st == MHE_OK, "%s: backward: %s", what, err);
     vec dq_dev = back(d_dq, q.size()), dk_dev = back(d_dk, k.size()), dv_dev = back(d_dv, v.size());
     vec g1_dev = back(d_g1, g1.size()), g2_dev = back(d_g2, g2.size());
@@ -297,8 +297,8 @@ static void limits(void) {
         const char *pass = bwd ? "backward" : "forward";
         auto run = [&](void) {
             err[0] = 0;
-            return bwd ? mhe__cu_attn_bwd(&d, &gr, x, x, x, x, x, x, x, x, x, x, err)
-                       : mhe__cu_attn_fwd(&d, x, x, x, x, x, err);
+            return bwd ? mhe__cu_attn_bwd(&d, 0, &gr, x, x, x, x, x, x, x, x, x, x, err)
+                       : mhe__cu_attn_fwd(&d, 0, x, x, x, x, x, err);
         };
         d.d_head = MHE_MAX_D_HEAD + 1;
         CHECK(run() == MHE_ERR_DEVICE && strstr(err, "256"), "%s: d_head past the limit: %s", pass, err);

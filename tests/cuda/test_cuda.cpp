@@ -5,10 +5,10 @@
    Built by `make test-cuda` in four ways: fibers (run in forward and in
    reversed order), blocks at once under ThreadSanitizer, threads under
    ThreadSanitizer, threads under ASan + UBSan.
-   An argument runs one group (gemm, tf32, norm, elementwise, model, large,
-   train, decode, prefill, eval, errors); the fault builds (MHE_CUDA_FAULT)
-   run one group each. Built by nvcc (make cuda) it runs on the GPU; without
-   a device it says so in one line and exits with status 3
+   An argument runs one group (gemm, tf32, norm, elementwise, model, kinds,
+   large, train, decode, prefill, eval, errors); the fault builds
+   (MHE_CUDA_FAULT) run one group each. Built by nvcc (make cuda) it runs on
+   the GPU; without a device it says so in one line and exits with status 3
    (tests/cuda/test_device.h). */
 #define MHE_IMPLEMENTATION
 #ifndef MHE_CUDA
@@ -245,8 +245,15 @@ static mhe_config small_config(int kind, int arch, int post, int norm, int act) 
     c.norm = norm;
     c.activation = act;
     c.head_init_std = 0.3f; /* head embeddings far from 0, so the heads differ */
+    strcpy(c.fixed_seq, "ids:3,1,4,1,5,9,2,6,5,3,5"); /* fixedseq-qk's text, inside the vocabulary */
     for (int l = 0; l < c.n_layers; l++)
         c.attn[l] = l == 0 ? kind : (kind == MHE_ATTN_MHA ? MHE_ATTN_MHE_MUL : MHE_ATTN_MHA);
+    if (mhe_attn_kind_is_decon(kind)) /* scores of order 1: at 0.02, |s| ~ 0.02 and Taylor's s^2 / 2 hides */
+        c.init_std = 0.1f;
+    if (kind == MHE_ATTN_RNDEMB_QK || kind == MHE_ATTN_FIXEDSEQ_QK) { /* the fixed stream runs through a block below */
+        c.attn[0] = MHE_ATTN_MHA;
+        c.attn[1] = kind;
+    }
     return c;
 }
 
@@ -272,7 +279,7 @@ static const step_tol fp32_tol = {1e-5, 1e-5, 2e-4};
    each against the same CPU step; tol[p] bounds precision p. With summary,
    one line per precision says the worst errors (the GPU check reads it). */
 static void compare_step(const mhe_config *cfg, const char *what, int B, int T, const step_tol *tol, int n_prec,
-                         int summary) {
+                         int summary, int first = 0) {
     mhe_model m;
     int V = cfg->vocab_size;
     std::vector<int> tok(B * T), tgt(B * T);
@@ -293,7 +300,7 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
     double gmax = 0;
     for (float x : grad_cpu)
         gmax = fabs(x) > gmax ? fabs(x) : gmax;
-    for (int p = 0; p < n_prec; p++) {
+    for (int p = first; p < n_prec; p++) {
         mhe_cuda_model g;
         float loss_dev = 0;
         step_err worst = {0, 0, 0, ""};
@@ -344,6 +351,103 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         mhe_cuda_model_free(&g);
     }
     mhe_model_free(&m);
+}
+
+/* thesis ch. 4 and FNet (fnet and linear mix a whole sequence: encoders only) */
+static const int decon_kinds[] = {MHE_ATTN_MLP,         MHE_ATTN_TAYLOR,       MHE_ATTN_NONAPPROX,
+                                  MHE_ATTN_RNDEMB_QK,   MHE_ATTN_FIXEDSEQ_QK,  MHE_ATTN_STATICEMB_QK,
+                                  MHE_ATTN_FNET,        MHE_ATTN_LINEAR};
+
+static int encoder_only(int kind) { return kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR; }
+
+/* the per-kind checks' bounds (relative; logits and gradients to the tensor's
+   largest value). float32: the device sums in another order than the CPU
+   (measured on the ch. 4 and FNet kinds: logits below 7e-7, gradients below
+   1e-5; the bounds are the other kinds'). TF32 rounds every GEMM input to
+   10 mantissa bits, 2^-11 = 4.9e-4 relative: measured on those kinds, logits
+   to 1.2e-3, gradients to 2.5e-3 (two layers back), the mean loss to 4.1e-5
+   (the errors average out); the bounds are 4 to 5 times those. */
+static const step_tol fp32_bounds = {1e-5, 1e-5, 2e-4}, tf32_bounds = {2e-4, 5e-3, 1e-2};
+
+/* one precision (tf32 0 or 1) against its bounds */
+static void compare_step(const mhe_config *cfg, const char *what, int B = 2, int T = 19, int tf32 = 0,
+                         step_tol bd = fp32_bounds) {
+    step_tol tol[2] = {bd, bd};
+    compare_step(cfg, what, B, T, tol, tf32 ? 2 : 1, 0, tf32 ? 1 : 0);
+}
+
+/* three layers of the given kinds, small enough for the sanitizer runs (pre-norm LayerNorm, or post-norm RMSNorm) */
+static mhe_config hybrid(int arch, int post, int k0, int k1, int k2) {
+    mhe_config c = small_config(k0, arch, post, post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.d_head = 16;
+    c.d_ff = 48;
+    c.n_layers = 3;
+    c.attn[0] = k0;
+    c.attn[1] = k1;
+    c.attn[2] = k2;
+    return c;
+}
+
+/* decoding token by token on the device equals the device's full forward (logits within tol) */
+static void decode_check(const mhe_config *cfg, const char *what, int T, double tol) {
+    mhe_model m;
+    mhe_cuda_model g;
+    mhe_cuda_kv_cache kc;
+    int V = cfg->vocab_size;
+    std::vector<int> tok(T);
+    for (int i = 0; i < T; i++)
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    if (mhe_model_init(&m, cfg, 3, NULL) != MHE_OK) {
+        CHECK(0, "decode %s: model init: %s", what, m.err);
+        return;
+    }
+    memset(&kc, 0, sizeof kc);
+    mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_forward(&g, tok.data(), NULL, 1, T, NULL);
+    std::vector<float> full((size_t)T * V), step(V);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_logits(&g, full.data());
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_init(&kc, &g, T);
+    double worst = 0;
+    for (int t = 0; t < T && st == MHE_OK; t++) {
+        st = mhe_cuda_decode_step(&g, &kc, tok[t], step.data());
+        std::vector<float> ref(full.begin() + (long)t * V, full.begin() + (long)(t + 1) * V);
+        double e = rel_err(step, ref);
+        worst = e > worst ? e : worst;
+    }
+    CHECK(st == MHE_OK && worst < tol, "decode %s: step logits equal the forward's (rel %.3g) %s", what, worst,
+          st == MHE_OK ? "" : g.err);
+    if (getenv("MHE_TEST_VERBOSE"))
+        printf("  decode %s: logits %.3g\n", what, worst);
+    if (st == MHE_OK) /* a second sequence in the same cache starts fresh */
+        CHECK(mhe_cuda_decode_step(&g, &kc, tok[0], NULL) == MHE_ERR_SHAPE, "decode %s past the cache: MHE_ERR_SHAPE",
+              what);
+    if (st == MHE_OK) {
+        kc.len = 0;
+        st = mhe_cuda_decode_step(&g, &kc, tok[0], step.data());
+        std::vector<float> ref(full.begin(), full.begin() + V);
+        CHECK(st == MHE_OK && rel_err(step, ref) < tol, "decode %s: a new sequence starts from empty states (rel %.3g)",
+              what, rel_err(step, ref));
+    }
+    mhe_cuda_kv_cache_free(&kc);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+}
+
+/* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
+   every kernel of theirs (staticemb-qk and fixedseq-qk have none of their own: the norms, GEMMs and
+   the copies of rndemb-qk); each kind alone, pre- and post-norm, TF32, longer sequences: the kinds group */
+static void test_hybrids(void) {
+    /* rndemb-qk first: its fixed stream runs through that block only */
+    mhe_config c = hybrid(MHE_ARCH_DECODER, 0, MHE_ATTN_RNDEMB_QK, MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX);
+    compare_step(&c, "hybrid decoder rndemb-qk taylor nonapprox", 2, 9);
+    decode_check(&c, "hybrid decoder", 3, 1e-5);
+    c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
+    compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
 }
 
 static void test_model(void) {
@@ -399,6 +503,39 @@ static void test_large(int T, int D) {
         snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
         compare_step(&c, what, 2, T, tol, 2, 1);
     }
+    test_hybrids();
+}
+
+/* every ch. 4 and FNet kind alone: pre-norm LayerNorm GELU, post-norm RMSNorm
+   SiLU without biases and untied, a sequence past the attention tiles (32
+   keys) and past a GEMM tile (64 rows) for the kinds that mix over time by
+   GEMMs, and TF32 */
+static void test_kinds(void) {
+    char what[160];
+    for (int kind : decon_kinds) {
+        int arch = encoder_only(kind) ? MHE_ARCH_ENCODER : MHE_ARCH_DECODER;
+        const char *name = mhe_attn_kind_name(kind);
+        mhe_config c = small_config(kind, arch, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        snprintf(what, sizeof what, "%s %s", encoder_only(kind) ? "encoder" : "decoder", name);
+        compare_step(&c, what);
+        c = small_config(kind, arch, 1, MHE_NORM_RMSNORM, MHE_ACT_SILU);
+        c.bias = 0;
+        c.tie_embeddings = 0;
+        snprintf(what, sizeof what, "%s post-norm rmsnorm silu, no biases, untied", name);
+        compare_step(&c, what);
+        if (!encoder_only(kind)) { /* bidirectional: every query sees every key */
+            c = small_config(kind, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
+            snprintf(what, sizeof what, "encoder (masked LM) %s", name);
+            compare_step(&c, what);
+        }
+        c = small_config(kind, arch, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.max_seq_len = 72;
+        snprintf(what, sizeof what, "%s, T = %d", name, encoder_only(kind) ? 70 : 45);
+        compare_step(&c, what, 1, encoder_only(kind) ? 70 : 45);
+        c = small_config(kind, arch, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        snprintf(what, sizeof what, "%s, TF32", name);
+        compare_step(&c, what, 2, 19, 1, tf32_bounds);
+    }
 }
 
 /* ---- training: 20 steps on real text, device against CPU --------------------------- */
@@ -411,16 +548,29 @@ static void test_train(void) {
         CHECK(0, "corpus: %s", err);
         return;
     }
-    static const int kinds[] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD, MHE_ATTN_COLLAB};
-    for (int kind : kinds) {
-        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+    /* the two layers' kinds; the ch. 4 and FNet kinds in pairs (fnet, linear: a masked-LM encoder) */
+    static const int runs[][3] = {{MHE_ATTN_MHA, MHE_ATTN_MHA, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_ADD, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_COLLAB, MHE_ATTN_COLLAB, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_TAYLOR, MHE_ATTN_NONAPPROX, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_STATICEMB_QK, MHE_ATTN_RNDEMB_QK, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_MLP, MHE_ATTN_FIXEDSEQ_QK, MHE_ARCH_DECODER},
+                                  {MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ARCH_ENCODER}};
+    for (const auto &run : runs) {
+        mhe_config c = small_config(run[0], run[2], 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        char name[64];
+        snprintf(name, sizeof name, "%s%s%s", mhe_attn_kind_name(run[0]), run[1] != run[0] ? "+" : "",
+                 run[1] != run[0] ? mhe_attn_kind_name(run[1]) : "");
         mhe_train_config tc = mhe_train_config_default();
         mhe_model mc, md;
         mhe_trainer tcpu;
         mhe_cuda_model g;
         mhe_cuda_trainer tdev;
         c.vocab_size = 256;
-        c.attn[1] = kind;
+        c.init_std = mhe_config_default().init_std; /* as the CLI trains: AdamW's steps, not large scores, are tested */
+        c.attn[0] = run[0];
+        c.attn[1] = run[1];
         tc.batch = 2;
         tc.seq_len = 16;
         tc.lr = 3e-3f;
@@ -433,7 +583,7 @@ static void test_train(void) {
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-        CHECK(st == MHE_OK, "train %s: device init: %s", mhe_attn_kind_name(kind), g.err);
+        CHECK(st == MHE_OK, "train %s: device init: %s", name, g.err);
         if (st != MHE_OK)
             continue;
         double worst = 0;
@@ -449,15 +599,15 @@ static void test_train(void) {
             last_dev = tdev.host.last_loss;
         }
         printf("train %s: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
-               mhe_attn_kind_name(kind), (double)first, (double)last_cpu, (double)last_dev, worst);
+               name, (double)first, (double)last_cpu, (double)last_dev, worst);
         CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g)",
-              mhe_attn_kind_name(kind), worst);
+              name, worst);
         CHECK(last_dev < first - 0.3f, "train %s: loss falls on the device (%.3f -> %.3f; CPU %.3f)",
-              mhe_attn_kind_name(kind), (double)first, (double)last_dev, (double)last_cpu);
+              name, (double)first, (double)last_dev, (double)last_cpu);
         /* the parameters come back to the host model: it evaluates as the CPU-trained one */
         mhe_cuda_trainer_sync(&tdev);
         std::vector<float> a(md.param_data, md.param_data + md.n_params), b(mc.param_data, mc.param_data + mc.n_params);
-        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", mhe_attn_kind_name(kind),
+        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", name,
               rel_err(a, b));
         mhe_cuda_trainer_free(&tdev);
         mhe_cuda_model_free(&g);
@@ -471,6 +621,15 @@ static void test_train(void) {
 /* ---- decoding: token by token equals the full forward ------------------------------- */
 
 static void test_decode(void) {
+    for (int kind : decon_kinds) { /* every kind the CPU decodes: not fnet, linear (encoders) */
+        if (encoder_only(kind))
+            continue;
+        /* pre-norm, so that the scores are of order 1 (post-norm reads the small raw embeddings); mlp has none */
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, kind == MHE_ATTN_MLP, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        char what[64];
+        snprintf(what, sizeof what, "%s%s", mhe_attn_kind_name(kind), kind == MHE_ATTN_MLP ? " post-norm" : "");
+        decode_check(&c, what, 13, 1e-5);
+    }
     for (int kind : device_kinds) {
         mhe_config c = small_config(kind, MHE_ARCH_DECODER, kind == MHE_ATTN_MQA, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         mhe_model m;
@@ -621,6 +780,15 @@ static void test_prefill(void) {
         worst = e > worst ? e : worst;
         wsteps = ws > wsteps ? ws : wsteps;
     }
+    /* the ch. 4 kinds that decode: the recurrent ones step through the prompt's positions inside the one
+       prefill, the fixed kinds read their stream's Q|K rows for all of them at once */
+    for (int kind : decon_kinds) {
+        if (encoder_only(kind))
+            continue;
+        double ws = 0, e = check_prefill(kind, 40, 2, 0, 1, 1e-5, &ws);
+        worst = e > worst ? e : worst;
+        wsteps = ws > wsteps ? ws : wsteps;
+    }
     printf("prefill: worst difference from the CPU's decoding %.3g, from the device's token-by-token %.3g (relative to max |logit|)\n",
            worst, wsteps);
     /* TF32 GEMMs: the same path, the tensor cores' rounding (10-bit mantissas) */
@@ -737,8 +905,15 @@ static void test_errors(void) {
 
     {
         mhe_config bad = c;
-        bad.attn[1] = MHE_ATTN_TAYLOR;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "taylor"), "taylor stays on the CPU: %s", err);
+        int kinds_ok = 0;
+        for (int kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) { /* every kind has a device path */
+            bad.attn[1] = kind;
+            kinds_ok += mhe_cuda_supports(&bad, err) == MHE_OK;
+        }
+        CHECK(kinds_ok == MHE_ATTN_KIND_COUNT, "%d of %d kinds run on the device", kinds_ok, MHE_ATTN_KIND_COUNT);
+        bad = c;
+        bad.embedding = MHE_EMB_HASH_EMB;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash"), "hash embeddings: %s", err);
         bad = c;
         bad.dropout = 0.1f;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
@@ -790,6 +965,19 @@ static void test_errors(void) {
         mhe_cuda_kv_cache_free(&ref);
         mhe_cuda_model_free(&g);
     }
+    { /* fnet and linear mix whole sequences: encoders, which decode neither here nor on the CPU */
+        mhe_config e = small_config(MHE_ATTN_FNET, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_model me;
+        mhe_cuda_kv_cache kc;
+        if (mhe_model_init(&me, &e, 1, NULL) == MHE_OK && mhe_cuda_model_init(&g, &me, 0) == MHE_OK) {
+            CHECK(mhe_cuda_kv_cache_init(&kc, &g, 8) == MHE_ERR_CONFIG && strstr(g.err, "needs a decoder"),
+                  "decoding an fnet encoder: %s", g.err);
+            mhe_cuda_model_free(&g);
+            mhe_model_free(&me);
+        } else {
+            CHECK(0, "fnet encoder: %s%s", me.err, g.err);
+        }
+    }
     { /* a head past the attention kernels' limit: a status, no launch */
         mhe_attn_dims d;
         memset(&d, 0, sizeof d);
@@ -799,7 +987,8 @@ static void test_errors(void) {
         d.d_head = MHE_MAX_D_HEAD + 1;
         d.q_stride = d.k_stride = d.v_stride = d.o_stride = d.d_head;
         d.scale = 1.0f;
-        CHECK(mhe__cu_attn_fwd(&d, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head, err);
+        CHECK(mhe__cu_attn_fwd(&d, 0, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head,
+              err);
     }
     mhe_model_free(&m);
 }
@@ -818,8 +1007,8 @@ static int in_list(const char *list, const char *name) {
    key tiles, about ten seconds, and only when named: tests/cuda/run.sh runs
    it once) */
 int main(int argc, char **argv) {
-    static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",
-                                         "large", "train", "decode", "errors"};
+    static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",   "kinds",
+                                         "large", "train", "decode", "prefill",     "eval",    "errors"};
     const char *only = argc > 1 ? argv[1] : "";
 #ifdef MHE_CUDA_EMULATE
     int large_T = 80, large_D = 64;
@@ -835,8 +1024,8 @@ int main(int argc, char **argv) {
         named += in_list(only, g);
     if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
         large_T < 1 || large_D < 4 || large_D % 4) {
-        printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model large train "
-               "decode errors (large: T >= 1, D a multiple of 4)\n");
+        printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model kinds large "
+               "train decode prefill eval errors (large: T >= 1, D a multiple of 4)\n");
         return 2;
     }
     test_device_or_exit("test_cuda");
@@ -856,6 +1045,7 @@ int main(int argc, char **argv) {
     RUN("norm", test_norm());
     RUN("elementwise", test_elementwise());
     RUN("model", test_model());
+    RUN("kinds", test_kinds());
     RUN("large", test_large(large_T, large_D));
     RUN("train", test_train());
     RUN("decode", test_decode());
