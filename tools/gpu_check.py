@@ -466,7 +466,7 @@ def compare_main(args):
 def stub_test_output(prog, group, fail):
     lines = ["%s: device stub GPU (compute capability 9.0)" % prog]
     n = {"gemm": 40, "tf32": 40, "norm": 27, "elementwise": 9, "model": 55, "train": 17, "decode": 19,
-         "prefill": 30, "eval": 8, "errors": 8, "quick": 86, "attention": 243}.get(group, 20)
+         "kinds": 120, "prefill": 30, "eval": 8, "errors": 8, "quick": 86, "attention": 243}.get(group, 20)
     if fail:
         lines.append("FAIL tests/cuda/%s.cpp:101: %s stub: rel err 0.5" % (prog, group))
     lines.append("RESULT: %d passed, %d failed" % (n - fail, fail))
@@ -629,7 +629,7 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
         s.append(Step("budget", "kernel registers within tools/cuda_budget.txt",
                       ["python3", "tools/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/cuda_budget.txt"], 30,
                       "budget", [["build"]]))
-    for g in ("gemm", "tf32", "norm", "elementwise", "model", "train", "decode", "prefill", "eval", "errors"):
+    for g in ("gemm", "tf32", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors"):
         s.append(Step("test_cuda-" + g, "test_cuda " + g, [test_cuda, g], 90, "test", built))
     s.append(Step("test_attn", "test_attn (every case)", [test_attn], 90, "test", built))
     s.append(Step("cli", "mhe eval, generate --device cuda against the CPU path", ["sh", "tests/cuda/cli.sh",
