@@ -31,9 +31,11 @@ head -c 900 examples/data/valid.txt > "$D/valid.txt"
 "$MHE" init --out "$D/gqa.st" --attn gqa --kv_groups 2 --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 40 \
     --norm rmsnorm --activation silu > /dev/null
 "$MHE" init --out "$D/taylor.st" --attn taylor --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+# a config the device does not run: dropout (its random stream is the CPU's)
+"$MHE" init --out "$D/dropout.st" --dropout 0.1 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
 
 # eval: consecutive windows (a partial last batch), then strided
-for m in "$TINY 64" "$D/gqa.st 40"; do
+for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40"; do
     set -- $m
     for how in "--batches 0 --batch 4" "--batch 3 --stride 30"; do
         # shellcheck disable=SC2086
@@ -80,14 +82,21 @@ rc=$?
 cmp -s "$D/cpu.txt" "$D/dev.txt"
 check "generate: a 1-byte prompt, then steps to max_seq_len, as the CPU" $rc $?
 
+# a taylor model: its recurrent state steps through the prompt inside the one prefill
+"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 > "$D/cpu.txt" 2> /dev/null
+"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
+rc=$?
+cmp -s "$D/cpu.txt" "$D/dev.txt"
+check "generate a taylor model greedy: the CPU's text" $rc $?
+
 # refusals: a status, the reason, and no result computed elsewhere
 for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
     # shellcheck disable=SC2086
-    "$MHE" $cmd --model "$D/taylor.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+    "$MHE" $cmd --model "$D/dropout.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
     rc=$?
-    grep -q "attn=taylor runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
+    grep -q "dropout runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
     ok=$?
-    check "${cmd%% *} --device cuda of a taylor model: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
+    check "${cmd%% *} --device cuda of a model with dropout: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
 done
 "$MHE" eval --model "$TINY" --data "$D/valid.txt" --indicators "$D/ind" --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
