@@ -67,12 +67,19 @@ static int parse_int(const char *flag, const char *text, long lo, long hi) {
     return (int)v;
 }
 
+/* finite by its exponent bits: -ffast-math folds isnan() and NaN comparisons away */
+static int finite_bits(double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    return (u >> 52 & 0x7ff) != 0x7ff;
+}
+
 static double parse_real(const char *flag, const char *text, double lo, double hi) {
     char *end;
     double v;
     errno = 0;
     v = strtod(text, &end);
-    if (errno || end == text || *end || !(v > lo && v <= hi)) {
+    if (errno || end == text || *end || !finite_bits(v) || !(v > lo && v <= hi)) {
         fprintf(stderr, "compare_attention: %s: bad value '%s' (a number in (%g, %g])\n", flag, text, lo, hi);
         exit(2);
     }
