@@ -314,7 +314,7 @@ MHEDEF void mhe_q8_linear_fwd(float *out, int ldo, const float *inp, int ldi, co
 /* the alternative the q8 issue asked to measure: activations quantized to
    int8 per token (scale max |x| / 127), int8 x int8 products summed in
    int32 per group (the shape Cortex-M4's SMLAD takes, two 16-bit products
-   per instruction), then scaled. Less accurate; see the README's q8 table. */
+   per instruction), then scaled. Less accurate; see docs/embedded.md's q8 table. */
 MHEDEF void mhe_q8_linear_fwd_i8(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
                                  int group, const float *b, int N, int IC, int OC);
 
@@ -2903,7 +2903,7 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
 
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
    the library's own mhe__exp keeps them accurate (not bit for bit, and
-   without its NaN guard) under -ffast-math; see README, fast-math. */
+   without its NaN guard) under -ffast-math; see docs/reliability.md, fast-math. */
 MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
@@ -5429,8 +5429,8 @@ MHEDEF const char *mhe_profile_op_name(int op) {
      chain 3  mhe__attn_branch_decode       one token through a kind (5.10),
               with the K/V cache, recurrent states or precomputed maps
    The residual, norms and Admin's omega around f are mhe__sub_enter and
-   mhe__sub_leave (section 7), shared by training and decoding. README,
-   "Reading guide", maps each paper equation to the function computing it. */
+   mhe__sub_leave (section 7), shared by training and decoding. The reading
+   guide of docs/kinds.md maps each paper equation to the function computing it. */
 
 /* ---- 5.1 the kind table ---------------------------------------------------- */
 
@@ -8491,7 +8491,7 @@ static mhe_status mhe__check_embedding(const mhe_config *c, char *err) {
     return MHE_OK;
 }
 
-/* where the kinds of thesis ch. 4 and FNet make sense (README: Attention kinds) */
+/* where the kinds of thesis ch. 4 and FNet make sense (docs/kinds.md, Deconstructing attention) */
 static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
     int i, E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, rnd = 0, seq = 0;
     for (i = 0; i < c->n_layers + E; i++) {

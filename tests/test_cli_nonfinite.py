@@ -1,4 +1,4 @@
-"""Non-finite numbers in models and checkpoints (README, Reliability: non-finite
+"""Non-finite numbers in models and checkpoints (docs/reliability.md, Non-finite
 values). Every mhe command that uses a model's weights refuses one with a NaN or
 infinite weight at load, naming the file, the tensor and the element, and writes
 nothing (not only the commands that compute a loss: generate, export, reparam,

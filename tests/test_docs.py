@@ -24,14 +24,14 @@ ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 
 
 def prose(text):
-    """the lines outside fenced code blocks, inline code blanked (a link inside `code` is not a link)"""
+    """the lines outside fenced code blocks (fenced lines blanked, so line numbers stay)"""
     out, fenced = [], False
     for line in text.split("\n"):
         if FENCE.match(line):
             fenced = not fenced
             out.append("")
             continue
-        out.append("" if fenced else re.sub(r"`[^`]*`", "``", line))
+        out.append("" if fenced else line)
     return out
 
 
@@ -67,7 +67,7 @@ def links(path):
     """(line number, target) of every link and image in a Markdown file, outside code"""
     out = []
     for i, line in enumerate(prose(open(path, encoding="utf-8").read()), 1):
-        for target in LINK.findall(line):
+        for target in LINK.findall(re.sub(r"`[^`]*`", "``", line)):   # a link inside `code` is not a link
             out.append((i, target))
     return out
 
