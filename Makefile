@@ -102,7 +102,7 @@ test-sanitize:
 
 test-fastmath:
 	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
-	MHE_TEST_BUILD=build/fast sh tests/run.sh
+	MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 all-tests: $(TESTS) $(TOOLS)
 
@@ -140,7 +140,7 @@ check-build:
 # but test_train's three long training runs (make test and test-fastmath have them)
 test-m32:
 	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu -DMHE_TEST_SHORT_TRAIN" tool-examples-tests
-	MHE_TEST_BUILD=build/m32 sh tests/run.sh
+	MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 # 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
 # the quick suite (MHE_TEST_QUICK); the Python checks run the Arm mhe tool too
@@ -149,7 +149,7 @@ QEMU_AARCH64 ?= qemu-aarch64-static
 test-aarch64:
 	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" tool-tests
 	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
-	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu sh tests/run.sh
+	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 # Windows x86-64: static .exe files from x86_64-w64-mingw32-gcc (Debian:
 # gcc-mingw-w64-x86-64), run under wine (Debian: wine, wine64) in a prefix of
