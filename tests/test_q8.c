@@ -282,18 +282,20 @@ static void tiny_lm_perplexity(void) {
 }
 
 int main(void) {
-    static const char *kinds[] = {
-        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab",
-        "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk",
-    };
-    char text[256];
-    int i;
+    char text[256], err[MHE_ERR_LEN];
+    int kind, n = 0;
     setvbuf(stdout, NULL, _IONBF, 0);
     quantize_bounds();
-    for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++) {
-        snprintf(text, sizeof text, "attn=mha,%s\nbias=%d\n", kinds[i], i & 1);
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {   /* every kind a causal decoder runs */
+        mhe_config c = mhe_config_default();
+        snprintf(text, sizeof text, "attn=%s\n", mhe_attn_kind_name(kind));
+        if (mhe_config_parse(&c, text, strlen(text), err) != MHE_OK || mhe_config_validate(&c, err) != MHE_OK)
+            continue;   /* fnet, linear: encoders only */
+        snprintf(text, sizeof text, "attn=mha,%s\nbias=%d\n", mhe_attn_kind_name(kind), kind & 1);
         decode_kind(text, 32);
+        n++;
     }
+    CHECK(n == MHE_ATTN_KIND_COUNT - 2, "%d kinds decoded through q8", n);
     decode_kind("attn=mhe-mul\ntie_embeddings=0\nnorm=rmsnorm\n", 0);        /* an int8 LM head, one scale per row */
     decode_kind("attn=mlp,gqa\nnorm_position=post\n", 16);
     decode_kind("arch=encdec\nenc_layers=1\nenc_attn=mhe-mul\ncross_attn=mhe-add,el-att\nattn=mqa,mhe-mul\n", 32);
