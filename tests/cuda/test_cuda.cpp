@@ -277,12 +277,14 @@ static const step_tol fp32_tol = {1e-5, 1e-5, 2e-4};
 /* one forward and backward on both sides: loss, logits and every gradient.
    The device runs once per precision (tf32 = 0, then 1 when n_prec is 2),
    each against the same CPU step; tol[p] bounds precision p. With summary,
-   one line per precision says the worst errors (the GPU check reads it). */
+   one line per precision says the worst errors (the GPU check reads it).
+   An encoder-decoder reads a source of Ts tokens (0: T). */
 static void compare_step(const mhe_config *cfg, const char *what, int B, int T, const step_tol *tol, int n_prec,
-                         int summary, int first = 0) {
+                         int summary, int first = 0, int Ts = 0) {
     mhe_model m;
-    int V = cfg->vocab_size;
-    std::vector<int> tok(B * T), tgt(B * T);
+    int V = cfg->vocab_size, s2s = cfg->arch == MHE_ARCH_ENCDEC;
+    Ts = s2s ? (Ts > 0 ? Ts : T) : 0;
+    std::vector<int> tok(B * T), tgt(B * T), src(B * Ts + 1);
     float loss_cpu = 0;
     if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
         CHECK(0, "%s: model init: %s", what, m.err);
@@ -292,8 +294,17 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
         tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
     }
+    for (int i = 0; i < B * Ts; i++)
+        src[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
     mhe_model_zero_grad(&m);
-    mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+    if (s2s) {
+        mhe_batch bt;
+        memset(&bt, 0, sizeof bt);
+        bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.Ts = Ts; bt.src = src.data();
+        CHECK(mhe_model_forward_batch(&m, &bt, &loss_cpu) == MHE_OK, "%s: CPU forward: %s", what, m.err);
+    } else {
+        mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+    }
     std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
     mhe_model_backward(&m);
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
@@ -310,7 +321,8 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         CHECK(st == MHE_OK, "%s: device init: %s", w, g.err);
         if (st != MHE_OK)
             continue;
-        st = mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
+        st = s2s ? mhe_cuda_model_forward_s2s(&g, src.data(), Ts, tok.data(), tgt.data(), B, T, &loss_dev)
+                 : mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
         if (st == MHE_OK)
             st = mhe_cuda_model_backward(&g);
         CHECK(st == MHE_OK, "%s: device step: %s", w, g.err);
@@ -450,6 +462,8 @@ static void test_hybrids(void) {
     compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
 }
 
+static void test_model_s2s(void);
+
 static void test_model(void) {
     char what[128];
     for (int kind : device_kinds) {
@@ -467,6 +481,7 @@ static void test_model(void) {
         mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
+    test_model_s2s();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -855,6 +870,211 @@ static void test_eval(void) {
     free(data);
 }
 
+/* ---- encoder-decoder: the encoder, causal self-attention, cross-attention ------------------ */
+
+/* two encoder and two decoder blocks of the given kinds (enc_attn, attn, cross_attn) */
+struct s2s_kinds {
+    int enc[2], self[2], cross[2], post;
+};
+
+/* every kind the device runs appears in some stack; every kind a cross-attention may be (all
+   but the ch. 4 kinds without one, and staticemb-qk: its cross reads the source's embeddings
+   through norm3, on the CPU path) appears as one */
+static const s2s_kinds s2s_cases[] = {
+    {{MHE_ATTN_MHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL}, {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD}, 0},
+    {{MHE_ATTN_NONAPPROX, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_GQA}, {MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, 1},
+    {{MHE_ATTN_FNET, MHE_ATTN_MLP}, {MHE_ATTN_SHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_TAYLOR, MHE_ATTN_SKV}, 0},
+    {{MHE_ATTN_LINEAR, MHE_ATTN_MHE_ADD}, {MHE_ATTN_NONAPPROX, MHE_ATTN_MQA}, {MHE_ATTN_MHE_MUL, MHE_ATTN_MQA}, 0},
+    {{MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, {MHE_ATTN_MLP, MHE_ATTN_COLLAB}, {MHE_ATTN_GQA, MHE_ATTN_SHA}, 1},
+};
+
+static mhe_config s2s_config(const s2s_kinds &k) {
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCDEC, k.post, k.post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM,
+                                k.post ? MHE_ACT_SILU : MHE_ACT_GELU);
+    c.enc_layers = 2;
+    for (int l = 0; l < 2; l++) {
+        c.enc_attn[l] = k.enc[l];
+        c.attn[l] = k.self[l];
+        c.cross_attn[l] = k.cross[l];
+    }
+    c.init_std = 0.1f; /* scores of order 1, as small_config's ch. 4 kinds */
+    return c;
+}
+
+static void s2s_name(const s2s_kinds &k, char *out, size_t len) {
+    snprintf(out, len, "encdec %s+%s | %s+%s x %s+%s%s", mhe_attn_kind_name(k.enc[0]), mhe_attn_kind_name(k.enc[1]),
+             mhe_attn_kind_name(k.self[0]), mhe_attn_kind_name(k.self[1]), mhe_attn_kind_name(k.cross[0]),
+             mhe_attn_kind_name(k.cross[1]), k.post ? " post-norm" : "");
+}
+
+/* decoding an encoded source token by token, and as a prefill, equals the device's
+   forward and the CPU's mhe_kv_cache_encode + mhe_decode_step */
+static void decode_check_s2s(const mhe_config *cfg, const char *what, int T, int Ts, double tol) {
+    mhe_model m;
+    mhe_cuda_model g;
+    mhe_cuda_kv_cache kc;
+    mhe_kv_cache cc;
+    int V = cfg->vocab_size;
+    std::vector<int> tok(T), src(Ts);
+    for (int i = 0; i < T; i++)
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    for (int i = 0; i < Ts; i++)
+        src[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    if (mhe_model_init(&m, cfg, 3, NULL) != MHE_OK) {
+        CHECK(0, "decode %s: model init: %s", what, m.err);
+        return;
+    }
+    memset(&kc, 0, sizeof kc);
+    memset(&cc, 0, sizeof cc);
+    std::vector<float> full((size_t)T * V), step(V);
+    mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_forward_s2s(&g, src.data(), Ts, tok.data(), NULL, 1, T, NULL);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_logits(&g, full.data());
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_init(&kc, &g, T);
+    if (st == MHE_OK) /* nothing to read the cross-attention from yet */
+        CHECK(mhe_cuda_decode_step(&g, &kc, tok[0], NULL) == MHE_ERR_ARG && strstr(g.err, "mhe_cuda_kv_cache_encode"),
+              "decode %s before encoding: %s", what, g.err);
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_encode(&g, &kc, src.data(), Ts);
+    if (st == MHE_OK && (mhe_kv_cache_init(&cc, &m, T, NULL) != MHE_OK || mhe_kv_cache_encode(&m, &cc, src.data(), Ts) != MHE_OK))
+        CHECK(0, "decode %s: CPU cache: %s", what, m.err);
+    double worst = 0, worst_cpu = 0;
+    for (int t = 0; t < T && st == MHE_OK; t++) {
+        st = mhe_cuda_decode_step(&g, &kc, tok[t], step.data());
+        std::vector<float> ref(full.begin() + (long)t * V, full.begin() + (long)(t + 1) * V);
+        worst = fmax(worst, rel_err(step, ref));
+        if (cc.block && mhe_decode_step(&m, &cc, tok[t]) == MHE_OK)
+            worst_cpu = fmax(worst_cpu, rel_err(step, std::vector<float>(cc.logits, cc.logits + V)));
+        else
+            worst_cpu = 1;
+    }
+    CHECK(st == MHE_OK && worst < tol, "decode %s: step logits equal the forward's (rel %.3g) %s", what, worst,
+          st == MHE_OK ? "" : g.err);
+    CHECK(st == MHE_OK && worst_cpu < tol, "decode %s: step logits equal the CPU's decoding (rel %.3g)", what, worst_cpu);
+    if (st == MHE_OK) { /* encoding again starts a new sequence; the prompt as one batch */
+        st = mhe_cuda_kv_cache_encode(&g, &kc, src.data(), Ts);
+        if (st == MHE_OK)
+            st = mhe_cuda_prefill(&g, &kc, tok.data(), T - 1, NULL);
+        if (st == MHE_OK)
+            st = mhe_cuda_decode_step(&g, &kc, tok[T - 1], step.data());
+        std::vector<float> ref(full.end() - V, full.end());
+        CHECK(st == MHE_OK && rel_err(step, ref) < tol, "decode %s: prefill of %d, then a step (rel %.3g) %s", what,
+              T - 1, rel_err(step, ref), st == MHE_OK ? "" : g.err);
+    }
+    if (getenv("MHE_TEST_VERBOSE"))
+        printf("  decode %s: logits %.3g, CPU %.3g\n", what, worst, worst_cpu);
+    mhe_kv_cache_free(&cc);
+    mhe_cuda_kv_cache_free(&kc);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+}
+
+/* one small encoder-decoder for the sanitizer runs (the model group): every kernel the
+   cross-attention path adds to the decoder's is one of theirs, on other shapes */
+static void test_model_s2s(void) {
+    mhe_config c = s2s_config(s2s_cases[0]);
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.d_head = 16;
+    c.d_ff = 48;
+    compare_step(&c, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, small", 2, 5, &fp32_tol, 1, 0, 0, 7);
+}
+
+static void test_encdec(void) {
+    char what[160];
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    int i = 0;
+    for (const s2s_kinds &k : s2s_cases) {
+        mhe_config c = s2s_config(k);
+        s2s_name(k, what, sizeof what);
+        /* a source longer, then shorter than the decoder's sequence */
+        compare_step(&c, what, 2, 11, &fp32_tol, 1, 0, 0, i % 2 ? 7 : 16);
+        decode_check_s2s(&c, what, 9, i % 2 ? 6 : 12, 1e-5);
+        i++;
+    }
+    {
+        mhe_config c = s2s_config(s2s_cases[0]);
+        snprintf(what, sizeof what, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, TF32");
+        step_tol tol[2] = {tf32_bounds, tf32_bounds};
+        compare_step(&c, what, 2, 11, tol, 2, 0, 1, 14);
+    }
+    { /* what stays on the CPU is named */
+        mhe_config c = s2s_config(s2s_cases[0]);
+        c.cross_attn[1] = MHE_ATTN_STATICEMB_QK;
+        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, "cross_attn=staticemb-qk"),
+              "supports: cross-attention staticemb-qk stays on the CPU: %s", err);
+    }
+    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
+        CHECK(0, "corpus: %s", err);
+        return;
+    }
+    { /* training: the batches carry a source (src_len), the losses track the CPU's */
+        mhe_config c = s2s_config(s2s_cases[0]);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        mhe_trainer tcpu;
+        mhe_cuda_model g;
+        mhe_cuda_trainer tdev;
+        c.vocab_size = 256;
+        c.init_std = mhe_config_default().init_std;
+        tc.batch = 2;
+        tc.seq_len = 10;
+        tc.src_len = 14;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 12;
+        tc.seed = 5;
+        mhe_model_init(&mc, &c, 11, NULL);
+        mhe_model_init(&md, &c, 11, NULL);
+        mhe_trainer_init(&tcpu, &mc, &tc);
+        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+        CHECK(st == MHE_OK, "train encdec: device init: %s", g.err);
+        if (st == MHE_OK) {
+            double worst = 0;
+            float first = 0, last_dev = 0;
+            for (int s = 0; s < 12 && st == MHE_OK; s++) {
+                mhe_trainer_step(&tcpu, data, n);
+                st = mhe_cuda_trainer_step(&tdev, data, n);
+                worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+                if (s == 0)
+                    first = tcpu.last_loss;
+                last_dev = tdev.host.last_loss;
+            }
+            printf("train encdec: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
+                   (double)first, (double)tcpu.last_loss, (double)last_dev, worst);
+            CHECK(st == MHE_OK && worst < 1e-3, "train encdec: device losses track the CPU's (worst rel diff %.3g) %s",
+                  worst, st == MHE_OK ? "" : tdev.host.err);
+            CHECK(last_dev < first - 0.3f, "train encdec: loss falls on the device (%.3f -> %.3f)", (double)first,
+                  (double)last_dev);
+            /* evaluation on the device: the same windows (source, then continuation) as mhe_evaluate */
+            float lc = 0, ld = 0;
+            mhe_cuda_trainer_sync(&tdev);
+            mhe_status sc = mhe_evaluate(&md, data, 400, 4, 12, 0, &lc);
+            mhe_status sd = mhe_cuda_evaluate(&g, data, 400, 4, 12, 0, &ld);
+            CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval encdec: loss %.7f vs CPU %.7f %s",
+                  (double)ld, (double)lc, g.err);
+            float l0 = 0;
+            CHECK(mhe_cuda_model_forward(&g, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "forward_s2s"),
+                  "encdec forward without a source: %s", g.err);
+            CHECK(mhe_cuda_model_forward_s2s(&g, data, 0, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "source"),
+                  "encdec forward with an empty source: %s", g.err);
+            mhe_cuda_trainer_free(&tdev);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_trainer_free(&tcpu);
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    free(data);
+}
+
 /* ---- bad input: a status and a message, never a wrong result ---------------------------- */
 
 static void test_errors(void) {
@@ -996,7 +1216,8 @@ static int in_list(const char *list, const char *name) {
    it once) */
 int main(int argc, char **argv) {
     static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",   "kinds",
-                                         "large", "train", "decode", "prefill",     "eval",    "errors"};
+                                         "large", "train", "decode", "prefill",     "eval",    "errors",
+                                         "encdec"};
     const char *only = argc > 1 ? argv[1] : "";
 #ifdef MHE_CUDA_EMULATE
     int large_T = 80, large_D = 64;
@@ -1013,7 +1234,7 @@ int main(int argc, char **argv) {
     if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
         large_T < 1 || large_D < 4 || large_D % 4) {
         printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model kinds large "
-               "train decode prefill eval errors (large: T >= 1, D a multiple of 4)\n");
+               "train decode prefill eval errors encdec (large: T >= 1, D a multiple of 4)\n");
         return 2;
     }
     test_device_or_exit("test_cuda");
@@ -1040,5 +1261,6 @@ int main(int argc, char **argv) {
     RUN("prefill", test_prefill());
     RUN("eval", test_eval());
     RUN("errors", test_errors());
+    RUN("encdec", test_encdec());
     return TEST_END();
 }
