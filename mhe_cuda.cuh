@@ -175,6 +175,9 @@ MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache 
    device: the same windows, batches and masks (decoder and encoder models) */
 MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                     int max_batches, float *mean_loss);
+/* as mhe_evaluate_s2s: encdec windows of src_len source tokens (0: seq_len) */
+MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
+                                        int seq_len, int max_batches, float *mean_loss);
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                             int stride, float *mean_loss, int64_t *n_scored);
 
@@ -3246,15 +3249,20 @@ static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, 
     return st;
 }
 
-MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
-                                    int max_batches, float *mean_loss) {
+MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
+                                        int seq_len, int max_batches, float *mean_loss) {
     mhe_status st;
     if (!g || !g->host)
         return MHE_ERR_ARG;
-    st = mhe__evaluate_s2s(g->host, data, n, batch, 0, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
+    st = mhe__evaluate_s2s(g->host, data, n, batch, src_len, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
     if (st != MHE_OK)
         memcpy(g->err, g->host->err, MHE_ERR_LEN);
     return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                    int max_batches, float *mean_loss) {
+    return mhe_cuda_evaluate_s2s(g, data, n, batch, 0, seq_len, max_batches, mean_loss);
 }
 
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,

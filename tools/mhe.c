@@ -1429,7 +1429,7 @@ static int cmd_eval(int argc, char **argv) {
         mhe_cuda_model g;
         if (!open_device(&o, &m, &g, stdout)) { free(data); mhe_model_free(&m); return 1; }
         es = o.stride ? mhe_cuda_evaluate_strided(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
-                      : mhe_cuda_evaluate(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.batches, &loss);
+                      : mhe_cuda_evaluate_s2s(&g, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
         if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
         mhe_cuda_model_free(&g);
     } else
@@ -1521,13 +1521,29 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     mhe_cuda_kv_cache kv;
     cuda_feed f;
     size_t per_token = 0;
-    int l, rc = 1;
+    int l, rc = 1, E = m->cfg.arch == MHE_ARCH_ENCDEC ? m->cfg.enc_layers : 0;
     if (!open_device(o, m, &g, stderr)) return 1;
     if (mhe_cuda_kv_cache_init(&kv, &g, len) != MHE_OK) { fprintf(stderr, "mhe: --device cuda: %s\n", g.err); mhe_cuda_model_free(&g); return 1; }
-    for (l = 0; l < m->cfg.n_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
+    for (l = E; l < m->n_total_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
     if (kv.kb) per_token += (size_t)m->cfg.n_heads * sizeof(float);
     fprintf(stderr, "device KV cache: %d tokens x %zu bytes per token (all layers, K and V%s) = %.1f KB\n", len, per_token,
             kv.kb ? ", MHE-ADD key biases" : "", (double)len * per_token / 1024.0);
+    if (E) {   /* the source through the encoder once: its cross-attention K|V stay in the device cache */
+        int srcl = (int)strlen(o->source), *src = (int *)malloc((size_t)srcl * sizeof(int)), i;
+        mhe_status es = MHE_ERR_NOMEM;
+        if (src) {
+            for (i = 0; i < srcl; i++) src[i] = (unsigned char)o->source[i];
+            es = mhe_cuda_kv_cache_encode(&g, &kv, src, srcl);
+            free(src);
+        }
+        if (es != MHE_OK) {
+            fprintf(stderr, "mhe: --device cuda: %s\n", src ? g.err : "out of memory");
+            mhe_cuda_kv_cache_free(&kv);
+            mhe_cuda_model_free(&g);
+            return 1;
+        }
+        fprintf(stderr, "device cross-attention cache: %d source tokens\n", srcl);
+    }
     f.g = &g; f.kv = &kv;
     f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
