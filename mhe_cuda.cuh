@@ -108,6 +108,8 @@ typedef struct mhe_cuda_model {
     const float *mem;
     const float *final_h;
     int last_B, last_T, last_Ts, last_count, has_targets, pos0;
+    int hashed;                             /* g->tokens holds hash-emb codes (mhe__cu_hash_emb_fwd), not rows */
+    const mhe_batch *words;                 /* set while a word batch's forward runs (mhe__cu_forward_batch) */
     mhe_cuda_kv_cache *cache;               /* set while a decode step runs */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
@@ -137,6 +139,9 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 /* encdec: the source src [B*Ts] through the encoder, then tokens/targets as above */
 MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
                                              const int *targets, int B, int T, float *loss);
+/* a batch of word tokens (bt->words: embedding=vocab or hash-emb; S+R
+   targets) or with a source, as mhe_model_forward_batch (no labels, lengths) */
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g);   /* grads += d loss / d param */
 MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g);
 /* parameters host -> device (after the host model changed) and device -> host (to save or evaluate there) */
@@ -153,6 +158,8 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t);
 MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n);
 /* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual) */
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t);
+/* one Shuffle+Random step (token_head=sr) as mhe_trainer_step_sr; words as there (NULL: byte tokens) */
+MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
 /* host -> device: after loading a checkpoint into t->host and the model */
 MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t);
 
@@ -175,6 +182,9 @@ MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache 
    device: the same windows, batches and masks (decoder and encoder models) */
 MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                     int max_batches, float *mean_loss);
+/* as mhe_evaluate_sr: Shuffle+Random accuracy and loss (token_head=sr) */
+MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
+                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out);
 /* as mhe_evaluate_s2s: encdec windows of src_len source tokens (0: seq_len) */
 MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
                                         int seq_len, int max_batches, float *mean_loss);
@@ -618,6 +628,32 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_tok(float *dtok,
     float *e = dtok + (size_t)tokens[r] * C;
     for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
         if (MHE__CU_FAULT(4)) /* the test's broken variant: a race between blocks */
+            e[c] += d[(size_t)r * C + c];
+        else
+            atomicAdd(e + c, d[(size_t)r * C + c]);
+}
+
+/* a word batch of a hash-emb model (HashFormers eq. 2.12): position r embeds
+   its word's bucket row of tok (code >= 0) or a special token's row of
+   special (code -1 - s), plus its position. The bucket ids are made on the
+   host, once per batch, from the features' per-type buckets (mhe__emb_prepare:
+   the CPU's own gather, each word type hashed once by mhe_word_feats_update) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_fwd(float *out, const float *special, const float *tok,
+                                                                   const float *pos, const int *codes, int T, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *e = code >= 0 ? tok + (size_t)code * C : special + (size_t)(-1 - code) * C;
+    const float *p = pos + (size_t)(r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] = e[c] + p[c];
+}
+
+/* its backward: words share buckets and special rows repeat, so atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_bwd(float *dspecial, float *dtok, const float *d,
+                                                                   const int *codes, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    float *e = code >= 0 ? dtok + (size_t)code * C : dspecial + (size_t)(-1 - code) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
             e[c] += d[(size_t)r * C + c];
         else
             atomicAdd(e + c, d[(size_t)r * C + c]);
@@ -1497,8 +1533,9 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    if (c->embedding != MHE_EMB_VOCAB || c->token_head != MHE_HEAD_LM)
-        return mhe__fail(err, MHE_ERR_CONFIG, "hash embeddings and the S+R head run on the CPU path (device: embedding=vocab, token_head=lm)");
+    if (c->embedding != MHE_EMB_VOCAB && c->embedding != MHE_EMB_HASH_EMB)
+        return mhe__fail(err, MHE_ERR_CONFIG, "embedding=%s runs on the CPU path (device: embedding=vocab or hash-emb)",
+                         mhe_hash_kind_name(c->embedding - 1));
     if (c->n_classes > 0)
         return mhe__fail(err, MHE_ERR_CONFIG, "the classification head (n_classes=%d) runs on the CPU path", c->n_classes);
     if (c->dropout > 0 || c->attn_dropout > 0)
@@ -1844,7 +1881,7 @@ MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g) {
 }
 
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
-    size_t n = (size_t)g->last_B * g->last_T * g->host->cfg.vocab_size;
+    size_t n = (size_t)g->last_B * g->last_T * mhe__head_width(&g->host->cfg);
     MHE__CU_TRY(cudaMemcpy(out, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost), "download logits");
     return MHE_OK;
 }
@@ -2779,17 +2816,20 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
                                   int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0, E = mhe__n_enc(c);
+    int C = c->d_model, V = mhe__head_width(c), rows = B * T, i, count = 0, E = mhe__n_enc(c);
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
     mhe__cu_ctx enc, x;
+    if (c->embedding != MHE_EMB_VOCAB && !g->words)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: embedding=%s embeds words: the batch needs word features "
+                         "(mhe_batch.words; mhe_cuda_model_forward_batch)", mhe__emb_name(c));
     for (i = 0; i < rows; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V)
+        if (!g->words && (tokens[i] < 0 || tokens[i] >= c->vocab_size)) /* word batches: checked by mhe__emb_prepare */
             return mhe__fail(g->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary (%d)", tokens[i],
-                             i, V);
+                             i, c->vocab_size);
         if (targets && targets[i] >= V)
-            return mhe__fail(g->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary (%d)",
-                             targets[i], i, V);
+            return mhe__fail(g->err, MHE_ERR_DATA, "target %d at position %d is outside %s (%d)", targets[i], i,
+                             c->token_head == MHE_HEAD_SR ? "the S+R classes" : "the vocabulary", V);
         count += targets && targets[i] >= 0;
     }
     if (pos0 + T > c->max_seq_len)
@@ -2814,15 +2854,34 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
         MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
         MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
     }
+    g->hashed = 0;
+    if (g->words) { /* the word batch's rows (vocab) or hash-emb codes, gathered on the host by mhe__emb_prepare */
+        const mhe_emb_in *e = &m->emb_in;
+        if (c->embedding == MHE_EMB_VOCAB) {
+            tokens = e->row;
+        } else {
+            int *codes = e->spec, j; /* spec becomes the codes: -1 - s for a special token, the bucket for a word */
+            for (i = 0, j = 0; i < rows; i++)
+                codes[i] = codes[i] >= 0 ? -1 - codes[i] : e->wid[j++];
+            tokens = codes;
+            g->hashed = 1;
+        }
+    }
     MHE__CU_TRY(cudaMemcpy(g->tokens, tokens, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload tokens");
     if (targets)
         MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
                     "upload targets");
     if (!g->cache) /* decoding reads the stream's Q|K from the cache */
         MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
-                               (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
-                               (const int *)g->tokens, T, pos0, C), "embedding");
+    if (g->hashed)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
+                                   (const float *)MHE__CU_P(g, m->special_emb), (const float *)MHE__CU_P(g, m->tok_emb),
+                                   (const float *)MHE__CU_P(g, m->pos_emb), (const int *)g->tokens, T, C),
+                    "hash embedding");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
+                                   (const int *)g->tokens, T, pos0, C), "embedding");
     mhe__cu_contexts(g, B, T, Ts, &enc, &x);
     MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, m->n_total_layers, &h));
     if (!c->post_norm) {
@@ -2867,6 +2926,36 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
         return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source: mhe_cuda_model_forward_s2s");
     g->cache = NULL;
     return mhe__cu_forward(g, NULL, 0, tokens, targets, B, T, 0, loss);
+}
+
+/* a batch with word features (bt->words: vocab rows or hash-emb buckets, as
+   mhe_model_forward_batch gathers them on the host) or a source (encdec) */
+static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
+    mhe_status st;
+    if (!bt || !bt->tokens || bt->B < 1 || bt->T < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch");
+    if (bt->labels || bt->lengths || bt->src_lengths)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: labels and lengths run on the CPU path");
+    if (bt->words) {
+        if ((int64_t)bt->B * bt->T > (1 << 24))
+            return mhe__fail(g->err, MHE_ERR_OVERFLOW, "batch %d x %d is too many tokens", bt->B, bt->T);
+        if ((st = mhe__emb_prepare(g->host, bt)) != MHE_OK) { /* checks the words, as the CPU's forward */
+            memcpy(g->err, g->host->err, MHE_ERR_LEN);
+            return st;
+        }
+        g->words = bt;
+    }
+    st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, bt->targets, bt->B, bt->T, 0, loss);
+    g->words = NULL;
+    g->host->emb_in.active = 0;
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    g->cache = NULL;
+    return mhe__cu_forward_batch(g, bt, loss);
 }
 
 MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
@@ -2924,7 +3013,7 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     T = g->last_T;
     rows = B * T;
     C = c->d_model;
-    V = c->vocab_size;
+    V = mhe__head_width(c);
     head = mhe__token_head(m, &hb);
     E = mhe__n_enc(c);
     stat = mhe__cu_kind_in(m, E, m->n_total_layers, MHE_ATTN_STATICEMB_QK);
@@ -2947,8 +3036,13 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->n_total_layers));
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
-                               (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
+    if (g->hashed)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                                   MHE__CU_G(g, m->tok_emb), (const float *)g->d_h, (const int *)g->tokens, C),
+                    "hash embedding backward");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
+                                   (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
                                dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, B, T, C),
                 "position backward");
@@ -3061,6 +3155,52 @@ MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, si
     return MHE_OK;
 }
 
+/* one Shuffle+Random step as mhe_trainer_step_sr: the same windows and
+   corruption (drawn on the host from the trainer's RNG), then the device's
+   forward, backward and AdamW; words: the corpus's word features (hash-emb
+   or word-vocabulary models), NULL for byte tokens */
+MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data, size_t n, const mhe_word_feats *words) {
+    mhe_trainer *h;
+    mhe_cuda_model *g;
+    const mhe_train_config *tc;
+    mhe_batch bt;
+    mhe_status st;
+    float loss = 0;
+    int T, b;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    h = &t->host;
+    g = t->dev;
+    tc = &h->tc;
+    T = tc->seq_len;
+    if (g->host->cfg.token_head != MHE_HEAD_SR)
+        return mhe__fail(h->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr); this model has an LM head");
+    if (!data || n < (size_t)T)
+        return mhe__fail(h->err, MHE_ERR_DATA, "training data has %zu tokens, a window needs %d", n, T);
+    for (b = 0; b < tc->batch; b++) {
+        size_t span = n - (size_t)T + 1;
+        size_t off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&h->rng) % span) : (size_t)mhe_rng_below(&h->rng, (uint32_t)span);
+        memcpy(h->batch_clean + (size_t)b * T, data + off, (size_t)T * sizeof(int));
+    }
+    mhe_sr_corrupt(h->batch_tokens, h->batch_targets, h->batch_clean, NULL, tc->batch, T, tc->sr_prob,
+                   words ? MHE_N_SPECIAL : 0, NULL, words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &h->rng);
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch;
+    bt.T = T;
+    bt.tokens = h->batch_tokens;
+    bt.targets = h->batch_targets;
+    bt.words = words;
+    g->host->dropout_seed = mhe_rng_u64(&h->rng); /* drawn as the CPU trainer does: the same batches follow */
+    g->cache = NULL;
+    if ((st = mhe_cuda_model_zero_grad(g)) != MHE_OK || (st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK ||
+        (st = mhe_cuda_model_backward(g)) != MHE_OK || (st = mhe__cu_update(t, g)) != MHE_OK) {
+        memcpy(h->err, g->err, MHE_ERR_LEN);
+        return st;
+    }
+    h->last_loss = loss;
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t) {
     mhe_cuda_model *g = t->dev;
     size_t bytes = (size_t)g->host->n_params * sizeof(float);
@@ -3096,6 +3236,10 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     L = g->host->n_total_layers;
     if (cfg->arch == MHE_ARCH_ENCODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
         return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
+    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM) /* as mhe_decode_step */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "nothing to generate: %s",
+                         cfg->embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax"
+                                                         : "the model has the S+R head, not an LM head");
     if (max_len < 1 || max_len > cfg->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
                          cfg->max_seq_len);
@@ -3263,6 +3407,75 @@ MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size
 MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                     int max_batches, float *mean_loss) {
     return mhe_cuda_evaluate_s2s(g, data, n, batch, 0, seq_len, max_batches, mean_loss);
+}
+
+/* mhe_evaluate_sr with the forward passes on the device: the same windows
+   and corruption (a fixed seed), the logits downloaded for the confusion */
+MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
+                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out) {
+    int64_t conf[MHE_SR_CLASSES * MHE_SR_CLASSES], count = 0;
+    size_t windows, w = 0, i;
+    double total = 0;
+    int *buf, T = seq_len, b, nb = 0, c;
+    float *lg = NULL;
+    mhe_status st = MHE_OK;
+    mhe_rng rng;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    if (batch < 1 || seq_len < 1 || (int64_t)batch * seq_len > (1 << 24))
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch %d and seq_len %d must be >= 1 (and not too many tokens)",
+                         batch, seq_len);
+    if (g->host->cfg.token_head != MHE_HEAD_SR)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr)");
+    if (!data || n < (size_t)T)
+        return mhe__fail(g->err, MHE_ERR_DATA, "evaluation data has %zu tokens, a window needs %d", n, T);
+    windows = n / (size_t)T;
+    buf = (int *)malloc(3 * (size_t)batch * T * sizeof(int));
+    lg = (float *)malloc((size_t)batch * T * MHE_SR_CLASSES * sizeof(float));
+    if (!buf || !lg) {
+        free(buf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    memset(conf, 0, sizeof conf);
+    mhe_rng_seed(&rng, 0x53522b52ULL); /* mhe_evaluate_sr's corruption */
+    memset(&bt, 0, sizeof bt);
+    bt.T = T;
+    bt.tokens = buf + (size_t)batch * T;
+    bt.targets = buf + 2 * (size_t)batch * T;
+    bt.words = words;
+    g->cache = NULL;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        float loss;
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            memcpy(buf + (size_t)b * T, data + w * T, (size_t)T * sizeof(int));
+        mhe_sr_corrupt((int *)bt.tokens, (int *)bt.targets, buf, NULL, bt.B, T, prob, words ? MHE_N_SPECIAL : 0, NULL,
+                       words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &rng);
+        if ((st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        count += g->last_count;
+        for (i = 0; i < (size_t)bt.B * T; i++) {
+            const float *z = lg + i * MHE_SR_CLASSES;
+            int best = 0;
+            if (bt.targets[i] < 0)
+                continue;
+            for (c = 1; c < MHE_SR_CLASSES; c++)
+                if (z[c] > z[best])
+                    best = c;
+            conf[bt.targets[i] * MHE_SR_CLASSES + best]++;
+        }
+        nb++;
+    }
+    free(buf);
+    free(lg);
+    if (st != MHE_OK)
+        return st;
+    mhe_cls_metrics_from_confusion(conf, MHE_SR_CLASSES, out);
+    out->loss = count ? total / (double)count : 0;
+    return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
