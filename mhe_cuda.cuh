@@ -1553,10 +1553,8 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
         if (!mhe__cu_kind_ok(c->enc_attn[l]))
             return mhe__fail(err, MHE_ERR_CONFIG, "encoder layer %d: enc_attn=%s has no device path; it runs on the CPU path",
                              l, mhe_attn_kind_name(c->enc_attn[l]));
-    /* cross-attention: the softmax kinds and taylor; staticemb-qk's reads the
-       source's embeddings through norm3, which the device does not run */
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->n_layers; l++)
-        if (!mhe__cu_kind_ok(c->cross_attn[l]) || c->cross_attn[l] == MHE_ATTN_STATICEMB_QK)
+        if (!mhe__cu_kind_ok(c->cross_attn[l]))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: cross_attn=%s has no device path; it runs on the CPU path",
                              l, mhe_attn_kind_name(c->cross_attn[l]));
     for (l = 0; l < c->n_layers; l++)
@@ -1612,8 +1610,19 @@ static int mhe__cu_kind_in(const mhe_model *m, int l0, int l1, int kind) {
     return 0;
 }
 
-/* ... of any stack (encdec: encoder layers 0 .. E-1, then the decoder's) */
-static int mhe__cu_has_kind(const mhe_model *m, int kind) { return mhe__cu_kind_in(m, 0, m->n_total_layers, kind); }
+/* 1 when a cross-attention sublayer (encdec) has this kind */
+static int mhe__cu_cross_has(const mhe_model *m, int kind) {
+    int l;
+    for (l = 0; l < m->n_total_layers; l++)
+        if (m->layers[l].cross.kind == kind)
+            return 1;
+    return 0;
+}
+
+/* ... of any stack (encdec: encoder layers 0 .. E-1, then the decoder's), or a cross-attention */
+static int mhe__cu_has_kind(const mhe_model *m, int kind) {
+    return mhe__cu_kind_in(m, 0, m->n_total_layers, kind) || mhe__cu_cross_has(m, kind);
+}
 
 /* what one stream keeps for the backward, layers 0 .. top-1 over rows (T:
    the longer of the decoder's and the source's lengths, encdec); the widest
@@ -1653,6 +1662,8 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         a->lse = mhe__cu_take(cur, base, rows * n);
         a->hmap = mhe__cu_take(cur, base, 2 * HD);
         a->kb = mhe__cu_take(cur, base, rows * n);
+        /* staticemb-qk: N3(e) of the queries, then of the source, each with its mean and rstd */
+        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? 2 * rows * (C + 2) : 0);
         /* the backward's d_proj holds d Q [rows, q_w] and d K|V [rows, k_w + v_w] */
         if ((size_t)(geo.q_w + geo.k_w + geo.v_w) > *max_proj)
             *max_proj = (size_t)(geo.q_w + geo.k_w + geo.v_w);
@@ -1738,7 +1749,8 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->enc_mean = mhe__cu_take(&cur, base, E ? rows : 0);
     g->enc_rstd = mhe__cu_take(&cur, base, E ? rows : 0);
     g->d_mem = mhe__cu_take(&cur, base, E ? rows * C : 0);
-    g->d_src_emb = mhe__cu_take(&cur, base, mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) ? rows * C : 0);
+    g->d_src_emb = mhe__cu_take(&cur, base, mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) ||
+                                                    mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK) ? rows * C : 0);
     return cur;
 }
 
@@ -2052,9 +2064,10 @@ typedef struct mhe__cu_ctx {
     mhe_cuda_layer_acts *la;
     const float *emb;
     float *d_emb;                           /* staticemb-qk: the gradient of emb (accumulated) */
-    /* encdec's decoder: the encoder output [B Ts, C] and its gradient (accumulated) */
-    const float *mem;
-    float *d_mem;
+    /* encdec's decoder: the encoder output [B Ts, C] and its gradient (accumulated); the
+       source's embeddings and their gradient (a staticemb-qk cross-attention reads them) */
+    const float *mem, *mem_emb;
+    float *d_mem, *d_mem_emb;
     int Ts;
 } mhe__cu_ctx;
 
@@ -2501,11 +2514,24 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
    K = V = the output itself), the kind's core without a causal mask (the
    taylor kind in the same tiles), W^O. Decoding reads K|V from the cache,
    made once per source by mhe_cuda_kv_cache_encode. */
-static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, const mhe_attn_weights *w, int rows, const float *mem,
-                                   float *kv) {
+static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, int l, int rows, const float *mem, const float *mem_emb,
+                                   float *kv, float *ext) {
     const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
     mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int kvw = geo.k_w + geo.v_w;
+    int kvw = geo.k_w + geo.v_w, C = c->d_model;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* K from N3(the source's embeddings), V from mem (eq. 4.13) */
+        const float *ne = mem_emb;
+        if (!c->post_norm) {
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, ext, ext + (size_t)rows * C, ext + (size_t)rows * (C + 1), mem_emb,
+                                         y->norm3_w, y->norm3_b, rows));
+            ne = ext;
+        }
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, kv, kvw, ne, MHE__CU_P(g, w->wk), MHE__CU_P(g, w->bk), rows, C, geo.k_w));
+        return mhe__cu_linear_fwd(g, kv + geo.k_w, kvw, mem, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows, C,
+                                  geo.v_w);
+    }
     if (!geo.k_w)
         return MHE_OK;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, kv, kvw, mem, MHE__CU_P(g, w->wk), MHE__CU_P(g, w->bk), rows, c->d_model, kvw));
@@ -2518,19 +2544,28 @@ static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, const mhe_attn_weights *w,
 
 static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, float *out) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].cross;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
     mhe_cuda_layer_acts *a = &g->cross[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
-    const float *k, *v;
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.q_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+    const float *k, *v, *qin = u;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), the decoder's embeddings (eq. 4.13), not from u */
+        qin = x->emb;
+        if (!c->post_norm) {
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), x->emb,
+                                         y->norm3_w, y->norm3_b, rows));
+            qin = a->ext;
+        }
+    }
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.q_w, qin, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
                                    geo.q_w));
     if (g->cache) {
         k = g->cache->xkv[l];
         ks = g->cache->xkv_w[l];
         v = geo.v_w ? k + geo.k_w : k;
     } else {
-        MHE__CU_MHE(mhe__cu_cross_kv(g, w, x->B * x->Ts, x->mem, a->kv));
+        MHE__CU_MHE(mhe__cu_cross_kv(g, l, x->B * x->Ts, x->mem, x->mem_emb, a->kv, a->ext + (size_t)rows * (C + 2)));
         mhe__kv_ptrs(&geo, a->kv, geo.k_w + geo.v_w, x->mem, C, &k, &ks, &v);
     }
     MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 1, x->B, x->T, x->Ts, 0, a->proj, geo.q_w, k, ks, v, ks));
@@ -2541,7 +2576,8 @@ static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
 static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
                                     const float *d_out, float *du) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].cross;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
     mhe_cuda_layer_acts *a = &g->cross[l];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, mrows = x->B * x->Ts,
@@ -2560,6 +2596,27 @@ static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
                                    0, MHE__CU_G(g, w->bv), (const float *)(dkv + geo.k_w), mrows, (int)w->bv->size,
                                    kvw), "collab value bias gradient");
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N3(e) and d N3(e_src) through d_tmp into the embeddings' gradients */
+        const float *bq = a->ext, *bk = a->ext + (size_t)rows * (C + 2);
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), dq, geo.q_w,
+                                       c->post_norm ? x->emb : bq, MHE__CU_P(g, w->wq), rows, C, geo.q_w));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_emb, x->d_emb, g->d_tmp, (int64_t)rows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_emb, g->d_tmp, x->emb, y->norm3_w, y->norm3_b, bq + (size_t)rows * C,
+                                         bq + (size_t)rows * (C + 1), rows));
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)mrows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wk), MHE__CU_G(g, w->bk), dkv, kvw,
+                                       c->post_norm ? x->mem_emb : bk, MHE__CU_P(g, w->wk), mrows, C, geo.k_w));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_mem_emb, x->d_mem_emb, g->d_tmp, (int64_t)mrows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_mem_emb, g->d_tmp, x->mem_emb, y->norm3_w, y->norm3_b,
+                                         bk + (size_t)mrows * C, bk + (size_t)mrows * (C + 1), mrows));
+        return mhe__cu_linear_bwd(g, x->d_mem, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), dkv + geo.k_w, kvw, x->mem,
+                                  MHE__CU_P(g, w->wv), mrows, C, geo.v_w);
+    }
     MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), dq, geo.q_w, u,
                                    MHE__CU_P(g, w->wq), rows, C, geo.q_w));
     if (geo.k_w)
@@ -2786,6 +2843,8 @@ static void mhe__cu_contexts(mhe_cuda_model *g, int B, int T, int Ts, mhe__cu_ct
     dec->d_emb = g->d_emb;
     dec->mem = g->mem;
     dec->d_mem = g->d_mem;
+    dec->mem_emb = g->src_emb;
+    dec->d_mem_emb = g->d_src_emb;
     dec->Ts = Ts;
 }
 
@@ -2976,7 +3035,8 @@ MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, 
 static mhe_status mhe__cu_encode_bwd(mhe_cuda_model *g, const mhe__cu_ctx *enc) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, E = mhe__n_enc(c), rows = enc->B * enc->T, stat = mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK);
+    int C = c->d_model, E = mhe__n_enc(c), rows = enc->B * enc->T;
+    int stat = mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK);
     size_t n = (size_t)rows * C;
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, n));
@@ -2985,9 +3045,7 @@ static mhe_status mhe__cu_encode_bwd(mhe_cuda_model *g, const mhe__cu_ctx *enc) 
     } else {
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_mem, NULL, (int64_t)n));
     }
-    if (stat)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_src_emb, n));
-    MHE__CU_MHE(mhe__cu_stack_bwd(g, enc, E));
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, enc, E)); /* d_src_emb: zeroed before the decoder's backward */
     if (stat) /* staticemb-qk: Q, K read the source's embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_src_emb, (int64_t)n));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
@@ -3016,7 +3074,7 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     V = mhe__head_width(c);
     head = mhe__token_head(m, &hb);
     E = mhe__n_enc(c);
-    stat = mhe__cu_kind_in(m, E, m->n_total_layers, MHE_ATTN_STATICEMB_QK);
+    stat = mhe__cu_kind_in(m, E, m->n_total_layers, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK);
     if (!g->has_targets || rows == 0)
         return mhe__fail(g->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     mhe__cu_contexts(g, B, T, g->last_Ts, &enc, &x);
@@ -3033,6 +3091,9 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, (size_t)rows * C));
     if (E)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_mem, (size_t)B * g->last_Ts * C));
+    if (E && (mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK)))
+        /* d e_src: the cross-attentions' (staticemb-qk), then the encoder's */
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_src_emb, (size_t)B * g->last_Ts * C));
     MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->n_total_layers));
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
@@ -3365,7 +3426,7 @@ MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache 
     for (l = E; l < g->host->n_total_layers; l++) {
         const mhe_attn_weights *w = &g->host->layers[l].cross;
         if (mhe__layer_geom(cfg, w->kind).k_w)
-            MHE__CU_MHE(mhe__cu_cross_kv(g, w, Ts, g->mem, c->xkv[l]));
+            MHE__CU_MHE(mhe__cu_cross_kv(g, l, Ts, g->mem, g->src_emb, c->xkv[l], g->cross[l].ext));
         else /* el-att: K = V = the encoder output */
             MHE__CU_TRY(cudaMemcpy(c->xkv[l], g->mem, (size_t)Ts * cfg->d_model * sizeof(float),
                                    cudaMemcpyDeviceToDevice), "the encoder output");

@@ -907,15 +907,17 @@ struct s2s_kinds {
     int enc[2], self[2], cross[2], post;
 };
 
-/* every kind the device runs appears in some stack; every kind a cross-attention may be (all
-   but the ch. 4 kinds without one, and staticemb-qk: its cross reads the source's embeddings
-   through norm3, on the CPU path) appears as one */
+/* every kind the device runs appears in some stack; every kind a cross-attention may be (the
+   softmax kinds, taylor, staticemb-qk: Q, K from both sides' embeddings through norm3) appears
+   as one, staticemb-qk pre- and post-norm */
 static const s2s_kinds s2s_cases[] = {
     {{MHE_ATTN_MHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL}, {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD}, 0},
     {{MHE_ATTN_NONAPPROX, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_GQA}, {MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, 1},
     {{MHE_ATTN_FNET, MHE_ATTN_MLP}, {MHE_ATTN_SHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_TAYLOR, MHE_ATTN_SKV}, 0},
     {{MHE_ATTN_LINEAR, MHE_ATTN_MHE_ADD}, {MHE_ATTN_NONAPPROX, MHE_ATTN_MQA}, {MHE_ATTN_MHE_MUL, MHE_ATTN_MQA}, 0},
     {{MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, {MHE_ATTN_MLP, MHE_ATTN_COLLAB}, {MHE_ATTN_GQA, MHE_ATTN_SHA}, 1},
+    {{MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, 0},
+    {{MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, 1},
 };
 
 static mhe_config s2s_config(const s2s_kinds &k) {
@@ -1032,12 +1034,6 @@ static void test_encdec(void) {
         snprintf(what, sizeof what, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, TF32");
         step_tol tol[2] = {tf32_bounds, tf32_bounds};
         compare_step(&c, what, 2, 11, tol, 2, 0, 1, 14);
-    }
-    { /* what stays on the CPU is named */
-        mhe_config c = s2s_config(s2s_cases[0]);
-        c.cross_attn[1] = MHE_ATTN_STATICEMB_QK;
-        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, "cross_attn=staticemb-qk"),
-              "supports: cross-attention staticemb-qk stays on the CPU: %s", err);
     }
     if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
         CHECK(0, "corpus: %s", err);
@@ -1373,12 +1369,9 @@ static void test_errors(void) {
         bad.dropout = 0.1f;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
         bad = c;
-        bad.arch = MHE_ARCH_ENCDEC; /* runs on the device (the encdec group), but for a staticemb-qk cross-attention */
+        bad.arch = MHE_ARCH_ENCDEC; /* runs on the device (the encdec group) */
         bad.enc_layers = 1;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec runs on the device: %s", err);
-        bad.cross_attn[1] = MHE_ATTN_STATICEMB_QK;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "layer 1: cross_attn=staticemb-qk"),
-              "encdec, cross-attention staticemb-qk: %s", err);
     }
     if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
         int tok[4] = {1, 2, 999, 3}, tg[4] = {1, 2, 3, 4};
