@@ -204,7 +204,7 @@ static const command_spec commands[] = {
         "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
         "every save_every steps and at the end; the output is checked before the first step,\n"
         "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
-        "--task lm on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
+        "--task lm and sr on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
         "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
         "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
         "replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
@@ -956,7 +956,7 @@ static void print_end(const train_run *r) {
 /* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
 static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm only\n"); return 0; }
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm and sr only\n"); return 0; }
     if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
     if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
@@ -1240,6 +1240,9 @@ static int sr_begin(train_run *r) {
 
 static mhe_status sr_step(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_step_sr(&r->gpu, d->train, d->n_train, &d->ftr);
+#endif
     return mhe_trainer_step_sr(r->t, d->train, d->n_train, &d->ftr);
 }
 
@@ -1251,7 +1254,7 @@ static mhe_status sr_validate(train_run *r) {
 
 static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
 
-static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 0 };
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 1 };
 
 static int train_sr(opts *o) {
     sr_data d;

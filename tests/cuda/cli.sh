@@ -112,6 +112,19 @@ for how in "--temperature 0" "--temperature 0.9 --top-k 10 --seed 5"; do
     check "generate encdec $how: device '$(tr '\n' ' ' < "$D/dev.txt")', the CPU's the same" $rc $?
 done
 
+# S+R pre-training of a hash-emb word model (64 buckets): the same batches and losses on the device
+head -c 4000 examples/data/train.txt > "$D/words.txt"
+for dev in cpu cuda; do
+    "$MHE" train --task sr --embedding hash-emb --hash_buckets 64 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 \
+        --data "$D/words.txt" --out "$D/sr_$dev.st" --steps 6 --batch 2 --seq_len 16 --warmup 1 --lr 3e-3 --eval_every 0 \
+        --log_every 3 --device $dev > "$D/sr_$dev.txt" 2>&1
+done
+rc=$?
+a=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cpu.txt")
+b=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cuda.txt")
+close "$a" "$b" && grep -q "^device memory" "$D/sr_cuda.txt"
+check "train --task sr hash-emb --device cuda: step 6 loss $b, CPU $a" $rc $?
+
 # refusals: a status, the reason, and no result computed elsewhere
 for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
     # shellcheck disable=SC2086
