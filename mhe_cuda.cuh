@@ -40,15 +40,17 @@
 /* The device side of an mhe_model. The host model keeps the config, the
    tensor names and the checkpoint; the device holds copies of the
    parameters and gradients (the host layout, one block each) and the
-   activations. Runs decoder and encoder (masked-LM) models with vocabulary
-   embeddings and every attention kind: the softmax kinds mha, sha, mqa,
+   activations. Runs decoder, encoder (masked-LM) and encoder-decoder
+   models (cross-attention of every kind mhe.h allows there) with every
+   attention kind: the softmax kinds mha, sha, mqa,
    gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
    mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
-   post-norm, without dropout, Admin, classification or encoder-decoder
-   (mhe_cuda_supports says which field stops a config). Everything else runs
-   on the CPU path. Decoding covers every kind the CPU decodes (all but
-   fnet and linear, which are encoder-only). */
+   post-norm, without dropout, Admin or classification
+   (mhe_cuda_supports says which field stops a config). Embeddings: the
+   vocabulary (byte or word tokens) and hash-emb; the LM or S+R head.
+   Everything else runs on the CPU path. Decoding covers every kind the CPU
+   decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
