@@ -1367,7 +1367,10 @@ static int cmd_eval(int argc, char **argv) {
     int64_t scored = 0;
     mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
-    if (o.cuda && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --device cuda evaluates --task lm only\n"); return 1; }
+    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "sr") != 0) {
+        fprintf(stderr, "mhe: --device cuda evaluates --task lm and sr only\n");
+        return 1;
+    }
     if (o.cuda && o.indicators) {
         fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
         return 1;
@@ -1404,6 +1407,17 @@ static int cmd_eval(int argc, char **argv) {
         if (o.task[0] == 's') {
             if (!words || m.cfg.token_head != MHE_HEAD_SR) fprintf(stderr, "mhe: --task sr needs a word model with the S+R head (token_head=sr)\n");
             else if (read_words(o.data, &x, &tok, &n) && feats(&m, &x, &f)) {
+#ifdef MHE_CUDA
+                if (o.cuda) {   /* the same windows and corruption, each forward on the device */
+                    mhe_cuda_model g;
+                    if (open_device(&o, &m, &g, stdout)) {
+                        if (mhe_cuda_evaluate_sr(&g, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK)
+                            fprintf(stderr, "mhe: %s\n", g.err);
+                        else { print_sr("", &r); rc = 0; }
+                        mhe_cuda_model_free(&g);
+                    }
+                } else
+#endif
                 if (mhe_evaluate_sr(&m, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
                 else { print_sr("", &r); rc = 0; }
             }

@@ -124,6 +124,11 @@ a=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cpu.txt")
 b=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cuda.txt")
 close "$a" "$b" && grep -q "^device memory" "$D/sr_cuda.txt"
 check "train --task sr hash-emb --device cuda: step 6 loss $b, CPU $a" $rc $?
+"$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 > "$D/cpu.txt" 2>&1
+"$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 --device cuda > "$D/dev.txt" 2>&1
+rc=$?
+grep "S+R loss" "$D/cpu.txt" > "$D/cpu_sr.txt" && grep "S+R loss" "$D/dev.txt" | cmp -s - "$D/cpu_sr.txt"
+check "eval --task sr --device cuda: $(grep "S+R loss" "$D/dev.txt"), the CPU's the same" $rc $?
 
 # refusals: a status, the reason, and no result computed elsewhere
 for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
@@ -140,7 +145,7 @@ grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]
 check "eval --indicators --device cuda: refused" $((rc == 0)) $?
 "$MHE" eval --model "$TINY" --data "$D/valid.txt" --task cls --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
-grep -q "task lm only" "$D/err.txt"
+grep -q "task lm and sr only" "$D/err.txt"
 check "eval --task cls --device cuda: refused" $((rc == 0)) $?
 "$MHE" generate --model "$TINY" --prompt "$P" --n 30 --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
