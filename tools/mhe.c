@@ -223,13 +223,14 @@ static const command_spec commands[] = {
         "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
         "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
         "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"
-        "--device cuda (--task lm, with or without --stride): the forward passes on the GPU, over\n"
+        "--device cuda (--task lm, with or without --stride, or sr): the forward passes on the GPU, over\n"
         "the same windows and batches; a model the device cannot run is refused, not run here.\n"),
     CMD("generate", generate_flags, 0, "seed", NULL,
         "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
         "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
         "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"
-        "--device cuda (a decoder): the prompt runs as one batch into the GPU's KV cache, then\n"
+        "--device cuda (a decoder, or encdec: the source encoded once, its cross-attention K|V\n"
+        "kept on the GPU): the prompt runs as one batch into the GPU's KV cache, then\n"
         "each token is decoded there; sampling stays on the host with the same RNG, so greedy\n"
         "output equals the CPU's. A model the device cannot run is refused, not run here.\n"),
     CMD("grad", grad_flags, 0, NULL, NULL,
