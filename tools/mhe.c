@@ -204,7 +204,7 @@ static const command_spec commands[] = {
         "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
         "every save_every steps and at the end; the output is checked before the first step,\n"
         "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
-        "--task lm on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
+        "--task lm and sr on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
         "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
         "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
         "replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
@@ -223,13 +223,14 @@ static const command_spec commands[] = {
         "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
         "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
         "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"
-        "--device cuda (--task lm, with or without --stride): the forward passes on the GPU, over\n"
+        "--device cuda (--task lm, with or without --stride, or sr): the forward passes on the GPU, over\n"
         "the same windows and batches; a model the device cannot run is refused, not run here.\n"),
     CMD("generate", generate_flags, 0, "seed", NULL,
         "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
         "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
         "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"
-        "--device cuda (a decoder): the prompt runs as one batch into the GPU's KV cache, then\n"
+        "--device cuda (a decoder, or encdec: the source encoded once, its cross-attention K|V\n"
+        "kept on the GPU): the prompt runs as one batch into the GPU's KV cache, then\n"
         "each token is decoded there; sampling stays on the host with the same RNG, so greedy\n"
         "output equals the CPU's. A model the device cannot run is refused, not run here.\n"),
     CMD("grad", grad_flags, 0, NULL, NULL,
@@ -956,7 +957,7 @@ static void print_end(const train_run *r) {
 /* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
 static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm only\n"); return 0; }
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm and sr only\n"); return 0; }
     if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
     if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
@@ -1240,6 +1241,9 @@ static int sr_begin(train_run *r) {
 
 static mhe_status sr_step(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_step_sr(&r->gpu, d->train, d->n_train, &d->ftr);
+#endif
     return mhe_trainer_step_sr(r->t, d->train, d->n_train, &d->ftr);
 }
 
@@ -1251,7 +1255,7 @@ static mhe_status sr_validate(train_run *r) {
 
 static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
 
-static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 0 };
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 1 };
 
 static int train_sr(opts *o) {
     sr_data d;
@@ -1364,7 +1368,10 @@ static int cmd_eval(int argc, char **argv) {
     int64_t scored = 0;
     mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
-    if (o.cuda && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --device cuda evaluates --task lm only\n"); return 1; }
+    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "sr") != 0) {
+        fprintf(stderr, "mhe: --device cuda evaluates --task lm and sr only\n");
+        return 1;
+    }
     if (o.cuda && o.indicators) {
         fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
         return 1;
@@ -1401,6 +1408,17 @@ static int cmd_eval(int argc, char **argv) {
         if (o.task[0] == 's') {
             if (!words || m.cfg.token_head != MHE_HEAD_SR) fprintf(stderr, "mhe: --task sr needs a word model with the S+R head (token_head=sr)\n");
             else if (read_words(o.data, &x, &tok, &n) && feats(&m, &x, &f)) {
+#ifdef MHE_CUDA
+                if (o.cuda) {   /* the same windows and corruption, each forward on the device */
+                    mhe_cuda_model g;
+                    if (open_device(&o, &m, &g, stdout)) {
+                        if (mhe_cuda_evaluate_sr(&g, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK)
+                            fprintf(stderr, "mhe: %s\n", g.err);
+                        else { print_sr("", &r); rc = 0; }
+                        mhe_cuda_model_free(&g);
+                    }
+                } else
+#endif
                 if (mhe_evaluate_sr(&m, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
                 else { print_sr("", &r); rc = 0; }
             }
@@ -1429,7 +1447,7 @@ static int cmd_eval(int argc, char **argv) {
         mhe_cuda_model g;
         if (!open_device(&o, &m, &g, stdout)) { free(data); mhe_model_free(&m); return 1; }
         es = o.stride ? mhe_cuda_evaluate_strided(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
-                      : mhe_cuda_evaluate(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.batches, &loss);
+                      : mhe_cuda_evaluate_s2s(&g, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
         if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
         mhe_cuda_model_free(&g);
     } else
@@ -1521,13 +1539,29 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     mhe_cuda_kv_cache kv;
     cuda_feed f;
     size_t per_token = 0;
-    int l, rc = 1;
+    int l, rc = 1, E = m->cfg.arch == MHE_ARCH_ENCDEC ? m->cfg.enc_layers : 0;
     if (!open_device(o, m, &g, stderr)) return 1;
     if (mhe_cuda_kv_cache_init(&kv, &g, len) != MHE_OK) { fprintf(stderr, "mhe: --device cuda: %s\n", g.err); mhe_cuda_model_free(&g); return 1; }
-    for (l = 0; l < m->cfg.n_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
+    for (l = E; l < m->n_total_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
     if (kv.kb) per_token += (size_t)m->cfg.n_heads * sizeof(float);
     fprintf(stderr, "device KV cache: %d tokens x %zu bytes per token (all layers, K and V%s) = %.1f KB\n", len, per_token,
             kv.kb ? ", MHE-ADD key biases" : "", (double)len * per_token / 1024.0);
+    if (E) {   /* the source through the encoder once: its cross-attention K|V stay in the device cache */
+        int srcl = (int)strlen(o->source), *src = (int *)malloc((size_t)srcl * sizeof(int)), i;
+        mhe_status es = MHE_ERR_NOMEM;
+        if (src) {
+            for (i = 0; i < srcl; i++) src[i] = (unsigned char)o->source[i];
+            es = mhe_cuda_kv_cache_encode(&g, &kv, src, srcl);
+            free(src);
+        }
+        if (es != MHE_OK) {
+            fprintf(stderr, "mhe: --device cuda: %s\n", src ? g.err : "out of memory");
+            mhe_cuda_kv_cache_free(&kv);
+            mhe_cuda_model_free(&g);
+            return 1;
+        }
+        fprintf(stderr, "device cross-attention cache: %d source tokens\n", srcl);
+    }
     f.g = &g; f.kv = &kv;
     f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
