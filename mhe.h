@@ -1329,11 +1329,10 @@ typedef struct {
    are written, but not listed). mhe_out_remove_pending removes the files
    listed and is async-signal-safe (unlink and reads of volatile memory):
    a signal handler calls it before the process dies, so that no
-   TARGET.tmp.PID.N outlives an interrupted write. A name is listed once
-   its file exists (a signal in the instant after creation may still leave
-   that one file) and unlisted after the rename (the unlink of a moved name
-   finds nothing: a target is never removed). The list is one per process
-   and not thread-safe: one thread writes files. */
+   TARGET.tmp.PID.N outlives an interrupted write. A name is listed before
+   its file is created and unlisted after the rename (the unlink of a moved
+   name finds nothing: a target is never removed). The list is one per
+   process and not thread-safe: one thread writes files. */
 #define MHE_OUT_PENDING 8
 MHEDEF void mhe_out_remove_pending(void);
 /* the checks of mhe_out_open without writing anything: the path is usable
@@ -12012,15 +12011,19 @@ static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
 static char mhe__pending_name[MHE_OUT_PENDING][MHE_PATH_LEN + 48];
 static volatile sig_atomic_t mhe__pending_live[MHE_OUT_PENDING];
 
-static int mhe__pending_add(const char *tmp) {
-    int i;
-    for (i = 0; i < MHE_OUT_PENDING; i++)
-        if (!mhe__pending_live[i]) {
-            memcpy(mhe__pending_name[i], tmp, strlen(tmp) + 1);
-            mhe__pending_live[i] = 1;
-            return i;
-        }
-    return -1;
+/* lists o->tmp before the file is created: a signal between creation and
+   listing would leave it. The name holds this process's pid, so what it may
+   remove is this process's own file, or a stale one a dead process with the
+   same pid left */
+static void mhe__pending_set(mhe_out *o) {
+    int i = o->slot;
+    if (i < 0)
+        for (i = 0; i < MHE_OUT_PENDING && mhe__pending_live[i]; i++) {}
+    if (i >= MHE_OUT_PENDING) return;   /* full: written, not listed */
+    mhe__pending_live[i] = 0;
+    memcpy(mhe__pending_name[i], o->tmp, strlen(o->tmp) + 1);
+    mhe__pending_live[i] = 1;
+    o->slot = i;
 }
 
 static void mhe__pending_drop(mhe_out *o) {
@@ -12123,6 +12126,7 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
 #if defined(MHE__HAVE_FSYNC)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
         e = errno;
@@ -12131,6 +12135,7 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
 #elif defined(_WIN32)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)_getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = _open(o->tmp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
         e = errno;
@@ -12140,12 +12145,15 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
         FILE *probe;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->target, i);
         if ((probe = fopen(o->tmp, "rb")) != NULL) { fclose(probe); continue; }
+        mhe__pending_set(o);
         errno = 0;
         if (!(o->f = fopen(o->tmp, "wb"))) { e = errno; break; }
 #endif
     }
-    if (!o->f) return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
-    o->slot = mhe__pending_add(o->tmp);
+    if (!o->f) {
+        mhe__pending_drop(o);
+        return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    }
     return MHE_OK;
 }
 
