@@ -807,7 +807,8 @@ static int resume_settings(opts *o) {
             const char *val;
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
-            if (val && !o->tc_given[i] && mhe_train_config_set(&o->tc, k, val, err) != MHE_OK) {
+            /* a flag given now overrides a saved setting, but a corrupt one is refused all the same */
+            if (val && mhe_train_config_set(o->tc_given[i] ? &tc : &o->tc, k, val, err) != MHE_OK) {
                 fprintf(stderr, "mhe: --resume %s: the saved setting %s: %s\n", o->resume, key, err);
                 mhe_st_free(&st);
                 free(buf);
@@ -1392,12 +1393,13 @@ static int sr_begin(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
     const opts *o = r->o;
     if (d->n_train < (size_t)o->tc.seq_len) {
-        fprintf(stderr, "mhe: --data %s: %zu word tokens, one training window needs seq_len %d\n", o->data, d->n_train, o->tc.seq_len);
+        fprintf(stderr, "mhe: --data %s: %zu word tokens, one training window needs %d (seq_len %d)\n", o->data, d->n_train, o->tc.seq_len,
+                o->tc.seq_len);
         return 0;
     }
     if (o->valid && d->n_valid < (size_t)o->tc.seq_len) {
-        fprintf(stderr, "mhe: --valid %s: %zu word tokens, one validation window needs seq_len %d: nothing trained\n", o->valid, d->n_valid,
-                o->tc.seq_len);
+        fprintf(stderr, "mhe: --valid %s: %zu word tokens, one validation window needs %d (seq_len %d): nothing trained\n", o->valid,
+                d->n_valid, o->tc.seq_len, o->tc.seq_len);
         return 0;
     }
     if (o->quiet) return 1;
