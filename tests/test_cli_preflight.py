@@ -104,6 +104,14 @@ def outputs(d, text):
     missing = os.path.join(d, "no_such_dir", "out.st")
     expect(["train", *SMALL, "--data", text, "--out", missing, "--steps", 2], 1, [missing], "train --out in a missing directory",
            keep=[text], absent=[missing])
+    # a regular file where a directory should be: refused for root too
+    notdir = write(os.path.join(d, "plainfile"), "x")
+    for flag in ("--out", "--dump-batches"):
+        bad = os.path.join(notdir, "out.bin")
+        args = ["--out", bad] if flag == "--out" else ["--out", os.path.join(d, "ok2.st"), "--dump-batches", bad]
+        o, _ = expect(["train", *SMALL, "--data", text, "--steps", 2, *args], 1, [bad], "train %s under a regular file" % flag,
+                      keep=[text, notdir], absent=[os.path.join(d, "ok2.st")])
+        check("step " not in o, "train %s under a regular file: refused before step 1" % flag)
     ro = os.path.join(d, "ro")
     os.mkdir(ro)
     os.chmod(ro, 0o555)
