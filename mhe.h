@@ -1167,6 +1167,7 @@ typedef struct mhe_trainer {
     mhe_rng rng;
     int *batch_tokens, *batch_targets, *batch_src, *batch_lengths, *batch_labels, *batch_clean;
     float last_loss, last_grad_norm, last_lr;
+    char task[16];                  /* the caller's name of what it trains, saved as metadata "task" ("": none) */
     char err[MHE_ERR_LEN];
 } mhe_trainer;
 
@@ -1321,7 +1322,19 @@ typedef struct {
     char target[MHE_PATH_LEN];       /* the file the commit replaces (symlinks followed) */
     char tmp[MHE_PATH_LEN + 48];
     int write_errno;                 /* the reason of a failed mhe_out_write, for the commit's message */
+    int slot;                        /* its entry in the list of pending temporary files (-1: none) */
 } mhe_out;
+/* Interrupted writes: every temporary file an mhe_out holds between open
+   and commit or discard is listed (up to MHE_OUT_PENDING at once; more
+   are written, but not listed). mhe_out_remove_pending removes the files
+   listed and is async-signal-safe (unlink and reads of volatile memory):
+   a signal handler calls it before the process dies, so that no
+   TARGET.tmp.PID.N outlives an interrupted write. A name is listed before
+   its file is created and unlisted after the rename (the unlink of a moved
+   name finds nothing: a target is never removed). The list is one per
+   process and not thread-safe: one thread writes files. */
+#define MHE_OUT_PENDING 8
+MHEDEF void mhe_out_remove_pending(void);
 /* the checks of mhe_out_open without writing anything: the path is usable
    and a temporary file can be created beside it (call it before a long run) */
 MHEDEF mhe_status mhe_out_check(const char *path, char *err);
@@ -1344,7 +1357,8 @@ MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void
 /* Model checkpoints. The file holds the parameters under their names and the
    config in __metadata__ ("format": "mhe-1" plus every config field). A
    trainer checkpoint adds "optim.m.<name>", "optim.v.<name>" tensors and the
-   metadata "step", "rng" and "train.<field>". */
+   metadata "step", "rng", "train.<field>" and, when the trainer names it,
+   "task" (what the run trains: the mhe tool's lm, cls or sr). */
 #define MHE_FORMAT "mhe-1"
 MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
 /* restore optimizer state, step and RNG from a trainer checkpoint buffer
@@ -1555,6 +1569,7 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <stdlib.h>   /* qsort in the safetensors checks */
 #ifndef MHE_NO_STDIO
 #include <errno.h>
+#include <signal.h>             /* sig_atomic_t: the pending temporary files */
 #if defined(_WIN32)
 #include <io.h>                 /* _commit, _fileno, _open */
 #include <fcntl.h>
@@ -8400,8 +8415,20 @@ static int mhe__key_line(const char *text, size_t end, const char *key, size_t k
    refused: the last one winning silently hides a typo or a stale line */
 static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
                                    mhe_status (*set)(void *, const char *, const char *, char *), char *err) {
-    size_t pos = 0;
-    int line = 0;
+    size_t pos = 0, i;
+    int line = 1;
+    /* a UTF-8 byte-order mark (EF BB BF), as some editors write, starts the
+       file; anywhere else it is a stray invisible character */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) { text += 3; len -= 3; }
+    else if (len >= 2 && ((unsigned char)text[0] == 0xFF || (unsigned char)text[0] == 0xFE) &&
+             ((unsigned char)text[1] ^ (unsigned char)text[0]) == 0x01)
+        return mhe__fail(err, MHE_ERR_CONFIG, "the file starts with a UTF-16 byte-order mark: save it as UTF-8 (or ASCII)");
+    for (i = 0; i + 3 <= len; i++) {
+        if (text[i] == '\n') line++;
+        if (memcmp(text + i, "\xEF\xBB\xBF", 3) == 0)
+            return mhe__fail(err, MHE_ERR_CONFIG, "line %d: a UTF-8 byte-order mark (bytes EF BB BF) inside the text; only the file's first bytes may hold one", line);
+    }
+    line = 0;
     while (pos < len) {
         char buf[512], *eq, *k, *v, *end;
         size_t e = pos, n, start = pos;
@@ -11978,6 +12005,47 @@ static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
 
 /* ---- output files: the policy of mhe_out (see its declaration) ---- */
 
+/* the pending temporary files: a name is complete before its flag is set,
+   and the flag is cleared before the name changes, so a handler that
+   interrupts either never reads half a name */
+static char mhe__pending_name[MHE_OUT_PENDING][MHE_PATH_LEN + 48];
+static volatile sig_atomic_t mhe__pending_live[MHE_OUT_PENDING];
+
+/* lists o->tmp before the file is created: a signal between creation and
+   listing would leave it. The name holds this process's pid, so what it may
+   remove is this process's own file, or a stale one a dead process with the
+   same pid left */
+static void mhe__pending_set(mhe_out *o) {
+    int i = o->slot;
+    if (i < 0)
+        for (i = 0; i < MHE_OUT_PENDING && mhe__pending_live[i]; i++) {}
+    if (i >= MHE_OUT_PENDING) return;   /* full: written, not listed */
+    mhe__pending_live[i] = 0;
+    memcpy(mhe__pending_name[i], o->tmp, strlen(o->tmp) + 1);
+    mhe__pending_live[i] = 1;
+    o->slot = i;
+}
+
+static void mhe__pending_drop(mhe_out *o) {
+    if (o->slot >= 0 && o->slot < MHE_OUT_PENDING) mhe__pending_live[o->slot] = 0;
+    o->slot = -1;
+}
+
+MHEDEF void mhe_out_remove_pending(void) {
+    int i;
+    for (i = 0; i < MHE_OUT_PENDING; i++)
+        if (mhe__pending_live[i]) {
+            mhe__pending_live[i] = 0;
+#if defined(MHE__HAVE_FSYNC)
+            unlink(mhe__pending_name[i]);
+#elif defined(_WIN32)
+            _unlink(mhe__pending_name[i]);
+#else
+            remove(mhe__pending_name[i]);
+#endif
+        }
+}
+
 #if defined(MHE__HAVE_FSYNC)
 /* what a non-regular path is, for the refusal */
 static const char *mhe__file_kind(unsigned mode) {
@@ -12051,12 +12119,14 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
     o->f = NULL;
     o->write_errno = 0;
     o->tmp[0] = 0;
+    o->slot = -1;
     if ((s = mhe__out_target(path, o->target, err)) != MHE_OK) return s;
     /* the pid keeps processes apart, the counter the writers of one process */
     for (i = 0; i < 1000 && !o->f; i++) {
 #if defined(MHE__HAVE_FSYNC)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
         e = errno;
@@ -12065,6 +12135,7 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
 #elif defined(_WIN32)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)_getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = _open(o->tmp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
         e = errno;
@@ -12074,11 +12145,15 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
         FILE *probe;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->target, i);
         if ((probe = fopen(o->tmp, "rb")) != NULL) { fclose(probe); continue; }
+        mhe__pending_set(o);
         errno = 0;
         if (!(o->f = fopen(o->tmp, "wb"))) { e = errno; break; }
 #endif
     }
-    if (!o->f) return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    if (!o->f) {
+        mhe__pending_drop(o);
+        return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    }
     return MHE_OK;
 }
 
@@ -12095,6 +12170,7 @@ MHEDEF void mhe_out_discard(mhe_out *o) {
     fclose(o->f);
     o->f = NULL;
     remove(o->tmp);
+    mhe__pending_drop(o);
 }
 
 MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
@@ -12117,20 +12193,25 @@ MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
 #ifdef _WIN32
         /* rename() fails over an existing file there; this replaces it in one step */
         unsigned long we;
-        if (MoveFileExA(o->tmp, o->target, 0x1 | 0x8)) return MHE_OK;   /* REPLACE_EXISTING | WRITE_THROUGH */
+        /* unlisted after the rename: a handler's unlink of the moved name then finds nothing */
+        if (MoveFileExA(o->tmp, o->target, 0x1 | 0x8)) { mhe__pending_drop(o); return MHE_OK; }   /* REPLACE_EXISTING | WRITE_THROUGH */
         we = GetLastError();
         remove(o->tmp);
+        mhe__pending_drop(o);
         return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': Windows error %lu%s", o->tmp, o->target, we,
                          we == 5 || we == 32 ? " (access denied or the file is open elsewhere)" : "");
 #else
         errno = 0;
-        if (rename(o->tmp, o->target) == 0) return MHE_OK;
+        /* unlisted after the rename: a handler's unlink of the moved name then finds nothing */
+        if (rename(o->tmp, o->target) == 0) { mhe__pending_drop(o); return MHE_OK; }
         e = errno;
         remove(o->tmp);
+        mhe__pending_drop(o);
         return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->target, e ? strerror(e) : "rename failed");
 #endif
     }
     remove(o->tmp);
+    mhe__pending_drop(o);
     return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; '%s' left unchanged", what, o->tmp, e ? strerror(e) : "write error", o->target);
 }
 
@@ -12246,7 +12327,7 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
     int f;
     for (f = 0; mhe_config_field(&m->cfg, f, &key, val, sizeof val); f++) n += strlen(key) + strlen(val) + 2;
     if (t) {
-        n += sizeof "step" + 12 + sizeof "rng" + 65;
+        n += sizeof "step" + 12 + sizeof "rng" + 65 + sizeof "task" + sizeof t->task;
         for (f = 0; mhe_train_config_field(&t->tc, f, &key, val, sizeof val); f++) n += sizeof "train." + strlen(key) + strlen(val) + 1;
     }
     return n;
@@ -12254,7 +12335,7 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
 
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
     int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 2;
-    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 2 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
+    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
     size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
     size_t vocab_bytes = 0, words_at;
     char *p, *end;
@@ -12290,6 +12371,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         MHE__META("%s", "step", "%d", t->step);
         MHE__META("%s", "rng", "%016llx%016llx%016llx%016llx", (unsigned long long)t->rng.s[0],
                   (unsigned long long)t->rng.s[1], (unsigned long long)t->rng.s[2], (unsigned long long)t->rng.s[3]);
+        if (t->task[0]) MHE__META("%s", "task", "%.15s", t->task);
         for (f = 0; ; f++) {
             const char *key;
             char val[MHE__META_VAL];

@@ -207,7 +207,10 @@ static const command_spec commands[] = {
         "--task lm and sr on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
         "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
         "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
-        "replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
+        "replay by the PyTorch twin (tools/mhe_torch.py replay). The checkpoint records the\n"
+        "task: --resume continues it (another --task is refused). SIGINT, SIGTERM or SIGHUP\n"
+        "stops after the step in progress, writes the checkpoint and exits 130 (SIGINT) or\n"
+        "143; a second signal ends the run at once, the last checkpoint kept.\n"),
     CMD("eval", eval_flags, 0, "seq_len src_len batch sr_prob", NULL,
         "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
         "consecutive windows of the text, shaped as `mhe train` shapes them.\n"
@@ -549,6 +552,60 @@ static int out_commit(mhe_out *w) {
     return 0;
 }
 
+/* ---- signals ----------------------------------------------------------------
+   SIGINT, SIGTERM and SIGHUP (taken as SIGTERM) end every command by the
+   signal (the shell sees 130 or 143), after removing the temporary file of
+   a write in progress (mhe_out_remove_pending): an interrupted write leaves
+   the old target and nothing else. While train steps, the first signal only
+   asks it to stop (train_steps saves and exits 130 or 143); a second one
+   ends it at once. The handler does only async-signal-safe things. */
+
+static volatile sig_atomic_t stop_signal;   /* the signal that asked train to stop (0: none) */
+static volatile sig_atomic_t stop_asks;     /* 1 while train steps: a first signal asks, not ends */
+
+static void on_signal(int sig) {
+    if (stop_asks && !stop_signal) {
+        stop_signal = sig;
+#ifdef _WIN32
+        signal(sig, on_signal);   /* signal() resets the handler on delivery there */
+#endif
+        return;
+    }
+    mhe_out_remove_pending();
+#ifdef SIGHUP
+    if (sig == SIGHUP) sig = SIGTERM;
+#endif
+    signal(sig, SIG_DFL);
+    /* blocked while this handler runs (sa_mask): delivered, with the default action, as it returns */
+    raise(sig);
+}
+
+static void catch_signals(void) {
+#ifndef _WIN32
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction sa;
+    size_t i;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);   /* one handler at a time */
+    for (i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+#else
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+#endif
+}
+
+/* SIGHUP counts as SIGTERM */
+static int exit_status_of(int sig) { return sig == SIGINT ? 130 : 143; }
+
+static const char *signal_name(int sig) {
+#ifdef SIGHUP
+    if (sig == SIGHUP) return "SIGHUP";
+#endif
+    return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
 /* bytes of a text file as tokens; rejects empty and binary files */
 static int load_corpus(const char *path, int **tokens, size_t *n) {
     char err[MHE_ERR_LEN];
@@ -694,7 +751,40 @@ static void print_cls(const char *what, const mhe_cls_metrics *r) {
            r->macro_f1, r->mcc, (long long)r->n);
 }
 
-/* the train settings saved in the --resume checkpoint, overridden by flags given now */
+/* the task of a --resume checkpoint: the saved one ("task" metadata) unless
+   --task names another, which is refused. A file from before the task was
+   saved is taken as --task says, else as its head says: a classification
+   head (n_classes > 0) cls, the S+R head sr, otherwise lm. */
+static int resume_task(opts *o, const mhe_safetensors *st) {
+    const char *saved = mhe_st_meta(st, "task"), *n_classes, *head;
+    static const char *known[] = { "lm", "cls", "sr" };
+    size_t i;
+    if (saved) {
+        for (i = 0; i < sizeof known / sizeof known[0] && strcmp(saved, known[i]) != 0; i++) {}
+        if (i == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "mhe: --resume %s: the saved task '%.40s' is not lm, cls or sr\n", o->resume, saved);
+            return 0;
+        }
+        if (o->task && strcmp(o->task, saved) != 0) {
+            fprintf(stderr, "mhe: --task %s, but --resume %s continues a --task %s run: refused (leave --task out to continue it, or "
+                            "train its weights on another task with --model %s)\n", o->task, o->resume, saved, o->resume);
+            return 0;
+        }
+        o->task = known[i];
+        return 1;
+    }
+    if (o->task) return 1;
+    n_classes = mhe_st_meta(st, "n_classes");
+    head = mhe_st_meta(st, "token_head");
+    o->task = n_classes && strcmp(n_classes, "0") != 0 ? "cls" : head && strcmp(head, "sr") == 0 ? "sr" : "lm";
+    fprintf(stderr, "mhe: note: --resume %s does not record its task (written by an older mhe): continuing as --task %s, %s; "
+                    "give --task to choose\n", o->resume, o->task,
+            o->task[0] == 'c' ? "as its classification head says" : o->task[0] == 's' ? "as its S+R head says" : "as it has no task head");
+    return 1;
+}
+
+/* the train settings saved in the --resume checkpoint, overridden by flags
+   given now, and its task; a saved setting that is not valid is refused */
 static int resume_settings(opts *o) {
     void *buf;
     size_t size;
@@ -718,9 +808,17 @@ static int resume_settings(opts *o) {
             const char *val;
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
-            if (val && !o->tc_given[i]) mhe_train_config_set(&o->tc, k, val, err);
+            /* a flag given now overrides a saved setting, but a corrupt one is refused all the same */
+            if (val && mhe_train_config_set(o->tc_given[i] ? &tc : &o->tc, k, val, err) != MHE_OK) {
+                fprintf(stderr, "mhe: --resume %s: the saved setting %s: %s\n", o->resume, key, err);
+                mhe_st_free(&st);
+                free(buf);
+                return 0;
+            }
         }
+        i = resume_task(o, &st);
         mhe_st_free(&st);
+        if (!i) { free(buf); return 0; }
     }
     free(buf);
     return 1;
@@ -728,9 +826,7 @@ static int resume_settings(opts *o) {
 
 /* the model to train further: the --resume checkpoint (and its train settings) or --model */
 static int load_model_to_train(opts *o, mhe_model *m) {
-    if (!load_model(o->resume ? o->resume : o->model, m)) return 0;
-    if (o->resume && !resume_settings(o)) { mhe_model_free(m); return 0; }
-    return 1;
+    return load_model(o->resume ? o->resume : o->model, m);
 }
 
 static int new_model(const opts *o, mhe_model *m) {
@@ -772,6 +868,7 @@ typedef struct {
     void (*print_final)(const train_run *r);  /* NULL, or the line before "wrote FILE" */
     int tokens_per_s;                         /* the progress line shows tokens/s */
     int on_device;                            /* --device cuda can train it */
+    const char *name;                         /* --task NAME, saved in the checkpoint */
 } train_task;
 
 struct train_run {
@@ -788,6 +885,7 @@ struct train_run {
     int has_valid, tty, first_step;
     double t0;
     mhe_out dump;             /* --dump-batches: the file being written (dump.f NULL: none) */
+    int saved_step;           /* the step of the last checkpoint this run wrote (-1: none) */
 };
 
 /* logs and validations come every N steps and at the last */
@@ -824,7 +922,7 @@ static int validate(train_run *r) {
 
 static int save_checkpoint(train_run *r) {
     if (!sync_device(r)) return 0;
-    if (mhe_checkpoint_save(r->m, r->t, r->o->out) == MHE_OK) return 1;
+    if (mhe_checkpoint_save(r->m, r->t, r->o->out) == MHE_OK) { r->saved_step = r->t->step; return 1; }
     fprintf(stderr, "\nmhe: %s\n", r->t->err);
     return 0;
 }
@@ -924,20 +1022,49 @@ static int dump_close(train_run *r) {
     return 1;
 }
 
-/* steps to tc.steps with progress, validation and checkpoints; 0 on failure (message printed) */
+/* a signal asked the run to stop (stop_signal): the checkpoint of the steps
+   done, unless this run just wrote it, and how to go on; the exit status */
+static int stop_training(train_run *r) {
+    const opts *o = r->o;
+    int sig = stop_signal;
+    if (r->saved_step != r->t->step && !save_checkpoint(r)) {
+        fprintf(stderr, "mhe: stopped by %s at step %d of %d; the checkpoint was not written (above)\n", signal_name(sig), r->t->step,
+                o->tc.steps);
+        return exit_status_of(sig);
+    }
+    if (r->tty) printf("\n");   /* ends the progress line */
+    fflush(stdout);
+    if (r->t->step >= o->tc.steps) {
+        fprintf(stderr, "mhe: %s arrived as the last checkpoint was written: %s holds all %d steps\n", signal_name(sig), o->out, r->t->step);
+        return exit_status_of(sig);
+    }
+    fprintf(stderr, "mhe: stopped by %s at step %d of %d: %s holds the run (weights, AdamW moments, RNG, step, task %s)\n"
+                    "mhe: to continue it: mhe train --resume %s --out %s --data %s%s%s\n", signal_name(sig), r->t->step, o->tc.steps,
+            o->out, r->task->name, o->out, o->out, o->data, o->valid ? " --valid " : "", o->valid ? o->valid : "");
+    return exit_status_of(sig);
+}
+
+/* steps to tc.steps with progress, validation and checkpoints; 0 on failure
+   (message printed), 1 when done, else the exit status after a signal */
 static int train_steps(train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
+    int rc;
     r->t0 = now_s();
     r->first_step = r->t->step;
-    while (r->t->step < tc->steps) {
+    stop_asks = 1;
+    while (r->t->step < tc->steps && !stop_signal) {
         mhe_status s = r->task->step(r);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); return 0; }
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); stop_asks = 0; return 0; }
         dump_step(r);
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
-        if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) return 0;
-        if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) return 0;
+        if (stop_signal) break;   /* the validation can wait for the resumed run */
+        if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) { stop_asks = 0; return 0; }
+        if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) { stop_asks = 0; return 0; }
     }
-    return save_checkpoint(r);
+    if (!stop_signal && !save_checkpoint(r)) { stop_asks = 0; return 0; }
+    rc = stop_signal ? stop_training(r) : 1;
+    stop_asks = 0;
+    return rc;
 }
 
 static void print_end(const train_run *r) {
@@ -1000,23 +1127,52 @@ static int run_training(const opts *o, mhe_model *m, const train_task *task, voi
         if (!start_trainer(&r.cpu, m, o)) return 1;
         r.t = &r.cpu;
     }
-    ok = task->begin(&r) && train_steps(&r) && dump_close(&r);
-    dump_abandon(&r);   /* a failed run leaves no dump */
-    if (ok && !o->quiet) print_end(&r);
+    snprintf(r.t->task, sizeof r.t->task, "%s", task->name);
+    r.saved_step = -1;
+    ok = task->begin(&r) ? train_steps(&r) : 0;
+    if (ok == 1 && !dump_close(&r)) ok = 0;
+    dump_abandon(&r);   /* a failed or stopped run leaves no dump */
+    if (ok == 1 && !o->quiet) print_end(&r);
     if (o->cuda) stop_device(&r);
     else mhe_trainer_free(&r.cpu);
-    return ok ? 0 : 1;
+    return ok == 1 ? 0 : ok == 0 ? 1 : ok;
 }
 
 /* ---- --task lm: the next byte (decoder), masked bytes (encoder), a continuation (encdec) ---- */
 
 typedef struct { int *train, *valid; size_t n_train, n_valid; float val_loss; } lm_data;
 
+/* the bytes of one window (mhe's lm span): seq_len for an encoder (masked
+   LM), src_len + seq_len for encdec, seq_len + 1 (the next byte) for a decoder */
+static size_t lm_window(const mhe_model *m, const mhe_train_config *tc) {
+    size_t T = (size_t)tc->seq_len, Ts = (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len);
+    return m->cfg.arch == MHE_ARCH_ENCODER ? T : m->cfg.arch == MHE_ARCH_ENCDEC ? Ts + T : T + 1;
+}
+
+static const char *lm_objective(const mhe_model *m) {
+    return m->cfg.arch == MHE_ARCH_ENCODER ? "masked LM (arch=encoder)" : m->cfg.arch == MHE_ARCH_ENCDEC ? "encoder-decoder (src_len + seq_len)"
+                                                                                                       : "next byte (arch=decoder)";
+}
+
+/* preflight: the model and both files suit the task at these lengths */
 static int lm_begin(train_run *r) {
     const lm_data *d = (const lm_data *)r->data;
     const mhe_train_config *tc = &r->o->tc;
-    size_t need = (size_t)tc->seq_len + (r->m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len) : 1);
-    if (d->n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", r->o->data, d->n_train, need); return 0; }
+    size_t need = lm_window(r->m, tc);
+    if (r->m->cfg.token_head == MHE_HEAD_SR) {
+        fprintf(stderr, "mhe: --task lm: this model has the Shuffle+Random head (token_head=sr): train it with --task sr\n");
+        return 0;
+    }
+    if (d->n_train < need) {
+        fprintf(stderr, "mhe: --data %s: %zu tokens, one training window of the %s needs %zu (seq_len %d)\n", r->o->data, d->n_train,
+                lm_objective(r->m), need, tc->seq_len);
+        return 0;
+    }
+    if (d->valid && d->n_valid < need) {
+        fprintf(stderr, "mhe: --valid %s: %zu tokens, one validation window of the %s needs %zu (seq_len %d): nothing trained\n",
+                r->o->valid, d->n_valid, lm_objective(r->m), need, tc->seq_len);
+        return 0;
+    }
     if (!dump_open(r, d->train, d->n_train)) return 0;
     if (r->o->quiet) return 1;
     describe(r->m);
@@ -1052,7 +1208,7 @@ static void lm_print_final(const train_run *r) {
     printf("\n");
 }
 
-static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1, 1 };
+static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1, 1, "lm" };
 
 static int train_lm(opts *o) {
     lm_data d;
@@ -1137,8 +1293,14 @@ static int cls_new_model(opts *o, cls_data *d, mhe_model *m) {
 }
 
 /* the model has a head; word sets get the features of every word type */
-static int cls_ready(cls_data *d, mhe_model *m) {
+static int cls_ready(const opts *o, cls_data *d, mhe_model *m) {
     if (m->cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); return 0; }
+    if (d->train.n_classes > m->cfg.n_classes || d->valid.n_classes > m->cfg.n_classes) {
+        int tr = d->train.n_classes > m->cfg.n_classes;
+        fprintf(stderr, "mhe: %s %s: labels up to %d, the model's head has n_classes %d (labels 0..%d)\n", tr ? "--data" : "--valid",
+                tr ? o->data : o->valid, (tr ? d->train.n_classes : d->valid.n_classes) - 1, m->cfg.n_classes, m->cfg.n_classes - 1);
+        return 0;
+    }
     if (d->words) {
         if (!feats(m, &d->x, &d->f)) return 0;
         d->train.words = d->valid.words = &d->f;
@@ -1164,7 +1326,7 @@ static mhe_status cls_validate(train_run *r) {
 
 static void cls_print_val(const train_run *r) { print_cls("val", &((const cls_data *)r->data)->val); }
 
-static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 0 };
+static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 0, "cls" };
 
 /* mhe train --task cls: the classification head of an encoder on labelled texts
    (bytes, or words for word models and --words 1); a loaded model without a
@@ -1178,7 +1340,7 @@ static int train_cls(opts *o) {
     mhe_lexicon_init(&d.xtr, NULL);
     if (!o->data) { fprintf(stderr, "mhe: no training data given (--data FILE)\n"); return 1; }
     if (o->resume || o->model ? cls_loaded_model(o, &d, &m) : cls_new_model(o, &d, &m)) {
-        if (cls_ready(&d, &m)) rc = run_training(o, &m, &cls_task, &d, d.valid.n != 0);
+        if (cls_ready(o, &d, &m)) rc = run_training(o, &m, &cls_task, &d, d.valid.n != 0);
         mhe_model_free(&m);
     }
     cls_data_free(&d);
@@ -1231,7 +1393,16 @@ static int sr_ready(const opts *o, sr_data *d, mhe_model *m) {
 static int sr_begin(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
     const opts *o = r->o;
-    if (d->n_train < (size_t)o->tc.seq_len) { fprintf(stderr, "mhe: %s: %zu word tokens, a window needs %d\n", o->data, d->n_train, o->tc.seq_len); return 0; }
+    if (d->n_train < (size_t)o->tc.seq_len) {
+        fprintf(stderr, "mhe: --data %s: %zu word tokens, one training window needs %d (seq_len %d)\n", o->data, d->n_train, o->tc.seq_len,
+                o->tc.seq_len);
+        return 0;
+    }
+    if (o->valid && d->n_valid < (size_t)o->tc.seq_len) {
+        fprintf(stderr, "mhe: --valid %s: %zu word tokens, one validation window needs %d (seq_len %d): nothing trained\n", o->valid,
+                d->n_valid, o->tc.seq_len, o->tc.seq_len);
+        return 0;
+    }
     if (o->quiet) return 1;
     describe(r->m);
     printf("data: %zu train word tokens (%d types), %zu valid word tokens; S+R: shuffle %.0f%%, replace %.0f%% of the rest\n",
@@ -1255,7 +1426,7 @@ static mhe_status sr_validate(train_run *r) {
 
 static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
 
-static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 1 };
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 1, "sr" };
 
 static int train_sr(opts *o) {
     sr_data d;
@@ -1270,6 +1441,16 @@ static int train_sr(opts *o) {
     }
     sr_data_free(&d);
     return rc;
+}
+
+/* the train settings of the run (flags, then the --resume file's), checked
+   before any data is read */
+static int train_settings_valid(const opts *o) {
+    char err[MHE_ERR_LEN];
+    if (mhe_train_config_validate(&o->tc, err) == MHE_OK) return 1;
+    if (o->resume) fprintf(stderr, "mhe: --resume %s: train settings (those saved there unless a flag gives one): %s\n", o->resume, err);
+    else fprintf(stderr, "mhe: train settings: %s\n", err);
+    return 0;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -1296,6 +1477,8 @@ static int cmd_train(int argc, char **argv) {
     if (o.resume && o.model) { fprintf(stderr, "mhe: give --model or --resume, not both\n"); return 2; }
     /* before the data is read and the first step taken */
     if (!check_output(&o, o.out, 1)) return 1;
+    if (o.resume && !resume_settings(&o)) return 1;
+    if (!train_settings_valid(&o)) return 1;
     if (o.dump_batches) {
         if (o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --dump-batches records --task lm batches only\n"); return 2; }
         if (same_file(o.dump_batches, o.out)) { fprintf(stderr, "mhe: --dump-batches %s is the --out file: refused\n", o.dump_batches); return 2; }
@@ -2091,6 +2274,7 @@ int main(int argc, char **argv) {
 #ifdef SIGXFSZ
     signal(SIGXFSZ, SIG_IGN);
 #endif
+    catch_signals();
 #ifdef _WIN32
     _setmode(_fileno(stdout), _O_BINARY);   /* generated bytes as they are: no CR before each LF */
 #endif

@@ -1067,7 +1067,7 @@ def load_checkpoint(path, dtype=torch.float32):
     if missing:
         raise CheckpointError("%s: metadata lacks config field(s) %s" % (path, ", ".join(missing)))
     # mhe writes every config field it has: a key the twin does not know may change the model
-    unknown = [k for k in meta if k not in CONFIG_KEYS and k not in ("format", "step", "rng")
+    unknown = [k for k in meta if k not in CONFIG_KEYS and k not in ("format", "step", "rng", "task")
                and not (k.startswith("train.") and k[6:] in TRAIN_KEYS)]
     if unknown:
         raise CheckpointError("%s: metadata key(s) %s are not config fields the twin knows (a newer mhe?)"
@@ -1103,7 +1103,7 @@ def load_checkpoint(path, dtype=torch.float32):
             raise CheckpointError("%s: bad step '%s'" % (path, meta["step"]))
         train = dict(TRAIN_DEFAULTS)
         train.update({k[6:]: v for k, v in meta.items() if k.startswith("train.") and k[6:] in train})
-        opt = AdamWState(model, train, step=step, rng=Xoshiro.from_hex(meta["rng"]).hex())
+        opt = AdamWState(model, train, step=step, rng=Xoshiro.from_hex(meta["rng"]).hex(), task=meta.get("task"))
         for name in model.names:
             for which, store in (("m", opt.m), ("v", opt.v)):
                 key = "optim.%s.%s" % (which, name)
@@ -1138,6 +1138,8 @@ def save_checkpoint(path, model, cfg=None, opt_state=None, step=None):
     if opt_state is not None:
         meta["step"] = str(int(opt_state.step if step is None else step))
         meta["rng"] = opt_state.rng
+        if getattr(opt_state, "task", None):
+            meta["task"] = opt_state.task
         for k in TRAIN_KEYS:
             meta["train." + k] = str(opt_state.train.get(k, dict(TRAIN_DEFAULTS)[k]))
     write_safetensors(path, items, meta)
@@ -1152,7 +1154,8 @@ class AdamWState:
     the batch RNG's state (hex, as in the checkpoint; the twin does not draw batches), and
     the train config (train.KEY strings)."""
 
-    def __init__(self, model, train=None, step=0, rng=None):
+    def __init__(self, model, train=None, step=0, rng=None, task=None):
+        self.task = task    # the checkpoint's "task" metadata (mhe train --task): None when it has none
         self.train = dict(TRAIN_DEFAULTS)
         self.train.update({k: str(v) for k, v in (train or {}).items()})
         self.m = {n: torch.zeros(model.shapes[n], dtype=model.dtype) for n in model.names}
@@ -1680,7 +1683,7 @@ def replay(model_path, dump_path, dtype=torch.float32, corpus_path=None, log=Non
                                   % (dump_path, h["first_step"], model_path))
         opt.train.update(h["train"])
     else:
-        opt = AdamWState(model, h["train"])
+        opt = AdamWState(model, h["train"], task="lm")   # a dump records --task lm
     ours = []
     for i in range(h["steps"]):
         src = torch.from_numpy(rec["src"][i]) if rec["src"] is not None else None
@@ -2063,6 +2066,11 @@ def _train_model(a):
                 raise TrainError("--resume %s: a weights-only file (no optimizer state, step or RNG); to train these "
                                  "weights further, give --model %s" % (src, src))
             opt.train.update(train)     # flags override the saved train settings, as in mhe
+            if opt.task and a.task and a.task != opt.task:
+                raise TrainError("--task %s, but --resume %s continues a --task %s run: refused" % (a.task, src, opt.task))
+            if not a.task and not opt.task:     # an older file: its head says, as mhe assumes
+                a.task = "cls" if model.r["n_classes"] > 0 else "sr" if model.r["token_head"] == "sr" else "lm"
+            a.task = a.task or opt.task
         else:
             opt = AdamWState(model, train)
     else:
@@ -2076,6 +2084,8 @@ def _train_model(a):
     if model.r["dropout"] > 0 or model.r["attn_dropout"] > 0:
         raise TrainError("the model has dropout on; the twin does not reproduce mhe's dropout (give dropout=0 and "
                          "attn_dropout=0)")
+    a.task = a.task or "lm"
+    opt.task = a.task
     tc = _check_train(opt.train)
     if opt.step >= tc["steps"]:
         raise TrainError("--resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)"
@@ -2214,7 +2224,7 @@ def _train(a, d, say):
                 with torch.no_grad():
                     for name in model.names:
                         host.param(name).copy_(full[("p", name)])
-                st = AdamWState(host, opt.train, opt.step, opt.rng)
+                st = AdamWState(host, opt.train, opt.step, opt.rng, opt.task)
                 st.m = {n: full[("m", n)] for n in model.names}
                 st.v = {n: full[("v", n)] for n in model.names}
                 save_checkpoint(path, host, None, st)
@@ -2300,7 +2310,8 @@ def _setup_train(p):
     p.add_argument("--data", required=True, help="training text: bytes (--task lm), `label<TAB>text` lines (cls), "
                    "words (sr)")
     p.add_argument("--out", required=True, help="the checkpoint to write (rank 0; atomically)")
-    p.add_argument("--task", choices=("lm", "cls", "sr"), default="lm")
+    p.add_argument("--task", choices=("lm", "cls", "sr"), default=None,
+                   help="default lm; --resume continues the checkpoint's task (another is refused)")
     p.add_argument("--model", help="start from this mhe checkpoint's weights")
     p.add_argument("--resume", help="continue this trainer checkpoint (weights, AdamW moments, step, batch RNG)")
     p.add_argument("--config", help="key=value lines of model fields for a new model (mhe's rules)")
