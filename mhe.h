@@ -1376,6 +1376,10 @@ MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_write_mem(const mhe_model *m, con
    model refuses training (MHE_ERR_FORMAT). */
 MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size);
 MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written);
+/* MHE_OK when group is 0 or divides the rows of every matrix a q8 checkpoint
+   quantizes, so every one of them gets exactly `group` weights per scale;
+   else MHE_ERR_ARG naming the first that it does not (m->err) */
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_group_check(mhe_model *m, int group);
 /* MHE_ERR_NONFINITE, naming the tensor and element in m->err, when a weight
    is NaN or infinite (loading does not check: a caller that computes with
    the weights does; mhe_trainer_load_mem refuses non-finite moments) */
@@ -12537,6 +12541,18 @@ static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, c
                 qb += t->size;
             }
         }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_q8_group_check(mhe_model *m, int group) {
+    int i;
+    if (!m) return MHE_ERR_ARG;
+    if (group < 0) return mhe__fail(m->err, MHE_ERR_ARG, "q8: group %d must be >= 0 (0: one scale per row)", group);
+    for (i = 0; group > 0 && i < m->n_tensors; i++) {
+        const mhe_tensor *t = &m->params[i];
+        if (mhe__q8_linear(m, t) && t->shape[1] % group)
+            return mhe__fail(m->err, MHE_ERR_ARG, "q8: group %d does not divide the %lld-wide rows of %s", group, (long long)t->shape[1], t->name);
+    }
     return MHE_OK;
 }
 

@@ -472,6 +472,10 @@ static int parse_opts(const command_spec *c, int argc, char **argv, opts *o) {
     o->words = o->words_s && o->words_s[0] == '1';
     o->tf32 = o->tf32_s && o->tf32_s[0] == '1';
     o->cuda = o->device && strcmp(o->device, "cuda") == 0;
+    if (o->tf32_s && !o->cuda) { fprintf(stderr, "mhe: --tf32 sets the GPU's GEMMs: give it with --device cuda\n"); return -1; }
+#ifndef _OPENMP
+    if (o->threads > 1) { fprintf(stderr, "mhe: --threads %ld: this mhe was built without OpenMP (one thread)\n", o->threads); return 0; }
+#endif
 #ifndef MHE_CUDA
     if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
 #endif
@@ -662,7 +666,16 @@ static int cmd_init(int argc, char **argv) {
     mhe_model m;
     mhe_status s;
     int rc;
-    if (!command_opts("init", argc, argv, &o, &rc) || !check_output(&o, o.out, 0)) return rc;
+    if (!command_opts("init", argc, argv, &o, &rc)) return rc;
+    if (o.words && o.cfg.embedding != MHE_EMB_VOCAB) {
+        fprintf(stderr, "mhe: init: --words 1 gives embedding=vocab a word vocabulary; a hash embedding takes words already\n");
+        return 2;
+    }
+    if (o.data && !(o.cfg.embedding == MHE_EMB_VOCAB ? o.words : o.cfg.hash == MHE_WORD_HASH_LSH && o.cfg.lsh_features)) {
+        fprintf(stderr, "mhe: init: --data is read only for a word vocabulary (--words 1) or an LSH n-gram table (hash=lsh, lsh_features=table)\n");
+        return 2;
+    }
+    if (!check_output(&o, o.out, 0)) return 1;
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
     if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
@@ -704,7 +717,12 @@ static int resume_settings(opts *o) {
     char v[64];
     int i;
     if (mhe_read_file(o->resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-    if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+    if (mhe_st_parse(&st, buf, size, NULL) != MHE_OK) {   /* it loaded a moment ago: changed since */
+        fprintf(stderr, "mhe: --resume %s: %s\n", o->resume, st.err);
+        free(buf);
+        return 0;
+    }
+    {
         if (!mhe_st_meta(&st, "step")) {
             fprintf(stderr, "mhe: --resume %s: a weights-only file (no optimizer state, step or RNG); to train these weights further, "
                             "give --model %s\n", o->resume, o->resume);
@@ -717,7 +735,14 @@ static int resume_settings(opts *o) {
             const char *val;
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
-            if (val && !o->tc_given[i]) mhe_train_config_set(&o->tc, k, val, err);
+            /* a saved setting the trainer cannot take is refused, not replaced by the default */
+            if (val && !o->tc_given[i] && mhe_train_config_set(&o->tc, k, val, err) != MHE_OK) {
+                fprintf(stderr, "mhe: --resume %s: saved train setting %s='%s': %s (give --%s to override it)\n", o->resume, key, val,
+                        err, k);
+                mhe_st_free(&st);
+                free(buf);
+                return 0;
+            }
         }
         mhe_st_free(&st);
     }
@@ -1365,6 +1390,21 @@ static int cmd_eval(int argc, char **argv) {
     mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
     if (o.cuda && o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --device cuda evaluates --task lm only\n"); return 1; }
+    {   /* flags the chosen task would ignore */
+        int lm = !o.task || strcmp(o.task, "lm") == 0;
+        const char *unused = !lm && o.indicators ? "--indicators" : !lm && given(&o, "stride") ? "--stride"
+                           : given(&o, "map-len") && !o.indicators ? "--map-len" : o.tc_given[train_field_index("sr_prob")] && !(o.task && strcmp(o.task, "sr") == 0) ? "--sr_prob" : NULL;
+        if (unused) {
+            fprintf(stderr, "mhe: eval: %s is not used %s\n", unused, strcmp(unused, "--map-len") == 0 ? "without --indicators"
+                                                                : strcmp(unused, "--sr_prob") == 0 ? "without --task sr" : "with --task cls or sr (a decoder LM's text only)");
+            return 2;
+        }
+    }
+    if (o.indicators) {   /* PREFIX.csv beside nothing: a hidden .csv in a directory */
+        const char *base = strrchr(o.indicators, '/');
+        base = base ? base + 1 : o.indicators;
+        if (!*base) { fprintf(stderr, "mhe: --indicators '%s': the prefix needs a file name (PREFIX.csv, PREFIX.svg)\n", o.indicators); return 1; }
+    }
     if (o.cuda && o.indicators) {
         fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
         return 1;
@@ -1384,7 +1424,25 @@ static int cmd_eval(int argc, char **argv) {
         for (l = 0; l < m.cfg.n_layers; l++) if (m.skip_attn >> l & 1) printf(" %d (%s)", l, mhe_attn_kind_name(m.layers[E + l].attn.kind));
         printf("\n");
     }
+    /* the default window shrinks to the model's; a window asked for is refused when it does not fit */
+    if (o.tc.seq_len > m.cfg.max_seq_len && o.tc_given[train_field_index("seq_len")]) {
+        fprintf(stderr, "mhe: --seq_len %d exceeds the model's max_seq_len %d\n", o.tc.seq_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+    if (o.tc_given[train_field_index("src_len")] && (m.cfg.arch != MHE_ARCH_ENCDEC || o.tc.src_len > m.cfg.max_seq_len)) {
+        if (m.cfg.arch != MHE_ARCH_ENCDEC) fprintf(stderr, "mhe: --src_len is the source window of an encoder-decoder model; this one has arch=%s\n",
+                                                   m.cfg.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder");
+        else fprintf(stderr, "mhe: --src_len %d exceeds the model's max_seq_len %d\n", o.tc.src_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (o.indicators && given(&o, "map-len") && o.map_len > o.tc.seq_len) {
+        fprintf(stderr, "mhe: --map-len %ld exceeds the evaluated window seq_len %d\n", o.map_len, o.tc.seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.task && (strcmp(o.task, "cls") == 0 || strcmp(o.task, "sr") == 0)) {
         mhe_text_set set;
         mhe_cls_metrics r;
@@ -1555,6 +1613,11 @@ static int cmd_generate(int argc, char **argv) {
     if (m.cfg.embedding != MHE_EMB_VOCAB || m.cfg.token_head != MHE_HEAD_LM) {
         fprintf(stderr, "mhe: nothing to generate: %s\n", m.cfg.embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax (embedding=hash-*)"
                                                                                         : "the model has the S+R head, not an LM head");
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (m.cfg.arch != MHE_ARCH_ENCDEC && o.source) {
+        fprintf(stderr, "mhe: --source is what an encoder-decoder model encodes; this model is a decoder (give --prompt)\n");
         mhe_model_free(&m);
         return 1;
     }
@@ -1933,9 +1996,25 @@ static int cmd_export(int argc, char **argv) {
     if (!c_identifier(name)) { fprintf(stderr, "mhe: export: --name '%s' is not a C identifier (or is a keyword or reserved)\n", name); return 1; }
     if (given(&o, "n") && given(&o, "max_len")) { fprintf(stderr, "mhe: export: --n is --max_len: give one\n"); return 2; }
     if (given(&o, "group") && !o.quant_s) { fprintf(stderr, "mhe: export: --group sets the scales of --quant q8\n"); return 2; }
+    if (o.name && !(strrchr(o.out, '.') && strcmp(strrchr(o.out, '.'), ".h") == 0)) {
+        fprintf(stderr, "mhe: export: --name names the array of a C header (--out FILE.h)\n");
+        return 2;
+    }
     if (!check_output(&o, o.out, 0) || !load_model(o.model, &m)) return 1;
     rc = 1;
+    /* every quantized row gets exactly the group asked for: a group that does not divide
+       a row is refused; the default 32 becomes one scale per row (said) where it does not */
     group = given(&o, "group") ? (int)o.group : 32;
+    if (o.quant_s && mhe_q8_group_check(&m, group) != MHE_OK) {
+        if (given(&o, "group")) {
+            fprintf(stderr, "mhe: export: --group %d: %s; give a divisor of every row width, or 0 for one scale per row\n", group,
+                    m.err + (strncmp(m.err, "q8: ", 4) == 0 ? 4 : 0));
+            mhe_model_free(&m);
+            return 1;
+        }
+        printf("q8: the default group 32 does not divide every row (%s): one scale per row instead\n", m.err + 4);
+        group = 0;
+    }
     max_len = given(&o, "max_len") ? (int)o.max_len : given(&o, "n") ? (int)o.n_tokens : m.cfg.max_seq_len;
     buf = NULL;
     if (o.quant_s) {   /* int8 weights: mhe_q8_checkpoint_write_mem */
