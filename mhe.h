@@ -973,6 +973,11 @@ MHEDEF MHE_NODISCARD mhe_status mhe_model_reserve(mhe_model *m, int B, int T, in
 /* Forward pass of a batch; keeps what the backward needs. With targets (or
    labels) *loss gets the mean cross-entropy over the counted positions. */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *b, float *loss);
+/* After mhe_model_forward_batch: MHE_ERR_NONFINITE with m->err naming the first
+   activation that holds a NaN or infinity, in the order the forward computes
+   them ("layer 2 (attention output) produced inf"); MHE_OK when none does. A
+   non-finite loss already says it; this is for logits without a loss. */
+MHEDEF MHE_NODISCARD mhe_status mhe_model_find_nonfinite(mhe_model *m);
 /* shorthand: tokens[B*T] with per-token targets (may be NULL), no padding */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
 /* shorthand for the encoder classification head: mean-pooled final states
@@ -9991,6 +9996,85 @@ static void mhe__encode(mhe_model *m) {
     a->mem = h;
 }
 
+/* the first of n values that is NaN or infinite, or -1 */
+static int64_t mhe__first_nonfinite(const float *x, int64_t n) {
+    int64_t i;
+    for (i = 0; x && i < n; i++) if (!mhe__is_finite(x[i])) return i;
+    return -1;
+}
+
+/* "what produced inf" when x[0..n) holds a NaN or infinity: 1 and the text in where */
+static int mhe__nonfinite_at(const float *x, int64_t n, char *where, size_t len, const char *fmt, int a, const char *b) {
+    int64_t i = mhe__first_nonfinite(x, n);
+    char what[96];
+    uint32_t bits;
+    if (i < 0) return 0;
+    snprintf(what, sizeof what, fmt, a, b);
+    memcpy(&bits, &x[i], 4);   /* on the bits: -ffast-math folds x != x */
+    snprintf(where, len, "%s produced %s", what, bits & 0x7FFFFF ? "nan" : bits >> 31 ? "-inf" : "inf");
+    return 1;
+}
+
+/* After a forward pass, the first activation that holds a NaN or infinity, in
+   the order the forward computes them: embeddings, each block's norms,
+   sublayer outputs and MLP hidden layer (encoder first), the final norm, the
+   head. Only called once a loss or the logits came out non-finite, so the
+   pass itself checks nothing. */
+static int mhe__nonfinite_where(const mhe_model *m, char *where, size_t len) {
+    const mhe_config *c = &m->cfg;
+    const mhe_acts *a = &m->acts;
+    int E = mhe__n_enc(c), l, k, C = c->d_model, F = mhe_config_d_ff(c);
+    int64_t rows_src = (int64_t)m->last_B * m->last_Ts, rows = (int64_t)m->last_B * m->last_T;
+    static const char *sub_name[3] = { "attention", "cross-attention", "MLP" };
+    if (E && mhe__nonfinite_at(a->src_emb, rows_src * C, where, len, "the encoder's embedding%.0d%s", 0, "")) return 1;
+    if (!E && mhe__nonfinite_at(a->emb, rows * C, where, len, "the embedding%.0d%s", 0, "")) return 1;
+    for (l = 0; l < m->n_total_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        const mhe_layer_acts *la = &a->layer[l];
+        int64_t r = y->encoder ? rows_src : rows;
+        const char *stack = y->encoder ? "encoder layer %d (%s)" : "layer %d (%s)";
+        char piece[64];
+        if (l == E && E) {
+            if (!c->post_norm && mhe__nonfinite_at(a->enc_fin.nrm, rows_src * C, where, len, "the encoder's final norm%.0d%s", 0, "")) return 1;
+            if (mhe__nonfinite_at(a->emb, rows * C, where, len, "the decoder's embedding%.0d%s", 0, "")) return 1;
+        }
+        for (k = 0; k < 3; k++) {
+            const mhe_sub_acts *sa = &la->sub[k];
+            if (k == 1 && y->cross.kind < 0) continue;
+            if (k == 0 && !y->encoder && (m->skip_attn >> y->index & 1)) continue;
+            snprintf(piece, sizeof piece, "norm before the %s", sub_name[k]);
+            if (!c->post_norm && mhe__nonfinite_at(sa->nrm, r * C, where, len, stack, y->index, piece)) return 1;
+            snprintf(piece, sizeof piece, "MLP hidden layer");
+            if (k == 2 && (mhe__nonfinite_at(la->fc1, r * F, where, len, stack, y->index, piece) ||
+                           mhe__nonfinite_at(la->act, r * F, where, len, stack, y->index, "MLP activation"))) return 1;
+            snprintf(piece, sizeof piece, "%s output", sub_name[k]);
+            if (mhe__nonfinite_at(sa->sum, r * C, where, len, stack, y->index, piece)) return 1;
+            snprintf(piece, sizeof piece, "norm after the %s", sub_name[k]);
+            if (c->post_norm && mhe__nonfinite_at(sa->nrm, r * C, where, len, stack, y->index, piece)) return 1;
+        }
+    }
+    if (!c->post_norm && mhe__nonfinite_at(a->fin.nrm, rows * C, where, len, "the final norm%.0d%s", 0, "")) return 1;
+    if (m->last_cls)
+        return mhe__nonfinite_at(a->pooled, (int64_t)m->last_B * C, where, len, "the pooled sequence%.0d%s", 0, "") ||
+               mhe__nonfinite_at(a->cls_logits, (int64_t)m->last_B * c->n_classes, where, len, "the classification head%.0d%s", 0, "");
+    return mhe__nonfinite_at(a->logits, rows * (c->token_head == MHE_HEAD_SR ? MHE_SR_CLASSES : c->vocab_size), where, len,
+                             "the output head (logits)%.0d%s", 0, "");
+}
+
+MHEDEF mhe_status mhe_model_find_nonfinite(mhe_model *m) {
+    char where[200];
+    if (!m || !m->param_data) return MHE_ERR_ARG;
+    if (!mhe__nonfinite_where(m, where, sizeof where)) return MHE_OK;
+    return mhe__fail(m->err, MHE_ERR_NONFINITE, "%s", where);
+}
+
+/* a non-finite loss, with the first activation that went non-finite */
+static mhe_status mhe__loss_nonfinite(mhe_model *m, float loss) {
+    char where[200];
+    if (mhe__nonfinite_where(m, where, sizeof where)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g: %s", (double)loss, where);
+    return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)loss);
+}
+
 static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
     const mhe_config *c;
     mhe_acts *a;
@@ -10057,7 +10141,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
         return MHE_OK;
     }
     {
@@ -10071,7 +10155,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
     }
     return MHE_OK;
 }
@@ -13588,6 +13672,12 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     }
     mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), NULL, 1, C, cfg->vocab_size);
     c->len++;
+    {   /* V values beside the head's V x C products: sampling from NaN would give token 0 */
+        int64_t bad = mhe__first_nonfinite(d.logits, cfg->vocab_size);
+        if (bad >= 0)
+            return mhe__fail(m->err, MHE_ERR_NONFINITE, "decoding position %d: logit %lld is %g (a forward pass over the tokens so far "
+                             "finds the layer: mhe_model_find_nonfinite)", pos, (long long)bad, (double)d.logits[bad]);
+    }
     return MHE_OK;
 }
 

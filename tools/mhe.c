@@ -1490,6 +1490,12 @@ static int cmd_eval(int argc, char **argv) {
                       : mhe_cuda_evaluate(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.batches, &loss);
         if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
         mhe_cuda_model_free(&g);
+        if (es == MHE_ERR_NONFINITE) {   /* the host's forward over the same windows names the first layer */
+            float l2;
+            mhe_status hs = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &l2, &scored)
+                                     : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &l2);
+            if (hs == MHE_OK) snprintf(m.err, MHE_ERR_LEN, "%s (on the device; the CPU's loss over the same windows is finite, %g)", g.err, l2);
+        }
     } else
 #endif
     es = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
@@ -1536,31 +1542,61 @@ typedef struct { mhe_model *m; mhe_kv_cache *kv; } cpu_feed;
 static const float *feed_cpu(void *ctx, const int *tokens, int n) {
     cpu_feed *f = (cpu_feed *)ctx;
     int i;
-    for (i = 0; i < n; i++)
-        if (mhe_decode_step(f->m, f->kv, tokens[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    for (i = 0; i < n; i++) {
+        mhe_status s = mhe_decode_step(f->m, f->kv, tokens[i]);
+        if (s == MHE_ERR_NONFINITE) return f->kv->logits;   /* sample_text names the layer */
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    }
     return f->kv->logits;
 }
 
+/* logits that are not all finite: a forward pass over the n tokens so far (and
+   the source) finds the first layer that went non-finite; the message says it */
+static void report_nonfinite(mhe_model *m, const int *tok, int n, const char *source) {
+    mhe_batch bt;
+    int *src = NULL, ns = source ? (int)strlen(source) : 0, i;
+    memset(&bt, 0, sizeof bt);
+    bt.B = 1; bt.T = n; bt.tokens = tok;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC && ns > 0 && (src = (int *)malloc((size_t)ns * sizeof(int))) != NULL) {
+        for (i = 0; i < ns; i++) src[i] = (unsigned char)source[i];
+        bt.Ts = ns; bt.src = src;
+    }
+    if (mhe_model_forward_batch(m, &bt, NULL) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite (%s); nothing written\n", n, m->err);
+    else if (mhe_model_find_nonfinite(m) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite: %s; nothing written\n", n, m->err);
+    else fprintf(stderr, "mhe: the logits after %d tokens are not finite (the batched forward's are: the decoding path overflowed); nothing written\n", n);
+    free(src);
+}
+
+static int all_finite(const float *x, int n) {
+    int i;
+    for (i = 0; i < n; i++) if (!arg_finite(x[i])) return 0;
+    return 1;
+}
+
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
-   are the host's whichever side computes the logits. Returns the exit status. */
-static int sample_text(const opts *o, int V, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
-    int *ptok = (int *)malloc(plen * sizeof(int)), tok, at;
+   are the host's whichever side computes the logits. The text is printed once
+   it is complete: logits that are not finite (sampling would read them as
+   token 0) stop the run with nothing printed. Returns the exit status. */
+static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
+    int *tok = (int *)malloc((plen + (size_t)n + 1) * sizeof(int)), at, V = m->cfg.vocab_size;
     const float *logits;
     mhe_rng r;
     size_t i;
-    if (!ptok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
-    for (i = 0; i < plen; i++) ptok[i] = (unsigned char)prompt[i];
+    if (!tok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < plen; i++) tok[i] = (unsigned char)prompt[i];
     mhe_rng_seed(&r, o->tc.seed);
-    fwrite(prompt, 1, plen, stdout);
-    logits = feed(ctx, ptok, (int)plen);
-    free(ptok);
+    logits = feed(ctx, tok, (int)plen);
     for (at = 0; logits && at < n; at++) {
-        tok = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
-        putchar(tok);
-        if (at + 1 < n) logits = feed(ctx, &tok, 1);
+        if (!all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen + at, o->source); free(tok); return 1; }
+        tok[plen + at] = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
+        if (at + 1 < n) logits = feed(ctx, &tok[plen + at], 1);
     }
-    if (!logits) return 1;
+    if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
+    if (!logits) { free(tok); return 1; }
+    fwrite(prompt, 1, plen, stdout);
+    for (at = 0; at < n; at++) putchar(tok[plen + at]);
     putchar('\n');
+    free(tok);
     return 0;
 }
 
@@ -1589,7 +1625,7 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     f.g = &g; f.kv = &kv;
     f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
-    else rc = sample_text(o, m->cfg.vocab_size, prompt, plen, n, feed_cuda, &f);
+    else rc = sample_text(o, m, prompt, plen, n, feed_cuda, &f);
     free(f.logits);
     mhe_cuda_kv_cache_free(&kv);
     mhe_cuda_model_free(&g);
@@ -1660,7 +1696,7 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
     }
     f.m = &m; f.kv = &kv;
-    rc = sample_text(&o, m.cfg.vocab_size, prompt, plen, n, feed_cpu, &f);
+    rc = sample_text(&o, &m, prompt, plen, n, feed_cpu, &f);
 done:
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -1668,6 +1704,20 @@ done:
 }
 
 /* ---- grad --------------------------------------------------------------- */
+
+/* a finite loss can still have a gradient that overflowed: refused (m->err says where), nothing written */
+static int grads_finite(mhe_model *m) {
+    int i;
+    int64_t e;
+    for (i = 0; i < m->n_tensors; i++)
+        for (e = 0; m->params[i].grad && e < m->params[i].size; e++)
+            if (!arg_finite(m->params[i].grad[e])) {
+                snprintf(m->err, MHE_ERR_LEN, "the gradient of %s element %lld is %s; nothing written", m->params[i].name, (long long)e,
+                         m->params[i].grad[e] > 0 ? "inf" : m->params[i].grad[e] < 0 ? "-inf" : "nan");
+                return 0;
+            }
+    return 1;
+}
 
 /* one line of a --tokens file: ids, "." for padding (only at the end), "|" between source and decoder ids */
 typedef struct { int *v; int n, cap, bar; } idline;
@@ -1785,7 +1835,8 @@ static int grad_words(opts *o, mhe_model *m, char *text) {
     memset(&bt, 0, sizeof bt);
     bt.B = rows; bt.T = T; bt.tokens = tk; bt.targets = tg; bt.lengths = lens; bt.words = &f;
     mhe_model_zero_grad(m);
-    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || mhe_grads_save(m, o->out) != MHE_OK) {
+    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || !grads_finite(m) ||
+        mhe_grads_save(m, o->out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m->err);
         goto out;
     }
@@ -1919,7 +1970,8 @@ static int cmd_grad(int argc, char **argv) {
     bt.B = B; bt.T = T; bt.tokens = tok; bt.targets = tgt; bt.lengths = lens;
     if (encdec) { bt.Ts = Ts; bt.src = src; bt.src_lengths = slens; }
     mhe_model_zero_grad(&m);
-    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || mhe_grads_save(&m, o.out) != MHE_OK) {
+    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || !grads_finite(&m) ||
+        mhe_grads_save(&m, o.out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err);
     } else {
         printf("loss %.6f over %d x %d tokens; wrote %s\n", loss, B, T, o.out);
@@ -2102,6 +2154,12 @@ static int cmd_reparam(int argc, char **argv) {
     st = mhe_model_reparam_collab(&dst, &src, &ro, NULL, &converted);
     if (st != MHE_OK) {
         fprintf(stderr, "mhe: %s\nnothing written\n", dst.err);
+        mhe_model_free(&src);
+        return 1;
+    }
+    if (mhe_model_check_finite(&dst) != MHE_OK) {   /* ALS on overflowing products: refused, never saved */
+        fprintf(stderr, "mhe: reparam produced a %s\nnothing written\n", dst.err);
+        mhe_model_free(&dst);
         mhe_model_free(&src);
         return 1;
     }
