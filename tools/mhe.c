@@ -736,9 +736,8 @@ static int resume_settings(opts *o) {
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
             /* a saved setting the trainer cannot take is refused, not replaced by the default */
-            if (val && !o->tc_given[i] && mhe_train_config_set(&o->tc, k, val, err) != MHE_OK) {
-                fprintf(stderr, "mhe: --resume %s: saved train setting %s='%s': %s (give --%s to override it)\n", o->resume, key, val,
-                        err, k);
+            if (val && mhe_train_config_set(o->tc_given[i] ? &tc : &o->tc, k, val, err) != MHE_OK) {
+                fprintf(stderr, "mhe: --resume %s: saved train setting %s='%s': %s\n", o->resume, key, val, err);
                 mhe_st_free(&st);
                 free(buf);
                 return 0;
