@@ -76,8 +76,8 @@ def resume_settings(d, text, ckpt):
 def indicators(d, text, model):
     for prefix in ("", "sub/", d + "/", "./"):
         expect(["eval", "--model", model, "--data", text, "--seq_len", 8, "--batch", 2, "--indicators", prefix], 1,
-               ["--indicators", "needs a file name"], "--indicators %r" % prefix, keep=[model, text],
-               absent=[os.path.join(d, ".csv"), ".csv", ".svg", "_maps.svg"])
+               ["--indicators", "needs a file name"], "--indicators %r" % prefix,
+               keep=[model, text, ".csv", ".svg", "_maps.svg", "sub/.csv"], absent=[os.path.join(d, ".csv"), os.path.join(d, ".svg")])
     pre = os.path.join(d, "ind")
     code, o, e = run("eval", "--model", model, "--data", text, "--seq_len", 8, "--batch", 2, "--indicators", pre)
     check(code == 0 and os.path.exists(pre + ".csv"), "--indicators %s works: %s" % (pre, e))
