@@ -81,7 +81,7 @@ static void embedded(const char *extra, int max_len, int flags) {
         tc.seq_len = 4; tc.batch = 1;
         CHECK(mhe_trainer_init(&tr, &m, &tc) == MHE_ERR_ARG, "an inference-only model refuses a trainer: %s", tr.err);
         if (c.arch != MHE_ARCH_ENCDEC) {
-            OK(mhe_model_forward(&m, tok, tok, 1, 4, NULL));
+            test_ignore(mhe_model_forward(&m, tok, tok, 1, 4, NULL));   /* may be refused too: the backward is what must be */
             CHECK(mhe_model_backward(&m) == MHE_ERR_ARG, "and a backward pass: %s", m.err);
         }
     }
