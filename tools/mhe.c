@@ -476,6 +476,10 @@ static int parse_opts(const command_spec *c, int argc, char **argv, opts *o) {
     o->words = o->words_s && o->words_s[0] == '1';
     o->tf32 = o->tf32_s && o->tf32_s[0] == '1';
     o->cuda = o->device && strcmp(o->device, "cuda") == 0;
+    if (o->tf32_s && !o->cuda) { fprintf(stderr, "mhe: --tf32 sets the GPU's GEMMs: give it with --device cuda\n"); return -1; }
+#ifndef _OPENMP
+    if (o->threads > 1) { fprintf(stderr, "mhe: --threads %ld: this mhe was built without OpenMP (one thread)\n", o->threads); return 0; }
+#endif
 #ifndef MHE_CUDA
     if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
 #endif
@@ -720,7 +724,16 @@ static int cmd_init(int argc, char **argv) {
     mhe_model m;
     mhe_status s;
     int rc;
-    if (!command_opts("init", argc, argv, &o, &rc) || !check_output(&o, o.out, 0)) return rc;
+    if (!command_opts("init", argc, argv, &o, &rc)) return rc;
+    if (o.words && o.cfg.embedding != MHE_EMB_VOCAB) {
+        fprintf(stderr, "mhe: init: --words 1 gives embedding=vocab a word vocabulary; a hash embedding takes words already\n");
+        return 2;
+    }
+    if (o.data && !(o.cfg.embedding == MHE_EMB_VOCAB ? o.words : o.cfg.hash == MHE_WORD_HASH_LSH && o.cfg.lsh_features)) {
+        fprintf(stderr, "mhe: init: --data is read only for a word vocabulary (--words 1) or an LSH n-gram table (hash=lsh, lsh_features=table)\n");
+        return 2;
+    }
+    if (!check_output(&o, o.out, 0)) return 1;
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
     if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
@@ -795,7 +808,12 @@ static int resume_settings(opts *o) {
     char v[64];
     int i;
     if (mhe_read_file(o->resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-    if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+    if (mhe_st_parse(&st, buf, size, NULL) != MHE_OK) {   /* it loaded a moment ago: changed since */
+        fprintf(stderr, "mhe: --resume %s: %s\n", o->resume, st.err);
+        free(buf);
+        return 0;
+    }
+    {
         if (!mhe_st_meta(&st, "step")) {
             fprintf(stderr, "mhe: --resume %s: a weights-only file (no optimizer state, step or RNG); to train these weights further, "
                             "give --model %s\n", o->resume, o->resume);
@@ -808,9 +826,10 @@ static int resume_settings(opts *o) {
             const char *val;
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
-            /* a flag given now overrides a saved setting, but a corrupt one is refused all the same */
+            /* a flag given now overrides a saved setting, but a corrupt one is refused all the same,
+               never replaced by the default */
             if (val && mhe_train_config_set(o->tc_given[i] ? &tc : &o->tc, k, val, err) != MHE_OK) {
-                fprintf(stderr, "mhe: --resume %s: the saved setting %s: %s\n", o->resume, key, err);
+                fprintf(stderr, "mhe: --resume %s: saved train setting %s='%s': %s\n", o->resume, key, val, err);
                 mhe_st_free(&st);
                 free(buf);
                 return 0;
@@ -1555,6 +1574,21 @@ static int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "mhe: --device cuda evaluates --task lm and sr only\n");
         return 1;
     }
+    {   /* flags the chosen task would ignore */
+        int lm = !o.task || strcmp(o.task, "lm") == 0;
+        const char *unused = !lm && o.indicators ? "--indicators" : !lm && given(&o, "stride") ? "--stride"
+                           : given(&o, "map-len") && !o.indicators ? "--map-len" : o.tc_given[train_field_index("sr_prob")] && !(o.task && strcmp(o.task, "sr") == 0) ? "--sr_prob" : NULL;
+        if (unused) {
+            fprintf(stderr, "mhe: eval: %s is not used %s\n", unused, strcmp(unused, "--map-len") == 0 ? "without --indicators"
+                                                                : strcmp(unused, "--sr_prob") == 0 ? "without --task sr" : "with --task cls or sr (a decoder LM's text only)");
+            return 2;
+        }
+    }
+    if (o.indicators) {   /* PREFIX.csv beside nothing: a hidden .csv in a directory */
+        const char *base = strrchr(o.indicators, '/');
+        base = base ? base + 1 : o.indicators;
+        if (!*base) { fprintf(stderr, "mhe: --indicators '%s': the prefix needs a file name (PREFIX.csv, PREFIX.svg)\n", o.indicators); return 1; }
+    }
     if (o.cuda && o.indicators) {
         fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
         return 1;
@@ -1574,7 +1608,25 @@ static int cmd_eval(int argc, char **argv) {
         for (l = 0; l < m.cfg.n_layers; l++) if (m.skip_attn >> l & 1) printf(" %d (%s)", l, mhe_attn_kind_name(m.layers[E + l].attn.kind));
         printf("\n");
     }
+    /* the default window shrinks to the model's; a window asked for is refused when it does not fit */
+    if (o.tc.seq_len > m.cfg.max_seq_len && o.tc_given[train_field_index("seq_len")]) {
+        fprintf(stderr, "mhe: --seq_len %d exceeds the model's max_seq_len %d\n", o.tc.seq_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+    if (o.tc_given[train_field_index("src_len")] && (m.cfg.arch != MHE_ARCH_ENCDEC || o.tc.src_len > m.cfg.max_seq_len)) {
+        if (m.cfg.arch != MHE_ARCH_ENCDEC) fprintf(stderr, "mhe: --src_len is the source window of an encoder-decoder model; this one has arch=%s\n",
+                                                   m.cfg.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder");
+        else fprintf(stderr, "mhe: --src_len %d exceeds the model's max_seq_len %d\n", o.tc.src_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (o.indicators && given(&o, "map-len") && o.map_len > o.tc.seq_len) {
+        fprintf(stderr, "mhe: --map-len %ld exceeds the evaluated window seq_len %d\n", o.map_len, o.tc.seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.task && (strcmp(o.task, "cls") == 0 || strcmp(o.task, "sr") == 0)) {
         mhe_text_set set;
         mhe_cls_metrics r;
@@ -1633,6 +1685,12 @@ static int cmd_eval(int argc, char **argv) {
                       : mhe_cuda_evaluate_s2s(&g, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
         if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
         mhe_cuda_model_free(&g);
+        if (es == MHE_ERR_NONFINITE) {   /* the host's forward over the same windows names the first layer */
+            float l2;
+            mhe_status hs = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &l2, &scored)
+                                     : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &l2);
+            if (hs == MHE_OK) snprintf(m.err, MHE_ERR_LEN, "%s (on the device; the CPU's loss over the same windows is finite, %g)", g.err, l2);
+        }
     } else
 #endif
     es = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
@@ -1679,31 +1737,61 @@ typedef struct { mhe_model *m; mhe_kv_cache *kv; } cpu_feed;
 static const float *feed_cpu(void *ctx, const int *tokens, int n) {
     cpu_feed *f = (cpu_feed *)ctx;
     int i;
-    for (i = 0; i < n; i++)
-        if (mhe_decode_step(f->m, f->kv, tokens[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    for (i = 0; i < n; i++) {
+        mhe_status s = mhe_decode_step(f->m, f->kv, tokens[i]);
+        if (s == MHE_ERR_NONFINITE) return f->kv->logits;   /* sample_text names the layer */
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    }
     return f->kv->logits;
 }
 
+/* logits that are not all finite: a forward pass over the n tokens so far (and
+   the source) finds the first layer that went non-finite; the message says it */
+static void report_nonfinite(mhe_model *m, const int *tok, int n, const char *source) {
+    mhe_batch bt;
+    int *src = NULL, ns = source ? (int)strlen(source) : 0, i;
+    memset(&bt, 0, sizeof bt);
+    bt.B = 1; bt.T = n; bt.tokens = tok;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC && ns > 0 && (src = (int *)malloc((size_t)ns * sizeof(int))) != NULL) {
+        for (i = 0; i < ns; i++) src[i] = (unsigned char)source[i];
+        bt.Ts = ns; bt.src = src;
+    }
+    if (mhe_model_forward_batch(m, &bt, NULL) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite (%s); nothing written\n", n, m->err);
+    else if (mhe_model_find_nonfinite(m) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite: %s; nothing written\n", n, m->err);
+    else fprintf(stderr, "mhe: the logits after %d tokens are not finite (the batched forward's are: the decoding path overflowed); nothing written\n", n);
+    free(src);
+}
+
+static int all_finite(const float *x, int n) {
+    int i;
+    for (i = 0; i < n; i++) if (!arg_finite(x[i])) return 0;
+    return 1;
+}
+
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
-   are the host's whichever side computes the logits. Returns the exit status. */
-static int sample_text(const opts *o, int V, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
-    int *ptok = (int *)malloc(plen * sizeof(int)), tok, at;
+   are the host's whichever side computes the logits. The text is printed once
+   it is complete: logits that are not finite (sampling would read them as
+   token 0) stop the run with nothing printed. Returns the exit status. */
+static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
+    int *tok = (int *)malloc((plen + (size_t)n + 1) * sizeof(int)), at, V = m->cfg.vocab_size;
     const float *logits;
     mhe_rng r;
     size_t i;
-    if (!ptok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
-    for (i = 0; i < plen; i++) ptok[i] = (unsigned char)prompt[i];
+    if (!tok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < plen; i++) tok[i] = (unsigned char)prompt[i];
     mhe_rng_seed(&r, o->tc.seed);
-    fwrite(prompt, 1, plen, stdout);
-    logits = feed(ctx, ptok, (int)plen);
-    free(ptok);
+    logits = feed(ctx, tok, (int)plen);
     for (at = 0; logits && at < n; at++) {
-        tok = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
-        putchar(tok);
-        if (at + 1 < n) logits = feed(ctx, &tok, 1);
+        if (!all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen + at, o->source); free(tok); return 1; }
+        tok[plen + at] = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
+        if (at + 1 < n) logits = feed(ctx, &tok[plen + at], 1);
     }
-    if (!logits) return 1;
+    if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
+    if (!logits) { free(tok); return 1; }
+    fwrite(prompt, 1, plen, stdout);
+    for (at = 0; at < n; at++) putchar(tok[plen + at]);
     putchar('\n');
+    free(tok);
     return 0;
 }
 
@@ -1748,7 +1836,7 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     f.g = &g; f.kv = &kv;
     f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
-    else rc = sample_text(o, m->cfg.vocab_size, prompt, plen, n, feed_cuda, &f);
+    else rc = sample_text(o, m, prompt, plen, n, feed_cuda, &f);
     free(f.logits);
     mhe_cuda_kv_cache_free(&kv);
     mhe_cuda_model_free(&g);
@@ -1772,6 +1860,11 @@ static int cmd_generate(int argc, char **argv) {
     if (m.cfg.embedding != MHE_EMB_VOCAB || m.cfg.token_head != MHE_HEAD_LM) {
         fprintf(stderr, "mhe: nothing to generate: %s\n", m.cfg.embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax (embedding=hash-*)"
                                                                                         : "the model has the S+R head, not an LM head");
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (m.cfg.arch != MHE_ARCH_ENCDEC && o.source) {
+        fprintf(stderr, "mhe: --source is what an encoder-decoder model encodes; this model is a decoder (give --prompt)\n");
         mhe_model_free(&m);
         return 1;
     }
@@ -1814,7 +1907,7 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
     }
     f.m = &m; f.kv = &kv;
-    rc = sample_text(&o, m.cfg.vocab_size, prompt, plen, n, feed_cpu, &f);
+    rc = sample_text(&o, &m, prompt, plen, n, feed_cpu, &f);
 done:
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -1822,6 +1915,20 @@ done:
 }
 
 /* ---- grad --------------------------------------------------------------- */
+
+/* a finite loss can still have a gradient that overflowed: refused (m->err says where), nothing written */
+static int grads_finite(mhe_model *m) {
+    int i;
+    int64_t e;
+    for (i = 0; i < m->n_tensors; i++)
+        for (e = 0; m->params[i].grad && e < m->params[i].size; e++)
+            if (!arg_finite(m->params[i].grad[e])) {
+                snprintf(m->err, MHE_ERR_LEN, "the gradient of %s element %lld is %s; nothing written", m->params[i].name, (long long)e,
+                         m->params[i].grad[e] > 0 ? "inf" : m->params[i].grad[e] < 0 ? "-inf" : "nan");
+                return 0;
+            }
+    return 1;
+}
 
 /* one line of a --tokens file: ids, "." for padding (only at the end), "|" between source and decoder ids */
 typedef struct { int *v; int n, cap, bar; } idline;
@@ -1939,7 +2046,8 @@ static int grad_words(opts *o, mhe_model *m, char *text) {
     memset(&bt, 0, sizeof bt);
     bt.B = rows; bt.T = T; bt.tokens = tk; bt.targets = tg; bt.lengths = lens; bt.words = &f;
     mhe_model_zero_grad(m);
-    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || mhe_grads_save(m, o->out) != MHE_OK) {
+    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || !grads_finite(m) ||
+        mhe_grads_save(m, o->out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m->err);
         goto out;
     }
@@ -2073,7 +2181,8 @@ static int cmd_grad(int argc, char **argv) {
     bt.B = B; bt.T = T; bt.tokens = tok; bt.targets = tgt; bt.lengths = lens;
     if (encdec) { bt.Ts = Ts; bt.src = src; bt.src_lengths = slens; }
     mhe_model_zero_grad(&m);
-    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || mhe_grads_save(&m, o.out) != MHE_OK) {
+    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || !grads_finite(&m) ||
+        mhe_grads_save(&m, o.out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err);
     } else {
         printf("loss %.6f over %d x %d tokens; wrote %s\n", loss, B, T, o.out);
@@ -2150,9 +2259,25 @@ static int cmd_export(int argc, char **argv) {
     if (!c_identifier(name)) { fprintf(stderr, "mhe: export: --name '%s' is not a C identifier (or is a keyword or reserved)\n", name); return 1; }
     if (given(&o, "n") && given(&o, "max_len")) { fprintf(stderr, "mhe: export: --n is --max_len: give one\n"); return 2; }
     if (given(&o, "group") && !o.quant_s) { fprintf(stderr, "mhe: export: --group sets the scales of --quant q8\n"); return 2; }
+    if (o.name && !(strrchr(o.out, '.') && strcmp(strrchr(o.out, '.'), ".h") == 0)) {
+        fprintf(stderr, "mhe: export: --name names the array of a C header (--out FILE.h)\n");
+        return 2;
+    }
     if (!check_output(&o, o.out, 0) || !load_model(o.model, &m)) return 1;
     rc = 1;
+    /* every quantized row gets exactly the group asked for: a group that does not divide
+       a row is refused; the default 32 becomes one scale per row (said) where it does not */
     group = given(&o, "group") ? (int)o.group : 32;
+    if (o.quant_s && mhe_q8_group_check(&m, group) != MHE_OK) {
+        if (given(&o, "group")) {
+            fprintf(stderr, "mhe: export: --group %d: %s; give a divisor of every row width, or 0 for one scale per row\n", group,
+                    m.err + (strncmp(m.err, "q8: ", 4) == 0 ? 4 : 0));
+            mhe_model_free(&m);
+            return 1;
+        }
+        printf("q8: the default group 32 does not divide every row (%s): one scale per row instead\n", m.err + 4);
+        group = 0;
+    }
     max_len = given(&o, "max_len") ? (int)o.max_len : given(&o, "n") ? (int)o.n_tokens : m.cfg.max_seq_len;
     buf = NULL;
     if (o.quant_s) {   /* int8 weights: mhe_q8_checkpoint_write_mem */
@@ -2240,6 +2365,12 @@ static int cmd_reparam(int argc, char **argv) {
     st = mhe_model_reparam_collab(&dst, &src, &ro, NULL, &converted);
     if (st != MHE_OK) {
         fprintf(stderr, "mhe: %s\nnothing written\n", dst.err);
+        mhe_model_free(&src);
+        return 1;
+    }
+    if (mhe_model_check_finite(&dst) != MHE_OK) {   /* ALS on overflowing products: refused, never saved */
+        fprintf(stderr, "mhe: reparam produced a %s\nnothing written\n", dst.err);
+        mhe_model_free(&dst);
         mhe_model_free(&src);
         return 1;
     }

@@ -129,6 +129,7 @@ takes ~15 s a training step here: lockstep runs use small models.
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -183,6 +184,120 @@ SR_CLASSES = 3              # Shuffle+Random: original, shuffled, random
 
 class CheckpointError(ValueError):
     """A checkpoint the twin cannot take: says which key, kind, tensor or shape is wrong."""
+
+
+# --------------------------------------------------------------------------
+# config rules: the ranges come from mhe.h's own field tables (mhe__config_fields,
+# mhe__train_fields), read from the header beside tools/, so both refuse the same values
+# --------------------------------------------------------------------------
+
+def _read_field_tables(path=None):
+    """{'config'|'train': {key: (type, lo, hi, enum names)}} parsed from mhe.h's tables; None
+    when the header is not beside tools/ (the twin copied elsewhere: cross-field rules only)"""
+    import re
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mhe.h")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    consts = {k: float(v) for k, v in re.findall(r"#define (MHE_[A-Z0-9_]+) (\d+)\b", text)}
+
+    def num(x):
+        x = x.strip()
+        m = re.fullmatch(r"([A-Z0-9_]+)\s*-\s*(\d+)", x)
+        if m and m.group(1) in consts:
+            return consts[m.group(1)] - float(m.group(2))
+        return consts[x] if x in consts else float(x)
+    out = {}
+    for table, name in (("config", "mhe__config_fields"), ("train", "mhe__train_fields")):
+        body = text.split("static const mhe__field %s[] = {" % name, 1)[1].split("\n};", 1)[0]
+        rows = {}
+        for m in re.finditer(r'\{ "([a-z_0-9]+)", MHE__F_([A-Z0-9]+), MHE__[CT]F\([a-z_0-9]+\), ([^,]+), ([^,]+), ("[^"]*"|0)', body):
+            key, typ, lo, hi, names = m.groups()
+            rows[key] = (typ, num(lo), num(hi), names.strip('"').split("|") if names != "0" else None)
+        out[table] = rows
+    return out
+
+
+_FIELD_TABLES = _read_field_tables()
+_MAX_D_HEAD, _MAX_LAYERS = 256, 64
+
+
+def _check_value(table, key, value):
+    """one field's text as mhe's checked parser takes it; ValueError names the field"""
+    rule = (_FIELD_TABLES or {}).get(table, {}).get(key)
+    if rule is None:
+        return
+    typ, lo, hi, names = rule
+    v = str(value).strip()
+    if typ == "INT":
+        if not re.fullmatch(r"[-+]?[0-9]+", v):
+            raise ValueError("%s field '%s': '%s' is not an integer" % (table, key, v))
+        x = int(v, 10)
+        if not lo <= x <= hi:
+            raise ValueError("%s field '%s': %d is out of range [%.0f, %.0f]" % (table, key, x, lo, hi))
+    elif typ == "U64":
+        if not v.isdigit() or int(v) >= 1 << 64:
+            raise ValueError("%s field '%s': '%s' is not an unsigned 64-bit integer" % (table, key, v))
+    elif typ == "FLOAT":
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError("%s field '%s': '%s' is not a number" % (table, key, v))
+        with np.errstate(over="ignore"):
+            xf = float(np.float32(x))
+        if not (math.isfinite(x) and float(np.float32(lo)) <= xf <= float(np.float32(hi))):
+            raise ValueError("%s field '%s': %s is out of range [%g, %g]" % (table, key, v, lo, hi))
+    elif typ == "ENUM" and v not in names:
+        raise ValueError("%s field '%s': '%s' is not one of %s" % (table, key, v, "|".join(names)))
+
+
+def validate_train(train):
+    """train fields (strings) as mhe_train_config_set takes them; ValueError names the first bad one"""
+    for k, v in train.items():
+        if k not in dict(TRAIN_DEFAULTS):
+            raise ValueError("unknown train field '%s'" % k)
+        _check_value("train", k, v)
+
+
+def validate_config(cfg):
+    """a model config (strings) as mhe_config_validate judges it: every field in its table range,
+    then the rules between fields. ValueError (one line) names the first field that is wrong."""
+    for k, v in cfg.items():
+        if k not in dict(CONFIG_DEFAULTS):
+            raise ValueError("unknown model field '%s'" % k)
+        _check_value("config", k, v)
+    raw = dict(CONFIG_DEFAULTS)
+    raw.update({k: str(v) for k, v in cfg.items()})
+    C, n, dh0 = int(raw["d_model"]), int(raw["n_heads"]), int(raw["d_head"])
+    if dh0 == 0 and C % n:
+        raise ValueError("d_model %d is not divisible by n_heads %d (set d_head explicitly)" % (C, n))
+    dh = dh0 or C // n
+    if not 1 <= dh <= _MAX_D_HEAD:
+        raise ValueError("head size %d is out of range [1, %d]" % (dh, _MAX_D_HEAD))
+    L, E, arch = int(raw["n_layers"]), int(raw["enc_layers"]), raw["arch"]
+    if arch == "encdec":
+        if E < 1:
+            raise ValueError("arch=encdec needs enc_layers >= 1 (encoder blocks)")
+        if E + L > _MAX_LAYERS:
+            raise ValueError("enc_layers %d + n_layers %d exceed %d blocks" % (E, L, _MAX_LAYERS))
+    elif E:
+        raise ValueError("enc_layers %d: only arch=encdec has an encoder stack" % E)
+    V = int(raw["vocab_size"])
+    if int(raw["mask_token"]) >= V:
+        raise ValueError("mask_token %s is outside the vocabulary [0, %d)" % (raw["mask_token"], V))
+    if int(raw["admin"]) and raw["norm_position"] != "post":
+        raise ValueError("admin=1 scales the residual of post-norm blocks: it needs norm_position=post")
+    if int(raw["n_classes"]) > 0 and arch != "encoder":
+        raise ValueError("n_classes %s: the classification head needs arch=encoder" % raw["n_classes"])
+    if n * dh > 1048576 or V * C > 2 ** 31 - 1 or int(raw["max_seq_len"]) * C > 2 ** 31 - 1 or \
+            (int(raw["d_ff"]) or 4 * C) * C > 2 ** 31 - 1:
+        raise ValueError("model too large: a tensor would exceed 2^31 elements")
+    try:
+        resolve_config(raw)     # the kinds, KIND@LAYOUT and the kinds' own geometry
+    except CheckpointError as e:
+        raise ValueError(str(e))
 
 
 # --------------------------------------------------------------------------
@@ -1883,6 +1998,11 @@ def _cmd_train_own(a):
         else:
             raise CheckpointError("--set %s: not a model or train field" % k)
     train.setdefault("seed", str(a.seed))
+    try:
+        validate_train(train)
+        validate_config(cfg)
+    except ValueError as e:
+        raise CheckpointError(str(e))
     corpus = read_corpus(a.data)
     import time
     t0 = time.time()
@@ -2053,6 +2173,12 @@ def _train_model(a):
     for k, v in (("steps", a.steps), ("save_every", a.save_every)):
         if v is not None:
             train[k] = str(v)
+    try:                    # mhe's rules, before any file is read or step taken
+        validate_train(train)
+        if cfg:
+            validate_config(cfg)
+    except ValueError as e:
+        raise TrainError(str(e))
     if a.resume and a.model:
         raise TrainError("give --model or --resume, not both")
     src = a.resume or a.model
