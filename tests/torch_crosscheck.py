@@ -1396,7 +1396,9 @@ def check_word_config(c, tool, workdir, seed, res, verbose):
             f.write("%s=%s\n" % (key, cfg[key]))
         for key in sorted(set(cfg) - set(SPEC_KEYS)):
             f.write("%s=%s\n" % (key, cfg[key]))
-    extra = ["--data", corpus] + (["--words", "1"] if emb == "vocab" else [])
+    # mhe init reads --data only for a word vocabulary or an LSH n-gram table (and refuses it otherwise)
+    reads_data = emb == "vocab" or (r.get("hash") == "lsh" and r.get("lsh_features") == "table")
+    extra = (["--data", corpus] if reads_data else []) + (["--words", "1"] if emb == "vocab" else [])
     if not run_tool(tool, ["init", "--config", cfg_path, "--seed", str(seed), "--out", model_path] + extra,
                     res, name + ": init"):
         return
