@@ -125,12 +125,23 @@ $(B)/syntax/%.ok: %.c $(DEPS) $(wildcard tests/*.h tests/fuzz/*.h) $(B)/tiny_lm_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -I$(B) -DNUM_SUFFIX=_std $(filter -D%,$(BLASFLAGS)) -fsyntax-only $< && touch $@
 
-# the header as C++, included twice, and with MHE_STATIC; no warnings allowed
+# the header as C++, included twice, and with MHE_STATIC; no warnings allowed;
+# each subset switch (and their union) computes what the full library does
+SUBSETS = MHE_NO_TRAIN
 check-build:
 	@mkdir -p $(B)
 	$(CXX) -std=c++11 -O1 -Wall -Wextra -Werror -I. -o $(B)/build_cpp tests/build_cpp.cpp -lm && ./$(B)/build_cpp
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -I. -o $(B)/build_static tests/build_static.c -lm && ./$(B)/build_static
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_TRAIN -DMHE_NO_STDIO -I. -c -o $(B)/build_notrain_static.o tests/build_static.c
+	@mkdir -p $(B)/subset
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -I. -o $(B)/subset/full tests/build_subset.c -lm
+	./$(B)/subset/full write $(B)/subset && ./$(B)/subset/full check $(B)/subset
+	@for d in $(SUBSETS); do \
+	    echo "$(CC) ... -D$$d tests/build_subset.c"; \
+	    $(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror $$(echo $$d | sed 's/^/-D/; s/,/ -D/g') -I. \
+	        -o $(B)/subset/$$d tests/build_subset.c -lm && ./$(B)/subset/$$d check $(B)/subset || exit 1; \
+	done
 	@echo "check-build: ok"
 
 # ---- portability builds (CI installs the compilers; see docs/testing.md)
