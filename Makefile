@@ -186,12 +186,12 @@ build/win/tests/test_%_openmp.exe: tests/test_%.c tests/test.h $(DEPS)
 	$(MINGW_CC) $(WIN_FLAGS) -fopenmp -o $@ $< -lm
 
 # Cortex-M4 bare metal (arm-none-eabi-gcc, newlib, nosys): compile and link
-# examples/embedded.c (inference from a static buffer); prints the image size
-# and the largest stack frames; nothing runs
+# examples/embedded.c (inference from a static buffer, so MHE_NO_TRAIN); prints
+# the image size and the largest stack frames; nothing runs
 M4_FLAGS = -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16
 build-cortex-m4: $(B)/tiny_lm_model.h
 	@mkdir -p build/m4
-	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
+	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -DMHE_NO_TRAIN -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
 	    -ffunction-sections -fdata-sections -fstack-usage -I. -I$(B) -c -o build/m4/embedded.o examples/embedded.c
 	arm-none-eabi-gcc $(M4_FLAGS) --specs=nosys.specs -Wl,--gc-sections -o build/m4/embedded.elf build/m4/embedded.o -lm
 	arm-none-eabi-size build/m4/embedded.elf
@@ -202,7 +202,7 @@ build-cortex-m4: $(B)/tiny_lm_model.h
 # (semihosting for output and exit), greedy decoding; tests/test_cortex_m4.sh runs
 # it under qemu-system-arm and compares its tokens with the x86 build's
 M4_RUN_FLAGS = $(M4_FLAGS) -std=c99 -Wall -Wextra -pedantic -Werror -Os -ffunction-sections -fdata-sections \
-               -DMHE_NO_STDIO $(M4_TEST_DEFS)
+               -DMHE_NO_STDIO -DMHE_NO_TRAIN $(M4_TEST_DEFS)
 # greedy, and a prompt from the validation text whose per-byte argmax is compared too
 M4_TEST_DEFS = -DEMBEDDED_TEMPERATURE=0 -DEMBEDDED_PREDICTIONS '-DEMBEDDED_PROMPT="Paul, a servant of Jesus Christ, called to be "'
 $(B)/q8/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe

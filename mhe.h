@@ -34,6 +34,15 @@
      MHE_ASSERT(x)         internal invariants only (never user input); default assert()
      MHE_NO_STDIO          drop everything that touches files or prints
      MHE_NO_SIMD           use the portable scalar GEMM micro-kernel only
+     MHE_NO_TRAIN          inference only: drop the backward passes (every
+                           *_bwd, mhe_model_backward, mhe_model_zero_grad),
+                           AdamW and clipping, the trainer (mhe_trainer_init,
+                           _step*, _load*), mhe_grads_save and the gradient
+                           buffers (a model never allocates them). Forward,
+                           evaluation, decoding, loading and q8 stay, and give
+                           the full build's bits; mhe_trainer remains a type
+                           only, and the checkpoint writers refuse a trainer
+                           (MHE_ERR_ARG). Not with MHE_CUDA
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
                            AddressSanitizer sees every overrun (their alignment
                            is then malloc's, not 64 bytes)
