@@ -126,8 +126,8 @@ $(B)/syntax/%.ok: %.c $(DEPS) $(wildcard tests/*.h tests/fuzz/*.h) $(B)/tiny_lm_
 	$(CC) $(ALLFLAGS) -I$(B) -DNUM_SUFFIX=_std $(filter -D%,$(BLASFLAGS)) -fsyntax-only $< && touch $@
 
 # the header as C++, included twice, and with MHE_STATIC; no warnings allowed;
-# each subset switch (and their union) computes what the full library does
-SUBSETS = MHE_NO_TRAIN
+# each subset build (comma-separated switches) computes what the full library does
+SUBSETS = MHE_NO_TRAIN MHE_NO_TRAIN,MHE_NO_STDIO
 check-build:
 	@mkdir -p $(B)
 	$(CXX) -std=c++11 -O1 -Wall -Wextra -Werror -I. -o $(B)/build_cpp tests/build_cpp.cpp -lm && ./$(B)/build_cpp
