@@ -125,12 +125,23 @@ $(B)/syntax/%.ok: %.c $(DEPS) $(wildcard tests/*.h tests/fuzz/*.h) $(B)/tiny_lm_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -I$(B) -DNUM_SUFFIX=_std $(filter -D%,$(BLASFLAGS)) -fsyntax-only $< && touch $@
 
-# the header as C++, included twice, and with MHE_STATIC; no warnings allowed
+# the header as C++, included twice, and with MHE_STATIC; no warnings allowed;
+# each subset build (comma-separated switches) computes what the full library does
+SUBSETS = MHE_NO_TRAIN MHE_NO_TRAIN,MHE_NO_STDIO
 check-build:
 	@mkdir -p $(B)
 	$(CXX) -std=c++11 -O1 -Wall -Wextra -Werror -I. -o $(B)/build_cpp tests/build_cpp.cpp -lm && ./$(B)/build_cpp
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -I. -o $(B)/build_static tests/build_static.c -lm && ./$(B)/build_static
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_TRAIN -DMHE_NO_STDIO -I. -c -o $(B)/build_notrain_static.o tests/build_static.c
+	@mkdir -p $(B)/subset
+	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -I. -o $(B)/subset/full tests/build_subset.c -lm
+	./$(B)/subset/full write $(B)/subset && ./$(B)/subset/full check $(B)/subset
+	@for d in $(SUBSETS); do \
+	    echo "$(CC) ... -D$$d tests/build_subset.c"; \
+	    $(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror $$(echo $$d | sed 's/^/-D/; s/,/ -D/g') -I. \
+	        -o $(B)/subset/$$d tests/build_subset.c -lm && ./$(B)/subset/$$d check $(B)/subset || exit 1; \
+	done
 	@echo "check-build: ok"
 
 # ---- portability builds (CI installs the compilers; see docs/testing.md)
@@ -175,12 +186,12 @@ build/win/tests/test_%_openmp.exe: tests/test_%.c tests/test.h $(DEPS)
 	$(MINGW_CC) $(WIN_FLAGS) -fopenmp -o $@ $< -lm
 
 # Cortex-M4 bare metal (arm-none-eabi-gcc, newlib, nosys): compile and link
-# examples/embedded.c (inference from a static buffer); prints the image size
-# and the largest stack frames; nothing runs
+# examples/embedded.c (inference from a static buffer, so MHE_NO_TRAIN); prints
+# the image size and the largest stack frames; nothing runs
 M4_FLAGS = -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16
 build-cortex-m4: $(B)/tiny_lm_model.h
 	@mkdir -p build/m4
-	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
+	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -DMHE_NO_TRAIN -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
 	    -ffunction-sections -fdata-sections -fstack-usage -I. -I$(B) -c -o build/m4/embedded.o examples/embedded.c
 	arm-none-eabi-gcc $(M4_FLAGS) --specs=nosys.specs -Wl,--gc-sections -o build/m4/embedded.elf build/m4/embedded.o -lm
 	arm-none-eabi-size build/m4/embedded.elf
@@ -191,7 +202,7 @@ build-cortex-m4: $(B)/tiny_lm_model.h
 # (semihosting for output and exit), greedy decoding; tests/test_cortex_m4.sh runs
 # it under qemu-system-arm and compares its tokens with the x86 build's
 M4_RUN_FLAGS = $(M4_FLAGS) -std=c99 -Wall -Wextra -pedantic -Werror -Os -ffunction-sections -fdata-sections \
-               -DMHE_NO_STDIO $(M4_TEST_DEFS)
+               -DMHE_NO_STDIO -DMHE_NO_TRAIN $(M4_TEST_DEFS)
 # greedy, and a prompt from the validation text whose per-byte argmax is compared too
 M4_TEST_DEFS = -DEMBEDDED_TEMPERATURE=0 -DEMBEDDED_PREDICTIONS '-DEMBEDDED_PROMPT="Paul, a servant of Jesus Christ, called to be "'
 $(B)/q8/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe

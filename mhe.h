@@ -34,6 +34,15 @@
      MHE_ASSERT(x)         internal invariants only (never user input); default assert()
      MHE_NO_STDIO          drop everything that touches files or prints
      MHE_NO_SIMD           use the portable scalar GEMM micro-kernel only
+     MHE_NO_TRAIN          inference only: drop the backward passes (every
+                           *_bwd, mhe_model_backward, mhe_model_zero_grad),
+                           AdamW and clipping, the trainer (mhe_trainer_init,
+                           _step*, _load*), mhe_grads_save and the gradient
+                           buffers (a model never allocates them). Forward,
+                           evaluation, decoding, loading and q8 stay, and give
+                           the full build's bits; mhe_trainer remains a type
+                           only, and the checkpoint writers refuse a trainer
+                           (MHE_ERR_ARG). Not with MHE_CUDA
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
                            AddressSanitizer sees every overrun (their alignment
                            is then malloc's, not 64 bytes)
@@ -263,40 +272,54 @@ MHEDEF const mhe_scratch *mhe_scratch_bind(const mhe_scratch *s);
 /* LayerNorm (Ba et al. 2016): out = (x - mean) * rstd * w + b, biased variance */
 MHEDEF void mhe_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C, float eps);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                               const float *w, const float *mean, const float *rstd, int N, int C);
+#endif /* MHE_NO_TRAIN */
 /* RMSNorm (Zhang and Sennrich 2019): out = x * rsqrt(mean(x^2) + eps) * w */
 MHEDEF void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
                             const float *w, const float *rstd, int N, int C);
+#endif /* MHE_NO_TRAIN */
 
 enum { MHE_ACT_GELU = 0, MHE_ACT_RELU, MHE_ACT_SILU, MHE_ACT_GELU_ERF };   /* GELU: tanh form; GELU_ERF: exact (PyTorch's nn.GELU) */
 /* GELU uses the tanh approximation (Hendrycks and Gimpel 2016, eq. in sec. 2) */
 MHEDEF void mhe_act_fwd(int act, float *out, const float *inp, int64_t n);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n);
+#endif /* MHE_NO_TRAIN */
 
 /* row softmax over the last dimension; rows may be -INFINITY (masked) but
    not all of them */
 MHEDEF void mhe_softmax_fwd(float *out, const float *inp, int N, int C);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C);
+#endif /* MHE_NO_TRAIN */
 
 /* Cross-entropy of logits [N,V] against targets[N]; a target < 0 is ignored.
    losses[i] = logsumexp(logits_i) - logits_i[target_i]. Returns the mean
    over counted rows through *mean_loss and their count through *count. */
 MHEDEF void mhe_xent_fwd(float *losses, float *mean_loss, int *count, const float *logits,
                          const int *targets, int N, int V);
+#ifndef MHE_NO_TRAIN
 /* dlogits += scale * (softmax(logits) - onehot(target)) for counted rows */
 MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale);
+#endif /* MHE_NO_TRAIN */
 
 /* Inverted dropout with a counter-based mask: element i is kept when
    mhe_hash_uniform(seed, offset + i) >= p and then scaled by 1/(1-p). The
    backward regenerates the mask from (seed, offset), nothing is stored. */
 MHEDEF void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed, uint64_t offset);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed, uint64_t offset);
+#endif /* MHE_NO_TRAIN */
 
 /* out[i,:] = table[ids[i],:] (+= when accumulate); backward adds rows into dtable */
 MHEDEF void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C, int accumulate);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C);
+#endif /* MHE_NO_TRAIN */
 
 /* Discrete Fourier transform of any length n >= 1, in place, in double:
    X_k = sum_j x_j exp(-+ 2 pi i j k / n) (sign - forward, + inverse; no
@@ -307,8 +330,10 @@ MHEDEF void mhe_fft(double *re, double *im, int n, int inverse, double *work);
 
 /* Linear layer as torch.nn.Linear: out[N,OC] = inp[N,IC] W[OC,IC]^T + b[OC] (b may be NULL) */
 MHEDEF void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC, int OC);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                            const float *w, int N, int IC, int OC);
+#endif /* MHE_NO_TRAIN */
 /* int8 weights (q8). mhe_q8_quantize: W[rows, cols] -> q[rows, cols] int8
    and scale[rows, cols / group], symmetric per group of `group` consecutive
    elements of a row: scale = max |w| / 127, q = round(w / scale) (an
@@ -400,17 +425,21 @@ typedef struct mhe_attn_grads {
 /* Reference path: materialises probs[B, n, Tq, Tk] (before dropout), literally eq. 1. */
 MHEDEF void mhe_attn_ref_fwd(const mhe_attn_dims *d, float *out, float *probs,
                              const float *q, const float *k, const float *v);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk, float *dv,
                              const float *dout, const float *probs, const float *q, const float *k, const float *v);
+#endif /* MHE_NO_TRAIN */
 /* Fused path: tiled, online softmax (Milakov and Gimelshein 2018; Dao et al.
    2022); stores only lse[B, n, Tq] = log-sum-exp of each score row. The
    backward recomputes the scores tile by tile. Tiles come from the bound
    mhe_scratch (or one allocated for the call: MHE_ERR_NOMEM if that fails). */
 MHEDEF MHE_NODISCARD mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v);
+#ifndef MHE_NO_TRAIN
 MHEDEF MHE_NODISCARD mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk,
                                      float *dv, const float *dout, const float *out, const float *lse,
                                      const float *q, const float *k, const float *v);
+#endif /* MHE_NO_TRAIN */
 
 /* ======================================================================== */
 /* 5. attention kinds                                                       */
@@ -616,18 +645,24 @@ MHEDEF void mhe_hash_pool_index(int *idx, const unsigned char *bits, int N, int 
 /* wsm [C, d] gets softmax(w) over chunks (kept for the backward) */
 MHEDEF void mhe_hash_pool_fwd(float *out, float *wsm, const float *codebook, const float *w, const int *idx, int N,
                               int n_chunks, int d);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_hash_pool_bwd(float *dcodebook, float *dw, const float *dout, const float *codebook, const float *wsm,
                               const int *idx, int N, int n_chunks, int d);
+#endif /* MHE_NO_TRAIN */
 MHEDEF void mhe_hash_add_fwd(float *out, const float *books, const unsigned char *bits, int N, int n_bits, int d,
                              float gamma);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_hash_add_bwd(float *dbooks, const float *dout, const unsigned char *bits, int N, int n_bits, int d,
                              float gamma);
+#endif /* MHE_NO_TRAIN */
 /* wn [d, T] gets the centred, normalised w and wnorm [d] the norms of the
    centred rows before clamping (both kept for the backward) */
 MHEDEF void mhe_hash_proj_fwd(float *out, float *wn, float *wnorm, const float *w, const unsigned char *bits, int N,
                               int n_bits, int d);
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_hash_proj_bwd(float *dw, const float *dout, const float *wn, const float *wnorm,
                               const unsigned char *bits, int N, int n_bits, int d);
+#endif /* MHE_NO_TRAIN */
 
 /* Embedding parameter counts (thesis eq. 2.9-2.15) and memory metrics (eq. 2.5-2.7) */
 enum { MHE_HASH_EMB = 0, MHE_HASH_POOL, MHE_HASH_ADD, MHE_HASH_PROJ, MHE_HASH_KIND_COUNT };
@@ -995,9 +1030,11 @@ MHEDEF MHE_NODISCARD mhe_status mhe_model_admin_init(mhe_model *m, const mhe_bat
    mhe_attn_probs); 0: back to the fused cores. Drops the activation blocks,
    which the next forward lays out again. */
 MHEDEF void mhe_model_set_reference(mhe_model *m, int reference);
+#ifndef MHE_NO_TRAIN
 /* Backward of the last forward (which had targets): grads += d loss / d param */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
+#endif /* MHE_NO_TRAIN */
 
 /* How a word embeds under this model: vocab -> *id, its tok_emb row
    (MHE_TOK_UNK outside the vocabulary; needs a word vocabulary); hash-emb ->
@@ -1164,16 +1201,10 @@ MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char *
 /* learning rate at step (0-based) */
 MHEDEF float mhe_lr_at(const mhe_train_config *c, int step);
 
-/* AdamW (Loshchilov and Hutter 2019, Algorithm 2), PyTorch's ordering:
-   p -= lr*wd*p (decay tensors only); m, v moments; bias-corrected step. */
-MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, int t);
-/* global L2 norm of all gradients; scales them to max_norm when larger
-   (max_norm <= 0 only measures). Returns the norm before clipping. */
-MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm);
-
 /* The trainer owns AdamW state, the batch RNG and the step counter: all
-   that is saved in a checkpoint so a resumed run equals an unbroken one. */
+   that is saved in a checkpoint so a resumed run equals an unbroken one.
+   Under MHE_NO_TRAIN only the type remains: the checkpoint writers take
+   t == NULL (weights) and refuse a trainer with MHE_ERR_ARG. */
 typedef struct mhe_trainer {
     mhe_model *model;
     mhe_train_config tc;
@@ -1185,6 +1216,15 @@ typedef struct mhe_trainer {
     char task[16];                  /* the caller's name of what it trains, saved as metadata "task" ("": none) */
     char err[MHE_ERR_LEN];
 } mhe_trainer;
+
+#ifndef MHE_NO_TRAIN
+/* AdamW (Loshchilov and Hutter 2019, Algorithm 2), PyTorch's ordering:
+   p -= lr*wd*p (decay tensors only); m, v moments; bias-corrected step. */
+MHEDEF void mhe_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int t);
+/* global L2 norm of all gradients; scales them to max_norm when larger
+   (max_norm <= 0 only measures). Returns the norm before clipping. */
+MHEDEF float mhe_clip_grad_norm(float *g, int64_t n, float max_norm);
 
 MHEDEF MHE_NODISCARD mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
 MHEDEF void mhe_trainer_free(mhe_trainer *t);
@@ -1205,6 +1245,7 @@ MHEDEF MHE_NODISCARD mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_t
    like any other word out of context; it learned nothing in 600 steps of a
    small model, where uniform types gave an MCC of 0.44 in 300.) */
 MHEDEF MHE_NODISCARD mhe_status mhe_trainer_step_sr(mhe_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
+#endif /* MHE_NO_TRAIN */
 /* mean loss over up to max_batches batches of consecutive windows of data,
    shaped as mhe_trainer_step shapes them (deterministic; an encoder is
    scored on masked LM with fixed masks at 15 %; src_len 0 means seq_len) */
@@ -1376,9 +1417,11 @@ MHEDEF MHE_NODISCARD mhe_status mhe_read_file(const char *path, void **buf, size
    "task" (what the run trains: the mhe tool's lm, cls or sr). */
 #define MHE_FORMAT "mhe-1"
 MHEDEF MHE_NODISCARD mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
+#ifndef MHE_NO_TRAIN
 /* restore optimizer state, step and RNG from a trainer checkpoint buffer
    (the trainer's config stays; its batch and seq_len must match the file's) */
 MHEDEF MHE_NODISCARD mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size);
+#endif /* MHE_NO_TRAIN */
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
 MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
 MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
@@ -1405,15 +1448,19 @@ MHEDEF MHE_NODISCARD mhe_status mhe_q8_group_check(mhe_model *m, int group);
 MHEDEF MHE_NODISCARD mhe_status mhe_model_check_finite(mhe_model *m);
 #ifndef MHE_NO_STDIO
 MHEDEF MHE_NODISCARD mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
+#ifndef MHE_NO_TRAIN
 MHEDEF MHE_NODISCARD mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
+#endif /* MHE_NO_TRAIN */
 /* atomic (mhe_out); t may be NULL for weights only. A non-finite weight or
    moment is refused (MHE_ERR_NONFINITE) before the disk is touched, so a
    diverged state never replaces a good checkpoint */
 MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
 /* a q8 checkpoint (see mhe_q8_checkpoint_write_mem), atomic (mhe_out) */
 MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_save(const mhe_model *m, int group, const char *path);
+#ifndef MHE_NO_TRAIN
 /* the gradients of the last backward, as a safetensors file with `loss` */
 MHEDEF MHE_NODISCARD mhe_status mhe_grads_save(const mhe_model *m, const char *path);
+#endif /* MHE_NO_TRAIN */
 #endif
 
 /* ======================================================================== */
@@ -2801,6 +2848,7 @@ for (i = 0; i < N; i++) {
 }
 }
 
+#ifndef MHE_NO_TRAIN
 /* forward was: xhat = (x - mean) * rstd; out = xhat * w + b. So
    dxhat = dout * w and dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)). */
 MHEDEF MHE__VECTORISE void mhe_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout,
@@ -2850,6 +2898,7 @@ for (i = 0; i < N; i++) {
     }
 }
 }
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF MHE__VECTORISE void mhe_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N,
                                            int C, float eps) {
@@ -2866,6 +2915,7 @@ for (i = 0; i < N; i++) {
 }
 }
 
+#ifndef MHE_NO_TRAIN
 /* forward was: out = x * s * w with s = (mean(x^2) + eps)^-1/2, so
    dx = s * (dout*w) - x * s^3 * mean(dout*w*x) */
 MHEDEF MHE__VECTORISE void mhe_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
@@ -2886,6 +2936,7 @@ for (i = 0; i < N; i++) {
         dw[j] += dy[j] * x[j] * s;
 }
 }
+#endif /* MHE_NO_TRAIN */
 
 #define MHE__GELU_K 0.7978845608028654f   /* sqrt(2/pi) */
 
@@ -2939,6 +2990,7 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
    the library's own mhe__exp keeps them accurate (not bit for bit, and
    without its NaN guard) under -ffast-math; see docs/reliability.md, fast-math. */
@@ -2965,6 +3017,7 @@ MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, c
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF MHE__VECTORISE void mhe_softmax_fwd(float *out, const float *inp, int N, int C) {
     int i;
@@ -2985,6 +3038,7 @@ for (i = 0; i < N; i++) {
 }
 }
 
+#ifndef MHE_NO_TRAIN
 /* dx_j = y_j * (dy_j - sum_k dy_k y_k) */
 MHEDEF MHE__VECTORISE void mhe_softmax_bwd(float *dinp, const float *out, const float *dout, int N, int C) {
     int i;
@@ -2999,6 +3053,7 @@ for (i = 0; i < N; i++) {
         dx[j] += y[j] * (dy[j] - dot);
 }
 }
+#endif /* MHE_NO_TRAIN */
 
 static float mhe__logsumexp(const float *x, int n) {
     float mx = -INFINITY, sum = 0;
@@ -3031,6 +3086,7 @@ if (count)
     *count = c;
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_xent_bwd(float *dlogits, const float *logits, const int *targets, int N, int V, float scale) {
     int i;
 MHE__OMP(omp parallel for if ((int64_t)N * V > MHE__PAR_MIN))
@@ -3046,6 +3102,7 @@ for (i = 0; i < N; i++) {
     dx[targets[i]] -= scale;
 }
 }
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF MHE__VECTORISE void mhe_dropout_fwd(float *out, const float *inp, int64_t n, float p, uint64_t seed,
                                            uint64_t offset) {
@@ -3061,6 +3118,7 @@ for (i = 0; i < n; i++)
     out[i] = mhe_hash_uniform(seed, offset + (uint64_t)i) >= p ? inp[i] * keep : 0.0f;
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF MHE__VECTORISE void mhe_dropout_bwd(float *dinp, const float *dout, int64_t n, float p, uint64_t seed,
                                            uint64_t offset) {
     int64_t i;
@@ -3070,6 +3128,7 @@ for (i = 0; i < n; i++)
     if (p <= 0 || mhe_hash_uniform(seed, offset + (uint64_t)i) >= p)
         dinp[i] += dout[i] * (p <= 0 ? 1.0f : keep);
 }
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF MHE__VECTORISE void mhe_embedding_fwd(float *out, const float *table, const int *ids, int N, int C,
                                              int accumulate) {
@@ -3085,6 +3144,7 @@ MHEDEF MHE__VECTORISE void mhe_embedding_fwd(float *out, const float *table, con
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* sequential: two rows may share a token id, and the sum order stays fixed */
 MHEDEF MHE__VECTORISE void mhe_embedding_bwd(float *dtable, const float *dout, const int *ids, int N, int C) {
     int i, j;
@@ -3095,6 +3155,7 @@ MHEDEF MHE__VECTORISE void mhe_embedding_bwd(float *dtable, const float *dout, c
             row[j] += d[j];
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF MHE__VECTORISE void mhe_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
                                           int IC, int OC) {
@@ -3107,6 +3168,7 @@ MHE__OMP(omp parallel for if ((int64_t)N * OC > MHE__PAR_MIN) private(j))
             out[(size_t)i * OC + j] += b[j];
 }
 
+#ifndef MHE_NO_TRAIN
 /* forward was out = inp W^T + b: dinp += dout W, dW += dout^T inp, db += colsum(dout) */
 MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
                                           const float *inp, const float *w, int N, int IC, int OC) {
@@ -3120,6 +3182,7 @@ MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, con
             for (j = 0; j < OC; j++)
                 db[j] += dout[(size_t)i * OC + j];
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 3. kernels: int8 weights (q8) ---------------------------------------- */
 
@@ -3742,6 +3805,7 @@ for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
 }
 }
 
+#ifndef MHE_NO_TRAIN
 /* forward was: o_t = sum_j Pd_tj v_j, Pd = dropout(P), P = softmax(S), S = scale (q k^T + kb).
    dv_j += Pd_tj do_t; dPd_tj = do_t . v_j; dP = dPd * mask/(1-p);
    dS_tj = P_tj (dP_tj - sum_k P_tk dP_tk); dq_t += scale dS k; dk_j += scale dS q_t; dkb_j += scale dS. */
@@ -3788,6 +3852,7 @@ for (bg = 0; bg < d->B * d->n_kv_heads; bg++) {
         }
 }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* Row kernels of the online softmax. A running max or sum in one
    accumulator does not vectorise without -ffast-math (it would reorder the
@@ -3976,6 +4041,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, floa
     return MHE_OK;
 }
 
+#ifndef MHE_NO_TRAIN
 /* One row of a backward tile, from the recomputed scores p and dP = dO V^T:
    P = exp(s - lse) on the first vis keys (0 past them), dS = P (dP*mask/(1-p) + add - D) * scale
    into dp, and P becomes the dropped-out Pd. add is dO.e^V for MHE-ADD, else 0. */
@@ -4167,6 +4233,7 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, cons
     mhe__scratch_done(&own);
     return MHE_OK;
 }
+#endif /* MHE_NO_TRAIN */
 
 /* One query per head over Tk keys (a decoding step). The per-head maps
    leave the key loop: MHE-ADD's key map adds q'.e_i^K to every score of head
@@ -4537,6 +4604,7 @@ static MHE__VECTORISE void mhe__attn_mul_fwd(const mhe_attn_dims *d, float *out,
     mhe__scratch_done(&own);
 }
 
+#ifndef MHE_NO_TRAIN
 /* Backward of the stacked core, one sequence per iteration: with Qs and
    dOs = dO_i * (1+e_i^V) stacked over heads, dP = dOs V^T, dS = P (dP - D),
    dQs = dS K, dK += dS^T Qs in stacked GEMMs; per head Z_i = Pd_i^T dO_i gives
@@ -4668,6 +4736,7 @@ static MHE__VECTORISE void mhe__attn_mul_bwd(const mhe_attn_dims *d, const mhe_a
     }
     mhe__scratch_done(&own);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* MHE-ADD with one shared score product (MHE paper eq. 5, psi = add). For
    head i, (Q + e_i^Q)(K + e_i^K)^T = QK^T + 1 (K e_i^Q)^T + terms constant
@@ -4762,6 +4831,7 @@ static MHE__VECTORISE void mhe__attn_add_fwd(const mhe_attn_dims *d, float *out,
     mhe__scratch_done(&own);
 }
 
+#ifndef MHE_NO_TRAIN
 /* backward: dS_i per head, summed once for dQ = (sum_i dS_i) K and
    dK = (sum_i dS_i)^T Q + CS e^Q (CS: column sums of each dS_i, from the key
    biases); de^Q = CS^T K, de^V_i = sum_t rowsum(Pd_i) dO_i. dP and dV for
@@ -4864,6 +4934,7 @@ static MHE__VECTORISE void mhe__attn_add_bwd(const mhe_attn_dims *d, const mhe_a
     }
     mhe__scratch_done(&own);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* floats of the tiles the cores above carve from a thread's slice, for
    heads up to d_head wide: the largest of the six */
@@ -4923,6 +4994,7 @@ static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* p = w / Z: dw_j = (dp_j - sum_k p_k dp_k) / Z, ds = dw (1 + s), dq += scale ds k, dk += scale ds q */
 static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
                                 const float *probs, const float *q, const float *k, const float *v) {
@@ -4958,6 +5030,7 @@ static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* The feature map phi with phi(q).phi(k) = 1 + s + s^2/2 (Based's TaylorExp,
    with the d(d+1)/2 distinct products of the symmetric x x^T instead of all
@@ -4979,6 +5052,7 @@ static void mhe__taylor_phi(const float *x, int dh, float a, float *phi) {
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* gx += J_phi(x)^T gphi */
 static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gphi, float *gx) {
     int i, j, f = 1 + dh;
@@ -4993,6 +5067,7 @@ static void mhe__taylor_phi_bwd(const float *x, int dh, float a, const float *gp
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* floats of one work slot of the linear-time Taylor core, and how many slots
    (of B n sequence-heads) run at once: at most 16 and 64 MB */
@@ -5122,6 +5197,7 @@ static void mhe__taylor_lin_fwd(const mhe_attn_dims *d, float *out, float *den, 
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* dnum_t = g_t / den_t and dden_t = -(g_t . o_t) / den_t of query rows t0 .. t0+rows-1 of
    (sequence b, head h) into DN [rows, d_h] and DD [rows] (0 where den_t is 0) */
 static void mhe__taylor_dnum(const mhe_attn_dims *d, const float *dout, const float *out, const float *dnp,
@@ -5236,6 +5312,7 @@ static void mhe__taylor_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, fl
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* Non-approximate (thesis eq. 4.7-4.8): one score per position,
    s_j = scale SiLU(q_j).k_j (a token's own query and key; q is given before
@@ -5294,6 +5371,7 @@ static void mhe__nonapprox_ref_fwd(const mhe_attn_dims *d, float *out, float *pr
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* ds_j = sum_t A_tj (g_t.v_j - g_t.o_t) (the scores of a column are one s_j),
    dv_j = sum_t A_tj g_t; then through s_j = scale SiLU(q_j).k_j */
 static void mhe__nonapprox_grad_qk(const mhe_attn_dims *d, int b, int h, int j, float ds, const float *q,
@@ -5331,6 +5409,7 @@ static void mhe__nonapprox_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk,
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* Linear time (the recurrent form, eq. 4.18, run over the sequence): a
    running max m, sum D and numerator N per (sequence, head); o_t = N / D over
@@ -5371,6 +5450,7 @@ static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *ls
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* backward, a reverse sweep: with c_t = lse_t, A_tj = exp(s_j - c_t) for the
    keys t sees; G = sum exp(r - c_t) g_t and H = sum exp(r - c_t) g_t.o_t over
    the queries that see key j, r = the least c_t among them (so every factor
@@ -5410,6 +5490,7 @@ static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk,
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- per-operation profile (MHE_PROFILE) ----------------------------------
    MHE__TIMED(op, statements) runs the statements and, when profiling, adds
@@ -5872,6 +5953,7 @@ static void mhe__norm_fwd(const mhe_model *m, float *out, float *mean, float *rs
         mhe_rmsnorm_fwd(out, rstd, inp, w->data, N, m->cfg.d_model, m->cfg.norm_eps);
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, const float *inp,
                           const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd,
                           int N) {
@@ -5880,13 +5962,16 @@ static void mhe__norm_bwd(const mhe_model *m, float *dinp, const float *dout, co
     else
         mhe_rmsnorm_bwd(dinp, w->grad, dout, inp, w->data, rstd, N, m->cfg.d_model);
 }
+#endif /* MHE_NO_TRAIN */
 
 static const float *mhe__opt_data(const mhe_tensor *t) {
     return t ? t->data : NULL;
 }
+#ifndef MHE_NO_TRAIN
 static float *mhe__opt_grad(const mhe_tensor *t) {
     return t ? t->grad : NULL;
 }
+#endif /* MHE_NO_TRAIN */
 
 static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq,
                                     int Tk, int causal, const int *kv_len) {
@@ -5944,6 +6029,7 @@ static void mhe__lin_rowsq(float *out, int ldo, const float *inp, int ldi, const
 #define mhe__linq(out, inp, w, b, N, IC, OC) mhe__lin_rowsq((out), (OC), (inp), (IC), (w), (b), (N), (IC), (OC))
 
 
+#ifndef MHE_NO_TRAIN
 static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const float *dout, int ldo,
                               const float *inp, const float *w, int N, int IC, int OC) {
     int i, j;
@@ -5956,6 +6042,7 @@ static void mhe__lin_rows_bwd(float *dinp, int ldi, float *dw, float *db, const 
             for (j = 0; j < OC; j++)
                 db[j] += dout[(size_t)i * ldo + j];
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.4 MHE-ADD, MHE-MUL: the head embeddings (MHE paper eq. 5-6) ------- */
 
@@ -5983,6 +6070,7 @@ static void mhe__mhe_expand(const float *src, int stride, int rows, const mhe_te
             }
 }
 
+#ifndef MHE_NO_TRAIN
 /* back through mhe__mhe_expand: dsrc += sum over heads, e->grad += sum over rows */
 static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, int stride, int rows,
                                 mhe_tensor *e, int n, int dh, int mul) {
@@ -5996,6 +6084,7 @@ static void mhe__mhe_expand_bwd(const float *gx, const float *src, float *dsrc, 
                 e->grad[ei] += mul ? g * src[(size_t)r * stride + c] : g;
             }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.5 collab: shared Q~, K~ and the mixing rows (Cordonnier et al. 2020) */
 
@@ -6022,6 +6111,7 @@ static void mhe__collab_expand(const float *q, int qs, int rows, const float *mi
                 x[((size_t)r * n + h) * D + c] = q[(size_t)r * qs + c] * mix[(size_t)h * D + c];
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, int qs, int rows,
                                    const float *mix, float *dmix, int n, int D) {
     int r, h, c;
@@ -6033,6 +6123,7 @@ static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, i
                 dmix[(size_t)h * D + c] += g * q[(size_t)r * qs + c];
             }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* collab's one bias, b^V, onto the value columns of projection rows (W~_Q,
    W~_K and the content bias have none: a query bias is what the content bias
@@ -6046,6 +6137,7 @@ static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, i
             v[(size_t)r * stride + j] += w->bv->data[j];
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
     int r, j;
     if (w->kind != MHE_ATTN_COLLAB || !w->bv)
@@ -6054,6 +6146,7 @@ static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, in
         for (j = 0; j < (int)w->bv->size; j++)
             w->bv->grad[j] += dv[(size_t)r * stride + j];
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.6 where Q, K and V come from (softmax kinds, MHE, collab) -------- */
 
@@ -6184,6 +6277,7 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
    and into the head-embedding gradients. d_att is used as scratch. */
 static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
@@ -6275,6 +6369,7 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
     else
         mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.8 thesis ch. 4 and FNet: mlp, taylor, nonapprox, rndemb-qk,
         fixedseq-qk, staticemb-qk, fnet, linear ------------------------------ */
@@ -6292,6 +6387,7 @@ static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, co
     mhe__linq(out, att, w->down, mhe__opt_data(w->down_b), rows, F, C);
 }
 
+#ifndef MHE_NO_TRAIN
 /* back through mhe__gated_fwd: dproj [rows, 2F] and datt [rows, F] are scratch; du += */
 static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u,
                            const float *proj, const float *att, const float *d_out, float *dproj, float *datt,
@@ -6308,6 +6404,7 @@ static void mhe__gated_bwd(const mhe_attn_weights *w, int C, int F, int rows, co
         }
     mhe_linear_bwd(du, w->gate->grad, mhe__opt_grad(w->gate_b), dproj, u, w->gate->data, rows, C, 2 * F);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* the linear kind (FNet's learned baseline): Y_b = W_seq[:L, :L] (X_b W_hidden^T)
    over each sequence's L real tokens (padding rows 0); z [rows, C] keeps X W_hidden^T */
@@ -6323,6 +6420,7 @@ static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, c
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* dW_seq += dY Z^T, dZ = W_seq^T dY (into dz, scratch), then through W_hidden: du += */
 static void mhe__linear_mix_bwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x,
                                 const float *u, const float *z, const float *d_out, float *dz, float *du) {
@@ -6336,6 +6434,7 @@ static void mhe__linear_mix_bwd(const mhe_model *m, const mhe_attn_weights *w, c
     }
     mhe_linear_bwd(du, w->hidden->grad, NULL, dz, u, w->hidden->data, rows, C, C);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* doubles of DFT scratch for sequences of up to T tokens of width C */
 static size_t mhe__fnet_work(int T, int C) {
@@ -6404,6 +6503,7 @@ static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, con
     return buf;
 }
 
+#ifndef MHE_NO_TRAIN
 /* d loss / d N(e) in dne [rows, C] -> d e (accumulated), and the norm's gradients */
 static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb, const float *e,
                                int rows, const float *buf, const float *dne, float *de) {
@@ -6414,6 +6514,7 @@ static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_ten
     }
     mhe__norm_bwd(m, de, dne, e, nw, nb, buf + rows * C, buf + rows * C + rows, rows);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
    own reference (probabilities) or linear-time paths; the fixed-map and
@@ -6442,6 +6543,7 @@ static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, i
     }
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
                                 int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
                                 const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
@@ -6465,6 +6567,7 @@ static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int sit
                       stats, NULL, NULL, use_ref);
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
    mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
@@ -6546,6 +6649,7 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
     mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
                                   const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
@@ -6631,6 +6735,7 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.9 chain 1, the sublayer of a kind: mhe__attn_branch_fwd, _bwd ----- */
 
@@ -6666,6 +6771,7 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     MHE__TIMED(MHE_OP_WO, mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C));
 }
 
+#ifndef MHE_NO_TRAIN
 /* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
    adds the gradient of u into du (and of the encoder output into d_mem) */
 static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
@@ -6715,6 +6821,7 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
                                              w->wk->data, mrows, C, kvw));
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 5.10 chain 3, one decoded token through a kind: mhe__attn_branch_decode */
 
@@ -7594,6 +7701,7 @@ MHEDEF void mhe_hash_pool_fwd(float *out, float *wsm, const float *codebook, con
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* dcodebook[idx_c][j] += s_cj g_j (not row 0); with e_j = sum_c s_cj E_cj,
    dw_cj += s_cj g_j (E_cj - e_j) (softmax backward per column) */
 MHEDEF void mhe_hash_pool_bwd(float *dcodebook, float *dw, const float *dout, const float *codebook, const float *wsm,
@@ -7614,6 +7722,7 @@ MHEDEF void mhe_hash_pool_bwd(float *dcodebook, float *dw, const float *dout, co
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* eq. 2.2: e = sum_t books[t][tau_t] / gamma */
 MHEDEF void mhe_hash_add_fwd(float *out, const float *books, const unsigned char *bits, int N, int n_bits, int d,
@@ -7633,6 +7742,7 @@ MHEDEF void mhe_hash_add_fwd(float *out, const float *books, const unsigned char
     }
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_hash_add_bwd(float *dbooks, const float *dout, const unsigned char *bits, int N, int n_bits, int d,
                              float gamma) {
     size_t nb = MHE_BITS_BYTES(n_bits);
@@ -7647,6 +7757,7 @@ MHEDEF void mhe_hash_add_bwd(float *dbooks, const float *dout, const unsigned ch
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 #define MHE__PROJ_EPS 1e-8   /* the authors' clamp of both norms */
 
@@ -7724,6 +7835,7 @@ MHEDEF void mhe_hash_proj_fwd(float *out, float *wn, float *wnorm, const float *
     }
 }
 
+#ifndef MHE_NO_TRAIN
 /* e_j = wn_j . u with wn_j = c_j / max(|c_j|, eps), c_j = w_j - mean(w_j):
    unclamped, dw_j += g (u - wn_j e_j) / |c_j|; clamped, dw_j += g u / eps.
    (The centring's own backward subtracts a mean that is already 0.)
@@ -7770,6 +7882,7 @@ MHEDEF void mhe_hash_proj_bwd(float *dw, const float *dout, const float *wn, con
         }
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- parameter counts and memory metrics (thesis sec. 2.4.4 and 2.8) ---- */
 
@@ -8867,6 +8980,9 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
     m->arena = arena;
     m->params = (mhe_tensor *)mhe__malloc(alloc_ctx, arena, tbytes);
     if (!in_place) m->param_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
+#ifdef MHE_NO_TRAIN
+    grads = 0;   /* nothing in this build reads or writes a gradient */
+#endif
     if (grads) m->grad_data = (float *)mhe__malloc(alloc_ctx, arena, fbytes);
     if (!m->params || (!in_place && !m->param_data) || (grads && !m->grad_data)) {
         mhe_model_free(m);
@@ -8921,9 +9037,11 @@ MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name) {
     return NULL;
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF void mhe_model_zero_grad(mhe_model *m) {
     if (m->grad_data) memset(m->grad_data, 0, (size_t)m->n_params * sizeof(float));
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 7. models: word embeddings ------------------------------------------- */
 
@@ -9523,6 +9641,7 @@ static void mhe__words_fwd(const mhe_model *m, float *out) {
     }
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__words_bwd(mhe_model *m, const float *d) {
     const mhe_config *c = &m->cfg;
     mhe_emb_in *e = &m->emb_in;
@@ -9545,6 +9664,7 @@ static void mhe__words_bwd(mhe_model *m, const float *d) {
     default: mhe_hash_proj_bwd(m->proj_w->grad, e->wout, e->wn, e->wnorm, e->bits, e->nw, T, C); break;
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* the per-token head: the LM head (tied or not) or the S+R head */
 static const mhe_tensor *mhe__token_head(const mhe_model *m, const mhe_tensor **bias) {
@@ -9616,11 +9736,11 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
         if (E) { MHE__A(a->enc_fin.nrm, re * C); MHE__A(a->enc_fin.mean, re); MHE__A(a->enc_fin.rstd, re); }
     }
     MHE__A(a->logits, rd * V); MHE__A(a->losses, rd);
-    if (c->n_classes > 0) {
-        MHE__A(a->pooled, B * C); MHE__A(a->d_pooled, B * C);
-        MHE__A(a->cls_logits, (double)B * c->n_classes); MHE__A(a->d_cls, (double)B * c->n_classes);
-    }
-    MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C); MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);
+    if (c->n_classes > 0) { MHE__A(a->pooled, B * C); MHE__A(a->cls_logits, (double)B * c->n_classes); }
+    MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);   /* the forward's too (Admin, branches) */
+#ifndef MHE_NO_TRAIN   /* the backward's buffers: an inference-only build lays out none */
+    if (c->n_classes > 0) { MHE__A(a->d_pooled, B * C); MHE__A(a->d_cls, (double)B * c->n_classes); }
+    MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C);
     if (E) MHE__A(a->d_mem, re * C);
     MHE__A(a->d_att, rmax * max_att); MHE__A(a->d_proj, rmax * max_proj);
     if (any_static) { MHE__A(a->d_emb, rd * C); if (E) MHE__A(a->d_src_emb, re * C); }
@@ -9628,6 +9748,9 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     MHE__A(a->map_scratch, B * max_scratch); MHE__A(a->d_hmap, 2 * HD);
     MHE__A(a->d_fc1, rmax * F); MHE__A(a->d_act, rmax * F);
     MHE__A(a->d_logits, rd * V);
+#else
+    (void)any_ref; (void)any_static;
+#endif
     {   /* the kernels' slices, for as many threads as OpenMP offers now */
         float *kbase = NULL;
         int threads = mhe__max_threads();
@@ -9683,6 +9806,7 @@ static void mhe__mlp_fwd(const mhe_model *m, const mhe_layer *y, int rows, const
     MHE__TIMED(MHE_OP_FC2, mhe__linq(out, act, y->fc2_w, mhe__opt_data(y->fc2_b), rows, F, C));
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
     const mhe_layer *y = &m->layers[l];
@@ -9697,6 +9821,7 @@ static void mhe__mlp_bwd(mhe_model *m, int l, int rows, const float *u, const fl
     MHE__TIMED(MHE_OP_FC1, mhe_linear_bwd(du, y->fc1_w->grad, mhe__opt_grad(y->fc1_b), a->d_fc1, u,
                                           y->fc1_w->data, rows, C, F));
 }
+#endif /* MHE_NO_TRAIN */
 
 /* y = x + dropout(branch) for the residual sums; y = omega * x + dropout(branch)
    with Admin's scales omega [C] */
@@ -9720,6 +9845,7 @@ static double mhe__variance(const float *x, int64_t n) {
     return q / (double)(n > 0 ? n : 1) - s * s;
 }
 
+#ifndef MHE_NO_TRAIN
 /* dbranch: where the branch gradient is; d itself when no dropout */
 static const float *mhe__residual_bwd(const mhe_model *m, float *tmp, const float *d, int64_t n, int site) {
     float p = m->training ? m->cfg.dropout : 0.0f;
@@ -9728,6 +9854,7 @@ static const float *mhe__residual_bwd(const mhe_model *m, float *tmp, const floa
     mhe_dropout_bwd(tmp, d, n, p, mhe__site_seed(m, site), 0);
     return tmp;
 }
+#endif /* MHE_NO_TRAIN */
 
 /* the norm of sublayer k: norm1 (self-attention), norm3 (cross), norm2 (MLP) */
 static void mhe__sub_norm(const mhe_layer *y, int k, const mhe_tensor **w, const mhe_tensor **b) {
@@ -9802,6 +9929,7 @@ static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
     mhe__sub_leave(m, y, l, k, h, branch, s->sum, s->nrm, s->mean, s->rstd, rows);
 }
 
+#ifndef MHE_NO_TRAIN
 /* Backward of sublayer k: acts.d_h holds the gradient of its output and
    leaves with the gradient of its input. */
 static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
@@ -9843,6 +9971,7 @@ static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x) {
         else mhe__attn_branch_bwd(m, l, k, x, h, dbr, a->d_h);
     }
 }
+#endif /* MHE_NO_TRAIN */
 
 /* blocks l0..l1-1 of one stack on input h; returns the stack's output */
 static const float *mhe__stack_fwd(mhe_model *m, int l0, int l1, const mhe__ctx *x, const float *h) {
@@ -9856,11 +9985,13 @@ static const float *mhe__stack_fwd(mhe_model *m, int l0, int l1, const mhe__ctx 
     return h;
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__stack_bwd(mhe_model *m, int l0, int l1, const mhe__ctx *x) {
     int l, k;
     for (l = l1 - 1; l >= l0; l--)
         for (k = 2; k >= 0; k--) if (k != 1 || m->layers[l].cross.kind >= 0) mhe__sub_bwd(m, l, k, x);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* token embedding plus learned positions, then embedding dropout */
 static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, const mhe_tensor *pos, int B, int T, int site) {
@@ -9872,6 +10003,7 @@ static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, co
     if (m->training && m->cfg.dropout > 0) mhe_dropout_fwd(out, out, (int64_t)B * T * C, m->cfg.dropout, mhe__site_seed(m, site), 0);
 }
 
+#ifndef MHE_NO_TRAIN
 static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_tensor *pos, int B, int T, int site) {
     int C = m->cfg.d_model, b, t;
     if (m->training && m->cfg.dropout > 0) {
@@ -9884,6 +10016,7 @@ static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_
     for (b = 0; b < B; b++)
         for (t = 0; t < T; t++) mhe__axpy(pos->grad + (size_t)t * C, 1.0f, d + ((size_t)b * T + t) * C, C);
 }
+#endif /* MHE_NO_TRAIN */
 
 static int mhe__n_enc(const mhe_config *c) { return c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0; }
 
@@ -9945,6 +10078,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     return MHE_OK;
 }
 
+#ifndef MHE_NO_TRAIN
 /* after the main stream's backward filled d_qk: back through the fixed
    stream into the blocks below each such layer (and fixedseq-qk's token and
    position embeddings; rndemb-qk's eps is constant) */
@@ -9971,6 +10105,7 @@ static void mhe__fixed_bwd(mhe_model *m) {
     mhe_scratch_bind(outer);
     memset(f->d_qk, 0, (size_t)f->top * f->T * 2 * m->cfg.n_heads * mhe_config_d_head(&m->cfg) * sizeof(float));
 }
+#endif /* MHE_NO_TRAIN */
 
 /* the contexts of the two stacks for the last batch */
 static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec) {
@@ -10224,6 +10359,7 @@ MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b) {
     return st;
 }
 
+#ifndef MHE_NO_TRAIN
 static mhe_status mhe__backward(mhe_model *m) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
@@ -10290,6 +10426,7 @@ MHEDEF mhe_status mhe_model_backward(mhe_model *m) {
     mhe_scratch_bind(outer);
     return st;
 }
+#endif /* MHE_NO_TRAIN */
 
 /* ---- 8. tokenizer and objectives ------------------------------------------ */
 
@@ -10548,6 +10685,7 @@ MHEDEF float mhe_lr_at(const mhe_train_config *c, int step) {
     return (float)(lo + (lr - lo) * 0.5 * (1 + cos(3.141592653589793 * p)));
 }
 
+#ifndef MHE_NO_TRAIN
 /* AdamW (Loshchilov and Hutter 2019, Algorithm 2) on elements [lo, hi).
    sqrtf is a libm call with errno that gcc will not vectorise without
    -fno-math-errno, so the SIMD builds spell the same IEEE operations (each
@@ -10746,6 +10884,7 @@ static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b) {
     t->step++;
     return MHE_OK;
 }
+#endif /* MHE_NO_TRAIN */
 
 /* Row b of a language-model batch from the window data[off ..]: the shapes
    of mhe_trainer_step (decoder: next token; encoder: masked LM with rng;
@@ -10769,6 +10908,7 @@ static size_t mhe__lm_span(const mhe_model *m, int T, int Ts) {
     return m->cfg.arch == MHE_ARCH_ENCODER ? (size_t)T : m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)Ts + T : (size_t)T + 1;
 }
 
+#ifndef MHE_NO_TRAIN
 /* the next language-model batch of a trainer: tc.batch random windows of
    data[n] (the CPU and the CUDA trainers draw the same batches) */
 static mhe_status mhe__lm_batch(mhe_trainer *t, const int *data, size_t n, mhe_batch *bt) {
@@ -10834,6 +10974,7 @@ MHEDEF mhe_status mhe_trainer_step_sr(mhe_trainer *t, const int *data, size_t n,
     bt.B = tc->batch; bt.T = T; bt.tokens = t->batch_tokens; bt.targets = t->batch_targets; bt.words = words;
     return mhe__trainer_update(t, &bt);
 }
+#endif /* MHE_NO_TRAIN */
 
 /* One batch's forward for the evaluation loops: its mean loss and the
    targets it scored. The CPU model here; mhe_cuda.cuh passes the device's,
@@ -12441,6 +12582,9 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
     size_t vocab_bytes = 0, words_at;
     char *p, *end;
+#ifdef MHE_NO_TRAIN
+    if (t) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: this build has no trainer (MHE_NO_TRAIN); pass t = NULL");
+#endif
     memset(k, 0, sizeof *k);
     if (!grads_only && m->vocab.n) vocab_bytes = mhe__mul_size(mhe__add_size(m->vocab.text_len, (size_t)m->vocab.n, &ok), sizeof(int32_t), &ok);
     bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
@@ -12998,6 +13142,7 @@ MHEDEF mhe_status mhe_model_check_finite(mhe_model *m) {
     return mhe__check_finite(m, m->param_data, "non-finite weight:", m->err);
 }
 
+#ifndef MHE_NO_TRAIN
 /* the first element of a little-endian F32 tensor that is NaN or infinite, or -1 */
 static int64_t mhe__st_first_nonfinite(const mhe_st_tensor *t) {
     int64_t i;
@@ -13007,7 +13152,9 @@ static int64_t mhe__st_first_nonfinite(const mhe_st_tensor *t) {
     }
     return -1;
 }
+#endif
 
+#ifndef MHE_NO_TRAIN
 static int mhe__hex_u64(const char *s, uint64_t *out) {
     uint64_t v = 0;
     int i;
@@ -13020,7 +13167,9 @@ static int mhe__hex_u64(const char *s, uint64_t *out) {
     *out = v;
     return 1;
 }
+#endif
 
+#ifndef MHE_NO_TRAIN
 MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size) {
     mhe_model *m;
     mhe_safetensors st;
@@ -13084,6 +13233,7 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
     t->rng = r;
     return MHE_OK;
 }
+#endif
 
 #ifndef MHE_NO_STDIO
 MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx) {
@@ -13103,6 +13253,7 @@ MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx
     return s;
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
     void *buf;
     size_t size;
@@ -13114,6 +13265,7 @@ MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path) {
     MHE_FREE(t->model->alloc_ctx, buf);
     return s;
 }
+#endif /* MHE_NO_TRAIN */
 
 static mhe_status mhe__save(const mhe_model *m, const mhe_trainer *t, const char *path, int grads_only, char *err) {
     mhe__ckpt k;
@@ -13136,9 +13288,11 @@ MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, 
     return mhe__save(m, t, path, 0, t ? ((mhe_trainer *)t)->err : ((mhe_model *)m)->err);
 }
 
+#ifndef MHE_NO_TRAIN
 MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path) {
     return mhe__save(m, NULL, path, 1, ((mhe_model *)m)->err);
 }
+#endif /* MHE_NO_TRAIN */
 #endif
 
 /* ---- 11. metrics ------------------------------------------------------------ */
@@ -13799,6 +13953,9 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 
 /* the CUDA companion: a .cu file (or the CPU emulation of the tests) defines MHE_CUDA */
 #ifdef MHE_CUDA
+#ifdef MHE_NO_TRAIN
+#error "MHE_CUDA needs the trainer and the backward passes: drop MHE_NO_TRAIN"
+#endif
 #include "mhe_cuda.cuh"
 #endif
 
