@@ -333,10 +333,10 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.Ts = Ts; bt.src = src.data();
         CHECK(mhe_model_forward_batch(&m, &bt, &loss_cpu) == MHE_OK, "%s: CPU forward: %s", what, m.err);
     } else {
-        mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+        CHECK(mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu) == MHE_OK, "mhe_model_forward: %s", m.err);
     }
     std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
-    mhe_model_backward(&m);
+    CHECK(mhe_model_backward(&m) == MHE_OK, "mhe_model_backward: %s", m.err);
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
     double gmax = 0;
     for (float x : grad_cpu)
@@ -622,9 +622,9 @@ static void test_train(void) {
         tc.warmup = 2;
         tc.steps = 20;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
+        CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -634,7 +634,7 @@ static void test_train(void) {
         double worst = 0;
         float first = 0, last_cpu = 0, last_dev = 0;
         for (int s = 0; s < 20 && st == MHE_OK; s++) {
-            mhe_trainer_step(&tcpu, data, n);
+            CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
             st = mhe_cuda_trainer_step(&tdev, data, n);
             double d = fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss;
             worst = d > worst ? d : worst;
@@ -731,7 +731,7 @@ static double check_prefill(int kind, int P, int D, int tf32, int step, double t
     std::vector<int> tok(L);
     for (int i = 0; i < L; i++)
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
-    mhe_model_init(&m, &c, 5, NULL);
+    CHECK(mhe_model_init(&m, &c, 5, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
     /* ref[i]: the CPU's logits after position P - 1 + i */
     std::vector<std::vector<float>> ref;
     mhe_status st = mhe_kv_cache_init(&kv, &m, L, NULL);
@@ -849,7 +849,7 @@ static void test_eval(void) {
         mhe_cuda_model g;
         const char *what = k.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder";
         c.vocab_size = 256;
-        mhe_model_init(&m, &c, 9, NULL);
+        CHECK(mhe_model_init(&m, &c, 9, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
         if (mhe_cuda_model_init(&g, &m, 0) != MHE_OK) {
             CHECK(0, "eval: device init: %s", g.err);
             mhe_model_free(&m);
@@ -889,7 +889,7 @@ static void test_eval(void) {
         mhe_model m;
         mhe_cuda_model g;
         float ld = 0;
-        mhe_model_init(&m, &c, 9, NULL);
+        CHECK(mhe_model_init(&m, &c, 9, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
             CHECK(mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld) == MHE_ERR_DATA && strstr(g.err, "outside the vocabulary"),
                   "eval: a token past the vocabulary: %s", g.err);
@@ -1055,9 +1055,9 @@ static void test_encdec(void) {
         tc.warmup = 2;
         tc.steps = 12;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
+        CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -1066,7 +1066,7 @@ static void test_encdec(void) {
             double worst = 0;
             float first = 0, last_dev = 0;
             for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                mhe_trainer_step(&tcpu, data, n);
+                CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
                 st = mhe_cuda_trainer_step(&tdev, data, n);
                 worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
                 if (s == 0)
@@ -1217,6 +1217,51 @@ static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char 
     mhe_model_free(&m);
 }
 
+/* n S+R trainer steps on both sides from the same init: the device's losses track the CPU's */
+static void compare_word_train(const mhe_config *cfg, word_corpus *k, const char *what, int n) {
+    mhe_model mc, md;
+    mhe_trainer tcpu;
+    mhe_cuda_model g;
+    mhe_cuda_trainer tdev;
+    mhe_train_config tc = mhe_train_config_default();
+    tc.batch = 4;
+    tc.seq_len = 16;
+    tc.lr = 3e-3f;
+    tc.warmup = 2;
+    tc.steps = n;
+    tc.seed = 5;
+    if (!word_model_init(&mc, cfg, k, 11) || !word_model_init(&md, cfg, k, 11))
+        return;
+    CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "%s: CPU trainer: %s", what, mc.err);
+    mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+    CHECK(st == MHE_OK, "%s: device init: %s", what, g.err);
+    if (st == MHE_OK) {
+        double worst = 0;
+        for (int s = 0; s < n && st == MHE_OK; s++) {
+            CHECK(mhe_trainer_step_sr(&tcpu, k->tok, k->n, &k->f) == MHE_OK, "%s: CPU step: %s", what, tcpu.err);
+            st = mhe_cuda_trainer_step_sr(&tdev, k->tok, k->n, &k->f);
+            worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+        }
+        printf("%s: %d steps, loss CPU %.4f, device %.4f (worst step difference %.2g relative)\n", what, n,
+               (double)tcpu.last_loss, (double)tdev.host.last_loss, worst);
+        CHECK(st == MHE_OK && worst < 1e-3, "%s: device losses track the CPU's (%.3g) %s", what, worst,
+              st == MHE_OK ? "" : tdev.host.err);
+        CHECK(mhe_cuda_trainer_sync(&tdev) == MHE_OK, "%s: sync", what);
+        mhe_cls_metrics ec, ed;
+        mhe_status sc = mhe_evaluate_sr(&md, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ec);
+        mhe_status sd = mhe_cuda_evaluate_sr(&g, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ed);
+        CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss && ed.n == ec.n,
+              "%s: evaluate S+R: loss %.7f vs CPU %.7f %s", what, ed.loss, ec.loss, g.err);
+        mhe_cuda_trainer_free(&tdev);
+        mhe_cuda_model_free(&g);
+    }
+    mhe_trainer_free(&tcpu);
+    mhe_model_free(&mc);
+    mhe_model_free(&md);
+}
+
 static void test_hash(void) {
     word_corpus k;
     char err[MHE_ERR_LEN];
@@ -1231,6 +1276,20 @@ static void test_hash(void) {
     c = word_config(MHE_EMB_VOCAB, 0);
     c.vocab_size = k.x.n + MHE_N_SPECIAL;
     compare_word_step(&c, &k, "word vocabulary S+R encoder");
+    /* hash-pool, -add, -proj (eq. 2.1-2.3): 24 bits, pool's 5 chunks of k = 5 (the last one 4 bits) */
+    for (int emb : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) {
+        char what[96];
+        c = word_config(emb, emb == MHE_EMB_HASH_ADD);
+        c.hash_bits = 24;
+        c.hash_chunk = 5;
+        if (emb == MHE_EMB_HASH_ADD)
+            c.arch = MHE_ARCH_DECODER;
+        snprintf(what, sizeof what, "%s S+R %s", mhe__emb_name(&c), emb == MHE_EMB_HASH_ADD ? "decoder post-norm" : "encoder");
+        compare_word_step(&c, &k, what);
+        c.init_std = mhe_config_default().init_std;
+        snprintf(what, sizeof what, "train %s S+R", mhe__emb_name(&c));
+        compare_word_train(&c, &k, what, 6);
+    }
     { /* 12 S+R steps on both sides, then the evaluation */
         mhe_model mc, md;
         mhe_trainer tcpu;
@@ -1247,7 +1306,7 @@ static void test_hash(void) {
         tc.seed = 5;
         word_model_init(&mc, &c, &k, 11);
         word_model_init(&md, &c, &k, 11);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -1256,7 +1315,7 @@ static void test_hash(void) {
             double worst = 0;
             float first = 0;
             for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f);
+                CHECK(mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f) == MHE_OK, "mhe_trainer_step_sr: %s", tcpu.err);
                 st = mhe_cuda_trainer_step_sr(&tdev, k.tok, k.n, &k.f);
                 worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
                 if (s == 0)
@@ -1309,12 +1368,6 @@ static void test_hash(void) {
             mhe_model_free(&m);
         }
     }
-    for (int e : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) { /* what stays on the CPU is named */
-        c = word_config(e, 0);
-        char want[64];
-        snprintf(want, sizeof want, "embedding=%s", mhe_hash_kind_name(e - 1));
-        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, want), "supports %s: %s", want, err);
-    }
     word_corpus_free(&k);
 }
 
@@ -1325,7 +1378,7 @@ static void test_errors(void) {
     mhe_model m;
     mhe_cuda_model g;
     char err[MHE_ERR_LEN] = "";
-    mhe_model_init(&m, &c, 1, NULL);
+    CHECK(mhe_model_init(&m, &c, 1, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
 
 #ifdef MHE_CUDA_EMULATE /* the emulation's hooks provoke what a real GPU does rarely */
     mhe_emu_set_device_count(0);
@@ -1363,8 +1416,10 @@ static void test_errors(void) {
         }
         CHECK(kinds_ok == MHE_ATTN_KIND_COUNT, "%d of %d kinds run on the device", kinds_ok, MHE_ATTN_KIND_COUNT);
         bad = c;
-        bad.embedding = MHE_EMB_HASH_POOL; /* hash-emb runs on the device (the hash group) */
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash-pool"), "hash-pool embedding: %s", err);
+        for (int emb = MHE_EMB_HASH_EMB; emb <= MHE_EMB_HASH_PROJ; emb++) { /* every hash kind runs on the device (the hash group) */
+            bad.embedding = emb;
+            CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "embedding %d runs on the device: %s", emb, err);
+        }
         bad = c;
         bad.dropout = 0.1f;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
