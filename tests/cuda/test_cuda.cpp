@@ -217,6 +217,101 @@ static void test_elementwise(void) {
             cudaFree(p);
         cudaFree(d_codes);
     }
+    for (int emb : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) {
+        /* hash-pool, -add, -proj word batches against mhe_hash_*_fwd/_bwd: words share codebook rows and
+           (pool, proj) the weights; special rows repeat; proj has a clamped axis and an all-zero word */
+        int S = MHE_N_SPECIAL, C = 70, B = 3, T = 9, rows = B * T, nb = 13, k = 4, nch = mhe_hash_pool_chunks(nb, k), nw = 0;
+        size_t rb = MHE_BITS_BYTES(nb);
+        const char *name = emb == MHE_EMB_HASH_POOL ? "hash-pool" : emb == MHE_EMB_HASH_ADD ? "hash-add" : "hash-proj";
+        std::vector<int> codes(rows);
+        for (int i = 0; i < rows; i++)
+            codes[i] = i % 4 == 1 ? -1 - i % S : nw++;
+        std::vector<unsigned char> bits((size_t)nw * rb);
+        for (size_t i = 0; i < bits.size(); i++)
+            bits[i] = (unsigned char)mhe_rng_below(&test_rng, 256);
+        if (emb == MHE_EMB_HASH_PROJ)
+            std::fill(bits.begin(), bits.begin() + (long)rb, 0); /* word 0: no ones, the bits' norm clamped */
+        std::vector<int> idx((size_t)nw * nch);
+        mhe_hash_pool_index(idx.data(), bits.data(), nw, nb, k);
+        size_t np = emb == MHE_EMB_HASH_POOL ? (((size_t)1 << k) + 1) * C : (size_t)2 * nb * C, nw2 = (size_t)nch * C;
+        std::vector<float> par = randn(np, 1), w = randn(emb == MHE_EMB_HASH_PROJ ? (size_t)C * nb : nw2, 1);
+        if (emb == MHE_EMB_HASH_PROJ)
+            std::fill(w.begin(), w.begin() + nb, 0.5f); /* axis 0 constant: |c_0| = 0, clamped */
+        std::vector<float> spec = randn((size_t)S * C, 1), reg = randn(C, 1), pos = randn((size_t)T * C, 1);
+        std::vector<float> out((size_t)rows * C), d = randn(out.size(), 1), dpar = randn(np, 1), dw = randn(w.size(), 1),
+                           dspec = randn(spec.size(), 1), dreg = randn(C, 1);
+        float *d_par = dev(par), *d_w = dev(w), *d_spec = dev(spec), *d_reg = dev(reg), *d_pos = dev(pos),
+              *d_out = dev(out), *d_d = dev(d), *d_dpar = dev(dpar), *d_dw = dev(dw), *d_dspec = dev(dspec),
+              *d_dreg = dev(dreg);
+        std::vector<float> wn((size_t)C * nb), wnorm(C), wout((size_t)nw * C), uu((size_t)nw * 2);
+        float *d_wn = dev(wn), *d_wnorm = dev(wnorm), *d_wout = dev(wout), *d_uu = dev(uu);
+        int *d_codes = dev(codes), *d_idx = dev(idx);
+        unsigned char *d_bits = dev(bits);
+        float inv = 1.0f / sqrtf((float)nb);
+        if (emb == MHE_EMB_HASH_POOL) {
+            mhe__cu_launch(mhe__cu_hash_pool_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, (const float *)d_spec,
+                           (const float *)d_par, (const float *)d_w, (const float *)d_reg, (const float *)d_pos,
+                           (const int *)d_codes, (const int *)d_idx, T, nch, C);
+            mhe__cu_launch(mhe__cu_hash_pool_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dpar, d_dw, (const float *)d_d,
+                           (const float *)d_par, (const float *)d_w, (const int *)d_codes, (const int *)d_idx, nch, C);
+        } else if (emb == MHE_EMB_HASH_ADD) {
+            mhe__cu_launch(mhe__cu_hash_add_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, (const float *)d_spec,
+                           (const float *)d_par, (const float *)d_reg, (const float *)d_pos, (const int *)d_codes,
+                           (const unsigned char *)d_bits, T, nb, C, inv);
+            mhe__cu_launch(mhe__cu_hash_add_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dpar, (const float *)d_d,
+                           (const int *)d_codes, (const unsigned char *)d_bits, nb, C, inv);
+        } else {
+            mhe__cu_launch(mhe__cu_hash_proj_weights, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_wn,
+                           d_wnorm, (const float *)d_w, nb, C);
+            mhe__cu_launch(mhe__cu_hash_proj_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, d_wout, d_uu,
+                           (const float *)d_spec, (const float *)d_wn, (const float *)d_reg, (const float *)d_pos,
+                           (const int *)d_codes, (const unsigned char *)d_bits, T, nb, C);
+            mhe__cu_launch(mhe__cu_hash_proj_bwd, dim3(mhe__cu_blocks((int64_t)C * nb, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                           d_dw, (const float *)d_d, (const float *)d_wn, (const float *)d_wnorm, (const float *)d_wout,
+                           (const float *)d_uu, (const int *)d_codes, (const unsigned char *)d_bits, rows, nb, C);
+        }
+        mhe__cu_launch(mhe__cu_hash_words_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dspec, d_dreg, (const float *)d_d,
+                       (const int *)d_codes, C);
+        /* the CPU: the words' embeddings, then each row as mhe__words_fwd and mhe__embed_fwd build it */
+        std::vector<float> e((size_t)nw * C), de((size_t)nw * C), sm(nw2);
+        if (emb == MHE_EMB_HASH_POOL)
+            mhe_hash_pool_fwd(e.data(), sm.data(), par.data(), w.data(), idx.data(), nw, nch, C);
+        else if (emb == MHE_EMB_HASH_ADD)
+            mhe_hash_add_fwd(e.data(), par.data(), bits.data(), nw, nb, C, sqrtf((float)nb));
+        else
+            mhe_hash_proj_fwd(e.data(), wn.data(), wnorm.data(), w.data(), bits.data(), nw, nb, C);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < C; c++) {
+                float g = d[(size_t)r * C + c];
+                if (codes[r] < 0) {
+                    out[(size_t)r * C + c] = spec[(size_t)(-1 - codes[r]) * C + c] + pos[(size_t)(r % T) * C + c];
+                    dspec[(size_t)(-1 - codes[r]) * C + c] += g;
+                } else {
+                    out[(size_t)r * C + c] = (e[(size_t)codes[r] * C + c] + reg[c]) + pos[(size_t)(r % T) * C + c];
+                    dreg[c] += g;
+                    de[(size_t)codes[r] * C + c] = g;
+                }
+            }
+        if (emb == MHE_EMB_HASH_POOL)
+            mhe_hash_pool_bwd(dpar.data(), dw.data(), de.data(), par.data(), sm.data(), idx.data(), nw, nch, C);
+        else if (emb == MHE_EMB_HASH_ADD)
+            mhe_hash_add_bwd(dpar.data(), de.data(), bits.data(), nw, nb, C, sqrtf((float)nb));
+        else
+            mhe_hash_proj_bwd(dw.data(), de.data(), wn.data(), wnorm.data(), bits.data(), nw, nb, C);
+        CHECK(rel_err(host(d_out, out.size()), out) < 1e-5, "%s embedding forward", name);
+        CHECK(rel_err(host(d_dspec, dspec.size()), dspec) < 1e-5 && rel_err(host(d_dreg, dreg.size()), dreg) < 1e-5,
+              "%s: special and regular rows backward", name);
+        if (emb != MHE_EMB_HASH_PROJ)
+            CHECK(rel_err(host(d_dpar, dpar.size()), dpar) < 1e-5, "%s backward: codebooks (shared rows)", name);
+        if (emb != MHE_EMB_HASH_ADD)
+            CHECK(rel_err(host(d_dw, dw.size()), dw) < 1e-5, "%s backward: %s", name,
+                  emb == MHE_EMB_HASH_POOL ? "pooling weights" : "projection (a clamped axis, an all-zero word)");
+        for (float *p : {d_par, d_w, d_spec, d_reg, d_pos, d_out, d_d, d_dpar, d_dw, d_dspec, d_dreg, d_wn, d_wnorm, d_wout, d_uu})
+            cudaFree(p);
+        cudaFree(d_codes);
+        cudaFree(d_idx);
+        cudaFree(d_bits);
+    }
     { /* softmax cross-entropy with ignored rows, V past the block width */
         int N = 9, V = 301;
         std::vector<float> z = randn((size_t)N * V, 3), loss(N), dz((size_t)N * V, 0.0f), dzc((size_t)N * V, 0.0f);
@@ -1264,7 +1359,6 @@ static void compare_word_train(const mhe_config *cfg, word_corpus *k, const char
 
 static void test_hash(void) {
     word_corpus k;
-    char err[MHE_ERR_LEN];
     if (!word_corpus_of(&k, 6000))
         return;
     mhe_config c = word_config(MHE_EMB_HASH_EMB, 0);
