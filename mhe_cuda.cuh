@@ -48,7 +48,7 @@
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
    post-norm, without dropout, Admin or classification
    (mhe_cuda_supports says which field stops a config). Embeddings: the
-   vocabulary (byte or word tokens) and hash-emb; the LM or S+R head.
+   vocabulary (byte or word tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head.
    Everything else runs on the CPU path. Decoding covers every kind the CPU
    decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
@@ -110,7 +110,11 @@ typedef struct mhe_cuda_model {
     const float *mem;
     const float *final_h;
     int last_B, last_T, last_Ts, last_count, has_targets, pos0;
-    int hashed;                             /* g->tokens holds hash-emb codes (mhe__cu_hash_emb_fwd), not rows */
+    int hashed;                             /* g->tokens holds hash codes (the MHE_EMB_ kind; 0: rows) */
+    /* hash-pool/-add/-proj word batches: the words' chunk indices or bits; proj's
+       wn, |c_j| (wnorm), each word's embedding (wout) and u0, u1 (uu) */
+    int *hw_in;
+    float *hw_wn, *hw_wnorm, *hw_out, *hw_uu;
     const mhe_batch *words;                 /* set while a word batch's forward runs (mhe__cu_forward_batch) */
     mhe_cuda_kv_cache *cache;               /* set while a decode step runs */
     size_t device_bytes;                    /* parameters, gradients and activations */
@@ -141,7 +145,7 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 /* encdec: the source src [B*Ts] through the encoder, then tokens/targets as above */
 MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
                                              const int *targets, int B, int T, float *loss);
-/* a batch of word tokens (bt->words: embedding=vocab or hash-emb; S+R
+/* a batch of word tokens (bt->words: embedding=vocab or a hash kind; S+R
    targets) or with a source, as mhe_model_forward_batch (no labels, lengths) */
 MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g);   /* grads += d loss / d param */
@@ -659,6 +663,208 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_bwd(float *dspeci
             e[c] += d[(size_t)r * C + c];
         else
             atomicAdd(e + c, d[(size_t)r * C + c]);
+}
+
+/* hash-pool, hash-add and hash-proj (HashFormers eq. 2.1, 2.2, 2.3) on a word
+   batch: codes[r] is -1 - s for a special token, else the index j of the
+   batch's j-th word, whose inputs the host gathered as the CPU does
+   (mhe__emb_prepare: pool's chunk indices [nw, n_ch], add's and proj's bits
+   [nw, MHE_BITS_BYTES(n_bits)]). A word embeds as mhe__words_fwd: its hash
+   embedding plus the regular row, then its position. */
+__device__ static inline int mhe__cu_bit(const unsigned char *b, int t) { return (b[t >> 3] >> (7 - (t & 7))) & 1; }
+
+/* a scatter into rows that other blocks share */
+__device__ static inline void mhe__cu_scatter(float *p, float v) {
+    if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
+        *p += v;
+    else
+        atomicAdd(p, v);
+}
+
+/* eq. 2.1: e_c = sum_k softmax_k(w[., c]) codebook[idx_k][c] (the softmax over
+   chunks per dimension, as mhe__pool_softmax) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_fwd(float *out, const float *special, const float *book,
+                                                                    const float *w, const float *regular,
+                                                                    const float *pos, const int *codes, const int *idx,
+                                                                    int T, int n_ch, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *p = pos + (size_t)(r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float mx = w[c], s = 0, o = 0;
+        if (code < 0) {
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+            continue;
+        }
+        for (int k = 1; k < n_ch; k++)
+            mx = fmaxf(mx, w[(size_t)k * C + c]);
+        for (int k = 0; k < n_ch; k++)
+            s += expf(w[(size_t)k * C + c] - mx);
+        for (int k = 0; k < n_ch; k++)
+            o += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)idx[(size_t)code * n_ch + k] * C + c];
+        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward (mhe_hash_pool_bwd): dbook[idx_k][c] += s_kc g_c (row 0 is
+   reserved), dw[k][c] += s_kc g_c (E_kc - e_c); rows share both: atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_bwd(float *dbook, float *dw, const float *d,
+                                                                    const float *book, const float *w,
+                                                                    const int *codes, const int *idx, int n_ch, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const int *ix = idx + (size_t)(code < 0 ? 0 : code) * n_ch;
+    if (code < 0)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float gv = d[(size_t)r * C + c], mx = w[c], s = 0, e = 0;
+        if (gv == 0)
+            continue;
+        for (int k = 1; k < n_ch; k++)
+            mx = fmaxf(mx, w[(size_t)k * C + c]);
+        for (int k = 0; k < n_ch; k++)
+            s += expf(w[(size_t)k * C + c] - mx);
+        for (int k = 0; k < n_ch; k++)
+            e += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)ix[k] * C + c];
+        for (int k = 0; k < n_ch; k++) {
+            float sk = expf(w[(size_t)k * C + c] - mx) / s, ek = book[(size_t)ix[k] * C + c];
+            mhe__cu_scatter(dw + (size_t)k * C + c, sk * gv * (ek - e));
+            if (ix[k] != 0)
+                mhe__cu_scatter(dbook + (size_t)ix[k] * C + c, sk * gv);
+        }
+    }
+}
+
+/* eq. 2.2: e = sum_t books[t][bit_t] / gamma (gamma = sqrt(n_bits): inv) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_fwd(float *out, const float *special, const float *books,
+                                                                   const float *regular, const float *pos,
+                                                                   const int *codes, const unsigned char *bits, int T,
+                                                                   int n_bits, int C, float inv) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *p = pos + (size_t)(r % T) * C;
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float o = 0;
+        if (code < 0) {
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+            continue;
+        }
+        for (int t = 0; t < n_bits; t++)
+            o += books[((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c];
+        o *= inv;
+        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward: dbooks[t][bit_t] += g / gamma; words share codebook rows */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_bwd(float *dbooks, const float *d, const int *codes,
+                                                                   const unsigned char *bits, int n_bits, int C,
+                                                                   float inv) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    if (code < 0)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        for (int t = 0; t < n_bits; t++)
+            mhe__cu_scatter(dbooks + ((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c, d[(size_t)r * C + c] * inv);
+}
+
+/* eq. 2.3's weights, as mhe__proj_weights: wn_j = c_j / max(|c_j|, eps) with
+   c_j = w_j - mean(w_j), and |c_j|; one thread per axis j, in double */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_weights(float *wn, float *wnorm, const float *w,
+                                                                        int n_bits, int C) {
+    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    double mean = 0, ss = 0, den;
+    if (j >= C)
+        return;
+    for (int t = 0; t < n_bits; t++)
+        mean += w[(size_t)j * n_bits + t];
+    mean /= n_bits;
+    for (int t = 0; t < n_bits; t++)
+        ss += (w[(size_t)j * n_bits + t] - mean) * (w[(size_t)j * n_bits + t] - mean);
+    wnorm[j] = (float)sqrt(ss);
+    den = sqrt(ss) > 1e-8 ? sqrt(ss) : 1e-8; /* MHE__PROJ_EPS */
+    for (int t = 0; t < n_bits; t++)
+        wn[(size_t)j * n_bits + t] = (float)((w[(size_t)j * n_bits + t] - mean) / den);
+}
+
+/* eq. 2.3 (Pearson correlation of the bits and w_j): e_j = u . wn_j, u the
+   centred bits over their clamped norm: u1 for a 1, u0 for a 0 (mhe__proj_bits).
+   Keeps e (wout) and u0, u1 (uu) per word for the backward. */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_fwd(float *out, float *wout, float *uu,
+                                                                    const float *special, const float *wn,
+                                                                    const float *regular, const float *pos,
+                                                                    const int *codes, const unsigned char *bits, int T,
+                                                                    int n_bits, int C) {
+    int r = (int)blockIdx.x, code = codes[r], ones = 0;
+    const float *p = pos + (size_t)(r % T) * C;
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    double mean, nrm;
+    float u0, u1;
+    if (code < 0) {
+        for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+        return;
+    }
+    for (int t = 0; t < n_bits; t++)
+        ones += mhe__cu_bit(b, t);
+    mean = (double)ones / n_bits;
+    nrm = sqrt((double)ones * (double)(n_bits - ones) / n_bits);
+    nrm = nrm < 1e-8 ? 1e-8 : nrm;
+    u0 = (float)(-mean / nrm);
+    u1 = (float)((1.0 - mean) / nrm);
+    if (threadIdx.x == 0) {
+        uu[(size_t)code * 2] = u0;
+        uu[(size_t)code * 2 + 1] = u1;
+    }
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float e = 0;
+        for (int t = 0; t < n_bits; t++)
+            e += (mhe__cu_bit(b, t) ? u1 : u0) * wn[(size_t)c * n_bits + t];
+        wout[(size_t)code * C + c] = e;
+        out[(size_t)r * C + c] = (e + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward (mhe_hash_proj_bwd): dw_jt += g_j (u_t - wn_jt e_j) / |c_j|, or
+   g_j u_t / eps where |c_j| is clamped; one thread per weight, the batch's
+   rows in order, so no two threads share an output */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_bwd(float *dw, const float *d, const float *wn,
+                                                                    const float *wnorm, const float *wout,
+                                                                    const float *uu, const int *codes,
+                                                                    const unsigned char *bits, int rows, int n_bits,
+                                                                    int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int j, t, clamped;
+    float acc = 0, den;
+    if (i >= (int64_t)C * n_bits)
+        return;
+    j = (int)(i / n_bits);
+    t = (int)(i % n_bits);
+    clamped = !(wnorm[j] > 1e-8f);
+    den = clamped ? 1e-8f : wnorm[j];
+    for (int r = 0; r < rows; r++) {
+        int code = codes[r];
+        float gv, u;
+        if (code < 0)
+            continue;
+        gv = d[(size_t)r * C + j] / den;
+        u = uu[(size_t)code * 2 + mhe__cu_bit(bits + (size_t)code * ((n_bits + 7) / 8), t)];
+        acc += gv * u;
+        if (!clamped)
+            acc -= gv * wout[(size_t)code * C + j] * wn[i];
+    }
+    dw[i] += acc;
+}
+
+/* the special rows' and the regular row's gradients of a hash-pool, -add or
+   -proj batch: specials repeat and every word adds to the regular row */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_words_bwd(float *dspecial, float *dregular, const float *d,
+                                                                     const int *codes, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    float *e = code >= 0 ? dregular : dspecial + (size_t)(-1 - code) * C;
+    if (!e)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        mhe__cu_scatter(e + c, d[(size_t)r * C + c]);
 }
 
 /* d pos[t] += sum_b d[b, t]: one thread per (t, c), sequences in order */
@@ -1535,9 +1741,6 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    if (c->embedding != MHE_EMB_VOCAB && c->embedding != MHE_EMB_HASH_EMB)
-        return mhe__fail(err, MHE_ERR_CONFIG, "embedding=%s runs on the CPU path (device: embedding=vocab or hash-emb)",
-                         mhe_hash_kind_name(c->embedding - 1));
     if (c->n_classes > 0)
         return mhe__fail(err, MHE_ERR_CONFIG, "the classification head (n_classes=%d) runs on the CPU path", c->n_classes);
     if (c->dropout > 0 || c->attn_dropout > 0)
@@ -1743,6 +1946,16 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->mix = mhe__cu_take(&cur, base, fnet ? rows * 2 * C : 0);
     g->dft = mhe__cu_take(&cur, base, fnet ? 2 * C * C + 2 * (size_t)T * T : 0);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
+    {
+        int emb = c->embedding, nbits = c->hash_bits, proj = emb == MHE_EMB_HASH_PROJ;
+        size_t per = emb == MHE_EMB_HASH_POOL ? (size_t)mhe_hash_pool_chunks(nbits, c->hash_chunk)
+                     : emb > MHE_EMB_HASH_POOL ? (MHE_BITS_BYTES(nbits) + 3) / 4 : 0;
+        g->hw_in = (int *)mhe__cu_take(&cur, base, rows * per);
+        g->hw_wn = mhe__cu_take(&cur, base, proj ? (size_t)C * nbits : 0);
+        g->hw_wnorm = mhe__cu_take(&cur, base, proj ? (size_t)C : 0);
+        g->hw_out = mhe__cu_take(&cur, base, proj ? rows * C : 0);
+        g->hw_uu = mhe__cu_take(&cur, base, proj ? rows * 2 : 0);
+    }
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
     /* encdec's encoder: its input, final norm and output gradient (rows: the source's B Ts fit) */
     g->src = (int *)mhe__cu_take(&cur, base, E ? rows : 0);
@@ -2873,6 +3086,82 @@ static mhe_status mhe__cu_encode(mhe_cuda_model *g, int B, int Ts) {
 
 /* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
    only the last position's logits) */
+/* a hashed word batch's embeddings into g->emb (g->tokens holds its codes),
+   as mhe__words_fwd plus the positions */
+static mhe_status mhe__cu_words_fwd(mhe_cuda_model *g, int rows, int T) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, nb = c->hash_bits;
+    const float *sp = MHE__CU_P(g, m->special_emb), *reg = MHE__CU_P(g, m->regular_emb), *pos = MHE__CU_P(g, m->pos_emb);
+    const int *codes = g->tokens;
+    switch (g->hashed) {
+    case MHE_EMB_HASH_EMB:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), pos, codes, T, C), "hash embedding");
+        break;
+    case MHE_EMB_HASH_POOL:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
+                                   reg, pos, codes, (const int *)g->hw_in, T, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
+                    "hash-pool embedding");
+        break;
+    case MHE_EMB_HASH_ADD:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->add_books), reg, pos, codes,
+                                   (const unsigned char *)g->hw_in, T, nb, C, 1.0f / sqrtf((float)nb)),
+                    "hash-add embedding");
+        break;
+    default:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_weights, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                   g->hw_wn, g->hw_wnorm, (const float *)MHE__CU_P(g, m->proj_w), nb, C),
+                    "hash-proj weights");
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, g->hw_out, g->hw_uu,
+                                   sp, (const float *)g->hw_wn, reg, pos, codes, (const unsigned char *)g->hw_in, T, nb,
+                                   C),
+                    "hash-proj embedding");
+        break;
+    }
+    return MHE_OK;
+}
+
+/* its backward from g->d_h, as mhe__words_bwd (the positions' apart) */
+static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, int rows) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, nb = c->hash_bits;
+    const int *codes = g->tokens;
+    const float *d = g->d_h;
+    if (g->hashed == MHE_EMB_HASH_EMB) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                                   MHE__CU_G(g, m->tok_emb), d, codes, C), "hash embedding backward");
+        return MHE_OK;
+    }
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_words_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                               MHE__CU_G(g, m->regular_emb), d, codes, C), "special and regular rows backward");
+    switch (g->hashed) {
+    case MHE_EMB_HASH_POOL:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_bwd, dim3(rows), dim3(MHE__CU_EW), 0,
+                                   MHE__CU_G(g, m->pool_codebook), MHE__CU_G(g, m->pool_w), d,
+                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
+                                   codes, (const int *)g->hw_in, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
+                    "hash-pool backward");
+        break;
+    case MHE_EMB_HASH_ADD:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->add_books), d,
+                                   codes, (const unsigned char *)g->hw_in, nb, C, 1.0f / sqrtf((float)nb)),
+                    "hash-add backward");
+        break;
+    default:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_bwd, dim3(mhe__cu_blocks((int64_t)C * nb, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->proj_w), d, (const float *)g->hw_wn,
+                                   (const float *)g->hw_wnorm, (const float *)g->hw_out, (const float *)g->hw_uu, codes,
+                                   (const unsigned char *)g->hw_in, rows, nb, C),
+                    "hash-proj backward");
+        break;
+    }
+    return MHE_OK;
+}
+
 static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, const int *tokens, const int *targets,
                                   int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
@@ -2921,11 +3210,25 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
         if (c->embedding == MHE_EMB_VOCAB) {
             tokens = e->row;
         } else {
-            int *codes = e->spec, j; /* spec becomes the codes: -1 - s for a special token, the bucket for a word */
+            /* spec becomes the codes: -1 - s for a special token; for a word its
+               bucket (hash-emb) or its index among the words (the others) */
+            int *codes = e->spec, j, emb = c->embedding, nb = c->hash_bits;
             for (i = 0, j = 0; i < rows; i++)
-                codes[i] = codes[i] >= 0 ? -1 - codes[i] : e->wid[j++];
+                if (codes[i] >= 0) {
+                    codes[i] = -1 - codes[i];
+                } else {
+                    codes[i] = emb == MHE_EMB_HASH_EMB ? e->wid[j] : j;
+                    j++;
+                }
             tokens = codes;
-            g->hashed = 1;
+            g->hashed = emb;
+            if (emb == MHE_EMB_HASH_POOL && e->nw > 0)
+                MHE__CU_TRY(cudaMemcpy(g->hw_in, e->idx,
+                                       (size_t)e->nw * mhe_hash_pool_chunks(nb, c->hash_chunk) * sizeof(int),
+                                       cudaMemcpyHostToDevice), "upload the words' chunk indices");
+            else if (emb > MHE_EMB_HASH_POOL && e->nw > 0)
+                MHE__CU_TRY(cudaMemcpy(g->hw_in, e->bits, (size_t)e->nw * MHE_BITS_BYTES(nb), cudaMemcpyHostToDevice),
+                            "upload the words' bits");
         }
     }
     MHE__CU_TRY(cudaMemcpy(g->tokens, tokens, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload tokens");
@@ -2935,10 +3238,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     if (!g->cache) /* decoding reads the stream's Q|K from the cache */
         MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
     if (g->hashed)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
-                                   (const float *)MHE__CU_P(g, m->special_emb), (const float *)MHE__CU_P(g, m->tok_emb),
-                                   (const float *)MHE__CU_P(g, m->pos_emb), (const int *)g->tokens, T, C),
-                    "hash embedding");
+        MHE__CU_MHE(mhe__cu_words_fwd(g, rows, T));
     else
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                    (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
@@ -3100,9 +3400,7 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
     if (g->hashed)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
-                                   MHE__CU_G(g, m->tok_emb), (const float *)g->d_h, (const int *)g->tokens, C),
-                    "hash embedding backward");
+        MHE__CU_MHE(mhe__cu_words_bwd(g, rows));
     else
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
                                    (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");

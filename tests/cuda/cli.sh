@@ -130,6 +130,25 @@ rc=$?
 grep "S+R loss" "$D/cpu.txt" > "$D/cpu_sr.txt" && grep "S+R loss" "$D/dev.txt" | cmp -s - "$D/cpu_sr.txt"
 check "eval --task sr --device cuda: $(grep "S+R loss" "$D/dev.txt"), the CPU's the same" $rc $?
 
+# the same with hash-pool (eq. 2.1: 24 MD5 bits, chunks of 5) and hash-proj (eq. 2.3), then the evaluation
+for emb in hash-pool hash-proj; do
+    for dev in cpu cuda; do
+        "$MHE" train --task sr --embedding $emb --hash_bits 24 --hash_chunk 5 --d_model 32 --n_heads 4 --n_layers 1 \
+            --max_seq_len 40 --data "$D/words.txt" --out "$D/sr_$dev.st" --steps 6 --batch 2 --seq_len 16 --warmup 1 \
+            --lr 3e-3 --eval_every 0 --log_every 3 --device $dev > "$D/sr_$dev.txt" 2>&1
+    done
+    rc=$?
+    a=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cpu.txt")
+    b=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cuda.txt")
+    close "$a" "$b" && grep -q "^device memory" "$D/sr_cuda.txt"
+    check "train --task sr $emb --device cuda: step 6 loss $b, CPU $a" $rc $?
+    "$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 > "$D/cpu.txt" 2>&1
+    "$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 --device cuda > "$D/dev.txt" 2>&1
+    rc=$?
+    grep "S+R loss" "$D/cpu.txt" > "$D/cpu_sr.txt" && grep "S+R loss" "$D/dev.txt" | cmp -s - "$D/cpu_sr.txt"
+    check "eval --task sr $emb --device cuda: $(grep "S+R loss" "$D/dev.txt"), the CPU's the same" $rc $?
+done
+
 # refusals: a status, the reason, and no result computed elsewhere
 for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
     # shellcheck disable=SC2086

@@ -217,6 +217,101 @@ static void test_elementwise(void) {
             cudaFree(p);
         cudaFree(d_codes);
     }
+    for (int emb : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) {
+        /* hash-pool, -add, -proj word batches against mhe_hash_*_fwd/_bwd: words share codebook rows and
+           (pool, proj) the weights; special rows repeat; proj has a clamped axis and an all-zero word */
+        int S = MHE_N_SPECIAL, C = 70, B = 3, T = 9, rows = B * T, nb = 13, k = 4, nch = mhe_hash_pool_chunks(nb, k), nw = 0;
+        size_t rb = MHE_BITS_BYTES(nb);
+        const char *name = emb == MHE_EMB_HASH_POOL ? "hash-pool" : emb == MHE_EMB_HASH_ADD ? "hash-add" : "hash-proj";
+        std::vector<int> codes(rows);
+        for (int i = 0; i < rows; i++)
+            codes[i] = i % 4 == 1 ? -1 - i % S : nw++;
+        std::vector<unsigned char> bits((size_t)nw * rb);
+        for (size_t i = 0; i < bits.size(); i++)
+            bits[i] = (unsigned char)mhe_rng_below(&test_rng, 256);
+        if (emb == MHE_EMB_HASH_PROJ)
+            std::fill(bits.begin(), bits.begin() + (long)rb, 0); /* word 0: no ones, the bits' norm clamped */
+        std::vector<int> idx((size_t)nw * nch);
+        mhe_hash_pool_index(idx.data(), bits.data(), nw, nb, k);
+        size_t np = emb == MHE_EMB_HASH_POOL ? (((size_t)1 << k) + 1) * C : (size_t)2 * nb * C, nw2 = (size_t)nch * C;
+        std::vector<float> par = randn(np, 1), w = randn(emb == MHE_EMB_HASH_PROJ ? (size_t)C * nb : nw2, 1);
+        if (emb == MHE_EMB_HASH_PROJ)
+            std::fill(w.begin(), w.begin() + nb, 0.5f); /* axis 0 constant: |c_0| = 0, clamped */
+        std::vector<float> spec = randn((size_t)S * C, 1), reg = randn(C, 1), pos = randn((size_t)T * C, 1);
+        std::vector<float> out((size_t)rows * C), d = randn(out.size(), 1), dpar = randn(np, 1), dw = randn(w.size(), 1),
+                           dspec = randn(spec.size(), 1), dreg = randn(C, 1);
+        float *d_par = dev(par), *d_w = dev(w), *d_spec = dev(spec), *d_reg = dev(reg), *d_pos = dev(pos),
+              *d_out = dev(out), *d_d = dev(d), *d_dpar = dev(dpar), *d_dw = dev(dw), *d_dspec = dev(dspec),
+              *d_dreg = dev(dreg);
+        std::vector<float> wn((size_t)C * nb), wnorm(C), wout((size_t)nw * C), uu((size_t)nw * 2);
+        float *d_wn = dev(wn), *d_wnorm = dev(wnorm), *d_wout = dev(wout), *d_uu = dev(uu);
+        int *d_codes = dev(codes), *d_idx = dev(idx);
+        unsigned char *d_bits = dev(bits);
+        float inv = 1.0f / sqrtf((float)nb);
+        if (emb == MHE_EMB_HASH_POOL) {
+            mhe__cu_launch(mhe__cu_hash_pool_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, (const float *)d_spec,
+                           (const float *)d_par, (const float *)d_w, (const float *)d_reg, (const float *)d_pos,
+                           (const int *)d_codes, (const int *)d_idx, T, nch, C);
+            mhe__cu_launch(mhe__cu_hash_pool_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dpar, d_dw, (const float *)d_d,
+                           (const float *)d_par, (const float *)d_w, (const int *)d_codes, (const int *)d_idx, nch, C);
+        } else if (emb == MHE_EMB_HASH_ADD) {
+            mhe__cu_launch(mhe__cu_hash_add_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, (const float *)d_spec,
+                           (const float *)d_par, (const float *)d_reg, (const float *)d_pos, (const int *)d_codes,
+                           (const unsigned char *)d_bits, T, nb, C, inv);
+            mhe__cu_launch(mhe__cu_hash_add_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dpar, (const float *)d_d,
+                           (const int *)d_codes, (const unsigned char *)d_bits, nb, C, inv);
+        } else {
+            mhe__cu_launch(mhe__cu_hash_proj_weights, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_wn,
+                           d_wnorm, (const float *)d_w, nb, C);
+            mhe__cu_launch(mhe__cu_hash_proj_fwd, dim3(rows), dim3(MHE__CU_EW), 0, d_out, d_wout, d_uu,
+                           (const float *)d_spec, (const float *)d_wn, (const float *)d_reg, (const float *)d_pos,
+                           (const int *)d_codes, (const unsigned char *)d_bits, T, nb, C);
+            mhe__cu_launch(mhe__cu_hash_proj_bwd, dim3(mhe__cu_blocks((int64_t)C * nb, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                           d_dw, (const float *)d_d, (const float *)d_wn, (const float *)d_wnorm, (const float *)d_wout,
+                           (const float *)d_uu, (const int *)d_codes, (const unsigned char *)d_bits, rows, nb, C);
+        }
+        mhe__cu_launch(mhe__cu_hash_words_bwd, dim3(rows), dim3(MHE__CU_EW), 0, d_dspec, d_dreg, (const float *)d_d,
+                       (const int *)d_codes, C);
+        /* the CPU: the words' embeddings, then each row as mhe__words_fwd and mhe__embed_fwd build it */
+        std::vector<float> e((size_t)nw * C), de((size_t)nw * C), sm(nw2);
+        if (emb == MHE_EMB_HASH_POOL)
+            mhe_hash_pool_fwd(e.data(), sm.data(), par.data(), w.data(), idx.data(), nw, nch, C);
+        else if (emb == MHE_EMB_HASH_ADD)
+            mhe_hash_add_fwd(e.data(), par.data(), bits.data(), nw, nb, C, sqrtf((float)nb));
+        else
+            mhe_hash_proj_fwd(e.data(), wn.data(), wnorm.data(), w.data(), bits.data(), nw, nb, C);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < C; c++) {
+                float g = d[(size_t)r * C + c];
+                if (codes[r] < 0) {
+                    out[(size_t)r * C + c] = spec[(size_t)(-1 - codes[r]) * C + c] + pos[(size_t)(r % T) * C + c];
+                    dspec[(size_t)(-1 - codes[r]) * C + c] += g;
+                } else {
+                    out[(size_t)r * C + c] = (e[(size_t)codes[r] * C + c] + reg[c]) + pos[(size_t)(r % T) * C + c];
+                    dreg[c] += g;
+                    de[(size_t)codes[r] * C + c] = g;
+                }
+            }
+        if (emb == MHE_EMB_HASH_POOL)
+            mhe_hash_pool_bwd(dpar.data(), dw.data(), de.data(), par.data(), sm.data(), idx.data(), nw, nch, C);
+        else if (emb == MHE_EMB_HASH_ADD)
+            mhe_hash_add_bwd(dpar.data(), de.data(), bits.data(), nw, nb, C, sqrtf((float)nb));
+        else
+            mhe_hash_proj_bwd(dw.data(), de.data(), wn.data(), wnorm.data(), bits.data(), nw, nb, C);
+        CHECK(rel_err(host(d_out, out.size()), out) < 1e-5, "%s embedding forward", name);
+        CHECK(rel_err(host(d_dspec, dspec.size()), dspec) < 1e-5 && rel_err(host(d_dreg, dreg.size()), dreg) < 1e-5,
+              "%s: special and regular rows backward", name);
+        if (emb != MHE_EMB_HASH_PROJ)
+            CHECK(rel_err(host(d_dpar, dpar.size()), dpar) < 1e-5, "%s backward: codebooks (shared rows)", name);
+        if (emb != MHE_EMB_HASH_ADD)
+            CHECK(rel_err(host(d_dw, dw.size()), dw) < 1e-5, "%s backward: %s", name,
+                  emb == MHE_EMB_HASH_POOL ? "pooling weights" : "projection (a clamped axis, an all-zero word)");
+        for (float *p : {d_par, d_w, d_spec, d_reg, d_pos, d_out, d_d, d_dpar, d_dw, d_dspec, d_dreg, d_wn, d_wnorm, d_wout, d_uu})
+            cudaFree(p);
+        cudaFree(d_codes);
+        cudaFree(d_idx);
+        cudaFree(d_bits);
+    }
     { /* softmax cross-entropy with ignored rows, V past the block width */
         int N = 9, V = 301;
         std::vector<float> z = randn((size_t)N * V, 3), loss(N), dz((size_t)N * V, 0.0f), dzc((size_t)N * V, 0.0f);
@@ -333,10 +428,10 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.Ts = Ts; bt.src = src.data();
         CHECK(mhe_model_forward_batch(&m, &bt, &loss_cpu) == MHE_OK, "%s: CPU forward: %s", what, m.err);
     } else {
-        mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+        CHECK(mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu) == MHE_OK, "mhe_model_forward: %s", m.err);
     }
     std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
-    mhe_model_backward(&m);
+    CHECK(mhe_model_backward(&m) == MHE_OK, "mhe_model_backward: %s", m.err);
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
     double gmax = 0;
     for (float x : grad_cpu)
@@ -622,9 +717,9 @@ static void test_train(void) {
         tc.warmup = 2;
         tc.steps = 20;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
+        CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -634,7 +729,7 @@ static void test_train(void) {
         double worst = 0;
         float first = 0, last_cpu = 0, last_dev = 0;
         for (int s = 0; s < 20 && st == MHE_OK; s++) {
-            mhe_trainer_step(&tcpu, data, n);
+            CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
             st = mhe_cuda_trainer_step(&tdev, data, n);
             double d = fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss;
             worst = d > worst ? d : worst;
@@ -731,7 +826,7 @@ static double check_prefill(int kind, int P, int D, int tf32, int step, double t
     std::vector<int> tok(L);
     for (int i = 0; i < L; i++)
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
-    mhe_model_init(&m, &c, 5, NULL);
+    CHECK(mhe_model_init(&m, &c, 5, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
     /* ref[i]: the CPU's logits after position P - 1 + i */
     std::vector<std::vector<float>> ref;
     mhe_status st = mhe_kv_cache_init(&kv, &m, L, NULL);
@@ -849,7 +944,7 @@ static void test_eval(void) {
         mhe_cuda_model g;
         const char *what = k.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder";
         c.vocab_size = 256;
-        mhe_model_init(&m, &c, 9, NULL);
+        CHECK(mhe_model_init(&m, &c, 9, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
         if (mhe_cuda_model_init(&g, &m, 0) != MHE_OK) {
             CHECK(0, "eval: device init: %s", g.err);
             mhe_model_free(&m);
@@ -889,7 +984,7 @@ static void test_eval(void) {
         mhe_model m;
         mhe_cuda_model g;
         float ld = 0;
-        mhe_model_init(&m, &c, 9, NULL);
+        CHECK(mhe_model_init(&m, &c, 9, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
             CHECK(mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld) == MHE_ERR_DATA && strstr(g.err, "outside the vocabulary"),
                   "eval: a token past the vocabulary: %s", g.err);
@@ -1055,9 +1150,9 @@ static void test_encdec(void) {
         tc.warmup = 2;
         tc.steps = 12;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
+        CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -1066,7 +1161,7 @@ static void test_encdec(void) {
             double worst = 0;
             float first = 0, last_dev = 0;
             for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                mhe_trainer_step(&tcpu, data, n);
+                CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
                 st = mhe_cuda_trainer_step(&tdev, data, n);
                 worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
                 if (s == 0)
@@ -1217,9 +1312,53 @@ static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char 
     mhe_model_free(&m);
 }
 
+/* n S+R trainer steps on both sides from the same init: the device's losses track the CPU's */
+static void compare_word_train(const mhe_config *cfg, word_corpus *k, const char *what, int n) {
+    mhe_model mc, md;
+    mhe_trainer tcpu;
+    mhe_cuda_model g;
+    mhe_cuda_trainer tdev;
+    mhe_train_config tc = mhe_train_config_default();
+    tc.batch = 4;
+    tc.seq_len = 16;
+    tc.lr = 3e-3f;
+    tc.warmup = 2;
+    tc.steps = n;
+    tc.seed = 5;
+    if (!word_model_init(&mc, cfg, k, 11) || !word_model_init(&md, cfg, k, 11))
+        return;
+    CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "%s: CPU trainer: %s", what, mc.err);
+    mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+    CHECK(st == MHE_OK, "%s: device init: %s", what, g.err);
+    if (st == MHE_OK) {
+        double worst = 0;
+        for (int s = 0; s < n && st == MHE_OK; s++) {
+            CHECK(mhe_trainer_step_sr(&tcpu, k->tok, k->n, &k->f) == MHE_OK, "%s: CPU step: %s", what, tcpu.err);
+            st = mhe_cuda_trainer_step_sr(&tdev, k->tok, k->n, &k->f);
+            worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+        }
+        printf("%s: %d steps, loss CPU %.4f, device %.4f (worst step difference %.2g relative)\n", what, n,
+               (double)tcpu.last_loss, (double)tdev.host.last_loss, worst);
+        CHECK(st == MHE_OK && worst < 1e-3, "%s: device losses track the CPU's (%.3g) %s", what, worst,
+              st == MHE_OK ? "" : tdev.host.err);
+        CHECK(mhe_cuda_trainer_sync(&tdev) == MHE_OK, "%s: sync", what);
+        mhe_cls_metrics ec, ed;
+        mhe_status sc = mhe_evaluate_sr(&md, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ec);
+        mhe_status sd = mhe_cuda_evaluate_sr(&g, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ed);
+        CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss && ed.n == ec.n,
+              "%s: evaluate S+R: loss %.7f vs CPU %.7f %s", what, ed.loss, ec.loss, g.err);
+        mhe_cuda_trainer_free(&tdev);
+        mhe_cuda_model_free(&g);
+    }
+    mhe_trainer_free(&tcpu);
+    mhe_model_free(&mc);
+    mhe_model_free(&md);
+}
+
 static void test_hash(void) {
     word_corpus k;
-    char err[MHE_ERR_LEN];
     if (!word_corpus_of(&k, 6000))
         return;
     mhe_config c = word_config(MHE_EMB_HASH_EMB, 0);
@@ -1231,6 +1370,20 @@ static void test_hash(void) {
     c = word_config(MHE_EMB_VOCAB, 0);
     c.vocab_size = k.x.n + MHE_N_SPECIAL;
     compare_word_step(&c, &k, "word vocabulary S+R encoder");
+    /* hash-pool, -add, -proj (eq. 2.1-2.3): 24 bits, pool's 5 chunks of k = 5 (the last one 4 bits) */
+    for (int emb : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) {
+        char what[96];
+        c = word_config(emb, emb == MHE_EMB_HASH_ADD);
+        c.hash_bits = 24;
+        c.hash_chunk = 5;
+        if (emb == MHE_EMB_HASH_ADD)
+            c.arch = MHE_ARCH_DECODER;
+        snprintf(what, sizeof what, "%s S+R %s", mhe__emb_name(&c), emb == MHE_EMB_HASH_ADD ? "decoder post-norm" : "encoder");
+        compare_word_step(&c, &k, what);
+        c.init_std = mhe_config_default().init_std;
+        snprintf(what, sizeof what, "train %s S+R", mhe__emb_name(&c));
+        compare_word_train(&c, &k, what, 6);
+    }
     { /* 12 S+R steps on both sides, then the evaluation */
         mhe_model mc, md;
         mhe_trainer tcpu;
@@ -1247,7 +1400,7 @@ static void test_hash(void) {
         tc.seed = 5;
         word_model_init(&mc, &c, &k, 11);
         word_model_init(&md, &c, &k, 11);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -1256,7 +1409,7 @@ static void test_hash(void) {
             double worst = 0;
             float first = 0;
             for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f);
+                CHECK(mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f) == MHE_OK, "mhe_trainer_step_sr: %s", tcpu.err);
                 st = mhe_cuda_trainer_step_sr(&tdev, k.tok, k.n, &k.f);
                 worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
                 if (s == 0)
@@ -1309,12 +1462,6 @@ static void test_hash(void) {
             mhe_model_free(&m);
         }
     }
-    for (int e : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) { /* what stays on the CPU is named */
-        c = word_config(e, 0);
-        char want[64];
-        snprintf(want, sizeof want, "embedding=%s", mhe_hash_kind_name(e - 1));
-        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, want), "supports %s: %s", want, err);
-    }
     word_corpus_free(&k);
 }
 
@@ -1325,7 +1472,7 @@ static void test_errors(void) {
     mhe_model m;
     mhe_cuda_model g;
     char err[MHE_ERR_LEN] = "";
-    mhe_model_init(&m, &c, 1, NULL);
+    CHECK(mhe_model_init(&m, &c, 1, NULL) == MHE_OK, "mhe_model_init: %s", m.err);
 
 #ifdef MHE_CUDA_EMULATE /* the emulation's hooks provoke what a real GPU does rarely */
     mhe_emu_set_device_count(0);
@@ -1363,8 +1510,10 @@ static void test_errors(void) {
         }
         CHECK(kinds_ok == MHE_ATTN_KIND_COUNT, "%d of %d kinds run on the device", kinds_ok, MHE_ATTN_KIND_COUNT);
         bad = c;
-        bad.embedding = MHE_EMB_HASH_POOL; /* hash-emb runs on the device (the hash group) */
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash-pool"), "hash-pool embedding: %s", err);
+        for (int emb = MHE_EMB_HASH_EMB; emb <= MHE_EMB_HASH_PROJ; emb++) { /* every hash kind runs on the device (the hash group) */
+            bad.embedding = emb;
+            CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "embedding %d runs on the device: %s", emb, err);
+        }
         bad = c;
         bad.dropout = 0.1f;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
