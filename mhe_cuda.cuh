@@ -95,6 +95,14 @@ typedef struct mhe_cuda_model {
     const float *final_h;
     int last_B, last_T, last_count, has_targets, pos0;
     mhe_cuda_kv_cache *cache;               /* set while a decode step runs */
+    /* dropout (on while host->training, as the CPU's; never in the fixed
+       stream or decoding) and the classification head with padding */
+    int drop;                               /* the last forward ran with dropout */
+    float *d_drop;                          /* a branch gradient through its dropout mask [rows, C] */
+    const int *in_lengths, *in_labels;      /* host [B]: the next forward's padding and labels (NULL: none) */
+    int *lengths, *labels;                  /* their device copies [cap_B] */
+    int has_len, last_cls;                  /* the last forward had lengths; classified its sequences */
+    float *pooled, *cls_logits, *d_pooled, *d_cls; /* [B, C], [B, n_classes], and their gradients */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
     char err[MHE_ERR_LEN];
@@ -127,13 +135,21 @@ MHEDEF mhe_status mhe_cuda_model_upload(mhe_cuda_model *g);
 MHEDEF mhe_status mhe_cuda_model_download(mhe_cuda_model *g);
 /* the device gradients into the host model's grad_data */
 MHEDEF mhe_status mhe_cuda_model_grads(mhe_cuda_model *g);
-/* logits [B*T, V] of the last forward into host memory */
+/* logits [B*T, V] of the last forward into host memory (a classification
+   forward: the class logits [B, n_classes]) */
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out);
+/* as mhe_model_forward_batch for decoder and encoder models: tokens with
+   per-token targets, or sequence labels through the classification head
+   (mean over each sequence's real tokens), lengths (padding) optional;
+   dropout when g->host->training is set (with g->host->dropout_seed) */
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 
 MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, const mhe_train_config *tc);
 MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t);
 /* one step as mhe_trainer_step (same batches, schedule, clipping and AdamW) on the device */
 MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n);
+/* one step of the classification head as mhe_trainer_step_cls (same examples) on the device */
+MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s);
 /* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual) */
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t);
 /* host -> device: after loading a checkpoint into t->host and the model */
@@ -156,6 +172,9 @@ MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n
                                     int max_batches, float *mean_loss);
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                             int stride, float *mean_loss, int64_t *n_scored);
+/* mhe_evaluate_cls with the forward passes on the device: loss, accuracy, macro F1, MCC */
+MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
+                                        mhe_cls_metrics *out);
 
 #endif /* MHE_CUDA_CUH */
 
@@ -667,6 +686,26 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
     p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
 }
 
+/* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
+   2014) of seed ^ index * const, its top 24 bits over 2^24. The dropout
+   masks (embedding, residual, attention weights) are the CPU's. */
+static __device__ __forceinline__ float mhe__cu_hash_uniform(uint64_t seed, uint64_t index) {
+    uint64_t z = (seed ^ (index * 0xd1b54a32d192ed03ULL)) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return (float)((z ^ (z >> 31)) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* inverted dropout as mhe_dropout_fwd (y may be x): element i kept when
+   hash(seed, i) >= p, scaled by 1 / (1 - p); the backward is the same map
+   on the gradient (mhe_dropout_bwd into zeros) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dropout(float *y, const float *x, int64_t n, float p,
+                                                              uint64_t seed) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = mhe__cu_hash_uniform(seed, (uint64_t)i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
+}
+
 /* ======================================================================== */
 /* C4. attention cores                                                      */
 /* ======================================================================== */
@@ -700,7 +739,8 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
 typedef struct mhe__cu_att {
     int B, n, n_kv, group, Tq, Tk, dk, dh, vw, q_off, causal;
     int qs, ks, vs, os, kbs, q_shared, v_per_head;
-    float scale;
+    float scale, drop;                      /* drop: attention dropout's p (0: none) */
+    uint64_t seed;                          /* its stream (mhe_attn_dims.seed) */
     const int *kv_len;
     const float *q_mul, *q_add, *v_mul, *v_add, *k_bias;
 } mhe__cu_att;
@@ -727,6 +767,8 @@ static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
     a.kbs = d->k_bias_stride;
     a.q_shared = d->q_shared;
     a.scale = d->scale;
+    a.drop = d->dropout;
+    a.seed = d->seed;
     a.kv_len = d->kv_len;
     a.q_mul = d->q_mul;
     a.q_add = d->q_add;
@@ -746,6 +788,13 @@ static __device__ __forceinline__ int mhe__cu_visible(const mhe__cu_att &a, int 
     return n < 0 ? 0 : n;
 }
 
+/* attention dropout's factor on weight (b, h, t, j): 0 or 1 / (1 - p), from
+   the CPU's stream (mhe_hash_uniform at MHE__ATT_IDX), so the masks agree */
+static __device__ __forceinline__ float mhe__cu_att_keep(const mhe__cu_att &a, int b, int h, int t, int j) {
+    uint64_t i = (((uint64_t)b * (uint64_t)a.n + (uint64_t)h) * (uint64_t)a.Tq + (uint64_t)t) * (uint64_t)a.Tk + (uint64_t)j;
+    return mhe__cu_hash_uniform(a.seed, i) >= a.drop ? 1.0f / (1.0f - a.drop) : 0.0f;
+}
+
 /* head h's query at row r mapped as in eq. 5 of the MHE paper: q * q_mul_h + q_add_h */
 static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att &a, const float *q, int h, int c) {
     float x = q[c];
@@ -759,7 +808,7 @@ static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att &a, const
 /* shared memory of a forward block of W warps, in floats */
 static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
-    size_t per_warp = G * a->dk + MHE__CU_BK + G * a->dh + 2 * G;
+    size_t per_warp = G * a->dk + MHE__CU_BK + G * a->dh + 3 * G;
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
@@ -772,8 +821,9 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
     float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
-    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 2 * G);
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 3 * G);
     float *qb = wb, *pb = qb + G * a.dk, *acc = pb + MHE__CU_BK, *mst = acc + G * a.dh, *lst = mst + G;
+    float *kst = lst + G; /* attention dropout: the kept weights' running sum (MHE-ADD's e^V term) */
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
     kend_blk = mhe__cu_visible(a, b, tl); /* the block's last row sees the most keys */
     kend = live ? mhe__cu_visible(a, b, t) : 0;
@@ -790,6 +840,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
             for (int hh = 0; hh < G; hh++) {
                 mst[hh] = -INFINITY;
                 lst[hh] = 0.0f;
+                kst[hh] = 0.0f;
             }
     }
     __syncwarp();
@@ -832,7 +883,11 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                 p = vis ? expf(s - m_new) : 0.0f;
                 corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
             }
-            float mass = mhe__cu_warp_sum(p);
+            float mass = mhe__cu_warp_sum(p), kept = mass;
+            if (a.drop > 0.0f) { /* the normaliser sums every weight, V sees the kept ones (mhe__row_dropout) */
+                p = vis ? p * mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 0.0f;
+                kept = mhe__cu_warp_sum(p);
+            }
             pb[lane] = p;
             __syncwarp();
             const float *vh = vt + (a.v_per_head ? hh * a.dh : 0);
@@ -842,11 +897,12 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                     o += pb[j] * vh[j * a.vw + c];
                 acc[hh * a.dh + c] = o;
             }
-            float l_old = lst[hh];
-            __syncwarp(); /* everyone has read pb, mst, lst */
+            float l_old = lst[hh], k_old = kst[hh];
+            __syncwarp(); /* everyone has read pb, mst, lst, kst */
             if (lane == 0) {
                 mst[hh] = m_new;
                 lst[hh] = l_old * corr + mass;
+                kst[hh] = k_old * corr + kept;
             }
             __syncwarp();
         }
@@ -861,8 +917,8 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
             float x = acc[hh * a.dh + c] * inv;
             if (l > 0.0f && a.v_mul)
                 x *= a.v_mul[(size_t)h * a.dh + c];
-            if (l > 0.0f && a.v_add)
-                x += a.v_add[(size_t)h * a.dh + c];
+            if (l > 0.0f && a.v_add) /* e^V weighted by the kept mass (all of it without dropout) */
+                x += a.v_add[(size_t)h * a.dh + c] * (a.drop > 0.0f ? kst[hh] * inv : 1.0f);
             o[c] = x;
         }
         if (lane == 0) /* Taylor: the normaliser itself (0 for a row that sees no key, as the CPU) */
@@ -870,7 +926,10 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
     }
 }
 
-/* D[b, h, t] = dO_h . (O_h - v_add_h): the row term of the softmax backward */
+/* D[b, h, t] = dO_h . (O_h - v_add_h): the row term of the softmax backward.
+   With attention dropout the e^V term is dropped with its weights, so
+   D = dO_h . O_h and A = D + B n Tq holds dO_h . v_add_h, the term each kept
+   weight adds to dP (mhe__bwd_row's add) */
 __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float *D, const float *dout, const float *out) {
     int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = (int)threadIdx.x % 32;
@@ -879,12 +938,18 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float 
     int t = (int)(i % a.Tq), h = (int)(i / a.Tq % a.n), b = (int)(i / ((int64_t)a.Tq * a.n));
     const float *o = out + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh,
                 *g = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
-    float s = 0.0f;
-    for (int c = lane; c < a.dh; c += 32)
-        s += g[c] * (o[c] - (a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f));
+    float s = 0.0f, e = 0.0f;
+    for (int c = lane; c < a.dh; c += 32) {
+        float ev = a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f;
+        s += g[c] * (o[c] - (a.drop > 0.0f ? 0.0f : ev));
+        e += g[c] * ev;
+    }
     s = mhe__cu_warp_sum(s);
+    e = mhe__cu_warp_sum(e);
     if (lane == 0)
         D[i] = s;
+    if (lane == 0 && a.drop > 0.0f)
+        D[i + (int64_t)a.B * a.n * a.Tq] = a.v_add ? e : 0.0f;
 }
 
 /* Backward for the queries (Dao et al. 2022, Algorithm 4, the dQ half): per
@@ -893,7 +958,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float 
    and of v_mul / v_add are sums over all rows: atomics. */
 static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
-    size_t per_warp = 2 * G * a->dk + 2 * G * a->dh + MHE__CU_BK + 2 * G;
+    size_t per_warp = 2 * G * a->dk + 2 * G * a->dh + MHE__CU_BK + 4 * G;
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
@@ -907,9 +972,9 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
     float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
-    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (2 * G * a.dk + 2 * G * a.dh + MHE__CU_BK + 2 * G);
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (2 * G * a.dk + 2 * G * a.dh + MHE__CU_BK + 4 * G);
     float *qb = wb, *dqa = qb + G * a.dk, *gb = dqa + G * a.dk, *ou = gb + G * a.dh, *pb = ou + G * a.dh;
-    float *lb = pb + MHE__CU_BK, *Db = lb + G;
+    float *lb = pb + MHE__CU_BK, *Db = lb + G, *Ab = Db + G, *kb = Ab + G; /* dropout: dO.e^V, kept mass */
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
     kend_blk = mhe__cu_visible(a, b, tl);
     kend = live ? mhe__cu_visible(a, b, t) : 0;
@@ -929,6 +994,8 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (lane == 0) {
                 lb[hh] = lse[((size_t)b * a.n + h) * a.Tq + t];
                 Db[hh] = D[((size_t)b * a.n + h) * a.Tq + t];
+                Ab[hh] = a.drop > 0.0f ? D[((size_t)b * a.n + h) * a.Tq + t + (size_t)a.B * a.n * a.Tq] : 0.0f;
+                kb[hh] = 0.0f;
             }
         }
     }
@@ -966,9 +1033,17 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
                 float z = vis ? lb[hh] : 1.0f;
                 p = vis ? (1.0f + s + 0.5f * s * s) / z : 0.0f;
                 ds = vis ? (dp - Db[hh]) * (1.0f + s) / z : 0.0f;
-            } else {
+            } else { /* dropout: dS = P ((dP + A) mask - D), P becomes the kept weights (mhe__bwd_row) */
+                float mk = a.drop > 0.0f && vis ? mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 1.0f;
                 p = vis ? expf(s - lb[hh]) : 0.0f;
-                ds = p * (dp - Db[hh]);
+                ds = p * ((dp + Ab[hh]) * mk - Db[hh]);
+                p *= mk;
+            }
+            if (a.drop > 0.0f) {
+                float ksum = mhe__cu_warp_sum(p);
+                __syncwarp();
+                if (lane == 0)
+                    kb[hh] += ksum;
             }
             pb[lane] = ds;
             __syncwarp();
@@ -1015,7 +1090,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (dv_mul && kend > 0)
                 atomicAdd(dv_mul + (size_t)h * a.dh + c, go[c] * ou[hh * a.dh + c]);
             if (dv_add && kend > 0)
-                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c]);
+                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c] * (a.drop > 0.0f ? kb[hh] : 1.0f));
         }
     }
 }
@@ -1030,7 +1105,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
 static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
     size_t per_warp = (size_t)a->dk + a->dh + 2 * MHE__CU_BT + a->dk + (a->v_per_head ? G : 1) * a->dh + 2;
-    return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 2 * MHE__CU_BT + W * per_warp;
+    return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 3 * MHE__CU_BT + W * per_warp;
 }
 
 template <int TAY>
@@ -1043,7 +1118,8 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
     int live = j < a.Tk && !(a.kv_len && j >= a.kv_len[b]);
     float *qt = sm, *gt = qt + MHE__CU_BT * (a.dk + 1), *lt = gt + MHE__CU_BT * (a.dh + 1), *Dt = lt + MHE__CU_BT;
     size_t per_warp = (size_t)a.dk + a.dh + 2 * MHE__CU_BT + a.dk + (a.v_per_head ? G : 1) * a.dh + 2;
-    float *wb = Dt + MHE__CU_BT + (size_t)warp * per_warp;
+    float *At = Dt + MHE__CU_BT; /* attention dropout: each query's dO . e^V (0 without) */
+    float *wb = At + MHE__CU_BT + (size_t)warp * per_warp;
     float *kh = wb, *vh = kh + a.dk, *pb = vh + a.dh, *sb = pb + MHE__CU_BT, *dka = sb + MHE__CU_BT;
     float *dva = dka + a.dk, *cst = dva + (a.v_per_head ? G : 1) * a.dh;
     const float *kr = k + ((size_t)b * a.Tk + (live ? j : 0)) * a.ks + (size_t)g * a.dk;
@@ -1081,6 +1157,9 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
             for (int e = (int)threadIdx.x; e < MHE__CU_BT; e += (int)blockDim.x) {
                 lt[e] = t0 + e < a.Tq ? lse[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
                 Dt[e] = t0 + e < a.Tq ? D[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
+                At[e] = t0 + e < a.Tq && a.drop > 0.0f
+                            ? D[((size_t)b * a.n + h) * a.Tq + t0 + e + (size_t)a.B * a.n * a.Tq]
+                            : 0.0f;
             }
             __syncthreads();
             if (!live)
@@ -1111,8 +1190,10 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
                 p = vis ? (1.0f + sc + 0.5f * sc * sc) / z : 0.0f;
                 ds = vis ? (dp - Dt[lane]) * (1.0f + sc) / z : 0.0f;
             } else {
+                float mk = a.drop > 0.0f && vis ? mhe__cu_att_keep(a, b, h, t, j) : 1.0f;
                 p = vis ? expf(sc - lt[lane]) : 0.0f;
-                ds = p * (dp - Dt[lane]);
+                ds = p * ((dp + At[lane]) * mk - Dt[lane]);
+                p *= mk; /* dV reads the kept weights */
             }
             float dsum = mhe__cu_warp_sum(ds);
             pb[lane] = p;
@@ -1162,8 +1243,6 @@ static int mhe__cu_att_warps(const mhe__cu_att *a, size_t (*smem)(const mhe__cu_
 
 static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
     int dk = d->d_qk > 0 ? d->d_qk : d->d_head;
-    if (d->dropout > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "attention dropout runs on the CPU path (set attn_dropout=0 on the device)");
     if (d->d_head < 1 || d->d_head > MHE_MAX_D_HEAD || dk > MHE_MAX_D_HEAD)
         return mhe__fail(err, MHE_ERR_DEVICE, "head width %d (query/key %d) is outside the device cores' 1..%d", d->d_head,
                          dk, MHE_MAX_D_HEAD);
@@ -1179,6 +1258,8 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *ou
     if (st != MHE_OK)
         return st;
     mhe__cu_att a = mhe__cu_att_from(d);
+    if (taylor) /* the CPU's Taylor cores have no attention dropout */
+        a.drop = 0.0f;
     int W = mhe__cu_att_warps(&a, mhe__cu_fwd_smem);
     if (!W)
         return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
@@ -1191,7 +1272,8 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *ou
                           err, "attention forward");
 }
 
-static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return (size_t)d->B * d->n_heads * d->Tq; }
+/* the backward's row terms D, then (attention dropout) A */
+static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return 2 * (size_t)d->B * d->n_heads * d->Tq; }
 
 static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe_attn_grads *gr, float *dq, float *dk,
                                    float *dv, const float *dout, const float *out, const float *lse, const float *q,
@@ -1200,6 +1282,8 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe
     if (st != MHE_OK)
         return st;
     mhe__cu_att a = mhe__cu_att_from(d);
+    if (taylor)
+        a.drop = 0.0f;
     int Wq = mhe__cu_att_warps(&a, mhe__cu_dq_smem), Wk = mhe__cu_att_warps(&a, mhe__cu_dkv_smem);
     if (!Wq || !Wk)
         return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
@@ -1469,6 +1553,12 @@ static int mhe__cu_kind_ok(int kind) {
     }
 }
 
+/* the kinds whose device core masks padded keys (kv_len) or mixes no
+   positions: what a classification batch of padded sequences may use */
+static int mhe__cu_kind_padded(int kind) {
+    return kind != MHE_ATTN_NONAPPROX && kind != MHE_ATTN_FNET && kind != MHE_ATTN_LINEAR;
+}
+
 MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
@@ -1477,18 +1567,14 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec runs on the CPU path (the device runs decoder and encoder)");
     if (c->embedding != MHE_EMB_VOCAB || c->token_head != MHE_HEAD_LM)
         return mhe__fail(err, MHE_ERR_CONFIG, "hash embeddings and the S+R head run on the CPU path (device: embedding=vocab, token_head=lm)");
-    if (c->n_classes > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "the classification head (n_classes=%d) runs on the CPU path", c->n_classes);
-    if (c->dropout > 0 || c->attn_dropout > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "dropout=%g attn_dropout=%g: dropout runs on the CPU path (set both to 0 on the device)",
-                         (double)c->dropout, (double)c->attn_dropout);
-    if (c->admin)
-        return mhe__fail(err, MHE_ERR_CONFIG, "admin=1 runs on the CPU path");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
+        if (c->n_classes > 0 && !mhe__cu_kind_padded(kind))
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: the classification head's padded sequences with attn=%s run "
+                             "on the CPU path (its device core ignores padding)", l, mhe_attn_kind_name(kind));
     }
     for (l = 0; l < c->n_layers; l++)
         if (mhe_config_layer_kind(c, l) == MHE_ATTN_COLLAB && mhe_config_collab_dim(c) > MHE_MAX_D_HEAD)
@@ -1619,6 +1705,17 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->dft = mhe__cu_take(&cur, base, fnet ? 2 * C * C + 2 * (size_t)T * T : 0);
     g->tokens = (int *)mhe__cu_take(&cur, base, rows);
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
+    /* dropout's branch gradients; the classification head and the padding */
+    g->d_drop = mhe__cu_take(&cur, base, c->dropout > 0 ? rows * C : 0);
+    {
+        size_t K = c->n_classes > 0 ? (size_t)c->n_classes : 0, PC = K ? (size_t)B * C : 0;
+        g->pooled = mhe__cu_take(&cur, base, PC);
+        g->d_pooled = mhe__cu_take(&cur, base, PC);
+        g->cls_logits = mhe__cu_take(&cur, base, (size_t)B * K);
+        g->d_cls = mhe__cu_take(&cur, base, (size_t)B * K);
+        g->lengths = (int *)mhe__cu_take(&cur, base, (size_t)B);
+        g->labels = (int *)mhe__cu_take(&cur, base, (size_t)B);
+    }
     return cur;
 }
 
@@ -1762,6 +1859,11 @@ MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g) {
 
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
     size_t n = (size_t)g->last_B * g->last_T * g->host->cfg.vocab_size;
+    if (g->last_cls) {
+        MHE__CU_TRY(cudaMemcpy(out, g->cls_logits, (size_t)g->last_B * g->host->cfg.n_classes * sizeof(float),
+                               cudaMemcpyDeviceToHost), "download class logits");
+        return MHE_OK;
+    }
     MHE__CU_TRY(cudaMemcpy(out, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost), "download logits");
     return MHE_OK;
 }
@@ -1920,6 +2022,55 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int l
     dst[(i / cols) * ldd + i % cols] += s;
 }
 
+/* Admin's residual (Liu et al. 2020, eq. 5): sum = omega * h + branch, omega [C] per column */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_residual_scaled(float *sum, const float *h, const float *branch,
+                                                                      const float *omega, int64_t n, int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        sum[i] = omega[i % C] * h[i] + branch[i];
+}
+
+/* its backward: dh = omega * dsum; domega[c] += sum_r dsum[r][c] h[r][c]
+   (one thread per column, rows in order: no atomics) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_admin_bwd(float *dh, float *domega, const float *dsum,
+                                                                const float *h, const float *omega, int rows, int C) {
+    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    float s = 0.0f;
+    if (c >= C)
+        return;
+    for (int r = 0; r < rows; r++) {
+        size_t i = (size_t)r * C + c;
+        s += dsum[i] * h[i];
+        dh[i] = omega[c] * dsum[i];
+    }
+    domega[c] += s;
+}
+
+/* the classification head's input (mhe__forward_batch): pooled[b] = the
+   mean of h[b, t] over the real tokens t < len[b]; one block per sequence */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool(float *pooled, const float *h, const int *len, int T,
+                                                           int C) {
+    int b = (int)blockIdx.x, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float s = 0.0f;
+        for (int t = 0; t < L; t++)
+            s += w * h[((size_t)b * T + t) * C + c];
+        pooled[(size_t)b * C + c] = s;
+    }
+}
+
+/* its backward: dh[b, t] += dpooled[b] / len[b] for t < len[b]; one block per row */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool_bwd(float *dh, const float *dpooled, const int *len, int T,
+                                                               int C) {
+    int r = (int)blockIdx.x, b = r / T, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    if (r % T >= L)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        dh[(size_t)r * C + c] += w * dpooled[(size_t)b * C + c];
+}
+
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
 /* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
@@ -1983,13 +2134,24 @@ static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
     return a;
 }
 
+/* what the CPU's dims of this core hold beyond the shape: attention dropout
+   on the main stream of a training forward (the fixed stream and decoding
+   run without, as mhe__fixed_fwd and mhe_decode_step), and the batch's
+   padding there */
+static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, mhe_attn_dims *d) {
+    int main_stream = !g->cache && a == &g->layer[l];
+    d->dropout = g->drop && main_stream ? g->host->cfg.attn_dropout : 0.0f;
+    d->kv_len = g->has_len && main_stream ? g->lengths : NULL;
+}
+
 static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int Tq, int Tk,
                                         int q_offset, const float *q, int qs, const float *k, int ks, const float *v,
                                         int vs) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, Tq, Tk, c->arch != MHE_ARCH_ENCODER, NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, 0), B, Tq, Tk, c->arch != MHE_ARCH_ENCODER, NULL);
+    mhe__cu_core_dims(g, a, l, &d);
     d.q_offset = q_offset;
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2021,8 +2183,9 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, T, c->arch != MHE_ARCH_ENCODER, NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, 0), B, T, T, c->arch != MHE_ARCH_ENCODER, NULL);
     mhe_attn_grads gr;
+    mhe__cu_core_dims(g, a, l, &d);
     memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2396,6 +2559,55 @@ static const float *mhe__cu_sub_out(const mhe_cuda_model *g, const mhe__cu_ctx *
     return g->host->cfg.post_norm ? x->la[l].nrm[k] : x->la[l].sum[k];
 }
 
+static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out);
+
+/* the residual dropout's p of a stream: the main stream of a training forward only */
+static float mhe__cu_res_p(const mhe_cuda_model *g, const mhe__cu_ctx *x) {
+    return g->drop && !x->fixed ? g->host->cfg.dropout : 0.0f;
+}
+
+static mhe_status mhe__cu_dropout_m(mhe_cuda_model *g, float *y, const float *in, int64_t n, float p, int site) {
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dropout, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, in, n, p,
+                               mhe__site_seed(g->host, site)), "dropout");
+    return MHE_OK;
+}
+
+/* sum = omega * h + dropout(branch) (omega = 1 without Admin), as
+   mhe__sub_leave; Admin's profiling pass (mhe_model_admin_init) first sets
+   omega = r, then r = sqrt(Var[r h] + Var[dropout(branch)]) (Liu et al.
+   2020, Algorithm 1), the variances from the device's sums */
+static mhe_status mhe__cu_residual(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h, float *sum) {
+    mhe_model *m = g->host;
+    const mhe_layer *y = &m->layers[l];
+    int C = m->cfg.d_model;
+    int64_t n = (int64_t)x->B * x->T * C;
+    float p = mhe__cu_res_p(g, x), *omega = MHE__CU_P(g, y->omega[k]);
+    double s1 = 0, s2 = 0, b1 = 0, b2 = 0;
+    if (p > 0)
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->branch, g->branch, n, p, MHE__SITE_RES(l, k)));
+    if (!omega)
+        return mhe__cu_axpby_m(g, sum, h, g->branch, n);
+    if (m->admin_profiling) {
+        float *r = &m->admin_ratio[y->encoder], *fill = (float *)malloc((size_t)C * sizeof(float));
+        cudaError_t e = fill ? cudaSuccess : cudaErrorMemoryAllocation;
+        for (int c = 0; fill && c < C; c++)
+            fill[c] = *r;
+        if (fill)
+            e = cudaMemcpy(omega, fill, (size_t)C * sizeof(float), cudaMemcpyHostToDevice);
+        free(fill);
+        MHE__CU_TRY(e, "Admin omega");
+        MHE__CU_MHE(mhe__cu_reduce(g, h, n, 0, &s1));
+        MHE__CU_MHE(mhe__cu_reduce(g, h, n, 1, &s2));
+        MHE__CU_MHE(mhe__cu_reduce(g, g->branch, n, 0, &b1));
+        MHE__CU_MHE(mhe__cu_reduce(g, g->branch, n, 1, &b2));
+        s1 /= (double)n, s2 /= (double)n, b1 /= (double)n, b2 /= (double)n;
+        *r = (float)sqrt((double)*r * *r * (s2 - s1 * s1) + (b2 - b1 * b1));
+    }
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_residual_scaled, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, sum,
+                               h, (const float *)g->branch, (const float *)omega, n, C), "Admin residual");
+    return MHE_OK;
+}
+
 /* sublayer k (0 attention, 2 MLP) of block l, as mhe__sub_fwd: enter, branch, leave */
 static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h) {
     const mhe_layer *y = &g->host->layers[l];
@@ -2412,7 +2624,7 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
         MHE__CU_MHE(mhe__cu_mlp_fwd(g, x, l, u, g->branch));
     else
         MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
-    MHE__CU_MHE(mhe__cu_axpby_m(g, a->sum[k], h, g->branch, (int64_t)rows * g->host->cfg.d_model));
+    MHE__CU_MHE(mhe__cu_residual(g, x, l, k, h, a->sum[k]));
     if (post)
         MHE__CU_MHE(mhe__cu_norm_fwd(g, a->nrm[k], a->mean[k], a->rstd[k], a->sum[k], nw, nb, rows));
     return MHE_OK;
@@ -2427,21 +2639,35 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, x, l, 0);
     int rows = x->B * x->T;
     size_t n = (size_t)rows * g->host->cfg.d_model;
+    float p = mhe__cu_res_p(g, x);
+    const float *dbr;
     mhe__sub_norm(y, k, &nw, &nb);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_u, n));
-    if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(d h')) */
+    if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(dropout'(d h'))) */
+        if (p > 0)
+            MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)n, p, MHE__SITE_RES(l, k)));
+        dbr = p > 0 ? g->d_drop : g->d_h;
         if (k == 2)
-            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         else
-            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
     }
-    /* d sum = N'(d h'); d h = d sum + f'(d sum) */
+    /* d sum = N'(d h'); d h = omega d sum + f'(dropout'(d sum)), d omega += sum_rows d sum * h */
     MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_u, g->d_h, a->sum[k], nw, nb, a->mean[k], a->rstd[k], rows));
-    MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
+    if (y->omega[k])
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_admin_bwd, dim3(mhe__cu_blocks(g->host->cfg.d_model, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_h, MHE__CU_G(g, y->omega[k]), (const float *)g->d_u, h,
+                                   (const float *)MHE__CU_P(g, y->omega[k]), rows, g->host->cfg.d_model),
+                    "Admin residual backward");
+    else
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
+    if (p > 0)
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_u, (int64_t)n, p, MHE__SITE_RES(l, k)));
+    dbr = p > 0 ? g->d_drop : g->d_u;
     if (k == 2)
-        return mhe__cu_mlp_bwd(g, x, l, h, g->d_u, g->d_h);
-    return mhe__cu_attn_branch_bwd(g, x, l, h, g->d_u, g->d_h);
+        return mhe__cu_mlp_bwd(g, x, l, h, dbr, g->d_h);
+    return mhe__cu_attn_branch_bwd(g, x, l, h, dbr, g->d_h);
 }
 
 /* blocks 0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
@@ -2545,13 +2771,90 @@ static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, i
     return MHE_OK;
 }
 
+/* the next forward's mode and batch extras onto the device, checked as
+   mhe__forward_batch checks them: dropout while the host model trains
+   (not decoding), the padding (g->in_lengths) and the sequence labels
+   (g->in_labels, whose count of labels >= 0 goes to *count) */
+static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int has_targets, int *count) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int i;
+    g->drop = m->training && !g->cache;
+    g->has_len = g->last_cls = 0;
+    if (g->in_labels && c->n_classes < 1)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (g->in_labels && has_targets)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: give per-token targets or sequence labels, not both");
+    if (g->in_lengths) {
+        if (mhe__check_lengths(m, g->in_lengths, B, T, "lengths") != MHE_OK)
+            return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
+        for (i = 0; i < c->n_layers; i++)
+            if (!mhe__cu_kind_padded(m->layers[i].attn.kind))
+                return mhe__fail(g->err, MHE_ERR_CONFIG, "layer %d: padded sequences (lengths) with attn=%s run on the "
+                                 "CPU path (its device core ignores padding)", i, mhe_attn_kind_name(m->layers[i].attn.kind));
+        MHE__CU_TRY(cudaMemcpy(g->lengths, g->in_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+                    "upload lengths");
+        g->has_len = 1;
+    }
+    if (g->in_labels) {
+        *count = 0;
+        for (i = 0; i < B; i++) {
+            if (g->in_labels[i] >= c->n_classes)
+                return mhe__fail(g->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", g->in_labels[i], i,
+                                 c->n_classes);
+            *count += g->in_labels[i] >= 0;
+        }
+        MHE__CU_TRY(cudaMemcpy(g->labels, g->in_labels, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+                    "upload labels");
+        g->last_cls = 1;
+    }
+    return MHE_OK;
+}
+
+/* the classification head on the final states h (mhe__forward_batch):
+   the mean over each sequence's real tokens, a linear layer to the
+   classes, the mean cross-entropy over the labelled sequences */
+static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int T, int count, float *loss) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, K = m->cfg.n_classes;
+    double total = 0;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->pooled, h,
+                               (const int *)(g->has_len ? g->lengths : NULL), T, C), "mean pooling");
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, g->cls_logits, K, g->pooled, MHE__CU_P(g, m->cls_w), MHE__CU_P(g, m->cls_b), B, C,
+                                   K));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_xent, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->losses, g->d_cls,
+                               (const float *)g->cls_logits, (const int *)g->labels, K,
+                               count ? 1.0f / (float)count : 0.0f), "classification cross-entropy");
+    MHE__CU_MHE(mhe__cu_reduce(g, g->losses, B, 0, &total));
+    g->last_B = B;
+    g->last_T = T;
+    g->last_count = count;
+    g->has_targets = 1;
+    if (loss)
+        *loss = count ? (float)(total / count) : 0.0f;
+    return MHE_OK;
+}
+
+/* its backward into dfin [B T, C]: d pooled through the head, then / len on the real tokens */
+static mhe_status mhe__cu_cls_bwd(mhe_cuda_model *g, float *dfin) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, K = m->cfg.n_classes, B = g->last_B, T = g->last_T;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_pooled, (size_t)B * C));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_pooled, MHE__CU_G(g, m->cls_w), MHE__CU_G(g, m->cls_b), g->d_cls, K,
+                                   g->pooled, MHE__CU_P(g, m->cls_w), B, C, K));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool_bwd, dim3((unsigned)(B * T)), dim3(MHE__CU_EW), 0, dfin,
+                               (const float *)g->d_pooled, (const int *)(g->has_len ? g->lengths : NULL), T, C),
+                "mean pooling backward");
+    return MHE_OK;
+}
+
 /* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
    only the last position's logits) */
 static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const int *targets, int B, int T, int pos0,
                                   float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0;
+    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0, cls_count = 0;
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
     mhe__cu_ctx x;
@@ -2567,6 +2870,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
     if (pos0 + T > c->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "position %d is past max_seq_len %d", pos0 + T - 1, c->max_seq_len);
     MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T));
+    MHE__CU_MHE(mhe__cu_batch_in(g, B, T, targets != NULL, &cls_count));
     MHE__CU_TRY(cudaMemcpy(g->tokens, tokens, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload tokens");
     if (targets)
         MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
@@ -2576,6 +2880,8 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                (const int *)g->tokens, T, pos0, C), "embedding");
+    if (g->drop && c->dropout > 0) /* embedding dropout, site 0 (mhe__embed_fwd) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->emb, g->emb, (int64_t)rows * C, c->dropout, 0));
     x.B = B;
     x.T = T;
     x.fixed = 0;
@@ -2587,6 +2893,8 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const in
         h = g->fin;
     }
     g->final_h = h;
+    if (g->last_cls)
+        return mhe__cu_cls_fwd(g, h, B, T, cls_count, loss);
     if (g->cache) { /* the next token's logits: the other rows' would cost T - 1 head GEMM rows for nothing */
         MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h + (size_t)(rows - 1) * C, MHE__CU_P(g, head),
                                        MHE__CU_P(g, hb), 1, C, V));
@@ -2623,12 +2931,38 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
     return mhe__cu_forward(g, tokens, targets, B, T, 0, loss);
 }
 
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
+    mhe_status st;
+    int *masked = NULL;
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    if (!bt || !bt->tokens || bt->B < 1 || bt->T < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch or no tokens");
+    if (bt->targets && bt->lengths) { /* padding is never a target (mhe__forward_batch) */
+        size_t n = (size_t)bt->B * bt->T;
+        if (mhe__check_lengths(g->host, bt->lengths, bt->B, bt->T, "lengths") != MHE_OK)
+            return mhe__fail(g->err, MHE_ERR_DATA, "%s", g->host->err);
+        if (!(masked = (int *)malloc(n * sizeof(int))))
+            return mhe__fail(g->err, MHE_ERR_NOMEM, "forward: out of memory");
+        for (size_t i = 0; i < n; i++)
+            masked[i] = (int)(i % bt->T) < bt->lengths[i / bt->T] ? bt->targets[i] : -1;
+    }
+    g->cache = NULL;
+    g->in_lengths = bt->lengths;
+    g->in_labels = bt->labels;
+    st = mhe__cu_forward(g, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
+    g->in_lengths = g->in_labels = NULL;
+    free(masked);
+    return st;
+}
+
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe_model *m;
     const mhe_config *c;
     int B, T, rows, C, V, stat;
     const mhe_tensor *hb, *head;
     float *dfin;
+    const float *de;
     mhe__cu_ctx x;
     if (!g || !g->host)
         return MHE_ERR_ARG;
@@ -2650,8 +2984,11 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     x.emb = g->emb;
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
-    MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
-                                   MHE__CU_P(g, head), rows, C, V));
+    if (g->last_cls)
+        MHE__CU_MHE(mhe__cu_cls_bwd(g, dfin));
+    else
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
+                                       MHE__CU_P(g, head), rows, C, V));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
         MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, c->n_layers - 1, 2), m->lnf_w,
@@ -2662,10 +2999,15 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, c->n_layers));
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
+    de = g->d_h;
+    if (g->drop && c->dropout > 0) { /* back through the embedding dropout (mhe__embed_bwd) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)rows * C, c->dropout, 0));
+        de = g->d_drop;
+    }
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
-                               (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
+                               de, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, B, T, C),
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), de, B, T, C),
                 "position backward");
     return mhe__cu_fixed_bwd(g, T);
 }
@@ -2754,25 +3096,86 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n) {
-    mhe_cuda_model *g;
-    mhe_batch bt;
+/* Admin's profiling pass (mhe_model_admin_init) on the device: one forward
+   in training mode that sets each sublayer's omega in turn */
+static mhe_status mhe__cu_admin_init(mhe_cuda_model *g, const mhe_batch *bt) {
+    mhe_model *m = g->host;
+    mhe_batch b = *bt;
     mhe_status st;
+    int keep = m->training;
+    b.targets = NULL; /* no loss: the pass only measures */
+    b.labels = NULL;
+    m->admin_profiling = 1;
+    m->admin_ratio[0] = m->admin_ratio[1] = 1.0f;
+    m->training = 1; /* as the authors profile: dropout on */
+    st = mhe_cuda_model_forward_batch(g, &b, NULL);
+    m->training = keep;
+    m->admin_profiling = 0;
+    return st;
+}
+
+/* mhe__trainer_update on the device: the dropout seed drawn as the CPU
+   trainer draws it (the same batches follow), Admin's profiling on a fresh
+   run, forward and backward in training mode, clipping and AdamW */
+static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) {
+    mhe_cuda_model *g = t->dev;
+    mhe_model *m = g->host;
+    mhe_status st = MHE_OK;
     float loss = 0;
-    if (!t || !t->dev)
-        return MHE_ERR_ARG;
-    g = t->dev;
-    if ((st = mhe__lm_batch(&t->host, data, n, &bt)) != MHE_OK)
-        return st;
-    g->host->dropout_seed = mhe_rng_u64(&t->host.rng); /* drawn as the CPU trainer does: the same batches follow */
+    m->training = 1;
+    m->dropout_seed = mhe_rng_u64(&t->host.rng);
     g->cache = NULL;
-    if ((st = mhe_cuda_model_zero_grad(g)) != MHE_OK || (st = mhe__cu_forward(g, bt.tokens, bt.targets, bt.B, bt.T, 0, &loss)) != MHE_OK ||
-        (st = mhe_cuda_model_backward(g)) != MHE_OK || (st = mhe__cu_update(t, g)) != MHE_OK) {
+    if (m->cfg.admin && t->host.step == 0)
+        st = mhe__cu_admin_init(g, bt);
+    if (st == MHE_OK && (st = mhe_cuda_model_zero_grad(g)) == MHE_OK &&
+        (st = mhe_cuda_model_forward_batch(g, bt, &loss)) == MHE_OK)
+        st = mhe_cuda_model_backward(g);
+    m->training = 0;
+    if (st == MHE_OK)
+        st = mhe__cu_update(t, g);
+    if (st != MHE_OK) {
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         return st;
     }
     t->host.last_loss = loss;
     return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n) {
+    mhe_batch bt;
+    mhe_status st;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    if ((st = mhe__lm_batch(&t->host, data, n, &bt)) != MHE_OK)
+        return st;
+    return mhe__cu_train_batch(t, &bt);
+}
+
+MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s) {
+    mhe_trainer *ht;
+    const mhe_train_config *tc;
+    mhe_batch bt;
+    int b, *idx;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    ht = &t->host;
+    tc = &ht->tc;
+    idx = ht->batch_targets; /* the example indices, in the targets' room (mhe_trainer_step_cls) */
+    if (!s || s->n < 1)
+        return mhe__fail(ht->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > t->dev->host->cfg.n_classes)
+        return mhe__fail(ht->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
+                         s->n_classes - 1, t->dev->host->cfg.n_classes);
+    for (b = 0; b < tc->batch; b++)
+        idx[b] = (int)mhe_rng_below(&ht->rng, (uint32_t)s->n);
+    mhe_text_set_batch(s, idx, tc->batch, tc->seq_len, ht->batch_tokens, ht->batch_lengths, ht->batch_labels);
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch;
+    bt.T = tc->seq_len;
+    bt.tokens = ht->batch_tokens;
+    bt.labels = ht->batch_labels;
+    bt.lengths = ht->batch_lengths;
+    return mhe__cu_train_batch(t, &bt);
 }
 
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t) {
@@ -2906,8 +3309,7 @@ MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, 
 static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
     mhe_cuda_model *g = (mhe_cuda_model *)ctx;
     mhe_status st;
-    g->cache = NULL;
-    st = mhe__cu_forward(g, bt->tokens, bt->targets, bt->B, bt->T, 0, loss);
+    st = mhe_cuda_model_forward_batch(g, bt, loss);
     if (st != MHE_OK)
         memcpy(g->host->err, g->err, MHE_ERR_LEN);
     *count = g->last_count;
@@ -2933,6 +3335,70 @@ MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, 
     st = mhe__evaluate_strided(g->host, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__cu_eval_fwd, g);
     if (st != MHE_OK)
         memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
+                                        mhe_cls_metrics *out) {
+    int K, i, b, c, *buf;
+    int64_t *conf;
+    float *lg;
+    double total = 0;
+    mhe_status st = MHE_OK;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    K = g->host->cfg.n_classes;
+    if (batch < 1 || seq_len < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
+    if (K < 1)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (!s || s->n < 1)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > K)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
+                         s->n_classes - 1, K);
+    buf = (int *)malloc(((size_t)batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    conf = (int64_t *)calloc((size_t)K * K, sizeof(int64_t));
+    lg = (float *)malloc((size_t)batch * K * sizeof(float));
+    if (!buf || !conf || !lg) {
+        free(buf);
+        free(conf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    g->host->training = 0; /* as mhe_evaluate_cls: no dropout */
+    memset(&bt, 0, sizeof bt);
+    bt.T = seq_len;
+    bt.tokens = buf;
+    bt.lengths = buf + (size_t)batch * seq_len;
+    bt.labels = bt.lengths + batch;
+    for (i = 0; i < s->n && st == MHE_OK; i += batch) {
+        int *idx = buf + (size_t)batch * seq_len + 2 * (size_t)batch;
+        float loss = 0;
+        bt.B = s->n - i < batch ? s->n - i : batch;
+        for (b = 0; b < bt.B; b++)
+            idx[b] = i + b;
+        mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if ((st = mhe_cuda_model_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        for (b = 0; b < bt.B; b++) { /* the arg max, the first on ties, as the CPU */
+            int best = 0;
+            for (c = 1; c < K; c++)
+                if (lg[(size_t)b * K + c] > lg[(size_t)b * K + best])
+                    best = c;
+            if (bt.labels[b] >= 0)
+                conf[(size_t)bt.labels[b] * K + best]++;
+        }
+    }
+    if (st == MHE_OK) {
+        mhe_cls_metrics_from_confusion(conf, K, out);
+        out->loss = out->n ? total / (double)out->n : 0;
+    }
+    free(buf);
+    free(conf);
+    free(lg);
     return st;
 }
 
