@@ -45,7 +45,9 @@
    gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
    mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
-   post-norm, without dropout, Admin, classification or encoder-decoder
+   post-norm, dropout and attention dropout (the CPU's masks), Admin, and
+   the encoder's classification head (not over nonapprox, fnet or linear,
+   whose cores ignore padding); without hash embeddings or encoder-decoder
    (mhe_cuda_supports says which field stops a config). Everything else runs
    on the CPU path. Decoding covers every kind the CPU decodes (all but
    fnet and linear, which are encoder-only). */
@@ -739,10 +741,11 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dropout(float *y, const fl
 typedef struct mhe__cu_att {
     int B, n, n_kv, group, Tq, Tk, dk, dh, vw, q_off, causal;
     int qs, ks, vs, os, kbs, q_shared, v_per_head;
-    float scale, drop;                      /* drop: attention dropout's p (0: none) */
-    uint64_t seed;                          /* its stream (mhe_attn_dims.seed) */
+    float scale;
     const int *kv_len;
     const float *q_mul, *q_add, *v_mul, *v_add, *k_bias;
+    float drop;                             /* attention dropout's p (0: none) */
+    uint64_t seed;                          /* its stream (mhe_attn_dims.seed) */
 } mhe__cu_att;
 
 static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
@@ -817,6 +820,7 @@ template <int TAY>
 __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
                                                           const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
@@ -884,7 +888,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                 corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
             }
             float mass = mhe__cu_warp_sum(p), kept = mass;
-            if (a.drop > 0.0f) { /* the normaliser sums every weight, V sees the kept ones (mhe__row_dropout) */
+            if (drop > 0.0f) { /* the normaliser sums every weight, V sees the kept ones (mhe__row_dropout) */
                 p = vis ? p * mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 0.0f;
                 kept = mhe__cu_warp_sum(p);
             }
@@ -918,7 +922,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
             if (l > 0.0f && a.v_mul)
                 x *= a.v_mul[(size_t)h * a.dh + c];
             if (l > 0.0f && a.v_add) /* e^V weighted by the kept mass (all of it without dropout) */
-                x += a.v_add[(size_t)h * a.dh + c] * (a.drop > 0.0f ? kst[hh] * inv : 1.0f);
+                x += a.v_add[(size_t)h * a.dh + c] * (drop > 0.0f ? kst[hh] * inv : 1.0f);
             o[c] = x;
         }
         if (lane == 0) /* Taylor: the normaliser itself (0 for a row that sees no key, as the CPU) */
@@ -963,11 +967,12 @@ static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
 }
 
 template <int TAY>
-__global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
+__global__ __launch_bounds__(128, 1) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
                                                          float *dv_mul, float *dv_add, const float *dout,
                                                          const float *lse, const float *D, const float *q,
                                                          const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
@@ -994,7 +999,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (lane == 0) {
                 lb[hh] = lse[((size_t)b * a.n + h) * a.Tq + t];
                 Db[hh] = D[((size_t)b * a.n + h) * a.Tq + t];
-                Ab[hh] = a.drop > 0.0f ? D[((size_t)b * a.n + h) * a.Tq + t + (size_t)a.B * a.n * a.Tq] : 0.0f;
+                Ab[hh] = drop > 0.0f ? D[((size_t)b * a.n + h) * a.Tq + t + (size_t)a.B * a.n * a.Tq] : 0.0f;
                 kb[hh] = 0.0f;
             }
         }
@@ -1034,12 +1039,12 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
                 p = vis ? (1.0f + s + 0.5f * s * s) / z : 0.0f;
                 ds = vis ? (dp - Db[hh]) * (1.0f + s) / z : 0.0f;
             } else { /* dropout: dS = P ((dP + A) mask - D), P becomes the kept weights (mhe__bwd_row) */
-                float mk = a.drop > 0.0f && vis ? mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 1.0f;
+                float mk = drop > 0.0f && vis ? mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 1.0f;
                 p = vis ? expf(s - lb[hh]) : 0.0f;
                 ds = p * ((dp + Ab[hh]) * mk - Db[hh]);
                 p *= mk;
             }
-            if (a.drop > 0.0f) {
+            if (drop > 0.0f) {
                 float ksum = mhe__cu_warp_sum(p);
                 __syncwarp();
                 if (lane == 0)
@@ -1090,7 +1095,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (dv_mul && kend > 0)
                 atomicAdd(dv_mul + (size_t)h * a.dh + c, go[c] * ou[hh * a.dh + c]);
             if (dv_add && kend > 0)
-                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c] * (a.drop > 0.0f ? kb[hh] : 1.0f));
+                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c] * (drop > 0.0f ? kb[hh] : 1.0f));
         }
     }
 }
@@ -1105,21 +1110,21 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
 static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
     size_t per_warp = (size_t)a->dk + a->dh + 2 * MHE__CU_BT + a->dk + (a->v_per_head ? G : 1) * a->dh + 2;
-    return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 3 * MHE__CU_BT + W * per_warp;
+    return (size_t)MHE__CU_BT * (a->dk + 1) + (size_t)MHE__CU_BT * (a->dh + 1) + 2 * MHE__CU_BT + W * per_warp;
 }
 
 template <int TAY>
-__global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
+__global__ __launch_bounds__(128, 1) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
                                                           const float *dout, const float *lse, const float *D,
                                                           const float *q, const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, j = (int)blockIdx.x * W + warp;
     int live = j < a.Tk && !(a.kv_len && j >= a.kv_len[b]);
     float *qt = sm, *gt = qt + MHE__CU_BT * (a.dk + 1), *lt = gt + MHE__CU_BT * (a.dh + 1), *Dt = lt + MHE__CU_BT;
     size_t per_warp = (size_t)a.dk + a.dh + 2 * MHE__CU_BT + a.dk + (a.v_per_head ? G : 1) * a.dh + 2;
-    float *At = Dt + MHE__CU_BT; /* attention dropout: each query's dO . e^V (0 without) */
-    float *wb = At + MHE__CU_BT + (size_t)warp * per_warp;
+    float *wb = Dt + MHE__CU_BT + (size_t)warp * per_warp;
     float *kh = wb, *vh = kh + a.dk, *pb = vh + a.dh, *sb = pb + MHE__CU_BT, *dka = sb + MHE__CU_BT;
     float *dva = dka + a.dk, *cst = dva + (a.v_per_head ? G : 1) * a.dh;
     const float *kr = k + ((size_t)b * a.Tk + (live ? j : 0)) * a.ks + (size_t)g * a.dk;
@@ -1157,9 +1162,6 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
             for (int e = (int)threadIdx.x; e < MHE__CU_BT; e += (int)blockDim.x) {
                 lt[e] = t0 + e < a.Tq ? lse[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
                 Dt[e] = t0 + e < a.Tq ? D[((size_t)b * a.n + h) * a.Tq + t0 + e] : 0.0f;
-                At[e] = t0 + e < a.Tq && a.drop > 0.0f
-                            ? D[((size_t)b * a.n + h) * a.Tq + t0 + e + (size_t)a.B * a.n * a.Tq]
-                            : 0.0f;
             }
             __syncthreads();
             if (!live)
@@ -1175,8 +1177,9 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
             if (a.k_bias)
                 ca += a.k_bias[((size_t)b * a.Tk + j) * a.kbs + h];
             size_t vcol = a.v_per_head ? (size_t)g * a.vw + (size_t)hh * a.dh : (size_t)g * a.dh;
-            for (int c = lane; c < a.dh; c += 32)
-                vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c];
+            for (int c = lane; c < a.dh; c += 32) /* dropout: dP reads v + e^V (mhe__bwd_row's add), dV does not */
+                vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c] +
+                        (drop > 0.0f && a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f);
             __syncwarp();
             int t = t0 + lane, vis = t < a.Tq && j < mhe__cu_visible(a, b, t);
             float s = 0.0f, dp = 0.0f;
@@ -1190,9 +1193,9 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
                 p = vis ? (1.0f + sc + 0.5f * sc * sc) / z : 0.0f;
                 ds = vis ? (dp - Dt[lane]) * (1.0f + sc) / z : 0.0f;
             } else {
-                float mk = a.drop > 0.0f && vis ? mhe__cu_att_keep(a, b, h, t, j) : 1.0f;
+                float mk = drop > 0.0f && vis ? mhe__cu_att_keep(a, b, h, t, j) : 1.0f;
                 p = vis ? expf(sc - lt[lane]) : 0.0f;
-                ds = p * ((dp + At[lane]) * mk - Dt[lane]);
+                ds = p * (dp * mk - Dt[lane]);
                 p *= mk; /* dV reads the kept weights */
             }
             float dsum = mhe__cu_warp_sum(ds);

@@ -2,7 +2,8 @@
 # tests/cuda/cli.sh MHE - `mhe eval` and `mhe generate --device cuda` of
 # tools/mhe.c built against the emulation (tests/cuda/run.sh builds MHE),
 # each compared with the CPU path of the same binary: the same loss within
-# float32 rounding, the same text greedy and sampled; a model the device
+# float32 rounding, the same text greedy and sampled (models with dropout,
+# off when evaluating, and Admin's residual scales too); a model the device
 # cannot run is refused with mhe_cuda_supports's message and nothing runs on
 # the CPU. Ends with "RESULT: N passed, M failed".
 set -u
@@ -31,11 +32,17 @@ head -c 900 examples/data/valid.txt > "$D/valid.txt"
 "$MHE" init --out "$D/gqa.st" --attn gqa --kv_groups 2 --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 40 \
     --norm rmsnorm --activation silu > /dev/null
 "$MHE" init --out "$D/taylor.st" --attn taylor --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
-# a config the device does not run: dropout (its random stream is the CPU's)
-"$MHE" init --out "$D/dropout.st" --dropout 0.1 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+# dropout (off in eval and generate) and Admin (post-norm, residual scales omega)
+"$MHE" init --out "$D/dropout.st" --dropout 0.1 --attn_dropout 0.1 --d_model 32 --n_heads 4 --n_layers 1 \
+    --max_seq_len 40 > /dev/null
+"$MHE" init --out "$D/admin.st" --admin 1 --norm_position post --attn sha --d_model 32 --n_heads 4 --n_layers 3 \
+    --max_seq_len 40 > /dev/null
+# a config the device does not run: a classification head over fnet (its device core ignores padding)
+"$MHE" init --out "$D/fnet_cls.st" --arch encoder --attn fnet --n_classes 2 --d_model 32 --n_heads 4 --n_layers 1 \
+    --max_seq_len 40 > /dev/null
 
 # eval: consecutive windows (a partial last batch), then strided
-for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40"; do
+for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40" "$D/dropout.st 40" "$D/admin.st 40"; do
     set -- $m
     for how in "--batches 0 --batch 4" "--batch 3 --stride 30"; do
         # shellcheck disable=SC2086
@@ -82,22 +89,21 @@ rc=$?
 cmp -s "$D/cpu.txt" "$D/dev.txt"
 check "generate: a 1-byte prompt, then steps to max_seq_len, as the CPU" $rc $?
 
-# a taylor model: its recurrent state steps through the prompt inside the one prefill
-"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 > "$D/cpu.txt" 2> /dev/null
-"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
-rc=$?
-cmp -s "$D/cpu.txt" "$D/dev.txt"
-check "generate a taylor model greedy: the CPU's text" $rc $?
+# a taylor model: its recurrent state steps through the prompt inside the one prefill; dropout
+# (off) and Admin models decode as on the CPU
+for m in taylor dropout admin; do
+    "$MHE" generate --model "$D/$m.st" --prompt "${P%%:*}" --n 8 --temperature 0 > "$D/cpu.txt" 2> /dev/null
+    "$MHE" generate --model "$D/$m.st" --prompt "${P%%:*}" --n 8 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
+    rc=$?
+    cmp -s "$D/cpu.txt" "$D/dev.txt"
+    check "generate a $m model greedy: the CPU's text" $rc $?
+done
 
 # refusals: a status, the reason, and no result computed elsewhere
-for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
-    # shellcheck disable=SC2086
-    "$MHE" $cmd --model "$D/dropout.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
-    rc=$?
-    grep -q "dropout runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
-    ok=$?
-    check "${cmd%% *} --device cuda of a model with dropout: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
-done
+"$MHE" eval --data "$D/valid.txt" --model "$D/fnet_cls.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+rc=$?
+grep -q "attn=fnet run on the CPU path" "$D/err.txt" && ! grep -q "loss" "$D/out.txt"
+check "eval --device cuda of a classifier over fnet: refused: $(cat "$D/err.txt")" $((rc == 0)) $?
 "$MHE" eval --model "$TINY" --data "$D/valid.txt" --indicators "$D/ind" --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
 grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]

@@ -1111,7 +1111,7 @@ static void test_features_train(void) {
         tc.seq_len = 16;
         tc.lr = 3e-3f;
         tc.warmup = 2;
-        tc.steps = 12;
+        tc.steps = 8;
         tc.seed = 5;
         mhe_model_init(&mc, &c, 11, NULL);
         mhe_model_init(&md, &c, 11, NULL);
@@ -1124,7 +1124,7 @@ static void test_features_train(void) {
             continue;
         double worst = 0;
         float first = 0, last_dev = 0;
-        for (int s = 0; s < 12 && st == MHE_OK; s++) {
+        for (int s = 0; s < 8 && st == MHE_OK; s++) {
             if (run == CLS) {
                 mhe_trainer_step_cls(&tcpu, &ts);
                 st = mhe_cuda_trainer_step_cls(&tdev, &ts);
