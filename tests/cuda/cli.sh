@@ -99,6 +99,32 @@ for m in taylor dropout admin; do
     check "generate a $m model greedy: the CPU's text" $rc $?
 done
 
+# a classifier trained 6 steps (dropout on) on the device and on the CPU: the same model within
+# rounding; each evaluated on both (--task cls: loss and accuracy)
+printf '0\tthe cat sat on the mat\n1\tdogs run\n0\ta cat\n1\tthe dog ran far away\n0\tcats nap\n1\tdog\n' > "$D/cls.tsv"
+metrics() { sed -n 's/^ *loss \([0-9.]*\)  accuracy \([0-9.]*\).*/\1 \2/p' "$1"; }
+for dev in cpu cuda; do
+    flag=
+    [ $dev = cuda ] && flag="--device cuda"
+    # shellcheck disable=SC2086
+    "$MHE" train --task cls --data "$D/cls.tsv" --out "$D/cls_$dev.st" --arch encoder --attn mhe-add --n_classes 2 \
+        --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 24 --seq_len 24 --dropout 0.1 --attn_dropout 0.1 \
+        --steps 6 --batch 4 --seed 3 --lr 0.01 --warmup 1 --quiet $flag > "$D/out.txt" 2>&1
+    check "train --task cls $flag, 6 steps $(cat "$D/out.txt")" $? 0
+    "$MHE" eval --task cls --model "$D/cls_$dev.st" --data "$D/cls.tsv" --seq_len 24 > "$D/cpu_$dev.txt" 2>&1
+    "$MHE" eval --task cls --model "$D/cls_$dev.st" --data "$D/cls.tsv" --seq_len 24 --device cuda > "$D/dev.txt" 2>&1
+    rc=$?
+    set -- $(metrics "$D/cpu_$dev.txt") x x
+    a=$1 acc=$2
+    set -- $(metrics "$D/dev.txt") y y
+    close "$a" "$1" && [ "$acc" = "$2" ]
+    check "eval --task cls --device cuda of the $dev-trained classifier: loss $1 accuracy $2, CPU $a $acc" $rc $?
+done
+a=$(metrics "$D/cpu_cpu.txt" | cut -d' ' -f1)
+b=$(metrics "$D/cpu_cuda.txt" | cut -d' ' -f1)
+close "$a" "$b"
+check "train --task cls --device cuda: the CPU-trained classifier's loss ($b vs $a)" 0 $?
+
 # refusals: a status, the reason, and no result computed elsewhere
 "$MHE" eval --data "$D/valid.txt" --model "$D/fnet_cls.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
 rc=$?
@@ -108,10 +134,10 @@ check "eval --device cuda of a classifier over fnet: refused: $(cat "$D/err.txt"
 rc=$?
 grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]
 check "eval --indicators --device cuda: refused" $((rc == 0)) $?
-"$MHE" eval --model "$TINY" --data "$D/valid.txt" --task cls --device cuda > /dev/null 2> "$D/err.txt"
+"$MHE" eval --model "$TINY" --data "$D/valid.txt" --task sr --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
-grep -q "task lm only" "$D/err.txt"
-check "eval --task cls --device cuda: refused" $((rc == 0)) $?
+grep -q "task lm and cls only" "$D/err.txt"
+check "eval --task sr --device cuda: refused" $((rc == 0)) $?
 "$MHE" generate --model "$TINY" --prompt "$P" --n 30 --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
 grep -q "room for 25 new tokens" "$D/err.txt"

@@ -438,6 +438,9 @@ static void decode_check(const mhe_config *cfg, const char *what, int T, double 
     mhe_model_free(&m);
 }
 
+static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
+                          const int *labels);
+
 /* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
    every kernel of theirs (staticemb-qk and fixedseq-qk have none of their own: the norms, GEMMs and
    the copies of rndemb-qk); each kind alone, pre- and post-norm, TF32, longer sequences: the kinds group */
@@ -448,6 +451,18 @@ static void test_hybrids(void) {
     decode_check(&c, "hybrid decoder", 3, 1e-5);
     c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
     compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
+    /* the kernels of dropout, attention dropout, Admin and the classification head, small, for the
+       sanitizer runs (the features group checks them across the kinds) */
+    c = hybrid(MHE_ARCH_DECODER, 1, MHE_ATTN_MHE_ADD, MHE_ATTN_MHA, MHE_ATTN_MLP);
+    c.admin = 1;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    compare_batch(&c, "hybrid Admin decoder mhe-add mha mlp, dropout", 2, 9, 5, NULL, NULL);
+    static const int len[2] = {9, 4}, lab[2] = {1, 0};
+    c = hybrid(MHE_ARCH_ENCODER, 0, MHE_ATTN_MHE_MUL, MHE_ATTN_GQA, MHE_ATTN_TAYLOR);
+    c.n_classes = 2;
+    c.attn_dropout = 0.2f;
+    compare_batch(&c, "hybrid classifier mhe-mul gqa taylor, attention dropout", 2, 9, 6, len, lab);
 }
 
 static void test_model(void) {
