@@ -482,6 +482,7 @@ static void test_model(void) {
         mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
+    test_hybrids();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -518,7 +519,6 @@ static void test_large(int T, int D) {
         snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
         compare_step(&c, what, 2, T, tol, 2, 1);
     }
-    test_hybrids();
 }
 
 /* every ch. 4 and FNet kind alone: pre-norm LayerNorm GELU, post-norm RMSNorm
