@@ -2791,7 +2791,10 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int has_targ
     if (g->in_lengths) {
         if (mhe__check_lengths(m, g->in_lengths, B, T, "lengths") != MHE_OK)
             return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
-        for (i = 0; i < c->n_layers; i++)
+        int pad = 0;
+        for (i = 0; i < B; i++)
+            pad |= g->in_lengths[i] < T;
+        for (i = 0; pad && i < c->n_layers; i++) /* full lengths are no padding: every core runs them */
             if (!mhe__cu_kind_padded(m->layers[i].attn.kind))
                 return mhe__fail(g->err, MHE_ERR_CONFIG, "layer %d: padded sequences (lengths) with attn=%s run on the "
                                  "CPU path (its device core ignores padding)", i, mhe_attn_kind_name(m->layers[i].attn.kind));

@@ -1069,6 +1069,8 @@ static void test_features(void) {
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
             CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "nonapprox"),
                   "padded sequences through nonapprox are refused: %s", g.err);
+            len[1] = 4;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_OK, "full lengths are no padding: %s", g.err);
             len[1] = 5;
             CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "lengths[1]"),
                   "a length past T: %s", g.err);
