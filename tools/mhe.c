@@ -204,10 +204,10 @@ static const command_spec commands[] = {
         "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
         "every save_every steps and at the end; the output is checked before the first step,\n"
         "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
-        "--task lm and cls on the GPU: the same batches, dropout masks, schedule and checkpoint. --dump-batches FILE\n"
-        "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
-        "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
-        "replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
+        "--task lm and cls on the GPU: the same batches, dropout masks, schedule and checkpoint.\n"
+        "--dump-batches FILE records every batch drawn (tokens, targets, source) with mhe's loss,\n"
+        "lr and gradient norm per step, the model and train config and the corpus's hash, for a\n"
+        "step-by-step replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
     CMD("eval", eval_flags, 0, "seq_len src_len batch sr_prob", NULL,
         "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
         "consecutive windows of the text, shaped as `mhe train` shapes them.\n"
