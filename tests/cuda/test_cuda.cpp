@@ -1234,9 +1234,17 @@ static void test_errors(void) {
         bad = c;
         bad.embedding = MHE_EMB_HASH_EMB;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash"), "hash embeddings: %s", err);
-        bad = c;
+        bad = c; /* dropout, Admin and a classifier over mha run there */
         bad.dropout = 0.1f;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
+        bad.attn_dropout = 0.2f;
+        bad.admin = bad.post_norm = 1;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "dropout, attention dropout, Admin: %s", err);
+        bad.arch = MHE_ARCH_ENCODER;
+        bad.n_classes = 3;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "a classification head: %s", err);
+        bad.attn[1] = MHE_ATTN_LINEAR;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "layer 1") && strstr(err, "linear"),
+              "a classification head over linear: %s", err);
         bad = c;
         bad.arch = MHE_ARCH_ENCDEC;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG, "encdec: %s", err);
