@@ -451,9 +451,12 @@ static void test_hybrids(void) {
     decode_check(&c, "hybrid decoder", 3, 1e-5);
     c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
     compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
-    /* the kernels of dropout, attention dropout, Admin and the classification head, small, for the
-       sanitizer runs (the features group checks them across the kinds) */
-    c = hybrid(MHE_ARCH_DECODER, 1, MHE_ATTN_MHE_ADD, MHE_ATTN_MHA, MHE_ATTN_MLP);
+}
+
+/* the kernels of dropout, attention dropout, Admin and the classification head, small, for the
+   sanitizer runs of the model group (the features group checks them across the kinds) */
+static void test_feature_kernels(void) {
+    mhe_config c = hybrid(MHE_ARCH_DECODER, 1, MHE_ATTN_MHE_ADD, MHE_ATTN_MHA, MHE_ATTN_MLP);
     c.admin = 1;
     c.dropout = 0.1f;
     c.attn_dropout = 0.2f;
@@ -482,7 +485,7 @@ static void test_model(void) {
         mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
-    test_hybrids();
+    test_feature_kernels();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -519,6 +522,7 @@ static void test_large(int T, int D) {
         snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
         compare_step(&c, what, 2, T, tol, 2, 1);
     }
+    test_hybrids();
 }
 
 /* every ch. 4 and FNet kind alone: pre-norm LayerNorm GELU, post-norm RMSNorm
