@@ -1,17 +1,18 @@
 # mhe - build the examples, tools and tests. Everything generated goes to build/.
 #   make              examples and tools (build/)
 #   make run          train the main example on the bundled corpus, then generate text
-#   make reproduce    the README's separation study of the attention kinds (hours; REPRO_* variables)
+#   make reproduce    the separation study of the attention kinds, docs/kinds.md (hours; REPRO_* variables)
 #   make test         every test; ends with "N passed, N failed" (T=test_q8: one test)
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
 #   make OPENMP=0     build without OpenMP (one thread, the pragmas compile away)
 #   make fuzz         every libFuzzer target for FUZZ_TIME seconds (default 60; clang)
-#   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (see README, Reliability)
+#   make test-m32 / test-aarch64 / test-windows / build-cortex-m4   portability builds (docs/testing.md)
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
 #   make cuda / test-cuda  the CUDA companion built by nvcc / its kernels executed on the CPU
 #   make gpu-check OUT=DIR  on a machine with an NVIDIA GPU: the CUDA companion built, tested, sanitized,
 #                     trained against the CPU and benchmarked there; a report in DIR
+#   make docs         regenerate every generated table of README.md and docs/ (tests/test_guide.py checks them)
 CC      ?= cc
 OPT     ?= -O2 -march=native
 WARN    = -Wall -Wextra -pedantic -std=c99
@@ -75,10 +76,10 @@ DLFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -o /dev/null 
 run: all
 	./$(B)/examples/train_tiny_lm
 
-# make reproduce: the separation study of the README (examples/compare_attention):
+# make reproduce: the separation study of docs/kinds.md (examples/compare_attention):
 # every MHE-paper kind, REPRO_SEEDS seeds each, at a budget where mha and sha
 # separate beyond the seed spread. The defaults took 92 minutes on 2 cores
-# (24 runs of 4.1 M tokens; the README has the results); never part of make test. Writes
+# (24 runs of 4.1 M tokens; docs/kinds.md has the results); never part of make test. Writes
 # build/reproduce/compare_attention.md and .svg, e.g. make reproduce REPRO_STEPS=500
 REPRO_STEPS   ?= 2000
 REPRO_SEEDS   ?= 3
@@ -101,7 +102,7 @@ test-sanitize:
 
 test-fastmath:
 	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
-	MHE_TEST_BUILD=build/fast sh tests/run.sh
+	MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 all-tests: $(TESTS) $(TOOLS)
 
@@ -132,14 +133,14 @@ check-build:
 	$(CC) -std=c99 -O1 -Wall -Wextra -pedantic -Werror -DMHE_NO_STDIO -I. -c -o $(B)/build_nostdio.o tests/build_static.c
 	@echo "check-build: ok"
 
-# ---- portability builds (CI installs the compilers; see README, Reliability)
+# ---- portability builds (CI installs the compilers; see docs/testing.md)
 # 32-bit x86: gcc -m32 (Debian: gcc-12-multilib; its asm/ headers come from the
 # 64-bit include directory, because gcc-multilib, which links them, conflicts
 # with the Debian cross compilers); the whole suite, Python checks included,
 # but test_train's three long training runs (make test and test-fastmath have them)
 test-m32:
 	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu -DMHE_TEST_SHORT_TRAIN" tool-examples-tests
-	MHE_TEST_BUILD=build/m32 sh tests/run.sh
+	MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 # 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
 # the quick suite (MHE_TEST_QUICK); the Python checks run the Arm mhe tool too
@@ -148,7 +149,7 @@ QEMU_AARCH64 ?= qemu-aarch64-static
 test-aarch64:
 	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" tool-tests
 	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
-	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu sh tests/run.sh
+	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu MHE_TEST_PYTHON=flavour sh tests/run.sh
 
 # Windows x86-64: static .exe files from x86_64-w64-mingw32-gcc (Debian:
 # gcc-mingw-w64-x86-64), run under wine (Debian: wine, wine64) in a prefix of
@@ -271,9 +272,20 @@ $(B)/cuda/test_%: tests/cuda/test_%.cpp tests/cuda/test_device.h tests/test.h $(
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -x cu -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
-# the README's table of kernel resources
+# the table of kernel resources in docs/cuda.md (make docs writes it there)
 cuda-budget-table: $(B)/cuda/mhe
 	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt --table
+
+# make docs: every generated table, where it lives: the kind table (README.md) and the
+# reading guide (docs/kinds.md) from mhe.h; the CUDA kernel table (docs/cuda.md) from
+# ptxas's report, so only where nvcc is installed (elsewhere it is left as it is, and
+# tests/test_guide.py still checks it names every kernel of tools/cuda_budget.txt)
+docs:
+	python3 tools/reading_guide.py --write
+	@if command -v $(NVCC) >/dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory $(B)/cuda/mhe && \
+	    python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt --update docs/cuda.md; \
+	else echo "docs: no $(NVCC): the CUDA kernel table in docs/cuda.md is left as it is"; fi
 
 test-cuda:
 	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
@@ -292,4 +304,4 @@ clean:
 	rm -rf build
 
 .PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests tool-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
-        cuda cuda-budget-table test-cuda gpu-check
+        cuda cuda-budget-table test-cuda gpu-check docs

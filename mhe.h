@@ -109,6 +109,16 @@
 #endif
 #endif
 
+/* on the functions that return a status: a caller that drops one is warned
+   (gcc, clang); elsewhere nothing. Cast to (void) where ignoring is meant. */
+#ifndef MHE_NODISCARD
+#if defined(__GNUC__) || defined(__clang__)
+#define MHE_NODISCARD __attribute__((warn_unused_result))
+#else
+#define MHE_NODISCARD
+#endif
+#endif
+
 #define MHE_VERSION "0.1"
 
 /* ======================================================================== */
@@ -153,7 +163,7 @@ typedef struct mhe_arena {
 } mhe_arena;
 
 MHEDEF void   mhe_arena_init(mhe_arena *a, void *buffer, size_t size);   /* use the caller's buffer */
-MHEDEF mhe_status mhe_arena_alloc_block(mhe_arena *a, size_t size, void *alloc_ctx); /* or allocate one */
+MHEDEF MHE_NODISCARD mhe_status mhe_arena_alloc_block(mhe_arena *a, size_t size, void *alloc_ctx); /* or allocate one */
 MHEDEF void  *mhe_arena_alloc(mhe_arena *a, size_t bytes);                /* NULL when full */
 MHEDEF void   mhe_arena_reset(mhe_arena *a);
 MHEDEF void   mhe_arena_free(mhe_arena *a);
@@ -308,13 +318,13 @@ MHEDEF void mhe_linear_bwd(float *dinp, float *dw, float *db, const float *dout,
    with W as q8: per group the int8 x float dot product, times its scale
    (weights stay int8 in memory; float activations, float accumulation).
    AVX2 / AVX-512 when the group is a multiple of 8 / 16, scalar otherwise. */
-MHEDEF mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int rows, int cols, int group);
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int rows, int cols, int group);
 MHEDEF void mhe_q8_linear_fwd(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
                               int group, const float *b, int N, int IC, int OC);
 /* the alternative the q8 issue asked to measure: activations quantized to
    int8 per token (scale max |x| / 127), int8 x int8 products summed in
    int32 per group (the shape Cortex-M4's SMLAD takes, two 16-bit products
-   per instruction), then scaled. Less accurate; see the README's q8 table. */
+   per instruction), then scaled. Less accurate; see docs/embedded.md's q8 table. */
 MHEDEF void mhe_q8_linear_fwd_i8(float *out, int ldo, const float *inp, int ldi, const int8_t *q, const float *scale,
                                  int group, const float *b, int N, int IC, int OC);
 
@@ -337,7 +347,7 @@ MHEDEF void mhe_q8_linear_fwd_i8(float *out, int ldo, const float *inp, int ldi,
    last sweep kept). Work memory comes from alloc_ctx. */
 typedef struct mhe_cp_result { double rel_error; int iterations; } mhe_cp_result;
 enum { MHE_CP_INIT_RANDOM = 0, MHE_CP_INIT_SVD };
-MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
+MHEDEF MHE_NODISCARD mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
                              int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
 
 
@@ -396,9 +406,9 @@ MHEDEF void mhe_attn_ref_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, f
    2022); stores only lse[B, n, Tq] = log-sum-exp of each score row. The
    backward recomputes the scores tile by tile. Tiles come from the bound
    mhe_scratch (or one allocated for the call: MHE_ERR_NOMEM if that fails). */
-MHEDEF mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
+MHEDEF MHE_NODISCARD mhe_status mhe_attn_fused_fwd(const mhe_attn_dims *d, float *out, float *lse,
                                const float *q, const float *k, const float *v);
-MHEDEF mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk,
+MHEDEF MHE_NODISCARD mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, const mhe_attn_grads *gr, float *dq, float *dk,
                                      float *dv, const float *dout, const float *out, const float *lse,
                                      const float *q, const float *k, const float *v);
 
@@ -483,15 +493,15 @@ MHEDEF void mhe_hmac_md5(const void *key, size_t key_len, const void *data, size
 /* A word's 128-bit hash: MD5 of its ASCII-lower-cased bytes when key is NULL
    (the thesis text, sec. 2.3.2), HMAC-MD5 under key[key_len] otherwise (the
    authors' code; key_len may be 0). MHE_ERR_ARG for a NULL word with len > 0. */
-MHEDEF mhe_status mhe_word_hash_md5(const char *word, size_t len, const void *key, size_t key_len,
+MHEDEF MHE_NODISCARD mhe_status mhe_word_hash_md5(const char *word, size_t len, const void *key, size_t key_len,
                                     unsigned char digest[16]);
 /* hash-emb id of a word: that digest as a 128-bit big-endian integer mod N
    (thesis sec. 2.3.2, i = v % N). The authors use N = 50260 and add 5 for
    their special tokens; offsets are the caller's. MHE_ERR_ARG for N = 0. */
-MHEDEF mhe_status mhe_word_id_md5(const char *word, size_t len, const void *key, size_t key_len, uint64_t N,
+MHEDEF MHE_NODISCARD mhe_status mhe_word_id_md5(const char *word, size_t len, const void *key, size_t key_len, uint64_t N,
                                   uint64_t *id);
 /* bytes[0..n) read as one big-endian integer, mod N: exact for any n and N >= 1 */
-MHEDEF mhe_status mhe_digest_mod(const unsigned char *bytes, size_t n, uint64_t N, uint64_t *out);
+MHEDEF MHE_NODISCARD mhe_status mhe_digest_mod(const unsigned char *bytes, size_t n, uint64_t N, uint64_t *out);
 
 /* Bit vectors: T bits packed MSB-first into (T + 7) / 8 bytes, as the
    authors read a digest: bit t is bit 7 - t % 8 of byte t / 8 (bit 0 = top
@@ -551,7 +561,7 @@ typedef struct mhe_lsh {
 MHEDEF mhe_lsh_config mhe_lsh_config_default(void);
 /* Checks cfg (message in l->err), copies the table (table mode; checked as a
    hostile file would be) and draws eta. table may be NULL in hashed mode. */
-MHEDEF mhe_status mhe_lsh_init(mhe_lsh *l, const mhe_lsh_config *cfg, const uint32_t *table, size_t table_len,
+MHEDEF MHE_NODISCARD mhe_status mhe_lsh_init(mhe_lsh *l, const mhe_lsh_config *cfg, const uint32_t *table, size_t table_len,
                                void *alloc_ctx);
 MHEDEF void mhe_lsh_free(mhe_lsh *l);
 /* doubles of work the two functions below need: max(N/2, T) */
@@ -559,8 +569,8 @@ MHEDEF size_t mhe_lsh_work_len(const mhe_lsh *l);
 /* Per word; work is mhe_lsh_work_len doubles, or NULL to have one allocated
    per call. With their own work buffers, threads may share one mhe_lsh.
    Statuses: MHE_ERR_ARG (NULL pointers), MHE_ERR_NOMEM. */
-MHEDEF mhe_status mhe_lsh_bucket(const mhe_lsh *l, const char *word, size_t len, double *work, uint32_t *bucket);
-MHEDEF mhe_status mhe_lsh_bits(const mhe_lsh *l, const char *word, size_t len, double *work, unsigned char *bits);
+MHEDEF MHE_NODISCARD mhe_status mhe_lsh_bucket(const mhe_lsh *l, const char *word, size_t len, double *work, uint32_t *bucket);
+MHEDEF MHE_NODISCARD mhe_status mhe_lsh_bits(const mhe_lsh *l, const char *word, size_t len, double *work, unsigned char *bits);
 /* the word's distinct feature indices and their counts, in order of first
    appearance (for inspection and tests; quadratic in the distinct count):
    writes up to cap pairs and returns how many there are (> cap: truncated) */
@@ -577,7 +587,7 @@ MHEDEF uint32_t mhe_ngram_code(const char *s, int n);
      [c_1, c_2, c_3, c_4, codes of order 1 ascending, order 2 ascending, ...]
    c_n = how many codes of order n follow. Saved as an I32 tensor with the
    same bits, it is the whole table. MHE_ERR_DATA when text has no word. */
-MHEDEF mhe_status mhe_ngram_table_build(const char *text, size_t len, int n_min, int n_max, int pad, uint32_t K,
+MHEDEF MHE_NODISCARD mhe_status mhe_ngram_table_build(const char *text, size_t len, int n_min, int n_max, int pad, uint32_t K,
                                         uint32_t **table, size_t *table_len, void *alloc_ctx, char *err);
 
 /* Hash embeddings (forward writes out[N, d]; backward ACCUMULATES into the
@@ -668,18 +678,18 @@ MHEDEF void mhe_lexicon_free(mhe_lexicon *x);
 /* the type of word[0..len) (lower-cased first), added when new; count it
    when count != 0. MHE_ERR_ARG for an empty word, MHE_ERR_OVERFLOW past
    INT_MAX - MHE_N_SPECIAL types. */
-MHEDEF mhe_status mhe_lexicon_intern(mhe_lexicon *x, const char *word, size_t len, int count, int *type);
+MHEDEF MHE_NODISCARD mhe_status mhe_lexicon_intern(mhe_lexicon *x, const char *word, size_t len, int count, int *type);
 MHEDEF int mhe_lexicon_find(const mhe_lexicon *x, const char *word, size_t len);   /* -1 when absent */
 MHEDEF const char *mhe_lexicon_word(const mhe_lexicon *x, int type, size_t *len);
 /* text -> word tokens (a fresh MHE_MALLOC'd array): every word of each line
    (mhe_word_next) as MHE_N_SPECIAL + its type, then MHE_TOK_EOS when the
    line had a word. MHE_ERR_DATA when the text has no word. */
-MHEDEF mhe_status mhe_words_parse(mhe_lexicon *x, const char *text, size_t len, int **tokens, size_t *n,
+MHEDEF MHE_NODISCARD mhe_status mhe_words_parse(mhe_lexicon *x, const char *text, size_t len, int **tokens, size_t *n,
                                   void *alloc_ctx, char *err);
 #ifndef MHE_NO_STDIO
 /* a text file as word tokens; a missing file is MHE_ERR_IO, one with NUL
    bytes (not text) or without a word MHE_ERR_DATA */
-MHEDEF mhe_status mhe_read_words(const char *path, mhe_lexicon *x, int **tokens, size_t *n, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_read_words(const char *path, mhe_lexicon *x, int **tokens, size_t *n, void *alloc_ctx, char *err);
 #endif
 
 /* ======================================================================== */
@@ -760,10 +770,10 @@ typedef struct mhe_config {
 
 MHEDEF mhe_config mhe_config_default(void);
 /* set one field from text; unknown key or bad value -> MHE_ERR_CONFIG with a message in err */
-MHEDEF mhe_status mhe_config_set(mhe_config *c, const char *key, const char *value, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_config_set(mhe_config *c, const char *key, const char *value, char *err);
 /* parse `key=value` lines ('#' starts a comment, blank lines ignored) */
-MHEDEF mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, char *err);
-MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_config_validate(const mhe_config *c, char *err);
 /* the i-th field as key and value text; returns 0 past the last field */
 MHEDEF int mhe_config_field(const mhe_config *c, int i, const char **key, char *value, size_t value_len);
 MHEDEF int mhe_config_d_head(const mhe_config *c);
@@ -954,34 +964,39 @@ typedef struct mhe_batch {
 } mhe_batch;
 
 /* build a model with freshly initialised weights (seeded) */
-MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
 MHEDEF void mhe_model_free(mhe_model *m);
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
 /* make room for activations of B sequences of T tokens (and Ts source tokens
    for encdec; 0 means T). The forward pass does this itself. */
-MHEDEF mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_reserve(mhe_model *m, int B, int T, int Ts);
 /* Forward pass of a batch; keeps what the backward needs. With targets (or
    labels) *loss gets the mean cross-entropy over the counted positions. */
-MHEDEF mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *b, float *loss);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_forward_batch(mhe_model *m, const mhe_batch *b, float *loss);
+/* After mhe_model_forward_batch: MHE_ERR_NONFINITE with m->err naming the first
+   activation that holds a NaN or infinity, in the order the forward computes
+   them ("layer 2 (attention output) produced inf"); MHE_OK when none does. A
+   non-finite loss already says it; this is for logits without a loss. */
+MHEDEF MHE_NODISCARD mhe_status mhe_model_find_nonfinite(mhe_model *m);
 /* shorthand: tokens[B*T] with per-token targets (may be NULL), no padding */
-MHEDEF mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_forward(mhe_model *m, const int *tokens, const int *targets, int B, int T, float *loss);
 /* shorthand for the encoder classification head: mean-pooled final states
    through cls_head to n_classes logits; labels[B] */
-MHEDEF mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_forward_cls(mhe_model *m, const int *tokens, const int *labels, int B, int T, float *loss);
 /* Admin initialisation (Liu et al. 2020, sec. 4; for deep post-norm
    stacks): one forward pass over the batch in training mode in which each
    residual sublayer i, in order, sets omega_i to the running ratio r (1 at
    the start of each stack) and then r = sqrt(Var[omega_i x_i] + Var[f_i(x_i)])
    over all the batch's elements. Needs admin=1; the trainer runs it on its
    first batch of a fresh run. */
-MHEDEF mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_admin_init(mhe_model *m, const mhe_batch *b);
 /* reference = 1: run every attention on its reference path (as
    fused_attention=0: the probabilities materialised, e.g. for
    mhe_attn_probs); 0: back to the fused cores. Drops the activation blocks,
    which the next forward lays out again. */
 MHEDEF void mhe_model_set_reference(mhe_model *m, int reference);
 /* Backward of the last forward (which had targets): grads += d loss / d param */
-MHEDEF mhe_status mhe_model_backward(mhe_model *m);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_backward(mhe_model *m);
 MHEDEF void mhe_model_zero_grad(mhe_model *m);
 
 /* How a word embeds under this model: vocab -> *id, its tok_emb row
@@ -992,26 +1007,26 @@ MHEDEF void mhe_model_zero_grad(mhe_model *m);
    bits = the digest's first T bits; lsh: mhe_lsh_bucket / mhe_lsh_bits with
    the model's eta (and n-gram table). Any non-empty word embeds, seen in
    training or not; an empty word is MHE_ERR_ARG. */
-MHEDEF mhe_status mhe_model_hash_word(mhe_model *m, const char *word, size_t len, int32_t *id, unsigned char *bits);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_hash_word(mhe_model *m, const char *word, size_t len, int32_t *id, unsigned char *bits);
 /* the word's input vector out[C] (special and regular rows included, no position) */
-MHEDEF mhe_status mhe_model_embed_word(mhe_model *m, const char *word, size_t len, float *out);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_embed_word(mhe_model *m, const char *word, size_t len, float *out);
 /* Features of the lexicon's types f->n .. x->n-1 (f zero-initialised the
    first time; call again after the lexicon grew). MHE_ERR_ARG when f was
    made by a model with other hashing settings. */
-MHEDEF mhe_status mhe_word_feats_update(mhe_model *m, const mhe_lexicon *x, mhe_word_feats *f);
+MHEDEF MHE_NODISCARD mhe_status mhe_word_feats_update(mhe_model *m, const mhe_lexicon *x, mhe_word_feats *f);
 MHEDEF void mhe_word_feats_free(mhe_word_feats *f);
 /* embedding=vocab on words: the vocabulary is the vocab_size - MHE_N_SPECIAL
    most frequent types of x (ties: first seen), rows MHE_N_SPECIAL.. of tok_emb
    (fewer types leave rows unused); it is saved with the model. */
-MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x);
 /* hash=lsh with lsh_features=table: the top-lsh_dim n-gram table of a corpus
    (mhe_ngram_table_build), saved with the model as an I32 tensor */
-MHEDEF mhe_status mhe_model_set_ngrams(mhe_model *m, const char *text, size_t len);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_set_ngrams(mhe_model *m, const char *text, size_t len);
 /* A model of config cfg whose tensors with the same name and shape (and word
    vocabulary or n-gram table) come from src, the rest freshly initialised:
    fine-tuning with a new head (cfg = src->cfg with n_classes set). The
    hashing settings must equal src's. *copied (may be NULL) = tensors copied. */
-MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const mhe_model *src, uint64_t seed,
+MHEDEF MHE_NODISCARD mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const mhe_model *src, uint64_t seed,
                                       void *alloc_ctx, int *copied);
 /* Collaborative reparametrisation (Cordonnier et al. 2020, sec. 3.3): the
    heads' W_Q^(i) W_K^(i)T, stacked into T[q, i, k] (D_in x N_h x D_in, the
@@ -1027,7 +1042,7 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
    One sublayer: wq, wk [N_h d_h, C], bq [N_h d_h] or NULL; out: wq_out,
    wk_out [D~, C], mix [N_h, D~], content_bias [N_h, C]. res gets the
    relative error and sweeps (0 and 0 when exact). */
-MHEDEF mhe_status mhe_collab_from_mha(int C, int n_heads, int d_head, const float *wq, const float *wk, const float *bq,
+MHEDEF MHE_NODISCARD mhe_status mhe_collab_from_mha(int C, int n_heads, int d_head, const float *wq, const float *wk, const float *bq,
                                       int dim, float *wq_out, float *wk_out, float *mix, float *content_bias,
                                       int max_iter, double tol, int init, uint64_t seed, void *alloc_ctx, mhe_cp_result *res);
 typedef struct mhe_reparam_opts {
@@ -1047,7 +1062,7 @@ MHEDEF mhe_reparam_opts mhe_reparam_opts_default(void);
    layers of another width, or a decomposition does not converge within
    max_iter (MHE_ERR_CONVERGE, naming the sublayer and its error).
    *converted (may be NULL): sublayers converted. */
-MHEDEF mhe_status mhe_model_reparam_collab(mhe_model *dst, const mhe_model *src, const mhe_reparam_opts *o, void *alloc_ctx,
+MHEDEF MHE_NODISCARD mhe_status mhe_model_reparam_collab(mhe_model *dst, const mhe_model *src, const mhe_reparam_opts *o, void *alloc_ctx,
                                            int *converted);
 /* embedding parameters as the thesis counts them (sec. 2.4.4): the word
    embedding's tensors and the regular-token row, without special tokens and
@@ -1063,7 +1078,7 @@ MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
 #ifndef MHE_NO_STDIO
 /* a text file as byte tokens in a fresh MHE_MALLOC'd array; an empty file or
    one with NUL bytes (not text) is MHE_ERR_DATA, a missing one MHE_ERR_IO */
-MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
 #endif
 
 /* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
@@ -1087,17 +1102,17 @@ typedef struct mhe_text_set {
     const mhe_word_feats *words;    /* word sets: set by the caller, passed on in every batch */
 } mhe_text_set;
 
-MHEDEF mhe_status mhe_text_set_parse(mhe_text_set *s, const char *text, size_t len, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_parse(mhe_text_set *s, const char *text, size_t len, void *alloc_ctx, char *err);
 #ifndef MHE_NO_STDIO
-MHEDEF mhe_status mhe_text_set_load(mhe_text_set *s, const char *path, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load(mhe_text_set *s, const char *path, void *alloc_ctx, char *err);
 #endif
 MHEDEF void mhe_text_set_free(mhe_text_set *s);
 /* the same lines as word tokens (types of x; a text without a word is an
    error naming the line). Set s->words to the features before training. */
-MHEDEF mhe_status mhe_text_set_parse_words(mhe_text_set *s, mhe_lexicon *x, const char *text, size_t len,
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_parse_words(mhe_text_set *s, mhe_lexicon *x, const char *text, size_t len,
                                            void *alloc_ctx, char *err);
 #ifndef MHE_NO_STDIO
-MHEDEF mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lexicon *x, const char *path, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lexicon *x, const char *path, void *alloc_ctx, char *err);
 #endif
 /* examples idx[0..B) as a padded batch: the first T tokens of each text in
    tokens [B*T] (padding 0), lengths [B] and labels [B] */
@@ -1142,9 +1157,9 @@ typedef struct mhe_train_config {
 } mhe_train_config;
 
 MHEDEF mhe_train_config mhe_train_config_default(void);
-MHEDEF mhe_status mhe_train_config_set(mhe_train_config *c, const char *key, const char *value, char *err);
-MHEDEF mhe_status mhe_train_config_parse(mhe_train_config *c, const char *text, size_t len, char *err);
-MHEDEF mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_train_config_set(mhe_train_config *c, const char *key, const char *value, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_train_config_parse(mhe_train_config *c, const char *text, size_t len, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_train_config_validate(const mhe_train_config *c, char *err);
 MHEDEF int mhe_train_config_field(const mhe_train_config *c, int i, const char **key, char *value, size_t value_len);
 /* learning rate at step (0-based) */
 MHEDEF float mhe_lr_at(const mhe_train_config *c, int step);
@@ -1167,19 +1182,20 @@ typedef struct mhe_trainer {
     mhe_rng rng;
     int *batch_tokens, *batch_targets, *batch_src, *batch_lengths, *batch_labels, *batch_clean;
     float last_loss, last_grad_norm, last_lr;
+    char task[16];                  /* the caller's name of what it trains, saved as metadata "task" ("": none) */
     char err[MHE_ERR_LEN];
 } mhe_trainer;
 
-MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
 MHEDEF void mhe_trainer_free(mhe_trainer *t);
 /* One step on tc.batch random windows of the token stream data[n]:
    decoder: seq_len+1 tokens, inputs the first seq_len, targets the last;
    encoder: seq_len tokens under the masked-LM objective (mlm_prob);
    encdec: src_len + seq_len tokens, the encoder reads the first src_len and
    the decoder continues the text (its inputs start at the last source token). */
-MHEDEF mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_step(mhe_trainer *t, const int *data, size_t n);
 /* one step of the classification head on tc.batch random examples, each cut to seq_len tokens */
-MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s);
 /* One Shuffle+Random step (token_head=sr) on tc.batch random windows of
    seq_len tokens of data[n] (word tokens of `words`, or tok_emb rows when
    words is NULL), corrupted by mhe_sr_corrupt with tc.sr_prob; a random
@@ -1188,13 +1204,13 @@ MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s);
    out of training. (Drawing by corpus frequency makes a replaced word look
    like any other word out of context; it learned nothing in 600 steps of a
    small model, where uniform types gave an MCC of 0.44 in 300.) */
-MHEDEF mhe_status mhe_trainer_step_sr(mhe_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_step_sr(mhe_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
 /* mean loss over up to max_batches batches of consecutive windows of data,
    shaped as mhe_trainer_step shapes them (deterministic; an encoder is
    scored on masked LM with fixed masks at 15 %; src_len 0 means seq_len) */
-MHEDEF mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+MHEDEF MHE_NODISCARD mhe_status mhe_evaluate(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                int max_batches, float *mean_loss);
-MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
                                    int max_batches, float *mean_loss);
 /* Strided perplexity of a decoder LM (MHE paper sec. 4.5, stride 256 there):
    windows of seq_len tokens moved by stride (1..seq_len); the first window
@@ -1204,7 +1220,7 @@ MHEDEF mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, size_t n, int 
    with at least seq_len - stride tokens of context (fewer only in the first
    window). stride == seq_len is plain consecutive windows. Mean loss over
    every scored token; *n_scored gets their count (may be NULL). */
-MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
                                        float *mean_loss, int64_t *n_scored);
 
 /* Per-operation time of the training step (tools/bench_train --profile).
@@ -1267,14 +1283,14 @@ typedef struct mhe_safetensors {
     char err[MHE_ERR_LEN];
 } mhe_safetensors;
 
-MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx);
+MHEDEF MHE_NODISCARD mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx);
 MHEDEF void mhe_st_free(mhe_safetensors *st);
 MHEDEF const mhe_st_tensor *mhe_st_find(const mhe_safetensors *st, const char *name);
 MHEDEF const char *mhe_st_meta(const mhe_safetensors *st, const char *key);
 /* copy a tensor's data as float32 into out[n] (F32 only; checks n == size) */
-MHEDEF mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor *t, float *out, int64_t n);
+MHEDEF MHE_NODISCARD mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor *t, float *out, int64_t n);
 /* the same for an I32 tensor (e.g. an LSH n-gram table) */
-MHEDEF mhe_status mhe_st_read_i32(const mhe_safetensors *st, const mhe_st_tensor *t, int32_t *out, int64_t n);
+MHEDEF MHE_NODISCARD mhe_status mhe_st_read_i32(const mhe_safetensors *st, const mhe_st_tensor *t, int32_t *out, int64_t n);
 
 /* Writer: items are F32 tensors (or I32 ones); metadata is n_meta key/value
    string pairs. A zero-initialised item is F32. */
@@ -1289,10 +1305,10 @@ typedef struct mhe_st_item {
 } mhe_st_item;
 
 /* exact byte size of the file mhe_st_write_mem would produce */
-MHEDEF mhe_status mhe_st_write_size(const mhe_st_item *items, int n_items,
+MHEDEF MHE_NODISCARD mhe_status mhe_st_write_size(const mhe_st_item *items, int n_items,
                                     const char *const *meta_keys, const char *const *meta_values,
                                     int n_meta, size_t *out_size, char *err);
-MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
+MHEDEF MHE_NODISCARD mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
                                    const mhe_st_item *items, int n_items,
                                    const char *const *meta_keys, const char *const *meta_values,
                                    int n_meta, char *err);
@@ -1321,38 +1337,51 @@ typedef struct {
     char target[MHE_PATH_LEN];       /* the file the commit replaces (symlinks followed) */
     char tmp[MHE_PATH_LEN + 48];
     int write_errno;                 /* the reason of a failed mhe_out_write, for the commit's message */
+    int slot;                        /* its entry in the list of pending temporary files (-1: none) */
 } mhe_out;
+/* Interrupted writes: every temporary file an mhe_out holds between open
+   and commit or discard is listed (up to MHE_OUT_PENDING at once; more
+   are written, but not listed). mhe_out_remove_pending removes the files
+   listed and is async-signal-safe (unlink and reads of volatile memory):
+   a signal handler calls it before the process dies, so that no
+   TARGET.tmp.PID.N outlives an interrupted write. A name is listed before
+   its file is created and unlisted after the rename (the unlink of a moved
+   name finds nothing: a target is never removed). The list is one per
+   process and not thread-safe: one thread writes files. */
+#define MHE_OUT_PENDING 8
+MHEDEF void mhe_out_remove_pending(void);
 /* the checks of mhe_out_open without writing anything: the path is usable
    and a temporary file can be created beside it (call it before a long run) */
-MHEDEF mhe_status mhe_out_check(const char *path, char *err);
-MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_out_check(const char *path, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_out_open(mhe_out *o, const char *path, char *err);
 /* n bytes to o->f; 0 on failure, which the commit then reports */
 MHEDEF int mhe_out_write(mhe_out *o, const void *p, size_t n);
 /* flush, sync, close and rename over the target; on failure the target is
    unchanged and the temporary file gone */
-MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_out_commit(mhe_out *o, char *err);
 /* abandons an open output: the temporary file is removed, the target untouched */
 MHEDEF void mhe_out_discard(mhe_out *o);
 /* a safetensors file written through mhe_out (the policy above) */
-MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, int n_items,
+MHEDEF MHE_NODISCARD mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, int n_items,
                                    const char *const *meta_keys, const char *const *meta_values,
                                    int n_meta, void *alloc_ctx, char *err);
 /* read a whole file into a fresh MHE_MALLOC'd buffer */
-MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err);
+MHEDEF MHE_NODISCARD mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void *alloc_ctx, char *err);
 #endif
 
 /* Model checkpoints. The file holds the parameters under their names and the
    config in __metadata__ ("format": "mhe-1" plus every config field). A
    trainer checkpoint adds "optim.m.<name>", "optim.v.<name>" tensors and the
-   metadata "step", "rng" and "train.<field>". */
+   metadata "step", "rng", "train.<field>" and, when the trainer names it,
+   "task" (what the run trains: the mhe tool's lm, cls or sr). */
 #define MHE_FORMAT "mhe-1"
-MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx);
 /* restore optimizer state, step and RNG from a trainer checkpoint buffer
    (the trainer's config stays; its batch and seq_len must match the file's) */
-MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t size);
 /* bytes of the model (or trainer, when t != NULL) checkpoint, and writing it to memory */
-MHEDEF mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
-MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
+MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_size(const mhe_model *m, const mhe_trainer *t, size_t *size);
+MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
 /* q8 checkpoints: weights only, for inference. The matrices of linear
    layers (attention projections, W^O, the MLP, mlp's gate/up/down, linear's
    W_hidden, collab's content bias, untied LM and classification heads) are
@@ -1364,23 +1393,27 @@ MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer
    tensors come first, so an image at a 4-byte aligned address loads in
    place. The loaders read it (mhe_model_load_arena in place only); the
    model refuses training (MHE_ERR_FORMAT). */
-MHEDEF mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size);
-MHEDEF mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written);
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size);
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written);
+/* MHE_OK when group is 0 or divides the rows of every matrix a q8 checkpoint
+   quantizes, so every one of them gets exactly `group` weights per scale;
+   else MHE_ERR_ARG naming the first that it does not (m->err) */
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_group_check(mhe_model *m, int group);
 /* MHE_ERR_NONFINITE, naming the tensor and element in m->err, when a weight
    is NaN or infinite (loading does not check: a caller that computes with
    the weights does; mhe_trainer_load_mem refuses non-finite moments) */
-MHEDEF mhe_status mhe_model_check_finite(mhe_model *m);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_check_finite(mhe_model *m);
 #ifndef MHE_NO_STDIO
-MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
-MHEDEF mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
+MHEDEF MHE_NODISCARD mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
 /* atomic (mhe_out); t may be NULL for weights only. A non-finite weight or
    moment is refused (MHE_ERR_NONFINITE) before the disk is touched, so a
    diverged state never replaces a good checkpoint */
-MHEDEF mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
+MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_save(const mhe_model *m, const mhe_trainer *t, const char *path);
 /* a q8 checkpoint (see mhe_q8_checkpoint_write_mem), atomic (mhe_out) */
-MHEDEF mhe_status mhe_q8_checkpoint_save(const mhe_model *m, int group, const char *path);
+MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_save(const mhe_model *m, int group, const char *path);
 /* the gradients of the last backward, as a safetensors file with `loss` */
-MHEDEF mhe_status mhe_grads_save(const mhe_model *m, const char *path);
+MHEDEF MHE_NODISCARD mhe_status mhe_grads_save(const mhe_model *m, const char *path);
 #endif
 
 /* ======================================================================== */
@@ -1403,12 +1436,12 @@ MHEDEF double mhe_peop(double score, double params, double score_sha, double par
 typedef struct mhe_cls_metrics { int64_t n; double loss, accuracy, macro_f1, mcc; } mhe_cls_metrics;
 MHEDEF void mhe_cls_metrics_from_confusion(const int64_t *conf, int K, mhe_cls_metrics *out);
 /* loss and metrics of the classification head over every example of s (cut to seq_len tokens) */
-MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out);
+MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out);
 /* loss and 3-way metrics (accuracy, macro-F1, MCC over original/shuffled/
    random) of the S+R head on up to max_batches batches of consecutive
    windows of data, corrupted with prob under a fixed seed (deterministic;
    random words: the types of `words`, as in training) */
-MHEDEF mhe_status mhe_evaluate_sr(mhe_model *m, const int *data, size_t n, const mhe_word_feats *words, int batch,
+MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_sr(mhe_model *m, const int *data, size_t n, const mhe_word_feats *words, int batch,
                                   int seq_len, int max_batches, float prob, mhe_cls_metrics *out);
 /* entropy (nats) of the unigram distribution of data: the loss of the best
    context-free predictor, a baseline a trained LM must beat (-1: no memory) */
@@ -1448,7 +1481,7 @@ typedef struct mhe_indicators {
 /* Runs the model on its reference path (fused_attention = 0, so every
    layer's probabilities are materialised), over up to max_batches batches
    of consecutive windows of data, as mhe_evaluate; restores the model. */
-MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
+MHEDEF MHE_NODISCARD mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, int batch, int seq_len,
                                       int max_batches, mhe_indicators *out);
 MHEDEF void mhe_indicators_free(mhe_indicators *ind);
 MHEDEF double mhe_indicator(const mhe_indicators *ind, int layer, int head, int which);   /* head -1: mean */
@@ -1505,7 +1538,7 @@ typedef struct mhe_kv_cache {
     mhe_arena *arena;               /* mhe_kv_cache_init_arena: the block is in this arena */
 } mhe_kv_cache;
 
-MHEDEF mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
+MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
 /* bytes (float32) one sequence keeps for a self-attention layer of `kind`
    after len tokens: K/V rows and recurrent state; *shared (may be NULL) gets
    what all sequences share (the precomputed maps of rndemb-qk, fixedseq-qk).
@@ -1526,14 +1559,14 @@ MHEDEF void mhe_kv_cache_free(mhe_kv_cache *c);
    and those flags; it parses the header with MHE_MALLOC, so run it on the
    host (`mhe export` prints it) or before the allocation-free phase. */
 #define MHE_LOAD_IN_PLACE 1
-MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, int flags, size_t *bytes);
-MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena, int flags);
-MHEDEF mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, int max_len, mhe_arena *arena);
+MHEDEF MHE_NODISCARD mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int max_len, int flags, size_t *bytes);
+MHEDEF MHE_NODISCARD mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena, int flags);
+MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const mhe_model *m, int max_len, mhe_arena *arena);
 /* encdec: run the encoder over src[Ts] and cache every decoder layer's
    cross-attention K and V; empties the self-attention cache */
-MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts);
+MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts);
 /* run one token at position c->len; c->logits gets the next-token logits */
-MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token);
+MHEDEF MHE_NODISCARD mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token);
 /* sample from logits[V]: temperature <= 0 is greedy; top_k <= 0 keeps all */
 MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, mhe_rng *rng);
 
@@ -1555,6 +1588,7 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #include <stdlib.h>   /* qsort in the safetensors checks */
 #ifndef MHE_NO_STDIO
 #include <errno.h>
+#include <signal.h>             /* sig_atomic_t: the pending temporary files */
 #if defined(_WIN32)
 #include <io.h>                 /* _commit, _fileno, _open */
 #include <fcntl.h>
@@ -1621,6 +1655,10 @@ typedef long mhe__off;          /* a file offset: what ftell returns */
 #include <assert.h>
 #define MHE_ASSERT(x) assert(x)
 #endif
+
+/* a status that cannot be an error here (the arguments were checked, the
+   model's scratch is bound): asserted, not dropped */
+static void mhe__must(mhe_status s) { MHE_ASSERT(s == MHE_OK); (void)s; }
 
 /* Lets gcc if-convert the quiet selects of mhe__exp and vectorise the loops
    that call it without -ffast-math; results are bit for bit the same. */
@@ -2903,7 +2941,7 @@ MHEDEF MHE__VECTORISE void mhe_act_fwd(int act, float *out, const float *inp, in
 
 /* dinp += dout * act'(inp). GELU's derivative needs true tanh/exp values:
    the library's own mhe__exp keeps them accurate (not bit for bit, and
-   without its NaN guard) under -ffast-math; see README, fast-math. */
+   without its NaN guard) under -ffast-math; see docs/reliability.md, fast-math. */
 MHEDEF MHE__VECTORISE void mhe_act_bwd(int act, float *dinp, const float *inp, const float *dout, int64_t n) {
     int64_t c, nc = (n + MHE__CHUNK - 1) / MHE__CHUNK;
     MHE__OMP(omp parallel for if (n > MHE__PAR_MIN))
@@ -5429,8 +5467,8 @@ MHEDEF const char *mhe_profile_op_name(int op) {
      chain 3  mhe__attn_branch_decode       one token through a kind (5.10),
               with the K/V cache, recurrent states or precomputed maps
    The residual, norms and Admin's omega around f are mhe__sub_enter and
-   mhe__sub_leave (section 7), shared by training and decoding. README,
-   "Reading guide", maps each paper equation to the function computing it. */
+   mhe__sub_leave (section 7), shared by training and decoding. The reading
+   guide of docs/kinds.md maps each paper equation to the function computing it. */
 
 /* ---- 5.1 the kind table ---------------------------------------------------- */
 
@@ -6128,7 +6166,7 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
             d.k_add = w->ek->data;
             d.v_add = w->ev->data;
         }
-        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+        mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
         return;
     }
     if (use_ref)
@@ -6136,7 +6174,7 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
     else if (Tq == 1 && !d.dropout)
         mhe__attn_one(&d, att, stats, q, k, v);
     else
-        mhe_attn_fused_fwd(&d, att, stats, q, k, v);
+        mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
     if (kind == MHE_ATTN_SHA) { /* n identical heads feed W^O */
         int r, h;
         for (r = 0; r < B * Tq; r++)
@@ -6208,7 +6246,7 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
             if (mhe__attn_mul_rows(&d))
                 mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
             else
-                mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
+                mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
             for (i = 0; i < HD; i++) { /* w = (1+e^Q)(1+e^K) */
                 w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
                 w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
@@ -6224,7 +6262,7 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
             gr.dq_add = w->eq->grad;
             gr.dk_add = w->ek->grad;
             gr.dv_add = w->ev->grad;
-            mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
+            mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
         }
         return;
     }
@@ -6235,7 +6273,7 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
     if (use_ref)
         mhe_attn_ref_bwd(&d, &gr, dq, dk, dv, d_att, stats, q, k, v);
     else
-        mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
+        mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
 }
 
 /* ---- 5.8 thesis ch. 4 and FNet: mlp, taylor, nonapprox, rndemb-qk,
@@ -8400,8 +8438,20 @@ static int mhe__key_line(const char *text, size_t end, const char *key, size_t k
    refused: the last one winning silently hides a typo or a stale line */
 static mhe_status mhe__parse_lines(const char *text, size_t len, void *obj,
                                    mhe_status (*set)(void *, const char *, const char *, char *), char *err) {
-    size_t pos = 0;
-    int line = 0;
+    size_t pos = 0, i;
+    int line = 1;
+    /* a UTF-8 byte-order mark (EF BB BF), as some editors write, starts the
+       file; anywhere else it is a stray invisible character */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) { text += 3; len -= 3; }
+    else if (len >= 2 && ((unsigned char)text[0] == 0xFF || (unsigned char)text[0] == 0xFE) &&
+             ((unsigned char)text[1] ^ (unsigned char)text[0]) == 0x01)
+        return mhe__fail(err, MHE_ERR_CONFIG, "the file starts with a UTF-16 byte-order mark: save it as UTF-8 (or ASCII)");
+    for (i = 0; i + 3 <= len; i++) {
+        if (text[i] == '\n') line++;
+        if (memcmp(text + i, "\xEF\xBB\xBF", 3) == 0)
+            return mhe__fail(err, MHE_ERR_CONFIG, "line %d: a UTF-8 byte-order mark (bytes EF BB BF) inside the text; only the file's first bytes may hold one", line);
+    }
+    line = 0;
     while (pos < len) {
         char buf[512], *eq, *k, *v, *end;
         size_t e = pos, n, start = pos;
@@ -8491,7 +8541,7 @@ static mhe_status mhe__check_embedding(const mhe_config *c, char *err) {
     return MHE_OK;
 }
 
-/* where the kinds of thesis ch. 4 and FNet make sense (README: Attention kinds) */
+/* where the kinds of thesis ch. 4 and FNet make sense (docs/kinds.md, Deconstructing attention) */
 static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
     int i, E = c->arch == MHE_ARCH_ENCDEC ? c->enc_layers : 0, rnd = 0, seq = 0;
     for (i = 0; i < c->n_layers + E; i++) {
@@ -8983,7 +9033,7 @@ static mhe_status mhe__hash_word(mhe_model *m, const char *w, size_t len, double
     if (c->embedding == MHE_EMB_HASH_EMB) {
         if (c->hash == MHE_WORD_HASH_MD5) {   /* thesis sec. 2.3.2: i = v % N */
             uint64_t v = 0;
-            mhe_word_id_md5(w, len, key, key_len, (uint64_t)c->hash_buckets, &v);
+            mhe__must(mhe_word_id_md5(w, len, key, key_len, (uint64_t)c->hash_buckets, &v));
             *id = (int32_t)v;
         } else {                              /* sec. 2.3.3: argmax over [xR; -xR] */
             uint32_t b = 0;
@@ -8995,7 +9045,7 @@ static mhe_status mhe__hash_word(mhe_model *m, const char *w, size_t len, double
     if (c->hash == MHE_WORD_HASH_MD5) {       /* sec. 2.3.5: the digest's first T bits */
         unsigned char d[16];
         size_t rb = MHE_BITS_BYTES(c->hash_bits);
-        mhe_word_hash_md5(w, len, key, key_len, d);
+        mhe__must(mhe_word_hash_md5(w, len, key, key_len, d));
         memcpy(bits, d, rb);
         if (c->hash_bits % 8) bits[rb - 1] &= (unsigned char)(0xFF << (8 - c->hash_bits % 8));
     } else if ((st = mhe_lsh_bits(&m->lsh, w, len, work, bits)) != MHE_OK) {
@@ -9973,6 +10023,85 @@ static void mhe__encode(mhe_model *m) {
     a->mem = h;
 }
 
+/* the first of n values that is NaN or infinite, or -1 */
+static int64_t mhe__first_nonfinite(const float *x, int64_t n) {
+    int64_t i;
+    for (i = 0; x && i < n; i++) if (!mhe__is_finite(x[i])) return i;
+    return -1;
+}
+
+/* "what produced inf" when x[0..n) holds a NaN or infinity: 1 and the text in where */
+static int mhe__nonfinite_at(const float *x, int64_t n, char *where, size_t len, const char *fmt, int a, const char *b) {
+    int64_t i = mhe__first_nonfinite(x, n);
+    char what[96];
+    uint32_t bits;
+    if (i < 0) return 0;
+    snprintf(what, sizeof what, fmt, a, b);
+    memcpy(&bits, &x[i], 4);   /* on the bits: -ffast-math folds x != x */
+    snprintf(where, len, "%s produced %s", what, bits & 0x7FFFFF ? "nan" : bits >> 31 ? "-inf" : "inf");
+    return 1;
+}
+
+/* After a forward pass, the first activation that holds a NaN or infinity, in
+   the order the forward computes them: embeddings, each block's norms,
+   sublayer outputs and MLP hidden layer (encoder first), the final norm, the
+   head. Only called once a loss or the logits came out non-finite, so the
+   pass itself checks nothing. */
+static int mhe__nonfinite_where(const mhe_model *m, char *where, size_t len) {
+    const mhe_config *c = &m->cfg;
+    const mhe_acts *a = &m->acts;
+    int E = mhe__n_enc(c), l, k, C = c->d_model, F = mhe_config_d_ff(c);
+    int64_t rows_src = (int64_t)m->last_B * m->last_Ts, rows = (int64_t)m->last_B * m->last_T;
+    static const char *sub_name[3] = { "attention", "cross-attention", "MLP" };
+    if (E && mhe__nonfinite_at(a->src_emb, rows_src * C, where, len, "the encoder's embedding%.0d%s", 0, "")) return 1;
+    if (!E && mhe__nonfinite_at(a->emb, rows * C, where, len, "the embedding%.0d%s", 0, "")) return 1;
+    for (l = 0; l < m->n_total_layers; l++) {
+        const mhe_layer *y = &m->layers[l];
+        const mhe_layer_acts *la = &a->layer[l];
+        int64_t r = y->encoder ? rows_src : rows;
+        const char *stack = y->encoder ? "encoder layer %d (%s)" : "layer %d (%s)";
+        char piece[64];
+        if (l == E && E) {
+            if (!c->post_norm && mhe__nonfinite_at(a->enc_fin.nrm, rows_src * C, where, len, "the encoder's final norm%.0d%s", 0, "")) return 1;
+            if (mhe__nonfinite_at(a->emb, rows * C, where, len, "the decoder's embedding%.0d%s", 0, "")) return 1;
+        }
+        for (k = 0; k < 3; k++) {
+            const mhe_sub_acts *sa = &la->sub[k];
+            if (k == 1 && y->cross.kind < 0) continue;
+            if (k == 0 && !y->encoder && (m->skip_attn >> y->index & 1)) continue;
+            snprintf(piece, sizeof piece, "norm before the %s", sub_name[k]);
+            if (!c->post_norm && mhe__nonfinite_at(sa->nrm, r * C, where, len, stack, y->index, piece)) return 1;
+            snprintf(piece, sizeof piece, "MLP hidden layer");
+            if (k == 2 && (mhe__nonfinite_at(la->fc1, r * F, where, len, stack, y->index, piece) ||
+                           mhe__nonfinite_at(la->act, r * F, where, len, stack, y->index, "MLP activation"))) return 1;
+            snprintf(piece, sizeof piece, "%s output", sub_name[k]);
+            if (mhe__nonfinite_at(sa->sum, r * C, where, len, stack, y->index, piece)) return 1;
+            snprintf(piece, sizeof piece, "norm after the %s", sub_name[k]);
+            if (c->post_norm && mhe__nonfinite_at(sa->nrm, r * C, where, len, stack, y->index, piece)) return 1;
+        }
+    }
+    if (!c->post_norm && mhe__nonfinite_at(a->fin.nrm, rows * C, where, len, "the final norm%.0d%s", 0, "")) return 1;
+    if (m->last_cls)
+        return mhe__nonfinite_at(a->pooled, (int64_t)m->last_B * C, where, len, "the pooled sequence%.0d%s", 0, "") ||
+               mhe__nonfinite_at(a->cls_logits, (int64_t)m->last_B * c->n_classes, where, len, "the classification head%.0d%s", 0, "");
+    return mhe__nonfinite_at(a->logits, rows * (c->token_head == MHE_HEAD_SR ? MHE_SR_CLASSES : c->vocab_size), where, len,
+                             "the output head (logits)%.0d%s", 0, "");
+}
+
+MHEDEF mhe_status mhe_model_find_nonfinite(mhe_model *m) {
+    char where[200];
+    if (!m || !m->param_data) return MHE_ERR_ARG;
+    if (!mhe__nonfinite_where(m, where, sizeof where)) return MHE_OK;
+    return mhe__fail(m->err, MHE_ERR_NONFINITE, "%s", where);
+}
+
+/* a non-finite loss, with the first activation that went non-finite */
+static mhe_status mhe__loss_nonfinite(mhe_model *m, float loss) {
+    char where[200];
+    if (mhe__nonfinite_where(m, where, sizeof where)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g: %s", (double)loss, where);
+    return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)loss);
+}
+
 static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
     const mhe_config *c;
     mhe_acts *a;
@@ -10039,7 +10168,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
         return MHE_OK;
     }
     {
@@ -10053,7 +10182,7 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         m->last_loss = mean;
         m->last_count = count;
         if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)mean);
+        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
     }
     return MHE_OK;
 }
@@ -11978,6 +12107,47 @@ static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
 
 /* ---- output files: the policy of mhe_out (see its declaration) ---- */
 
+/* the pending temporary files: a name is complete before its flag is set,
+   and the flag is cleared before the name changes, so a handler that
+   interrupts either never reads half a name */
+static char mhe__pending_name[MHE_OUT_PENDING][MHE_PATH_LEN + 48];
+static volatile sig_atomic_t mhe__pending_live[MHE_OUT_PENDING];
+
+/* lists o->tmp before the file is created: a signal between creation and
+   listing would leave it. The name holds this process's pid, so what it may
+   remove is this process's own file, or a stale one a dead process with the
+   same pid left */
+static void mhe__pending_set(mhe_out *o) {
+    int i = o->slot;
+    if (i < 0)
+        for (i = 0; i < MHE_OUT_PENDING && mhe__pending_live[i]; i++) {}
+    if (i >= MHE_OUT_PENDING) return;   /* full: written, not listed */
+    mhe__pending_live[i] = 0;
+    memcpy(mhe__pending_name[i], o->tmp, strlen(o->tmp) + 1);
+    mhe__pending_live[i] = 1;
+    o->slot = i;
+}
+
+static void mhe__pending_drop(mhe_out *o) {
+    if (o->slot >= 0 && o->slot < MHE_OUT_PENDING) mhe__pending_live[o->slot] = 0;
+    o->slot = -1;
+}
+
+MHEDEF void mhe_out_remove_pending(void) {
+    int i;
+    for (i = 0; i < MHE_OUT_PENDING; i++)
+        if (mhe__pending_live[i]) {
+            mhe__pending_live[i] = 0;
+#if defined(MHE__HAVE_FSYNC)
+            unlink(mhe__pending_name[i]);
+#elif defined(_WIN32)
+            _unlink(mhe__pending_name[i]);
+#else
+            remove(mhe__pending_name[i]);
+#endif
+        }
+}
+
 #if defined(MHE__HAVE_FSYNC)
 /* what a non-regular path is, for the refusal */
 static const char *mhe__file_kind(unsigned mode) {
@@ -12051,12 +12221,14 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
     o->f = NULL;
     o->write_errno = 0;
     o->tmp[0] = 0;
+    o->slot = -1;
     if ((s = mhe__out_target(path, o->target, err)) != MHE_OK) return s;
     /* the pid keeps processes apart, the counter the writers of one process */
     for (i = 0; i < 1000 && !o->f; i++) {
 #if defined(MHE__HAVE_FSYNC)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
         e = errno;
@@ -12065,6 +12237,7 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
 #elif defined(_WIN32)
         int fd;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld.%d", o->target, (long)_getpid(), i);
+        mhe__pending_set(o);
         errno = 0;
         fd = _open(o->tmp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
         e = errno;
@@ -12074,11 +12247,15 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
         FILE *probe;
         snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->target, i);
         if ((probe = fopen(o->tmp, "rb")) != NULL) { fclose(probe); continue; }
+        mhe__pending_set(o);
         errno = 0;
         if (!(o->f = fopen(o->tmp, "wb"))) { e = errno; break; }
 #endif
     }
-    if (!o->f) return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    if (!o->f) {
+        mhe__pending_drop(o);
+        return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+    }
     return MHE_OK;
 }
 
@@ -12095,6 +12272,7 @@ MHEDEF void mhe_out_discard(mhe_out *o) {
     fclose(o->f);
     o->f = NULL;
     remove(o->tmp);
+    mhe__pending_drop(o);
 }
 
 MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
@@ -12117,20 +12295,25 @@ MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
 #ifdef _WIN32
         /* rename() fails over an existing file there; this replaces it in one step */
         unsigned long we;
-        if (MoveFileExA(o->tmp, o->target, 0x1 | 0x8)) return MHE_OK;   /* REPLACE_EXISTING | WRITE_THROUGH */
+        /* unlisted after the rename: a handler's unlink of the moved name then finds nothing */
+        if (MoveFileExA(o->tmp, o->target, 0x1 | 0x8)) { mhe__pending_drop(o); return MHE_OK; }   /* REPLACE_EXISTING | WRITE_THROUGH */
         we = GetLastError();
         remove(o->tmp);
+        mhe__pending_drop(o);
         return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': Windows error %lu%s", o->tmp, o->target, we,
                          we == 5 || we == 32 ? " (access denied or the file is open elsewhere)" : "");
 #else
         errno = 0;
-        if (rename(o->tmp, o->target) == 0) return MHE_OK;
+        /* unlisted after the rename: a handler's unlink of the moved name then finds nothing */
+        if (rename(o->tmp, o->target) == 0) { mhe__pending_drop(o); return MHE_OK; }
         e = errno;
         remove(o->tmp);
+        mhe__pending_drop(o);
         return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->target, e ? strerror(e) : "rename failed");
 #endif
     }
     remove(o->tmp);
+    mhe__pending_drop(o);
     return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; '%s' left unchanged", what, o->tmp, e ? strerror(e) : "write error", o->target);
 }
 
@@ -12246,7 +12429,7 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
     int f;
     for (f = 0; mhe_config_field(&m->cfg, f, &key, val, sizeof val); f++) n += strlen(key) + strlen(val) + 2;
     if (t) {
-        n += sizeof "step" + 12 + sizeof "rng" + 65;
+        n += sizeof "step" + 12 + sizeof "rng" + 65 + sizeof "task" + sizeof t->task;
         for (f = 0; mhe_train_config_field(&t->tc, f, &key, val, sizeof val); f++) n += sizeof "train." + strlen(key) + strlen(val) + 1;
     }
     return n;
@@ -12254,7 +12437,7 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
 
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
     int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 2;
-    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 2 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
+    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
     size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
     size_t vocab_bytes = 0, words_at;
     char *p, *end;
@@ -12290,6 +12473,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         MHE__META("%s", "step", "%d", t->step);
         MHE__META("%s", "rng", "%016llx%016llx%016llx%016llx", (unsigned long long)t->rng.s[0],
                   (unsigned long long)t->rng.s[1], (unsigned long long)t->rng.s[2], (unsigned long long)t->rng.s[3]);
+        if (t->task[0]) MHE__META("%s", "task", "%.15s", t->task);
         for (f = 0; ; f++) {
             const char *key;
             char val[MHE__META_VAL];
@@ -12523,6 +12707,18 @@ static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, c
                 qb += t->size;
             }
         }
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_q8_group_check(mhe_model *m, int group) {
+    int i;
+    if (!m) return MHE_ERR_ARG;
+    if (group < 0) return mhe__fail(m->err, MHE_ERR_ARG, "q8: group %d must be >= 0 (0: one scale per row)", group);
+    for (i = 0; group > 0 && i < m->n_tensors; i++) {
+        const mhe_tensor *t = &m->params[i];
+        if (mhe__q8_linear(m, t) && t->shape[1] % group)
+            return mhe__fail(m->err, MHE_ERR_ARG, "q8: group %d does not divide the %lld-wide rows of %s", group, (long long)t->shape[1], t->name);
+    }
     return MHE_OK;
 }
 
@@ -13558,6 +13754,12 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     }
     mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), NULL, 1, C, cfg->vocab_size);
     c->len++;
+    {   /* V values beside the head's V x C products: sampling from NaN would give token 0 */
+        int64_t bad = mhe__first_nonfinite(d.logits, cfg->vocab_size);
+        if (bad >= 0)
+            return mhe__fail(m->err, MHE_ERR_NONFINITE, "decoding position %d: logit %lld is %g (a forward pass over the tokens so far "
+                             "finds the layer: mhe_model_find_nonfinite)", pos, (long long)bad, (double)d.logits[bad]);
+    }
     return MHE_OK;
 }
 

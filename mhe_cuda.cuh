@@ -40,17 +40,19 @@
 /* The device side of an mhe_model. The host model keeps the config, the
    tensor names and the checkpoint; the device holds copies of the
    parameters and gradients (the host layout, one block each) and the
-   activations. Runs decoder and encoder (masked-LM) models with vocabulary
-   embeddings and every attention kind: the softmax kinds mha, sha, mqa,
+   activations. Runs decoder, encoder (masked-LM) and encoder-decoder
+   models (cross-attention of every kind mhe.h allows there) with every
+   attention kind: the softmax kinds mha, sha, mqa,
    gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
    mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
    post-norm, dropout and attention dropout (the CPU's masks), Admin, and
    the encoder's classification head (not over nonapprox, fnet or linear,
-   whose cores ignore padding); without hash embeddings or encoder-decoder
-   (mhe_cuda_supports says which field stops a config). Everything else runs
-   on the CPU path. Decoding covers every kind the CPU decodes (all but
-   fnet and linear, which are encoder-only). */
+   whose cores ignore padding); dropout and Admin not in encoder-decoder
+   models (mhe_cuda_supports says which field stops a config). Embeddings:
+   the vocabulary (byte or word tokens) and hash-emb; the LM or S+R head.
+   Everything else runs on the CPU path. Decoding covers every kind the CPU
+   decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
     float *nrm[3], *mean[3], *rstd[3], *sum[3]; /* sublayers 0 (attention) and 2 (MLP), as mhe_sub_acts */
@@ -58,6 +60,7 @@ typedef struct mhe_cuda_layer_acts {
     float *kb;                              /* MHE-ADD: each key's per-head bias k . e_i^Q [rows, n] */
     float *ext;                             /* staticemb-qk: N(e) [rows, C], then its mean and rstd [rows] */
     float *fc1, *act;                       /* [rows, d_ff] */
+    float *kv;                              /* cross-attention (encdec): the source's K|V [B Ts, k_w + v_w] */
 } mhe_cuda_layer_acts;
 
 /* KV cache of decoding on the device: per layer, the K and V columns of
@@ -71,6 +74,12 @@ typedef struct mhe_cuda_kv_cache {
                                                the fixed stream's Q|K [cap, 2 n d_h], made at position 0 */
     size_t state_floats[MHE_MAX_LAYERS];
     float *kb;                              /* MHE-ADD: the cached keys' per-head biases [cap, n] (else NULL) */
+    /* encdec: each decoder layer's cross-attention K|V of the encoded source
+       (el-att: the encoder output), [max_seq_len, xkv_w], made once per
+       source by mhe_cuda_kv_cache_encode */
+    float *xkv[MHE_MAX_LAYERS];
+    int xkv_w[MHE_MAX_LAYERS];
+    int src_len;                            /* source tokens encoded (0: none yet) */
     void *block;
 } mhe_cuda_kv_cache;
 
@@ -94,8 +103,17 @@ typedef struct mhe_cuda_model {
     int *fixed_tokens;                      /* fixedseq-qk: the host model's fixed text [max_seq_len] */
     void *fixed_block;
     int *tokens, *targets;
+    /* encdec: the cross-attention sublayers' activations (per decoder layer),
+       the source, its embedding, the encoder's final norm and output, and
+       the gradients of the output and (staticemb-qk) of the embedding */
+    mhe_cuda_layer_acts cross[MHE_MAX_LAYERS];
+    int *src;
+    float *src_emb, *enc_fin, *enc_mean, *enc_rstd, *d_mem, *d_src_emb;
+    const float *mem;
     const float *final_h;
-    int last_B, last_T, last_count, has_targets, pos0;
+    int last_B, last_T, last_Ts, last_count, has_targets, pos0;
+    int hashed;                             /* g->tokens holds hash-emb codes (mhe__cu_hash_emb_fwd), not rows */
+    const mhe_batch *words;                 /* set while a word batch's forward runs (mhe__cu_forward_batch) */
     mhe_cuda_kv_cache *cache;               /* set while a decode step runs */
     /* dropout (on while host->training, as the CPU's; never in the fixed
        stream or decoding) and the classification head with padding */
@@ -130,6 +148,9 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T);
 /* host tokens/targets [B*T] (targets NULL: no loss); as mhe_model_forward */
 MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, const int *targets, int B, int T,
                                          float *loss);
+/* encdec: the source src [B*Ts] through the encoder, then tokens/targets as above */
+MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
+                                             const int *targets, int B, int T, float *loss);
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g);   /* grads += d loss / d param */
 MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g);
 /* parameters host -> device (after the host model changed) and device -> host (to save or evaluate there) */
@@ -140,10 +161,12 @@ MHEDEF mhe_status mhe_cuda_model_grads(mhe_cuda_model *g);
 /* logits [B*T, V] of the last forward into host memory (a classification
    forward: the class logits [B, n_classes]) */
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out);
-/* as mhe_model_forward_batch for decoder and encoder models: tokens with
-   per-token targets, or sequence labels through the classification head
-   (mean over each sequence's real tokens), lengths (padding) optional;
-   dropout when g->host->training is set (with g->host->dropout_seed) */
+/* as mhe_model_forward_batch: tokens (or word tokens, bt->words:
+   embedding=vocab or hash-emb) with per-token targets (LM or S+R), or
+   sequence labels through the classification head (mean over each
+   sequence's real tokens), lengths (padding) optional; a source for
+   encdec (without lengths); dropout when g->host->training is set (with
+   g->host->dropout_seed) */
 MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 
 MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, const mhe_train_config *tc);
@@ -154,6 +177,8 @@ MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, si
 MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s);
 /* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual) */
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t);
+/* one Shuffle+Random step (token_head=sr) as mhe_trainer_step_sr; words as there (NULL: byte tokens) */
+MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
 /* host -> device: after loading a checkpoint into t->host and the model */
 MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t);
 
@@ -167,11 +192,21 @@ MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, 
    host memory (may be NULL). The same logits as n decode steps. On an error
    the cache keeps its length. */
 MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits);
+/* encdec, as mhe_kv_cache_encode: the encoder over src[Ts] and every decoder
+   layer's cross-attention K|V into the cache, once per source (decoding
+   then reads them); empties the self-attention cache */
+MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *src, int Ts);
 
 /* mhe_evaluate_s2s and mhe_evaluate_strided with the forward passes on the
    device: the same windows, batches and masks (decoder and encoder models) */
 MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                     int max_batches, float *mean_loss);
+/* as mhe_evaluate_sr: Shuffle+Random accuracy and loss (token_head=sr) */
+MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
+                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out);
+/* as mhe_evaluate_s2s: encdec windows of src_len source tokens (0: seq_len) */
+MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
+                                        int seq_len, int max_batches, float *mean_loss);
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                             int stride, float *mean_loss, int64_t *n_scored);
 /* mhe_evaluate_cls with the forward passes on the device: loss, accuracy, macro F1, MCC */
@@ -615,6 +650,32 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_tok(float *dtok,
     float *e = dtok + (size_t)tokens[r] * C;
     for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
         if (MHE__CU_FAULT(4)) /* the test's broken variant: a race between blocks */
+            e[c] += d[(size_t)r * C + c];
+        else
+            atomicAdd(e + c, d[(size_t)r * C + c]);
+}
+
+/* a word batch of a hash-emb model (HashFormers eq. 2.12): position r embeds
+   its word's bucket row of tok (code >= 0) or a special token's row of
+   special (code -1 - s), plus its position. The bucket ids are made on the
+   host, once per batch, from the features' per-type buckets (mhe__emb_prepare:
+   the CPU's own gather, each word type hashed once by mhe_word_feats_update) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_fwd(float *out, const float *special, const float *tok,
+                                                                   const float *pos, const int *codes, int T, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *e = code >= 0 ? tok + (size_t)code * C : special + (size_t)(-1 - code) * C;
+    const float *p = pos + (size_t)(r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] = e[c] + p[c];
+}
+
+/* its backward: words share buckets and special rows repeat, so atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_bwd(float *dspecial, float *dtok, const float *d,
+                                                                   const int *codes, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    float *e = code >= 0 ? dtok + (size_t)code * C : dspecial + (size_t)(-1 - code) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
             e[c] += d[(size_t)r * C + c];
         else
             atomicAdd(e + c, d[(size_t)r * C + c]);
@@ -1566,10 +1627,16 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    if (c->arch == MHE_ARCH_ENCDEC)
-        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec runs on the CPU path (the device runs decoder and encoder)");
-    if (c->embedding != MHE_EMB_VOCAB || c->token_head != MHE_HEAD_LM)
-        return mhe__fail(err, MHE_ERR_CONFIG, "hash embeddings and the S+R head run on the CPU path (device: embedding=vocab, token_head=lm)");
+    if (c->embedding != MHE_EMB_VOCAB && c->embedding != MHE_EMB_HASH_EMB)
+        return mhe__fail(err, MHE_ERR_CONFIG, "embedding=%s runs on the CPU path (device: embedding=vocab or hash-emb)",
+                         mhe_hash_kind_name(c->embedding - 1));
+    /* the source's embedding dropout (site 1) and cross-attention's sites have no device path yet */
+    if (c->arch == MHE_ARCH_ENCDEC && (c->dropout > 0 || c->attn_dropout > 0))
+        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with dropout=%g attn_dropout=%g runs on the CPU path "
+                         "(device: dropout in decoder and encoder models)", (double)c->dropout, (double)c->attn_dropout);
+    if (c->arch == MHE_ARCH_ENCDEC && c->admin)
+        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with admin=1 runs on the CPU path (device: Admin in decoder "
+                         "and encoder models)");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
@@ -1579,8 +1646,18 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: the classification head's padded sequences with attn=%s run "
                              "on the CPU path (its device core ignores padding)", l, mhe_attn_kind_name(kind));
     }
+    for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->enc_layers; l++)
+        if (!mhe__cu_kind_ok(c->enc_attn[l]))
+            return mhe__fail(err, MHE_ERR_CONFIG, "encoder layer %d: enc_attn=%s has no device path; it runs on the CPU path",
+                             l, mhe_attn_kind_name(c->enc_attn[l]));
+    for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->n_layers; l++)
+        if (!mhe__cu_kind_ok(c->cross_attn[l]))
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: cross_attn=%s has no device path; it runs on the CPU path",
+                             l, mhe_attn_kind_name(c->cross_attn[l]));
     for (l = 0; l < c->n_layers; l++)
-        if (mhe_config_layer_kind(c, l) == MHE_ATTN_COLLAB && mhe_config_collab_dim(c) > MHE_MAX_D_HEAD)
+        if ((mhe_config_layer_kind(c, l) == MHE_ATTN_COLLAB ||
+             (c->arch == MHE_ARCH_ENCDEC && (c->cross_attn[l] == MHE_ATTN_COLLAB || c->enc_attn[l] == MHE_ATTN_COLLAB))) &&
+            mhe_config_collab_dim(c) > MHE_MAX_D_HEAD)
             return mhe__fail(err, MHE_ERR_CONFIG, "collab_dim %d exceeds the device attention limit %d",
                              mhe_config_collab_dim(c), MHE_MAX_D_HEAD);
     return MHE_OK;
@@ -1621,23 +1698,77 @@ static float *mhe__cu_take(size_t *off, char *base, size_t n) {
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
                          const float *k, int ks, float *dk, float *hmap, float *dmap);
 
-/* 1 when a layer of the main stack has this kind */
-static int mhe__cu_has_kind(const mhe_model *m, int kind) {
+/* 1 when a self-attention sublayer of the layers l0 .. l1-1 has this kind */
+static int mhe__cu_kind_in(const mhe_model *m, int l0, int l1, int kind) {
     int l;
-    for (l = 0; l < m->cfg.n_layers; l++)
+    for (l = l0; l < l1; l++)
         if (m->layers[l].attn.kind == kind)
             return 1;
     return 0;
 }
 
-/* what one stream keeps for the backward, layers 0 .. top-1 over rows; the
-   widest projection and attention output, and the core's backward scratch */
+/* 1 when a cross-attention sublayer (encdec) has this kind */
+static int mhe__cu_cross_has(const mhe_model *m, int kind) {
+    int l;
+    for (l = 0; l < m->n_total_layers; l++)
+        if (m->layers[l].cross.kind == kind)
+            return 1;
+    return 0;
+}
+
+/* ... of any stack (encdec: encoder layers 0 .. E-1, then the decoder's), or a cross-attention */
+static int mhe__cu_has_kind(const mhe_model *m, int kind) {
+    return mhe__cu_kind_in(m, 0, m->n_total_layers, kind) || mhe__cu_cross_has(m, kind);
+}
+
+/* what one stream keeps for the backward, layers 0 .. top-1 over rows (T:
+   the longer of the decoder's and the source's lengths, encdec); the widest
+   projection and attention output, and the core's backward scratch. A
+   decoder layer of encdec also keeps its cross-attention sublayer (norm
+   slot 1, and g->cross[l]: Q [rows, q_w], the source's K|V, the core's
+   output and statistics). */
 static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, int top, int B, int T, char *base,
                                   size_t *cur, size_t *max_proj, size_t *max_att, size_t *max_scr) {
     const mhe_config *c = &g->host->cfg;
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c);
     int l, k;
+    for (l = 0; la == g->layer && l < top; l++) {
+        const mhe_attn_weights *w = &g->host->layers[l].cross;
+        mhe_cuda_layer_acts *a = &g->cross[l];
+        mhe__geom geo;
+        mhe_attn_dims d;
+        mhe_attn_grads gr;
+        size_t scr;
+        if (w->kind < 0) {
+            memset(a, 0, sizeof *a);
+            continue;
+        }
+        geo = mhe__layer_geom(c, w->kind);
+        d = mhe__attn_dims(g->host, w, 0, B, T, T, 0, NULL);
+        memset(&gr, 0, sizeof gr);
+        mhe__cu_dims(g, w, &d, &gr, g->params, geo.k_w + geo.v_w, g->params, g->params, g->params);
+        scr = mhe__cu_attn_bwd_floats(&d);
+        la[l].nrm[1] = mhe__cu_take(cur, base, rows * C);
+        la[l].sum[1] = mhe__cu_take(cur, base, rows * C);
+        la[l].mean[1] = mhe__cu_take(cur, base, rows);
+        la[l].rstd[1] = mhe__cu_take(cur, base, rows);
+        a->proj = mhe__cu_take(cur, base, rows * (size_t)geo.q_w);
+        a->kv = mhe__cu_take(cur, base, rows * (size_t)(geo.k_w + geo.v_w));
+        a->att = mhe__cu_take(cur, base, rows * (size_t)geo.att_w);
+        a->lse = mhe__cu_take(cur, base, rows * n);
+        a->hmap = mhe__cu_take(cur, base, 2 * HD);
+        a->kb = mhe__cu_take(cur, base, rows * n);
+        /* staticemb-qk: N3(e) of the queries, then of the source, each with its mean and rstd */
+        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? 2 * rows * (C + 2) : 0);
+        /* the backward's d_proj holds d Q [rows, q_w] and d K|V [rows, k_w + v_w] */
+        if ((size_t)(geo.q_w + geo.k_w + geo.v_w) > *max_proj)
+            *max_proj = (size_t)(geo.q_w + geo.k_w + geo.v_w);
+        if ((size_t)geo.att_w > *max_att)
+            *max_att = (size_t)geo.att_w;
+        if (scr > *max_scr)
+            *max_scr = scr;
+    }
     for (l = 0; l < top; l++) {
         mhe_cuda_layer_acts *a = &la[l];
         const mhe_attn_weights *w = &g->host->layers[l].attn;
@@ -1678,8 +1809,8 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     size_t rows = (size_t)B * T, C = (size_t)c->d_model, F = (size_t)mhe_config_d_ff(c), n = (size_t)c->n_heads;
     size_t HD = n * (size_t)mhe_config_d_head(c), V = (size_t)c->vocab_size, max_proj = 0, max_att = HD, max_scr = 0;
     size_t cur = 0;
-    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET), top = m->fixed.kind >= 0 ? m->fixed.top : 0;
-    mhe__cu_layers_layout(g, g->layer, c->n_layers, B, T, base, &cur, &max_proj, &max_att, &max_scr);
+    int fnet = mhe__cu_has_kind(m, MHE_ATTN_FNET), top = m->fixed.kind >= 0 ? m->fixed.top : 0, E = mhe__n_enc(c);
+    mhe__cu_layers_layout(g, g->layer, m->n_total_layers, B, T, base, &cur, &max_proj, &max_att, &max_scr);
     /* the fixed stream: one sequence of T, through the blocks below top */
     mhe__cu_layers_layout(g, g->fixed_layer, top, 1, T, base, &cur, &max_proj, &max_att, &max_scr);
     g->fixed_emb = mhe__cu_take(&cur, base, top ? (size_t)T * C : 0);
@@ -1719,6 +1850,15 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
         g->lengths = (int *)mhe__cu_take(&cur, base, (size_t)B);
         g->labels = (int *)mhe__cu_take(&cur, base, (size_t)B);
     }
+    /* encdec's encoder: its input, final norm and output gradient (rows: the source's B Ts fit) */
+    g->src = (int *)mhe__cu_take(&cur, base, E ? rows : 0);
+    g->src_emb = mhe__cu_take(&cur, base, E ? rows * C : 0);
+    g->enc_fin = mhe__cu_take(&cur, base, E ? rows * C : 0);
+    g->enc_mean = mhe__cu_take(&cur, base, E ? rows : 0);
+    g->enc_rstd = mhe__cu_take(&cur, base, E ? rows : 0);
+    g->d_mem = mhe__cu_take(&cur, base, E ? rows * C : 0);
+    g->d_src_emb = mhe__cu_take(&cur, base, mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) ||
+                                                    mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK) ? rows * C : 0);
     return cur;
 }
 
@@ -1861,7 +2001,7 @@ MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g) {
 }
 
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
-    size_t n = (size_t)g->last_B * g->last_T * g->host->cfg.vocab_size;
+    size_t n = (size_t)g->last_B * g->last_T * mhe__head_width(&g->host->cfg);
     if (g->last_cls) {
         MHE__CU_TRY(cudaMemcpy(out, g->cls_logits, (size_t)g->last_B * g->host->cfg.n_classes * sizeof(float),
                                cudaMemcpyDeviceToHost), "download class logits");
@@ -2082,9 +2222,22 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool_bwd(float *dh, const 
    staticemb-qk reads. */
 typedef struct mhe__cu_ctx {
     int B, T, fixed;
+    int l0;                                 /* the stream's first layer (encdec's decoder: enc_layers) */
     mhe_cuda_layer_acts *la;
     const float *emb;
+    float *d_emb;                           /* staticemb-qk: the gradient of emb (accumulated) */
+    /* encdec's decoder: the encoder output [B Ts, C] and its gradient (accumulated); the
+       source's embeddings and their gradient (a staticemb-qk cross-attention reads them) */
+    const float *mem, *mem_emb;
+    float *d_mem, *d_mem_emb;
+    int Ts;
 } mhe__cu_ctx;
+
+/* causal: self-attention of a decoder (the decoder of encdec too); not an
+   encoder's, nor cross-attention (every query sees the whole source) */
+static int mhe__cu_causal(const mhe_cuda_model *g, int l, int cross) {
+    return !cross && g->host->cfg.arch != MHE_ARCH_ENCODER && !g->host->layers[l].encoder;
+}
 
 /* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
 static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
@@ -2147,13 +2300,13 @@ static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts
     d->kv_len = g->has_len && main_stream ? g->lengths : NULL;
 }
 
-static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int Tq, int Tk,
-                                        int q_offset, const float *q, int qs, const float *k, int ks, const float *v,
-                                        int vs) {
+static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
+                                        int Tk, int q_offset, const float *q, int qs, const float *k, int ks,
+                                        const float *v, int vs) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, 0), B, Tq, Tk, c->arch != MHE_ARCH_ENCODER, NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
     mhe__cu_core_dims(g, a, l, &d);
     d.q_offset = q_offset;
     d.q_stride = qs;
@@ -2165,7 +2318,7 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
                     "Non-approximate attention");
         return MHE_OK;
     }
-    float *kb = g->cache ? g->cache->kb : a->kb;
+    float *kb = g->cache && !cross ? g->cache->kb : a->kb; /* cross: the source's keys, in its acts */
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
                                    a->hmap, (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
@@ -2180,13 +2333,13 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     return MHE_OK;
 }
 
-static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int B, int T,
-                                        const float *q, int qs, const float *k, int ks, const float *v, float *dq,
-                                        float *dk, float *dv) {
+static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int T,
+                                        int Tk, const float *q, int qs, const float *k, int ks, const float *v,
+                                        float *dq, float *dk, float *dv) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, 0), B, T, T, c->arch != MHE_ARCH_ENCODER, NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
     mhe_attn_grads gr;
     mhe__cu_core_dims(g, a, l, &d);
     memset(&gr, 0, sizeof gr);
@@ -2203,7 +2356,7 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
     if (w->kind == MHE_ATTN_MHE_ADD)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * T * n));
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * Tk * n));
     if (w->kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * T * dh, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, g->d_att, B * T, n, dh, 1), "sha heads backward");
@@ -2214,8 +2367,8 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
                                  g->attn_scratch, g->err));
     if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * T, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * Tk, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * Tk, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
     }
     if (w->kind == MHE_ATTN_MHE_MUL)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
@@ -2430,8 +2583,8 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const flo
                                    dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
                                    (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
                     "V cache append");
-        return mhe__cu_attn_core_fwd(g, a, l, 1, T, pos + T, pos, qk + (size_t)pos * 2 * HD, 2 * HD, qk + HD, 2 * HD,
-                                     kc->kv[l], HD);
+        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, qk + (size_t)pos * 2 * HD, 2 * HD, qk + HD,
+                                     2 * HD, kc->kv[l], HD);
     }
     /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
     src = geo.k_w ? a->proj + geo.q_w : u;
@@ -2442,7 +2595,7 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const flo
     k = kc->kv[l];
     ks = kvw;
     v = geo.v_w ? k + geo.k_w : k;
-    return mhe__cu_attn_core_fwd(g, a, l, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks);
+    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks);
 }
 
 static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
@@ -2464,7 +2617,7 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *
         MHE__CU_MHE(mhe__cu_decode_core(g, l, x->T, u));
     } else {
         mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, x->B, x->T, x->T, 0, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 0, x->B, x->T, x->T, 0, a->proj, geo.proj_w, k, ks, v, ks));
     }
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
@@ -2492,7 +2645,8 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
     dk = geo.k_w ? g->d_proj + geo.q_w : du;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, x->B, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk, dv));
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 0, x->B, x->T, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk,
+                                      dv));
     if (mhe__kind_fixed(w->kind) && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
@@ -2510,9 +2664,9 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
         MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, 3 * HD, ne,
                                        MHE__CU_P(g, w->wq), rows, C, 2 * HD));
         if (c->post_norm)
-            MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_emb, g->d_emb, g->d_tmp, (int64_t)rows * C));
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_emb, x->d_emb, g->d_tmp, (int64_t)rows * C));
         else
-            MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
                                          a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), rows));
         return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
                                   MHE__CU_P(g, w->wv), rows, C, HD);
@@ -2523,6 +2677,125 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
                                    0, MHE__CU_G(g, w->bv), (const float *)(g->d_proj + geo.q_w + geo.k_w), rows,
                                    (int)w->bv->size, geo.proj_w), "collab value bias gradient");
+    return MHE_OK;
+}
+
+/* ---- cross-attention (encdec) ------------------------------------------------- */
+
+/* The decoder's cross-attention sublayer of block l, as the CPU's
+   mhe__attn_branch_fwd with cross = 1: Q from u, K|V from the encoder
+   output (mhe__cross_kv: W^K|W^V adjacent, collab's value bias; el-att's
+   K = V = the output itself), the kind's core without a causal mask (the
+   taylor kind in the same tiles), W^O. Decoding reads K|V from the cache,
+   made once per source by mhe_cuda_kv_cache_encode. */
+static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, int l, int rows, const float *mem, const float *mem_emb,
+                                   float *kv, float *ext) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int kvw = geo.k_w + geo.v_w, C = c->d_model;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* K from N3(the source's embeddings), V from mem (eq. 4.13) */
+        const float *ne = mem_emb;
+        if (!c->post_norm) {
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, ext, ext + (size_t)rows * C, ext + (size_t)rows * (C + 1), mem_emb,
+                                         y->norm3_w, y->norm3_b, rows));
+            ne = ext;
+        }
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, kv, kvw, ne, MHE__CU_P(g, w->wk), MHE__CU_P(g, w->bk), rows, C, geo.k_w));
+        return mhe__cu_linear_fwd(g, kv + geo.k_w, kvw, mem, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows, C,
+                                  geo.v_w);
+    }
+    if (!geo.k_w)
+        return MHE_OK;
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, kv, kvw, mem, MHE__CU_P(g, w->wk), MHE__CU_P(g, w->bk), rows, c->d_model, kvw));
+    if (w->kind == MHE_ATTN_COLLAB && w->bv)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, kv, kvw, geo.k_w, (const float *)MHE__CU_P(g, w->bv),
+                                   (int)w->bv->size, rows), "collab value bias");
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u, float *out) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
+    mhe_cuda_layer_acts *a = &g->cross[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v, *qin = u;
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), the decoder's embeddings (eq. 4.13), not from u */
+        qin = x->emb;
+        if (!c->post_norm) {
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), x->emb,
+                                         y->norm3_w, y->norm3_b, rows));
+            qin = a->ext;
+        }
+    }
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.q_w, qin, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+                                   geo.q_w));
+    if (g->cache) {
+        k = g->cache->xkv[l];
+        ks = g->cache->xkv_w[l];
+        v = geo.v_w ? k + geo.k_w : k;
+    } else {
+        MHE__CU_MHE(mhe__cu_cross_kv(g, l, x->B * x->Ts, x->mem, x->mem_emb, a->kv, a->ext + (size_t)rows * (C + 2)));
+        mhe__kv_ptrs(&geo, a->kv, geo.k_w + geo.v_w, x->mem, C, &k, &ks, &v);
+    }
+    MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 1, x->B, x->T, x->Ts, 0, a->proj, geo.q_w, k, ks, v, ks));
+    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
+}
+
+/* its backward (mhe__attn_branch_bwd, cross = 1): d u into du, d mem into x->d_mem */
+static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
+                                    const float *d_out, float *du) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->cross;
+    mhe_cuda_layer_acts *a = &g->cross[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, mrows = x->B * x->Ts,
+        kvw = geo.k_w + geo.v_w, ks;
+    const float *k, *v;
+    float *dq = g->d_proj, *dkv = dq + (size_t)rows * geo.q_w, *dk, *dv;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->wo), MHE__CU_G(g, w->bo), d_out, C, a->att,
+                                   MHE__CU_P(g, w->wo), rows, HD, C));
+    MHE__CU_MHE(mhe__cu_zero(g, dq, (size_t)rows * geo.q_w + (size_t)mrows * kvw));
+    mhe__kv_ptrs(&geo, a->kv, kvw, x->mem, C, &k, &ks, &v);
+    dk = geo.k_w ? dkv : x->d_mem;
+    dv = geo.v_w ? dk + geo.k_w : dk;
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 1, x->B, x->T, x->Ts, a->proj, geo.q_w, k, ks, v, dq, dk, dv));
+    if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
+                                   0, MHE__CU_G(g, w->bv), (const float *)(dkv + geo.k_w), mrows, (int)w->bv->size,
+                                   kvw), "collab value bias gradient");
+    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N3(e) and d N3(e_src) through d_tmp into the embeddings' gradients */
+        const float *bq = a->ext, *bk = a->ext + (size_t)rows * (C + 2);
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), dq, geo.q_w,
+                                       c->post_norm ? x->emb : bq, MHE__CU_P(g, w->wq), rows, C, geo.q_w));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_emb, x->d_emb, g->d_tmp, (int64_t)rows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_emb, g->d_tmp, x->emb, y->norm3_w, y->norm3_b, bq + (size_t)rows * C,
+                                         bq + (size_t)rows * (C + 1), rows));
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)mrows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wk), MHE__CU_G(g, w->bk), dkv, kvw,
+                                       c->post_norm ? x->mem_emb : bk, MHE__CU_P(g, w->wk), mrows, C, geo.k_w));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_mem_emb, x->d_mem_emb, g->d_tmp, (int64_t)mrows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_mem_emb, g->d_tmp, x->mem_emb, y->norm3_w, y->norm3_b,
+                                         bk + (size_t)mrows * C, bk + (size_t)mrows * (C + 1), mrows));
+        return mhe__cu_linear_bwd(g, x->d_mem, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), dkv + geo.k_w, kvw, x->mem,
+                                  MHE__CU_P(g, w->wv), mrows, C, geo.v_w);
+    }
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), dq, geo.q_w, u,
+                                   MHE__CU_P(g, w->wq), rows, C, geo.q_w));
+    if (geo.k_w)
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, x->d_mem, MHE__CU_G(g, w->wk), MHE__CU_G(g, w->bk), dkv, kvw, x->mem,
+                                       MHE__CU_P(g, w->wk), mrows, C, kvw));
     return MHE_OK;
 }
 
@@ -2611,7 +2884,14 @@ static mhe_status mhe__cu_residual(mhe_cuda_model *g, const mhe__cu_ctx *x, int 
     return MHE_OK;
 }
 
-/* sublayer k (0 attention, 2 MLP) of block l, as mhe__sub_fwd: enter, branch, leave */
+/* the input of sublayer k of block l: the block input, or the output of the sublayer before (as mhe__sub_in) */
+static const float *mhe__cu_sub_in(const mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
+    if (k == 0)
+        return x->la[l].in;
+    return mhe__cu_sub_out(g, x, l, k == 2 && g->host->layers[l].cross.kind >= 0 ? 1 : 0);
+}
+
+/* sublayer k (0 attention, 1 cross-attention, 2 MLP) of block l, as mhe__sub_fwd: enter, branch, leave */
 static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h) {
     const mhe_layer *y = &g->host->layers[l];
     mhe_cuda_layer_acts *a = &x->la[l];
@@ -2625,6 +2905,8 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     }
     if (k == 2)
         MHE__CU_MHE(mhe__cu_mlp_fwd(g, x, l, u, g->branch));
+    else if (k == 1)
+        MHE__CU_MHE(mhe__cu_cross_fwd(g, x, l, u, g->branch));
     else
         MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
     MHE__CU_MHE(mhe__cu_residual(g, x, l, k, h, a->sum[k]));
@@ -2639,7 +2921,7 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     const mhe_layer *y = &g->host->layers[l];
     mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
-    const float *h = k == 0 ? a->in : mhe__cu_sub_out(g, x, l, 0);
+    const float *h = mhe__cu_sub_in(g, x, l, k);
     int rows = x->B * x->T;
     size_t n = (size_t)rows * g->host->cfg.d_model;
     float p = mhe__cu_res_p(g, x);
@@ -2652,6 +2934,8 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
         dbr = p > 0 ? g->d_drop : g->d_h;
         if (k == 2)
             MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
+        else if (k == 1)
+            MHE__CU_MHE(mhe__cu_cross_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         else
             MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
@@ -2670,17 +2954,20 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     dbr = p > 0 ? g->d_drop : g->d_u;
     if (k == 2)
         return mhe__cu_mlp_bwd(g, x, l, h, dbr, g->d_h);
+    if (k == 1)
+        return mhe__cu_cross_bwd(g, x, l, h, dbr, g->d_h);
     return mhe__cu_attn_branch_bwd(g, x, l, h, dbr, g->d_h);
 }
 
-/* blocks 0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
+/* blocks x->l0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
 static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top, const float **out) {
     const float *h = x->emb;
-    int l;
-    for (l = 0; l < top; l++) {
+    int l, k;
+    for (l = x->l0; l < top; l++) {
         x->la[l].in = h;
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 0, h));
-        MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, 2, mhe__cu_sub_out(g, x, l, 0)));
+        for (k = 0; k < 3; k++)
+            if (k != 1 || g->host->layers[l].cross.kind >= 0)
+                MHE__CU_MHE(mhe__cu_sub_fwd(g, x, l, k, mhe__cu_sub_in(g, x, l, k)));
         h = mhe__cu_sub_out(g, x, l, 2);
     }
     *out = h;
@@ -2688,11 +2975,11 @@ static mhe_status mhe__cu_stack_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
 }
 
 static mhe_status mhe__cu_stack_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int top) {
-    int l;
-    for (l = top - 1; l >= 0; l--) {
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 2));
-        MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, 0));
-    }
+    int l, k;
+    for (l = top - 1; l >= x->l0; l--)
+        for (k = 2; k >= 0; k--)
+            if (k != 1 || g->host->layers[l].cross.kind >= 0)
+                MHE__CU_MHE(mhe__cu_sub_bwd(g, x, l, k));
     return MHE_OK;
 }
 
@@ -2700,6 +2987,8 @@ static mhe_status mhe__cu_stack_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
 
 static mhe__cu_ctx mhe__cu_fixed_ctx(mhe_cuda_model *g, int T) {
     mhe__cu_ctx x;
+    memset(&x, 0, sizeof x);
+    x.d_emb = g->d_emb;
     x.B = 1;
     x.T = T;
     x.fixed = 1;
@@ -2854,51 +3143,132 @@ static mhe_status mhe__cu_cls_bwd(mhe_cuda_model *g, float *dfin) {
     return MHE_OK;
 }
 
+/* the stream contexts of the last batch, as the CPU's mhe__contexts: the
+   decoder (or single stack) over layers E .., and encdec's encoder over
+   layers 0 .. E-1 on the source */
+static void mhe__cu_contexts(mhe_cuda_model *g, int B, int T, int Ts, mhe__cu_ctx *enc, mhe__cu_ctx *dec) {
+    memset(enc, 0, sizeof *enc);
+    memset(dec, 0, sizeof *dec);
+    enc->B = dec->B = B;
+    enc->la = dec->la = g->layer;
+    enc->T = Ts;
+    enc->emb = g->src_emb;
+    enc->d_emb = g->d_src_emb;
+    dec->T = T;
+    dec->l0 = mhe__n_enc(&g->host->cfg);
+    dec->emb = g->emb;
+    dec->d_emb = g->d_emb;
+    dec->mem = g->mem;
+    dec->d_mem = g->d_mem;
+    dec->mem_emb = g->src_emb;
+    dec->d_mem_emb = g->d_src_emb;
+    dec->Ts = Ts;
+}
+
+/* encdec: the encoder over the uploaded source g->src [B, Ts] (embedding with
+   its own positions, its blocks, its final norm pre-norm); g->mem is its output */
+static mhe_status mhe__cu_encode(mhe_cuda_model *g, int B, int Ts) {
+    const mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, rows = B * Ts;
+    mhe__cu_ctx enc, dec;
+    const float *h;
+    mhe__cu_contexts(g, B, 1, Ts, &enc, &dec);
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->src_emb,
+                               (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->enc_pos_emb),
+                               (const int *)g->src, Ts, 0, C), "source embedding");
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &enc, mhe__n_enc(c), &h));
+    if (!c->post_norm) {
+        MHE__CU_MHE(mhe__cu_norm_fwd(g, g->enc_fin, g->enc_mean, g->enc_rstd, h, m->enc_lnf_w, m->enc_lnf_b, rows));
+        h = g->enc_fin;
+    }
+    g->mem = h;
+    return MHE_OK;
+}
+
 /* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
    only the last position's logits) */
-static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *tokens, const int *targets, int B, int T, int pos0,
-                                  float *loss) {
+static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, const int *tokens, const int *targets,
+                                  int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = c->vocab_size, rows = B * T, i, count = 0, cls_count = 0;
+    int C = c->d_model, V = mhe__head_width(c), rows = B * T, i, count = 0, cls_count = 0, E = mhe__n_enc(c);
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
-    mhe__cu_ctx x;
+    mhe__cu_ctx enc, x;
+    if (c->embedding != MHE_EMB_VOCAB && !g->words)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: embedding=%s embeds words: the batch needs word features "
+                         "(mhe_batch.words; mhe_cuda_model_forward_batch)", mhe__emb_name(c));
     for (i = 0; i < rows; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V)
+        if (!g->words && (tokens[i] < 0 || tokens[i] >= c->vocab_size)) /* word batches: checked by mhe__emb_prepare */
             return mhe__fail(g->err, MHE_ERR_DATA, "token %d at position %d is outside the vocabulary (%d)", tokens[i],
-                             i, V);
+                             i, c->vocab_size);
         if (targets && targets[i] >= V)
-            return mhe__fail(g->err, MHE_ERR_DATA, "target %d at position %d is outside the vocabulary (%d)",
-                             targets[i], i, V);
+            return mhe__fail(g->err, MHE_ERR_DATA, "target %d at position %d is outside %s (%d)", targets[i], i,
+                             c->token_head == MHE_HEAD_SR ? "the S+R classes" : "the vocabulary", V);
         count += targets && targets[i] >= 0;
     }
     if (pos0 + T > c->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "position %d is past max_seq_len %d", pos0 + T - 1, c->max_seq_len);
-    MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T));
+    if (E && g->cache) {
+        Ts = g->cache->src_len; /* decoding: the source's K|V are in the cache */
+    } else if (E) {
+        if (!src || Ts < 1)
+            return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source (src, Ts >= 1)");
+        if (Ts > c->max_seq_len)
+            return mhe__fail(g->err, MHE_ERR_SHAPE, "source of %d tokens exceeds max_seq_len %d", Ts, c->max_seq_len);
+        for (i = 0; i < B * Ts; i++)
+            if (src[i] < 0 || src[i] >= V)
+                return mhe__fail(g->err, MHE_ERR_DATA, "source: token %d at position %d is outside the vocabulary (%d)",
+                                 src[i], i, V);
+    } else {
+        Ts = 0;
+    }
+    /* one layout holds both stacks: rows of the longer of T and Ts */
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T > Ts ? T : Ts));
     MHE__CU_MHE(mhe__cu_batch_in(g, B, T, targets != NULL, &cls_count));
+    if (E && !g->cache) {
+        MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
+        MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
+    }
+    g->hashed = 0;
+    if (g->words) { /* the word batch's rows (vocab) or hash-emb codes, gathered on the host by mhe__emb_prepare */
+        const mhe_emb_in *e = &m->emb_in;
+        if (c->embedding == MHE_EMB_VOCAB) {
+            tokens = e->row;
+        } else {
+            int *codes = e->spec, j; /* spec becomes the codes: -1 - s for a special token, the bucket for a word */
+            for (i = 0, j = 0; i < rows; i++)
+                codes[i] = codes[i] >= 0 ? -1 - codes[i] : e->wid[j++];
+            tokens = codes;
+            g->hashed = 1;
+        }
+    }
     MHE__CU_TRY(cudaMemcpy(g->tokens, tokens, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload tokens");
     if (targets)
         MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
                     "upload targets");
     if (!g->cache) /* decoding reads the stream's Q|K from the cache */
         MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
-                               (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
-                               (const int *)g->tokens, T, pos0, C), "embedding");
+    if (g->hashed)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
+                                   (const float *)MHE__CU_P(g, m->special_emb), (const float *)MHE__CU_P(g, m->tok_emb),
+                                   (const float *)MHE__CU_P(g, m->pos_emb), (const int *)g->tokens, T, C),
+                    "hash embedding");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
+                                   (const int *)g->tokens, T, pos0, C), "embedding");
     if (g->drop && c->dropout > 0) /* embedding dropout, site 0 (mhe__embed_fwd) */
         MHE__CU_MHE(mhe__cu_dropout_m(g, g->emb, g->emb, (int64_t)rows * C, c->dropout, 0));
-    x.B = B;
-    x.T = T;
-    x.fixed = 0;
-    x.la = g->layer;
-    x.emb = g->emb;
-    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, c->n_layers, &h));
+    mhe__cu_contexts(g, B, T, Ts, &enc, &x);
+    MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, m->n_total_layers, &h));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_norm_fwd(g, g->fin, g->fin_mean, g->fin_rstd, h, m->lnf_w, m->lnf_b, rows));
         h = g->fin;
     }
     g->final_h = h;
+    g->last_Ts = Ts;
     if (g->last_cls)
         return mhe__cu_cls_fwd(g, h, B, T, cls_count, loss);
     if (g->cache) { /* the next token's logits: the other rows' would cost T - 1 head GEMM rows for nothing */
@@ -2933,17 +3303,22 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
         return MHE_ERR_ARG;
     if (!tokens || B < 1 || T < 1)
         return mhe__fail(g->err, MHE_ERR_ARG, "forward: no tokens (B=%d T=%d)", B, T);
+    if (mhe__n_enc(&g->host->cfg))
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source: mhe_cuda_model_forward_s2s");
     g->cache = NULL;
-    return mhe__cu_forward(g, tokens, targets, B, T, 0, loss);
+    return mhe__cu_forward(g, NULL, 0, tokens, targets, B, T, 0, loss);
 }
 
-MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
+/* a batch as mhe__forward_batch: word features (bt->words: vocab rows or
+   hash-emb buckets, gathered on the host as mhe_model_forward_batch does),
+   a source (encdec), sequence labels and lengths (padding, never a target) */
+static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
     mhe_status st;
     int *masked = NULL;
-    if (!g || !g->host)
-        return MHE_ERR_ARG;
     if (!bt || !bt->tokens || bt->B < 1 || bt->T < 1)
         return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch or no tokens");
+    if (bt->src_lengths || (bt->lengths && mhe__n_enc(&g->host->cfg)))
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder batch with lengths (padding) runs on the CPU path");
     if (bt->targets && bt->lengths) { /* padding is never a target (mhe__forward_batch) */
         size_t n = (size_t)bt->B * bt->T;
         if (mhe__check_lengths(g->host, bt->lengths, bt->B, bt->T, "lengths") != MHE_OK)
@@ -2953,23 +3328,82 @@ MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batc
         for (size_t i = 0; i < n; i++)
             masked[i] = (int)(i % bt->T) < bt->lengths[i / bt->T] ? bt->targets[i] : -1;
     }
-    g->cache = NULL;
+    if (bt->words) {
+        if ((int64_t)bt->B * bt->T > (1 << 24)) {
+            free(masked);
+            return mhe__fail(g->err, MHE_ERR_OVERFLOW, "batch %d x %d is too many tokens", bt->B, bt->T);
+        }
+        if ((st = mhe__emb_prepare(g->host, bt)) != MHE_OK) { /* checks the words, as the CPU's forward */
+            free(masked);
+            memcpy(g->err, g->host->err, MHE_ERR_LEN);
+            return st;
+        }
+        g->words = bt;
+    }
     g->in_lengths = bt->lengths;
     g->in_labels = bt->labels;
-    st = mhe__cu_forward(g, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
+    st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
     g->in_lengths = g->in_labels = NULL;
+    g->words = NULL;
+    g->host->emb_in.active = 0;
     free(masked);
     return st;
+}
+
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    g->cache = NULL;
+    return mhe__cu_forward_batch(g, bt, loss);
+}
+
+MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
+                                             const int *targets, int B, int T, float *loss) {
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    if (!tokens || B < 1 || T < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: no tokens (B=%d T=%d)", B, T);
+    if (!mhe__n_enc(&g->host->cfg))
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "forward_s2s: only an encoder-decoder model (arch=encdec) reads a source");
+    g->cache = NULL;
+    return mhe__cu_forward(g, src, Ts, tokens, targets, B, T, 0, loss);
+}
+
+/* encdec: the encoder's backward from the gradient its output got from every
+   cross-attention (g->d_mem), into its blocks, the token embedding and the
+   encoder's positions (the end of mhe__backward) */
+static mhe_status mhe__cu_encode_bwd(mhe_cuda_model *g, const mhe__cu_ctx *enc) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, E = mhe__n_enc(c), rows = enc->B * enc->T;
+    int stat = mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK);
+    size_t n = (size_t)rows * C;
+    if (!c->post_norm) {
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_h, n));
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_mem, mhe__cu_sub_out(g, enc, E - 1, 2), m->enc_lnf_w,
+                                     m->enc_lnf_b, g->enc_mean, g->enc_rstd, rows));
+    } else {
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_mem, NULL, (int64_t)n));
+    }
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, enc, E)); /* d_src_emb: zeroed before the decoder's backward */
+    if (stat) /* staticemb-qk: Q, K read the source's embeddings too */
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_src_emb, (int64_t)n));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
+                               (const float *)g->d_h, (const int *)g->src, C), "source embedding backward");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)enc->T * C, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->enc_pos_emb), (const float *)g->d_h, enc->B,
+                               enc->T, C), "source position backward");
+    return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe_model *m;
     const mhe_config *c;
-    int B, T, rows, C, V, stat;
+    int B, T, rows, C, V, stat, E;
     const mhe_tensor *hb, *head;
     float *dfin;
     const float *de;
-    mhe__cu_ctx x;
+    mhe__cu_ctx enc, x;
     if (!g || !g->host)
         return MHE_ERR_ARG;
     m = g->host;
@@ -2978,16 +3412,13 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     T = g->last_T;
     rows = B * T;
     C = c->d_model;
-    V = c->vocab_size;
+    V = mhe__head_width(c);
     head = mhe__token_head(m, &hb);
-    stat = mhe__cu_has_kind(m, MHE_ATTN_STATICEMB_QK);
+    E = mhe__n_enc(c);
+    stat = mhe__cu_kind_in(m, E, m->n_total_layers, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK);
     if (!g->has_targets || rows == 0)
         return mhe__fail(g->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
-    x.B = B;
-    x.T = T;
-    x.fixed = 0;
-    x.la = g->layer;
-    x.emb = g->emb;
+    mhe__cu_contexts(g, B, T, g->last_Ts, &enc, &x);
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
     if (g->last_cls)
@@ -2997,12 +3428,17 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
                                        MHE__CU_P(g, head), rows, C, V));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
-        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, c->n_layers - 1, 2), m->lnf_w,
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, m->n_total_layers - 1, 2), m->lnf_w,
                                      m->lnf_b, g->fin_mean, g->fin_rstd, rows));
     }
     if (stat)
         MHE__CU_MHE(mhe__cu_zero(g, g->d_emb, (size_t)rows * C));
-    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, c->n_layers));
+    if (E)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_mem, (size_t)B * g->last_Ts * C));
+    if (E && (mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK)))
+        /* d e_src: the cross-attentions' (staticemb-qk), then the encoder's */
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_src_emb, (size_t)B * g->last_Ts * C));
+    MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->n_total_layers));
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
     de = g->d_h;
@@ -3010,12 +3446,18 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
         MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)rows * C, c->dropout, 0));
         de = g->d_drop;
     }
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
-                               de, (const int *)g->tokens, C), "embedding backward");
+    if (g->hashed)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                                   MHE__CU_G(g, m->tok_emb), de, (const int *)g->tokens, C),
+                    "hash embedding backward");
+    else
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
+                                   de, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
                                dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), de, B, T, C),
                 "position backward");
-    return mhe__cu_fixed_bwd(g, T);
+    MHE__CU_MHE(mhe__cu_fixed_bwd(g, T));
+    return E ? mhe__cu_encode_bwd(g, &enc) : MHE_OK;
 }
 
 /* ---- training ------------------------------------------------------------------- */
@@ -3184,6 +3626,42 @@ MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_
     return mhe__cu_train_batch(t, &bt);
 }
 
+/* one Shuffle+Random step as mhe_trainer_step_sr: the same windows and
+   corruption (drawn on the host from the trainer's RNG), then the device's
+   forward, backward and AdamW; words: the corpus's word features (hash-emb
+   or word-vocabulary models), NULL for byte tokens */
+MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data, size_t n, const mhe_word_feats *words) {
+    mhe_trainer *h;
+    mhe_cuda_model *g;
+    const mhe_train_config *tc;
+    mhe_batch bt;
+    int T, b;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    h = &t->host;
+    g = t->dev;
+    tc = &h->tc;
+    T = tc->seq_len;
+    if (g->host->cfg.token_head != MHE_HEAD_SR)
+        return mhe__fail(h->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr); this model has an LM head");
+    if (!data || n < (size_t)T)
+        return mhe__fail(h->err, MHE_ERR_DATA, "training data has %zu tokens, a window needs %d", n, T);
+    for (b = 0; b < tc->batch; b++) {
+        size_t span = n - (size_t)T + 1;
+        size_t off = span > 0xFFFFFFFFu ? (size_t)(mhe_rng_u64(&h->rng) % span) : (size_t)mhe_rng_below(&h->rng, (uint32_t)span);
+        memcpy(h->batch_clean + (size_t)b * T, data + off, (size_t)T * sizeof(int));
+    }
+    mhe_sr_corrupt(h->batch_tokens, h->batch_targets, h->batch_clean, NULL, tc->batch, T, tc->sr_prob,
+                   words ? MHE_N_SPECIAL : 0, NULL, words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &h->rng);
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch;
+    bt.T = T;
+    bt.tokens = h->batch_tokens;
+    bt.targets = h->batch_targets;
+    bt.words = words;
+    return mhe__cu_train_batch(t, &bt); /* its dropout seed is drawn after the batch, as the CPU trainer does */
+}
+
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t) {
     mhe_cuda_model *g = t->dev;
     size_t bytes = (size_t)g->host->n_params * sizeof(float);
@@ -3207,7 +3685,7 @@ MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t) {
 MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g, int max_len) {
     const mhe_config *cfg;
     size_t total = 0, off = 0;
-    int l, has_add = 0;
+    int l, has_add = 0, E, L;
     void *block = NULL;
     if (!c)
         return MHE_ERR_ARG;
@@ -3215,12 +3693,27 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
     if (!g || !g->host)
         return MHE_ERR_ARG;
     cfg = &g->host->cfg;
-    if (cfg->arch != MHE_ARCH_DECODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder)");
+    E = mhe__n_enc(cfg);
+    L = g->host->n_total_layers;
+    if (cfg->arch == MHE_ARCH_ENCODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
+    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM) /* as mhe_decode_step */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "nothing to generate: %s",
+                         cfg->embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax"
+                                                         : "the model has the S+R head, not an LM head");
     if (max_len < 1 || max_len > cfg->max_seq_len)
         return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
                          cfg->max_seq_len);
-    for (l = 0; l < cfg->n_layers; l++) {
+    for (l = E; l < L; l++) { /* encdec: the source's K|V per decoder layer, for a source up to max_seq_len */
+        const mhe_attn_weights *w = &g->host->layers[l].cross;
+        mhe__geom geo;
+        if (w->kind < 0)
+            continue;
+        geo = mhe__layer_geom(cfg, w->kind);
+        c->xkv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model;
+        total += (size_t)cfg->max_seq_len * c->xkv_w[l];
+    }
+    for (l = E; l < L; l++) {
         int kind = g->host->layers[l].attn.kind;
         size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
         mhe__geom geo = mhe__layer_geom(cfg, kind);
@@ -3238,7 +3731,11 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         total += (size_t)max_len * cfg->n_heads;
     MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
     c->block = block;
-    for (l = 0; l < cfg->n_layers; l++) {
+    for (l = E; l < L; l++) {
+        c->xkv[l] = c->xkv_w[l] ? (float *)block + off : NULL;
+        off += (size_t)cfg->max_seq_len * c->xkv_w[l];
+    }
+    for (l = E; l < L; l++) {
         c->kv[l] = (float *)block + off;
         off += (size_t)max_len * c->kv_w[l];
         c->state[l] = c->state_floats[l] ? (float *)block + off : NULL;
@@ -3263,7 +3760,7 @@ MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
 static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
     const mhe_config *cfg = &g->host->cfg;
     int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
-    for (l = 0; l < cfg->n_layers; l++)
+    for (l = mhe__n_enc(cfg); l < g->host->n_total_layers; l++)
         if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
             MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
     if (g->host->fixed.kind < 0)
@@ -3291,10 +3788,12 @@ MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, cons
     if (n > c->cap - c->len)
         return mhe__fail(g->err, MHE_ERR_SHAPE, "%d tokens do not fit the KV cache (%d of %d positions used)", n,
                          c->len, c->cap);
+    if (mhe__n_enc(&g->host->cfg) && c->src_len < 1) /* as mhe_decode_step */
+        return mhe__fail(g->err, MHE_ERR_ARG, "encode a source with mhe_cuda_kv_cache_encode before decoding");
     if (c->len == 0) /* a new sequence: empty states, the fixed stream's Q|K of the current weights */
         MHE__CU_MHE(mhe__cu_decode_start(g, c));
     g->cache = c;
-    st = mhe__cu_forward(g, tokens, NULL, 1, n, c->len, NULL);
+    st = mhe__cu_forward(g, NULL, 0, tokens, NULL, 1, n, c->len, NULL);
     g->cache = NULL;
     if (st != MHE_OK)
         return st;
@@ -3302,6 +3801,38 @@ MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, cons
     if (logits)
         MHE__CU_TRY(cudaMemcpy(logits, g->logits, (size_t)g->host->cfg.vocab_size * sizeof(float),
                                cudaMemcpyDeviceToHost), "download logits");
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *src, int Ts) {
+    const mhe_config *cfg;
+    int l, i, E;
+    if (!g || !g->host || !c || !c->block)
+        return MHE_ERR_ARG;
+    cfg = &g->host->cfg;
+    E = mhe__n_enc(cfg);
+    if (!E)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "only an encoder-decoder model (arch=encdec) encodes a source");
+    if (!src || Ts < 1 || Ts > cfg->max_seq_len)
+        return mhe__fail(g->err, MHE_ERR_ARG, "source length %d is outside [1, %d]", src ? Ts : 0, cfg->max_seq_len);
+    for (i = 0; i < Ts; i++)
+        if (src[i] < 0 || src[i] >= cfg->vocab_size)
+            return mhe__fail(g->err, MHE_ERR_DATA, "source: token %d at position %d is outside the vocabulary (%d)",
+                             src[i], i, cfg->vocab_size);
+    g->cache = NULL;
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, Ts));
+    MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
+    MHE__CU_MHE(mhe__cu_encode(g, 1, Ts));
+    for (l = E; l < g->host->n_total_layers; l++) {
+        const mhe_attn_weights *w = &g->host->layers[l].cross;
+        if (mhe__layer_geom(cfg, w->kind).k_w)
+            MHE__CU_MHE(mhe__cu_cross_kv(g, l, Ts, g->mem, g->src_emb, c->xkv[l], g->cross[l].ext));
+        else /* el-att: K = V = the encoder output */
+            MHE__CU_TRY(cudaMemcpy(c->xkv[l], g->mem, (size_t)Ts * cfg->d_model * sizeof(float),
+                                   cudaMemcpyDeviceToDevice), "the encoder output");
+    }
+    c->src_len = Ts;
+    c->len = 0;
     return MHE_OK;
 }
 
@@ -3322,15 +3853,89 @@ static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, 
     return st;
 }
 
-MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
-                                    int max_batches, float *mean_loss) {
+MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
+                                        int seq_len, int max_batches, float *mean_loss) {
     mhe_status st;
     if (!g || !g->host)
         return MHE_ERR_ARG;
-    st = mhe__evaluate_s2s(g->host, data, n, batch, 0, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
+    st = mhe__evaluate_s2s(g->host, data, n, batch, src_len, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
     if (st != MHE_OK)
         memcpy(g->err, g->host->err, MHE_ERR_LEN);
     return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                    int max_batches, float *mean_loss) {
+    return mhe_cuda_evaluate_s2s(g, data, n, batch, 0, seq_len, max_batches, mean_loss);
+}
+
+/* mhe_evaluate_sr with the forward passes on the device: the same windows
+   and corruption (a fixed seed), the logits downloaded for the confusion */
+MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
+                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out) {
+    int64_t conf[MHE_SR_CLASSES * MHE_SR_CLASSES], count = 0;
+    size_t windows, w = 0, i;
+    double total = 0;
+    int *buf, T = seq_len, b, nb = 0, c;
+    float *lg = NULL;
+    mhe_status st = MHE_OK;
+    mhe_rng rng;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    if (batch < 1 || seq_len < 1 || (int64_t)batch * seq_len > (1 << 24))
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch %d and seq_len %d must be >= 1 (and not too many tokens)",
+                         batch, seq_len);
+    if (g->host->cfg.token_head != MHE_HEAD_SR)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr)");
+    if (!data || n < (size_t)T)
+        return mhe__fail(g->err, MHE_ERR_DATA, "evaluation data has %zu tokens, a window needs %d", n, T);
+    windows = n / (size_t)T;
+    buf = (int *)malloc(3 * (size_t)batch * T * sizeof(int));
+    lg = (float *)malloc((size_t)batch * T * MHE_SR_CLASSES * sizeof(float));
+    if (!buf || !lg) {
+        free(buf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    memset(conf, 0, sizeof conf);
+    mhe_rng_seed(&rng, 0x53522b52ULL); /* mhe_evaluate_sr's corruption */
+    memset(&bt, 0, sizeof bt);
+    bt.T = T;
+    bt.tokens = buf + (size_t)batch * T;
+    bt.targets = buf + 2 * (size_t)batch * T;
+    bt.words = words;
+    g->cache = NULL;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        float loss;
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            memcpy(buf + (size_t)b * T, data + w * T, (size_t)T * sizeof(int));
+        mhe_sr_corrupt((int *)bt.tokens, (int *)bt.targets, buf, NULL, bt.B, T, prob, words ? MHE_N_SPECIAL : 0, NULL,
+                       words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &rng);
+        if ((st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        count += g->last_count;
+        for (i = 0; i < (size_t)bt.B * T; i++) {
+            const float *z = lg + i * MHE_SR_CLASSES;
+            int best = 0;
+            if (bt.targets[i] < 0)
+                continue;
+            for (c = 1; c < MHE_SR_CLASSES; c++)
+                if (z[c] > z[best])
+                    best = c;
+            conf[bt.targets[i] * MHE_SR_CLASSES + best]++;
+        }
+        nb++;
+    }
+    free(buf);
+    free(lg);
+    if (st != MHE_OK)
+        return st;
+    mhe_cls_metrics_from_confusion(conf, MHE_SR_CLASSES, out);
+    out->loss = count ? total / (double)count : 0;
+    return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,

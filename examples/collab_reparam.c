@@ -43,7 +43,7 @@ static void on_layer(void *ctx, const char *sublayer, const mhe_cp_result *r) {
 
 static float val_loss(mhe_model *m, const int *valid, size_t nv) {
     float v = 0;
-    mhe_evaluate(m, valid, nv, 16, 64, 16, &v);
+    if (mhe_evaluate(m, valid, nv, 16, 64, 16, &v) != MHE_OK) { fprintf(stderr, "evaluate: %s\n", m->err); exit(1); }
     return v;
 }
 
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s (run from the repository root)\n", err);
         return 1;
     }
-    mhe_config_parse(&c, base, strlen(base), err);
+    if (mhe_config_parse(&c, base, strlen(base), err) != MHE_OK) { fprintf(stderr, "%s\n", err); return 1; }
     Dk = c.n_heads * mhe_config_d_head(&c);
     tc.steps = steps; tc.batch = 16; tc.seq_len = 64; tc.lr = 1e-3f; tc.min_lr = 1e-4f; tc.warmup = steps / 10; tc.seed = 5;
     if (mhe_model_init(&m, &c, 3, NULL) != MHE_OK || mhe_trainer_init(&t, &m, &tc) != MHE_OK) { fprintf(stderr, "init failed\n"); return 1; }
@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     attn_params[N_DIMS] = (int64_t)c.n_layers * mhe_attn_param_count(&c, MHE_ATTN_MHA, 1, 1);
     params[N_DIMS] = m.n_params;
     /* the original with the same extra steps: the reference for every re-fine-tuned model */
-    mhe_model_init_from(&orig_ft, &c, &m, 1, NULL, NULL);
+    if (mhe_model_init_from(&orig_ft, &c, &m, 1, NULL, NULL) != MHE_OK) { fprintf(stderr, "%s\n", orig_ft.err); return 1; }
     v_orig_ft = finetune(&orig_ft, ft, 3e-4f, train, nt, valid, nv);
     mhe_model_free(&orig_ft);
     for (i = 0; i < N_DIMS; i++) {

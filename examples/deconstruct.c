@@ -56,12 +56,12 @@ static int train_one(run *r, int steps, const int *train, size_t n_train, const 
     r->tok_s = (double)steps * BATCH * T / (seconds() - t0);
     r->params = m.n_params;
     for (r->attn_params = 0, l = 0; l < LAYERS; l++) r->attn_params += mhe_attn_param_count(&c, m.cfg.attn[l], 1, c.bias);
-    mhe_evaluate(&m, valid, n_valid, BATCH, T, VAL_BATCHES, &val);
+    if (mhe_evaluate(&m, valid, n_valid, BATCH, T, VAL_BATCHES, &val) != MHE_OK) val = NAN;   /* a diverged run: NaN in the table */
     r->ppl = mhe_perplexity(val);
     r->ppl_skip = 0;
     if (r->hybrid) {   /* "with skip": the simpler layers' attention becomes the identity */
         for (l = 0; l < LAYERS; l++) if (m.cfg.attn[l] != MHE_ATTN_MHA) m.skip_attn |= (uint64_t)1 << l;
-        mhe_evaluate(&m, valid, n_valid, BATCH, T, VAL_BATCHES, &val);
+        if (mhe_evaluate(&m, valid, n_valid, BATCH, T, VAL_BATCHES, &val) != MHE_OK) val = NAN;
         r->ppl_skip = mhe_perplexity(val);
         m.skip_attn = 0;
     }

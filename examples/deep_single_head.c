@@ -63,20 +63,20 @@ int main(int argc, char **argv) {
         const char *base = "vocab_size=256\nd_model=128\nmax_seq_len=64\nnorm_position=post\n";
         float v;
         int diverged = 0;
-        mhe_config_parse(&c, base, strlen(base), err);
+        if (mhe_config_parse(&c, base, strlen(base), err) != MHE_OK) { fprintf(stderr, "%s\n", err); return 1; }
         if (mhe_config_parse(&c, runs[r].cfg, strlen(runs[r].cfg), err) != MHE_OK) { fprintf(stderr, "%s\n", err); return 1; }
         tc.steps = steps; tc.batch = 16; tc.seq_len = 64; tc.lr = lr; tc.min_lr = lr / 10; tc.warmup = 40; tc.seed = 5;
         if (mhe_model_init(&m, &c, 11, NULL) != MHE_OK) { fprintf(stderr, "%s\n", m.err); return 1; }
         if (mhe_trainer_init(&t, &m, &tc) != MHE_OK) { fprintf(stderr, "%s\n", t.err); return 1; }
         for (s = 0; s < steps; s++) {
             if (s % EVAL_EVERY == 0) {
-                mhe_evaluate(&m, valid, nv, 16, 64, 8, &v);
+                if (mhe_evaluate(&m, valid, nv, 16, 64, 8, &v) != MHE_OK) v = NAN;   /* diverged */
                 val[r * n_eval + s / EVAL_EVERY] = v;
             }
             if (!diverged && mhe_trainer_step(&t, train, nt) != MHE_OK) { diverged = 1; printf("(%s: %s)\n", runs[r].name, t.err); }
             loss[(size_t)r * steps + s] = diverged ? 0.0f / 0.0f : t.last_loss;
         }
-        mhe_evaluate(&m, valid, nv, 16, 64, 8, &v);
+        if (mhe_evaluate(&m, valid, nv, 16, 64, 8, &v) != MHE_OK) v = NAN;
         val[r * n_eval + n_eval - 1] = v;
         printf("| %s | %lld | %.3f | %.3f | %.3f | %.2f | %s |\n", runs[r].name, (long long)m.n_params, val[r * n_eval],
                val[r * n_eval + n_eval / 2], v, mhe_perplexity(v), v < unigram - 0.3 ? "yes" : "no (above the unigram baseline)");

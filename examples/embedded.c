@@ -71,16 +71,17 @@ int main(int argc, char **argv) {
 #ifdef EMBEDDED_PREDICTIONS
     static unsigned char guess[tiny_lm_MAX_LEN];
     for (i = 0; i < n; i++) {
-        mhe_decode_step(&m, &kv, (unsigned char)prompt[i]);
+        if (mhe_decode_step(&m, &kv, (unsigned char)prompt[i]) != MHE_OK) { printf("\ndecode: %s\n", m.err); return 1; }
         guess[i] = (unsigned char)mhe_sample(kv.logits, m.cfg.vocab_size, 0.0f, 1, &rng);
     }
 #else
-    for (i = 0; i < n; i++) mhe_decode_step(&m, &kv, (unsigned char)prompt[i]);
+    for (i = 0; i < n; i++)
+        if (mhe_decode_step(&m, &kv, (unsigned char)prompt[i]) != MHE_OK) { printf("\ndecode: %s\n", m.err); return 1; }
 #endif
     while (kv.len < tiny_lm_MAX_LEN) {
         tok = mhe_sample(kv.logits, m.cfg.vocab_size, EMBEDDED_TEMPERATURE, 20, &rng);
         putchar(tok);
-        if (mhe_decode_step(&m, &kv, tok) != MHE_OK) break;
+        if (mhe_decode_step(&m, &kv, tok) != MHE_OK) { printf("\ndecode: %s\n", m.err); return 1; }
     }
     putchar('\n');
 #ifdef EMBEDDED_PREDICTIONS

@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
         size_t len;
         const char *w = mhe_lexicon_word(&x, i, &len);
         int t;
-        mhe_lexicon_intern(&xtr, w, len, 0, &t);
+        if (mhe_lexicon_intern(&xtr, w, len, 0, &t) != MHE_OK) { fprintf(stderr, "out of memory\n"); return 1; }
         xtr.count[t] = x.count[i];
     }
     if (mhe_read_words("examples/data/valid.txt", &x, &va, &nva, NULL, err) != MHE_OK ||
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         if (mhe_model_init(&m, &c, 42, NULL) != MHE_OK) { fprintf(stderr, "%s: %s\n", MODELS[v].name, m.err); return 1; }
-        if (c.embedding == MHE_EMB_VOCAB) mhe_model_set_vocab(&m, &xtr);
+        if (c.embedding == MHE_EMB_VOCAB && mhe_model_set_vocab(&m, &xtr) != MHE_OK) { fprintf(stderr, "%s: %s\n", MODELS[v].name, m.err); return 1; }
         if (c.hash == MHE_WORD_HASH_LSH && c.embedding != MHE_EMB_VOCAB && mhe_model_set_ngrams(&m, (const char *)corpus, corpus_len) != MHE_OK) {
             fprintf(stderr, "%s: %s\n", MODELS[v].name, m.err);
             return 1;
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
         t1 = seconds();
         res[v].tok_s = (double)steps * tc.batch * tc.seq_len / (t1 - tt);
         res[v].tok_cpu_s = (double)steps * tc.batch * tc.seq_len / ((double)(clock() - c0) / CLOCKS_PER_SEC);
-        mhe_evaluate_sr(&m, va, nva, &fall, 32, 32, 0, tc.sr_prob, &res[v].sr);
+        if (mhe_evaluate_sr(&m, va, nva, &fall, 32, 32, 0, tc.sr_prob, &res[v].sr) != MHE_OK) { fprintf(stderr, "%s: %s\n", MODELS[v].name, m.err); return 1; }
         mhe_trainer_free(&t);
         /* fine-tuning: the pre-trained weights and a new 4-class head */
         cc = m.cfg;
@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
         if (mhe_trainer_init(&t, &f, &tc) != MHE_OK) { fprintf(stderr, "%s\n", t.err); return 1; }
         for (s = 0; s < tc.steps; s++)
             if (mhe_trainer_step_cls(&t, &ftr) != MHE_OK) { fprintf(stderr, "%s: %s\n", MODELS[v].name, t.err); return 1; }
-        mhe_evaluate_cls(&f, &fte, 32, 48, &res[v].cls);
+        if (mhe_evaluate_cls(&f, &fte, 32, 48, &res[v].cls) != MHE_OK) { fprintf(stderr, "%s: %s\n", MODELS[v].name, f.err); return 1; }
         res[v].emb = mhe_model_emb_params(&f);
         res[v].total = f.n_params;
         for (i = 0; i < N_UNSEEN; i++) {   /* the word's own part: without the regular row every hashed word shares */

@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
         if (i % 250 == 0 || i == tc.steps) {
-            mhe_evaluate(&model, valid, n_valid, 16, 128, 10, &val_loss);
+            if (mhe_evaluate(&model, valid, n_valid, 16, 128, 10, &val_loss) != MHE_OK) { fprintf(stderr, "\n%s\n", model.err); return 1; }
             printf("\n  validation loss %.3f, perplexity %.2f\n", val_loss, mhe_perplexity(val_loss));
         }
     }
@@ -56,14 +56,15 @@ int main(int argc, char **argv) {
            model.bytes_params / 1e6, model.bytes_acts / 1e6, 2.0 * model.n_params * sizeof(float) / 1e6);
 
     /* generate with the KV cache: temperature 0.8, top-k 40 */
-    mhe_kv_cache_init(&cache, &model, cfg.max_seq_len, NULL);
+    if (mhe_kv_cache_init(&cache, &model, cfg.max_seq_len, NULL) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
     mhe_rng_seed(&rng, 1);
     printf("\n%s", prompt);
-    for (i = 0; prompt[i]; i++) mhe_decode_step(&model, &cache, (unsigned char)prompt[i]);
+    for (i = 0; prompt[i]; i++)
+        if (mhe_decode_step(&model, &cache, (unsigned char)prompt[i]) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
     while (cache.len < cfg.max_seq_len) {
         int tok = mhe_sample(cache.logits, cfg.vocab_size, 0.8f, 40, &rng);
         putchar(tok);
-        mhe_decode_step(&model, &cache, tok);
+        if (mhe_decode_step(&model, &cache, tok) != MHE_OK) { fprintf(stderr, "\n%s\n", model.err); return 1; }
     }
     printf("\n");
     mhe_kv_cache_free(&cache);

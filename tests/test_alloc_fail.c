@@ -65,7 +65,7 @@ static mhe_config tiny(const char *attn) {
     mhe_config c = mhe_config_default();
     char err[MHE_ERR_LEN];
     c.vocab_size = 16; c.d_model = 8; c.n_heads = 2; c.n_layers = 2; c.d_ff = 12; c.max_seq_len = 8;
-    mhe_config_set(&c, "attn", attn, err);
+    OK(mhe_config_set(&c, "attn", attn, err));
     return c;
 }
 static mhe_train_config tiny_tc(void) {
@@ -106,7 +106,7 @@ static mhe_status op_trainer(void) {
     mhe_status s;
     int i;
     c.dropout = 0.1f;
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     arm();
     s = mhe_trainer_init(&t, &m, &tc);
     for (i = 0; i < 3 && s == MHE_OK; i++) s = mhe_trainer_step(&t, data, 200);
@@ -123,7 +123,7 @@ static mhe_status op_forward_eval(void) {
     mhe_status s;
     float loss = 0;
     c.arch = MHE_ARCH_ENCODER;
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     arm();
     s = mhe_model_forward(&m, data, data + 1, 1, 8, &loss);
     if (s == MHE_OK) s = mhe_evaluate(&m, data, 200, 3, 8, 2, &loss);
@@ -142,12 +142,12 @@ static mhe_status op_save(void) {
     mhe_status s;
     size_t n0 = 0, n1 = 0, w = 0, need = 0;
     unsigned char *before, *after, *buf;
-    mhe_model_init(&m, &c, 1, NULL);
-    mhe_trainer_init(&t, &m, &tc);
-    mhe_trainer_step(&t, data, 200);
+    OK(mhe_model_init(&m, &c, 1, NULL));
+    OK(mhe_trainer_init(&t, &m, &tc));
+    OK(mhe_trainer_step(&t, data, 200));
     CHECK(mhe_checkpoint_save(&m, &t, path) == MHE_OK, "setup save: %s", t.err);
     before = slurp(path, &n0);
-    mhe_trainer_step(&t, data, 200);   /* new weights: a save that got through would change the file */
+    OK(mhe_trainer_step(&t, data, 200));   /* new weights: a save that got through would change the file */
     arm();
     s = mhe_checkpoint_save(&m, &t, path);
     if (s != MHE_OK) {   /* the save itself failed: the old file must be there, byte for byte */
@@ -187,9 +187,9 @@ static mhe_status op_load(void) {
     unsigned char *file = slurp(path, &n);
     float *keep;
     int step;
-    mhe_model_init(&m2, &c, 7, NULL);
-    mhe_trainer_init(&t, &m2, &tc);
-    mhe_trainer_step(&t, data, 200);
+    OK(mhe_model_init(&m2, &c, 7, NULL));
+    OK(mhe_trainer_init(&t, &m2, &tc));
+    OK(mhe_trainer_step(&t, data, 200));
     keep = (float *)malloc((size_t)m2.n_params * sizeof(float));
     memcpy(keep, t.adam_m, (size_t)m2.n_params * sizeof(float));
     step = t.step;
@@ -219,7 +219,7 @@ static mhe_status op_generate(void) {
     mhe_rng rng;
     mhe_status s;
     int i, tok = 3;
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     mhe_rng_seed(&rng, 5);
     arm();
     s = mhe_kv_cache_init(&kv, &m, 8, NULL);

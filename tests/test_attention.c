@@ -32,9 +32,9 @@ static void fused_vs_ref(int B, int n, int nkv, int Tq, int Tk, int dh, int caus
     double e_o, e_q, e_k, e_v;
     fill(q, nq); fill(k, nk); fill(v, nk); fill(dout, no);
     mhe_attn_ref_fwd(&d, o1, probs, q, k, v);
-    mhe_attn_fused_fwd(&d, o2, lse, q, k, v);
+    OK(mhe_attn_fused_fwd(&d, o2, lse, q, k, v));
     mhe_attn_ref_bwd(&d, NULL, dq1, dk1, dv1, dout, probs, q, k, v);
-    mhe_attn_fused_bwd(&d, NULL, dq2, dk2, dv2, dout, o2, lse, q, k, v);
+    OK(mhe_attn_fused_bwd(&d, NULL, dq2, dk2, dv2, dout, o2, lse, q, k, v));
     e_o = test_max_rel_err(o2, o1, (long)no, 1.0);
     e_q = test_max_rel_err(dq2, dq1, (long)nq, 1.0);
     e_k = test_max_rel_err(dk2, dk1, (long)nk, 1.0);
@@ -131,7 +131,7 @@ static void one_vs_ref(int B, int n, int nkv, int Tk, int dh, int maps, int W) {
     mhe__attn_one(&d, o3, lse3, q, k, v);
     e_o = test_max_rel_err(o2, o1, (long)B * n * dh, 1.0);
     if (maps != 3) { /* the fused core takes the same maps and gives the lse */
-        mhe_attn_fused_fwd(&d, o1, lse1, q, k, v);
+        OK(mhe_attn_fused_fwd(&d, o1, lse1, q, k, v));
         e_l = test_max_rel_err(lse2, lse1, (long)B * n, 1.0);
     }
     CHECK(e_o < 1e-5 && e_l < 1e-5, "decoding core != reference (B%d n%d kv%d Tk%d d%d maps%d W%d): out %.2g lse %.2g",

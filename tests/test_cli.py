@@ -48,7 +48,7 @@ def words_cli(d, small, tc, text, cls_tr, cls_va):
     check(rc == 0, "hash-embedding decoder: %s" % err)
     expect_error(["generate", "--model", dec], ["nothing to generate", "vocabulary"], "generate from a hash decoder")
     expect_error(["eval", "--model", dec, "--data", text], ["S+R head"], "LM eval of an S+R model")
-    expect_error(["train", "--model", dec, "--data", text, "--out", os.path.join(d, "y.st")] + tc, ["mhe_trainer_step_sr"], "LM training of an S+R model")
+    expect_error(["train", "--model", dec, "--data", text, "--out", os.path.join(d, "y.st")] + tc, ["token_head=sr", "--task sr"], "LM training of an S+R model")
     # fine-tuning: the pre-trained model gets a new classification head, words as tokens
     ft = os.path.join(d, "ft.safetensors")
     rc, out, err = run("train", "--task", "cls", "--model", sr, "--data", cls_tr, "--valid", cls_va, "--out", ft,

@@ -1,12 +1,15 @@
-"""Non-finite numbers in models and checkpoints (README, Reliability: non-finite
+"""Non-finite numbers in models and checkpoints (docs/reliability.md, Non-finite
 values). Every mhe command that uses a model's weights refuses one with a NaN or
 infinite weight at load, naming the file, the tensor and the element, and writes
 nothing (not only the commands that compute a loss: generate, export, reparam,
 hash too). A checkpoint whose AdamW moments are not finite is not resumed. A
 state with a non-finite weight or moment is never saved: the run stops and the
-last good checkpoint stays as it was. Each case checks the exit status, the
-message, and that no input or earlier output changed. Needs only python3 and
-build/mhe."""
+last good checkpoint stays as it was. Weights that are finite but overflow in the
+forward pass (a gain of 3e38) make generate (float32 and q8 exports), eval, grad,
+train and reparam stop with the first layer that went non-finite named and nothing
+written (generate prints no text). Each case checks the exit status, the message,
+and that no input or earlier output changed. Needs only python3 and build/mhe."""
+import re
 import os
 import shutil
 import sys
@@ -95,6 +98,60 @@ def never_saved(d, text, ckpt):
     check(state(good) == before, "the good file is unchanged")
 
 
+def runtime_overflow(d, text):
+    """finite weights whose products overflow: every command that runs the model stops at the
+    first non-finite activation, names it, and writes nothing (generate prints nothing)"""
+    model = os.path.join(d, "two_layers.safetensors")
+    code, o, e = run("init", "--d_model", 16, "--n_heads", 2, "--n_layers", 2, "--max_seq_len", 16, "--out", model)
+    check(code == 0, "two-layer model: %s" % e)
+    tok = os.path.join(d, "tok2.txt")
+    with open(tok, "w") as f:
+        f.write("1 2 3 4 5 6\n7 8 9 10 11 12\n")
+    out, q8 = os.path.join(d, "out2.safetensors"), os.path.join(d, "q8.safetensors")
+    where_any = re.compile(r"(layer \d+ \([a-zA-Z -]+\)|the final norm|the embedding|the output head \(logits\)) produced (nan|inf|-inf)")
+    cases = [("ln_f.weight", 0, 3e38, "the final norm produced"), ("ln_f.weight", 5, -3e38, "the final norm produced"),
+             ("layers.0.norm1.weight", 0, 3e38, "layer 0 ("), ("layers.1.norm2.weight", 3, 3e38, "layer 1 (norm before the MLP)"),
+             ("layers.0.mlp.fc1.weight", 0, 3e38, "layer 0 ("), ("layers.1.mlp.fc1.weight", 40, -3e38, "layer 1 ("),
+             ("layers.0.attn.wq.weight", 0, 3e38, "layer 0 ("), ("layers.1.attn.wv.weight", 2, -3e38, "layer 1 (")]
+    for name, index, value, place in cases:
+        bad = os.path.join(d, "overflow.safetensors")
+        plant(model, bad, name, value, index)
+        what = "%s[%d] = %g" % (name, index, value)
+        code, o, e = run("export", "--model", bad, "--out", q8, "--quant", "q8", "--group", 8)
+        check(code == 0, "%s: the weights are finite, the q8 export is written: %s" % (what, e))
+        runs = [["generate", "--model", bad, "--prompt", "In the", "--n", 8],
+                ["generate", "--model", q8, "--prompt", "In the", "--n", 8],
+                ["generate", "--model", bad, "--prompt", "In", "--n", 12, "--temperature", 0],
+                ["eval", "--model", bad, "--data", text, "--seq_len", 8, "--batch", 2],
+                ["eval", "--model", q8, "--data", text, "--seq_len", 8, "--batch", 2],
+                ["eval", "--model", bad, "--data", text, "--seq_len", 8, "--batch", 2, "--stride", 4],
+                ["grad", "--model", bad, "--tokens", tok, "--out", out],
+                ["train", "--data", text, "--model", bad, "--out", out] + STEPS]
+        for args in runs:
+            label = "%s with %s%s" % (args[0], what, " (q8)" if q8 in args else "")
+            if args[0] == "generate":   # stderr starts with the KV-cache sizes: its last line is the error
+                code, o, e = run(*args)
+                last = e.strip().splitlines()[-1] if e.strip() else ""
+                check(code == 1 and last.startswith("mhe: ") and place in last and "nothing written" in last,
+                      "%s: rc 1 and one line naming %r: rc %d, %r" % (label, place, code, last))
+                check(o == "", "%s prints no text (no NUL bytes): %r" % (label, o[:40]))
+            else:
+                o, e = expect(args, 1, [place], label, keep=[bad, text, tok, q8], absent=[out])
+            check(where_any.search(e) is not None, "%s: the message names where: %r" % (label, e[-200:]))
+            if args[0] == "train":
+                check("step 0" in e and "wrote" not in o, "train with %s stops at its first step unsaved" % what)
+        # reparam: the decomposition of overflowing W_Q W_K^T products is refused, nothing written
+        if ".attn.wq" in name:
+            expect(["reparam", "--model", bad, "--out", out, "--dim", 8], 1, ["non-finite", "nothing written"], "reparam with %s" % what,
+                   keep=[bad], absent=[out])
+        os.remove(q8)
+    # the same model unpoisoned: every command works (the checks cost nothing on the way)
+    for args in (["generate", "--model", model, "--prompt", "In the", "--n", 8], ["eval", "--model", model, "--data", text, "--seq_len", 8, "--batch", 2],
+                 ["grad", "--model", model, "--tokens", tok, "--out", out]):
+        code, o, e = run(*args)
+        check(code == 0, "%s of the finite model: %s" % (args[0], e[-200:]))
+
+
 def main():
     why = mhe_missing()
     if why:
@@ -104,6 +161,7 @@ def main():
     bad_weights(d, text, model)
     bad_checkpoints(d, text, ckpt)
     never_saved(d, text, ckpt)
+    runtime_overflow(d, text)
     return finish()
 
 

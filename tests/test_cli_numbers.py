@@ -1,4 +1,4 @@
-"""Numbers on the mhe tool's command line (README, Reliability: numbers). Every
+"""Numbers on the mhe tool's command line (docs/reliability.md, Numbers). Every
 numeric flag of every subcommand goes through one parser: the whole text in
 base 10, inside the flag's range, a float finite. The flags and their ranges
 are read from each command's --help (the table the parser uses), so a new flag

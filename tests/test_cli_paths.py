@@ -1,4 +1,4 @@
-"""The mhe tool's output paths (README, Reliability: output paths). Every file it
+"""The mhe tool's output paths (docs/reliability.md, Output paths). Every file it
 writes (checkpoints, exports, gradients, indicator CSV/SVG, params tables) goes
 through one policy: a FIFO, device or directory is refused, a symlink is followed
 and its target replaced atomically, an output that is one of the inputs is

@@ -1,4 +1,4 @@
-"""What the mhe tool's flags mean (README, The mhe tool). generate --n N writes
+"""What the mhe tool's flags mean (docs/cli.md). generate --n N writes
 exactly N new tokens; each subcommand's --help and the flags it accepts come
 from one table (every listed flag is accepted, every other refused by name);
 model flags are refused where a loaded model brings its own config; a key or

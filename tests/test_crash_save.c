@@ -108,7 +108,7 @@ static void resumes(const unsigned char *old, size_t n, const float *ref_losses,
     CHECK(mhe_trainer_init(&t, &m, &tc) == MHE_OK && mhe_trainer_load(&t, path) == MHE_OK && t.step == 3,
           "%s: trainer state loads (step %d): %s", what, t.step, t.err);
     for (s = 0; s < 3; s++) {
-        mhe_trainer_step(&t, data, 400);
+        OK(mhe_trainer_step(&t, data, 400));
         if (t.last_loss != ref_losses[s]) same = 0;
     }
     CHECK(same && m.n_params == np && !memcmp(m.param_data, ref_params, (size_t)np * sizeof(float)),
@@ -134,12 +134,12 @@ int main(void) {
     for (i = 0; i < 400; i++) data[i] = (i * 13 + i / 7) % 32;
 
     /* the checkpoint to protect: after 3 steps; the reference run goes on 3 more */
-    mhe_model_init(&m, &c, 5, NULL);
-    mhe_trainer_init(&t, &m, &tc);
-    for (i = 0; i < 3; i++) mhe_trainer_step(&t, data, 400);
+    OK(mhe_model_init(&m, &c, 5, NULL));
+    OK(mhe_trainer_init(&t, &m, &tc));
+    for (i = 0; i < 3; i++) OK(mhe_trainer_step(&t, data, 400));
     CHECK(mhe_checkpoint_save(&m, &t, path) == MHE_OK, "first save: %s", t.err);
     old = slurp(path, &old_n);
-    for (i = 0; i < 3; i++) { mhe_trainer_step(&t, data, 400); ref_losses[i] = t.last_loss; }
+    for (i = 0; i < 3; i++) { OK(mhe_trainer_step(&t, data, 400)); ref_losses[i] = t.last_loss; }
     ref_params = (float *)malloc((size_t)m.n_params * sizeof(float));
     memcpy(ref_params, m.param_data, (size_t)m.n_params * sizeof(float));
 
@@ -151,7 +151,7 @@ int main(void) {
 #endif
     bc.n_heads = 4; bc.max_seq_len = 256;
     CHECK(mhe_model_init(&big, &bc, 9, NULL) == MHE_OK, "large model: %s", big.err);
-    mhe_checkpoint_size(&big, NULL, &big_size);
+    OK(mhe_checkpoint_size(&big, NULL, &big_size));
     printf("  protected checkpoint %lu bytes; the interrupted saves write %lu bytes\n", (unsigned long)old_n, (unsigned long)big_size);
     fflush(stdout);
 

@@ -116,22 +116,35 @@ static void kind_table(void) {
     }
 }
 
+/* the kinds whose name in `field` of a default config + `extra` validates, in the enum's order */
+static int kinds_accepted(const char *extra, const char *field, const char **out) {
+    int kind, n = 0;
+    char text[160], err[MHE_ERR_LEN];
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {
+        mhe_config c = mhe_config_default();
+        snprintf(text, sizeof text, "%s%s=%s\n", extra, field, mhe_attn_kind_name(kind));
+        if (mhe_config_parse(&c, text, strlen(text), err) == MHE_OK && mhe_config_validate(&c, err) == MHE_OK)
+            out[n++] = mhe_attn_kind_name(kind);
+    }
+    return n;
+}
+
 int main(void) {
-    /* kinds a causal decoder runs; the ones an encoder-decoder runs as self- and as cross-attention */
-    static const char *self_kinds[] = {
-        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab",
-        "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk",
-    };
-    static const char *cross_kinds[] = {
-        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab", "taylor", "staticemb-qk",
-    };
-    static const char *enc_kinds[] = { "mha", "mhe-mul", "fnet", "linear", "taylor", "collab", "mlp", "nonapprox" };
+    /* the kinds are taken from the library's own rules (kind_table checks them):
+       a causal decoder's; an encoder-decoder's decoder, cross-attention and encoder */
+    const char *self_kinds[MHE_ATTN_KIND_COUNT], *cross_kinds[MHE_ATTN_KIND_COUNT];
+    const char *encdec_kinds[MHE_ATTN_KIND_COUNT], *enc_kinds[MHE_ATTN_KIND_COUNT];
+    int nself = kinds_accepted("", "attn", self_kinds);
+    int ncross = kinds_accepted("arch=encdec\nenc_layers=1\n", "cross_attn", cross_kinds);
+    int nencdec = kinds_accepted("arch=encdec\nenc_layers=1\n", "attn", encdec_kinds);
+    int nenc = kinds_accepted("arch=encdec\nenc_layers=1\n", "enc_attn", enc_kinds);
     static const char *norms[] = { "", "norm_position=post\n", "norm_position=post\nadmin=1\n" };
-    int nself = (int)(sizeof self_kinds / sizeof self_kinds[0]), ncross = (int)(sizeof cross_kinds / sizeof cross_kinds[0]);
     int i, j, v;
     char text[512];
     setvbuf(stdout, NULL, _IONBF, 0);
     kind_table();
+    CHECK(nself == 15 && ncross == 11 && nencdec == 13 && nenc == 15,
+          "kinds by role: %d causal, %d cross, %d encoder-decoder self, %d encoder", nself, ncross, nencdec, nenc);
     for (v = 0; v < 3; v++) {
         for (i = 0; i < nself; i++) {   /* a decoder: the kind between two mha layers (hybrids too), then alone */
             snprintf(text, sizeof text, "%sattn=mha,%s,mha\nkv_groups=2\ncollab_dim=6\n", norms[v], self_kinds[i]);
@@ -139,12 +152,11 @@ int main(void) {
             snprintf(text, sizeof text, "%sattn=%s\nkv_groups=2\n", norms[v], self_kinds[i]);
             decode_equals_forward(text);
         }
-        for (i = 0; i < nself; i++) {   /* an encoder-decoder: every self kind, every cross kind */
-            if (!strcmp(self_kinds[i], "rndemb-qk") || !strcmp(self_kinds[i], "fixedseq-qk")) continue;   /* not in encdec */
+        for (i = 0; i < nencdec; i++) {   /* an encoder-decoder: every self kind, every cross kind */
             for (j = 0; j < ncross; j += 4) {
-                const char *cross = cross_kinds[(i + j) % ncross], *enc = enc_kinds[(i + j) % 8];
+                const char *cross = cross_kinds[(i + j) % ncross], *enc = enc_kinds[(i + j) % nenc];
                 snprintf(text, sizeof text, "%sarch=encdec\nenc_layers=2\nn_layers=2\nenc_attn=%s,mha\nattn=%s,mha\n"
-                         "cross_attn=%s,mhe-mul\nkv_groups=2\ncollab_dim=6\n", norms[v], enc, self_kinds[i], cross);
+                         "cross_attn=%s,mhe-mul\nkv_groups=2\ncollab_dim=6\n", norms[v], enc, encdec_kinds[i], cross);
                 decode_equals_forward(text);
             }
         }

@@ -14,7 +14,7 @@ static mhe_config tiny(const char *extra) {
     mhe_config c = mhe_config_default();
     char err[MHE_ERR_LEN];
     const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\ninit_std=0.3\nfixed_seq=ids:3 1 4 1 5 9 2 6\n";
-    mhe_config_parse(&c, base, strlen(base), err);
+    OK(mhe_config_parse(&c, base, strlen(base), err));
     if (extra && mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) printf("bad test config: %s\n", err);
     return c;
 }
@@ -65,10 +65,10 @@ static void fused_equals_reference(const char *extra, int pad) {
     double eg;
     make_batch(&tb, &c, 3, 8, 7, pad, 2);
     c2 = c; c2.fused_attention = 0;
-    mhe_model_init(&a, &c, 7, NULL);
-    mhe_model_init(&b, &c2, 7, NULL);
-    mhe_model_forward_batch(&a, &tb.b, &la); mhe_model_backward(&a);
-    mhe_model_forward_batch(&b, &tb.b, &lb); mhe_model_backward(&b);
+    OK(mhe_model_init(&a, &c, 7, NULL));
+    OK(mhe_model_init(&b, &c2, 7, NULL));
+    OK(mhe_model_forward_batch(&a, &tb.b, &la)); OK(mhe_model_backward(&a));
+    OK(mhe_model_forward_batch(&b, &tb.b, &lb)); OK(mhe_model_backward(&b));
     eg = test_max_rel_err(a.grad_data, b.grad_data, (long)a.n_params, 1e-3);
     CHECK(fabs(la - lb) < 1e-5 && eg < 1e-3, "linear-time path equals the reference [%s%s]: loss %g vs %g, grads %.3g", extra, pad ? " padded" : "", la, lb, eg);
     mhe_model_free(&a); mhe_model_free(&b);
@@ -87,7 +87,7 @@ static void decode_equals_forward(const char *extra) {
     if (mhe_model_init(&m, &c, 3, NULL) != MHE_OK) { CHECK(0, "init [%s]: %s", extra, m.err); return; }
     CHECK(mhe_kv_cache_init(&kv, &m, 8, NULL) == MHE_OK, "kv cache init");
     if (c.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(&m, &kv, tb.src, 6) == MHE_OK, "encode: %s", m.err);
-    mhe_model_forward_batch(&m, &tb.b, NULL);
+    OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     for (round = 0; round < 2; round++) {   /* twice: a second sequence starts from fresh states */
         kv.len = 0;
         for (t = 0; t < 8; t++) {
@@ -111,11 +111,11 @@ static void causal(const char *extra) {
     int V = c.vocab_size;
     make_batch(&tb, &c, 1, 8, 6, 0, 4);
     tb.b.targets = NULL;
-    mhe_model_init(&m, &c, 8, NULL);
-    mhe_model_forward_batch(&m, &tb.b, NULL);
+    OK(mhe_model_init(&m, &c, 8, NULL));
+    OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     memcpy(keep, m.acts.logits, sizeof(float) * 8 * V);
     tb.tok[5] = (tb.tok[5] + 1) % V; tb.tok[7] = (tb.tok[7] + 3) % V;
-    mhe_model_forward_batch(&m, &tb.b, NULL);
+    OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     CHECK(memcmp(keep, m.acts.logits, sizeof(float) * 5 * V) == 0 && memcmp(keep + 5 * V, m.acts.logits + 5 * V, sizeof(float) * V) != 0,
           "causal [%s]: tokens 5.. change nothing before position 5 (and position 5 itself)", extra);
     mhe_model_free(&m);
@@ -132,7 +132,7 @@ static void padding_invisible(const char *extra) {
     mhe_batch one;
     make_batch(&tb, &c, 3, T, 7, 1, 6);
     tb.b.targets = NULL;
-    mhe_model_init(&m, &c, 8, NULL);
+    OK(mhe_model_init(&m, &c, 8, NULL));
     CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_OK, "padded forward: %s", m.err);
     memcpy(keep, m.acts.logits + (size_t)T * V, sizeof(float) * (size_t)tb.len[1] * V);
     memset(&one, 0, sizeof one);
@@ -365,13 +365,13 @@ static void layouts(void) {
         CHECK(mhe_model_init(&a, &c, 3, NULL) == MHE_OK, "init with layout: %s", a.err);
         CHECK(a.cfg.attn[0] == MHE_ATTN_RNDEMB_QK && a.cfg.attn[1] == MHE_ATTN_MHA && a.cfg.attn[2] == MHE_ATTN_RNDEMB_QK &&
               a.cfg.attn[3] == MHE_ATTN_MHA && a.cfg.attn[4] == -1, "the model's list is rndemb-qk,mha,rndemb-qk,mha");
-        mhe_checkpoint_size(&a, NULL, &size);
+        OK(mhe_checkpoint_size(&a, NULL, &size));
         buf = malloc(size);
-        mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
+        OK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &w));
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
               memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0, "layout checkpoint round trip: %s", b.err);
-        mhe_model_forward(&a, tok, tok, 1, 6, &la);
-        mhe_model_forward(&b, tok, tok, 1, 6, &lb);
+        OK(mhe_model_forward(&a, tok, tok, 1, 6, &la));
+        OK(mhe_model_forward(&b, tok, tok, 1, 6, &lb));
         CHECK(la == lb, "reloaded rndemb-qk model (eps from fixed_seed) gives the same loss: %g vs %g", la, lb);
         free(buf);
         mhe_model_free(&a); mhe_model_free(&b);
@@ -395,12 +395,12 @@ static void checkpoints(void) {
         float la, lb;
         make_batch(&tb, &c, 2, 6, 5, 0, 1);
         CHECK(mhe_model_init(&a, &c, 5, NULL) == MHE_OK, "init [%s]: %s", cfgs[i], a.err);
-        mhe_checkpoint_size(&a, NULL, &size);
+        OK(mhe_checkpoint_size(&a, NULL, &size));
         buf = malloc(size);
-        mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
+        OK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &w));
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0, "round trip [%s]: %s", cfgs[i], b.err);
-        mhe_model_forward_batch(&a, &tb.b, &la);
-        mhe_model_forward_batch(&b, &tb.b, &lb);
+        OK(mhe_model_forward_batch(&a, &tb.b, &la));
+        OK(mhe_model_forward_batch(&b, &tb.b, &lb));
         CHECK(la == lb, "same loss after reload [%s]", cfgs[i]);
         free(buf);
         mhe_model_free(&a); mhe_model_free(&b);
@@ -456,26 +456,26 @@ static void skip(void) {
     mhe_kv_cache kv;
     double worst = 0;
     make_batch(&tb, &c, 2, 7, 6, 0, 8);
-    mhe_model_init(&a, &c, 2, NULL);
-    mhe_model_init(&b, &c, 2, NULL);
+    OK(mhe_model_init(&a, &c, 2, NULL));
+    OK(mhe_model_init(&b, &c, 2, NULL));
     for (l = 0; l < 3; l += 2) {   /* pre-norm: h + W^O(...) with W^O = 0 (and no bias) is h */
         memset(b.layers[l].attn.wo->data, 0, (size_t)b.layers[l].attn.wo->size * 4);
         memset(b.layers[l].attn.bo->data, 0, (size_t)b.layers[l].attn.bo->size * 4);
     }
     a.skip_attn = 1 | 4;
-    mhe_model_forward_batch(&a, &tb.b, &la);
-    mhe_model_forward_batch(&b, &tb.b, &lb);
+    OK(mhe_model_forward_batch(&a, &tb.b, &la));
+    OK(mhe_model_forward_batch(&b, &tb.b, &lb));
     CHECK(fabs(la - lb) < 1e-6, "skip = a branch that adds nothing: %g vs %g", la, lb);
     a.skip_attn = 0;
-    mhe_model_forward_batch(&a, &tb.b, &lc);
+    OK(mhe_model_forward_batch(&a, &tb.b, &lc));
     CHECK(fabs(lc - la) > 1e-4, "without skip the loss differs: %g vs %g", lc, la);
     a.skip_attn = 1 | 4;
     tb.b.B = 1; tb.b.targets = NULL;
-    mhe_model_forward_batch(&a, &tb.b, NULL);
-    mhe_kv_cache_init(&kv, &a, 8, NULL);
+    OK(mhe_model_forward_batch(&a, &tb.b, NULL));
+    OK(mhe_kv_cache_init(&kv, &a, 8, NULL));
     for (l = 0; l < 7; l++) {
         double e;
-        mhe_decode_step(&a, &kv, tb.tok[l]);
+        OK(mhe_decode_step(&a, &kv, tb.tok[l]));
         e = test_max_rel_err(kv.logits, a.acts.logits + (size_t)l * c.vocab_size, c.vocab_size, 1.0);
         if (e > worst) worst = e;
     }
@@ -485,10 +485,10 @@ static void skip(void) {
     {   /* post-norm: the sublayer's output is its input, and the gradient is still right */
         mhe_config p = tiny("attn=mlp,mha\nnorm_position=post\n");
         mhe_model m;
-        mhe_model_init(&m, &p, 2, NULL);
+        OK(mhe_model_init(&m, &p, 2, NULL));
         m.skip_attn = 1;
         make_batch(&tb, &p, 2, 7, 6, 0, 8);
-        mhe_model_forward_batch(&m, &tb.b, &la);
+        OK(mhe_model_forward_batch(&m, &tb.b, &la));
         CHECK(memcmp(m.acts.layer[0].sub[0].nrm, m.acts.layer[0].in, (size_t)14 * p.d_model * 4) == 0, "post-norm skip: output = input");
         mhe_model_free(&m);
     }
@@ -503,12 +503,12 @@ static void fixed_maps(void) {
         mhe_model m;
         tbatch t1, t2;
         float p1[8 * 8], p2[8 * 8], q1[8 * 8], q2[8 * 8];
-        mhe_model_init(&m, &c, 2, NULL);
+        OK(mhe_model_init(&m, &c, 2, NULL));
         make_batch(&t1, &c, 1, 8, 6, 0, 1);
         make_batch(&t2, &c, 1, 8, 6, 0, 2);
-        mhe_model_forward_batch(&m, &t1.b, NULL);
+        OK(mhe_model_forward_batch(&m, &t1.b, NULL));
         mhe_attn_probs(&m, 1, 2, p1); mhe_attn_probs(&m, 0, 0, q1);
-        mhe_model_forward_batch(&m, &t2.b, NULL);
+        OK(mhe_model_forward_batch(&m, &t2.b, NULL));
         mhe_attn_probs(&m, 1, 2, p2); mhe_attn_probs(&m, 0, 0, q2);
         CHECK(memcmp(p1, p2, sizeof p1) == 0 && memcmp(q1, q2, sizeof q1) != 0, "[%s] the fixed layer's map is the same for two inputs, layer 0's is not", kinds[i]);
         mhe_model_free(&m);
@@ -550,7 +550,7 @@ static void indicators_model(void) {
     mhe_indicators ind;
     int data[200], i, ok = 1;
     for (i = 0; i < 200; i++) data[i] = (i * 7 + i / 3) % 11;
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     CHECK(mhe_indicators_eval(&m, data, 200, 4, 8, 3, &ind) == MHE_OK, "indicators: %s", m.err);
     CHECK(ind.sequences == 12 && ind.n_layers == 4 && m.cfg.fused_attention == 1, "3 batches of 4, the model restored");
     CHECK(ind.has_map[1] == 0 && !mhe__is_finite((float)mhe_indicator(&ind, 1, 0, MHE_IND_ENTROPY)), "fnet has no map (NaN)");
@@ -570,9 +570,9 @@ static void cache_sizes(void) {
     mhe_model m;
     mhe_kv_cache a, b;
     int L = 16, d = 24, h = 4, dh = 6, F = 1 + 6 + 21;
-    mhe_model_init(&m, &c, 1, NULL);
-    mhe_kv_cache_init(&a, &m, L, NULL);
-    mhe_kv_cache_init(&b, &m, 2 * L, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
+    OK(mhe_kv_cache_init(&a, &m, L, NULL));
+    OK(mhe_kv_cache_init(&b, &m, 2 * L, NULL));
     CHECK((double)a.layer_bytes[0] == 2 * mhe_attn_cost(MHE_COST_CACHE, MHE_ATTN_MHA, 1, L, d, h, 1), "mha: 4BLd (fp16) = 8Ld bytes");
     CHECK(a.layer_bytes[1] == 0 && mhe_attn_cost(MHE_COST_CACHE, MHE_ATTN_MLP, 1, L, d, h, 1) == 0, "mlp: no cache");
     CHECK((double)a.layer_bytes[2] == 2 * mhe_attn_cost(MHE_COST_CACHE, MHE_ATTN_NONAPPROX, 1, L, d, h, 1) && a.layer_bytes[2] == b.layer_bytes[2],
@@ -615,8 +615,8 @@ static void trains(void) {
         float first = 0, last = 0;
         c.init_std = 0.02f;
         tc.batch = 4; tc.seq_len = 8; tc.steps = 60; tc.lr = 1e-2f; tc.warmup = 5; tc.min_lr = 1e-3f;
-        mhe_model_init(&m, &c, 1, NULL);
-        mhe_trainer_init(&tr, &m, &tc);
+        OK(mhe_model_init(&m, &c, 1, NULL));
+        OK(mhe_trainer_init(&tr, &m, &tc));
         for (s = 0; s < tc.steps; s++) {
             if (mhe_trainer_step(&tr, data, 400) != MHE_OK) { printf("  %s\n", tr.err); break; }
             if (s < 5) first += tr.last_loss / 5;

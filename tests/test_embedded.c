@@ -25,16 +25,16 @@ static void embedded(const char *extra, int max_len, int flags) {
     size_t size = 0, w = 0, need = 0;
     unsigned char *ckpt, *buf;
     int t, src[6] = { 3, 1, 4, 1, 5, 9 }, calls, same = 1;
-    mhe_config_parse(&c, base, strlen(base), err);
+    OK(mhe_config_parse(&c, base, strlen(base), err));
     if (mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) { CHECK(0, "config: %s", err); return; }
     CHECK(mhe_model_init(&ref, &c, 7, NULL) == MHE_OK, "init [%s]: %s", extra, ref.err);
-    mhe_checkpoint_size(&ref, NULL, &size);
+    OK(mhe_checkpoint_size(&ref, NULL, &size));
     ckpt = (unsigned char *)malloc(size);
-    mhe_checkpoint_write_mem(&ref, NULL, ckpt, size, &w);
+    OK(mhe_checkpoint_write_mem(&ref, NULL, ckpt, size, &w));
     CHECK(mhe_inference_memory_needed(ckpt, size, max_len, flags, &need) == MHE_OK && need > 0, "memory needed [%s]", extra);
     buf = (unsigned char *)malloc(need);
-    mhe_kv_cache_init(&kv_ref, &ref, max_len, NULL);
-    if (c.arch == MHE_ARCH_ENCDEC) mhe_kv_cache_encode(&ref, &kv_ref, src, 6);
+    OK(mhe_kv_cache_init(&kv_ref, &ref, max_len, NULL));
+    if (c.arch == MHE_ARCH_ENCDEC) OK(mhe_kv_cache_encode(&ref, &kv_ref, src, 6));
 
     /* a buffer one rounding step too small fails cleanly */
 #ifndef MHE_ARENA_DEBUG   /* the debug arena itself allocates each block through the hooks */
@@ -58,7 +58,7 @@ static void embedded(const char *extra, int max_len, int flags) {
     if (c.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(&m, &kv, src, 6) == MHE_OK, "encode [%s]: %s", extra, m.err);
     for (t = 0; t < max_len; t++) {
         int tok = (t * 5 + 2) % c.vocab_size;
-        mhe_decode_step(&ref, &kv_ref, tok);
+        OK(mhe_decode_step(&ref, &kv_ref, tok));
         if (mhe_decode_step(&m, &kv, tok) != MHE_OK || memcmp(kv.logits, kv_ref.logits, sizeof(float) * (size_t)c.vocab_size) != 0) same = 0;
     }
     calls = hook_calls;
@@ -81,7 +81,7 @@ static void embedded(const char *extra, int max_len, int flags) {
         tc.seq_len = 4; tc.batch = 1;
         CHECK(mhe_trainer_init(&tr, &m, &tc) == MHE_ERR_ARG, "an inference-only model refuses a trainer: %s", tr.err);
         if (c.arch != MHE_ARCH_ENCDEC) {
-            mhe_model_forward(&m, tok, tok, 1, 4, NULL);
+            test_ignore(mhe_model_forward(&m, tok, tok, 1, 4, NULL));   /* may be refused too: the backward is what must be */
             CHECK(mhe_model_backward(&m) == MHE_ERR_ARG, "and a backward pass: %s", m.err);
         }
     }

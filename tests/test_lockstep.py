@@ -13,8 +13,8 @@ model, or with another corpus, is refused with a message naming the mismatch.
 
     python3 tests/test_lockstep.py [--steps N] [--only KIND]
 
-The default (make test) is 12 steps per kind; --steps 200 is the long check the
-README reports (about a minute per kind on two cores).
+The default (make test) is 12 steps per kind; --steps 200 is the long check
+docs/twin.md reports (about a minute per kind on two cores).
 """
 import argparse
 import os

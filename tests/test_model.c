@@ -11,7 +11,7 @@ static mhe_config tiny(const char *extra) {
     char err[MHE_ERR_LEN];
     /* scaled residual outputs: the finite differences of the checks below were tuned on them */
     const char *base = "vocab_size=11\nd_model=12\nn_heads=3\nn_layers=2\nmax_seq_len=8\ninit_std=0.3\ninit_residual=scaled\n";
-    mhe_config_parse(&c, base, strlen(base), err);
+    OK(mhe_config_parse(&c, base, strlen(base), err));
     if (extra && mhe_config_parse(&c, extra, strlen(extra), err) != MHE_OK) printf("bad test config: %s\n", err);
     return c;
 }
@@ -71,13 +71,13 @@ static void fused_equals_reference(const char *extra, int pad) {
     mhe_rng_seed(&r, 2);
     make_batch(&tb, &c, 3, 8, 7, pad, &r);
     c2 = c; c2.fused_attention = 0;
-    mhe_model_init(&a, &c, 7, NULL);
-    mhe_model_init(&b, &c2, 7, NULL);
+    OK(mhe_model_init(&a, &c, 7, NULL));
+    OK(mhe_model_init(&b, &c2, 7, NULL));
     /* with dropout configured, run in training mode: both paths must drop the same weights */
     a.training = b.training = c.dropout > 0 || c.attn_dropout > 0;
     a.dropout_seed = b.dropout_seed = 99;
-    mhe_model_forward_batch(&a, &tb.b, &la); mhe_model_backward(&a);
-    mhe_model_forward_batch(&b, &tb.b, &lb); mhe_model_backward(&b);
+    OK(mhe_model_forward_batch(&a, &tb.b, &la)); OK(mhe_model_backward(&a));
+    OK(mhe_model_forward_batch(&b, &tb.b, &lb)); OK(mhe_model_backward(&b));
     eg = test_max_rel_err(a.grad_data, b.grad_data, (long)a.n_params, 1e-3);
     CHECK(fabs(la - lb) < 1e-5 && eg < 1e-3, "model fused vs reference core [%s%s]: loss %g vs %g, grads %.3g", extra, pad ? " padded" : "", la, lb, eg);
     mhe_model_free(&a); mhe_model_free(&b);
@@ -94,8 +94,8 @@ static void decode_equals_forward(const char *extra) {
     mhe_rng_seed(&r, 5);
     make_batch(&tb, &c, 1, 8, 6, 0, &r);
     tb.b.targets = NULL;
-    mhe_model_init(&m, &c, 3, NULL);
-    mhe_model_forward_batch(&m, &tb.b, NULL);
+    OK(mhe_model_init(&m, &c, 3, NULL));
+    OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     CHECK(mhe_kv_cache_init(&kv, &m, 8, NULL) == MHE_OK, "kv cache init");
     if (c.arch == MHE_ARCH_ENCODER) {   /* bidirectional: no token-by-token decoding */
         CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_CONFIG, "decoding an encoder is refused: %s", m.err);
@@ -107,11 +107,11 @@ static void decode_equals_forward(const char *extra) {
         CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_ARG, "decoding before encoding a source is refused: %s", m.err);
         CHECK(mhe_kv_cache_encode(&m, &kv, tb.src, 6) == MHE_OK, "encode the source: %s", m.err);
         /* the encoder pass reused the activations: run the batch again for the reference logits */
-        mhe_model_forward_batch(&m, &tb.b, NULL);
+        OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     }
     for (t = 0; t < 8; t++) {
         double e;
-        mhe_decode_step(&m, &kv, tb.tok[t]);
+        OK(mhe_decode_step(&m, &kv, tb.tok[t]));
         e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
         if (e > worst) worst = e;
     }
@@ -126,7 +126,7 @@ static void decode_equals_forward(const char *extra) {
    same logits (and pooled class logits) as the sequence alone, unpadded. */
 static float batch_loss(mhe_model *m, const test_batch *tb) {
     float loss = 0;
-    mhe_model_forward_batch(m, &tb->b, &loss);
+    OK(mhe_model_forward_batch(m, &tb->b, &loss));
     return loss;
 }
 
@@ -188,13 +188,13 @@ static void reparam_errors(void) {
     mhe_config c = tiny("attn=mhe-mul,gqa\nkv_groups=3\n");
     mhe_model m, r;
     mhe_reparam_opts o = mhe_reparam_opts_default();
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     o.dim = 4;
     CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_CONFIG && strstr(r.err, "no mha") && r.n_tensors == 0,
           "a model without mha layers is refused: %s", r.err);
     mhe_model_free(&m);
     c = tiny("attn=collab,mha\ncollab_dim=6\n");
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     CHECK(mhe_model_reparam_collab(&r, &m, &o, NULL, NULL) == MHE_ERR_CONFIG && strstr(r.err, "D~ = 6"),
           "existing collab layers of another width are refused: %s", r.err);
     o.dim = 6;
@@ -217,7 +217,7 @@ static void padding_equals_truncation(const char *extra) {
     mhe_rng_seed(&r, 6);
     make_batch(&tb, &c, 3, T, Ts, 1, &r);
     tb.b.targets = NULL;
-    mhe_model_init(&m, &c, 8, NULL);
+    OK(mhe_model_init(&m, &c, 8, NULL));
     CHECK(mhe_model_forward_batch(&m, &tb.b, NULL) == MHE_OK, "padded forward: %s", m.err);
     memcpy(keep, m.acts.logits + (size_t)T * V, sizeof(float) * (size_t)tb.len[1] * V);
     if (cls) {   /* the pooled head: the mean over the real tokens only */
@@ -259,15 +259,15 @@ static void checkpoint_roundtrip(void) {
     void *buf;
     int tok[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     float la, lb;
-    mhe_model_init(&a, &c, 11, NULL);
+    OK(mhe_model_init(&a, &c, 11, NULL));
     CHECK(mhe_checkpoint_size(&a, NULL, &size) == MHE_OK, "checkpoint size");
     buf = malloc(size);
     CHECK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &written) == MHE_OK && written == size, "write to memory");
     CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK, "load from memory: %s", b.err);
     CHECK(memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0, "config restored from __metadata__");
     CHECK(a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0, "weights restored bit for bit");
-    mhe_model_forward(&a, tok, tok, 1, 8, &la);
-    mhe_model_forward(&b, tok, tok, 1, 8, &lb);
+    OK(mhe_model_forward(&a, tok, tok, 1, 8, &la));
+    OK(mhe_model_forward(&b, tok, tok, 1, 8, &lb));
     CHECK(la == lb, "same loss after reload");
     mhe_model_free(&b);
     /* a truncated checkpoint is an error, never a crash */
@@ -310,8 +310,8 @@ static void cls_gradcheck(const char *extra) {
             int64_t e = (int64_t)mhe_rng_below(&r, (uint32_t)t->size);
             float keep = t->data[e], lp, lm;
             double num;
-            t->data[e] = keep + 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp);
-            t->data[e] = keep - 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm);
+            t->data[e] = keep + 1e-2f; OK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp));
+            t->data[e] = keep - 1e-2f; OK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm));
             t->data[e] = keep;
             num = ((double)lp - lm) / 2e-2;
             if (fabs(num - t->grad[e]) / (2e-3 + fabs(num)) > worst) worst = fabs(num - t->grad[e]) / (2e-3 + fabs(num));
@@ -322,8 +322,8 @@ static void cls_gradcheck(const char *extra) {
         int64_t e = (int64_t)tok[0] * c.d_model + 1;
         float keep = m.tok_emb->data[e], lp, lm;
         double num;
-        m.tok_emb->data[e] = keep + 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp);
-        m.tok_emb->data[e] = keep - 1e-2f; mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm);
+        m.tok_emb->data[e] = keep + 1e-2f; OK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &lp));
+        m.tok_emb->data[e] = keep - 1e-2f; OK(mhe_model_forward_cls(&m, tok, labels, 3, 6, &lm));
         m.tok_emb->data[e] = keep;
         num = ((double)lp - lm) / 2e-2;
         if (fabs(num - m.tok_emb->grad[e]) / (2e-3 + fabs(num)) > 5e-2) bad++;
@@ -347,10 +347,10 @@ static void checkpoint_every_kind(void) {
         size_t size = 0, w = 0;
         void *buf;
         if (kind < NK) { int l; for (l = 0; l < MHE_MAX_LAYERS; l++) c.attn[l] = kind; }
-        mhe_model_init(&a, &c, 5, NULL);
-        mhe_checkpoint_size(&a, NULL, &size);
+        OK(mhe_model_init(&a, &c, 5, NULL));
+        OK(mhe_checkpoint_size(&a, NULL, &size));
         buf = malloc(size);
-        mhe_checkpoint_write_mem(&a, NULL, buf, size, &w);
+        OK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &w));
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
               a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0,
               "checkpoint round trip, kind %s: %s", kind < NK ? mhe_attn_kind_name(kind) : kind == NK ? "encoder" : "encdec", b.err);
@@ -446,12 +446,12 @@ static void head_init(void) {
     mhe_config c = tiny("attn=mhe-mul\nhead_init_std=0\n");
     mhe_model m;
     int64_t i, nz = 0;
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     for (i = 0; i < m.layers[0].attn.eq->size; i++) nz += m.layers[0].attn.eq->data[i] != 0.0f;
     CHECK(nz == 0 && m.layers[0].attn.eq->decay == 0, "head_init_std=0 gives zero head embeddings, without weight decay");
     mhe_model_free(&m);
     c = tiny("attn=mhe-add\nhead_init_std=0.5\n");
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
     {
         double ss = 0;
         for (i = 0; i < m.layers[1].attn.ev->size; i++) ss += m.layers[1].attn.ev->data[i] * m.layers[1].attn.ev->data[i];
@@ -467,8 +467,8 @@ static void residual_init(void) {
     mhe_model p, s;
     int l, i, j, same = 1, scaled = 1;
     CHECK(d.init_residual == MHE_INIT_RESIDUAL_PLAIN && cs.init_residual == MHE_INIT_RESIDUAL_SCALED, "init_residual defaults to plain");
-    mhe_model_init(&p, &cp, 5, NULL);
-    mhe_model_init(&s, &cs, 5, NULL);
+    OK(mhe_model_init(&p, &cp, 5, NULL));
+    OK(mhe_model_init(&s, &cs, 5, NULL));
     for (l = 0; l < 2; l++) {
         const mhe_tensor *pt[2] = { p.layers[l].attn.wo, p.layers[l].fc2_w }, *st[2] = { s.layers[l].attn.wo, s.layers[l].fc2_w };
         for (j = 0; j < 2; j++)
@@ -560,7 +560,7 @@ static void attn_counts(void) {
               (long long)built, (long long)mhe_attn_param_count(&c, MHE_ATTN_COLLAB, 1, 1), (long long)nb);
         mhe_model_free(&m);
         c = tiny("attn=collab\ncollab_dim=8\ncollab_mix_std=0\n");
-        mhe_model_init(&m, &c, 1, NULL);
+        OK(mhe_model_init(&m, &c, 1, NULL));
         {   /* blocks of ones: 3 heads over 8 columns take ceil(8/3) = 3 each, the last one 2 */
             const float *M = m.layers[0].attn.mix->data;
             CHECK(M[0] == 1 && M[2] == 1 && M[3] == 0 && M[8 + 3] == 1 && M[8 + 5] == 1 && M[8 + 6] == 0 && M[16 + 6] == 1 && M[16 + 7] == 1 &&

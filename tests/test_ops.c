@@ -258,7 +258,7 @@ static void configs(void) {
     c.d_head = 32;
     CHECK(mhe_config_validate(&c, err) == MHE_OK, "explicit d_head makes it valid: %s", err);
     c = mhe_config_default();
-    mhe_config_set(&c, "attn", "mha,mha,mha", err);
+    OK(mhe_config_set(&c, "attn", "mha,mha,mha", err));
     CHECK(mhe_config_validate(&c, err) == MHE_ERR_CONFIG && strstr(err, "n_layers"), "attn list length: %s", err);
     c = mhe_config_default(); c.n_layers = 0;
     CHECK(mhe_config_validate(&c, err) == MHE_ERR_CONFIG, "n_layers 0 rejected in validate: %s", err);
@@ -269,7 +269,7 @@ static void configs(void) {
         char val[128];
         int i;
         a.d_model = 48; a.d_head = 16; a.norm = MHE_NORM_RMSNORM; a.dropout = 0.125f; a.attn[1] = MHE_ATTN_MHA;
-        for (i = 0; mhe_config_field(&a, i, &key, val, sizeof val); i++) mhe_config_set(&b, key, val, err);
+        for (i = 0; mhe_config_field(&a, i, &key, val, sizeof val); i++) OK(mhe_config_set(&b, key, val, err));
         CHECK(memcmp(&a, &b, sizeof a) == 0, "config text round trip");
     }
     {

@@ -109,9 +109,9 @@ static void decode_kind(const char *text, int group) {
     CHECK(mhe_model_load_mem(&heap, img, size, NULL) == MHE_OK && heap.q8 && heap.grad_data == NULL, "heap load [%s]: %s", text, heap.err);
     for (i = 0; i < heap.n_tensors; i++) n_q8 += heap.params[i].q8 != NULL;
     CHECK(n_q8 > 0, "int8 tensors [%s]", text);
-    mhe_checkpoint_size(&heap, NULL, &fsize);   /* the dequantized weights as a float checkpoint */
+    OK(mhe_checkpoint_size(&heap, NULL, &fsize));   /* the dequantized weights as a float checkpoint */
     fimg = (unsigned char *)malloc(fsize);
-    mhe_checkpoint_write_mem(&heap, NULL, fimg, fsize, &w);
+    OK(mhe_checkpoint_write_mem(&heap, NULL, fimg, fsize, &w));
     CHECK(mhe_model_load_mem(&ref, fimg, fsize, NULL) == MHE_OK, "reference load [%s]: %s", text, ref.err);
     CHECK(mhe_inference_memory_needed(img, size, T, MHE_LOAD_IN_PLACE, &need) == MHE_OK && need <= sizeof arena_buf, "memory needed [%s]", text);
     mhe_arena_init(&arena, arena_buf, need);
@@ -120,8 +120,8 @@ static void decode_kind(const char *text, int group) {
     for (i = 0; i < m.n_tensors; i++)
         if (m.params[i].q8 && ((const unsigned char *)m.params[i].q8 < img || (const unsigned char *)m.params[i].q8 >= img + size || m.params[i].data)) break;
     CHECK(i == m.n_tensors, "in place: int8 weights point into the image, no float copy [%s]", text);
-    mhe_kv_cache_init(&k0, &orig, T, NULL);
-    mhe_kv_cache_init(&k1, &ref, T, NULL);
+    OK(mhe_kv_cache_init(&k0, &orig, T, NULL));
+    OK(mhe_kv_cache_init(&k1, &ref, T, NULL));
     if (c.arch == MHE_ARCH_ENCDEC) {
         CHECK(mhe_kv_cache_encode(&orig, &k0, src, 5) == MHE_OK && mhe_kv_cache_encode(&ref, &k1, src, 5) == MHE_OK &&
               mhe_kv_cache_encode(&m, &k2, src, 5) == MHE_OK, "encode [%s]: %s", text, m.err);
@@ -192,14 +192,14 @@ static void bad_input(void) {
     };
     int i;
     if (!make_config(&c, "attn=mha\nd_model=64\n")) return;
-    mhe_model_init(&orig, &c, 1, NULL);
+    OK(mhe_model_init(&orig, &c, 1, NULL));
     img = q8_image(&orig, 32, &size);
     if (!img) { CHECK(0, "q8 image"); mhe_model_free(&orig); return; }
     for (i = 0; i < (int)(sizeof scales / sizeof scales[0]); i++) {   /* a bad scale, little-endian */
         const mhe_st_tensor *t;
         b = (unsigned char *)malloc(size);
         memcpy(b, img, size);
-        mhe_st_parse(&st, b, size, NULL);
+        OK(mhe_st_parse(&st, b, size, NULL));
         t = mhe_st_find(&st, "layers.0.attn.wq.weight_scale");
         if (t) {
             unsigned char *p = b + (t->data - b) + 4;   /* element 1 */
@@ -282,18 +282,20 @@ static void tiny_lm_perplexity(void) {
 }
 
 int main(void) {
-    static const char *kinds[] = {
-        "mha", "sha", "mqa", "gqa", "skv", "el-att", "mhe-add", "mhe-mul", "collab",
-        "mlp", "taylor", "nonapprox", "rndemb-qk", "fixedseq-qk", "staticemb-qk",
-    };
-    char text[256];
-    int i;
+    char text[256], err[MHE_ERR_LEN];
+    int kind, n = 0;
     setvbuf(stdout, NULL, _IONBF, 0);
     quantize_bounds();
-    for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++) {
-        snprintf(text, sizeof text, "attn=mha,%s\nbias=%d\n", kinds[i], i & 1);
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {   /* every kind a causal decoder runs */
+        mhe_config c = mhe_config_default();
+        snprintf(text, sizeof text, "attn=%s\n", mhe_attn_kind_name(kind));
+        if (mhe_config_parse(&c, text, strlen(text), err) != MHE_OK || mhe_config_validate(&c, err) != MHE_OK)
+            continue;   /* fnet, linear: encoders only */
+        snprintf(text, sizeof text, "attn=mha,%s\nbias=%d\n", mhe_attn_kind_name(kind), kind & 1);
         decode_kind(text, 32);
+        n++;
     }
+    CHECK(n == MHE_ATTN_KIND_COUNT - 2, "%d kinds decoded through q8", n);
     decode_kind("attn=mhe-mul\ntie_embeddings=0\nnorm=rmsnorm\n", 0);        /* an int8 LM head, one scale per row */
     decode_kind("attn=mlp,gqa\nnorm_position=post\n", 16);
     decode_kind("arch=encdec\nenc_layers=1\nenc_attn=mhe-mul\ncross_attn=mhe-add,el-att\nattn=mqa,mhe-mul\n", 32);

@@ -228,9 +228,9 @@ static void test_file_round_trip(void) {
     {
         size_t n = 0, w = 0;
         unsigned char *m;
-        mhe_st_write_size(items, 2, mk, mv, 1, &n, err);
+        OK(mhe_st_write_size(items, 2, mk, mv, 1, &n, err));
         m = (unsigned char *)malloc(n);
-        mhe_st_write_mem(m, n, &w, items, 2, mk, mv, 1, err);
+        OK(mhe_st_write_mem(m, n, &w, items, 2, mk, mv, 1, err));
         s = mhe_read_file(path, &buf, &size, NULL, err);
         CHECK(s == MHE_OK && size == n && memcmp(buf, m, n) == 0, "save_file bytes == write_mem bytes");
         test_free(NULL, buf);
@@ -267,7 +267,7 @@ static void test_file_round_trip(void) {
         int budget = 0;
         void *buf2 = NULL;
         size_t size2 = 0;
-        mhe_read_file(path, &buf, &size, NULL, err);
+        OK(mhe_read_file(path, &buf, &size, NULL, err));
         s = mhe_st_save_file(path, items, 2, NULL, NULL, 0, &budget, err);
         CHECK(s == MHE_ERR_NOMEM, "save with a failing allocator -> NOMEM: %s", mhe_status_str(s));
         CHECK(!file_exists(tmp) && mhe_read_file(path, &buf2, &size2, NULL, err) == MHE_OK && size2 == size &&
@@ -644,9 +644,9 @@ static unsigned char *sample_file(size_t *n) {
     it[1].name = "ln_f.\"w\"\xc3\xa9"; it[1].ndim = 1; it[1].shape[0] = 2; it[1].data = b;
     it[2].name = "s"; it[2].ndim = 0; it[2].data = &c;
     it[3].name = "e"; it[3].ndim = 1; it[3].shape[0] = 0;
-    mhe_st_write_size(it, 4, mk, mv, 2, n, err);
+    OK(mhe_st_write_size(it, 4, mk, mv, 2, n, err));
     buf = (unsigned char *)malloc(*n);
-    mhe_st_write_mem(buf, *n, &w, it, 4, mk, mv, 2, err);
+    OK(mhe_st_write_mem(buf, *n, &w, it, 4, mk, mv, 2, err));
     return buf;
 }
 

@@ -24,8 +24,8 @@ int main(void) {
                 c.vocab_size = 300; c.d_model = 24; c.n_heads = 3; c.n_layers = 3; c.max_seq_len = 128; c.kv_groups = 3;
                 c.d_head = arch ? 5 : 0; c.d_ff = arch ? 17 : 0; c.fused_attention = fused; c.arch = arch;
                 if (arch == MHE_ARCH_ENCODER) c.n_classes = 4;
-                if (arch == MHE_ARCH_ENCDEC) { c.enc_layers = 2; mhe_config_set(&c, "cross_attn", "mhe-mul,gqa,mha", NULL); }
-                mhe_config_set(&c, "attn", attn[a], NULL);
+                if (arch == MHE_ARCH_ENCDEC) { c.enc_layers = 2; OK(mhe_config_set(&c, "cross_attn", "mhe-mul,gqa,mha", NULL)); }
+                OK(mhe_config_set(&c, "attn", attn[a], NULL));
                 if (a == 8) c.attn[3] = -1;
                 if (arch && a == 5) c.d_head = 8;   /* el-att needs n * d_head = d_model */
                 if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK) { CHECK(0, "init %s: %s", attn[a], m.err); continue; }

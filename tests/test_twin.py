@@ -353,8 +353,10 @@ def main():
     mt.torch.set_num_threads(1)
     d = tmpdir("mhe_twin_")
     data = os.path.join(d, "corpus.txt")
-    with open(os.path.join(REPO, "README.md"), "rb") as f:
-        text = f.read(30000)
+    text = b""
+    for doc in ("README.md", os.path.join("docs", "kinds.md")):   # 30 KB of prose
+        with open(os.path.join(REPO, doc), "rb") as f:
+            text += f.read(30000 - len(text))
     with open(data, "wb") as f:
         f.write(bytes(b for b in text if 32 <= b < 127 or b == 10))   # plain ASCII text
     refusals(mt, d)

@@ -274,7 +274,7 @@ static void param_counts(void) {
         mhe_model m;
         char err[MHE_ERR_LEN];
         cfg_of(&c, "vocab_size=40\n", err);
-        mhe_model_init(&m, &c, 1, NULL);
+        OK(mhe_model_init(&m, &c, 1, NULL));
         CHECK(mhe_model_emb_params(&m) == 40 * 12 && !m.special_emb && !m.regular_emb, "vocab: V x C, no special table");
         mhe_model_free(&m);
     }
@@ -290,7 +290,7 @@ static void hashing_in_models(void) {
     word_model(&m, "embedding=hash-emb\nhash_buckets=1000\n", &k, 1);
     {
         uint64_t v;
-        mhe_word_id_md5("light", 5, MHE_HASH_KEY, MHE_HASH_KEY_LEN, 1000, &v);
+        OK(mhe_word_id_md5("light", 5, MHE_HASH_KEY, MHE_HASH_KEY_LEN, 1000, &v));
         CHECK(mhe_model_hash_word(&m, "LIGHT", 5, &id, NULL) == MHE_OK && id == (int32_t)v, "hash-emb md5: HMAC-MD5 mod N, case-folded (%d vs %d)", id, (int)v);
         CHECK(k.f.id[mhe_lexicon_find(&k.x, "light", 5)] == id, "features hold the same bucket");
         CHECK(mhe_model_hash_word(&m, "", 0, &id, NULL) == MHE_ERR_ARG, "an empty word is refused: %s", m.err);
@@ -298,7 +298,7 @@ static void hashing_in_models(void) {
     }
     mhe_model_free(&m);
     word_model(&m, "embedding=hash-add\nhash_bits=20\nhash_key=0\n", &k, 1);
-    mhe_word_hash_md5("earth", 5, NULL, 0, d);
+    OK(mhe_word_hash_md5("earth", 5, NULL, 0, d));
     CHECK(mhe_model_hash_word(&m, "Earth", 5, NULL, bits) == MHE_OK && bits[0] == d[0] && bits[1] == d[1] && bits[2] == (d[2] & 0xF0),
           "hash_key=0: plain MD5's first 20 bits, the rest of the byte zero");
     mhe_model_free(&m);
@@ -307,8 +307,8 @@ static void hashing_in_models(void) {
         mhe_lsh l;
         mhe_lsh_config lc = mhe_lsh_config_default();
         lc.n_features = 64; lc.n_bits = 32; lc.n_buckets = 2;
-        mhe_lsh_init(&l, &lc, NULL, 0, NULL);
-        mhe_lsh_bits(&l, "walking", 7, NULL, bits2);
+        OK(mhe_lsh_init(&l, &lc, NULL, 0, NULL));
+        OK(mhe_lsh_bits(&l, "walking", 7, NULL, bits2));
         CHECK(mhe_model_hash_word(&m, "walking", 7, NULL, bits) == MHE_OK && memcmp(bits, bits2, 4) == 0, "lsh bits: mhe_lsh_bits with the model's settings");
         mhe_lsh_free(&l);
     }
@@ -324,8 +324,8 @@ static void hashing_in_models(void) {
         CHECK(mhe_model_embed_word(&m, "zebra", 5, e1) == MHE_OK, "an unseen word embeds: %s", m.err);
         mhe_lexicon_init(&x2, NULL);
         memset(&f2, 0, sizeof f2);
-        mhe_lexicon_intern(&x2, "zebra", 5, 1, &ty);
-        mhe_word_feats_update(&m, &x2, &f2);
+        OK(mhe_lexicon_intern(&x2, "zebra", 5, 1, &ty));
+        OK(mhe_word_feats_update(&m, &x2, &f2));
         tok[0] = MHE_N_SPECIAL + ty;
         memset(&b, 0, sizeof b);
         b.B = 1; b.T = 1; b.tokens = tok; b.words = &f2;
@@ -344,7 +344,7 @@ static void hashing_in_models(void) {
     mhe_model_free(&m);
     {   /* a byte-level vocab model has no word vocabulary */
         mhe_config c = mhe_config_default();
-        mhe_model_init(&m, &c, 1, NULL);
+        OK(mhe_model_init(&m, &c, 1, NULL));
         CHECK(mhe_model_hash_word(&m, "the", 3, &id, NULL) == MHE_ERR_CONFIG, "byte model: %s", m.err);
         CHECK(mhe_model_set_ngrams(&m, "abc", 3) == MHE_ERR_CONFIG, "byte model has no n-gram table");
         mhe_model_free(&m);
@@ -384,11 +384,11 @@ static void forward_errors(void) {
         mhe_train_config tc = mhe_train_config_default();
         cfg_of(&c, "arch=decoder\nembedding=hash-add\nhash_bits=16\n", err);
         CHECK(mhe_model_init(&d, &c, 1, NULL) == MHE_OK, "a hash-embedding decoder with an S+R head: %s", d.err);
-        mhe_kv_cache_init(&kv, &d, 4, NULL);
+        OK(mhe_kv_cache_init(&kv, &d, 4, NULL));
         CHECK(mhe_decode_step(&d, &kv, 5) == MHE_ERR_CONFIG && strstr(d.err, "nothing to generate"), "no generation: %s", d.err);
         mhe_kv_cache_free(&kv);
         tc.batch = 2; tc.seq_len = 4;
-        mhe_trainer_init(&t, &d, &tc);
+        OK(mhe_trainer_init(&t, &d, &tc));
         CHECK(mhe_trainer_step(&t, k.tok, k.n) == MHE_ERR_CONFIG && strstr(t.err, "mhe_trainer_step_sr"), "no LM training: %s", t.err);
         {
             float l;
@@ -397,8 +397,8 @@ static void forward_errors(void) {
         mhe_trainer_free(&t);
         mhe_model_free(&d);
         cfg_of(&c, "arch=decoder\ntoken_head=lm\n", err);
-        mhe_model_init(&d, &c, 1, NULL);
-        mhe_trainer_init(&t, &d, &tc);
+        OK(mhe_model_init(&d, &c, 1, NULL));
+        OK(mhe_trainer_init(&t, &d, &tc));
         CHECK(mhe_trainer_step_sr(&t, k.tok, k.n, NULL) == MHE_ERR_CONFIG, "S+R needs the S+R head: %s", t.err);
         mhe_trainer_free(&t);
         mhe_model_free(&d);
@@ -427,7 +427,7 @@ static void checkpoints(void) {
         corpus_of(&k, WORDS_TEXT);
         mhe_rng_seed(&r, 2);
         word_model(&a, extras[v], &k, 9);
-        mhe_checkpoint_size(&a, NULL, &size);
+        OK(mhe_checkpoint_size(&a, NULL, &size));
         buf = malloc(size);
         CHECK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &w) == MHE_OK && w == size, "write [%s]", extras[v]);
         CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK, "load [%s]: %s", extras[v], b.err);
@@ -438,9 +438,9 @@ static void checkpoints(void) {
               (fb.id ? memcmp(fb.id, k.f.id, (size_t)k.x.n * 4) == 0 : memcmp(fb.bits, k.f.bits, (size_t)k.x.n * MHE_BITS_BYTES(fb.n_bits)) == 0),
               "the reloaded model hashes every word the same [%s]", extras[v]);
         make_word_batch(&wb, &k, &k.f, &r);
-        mhe_model_forward_batch(&a, &wb.b, &la);
+        OK(mhe_model_forward_batch(&a, &wb.b, &la));
         wb.b.words = &fb;
-        mhe_model_forward_batch(&b, &wb.b, &lb);
+        OK(mhe_model_forward_batch(&b, &wb.b, &lb));
         CHECK(la == lb, "same loss after reload [%s]: %g vs %g", extras[v], la, lb);
         if (v < 2) {   /* hostile word state: an out-of-range vocabulary byte, a bad n-gram table */
             mhe_safetensors st;
@@ -448,7 +448,7 @@ static void checkpoints(void) {
             unsigned char *c = (unsigned char *)malloc(size);
             mhe_model bad;
             memcpy(c, buf, size);
-            mhe_st_parse(&st, c, size, NULL);
+            OK(mhe_st_parse(&st, c, size, NULL));
             t = mhe_st_find(&st, v ? "vocab.words" : "lsh.ngrams");
             CHECK(t != NULL && t->dtype == MHE_DTYPE_I32, "the checkpoint holds %s as I32", v ? "vocab.words" : "lsh.ngrams");
             if (t) {
@@ -481,7 +481,7 @@ static void checkpoints(void) {
         void *buf;
         int i, j;
         c.d_model = 8; c.n_heads = 2; c.n_layers = 1; c.max_seq_len = 4; c.vocab_size = 10;
-        mhe_model_init(&a, &c, 1, NULL);
+        OK(mhe_model_init(&a, &c, 1, NULL));
         mhe__ckpt_build(&a, NULL, &k, 0, err);
         for (i = j = 0; i < k.n_meta; i++) {
             const char *key = k.keys[i];
@@ -489,9 +489,9 @@ static void checkpoints(void) {
             k.keys[j] = key; k.values[j++] = k.values[i];
         }
         CHECK(j == k.n_meta - 14, "14 word fields left out (%d)", k.n_meta - j);
-        mhe_st_write_size(k.items, k.n_items, k.keys, k.values, j, &size, err);
+        OK(mhe_st_write_size(k.items, k.n_items, k.keys, k.values, j, &size, err));
         buf = malloc(size);
-        mhe_st_write_mem(buf, size, &w, k.items, k.n_items, k.keys, k.values, j, err);
+        OK(mhe_st_write_mem(buf, size, &w, k.items, k.n_items, k.keys, k.values, j, err));
         CHECK(mhe_model_load_mem(&b, buf, w, NULL) == MHE_OK && b.cfg.embedding == MHE_EMB_VOCAB && b.cfg.hash_bits == 128 &&
               b.cfg.token_head == MHE_HEAD_LM, "an older checkpoint loads with the defaults: %s", b.err);
         mhe_model_free(&b);
@@ -616,10 +616,10 @@ static void fuzz(void) {
         unsigned char *good, *bad;
         corpus_of(&k, WORDS_TEXT);
         word_model(&a, "embedding=hash-pool\nhash=lsh\nlsh_features=table\nlsh_dim=40\nhash_bits=24\nhash_chunk=7\n", &k, 9);
-        mhe_checkpoint_size(&a, NULL, &size);
+        OK(mhe_checkpoint_size(&a, NULL, &size));
         good = (unsigned char *)malloc(size);
         bad = (unsigned char *)malloc(size);
-        mhe_checkpoint_write_mem(&a, NULL, good, size, &w);
+        OK(mhe_checkpoint_write_mem(&a, NULL, good, size, &w));
         for (i = 0; i < 300; i++) {
             int j, flips = 1 + (int)mhe_rng_below(&r, 4);
             memcpy(bad, good, size);

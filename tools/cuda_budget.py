@@ -2,7 +2,9 @@
 """Compare ptxas's resource report with the checked-in kernel budget.
 
 usage: cuda_budget.py PTXAS_LOG BUDGET            fail when a kernel is over budget
-       cuda_budget.py PTXAS_LOG BUDGET --table    the README's table (markdown)
+       cuda_budget.py PTXAS_LOG BUDGET --table    the kernel table of docs/cuda.md (markdown)
+       cuda_budget.py PTXAS_LOG BUDGET --update FILE   rewrite that table in FILE between
+                                                  its cuda-kernels markers (make docs)
        cuda_budget.py PTXAS_LOG --write BUDGET    write a budget from a report
 
 PTXAS_LOG is what `nvcc -Xptxas -v` printed while building the kernels
@@ -15,6 +17,8 @@ than its line allows, spills or uses local memory at all, or has no line
 import re
 import subprocess
 import sys
+
+START, END = "<!-- cuda-kernels:start -->", "<!-- cuda-kernels:end -->"
 
 
 def demangle(names):
@@ -76,18 +80,31 @@ def main(argv):
                 f.write("%s  %s  %d  %d\n" % (name, arch, (v["regs"] + 7) // 8 * 8, v["smem"]))
         return 0
     budget = read_budget(argv[2])
-    if "--table" in argv:  # one row per kernel, the architectures side by side
+    if "--table" in argv or "--update" in argv:  # one row per kernel, the architectures side by side
         archs = sorted({a for _, a in report})
-        print("| kernel | " + " | ".join("%s registers (budget)" % a for a in archs) + " | static shared bytes | spills |")
-        print("| --- |" + " --- |" * (len(archs) + 2))
+        rows = ["| kernel | " + " | ".join("%s registers (budget)" % a for a in archs) + " | static shared bytes | spills |",
+                "| --- |" + " --- |" * (len(archs) + 2)]
         for name in sorted({k for k, _ in report}):
             regs = []
             for a in archs:
                 v, b = report.get((name, a)), budget.get((name, a), ("-", "-"))
                 regs.append("%d (%s)" % (v["regs"], b[0]) if v else "-")
             vs = [report[(name, a)] for a in archs if (name, a) in report]
-            print("| `%s` | %s | %d | %d |" % (name, " | ".join(regs), max(v["smem"] for v in vs),
-                                               sum(v["spill"] for v in vs)))
+            rows.append("| `%s` | %s | %d | %d |" % (name, " | ".join(regs), max(v["smem"] for v in vs),
+                                                    sum(v["spill"] for v in vs)))
+        if "--table" in argv:
+            print("\n".join(rows))
+            return 0
+        path = argv[argv.index("--update") + 1]
+        text = open(path, encoding="utf-8").read()
+        if text.count(START) != 1 or text.count(END) != 1:
+            print("cuda_budget: %s needs one %s and one %s marker" % (path, START, END))
+            return 1
+        new = text[:text.index(START)] + "\n".join([START, ""] + rows + ["", END]) + text[text.index(END) + len(END):]
+        if new != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            print("cuda_budget: rewrote the kernel table in %s" % path)
         return 0
     bad = 0
     for (name, arch), v in sorted(report.items()):

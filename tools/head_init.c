@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
                 if (s == (steps >= 3 ? steps / 3 : 1)) sp[2] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
             }
             sp[3] = head_spread(&m, kind == MHE_ATTN_MHE_MUL);
-            mhe_evaluate(&m, valid, nv, 16, 64, 20, &val);
+            if (mhe_evaluate(&m, valid, nv, 16, 64, 20, &val) != MHE_OK) val = NAN;   /* a diverged run: NaN in the table */
             printf("| %s | %.2f | %.4f | %.4f | %.4f | %.4f | %.3f |\n", mhe_attn_kind_name(kind), scales[si], sp[0], sp[1], sp[2], sp[3], val);
             fflush(stdout);
             mhe_trainer_free(&t);

@@ -204,10 +204,13 @@ static const command_spec commands[] = {
         "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
         "every save_every steps and at the end; the output is checked before the first step,\n"
         "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
-        "--task lm and cls on the GPU: the same batches, dropout masks, schedule and checkpoint.\n"
+        "--task lm, cls and sr on the GPU: the same batches, dropout masks, schedule and checkpoint.\n"
         "--dump-batches FILE records every batch drawn (tokens, targets, source) with mhe's loss,\n"
         "lr and gradient norm per step, the model and train config and the corpus's hash, for a\n"
-        "step-by-step replay by the PyTorch twin (tools/mhe_torch.py replay).\n"),
+        "step-by-step replay by the PyTorch twin (tools/mhe_torch.py replay). The checkpoint\n"
+        "records the task: --resume continues it (another --task is refused). SIGINT, SIGTERM or\n"
+        "SIGHUP stops after the step in progress, writes the checkpoint and exits 130 (SIGINT) or\n"
+        "143; a second signal ends the run at once, the last checkpoint kept.\n"),
     CMD("eval", eval_flags, 0, "seq_len src_len batch sr_prob", NULL,
         "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
         "consecutive windows of the text, shaped as `mhe train` shapes them.\n"
@@ -223,14 +226,15 @@ static const command_spec commands[] = {
         "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
         "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
         "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"
-        "--device cuda (--task lm, with or without --stride, or --task cls): the forward passes on\n"
-        "the GPU, over the same windows and batches; a model the device cannot run is refused,\n"
-        "not run here.\n"),
+        "--device cuda (--task lm, with or without --stride, cls or sr): the forward passes on the\n"
+        "GPU, over the same windows and batches; a model the device cannot run is refused, not run\n"
+        "here.\n"),
     CMD("generate", generate_flags, 0, "seed", NULL,
         "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
         "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
         "from --prompt (default: the last byte of the source). Prints the KV-cache size on stderr.\n"
-        "--device cuda (a decoder): the prompt runs as one batch into the GPU's KV cache, then\n"
+        "--device cuda (a decoder, or encdec: the source encoded once, its cross-attention K|V\n"
+        "kept on the GPU): the prompt runs as one batch into the GPU's KV cache, then\n"
         "each token is decoded there; sampling stays on the host with the same RNG, so greedy\n"
         "output equals the CPU's. A model the device cannot run is refused, not run here.\n"),
     CMD("grad", grad_flags, 0, NULL, NULL,
@@ -473,6 +477,10 @@ static int parse_opts(const command_spec *c, int argc, char **argv, opts *o) {
     o->words = o->words_s && o->words_s[0] == '1';
     o->tf32 = o->tf32_s && o->tf32_s[0] == '1';
     o->cuda = o->device && strcmp(o->device, "cuda") == 0;
+    if (o->tf32_s && !o->cuda) { fprintf(stderr, "mhe: --tf32 sets the GPU's GEMMs: give it with --device cuda\n"); return -1; }
+#ifndef _OPENMP
+    if (o->threads > 1) { fprintf(stderr, "mhe: --threads %ld: this mhe was built without OpenMP (one thread)\n", o->threads); return 0; }
+#endif
 #ifndef MHE_CUDA
     if (o->cuda) { fprintf(stderr, "mhe: --device cuda: this mhe was built without CUDA (make cuda builds build/cuda/mhe)\n"); return 0; }
 #endif
@@ -547,6 +555,60 @@ static int out_commit(mhe_out *w) {
     if (mhe_out_commit(w, err) == MHE_OK) return 1;
     fprintf(stderr, "mhe: %s\n", err);
     return 0;
+}
+
+/* ---- signals ----------------------------------------------------------------
+   SIGINT, SIGTERM and SIGHUP (taken as SIGTERM) end every command by the
+   signal (the shell sees 130 or 143), after removing the temporary file of
+   a write in progress (mhe_out_remove_pending): an interrupted write leaves
+   the old target and nothing else. While train steps, the first signal only
+   asks it to stop (train_steps saves and exits 130 or 143); a second one
+   ends it at once. The handler does only async-signal-safe things. */
+
+static volatile sig_atomic_t stop_signal;   /* the signal that asked train to stop (0: none) */
+static volatile sig_atomic_t stop_asks;     /* 1 while train steps: a first signal asks, not ends */
+
+static void on_signal(int sig) {
+    if (stop_asks && !stop_signal) {
+        stop_signal = sig;
+#ifdef _WIN32
+        signal(sig, on_signal);   /* signal() resets the handler on delivery there */
+#endif
+        return;
+    }
+    mhe_out_remove_pending();
+#ifdef SIGHUP
+    if (sig == SIGHUP) sig = SIGTERM;
+#endif
+    signal(sig, SIG_DFL);
+    /* blocked while this handler runs (sa_mask): delivered, with the default action, as it returns */
+    raise(sig);
+}
+
+static void catch_signals(void) {
+#ifndef _WIN32
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+    struct sigaction sa;
+    size_t i;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]);   /* one handler at a time */
+    for (i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
+#else
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+#endif
+}
+
+/* SIGHUP counts as SIGTERM */
+static int exit_status_of(int sig) { return sig == SIGINT ? 130 : 143; }
+
+static const char *signal_name(int sig) {
+#ifdef SIGHUP
+    if (sig == SIGHUP) return "SIGHUP";
+#endif
+    return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
 /* bytes of a text file as tokens; rejects empty and binary files */
@@ -663,7 +725,16 @@ static int cmd_init(int argc, char **argv) {
     mhe_model m;
     mhe_status s;
     int rc;
-    if (!command_opts("init", argc, argv, &o, &rc) || !check_output(&o, o.out, 0)) return rc;
+    if (!command_opts("init", argc, argv, &o, &rc)) return rc;
+    if (o.words && o.cfg.embedding != MHE_EMB_VOCAB) {
+        fprintf(stderr, "mhe: init: --words 1 gives embedding=vocab a word vocabulary; a hash embedding takes words already\n");
+        return 2;
+    }
+    if (o.data && !(o.cfg.embedding == MHE_EMB_VOCAB ? o.words : o.cfg.hash == MHE_WORD_HASH_LSH && o.cfg.lsh_features)) {
+        fprintf(stderr, "mhe: init: --data is read only for a word vocabulary (--words 1) or an LSH n-gram table (hash=lsh, lsh_features=table)\n");
+        return 2;
+    }
+    if (!check_output(&o, o.out, 0)) return 1;
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
     if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
@@ -694,7 +765,40 @@ static void print_cls(const char *what, const mhe_cls_metrics *r) {
            r->macro_f1, r->mcc, (long long)r->n);
 }
 
-/* the train settings saved in the --resume checkpoint, overridden by flags given now */
+/* the task of a --resume checkpoint: the saved one ("task" metadata) unless
+   --task names another, which is refused. A file from before the task was
+   saved is taken as --task says, else as its head says: a classification
+   head (n_classes > 0) cls, the S+R head sr, otherwise lm. */
+static int resume_task(opts *o, const mhe_safetensors *st) {
+    const char *saved = mhe_st_meta(st, "task"), *n_classes, *head;
+    static const char *known[] = { "lm", "cls", "sr" };
+    size_t i;
+    if (saved) {
+        for (i = 0; i < sizeof known / sizeof known[0] && strcmp(saved, known[i]) != 0; i++) {}
+        if (i == sizeof known / sizeof known[0]) {
+            fprintf(stderr, "mhe: --resume %s: the saved task '%.40s' is not lm, cls or sr\n", o->resume, saved);
+            return 0;
+        }
+        if (o->task && strcmp(o->task, saved) != 0) {
+            fprintf(stderr, "mhe: --task %s, but --resume %s continues a --task %s run: refused (leave --task out to continue it, or "
+                            "train its weights on another task with --model %s)\n", o->task, o->resume, saved, o->resume);
+            return 0;
+        }
+        o->task = known[i];
+        return 1;
+    }
+    if (o->task) return 1;
+    n_classes = mhe_st_meta(st, "n_classes");
+    head = mhe_st_meta(st, "token_head");
+    o->task = n_classes && strcmp(n_classes, "0") != 0 ? "cls" : head && strcmp(head, "sr") == 0 ? "sr" : "lm";
+    fprintf(stderr, "mhe: note: --resume %s does not record its task (written by an older mhe): continuing as --task %s, %s; "
+                    "give --task to choose\n", o->resume, o->task,
+            o->task[0] == 'c' ? "as its classification head says" : o->task[0] == 's' ? "as its S+R head says" : "as it has no task head");
+    return 1;
+}
+
+/* the train settings saved in the --resume checkpoint, overridden by flags
+   given now, and its task; a saved setting that is not valid is refused */
 static int resume_settings(opts *o) {
     void *buf;
     size_t size;
@@ -705,7 +809,12 @@ static int resume_settings(opts *o) {
     char v[64];
     int i;
     if (mhe_read_file(o->resume, &buf, &size, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
-    if (mhe_st_parse(&st, buf, size, NULL) == MHE_OK) {
+    if (mhe_st_parse(&st, buf, size, NULL) != MHE_OK) {   /* it loaded a moment ago: changed since */
+        fprintf(stderr, "mhe: --resume %s: %s\n", o->resume, st.err);
+        free(buf);
+        return 0;
+    }
+    {
         if (!mhe_st_meta(&st, "step")) {
             fprintf(stderr, "mhe: --resume %s: a weights-only file (no optimizer state, step or RNG); to train these weights further, "
                             "give --model %s\n", o->resume, o->resume);
@@ -718,9 +827,18 @@ static int resume_settings(opts *o) {
             const char *val;
             snprintf(key, sizeof key, "train.%s", k);
             val = mhe_st_meta(&st, key);
-            if (val && !o->tc_given[i]) mhe_train_config_set(&o->tc, k, val, err);
+            /* a flag given now overrides a saved setting, but a corrupt one is refused all the same,
+               never replaced by the default */
+            if (val && mhe_train_config_set(o->tc_given[i] ? &tc : &o->tc, k, val, err) != MHE_OK) {
+                fprintf(stderr, "mhe: --resume %s: saved train setting %s='%s': %s\n", o->resume, key, val, err);
+                mhe_st_free(&st);
+                free(buf);
+                return 0;
+            }
         }
+        i = resume_task(o, &st);
         mhe_st_free(&st);
+        if (!i) { free(buf); return 0; }
     }
     free(buf);
     return 1;
@@ -728,9 +846,7 @@ static int resume_settings(opts *o) {
 
 /* the model to train further: the --resume checkpoint (and its train settings) or --model */
 static int load_model_to_train(opts *o, mhe_model *m) {
-    if (!load_model(o->resume ? o->resume : o->model, m)) return 0;
-    if (o->resume && !resume_settings(o)) { mhe_model_free(m); return 0; }
-    return 1;
+    return load_model(o->resume ? o->resume : o->model, m);
 }
 
 static int new_model(const opts *o, mhe_model *m) {
@@ -772,6 +888,7 @@ typedef struct {
     void (*print_final)(const train_run *r);  /* NULL, or the line before "wrote FILE" */
     int tokens_per_s;                         /* the progress line shows tokens/s */
     int on_device;                            /* --device cuda can train it */
+    const char *name;                         /* --task NAME, saved in the checkpoint */
 } train_task;
 
 struct train_run {
@@ -788,6 +905,7 @@ struct train_run {
     int has_valid, tty, first_step;
     double t0;
     mhe_out dump;             /* --dump-batches: the file being written (dump.f NULL: none) */
+    int saved_step;           /* the step of the last checkpoint this run wrote (-1: none) */
 };
 
 /* logs and validations come every N steps and at the last */
@@ -824,7 +942,7 @@ static int validate(train_run *r) {
 
 static int save_checkpoint(train_run *r) {
     if (!sync_device(r)) return 0;
-    if (mhe_checkpoint_save(r->m, r->t, r->o->out) == MHE_OK) return 1;
+    if (mhe_checkpoint_save(r->m, r->t, r->o->out) == MHE_OK) { r->saved_step = r->t->step; return 1; }
     fprintf(stderr, "\nmhe: %s\n", r->t->err);
     return 0;
 }
@@ -924,20 +1042,49 @@ static int dump_close(train_run *r) {
     return 1;
 }
 
-/* steps to tc.steps with progress, validation and checkpoints; 0 on failure (message printed) */
+/* a signal asked the run to stop (stop_signal): the checkpoint of the steps
+   done, unless this run just wrote it, and how to go on; the exit status */
+static int stop_training(train_run *r) {
+    const opts *o = r->o;
+    int sig = stop_signal;
+    if (r->saved_step != r->t->step && !save_checkpoint(r)) {
+        fprintf(stderr, "mhe: stopped by %s at step %d of %d; the checkpoint was not written (above)\n", signal_name(sig), r->t->step,
+                o->tc.steps);
+        return exit_status_of(sig);
+    }
+    if (r->tty) printf("\n");   /* ends the progress line */
+    fflush(stdout);
+    if (r->t->step >= o->tc.steps) {
+        fprintf(stderr, "mhe: %s arrived as the last checkpoint was written: %s holds all %d steps\n", signal_name(sig), o->out, r->t->step);
+        return exit_status_of(sig);
+    }
+    fprintf(stderr, "mhe: stopped by %s at step %d of %d: %s holds the run (weights, AdamW moments, RNG, step, task %s)\n"
+                    "mhe: to continue it: mhe train --resume %s --out %s --data %s%s%s\n", signal_name(sig), r->t->step, o->tc.steps,
+            o->out, r->task->name, o->out, o->out, o->data, o->valid ? " --valid " : "", o->valid ? o->valid : "");
+    return exit_status_of(sig);
+}
+
+/* steps to tc.steps with progress, validation and checkpoints; 0 on failure
+   (message printed), 1 when done, else the exit status after a signal */
 static int train_steps(train_run *r) {
     const mhe_train_config *tc = &r->o->tc;
+    int rc;
     r->t0 = now_s();
     r->first_step = r->t->step;
-    while (r->t->step < tc->steps) {
+    stop_asks = 1;
+    while (r->t->step < tc->steps && !stop_signal) {
         mhe_status s = r->task->step(r);
-        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); return 0; }
+        if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); stop_asks = 0; return 0; }
         dump_step(r);
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
-        if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) return 0;
-        if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) return 0;
+        if (stop_signal) break;   /* the validation can wait for the resumed run */
+        if (r->has_valid && tc->eval_every > 0 && due(r->t->step, tc->eval_every, tc->steps) && !validate(r)) { stop_asks = 0; return 0; }
+        if (tc->save_every > 0 && r->t->step % tc->save_every == 0 && r->t->step < tc->steps && !save_checkpoint(r)) { stop_asks = 0; return 0; }
     }
-    return save_checkpoint(r);
+    if (!stop_signal && !save_checkpoint(r)) { stop_asks = 0; return 0; }
+    rc = stop_signal ? stop_training(r) : 1;
+    stop_asks = 0;
+    return rc;
 }
 
 static void print_end(const train_run *r) {
@@ -957,7 +1104,7 @@ static void print_end(const train_run *r) {
 /* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
 static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm and cls only\n"); return 0; }
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
     if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
     if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
@@ -1000,23 +1147,52 @@ static int run_training(const opts *o, mhe_model *m, const train_task *task, voi
         if (!start_trainer(&r.cpu, m, o)) return 1;
         r.t = &r.cpu;
     }
-    ok = task->begin(&r) && train_steps(&r) && dump_close(&r);
-    dump_abandon(&r);   /* a failed run leaves no dump */
-    if (ok && !o->quiet) print_end(&r);
+    snprintf(r.t->task, sizeof r.t->task, "%s", task->name);
+    r.saved_step = -1;
+    ok = task->begin(&r) ? train_steps(&r) : 0;
+    if (ok == 1 && !dump_close(&r)) ok = 0;
+    dump_abandon(&r);   /* a failed or stopped run leaves no dump */
+    if (ok == 1 && !o->quiet) print_end(&r);
     if (o->cuda) stop_device(&r);
     else mhe_trainer_free(&r.cpu);
-    return ok ? 0 : 1;
+    return ok == 1 ? 0 : ok == 0 ? 1 : ok;
 }
 
 /* ---- --task lm: the next byte (decoder), masked bytes (encoder), a continuation (encdec) ---- */
 
 typedef struct { int *train, *valid; size_t n_train, n_valid; float val_loss; } lm_data;
 
+/* the bytes of one window (mhe's lm span): seq_len for an encoder (masked
+   LM), src_len + seq_len for encdec, seq_len + 1 (the next byte) for a decoder */
+static size_t lm_window(const mhe_model *m, const mhe_train_config *tc) {
+    size_t T = (size_t)tc->seq_len, Ts = (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len);
+    return m->cfg.arch == MHE_ARCH_ENCODER ? T : m->cfg.arch == MHE_ARCH_ENCDEC ? Ts + T : T + 1;
+}
+
+static const char *lm_objective(const mhe_model *m) {
+    return m->cfg.arch == MHE_ARCH_ENCODER ? "masked LM (arch=encoder)" : m->cfg.arch == MHE_ARCH_ENCDEC ? "encoder-decoder (src_len + seq_len)"
+                                                                                                       : "next byte (arch=decoder)";
+}
+
+/* preflight: the model and both files suit the task at these lengths */
 static int lm_begin(train_run *r) {
     const lm_data *d = (const lm_data *)r->data;
     const mhe_train_config *tc = &r->o->tc;
-    size_t need = (size_t)tc->seq_len + (r->m->cfg.arch == MHE_ARCH_ENCDEC ? (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len) : 1);
-    if (d->n_train < need) { fprintf(stderr, "mhe: %s: corpus has %zu bytes, a training window needs %zu\n", r->o->data, d->n_train, need); return 0; }
+    size_t need = lm_window(r->m, tc);
+    if (r->m->cfg.token_head == MHE_HEAD_SR) {
+        fprintf(stderr, "mhe: --task lm: this model has the Shuffle+Random head (token_head=sr): train it with --task sr\n");
+        return 0;
+    }
+    if (d->n_train < need) {
+        fprintf(stderr, "mhe: --data %s: %zu tokens, one training window of the %s needs %zu (seq_len %d)\n", r->o->data, d->n_train,
+                lm_objective(r->m), need, tc->seq_len);
+        return 0;
+    }
+    if (d->valid && d->n_valid < need) {
+        fprintf(stderr, "mhe: --valid %s: %zu tokens, one validation window of the %s needs %zu (seq_len %d): nothing trained\n",
+                r->o->valid, d->n_valid, lm_objective(r->m), need, tc->seq_len);
+        return 0;
+    }
     if (!dump_open(r, d->train, d->n_train)) return 0;
     if (r->o->quiet) return 1;
     describe(r->m);
@@ -1052,7 +1228,7 @@ static void lm_print_final(const train_run *r) {
     printf("\n");
 }
 
-static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1, 1 };
+static const train_task lm_task = { lm_begin, lm_step, lm_validate, lm_print_val, lm_print_final, 1, 1, "lm" };
 
 static int train_lm(opts *o) {
     lm_data d;
@@ -1137,8 +1313,14 @@ static int cls_new_model(opts *o, cls_data *d, mhe_model *m) {
 }
 
 /* the model has a head; word sets get the features of every word type */
-static int cls_ready(cls_data *d, mhe_model *m) {
+static int cls_ready(const opts *o, cls_data *d, mhe_model *m) {
     if (m->cfg.n_classes < 1) { fprintf(stderr, "mhe: --task cls needs a model with a classification head (arch=encoder, n_classes > 0)\n"); return 0; }
+    if (d->train.n_classes > m->cfg.n_classes || d->valid.n_classes > m->cfg.n_classes) {
+        int tr = d->train.n_classes > m->cfg.n_classes;
+        fprintf(stderr, "mhe: %s %s: labels up to %d, the model's head has n_classes %d (labels 0..%d)\n", tr ? "--data" : "--valid",
+                tr ? o->data : o->valid, (tr ? d->train.n_classes : d->valid.n_classes) - 1, m->cfg.n_classes, m->cfg.n_classes - 1);
+        return 0;
+    }
     if (d->words) {
         if (!feats(m, &d->x, &d->f)) return 0;
         d->train.words = d->valid.words = &d->f;
@@ -1170,7 +1352,7 @@ static mhe_status cls_validate(train_run *r) {
 
 static void cls_print_val(const train_run *r) { print_cls("val", &((const cls_data *)r->data)->val); }
 
-static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 1 };
+static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 1, "cls" };
 
 /* mhe train --task cls: the classification head of an encoder on labelled texts
    (bytes, or words for word models and --words 1); a loaded model without a
@@ -1184,7 +1366,7 @@ static int train_cls(opts *o) {
     mhe_lexicon_init(&d.xtr, NULL);
     if (!o->data) { fprintf(stderr, "mhe: no training data given (--data FILE)\n"); return 1; }
     if (o->resume || o->model ? cls_loaded_model(o, &d, &m) : cls_new_model(o, &d, &m)) {
-        if (cls_ready(&d, &m)) rc = run_training(o, &m, &cls_task, &d, d.valid.n != 0);
+        if (cls_ready(o, &d, &m)) rc = run_training(o, &m, &cls_task, &d, d.valid.n != 0);
         mhe_model_free(&m);
     }
     cls_data_free(&d);
@@ -1237,7 +1419,16 @@ static int sr_ready(const opts *o, sr_data *d, mhe_model *m) {
 static int sr_begin(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
     const opts *o = r->o;
-    if (d->n_train < (size_t)o->tc.seq_len) { fprintf(stderr, "mhe: %s: %zu word tokens, a window needs %d\n", o->data, d->n_train, o->tc.seq_len); return 0; }
+    if (d->n_train < (size_t)o->tc.seq_len) {
+        fprintf(stderr, "mhe: --data %s: %zu word tokens, one training window needs %d (seq_len %d)\n", o->data, d->n_train, o->tc.seq_len,
+                o->tc.seq_len);
+        return 0;
+    }
+    if (o->valid && d->n_valid < (size_t)o->tc.seq_len) {
+        fprintf(stderr, "mhe: --valid %s: %zu word tokens, one validation window needs %d (seq_len %d): nothing trained\n", o->valid,
+                d->n_valid, o->tc.seq_len, o->tc.seq_len);
+        return 0;
+    }
     if (o->quiet) return 1;
     describe(r->m);
     printf("data: %zu train word tokens (%d types), %zu valid word tokens; S+R: shuffle %.0f%%, replace %.0f%% of the rest\n",
@@ -1247,6 +1438,9 @@ static int sr_begin(train_run *r) {
 
 static mhe_status sr_step(train_run *r) {
     const sr_data *d = (const sr_data *)r->data;
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_step_sr(&r->gpu, d->train, d->n_train, &d->ftr);
+#endif
     return mhe_trainer_step_sr(r->t, d->train, d->n_train, &d->ftr);
 }
 
@@ -1258,7 +1452,7 @@ static mhe_status sr_validate(train_run *r) {
 
 static void sr_print_val(const train_run *r) { print_sr("val ", &((const sr_data *)r->data)->val); }
 
-static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 0 };
+static const train_task sr_task = { sr_begin, sr_step, sr_validate, sr_print_val, NULL, 1, 1, "sr" };
 
 static int train_sr(opts *o) {
     sr_data d;
@@ -1273,6 +1467,16 @@ static int train_sr(opts *o) {
     }
     sr_data_free(&d);
     return rc;
+}
+
+/* the train settings of the run (flags, then the --resume file's), checked
+   before any data is read */
+static int train_settings_valid(const opts *o) {
+    char err[MHE_ERR_LEN];
+    if (mhe_train_config_validate(&o->tc, err) == MHE_OK) return 1;
+    if (o->resume) fprintf(stderr, "mhe: --resume %s: train settings (those saved there unless a flag gives one): %s\n", o->resume, err);
+    else fprintf(stderr, "mhe: train settings: %s\n", err);
+    return 0;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -1299,6 +1503,8 @@ static int cmd_train(int argc, char **argv) {
     if (o.resume && o.model) { fprintf(stderr, "mhe: give --model or --resume, not both\n"); return 2; }
     /* before the data is read and the first step taken */
     if (!check_output(&o, o.out, 1)) return 1;
+    if (o.resume && !resume_settings(&o)) return 1;
+    if (!train_settings_valid(&o)) return 1;
     if (o.dump_batches) {
         if (o.task && strcmp(o.task, "lm") != 0) { fprintf(stderr, "mhe: --dump-batches records --task lm batches only\n"); return 2; }
         if (same_file(o.dump_batches, o.out)) { fprintf(stderr, "mhe: --dump-batches %s is the --out file: refused\n", o.dump_batches); return 2; }
@@ -1371,9 +1577,24 @@ static int cmd_eval(int argc, char **argv) {
     int64_t scored = 0;
     mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
-    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "cls") != 0) {
-        fprintf(stderr, "mhe: --device cuda evaluates --task lm and cls only\n");
+    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "cls") != 0 && strcmp(o.task, "sr") != 0) {
+        fprintf(stderr, "mhe: --device cuda evaluates --task lm, cls and sr only\n");
         return 1;
+    }
+    {   /* flags the chosen task would ignore */
+        int lm = !o.task || strcmp(o.task, "lm") == 0;
+        const char *unused = !lm && o.indicators ? "--indicators" : !lm && given(&o, "stride") ? "--stride"
+                           : given(&o, "map-len") && !o.indicators ? "--map-len" : o.tc_given[train_field_index("sr_prob")] && !(o.task && strcmp(o.task, "sr") == 0) ? "--sr_prob" : NULL;
+        if (unused) {
+            fprintf(stderr, "mhe: eval: %s is not used %s\n", unused, strcmp(unused, "--map-len") == 0 ? "without --indicators"
+                                                                : strcmp(unused, "--sr_prob") == 0 ? "without --task sr" : "with --task cls or sr (a decoder LM's text only)");
+            return 2;
+        }
+    }
+    if (o.indicators) {   /* PREFIX.csv beside nothing: a hidden .csv in a directory */
+        const char *base = strrchr(o.indicators, '/');
+        base = base ? base + 1 : o.indicators;
+        if (!*base) { fprintf(stderr, "mhe: --indicators '%s': the prefix needs a file name (PREFIX.csv, PREFIX.svg)\n", o.indicators); return 1; }
     }
     if (o.cuda && o.indicators) {
         fprintf(stderr, "mhe: --indicators reads the CPU's reference attention maps: run it without --device cuda\n");
@@ -1394,7 +1615,25 @@ static int cmd_eval(int argc, char **argv) {
         for (l = 0; l < m.cfg.n_layers; l++) if (m.skip_attn >> l & 1) printf(" %d (%s)", l, mhe_attn_kind_name(m.layers[E + l].attn.kind));
         printf("\n");
     }
+    /* the default window shrinks to the model's; a window asked for is refused when it does not fit */
+    if (o.tc.seq_len > m.cfg.max_seq_len && o.tc_given[train_field_index("seq_len")]) {
+        fprintf(stderr, "mhe: --seq_len %d exceeds the model's max_seq_len %d\n", o.tc.seq_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.tc.seq_len > m.cfg.max_seq_len) o.tc.seq_len = m.cfg.max_seq_len;
+    if (o.tc_given[train_field_index("src_len")] && (m.cfg.arch != MHE_ARCH_ENCDEC || o.tc.src_len > m.cfg.max_seq_len)) {
+        if (m.cfg.arch != MHE_ARCH_ENCDEC) fprintf(stderr, "mhe: --src_len is the source window of an encoder-decoder model; this one has arch=%s\n",
+                                                   m.cfg.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder");
+        else fprintf(stderr, "mhe: --src_len %d exceeds the model's max_seq_len %d\n", o.tc.src_len, m.cfg.max_seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (o.indicators && given(&o, "map-len") && o.map_len > o.tc.seq_len) {
+        fprintf(stderr, "mhe: --map-len %ld exceeds the evaluated window seq_len %d\n", o.map_len, o.tc.seq_len);
+        mhe_model_free(&m);
+        return 1;
+    }
     if (o.task && (strcmp(o.task, "cls") == 0 || strcmp(o.task, "sr") == 0)) {
         mhe_text_set set;
         mhe_cls_metrics r;
@@ -1411,6 +1650,17 @@ static int cmd_eval(int argc, char **argv) {
         if (o.task[0] == 's') {
             if (!words || m.cfg.token_head != MHE_HEAD_SR) fprintf(stderr, "mhe: --task sr needs a word model with the S+R head (token_head=sr)\n");
             else if (read_words(o.data, &x, &tok, &n) && feats(&m, &x, &f)) {
+#ifdef MHE_CUDA
+                if (o.cuda) {   /* the same windows and corruption, each forward on the device */
+                    mhe_cuda_model g;
+                    if (open_device(&o, &m, &g, stdout)) {
+                        if (mhe_cuda_evaluate_sr(&g, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK)
+                            fprintf(stderr, "mhe: %s\n", g.err);
+                        else { print_sr("", &r); rc = 0; }
+                        mhe_cuda_model_free(&g);
+                    }
+                } else
+#endif
                 if (mhe_evaluate_sr(&m, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
                 else { print_sr("", &r); rc = 0; }
             }
@@ -1449,9 +1699,15 @@ static int cmd_eval(int argc, char **argv) {
         mhe_cuda_model g;
         if (!open_device(&o, &m, &g, stdout)) { free(data); mhe_model_free(&m); return 1; }
         es = o.stride ? mhe_cuda_evaluate_strided(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
-                      : mhe_cuda_evaluate(&g, data, n, o.tc.batch, o.tc.seq_len, (int)o.batches, &loss);
+                      : mhe_cuda_evaluate_s2s(&g, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
         if (es != MHE_OK) memcpy(m.err, g.err, MHE_ERR_LEN);
         mhe_cuda_model_free(&g);
+        if (es == MHE_ERR_NONFINITE) {   /* the host's forward over the same windows names the first layer */
+            float l2;
+            mhe_status hs = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &l2, &scored)
+                                     : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &l2);
+            if (hs == MHE_OK) snprintf(m.err, MHE_ERR_LEN, "%s (on the device; the CPU's loss over the same windows is finite, %g)", g.err, l2);
+        }
     } else
 #endif
     es = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
@@ -1498,31 +1754,61 @@ typedef struct { mhe_model *m; mhe_kv_cache *kv; } cpu_feed;
 static const float *feed_cpu(void *ctx, const int *tokens, int n) {
     cpu_feed *f = (cpu_feed *)ctx;
     int i;
-    for (i = 0; i < n; i++)
-        if (mhe_decode_step(f->m, f->kv, tokens[i]) != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    for (i = 0; i < n; i++) {
+        mhe_status s = mhe_decode_step(f->m, f->kv, tokens[i]);
+        if (s == MHE_ERR_NONFINITE) return f->kv->logits;   /* sample_text names the layer */
+        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
+    }
     return f->kv->logits;
 }
 
+/* logits that are not all finite: a forward pass over the n tokens so far (and
+   the source) finds the first layer that went non-finite; the message says it */
+static void report_nonfinite(mhe_model *m, const int *tok, int n, const char *source) {
+    mhe_batch bt;
+    int *src = NULL, ns = source ? (int)strlen(source) : 0, i;
+    memset(&bt, 0, sizeof bt);
+    bt.B = 1; bt.T = n; bt.tokens = tok;
+    if (m->cfg.arch == MHE_ARCH_ENCDEC && ns > 0 && (src = (int *)malloc((size_t)ns * sizeof(int))) != NULL) {
+        for (i = 0; i < ns; i++) src[i] = (unsigned char)source[i];
+        bt.Ts = ns; bt.src = src;
+    }
+    if (mhe_model_forward_batch(m, &bt, NULL) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite (%s); nothing written\n", n, m->err);
+    else if (mhe_model_find_nonfinite(m) != MHE_OK) fprintf(stderr, "mhe: the logits after %d tokens are not finite: %s; nothing written\n", n, m->err);
+    else fprintf(stderr, "mhe: the logits after %d tokens are not finite (the batched forward's are: the decoding path overflowed); nothing written\n", n);
+    free(src);
+}
+
+static int all_finite(const float *x, int n) {
+    int i;
+    for (i = 0; i < n; i++) if (!arg_finite(x[i])) return 0;
+    return 1;
+}
+
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
-   are the host's whichever side computes the logits. Returns the exit status. */
-static int sample_text(const opts *o, int V, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
-    int *ptok = (int *)malloc(plen * sizeof(int)), tok, at;
+   are the host's whichever side computes the logits. The text is printed once
+   it is complete: logits that are not finite (sampling would read them as
+   token 0) stop the run with nothing printed. Returns the exit status. */
+static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
+    int *tok = (int *)malloc((plen + (size_t)n + 1) * sizeof(int)), at, V = m->cfg.vocab_size;
     const float *logits;
     mhe_rng r;
     size_t i;
-    if (!ptok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
-    for (i = 0; i < plen; i++) ptok[i] = (unsigned char)prompt[i];
+    if (!tok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < plen; i++) tok[i] = (unsigned char)prompt[i];
     mhe_rng_seed(&r, o->tc.seed);
-    fwrite(prompt, 1, plen, stdout);
-    logits = feed(ctx, ptok, (int)plen);
-    free(ptok);
+    logits = feed(ctx, tok, (int)plen);
     for (at = 0; logits && at < n; at++) {
-        tok = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
-        putchar(tok);
-        if (at + 1 < n) logits = feed(ctx, &tok, 1);
+        if (!all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen + at, o->source); free(tok); return 1; }
+        tok[plen + at] = mhe_sample(logits, V, (float)o->temperature, (int)o->top_k, &r);
+        if (at + 1 < n) logits = feed(ctx, &tok[plen + at], 1);
     }
-    if (!logits) return 1;
+    if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
+    if (!logits) { free(tok); return 1; }
+    fwrite(prompt, 1, plen, stdout);
+    for (at = 0; at < n; at++) putchar(tok[plen + at]);
     putchar('\n');
+    free(tok);
     return 0;
 }
 
@@ -1541,17 +1827,33 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     mhe_cuda_kv_cache kv;
     cuda_feed f;
     size_t per_token = 0;
-    int l, rc = 1;
+    int l, rc = 1, E = m->cfg.arch == MHE_ARCH_ENCDEC ? m->cfg.enc_layers : 0;
     if (!open_device(o, m, &g, stderr)) return 1;
     if (mhe_cuda_kv_cache_init(&kv, &g, len) != MHE_OK) { fprintf(stderr, "mhe: --device cuda: %s\n", g.err); mhe_cuda_model_free(&g); return 1; }
-    for (l = 0; l < m->cfg.n_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
+    for (l = E; l < m->n_total_layers; l++) per_token += (size_t)kv.kv_w[l] * sizeof(float);
     if (kv.kb) per_token += (size_t)m->cfg.n_heads * sizeof(float);
     fprintf(stderr, "device KV cache: %d tokens x %zu bytes per token (all layers, K and V%s) = %.1f KB\n", len, per_token,
             kv.kb ? ", MHE-ADD key biases" : "", (double)len * per_token / 1024.0);
+    if (E) {   /* the source through the encoder once: its cross-attention K|V stay in the device cache */
+        int srcl = (int)strlen(o->source), *src = (int *)malloc((size_t)srcl * sizeof(int)), i;
+        mhe_status es = MHE_ERR_NOMEM;
+        if (src) {
+            for (i = 0; i < srcl; i++) src[i] = (unsigned char)o->source[i];
+            es = mhe_cuda_kv_cache_encode(&g, &kv, src, srcl);
+            free(src);
+        }
+        if (es != MHE_OK) {
+            fprintf(stderr, "mhe: --device cuda: %s\n", src ? g.err : "out of memory");
+            mhe_cuda_kv_cache_free(&kv);
+            mhe_cuda_model_free(&g);
+            return 1;
+        }
+        fprintf(stderr, "device cross-attention cache: %d source tokens\n", srcl);
+    }
     f.g = &g; f.kv = &kv;
     f.logits = (float *)malloc((size_t)m->cfg.vocab_size * sizeof(float));
     if (!f.logits) fprintf(stderr, "mhe: out of memory\n");
-    else rc = sample_text(o, m->cfg.vocab_size, prompt, plen, n, feed_cuda, &f);
+    else rc = sample_text(o, m, prompt, plen, n, feed_cuda, &f);
     free(f.logits);
     mhe_cuda_kv_cache_free(&kv);
     mhe_cuda_model_free(&g);
@@ -1575,6 +1877,11 @@ static int cmd_generate(int argc, char **argv) {
     if (m.cfg.embedding != MHE_EMB_VOCAB || m.cfg.token_head != MHE_HEAD_LM) {
         fprintf(stderr, "mhe: nothing to generate: %s\n", m.cfg.embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax (embedding=hash-*)"
                                                                                         : "the model has the S+R head, not an LM head");
+        mhe_model_free(&m);
+        return 1;
+    }
+    if (m.cfg.arch != MHE_ARCH_ENCDEC && o.source) {
+        fprintf(stderr, "mhe: --source is what an encoder-decoder model encodes; this model is a decoder (give --prompt)\n");
         mhe_model_free(&m);
         return 1;
     }
@@ -1617,7 +1924,7 @@ static int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
     }
     f.m = &m; f.kv = &kv;
-    rc = sample_text(&o, m.cfg.vocab_size, prompt, plen, n, feed_cpu, &f);
+    rc = sample_text(&o, &m, prompt, plen, n, feed_cpu, &f);
 done:
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -1625,6 +1932,20 @@ done:
 }
 
 /* ---- grad --------------------------------------------------------------- */
+
+/* a finite loss can still have a gradient that overflowed: refused (m->err says where), nothing written */
+static int grads_finite(mhe_model *m) {
+    int i;
+    int64_t e;
+    for (i = 0; i < m->n_tensors; i++)
+        for (e = 0; m->params[i].grad && e < m->params[i].size; e++)
+            if (!arg_finite(m->params[i].grad[e])) {
+                snprintf(m->err, MHE_ERR_LEN, "the gradient of %s element %lld is %s; nothing written", m->params[i].name, (long long)e,
+                         m->params[i].grad[e] > 0 ? "inf" : m->params[i].grad[e] < 0 ? "-inf" : "nan");
+                return 0;
+            }
+    return 1;
+}
 
 /* one line of a --tokens file: ids, "." for padding (only at the end), "|" between source and decoder ids */
 typedef struct { int *v; int n, cap, bar; } idline;
@@ -1742,7 +2063,8 @@ static int grad_words(opts *o, mhe_model *m, char *text) {
     memset(&bt, 0, sizeof bt);
     bt.B = rows; bt.T = T; bt.tokens = tk; bt.targets = tg; bt.lengths = lens; bt.words = &f;
     mhe_model_zero_grad(m);
-    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || mhe_grads_save(m, o->out) != MHE_OK) {
+    if (mhe_model_forward_batch(m, &bt, &loss) != MHE_OK || mhe_model_backward(m) != MHE_OK || !grads_finite(m) ||
+        mhe_grads_save(m, o->out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m->err);
         goto out;
     }
@@ -1876,7 +2198,8 @@ static int cmd_grad(int argc, char **argv) {
     bt.B = B; bt.T = T; bt.tokens = tok; bt.targets = tgt; bt.lengths = lens;
     if (encdec) { bt.Ts = Ts; bt.src = src; bt.src_lengths = slens; }
     mhe_model_zero_grad(&m);
-    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || mhe_grads_save(&m, o.out) != MHE_OK) {
+    if (mhe_model_forward_batch(&m, &bt, &loss) != MHE_OK || mhe_model_backward(&m) != MHE_OK || !grads_finite(&m) ||
+        mhe_grads_save(&m, o.out) != MHE_OK) {
         fprintf(stderr, "mhe: %s\n", m.err);
     } else {
         printf("loss %.6f over %d x %d tokens; wrote %s\n", loss, B, T, o.out);
@@ -1953,9 +2276,25 @@ static int cmd_export(int argc, char **argv) {
     if (!c_identifier(name)) { fprintf(stderr, "mhe: export: --name '%s' is not a C identifier (or is a keyword or reserved)\n", name); return 1; }
     if (given(&o, "n") && given(&o, "max_len")) { fprintf(stderr, "mhe: export: --n is --max_len: give one\n"); return 2; }
     if (given(&o, "group") && !o.quant_s) { fprintf(stderr, "mhe: export: --group sets the scales of --quant q8\n"); return 2; }
+    if (o.name && !(strrchr(o.out, '.') && strcmp(strrchr(o.out, '.'), ".h") == 0)) {
+        fprintf(stderr, "mhe: export: --name names the array of a C header (--out FILE.h)\n");
+        return 2;
+    }
     if (!check_output(&o, o.out, 0) || !load_model(o.model, &m)) return 1;
     rc = 1;
+    /* every quantized row gets exactly the group asked for: a group that does not divide
+       a row is refused; the default 32 becomes one scale per row (said) where it does not */
     group = given(&o, "group") ? (int)o.group : 32;
+    if (o.quant_s && mhe_q8_group_check(&m, group) != MHE_OK) {
+        if (given(&o, "group")) {
+            fprintf(stderr, "mhe: export: --group %d: %s; give a divisor of every row width, or 0 for one scale per row\n", group,
+                    m.err + (strncmp(m.err, "q8: ", 4) == 0 ? 4 : 0));
+            mhe_model_free(&m);
+            return 1;
+        }
+        printf("q8: the default group 32 does not divide every row (%s): one scale per row instead\n", m.err + 4);
+        group = 0;
+    }
     max_len = given(&o, "max_len") ? (int)o.max_len : given(&o, "n") ? (int)o.n_tokens : m.cfg.max_seq_len;
     buf = NULL;
     if (o.quant_s) {   /* int8 weights: mhe_q8_checkpoint_write_mem */
@@ -2046,6 +2385,12 @@ static int cmd_reparam(int argc, char **argv) {
         mhe_model_free(&src);
         return 1;
     }
+    if (mhe_model_check_finite(&dst) != MHE_OK) {   /* ALS on overflowing products: refused, never saved */
+        fprintf(stderr, "mhe: reparam produced a %s\nnothing written\n", dst.err);
+        mhe_model_free(&dst);
+        mhe_model_free(&src);
+        return 1;
+    }
     printf("converted %d sublayers in %.3f s; parameters %lld -> %lld (%.1f%%)\n", converted, now_s() - clk.t0,
            (long long)src.n_params, (long long)dst.n_params, 100.0 * (double)dst.n_params / (double)src.n_params);
     st = mhe_checkpoint_save(&dst, NULL, out);
@@ -2077,6 +2422,7 @@ int main(int argc, char **argv) {
 #ifdef SIGXFSZ
     signal(SIGXFSZ, SIG_IGN);
 #endif
+    catch_signals();
 #ifdef _WIN32
     _setmode(_fileno(stdout), _O_BINARY);   /* generated bytes as they are: no CR before each LF */
 #endif

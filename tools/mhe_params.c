@@ -837,7 +837,7 @@ static int mp_build_fig4(mp_table *t, const mp_opts *o) {
 /* ---- HashFormers Table 2.2: embedding parameters (thesis chapter 2) -------------- */
 
 /* The settings of thesis sec. 2.4.2 and the constants each printed figure
-   needs; the README's "Hashing" section explains every one. */
+   needs; docs/hashing.md (Parameter counts) explains every one. */
 enum {
     MP_H_D = 768, MP_H_T = 128, MP_H_K = 10,   /* BERT-base width, 128-bit hashes, Pool's k */
     MP_H_VOCAB = 50265,                        /* BERT-MLM |V|: RoBERTa's BPE vocabulary */

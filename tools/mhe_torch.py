@@ -129,6 +129,7 @@ takes ~15 s a training step here: lockstep runs use small models.
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -183,6 +184,120 @@ SR_CLASSES = 3              # Shuffle+Random: original, shuffled, random
 
 class CheckpointError(ValueError):
     """A checkpoint the twin cannot take: says which key, kind, tensor or shape is wrong."""
+
+
+# --------------------------------------------------------------------------
+# config rules: the ranges come from mhe.h's own field tables (mhe__config_fields,
+# mhe__train_fields), read from the header beside tools/, so both refuse the same values
+# --------------------------------------------------------------------------
+
+def _read_field_tables(path=None):
+    """{'config'|'train': {key: (type, lo, hi, enum names)}} parsed from mhe.h's tables; None
+    when the header is not beside tools/ (the twin copied elsewhere: cross-field rules only)"""
+    import re
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mhe.h")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    consts = {k: float(v) for k, v in re.findall(r"#define (MHE_[A-Z0-9_]+) (\d+)\b", text)}
+
+    def num(x):
+        x = x.strip()
+        m = re.fullmatch(r"([A-Z0-9_]+)\s*-\s*(\d+)", x)
+        if m and m.group(1) in consts:
+            return consts[m.group(1)] - float(m.group(2))
+        return consts[x] if x in consts else float(x)
+    out = {}
+    for table, name in (("config", "mhe__config_fields"), ("train", "mhe__train_fields")):
+        body = text.split("static const mhe__field %s[] = {" % name, 1)[1].split("\n};", 1)[0]
+        rows = {}
+        for m in re.finditer(r'\{ "([a-z_0-9]+)", MHE__F_([A-Z0-9]+), MHE__[CT]F\([a-z_0-9]+\), ([^,]+), ([^,]+), ("[^"]*"|0)', body):
+            key, typ, lo, hi, names = m.groups()
+            rows[key] = (typ, num(lo), num(hi), names.strip('"').split("|") if names != "0" else None)
+        out[table] = rows
+    return out
+
+
+_FIELD_TABLES = _read_field_tables()
+_MAX_D_HEAD, _MAX_LAYERS = 256, 64
+
+
+def _check_value(table, key, value):
+    """one field's text as mhe's checked parser takes it; ValueError names the field"""
+    rule = (_FIELD_TABLES or {}).get(table, {}).get(key)
+    if rule is None:
+        return
+    typ, lo, hi, names = rule
+    v = str(value).strip()
+    if typ == "INT":
+        if not re.fullmatch(r"[-+]?[0-9]+", v):
+            raise ValueError("%s field '%s': '%s' is not an integer" % (table, key, v))
+        x = int(v, 10)
+        if not lo <= x <= hi:
+            raise ValueError("%s field '%s': %d is out of range [%.0f, %.0f]" % (table, key, x, lo, hi))
+    elif typ == "U64":
+        if not v.isdigit() or int(v) >= 1 << 64:
+            raise ValueError("%s field '%s': '%s' is not an unsigned 64-bit integer" % (table, key, v))
+    elif typ == "FLOAT":
+        try:
+            x = float(v)
+        except ValueError:
+            raise ValueError("%s field '%s': '%s' is not a number" % (table, key, v))
+        with np.errstate(over="ignore"):
+            xf = float(np.float32(x))
+        if not (math.isfinite(x) and float(np.float32(lo)) <= xf <= float(np.float32(hi))):
+            raise ValueError("%s field '%s': %s is out of range [%g, %g]" % (table, key, v, lo, hi))
+    elif typ == "ENUM" and v not in names:
+        raise ValueError("%s field '%s': '%s' is not one of %s" % (table, key, v, "|".join(names)))
+
+
+def validate_train(train):
+    """train fields (strings) as mhe_train_config_set takes them; ValueError names the first bad one"""
+    for k, v in train.items():
+        if k not in dict(TRAIN_DEFAULTS):
+            raise ValueError("unknown train field '%s'" % k)
+        _check_value("train", k, v)
+
+
+def validate_config(cfg):
+    """a model config (strings) as mhe_config_validate judges it: every field in its table range,
+    then the rules between fields. ValueError (one line) names the first field that is wrong."""
+    for k, v in cfg.items():
+        if k not in dict(CONFIG_DEFAULTS):
+            raise ValueError("unknown model field '%s'" % k)
+        _check_value("config", k, v)
+    raw = dict(CONFIG_DEFAULTS)
+    raw.update({k: str(v) for k, v in cfg.items()})
+    C, n, dh0 = int(raw["d_model"]), int(raw["n_heads"]), int(raw["d_head"])
+    if dh0 == 0 and C % n:
+        raise ValueError("d_model %d is not divisible by n_heads %d (set d_head explicitly)" % (C, n))
+    dh = dh0 or C // n
+    if not 1 <= dh <= _MAX_D_HEAD:
+        raise ValueError("head size %d is out of range [1, %d]" % (dh, _MAX_D_HEAD))
+    L, E, arch = int(raw["n_layers"]), int(raw["enc_layers"]), raw["arch"]
+    if arch == "encdec":
+        if E < 1:
+            raise ValueError("arch=encdec needs enc_layers >= 1 (encoder blocks)")
+        if E + L > _MAX_LAYERS:
+            raise ValueError("enc_layers %d + n_layers %d exceed %d blocks" % (E, L, _MAX_LAYERS))
+    elif E:
+        raise ValueError("enc_layers %d: only arch=encdec has an encoder stack" % E)
+    V = int(raw["vocab_size"])
+    if int(raw["mask_token"]) >= V:
+        raise ValueError("mask_token %s is outside the vocabulary [0, %d)" % (raw["mask_token"], V))
+    if int(raw["admin"]) and raw["norm_position"] != "post":
+        raise ValueError("admin=1 scales the residual of post-norm blocks: it needs norm_position=post")
+    if int(raw["n_classes"]) > 0 and arch != "encoder":
+        raise ValueError("n_classes %s: the classification head needs arch=encoder" % raw["n_classes"])
+    if n * dh > 1048576 or V * C > 2 ** 31 - 1 or int(raw["max_seq_len"]) * C > 2 ** 31 - 1 or \
+            (int(raw["d_ff"]) or 4 * C) * C > 2 ** 31 - 1:
+        raise ValueError("model too large: a tensor would exceed 2^31 elements")
+    try:
+        resolve_config(raw)     # the kinds, KIND@LAYOUT and the kinds' own geometry
+    except CheckpointError as e:
+        raise ValueError(str(e))
 
 
 # --------------------------------------------------------------------------
@@ -1067,7 +1182,7 @@ def load_checkpoint(path, dtype=torch.float32):
     if missing:
         raise CheckpointError("%s: metadata lacks config field(s) %s" % (path, ", ".join(missing)))
     # mhe writes every config field it has: a key the twin does not know may change the model
-    unknown = [k for k in meta if k not in CONFIG_KEYS and k not in ("format", "step", "rng")
+    unknown = [k for k in meta if k not in CONFIG_KEYS and k not in ("format", "step", "rng", "task")
                and not (k.startswith("train.") and k[6:] in TRAIN_KEYS)]
     if unknown:
         raise CheckpointError("%s: metadata key(s) %s are not config fields the twin knows (a newer mhe?)"
@@ -1103,7 +1218,7 @@ def load_checkpoint(path, dtype=torch.float32):
             raise CheckpointError("%s: bad step '%s'" % (path, meta["step"]))
         train = dict(TRAIN_DEFAULTS)
         train.update({k[6:]: v for k, v in meta.items() if k.startswith("train.") and k[6:] in train})
-        opt = AdamWState(model, train, step=step, rng=Xoshiro.from_hex(meta["rng"]).hex())
+        opt = AdamWState(model, train, step=step, rng=Xoshiro.from_hex(meta["rng"]).hex(), task=meta.get("task"))
         for name in model.names:
             for which, store in (("m", opt.m), ("v", opt.v)):
                 key = "optim.%s.%s" % (which, name)
@@ -1138,6 +1253,8 @@ def save_checkpoint(path, model, cfg=None, opt_state=None, step=None):
     if opt_state is not None:
         meta["step"] = str(int(opt_state.step if step is None else step))
         meta["rng"] = opt_state.rng
+        if getattr(opt_state, "task", None):
+            meta["task"] = opt_state.task
         for k in TRAIN_KEYS:
             meta["train." + k] = str(opt_state.train.get(k, dict(TRAIN_DEFAULTS)[k]))
     write_safetensors(path, items, meta)
@@ -1152,7 +1269,8 @@ class AdamWState:
     the batch RNG's state (hex, as in the checkpoint; the twin does not draw batches), and
     the train config (train.KEY strings)."""
 
-    def __init__(self, model, train=None, step=0, rng=None):
+    def __init__(self, model, train=None, step=0, rng=None, task=None):
+        self.task = task    # the checkpoint's "task" metadata (mhe train --task): None when it has none
         self.train = dict(TRAIN_DEFAULTS)
         self.train.update({k: str(v) for k, v in (train or {}).items()})
         self.m = {n: torch.zeros(model.shapes[n], dtype=model.dtype) for n in model.names}
@@ -1680,7 +1798,7 @@ def replay(model_path, dump_path, dtype=torch.float32, corpus_path=None, log=Non
                                   % (dump_path, h["first_step"], model_path))
         opt.train.update(h["train"])
     else:
-        opt = AdamWState(model, h["train"])
+        opt = AdamWState(model, h["train"], task="lm")   # a dump records --task lm
     ours = []
     for i in range(h["steps"]):
         src = torch.from_numpy(rec["src"][i]) if rec["src"] is not None else None
@@ -1880,6 +1998,11 @@ def _cmd_train_own(a):
         else:
             raise CheckpointError("--set %s: not a model or train field" % k)
     train.setdefault("seed", str(a.seed))
+    try:
+        validate_train(train)
+        validate_config(cfg)
+    except ValueError as e:
+        raise CheckpointError(str(e))
     corpus = read_corpus(a.data)
     import time
     t0 = time.time()
@@ -2050,6 +2173,12 @@ def _train_model(a):
     for k, v in (("steps", a.steps), ("save_every", a.save_every)):
         if v is not None:
             train[k] = str(v)
+    try:                    # mhe's rules, before any file is read or step taken
+        validate_train(train)
+        if cfg:
+            validate_config(cfg)
+    except ValueError as e:
+        raise TrainError(str(e))
     if a.resume and a.model:
         raise TrainError("give --model or --resume, not both")
     src = a.resume or a.model
@@ -2063,6 +2192,11 @@ def _train_model(a):
                 raise TrainError("--resume %s: a weights-only file (no optimizer state, step or RNG); to train these "
                                  "weights further, give --model %s" % (src, src))
             opt.train.update(train)     # flags override the saved train settings, as in mhe
+            if opt.task and a.task and a.task != opt.task:
+                raise TrainError("--task %s, but --resume %s continues a --task %s run: refused" % (a.task, src, opt.task))
+            if not a.task and not opt.task:     # an older file: its head says, as mhe assumes
+                a.task = "cls" if model.r["n_classes"] > 0 else "sr" if model.r["token_head"] == "sr" else "lm"
+            a.task = a.task or opt.task
         else:
             opt = AdamWState(model, train)
     else:
@@ -2076,6 +2210,8 @@ def _train_model(a):
     if model.r["dropout"] > 0 or model.r["attn_dropout"] > 0:
         raise TrainError("the model has dropout on; the twin does not reproduce mhe's dropout (give dropout=0 and "
                          "attn_dropout=0)")
+    a.task = a.task or "lm"
+    opt.task = a.task
     tc = _check_train(opt.train)
     if opt.step >= tc["steps"]:
         raise TrainError("--resume %s is at step %d and steps is %d: nothing to train (give --steps above %d)"
@@ -2214,7 +2350,7 @@ def _train(a, d, say):
                 with torch.no_grad():
                     for name in model.names:
                         host.param(name).copy_(full[("p", name)])
-                st = AdamWState(host, opt.train, opt.step, opt.rng)
+                st = AdamWState(host, opt.train, opt.step, opt.rng, opt.task)
                 st.m = {n: full[("m", n)] for n in model.names}
                 st.v = {n: full[("v", n)] for n in model.names}
                 save_checkpoint(path, host, None, st)
@@ -2300,7 +2436,8 @@ def _setup_train(p):
     p.add_argument("--data", required=True, help="training text: bytes (--task lm), `label<TAB>text` lines (cls), "
                    "words (sr)")
     p.add_argument("--out", required=True, help="the checkpoint to write (rank 0; atomically)")
-    p.add_argument("--task", choices=("lm", "cls", "sr"), default="lm")
+    p.add_argument("--task", choices=("lm", "cls", "sr"), default=None,
+                   help="default lm; --resume continues the checkpoint's task (another is refused)")
     p.add_argument("--model", help="start from this mhe checkpoint's weights")
     p.add_argument("--resume", help="continue this trainer checkpoint (weights, AdamW moments, step, batch RNG)")
     p.add_argument("--config", help="key=value lines of model fields for a new model (mhe's rules)")

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""The README's reading guide, made from mhe.h: every paper equation the
-library computes, the function that computes it and its line range, and for
-each fast path the identity that makes it equal to the equation and the test
-that proves it; then the kind table, read from mhe__kinds[] in section 5.
+"""The generated tables of the documentation, made from mhe.h: the kind table
+in README.md (one row per kind, read from mhe__kinds[] in section 5) and the
+reading guide in docs/kinds.md (every paper equation the library computes,
+the function that computes it and its line range, and for each fast path the
+identity that makes it equal to the equation and the test that proves it).
 
-    python3 tools/reading_guide.py            print the guide (Markdown)
-    python3 tools/reading_guide.py --update   rewrite it in README.md between its markers
-    python3 tools/reading_guide.py --check    exit 1 when README.md's copy is stale
+    python3 tools/reading_guide.py            print both (Markdown)
+    python3 tools/reading_guide.py --write    rewrite them in their files, between their markers
+                                              (--update is the same; `make docs` runs it)
+    python3 tools/reading_guide.py --check    exit 1 when a file's copy is stale
 
-tests/test_guide.py runs --check, so a change to mhe.h that moves code needs
---update (the line ranges are the guide's point)."""
+tests/test_guide.py runs --check, so a change to mhe.h that moves code or
+changes a kind needs `make docs` (the line ranges are the guide's point)."""
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-START, END = "<!-- reading-guide:start -->", "<!-- reading-guide:end -->"
+# (file under the repository, start marker, end marker, maker): every generated block
+GUIDE = ("docs/kinds.md", "<!-- reading-guide:start -->", "<!-- reading-guide:end -->")
+KINDS = ("README.md", "<!-- kinds-table:start -->", "<!-- kinds-table:end -->")
 
 # (where, what it computes, functions) - the equations, in the papers' order
 EQUATIONS = [
@@ -152,11 +156,10 @@ def kind_rows(text):
     return out
 
 
-def guide():
-    text = open(os.path.join(ROOT, "mhe.h")).read()
+def guide(text):
     defs = definitions(text)
-    out = [START, "",
-           "Line numbers are mhe.h's as of this README (`python3 tools/reading_guide.py --update` renews them;",
+    out = [GUIDE[1], "",
+           "Line numbers are mhe.h's as of this page (`make docs` renews them;",
            "`tests/test_guide.py` fails when they are stale).", "",
            "**Equations → code.**", "",
            "| source | what | function, lines |", "|---|---|---|"]
@@ -167,30 +170,49 @@ def guide():
             "| fast path | functions, lines | identity | proved by |", "|---|---|---|---|"]
     for name, names, identity, test in FAST_PATHS:
         out.append("| %s | %s | %s | %s |" % (name, where(defs, names), identity, test))
-    out += ["", "**The kind table** (`mhe__kinds[]` in section 5; `mhe_attn_kind_source()`, "
-            "`mhe_attn_kind_tensors()`):", "",
-            "| kind | source | family | decoding cache | rules | fast path | tensors under `layers.N.attn.` |",
-            "|---|---|---|---|---|---|---|"] + kind_rows(text) + ["", END]
+    return "\n".join(out + ["", GUIDE[2]])
+
+
+def kinds_table(text):
+    out = [KINDS[1], "",
+           "| kind | source | family | decoding cache | rules | fast path | tensors under `layers.N.attn.` |",
+           "|---|---|---|---|---|---|---|"] + kind_rows(text) + ["", KINDS[2]]
     return "\n".join(out)
 
 
+def replace_block(where, block):
+    """(path, old text, new text) of a file with its generated block replaced"""
+    path = os.path.join(ROOT, where[0])
+    text = open(path, encoding="utf-8").read()
+    if text.count(where[1]) != 1 or text.count(where[2]) != 1:
+        raise SystemExit("reading_guide: %s needs one %s and one %s marker" % (where[0], where[1], where[2]))
+    a, b = text.index(where[1]), text.index(where[2]) + len(where[2])
+    return path, text, text[:a] + block + text[b:]
+
+
 def main():
-    g = guide()
-    readme = os.path.join(ROOT, "README.md")
-    if len(sys.argv) > 1 and sys.argv[1] in ("--update", "--check"):
-        text = open(readme).read()
-        if START not in text or END not in text:
-            raise SystemExit("README.md has no reading-guide markers")
-        new = text[:text.index(START)] + g + text[text.index(END) + len(END):]
-        if sys.argv[1] == "--check":
-            if new != text:
-                print("README.md's reading guide is stale: run python3 tools/reading_guide.py --update")
-                return 1
-            return 0
-        open(readme, "w").write(new)
+    header = open(os.path.join(ROOT, "mhe.h"), encoding="utf-8").read()
+    blocks = [(KINDS, kinds_table(header)), (GUIDE, guide(header))]
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode not in ("", "--write", "--update", "--check"):
+        print(__doc__)
+        return 2
+    if not mode:
+        print("\n\n".join(b for _, b in blocks))
         return 0
-    print(g)
-    return 0
+    stale = 0
+    for where, block in blocks:
+        path, old, new = replace_block(where, block)
+        if new == old:
+            continue
+        if mode == "--check":
+            print("%s: its generated block (%s) is stale: run make docs" % (where[0], where[1]))
+            stale = 1
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(new)
+            print("reading_guide: rewrote %s" % where[0])
+    return stale
 
 
 if __name__ == "__main__":

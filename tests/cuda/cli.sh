@@ -40,6 +40,12 @@ head -c 900 examples/data/valid.txt > "$D/valid.txt"
 # a config the device does not run: a classification head over fnet (its device core ignores padding)
 "$MHE" init --out "$D/fnet_cls.st" --arch encoder --attn fnet --n_classes 2 --d_model 32 --n_heads 4 --n_layers 1 \
     --max_seq_len 40 > /dev/null
+# an encoder-decoder: a taylor encoder, causal mha, cross-attention mhe-add
+"$MHE" init --out "$D/encdec.st" --arch encdec --enc_layers 1 --enc_attn taylor --n_layers 1 --attn mha \
+    --cross_attn mhe-add --d_model 32 --n_heads 4 --max_seq_len 40 > /dev/null
+# a config the device does not run: dropout in an encoder-decoder (the source's dropout sites)
+"$MHE" init --out "$D/encdec_drop.st" --arch encdec --enc_layers 1 --n_layers 1 --dropout 0.1 --d_model 32 --n_heads 4 \
+    --max_seq_len 40 > /dev/null
 
 # eval: consecutive windows (a partial last batch), then strided
 for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40" "$D/dropout.st 40" "$D/admin.st 40"; do
@@ -99,6 +105,44 @@ for m in taylor dropout admin; do
     check "generate a $m model greedy: the CPU's text" $rc $?
 done
 
+# the encoder-decoder: eval windows of a 24-byte source and 16 bytes of continuation; generate
+# encodes --source once (the cross-attention K|V in the device cache), then prefill and steps
+"$MHE" eval --model "$D/encdec.st" --data "$D/valid.txt" --src_len 24 --seq_len 16 --batch 4 > "$D/cpu.txt" 2>&1
+"$MHE" eval --model "$D/encdec.st" --data "$D/valid.txt" --src_len 24 --seq_len 16 --batch 4 --device cuda > "$D/dev.txt" 2>&1
+rc=$?
+a=$(loss "$D/cpu.txt")
+b=$(loss "$D/dev.txt")
+close "$a" "$b"
+check "eval encdec --src_len 24: device loss $b, CPU $a" $rc $?
+for how in "--temperature 0" "--temperature 0.9 --top-k 10 --seed 5"; do
+    # shellcheck disable=SC2086
+    "$MHE" generate --model "$D/encdec.st" --source "In the beginning God created" --prompt " the" --n 10 $how > "$D/cpu.txt" 2> /dev/null
+    # shellcheck disable=SC2086
+    "$MHE" generate --model "$D/encdec.st" --source "In the beginning God created" --prompt " the" --n 10 $how --device cuda \
+        > "$D/dev.txt" 2> "$D/err.txt"
+    rc=$?
+    cmp -s "$D/cpu.txt" "$D/dev.txt" && grep -q "^device cross-attention cache: 28 source tokens" "$D/err.txt"
+    check "generate encdec $how: device '$(tr '\n' ' ' < "$D/dev.txt")', the CPU's the same" $rc $?
+done
+
+# S+R pre-training of a hash-emb word model (64 buckets): the same batches and losses on the device
+head -c 4000 examples/data/train.txt > "$D/words.txt"
+for dev in cpu cuda; do
+    "$MHE" train --task sr --embedding hash-emb --hash_buckets 64 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 \
+        --data "$D/words.txt" --out "$D/sr_$dev.st" --steps 6 --batch 2 --seq_len 16 --warmup 1 --lr 3e-3 --eval_every 0 \
+        --log_every 3 --device $dev > "$D/sr_$dev.txt" 2>&1
+done
+rc=$?
+a=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cpu.txt")
+b=$(sed -n 's/^step *6\/6  loss \([0-9.]*\) .*/\1/p' "$D/sr_cuda.txt")
+close "$a" "$b" && grep -q "^device memory" "$D/sr_cuda.txt"
+check "train --task sr hash-emb --device cuda: step 6 loss $b, CPU $a" $rc $?
+"$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 > "$D/cpu.txt" 2>&1
+"$MHE" eval --task sr --model "$D/sr_cpu.st" --data "$D/words.txt" --seq_len 16 --batch 3 --device cuda > "$D/dev.txt" 2>&1
+rc=$?
+grep "S+R loss" "$D/cpu.txt" > "$D/cpu_sr.txt" && grep "S+R loss" "$D/dev.txt" | cmp -s - "$D/cpu_sr.txt"
+check "eval --task sr --device cuda: $(grep "S+R loss" "$D/dev.txt"), the CPU's the same" $rc $?
+
 # a classifier trained 6 steps (dropout on) on the device and on the CPU: the same model within
 # rounding; each evaluated on both (--task cls: loss and accuracy)
 printf '0\tthe cat sat on the mat\n1\tdogs run\n0\ta cat\n1\tthe dog ran far away\n0\tcats nap\n1\tdog\n' > "$D/cls.tsv"
@@ -134,10 +178,14 @@ check "eval --device cuda of a classifier over fnet: refused: $(cat "$D/err.txt"
 rc=$?
 grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]
 check "eval --indicators --device cuda: refused" $((rc == 0)) $?
-"$MHE" eval --model "$TINY" --data "$D/valid.txt" --task sr --device cuda > /dev/null 2> "$D/err.txt"
-rc=$?
-grep -q "task lm and cls only" "$D/err.txt"
-check "eval --task sr --device cuda: refused" $((rc == 0)) $?
+for cmd in "eval --data $D/valid.txt --src_len 24 --seq_len 16" "generate --source abc --prompt ab"; do
+    # shellcheck disable=SC2086
+    "$MHE" $cmd --model "$D/encdec_drop.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+    rc=$?
+    grep -q "arch=encdec with dropout=0.1 attn_dropout=0 runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
+    ok=$?
+    check "${cmd%% *} --device cuda of an encoder-decoder with dropout: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
+done
 "$MHE" generate --model "$TINY" --prompt "$P" --n 30 --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
 grep -q "room for 25 new tokens" "$D/err.txt"

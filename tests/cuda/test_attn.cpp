@@ -199,9 +199,9 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
         mhe__attn_add_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
                           q.data(), k.data(), v.data(), qa.data(), va.data(), g1.data(), g2.data());
     } else {
-        mhe_attn_fused_fwd(&d, out.data(), lse.data(), q.data(), k.data(), v.data());
-        mhe_attn_fused_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
-                           q.data(), k.data(), v.data());
+        OK(mhe_attn_fused_fwd(&d, out.data(), lse.data(), q.data(), k.data(), v.data()));
+        OK(mhe_attn_fused_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                           q.data(), k.data(), v.data()));
     }
 
     /* the device: outputs start as garbage, gradients as random values the backward must add to */

@@ -187,6 +187,36 @@ static void test_elementwise(void) {
             cudaFree(p);
         cudaFree(d_ids);
     }
+    { /* hash-emb word batches: bucket rows shared by several words, special rows (code -1 - s) repeated */
+        int N = 5, S = MHE_N_SPECIAL, C = 70, B = 3, T = 9;
+        std::vector<float> tab = randn((size_t)N * C, 1), spec = randn((size_t)S * C, 1), pos = randn((size_t)T * C, 1);
+        std::vector<float> out((size_t)B * T * C), d = randn(out.size(), 1), dtab((size_t)N * C, 0.0f), dspec((size_t)S * C, 0.0f);
+        std::vector<int> codes(B * T);
+        for (int i = 0; i < B * T; i++)
+            codes[i] = i % 4 == 1 ? -1 - i % S : (i * 7) % N;
+        float *d_tab = dev(tab), *d_spec = dev(spec), *d_pos = dev(pos), *d_out = dev(out), *d_d = dev(d),
+              *d_dtab = dev(dtab), *d_dspec = dev(dspec);
+        int *d_codes = dev(codes);
+        mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(B * T), dim3(MHE__CU_EW), 0, d_out, (const float *)d_spec,
+                       (const float *)d_tab, (const float *)d_pos, (const int *)d_codes, T, C);
+        mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(B * T), dim3(MHE__CU_EW), 0, d_dspec, d_dtab, (const float *)d_d,
+                       (const int *)d_codes, C);
+        for (int r = 0; r < B * T; r++) {
+            int k = codes[r];
+            const float *e = k >= 0 ? &tab[(size_t)k * C] : &spec[(size_t)(-1 - k) * C];
+            float *de = k >= 0 ? &dtab[(size_t)k * C] : &dspec[(size_t)(-1 - k) * C];
+            for (int c = 0; c < C; c++) {
+                out[(size_t)r * C + c] = e[c] + pos[(size_t)(r % T) * C + c];
+                de[c] += d[(size_t)r * C + c];
+            }
+        }
+        CHECK(rel_err(host(d_out, out.size()), out) < 1e-6, "hash-emb embedding forward");
+        CHECK(rel_err(host(d_dtab, dtab.size()), dtab) < 1e-5 && rel_err(host(d_dspec, dspec.size()), dspec) < 1e-5,
+              "hash-emb embedding backward (shared buckets, repeated special rows)");
+        for (float *p : {d_tab, d_spec, d_pos, d_out, d_d, d_dtab, d_dspec})
+            cudaFree(p);
+        cudaFree(d_codes);
+    }
     { /* softmax cross-entropy with ignored rows, V past the block width */
         int N = 9, V = 301;
         std::vector<float> z = randn((size_t)N * V, 3), loss(N), dz((size_t)N * V, 0.0f), dzc((size_t)N * V, 0.0f);
@@ -277,12 +307,14 @@ static const step_tol fp32_tol = {1e-5, 1e-5, 2e-4};
 /* one forward and backward on both sides: loss, logits and every gradient.
    The device runs once per precision (tf32 = 0, then 1 when n_prec is 2),
    each against the same CPU step; tol[p] bounds precision p. With summary,
-   one line per precision says the worst errors (the GPU check reads it). */
+   one line per precision says the worst errors (the GPU check reads it).
+   An encoder-decoder reads a source of Ts tokens (0: T). */
 static void compare_step(const mhe_config *cfg, const char *what, int B, int T, const step_tol *tol, int n_prec,
-                         int summary, int first = 0) {
+                         int summary, int first = 0, int Ts = 0) {
     mhe_model m;
-    int V = cfg->vocab_size;
-    std::vector<int> tok(B * T), tgt(B * T);
+    int V = cfg->vocab_size, s2s = cfg->arch == MHE_ARCH_ENCDEC;
+    Ts = s2s ? (Ts > 0 ? Ts : T) : 0;
+    std::vector<int> tok(B * T), tgt(B * T), src(B * Ts + 1);
     float loss_cpu = 0;
     if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
         CHECK(0, "%s: model init: %s", what, m.err);
@@ -292,10 +324,19 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
         tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
     }
+    for (int i = 0; i < B * Ts; i++)
+        src[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
     mhe_model_zero_grad(&m);
-    mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu);
+    if (s2s) {
+        mhe_batch bt;
+        memset(&bt, 0, sizeof bt);
+        bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.Ts = Ts; bt.src = src.data();
+        CHECK(mhe_model_forward_batch(&m, &bt, &loss_cpu) == MHE_OK, "%s: CPU forward: %s", what, m.err);
+    } else {
+        OK(mhe_model_forward(&m, tok.data(), tgt.data(), B, T, &loss_cpu));
+    }
     std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * V);
-    mhe_model_backward(&m);
+    OK(mhe_model_backward(&m));
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
     double gmax = 0;
     for (float x : grad_cpu)
@@ -310,7 +351,8 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         CHECK(st == MHE_OK, "%s: device init: %s", w, g.err);
         if (st != MHE_OK)
             continue;
-        st = mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
+        st = s2s ? mhe_cuda_model_forward_s2s(&g, src.data(), Ts, tok.data(), tgt.data(), B, T, &loss_dev)
+                 : mhe_cuda_model_forward(&g, tok.data(), tgt.data(), B, T, &loss_dev);
         if (st == MHE_OK)
             st = mhe_cuda_model_backward(&g);
         CHECK(st == MHE_OK, "%s: device step: %s", w, g.err);
@@ -465,6 +507,8 @@ static void test_feature_kernels(void) {
     compare_batch(&c, "hybrid Admin classifier mhe-add gqa mlp, dropout", 2, 9, 5, len, lab);
 }
 
+static void test_model_s2s(void);
+
 static void test_model(void) {
     char what[128];
     for (int kind : device_kinds) {
@@ -483,6 +527,7 @@ static void test_model(void) {
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
     test_feature_kernels();
+    test_model_s2s();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -593,9 +638,9 @@ static void test_train(void) {
         tc.warmup = 2;
         tc.steps = 20;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        OK(mhe_trainer_init(&tcpu, &mc, &tc));
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -605,7 +650,7 @@ static void test_train(void) {
         double worst = 0;
         float first = 0, last_cpu = 0, last_dev = 0;
         for (int s = 0; s < 20 && st == MHE_OK; s++) {
-            mhe_trainer_step(&tcpu, data, n);
+            OK(mhe_trainer_step(&tcpu, data, n));
             st = mhe_cuda_trainer_step(&tdev, data, n);
             double d = fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss;
             worst = d > worst ? d : worst;
@@ -702,7 +747,7 @@ static double check_prefill(int kind, int P, int D, int tf32, int step, double t
     std::vector<int> tok(L);
     for (int i = 0; i < L; i++)
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
-    mhe_model_init(&m, &c, 5, NULL);
+    OK(mhe_model_init(&m, &c, 5, NULL));
     /* ref[i]: the CPU's logits after position P - 1 + i */
     std::vector<std::vector<float>> ref;
     mhe_status st = mhe_kv_cache_init(&kv, &m, L, NULL);
@@ -820,7 +865,7 @@ static void test_eval(void) {
         mhe_cuda_model g;
         const char *what = k.arch == MHE_ARCH_ENCODER ? "encoder" : "decoder";
         c.vocab_size = 256;
-        mhe_model_init(&m, &c, 9, NULL);
+        OK(mhe_model_init(&m, &c, 9, NULL));
         if (mhe_cuda_model_init(&g, &m, 0) != MHE_OK) {
             CHECK(0, "eval: device init: %s", g.err);
             mhe_model_free(&m);
@@ -860,7 +905,7 @@ static void test_eval(void) {
         mhe_model m;
         mhe_cuda_model g;
         float ld = 0;
-        mhe_model_init(&m, &c, 9, NULL);
+        OK(mhe_model_init(&m, &c, 9, NULL));
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
             CHECK(mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld) == MHE_ERR_DATA && strstr(g.err, "outside the vocabulary"),
                   "eval: a token past the vocabulary: %s", g.err);
@@ -909,7 +954,7 @@ static void compare_batch(const mhe_config *cfg, const char *what, int B, int T,
     CHECK(st == MHE_OK, "%s: CPU forward: %s", what, m.err);
     size_t nl = labels ? (size_t)B * cfg->n_classes : (size_t)B * T * V;
     std::vector<float> logits_cpu(labels ? m.acts.cls_logits : m.acts.logits, (labels ? m.acts.cls_logits : m.acts.logits) + nl);
-    mhe_model_backward(&m);
+    OK(mhe_model_backward(&m));
     std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
     double gmax = 0;
     for (float x : grad_cpu)
@@ -1004,14 +1049,14 @@ static void test_features(void) {
         bt.T = 11;
         bt.tokens = tok.data();
         memset(&kc, 0, sizeof kc);
-        mhe_model_init(&m, &c, 5, NULL);
+        OK(mhe_model_init(&m, &c, 5, NULL));
         mhe_status st = mhe_cuda_model_init(&g, &m, 0);
         if (st == MHE_OK)
             st = mhe__cu_admin_init(&g, &bt);
         if (st == MHE_OK)
             st = mhe_cuda_model_download(&g);
         std::vector<float> dev(m.param_data, m.param_data + m.n_params);
-        mhe_model_admin_init(&m, &bt);
+        OK(mhe_model_admin_init(&m, &bt));
         std::vector<float> cpu(m.param_data, m.param_data + m.n_params);
         CHECK(st == MHE_OK && rel_err(dev, cpu) < 1e-5, "admin: the device's profiling sets the CPU's omegas (rel %.3g) %s",
               rel_err(dev, cpu), g.err);
@@ -1022,7 +1067,7 @@ static void test_features(void) {
         /* decoding an Admin model: token by token as the CPU's full forward */
         float lc = 0;
         mhe_cuda_model_upload(&g);
-        mhe_model_forward(&m, tok.data(), NULL, 1, 11, &lc);
+        OK(mhe_model_forward(&m, tok.data(), NULL, 1, 11, &lc));
         std::vector<float> step(c.vocab_size);
         double worst = 0;
         if (st == MHE_OK)
@@ -1066,7 +1111,7 @@ static void test_features(void) {
         bt.T = 4;
         bt.tokens = tok;
         bt.lengths = len;
-        mhe_model_init(&m, &c, 1, NULL);
+        OK(mhe_model_init(&m, &c, 1, NULL));
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
             CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "nonapprox"),
                   "padded sequences through nonapprox are refused: %s", g.err);
@@ -1131,9 +1176,9 @@ static void test_features_train(void) {
         tc.warmup = 2;
         tc.steps = 8;
         tc.seed = 5;
-        mhe_model_init(&mc, &c, 11, NULL);
-        mhe_model_init(&md, &c, 11, NULL);
-        mhe_trainer_init(&tcpu, &mc, &tc);
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        OK(mhe_trainer_init(&tcpu, &mc, &tc));
         mhe_status st = mhe_cuda_model_init(&g, &md, 0);
         if (st == MHE_OK)
             st = mhe_cuda_trainer_init(&tdev, &g, &tc);
@@ -1144,10 +1189,10 @@ static void test_features_train(void) {
         float first = 0, last_dev = 0;
         for (int s = 0; s < 8 && st == MHE_OK; s++) {
             if (run == CLS) {
-                mhe_trainer_step_cls(&tcpu, &ts);
+                OK(mhe_trainer_step_cls(&tcpu, &ts));
                 st = mhe_cuda_trainer_step_cls(&tdev, &ts);
             } else {
-                mhe_trainer_step(&tcpu, data, n);
+                OK(mhe_trainer_step(&tcpu, data, n));
                 st = mhe_cuda_trainer_step(&tdev, data, n);
             }
             worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
@@ -1188,6 +1233,424 @@ static void test_features_train(void) {
     free(data);
 }
 
+/* ---- encoder-decoder: the encoder, causal self-attention, cross-attention ------------------ */
+
+/* two encoder and two decoder blocks of the given kinds (enc_attn, attn, cross_attn) */
+struct s2s_kinds {
+    int enc[2], self[2], cross[2], post;
+};
+
+/* every kind the device runs appears in some stack; every kind a cross-attention may be (the
+   softmax kinds, taylor, staticemb-qk: Q, K from both sides' embeddings through norm3) appears
+   as one, staticemb-qk pre- and post-norm */
+static const s2s_kinds s2s_cases[] = {
+    {{MHE_ATTN_MHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL}, {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD}, 0},
+    {{MHE_ATTN_NONAPPROX, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_GQA}, {MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, 1},
+    {{MHE_ATTN_FNET, MHE_ATTN_MLP}, {MHE_ATTN_SHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_TAYLOR, MHE_ATTN_SKV}, 0},
+    {{MHE_ATTN_LINEAR, MHE_ATTN_MHE_ADD}, {MHE_ATTN_NONAPPROX, MHE_ATTN_MQA}, {MHE_ATTN_MHE_MUL, MHE_ATTN_MQA}, 0},
+    {{MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, {MHE_ATTN_MLP, MHE_ATTN_COLLAB}, {MHE_ATTN_GQA, MHE_ATTN_SHA}, 1},
+    {{MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, 0},
+    {{MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, 1},
+};
+
+static mhe_config s2s_config(const s2s_kinds &k) {
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCDEC, k.post, k.post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM,
+                                k.post ? MHE_ACT_SILU : MHE_ACT_GELU);
+    c.enc_layers = 2;
+    for (int l = 0; l < 2; l++) {
+        c.enc_attn[l] = k.enc[l];
+        c.attn[l] = k.self[l];
+        c.cross_attn[l] = k.cross[l];
+    }
+    c.init_std = 0.1f; /* scores of order 1, as small_config's ch. 4 kinds */
+    return c;
+}
+
+static void s2s_name(const s2s_kinds &k, char *out, size_t len) {
+    snprintf(out, len, "encdec %s+%s | %s+%s x %s+%s%s", mhe_attn_kind_name(k.enc[0]), mhe_attn_kind_name(k.enc[1]),
+             mhe_attn_kind_name(k.self[0]), mhe_attn_kind_name(k.self[1]), mhe_attn_kind_name(k.cross[0]),
+             mhe_attn_kind_name(k.cross[1]), k.post ? " post-norm" : "");
+}
+
+/* decoding an encoded source token by token, and as a prefill, equals the device's
+   forward and the CPU's mhe_kv_cache_encode + mhe_decode_step */
+static void decode_check_s2s(const mhe_config *cfg, const char *what, int T, int Ts, double tol) {
+    mhe_model m;
+    mhe_cuda_model g;
+    mhe_cuda_kv_cache kc;
+    mhe_kv_cache cc;
+    int V = cfg->vocab_size;
+    std::vector<int> tok(T), src(Ts);
+    for (int i = 0; i < T; i++)
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    for (int i = 0; i < Ts; i++)
+        src[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    if (mhe_model_init(&m, cfg, 3, NULL) != MHE_OK) {
+        CHECK(0, "decode %s: model init: %s", what, m.err);
+        return;
+    }
+    memset(&kc, 0, sizeof kc);
+    memset(&cc, 0, sizeof cc);
+    std::vector<float> full((size_t)T * V), step(V);
+    mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_forward_s2s(&g, src.data(), Ts, tok.data(), NULL, 1, T, NULL);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_logits(&g, full.data());
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_init(&kc, &g, T);
+    if (st == MHE_OK) /* nothing to read the cross-attention from yet */
+        CHECK(mhe_cuda_decode_step(&g, &kc, tok[0], NULL) == MHE_ERR_ARG && strstr(g.err, "mhe_cuda_kv_cache_encode"),
+              "decode %s before encoding: %s", what, g.err);
+    if (st == MHE_OK)
+        st = mhe_cuda_kv_cache_encode(&g, &kc, src.data(), Ts);
+    if (st == MHE_OK && (mhe_kv_cache_init(&cc, &m, T, NULL) != MHE_OK || mhe_kv_cache_encode(&m, &cc, src.data(), Ts) != MHE_OK))
+        CHECK(0, "decode %s: CPU cache: %s", what, m.err);
+    double worst = 0, worst_cpu = 0;
+    for (int t = 0; t < T && st == MHE_OK; t++) {
+        st = mhe_cuda_decode_step(&g, &kc, tok[t], step.data());
+        std::vector<float> ref(full.begin() + (long)t * V, full.begin() + (long)(t + 1) * V);
+        worst = fmax(worst, rel_err(step, ref));
+        if (cc.block && mhe_decode_step(&m, &cc, tok[t]) == MHE_OK)
+            worst_cpu = fmax(worst_cpu, rel_err(step, std::vector<float>(cc.logits, cc.logits + V)));
+        else
+            worst_cpu = 1;
+    }
+    CHECK(st == MHE_OK && worst < tol, "decode %s: step logits equal the forward's (rel %.3g) %s", what, worst,
+          st == MHE_OK ? "" : g.err);
+    CHECK(st == MHE_OK && worst_cpu < tol, "decode %s: step logits equal the CPU's decoding (rel %.3g)", what, worst_cpu);
+    if (st == MHE_OK) { /* encoding again starts a new sequence; the prompt as one batch */
+        st = mhe_cuda_kv_cache_encode(&g, &kc, src.data(), Ts);
+        if (st == MHE_OK)
+            st = mhe_cuda_prefill(&g, &kc, tok.data(), T - 1, NULL);
+        if (st == MHE_OK)
+            st = mhe_cuda_decode_step(&g, &kc, tok[T - 1], step.data());
+        std::vector<float> ref(full.end() - V, full.end());
+        CHECK(st == MHE_OK && rel_err(step, ref) < tol, "decode %s: prefill of %d, then a step (rel %.3g) %s", what,
+              T - 1, rel_err(step, ref), st == MHE_OK ? "" : g.err);
+    }
+    if (getenv("MHE_TEST_VERBOSE"))
+        printf("  decode %s: logits %.3g, CPU %.3g\n", what, worst, worst_cpu);
+    mhe_kv_cache_free(&cc);
+    mhe_cuda_kv_cache_free(&kc);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+}
+
+/* one small encoder-decoder for the sanitizer runs (the model group): every kernel the
+   cross-attention path adds to the decoder's is one of theirs, on other shapes */
+static void test_model_s2s(void) {
+    mhe_config c = s2s_config(s2s_cases[0]);
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.d_head = 16;
+    c.d_ff = 48;
+    compare_step(&c, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, small", 2, 5, &fp32_tol, 1, 0, 0, 7);
+}
+
+static void test_encdec(void) {
+    char what[160];
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    int i = 0;
+    for (const s2s_kinds &k : s2s_cases) {
+        mhe_config c = s2s_config(k);
+        s2s_name(k, what, sizeof what);
+        /* a source longer, then shorter than the decoder's sequence */
+        compare_step(&c, what, 2, 11, &fp32_tol, 1, 0, 0, i % 2 ? 7 : 16);
+        decode_check_s2s(&c, what, 9, i % 2 ? 6 : 12, 1e-5);
+        i++;
+    }
+    {
+        mhe_config c = s2s_config(s2s_cases[0]);
+        snprintf(what, sizeof what, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, TF32");
+        step_tol tol[2] = {tf32_bounds, tf32_bounds};
+        compare_step(&c, what, 2, 11, tol, 2, 0, 1, 14);
+    }
+    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
+        CHECK(0, "corpus: %s", err);
+        return;
+    }
+    { /* training: the batches carry a source (src_len), the losses track the CPU's */
+        mhe_config c = s2s_config(s2s_cases[0]);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        mhe_trainer tcpu;
+        mhe_cuda_model g;
+        mhe_cuda_trainer tdev;
+        c.vocab_size = 256;
+        c.init_std = mhe_config_default().init_std;
+        tc.batch = 2;
+        tc.seq_len = 10;
+        tc.src_len = 14;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 12;
+        tc.seed = 5;
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        OK(mhe_trainer_init(&tcpu, &mc, &tc));
+        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+        CHECK(st == MHE_OK, "train encdec: device init: %s", g.err);
+        if (st == MHE_OK) {
+            double worst = 0;
+            float first = 0, last_dev = 0;
+            for (int s = 0; s < 12 && st == MHE_OK; s++) {
+                OK(mhe_trainer_step(&tcpu, data, n));
+                st = mhe_cuda_trainer_step(&tdev, data, n);
+                worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+                if (s == 0)
+                    first = tcpu.last_loss;
+                last_dev = tdev.host.last_loss;
+            }
+            printf("train encdec: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
+                   (double)first, (double)tcpu.last_loss, (double)last_dev, worst);
+            CHECK(st == MHE_OK && worst < 1e-3, "train encdec: device losses track the CPU's (worst rel diff %.3g) %s",
+                  worst, st == MHE_OK ? "" : tdev.host.err);
+            CHECK(last_dev < first - 0.3f, "train encdec: loss falls on the device (%.3f -> %.3f)", (double)first,
+                  (double)last_dev);
+            /* evaluation on the device: the same windows (source, then continuation) as mhe_evaluate */
+            float lc = 0, ld = 0;
+            mhe_cuda_trainer_sync(&tdev);
+            mhe_status sc = mhe_evaluate(&md, data, 400, 4, 12, 0, &lc);
+            mhe_status sd = mhe_cuda_evaluate(&g, data, 400, 4, 12, 0, &ld);
+            CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval encdec: loss %.7f vs CPU %.7f %s",
+                  (double)ld, (double)lc, g.err);
+            float l0 = 0;
+            CHECK(mhe_cuda_model_forward(&g, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "forward_s2s"),
+                  "encdec forward without a source: %s", g.err);
+            CHECK(mhe_cuda_model_forward_s2s(&g, data, 0, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "source"),
+                  "encdec forward with an empty source: %s", g.err);
+            mhe_cuda_trainer_free(&tdev);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_trainer_free(&tcpu);
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    free(data);
+}
+
+/* ---- word models: hash-emb embeddings, word vocabularies, the S+R head -------------------- */
+
+/* a word corpus (the first bytes of the training text) and a model on it with its features */
+struct word_corpus {
+    mhe_lexicon x;
+    mhe_word_feats f;
+    int *tok;
+    size_t n;
+};
+
+static int word_corpus_of(word_corpus *k, size_t bytes) {
+    char err[MHE_ERR_LEN];
+    void *buf = NULL;
+    size_t len = 0;
+    memset(k, 0, sizeof *k);
+    mhe_lexicon_init(&k->x, NULL);
+    if (mhe_read_file("examples/data/train.txt", &buf, &len, NULL, err) != MHE_OK) {
+        CHECK(0, "corpus: %s", err);
+        return 0;
+    }
+    mhe_status st = mhe_words_parse(&k->x, (const char *)buf, len < bytes ? len : bytes, &k->tok, &k->n, NULL, err);
+    free(buf);
+    CHECK(st == MHE_OK, "word corpus: %s", err);
+    return st == MHE_OK;
+}
+
+static void word_corpus_free(word_corpus *k) {
+    mhe_lexicon_free(&k->x);
+    mhe_word_feats_free(&k->f);
+    free(k->tok);
+}
+
+/* small_config's sizes with an S+R head on word tokens: hash-emb buckets (few: words collide), or a word vocabulary */
+static mhe_config word_config(int embedding, int post) {
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCODER, post, post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM,
+                                MHE_ACT_GELU);
+    c.embedding = embedding;
+    c.token_head = MHE_HEAD_SR;
+    c.hash_buckets = 48;
+    c.attn[1] = MHE_ATTN_MHE_ADD;
+    return c;
+}
+
+static int word_model_init(mhe_model *m, const mhe_config *c, word_corpus *k, uint64_t seed) {
+    if (mhe_model_init(m, c, seed, NULL) != MHE_OK ||
+        (c->embedding == MHE_EMB_VOCAB && mhe_model_set_vocab(m, &k->x) != MHE_OK)) {
+        CHECK(0, "word model: %s", m->err);
+        return 0;
+    }
+    mhe_word_feats_free(&k->f);
+    if (mhe_word_feats_update(m, &k->x, &k->f) != MHE_OK) {
+        CHECK(0, "word features: %s", m->err);
+        return 0;
+    }
+    return 1;
+}
+
+/* one S+R step of a word batch on both sides: loss, the 3 logits per token, every gradient */
+static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char *what) {
+    const int B = 2, T = 17, K = MHE_SR_CLASSES;
+    mhe_model m;
+    mhe_cuda_model g;
+    std::vector<int> clean(B * T), tok(B * T), tgt(B * T);
+    if (!word_model_init(&m, cfg, k, 7))
+        return;
+    for (int b = 0; b < B; b++)
+        memcpy(&clean[b * T], k->tok + 40 * b, T * sizeof(int));
+    mhe_sr_corrupt(tok.data(), tgt.data(), clean.data(), NULL, B, T, 0.3f, MHE_N_SPECIAL, NULL, (size_t)k->f.n, &test_rng);
+    tok[3] = MHE_TOK_BOS; /* a special row among the words */
+    mhe_batch bt;
+    memset(&bt, 0, sizeof bt);
+    bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.words = &k->f;
+    float lc = 0, ld = 0;
+    mhe_model_zero_grad(&m);
+    mhe_status st = mhe_model_forward_batch(&m, &bt, &lc);
+    if (st == MHE_OK)
+        st = mhe_model_backward(&m);
+    CHECK(st == MHE_OK, "%s: CPU step: %s", what, m.err);
+    std::vector<float> logits_cpu(m.acts.logits, m.acts.logits + (size_t)B * T * K), grad_cpu(m.grad_data, m.grad_data + m.n_params);
+    if ((st = mhe_cuda_model_init(&g, &m, 0)) == MHE_OK) {
+        st = mhe_cuda_model_forward_batch(&g, &bt, &ld);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_backward(&g);
+    }
+    CHECK(st == MHE_OK, "%s: device step: %s", what, g.err);
+    if (st == MHE_OK) {
+        CHECK_CLOSE(ld, lc, 1e-5, 1e-5, "%s: loss %.7f vs CPU %.7f", what, (double)ld, (double)lc);
+        std::vector<float> logits_dev(logits_cpu.size());
+        mhe_cuda_model_logits(&g, logits_dev.data());
+        CHECK(rel_err(logits_dev, logits_cpu) < 1e-5, "%s: S+R logits rel err %.3g", what, rel_err(logits_dev, logits_cpu));
+        mhe_cuda_model_grads(&g);
+        int bad = 0;
+        double gmax = 0;
+        for (float x : grad_cpu)
+            gmax = fmax(gmax, fabs(x));
+        for (int i = 0; i < m.n_tensors; i++) {
+            const mhe_tensor *t = &m.params[i];
+            size_t off = (size_t)(t->data - m.param_data);
+            std::vector<float> a(m.grad_data + off, m.grad_data + off + t->size),
+                b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + t->size));
+            double e = rel_err(a, b), mx = 0;
+            for (float x : b)
+                mx = fmax(mx, fabs(x));
+            if (mx < 1e-3 * gmax) /* zero in exact arithmetic (MHE-ADD's key bias): against the model's scale, as compare_step */
+                e = e * mx / (1e-3 * gmax);
+            if (!(e < 2e-4)) {
+                bad++;
+                printf("  %s: gradient of %s rel err %.3g\n", what, t->name, e);
+            }
+        }
+        CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
+        mhe_cuda_model_free(&g);
+    }
+    mhe_model_free(&m);
+}
+
+static void test_hash(void) {
+    word_corpus k;
+    char err[MHE_ERR_LEN];
+    if (!word_corpus_of(&k, 6000))
+        return;
+    mhe_config c = word_config(MHE_EMB_HASH_EMB, 0);
+    compare_word_step(&c, &k, "hash-emb S+R encoder");
+    c = word_config(MHE_EMB_HASH_EMB, 1);
+    c.attn[0] = MHE_ATTN_TAYLOR;
+    c.arch = MHE_ARCH_DECODER;
+    compare_word_step(&c, &k, "hash-emb S+R decoder taylor+mhe-add post-norm");
+    c = word_config(MHE_EMB_VOCAB, 0);
+    c.vocab_size = k.x.n + MHE_N_SPECIAL;
+    compare_word_step(&c, &k, "word vocabulary S+R encoder");
+    { /* 12 S+R steps on both sides, then the evaluation */
+        mhe_model mc, md;
+        mhe_trainer tcpu;
+        mhe_cuda_model g;
+        mhe_cuda_trainer tdev;
+        mhe_train_config tc = mhe_train_config_default();
+        c = word_config(MHE_EMB_HASH_EMB, 0);
+        c.init_std = mhe_config_default().init_std;
+        tc.batch = 4;
+        tc.seq_len = 16;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 12;
+        tc.seed = 5;
+        word_model_init(&mc, &c, &k, 11);
+        word_model_init(&md, &c, &k, 11);
+        OK(mhe_trainer_init(&tcpu, &mc, &tc));
+        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+        CHECK(st == MHE_OK, "train hash-emb S+R: device init: %s", g.err);
+        if (st == MHE_OK) {
+            double worst = 0;
+            float first = 0;
+            for (int s = 0; s < 12 && st == MHE_OK; s++) {
+                OK(mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f));
+                st = mhe_cuda_trainer_step_sr(&tdev, k.tok, k.n, &k.f);
+                worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+                if (s == 0)
+                    first = tcpu.last_loss;
+            }
+            printf("train hash-emb S+R: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
+                   (double)first, (double)tcpu.last_loss, (double)tdev.host.last_loss, worst);
+            CHECK(st == MHE_OK && worst < 1e-3, "train hash-emb S+R: device losses track the CPU's (%.3g) %s", worst,
+                  st == MHE_OK ? "" : tdev.host.err);
+            CHECK(tdev.host.last_loss < first - 0.2f, "train hash-emb S+R: loss falls (%.3f -> %.3f)", (double)first,
+                  (double)tdev.host.last_loss);
+            CHECK(mhe_cuda_trainer_step(&tdev, k.tok, k.n) == MHE_ERR_CONFIG && strstr(tdev.host.err, "step_sr"),
+                  "an S+R model takes no LM step: %s", tdev.host.err);
+            mhe_cuda_trainer_sync(&tdev);
+            mhe_cls_metrics ec, ed;
+            mhe_status sc = mhe_evaluate_sr(&md, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ec);
+            mhe_status sd = mhe_cuda_evaluate_sr(&g, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ed);
+            CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss && ed.accuracy == ec.accuracy &&
+                      ed.n == ec.n,
+                  "evaluate S+R: loss %.7f acc %.4f vs CPU %.7f %.4f %s", ed.loss, ed.accuracy, ec.loss, ec.accuracy, g.err);
+            /* refusals, as the CPU's */
+            float l0;
+            CHECK(mhe_cuda_model_forward(&g, k.tok, NULL, 1, 8, &l0) == MHE_ERR_ARG && strstr(g.err, "word features"),
+                  "hash-emb forward without word features: %s", g.err);
+            mhe_batch bt;
+            int bad_tok[4] = {MHE_N_SPECIAL, MHE_N_SPECIAL + k.f.n, 1, 2};
+            memset(&bt, 0, sizeof bt);
+            bt.B = 1; bt.T = 4; bt.tokens = bad_tok; bt.words = &k.f;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "word types"),
+                  "a word token past the features: %s", g.err);
+            mhe_cuda_trainer_free(&tdev);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_trainer_free(&tcpu);
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    { /* a hash-emb decoder has no vocabulary softmax: nothing to decode, as mhe_decode_step says */
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_cuda_kv_cache kc;
+        c = word_config(MHE_EMB_HASH_EMB, 0);
+        c.arch = MHE_ARCH_DECODER;
+        if (word_model_init(&m, &c, &k, 3)) {
+            if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+                CHECK(mhe_cuda_kv_cache_init(&kc, &g, 8) == MHE_ERR_CONFIG && strstr(g.err, "nothing to generate"),
+                      "hash-emb decoding: %s", g.err);
+                mhe_cuda_model_free(&g);
+            }
+            mhe_model_free(&m);
+        }
+    }
+    for (int e : {MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ}) { /* what stays on the CPU is named */
+        c = word_config(e, 0);
+        char want[64];
+        snprintf(want, sizeof want, "embedding=%s", mhe_hash_kind_name(e - 1));
+        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, want), "supports %s: %s", want, err);
+    }
+    word_corpus_free(&k);
+}
+
 /* ---- bad input: a status and a message, never a wrong result ---------------------------- */
 
 static void test_errors(void) {
@@ -1195,7 +1658,7 @@ static void test_errors(void) {
     mhe_model m;
     mhe_cuda_model g;
     char err[MHE_ERR_LEN] = "";
-    mhe_model_init(&m, &c, 1, NULL);
+    OK(mhe_model_init(&m, &c, 1, NULL));
 
 #ifdef MHE_CUDA_EMULATE /* the emulation's hooks provoke what a real GPU does rarely */
     mhe_emu_set_device_count(0);
@@ -1233,8 +1696,8 @@ static void test_errors(void) {
         }
         CHECK(kinds_ok == MHE_ATTN_KIND_COUNT, "%d of %d kinds run on the device", kinds_ok, MHE_ATTN_KIND_COUNT);
         bad = c;
-        bad.embedding = MHE_EMB_HASH_EMB;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash"), "hash embeddings: %s", err);
+        bad.embedding = MHE_EMB_HASH_POOL; /* hash-emb runs on the device (the hash group) */
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "hash-pool"), "hash-pool embedding: %s", err);
         bad = c; /* dropout, Admin and a classifier over mha run there */
         bad.dropout = 0.1f;
         bad.attn_dropout = 0.2f;
@@ -1247,8 +1710,16 @@ static void test_errors(void) {
         CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "layer 1") && strstr(err, "linear"),
               "a classification head over linear: %s", err);
         bad = c;
-        bad.arch = MHE_ARCH_ENCDEC;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG, "encdec: %s", err);
+        bad.arch = MHE_ARCH_ENCDEC; /* runs on the device (the encdec group) */
+        bad.enc_layers = 1;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec runs on the device: %s", err);
+        bad.attn_dropout = 0.1f; /* the source's and cross-attention's dropout sites stay on the CPU */
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with dropout"),
+              "encdec with attention dropout: %s", err);
+        bad.attn_dropout = 0;
+        bad.admin = bad.post_norm = 1;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with admin"),
+              "encdec with Admin: %s", err);
     }
     if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
         int tok[4] = {1, 2, 999, 3}, tg[4] = {1, 2, 3, 4};
@@ -1338,7 +1809,7 @@ static int in_list(const char *list, const char *name) {
 int main(int argc, char **argv) {
     static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",   "kinds",
                                          "large", "train", "decode", "prefill",     "eval",    "errors",
-                                         "features"};
+                                         "features", "encdec", "hash"};
     const char *only = argc > 1 ? argv[1] : "";
 #ifdef MHE_CUDA_EMULATE
     int large_T = 80, large_D = 64;
@@ -1355,7 +1826,7 @@ int main(int argc, char **argv) {
     if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
         large_T < 1 || large_D < 4 || large_D % 4) {
         printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model kinds large "
-               "train decode prefill eval errors features (large: T >= 1, D a multiple of 4)\n");
+               "train decode prefill eval errors features encdec hash (large: T >= 1, D a multiple of 4)\n");
         return 2;
     }
     test_device_or_exit("test_cuda");
@@ -1383,5 +1854,7 @@ int main(int argc, char **argv) {
     RUN("eval", test_eval());
     RUN("errors", test_errors());
     RUN("features", (test_features(), test_features_train()));
+    RUN("encdec", test_encdec());
+    RUN("hash", test_hash());
     return TEST_END();
 }

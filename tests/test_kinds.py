@@ -1,0 +1,156 @@
+"""Every attention kind is in every implementation, or the gap is explained.
+
+Reads the kinds from mhe.h (the enum and the kind table, which must agree
+name for name) and looks for each one in: the CUDA companion's
+mhe__cu_kind_ok, the PyTorch twin's ATTN_KINDS, test_cuda's two kind arrays,
+the configurations of tests/torch_crosscheck.py and the KINDS of
+tests/test_lockstep.py. A kind missing from one of them fails unless the table
+"Kinds missing from an implementation" of docs/adding-a-kind.md has a row for
+it with a reason; a row whose gap is closed fails too (the table stays true).
+Every function docs/adding-a-kind.md names must exist where it says. The
+checks also run on altered copies of the sources (a kind dropped from each
+place) to show that they fail. Needs only python3."""
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import REPO, check, finish  # noqa: E402
+
+PLACES = ("cuda", "twin", "test_cuda", "crosscheck", "lockstep")
+
+
+def read(path):
+    return open(os.path.join(REPO, path), encoding="utf-8").read()
+
+
+def enum_name(kind):
+    """'mhe-add' -> 'MHE_ATTN_MHE_ADD'"""
+    return "MHE_ATTN_" + kind.upper().replace("-", "_")
+
+
+def header_kinds(header):
+    """(kind names in the enum's order, names in the kind table's order)"""
+    enum = header[header.index("MHE_ATTN_MHA = 0"):header.index("MHE_ATTN_KIND_COUNT")]
+    enums = re.findall(r"^\s*(MHE_ATTN_\w+)", enum, re.M)
+    table = header[header.index("static const mhe__kind_info mhe__kinds["):]
+    table = table[:table.index("\n};")]
+    names = re.findall(r"^\s*\{ \"([a-z-]+)\",", table, re.M)
+    return enums, names
+
+
+def found(sources, kinds):
+    """{place: set of kinds it has}"""
+    cuda = sources["cuda"]
+    ok = cuda[cuda.index("static int mhe__cu_kind_ok"):]
+    ok = ok[:ok.index("\n}\n")]
+    twin = re.search(r"^ATTN_KINDS = \(([^)]*)\)", sources["twin"], re.M)
+    twin_kinds = set(re.findall(r"\"([a-z-]+)\"", twin.group(1))) if twin else set()
+    arrays = re.findall(r"static const int (?:device|decon)_kinds\[\] = \{([^}]*)\}", sources["test_cuda"])
+    cross = set()
+    for spec in re.findall(r"\b(?:attn|enc_attn|cross_attn)=\"([a-z,-]+)\"", sources["crosscheck"]):
+        cross.update(spec.split(","))
+    lock = re.search(r"^KINDS = \[(.*?)^\]", sources["lockstep"], re.M | re.S)
+    lock_kinds = set(re.findall(r"\(\"([a-z-]+)\", \[", lock.group(1))) if lock else set()
+    return {
+        "cuda": {k for k in kinds if re.search(r"\bcase %s:" % enum_name(k), ok)},
+        "twin": twin_kinds,
+        "test_cuda": {k for k in kinds if any(re.search(r"\b%s\b" % enum_name(k), a) for a in arrays)},
+        "crosscheck": cross,
+        "lockstep": lock_kinds,
+    }
+
+
+def gaps_table(doc):
+    """{(kind, place): reason} from the table of docs/adding-a-kind.md"""
+    at = doc.find("## Kinds missing from an implementation")
+    rows = re.findall(r"^\| `?([a-z-]+)`? \| `?([a-z_]+)`? \| (.*?) \|$", doc[at:], re.M) if at >= 0 else []
+    return {(k, p): r.strip() for k, p, r in rows if k != "kind"}
+
+
+def problems(sources, doc):
+    """the list of what is wrong: an empty list when every kind is everywhere or excused"""
+    out = []
+    enums, names = header_kinds(sources["header"])
+    if [enum_name(n) for n in names] != enums:
+        out.append("mhe.h: the kind table %s does not follow the enum %s" % (names, enums))
+    have = found(sources, names)
+    gaps = gaps_table(doc)
+    for place in PLACES:
+        for k in names:
+            excused = gaps.get((k, place))
+            if k not in have[place] and not excused:
+                out.append("%s is missing from %s, and docs/adding-a-kind.md states no reason" % (k, place))
+            if k in have[place] and excused is not None:
+                out.append("docs/adding-a-kind.md says %s is missing from %s, but it is there" % (k, place))
+        extra = have[place] - set(names)
+        if extra and place != "crosscheck":   # the cross-check also tries unknown names, to see them refused
+            out.append("%s names kinds mhe.h does not have: %s" % (place, sorted(extra)))
+    for (k, place), reason in gaps.items():
+        if place not in PLACES or k not in names or not reason:
+            out.append("docs/adding-a-kind.md: the row (%s, %s) names no known kind/place or gives no reason"
+                       % (k, place))
+    return out
+
+
+def main():
+    sources = {
+        "header": read("mhe.h"), "cuda": read("mhe_cuda.cuh"), "twin": read("tools/mhe_torch.py"),
+        "test_cuda": read("tests/cuda/test_cuda.cpp"), "crosscheck": read("tests/torch_crosscheck.py"),
+        "lockstep": read("tests/test_lockstep.py"),
+    }
+    doc = read("docs/adding-a-kind.md")
+    enums, names = header_kinds(sources["header"])
+    check(len(names) == 17 and len(enums) == 17, "mhe.h has 17 kinds (enum %d, table %d)" % (len(enums), len(names)))
+    found_now = problems(sources, doc)
+    check(not found_now, "every kind is in every implementation and test, or excused: %s" % "; ".join(found_now))
+
+    # the checks can fail: drop one kind from each place in turn
+    drops = {
+        "cuda": ("cuda", "case MHE_ATTN_TAYLOR:", ""),
+        "twin": ("twin", "\"taylor\", \"nonapprox\",\n", "\"nonapprox\",\n"),
+        "test_cuda": ("test_cuda", "MHE_ATTN_TAYLOR,", ""),
+        "lockstep": ("lockstep", "(\"taylor\", []), ", ""),
+    }
+    for what, (src, old, new) in drops.items():
+        altered = dict(sources)
+        check(old in altered[src], "the altered copy for %s finds its text" % what)
+        altered[src] = altered[src].replace(old, new, 1)
+        p = problems(altered, doc)
+        check(any("taylor is missing from %s" % what in x for x in p), "taylor dropped from %s is reported: %s" % (what, p))
+        excused = doc + "| `taylor` | `%s` | a reason |\n" % what
+        check(not problems(altered, excused), "the same gap with a stated reason passes")
+    check(any("but it is there" in x for x in problems(sources, doc + "| `mha` | `twin` | stale |\n")),
+          "an excuse for a gap that is closed is reported")
+    renamed = dict(sources)
+    renamed["header"] = renamed["header"].replace("{ \"sha\",", "{ \"shaa\",", 1)
+    check(any("does not follow the enum" in x for x in problems(renamed, doc)), "a table row out of step with the enum is reported")
+    cross = dict(sources)
+    cross["crosscheck"] = re.sub(r"\b(attn|enc_attn|cross_attn)=\"([a-z,-]*)\bnonapprox\b",
+                                 lambda m: m.group(0).replace("nonapprox", "mha"), cross["crosscheck"])
+    check(any("nonapprox is missing from crosscheck" in x for x in problems(cross, doc)),
+          "a kind without a cross-check configuration is reported")
+
+    # every function the checklist names exists in the file of its section
+    files = {"mhe.h": sources["header"], "mhe_cuda.cuh": sources["cuda"], "tools/mhe_torch.py": sources["twin"]}
+    section_file, named = "mhe.h", []
+    for line in doc.splitlines():
+        m = re.match(r"## (mhe\.h|mhe_cuda\.cuh|tools/mhe_torch\.py)", line)
+        if m:
+            section_file = m.group(1)
+        elif line.startswith("## "):
+            section_file = None
+        if section_file:
+            named += [(section_file, n) for n in re.findall(r"`(mhe_\w+|mhe__\w+|_attn|_decon|attention)`", line)]
+    check(len(named) >= 30, "docs/adding-a-kind.md names %d functions" % len(named))
+    for f, n in named:
+        text = files[f]
+        ok = re.search(r"\b%s\s*\(" % re.escape(n), text) or re.search(r"\b%s\b" % re.escape(n), text)
+        if f == "tools/mhe_torch.py":
+            ok = re.search(r"def %s\(" % re.escape(n), text)
+        check(bool(ok), "%s names %s, which exists" % (f, n))
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
