@@ -1491,7 +1491,8 @@ static int word_model_init(mhe_model *m, const mhe_config *c, word_corpus *k, ui
     return 1;
 }
 
-/* one S+R step of a word batch on both sides: loss, the 3 logits per token, every gradient */
+/* one S+R step of a word batch on both sides: loss, the 3 logits per token, every gradient
+   (with dropout: in training mode, the same masks; with Admin: the CPU's profiled omegas) */
 static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char *what) {
     const int B = 2, T = 17, K = MHE_SR_CLASSES;
     mhe_model m;
@@ -1507,6 +1508,10 @@ static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char 
     memset(&bt, 0, sizeof bt);
     bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.words = &k->f;
     float lc = 0, ld = 0;
+    if (cfg->admin) /* the CPU's profiling sets the omegas the device copies */
+        OK(mhe_model_admin_init(&m, &bt));
+    m.training = cfg->dropout > 0 || cfg->attn_dropout > 0; /* both sides drop with the same seed */
+    m.dropout_seed = 0x5eed;
     mhe_model_zero_grad(&m);
     mhe_status st = mhe_model_forward_batch(&m, &bt, &lc);
     if (st == MHE_OK)
@@ -1564,6 +1569,11 @@ static void test_hash(void) {
     c = word_config(MHE_EMB_VOCAB, 0);
     c.vocab_size = k.x.n + MHE_N_SPECIAL;
     compare_word_step(&c, &k, "word vocabulary S+R encoder");
+    c = word_config(MHE_EMB_HASH_EMB, 1); /* the other feature set on word batches: dropout, attention dropout, Admin */
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    c.admin = 1;
+    compare_word_step(&c, &k, "hash-emb S+R encoder post-norm, Admin, dropout");
     { /* 12 S+R steps on both sides, then the evaluation */
         mhe_model mc, md;
         mhe_trainer tcpu;
@@ -1572,6 +1582,7 @@ static void test_hash(void) {
         mhe_train_config tc = mhe_train_config_default();
         c = word_config(MHE_EMB_HASH_EMB, 0);
         c.init_std = mhe_config_default().init_std;
+        c.dropout = 0.1f; /* the S+R step draws its dropout seed where the CPU's does */
         tc.batch = 4;
         tc.seq_len = 16;
         tc.lr = 3e-3f;
