@@ -46,9 +46,12 @@
    gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
    mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
-   post-norm, without dropout, Admin or classification
-   (mhe_cuda_supports says which field stops a config). Embeddings: the
-   vocabulary (byte or word tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head.
+   post-norm, dropout and attention dropout (the CPU's masks), Admin, and
+   the encoder's classification head (not over nonapprox, fnet or linear,
+   whose cores ignore padding); dropout and Admin not in encoder-decoder
+   models (mhe_cuda_supports says which field stops a config). Embeddings:
+   the vocabulary (byte or word tokens) and hash-emb, -pool, -add, -proj;
+   the LM or S+R head.
    Everything else runs on the CPU path. Decoding covers every kind the CPU
    decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
@@ -117,6 +120,14 @@ typedef struct mhe_cuda_model {
     float *hw_wn, *hw_wnorm, *hw_out, *hw_uu;
     const mhe_batch *words;                 /* set while a word batch's forward runs (mhe__cu_forward_batch) */
     mhe_cuda_kv_cache *cache;               /* set while a decode step runs */
+    /* dropout (on while host->training, as the CPU's; never in the fixed
+       stream or decoding) and the classification head with padding */
+    int drop;                               /* the last forward ran with dropout */
+    float *d_drop;                          /* a branch gradient through its dropout mask [rows, C] */
+    const int *in_lengths, *in_labels;      /* host [B]: the next forward's padding and labels (NULL: none) */
+    int *lengths, *labels;                  /* their device copies [cap_B] */
+    int has_len, last_cls;                  /* the last forward had lengths; classified its sequences */
+    float *pooled, *cls_logits, *d_pooled, *d_cls; /* [B, C], [B, n_classes], and their gradients */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
     char err[MHE_ERR_LEN];
@@ -145,9 +156,6 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
 /* encdec: the source src [B*Ts] through the encoder, then tokens/targets as above */
 MHEDEF mhe_status mhe_cuda_model_forward_s2s(mhe_cuda_model *g, const int *src, int Ts, const int *tokens,
                                              const int *targets, int B, int T, float *loss);
-/* a batch of word tokens (bt->words: embedding=vocab or a hash kind; S+R
-   targets) or with a source, as mhe_model_forward_batch (no labels, lengths) */
-MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g);   /* grads += d loss / d param */
 MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g);
 /* parameters host -> device (after the host model changed) and device -> host (to save or evaluate there) */
@@ -155,13 +163,23 @@ MHEDEF mhe_status mhe_cuda_model_upload(mhe_cuda_model *g);
 MHEDEF mhe_status mhe_cuda_model_download(mhe_cuda_model *g);
 /* the device gradients into the host model's grad_data */
 MHEDEF mhe_status mhe_cuda_model_grads(mhe_cuda_model *g);
-/* logits [B*T, V] of the last forward into host memory */
+/* logits [B*T, V] of the last forward into host memory (a classification
+   forward: the class logits [B, n_classes]) */
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out);
+/* as mhe_model_forward_batch: tokens (or word tokens, bt->words:
+   embedding=vocab or hash-emb) with per-token targets (LM or S+R), or
+   sequence labels through the classification head (mean over each
+   sequence's real tokens), lengths (padding) optional; a source for
+   encdec (without lengths); dropout when g->host->training is set (with
+   g->host->dropout_seed) */
+MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 
 MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, const mhe_train_config *tc);
 MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t);
 /* one step as mhe_trainer_step (same batches, schedule, clipping and AdamW) on the device */
 MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n);
+/* one step of the classification head as mhe_trainer_step_cls (same examples) on the device */
+MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s);
 /* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual) */
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t);
 /* one Shuffle+Random step (token_head=sr) as mhe_trainer_step_sr; words as there (NULL: byte tokens) */
@@ -196,6 +214,9 @@ MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size
                                         int seq_len, int max_batches, float *mean_loss);
 MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
                                             int stride, float *mean_loss, int64_t *n_scored);
+/* mhe_evaluate_cls with the forward passes on the device: loss, accuracy, macro F1, MCC */
+MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
+                                        mhe_cls_metrics *out);
 
 #endif /* MHE_CUDA_CUH */
 
@@ -935,6 +956,26 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
     p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
 }
 
+/* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
+   2014) of seed ^ index * const, its top 24 bits over 2^24. The dropout
+   masks (embedding, residual, attention weights) are the CPU's. */
+static __device__ __forceinline__ float mhe__cu_hash_uniform(uint64_t seed, uint64_t index) {
+    uint64_t z = (seed ^ (index * 0xd1b54a32d192ed03ULL)) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return (float)((z ^ (z >> 31)) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* inverted dropout as mhe_dropout_fwd (y may be x): element i kept when
+   hash(seed, i) >= p, scaled by 1 / (1 - p); the backward is the same map
+   on the gradient (mhe_dropout_bwd into zeros) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dropout(float *y, const float *x, int64_t n, float p,
+                                                              uint64_t seed) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = mhe__cu_hash_uniform(seed, (uint64_t)i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
+}
+
 /* ======================================================================== */
 /* C4. attention cores                                                      */
 /* ======================================================================== */
@@ -971,6 +1012,8 @@ typedef struct mhe__cu_att {
     float scale;
     const int *kv_len;
     const float *q_mul, *q_add, *v_mul, *v_add, *k_bias;
+    float drop;                             /* attention dropout's p (0: none) */
+    uint64_t seed;                          /* its stream (mhe_attn_dims.seed) */
 } mhe__cu_att;
 
 static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
@@ -995,6 +1038,8 @@ static mhe__cu_att mhe__cu_att_from(const mhe_attn_dims *d) {
     a.kbs = d->k_bias_stride;
     a.q_shared = d->q_shared;
     a.scale = d->scale;
+    a.drop = d->dropout;
+    a.seed = d->seed;
     a.kv_len = d->kv_len;
     a.q_mul = d->q_mul;
     a.q_add = d->q_add;
@@ -1014,6 +1059,13 @@ static __device__ __forceinline__ int mhe__cu_visible(const mhe__cu_att &a, int 
     return n < 0 ? 0 : n;
 }
 
+/* attention dropout's factor on weight (b, h, t, j): 0 or 1 / (1 - p), from
+   the CPU's stream (mhe_hash_uniform at MHE__ATT_IDX), so the masks agree */
+static __device__ __forceinline__ float mhe__cu_att_keep(const mhe__cu_att &a, int b, int h, int t, int j) {
+    uint64_t i = (((uint64_t)b * (uint64_t)a.n + (uint64_t)h) * (uint64_t)a.Tq + (uint64_t)t) * (uint64_t)a.Tk + (uint64_t)j;
+    return mhe__cu_hash_uniform(a.seed, i) >= a.drop ? 1.0f / (1.0f - a.drop) : 0.0f;
+}
+
 /* head h's query at row r mapped as in eq. 5 of the MHE paper: q * q_mul_h + q_add_h */
 static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att &a, const float *q, int h, int c) {
     float x = q[c];
@@ -1027,7 +1079,7 @@ static __device__ __forceinline__ float mhe__cu_qmap(const mhe__cu_att &a, const
 /* shared memory of a forward block of W warps, in floats */
 static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
-    size_t per_warp = G * a->dk + MHE__CU_BK + G * a->dh + 2 * G;
+    size_t per_warp = G * a->dk + MHE__CU_BK + G * a->dh + 3 * G;
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
@@ -1036,12 +1088,14 @@ template <int TAY>
 __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
                                                           const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
     float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
-    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 2 * G);
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (G * a.dk + MHE__CU_BK + G * a.dh + 3 * G);
     float *qb = wb, *pb = qb + G * a.dk, *acc = pb + MHE__CU_BK, *mst = acc + G * a.dh, *lst = mst + G;
+    float *kst = lst + G; /* attention dropout: the kept weights' running sum (MHE-ADD's e^V term) */
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
     kend_blk = mhe__cu_visible(a, b, tl); /* the block's last row sees the most keys */
     kend = live ? mhe__cu_visible(a, b, t) : 0;
@@ -1058,6 +1112,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
             for (int hh = 0; hh < G; hh++) {
                 mst[hh] = -INFINITY;
                 lst[hh] = 0.0f;
+                kst[hh] = 0.0f;
             }
     }
     __syncwarp();
@@ -1100,7 +1155,11 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                 p = vis ? expf(s - m_new) : 0.0f;
                 corr = m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
             }
-            float mass = mhe__cu_warp_sum(p);
+            float mass = mhe__cu_warp_sum(p), kept = mass;
+            if (drop > 0.0f) { /* the normaliser sums every weight, V sees the kept ones (mhe__row_dropout) */
+                p = vis ? p * mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 0.0f;
+                kept = mhe__cu_warp_sum(p);
+            }
             pb[lane] = p;
             __syncwarp();
             const float *vh = vt + (a.v_per_head ? hh * a.dh : 0);
@@ -1110,11 +1169,12 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
                     o += pb[j] * vh[j * a.vw + c];
                 acc[hh * a.dh + c] = o;
             }
-            float l_old = lst[hh];
-            __syncwarp(); /* everyone has read pb, mst, lst */
+            float l_old = lst[hh], k_old = kst[hh];
+            __syncwarp(); /* everyone has read pb, mst, lst, kst */
             if (lane == 0) {
                 mst[hh] = m_new;
                 lst[hh] = l_old * corr + mass;
+                kst[hh] = k_old * corr + kept;
             }
             __syncwarp();
         }
@@ -1129,8 +1189,8 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
             float x = acc[hh * a.dh + c] * inv;
             if (l > 0.0f && a.v_mul)
                 x *= a.v_mul[(size_t)h * a.dh + c];
-            if (l > 0.0f && a.v_add)
-                x += a.v_add[(size_t)h * a.dh + c];
+            if (l > 0.0f && a.v_add) /* e^V weighted by the kept mass (all of it without dropout) */
+                x += a.v_add[(size_t)h * a.dh + c] * (drop > 0.0f ? kst[hh] * inv : 1.0f);
             o[c] = x;
         }
         if (lane == 0) /* Taylor: the normaliser itself (0 for a row that sees no key, as the CPU) */
@@ -1138,7 +1198,10 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
     }
 }
 
-/* D[b, h, t] = dO_h . (O_h - v_add_h): the row term of the softmax backward */
+/* D[b, h, t] = dO_h . (O_h - v_add_h): the row term of the softmax backward.
+   With attention dropout the e^V term is dropped with its weights, so
+   D = dO_h . O_h and A = D + B n Tq holds dO_h . v_add_h, the term each kept
+   weight adds to dP (mhe__bwd_row's add) */
 __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float *D, const float *dout, const float *out) {
     int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = (int)threadIdx.x % 32;
@@ -1147,12 +1210,18 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float 
     int t = (int)(i % a.Tq), h = (int)(i / a.Tq % a.n), b = (int)(i / ((int64_t)a.Tq * a.n));
     const float *o = out + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh,
                 *g = dout + ((size_t)b * a.Tq + t) * a.os + (size_t)h * a.dh;
-    float s = 0.0f;
-    for (int c = lane; c < a.dh; c += 32)
-        s += g[c] * (o[c] - (a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f));
+    float s = 0.0f, e = 0.0f;
+    for (int c = lane; c < a.dh; c += 32) {
+        float ev = a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f;
+        s += g[c] * (o[c] - (a.drop > 0.0f ? 0.0f : ev));
+        e += g[c] * ev;
+    }
     s = mhe__cu_warp_sum(s);
+    e = mhe__cu_warp_sum(e);
     if (lane == 0)
         D[i] = s;
+    if (lane == 0 && a.drop > 0.0f)
+        D[i + (int64_t)a.B * a.n * a.Tq] = a.v_add ? e : 0.0f;
 }
 
 /* Backward for the queries (Dao et al. 2022, Algorithm 4, the dQ half): per
@@ -1161,23 +1230,24 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_rowdot(mhe__cu_att a, float 
    and of v_mul / v_add are sums over all rows: atomics. */
 static size_t mhe__cu_dq_smem(const mhe__cu_att *a, int W) {
     size_t G = (size_t)a->group;
-    size_t per_warp = 2 * G * a->dk + 2 * G * a->dh + MHE__CU_BK + 2 * G;
+    size_t per_warp = 2 * G * a->dk + 2 * G * a->dh + MHE__CU_BK + 4 * G;
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
 template <int TAY>
-__global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
+__global__ __launch_bounds__(128, 1) void mhe__cu_attn_dq_k(mhe__cu_att a, float *dq, float *dq_mul, float *dq_add,
                                                          float *dv_mul, float *dv_add, const float *dout,
                                                          const float *lse, const float *D, const float *q,
                                                          const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, t = (int)blockIdx.x * W + warp;
     int live = t < a.Tq, kend_blk, kend;
     float *kt = sm, *vt = kt + MHE__CU_BK * (a.dk + 1), *kbt = vt + MHE__CU_BK * a.vw;
-    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (2 * G * a.dk + 2 * G * a.dh + MHE__CU_BK + 2 * G);
+    float *wb = kbt + MHE__CU_BK * G + (size_t)warp * (2 * G * a.dk + 2 * G * a.dh + MHE__CU_BK + 4 * G);
     float *qb = wb, *dqa = qb + G * a.dk, *gb = dqa + G * a.dk, *ou = gb + G * a.dh, *pb = ou + G * a.dh;
-    float *lb = pb + MHE__CU_BK, *Db = lb + G;
+    float *lb = pb + MHE__CU_BK, *Db = lb + G, *Ab = Db + G, *kb = Ab + G; /* dropout: dO.e^V, kept mass */
     int tl = (int)blockIdx.x * W + W - 1 < a.Tq - 1 ? (int)blockIdx.x * W + W - 1 : a.Tq - 1;
     kend_blk = mhe__cu_visible(a, b, tl);
     kend = live ? mhe__cu_visible(a, b, t) : 0;
@@ -1197,6 +1267,8 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (lane == 0) {
                 lb[hh] = lse[((size_t)b * a.n + h) * a.Tq + t];
                 Db[hh] = D[((size_t)b * a.n + h) * a.Tq + t];
+                Ab[hh] = drop > 0.0f ? D[((size_t)b * a.n + h) * a.Tq + t + (size_t)a.B * a.n * a.Tq] : 0.0f;
+                kb[hh] = 0.0f;
             }
         }
     }
@@ -1234,9 +1306,17 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
                 float z = vis ? lb[hh] : 1.0f;
                 p = vis ? (1.0f + s + 0.5f * s * s) / z : 0.0f;
                 ds = vis ? (dp - Db[hh]) * (1.0f + s) / z : 0.0f;
-            } else {
+            } else { /* dropout: dS = P ((dP + A) mask - D), P becomes the kept weights (mhe__bwd_row) */
+                float mk = drop > 0.0f && vis ? mhe__cu_att_keep(a, b, g * G + hh, t, j0 + lane) : 1.0f;
                 p = vis ? expf(s - lb[hh]) : 0.0f;
-                ds = p * (dp - Db[hh]);
+                ds = p * ((dp + Ab[hh]) * mk - Db[hh]);
+                p *= mk;
+            }
+            if (drop > 0.0f) {
+                float ksum = mhe__cu_warp_sum(p);
+                __syncwarp();
+                if (lane == 0)
+                    kb[hh] += ksum;
             }
             pb[lane] = ds;
             __syncwarp();
@@ -1283,7 +1363,7 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dq_k(mhe__cu_att a, float *d
             if (dv_mul && kend > 0)
                 atomicAdd(dv_mul + (size_t)h * a.dh + c, go[c] * ou[hh * a.dh + c]);
             if (dv_add && kend > 0)
-                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c]);
+                atomicAdd(dv_add + (size_t)h * a.dh + c, go[c] * (drop > 0.0f ? kb[hh] : 1.0f));
         }
     }
 }
@@ -1302,10 +1382,11 @@ static size_t mhe__cu_dkv_smem(const mhe__cu_att *a, int W) {
 }
 
 template <int TAY>
-__global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
+__global__ __launch_bounds__(128, 1) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *dk, float *dv, float *dk_bias,
                                                           const float *dout, const float *lse, const float *D,
                                                           const float *q, const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
+    const float drop = TAY ? 0.0f : a.drop; /* Taylor has no attention dropout: none compiled in */
     int W = (int)blockDim.x / 32, warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
     int b = (int)blockIdx.z, g = (int)blockIdx.y, G = a.group, j = (int)blockIdx.x * W + warp;
     int live = j < a.Tk && !(a.kv_len && j >= a.kv_len[b]);
@@ -1364,8 +1445,9 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
             if (a.k_bias)
                 ca += a.k_bias[((size_t)b * a.Tk + j) * a.kbs + h];
             size_t vcol = a.v_per_head ? (size_t)g * a.vw + (size_t)hh * a.dh : (size_t)g * a.dh;
-            for (int c = lane; c < a.dh; c += 32)
-                vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c];
+            for (int c = lane; c < a.dh; c += 32) /* dropout: dP reads v + e^V (mhe__bwd_row's add), dV does not */
+                vh[c] = v[((size_t)b * a.Tk + j) * a.vs + vcol + c] +
+                        (drop > 0.0f && a.v_add ? a.v_add[(size_t)h * a.dh + c] : 0.0f);
             __syncwarp();
             int t = t0 + lane, vis = t < a.Tq && j < mhe__cu_visible(a, b, t);
             float s = 0.0f, dp = 0.0f;
@@ -1379,8 +1461,10 @@ __global__ __launch_bounds__(128) void mhe__cu_attn_dkv_k(mhe__cu_att a, float *
                 p = vis ? (1.0f + sc + 0.5f * sc * sc) / z : 0.0f;
                 ds = vis ? (dp - Dt[lane]) * (1.0f + sc) / z : 0.0f;
             } else {
+                float mk = drop > 0.0f && vis ? mhe__cu_att_keep(a, b, h, t, j) : 1.0f;
                 p = vis ? expf(sc - lt[lane]) : 0.0f;
-                ds = p * (dp - Dt[lane]);
+                ds = p * (dp * mk - Dt[lane]);
+                p *= mk; /* dV reads the kept weights */
             }
             float dsum = mhe__cu_warp_sum(ds);
             pb[lane] = p;
@@ -1430,8 +1514,6 @@ static int mhe__cu_att_warps(const mhe__cu_att *a, size_t (*smem)(const mhe__cu_
 
 static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
     int dk = d->d_qk > 0 ? d->d_qk : d->d_head;
-    if (d->dropout > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "attention dropout runs on the CPU path (set attn_dropout=0 on the device)");
     if (d->d_head < 1 || d->d_head > MHE_MAX_D_HEAD || dk > MHE_MAX_D_HEAD)
         return mhe__fail(err, MHE_ERR_DEVICE, "head width %d (query/key %d) is outside the device cores' 1..%d", d->d_head,
                          dk, MHE_MAX_D_HEAD);
@@ -1447,6 +1529,8 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *ou
     if (st != MHE_OK)
         return st;
     mhe__cu_att a = mhe__cu_att_from(d);
+    if (taylor) /* the CPU's Taylor cores have no attention dropout */
+        a.drop = 0.0f;
     int W = mhe__cu_att_warps(&a, mhe__cu_fwd_smem);
     if (!W)
         return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
@@ -1459,7 +1543,8 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *ou
                           err, "attention forward");
 }
 
-static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return (size_t)d->B * d->n_heads * d->Tq; }
+/* the backward's row terms D, then (attention dropout) A */
+static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return 2 * (size_t)d->B * d->n_heads * d->Tq; }
 
 static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe_attn_grads *gr, float *dq, float *dk,
                                    float *dv, const float *dout, const float *out, const float *lse, const float *q,
@@ -1468,6 +1553,8 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe
     if (st != MHE_OK)
         return st;
     mhe__cu_att a = mhe__cu_att_from(d);
+    if (taylor)
+        a.drop = 0.0f;
     int Wq = mhe__cu_att_warps(&a, mhe__cu_dq_smem), Wk = mhe__cu_att_warps(&a, mhe__cu_dkv_smem);
     if (!Wq || !Wk)
         return mhe__fail(err, MHE_ERR_DEVICE, "%d heads of width %d per K/V group need more shared memory than a block has",
@@ -1737,22 +1824,31 @@ static int mhe__cu_kind_ok(int kind) {
     }
 }
 
+/* the kinds whose device core masks padded keys (kv_len) or mixes no
+   positions: what a classification batch of padded sequences may use */
+static int mhe__cu_kind_padded(int kind) {
+    return kind != MHE_ATTN_NONAPPROX && kind != MHE_ATTN_FNET && kind != MHE_ATTN_LINEAR;
+}
+
 MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    if (c->n_classes > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "the classification head (n_classes=%d) runs on the CPU path", c->n_classes);
-    if (c->dropout > 0 || c->attn_dropout > 0)
-        return mhe__fail(err, MHE_ERR_CONFIG, "dropout=%g attn_dropout=%g: dropout runs on the CPU path (set both to 0 on the device)",
-                         (double)c->dropout, (double)c->attn_dropout);
-    if (c->admin)
-        return mhe__fail(err, MHE_ERR_CONFIG, "admin=1 runs on the CPU path");
+    /* the source's embedding dropout (site 1) and cross-attention's sites have no device path yet */
+    if (c->arch == MHE_ARCH_ENCDEC && (c->dropout > 0 || c->attn_dropout > 0))
+        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with dropout=%g attn_dropout=%g runs on the CPU path "
+                         "(device: dropout in decoder and encoder models)", (double)c->dropout, (double)c->attn_dropout);
+    if (c->arch == MHE_ARCH_ENCDEC && c->admin)
+        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with admin=1 runs on the CPU path (device: Admin in decoder "
+                         "and encoder models)");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
+        if (c->n_classes > 0 && !mhe__cu_kind_padded(kind))
+            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: the classification head's padded sequences with attn=%s run "
+                             "on the CPU path (its device core ignores padding)", l, mhe_attn_kind_name(kind));
     }
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->enc_layers; l++)
         if (!mhe__cu_kind_ok(c->enc_attn[l]))
@@ -1957,6 +2053,17 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
         g->hw_uu = mhe__cu_take(&cur, base, proj ? rows * 2 : 0);
     }
     g->targets = (int *)mhe__cu_take(&cur, base, rows);
+    /* dropout's branch gradients; the classification head and the padding */
+    g->d_drop = mhe__cu_take(&cur, base, c->dropout > 0 ? rows * C : 0);
+    {
+        size_t K = c->n_classes > 0 ? (size_t)c->n_classes : 0, PC = K ? (size_t)B * C : 0;
+        g->pooled = mhe__cu_take(&cur, base, PC);
+        g->d_pooled = mhe__cu_take(&cur, base, PC);
+        g->cls_logits = mhe__cu_take(&cur, base, (size_t)B * K);
+        g->d_cls = mhe__cu_take(&cur, base, (size_t)B * K);
+        g->lengths = (int *)mhe__cu_take(&cur, base, (size_t)B);
+        g->labels = (int *)mhe__cu_take(&cur, base, (size_t)B);
+    }
     /* encdec's encoder: its input, final norm and output gradient (rows: the source's B Ts fit) */
     g->src = (int *)mhe__cu_take(&cur, base, E ? rows : 0);
     g->src_emb = mhe__cu_take(&cur, base, E ? rows * C : 0);
@@ -2109,6 +2216,11 @@ MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g) {
 
 MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
     size_t n = (size_t)g->last_B * g->last_T * mhe__head_width(&g->host->cfg);
+    if (g->last_cls) {
+        MHE__CU_TRY(cudaMemcpy(out, g->cls_logits, (size_t)g->last_B * g->host->cfg.n_classes * sizeof(float),
+                               cudaMemcpyDeviceToHost), "download class logits");
+        return MHE_OK;
+    }
     MHE__CU_TRY(cudaMemcpy(out, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost), "download logits");
     return MHE_OK;
 }
@@ -2267,6 +2379,55 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int l
     dst[(i / cols) * ldd + i % cols] += s;
 }
 
+/* Admin's residual (Liu et al. 2020, eq. 5): sum = omega * h + branch, omega [C] per column */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_residual_scaled(float *sum, const float *h, const float *branch,
+                                                                      const float *omega, int64_t n, int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        sum[i] = omega[i % C] * h[i] + branch[i];
+}
+
+/* its backward: dh = omega * dsum; domega[c] += sum_r dsum[r][c] h[r][c]
+   (one thread per column, rows in order: no atomics) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_admin_bwd(float *dh, float *domega, const float *dsum,
+                                                                const float *h, const float *omega, int rows, int C) {
+    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    float s = 0.0f;
+    if (c >= C)
+        return;
+    for (int r = 0; r < rows; r++) {
+        size_t i = (size_t)r * C + c;
+        s += dsum[i] * h[i];
+        dh[i] = omega[c] * dsum[i];
+    }
+    domega[c] += s;
+}
+
+/* the classification head's input (mhe__forward_batch): pooled[b] = the
+   mean of h[b, t] over the real tokens t < len[b]; one block per sequence */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool(float *pooled, const float *h, const int *len, int T,
+                                                           int C) {
+    int b = (int)blockIdx.x, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float s = 0.0f;
+        for (int t = 0; t < L; t++)
+            s += w * h[((size_t)b * T + t) * C + c];
+        pooled[(size_t)b * C + c] = s;
+    }
+}
+
+/* its backward: dh[b, t] += dpooled[b] / len[b] for t < len[b]; one block per row */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool_bwd(float *dh, const float *dpooled, const int *len, int T,
+                                                               int C) {
+    int r = (int)blockIdx.x, b = r / T, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    if (r % T >= L)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        dh[(size_t)r * C + c] += w * dpooled[(size_t)b * C + c];
+}
+
 /* ---- chain 2 on the device: the core of a kind ------------------------------- */
 
 /* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
@@ -2343,13 +2504,24 @@ static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
     return a;
 }
 
+/* what the CPU's dims of this core hold beyond the shape: attention dropout
+   on the main stream of a training forward (the fixed stream and decoding
+   run without, as mhe__fixed_fwd and mhe_decode_step), and the batch's
+   padding there */
+static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, mhe_attn_dims *d) {
+    int main_stream = !g->cache && a == &g->layer[l];
+    d->dropout = g->drop && main_stream ? g->host->cfg.attn_dropout : 0.0f;
+    d->kv_len = g->has_len && main_stream ? g->lengths : NULL;
+}
+
 static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
                                         int Tk, int q_offset, const float *q, int qs, const float *k, int ks,
                                         const float *v, int vs) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
+    mhe__cu_core_dims(g, a, l, &d);
     d.q_offset = q_offset;
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2381,8 +2553,9 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
     mhe_attn_grads gr;
+    mhe__cu_core_dims(g, a, l, &d);
     memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2876,6 +3049,55 @@ static const float *mhe__cu_sub_out(const mhe_cuda_model *g, const mhe__cu_ctx *
     return g->host->cfg.post_norm ? x->la[l].nrm[k] : x->la[l].sum[k];
 }
 
+static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out);
+
+/* the residual dropout's p of a stream: the main stream of a training forward only */
+static float mhe__cu_res_p(const mhe_cuda_model *g, const mhe__cu_ctx *x) {
+    return g->drop && !x->fixed ? g->host->cfg.dropout : 0.0f;
+}
+
+static mhe_status mhe__cu_dropout_m(mhe_cuda_model *g, float *y, const float *in, int64_t n, float p, int site) {
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dropout, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, in, n, p,
+                               mhe__site_seed(g->host, site)), "dropout");
+    return MHE_OK;
+}
+
+/* sum = omega * h + dropout(branch) (omega = 1 without Admin), as
+   mhe__sub_leave; Admin's profiling pass (mhe_model_admin_init) first sets
+   omega = r, then r = sqrt(Var[r h] + Var[dropout(branch)]) (Liu et al.
+   2020, Algorithm 1), the variances from the device's sums */
+static mhe_status mhe__cu_residual(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k, const float *h, float *sum) {
+    mhe_model *m = g->host;
+    const mhe_layer *y = &m->layers[l];
+    int C = m->cfg.d_model;
+    int64_t n = (int64_t)x->B * x->T * C;
+    float p = mhe__cu_res_p(g, x), *omega = MHE__CU_P(g, y->omega[k]);
+    double s1 = 0, s2 = 0, b1 = 0, b2 = 0;
+    if (p > 0)
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->branch, g->branch, n, p, MHE__SITE_RES(l, k)));
+    if (!omega)
+        return mhe__cu_axpby_m(g, sum, h, g->branch, n);
+    if (m->admin_profiling) {
+        float *r = &m->admin_ratio[y->encoder], *fill = (float *)malloc((size_t)C * sizeof(float));
+        cudaError_t e = fill ? cudaSuccess : cudaErrorMemoryAllocation;
+        for (int c = 0; fill && c < C; c++)
+            fill[c] = *r;
+        if (fill)
+            e = cudaMemcpy(omega, fill, (size_t)C * sizeof(float), cudaMemcpyHostToDevice);
+        free(fill);
+        MHE__CU_TRY(e, "Admin omega");
+        MHE__CU_MHE(mhe__cu_reduce(g, h, n, 0, &s1));
+        MHE__CU_MHE(mhe__cu_reduce(g, h, n, 1, &s2));
+        MHE__CU_MHE(mhe__cu_reduce(g, g->branch, n, 0, &b1));
+        MHE__CU_MHE(mhe__cu_reduce(g, g->branch, n, 1, &b2));
+        s1 /= (double)n, s2 /= (double)n, b1 /= (double)n, b2 /= (double)n;
+        *r = (float)sqrt((double)*r * *r * (s2 - s1 * s1) + (b2 - b1 * b1));
+    }
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_residual_scaled, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, sum,
+                               h, (const float *)g->branch, (const float *)omega, n, C), "Admin residual");
+    return MHE_OK;
+}
+
 /* the input of sublayer k of block l: the block input, or the output of the sublayer before (as mhe__sub_in) */
 static const float *mhe__cu_sub_in(const mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
     if (k == 0)
@@ -2901,7 +3123,7 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
         MHE__CU_MHE(mhe__cu_cross_fwd(g, x, l, u, g->branch));
     else
         MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
-    MHE__CU_MHE(mhe__cu_axpby_m(g, a->sum[k], h, g->branch, (int64_t)rows * g->host->cfg.d_model));
+    MHE__CU_MHE(mhe__cu_residual(g, x, l, k, h, a->sum[k]));
     if (post)
         MHE__CU_MHE(mhe__cu_norm_fwd(g, a->nrm[k], a->mean[k], a->rstd[k], a->sum[k], nw, nb, rows));
     return MHE_OK;
@@ -2916,25 +3138,39 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     const float *h = mhe__cu_sub_in(g, x, l, k);
     int rows = x->B * x->T;
     size_t n = (size_t)rows * g->host->cfg.d_model;
+    float p = mhe__cu_res_p(g, x);
+    const float *dbr;
     mhe__sub_norm(y, k, &nw, &nb);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_u, n));
-    if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(d h')) */
+    if (!g->host->cfg.post_norm) { /* d h = d h' + N'(f'(dropout'(d h'))) */
+        if (p > 0)
+            MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)n, p, MHE__SITE_RES(l, k)));
+        dbr = p > 0 ? g->d_drop : g->d_h;
         if (k == 2)
-            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_mlp_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         else if (k == 1)
-            MHE__CU_MHE(mhe__cu_cross_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_cross_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         else
-            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], g->d_h, g->d_u));
+            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
     }
-    /* d sum = N'(d h'); d h = d sum + f'(d sum) */
+    /* d sum = N'(d h'); d h = omega d sum + f'(dropout'(d sum)), d omega += sum_rows d sum * h */
     MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_u, g->d_h, a->sum[k], nw, nb, a->mean[k], a->rstd[k], rows));
-    MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
+    if (y->omega[k])
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_admin_bwd, dim3(mhe__cu_blocks(g->host->cfg.d_model, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_h, MHE__CU_G(g, y->omega[k]), (const float *)g->d_u, h,
+                                   (const float *)MHE__CU_P(g, y->omega[k]), rows, g->host->cfg.d_model),
+                    "Admin residual backward");
+    else
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_u, NULL, (int64_t)n));
+    if (p > 0)
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_u, (int64_t)n, p, MHE__SITE_RES(l, k)));
+    dbr = p > 0 ? g->d_drop : g->d_u;
     if (k == 2)
-        return mhe__cu_mlp_bwd(g, x, l, h, g->d_u, g->d_h);
+        return mhe__cu_mlp_bwd(g, x, l, h, dbr, g->d_h);
     if (k == 1)
-        return mhe__cu_cross_bwd(g, x, l, h, g->d_u, g->d_h);
-    return mhe__cu_attn_branch_bwd(g, x, l, h, g->d_u, g->d_h);
+        return mhe__cu_cross_bwd(g, x, l, h, dbr, g->d_h);
+    return mhe__cu_attn_branch_bwd(g, x, l, h, dbr, g->d_h);
 }
 
 /* blocks x->l0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
@@ -3041,6 +3277,86 @@ static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, i
     return MHE_OK;
 }
 
+/* the next forward's mode and batch extras onto the device, checked as
+   mhe__forward_batch checks them: dropout while the host model trains
+   (not decoding), the padding (g->in_lengths) and the sequence labels
+   (g->in_labels, whose count of labels >= 0 goes to *count) */
+static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int has_targets, int *count) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int i;
+    g->drop = m->training && !g->cache;
+    g->has_len = g->last_cls = 0;
+    if (g->in_labels && c->n_classes < 1)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (g->in_labels && has_targets)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: give per-token targets or sequence labels, not both");
+    if (g->in_lengths) {
+        if (mhe__check_lengths(m, g->in_lengths, B, T, "lengths") != MHE_OK)
+            return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
+        int pad = 0;
+        for (i = 0; i < B; i++)
+            pad |= g->in_lengths[i] < T;
+        for (i = 0; pad && i < c->n_layers; i++) /* full lengths are no padding: every core runs them */
+            if (!mhe__cu_kind_padded(m->layers[i].attn.kind))
+                return mhe__fail(g->err, MHE_ERR_CONFIG, "layer %d: padded sequences (lengths) with attn=%s run on the "
+                                 "CPU path (its device core ignores padding)", i, mhe_attn_kind_name(m->layers[i].attn.kind));
+        MHE__CU_TRY(cudaMemcpy(g->lengths, g->in_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+                    "upload lengths");
+        g->has_len = 1;
+    }
+    if (g->in_labels) {
+        *count = 0;
+        for (i = 0; i < B; i++) {
+            if (g->in_labels[i] >= c->n_classes)
+                return mhe__fail(g->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", g->in_labels[i], i,
+                                 c->n_classes);
+            *count += g->in_labels[i] >= 0;
+        }
+        MHE__CU_TRY(cudaMemcpy(g->labels, g->in_labels, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+                    "upload labels");
+        g->last_cls = 1;
+    }
+    return MHE_OK;
+}
+
+/* the classification head on the final states h (mhe__forward_batch):
+   the mean over each sequence's real tokens, a linear layer to the
+   classes, the mean cross-entropy over the labelled sequences */
+static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int T, int count, float *loss) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, K = m->cfg.n_classes;
+    double total = 0;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->pooled, h,
+                               (const int *)(g->has_len ? g->lengths : NULL), T, C), "mean pooling");
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, g->cls_logits, K, g->pooled, MHE__CU_P(g, m->cls_w), MHE__CU_P(g, m->cls_b), B, C,
+                                   K));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_xent, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->losses, g->d_cls,
+                               (const float *)g->cls_logits, (const int *)g->labels, K,
+                               count ? 1.0f / (float)count : 0.0f), "classification cross-entropy");
+    MHE__CU_MHE(mhe__cu_reduce(g, g->losses, B, 0, &total));
+    g->last_B = B;
+    g->last_T = T;
+    g->last_count = count;
+    g->has_targets = 1;
+    if (loss)
+        *loss = count ? (float)(total / count) : 0.0f;
+    return MHE_OK;
+}
+
+/* its backward into dfin [B T, C]: d pooled through the head, then / len on the real tokens */
+static mhe_status mhe__cu_cls_bwd(mhe_cuda_model *g, float *dfin) {
+    const mhe_model *m = g->host;
+    int C = m->cfg.d_model, K = m->cfg.n_classes, B = g->last_B, T = g->last_T;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_pooled, (size_t)B * C));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_pooled, MHE__CU_G(g, m->cls_w), MHE__CU_G(g, m->cls_b), g->d_cls, K,
+                                   g->pooled, MHE__CU_P(g, m->cls_w), B, C, K));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool_bwd, dim3((unsigned)(B * T)), dim3(MHE__CU_EW), 0, dfin,
+                               (const float *)g->d_pooled, (const int *)(g->has_len ? g->lengths : NULL), T, C),
+                "mean pooling backward");
+    return MHE_OK;
+}
+
 /* the stream contexts of the last batch, as the CPU's mhe__contexts: the
    decoder (or single stack) over layers E .., and encdec's encoder over
    layers 0 .. E-1 on the source */
@@ -3125,12 +3441,12 @@ static mhe_status mhe__cu_words_fwd(mhe_cuda_model *g, int rows, int T) {
 }
 
 /* its backward from g->d_h, as mhe__words_bwd (the positions' apart) */
-static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, int rows) {
+/* d: the gradient at the embeddings' output (after the embedding dropout's mask) */
+static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, const float *d, int rows) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
     int C = c->d_model, nb = c->hash_bits;
     const int *codes = g->tokens;
-    const float *d = g->d_h;
     if (g->hashed == MHE_EMB_HASH_EMB) {
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
                                    MHE__CU_G(g, m->tok_emb), d, codes, C), "hash embedding backward");
@@ -3166,7 +3482,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
                                   int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
-    int C = c->d_model, V = mhe__head_width(c), rows = B * T, i, count = 0, E = mhe__n_enc(c);
+    int C = c->d_model, V = mhe__head_width(c), rows = B * T, i, count = 0, cls_count = 0, E = mhe__n_enc(c);
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     const float *h;
     mhe__cu_ctx enc, x;
@@ -3200,6 +3516,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     }
     /* one layout holds both stacks: rows of the longer of T and Ts */
     MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T > Ts ? T : Ts));
+    MHE__CU_MHE(mhe__cu_batch_in(g, B, T, targets != NULL, &cls_count));
     if (E && !g->cache) {
         MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
         MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
@@ -3243,6 +3560,8 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                    (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                    (const int *)g->tokens, T, pos0, C), "embedding");
+    if (g->drop && c->dropout > 0) /* embedding dropout, site 0 (mhe__embed_fwd) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->emb, g->emb, (int64_t)rows * C, c->dropout, 0));
     mhe__cu_contexts(g, B, T, Ts, &enc, &x);
     MHE__CU_MHE(mhe__cu_stack_fwd(g, &x, m->n_total_layers, &h));
     if (!c->post_norm) {
@@ -3250,6 +3569,9 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
         h = g->fin;
     }
     g->final_h = h;
+    g->last_Ts = Ts;
+    if (g->last_cls)
+        return mhe__cu_cls_fwd(g, h, B, T, cls_count, loss);
     if (g->cache) { /* the next token's logits: the other rows' would cost T - 1 head GEMM rows for nothing */
         MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h + (size_t)(rows - 1) * C, MHE__CU_P(g, head),
                                        MHE__CU_P(g, hb), 1, C, V));
@@ -3261,7 +3583,6 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h, MHE__CU_P(g, head), MHE__CU_P(g, hb), rows, C, V));
     g->last_B = B;
     g->last_T = T;
-    g->last_Ts = Ts;
     g->last_count = count;
     g->has_targets = targets != NULL;
     if (targets) {
@@ -3289,26 +3610,44 @@ MHEDEF mhe_status mhe_cuda_model_forward(mhe_cuda_model *g, const int *tokens, c
     return mhe__cu_forward(g, NULL, 0, tokens, targets, B, T, 0, loss);
 }
 
-/* a batch with word features (bt->words: vocab rows or hash-emb buckets, as
-   mhe_model_forward_batch gathers them on the host) or a source (encdec) */
+/* a batch as mhe__forward_batch: word features (bt->words: vocab rows or
+   hash-emb buckets, gathered on the host as mhe_model_forward_batch does),
+   a source (encdec), sequence labels and lengths (padding, never a target) */
 static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss) {
     mhe_status st;
+    int *masked = NULL;
     if (!bt || !bt->tokens || bt->B < 1 || bt->T < 1)
-        return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch");
-    if (bt->labels || bt->lengths || bt->src_lengths)
-        return mhe__fail(g->err, MHE_ERR_ARG, "forward: labels and lengths run on the CPU path");
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch or no tokens");
+    if (bt->src_lengths || (bt->lengths && mhe__n_enc(&g->host->cfg)))
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder batch with lengths (padding) runs on the CPU path");
+    if (bt->targets && bt->lengths) { /* padding is never a target (mhe__forward_batch) */
+        size_t n = (size_t)bt->B * bt->T;
+        if (mhe__check_lengths(g->host, bt->lengths, bt->B, bt->T, "lengths") != MHE_OK)
+            return mhe__fail(g->err, MHE_ERR_DATA, "%s", g->host->err);
+        if (!(masked = (int *)malloc(n * sizeof(int))))
+            return mhe__fail(g->err, MHE_ERR_NOMEM, "forward: out of memory");
+        for (size_t i = 0; i < n; i++)
+            masked[i] = (int)(i % bt->T) < bt->lengths[i / bt->T] ? bt->targets[i] : -1;
+    }
     if (bt->words) {
-        if ((int64_t)bt->B * bt->T > (1 << 24))
+        if ((int64_t)bt->B * bt->T > (1 << 24)) {
+            free(masked);
             return mhe__fail(g->err, MHE_ERR_OVERFLOW, "batch %d x %d is too many tokens", bt->B, bt->T);
+        }
         if ((st = mhe__emb_prepare(g->host, bt)) != MHE_OK) { /* checks the words, as the CPU's forward */
+            free(masked);
             memcpy(g->err, g->host->err, MHE_ERR_LEN);
             return st;
         }
         g->words = bt;
     }
-    st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, bt->targets, bt->B, bt->T, 0, loss);
+    g->in_lengths = bt->lengths;
+    g->in_labels = bt->labels;
+    st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
+    g->in_lengths = g->in_labels = NULL;
     g->words = NULL;
     g->host->emb_in.active = 0;
+    free(masked);
     return st;
 }
 
@@ -3364,6 +3703,7 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     int B, T, rows, C, V, stat, E;
     const mhe_tensor *hb, *head;
     float *dfin;
+    const float *de;
     mhe__cu_ctx enc, x;
     if (!g || !g->host)
         return MHE_ERR_ARG;
@@ -3382,8 +3722,11 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe__cu_contexts(g, B, T, g->last_Ts, &enc, &x);
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
-    MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
-                                   MHE__CU_P(g, head), rows, C, V));
+    if (g->last_cls)
+        MHE__CU_MHE(mhe__cu_cls_bwd(g, dfin));
+    else
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
+                                       MHE__CU_P(g, head), rows, C, V));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
         MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, m->n_total_layers - 1, 2), m->lnf_w,
@@ -3399,13 +3742,18 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     MHE__CU_MHE(mhe__cu_stack_bwd(g, &x, m->n_total_layers));
     if (stat) /* staticemb-qk: Q, K read the embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_emb, (int64_t)rows * C));
+    de = g->d_h;
+    if (g->drop && c->dropout > 0) { /* back through the embedding dropout (mhe__embed_bwd) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)rows * C, c->dropout, 0));
+        de = g->d_drop;
+    }
     if (g->hashed)
-        MHE__CU_MHE(mhe__cu_words_bwd(g, rows));
+        MHE__CU_MHE(mhe__cu_words_bwd(g, de, rows));
     else
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
-                                   (const float *)g->d_h, (const int *)g->tokens, C), "embedding backward");
+                                   de, (const int *)g->tokens, C), "embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)T * C, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), (const float *)g->d_h, B, T, C),
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->pos_emb), de, B, T, C),
                 "position backward");
     MHE__CU_MHE(mhe__cu_fixed_bwd(g, T));
     return E ? mhe__cu_encode_bwd(g, &enc) : MHE_OK;
@@ -3495,25 +3843,86 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n) {
-    mhe_cuda_model *g;
-    mhe_batch bt;
+/* Admin's profiling pass (mhe_model_admin_init) on the device: one forward
+   in training mode that sets each sublayer's omega in turn */
+static mhe_status mhe__cu_admin_init(mhe_cuda_model *g, const mhe_batch *bt) {
+    mhe_model *m = g->host;
+    mhe_batch b = *bt;
     mhe_status st;
+    int keep = m->training;
+    b.targets = NULL; /* no loss: the pass only measures */
+    b.labels = NULL;
+    m->admin_profiling = 1;
+    m->admin_ratio[0] = m->admin_ratio[1] = 1.0f;
+    m->training = 1; /* as the authors profile: dropout on */
+    st = mhe_cuda_model_forward_batch(g, &b, NULL);
+    m->training = keep;
+    m->admin_profiling = 0;
+    return st;
+}
+
+/* mhe__trainer_update on the device: the dropout seed drawn as the CPU
+   trainer draws it (the same batches follow), Admin's profiling on a fresh
+   run, forward and backward in training mode, clipping and AdamW */
+static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) {
+    mhe_cuda_model *g = t->dev;
+    mhe_model *m = g->host;
+    mhe_status st = MHE_OK;
     float loss = 0;
-    if (!t || !t->dev)
-        return MHE_ERR_ARG;
-    g = t->dev;
-    if ((st = mhe__lm_batch(&t->host, data, n, &bt)) != MHE_OK)
-        return st;
-    g->host->dropout_seed = mhe_rng_u64(&t->host.rng); /* drawn as the CPU trainer does: the same batches follow */
+    m->training = 1;
+    m->dropout_seed = mhe_rng_u64(&t->host.rng);
     g->cache = NULL;
-    if ((st = mhe_cuda_model_zero_grad(g)) != MHE_OK || (st = mhe__cu_forward(g, bt.src, bt.Ts, bt.tokens, bt.targets, bt.B, bt.T, 0, &loss)) != MHE_OK ||
-        (st = mhe_cuda_model_backward(g)) != MHE_OK || (st = mhe__cu_update(t, g)) != MHE_OK) {
+    if (m->cfg.admin && t->host.step == 0)
+        st = mhe__cu_admin_init(g, bt);
+    if (st == MHE_OK && (st = mhe_cuda_model_zero_grad(g)) == MHE_OK &&
+        (st = mhe_cuda_model_forward_batch(g, bt, &loss)) == MHE_OK)
+        st = mhe_cuda_model_backward(g);
+    m->training = 0;
+    if (st == MHE_OK)
+        st = mhe__cu_update(t, g);
+    if (st != MHE_OK) {
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         return st;
     }
     t->host.last_loss = loss;
     return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n) {
+    mhe_batch bt;
+    mhe_status st;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    if ((st = mhe__lm_batch(&t->host, data, n, &bt)) != MHE_OK)
+        return st;
+    return mhe__cu_train_batch(t, &bt);
+}
+
+MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s) {
+    mhe_trainer *ht;
+    const mhe_train_config *tc;
+    mhe_batch bt;
+    int b, *idx;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    ht = &t->host;
+    tc = &ht->tc;
+    idx = ht->batch_targets; /* the example indices, in the targets' room (mhe_trainer_step_cls) */
+    if (!s || s->n < 1)
+        return mhe__fail(ht->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > t->dev->host->cfg.n_classes)
+        return mhe__fail(ht->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
+                         s->n_classes - 1, t->dev->host->cfg.n_classes);
+    for (b = 0; b < tc->batch; b++)
+        idx[b] = (int)mhe_rng_below(&ht->rng, (uint32_t)s->n);
+    mhe_text_set_batch(s, idx, tc->batch, tc->seq_len, ht->batch_tokens, ht->batch_lengths, ht->batch_labels);
+    memset(&bt, 0, sizeof bt);
+    bt.B = tc->batch;
+    bt.T = tc->seq_len;
+    bt.tokens = ht->batch_tokens;
+    bt.labels = ht->batch_labels;
+    bt.lengths = ht->batch_lengths;
+    return mhe__cu_train_batch(t, &bt);
 }
 
 /* one Shuffle+Random step as mhe_trainer_step_sr: the same windows and
@@ -3525,8 +3934,6 @@ MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data,
     mhe_cuda_model *g;
     const mhe_train_config *tc;
     mhe_batch bt;
-    mhe_status st;
-    float loss = 0;
     int T, b;
     if (!t || !t->dev)
         return MHE_ERR_ARG;
@@ -3551,15 +3958,7 @@ MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data,
     bt.tokens = h->batch_tokens;
     bt.targets = h->batch_targets;
     bt.words = words;
-    g->host->dropout_seed = mhe_rng_u64(&h->rng); /* drawn as the CPU trainer does: the same batches follow */
-    g->cache = NULL;
-    if ((st = mhe_cuda_model_zero_grad(g)) != MHE_OK || (st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK ||
-        (st = mhe_cuda_model_backward(g)) != MHE_OK || (st = mhe__cu_update(t, g)) != MHE_OK) {
-        memcpy(h->err, g->err, MHE_ERR_LEN);
-        return st;
-    }
-    h->last_loss = loss;
-    return MHE_OK;
+    return mhe__cu_train_batch(t, &bt); /* its dropout seed is drawn after the batch, as the CPU trainer does */
 }
 
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t) {
@@ -3746,8 +4145,7 @@ MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, 
 static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
     mhe_cuda_model *g = (mhe_cuda_model *)ctx;
     mhe_status st;
-    g->cache = NULL;
-    st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, bt->targets, bt->B, bt->T, 0, loss);
+    st = mhe_cuda_model_forward_batch(g, bt, loss);
     if (st != MHE_OK)
         memcpy(g->host->err, g->err, MHE_ERR_LEN);
     *count = g->last_count;
@@ -3847,6 +4245,70 @@ MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, 
     st = mhe__evaluate_strided(g->host, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__cu_eval_fwd, g);
     if (st != MHE_OK)
         memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
+                                        mhe_cls_metrics *out) {
+    int K, i, b, c, *buf;
+    int64_t *conf;
+    float *lg;
+    double total = 0;
+    mhe_status st = MHE_OK;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    K = g->host->cfg.n_classes;
+    if (batch < 1 || seq_len < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
+    if (K < 1)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (!s || s->n < 1)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > K)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
+                         s->n_classes - 1, K);
+    buf = (int *)malloc(((size_t)batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    conf = (int64_t *)calloc((size_t)K * K, sizeof(int64_t));
+    lg = (float *)malloc((size_t)batch * K * sizeof(float));
+    if (!buf || !conf || !lg) {
+        free(buf);
+        free(conf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    g->host->training = 0; /* as mhe_evaluate_cls: no dropout */
+    memset(&bt, 0, sizeof bt);
+    bt.T = seq_len;
+    bt.tokens = buf;
+    bt.lengths = buf + (size_t)batch * seq_len;
+    bt.labels = bt.lengths + batch;
+    for (i = 0; i < s->n && st == MHE_OK; i += batch) {
+        int *idx = buf + (size_t)batch * seq_len + 2 * (size_t)batch;
+        float loss = 0;
+        bt.B = s->n - i < batch ? s->n - i : batch;
+        for (b = 0; b < bt.B; b++)
+            idx[b] = i + b;
+        mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if ((st = mhe_cuda_model_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        for (b = 0; b < bt.B; b++) { /* the arg max, the first on ties, as the CPU */
+            int best = 0;
+            for (c = 1; c < K; c++)
+                if (lg[(size_t)b * K + c] > lg[(size_t)b * K + best])
+                    best = c;
+            if (bt.labels[b] >= 0)
+                conf[(size_t)bt.labels[b] * K + best]++;
+        }
+    }
+    if (st == MHE_OK) {
+        mhe_cls_metrics_from_confusion(conf, K, out);
+        out->loss = out->n ? total / (double)out->n : 0;
+    }
+    free(buf);
+    free(conf);
+    free(lg);
     return st;
 }
 

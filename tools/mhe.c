@@ -204,12 +204,12 @@ static const command_spec commands[] = {
         "eval_every steps; peak memory at the end. Checkpoints are written atomically\n"
         "every save_every steps and at the end; the output is checked before the first step,\n"
         "and a state with a non-finite weight or moment is never saved. --device cuda trains\n"
-        "--task lm and sr on the GPU: the same batches, schedule and checkpoint. --dump-batches FILE\n"
-        "records every batch drawn (tokens, targets, source) with mhe's loss, lr and gradient\n"
-        "norm per step, the model and train config and the corpus's hash, for a step-by-step\n"
-        "replay by the PyTorch twin (tools/mhe_torch.py replay). The checkpoint records the\n"
-        "task: --resume continues it (another --task is refused). SIGINT, SIGTERM or SIGHUP\n"
-        "stops after the step in progress, writes the checkpoint and exits 130 (SIGINT) or\n"
+        "--task lm, cls and sr on the GPU: the same batches, dropout masks, schedule and checkpoint.\n"
+        "--dump-batches FILE records every batch drawn (tokens, targets, source) with mhe's loss,\n"
+        "lr and gradient norm per step, the model and train config and the corpus's hash, for a\n"
+        "step-by-step replay by the PyTorch twin (tools/mhe_torch.py replay). The checkpoint\n"
+        "records the task: --resume continues it (another --task is refused). SIGINT, SIGTERM or\n"
+        "SIGHUP stops after the step in progress, writes the checkpoint and exits 130 (SIGINT) or\n"
         "143; a second signal ends the run at once, the last checkpoint kept.\n"),
     CMD("eval", eval_flags, 0, "seq_len src_len batch sr_prob", NULL,
         "Mean cross-entropy (nats per byte), perplexity and bits per byte over up to N batches of\n"
@@ -226,8 +226,9 @@ static const command_spec commands[] = {
         "HeadDiv, Sink, LocFoc0..3) of every layer and head over the evaluation batches, from the\n"
         "probabilities of the reference path: PREFIX.csv, PREFIX.svg (a chart per layer) and\n"
         "PREFIX_maps.svg (heat-maps of every layer and head for the first --map-len bytes).\n"
-        "--device cuda (--task lm, with or without --stride, or sr): the forward passes on the GPU, over\n"
-        "the same windows and batches; a model the device cannot run is refused, not run here.\n"),
+        "--device cuda (--task lm, with or without --stride, cls or sr): the forward passes on the\n"
+        "GPU, over the same windows and batches; a model the device cannot run is refused, not run\n"
+        "here.\n"),
     CMD("generate", generate_flags, 0, "seed", NULL,
         "Writes the prompt and exactly N sampled tokens after it, with a KV cache. An\n"
         "encoder-decoder model (arch=encdec) first encodes --source and its decoder starts\n"
@@ -1103,7 +1104,7 @@ static void print_end(const train_run *r) {
 /* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
 static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm and sr only\n"); return 0; }
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
     if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
     if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
@@ -1336,7 +1337,13 @@ static int cls_begin(train_run *r) {
     return 1;
 }
 
-static mhe_status cls_step(train_run *r) { return mhe_trainer_step_cls(r->t, &((const cls_data *)r->data)->train); }
+static mhe_status cls_step(train_run *r) {
+    const cls_data *d = (const cls_data *)r->data;
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_step_cls(&r->gpu, &d->train);
+#endif
+    return mhe_trainer_step_cls(r->t, &d->train);
+}
 
 static mhe_status cls_validate(train_run *r) {
     cls_data *d = (cls_data *)r->data;
@@ -1345,7 +1352,7 @@ static mhe_status cls_validate(train_run *r) {
 
 static void cls_print_val(const train_run *r) { print_cls("val", &((const cls_data *)r->data)->val); }
 
-static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 0, "cls" };
+static const train_task cls_task = { cls_begin, cls_step, cls_validate, cls_print_val, NULL, 0, 1, "cls" };
 
 /* mhe train --task cls: the classification head of an encoder on labelled texts
    (bytes, or words for word models and --words 1); a loaded model without a
@@ -1570,8 +1577,8 @@ static int cmd_eval(int argc, char **argv) {
     int64_t scored = 0;
     mhe_status es;
     if (!command_opts("eval", argc, argv, &o, &status)) return status;
-    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "sr") != 0) {
-        fprintf(stderr, "mhe: --device cuda evaluates --task lm and sr only\n");
+    if (o.cuda && o.task && strcmp(o.task, "lm") != 0 && strcmp(o.task, "cls") != 0 && strcmp(o.task, "sr") != 0) {
+        fprintf(stderr, "mhe: --device cuda evaluates --task lm, cls and sr only\n");
         return 1;
     }
     {   /* flags the chosen task would ignore */
@@ -1662,6 +1669,16 @@ static int cmd_eval(int argc, char **argv) {
             if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", err);
             else if (!words || feats(&m, &x, &f)) {
                 set.words = words ? &f : NULL;
+#ifdef MHE_CUDA
+                if (o.cuda) {   /* the same batches, each forward on the device */
+                    mhe_cuda_model g;
+                    if (open_device(&o, &m, &g, stdout)) {
+                        if (mhe_cuda_evaluate_cls(&g, &set, o.tc.batch, o.tc.seq_len, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", g.err);
+                        else { print_cls("", &r); rc = 0; }
+                        mhe_cuda_model_free(&g);
+                    }
+                } else
+#endif
                 if (mhe_evaluate_cls(&m, &set, o.tc.batch, o.tc.seq_len, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
                 else { print_cls("", &r); rc = 0; }
             }

@@ -2,7 +2,8 @@
 # tests/cuda/cli.sh MHE - `mhe eval` and `mhe generate --device cuda` of
 # tools/mhe.c built against the emulation (tests/cuda/run.sh builds MHE),
 # each compared with the CPU path of the same binary: the same loss within
-# float32 rounding, the same text greedy and sampled; a model the device
+# float32 rounding, the same text greedy and sampled (models with dropout,
+# off when evaluating, and Admin's residual scales too); a model the device
 # cannot run is refused with mhe_cuda_supports's message and nothing runs on
 # the CPU. Ends with "RESULT: N passed, M failed".
 set -u
@@ -31,14 +32,23 @@ head -c 900 examples/data/valid.txt > "$D/valid.txt"
 "$MHE" init --out "$D/gqa.st" --attn gqa --kv_groups 2 --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 40 \
     --norm rmsnorm --activation silu > /dev/null
 "$MHE" init --out "$D/taylor.st" --attn taylor --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+# dropout (off in eval and generate) and Admin (post-norm, residual scales omega)
+"$MHE" init --out "$D/dropout.st" --dropout 0.1 --attn_dropout 0.1 --d_model 32 --n_heads 4 --n_layers 1 \
+    --max_seq_len 40 > /dev/null
+"$MHE" init --out "$D/admin.st" --admin 1 --norm_position post --attn sha --d_model 32 --n_heads 4 --n_layers 3 \
+    --max_seq_len 40 > /dev/null
+# a config the device does not run: a classification head over fnet (its device core ignores padding)
+"$MHE" init --out "$D/fnet_cls.st" --arch encoder --attn fnet --n_classes 2 --d_model 32 --n_heads 4 --n_layers 1 \
+    --max_seq_len 40 > /dev/null
 # an encoder-decoder: a taylor encoder, causal mha, cross-attention mhe-add
 "$MHE" init --out "$D/encdec.st" --arch encdec --enc_layers 1 --enc_attn taylor --n_layers 1 --attn mha \
     --cross_attn mhe-add --d_model 32 --n_heads 4 --max_seq_len 40 > /dev/null
-# a config the device does not run: dropout (its random stream is the CPU's)
-"$MHE" init --out "$D/dropout.st" --dropout 0.1 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+# a config the device does not run: dropout in an encoder-decoder (the source's dropout sites)
+"$MHE" init --out "$D/encdec_drop.st" --arch encdec --enc_layers 1 --n_layers 1 --dropout 0.1 --d_model 32 --n_heads 4 \
+    --max_seq_len 40 > /dev/null
 
 # eval: consecutive windows (a partial last batch), then strided
-for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40"; do
+for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40" "$D/dropout.st 40" "$D/admin.st 40"; do
     set -- $m
     for how in "--batches 0 --batch 4" "--batch 3 --stride 30"; do
         # shellcheck disable=SC2086
@@ -85,12 +95,15 @@ rc=$?
 cmp -s "$D/cpu.txt" "$D/dev.txt"
 check "generate: a 1-byte prompt, then steps to max_seq_len, as the CPU" $rc $?
 
-# a taylor model: its recurrent state steps through the prompt inside the one prefill
-"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 > "$D/cpu.txt" 2> /dev/null
-"$MHE" generate --model "$D/taylor.st" --prompt "${P%%:*}" --n 8 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
-rc=$?
-cmp -s "$D/cpu.txt" "$D/dev.txt"
-check "generate a taylor model greedy: the CPU's text" $rc $?
+# a taylor model: its recurrent state steps through the prompt inside the one prefill; dropout
+# (off) and Admin models decode as on the CPU
+for m in taylor dropout admin; do
+    "$MHE" generate --model "$D/$m.st" --prompt "${P%%:*}" --n 8 --temperature 0 > "$D/cpu.txt" 2> /dev/null
+    "$MHE" generate --model "$D/$m.st" --prompt "${P%%:*}" --n 8 --temperature 0 --device cuda > "$D/dev.txt" 2> /dev/null
+    rc=$?
+    cmp -s "$D/cpu.txt" "$D/dev.txt"
+    check "generate a $m model greedy: the CPU's text" $rc $?
+done
 
 # the encoder-decoder: eval windows of a 24-byte source and 16 bytes of continuation; generate
 # encodes --source once (the cross-attention K|V in the device cache), then prefill and steps
@@ -149,23 +162,49 @@ for emb in hash-pool hash-proj; do
     check "eval --task sr $emb --device cuda: $(grep "S+R loss" "$D/dev.txt"), the CPU's the same" $rc $?
 done
 
-# refusals: a status, the reason, and no result computed elsewhere
-for cmd in "eval --data $D/valid.txt" "generate --prompt ab"; do
+# a classifier trained 6 steps (dropout on) on the device and on the CPU: the same model within
+# rounding; each evaluated on both (--task cls: loss and accuracy)
+printf '0\tthe cat sat on the mat\n1\tdogs run\n0\ta cat\n1\tthe dog ran far away\n0\tcats nap\n1\tdog\n' > "$D/cls.tsv"
+metrics() { sed -n 's/^ *loss \([0-9.]*\)  accuracy \([0-9.]*\).*/\1 \2/p' "$1"; }
+for dev in cpu cuda; do
+    flag=
+    [ $dev = cuda ] && flag="--device cuda"
     # shellcheck disable=SC2086
-    "$MHE" $cmd --model "$D/dropout.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+    "$MHE" train --task cls --data "$D/cls.tsv" --out "$D/cls_$dev.st" --arch encoder --attn mhe-add --n_classes 2 \
+        --d_model 32 --n_heads 4 --n_layers 2 --max_seq_len 24 --seq_len 24 --dropout 0.1 --attn_dropout 0.1 \
+        --steps 6 --batch 4 --seed 3 --lr 0.01 --warmup 1 --quiet $flag > "$D/out.txt" 2>&1
+    check "train --task cls $flag, 6 steps $(cat "$D/out.txt")" $? 0
+    "$MHE" eval --task cls --model "$D/cls_$dev.st" --data "$D/cls.tsv" --seq_len 24 > "$D/cpu_$dev.txt" 2>&1
+    "$MHE" eval --task cls --model "$D/cls_$dev.st" --data "$D/cls.tsv" --seq_len 24 --device cuda > "$D/dev.txt" 2>&1
     rc=$?
-    grep -q "dropout runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
-    ok=$?
-    check "${cmd%% *} --device cuda of a model with dropout: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
+    set -- $(metrics "$D/cpu_$dev.txt") x x
+    a=$1 acc=$2
+    set -- $(metrics "$D/dev.txt") y y
+    close "$a" "$1" && [ "$acc" = "$2" ]
+    check "eval --task cls --device cuda of the $dev-trained classifier: loss $1 accuracy $2, CPU $a $acc" $rc $?
 done
+a=$(metrics "$D/cpu_cpu.txt" | cut -d' ' -f1)
+b=$(metrics "$D/cpu_cuda.txt" | cut -d' ' -f1)
+close "$a" "$b"
+check "train --task cls --device cuda: the CPU-trained classifier's loss ($b vs $a)" 0 $?
+
+# refusals: a status, the reason, and no result computed elsewhere
+"$MHE" eval --data "$D/valid.txt" --model "$D/fnet_cls.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+rc=$?
+grep -q "attn=fnet run on the CPU path" "$D/err.txt" && ! grep -q "loss" "$D/out.txt"
+check "eval --device cuda of a classifier over fnet: refused: $(cat "$D/err.txt")" $((rc == 0)) $?
 "$MHE" eval --model "$TINY" --data "$D/valid.txt" --indicators "$D/ind" --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
 grep -q "without --device cuda" "$D/err.txt" && [ ! -e "$D/ind.csv" ]
 check "eval --indicators --device cuda: refused" $((rc == 0)) $?
-"$MHE" eval --model "$TINY" --data "$D/valid.txt" --task cls --device cuda > /dev/null 2> "$D/err.txt"
-rc=$?
-grep -q "task lm and sr only" "$D/err.txt"
-check "eval --task cls --device cuda: refused" $((rc == 0)) $?
+for cmd in "eval --data $D/valid.txt --src_len 24 --seq_len 16" "generate --source abc --prompt ab"; do
+    # shellcheck disable=SC2086
+    "$MHE" $cmd --model "$D/encdec_drop.st" --device cuda > "$D/out.txt" 2> "$D/err.txt"
+    rc=$?
+    grep -q "arch=encdec with dropout=0.1 attn_dropout=0 runs on the CPU path" "$D/err.txt" && ! grep -q "loss\|^ab" "$D/out.txt"
+    ok=$?
+    check "${cmd%% *} --device cuda of an encoder-decoder with dropout: refused: $(cat "$D/err.txt")" $((rc == 0)) $ok
+done
 "$MHE" generate --model "$TINY" --prompt "$P" --n 30 --device cuda > /dev/null 2> "$D/err.txt"
 rc=$?
 grep -q "room for 25 new tokens" "$D/err.txt"

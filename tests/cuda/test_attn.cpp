@@ -11,9 +11,11 @@
                 K e_i^Q (the device model's form)
      collab     d_qk != d_head, V per head, key     vs mhe__attn_mul_fwd/bwd
                 bias (as mhe__collab_dims sets it)
-   and a decoding step of each against mhe__attn_one, the CPU's decoder.
+   and a decoding step of each against mhe__attn_one, the CPU's decoder;
+   then attention dropout on each path, over several key tiles (the CPU's
+   masks: the same seed, the same weights dropped).
    Gradients are added into buffers that start non-zero, as the model's do.
-   Errors (dropout, a head past 256 columns, a group past shared memory) are
+   Errors (a head past 256 columns, a group past shared memory) are
    statuses, never launches. Run by tests/cuda/run.sh with fibers, with
    blocks at once under ThreadSanitizer and with threads under ASan; built
    by nvcc (make cuda) it runs on the GPU (no device: one line, exit status
@@ -91,11 +93,14 @@ static void kb_bwd(const vec &dkb, const vec &eq, const vec &k, int rows, int n,
             }
 }
 
+/* attention dropout's p for the cases run (0: none) */
+static float att_drop = 0.0f;
+
 static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int pad, int maps) {
     char what[160];
-    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s", kind_name[maps], B, n,
+    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s%s", kind_name[maps], B, n,
              maps == PLAIN ? n_kv : 1, Tq, Tk, dh, causal ? " causal" : "",
-             pad == PAD ? " padded" : pad == PAD_EMPTY ? " empty sequence" : "");
+             pad == PAD ? " padded" : pad == PAD_EMPTY ? " empty sequence" : "", att_drop > 0 ? " dropout" : "");
     mhe_attn_dims d;
     memset(&d, 0, sizeof d);
     int dk = maps == COLLAB ? dh + 7 : dh;
@@ -108,6 +113,8 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     d.causal = causal;
     d.q_offset = Tk - Tq;
     d.scale = 1.0f / sqrtf((float)dh);
+    d.dropout = att_drop;
+    d.seed = 0x5eed0000ULL + (uint64_t)maps;
     d.q_shared = maps != PLAIN;
     /* strides a little wider than the columns read: rows are found by stride, never by width */
     d.q_stride = (d.q_shared ? dk : n * dh) + 3;
@@ -192,9 +199,9 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
         mhe__attn_add_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
                           q.data(), k.data(), v.data(), qa.data(), va.data(), g1.data(), g2.data());
     } else {
-        CHECK(mhe_attn_fused_fwd(&d, out.data(), lse.data(), q.data(), k.data(), v.data()) == MHE_OK, "%s: CPU fused forward", what);
-        CHECK(mhe_attn_fused_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
-                           q.data(), k.data(), v.data()) == MHE_OK, "%s: CPU fused backward", what);
+        OK(mhe_attn_fused_fwd(&d, out.data(), lse.data(), q.data(), k.data(), v.data()));
+        OK(mhe_attn_fused_bwd(&d, &gr, dq.data(), dk_.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                           q.data(), k.data(), v.data()));
     }
 
     /* the device: outputs start as garbage, gradients as random values the backward must add to */
@@ -263,7 +270,7 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     }
 
     /* decoding: the CPU model's decoder is mhe__attn_one (its maps on the fly) */
-    if (Tq == 1 && causal && st == MHE_OK) {
+    if (Tq == 1 && causal && st == MHE_OK && !att_drop) {
         mhe_attn_dims d1 = d;
         vec out1(no, 0.0f), lse1(nl);
         if (maps == ADDKB) /* the CPU decoder adds the embeddings themselves */
@@ -306,9 +313,6 @@ static void limits(void) {
         d.d_qk = MHE_MAX_D_HEAD + 1; /* collab's query/key width */
         CHECK(run() == MHE_ERR_DEVICE && strstr(err, "256"), "%s: d_qk past the limit: %s", pass, err);
         d.d_qk = 0;
-        d.dropout = 0.1f;
-        CHECK(run() == MHE_ERR_CONFIG && strstr(err, "dropout"), "%s: attention dropout: %s", pass, err);
-        d.dropout = 0;
         d.n_heads = 6;
         d.n_kv_heads = 4;
         CHECK(run() == MHE_ERR_ARG, "%s: 6 heads over 4 K/V heads: %s", pass, err);
@@ -362,6 +366,15 @@ static const struct {
     {2, 4, 1, 1, 45, 16, 1, NOPAD, COLLAB, 0},
 };
 
+/* attention dropout: self and cross, GQA, each map path */
+static const struct {
+    int B, n, n_kv, Tq, Tk, dh, causal, pad, maps, quick;
+} drop_cases[] = {
+    {2, 4, 2, 37, 37, 16, 1, PAD, PLAIN, 0},  {2, 4, 1, 19, 45, 24, 0, PAD, PLAIN, 0},
+    {2, 6, 1, 19, 45, 24, 0, PAD, MUL, 0},    {2, 4, 1, 37, 37, 16, 1, PAD, ADDK, 0},
+    {2, 6, 1, 19, 45, 40, 0, PAD, ADDKB, 1},  {2, 6, 1, 19, 45, 40, 0, PAD, COLLAB, 0},
+};
+
 int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     if (argc > 1 && !quick) {
@@ -373,6 +386,11 @@ int main(int argc, char **argv) {
     for (const auto &c : cases)
         if (c.quick || !quick)
             one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
+    att_drop = 0.25f; /* attention dropout on each path, over two key tiles */
+    for (const auto &c : drop_cases)
+        if (c.quick || !quick)
+            one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
+    att_drop = 0.0f;
     limits();
     test_device_settled(quick ? "quick" : "attention");
     printf("attn: %d passed, %d failed\n", test_pass_count, test_fail_count);

@@ -6,7 +6,7 @@
    reversed order), blocks at once under ThreadSanitizer, threads under
    ThreadSanitizer, threads under ASan + UBSan.
    An argument runs one group (gemm, tf32, norm, elementwise, model, kinds,
-   large, train, decode, prefill, eval, errors); the fault builds
+   large, train, decode, prefill, eval, errors, features); the fault builds
    (MHE_CUDA_FAULT) run one group each. Built by nvcc (make cuda) it runs on
    the GPU; without a device it says so in one line and exits with status 3
    (tests/cuda/test_device.h). */
@@ -575,6 +575,9 @@ static void decode_check(const mhe_config *cfg, const char *what, int T, double 
     mhe_model_free(&m);
 }
 
+static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
+                          const int *labels);
+
 /* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
    every kernel of theirs (staticemb-qk and fixedseq-qk have none of their own: the norms, GEMMs and
    the copies of rndemb-qk); each kind alone, pre- and post-norm, TF32, longer sequences: the kinds group */
@@ -585,6 +588,18 @@ static void test_hybrids(void) {
     decode_check(&c, "hybrid decoder", 3, 1e-5);
     c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
     compare_step(&c, "hybrid post-norm encoder fnet linear mlp", 2, 9);
+}
+
+/* the kernels of dropout, attention dropout, Admin and the classification head, small, for the
+   sanitizer runs of the model group (the features group checks them across the kinds) */
+static void test_feature_kernels(void) {
+    static const int len[2] = {9, 4}, lab[2] = {1, 0};
+    mhe_config c = hybrid(MHE_ARCH_ENCODER, 1, MHE_ATTN_MHE_ADD, MHE_ATTN_GQA, MHE_ATTN_MLP);
+    c.admin = 1;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    c.n_classes = 2;
+    compare_batch(&c, "hybrid Admin classifier mhe-add gqa mlp, dropout", 2, 9, 5, len, lab);
 }
 
 static void test_model_s2s(void);
@@ -606,6 +621,7 @@ static void test_model(void) {
         mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_RELU);
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
+    test_feature_kernels();
     test_model_s2s();
 }
 
@@ -995,6 +1011,323 @@ static void test_eval(void) {
     free(data);
 }
 
+/* ---- dropout, Admin and the classification head on the device ------------------------------ */
+
+/* One forward and backward of a batch on both sides, in training mode with
+   a dropout seed (drop) or not: the loss, the logits (class logits with
+   labels) and every gradient. lengths pads the sequences, labels classifies
+   them (else per-token targets). With admin, the CPU's profiling pass sets
+   the omegas first, so they are not 1. */
+static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
+                          const int *labels) {
+    mhe_model m;
+    mhe_batch bt;
+    int V = cfg->vocab_size;
+    std::vector<int> tok(B * T), tgt(B * T);
+    float loss_cpu = 0, loss_dev = 0;
+    if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
+        CHECK(0, "%s: model init: %s", what, m.err);
+        return;
+    }
+    for (int i = 0; i < B * T; i++) {
+        tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
+        tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
+    }
+    memset(&bt, 0, sizeof bt);
+    bt.B = B;
+    bt.T = T;
+    bt.tokens = tok.data();
+    bt.targets = labels ? NULL : tgt.data();
+    bt.labels = labels;
+    bt.lengths = lengths;
+    m.dropout_seed = drop;
+    if (cfg->admin)
+        CHECK(mhe_model_admin_init(&m, &bt) == MHE_OK, "%s: CPU Admin profiling: %s", what, m.err);
+    m.training = drop != 0;
+    mhe_model_zero_grad(&m);
+    mhe_status st = mhe_model_forward_batch(&m, &bt, &loss_cpu);
+    CHECK(st == MHE_OK, "%s: CPU forward: %s", what, m.err);
+    size_t nl = labels ? (size_t)B * cfg->n_classes : (size_t)B * T * V;
+    std::vector<float> logits_cpu(labels ? m.acts.cls_logits : m.acts.logits, (labels ? m.acts.cls_logits : m.acts.logits) + nl);
+    OK(mhe_model_backward(&m));
+    std::vector<float> grad_cpu(m.grad_data, m.grad_data + m.n_params);
+    double gmax = 0;
+    for (float x : grad_cpu)
+        gmax = fabs(x) > gmax ? fabs(x) : gmax;
+    mhe_cuda_model g;
+    st = mhe_cuda_model_init(&g, &m, 0);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_forward_batch(&g, &bt, &loss_dev);
+    if (st == MHE_OK)
+        st = mhe_cuda_model_backward(&g);
+    CHECK(st == MHE_OK, "%s: device step: %s", what, g.err);
+    if (st != MHE_OK) {
+        mhe_model_free(&m);
+        return;
+    }
+    CHECK_CLOSE(loss_dev, loss_cpu, 1e-5, 1e-5, "%s: loss %.7f vs CPU %.7f", what, (double)loss_dev, (double)loss_cpu);
+    std::vector<float> logits_dev(nl);
+    mhe_cuda_model_logits(&g, logits_dev.data());
+    double el = rel_err(logits_dev, logits_cpu);
+    CHECK(el < 1e-5, "%s: logits rel err %.3g", what, el);
+    mhe_cuda_model_grads(&g);
+    int bad = 0;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const mhe_tensor *t = &m.params[i];
+        size_t off = (size_t)(t->data - m.param_data);
+        std::vector<float> a(m.grad_data + off, m.grad_data + off + t->size),
+            b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + t->size));
+        double e = rel_err(a, b), mx = 0;
+        for (float x : b)
+            mx = fabs(x) > mx ? fabs(x) : mx;
+        if (mx < 1e-3 * gmax) /* zero in exact arithmetic (MHE-ADD's key bias): against the model's scale */
+            e = e * mx / (1e-3 * gmax);
+        if (!(e < 2e-4)) {
+            bad++;
+            printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", what, t->name, e, mx);
+        }
+    }
+    CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
+    mhe_cuda_model_free(&g);
+    mhe_model_free(&m);
+}
+
+static const char cls_text[] = "0\tthe cat sat\n1\ta dog ran far away from home\n2\tno\n0\tcats sit on mats all day long\n"
+                               "1\tdogs\n2\tnothing at all here\n0\tcat\n1\tthe dog barked at the mail\n";
+
+static void test_features(void) {
+    char what[160];
+    /* dropout and attention dropout: the same masks as the CPU's, on every kind with attention weights */
+    static const int drop_kinds[] = {MHE_ATTN_MHA,     MHE_ATTN_SHA,    MHE_ATTN_GQA,   MHE_ATTN_EL_ATT,
+                                     MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL, MHE_ATTN_COLLAB, MHE_ATTN_TAYLOR,
+                                     MHE_ATTN_STATICEMB_QK, MHE_ATTN_FIXEDSEQ_QK};
+    for (int kind : drop_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.2f;
+        snprintf(what, sizeof what, "dropout decoder %s", mhe_attn_kind_name(kind));
+        compare_batch(&c, what, 2, 19, 0x1234567ULL + (uint64_t)kind, NULL, NULL);
+    }
+    {
+        mhe_config c = small_config(MHE_ATTN_MHE_ADD, MHE_ARCH_ENCODER, 1, MHE_NORM_RMSNORM, MHE_ACT_SILU);
+        c.dropout = 0.15f;
+        c.attn_dropout = 0.3f;
+        compare_batch(&c, "dropout post-norm encoder mhe-add", 2, 19, 99, NULL, NULL);
+        c = hybrid(MHE_ARCH_ENCODER, 0, MHE_ATTN_FNET, MHE_ATTN_LINEAR, MHE_ATTN_MLP);
+        c.dropout = 0.1f;
+        compare_batch(&c, "dropout encoder fnet linear mlp", 2, 9, 7, NULL, NULL);
+    }
+    /* Admin: post-norm, omegas from the profiling pass, with dropout */
+    static const int admin_kinds[] = {MHE_ATTN_SHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MLP};
+    for (int kind : admin_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_DECODER, 1, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.admin = 1;
+        c.n_layers = 3;
+        c.attn[2] = kind;
+        c.dropout = kind == MHE_ATTN_MLP ? 0.1f : 0.0f;
+        snprintf(what, sizeof what, "admin decoder %s%s", mhe_attn_kind_name(kind), c.dropout > 0 ? " dropout" : "");
+        compare_batch(&c, what, 2, 13, c.dropout > 0 ? 31 : 0, NULL, NULL);
+    }
+    { /* the device's profiling pass sets the omegas the CPU's does; decoding reads them */
+        mhe_config c = small_config(MHE_ATTN_SHA, MHE_ARCH_DECODER, 1, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.admin = 1;
+        c.n_layers = 4;
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_cuda_kv_cache kc;
+        std::vector<int> tok(2 * 11);
+        for (int &t : tok)
+            t = (int)mhe_rng_below(&test_rng, (uint32_t)c.vocab_size);
+        mhe_batch bt;
+        memset(&bt, 0, sizeof bt);
+        bt.B = 2;
+        bt.T = 11;
+        bt.tokens = tok.data();
+        memset(&kc, 0, sizeof kc);
+        OK(mhe_model_init(&m, &c, 5, NULL));
+        mhe_status st = mhe_cuda_model_init(&g, &m, 0);
+        if (st == MHE_OK)
+            st = mhe__cu_admin_init(&g, &bt);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_download(&g);
+        std::vector<float> dev(m.param_data, m.param_data + m.n_params);
+        OK(mhe_model_admin_init(&m, &bt));
+        std::vector<float> cpu(m.param_data, m.param_data + m.n_params);
+        CHECK(st == MHE_OK && rel_err(dev, cpu) < 1e-5, "admin: the device's profiling sets the CPU's omegas (rel %.3g) %s",
+              rel_err(dev, cpu), g.err);
+        int scaled = 0;
+        for (int l = 0; l < c.n_layers; l++)
+            scaled += m.layers[l].omega[0] && fabsf(m.layers[l].omega[0]->data[0] - 1.0f) > 0.05f;
+        CHECK(scaled >= 2, "admin: profiling moved the omegas from 1 (%d layers)", scaled);
+        /* decoding an Admin model: token by token as the CPU's full forward */
+        float lc = 0;
+        mhe_cuda_model_upload(&g);
+        OK(mhe_model_forward(&m, tok.data(), NULL, 1, 11, &lc));
+        std::vector<float> step(c.vocab_size);
+        double worst = 0;
+        if (st == MHE_OK)
+            st = mhe_cuda_kv_cache_init(&kc, &g, 11);
+        for (int t = 0; t < 11 && st == MHE_OK; t++) {
+            st = mhe_cuda_decode_step(&g, &kc, tok[t], step.data());
+            std::vector<float> ref(m.acts.logits + (size_t)t * c.vocab_size, m.acts.logits + (size_t)(t + 1) * c.vocab_size);
+            worst = fmax(worst, rel_err(step, ref));
+        }
+        CHECK(st == MHE_OK && worst < 1e-5, "admin: decoding on the device equals the CPU's forward (rel %.3g) %s", worst,
+              g.err);
+        mhe_cuda_kv_cache_free(&kc);
+        mhe_cuda_model_free(&g);
+        mhe_model_free(&m);
+    }
+    /* the classification head: padded sequences, labels (one ignored), mean pooling */
+    static const int cls_kinds[] = {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD, MHE_ATTN_COLLAB, MHE_ATTN_TAYLOR, MHE_ATTN_MLP,
+                                    MHE_ATTN_RNDEMB_QK};
+    static const int lengths[3] = {19, 6, 11}, labels[3] = {2, 0, -1};
+    for (int kind : cls_kinds) {
+        mhe_config c = small_config(kind, MHE_ARCH_ENCODER, kind == MHE_ATTN_MLP, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.n_classes = 3;
+        c.dropout = kind == MHE_ATTN_MHA ? 0.1f : 0.0f;
+        c.attn_dropout = kind == MHE_ATTN_MHA ? 0.1f : 0.0f;
+        snprintf(what, sizeof what, "classification %s%s", mhe_attn_kind_name(kind), c.dropout > 0 ? " dropout" : "");
+        compare_batch(&c, what, 3, 19, c.dropout > 0 ? 77 : 0, lengths, labels);
+    }
+    { /* what stays on the CPU is named */
+        mhe_config c = small_config(MHE_ATTN_FNET, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        char err[MHE_ERR_LEN] = "";
+        c.n_classes = 2;
+        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, "fnet") && strstr(err, "padd"),
+              "classification with fnet is refused by name: %s", err);
+        c = small_config(MHE_ATTN_NONAPPROX, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_batch bt;
+        int tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, len[2] = {4, 2};
+        memset(&bt, 0, sizeof bt);
+        bt.B = 2;
+        bt.T = 4;
+        bt.tokens = tok;
+        bt.lengths = len;
+        OK(mhe_model_init(&m, &c, 1, NULL));
+        if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "nonapprox"),
+                  "padded sequences through nonapprox are refused: %s", g.err);
+            len[1] = 4;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_OK, "full lengths are no padding: %s", g.err);
+            len[1] = 5;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "lengths[1]"),
+                  "a length past T: %s", g.err);
+            bt.lengths = NULL;
+            bt.labels = len;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "n_classes=0"),
+                  "labels without a head: %s", g.err);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_model_free(&m);
+    }
+}
+
+/* ---- training and evaluation with dropout, Admin and a classification head ---------------- */
+
+static void test_features_train(void) {
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    mhe_text_set ts;
+    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK ||
+        mhe_text_set_parse(&ts, cls_text, sizeof cls_text - 1, NULL, err) != MHE_OK) {
+        CHECK(0, "data: %s", err);
+        return;
+    }
+    enum { DROP, ADMIN, CLS };
+    for (int run = DROP; run <= CLS; run++) {
+        static const char *const names[] = {"dropout mha+mhe-add", "admin sha post-norm, 4 layers",
+                                            "classification collab+mha dropout"};
+        mhe_config c = small_config(run == DROP ? MHE_ATTN_MHA : run == ADMIN ? MHE_ATTN_SHA : MHE_ATTN_COLLAB,
+                                    run == CLS ? MHE_ARCH_ENCODER : MHE_ARCH_DECODER, run == ADMIN,
+                                    MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        mhe_trainer tcpu;
+        mhe_cuda_model g;
+        mhe_cuda_trainer tdev;
+        c.vocab_size = 256;
+        c.init_std = mhe_config_default().init_std;
+        if (run == DROP)
+            c.attn[1] = MHE_ATTN_MHE_ADD;
+        if (run == ADMIN) {
+            c.admin = 1;
+            c.n_layers = 4;
+            for (int l = 0; l < 4; l++)
+                c.attn[l] = MHE_ATTN_SHA;
+        }
+        if (run != ADMIN) {
+            c.dropout = 0.1f;
+            c.attn_dropout = 0.1f;
+        }
+        if (run == CLS)
+            c.n_classes = 3;
+        tc.batch = 2;
+        tc.seq_len = 16;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 8;
+        tc.seed = 5;
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        OK(mhe_trainer_init(&tcpu, &mc, &tc));
+        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
+        if (st == MHE_OK)
+            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
+        CHECK(st == MHE_OK, "train %s: device init: %s", names[run], g.err);
+        if (st != MHE_OK)
+            continue;
+        double worst = 0;
+        float first = 0, last_dev = 0;
+        for (int s = 0; s < 8 && st == MHE_OK; s++) {
+            if (run == CLS) {
+                OK(mhe_trainer_step_cls(&tcpu, &ts));
+                st = mhe_cuda_trainer_step_cls(&tdev, &ts);
+            } else {
+                OK(mhe_trainer_step(&tcpu, data, n));
+                st = mhe_cuda_trainer_step(&tdev, data, n);
+            }
+            worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
+            if (s == 0)
+                first = tcpu.last_loss;
+            last_dev = tdev.host.last_loss;
+        }
+        printf("train %s: loss %.4f -> device %.4f, CPU %.4f (worst step difference %.2g relative)\n", names[run],
+               (double)first, (double)last_dev, (double)tcpu.last_loss, worst);
+        CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g) %s",
+              names[run], worst, tdev.host.err);
+        CHECK(last_dev < first, "train %s: loss falls on the device (%.3f -> %.3f)", names[run], (double)first,
+              (double)last_dev);
+        mhe_cuda_trainer_sync(&tdev);
+        std::vector<float> a(md.param_data, md.param_data + md.n_params), b(mc.param_data, mc.param_data + mc.n_params);
+        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", names[run], rel_err(a, b));
+        /* evaluation: dropout off on both sides */
+        if (run == CLS) {
+            mhe_cls_metrics mcpu, mdev;
+            mhe_status sc = mhe_evaluate_cls(&mc, &ts, 3, 16, &mcpu), sd = mhe_cuda_evaluate_cls(&g, &ts, 3, 16, &mdev);
+            CHECK(sc == MHE_OK && sd == MHE_OK && mdev.n == mcpu.n && mdev.n == ts.n &&
+                      fabs(mdev.loss - mcpu.loss) < 1e-3 * mcpu.loss && mdev.accuracy == mcpu.accuracy,
+                  "eval classification: loss %.6f vs CPU %.6f, accuracy %.3f vs %.3f over %lld %s", mdev.loss, mcpu.loss,
+                  mdev.accuracy, mcpu.accuracy, (long long)mdev.n, g.err);
+        } else {
+            float lc = 0, ld = 0;
+            mhe_status sc = mhe_evaluate(&mc, data, 200, 4, 20, 0, &lc), sd = mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld);
+            CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-3 * lc, "eval %s: loss %.6f vs CPU %.6f %s",
+                  names[run], (double)ld, (double)lc, g.err);
+        }
+        mhe_cuda_trainer_free(&tdev);
+        mhe_cuda_model_free(&g);
+        mhe_trainer_free(&tcpu);
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    mhe_text_set_free(&ts);
+    free(data);
+}
+
 /* ---- encoder-decoder: the encoder, causal self-attention, cross-attention ------------------ */
 
 /* two encoder and two decoder blocks of the given kinds (enc_attn, attn, cross_attn) */
@@ -1253,7 +1586,8 @@ static int word_model_init(mhe_model *m, const mhe_config *c, word_corpus *k, ui
     return 1;
 }
 
-/* one S+R step of a word batch on both sides: loss, the 3 logits per token, every gradient */
+/* one S+R step of a word batch on both sides: loss, the 3 logits per token, every gradient
+   (with dropout: in training mode, the same masks; with Admin: the CPU's profiled omegas) */
 static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char *what) {
     const int B = 2, T = 17, K = MHE_SR_CLASSES;
     mhe_model m;
@@ -1269,6 +1603,10 @@ static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char 
     memset(&bt, 0, sizeof bt);
     bt.B = B; bt.T = T; bt.tokens = tok.data(); bt.targets = tgt.data(); bt.words = &k->f;
     float lc = 0, ld = 0;
+    if (cfg->admin) /* the CPU's profiling sets the omegas the device copies */
+        OK(mhe_model_admin_init(&m, &bt));
+    m.training = cfg->dropout > 0 || cfg->attn_dropout > 0; /* both sides drop with the same seed */
+    m.dropout_seed = 0x5eed;
     mhe_model_zero_grad(&m);
     mhe_status st = mhe_model_forward_batch(&m, &bt, &lc);
     if (st == MHE_OK)
@@ -1384,6 +1722,11 @@ static void test_hash(void) {
         snprintf(what, sizeof what, "train %s S+R", mhe__emb_name(&c));
         compare_word_train(&c, &k, what, 6);
     }
+    c = word_config(MHE_EMB_HASH_EMB, 1); /* the other feature set on word batches: dropout, attention dropout, Admin */
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    c.admin = 1;
+    compare_word_step(&c, &k, "hash-emb S+R encoder post-norm, Admin, dropout");
     { /* 12 S+R steps on both sides, then the evaluation */
         mhe_model mc, md;
         mhe_trainer tcpu;
@@ -1392,6 +1735,7 @@ static void test_hash(void) {
         mhe_train_config tc = mhe_train_config_default();
         c = word_config(MHE_EMB_HASH_EMB, 0);
         c.init_std = mhe_config_default().init_std;
+        c.dropout = 0.1f; /* the S+R step draws its dropout seed where the CPU's does */
         tc.batch = 4;
         tc.seq_len = 16;
         tc.lr = 3e-3f;
@@ -1514,13 +1858,28 @@ static void test_errors(void) {
             bad.embedding = emb;
             CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "embedding %d runs on the device: %s", emb, err);
         }
-        bad = c;
+        bad = c; /* dropout, Admin and a classifier over mha run there */
         bad.dropout = 0.1f;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "dropout"), "dropout: %s", err);
+        bad.attn_dropout = 0.2f;
+        bad.admin = bad.post_norm = 1;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "dropout, attention dropout, Admin: %s", err);
+        bad.arch = MHE_ARCH_ENCODER;
+        bad.n_classes = 3;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "a classification head: %s", err);
+        bad.attn[1] = MHE_ATTN_LINEAR;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "layer 1") && strstr(err, "linear"),
+              "a classification head over linear: %s", err);
         bad = c;
         bad.arch = MHE_ARCH_ENCDEC; /* runs on the device (the encdec group) */
         bad.enc_layers = 1;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec runs on the device: %s", err);
+        bad.attn_dropout = 0.1f; /* the source's and cross-attention's dropout sites stay on the CPU */
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with dropout"),
+              "encdec with attention dropout: %s", err);
+        bad.attn_dropout = 0;
+        bad.admin = bad.post_norm = 1;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with admin"),
+              "encdec with Admin: %s", err);
     }
     if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
         int tok[4] = {1, 2, 999, 3}, tg[4] = {1, 2, 3, 4};
@@ -1610,7 +1969,7 @@ static int in_list(const char *list, const char *name) {
 int main(int argc, char **argv) {
     static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",   "kinds",
                                          "large", "train", "decode", "prefill",     "eval",    "errors",
-                                         "encdec", "hash"};
+                                         "features", "encdec", "hash"};
     const char *only = argc > 1 ? argv[1] : "";
 #ifdef MHE_CUDA_EMULATE
     int large_T = 80, large_D = 64;
@@ -1627,7 +1986,7 @@ int main(int argc, char **argv) {
     if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
         large_T < 1 || large_D < 4 || large_D % 4) {
         printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model kinds large "
-               "train decode prefill eval errors encdec hash (large: T >= 1, D a multiple of 4)\n");
+               "train decode prefill eval errors features encdec hash (large: T >= 1, D a multiple of 4)\n");
         return 2;
     }
     test_device_or_exit("test_cuda");
@@ -1654,6 +2013,7 @@ int main(int argc, char **argv) {
     RUN("prefill", test_prefill());
     RUN("eval", test_eval());
     RUN("errors", test_errors());
+    RUN("features", (test_features(), test_features_train()));
     RUN("encdec", test_encdec());
     RUN("hash", test_hash());
     return TEST_END();
