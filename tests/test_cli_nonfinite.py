@@ -15,6 +15,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import mhetest  # noqa: E402
 from mhetest import build_dir, check, finish, mhe_missing, skip, tmpdir  # noqa: E402
 from clikit import STEPS, TINY, expect, plant, run, setup, state  # noqa: E402
 
@@ -161,7 +162,13 @@ def main():
     bad_weights(d, text, model)
     bad_checkpoints(d, text, ckpt)
     never_saved(d, text, ckpt)
-    runtime_overflow(d, text)
+    if "fast" in os.path.basename(build_dir()):
+        # -ffinite-math-only folds the forward pass's NaN handling away: there an overflow may
+        # come out as finite garbage, which no check can tell (docs/reliability.md, fast-math)
+        print("SKIP forward-pass overflow cases: a -ffast-math build does not flag non-finite activations")
+        mhetest.RESULTS.skipped += 1
+    else:
+        runtime_overflow(d, text)
     return finish()
 
 
