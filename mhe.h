@@ -8,6 +8,9 @@
         #define MHE_IMPLEMENTATION
      before you include this file in *one* C or C++ file to create the
      implementation. Every other file includes "mhe.h" without the define.
+     The CUDA companion (training, evaluation and decoding on an NVIDIA GPU)
+     is a second file: in a .cu file, include "mhe.h" (with the define) and
+     then "mhe_cuda.cuh"; its top comment says what runs there.
 
    A FIFTEEN-LINE PROGRAM (train a byte-level GPT on a text file)
         int *tokens; size_t n; char err[MHE_ERR_LEN];
@@ -42,7 +45,7 @@
                            evaluation, decoding, loading and q8 stay, and give
                            the full build's bits; mhe_trainer remains a type
                            only, and the checkpoint writers refuse a trainer
-                           (MHE_ERR_ARG). Not with MHE_CUDA
+                           (MHE_ERR_ARG). Not with the CUDA companion
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
                            AddressSanitizer sees every overrun (their alignment
                            is then malloc's, not 64 bytes)
@@ -53,9 +56,6 @@
      MHE_Q8_INT8_ACTIVATIONS  q8 inference also rounds activations to int8
                            (mhe_q8_linear_fwd_i8: measured no faster and a
                            little less exact than the default int8 x float)
-     MHE_CUDA              in a .cu file (nvcc): also include the CUDA companion
-                           mhe_cuda.cuh (training, evaluation and decoding on an
-                           NVIDIA GPU; its own top comment says what runs there)
      Threads: compile with -fopenmp to use OpenMP; without it the pragmas vanish
      and everything runs on one thread.
 
@@ -82,7 +82,7 @@
      weights with per-group scales, for inference)   11 metrics
      (attention-pattern indicators, thesis Tables 4.5-4.8)   12 inference
      (KV cache, recurrent states, precomputed maps, sampling, embedded use,
-     q8 kernels)   then, with MHE_CUDA, mhe_cuda.cuh (the device model)
+     q8 kernels)   companion interface (what mhe_cuda.cuh calls)
 
    WORD MODELS (HashFormers): config embedding=hash-emb|hash-pool|hash-add|
      hash-proj, hash=md5|lsh, token_head=sr; read words into a lexicon
@@ -13948,16 +13948,103 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
     return best;
 }
 
+/* ======================================================================== */
+/* companion interface                                                      */
+/* ======================================================================== */
+/* The private functions the CUDA companion mhe_cuda.cuh calls, in one place:
+   a user's .cu file includes mhe.h (with MHE_IMPLEMENTATION) and then
+   mhe_cuda.cuh, which reuses these host-side pieces (geometry, the batch
+   checks, the CPU reference paths its fallbacks and evaluations share, the
+   trainer's bookkeeping) instead of copying them. mhe.h never includes the
+   companion. Also used there: the types mhe__ctx, mhe__geom and mhe__eval_fwd
+   and the macros MHE__SITE_ATT, MHE__SITE_RES, MHE__ATT_IDX and MHE__PROJ_EPS.
+   Changing one of these signatures means changing mhe_cuda.cuh too;
+   tests/test_kinds.py checks that this list and the companion's use agree. */
+#ifndef MHE_NO_TRAIN
+static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...);
+static int mhe__is_finite(float x);
+static MHE__VECTORISE float mhe__row_dropout(const mhe_attn_dims *d, float *s, int cols, int b, int h, int t, int j0);
+static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis,
+                                        float lse, float D, float add, int b, int h, int t, int j0);
+static void mhe__taylor_ref_fwd(const mhe_attn_dims *d, float *out, float *probs, const float *q,
+                                const float *k, const float *v);
+static void mhe__taylor_ref_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                const float *probs, const float *q, const float *k, const float *v);
+static void mhe__taylor_phi(const float *x, int dh, float a, float *phi);
+static void mhe__nonapprox_lin_fwd(const mhe_attn_dims *d, float *out, float *lse, const float *q,
+                                   const float *k, const float *v);
+static void mhe__nonapprox_lin_bwd(const mhe_attn_dims *d, float *dq, float *dk, float *dv, const float *dout,
+                                   const float *out, const float *lse, const float *q, const float *k,
+                                   const float *v);
+static int mhe__kind_fixed(int kind);
+static mhe__geom mhe__layer_geom(const mhe_config *c, int kind);
+static uint64_t mhe__site_seed(const mhe_model *m, int site);
+static mhe_attn_dims mhe__attn_dims(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq,
+                                    int Tk, int causal, const int *kv_len);
+static void mhe__lin_rows(float *out, int ldo, const float *inp, int ldi, const float *w, const float *b,
+                          int N, int IC, int OC);
+static void mhe__mul_maps(const mhe_attn_weights *w, float *hmap, int nd);
+static void mhe__collab_dims(mhe_attn_dims *d, const mhe_attn_weights *w, int D, const float *k, int ks);
+static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride, const float *inp,
+                         int inp_stride, const float **k, int *ks, const float **v);
+static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *mem,
+                          float *kv);
+static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *att, float *stats, float *projx, float *hmap,
+                          int use_ref);
+static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj,
+                           float *att, float *out);
+static void mhe__linear_mix_fwd(const mhe_model *m, const mhe_attn_weights *w, const mhe__ctx *x,
+                                const float *u, float *z, float *out);
+static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const int *len, double *work,
+                            int accumulate);
+static const float *mhe__static_in(const mhe_model *m, const mhe_tensor *nw, const mhe_tensor *nb,
+                                   const float *e, int rows, float *buf);
+static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 float *out);
+static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 const float *d_out, float *du);
+static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, const float *u,
+                              mhe__decode_buf *d);
+static void mhe__pool_softmax(float *wsm, const float *w, int C, int d);
+static void mhe__proj_bits(const unsigned char *b, int T, double *u0, double *u1);
+static void mhe__proj_weights(float *wn, float *wnorm, const float *w, int n_bits, int d);
+static mhe_status mhe__fixed_init(mhe_model *m);
+static const char *mhe__emb_name(const mhe_config *c);
+static mhe_status mhe__emb_prepare(mhe_model *m, const mhe_batch *bt);
+static void mhe__words_fwd(const mhe_model *m, float *out);
+static void mhe__words_bwd(mhe_model *m, const float *d);
+static const mhe_tensor *mhe__token_head(const mhe_model *m, const mhe_tensor **bias);
+static int mhe__head_width(const mhe_config *c);
+static void mhe__sub_norm(const mhe_layer *y, int k, const mhe_tensor **w, const mhe_tensor **b);
+static const float *mhe__sub_in(const mhe_model *m, int l, int k);
+static void mhe__sub_leave(mhe_model *m, const mhe_layer *y, int l, int k, const float *h, float *branch, float *sum,
+                           float *nrm, float *mean, float *rstd, int rows);
+static void mhe__sub_fwd(mhe_model *m, int l, int k, const mhe__ctx *x);
+static void mhe__sub_bwd(mhe_model *m, int l, int k, const mhe__ctx *x);
+static const float *mhe__stack_fwd(mhe_model *m, int l0, int l1, const mhe__ctx *x, const float *h);
+static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, const mhe_tensor *pos, int B, int T, int site);
+static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_tensor *pos, int B, int T, int site);
+static int mhe__n_enc(const mhe_config *c);
+static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal);
+static void mhe__fixed_bwd(mhe_model *m);
+static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec);
+static mhe_status mhe__check_lengths(mhe_model *m, const int *len, int B, int T, const char *what);
+static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss);
+static mhe_status mhe__backward(mhe_model *m);
+static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);
+static mhe_status mhe__trainer_update(mhe_trainer *t, const mhe_batch *b);
+static mhe_status mhe__lm_batch(mhe_trainer *t, const int *data, size_t n, mhe_batch *bt);
+static mhe_status mhe__evaluate_s2s(mhe_model *m, const int *data, size_t n, int batch, int src_len, int seq_len,
+                                    int max_batches, float *mean_loss, mhe__eval_fwd fwd, void *ctx);
+static mhe_status mhe__evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
+                                        float *mean_loss, int64_t *n_scored, mhe__eval_fwd fwd, void *ctx);
+#endif /* !MHE_NO_TRAIN */
+
 #endif /* MHE_IMPLEMENTATION_DONE */
 #endif /* MHE_IMPLEMENTATION */
 
-/* the CUDA companion: a .cu file (or the CPU emulation of the tests) defines MHE_CUDA */
-#ifdef MHE_CUDA
-#ifdef MHE_NO_TRAIN
-#error "MHE_CUDA needs the trainer and the backward passes: drop MHE_NO_TRAIN"
-#endif
-#include "mhe_cuda.cuh"
-#endif
 
 /*
 ------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 /* mhe_cuda.cuh - the CUDA companion of mhe.h (docs/design.md section 12)
 
-   Enabled by `#define MHE_CUDA` before `#include "mhe.h"` in a .cu file
-   (mhe.h includes this file at its end); the CUDA runtime only, no cuBLAS,
-   cuDNN or CUTLASS. Float32 tensors live on the device; the host model
+   Use: in one .cu file, `#define MHE_IMPLEMENTATION`, `#include "mhe.h"`,
+   then `#include "mhe_cuda.cuh"` (other files include both without the
+   define). It calls the private functions that mhe.h declares in its
+   "companion interface" block, and nothing else of mhe.h's internals. The
+   CUDA runtime only, no cuBLAS, cuDNN or CUTLASS. Float32 tensors live on the device; the host model
    (mhe_model) keeps the config, the tensor names and the checkpoint, so a
    model trained here saves to the same safetensors file.
 
@@ -24,6 +26,13 @@
 */
 #ifndef MHE_CUDA_CUH
 #define MHE_CUDA_CUH
+
+#ifndef MHE_H_INCLUDED
+#error "mhe_cuda.cuh: include mhe.h first"
+#endif
+#ifdef MHE_NO_TRAIN
+#error "mhe_cuda.cuh needs the trainer and the backward passes: drop MHE_NO_TRAIN"
+#endif
 
 #if !defined(__CUDACC__) && !defined(MHE_CUDA_EMULATE)
 #error "mhe_cuda.cuh: compile it with nvcc (in a .cu file), or as C++ through tests/cuda/emu.h"
@@ -221,6 +230,9 @@ MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s
 #endif /* MHE_CUDA_CUH */
 
 #if defined(MHE_IMPLEMENTATION) && !defined(MHE_CUDA_IMPLEMENTATION_DONE)
+#ifndef MHE_IMPLEMENTATION_DONE
+#error "mhe_cuda.cuh with MHE_IMPLEMENTATION: include mhe.h with MHE_IMPLEMENTATION first, in the same file"
+#endif
 #define MHE_CUDA_IMPLEMENTATION_DONE
 
 /* ======================================================================== */

@@ -8,6 +8,9 @@ tests/test_lockstep.py. A kind missing from one of them fails unless the table
 "Kinds missing from an implementation" of docs/adding-a-kind.md has a row for
 it with a reason; a row whose gap is closed fails too (the table stays true).
 Every function docs/adding-a-kind.md names must exist where it says. The
+headers include one way: mhe.h never includes mhe_cuda.cuh, and every mhe.h
+internal (mhe__ function, type or MHE__ macro) the companion uses is listed
+in mhe.h's companion-interface block, which lists nothing else. The
 checks also run on altered copies of the sources (a kind dropped from each
 place) to show that they fail. Needs only python3."""
 import os
@@ -93,6 +96,40 @@ def problems(sources, doc):
     return out
 
 
+def companion_block(header):
+    """(declared functions, names in the block's comment) of mhe.h's companion interface"""
+    m = re.search(r"/\* companion interface +\*/\n(.*?)#endif /\* !MHE_NO_TRAIN \*/", header, re.S)
+    if not m:
+        return None, None
+    body = m.group(1)
+    comment, _, protos = body.partition("#ifndef MHE_NO_TRAIN")
+    return set(re.findall(r"\b(mhe__\w+)\(", protos)), set(re.findall(r"\b(mhe__\w+|MHE__\w+)\b", comment))
+
+
+def interface_problems(header, cuda):
+    out = []
+    if re.search(r'#\s*include\s*"mhe_cuda\.cuh"', header):
+        out.append("mhe.h includes mhe_cuda.cuh")
+    funcs, others = companion_block(header)
+    if funcs is None:
+        return out + ["mhe.h has no companion-interface block"]
+    used = set(re.findall(r"\b(mhe__\w+|MHE__\w+)\b", cuda))
+    # an mhe.h internal: defined in mhe.h (a function, type or macro), not in the companion
+    for n in sorted(used):
+        in_header = re.search(r"(^static [^;{]*\b%s\(|^#define %s\b|\}\s*%s;|\(\*%s\)|^typedef [^;]*\b%s\b)" %
+                              ((re.escape(n),) * 5), header, re.M)
+        if not in_header:
+            continue
+        is_func = re.search(r"^static [^;{]*\b%s\(" % re.escape(n), header, re.M)
+        if is_func and n not in funcs:
+            out.append("mhe_cuda.cuh calls %s, not declared in mhe.h's companion interface" % n)
+        elif not is_func and n not in others:
+            out.append("mhe_cuda.cuh uses %s, not named in mhe.h's companion interface" % n)
+    for n in sorted(funcs - used):
+        out.append("mhe.h's companion interface declares %s, which mhe_cuda.cuh does not call" % n)
+    return out
+
+
 def main():
     sources = {
         "header": read("mhe.h"), "cuda": read("mhe_cuda.cuh"), "twin": read("tools/mhe_torch.py"),
@@ -130,6 +167,19 @@ def main():
                                  lambda m: m.group(0).replace("nonapprox", "mha"), cross["crosscheck"])
     check(any("nonapprox is missing from crosscheck" in x for x in problems(cross, doc)),
           "a kind without a cross-check configuration is reported")
+
+    # one-way headers: the companion calls only what the interface block declares
+    p = interface_problems(sources["header"], sources["cuda"])
+    check(not p, "mhe.h's companion interface and mhe_cuda.cuh's use agree: %s" % "; ".join(p))
+    check(len(companion_block(sources["header"])[0]) >= 40, "the companion interface declares the functions it uses")
+    extra = sources["cuda"].replace("mhe__n_enc(", "mhe__words_scan(", 1)
+    check(any("mhe__words_scan, not declared" in x for x in interface_problems(sources["header"], extra)),
+          "a call to an undeclared mhe.h internal is reported")
+    check(any("declares mhe__n_enc" in x for x in interface_problems(sources["header"], extra.replace("mhe__n_enc", "x"))),
+          "a declaration the companion no longer uses is reported")
+    check(any("includes mhe_cuda.cuh" in x for x in
+              interface_problems(sources["header"] + '\n#include "mhe_cuda.cuh"\n', sources["cuda"])),
+          "mhe.h including the companion is reported")
 
     # every function the checklist names exists in the file of its section
     files = {"mhe.h": sources["header"], "mhe_cuda.cuh": sources["cuda"], "tools/mhe_torch.py": sources["twin"]}

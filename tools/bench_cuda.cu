@@ -7,10 +7,8 @@
    the exit status 1 (make gpu-check runs --quick).
    usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only] */
 #define MHE_IMPLEMENTATION
-#ifndef MHE_CUDA
-#define MHE_CUDA
-#endif
 #include "mhe.h"
+#include "mhe_cuda.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

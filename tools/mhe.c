@@ -5,6 +5,9 @@
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
+#ifdef MHE_CUDA /* make cuda: the tool with --device cuda */
+#include "../mhe_cuda.cuh"
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

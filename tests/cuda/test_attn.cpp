@@ -22,10 +22,8 @@
    3). `test_attn quick`: one case of each kind and path, for the slow tools
    (compute-sanitizer). */
 #define MHE_IMPLEMENTATION
-#ifndef MHE_CUDA
-#define MHE_CUDA
-#endif
 #include "mhe.h"
+#include "mhe_cuda.cuh"
 #include "tests/test.h"
 #include "tests/cuda/test_device.h"
 #include <vector>

@@ -11,10 +11,8 @@
    the GPU; without a device it says so in one line and exits with status 3
    (tests/cuda/test_device.h). */
 #define MHE_IMPLEMENTATION
-#ifndef MHE_CUDA
-#define MHE_CUDA
-#endif
 #include "mhe.h"
+#include "mhe_cuda.cuh"
 #include "tests/test.h"
 #include "tests/cuda/test_device.h"
 #include <algorithm>
