@@ -28,22 +28,24 @@ EXE     ?=
 # runs the build's own programs where make needs them (the embedded example's model header)
 RUN     ?=
 
-# tools/*.c are one program each, except mhe_params.c, a part of mhe
-TOOLS    = $(patsubst tools/%.c,$(B)/%$(EXE),$(filter-out tools/mhe_params.c,$(wildcard tools/*.c)))
+# tools/ by role: cli/ (the mhe tool: mhe.c + mhe_params.c, and its headers),
+# bench/ (one program per .c: the benchmarks and studies), python/ (the
+# PyTorch twin), scripts/ (docs, kernel budget, gpu-check)
+TOOLS    = $(B)/mhe$(EXE) $(patsubst tools/bench/%.c,$(B)/%$(EXE),$(wildcard tools/bench/*.c))
 EXAMPLES = $(patsubst examples/%.c,$(B)/examples/%$(EXE),$(wildcard examples/*.c))
 TESTS    = $(patsubst tests/%.c,$(B)/tests/%$(EXE),$(wildcard tests/test_*.c))
-DEPS     = mhe.h $(wildcard tools/*.h)
+DEPS     = mhe.h $(wildcard tools/cli/*.h tools/bench/*.h)
 
 all: $(TOOLS) $(EXAMPLES)
 
-$(B)/%$(EXE): tools/%.c $(DEPS)
+$(B)/%$(EXE): tools/bench/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) $(if $(filter $(B)/bench_gemm$(EXE),$@),$(BLASFLAGS) $(DLFLAGS),)
 
 # mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
-$(B)/mhe$(EXE): tools/mhe.c tools/mhe_params.c $(DEPS)
+$(B)/mhe$(EXE): tools/cli/mhe.c tools/cli/mhe_params.c $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ tools/mhe.c tools/mhe_params.c $(LDLIBS)
+	$(CC) $(ALLFLAGS) -o $@ tools/cli/mhe.c tools/cli/mhe_params.c $(LDLIBS)
 
 $(B)/examples/%$(EXE): examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
@@ -117,7 +119,7 @@ tool-tests: $(B)/mhe$(EXE) $(TESTS)
 # (-Werror in CI): clang's warnings all come from its front end, so
 # -fsyntax-only reports what a full clang build would, at a fraction of its
 # time. The mhe tool is built for real (it writes the embedded example's model).
-SYNTAX_SRCS = $(wildcard tools/*.c examples/*.c tests/test_*.c) tests/numerics_kernels.c
+SYNTAX_SRCS = $(wildcard tools/cli/*.c tools/bench/*.c examples/*.c tests/test_*.c) tests/numerics_kernels.c
 check-syntax: $(SYNTAX_SRCS:%.c=$(B)/syntax/%.ok)
 	@echo "check-syntax: $(words $(SYNTAX_SRCS)) files, no warnings"
 
@@ -251,7 +253,7 @@ fuzz-seeds:
 # ---- the CUDA companion (mhe_cuda.cuh) ---------------------------------------
 # make cuda: everything built by nvcc for sm_80 and sm_90 (+ compute_90 PTX),
 # warnings and spills as errors, then the kernels' registers and shared memory
-# checked against tools/cuda_budget.txt (nothing runs: no GPU here).
+# checked against tools/scripts/cuda_budget.txt (nothing runs: no GPU here).
 # make gpu-check: the real run on a GPU machine (below).
 # make test-cuda: the same kernels compiled as C++ through tests/cuda/emu.h and
 # executed on the CPU (fibers in both orders, blocks at once and threads under
@@ -261,20 +263,20 @@ NVCC        ?= nvcc
 CUDA_ARCH   ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVFLAGS      = -std=c++17 -O2 -I. -DMHE_CUDA $(CUDA_ARCH) --Werror all-warnings \
                -Xptxas -v,-warn-spills,-warn-lmem-usage -Xcompiler -Wall,-Wextra,-Werror
-CUDA_DEPS    = mhe.h mhe_cuda.cuh $(wildcard tools/*.h)
+CUDA_DEPS    = mhe.h mhe_cuda.cuh $(wildcard tools/cli/*.h tools/bench/*.h)
 EMU_CXX     ?= clang++
 EMU_FLAGS    = -std=c++20 -g -I. -DMHE_CUDA_EMULATE -include tests/cuda/emu.h -Wall -Wextra -Werror
 
 cuda: $(B)/cuda/mhe $(B)/cuda/bench_cuda $(B)/cuda/test_cuda $(B)/cuda/test_attn
-	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt
+	python3 tools/scripts/cuda_budget.py $(B)/cuda/ptxas.log tools/scripts/cuda_budget.txt
 
 # the tool instantiates every kernel: its ptxas report is the one the budget checks
-$(B)/cuda/mhe: tools/mhe.c tools/mhe_params.c $(CUDA_DEPS)
+$(B)/cuda/mhe: tools/cli/mhe.c tools/cli/mhe_params.c $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -x cu -o $@ tools/mhe.c tools/mhe_params.c > $(B)/cuda/ptxas.log 2>&1 || (cat $(B)/cuda/ptxas.log; rm -f $@; exit 1)
+	$(NVCC) $(NVFLAGS) -x cu -o $@ tools/cli/mhe.c tools/cli/mhe_params.c > $(B)/cuda/ptxas.log 2>&1 || (cat $(B)/cuda/ptxas.log; rm -f $@; exit 1)
 	@grep -v 'ptxas info\|bytes stack frame' $(B)/cuda/ptxas.log || true
 
-$(B)/cuda/bench_cuda: tools/bench_cuda.cu $(CUDA_DEPS)
+$(B)/cuda/bench_cuda: tools/bench/bench_cuda.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $< > $@.log 2>&1 || (cat $@.log; rm -f $@; exit 1)
 
@@ -285,31 +287,31 @@ $(B)/cuda/test_%: tests/cuda/test_%.cpp tests/cuda/test_device.h tests/test.h $(
 
 # the table of kernel resources in docs/cuda.md (make docs writes it there)
 cuda-budget-table: $(B)/cuda/mhe
-	python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt --table
+	python3 tools/scripts/cuda_budget.py $(B)/cuda/ptxas.log tools/scripts/cuda_budget.txt --table
 
 # make docs: every generated table, where it lives: the kind table (README.md) and the
 # reading guide (docs/kinds.md) from mhe.h; the CUDA kernel table (docs/cuda.md) from
 # ptxas's report, so only where nvcc is installed (elsewhere it is left as it is, and
-# tests/test_guide.py still checks it names every kernel of tools/cuda_budget.txt)
+# tests/test_guide.py still checks it names every kernel of tools/scripts/cuda_budget.txt)
 docs:
-	python3 tools/reading_guide.py --write
+	python3 tools/scripts/reading_guide.py --write
 	@if command -v $(NVCC) >/dev/null 2>&1; then \
 	    $(MAKE) --no-print-directory $(B)/cuda/mhe && \
-	    python3 tools/cuda_budget.py $(B)/cuda/ptxas.log tools/cuda_budget.txt --update docs/cuda.md; \
+	    python3 tools/scripts/cuda_budget.py $(B)/cuda/ptxas.log tools/scripts/cuda_budget.txt --update docs/cuda.md; \
 	else echo "docs: no $(NVCC): the CUDA kernel table in docs/cuda.md is left as it is"; fi
 
 test-cuda:
 	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
 
 # make gpu-check OUT=DIR: on a machine with an NVIDIA GPU, everything above for
-# real (tools/gpu_check.py: builds for the GPU's own architecture, the tests,
+# real (tools/scripts/gpu_check.py: builds for the GPU's own architecture, the tests,
 # compute-sanitizer, the model at T = 256, training against the CPU, the
 # benchmark); a report in DIR/gpu-check.md and .json, logs in DIR/logs. The
 # script's status: 0 all passed, 1 a step failed, 3 no GPU (nothing run); make
 # turns any nonzero status into its own 2 and names it ("Error 3").
 OUT ?= build/gpu-check/report
 gpu-check:
-	@sh tools/gpu_check.sh $(OUT)
+	@sh tools/scripts/gpu_check.sh $(OUT)
 
 clean:
 	rm -rf build

@@ -80,7 +80,7 @@
      objectives (masked LM, labelled text sets, Shuffle+Random)
      9 optimizer and trainer   10 checkpoints (safetensors; q8: int8
      weights with per-group scales, for inference)   11 metrics
-     (attention-pattern indicators, thesis Tables 4.5-4.8)   12 inference
+     (attention-pattern indicators, thesis sec. 4.4.4)   12 inference
      (KV cache, recurrent states, precomputed maps, sampling, embedded use,
      q8 kernels)   companion interface (what mhe_cuda.cuh calls)
 
@@ -1264,7 +1264,7 @@ MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_s2s(mhe_model *m, const int *data, 
 MHEDEF MHE_NODISCARD mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, int batch, int seq_len, int stride,
                                        float *mean_loss, int64_t *n_scored);
 
-/* Per-operation time of the training step (tools/bench_train --profile).
+/* Per-operation time of the training step (tools/bench/bench_train.c --profile).
    Compiled in only with MHE_PROFILE defined (else mhe_profile_enabled() is
    0 and every figure stays 0). Wall time of each operation class as the
    calling thread sees it (an OpenMP region counts whole), summed since the
@@ -1535,18 +1535,6 @@ MHEDEF double mhe_indicator(const mhe_indicators *ind, int layer, int head, int 
 /* the probabilities of layer l, head h for sequence 0 of the last forward on
    the reference path (probs [T, T]); mlp: the identity. 0 when there is none. */
 MHEDEF int mhe_attn_probs(mhe_model *m, int layer, int head, float *probs);
-
-/* Costs of one attention layer from the thesis's appendix tables, as
-   formulas in B (batch), L (length), d (width), h (heads), t (tensor
-   parallel): what = MHE_COST_TIME (Table 4.5, O(.)), MHE_COST_PREFILL,
-   MHE_COST_DECODE (Table 4.6, FLOPs), MHE_COST_ACT (Table 4.7, bytes at
-   half precision), MHE_COST_CACHE (Table 4.8, bytes at half precision).
-   Kinds: mha (the thesis's Standard), mlp, taylor, nonapprox, rndemb-qk,
-   fixedseq-qk, staticemb-qk; -1 for the others. */
-enum { MHE_COST_TIME = 0, MHE_COST_PREFILL, MHE_COST_DECODE, MHE_COST_ACT, MHE_COST_CACHE, MHE_COST_COUNT };
-MHEDEF double mhe_attn_cost(int what, int kind, double B, double L, double d, double h, double t);
-/* the same formula as text ("4BL^2d + 6BLd^2"); 0 when there is none */
-MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap);
 
 /* ======================================================================== */
 /* 12. inference: KV cache and sampling                                     */
@@ -13536,122 +13524,6 @@ MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, i
         if (!out->has_map[l]) for (h = 0; h <= nh; h++) for (i = 0; i < MHE_IND_COUNT; i++) out->v[((size_t)l * (nh + 1) + h) * MHE_IND_COUNT + i] = NAN;
     }
     return MHE_OK;
-}
-
-/* ---- 11. metrics: the cost tables of thesis Appendices E-H (Tables 4.5-4.8) ---- */
-
-/* a term coef B^b L^l d^d h^h t^t (exponents may be negative) */
-typedef struct mhe__term { double coef; signed char b, l, d, h, t; } mhe__term;
-#define MHE__NTERMS 3
-typedef struct mhe__formula { int n; mhe__term term[MHE__NTERMS]; } mhe__formula;
-
-/* rows: Standard (mha), MLP, Approx. (taylor), Non-apx. (nonapprox), RndEmbQK,
-   FixedSeqQK, StaticEmbQK; columns: MHE_COST_* in order. Typed from the
-   tables' terms; mhe params --complexity prints them and tests/test_decon.py
-   checks them against the formulas as printed. */
-static const mhe__formula mhe__costs[7][MHE_COST_COUNT] = {
-    {   /* Standard */
-        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
-        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
-        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
-        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
-        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
-    {   /* MLP */
-        { 1, { { 1, 1, 1, 2, 0, 0 } } },
-        { 1, { { 6, 1, 1, 2, 0, 0 } } },
-        { 1, { { 6, 1, 0, 2, 0, 0 } } },
-        { 1, { { 8, 1, 1, 1, 0, -1 } } },
-        { 0, { { 0, 0, 0, 0, 0, 0 } } } },
-    {   /* Approx. */
-        { 1, { { 1, 1, 1, 2, 0, 0 } } },
-        { 1, { { 14, 1, 1, 2, 0, 0 } } },
-        { 1, { { 10, 1, 0, 2, 0, 0 } } },
-        { 2, { { 11, 1, 1, 1, 0, -1 }, { 3, 1, 0, 2, -1, -1 } } },
-        { 2, { { 6, 1, 0, 1, 0, 0 }, { 4, 1, 0, 2, -1, 0 } } } },
-    {   /* Non-apx. */
-        { 1, { { 1, 1, 1, 2, 0, 0 } } },
-        { 1, { { 6, 1, 1, 2, 0, 0 } } },
-        { 1, { { 6, 1, 0, 2, 0, 0 } } },
-        { 2, { { 8, 1, 1, 1, 0, -1 }, { 4, 1, 1, 0, 1, -1 } } },
-        { 2, { { 2, 1, 0, 1, 0, 0 }, { 4, 1, 0, 0, 1, 0 } } } },
-    {   /* RndEmbQK */
-        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
-        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
-        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
-        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
-        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
-    {   /* FixedSeqQK: as RndEmbQK */
-        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
-        { 3, { { 2, 0, 2, 1, 0, 0 }, { 2, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
-        { 3, { { 2, 0, 1, 1, 0, 0 }, { 2, 1, 1, 1, 0, 0 }, { 6, 1, 0, 2, 0, 0 } } },
-        { 3, { { 4, 1, 1, 1, 0, -1 }, { 8, 0, 1, 1, 0, -1 }, { 2, 0, 2, 0, 1, -1 } } },
-        { 2, { { 2, 1, 1, 1, 0, 0 }, { 2, 0, 1, 1, 0, 0 } } } },
-    {   /* StaticEmbQK: as Standard */
-        { 2, { { 1, 1, 2, 1, 0, 0 }, { 1, 1, 1, 2, 0, 0 } } },
-        { 2, { { 4, 1, 2, 1, 0, 0 }, { 6, 1, 1, 2, 0, 0 } } },
-        { 2, { { 6, 1, 0, 2, 0, 0 }, { 4, 1, 1, 1, 0, 0 } } },
-        { 2, { { 8, 1, 1, 1, 0, -1 }, { 2, 1, 2, 0, 1, -1 } } },
-        { 1, { { 4, 1, 1, 1, 0, 0 } } } },
-};
-
-static int mhe__cost_row(int kind) {
-    switch (kind) {
-    case MHE_ATTN_MHA: return 0;
-    case MHE_ATTN_MLP: return 1;
-    case MHE_ATTN_TAYLOR: return 2;
-    case MHE_ATTN_NONAPPROX: return 3;
-    case MHE_ATTN_RNDEMB_QK: return 4;
-    case MHE_ATTN_FIXEDSEQ_QK: return 5;
-    case MHE_ATTN_STATICEMB_QK: return 6;
-    default: return -1;
-    }
-}
-
-MHEDEF double mhe_attn_cost(int what, int kind, double B, double L, double d, double h, double t) {
-    int r = mhe__cost_row(kind), i;
-    double sum = 0;
-    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return -1;
-    for (i = 0; i < mhe__costs[r][what].n; i++) {
-        const mhe__term *x = &mhe__costs[r][what].term[i];
-        sum += x->coef * pow(B, x->b) * pow(L, x->l) * pow(d, x->d) * pow(h, x->h) * pow(t, x->t);
-    }
-    return sum;
-}
-
-/* "4BL^2d + 6BLd^2"; the Table 4.7 formulas, every term over t, as "(...)/t" */
-MHEDEF int mhe_attn_cost_formula(int what, int kind, char *buf, size_t cap) {
-    int r = mhe__cost_row(kind), i, all_t = 1;
-    size_t used = 0;
-    const mhe__formula *f;
-    if (!buf || cap == 0) return 0;
-    buf[0] = 0;
-    if (r < 0 || what < 0 || what >= MHE_COST_COUNT) return 0;
-    f = &mhe__costs[r][what];
-    if (f->n == 0) { snprintf(buf, cap, "0"); return 1; }
-    for (i = 0; i < f->n; i++) all_t &= f->term[i].t == -1;
-#define MHE__PUT(...) do { int w_ = snprintf(buf + used, cap - used, __VA_ARGS__); if (w_ > 0) used += (size_t)w_ < cap - used ? (size_t)w_ : cap - used - 1; } while (0)
-    if (all_t && f->n > 1) MHE__PUT("(");
-    for (i = 0; i < f->n; i++) {
-        const mhe__term *x = &f->term[i];
-        const char *sym = "BLdh";
-        int e[4], k, den = 0;
-        e[0] = x->b; e[1] = x->l; e[2] = x->d; e[3] = x->h;
-        if (i) MHE__PUT(" + ");
-        if (x->coef != 1 || (e[0] <= 0 && e[1] <= 0 && e[2] <= 0 && e[3] <= 0)) MHE__PUT("%g", x->coef);
-        for (k = 0; k < 4; k++) {
-            if (e[k] < 0) { den = 1; continue; }
-            if (e[k] >= 1) MHE__PUT("%c", sym[k]);
-            if (e[k] > 1) MHE__PUT("^%d", e[k]);
-        }
-        if (den || (x->t < 0 && !all_t)) {
-            MHE__PUT("/");
-            for (k = 0; k < 4; k++) if (e[k] < 0) MHE__PUT("%c", sym[k]);
-            if (x->t < 0 && !all_t) MHE__PUT("t");
-        }
-    }
-    if (all_t) MHE__PUT(f->n > 1 ? ")/t" : "/t");
-#undef MHE__PUT
-    return 1;
 }
 
 /* ---- 12. inference: KV cache and sampling ----------------------------------- */

@@ -1,4 +1,4 @@
-"""`python3 tools/mhe_torch.py train` under torchrun (DDP on gloo, loopback) against one process
+"""`python3 tools/python/mhe_torch.py train` under torchrun (DDP on gloo, loopback) against one process
 and against build/mhe:
 
 - 2 processes over a global batch of 8 equal 1 process over the same batch: every step's loss
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib
 import mhetest  # noqa: E402
 from mhetest import REPO, RESULTS, check, finish, run_mhe, skip, tmpdir  # noqa: E402
 
-TWIN = os.path.join(REPO, "tools", "mhe_torch.py")
+TWIN = os.path.join(REPO, "tools", "python", "mhe_torch.py")
 CORPUS = os.path.join(REPO, "examples", "data", "valid.txt")
 TRAIN = ["--set", "batch=8", "--set", "seq_len=32", "--set", "lr=3e-3", "--set", "warmup=2", "--set", "log_every=1",
          "--threads", "1"]
@@ -234,7 +234,7 @@ def main():
             why = "torch.distributed with the gloo backend is not available"
     if why:
         return skip("test_ddp", why)
-    sys.path.insert(0, os.path.join(REPO, "tools"))
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
     import mhe_torch as mt
     d = tmpdir("mhe_ddp_")
     bad_input(mt, d)

@@ -8,6 +8,8 @@
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "test.h"
+#define MHE_COSTS_IMPLEMENTATION
+#include "../tools/cli/mhe_costs.h"   /* the thesis cost tables: a tool header */
 #include <stdlib.h>
 
 static mhe_config tiny(const char *extra) {

@@ -1,4 +1,4 @@
-"""make gpu-check (tools/gpu_check.py) on a machine without a GPU.
+"""make gpu-check (tools/scripts/gpu_check.py) on a machine without a GPU.
 
 The real run needs an NVIDIA GPU; what can be checked here is checked here:
   - without a GPU (no nvidia-smi, one that fails, one that lists nothing) it
@@ -31,8 +31,8 @@ import mhetest  # noqa: E402
 from mhetest import check  # noqa: E402
 
 REPO = mhetest.REPO
-SCRIPT = os.path.join(REPO, "tools", "gpu_check.py")
-sys.path.insert(0, os.path.join(REPO, "tools"))
+SCRIPT = os.path.join(REPO, "tools", "scripts", "gpu_check.py")
+sys.path.insert(0, os.path.join(REPO, "tools", "scripts"))
 import gpu_check  # noqa: E402
 
 TMP = mhetest.tmpdir("mhe_gpu_check_")
@@ -44,7 +44,7 @@ def run(args, env=None, timeout=120, wrapper=False):
               "GPU_CHECK_STUB_HANG_S"):
         e.pop(k, None)
     e.update(env or {})
-    cmd = (["sh", os.path.join(REPO, "tools", "gpu_check.sh")] if wrapper else [sys.executable, SCRIPT]) + args
+    cmd = (["sh", os.path.join(REPO, "tools", "scripts", "gpu_check.sh")] if wrapper else [sys.executable, SCRIPT]) + args
     p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout, cwd=REPO)
     return p.returncode, p.stdout, p.stderr
 
@@ -100,7 +100,7 @@ def no_gpu():
         for wrapper in (False, True):
             rc, so, se = run([out], {"MHE_NVIDIA_SMI": smi}, wrapper=wrapper)
             lines = so.splitlines()
-            how = "tools/gpu_check.sh" if wrapper else "gpu_check.py"
+            how = "tools/scripts/gpu_check.sh" if wrapper else "gpu_check.py"
             check(rc == gpu_check.NO_GPU, "%s, %s: exit %d (want 3): %s %s" % (what, how, rc, so, se))
             check(len(lines) == 1 and lines[0].startswith("gpu-check: no NVIDIA GPU here (") and says in lines[0]
                   and lines[0].endswith("nothing run") and not se,
@@ -250,7 +250,7 @@ def budget_and_signal():
 
 def parsers_match_the_programs():
     """the regular expressions against the printf formats in the sources (Python's % takes them as C's)"""
-    with open(os.path.join(REPO, "tools", "bench_cuda.cu")) as f:
+    with open(os.path.join(REPO, "tools", "bench", "bench_cuda.cu")) as f:
         src = f.read()
     fmts = re.findall(r'printf\("((?:[^"\\]|\\.)*)"', src)
     gemm = [x for x in fmts if "(%d x %d x %d)" in x]

@@ -1,10 +1,10 @@
-"""The generated tables are current: tools/reading_guide.py, which makes the
+"""The generated tables are current: tools/scripts/reading_guide.py, which makes the
 kind table (README.md) and the reading guide (docs/kinds.md) from mhe.h,
 finds every function it names, and both files hold what it makes now; the
 tables are counted row by row: the kind table has one row per kind of mhe.h's
 enum, the tests table of docs/testing.md names every tests/test_*.c and
 test_*.py once, the CUDA kernel table of docs/cuda.md (written by `make docs`
-where nvcc is installed) one row per kernel of tools/cuda_budget.txt, with its
+where nvcc is installed) one row per kernel of tools/scripts/cuda_budget.txt, with its
 budgets. `make docs` renews them all. Needs only python3."""
 import os
 import re
@@ -36,7 +36,7 @@ def section(path, heading):
 
 
 def main():
-    script = os.path.join(REPO, "tools", "reading_guide.py")
+    script = os.path.join(REPO, "tools", "scripts", "reading_guide.py")
     made = subprocess.run([sys.executable, script], capture_output=True, text=True)
     check(made.returncode == 0, "reading_guide.py finds every function it names: %s" % made.stderr.strip())
 
@@ -64,7 +64,7 @@ def main():
 
     # the CUDA kernel table: one row per kernel of the budget, its budgets as the file has them
     budget = {}
-    for line in open(os.path.join(REPO, "tools", "cuda_budget.txt"), encoding="utf-8"):
+    for line in open(os.path.join(REPO, "tools", "scripts", "cuda_budget.txt"), encoding="utf-8"):
         line = line.split("#", 1)[0].strip()
         if line:
             name, arch, regs, _ = line.rsplit(None, 3)
@@ -76,10 +76,10 @@ def main():
     for name, cells in re.findall(r"^\| `([^`]+)` \| (.*) \|$", cuda, re.M):
         shown[name] = dict(zip(archs, re.findall(r"\((\d+|-)\)", cells)))
     check(shown and sorted(shown) == sorted(budget) and len(re.findall(r"^\| `", cuda, re.M)) == len(budget),
-          "docs/cuda.md's kernel table has one row per kernel of tools/cuda_budget.txt: missing %s, extra %s" % (
+          "docs/cuda.md's kernel table has one row per kernel of tools/scripts/cuda_budget.txt: missing %s, extra %s" % (
               sorted(set(budget) - set(shown)), sorted(set(shown) - set(budget))))
     drift = sorted(n for n in budget if n in shown and shown[n] != budget[n])
-    check(not drift, "docs/cuda.md's kernel table shows the budgets of tools/cuda_budget.txt: differ %s" % drift)
+    check(not drift, "docs/cuda.md's kernel table shows the budgets of tools/scripts/cuda_budget.txt: differ %s" % drift)
 
     stale = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
     check(stale.returncode == 0, "the generated tables are current: %s" % stale.stdout.strip())

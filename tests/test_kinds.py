@@ -132,7 +132,7 @@ def interface_problems(header, cuda):
 
 def main():
     sources = {
-        "header": read("mhe.h"), "cuda": read("mhe_cuda.cuh"), "twin": read("tools/mhe_torch.py"),
+        "header": read("mhe.h"), "cuda": read("mhe_cuda.cuh"), "twin": read("tools/python/mhe_torch.py"),
         "test_cuda": read("tests/cuda/test_cuda.cpp"), "crosscheck": read("tests/torch_crosscheck.py"),
         "lockstep": read("tests/test_lockstep.py"),
     }
@@ -182,10 +182,10 @@ def main():
           "mhe.h including the companion is reported")
 
     # every function the checklist names exists in the file of its section
-    files = {"mhe.h": sources["header"], "mhe_cuda.cuh": sources["cuda"], "tools/mhe_torch.py": sources["twin"]}
+    files = {"mhe.h": sources["header"], "mhe_cuda.cuh": sources["cuda"], "tools/python/mhe_torch.py": sources["twin"]}
     section_file, named = "mhe.h", []
     for line in doc.splitlines():
-        m = re.match(r"## (mhe\.h|mhe_cuda\.cuh|tools/mhe_torch\.py)", line)
+        m = re.match(r"## (mhe\.h|mhe_cuda\.cuh|tools/python/mhe_torch\.py)", line)
         if m:
             section_file = m.group(1)
         elif line.startswith("## "):
@@ -196,7 +196,7 @@ def main():
     for f, n in named:
         text = files[f]
         ok = re.search(r"\b%s\s*\(" % re.escape(n), text) or re.search(r"\b%s\b" % re.escape(n), text)
-        if f == "tools/mhe_torch.py":
+        if f == "tools/python/mhe_torch.py":
             ok = re.search(r"def %s\(" % re.escape(n), text)
         check(bool(ok), "%s names %s, which exists" % (f, n))
     return finish()

@@ -1,4 +1,4 @@
-"""mhe and its PyTorch twin (tools/mhe_torch.py) train in lockstep.
+"""mhe and its PyTorch twin (tools/python/mhe_torch.py) train in lockstep.
 
 For every attention kind, a tiny model made by `mhe init` is trained by
 `mhe train --model M --dump-batches D`; the twin loads the same M, replays the
@@ -54,7 +54,7 @@ def main():
     if why:
         return skip("test_lockstep", why)
     import torch
-    sys.path.insert(0, os.path.join(REPO, "tools"))
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
     import mhe_torch as tw
     torch.set_num_threads(1)
     work = tmpdir("mhe_lockstep_")

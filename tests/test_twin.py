@@ -1,4 +1,4 @@
-"""The PyTorch twin (tools/mhe_torch.py) against build/mhe:
+"""The PyTorch twin (tools/python/mhe_torch.py) against build/mhe:
 
 - round trips: a checkpoint made by `mhe init` or `mhe train` (decoder, post-norm hybrid,
   encoder-decoder with Admin, a word model with the S+R head), loaded by the twin and saved
@@ -25,7 +25,7 @@ from mhetest import run_mhe as run  # noqa: E402
 
 
 def twin():
-    sys.path.insert(0, os.path.join(REPO, "tools"))
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
     import mhe_torch
     return mhe_torch
 
@@ -339,7 +339,7 @@ def refusals(mt, d):
     # the refusal from the command line: a clear message, exit status 1
     bad = variant("cli-unknown-kind", ["mhe-pow"], {"attn": "mhe-pow"})
     import subprocess
-    p = subprocess.run([sys.executable, os.path.join(REPO, "tools", "mhe_torch.py"), "roundtrip", "--model", bad,
+    p = subprocess.run([sys.executable, os.path.join(REPO, "tools", "python", "mhe_torch.py"), "roundtrip", "--model", bad,
                         "--out", bad + ".out"], capture_output=True, text=True)
     check(p.returncode == 1 and "mhe-pow" in p.stderr and not os.path.exists(bad + ".out"),
           "mhe_torch.py roundtrip on an unknown kind: rc %d, %r" % (p.returncode, p.stderr[-300:]))

@@ -1,4 +1,4 @@
-"""The PyTorch twin (tools/mhe_torch.py) validates model and train configs as mhe does
+"""The PyTorch twin (tools/python/mhe_torch.py) validates model and train configs as mhe does
 (issue 28, item 6). Hundreds of generated configs, near the edges of every range and of
 the rules between fields: the twin's validate_config / validate_train refuses exactly
 the ones `mhe init` / `mhe train` refuse. Then `mhe_torch.py train` itself: a config mhe
@@ -59,7 +59,7 @@ TRAIN_VALUES = {
 
 
 def twin():
-    sys.path.insert(0, os.path.join(REPO, "tools"))
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
     import mhe_torch
     return mhe_torch
 
@@ -124,7 +124,7 @@ def train_refuses(d):
     with open(text, "w") as f:
         f.write("In the beginning God created the heaven and the earth. " * 20)
     out = os.path.join(d, "twin.safetensors")
-    script = os.path.join(REPO, "tools", "mhe_torch.py")
+    script = os.path.join(REPO, "tools", "python", "mhe_torch.py")
     cases = [(["--set", "d_model=32", "--set", "n_heads=3"], "n_heads 3"),
              (["--set", "lr=nan"], "'lr'"), (["--set", "lr=inf"], "'lr'"), (["--set", "beta2=1"], "'beta2'"),
              (["--set", "dropout=1"], "'dropout'"), (["--set", "arch=encdec"], "enc_layers"),

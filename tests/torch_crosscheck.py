@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cross-checks the C model against its PyTorch twin (tools/mhe_torch.py) in float64.
+"""Cross-checks the C model against its PyTorch twin (tools/python/mhe_torch.py) in float64.
 
 For each of several small configs it runs
 
@@ -714,13 +714,13 @@ def expected_params(cfg):
 
 
 # --------------------------------------------------------------------------
-# the reference: the PyTorch twin (tools/mhe_torch.py) in float64
+# the reference: the PyTorch twin (tools/python/mhe_torch.py) in float64
 # --------------------------------------------------------------------------
 
 def twin():
-    """tools/mhe_torch.py, imported by path from the repository root (it needs torch:
+    """tools/python/mhe_torch.py, imported by path from the repository root (it needs torch:
     call only after torch_missing())"""
-    tools = os.path.join(REPO, "tools")
+    tools = os.path.join(REPO, "tools", "python")
     if tools not in sys.path:
         sys.path.insert(0, tools)
     import mhe_torch

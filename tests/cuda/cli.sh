@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/cuda/cli.sh MHE - `mhe eval` and `mhe generate --device cuda` of
-# tools/mhe.c built against the emulation (tests/cuda/run.sh builds MHE),
+# tools/cli/mhe.c built against the emulation (tests/cuda/run.sh builds MHE),
 # each compared with the CPU path of the same binary: the same loss within
 # float32 rounding, the same text greedy and sampled (models with dropout,
 # off when evaluating, and Admin's residual scales too); a model the device

@@ -14,7 +14,7 @@
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
 # test_cuda's large group (the model at T = 80, three key tiles, float32 and
-# TF32) runs once, in fibers. Then tools/mhe.c built on the emulation: `mhe
+# TF32) runs once, in fibers. Then tools/cli/mhe.c built on the emulation: `mhe
 # eval` and `mhe generate --device cuda` against the same binary's CPU path
 # (tests/cuda/cli.sh). Then the programs' own failure paths: without a device
 # one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
@@ -145,10 +145,10 @@ done
 # the command-line tool on the emulation (fibers, forward order: its kernels are the model's)
 echo "== mhe --device cuda on the emulation"
 # shellcheck disable=SC2086
-if $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA -x c++ -o "$B/mhe.fibers" tools/mhe.c tools/mhe_params.c $LIBS; then
+if $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA -x c++ -o "$B/mhe.fibers" tools/cli/mhe.c tools/cli/mhe_params.c $LIBS; then
     run "mhe eval, generate --device cuda vs the CPU" sh tests/cuda/cli.sh "$B/mhe.fibers"
 else
-    bad "build tools/mhe.c on the emulation"
+    bad "build tools/cli/mhe.c on the emulation"
 fi
 
 # the programs' own failures: no device is one line and status 3 (a GPU

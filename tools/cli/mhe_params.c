@@ -2,7 +2,7 @@
    Aletras, "Pit One Against Many"), computed, never typed in.
 
    Linked into the mhe tool, which calls cmd_params (mhe_params.h); uses
-   mhe.h's API only (tools/mhe.c holds the implementation). Every count comes
+   mhe.h's API only (tools/cli/mhe.c holds the implementation). Every count comes
    from mhe_attn_param_count(), the function that also sizes a built model's
    attention layers; the memory model of Table 13 is plain
    arithmetic on those counts. The only numbers from the paper in this file are
@@ -14,8 +14,10 @@
      Tables 1, 3, 13, 14 and 15        the same plus W^O (the d_m x nd output
                                        projection), as the paper's totals show */
 #define _POSIX_C_SOURCE 200809L   /* mkdir */
-#include "../mhe.h"
+#include "../../mhe.h"
 #include "mhe_params.h"
+#define MHE_COSTS_IMPLEMENTATION
+#include "mhe_costs.h"     /* thesis Tables 4.5-4.8 (--complexity) */
 #include "mhe_args.h"     /* the number parser of every flag */
 #include <errno.h>
 #include <math.h>

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Times one training step of mhe's GPT in PyTorch (CPU, float32): the yardstick
-for the C library's own step-time benchmark (tools/bench_train.c). Runs under
+for the C library's own step-time benchmark (tools/bench/bench_train.c). Runs under
 any Python whose torch is >= 2 (the peer users run: PyPI's wheel, MKL sgemm,
 oneDNN, fused scaled_dot_product_attention) or Debian's torch 1.13:
 
     python3 -m venv .venv && .venv/bin/pip install torch numpy
-    .venv/bin/python tools/bench_train_torch.py --config C1 --threads 1
-    .venv/bin/python tools/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
-    /usr/bin/python3 tools/bench_train_torch.py --config C1 --attn mhe-mul --seq 512 --batch 2
+    .venv/bin/python tools/bench/bench_train_torch.py --config C1 --threads 1
+    .venv/bin/python tools/bench/bench_train_torch.py --config C2 --threads 2 --steps 10 --warmup 3
+    /usr/bin/python3 tools/bench/bench_train_torch.py --config C1 --attn mhe-mul --seq 512 --batch 2
 
 Model: byte vocabulary, learned positions, pre-norm blocks with LayerNorm,
 multi-head attention (Q, K, V projections fused into one Linear, which is the
@@ -239,7 +239,7 @@ def build_model(torch, cfg, kind="mha"):
 
 
 def model_flops(cfg, kind):
-    """FLOPs of one step, counted as tools/bench_train.c counts them: 2 per
+    """FLOPs of one step, counted as tools/bench/bench_train.c counts them: 2 per
     multiply-add of every matmul of the forward pass (Q/K/V or their seed head,
     W^O, fc1, fc2, LM head; the attention core's q k^T and p v over the T(T+1)/2
     causal query-key pairs that a fused kernel computes), backward twice the

@@ -5,10 +5,10 @@ reading guide in docs/kinds.md (every paper equation the library computes,
 the function that computes it and its line range, and for each fast path the
 identity that makes it equal to the equation and the test that proves it).
 
-    python3 tools/reading_guide.py            print both (Markdown)
-    python3 tools/reading_guide.py --write    rewrite them in their files, between their markers
+    python3 tools/scripts/reading_guide.py            print both (Markdown)
+    python3 tools/scripts/reading_guide.py --write    rewrite them in their files, between their markers
                                               (--update is the same; `make docs` runs it)
-    python3 tools/reading_guide.py --check    exit 1 when a file's copy is stale
+    python3 tools/scripts/reading_guide.py --check    exit 1 when a file's copy is stale
 
 tests/test_guide.py runs --check, so a change to mhe.h that moves code or
 changes a kind needs `make docs` (the line ranges are the guide's point)."""
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # (file under the repository, start marker, end marker, maker): every generated block
 GUIDE = ("docs/kinds.md", "<!-- reading-guide:start -->", "<!-- reading-guide:end -->")
 KINDS = ("README.md", "<!-- kinds-table:start -->", "<!-- kinds-table:end -->")

@@ -1,6 +1,6 @@
 /* mhe_plots.h - attention-pattern indicators (thesis sec. 4.4.4) as CSV and
    SVG, and attention heat-maps. Included after mhe.h and <stdio.h> by
-   tools/mhe.c (mhe eval --indicators) and examples/deconstruct.c.
+   tools/cli/mhe.c (mhe eval --indicators) and examples/deconstruct.c.
 
    Normalisations:
    - the CSV holds the raw values of mhe_indicators_eval (means over the

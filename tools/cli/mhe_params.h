@@ -1,5 +1,5 @@
 /* mhe_params.h - `mhe params`, the parameter and memory tables of the MHE
-   paper (tools/mhe_params.c, linked into the mhe tool). */
+   paper (tools/cli/mhe_params.c, linked into the mhe tool). */
 #ifndef MHE_PARAMS_H
 #define MHE_PARAMS_H
 

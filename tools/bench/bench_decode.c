@@ -1,7 +1,7 @@
 /* bench_decode - microseconds per generated token of mhe_decode_step (a KV
    cache) at several context lengths, for the attention kinds mha, mqa, gqa,
    mhe-mul and mhe-add, next to the same decode loop in PyTorch 2
-   (tools/bench_decode_torch.py), with the KV-cache bytes of each side; a
+   (tools/bench/bench_decode_torch.py), with the KV-cache bytes of each side; a
    JSON line per measurement, then a Markdown table.
      build/bench_decode               decoder, byte vocabulary, d_model 512, 8 heads, 6 layers,
                                       max_len 2048; every kind; contexts 128, 1024, 2048; 1 and 2 threads
@@ -24,7 +24,7 @@
    of the weights from one token to the next). */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
-#include "../mhe.h"
+#include "../../mhe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +39,7 @@
 #define MAX_THREADS 8
 #define CHECK_PREFIX 24   /* --check: tokens decoded by mhe */
 #define CHECK_STEPS 4     /* --check: of which the PyTorch loop decodes the last ones (it prefills the rest) */
-static const char torch_script[] = "tools/bench_decode_torch.py";
+static const char torch_script[] = "tools/bench/bench_decode_torch.py";
 
 typedef struct {
     int d_model, heads, layers, max_len, kv_groups, window, repeats;
@@ -379,7 +379,7 @@ static void usage(void) {
            "Microseconds per token of mhe_decode_step at each context (the keys the last timed token\n"
            "attends to): prefill L-k tokens (not timed), decode the k = min(window, L) tokens at\n"
            "positions L-k..L-1, time / k; median of the repeats (each rewinds to L-k). PyTorch:\n"
-           "tools/bench_decode_torch.py with --python PATH, else $MHE_TORCH_PYTHON, else\n"
+           "tools/bench/bench_decode_torch.py with --python PATH, else $MHE_TORCH_PYTHON, else\n"
            "./.venv/bin/python (needs torch >= 2; else that column is skipped). Any kind mhe decodes\n"
            "is timed; the PyTorch loop has mha, mqa, gqa, mhe-mul and mhe-add. --check: mhe's\n"
            "next-token logits against the PyTorch loop's on one saved checkpoint per kind.\n"

@@ -9,7 +9,7 @@
      build/head_init [steps] */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
-#include "../mhe.h"
+#include "../../mhe.h"
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -16,7 +16,7 @@ own time limit, a failed one never stopping the later ones:
   build         make -j: test_cuda, test_attn, mhe and bench_cuda by nvcc, the
                 CPU mhe (a failed build is retried without warnings as errors,
                 so the tests still run; the check fails either way)
-  budget        the kernels' registers against tools/cuda_budget.txt
+  budget        the kernels' registers against tools/scripts/cuda_budget.txt
   test_cuda *   every group of tests/cuda/test_cuda.cpp, against the CPU library
   test_attn     the attention cores against the CPU's
   large         the device model at T = 256, d_model = 256, every device kind,
@@ -71,7 +71,7 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SELF = os.path.abspath(__file__)
 NO_GPU = 3
 DEFAULT_BUDGET = 450.0
@@ -173,7 +173,7 @@ def tree_identity():
             commit += " (with uncommitted changes)"
     h = hashlib.sha256()
     files = ["Makefile", "mhe.h", "mhe_cuda.cuh"]
-    for d in ["tools", "tests/cuda"]:
+    for d in ["tools/cli", "tools/bench", "tools/scripts", "tests/cuda"]:
         files += sorted(os.path.join(d, f) for f in os.listdir(os.path.join(REPO, d)))
     for f in files:
         p = os.path.join(REPO, f)
@@ -626,8 +626,8 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
          Step("build-relaxed", "build again, warnings allowed", make + ["NVFLAGS=" + relaxed_flags] + targets, 300,
               "build", only_after_failed="build")]
     if gpu_arch in ("sm_80", "sm_90"):
-        s.append(Step("budget", "kernel registers within tools/cuda_budget.txt",
-                      ["python3", "tools/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/cuda_budget.txt"], 30,
+        s.append(Step("budget", "kernel registers within tools/scripts/cuda_budget.txt",
+                      ["python3", "tools/scripts/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/scripts/cuda_budget.txt"], 30,
                       "budget", [["build"]]))
     for g in ("gemm", "tf32", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors",
               "features", "encdec", "hash"):
@@ -753,7 +753,7 @@ class Report:
         if os.path.isfile(curve):
             lines += ["", "## Training, CPU against GPU", "",
                       "Losses of the same %d steps (same weights, same batches); tolerances in "
-                      "tools/gpu_check.py. All steps: train_losses.csv." % TRAIN_STEPS, ""]
+                      "tools/scripts/gpu_check.py. All steps: train_losses.csv." % TRAIN_STEPS, ""]
             with open(curve, encoding="utf-8") as f:
                 rows = [x.strip().split(",") for x in f if x.strip()]
             lines.append("| " + " | ".join(rows[0]) + " |")

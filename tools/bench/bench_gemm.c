@@ -1,5 +1,5 @@
 /* bench_gemm - mhe_gemm against OpenBLAS and MKL cblas_sgemm on transformer
-   shapes, and against the machine's measured FMA peak (tools/bench_peak.h).
+   shapes, and against the machine's measured FMA peak (tools/bench/bench_peak.h).
 
    make build/bench_gemm && ./build/bench_gemm [--quick] [--threads N] [--mkl PATH]
 
@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "mhe_clock.h"
+#include "../cli/mhe_clock.h"
 #include "bench_peak.h"
 #ifndef _WIN32
 #include <dlfcn.h>

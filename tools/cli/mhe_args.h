@@ -1,5 +1,5 @@
-/* mhe_args.h - the one number parser of the mhe tool's flags (tools/mhe.c
-   and tools/mhe_params.c; the config and train fields go through mhe.h's
+/* mhe_args.h - the one number parser of the mhe tool's flags (tools/cli/mhe.c
+   and tools/cli/mhe_params.c; the config and train fields go through mhe.h's
    own checked parser). A value is the whole text in base 10 (no spaces, no
    trailing characters), inside its range; a float must be finite. Each
    returns 0 when the text is not a number (a usage error, exit status 2),

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Microseconds per generated token of a GPT decode loop with a KV cache in PyTorch 2 (CPU,
-float32): the yardstick for mhe's decoding benchmark, tools/bench_decode.c, which runs this
+float32): the yardstick for mhe's decoding benchmark, tools/bench/bench_decode.c, which runs this
 script with the interpreter it picked and reads its JSON lines.
 
-    python tools/bench_decode_torch.py --kind mhe-mul --threads 1 --contexts 128,1024,2048
-    python tools/bench_decode_torch.py --kind gqa --kv_groups 2 --d_model 256 --max_len 512
-    python tools/bench_decode_torch.py --check M.safetensors --tokens 5,9,200,... --logits L.f32
+    python tools/bench/bench_decode_torch.py --kind mhe-mul --threads 1 --contexts 128,1024,2048
+    python tools/bench/bench_decode_torch.py --kind gqa --kv_groups 2 --d_model 256 --max_len 512
+    python tools/bench/bench_decode_torch.py --check M.safetensors --tokens 5,9,200,... --logits L.f32
 
 Model, as mhe builds it by default: byte vocabulary, learned positions, pre-norm blocks with
 LayerNorm (eps 1e-5), GELU (tanh approximation) MLP of width 4C, final LayerNorm, LM head
@@ -47,7 +47,7 @@ torch.set_num_threads(--threads) after.
 
 Output: a header (torch version, BLAS, threads), then one line per context
     JSON {"kind":..., "threads":..., "context":..., "us_per_token":..., "kv_bytes":..., ...}
---check: loads the mhe checkpoint with tools/mhe_torch.py's load_checkpoint, prefills all
+--check: loads the mhe checkpoint with tools/python/mhe_torch.py's load_checkpoint, prefills all
 but the last --steps tokens of --tokens, decodes those, and compares each step's logits with
 the float32 rows of --logits (mhe_decode_step's, written by bench_decode --check) and with the
 PyTorch twin's full forward; prints JSON {"check": ..., "ok": ...}, exit status 1 on failure.
@@ -148,7 +148,7 @@ class DecodeModel:
 
     @classmethod
     def from_twin(cls, torch, twin):
-        """the weights of tools/mhe_torch.py's MheModel (an mhe checkpoint), by mhe's tensor names"""
+        """the weights of tools/python/mhe_torch.py's MheModel (an mhe checkpoint), by mhe's tensor names"""
         r = twin.r
         kinds = set(r["attn"])
         if len(kinds) != 1 or r["arch"] != "decoder" or r["norm"] != "layernorm" or r["post_norm"] \
@@ -287,7 +287,7 @@ def time_contexts(torch, a):
 def check(torch, a):
     """mhe's logits (bench_decode --check) against this loop's and the twin's on mhe's weights"""
     import numpy as np
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import mhe_torch
     twin, _, _ = mhe_torch.load_checkpoint(a.check)
     twin.eval()

@@ -5,7 +5,7 @@
 ...) to validation. Package 1:1.99.1-7.3 gives 2,314,000 train and 262,676
 validation bytes.
 
-    python3 tools/fortunes_corpus.py OUT_DIR     -> OUT_DIR/train.txt, OUT_DIR/valid.txt
+    python3 tools/scripts/fortunes_corpus.py OUT_DIR     -> OUT_DIR/train.txt, OUT_DIR/valid.txt
 """
 import os
 import re

@@ -8,7 +8,7 @@ usage: cuda_budget.py PTXAS_LOG BUDGET            fail when a kernel is over bud
        cuda_budget.py PTXAS_LOG --write BUDGET    write a budget from a report
 
 PTXAS_LOG is what `nvcc -Xptxas -v` printed while building the kernels
-(make cuda keeps it in build/cuda/ptxas.log). BUDGET (tools/cuda_budget.txt)
+(make cuda keeps it in build/cuda/ptxas.log). BUDGET (tools/scripts/cuda_budget.txt)
 has one line per kernel and architecture: name, arch, registers, shared
 bytes. A kernel fails when it uses more registers or static shared memory
 than its line allows, spills or uses local memory at all, or has no line
@@ -75,7 +75,7 @@ def main(argv):
         return 1
     if argv[2] == "--write":
         with open(argv[3], "w", encoding="utf-8") as f:
-            f.write("# kernel  arch  max-registers  max-static-shared-bytes (tools/cuda_budget.py; spills must be 0)\n")
+            f.write("# kernel  arch  max-registers  max-static-shared-bytes (tools/scripts/cuda_budget.py; spills must be 0)\n")
             for (name, arch), v in sorted(report.items()):  # registers: room for compiler drift, up to the next 8
                 f.write("%s  %s  %d  %d\n" % (name, arch, (v["regs"] + 7) // 8 * 8, v["smem"]))
         return 0

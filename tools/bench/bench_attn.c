@@ -5,11 +5,11 @@
      build/bench_attn [--config C1|C2] [--threads N] [--steps N] */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
-#include "../mhe.h"
+#include "../../mhe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mhe_clock.h"
+#include "../cli/mhe_clock.h"
 
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 

@@ -12,7 +12,7 @@
                                        class, forward / backward / update, and its share
    Step = zero_grad + forward + loss + backward + AdamW (lr 3e-4, betas
    0.9/0.95, wd 0.1, no clipping), one fixed random batch, as the PyTorch
-   script tools/bench_train_torch.py does (run from the repository root).
+   script tools/bench/bench_train_torch.py does (run from the repository root).
 
    PyTorch 2's interpreter: --python PATH, else $MHE_TORCH_PYTHON, else
    ./.venv/bin/python when its torch is >= 2. Debian's /usr/bin/python3 (torch
@@ -30,11 +30,11 @@
 #define _POSIX_C_SOURCE 200809L
 #define MHE_PROFILE            /* per-operation times for --profile: a clock read per operation, ~0.01 % */
 #define MHE_IMPLEMENTATION
-#include "../mhe.h"
+#include "../../mhe.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mhe_clock.h"
+#include "../cli/mhe_clock.h"
 #include "bench_peak.h"
 
 #define DEBIAN_PYTHON "/usr/bin/python3"
@@ -188,7 +188,7 @@ static int file_exists(const char *path) {
 static void torch_run(const char *python, const char *cfg, int th, const char *kind, int steps, int warmup, const char *extra,
                       run_result *res) {
     char cmd[1600];
-    snprintf(cmd, sizeof cmd, "'%s' tools/bench_train_torch.py --config %s --threads %d --steps %d --warmup %d --attn %s%s",
+    snprintf(cmd, sizeof cmd, "'%s' tools/bench/bench_train_torch.py --config %s --threads %d --steps %d --warmup %d --attn %s%s",
              python, cfg, th, steps, warmup, kind, extra);
     if (!json_run(cmd, res)) res->ms = 0;
 }
@@ -300,7 +300,7 @@ int main(int argc, char **argv) {
         /* a tiny probe run names each torch and its BLAS before the table */
         if (python) {
             if (!probe_torch(python, "", &peer, peer_label, sizeof peer_label)) {
-                fprintf(stderr, "bench_train: tools/bench_train_torch.py failed under %s; no PyTorch 2 column\n", python);
+                fprintf(stderr, "bench_train: tools/bench/bench_train_torch.py failed under %s; no PyTorch 2 column\n", python);
                 python = NULL;
             }
         } else {

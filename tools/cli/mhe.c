@@ -4,9 +4,9 @@
    exit with status 1 (2 for a usage error). */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
-#include "../mhe.h"
+#include "../../mhe.h"
 #ifdef MHE_CUDA /* make cuda: the tool with --device cuda */
-#include "../mhe_cuda.cuh"
+#include "../../mhe_cuda.cuh"
 #endif
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 #include "mhe_plots.h"
+#include "mhe_costs.h"     /* Table 4.8 beside the measured cache (generate) */
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 #include "mhe_args.h"     /* the number parser of every flag */
 #include "mhe_clock.h"    /* now_s, peak_rss_mb */
@@ -125,7 +126,7 @@ static const flag_spec train_flags[] = {
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
     FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
     FLAG("quiet", NULL, F_SWITCH, 0, 0, NULL, quiet, "no progress or summary lines"),
-    STR("dump-batches", "FILE", dump_batches, "record every batch drawn (--task lm), for tools/mhe_torch.py replay"),
+    STR("dump-batches", "FILE", dump_batches, "record every batch drawn (--task lm), for tools/python/mhe_torch.py replay"),
 };
 static const flag_spec eval_flags[] = {
     NEED("model", "M.safetensors", model, "the model to evaluate"),
@@ -210,7 +211,7 @@ static const command_spec commands[] = {
         "--task lm, cls and sr on the GPU: the same batches, dropout masks, schedule and checkpoint.\n"
         "--dump-batches FILE records every batch drawn (tokens, targets, source) with mhe's loss,\n"
         "lr and gradient norm per step, the model and train config and the corpus's hash, for a\n"
-        "step-by-step replay by the PyTorch twin (tools/mhe_torch.py replay). The checkpoint\n"
+        "step-by-step replay by the PyTorch twin (tools/python/mhe_torch.py replay). The checkpoint\n"
         "records the task: --resume continues it (another --task is refused). SIGINT, SIGTERM or\n"
         "SIGHUP stops after the step in progress, writes the checkpoint and exits 130 (SIGINT) or\n"
         "143; a second signal ends the run at once, the last checkpoint kept.\n"),

@@ -3,12 +3,12 @@
 
 Import it by path (it has no side effects on import), or run it as a script:
 
-    python3 tools/mhe_torch.py eval --model M.safetensors --tokens TOKENS.txt
-    python3 tools/mhe_torch.py roundtrip --model IN.safetensors --out OUT.safetensors
-    python3 tools/mhe_torch.py replay --model M0.safetensors --batches RUN.batches [--data TEXT]
-    python3 tools/mhe_torch.py strided --model M.safetensors --data TEXT --seq_len T --stride S
-    python3 tools/mhe_torch.py train-own --data TEXT --out M.safetensors --seed S --set KEY=VALUE ...
-    torchrun --nproc_per_node N tools/mhe_torch.py train --data TEXT --out CKPT.safetensors
+    python3 tools/python/mhe_torch.py eval --model M.safetensors --tokens TOKENS.txt
+    python3 tools/python/mhe_torch.py roundtrip --model IN.safetensors --out OUT.safetensors
+    python3 tools/python/mhe_torch.py replay --model M0.safetensors --batches RUN.batches [--data TEXT]
+    python3 tools/python/mhe_torch.py strided --model M.safetensors --data TEXT --seq_len T --stride S
+    python3 tools/python/mhe_torch.py train-own --data TEXT --out M.safetensors --seed S --set KEY=VALUE ...
+    torchrun --nproc_per_node N tools/python/mhe_torch.py train --data TEXT --out CKPT.safetensors
              [--model M | --resume CKPT | --config CFG] [--set KEY=VALUE ...] [--steps S]
              [--save_every K] [--task lm|cls|sr] [--fsdp] [--amp bf16|fp16] [--timeout SECONDS]
 
@@ -195,7 +195,7 @@ def _read_field_tables(path=None):
     """{'config'|'train': {key: (type, lo, hi, enum names)}} parsed from mhe.h's tables; None
     when the header is not beside tools/ (the twin copied elsewhere: cross-field rules only)"""
     import re
-    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mhe.h")
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mhe.h")
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
