@@ -11,6 +11,7 @@
    `make check-build` builds and runs all four. */
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
+#include "lib/checks.h"   /* test_slurp */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,19 +66,6 @@ static int outputs(mhe_model *m, float *out) {
     mhe_kv_cache_free(&kv);
     mhe_model_free(&q);
     return i == SB_T;
-}
-
-static void *slurp(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    void *buf = NULL;
-    long n;
-    if (!f) return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n))) {
-        if (fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-        else *size = (size_t)n;
-    }
-    fclose(f);
-    return buf;
 }
 
 #ifndef MHE_NO_TRAIN
@@ -145,8 +133,8 @@ int main(int argc, char **argv) {
         return write_reference(ckpt_path, ref_path, ref) ? 0 : 1;
 #endif
     }
-    img = slurp(ckpt_path, &size);
-    rbuf = slurp(ref_path, &rsize);
+    img = test_slurp(ckpt_path, &size);
+    rbuf = test_slurp(ref_path, &rsize);
     if (!img || !rbuf || rsize != sizeof ref) { printf("cannot read %s and %s (run write first)\n", ckpt_path, ref_path); return 1; }
     memcpy(ref, rbuf, sizeof ref);
     free(rbuf);

@@ -109,4 +109,5 @@ static inline int test_model_gradcheck(mhe_model *m, test_loss_fn loss, void *ct
     return bad;
 }
 #endif /* MHE_H_INCLUDED */
+#include "lib/checks.h"   /* test_slurp, test_decode_vs_forward */
 #endif

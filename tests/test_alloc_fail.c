@@ -74,18 +74,6 @@ static mhe_train_config tiny_tc(void) {
     return tc;
 }
 
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    unsigned char *b;
-    long len;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); len = ftell(f); fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 /* ---- the operations; each returns the status of the armed part ---------------- */
 
 static mhe_status op_model_init(void) {
@@ -146,13 +134,13 @@ static mhe_status op_save(void) {
     OK(mhe_trainer_init(&t, &m, &tc));
     OK(mhe_trainer_step(&t, data, 200));
     CHECK(mhe_checkpoint_save(&m, &t, path) == MHE_OK, "setup save: %s", t.err);
-    before = slurp(path, &n0);
+    before = test_slurp(path, &n0);
     OK(mhe_trainer_step(&t, data, 200));   /* new weights: a save that got through would change the file */
     arm();
     s = mhe_checkpoint_save(&m, &t, path);
     if (s != MHE_OK) {   /* the save itself failed: the old file must be there, byte for byte */
         disarm();
-        after = slurp(path, &n1);
+        after = test_slurp(path, &n1);
         CHECK(after && n1 == n0 && !memcmp(before, after, n0), "the checkpoint on disk is unchanged after a failed save");
         CHECK(access(tmp_path, F_OK) != 0, "no temporary file left behind");
         CHECK(mhe_model_load(&r, path, NULL) == MHE_OK, "the old checkpoint still loads: %s", r.err);
@@ -184,7 +172,7 @@ static mhe_status op_load(void) {
     mhe_trainer t;
     mhe_status s;
     size_t n = 0;
-    unsigned char *file = slurp(path, &n);
+    unsigned char *file = test_slurp(path, &n);
     float *keep;
     int step;
     OK(mhe_model_init(&m2, &c, 7, NULL));

@@ -39,19 +39,6 @@ static char path[128], tmp[200], victim[160];
 static void tmp_of(pid_t pid) { snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)pid); }
 static int data[400];
 
-static unsigned char *slurp(const char *p, size_t *n) {
-    FILE *f = fopen(p, "rb");
-    unsigned char *b;
-    long len;
-    *n = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END); len = ftell(f); fseek(f, 0, SEEK_SET);
-    b = (unsigned char *)malloc((size_t)len + 1);
-    *n = fread(b, 1, (size_t)len, f);
-    fclose(f);
-    return b;
-}
-
 static long file_size(const char *p) {
     struct stat sb;
     return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
@@ -59,7 +46,7 @@ static long file_size(const char *p) {
 
 static int same_file(const char *p, const unsigned char *want, size_t n) {
     size_t m;
-    unsigned char *b = slurp(p, &m);
+    unsigned char *b = test_slurp(p, &m);
     int same = b && m == n && !memcmp(b, want, n);
     free(b);
     return same;
@@ -138,7 +125,7 @@ int main(void) {
     OK(mhe_trainer_init(&t, &m, &tc));
     for (i = 0; i < 3; i++) OK(mhe_trainer_step(&t, data, 400));
     CHECK(mhe_checkpoint_save(&m, &t, path) == MHE_OK, "first save: %s", t.err);
-    old = slurp(path, &old_n);
+    old = test_slurp(path, &old_n);
     for (i = 0; i < 3; i++) { OK(mhe_trainer_step(&t, data, 400)); ref_losses[i] = t.last_loss; }
     ref_params = (float *)malloc((size_t)m.n_params * sizeof(float));
     memcpy(ref_params, m.param_data, (size_t)m.n_params * sizeof(float));

@@ -33,7 +33,7 @@ static void decode_equals_forward(const char *text) {
     mhe_kv_cache kv;
     mhe_batch b;
     mhe_rng r;
-    int tok[T_LEN], src[S_LEN], t, ok = 1;
+    int tok[T_LEN], src[S_LEN], t;
     double worst = 0, omega_off = 0;
     if (!make_config(&c, text)) return;
     mhe_rng_seed(&r, 21);
@@ -54,14 +54,9 @@ static void decode_equals_forward(const char *text) {
     CHECK(mhe_kv_cache_init(&kv, &m, T_LEN, NULL) == MHE_OK, "kv cache init [%s]", text);
     if (c.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(&m, &kv, src, S_LEN) == MHE_OK, "encode [%s]: %s", text, m.err);
     CHECK(mhe_model_forward_batch(&m, &b, NULL) == MHE_OK, "forward [%s]: %s", text, m.err);
-    for (t = 0; t < T_LEN && ok; t++) {
-        double e;
-        ok = mhe_decode_step(&m, &kv, tok[t]) == MHE_OK;
-        CHECK(ok, "decode [%s] token %d: %s", text, t, m.err);
-        e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
-        if (e > worst) worst = e;
-    }
-    CHECK(worst < 2e-5, "decoding equals the forward [%s]: %.3g", text, worst);
+    worst = test_decode_vs_forward(&m, &kv, tok, T_LEN);
+    CHECK(worst >= 0, "decode [%s]: %s", text, m.err);
+    CHECK(worst >= 0 && worst < 2e-5, "decoding equals the forward [%s]: %.3g", text, worst);
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
 }

@@ -50,14 +50,6 @@ static int exists(const char *p) {
     return f != NULL;
 }
 
-/* the whole file; *n its size (NULL if unreadable) */
-static unsigned char *slurp(const char *p, size_t *n) {
-    void *b = NULL;
-    char err[MHE_ERR_LEN];
-    if (mhe_read_file(p, &b, n, NULL, err) != MHE_OK) return NULL;
-    return (unsigned char *)b;
-}
-
 static int write_bytes(const char *p, const void *b, size_t n) {
     FILE *f = fopen(p, "wb");
     int ok = f && fwrite(b, 1, n, f) == n;
@@ -95,7 +87,7 @@ static void binary_round_trip(void) {
     }
     path_of(p, sizeof p, "bin.safetensors");
     CHECK(mhe_checkpoint_save(&m, NULL, p) == MHE_OK, "save: %s", m.err);
-    bytes = slurp(p, &n);
+    bytes = test_slurp(p, &n);
     for (k = 0; bytes && k < n; k++)
         hits[0] += bytes[k] == 0x0a, hits[1] += bytes[k] == 0x0d, hits[2] += bytes[k] == 0x1a, hits[3] += bytes[k] == 0;
     CHECK(bytes && hits[0] >= m.n_params && hits[1] >= m.n_params / 2 && hits[2] >= m.n_params / 2,
@@ -134,7 +126,7 @@ static void replace_existing(void) {
     for (round = 0; round < 4; round++) {
         for (i = 0; i < 64; i++) v[i] = (float)(round * 100 + i);
         CHECK(save_one(p, v, 64 - round, err) == MHE_OK, "save %d over the existing file: %s", round, err);
-        b = slurp(p, &n);
+        b = test_slurp(p, &n);
         CHECK(b && n > 4 * (size_t)(64 - round) && memcmp(b + n - 4 * (size_t)(64 - round), v, 4 * (size_t)(64 - round)) == 0,
               "save %d: the file holds the new values", round);
         free(b);
@@ -144,7 +136,7 @@ static void replace_existing(void) {
     snprintf(stale, sizeof stale, "%s", tmp);
     CHECK(write_bytes(stale, "stale", 5), "plant a stale temporary file");
     CHECK(save_one(p, v, 8, err) == MHE_OK, "save beside a stale temporary file: %s", err);
-    b = slurp(stale, &n);
+    b = test_slurp(stale, &n);
     CHECK(b && n == 5 && memcmp(b, "stale", 5) == 0, "the stale file is left as it was");
     free(b);
     remove(stale);
@@ -163,14 +155,14 @@ static void replace_open(void) {
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", p, (long)getpid());
     for (i = 0; i < 16; i++) v[i] = (float)i, w[i] = -(float)i;
     CHECK(save_one(p, v, 16, err) == MHE_OK, "save: %s", err);
-    before = slurp(p, &n);
+    before = test_slurp(p, &n);
     r = fopen(p, "rb");
     CHECK(r != NULL, "open the target for reading");
 #ifdef _WIN32
     /* the C runtime opens without FILE_SHARE_DELETE: the replace must fail cleanly */
     CHECK(save_one(p, w, 16, err) == MHE_ERR_IO && strstr(err, "cannot rename"), "a target open elsewhere is refused: %s", err);
     {
-        unsigned char *after = slurp(p, &n);
+        unsigned char *after = test_slurp(p, &n);
         CHECK(before && after && memcmp(before, after, n) == 0, "the open target keeps its old bytes");
         free(after);
     }

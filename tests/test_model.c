@@ -89,7 +89,6 @@ static void decode_equals_forward(const char *extra) {
     mhe_kv_cache kv;
     mhe_rng r;
     test_batch tb;
-    int t;
     double worst = 0;
     mhe_rng_seed(&r, 5);
     make_batch(&tb, &c, 1, 8, 6, 0, &r);
@@ -109,13 +108,9 @@ static void decode_equals_forward(const char *extra) {
         /* the encoder pass reused the activations: run the batch again for the reference logits */
         OK(mhe_model_forward_batch(&m, &tb.b, NULL));
     }
-    for (t = 0; t < 8; t++) {
-        double e;
-        OK(mhe_decode_step(&m, &kv, tb.tok[t]));
-        e = test_max_rel_err(kv.logits, m.acts.logits + (size_t)t * c.vocab_size, c.vocab_size, 1.0);
-        if (e > worst) worst = e;
-    }
-    CHECK(worst < 1e-5, "KV-cache decoding equals the full forward [%s]: %.3g", extra, worst);
+    worst = test_decode_vs_forward(&m, &kv, tb.tok, 8);
+    CHECK(worst >= 0, "decode [%s]: %s", extra, m.err);
+    CHECK(worst >= 0 && worst < 1e-5, "KV-cache decoding equals the full forward [%s]: %.3g", extra, worst);
     CHECK(mhe_decode_step(&m, &kv, tb.tok[0]) == MHE_ERR_ARG, "full cache is an error, not an overrun");
     CHECK(mhe_decode_step(&m, &kv, 99) == MHE_ERR_DATA, "bad token rejected");
     mhe_kv_cache_free(&kv);
