@@ -472,6 +472,7 @@ MHEDEF int mhe_attn_kind_from_name(const char *name);   /* -1 when unknown */
 MHEDEF int mhe_attn_kind_is_decon(int kind);
 MHEDEF const char *mhe_attn_kind_source(int kind);    /* its paper and equation */
 MHEDEF const char *mhe_attn_kind_tensors(int kind);   /* the tensors a sublayer of it owns, by name */
+MHEDEF const char *mhe_attn_kind_q8_tensors(int kind);   /* those a q8 checkpoint stores as int8 ("(none)": none) */
 
 /* ======================================================================== */
 /* 6. embeddings: hashing                                                   */
@@ -5542,11 +5543,21 @@ MHEDEF const char *mhe_profile_op_name(int op) {
 /* ---- 5.1 the kind table ---------------------------------------------------- */
 
 enum { MHE__FAM_SOFTMAX, MHE__FAM_MHE, MHE__FAM_COLLAB, MHE__FAM_DECON_QKV, MHE__FAM_GATED, MHE__FAM_MIXING };
+/* what decoding keeps per layer (mhe__decode_state_floats sizes the states) */
 enum {
     MHE__CACHE_KV,      /* K and V rows per token (el-att: the input; skv: one tensor) */
-    MHE__CACHE_STATE,   /* a fixed-size recurrent state per head (taylor, nonapprox) */
-    MHE__CACHE_MAPS,    /* V rows and the fixed stream's precomputed maps */
+    MHE__CACHE_TAYLOR,  /* per head S [F, d_h] and z [F], F = mhe__taylor_features(d_h): n (F d_h + F) floats */
+    MHE__CACHE_SCAN,    /* per head a running max, sum and numerator [d_h]: n (d_h + 2) floats */
+    MHE__CACHE_MAPS,    /* V rows and the fixed stream's precomputed maps: n L (L + 1) / 2 floats */
     MHE__CACHE_NONE     /* no memory of earlier tokens */
+};
+/* the kind's own activation buffer beside the common ones (mhe__ext_floats sizes it) */
+enum {
+    MHE__EXT_NONE,
+    MHE__EXT_TAYLOR,    /* the fused core's per-block states, when fused_attention=1 */
+    MHE__EXT_DFT,       /* the DFT's work rows, forward and backward */
+    MHE__EXT_MIX,       /* X W_hidden^T [B T C] before the sequence mixing */
+    MHE__EXT_STATIC     /* the static embeddings through the sublayer's norm [rows, C + 2] */
 };
 
 /* The facts that differ between kinds; the code that differs is below, by family. */
@@ -5559,56 +5570,69 @@ typedef struct mhe__kind_info {
     const char *no_cross;   /* why it cannot be cross-attention; NULL: it can */
     int fast;               /* 1: a fused or linear-time path beside the reference one */
     const char *tensors;    /* what it owns under layers.N.attn. (or .cross.); [..] with bias=1 */
+    int ext;                /* MHE__EXT_*: its own activation buffer */
+    const char *q8;         /* the tensors a q8 checkpoint stores as int8 (the rest stay float32) */
 } mhe__kind_info;
 
 static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
     { "mha", "Vaswani et al. 2017, eq. 1; MHE paper eq. 1-2", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [n d_h, C] [biases] wo" },
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "sha", "MHE paper Table 1: one head, repeated into W^O", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] wo" },
+      "wq wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] wk wv [d_h, C] [biases] wo" },
+      "wq [n d_h, C] wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo" },
+      "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV,
       1, 1, NULL, 1,
-      "wq wkv [n d_h, C] [biases] wo" },
+      "wq wkv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wkv wo" },
     { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] [bias] wo" },
+      "wq [n d_h, C] [bias] wo", MHE__EXT_NONE, "wq wo" },
     { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "mhe-mul", "MHE paper eq. 5-6, psi(A, e) = A * (1 + e)", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo" },
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "mlp", "thesis eq. 4.4-4.5: down(SiLU(gate x) * up x)", MHE__FAM_GATED, MHE__CACHE_NONE, 1, 1,
-      "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]" },
+      "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]", MHE__EXT_NONE,
+      "gate up down" },
     { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV,
-      MHE__CACHE_STATE, 1, 1,
-      NULL, 1, "wq wk wv [n d_h, C] [biases] wo" },
+      MHE__CACHE_TAYLOR, 1, 1,
+      NULL, 1, "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_TAYLOR, "wq wk wv wo" },
     { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV,
-      MHE__CACHE_STATE, 1, 1,
+      MHE__CACHE_SCAN, 1, 1,
       "it scores each position by its own query and key, which a decoder and a source do not share", 1,
-      "wq wk wv [n d_h, C] [biases] wo" },
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
     { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV,
       MHE__CACHE_MAPS, 1, 0,
-      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
+      MHE__EXT_NONE, "wq wk wv wo" },
     { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV,
       MHE__CACHE_MAPS, 1, 0,
-      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo" },
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
+      MHE__EXT_NONE, "wq wk wv wo" },
     { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV,
       1, 1, NULL, 1,
-      "wq wk wv [n d_h, C] [biases] wo" },
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_STATIC, "wq wk wv wo" },
     { "fnet", "Lee-Thorp et al. 2022: Re(F_L X F_C)", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
-      "it mixes one sequence with itself", 0, "(none)" },
+      "it mixes one sequence with itself", 0, "(none)", MHE__EXT_DFT, "(none)" },
     { "linear", "Lee-Thorp et al. 2022: W_seq X W_hidden^T", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
-      "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]" },
+      "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]", MHE__EXT_MIX,
+      "hidden" },
     { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB,
       MHE__CACHE_KV, 1, 1,
-      NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo" },
+      NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo", MHE__EXT_NONE,
+      "wq wk content_bias wv wo" },
 };
 
 static const mhe__kind_info *mhe__kind(int kind) {
     MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT); /* configs are validated first */
     return mhe__kinds + (size_t)kind;   /* size_t: mingw gcc 12 warns (-Warray-bounds) on an int index */
+}
+
+/* taylor, nonapprox: decoding carries a fixed-size state per head instead of K/V rows */
+static int mhe__kind_recurrent(int kind) {
+    int cache = mhe__kind(kind)->cache;
+    return cache == MHE__CACHE_TAYLOR || cache == MHE__CACHE_SCAN;
 }
 
 /* rndemb-qk, fixedseq-qk: Q and K from the fixed stream, maps precomputed at decoding */
@@ -5645,6 +5669,10 @@ MHEDEF const char *mhe_attn_kind_source(int kind) {
 
 MHEDEF const char *mhe_attn_kind_tensors(int kind) {
     return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].tensors : "?";
+}
+
+MHEDEF const char *mhe_attn_kind_q8_tensors(int kind) {
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].q8 : "?";
 }
 
 /* ---- 5.2 geometry: what a layer of each kind projects ------------------- */
@@ -5729,7 +5757,7 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     if (!mhe__kind_has_map(kind))
         g.att_w = c->d_model; /* fnet, linear: the mixed input */
     /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
-    if (mhe__kind(kind)->cache == MHE__CACHE_STATE || mhe__kind(kind)->cache == MHE__CACHE_NONE)
+    if (mhe__kind_recurrent(kind) || mhe__kind(kind)->cache == MHE__CACHE_NONE)
         g.cache_k = g.cache_v = 0;
     if (mhe__kind(kind)->cache == MHE__CACHE_MAPS)
         g.cache_k = 0;
@@ -6468,15 +6496,13 @@ static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const
 /* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
 static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
     int dh = mhe_config_d_head(c);
-    if (kind == MHE_ATTN_TAYLOR && fused)
-        return (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh);
-    if (kind == MHE_ATTN_FNET)
-        return 2 * mhe__fnet_work(Tq, c->d_model);
-    if (kind == MHE_ATTN_LINEAR)
-        return (size_t)B * Tq * c->d_model;
-    if (kind == MHE_ATTN_STATICEMB_QK)
-        return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
-    return 0;
+    switch (mhe__kind(kind)->ext) {   /* the kind table's ext column */
+    case MHE__EXT_TAYLOR: return fused ? (size_t)mhe__taylor_slots(B, c->n_heads, dh) * mhe__taylor_slot(dh) : 0;
+    case MHE__EXT_DFT: return 2 * mhe__fnet_work(Tq, c->d_model);
+    case MHE__EXT_MIX: return (size_t)B * Tq * c->d_model;
+    case MHE__EXT_STATIC: return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
+    default: return 0;
+    }
 }
 
 /* staticemb-qk: e through the sublayer's input norm (pre-norm: the one its
@@ -6867,23 +6893,22 @@ static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_bu
 static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_len) {
     size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c),
            F = (size_t)mhe__taylor_features((int)dh);
-    if (kind == MHE_ATTN_TAYLOR)
-        return n * (F * dh + F);
-    if (kind == MHE_ATTN_NONAPPROX)
-        return n * (dh + 2);
-    if (mhe__kind_fixed(kind))
-        return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
-    return 0;
+    switch (mhe__kind(kind)->cache) {   /* the kind table's cache column */
+    case MHE__CACHE_TAYLOR: return n * (F * dh + F);
+    case MHE__CACHE_SCAN: return n * (dh + 2);
+    case MHE__CACHE_MAPS: return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
+    default: return 0;
+    }
 }
 
 /* a new sequence: the recurrent states of layer l start empty (taylor: S = 0,
    z = 0; nonapprox: max -inf, sum and numerator 0) */
 static void mhe__decode_state_reset(const mhe_model *m, mhe_kv_cache *c, int l) {
     int kind = m->layers[l].attn.kind, n = m->cfg.n_heads, dh = mhe_config_d_head(&m->cfg), h;
-    if (mhe__kind(kind)->cache != MHE__CACHE_STATE)
+    if (!mhe__kind_recurrent(kind))
         return;
     memset(c->state[l], 0, c->state_floats[l] * sizeof(float));
-    if (kind == MHE_ATTN_NONAPPROX)
+    if (mhe__kind(kind)->cache == MHE__CACHE_SCAN)
         for (h = 0; h < n; h++)
             c->state[l][(size_t)h * (dh + 2)] = -INFINITY;
 }

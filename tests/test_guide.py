@@ -48,6 +48,9 @@ def main():
     kinds = re.findall(r"^\| `([a-z-]+)` \|", table, re.M)
     check(n_kinds == 17 and len(kinds) == n_kinds and len(set(kinds)) == n_kinds,
           "README.md's kind table has one row per kind: %d rows, %d kinds in mhe.h" % (len(kinds), n_kinds))
+    facts = block("docs/kinds.md", "<!-- kind-facts:start -->", "<!-- kind-facts:end -->")
+    fact_kinds = re.findall(r"^\| `([a-z-]+)` \|", facts, re.M)
+    check(fact_kinds == kinds, "docs/kinds.md's kind facts have the kind table's rows: %d rows" % len(fact_kinds))
     guide = block("docs/kinds.md", "<!-- reading-guide:start -->", "<!-- reading-guide:end -->")
     check(guide.count("\n| ") >= 20, "docs/kinds.md holds the reading guide (%d table rows)" % guide.count("\n| "))
 

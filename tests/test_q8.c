@@ -281,11 +281,43 @@ static void tiny_lm_perplexity(void) {
     mhe_model_free(&f);
 }
 
+/* the kind table's q8 column is what a q8 checkpoint stores as int8: for
+   every kind, the int8 tensors of layer 0's sublayer, by name */
+static void q8_column(void) {
+    int kind;
+    for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {
+        const char *name = mhe_attn_kind_name(kind), *listed = mhe_attn_kind_q8_tensors(kind);
+        char text[256], have[256] = "";
+        mhe_config c;
+        mhe_model orig, q;
+        unsigned char *img;
+        size_t size;
+        int i, encoder = kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR;
+        snprintf(text, sizeof text, "%sattn=%s\nbias=0\n", encoder ? "arch=encoder\n" : "", name);
+        if (!make_config(&c, text)) continue;
+        if (mhe_model_init(&orig, &c, 2, NULL) != MHE_OK) { CHECK(0, "init [%s]: %s", text, orig.err); continue; }
+        img = q8_image(&orig, 0, &size);
+        CHECK(img && mhe_model_load_mem(&q, img, size, NULL) == MHE_OK, "q8 image of %s", name);
+        if (!img) { mhe_model_free(&orig); continue; }
+        for (i = 0; i < q.n_tensors; i++) {
+            char base[64];
+            if (strncmp(q.params[i].name, "layers.0.attn.", 14) != 0 || !q.params[i].q8) continue;
+            snprintf(base, sizeof base, "%s", q.params[i].name + 14);
+            if (strstr(base, ".weight")) *strstr(base, ".weight") = 0;
+            if (strlen(have) + strlen(base) + 2 < sizeof have) { if (have[0]) strcat(have, " "); strcat(have, base); }
+        }
+        CHECK(strcmp(have, strcmp(listed, "(none)") == 0 ? "" : listed) == 0, "q8 column of %s: int8 [%s], the table says [%s]",
+              name, have, listed);
+        mhe_model_free(&q); mhe_model_free(&orig); free(img);
+    }
+}
+
 int main(void) {
     char text[256], err[MHE_ERR_LEN];
     int kind, n = 0;
     setvbuf(stdout, NULL, _IONBF, 0);
     quantize_bounds();
+    q8_column();
     for (kind = 0; kind < MHE_ATTN_KIND_COUNT; kind++) {   /* every kind a causal decoder runs */
         mhe_config c = mhe_config_default();
         snprintf(text, sizeof text, "attn=%s\n", mhe_attn_kind_name(kind));

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The generated tables of the documentation, made from mhe.h: the kind table
-in README.md (one row per kind, read from mhe__kinds[] in section 5) and the
+in README.md (one row per kind, read from mhe__kinds[] in section 5), the
+kind facts in docs/kinds.md (the same rows' memory, decoding and q8 columns) and the
 reading guide in docs/kinds.md (every paper equation the library computes,
 the function that computes it and its line range, and for each fast path the
 identity that makes it equal to the equation and the test that proves it).
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (file under the repository, start marker, end marker, maker): every generated block
 GUIDE = ("docs/kinds.md", "<!-- reading-guide:start -->", "<!-- reading-guide:end -->")
 KINDS = ("README.md", "<!-- kinds-table:start -->", "<!-- kinds-table:end -->")
+FACTS = ("docs/kinds.md", "<!-- kind-facts:start -->", "<!-- kind-facts:end -->")
 
 # (where, what it computes, functions) - the equations, in the papers' order
 EQUATIONS = [
@@ -94,8 +96,18 @@ FAST_PATHS = [
 
 FAMILY = {"MHE__FAM_SOFTMAX": "softmax", "MHE__FAM_MHE": "MHE", "MHE__FAM_COLLAB": "collab",
           "MHE__FAM_DECON_QKV": "ch. 4 (Q, K, V)", "MHE__FAM_GATED": "ch. 4 (no mixing)", "MHE__FAM_MIXING": "FNet"}
-CACHE = {"MHE__CACHE_KV": "K/V rows", "MHE__CACHE_STATE": "recurrent state", "MHE__CACHE_MAPS": "V rows + maps",
-         "MHE__CACHE_NONE": "none"}
+CACHE = {"MHE__CACHE_KV": "K/V rows", "MHE__CACHE_TAYLOR": "recurrent state", "MHE__CACHE_SCAN": "recurrent state",
+         "MHE__CACHE_MAPS": "V rows + maps", "MHE__CACHE_NONE": "none"}
+# what decoding keeps per layer, as mhe__decode_state_floats and the cache size it
+STATE = {"MHE__CACHE_KV": "K and V rows per token (`mhe_attn_cache_bytes`)",
+         "MHE__CACHE_TAYLOR": "per head S [F, d_h] and z [F], F = 1 + d_h + d_h(d_h+1)/2: n(F d_h + F) floats, fixed",
+         "MHE__CACHE_SCAN": "per head a running max, sum and numerator [d_h]: n(d_h + 2) floats, fixed",
+         "MHE__CACHE_MAPS": "V rows per token; the fixed stream's maps n L(L+1)/2 floats, shared by all sequences",
+         "MHE__CACHE_NONE": "nothing (mlp: no token mixing; fnet, linear: encoders only)"}
+# the kind's own activation buffer (mhe__ext_floats), beside Q|K|V, the core output and its statistics
+EXT = {"MHE__EXT_NONE": "none", "MHE__EXT_TAYLOR": "the fused core's block states (fused_attention=1)",
+       "MHE__EXT_DFT": "the DFT's work rows, 2 x forward", "MHE__EXT_MIX": "X W_hiddenᵀ [B T C]",
+       "MHE__EXT_STATIC": "N(e) [rows, C + 2] (self; + the source's rows as cross)"}
 
 
 def definitions(text):
@@ -135,16 +147,20 @@ def where(defs, names):
     return "<br>".join(parts)
 
 
-def kind_rows(text):
+def table_rows(text):
     body = text[text.index("static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {"):]
     body = body[:body.index("\n};")]
     # any field may start a new line in mhe.h: whitespace after every comma
     rows = re.findall(r'\{ "([^"]+)",\s*"([^"]+)",\s*(MHE__FAM_\w+),\s*(MHE__CACHE_\w+),\s*(\d),\s*(\d),\s*'
-                      r'(NULL|"[^"]*"),\s*(\d),\s*"([^"]*)"\s*\}', body, re.S)
+                      r'(NULL|"[^"]*"),\s*(\d),\s*"([^"]*)",\s*(MHE__EXT_\w+),\s*"([^"]*)"\s*\}', body, re.S)
     if len(rows) != body.count('{ "'):
         sys.exit("reading_guide.py: read %d of the %d rows of mhe__kinds[]" % (len(rows), body.count('{ "')))
+    return rows
+
+
+def kind_rows(text):
     out = []
-    for name, src, fam, cache, causal, encdec, nocross, fast, tensors in rows:
+    for name, src, fam, cache, causal, encdec, nocross, fast, tensors, ext, q8 in table_rows(text):
         rules = []
         if causal == "0":
             rules.append("encoder only")
@@ -180,6 +196,15 @@ def kinds_table(text):
     return "\n".join(out)
 
 
+def facts_table(text):
+    out = [FACTS[1], "",
+           "| kind | what decoding keeps per layer | its own activation buffer (`mhe__ext_floats`) | int8 in a q8 checkpoint |",
+           "|---|---|---|---|"]
+    for name, src, fam, cache, causal, encdec, nocross, fast, tensors, ext, q8 in table_rows(text):
+        out.append("| `%s` | %s | %s | %s |" % (name, STATE[cache], EXT[ext], "`%s`" % q8 if q8 != "(none)" else "none"))
+    return "\n".join(out + ["", FACTS[2]])
+
+
 def replace_block(where, block):
     """(path, old text, new text) of a file with its generated block replaced"""
     path = os.path.join(ROOT, where[0])
@@ -192,7 +217,7 @@ def replace_block(where, block):
 
 def main():
     header = open(os.path.join(ROOT, "mhe.h"), encoding="utf-8").read()
-    blocks = [(KINDS, kinds_table(header)), (GUIDE, guide(header))]
+    blocks = [(KINDS, kinds_table(header)), (FACTS, facts_table(header)), (GUIDE, guide(header))]
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode not in ("", "--write", "--update", "--check"):
         print(__doc__)
