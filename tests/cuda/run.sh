@@ -47,19 +47,52 @@ BLOCKS_FLAGS="-O1 -DMHE_EMU_BLOCKS -fsanitize=thread $NO_FUNC_HOOKS"
 TSAN_FLAGS="-O1 -DMHE_EMU_THREADS -fsanitize=thread"
 ASAN_FLAGS="-O1 -DMHE_EMU_THREADS -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 
-# build NAME MODE [extra flags]: $B/NAME.MODE
+# build OUT SRC MODE [extra flags]: $B/OUT.MODE from tests/cuda/SRC.cpp (SRC
+# mhe: the command-line tool, tools/cli/mhe.c with --device cuda)
 build() {
-    name=$1 mode=$2
-    shift 2
+    out=$1 src=$2 mode=$3
+    shift 3
     case $mode in
     fibers) flags="-O1" ;;
     blocks) flags=$BLOCKS_FLAGS ;;
     tsan) flags=$TSAN_FLAGS ;;
     asan) flags=$ASAN_FLAGS ;;
     esac
-    rm -f "$B/$name.$mode"  # no stale binary if the build fails
-        $EMU_CXX $EMU_FLAGS $flags "$@" -o "$B/$name.$mode" "tests/cuda/$name.cpp" $LIBS
+    rm -f "$B/$out.$mode"  # no stale binary if the build fails
+    if [ "$src" = mhe ]; then
+        $EMU_CXX $EMU_FLAGS $flags "$@" -DMHE_CUDA -x c++ -o "$B/$out.$mode" tools/cli/mhe.c tools/cli/mhe_params.c $LIBS
+    else
+        $EMU_CXX $EMU_FLAGS $flags "$@" -o "$B/$out.$mode" "tests/cuda/$src.cpp" $LIBS
+    fi
 }
+# sh tests/cuda/run.sh --build OUT SRC MODE [flags]: one build (the parallel builds below)
+if [ "${1:-}" = --build ]; then
+    shift
+    build "$@"
+    exit $?
+fi
+
+# every program, in every mode, and the deliberately broken variants, built
+# first, EMU_JOBS at a time (default 2: most of the suite's time was these
+# compilations, one after another)
+modes_of() {
+    case $1 in
+    test_attn) echo "fibers blocks asan" ;;
+    *) echo "fibers blocks tsan asan" ;;
+    esac
+}
+{
+    for prog in test_emu test_attn test_cuda; do
+        for mode in $(modes_of $prog); do echo "$prog $prog $mode"; done
+    done
+    echo "mhe mhe fibers"
+    echo "fault1 test_cuda fibers -DMHE_CUDA_FAULT=1"
+    echo "fault1 test_cuda tsan -DMHE_CUDA_FAULT=1"
+    echo "fault1 test_cuda blocks -DMHE_CUDA_FAULT=1"
+    echo "fault2 test_cuda asan -DMHE_CUDA_FAULT=2"
+    echo "fault3 test_cuda fibers -DMHE_CUDA_FAULT=3"
+    echo "fault4 test_cuda blocks -DMHE_CUDA_FAULT=4"
+} | B="$B" EMU_CXX="$EMU_CXX" EMU_FLAGS="$EMU_FLAGS" xargs -P "${EMU_JOBS:-2}" -L 1 sh "$0" --build
 
 # built NAME MODE: true if MODE is one of $modes and NAME was built in it
 built() {
@@ -109,15 +142,9 @@ TSAN="env TSAN_OPTIONS=halt_on_error=1"
 for prog in test_emu test_attn test_cuda; do
     # The blocks mode replaces the threads mode under TSan where that was
     # slow (test_attn, test_cuda's model group: most of its time).
-    case $prog in
-    test_attn) modes="fibers blocks asan" ;;
-    *) modes="fibers blocks tsan asan" ;;
-    esac
+    modes=$(modes_of $prog)
     for mode in $modes; do
-        if ! build $prog $mode; then
-            bad "build $prog ($mode)"
-            continue
-        fi
+        [ -x "$B/$prog.$mode" ] || bad "build $prog ($mode)"
     done
     built $prog fibers && run "$prog fibers" env MHE_EMU_ORDER=forward "$B/$prog.fibers"
     built $prog fibers && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
@@ -144,8 +171,7 @@ done
 
 # the command-line tool on the emulation (fibers, forward order: its kernels are the model's)
 echo "== mhe --device cuda on the emulation"
-# shellcheck disable=SC2086
-if $EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA -x c++ -o "$B/mhe.fibers" tools/cli/mhe.c tools/cli/mhe_params.c $LIBS; then
+if [ -x "$B/mhe.fibers" ]; then
     run "mhe eval, generate --device cuda vs the CPU" sh tests/cuda/cli.sh "$B/mhe.fibers"
 else
     bad "build tools/cli/mhe.c on the emulation"
@@ -177,19 +203,20 @@ done
 
 # the harness catches broken kernels
 echo "== broken variants (each must be caught)"
-$EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA_FAULT=1 -o "$B/fault1.fibers" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "missing barrier, fibers in both orders" "FAIL" sh -c "MHE_EMU_ORDER=forward $B/fault1.fibers gemm && MHE_EMU_ORDER=reverse $B/fault1.fibers gemm"
-$EMU_CXX $EMU_FLAGS $TSAN_FLAGS -DMHE_CUDA_FAULT=1 -o "$B/fault1.tsan" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.tsan" gemm
-$EMU_CXX $EMU_FLAGS $BLOCKS_FLAGS -DMHE_CUDA_FAULT=1 -o "$B/fault1.blocks" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "missing barrier, blocks under ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.blocks" gemm
-$EMU_CXX $EMU_FLAGS $ASAN_FLAGS -DMHE_CUDA_FAULT=2 -o "$B/fault2.asan" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "shared buffer one float short, AddressSanitizer" "AddressSanitizer: heap-buffer-overflow" "$B/fault2.asan" norm
-$EMU_CXX $EMU_FLAGS -O1 -DMHE_CUDA_FAULT=3 -o "$B/fault3.fibers" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "swapped mma fragment" "FAIL.*tf32 gemm" "$B/fault3.fibers" tf32
+# (a broken variant that did not build counts as not caught)
+[ -x "$B/fault1.fibers" ] || bad "build fault1.fibers"
+[ -x "$B/fault1.fibers" ] && caught "missing barrier, fibers in both orders" "FAIL" sh -c "MHE_EMU_ORDER=forward $B/fault1.fibers gemm && MHE_EMU_ORDER=reverse $B/fault1.fibers gemm"
+[ -x "$B/fault1.tsan" ] || bad "build fault1.tsan"
+[ -x "$B/fault1.tsan" ] && caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.tsan" gemm
+[ -x "$B/fault1.blocks" ] || bad "build fault1.blocks"
+[ -x "$B/fault1.blocks" ] && caught "missing barrier, blocks under ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.blocks" gemm
+[ -x "$B/fault2.asan" ] || bad "build fault2.asan"
+[ -x "$B/fault2.asan" ] && caught "shared buffer one float short, AddressSanitizer" "AddressSanitizer: heap-buffer-overflow" "$B/fault2.asan" norm
+[ -x "$B/fault3.fibers" ] || bad "build fault3.fibers"
+[ -x "$B/fault3.fibers" ] && caught "swapped mma fragment" "FAIL.*tf32 gemm" "$B/fault3.fibers" tf32
 # The fiber and threads modes pass this one: they run one block at a time.
-$EMU_CXX $EMU_FLAGS $BLOCKS_FLAGS -DMHE_CUDA_FAULT=4 -o "$B/fault4.blocks" tests/cuda/test_cuda.cpp $LIBS &&
-    caught "plain += for atomicAdd (embedding backward), blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
+[ -x "$B/fault4.blocks" ] || bad "build fault4.blocks"
+[ -x "$B/fault4.blocks" ] && caught "plain += for atomicAdd (embedding backward), blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
         $TSAN "$B/fault4.blocks" elementwise
 
 echo "RESULT: $passed passed, $failed failed"
