@@ -2632,16 +2632,18 @@ static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a,
 }
 
 /* the DFT of N points as two tables, c[i ld + j] = cos(2 pi (i j mod N) / N)
-   and s the sine, i, j < N: the angle in double, exact before it is rounded
-   (as the CPU's mhe_fft twiddles are in double), then to float */
+   and s the sine, i, j < N: in double (the CPU's mhe_fft twiddles are),
+   then rounded to float; sincospi of 2 (i j mod N) / N, in [0, 2), needs
+   no large-argument reduction (cos of a double does, in local memory) */
 __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dft_table(float *c, float *s, int N, int ld) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    double sn, cs;
     if (i >= (int64_t)N * N)
         return;
     int r = (int)(i / N), k = (int)(i % N);
-    double ang = 6.283185307179586476925286766559 * (double)(((int64_t)r * k) % N) / (double)N;
-    c[(size_t)r * ld + k] = (float)cos(ang);
-    s[(size_t)r * ld + k] = (float)sin(ang);
+    sincospi((double)(2 * (((int64_t)r * k) % N)) / (double)N, &sn, &cs);
+    c[(size_t)r * ld + k] = (float)cs;
+    s[(size_t)r * ld + k] = (float)sn;
 }
 
 /* fnet's tables: [C_C | S_C] [C, 2C] once per activation block, then C_L
