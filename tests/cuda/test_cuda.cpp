@@ -606,9 +606,14 @@ static void test_feature_kernels(void) {
     c.attn_dropout = 0.2f;
     c.n_classes = 2;
     compare_batch(&c, "hybrid Admin classifier mhe-add gqa mlp, dropout", 2, 9, 5, len, lab);
+    /* the cores that read the padding themselves, and fnet's DFT tables of two lengths */
+    c = hybrid(MHE_ARCH_ENCODER, 0, MHE_ATTN_NONAPPROX, MHE_ATTN_FNET, MHE_ATTN_LINEAR);
+    c.n_classes = 2;
+    compare_batch(&c, "hybrid classifier nonapprox fnet linear, padded", 2, 9, 0, len, lab);
 }
 
 static void test_model_s2s(void);
+static void test_model_s2s_features(void);
 
 static void test_model(void) {
     char what[128];
@@ -629,6 +634,7 @@ static void test_model(void) {
     }
     test_feature_kernels();
     test_model_s2s();
+    test_model_s2s_features();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -1537,6 +1543,22 @@ static void test_model_s2s(void) {
     c.d_head = 16;
     c.d_ff = 48;
     compare_step(&c, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, small", 2, 5, &fp32_tol, 1, 0, 0, 7);
+}
+
+/* a small post-norm encoder-decoder with Admin, dropout and padding on both sides, for the
+   sanitizer runs (the source's embedding dropout and the cross-attention's padding and dropout) */
+static void test_model_s2s_features(void) {
+    static const int len[2] = {5, 3}, slen[2] = {2, 7};
+    mhe_config c = s2s_config(s2s_cases[4]);
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.d_head = 16;
+    c.d_ff = 48;
+    c.admin = 1;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    compare_batch(&c, "encdec collab+el-att | mlp+collab x gqa+sha, admin, dropout, padded, small", 2, 5, 3, len, NULL,
+                  {7, slen});
 }
 
 static void test_encdec(void) {
