@@ -48,11 +48,11 @@
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
    post-norm, dropout and attention dropout (the CPU's masks), Admin, the
    encoder's classification head and padded batches (lengths, src_lengths)
-   on every kind, as the CPU (mhe_cuda_supports says which field stops a
-   config). Embeddings:
-   the vocabulary (byte or word tokens) and hash-emb, -pool, -add, -proj;
-   the LM or S+R head.
-   Everything else runs on the CPU path. Decoding covers every kind the CPU
+   on every kind, as the CPU. Embeddings: the vocabulary (byte or word
+   tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head. Only a
+   collab_dim past MHE_MAX_D_HEAD (mhe_cuda_supports says so) and skipped
+   attention layers (mhe_model.skip_attn: eval --skip) stay on the CPU
+   path. Decoding covers every kind the CPU
    decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
@@ -2673,7 +2673,7 @@ static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int L) {
 static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, const int *hlen, int acc) {
     int C = g->host->cfg.d_model, b;
     const float *ct, *st;
-    MHE__CU_MHE(mhe__cu_dft_tables(g, hlen ? hlen[0] : T));
+    MHE__CU_MHE(mhe__cu_dft_tables(g, hlen ? hlen[0] : T)); /* C's tables before the first GEMM */
     MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
     for (b = 0; b < B; b++) {
         int L = hlen ? hlen[b] : T;
