@@ -55,13 +55,13 @@
    gqa, skv, el-att, mhe-add, mhe-mul and collab, the thesis ch. 4 kinds
    mlp, taylor, nonapprox, rndemb-qk, fixedseq-qk (with their fixed stream)
    and staticemb-qk, and the FNet encoders fnet and linear; pre- or
-   post-norm, dropout and attention dropout (the CPU's masks), Admin, and
-   the encoder's classification head (not over nonapprox, fnet or linear,
-   whose cores ignore padding); dropout and Admin not in encoder-decoder
-   models (mhe_cuda_supports says which field stops a config). Embeddings:
-   the vocabulary (byte or word tokens) and hash-emb, -pool, -add, -proj;
-   the LM or S+R head.
-   Everything else runs on the CPU path. Decoding covers every kind the CPU
+   post-norm, dropout and attention dropout (the CPU's masks), Admin, the
+   encoder's classification head and padded batches (lengths, src_lengths)
+   on every kind, as the CPU. Embeddings: the vocabulary (byte or word
+   tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head. Only a
+   collab_dim past MHE_MAX_D_HEAD (mhe_cuda_supports says so) and skipped
+   attention layers (mhe_model.skip_attn: eval --skip) stay on the CPU
+   path. Decoding covers every kind the CPU
    decodes (all but fnet and linear, which are encoder-only). */
 typedef struct mhe_cuda_layer_acts {
     const float *in;                        /* block input [rows, C] */
@@ -103,8 +103,8 @@ typedef struct mhe_cuda_model {
     float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
     float *d_emb;                           /* staticemb-qk: d loss / d the stream's embeddings e */
-    float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_T, S_T [T, T] */
-    int dft_T;                              /* the T whose tables dft holds (0: none yet) */
+    float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_L, S_L [L, L] */
+    int dft_T;                              /* the L whose tables dft holds (0: none yet, nor C's) */
     /* the fixed stream of rndemb-qk / fixedseq-qk (thesis eq. 4.9-4.12): the
        blocks below the last such layer run on a fixed input, one sequence */
     mhe_cuda_layer_acts fixed_layer[MHE_MAX_LAYERS];
@@ -134,8 +134,10 @@ typedef struct mhe_cuda_model {
     int drop;                               /* the last forward ran with dropout */
     float *d_drop;                          /* a branch gradient through its dropout mask [rows, C] */
     const int *in_lengths, *in_labels;      /* host [B]: the next forward's padding and labels (NULL: none) */
-    int *lengths, *labels;                  /* their device copies [cap_B] */
-    int has_len, last_cls;                  /* the last forward had lengths; classified its sequences */
+    const int *in_src_lengths;              /* host [B]: encdec, the next forward's source padding */
+    int *lengths, *labels, *src_lengths;    /* their device copies [cap_B] */
+    int *h_len;                             /* host copies of lengths, then src_lengths [2 cap_B] (fnet, linear) */
+    int has_len, has_src_len, last_cls;     /* the last forward had lengths, src_lengths; classified its sequences */
     float *pooled, *cls_logits, *d_pooled, *d_cls; /* [B, C], [B, n_classes], and their gradients */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
@@ -179,7 +181,7 @@ MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out);
    embedding=vocab or hash-emb) with per-token targets (LM or S+R), or
    sequence labels through the classification head (mean over each
    sequence's real tokens), lengths (padding) optional; a source for
-   encdec (without lengths); dropout when g->host->training is set (with
+   encdec (src_lengths: its padding); dropout when g->host->training is set (with
    g->host->dropout_seed) */
 MHEDEF mhe_status mhe_cuda_model_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, float *loss);
 
@@ -1600,7 +1602,14 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe
 typedef struct mhe__cu_na {
     int B, n, T, dh, qs, ks, vs, os, causal;
     float scale;
+    const int *len;                         /* [B] real tokens of each sequence (keys past them are padding); NULL: T */
 } mhe__cu_na;
+
+/* keys query t of sequence b sees, as mhe__att_visible: the causal bound and the padding */
+static __device__ __forceinline__ int mhe__cu_na_visible(const mhe__cu_na &a, int b, int t) {
+    int n = a.causal ? t + 1 : a.T;
+    return a.len && a.len[b] < n ? a.len[b] : n;
+}
 
 /* s_j = scale SiLU(q_j).k_j, in every lane */
 static __device__ __forceinline__ float mhe__cu_na_score(const mhe__cu_na &a, const float *qj, const float *kj,
@@ -1631,7 +1640,7 @@ __global__ __launch_bounds__(32) void mhe__cu_nonapprox_fwd(mhe__cu_na a, float 
         num[i] = keep && c < a.dh ? sh[2 + c] : 0.0f;
     }
     for (int t = 0; t < a.T; t++) {
-        int vis = a.causal ? t + 1 : a.T;
+        int vis = mhe__cu_na_visible(a, b, t);
         size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
         for (; added < vis; added++) {
             size_t r = (size_t)b * a.T + added;
@@ -1693,11 +1702,11 @@ __global__ __launch_bounds__(32) void mhe__cu_nonapprox_bwd(mhe__cu_na a, float 
 #pragma unroll
     for (int i = 0; i < MHE__CU_NA_COLS; i++)
         G[i] = 0.0f;
-    for (int j = a.T - 1; j >= 0; j--) { /* the last query sees every key, causal or not */
+    for (int j = mhe__cu_na_visible(a, b, a.T - 1) - 1; j >= 0; j--) { /* the last query sees the most keys */
         size_t rj = (size_t)b * a.T + j;
         const float *qj = q + rj * a.qs + (size_t)h * a.dh, *kj = k + rj * a.ks + (size_t)h * a.dh,
                     *vj = v + rj * a.vs + (size_t)h * a.dh;
-        for (; t >= 0 && (a.causal ? t + 1 : a.T) > j; t--) { /* the queries that see key j join */
+        for (; t >= 0 && mhe__cu_na_visible(a, b, t) > j; t--) { /* the queries that see key j join */
             size_t ro = ((size_t)b * a.T + t) * a.os + (size_t)h * a.dh;
             float go = 0.0f, w = 1.0f;
 #pragma unroll
@@ -1836,31 +1845,15 @@ static int mhe__cu_kind_ok(int kind) {
     }
 }
 
-/* the kinds whose device core masks padded keys (kv_len) or mixes no
-   positions: what a classification batch of padded sequences may use */
-static int mhe__cu_kind_padded(int kind) {
-    return kind != MHE_ATTN_NONAPPROX && kind != MHE_ATTN_FNET && kind != MHE_ATTN_LINEAR;
-}
-
 MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    /* the source's embedding dropout (site 1) and cross-attention's sites have no device path yet */
-    if (c->arch == MHE_ARCH_ENCDEC && (c->dropout > 0 || c->attn_dropout > 0))
-        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with dropout=%g attn_dropout=%g runs on the CPU path "
-                         "(device: dropout in decoder and encoder models)", (double)c->dropout, (double)c->attn_dropout);
-    if (c->arch == MHE_ARCH_ENCDEC && c->admin)
-        return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with admin=1 runs on the CPU path (device: Admin in decoder "
-                         "and encoder models)");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
-        if (c->n_classes > 0 && !mhe__cu_kind_padded(kind))
-            return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: the classification head's padded sequences with attn=%s run "
-                             "on the CPU path (its device core ignores padding)", l, mhe_attn_kind_name(kind));
     }
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->enc_layers; l++)
         if (!mhe__cu_kind_ok(c->enc_attn[l]))
@@ -2078,6 +2071,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     }
     /* encdec's encoder: its input, final norm and output gradient (rows: the source's B Ts fit) */
     g->src = (int *)mhe__cu_take(&cur, base, E ? rows : 0);
+    g->src_lengths = (int *)mhe__cu_take(&cur, base, E ? (size_t)B : 0);
     g->src_emb = mhe__cu_take(&cur, base, E ? rows * C : 0);
     g->enc_fin = mhe__cu_take(&cur, base, E ? rows * C : 0);
     g->enc_mean = mhe__cu_take(&cur, base, E ? rows : 0);
@@ -2106,6 +2100,12 @@ MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T) {
         T = T > g->cap_T ? T : g->cap_T;
     }
     bytes = mhe__cu_acts_layout(g, NULL, B, T);
+    {
+        int *hl = (int *)realloc(g->h_len, 2 * (size_t)B * sizeof(int));
+        if (!hl)
+            return mhe__fail(g->err, MHE_ERR_NOMEM, "reserve: out of memory for %d lengths", 2 * B);
+        g->h_len = hl;
+    }
     if (g->acts_block) {
         cudaFree(g->acts_block);
         g->device_bytes -= g->cap_bytes_acts;
@@ -2196,6 +2196,8 @@ MHEDEF void mhe_cuda_model_free(mhe_cuda_model *g) {
         cudaFree(g->acts_block);
     if (g->fixed_block)
         cudaFree(g->fixed_block);
+    free(g->h_len);
+    g->h_len = NULL;
     g->params = g->grads = NULL;
     g->acts_block = g->fixed_block = NULL;
     g->host = NULL;
@@ -2457,6 +2459,10 @@ typedef struct mhe__cu_ctx {
     const float *mem, *mem_emb;
     float *d_mem, *d_mem_emb;
     int Ts;
+    /* the padding, as the CPU's mhe__ctx: the stream's lengths on the device
+       (its cores' kv_len) and on the host (fnet's and linear's sequences),
+       and the source's (the cross-attention's kv_len); NULL: none */
+    const int *len, *hlen, *mem_len;
 } mhe__cu_ctx;
 
 /* causal: self-attention of a decoder (the decoder of encdec too); not an
@@ -2513,27 +2519,30 @@ static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
     a.os = d->o_stride;
     a.causal = d->causal;
     a.scale = d->scale;
+    a.len = d->kv_len;
     return a;
 }
 
 /* what the CPU's dims of this core hold beyond the shape: attention dropout
-   on the main stream of a training forward (the fixed stream and decoding
-   run without, as mhe__fixed_fwd and mhe_decode_step), and the batch's
-   padding there */
-static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, mhe_attn_dims *d) {
-    int main_stream = !g->cache && a == &g->layer[l];
+   on the main stream of a training forward, self- or cross-attention (the
+   fixed stream and decoding run without, as mhe__fixed_fwd and
+   mhe_decode_step), and the padding of the keys' stream there (kv_len: the
+   stream's lengths, or the source's for cross-attention) */
+static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, const int *kv_len,
+                              mhe_attn_dims *d) {
+    int main_stream = !g->cache && (a == &g->layer[l] || a == &g->cross[l]);
     d->dropout = g->drop && main_stream ? g->host->cfg.attn_dropout : 0.0f;
-    d->kv_len = g->has_len && main_stream ? g->lengths : NULL;
+    d->kv_len = main_stream ? kv_len : NULL;
 }
 
 static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
-                                        int Tk, int q_offset, const float *q, int qs, const float *k, int ks,
-                                        const float *v, int vs) {
+                                        int Tk, int q_offset, const int *kv_len, const float *q, int qs,
+                                        const float *k, int ks, const float *v, int vs) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
-    mhe__cu_core_dims(g, a, l, &d);
+    mhe__cu_core_dims(g, a, l, kv_len, &d);
     d.q_offset = q_offset;
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2560,14 +2569,14 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
 }
 
 static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int T,
-                                        int Tk, const float *q, int qs, const float *k, int ks, const float *v,
-                                        float *dq, float *dk, float *dv) {
+                                        int Tk, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                        const float *v, float *dq, float *dk, float *dv) {
     const mhe_config *c = &g->host->cfg;
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
     int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
     mhe_attn_grads gr;
-    mhe__cu_core_dims(g, a, l, &d);
+    mhe__cu_core_dims(g, a, l, kv_len, &d);
     memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
@@ -2634,86 +2643,97 @@ static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a,
                               MHE__CU_P(g, w->gate), rows, C, 2 * F);
 }
 
-/* fnet's tables for sequences of T: [C_C | S_C] [C, 2C], then C_T and S_T
-   [T, T], with C_N[i][j] = cos(2 pi (i j mod N) / N) and S_N the sine, in
-   double (the angle exact before it is rounded), made on the host when T
-   changes */
-static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int T) {
-    int C = g->host->cfg.d_model, i, j;
-    size_t nc = 2 * (size_t)C * C, n = nc + 2 * (size_t)T * T;
-    const double tau = 6.283185307179586476925286766559;
-    float *h;
-    cudaError_t e;
-    if (g->dft_T == T)
+/* the DFT of N points as two tables, c[i ld + j] = cos(2 pi (i j mod N) / N)
+   and s the sine, i, j < N: in double (the CPU's mhe_fft twiddles are),
+   then rounded to float; sincospi of 2 (i j mod N) / N, in [0, 2), needs
+   no large-argument reduction (cos of a double does, in local memory) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dft_table(float *c, float *s, int N, int ld) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    double sn, cs;
+    if (i >= (int64_t)N * N)
+        return;
+    int r = (int)(i / N), k = (int)(i % N);
+    sincospi((double)(2 * (((int64_t)r * k) % N)) / (double)N, &sn, &cs);
+    c[(size_t)r * ld + k] = (float)cs;
+    s[(size_t)r * ld + k] = (float)sn;
+}
+
+/* fnet's tables: [C_C | S_C] [C, 2C] once per activation block, then C_L
+   and S_L [L, L] for sequences of L real tokens, made on the device when L
+   changes (a padded batch's lengths one after another) */
+static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int L) {
+    int C = g->host->cfg.d_model;
+    float *ct = g->dft + 2 * (size_t)C * C;
+    if (g->dft_T == L)
         return MHE_OK;
-    h = (float *)MHE_MALLOC(g->host->alloc_ctx, n * sizeof(float));
-    if (!h)
-        return mhe__fail(g->err, MHE_ERR_NOMEM, "fnet: cannot allocate %zu bytes for the DFT tables",
-                         n * sizeof(float));
-    for (i = 0; i < C; i++)
-        for (j = 0; j < C; j++) {
-            double ang = tau * (double)(((int64_t)i * j) % C) / C;
-            h[(size_t)i * 2 * C + j] = (float)cos(ang);
-            h[(size_t)i * 2 * C + C + j] = (float)sin(ang);
-        }
-    for (i = 0; i < T; i++)
-        for (j = 0; j < T; j++) {
-            double ang = tau * (double)(((int64_t)i * j) % T) / T;
-            h[nc + (size_t)i * T + j] = (float)cos(ang);
-            h[nc + (size_t)T * T + (size_t)i * T + j] = (float)sin(ang);
-        }
-    e = cudaMemcpy(g->dft, h, n * sizeof(float), cudaMemcpyHostToDevice);
-    MHE_FREE(g->host->alloc_ctx, h);
-    MHE__CU_TRY(e, "upload the DFT tables");
-    g->dft_T = T;
+    if (g->dft_T == 0) /* a new block: the features' tables too */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)C * C, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->dft, g->dft + C, C, 2 * C), "the features' DFT table");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)L * L, MHE__CU_EW)), dim3(MHE__CU_EW),
+                               0, ct, ct + (size_t)L * L, L, L), "the sequence's DFT table");
+    g->dft_T = L;
     return MHE_OK;
 }
 
-/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_T X
-   F_C), the unnormalised 2-D DFT over each sequence's T tokens (all real
-   on the device: no padding) and the C features, = C_T X C_C - S_T X S_C.
-   A direct real DFT as GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole
-   batch, then C_T and -S_T on each sequence. The map is its own adjoint:
-   the backward is the same call on the gradient, added (acc) into du. */
-static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, int acc) {
+/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_L X
+   F_C), the unnormalised 2-D DFT over each sequence's L real tokens (hlen:
+   the host's lengths; NULL: L = T) and the C features, = C_L X C_C - S_L X
+   S_C; padding rows are not mixed in and give 0. A direct real DFT as
+   GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole batch, then C_L and
+   -S_L on each sequence. The map is its own adjoint: the backward is the
+   same call on the gradient, added (acc) into du's real rows. */
+static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, const int *hlen, int acc) {
     int C = g->host->cfg.d_model, b;
     const float *ct, *st;
-    MHE__CU_MHE(mhe__cu_dft_tables(g, T));
-    ct = g->dft + 2 * (size_t)C * C;
-    st = ct + (size_t)T * T;
+    MHE__CU_MHE(mhe__cu_dft_tables(g, hlen ? hlen[0] : T)); /* C's tables before the first GEMM */
     MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
     for (b = 0; b < B; b++) {
+        int L = hlen ? hlen[b] : T;
         const float *mb = g->mix + (size_t)b * T * 2 * C;
         float *yb = y + (size_t)b * T * C;
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, ct, T, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, -1.0f, st, T, mb + C, 2 * C, 1.0f, yb, C));
+        MHE__CU_MHE(mhe__cu_dft_tables(g, L));
+        ct = g->dft + 2 * (size_t)C * C;
+        st = ct + (size_t)L * L;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, ct, L, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, -1.0f, st, L, mb + C, 2 * C, 1.0f, yb, C));
+        if (!acc && L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, yb + (size_t)L * C, (size_t)(T - L) * C));
     }
     return MHE_OK;
 }
 
 /* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
-   W_seq[:T, :T] (X_b W_hidden^T), no bias; att keeps Z = X W_hidden^T
+   W_seq[:L, :L] (X_b W_hidden^T) over each sequence's L real tokens
+   (padding rows 0), no bias; att keeps Z = X W_hidden^T
    (mhe__linear_mix_fwd / _bwd) */
 static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
                                      const mhe_attn_weights *w, const float *u, float *out) {
-    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
-    for (b = 0; b < x->B; b++)
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, a->att + (size_t)b * T * C, C,
-                                   0.0f, out + (size_t)b * T * C, C));
+    for (b = 0; b < x->B; b++) {
+        int L = x->hlen ? x->hlen[b] : T;
+        float *ob = out + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, a->att + (size_t)b * T * C, C,
+                                   0.0f, ob, C));
+        if (L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, ob + (size_t)L * C, (size_t)(T - L) * C));
+    }
     return MHE_OK;
 }
 
-/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att), then through W_hidden: du += */
+/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att; 0 on padding rows), then through W_hidden: du += */
 static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
                                      const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
-    int C = g->host->cfg.d_model, L = g->host->cfg.max_seq_len, T = x->T, b;
+    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
     for (b = 0; b < x->B; b++) {
+        int L = x->hlen ? x->hlen[b] : T;
         const float *db = d_out + (size_t)b * T * C;
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, T, C, T, 1.0f, MHE__CU_P(g, w->seq), L, db, C, 0.0f,
-                                   g->d_att + (size_t)b * T * C, C));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, T, T, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
-                                   MHE__CU_G(g, w->seq), L));
+        float *dz = g->d_att + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, db, C, 0.0f, dz, C));
+        if (L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, dz + (size_t)L * C, (size_t)(T - L) * C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, L, L, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
+                                   MHE__CU_G(g, w->seq), Lmax));
     }
     return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->hidden), NULL, g->d_att, C, u, MHE__CU_P(g, w->hidden),
                               x->B * T, C, C);
@@ -2809,8 +2829,8 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const flo
                                    dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
                                    (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
                     "V cache append");
-        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, qk + (size_t)pos * 2 * HD, 2 * HD, qk + HD,
-                                     2 * HD, kc->kv[l], HD);
+        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, qk + (size_t)pos * 2 * HD, 2 * HD,
+                                     qk + HD, 2 * HD, kc->kv[l], HD);
     }
     /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
     src = geo.k_w ? a->proj + geo.q_w : u;
@@ -2821,7 +2841,7 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const flo
     k = kc->kv[l];
     ks = kvw;
     v = geo.v_w ? k + geo.k_w : k;
-    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, a->proj, geo.proj_w, k, ks, v, ks);
+    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, a->proj, geo.proj_w, k, ks, v, ks);
 }
 
 static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
@@ -2835,7 +2855,7 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *
     if (w->kind == MHE_ATTN_MLP)
         return mhe__cu_gated_fwd_m(g, a, w, rows, u, out);
     if (w->kind == MHE_ATTN_FNET)
-        return mhe__cu_fnet(g, out, u, x->B, x->T, 0);
+        return mhe__cu_fnet(g, out, u, x->B, x->T, x->hlen, 0);
     if (w->kind == MHE_ATTN_LINEAR)
         return mhe__cu_linmix_fwd(g, x, a, w, u, out);
     MHE__CU_MHE(mhe__cu_project(g, x, l, u));
@@ -2843,7 +2863,8 @@ static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *
         MHE__CU_MHE(mhe__cu_decode_core(g, l, x->T, u));
     } else {
         mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 0, x->B, x->T, x->T, 0, a->proj, geo.proj_w, k, ks, v, ks));
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 0, x->B, x->T, x->T, 0, x->len, a->proj, geo.proj_w, k, ks, v,
+                                          ks));
     }
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
@@ -2861,7 +2882,7 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     if (w->kind == MHE_ATTN_MLP)
         return mhe__cu_gated_bwd_m(g, a, w, rows, u, d_out, du);
     if (w->kind == MHE_ATTN_FNET)
-        return mhe__cu_fnet(g, du, d_out, x->B, x->T, 1);
+        return mhe__cu_fnet(g, du, d_out, x->B, x->T, x->hlen, 1);
     if (w->kind == MHE_ATTN_LINEAR)
         return mhe__cu_linmix_bwd(g, x, a, w, u, d_out, du);
     MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
@@ -2871,8 +2892,8 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
     dk = geo.k_w ? g->d_proj + geo.q_w : du;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 0, x->B, x->T, x->T, a->proj, geo.proj_w, k, ks, v, g->d_proj, dk,
-                                      dv));
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 0, x->B, x->T, x->T, x->len, a->proj, geo.proj_w, k, ks, v,
+                                      g->d_proj, dk, dv));
     if (mhe__kind_fixed(w->kind) && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
@@ -2968,7 +2989,7 @@ static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
         MHE__CU_MHE(mhe__cu_cross_kv(g, l, x->B * x->Ts, x->mem, x->mem_emb, a->kv, a->ext + (size_t)rows * (C + 2)));
         mhe__kv_ptrs(&geo, a->kv, geo.k_w + geo.v_w, x->mem, C, &k, &ks, &v);
     }
-    MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 1, x->B, x->T, x->Ts, 0, a->proj, geo.q_w, k, ks, v, ks));
+    MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 1, x->B, x->T, x->Ts, 0, x->mem_len, a->proj, geo.q_w, k, ks, v, ks));
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
 
@@ -2991,7 +3012,8 @@ static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
     mhe__kv_ptrs(&geo, a->kv, kvw, x->mem, C, &k, &ks, &v);
     dk = geo.k_w ? dkv : x->d_mem;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 1, x->B, x->T, x->Ts, a->proj, geo.q_w, k, ks, v, dq, dk, dv));
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 1, x->B, x->T, x->Ts, x->mem_len, a->proj, geo.q_w, k, ks, v, dq, dk,
+                                      dv));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
                                    0, MHE__CU_G(g, w->bv), (const float *)(dkv + geo.k_w), mrows, (int)w->bv->size,
@@ -3291,14 +3313,15 @@ static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, i
 
 /* the next forward's mode and batch extras onto the device, checked as
    mhe__forward_batch checks them: dropout while the host model trains
-   (not decoding), the padding (g->in_lengths) and the sequence labels
+   (not decoding), the padding (g->in_lengths; encdec's source:
+   g->in_src_lengths, Ts > 0) and the sequence labels
    (g->in_labels, whose count of labels >= 0 goes to *count) */
-static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int has_targets, int *count) {
+static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int Ts, int has_targets, int *count) {
     mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
     int i;
     g->drop = m->training && !g->cache;
-    g->has_len = g->last_cls = 0;
+    g->has_len = g->has_src_len = g->last_cls = 0;
     if (g->in_labels && c->n_classes < 1)
         return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
     if (g->in_labels && has_targets)
@@ -3306,16 +3329,18 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int has_targ
     if (g->in_lengths) {
         if (mhe__check_lengths(m, g->in_lengths, B, T, "lengths") != MHE_OK)
             return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
-        int pad = 0;
-        for (i = 0; i < B; i++)
-            pad |= g->in_lengths[i] < T;
-        for (i = 0; pad && i < c->n_layers; i++) /* full lengths are no padding: every core runs them */
-            if (!mhe__cu_kind_padded(m->layers[i].attn.kind))
-                return mhe__fail(g->err, MHE_ERR_CONFIG, "layer %d: padded sequences (lengths) with attn=%s run on the "
-                                 "CPU path (its device core ignores padding)", i, mhe_attn_kind_name(m->layers[i].attn.kind));
         MHE__CU_TRY(cudaMemcpy(g->lengths, g->in_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
                     "upload lengths");
+        memcpy(g->h_len, g->in_lengths, (size_t)B * sizeof(int)); /* fnet and linear read them on the host */
         g->has_len = 1;
+    }
+    if (g->in_src_lengths && Ts > 0) { /* encdec: the source's padding (mhe__forward_batch) */
+        if (mhe__check_lengths(m, g->in_src_lengths, B, Ts, "src_lengths") != MHE_OK)
+            return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
+        MHE__CU_TRY(cudaMemcpy(g->src_lengths, g->in_src_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+                    "upload src_lengths");
+        memcpy(g->h_len + g->cap_B, g->in_src_lengths, (size_t)B * sizeof(int));
+        g->has_src_len = 1;
     }
     if (g->in_labels) {
         *count = 0;
@@ -3389,6 +3414,14 @@ static void mhe__cu_contexts(mhe_cuda_model *g, int B, int T, int Ts, mhe__cu_ct
     dec->mem_emb = g->src_emb;
     dec->d_mem_emb = g->d_src_emb;
     dec->Ts = Ts;
+    if (g->has_len) {
+        dec->len = g->lengths;
+        dec->hlen = g->h_len;
+    }
+    if (g->has_src_len) {
+        enc->len = dec->mem_len = g->src_lengths;
+        enc->hlen = g->h_len + g->cap_B;
+    }
 }
 
 /* encdec: the encoder over the uploaded source g->src [B, Ts] (embedding with
@@ -3403,6 +3436,8 @@ static mhe_status mhe__cu_encode(mhe_cuda_model *g, int B, int Ts) {
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->src_emb,
                                (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->enc_pos_emb),
                                (const int *)g->src, Ts, 0, C), "source embedding");
+    if (g->drop && c->dropout > 0) /* the source's embedding dropout, site 1 (mhe__encode) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->src_emb, g->src_emb, (int64_t)rows * C, c->dropout, 1));
     MHE__CU_MHE(mhe__cu_stack_fwd(g, &enc, mhe__n_enc(c), &h));
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_norm_fwd(g, g->enc_fin, g->enc_mean, g->enc_rstd, h, m->enc_lnf_w, m->enc_lnf_b, rows));
@@ -3528,7 +3563,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     }
     /* one layout holds both stacks: rows of the longer of T and Ts */
     MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T > Ts ? T : Ts));
-    MHE__CU_MHE(mhe__cu_batch_in(g, B, T, targets != NULL, &cls_count));
+    MHE__CU_MHE(mhe__cu_batch_in(g, B, T, E && !g->cache ? Ts : 0, targets != NULL, &cls_count));
     if (E && !g->cache) {
         MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
         MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
@@ -3630,8 +3665,6 @@ static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, 
     int *masked = NULL;
     if (!bt || !bt->tokens || bt->B < 1 || bt->T < 1)
         return mhe__fail(g->err, MHE_ERR_ARG, "forward: no batch or no tokens");
-    if (bt->src_lengths || (bt->lengths && mhe__n_enc(&g->host->cfg)))
-        return mhe__fail(g->err, MHE_ERR_ARG, "forward: an encoder-decoder batch with lengths (padding) runs on the CPU path");
     if (bt->targets && bt->lengths) { /* padding is never a target (mhe__forward_batch) */
         size_t n = (size_t)bt->B * bt->T;
         if (mhe__check_lengths(g->host, bt->lengths, bt->B, bt->T, "lengths") != MHE_OK)
@@ -3655,8 +3688,9 @@ static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, 
     }
     g->in_lengths = bt->lengths;
     g->in_labels = bt->labels;
+    g->in_src_lengths = bt->src_lengths;
     st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
-    g->in_lengths = g->in_labels = NULL;
+    g->in_lengths = g->in_labels = g->in_src_lengths = NULL;
     g->words = NULL;
     g->host->emb_in.active = 0;
     free(masked);
@@ -3691,6 +3725,7 @@ static mhe_status mhe__cu_encode_bwd(mhe_cuda_model *g, const mhe__cu_ctx *enc) 
     int C = c->d_model, E = mhe__n_enc(c), rows = enc->B * enc->T;
     int stat = mhe__cu_kind_in(m, 0, E, MHE_ATTN_STATICEMB_QK) || mhe__cu_cross_has(m, MHE_ATTN_STATICEMB_QK);
     size_t n = (size_t)rows * C;
+    const float *de = g->d_h;
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, n));
         MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_mem, mhe__cu_sub_out(g, enc, E - 1, 2), m->enc_lnf_w,
@@ -3701,11 +3736,15 @@ static mhe_status mhe__cu_encode_bwd(mhe_cuda_model *g, const mhe__cu_ctx *enc) 
     MHE__CU_MHE(mhe__cu_stack_bwd(g, enc, E)); /* d_src_emb: zeroed before the decoder's backward */
     if (stat) /* staticemb-qk: Q, K read the source's embeddings too */
         MHE__CU_MHE(mhe__cu_axpby_m(g, g->d_h, g->d_h, g->d_src_emb, (int64_t)n));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb),
-                               (const float *)g->d_h, (const int *)g->src, C), "source embedding backward");
+    if (g->drop && c->dropout > 0) { /* back through the source's embedding dropout (site 1) */
+        MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)n, c->dropout, 1));
+        de = g->d_drop;
+    }
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->tok_emb), de,
+                               (const int *)g->src, C), "source embedding backward");
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_pos, dim3(mhe__cu_blocks((int64_t)enc->T * C, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->enc_pos_emb), (const float *)g->d_h, enc->B,
-                               enc->T, C), "source position backward");
+                               dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->enc_pos_emb), de, enc->B, enc->T, C),
+                "source position backward");
     return MHE_OK;
 }
 
@@ -4131,6 +4170,7 @@ MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache 
             return mhe__fail(g->err, MHE_ERR_DATA, "source: token %d at position %d is outside the vocabulary (%d)",
                              src[i], i, cfg->vocab_size);
     g->cache = NULL;
+    g->drop = g->has_len = g->has_src_len = 0; /* decoding: no dropout, one unpadded source */
     MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, Ts));
     MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
     MHE__CU_MHE(mhe__cu_encode(g, 1, Ts));

@@ -1381,6 +1381,11 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// CUDA's sincospi (sin and cos of pi x, without a large-argument reduction): pi x in double
+inline void sincospi(double x, double *s, double *c) {
+    *s = sin(3.14159265358979323846 * x);
+    *c = cos(3.14159265358979323846 * x);
+}
 inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }  // NaN -> 0
 inline unsigned __float_as_uint(float x) {
     unsigned u;

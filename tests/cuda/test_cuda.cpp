@@ -16,6 +16,7 @@
 #include "tests/test.h"
 #include "tests/cuda/test_device.h"
 #include <algorithm>
+#include <functional>
 #include <stdlib.h>
 #include <vector>
 
@@ -573,8 +574,13 @@ static void decode_check(const mhe_config *cfg, const char *what, int T, double 
     mhe_model_free(&m);
 }
 
+/* the source of an encoder-decoder batch for compare_batch: Ts tokens (0: T), src_lengths (NULL: none) */
+struct batch_src {
+    int Ts;
+    const int *lengths;
+};
 static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
-                          const int *labels);
+                          const int *labels, batch_src src = {0, NULL}, int tf32 = 0);
 
 /* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
    every kernel of theirs (staticemb-qk and fixedseq-qk have none of their own: the norms, GEMMs and
@@ -598,9 +604,14 @@ static void test_feature_kernels(void) {
     c.attn_dropout = 0.2f;
     c.n_classes = 2;
     compare_batch(&c, "hybrid Admin classifier mhe-add gqa mlp, dropout", 2, 9, 5, len, lab);
+    /* the cores that read the padding themselves, and fnet's DFT tables of two lengths */
+    c = hybrid(MHE_ARCH_ENCODER, 0, MHE_ATTN_NONAPPROX, MHE_ATTN_FNET, MHE_ATTN_LINEAR);
+    c.n_classes = 2;
+    compare_batch(&c, "hybrid classifier nonapprox fnet linear, padded", 2, 9, 0, len, lab);
 }
 
 static void test_model_s2s(void);
+static void test_model_s2s_features(void);
 
 static void test_model(void) {
     char what[128];
@@ -621,6 +632,7 @@ static void test_model(void) {
     }
     test_feature_kernels();
     test_model_s2s();
+    test_model_s2s_features();
 }
 
 /* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
@@ -692,6 +704,81 @@ static void test_kinds(void) {
     }
 }
 
+/* ---- training in lockstep: the CPU's trainer and the device's from the same init -------------- */
+
+struct lockstep {
+    mhe_trainer cpu;
+    mhe_cuda_model g;
+    mhe_cuda_trainer dev;
+};
+
+/* step s on both sides (the CPU's status checked there); returns the device's */
+typedef std::function<mhe_status(lockstep &, int)> lockstep_step;
+
+/* what a run must show beyond the losses tracking the CPU's (within 1e-3 relative at every
+   step): the device's last loss below its first by more than fall (< 0: not checked), and
+   after the sync its parameters within 1e-3 of the CPU's (params) */
+struct lockstep_want {
+    double fall;
+    int params;
+};
+
+/* n steps of tc on the CPU (trainer on mc) and on the device (on md, initialised as mc) in
+   lockstep; then after (evaluation: the device synced to md) while both trainers live. The
+   models stay the caller's. */
+static void lockstep_train(mhe_model *mc, mhe_model *md, const mhe_train_config *tc, const char *what, int n,
+                           const lockstep_step &step, lockstep_want want,
+                           const std::function<void(lockstep &)> &after = nullptr) {
+    lockstep r;
+    memset(&r, 0, sizeof r);
+    if (mhe_trainer_init(&r.cpu, mc, tc) != MHE_OK) {
+        CHECK(0, "train %s: CPU trainer: %s", what, r.cpu.err);
+        return;
+    }
+    mhe_status st = mhe_cuda_model_init(&r.g, md, 0);
+    if (st == MHE_OK && (st = mhe_cuda_trainer_init(&r.dev, &r.g, tc)) != MHE_OK)
+        memcpy(r.g.err, r.dev.host.err, MHE_ERR_LEN);
+    CHECK(st == MHE_OK, "train %s: device init: %s", what, r.g.err);
+    if (st == MHE_OK) {
+        double worst = 0;
+        float first = 0, last_dev = 0;
+        for (int s = 0; s < n && st == MHE_OK; s++) {
+            st = step(r, s);
+            worst = fmax(worst, fabs((double)r.dev.host.last_loss - r.cpu.last_loss) / r.cpu.last_loss);
+            if (s == 0)
+                first = r.cpu.last_loss;
+            last_dev = r.dev.host.last_loss;
+        }
+        printf("train %s: %d steps, loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n", what,
+               n, (double)first, (double)r.cpu.last_loss, (double)last_dev, worst);
+        CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g) %s", what,
+              worst, st == MHE_OK ? "" : r.dev.host.err);
+        if (want.fall >= 0)
+            CHECK(last_dev < first - want.fall, "train %s: loss falls on the device (%.3f -> %.3f; CPU %.3f)", what,
+                  (double)first, (double)last_dev, (double)r.cpu.last_loss);
+        CHECK(mhe_cuda_trainer_sync(&r.dev) == MHE_OK, "train %s: sync: %s", what, r.g.err);
+        if (want.params) { /* the parameters come back to the host model: it evaluates as the CPU-trained one */
+            /* but a key bias: its gradient is zero in exact arithmetic (it shifts a query's scores
+               alike), so AdamW's normalised steps turn either side's rounding into steps of lr */
+            std::vector<float> a, b;
+            for (int i = 0; i < md->n_tensors; i++) {
+                const mhe_tensor *t = &md->params[i];
+                size_t off = (size_t)(t->data - md->param_data), len = strlen(t->name);
+                if (len >= 7 && !strcmp(t->name + len - 7, "wk.bias"))
+                    continue;
+                a.insert(a.end(), md->param_data + off, md->param_data + off + t->size);
+                b.insert(b.end(), mc->param_data + off, mc->param_data + off + t->size);
+            }
+            CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", what, rel_err(a, b));
+        }
+        if (after)
+            after(r);
+        mhe_cuda_trainer_free(&r.dev);
+    }
+    mhe_cuda_model_free(&r.g);
+    mhe_trainer_free(&r.cpu);
+}
+
 /* ---- training: 20 steps on real text, device against CPU --------------------------- */
 
 static void test_train(void) {
@@ -718,9 +805,6 @@ static void test_train(void) {
                  run[1] != run[0] ? mhe_attn_kind_name(run[1]) : "");
         mhe_train_config tc = mhe_train_config_default();
         mhe_model mc, md;
-        mhe_trainer tcpu;
-        mhe_cuda_model g;
-        mhe_cuda_trainer tdev;
         c.vocab_size = 256;
         c.init_std = mhe_config_default().init_std; /* as the CLI trains: AdamW's steps, not large scores, are tested */
         c.attn[0] = run[0];
@@ -733,39 +817,10 @@ static void test_train(void) {
         tc.seed = 5;
         CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
         CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
-        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
-        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
-        if (st == MHE_OK)
-            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-        CHECK(st == MHE_OK, "train %s: device init: %s", name, g.err);
-        if (st != MHE_OK)
-            continue;
-        double worst = 0;
-        float first = 0, last_cpu = 0, last_dev = 0;
-        for (int s = 0; s < 20 && st == MHE_OK; s++) {
-            CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
-            st = mhe_cuda_trainer_step(&tdev, data, n);
-            double d = fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss;
-            worst = d > worst ? d : worst;
-            if (s == 0)
-                first = tcpu.last_loss;
-            last_cpu = tcpu.last_loss;
-            last_dev = tdev.host.last_loss;
-        }
-        printf("train %s: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
-               name, (double)first, (double)last_cpu, (double)last_dev, worst);
-        CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g)",
-              name, worst);
-        CHECK(last_dev < first - 0.3f, "train %s: loss falls on the device (%.3f -> %.3f; CPU %.3f)",
-              name, (double)first, (double)last_dev, (double)last_cpu);
-        /* the parameters come back to the host model: it evaluates as the CPU-trained one */
-        mhe_cuda_trainer_sync(&tdev);
-        std::vector<float> a(md.param_data, md.param_data + md.n_params), b(mc.param_data, mc.param_data + mc.n_params);
-        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", name,
-              rel_err(a, b));
-        mhe_cuda_trainer_free(&tdev);
-        mhe_cuda_model_free(&g);
-        mhe_trainer_free(&tcpu);
+        lockstep_train(&mc, &md, &tc, name, 20, [&](lockstep &r, int) {
+            CHECK(mhe_trainer_step(&r.cpu, data, n) == MHE_OK, "mhe_trainer_step: %s", r.cpu.err);
+            return mhe_cuda_trainer_step(&r.dev, data, n);
+        }, {0.3, 1});
         mhe_model_free(&mc);
         mhe_model_free(&md);
     }
@@ -1009,20 +1064,62 @@ static void test_eval(void) {
     free(data);
 }
 
+/* two encoder and two decoder blocks of the given kinds (enc_attn, attn, cross_attn) */
+struct s2s_kinds {
+    int enc[2], self[2], cross[2], post;
+};
+
+/* every kind the device runs appears in some stack; every kind a cross-attention may be (the
+   softmax kinds, taylor, staticemb-qk: Q, K from both sides' embeddings through norm3) appears
+   as one, staticemb-qk pre- and post-norm */
+static const s2s_kinds s2s_cases[] = {
+    {{MHE_ATTN_MHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL}, {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD}, 0},
+    {{MHE_ATTN_NONAPPROX, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_GQA}, {MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, 1},
+    {{MHE_ATTN_FNET, MHE_ATTN_MLP}, {MHE_ATTN_SHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_TAYLOR, MHE_ATTN_SKV}, 0},
+    {{MHE_ATTN_LINEAR, MHE_ATTN_MHE_ADD}, {MHE_ATTN_NONAPPROX, MHE_ATTN_MQA}, {MHE_ATTN_MHE_MUL, MHE_ATTN_MQA}, 0},
+    {{MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, {MHE_ATTN_MLP, MHE_ATTN_COLLAB}, {MHE_ATTN_GQA, MHE_ATTN_SHA}, 1},
+    {{MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, 0},
+    {{MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, 1},
+};
+
+static mhe_config s2s_config(const s2s_kinds &k) {
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCDEC, k.post, k.post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM,
+                                k.post ? MHE_ACT_SILU : MHE_ACT_GELU);
+    c.enc_layers = 2;
+    for (int l = 0; l < 2; l++) {
+        c.enc_attn[l] = k.enc[l];
+        c.attn[l] = k.self[l];
+        c.cross_attn[l] = k.cross[l];
+    }
+    c.init_std = 0.1f; /* scores of order 1, as small_config's ch. 4 kinds */
+    return c;
+}
+
+static void s2s_name(const s2s_kinds &k, char *out, size_t len) {
+    snprintf(out, len, "encdec %s+%s | %s+%s x %s+%s%s", mhe_attn_kind_name(k.enc[0]), mhe_attn_kind_name(k.enc[1]),
+             mhe_attn_kind_name(k.self[0]), mhe_attn_kind_name(k.self[1]), mhe_attn_kind_name(k.cross[0]),
+             mhe_attn_kind_name(k.cross[1]), k.post ? " post-norm" : "");
+}
+
 /* ---- dropout, Admin and the classification head on the device ------------------------------ */
+
+/* the worst gaps of the compare_batch calls, per feature (the summary lines) */
+static step_err batch_worst[2];
 
 /* One forward and backward of a batch on both sides, in training mode with
    a dropout seed (drop) or not: the loss, the logits (class logits with
-   labels) and every gradient. lengths pads the sequences, labels classifies
-   them (else per-token targets). With admin, the CPU's profiling pass sets
-   the omegas first, so they are not 1. */
+   labels) and every gradient, the device in float32, then in TF32 too when
+   tf32 is set (tf32_bounds). lengths pads the sequences, labels classifies
+   them (else per-token targets); an encoder-decoder reads a source (src).
+   With admin, the CPU's profiling pass sets the omegas first, so they are
+   not 1. Under MHE_TEST_VERBOSE a line gives the worst gaps. */
 static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
-                          const int *labels) {
+                          const int *labels, batch_src src, int tf32) {
     mhe_model m;
     mhe_batch bt;
-    int V = cfg->vocab_size;
-    std::vector<int> tok(B * T), tgt(B * T);
-    float loss_cpu = 0, loss_dev = 0;
+    int V = cfg->vocab_size, Ts = cfg->arch == MHE_ARCH_ENCDEC ? (src.Ts > 0 ? src.Ts : T) : 0;
+    std::vector<int> tok(B * T), tgt(B * T), stok((size_t)B * Ts + 1);
+    float loss_cpu = 0;
     if (mhe_model_init(&m, cfg, 7, NULL) != MHE_OK) {
         CHECK(0, "%s: model init: %s", what, m.err);
         return;
@@ -1031,6 +1128,8 @@ static void compare_batch(const mhe_config *cfg, const char *what, int B, int T,
         tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
         tgt[i] = cfg->arch == MHE_ARCH_ENCODER && i % 3 ? -1 : (int)mhe_rng_below(&test_rng, (uint32_t)V);
     }
+    for (int i = 0; i < B * Ts; i++)
+        stok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)V);
     memset(&bt, 0, sizeof bt);
     bt.B = B;
     bt.T = T;
@@ -1038,6 +1137,11 @@ static void compare_batch(const mhe_config *cfg, const char *what, int B, int T,
     bt.targets = labels ? NULL : tgt.data();
     bt.labels = labels;
     bt.lengths = lengths;
+    if (Ts) {
+        bt.Ts = Ts;
+        bt.src = stok.data();
+        bt.src_lengths = src.lengths;
+    }
     m.dropout_seed = drop;
     if (cfg->admin)
         CHECK(mhe_model_admin_init(&m, &bt) == MHE_OK, "%s: CPU Admin profiling: %s", what, m.err);
@@ -1052,41 +1156,62 @@ static void compare_batch(const mhe_config *cfg, const char *what, int B, int T,
     double gmax = 0;
     for (float x : grad_cpu)
         gmax = fabs(x) > gmax ? fabs(x) : gmax;
-    mhe_cuda_model g;
-    st = mhe_cuda_model_init(&g, &m, 0);
-    if (st == MHE_OK)
-        st = mhe_cuda_model_forward_batch(&g, &bt, &loss_dev);
-    if (st == MHE_OK)
-        st = mhe_cuda_model_backward(&g);
-    CHECK(st == MHE_OK, "%s: device step: %s", what, g.err);
-    if (st != MHE_OK) {
-        mhe_model_free(&m);
-        return;
-    }
-    CHECK_CLOSE(loss_dev, loss_cpu, 1e-5, 1e-5, "%s: loss %.7f vs CPU %.7f", what, (double)loss_dev, (double)loss_cpu);
-    std::vector<float> logits_dev(nl);
-    mhe_cuda_model_logits(&g, logits_dev.data());
-    double el = rel_err(logits_dev, logits_cpu);
-    CHECK(el < 1e-5, "%s: logits rel err %.3g", what, el);
-    mhe_cuda_model_grads(&g);
-    int bad = 0;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const mhe_tensor *t = &m.params[i];
-        size_t off = (size_t)(t->data - m.param_data);
-        std::vector<float> a(m.grad_data + off, m.grad_data + off + t->size),
-            b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + t->size));
-        double e = rel_err(a, b), mx = 0;
-        for (float x : b)
-            mx = fabs(x) > mx ? fabs(x) : mx;
-        if (mx < 1e-3 * gmax) /* zero in exact arithmetic (MHE-ADD's key bias): against the model's scale */
-            e = e * mx / (1e-3 * gmax);
-        if (!(e < 2e-4)) {
-            bad++;
-            printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", what, t->name, e, mx);
+    for (int p = 0; p <= tf32; p++) {
+        const step_tol &tol = p ? tf32_bounds : fp32_bounds;
+        step_err worst = {0, 0, 0, ""};
+        char w[200];
+        float loss_dev = 0;
+        mhe_cuda_model g;
+        snprintf(w, sizeof w, "%s%s", what, p ? " tf32" : "");
+        st = mhe_cuda_model_init(&g, &m, p);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_forward_batch(&g, &bt, &loss_dev);
+        if (st == MHE_OK)
+            st = mhe_cuda_model_backward(&g);
+        CHECK(st == MHE_OK, "%s: device step: %s", w, g.err);
+        if (st != MHE_OK)
+            break;
+        worst.loss = fabs((double)loss_dev - loss_cpu) / fabs((double)loss_cpu);
+        CHECK_CLOSE(loss_dev, loss_cpu, tol.loss, tol.loss, "%s: loss %.7f vs CPU %.7f", w, (double)loss_dev,
+                    (double)loss_cpu);
+        std::vector<float> logits_dev(nl);
+        mhe_cuda_model_logits(&g, logits_dev.data());
+        worst.logits = rel_err(logits_dev, logits_cpu);
+        CHECK(worst.logits < tol.logits, "%s: logits rel err %.3g", w, worst.logits);
+        mhe_cuda_model_grads(&g);
+        int bad = 0;
+        for (int i = 0; i < m.n_tensors; i++) {
+            const mhe_tensor *t = &m.params[i];
+            size_t off = (size_t)(t->data - m.param_data);
+            std::vector<float> a(m.grad_data + off, m.grad_data + off + t->size),
+                b(grad_cpu.begin() + (long)off, grad_cpu.begin() + (long)(off + t->size));
+            double e = rel_err(a, b), mx = 0;
+            for (float x : b)
+                mx = fabs(x) > mx ? fabs(x) : mx;
+            if (mx < 1e-3 * gmax) /* zero in exact arithmetic (MHE-ADD's key bias): against the model's scale */
+                e = e * mx / (1e-3 * gmax);
+            if (!(e <= worst.grad)) {
+                worst.grad = e == e ? e : 1e30;
+                snprintf(worst.grad_name, sizeof worst.grad_name, "%s", t->name);
+            }
+            if (!(e < tol.grad)) {
+                bad++;
+                printf("  %s: gradient of %s rel err %.3g (max |g| %.3g)\n", w, t->name, e, mx);
+            }
         }
+        CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", w, bad, m.n_tensors);
+        if (getenv("MHE_TEST_VERBOSE"))
+            printf("  %s: loss %.2g logits %.2g gradient %.2g (%s)\n", w, worst.loss, worst.logits, worst.grad,
+                   worst.grad_name);
+        step_err &bw = batch_worst[p];
+        bw.loss = fmax(bw.loss, worst.loss);
+        bw.logits = fmax(bw.logits, worst.logits);
+        if (worst.grad >= bw.grad) {
+            bw.grad = worst.grad;
+            snprintf(bw.grad_name, sizeof bw.grad_name, "%s: %s", what, worst.grad_name);
+        }
+        mhe_cuda_model_free(&g);
     }
-    CHECK(bad == 0, "%s: %d of %d gradients differ from the CPU's", what, bad, m.n_tensors);
-    mhe_cuda_model_free(&g);
     mhe_model_free(&m);
 }
 
@@ -1177,23 +1302,42 @@ static void test_features(void) {
         mhe_model_free(&m);
     }
     /* the classification head: padded sequences, labels (one ignored), mean pooling */
-    static const int cls_kinds[] = {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD, MHE_ATTN_COLLAB, MHE_ATTN_TAYLOR, MHE_ATTN_MLP,
-                                    MHE_ATTN_RNDEMB_QK};
+    /* nonapprox, fnet and linear read the lengths in their own cores (the scan stops, the DFT
+       and W_seq are cut to each sequence): pre- and post-norm, float32 and TF32 */
+    static const int cls_kinds[] = {MHE_ATTN_MHA,   MHE_ATTN_MHE_ADD, MHE_ATTN_COLLAB, MHE_ATTN_TAYLOR,
+                                    MHE_ATTN_MLP,   MHE_ATTN_RNDEMB_QK, MHE_ATTN_NONAPPROX, MHE_ATTN_FNET,
+                                    MHE_ATTN_LINEAR};
     static const int lengths[3] = {19, 6, 11}, labels[3] = {2, 0, -1};
     for (int kind : cls_kinds) {
-        mhe_config c = small_config(kind, MHE_ARCH_ENCODER, kind == MHE_ATTN_MLP, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
-        c.n_classes = 3;
-        c.dropout = kind == MHE_ATTN_MHA ? 0.1f : 0.0f;
-        c.attn_dropout = kind == MHE_ATTN_MHA ? 0.1f : 0.0f;
-        snprintf(what, sizeof what, "classification %s%s", mhe_attn_kind_name(kind), c.dropout > 0 ? " dropout" : "");
-        compare_batch(&c, what, 3, 19, c.dropout > 0 ? 77 : 0, lengths, labels);
+        int own = kind == MHE_ATTN_NONAPPROX || kind == MHE_ATTN_FNET || kind == MHE_ATTN_LINEAR;
+        for (int post = 0; post <= own; post++) {
+            mhe_config c = small_config(kind, MHE_ARCH_ENCODER, kind == MHE_ATTN_MLP || post,
+                                        post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+            c.n_classes = 3;
+            c.dropout = kind == MHE_ATTN_MHA || (own && post) ? 0.1f : 0.0f;
+            c.attn_dropout = kind == MHE_ATTN_MHA ? 0.1f : 0.0f;
+            if (own) /* both layers: the second reads the first's padded rows */
+                c.attn[1] = kind;
+            snprintf(what, sizeof what, "classification %s%s%s", mhe_attn_kind_name(kind), post ? " post-norm" : "",
+                     c.dropout > 0 ? " dropout" : "");
+            compare_batch(&c, what, 3, 19, c.dropout > 0 ? 77 : 0, lengths, labels, {0, NULL}, own && !post);
+        }
     }
-    { /* what stays on the CPU is named */
+    { /* padded per-token targets through a causal nonapprox decoder (the scan stops at the length) */
+        mhe_config c = small_config(MHE_ATTN_NONAPPROX, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.attn[1] = MHE_ATTN_NONAPPROX;
+        compare_batch(&c, "padded decoder nonapprox", 3, 19, 0, lengths, NULL);
+    }
+    { /* nothing the device runs is refused any more; padding is still checked */
         mhe_config c = small_config(MHE_ATTN_FNET, MHE_ARCH_ENCODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         char err[MHE_ERR_LEN] = "";
         c.n_classes = 2;
-        CHECK(mhe_cuda_supports(&c, err) == MHE_ERR_CONFIG && strstr(err, "fnet") && strstr(err, "padd"),
-              "classification with fnet is refused by name: %s", err);
+        CHECK(mhe_cuda_supports(&c, err) == MHE_OK, "classification with fnet runs on the device: %s", err);
+        c = s2s_config(s2s_cases[1]);
+        c.admin = 1;
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        CHECK(mhe_cuda_supports(&c, err) == MHE_OK, "encdec with Admin and dropout runs on the device: %s", err);
         c = small_config(MHE_ATTN_NONAPPROX, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
         mhe_model m;
         mhe_cuda_model g;
@@ -1206,10 +1350,7 @@ static void test_features(void) {
         bt.lengths = len;
         OK(mhe_model_init(&m, &c, 1, NULL));
         if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
-            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "nonapprox"),
-                  "padded sequences through nonapprox are refused: %s", g.err);
-            len[1] = 4;
-            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_OK, "full lengths are no padding: %s", g.err);
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_OK, "padded sequences through nonapprox: %s", g.err);
             len[1] = 5;
             CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "lengths[1]"),
                   "a length past T: %s", g.err);
@@ -1217,6 +1358,22 @@ static void test_features(void) {
             bt.labels = len;
             CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_CONFIG && strstr(g.err, "n_classes=0"),
                   "labels without a head: %s", g.err);
+            mhe_cuda_model_free(&g);
+        }
+        mhe_model_free(&m);
+        c = s2s_config(s2s_cases[0]);
+        OK(mhe_model_init(&m, &c, 1, NULL));
+        if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
+            int slen[2] = {3, 0};
+            bt.labels = NULL;
+            bt.lengths = NULL;
+            bt.src = tok;
+            bt.Ts = 3;
+            bt.src_lengths = slen;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "src_lengths[1]"),
+                  "an empty source: %s", g.err);
+            slen[1] = 2;
+            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_OK, "a padded source: %s", g.err);
             mhe_cuda_model_free(&g);
         }
         mhe_model_free(&m);
@@ -1235,18 +1392,19 @@ static void test_features_train(void) {
         CHECK(0, "data: %s", err);
         return;
     }
-    enum { DROP, ADMIN, CLS };
-    for (int run = DROP; run <= CLS; run++) {
+    /* CLS_PAD: the kinds whose cores read the padding themselves (nonapprox's scan stops at the
+       length, fnet's DFT runs over it, linear's W_seq is cut to it) */
+    enum { DROP, ADMIN, CLS, CLS_PAD };
+    for (int run = DROP; run <= CLS_PAD; run++) {
         static const char *const names[] = {"dropout mha+mhe-add", "admin sha post-norm, 4 layers",
-                                            "classification collab+mha dropout"};
+                                            "classification collab+mha dropout",
+                                            "classification nonapprox+fnet+linear dropout"};
+        int cls = run == CLS || run == CLS_PAD;
         mhe_config c = small_config(run == DROP ? MHE_ATTN_MHA : run == ADMIN ? MHE_ATTN_SHA : MHE_ATTN_COLLAB,
-                                    run == CLS ? MHE_ARCH_ENCODER : MHE_ARCH_DECODER, run == ADMIN,
-                                    MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+                                    cls ? MHE_ARCH_ENCODER : MHE_ARCH_DECODER, run == ADMIN, MHE_NORM_LAYERNORM,
+                                    MHE_ACT_GELU);
         mhe_train_config tc = mhe_train_config_default();
         mhe_model mc, md;
-        mhe_trainer tcpu;
-        mhe_cuda_model g;
-        mhe_cuda_trainer tdev;
         c.vocab_size = 256;
         c.init_std = mhe_config_default().init_std;
         if (run == DROP)
@@ -1257,11 +1415,17 @@ static void test_features_train(void) {
             for (int l = 0; l < 4; l++)
                 c.attn[l] = MHE_ATTN_SHA;
         }
+        if (run == CLS_PAD) {
+            c.n_layers = 3;
+            c.attn[0] = MHE_ATTN_NONAPPROX;
+            c.attn[1] = MHE_ATTN_FNET;
+            c.attn[2] = MHE_ATTN_LINEAR;
+        }
         if (run != ADMIN) {
             c.dropout = 0.1f;
             c.attn_dropout = 0.1f;
         }
-        if (run == CLS)
+        if (cls)
             c.n_classes = 3;
         tc.batch = 2;
         tc.seq_len = 16;
@@ -1271,54 +1435,29 @@ static void test_features_train(void) {
         tc.seed = 5;
         OK(mhe_model_init(&mc, &c, 11, NULL));
         OK(mhe_model_init(&md, &c, 11, NULL));
-        OK(mhe_trainer_init(&tcpu, &mc, &tc));
-        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
-        if (st == MHE_OK)
-            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-        CHECK(st == MHE_OK, "train %s: device init: %s", names[run], g.err);
-        if (st != MHE_OK)
-            continue;
-        double worst = 0;
-        float first = 0, last_dev = 0;
-        for (int s = 0; s < 8 && st == MHE_OK; s++) {
-            if (run == CLS) {
-                OK(mhe_trainer_step_cls(&tcpu, &ts));
-                st = mhe_cuda_trainer_step_cls(&tdev, &ts);
-            } else {
-                OK(mhe_trainer_step(&tcpu, data, n));
-                st = mhe_cuda_trainer_step(&tdev, data, n);
+        lockstep_train(&mc, &md, &tc, names[run], 8, [&](lockstep &r, int) {
+            if (cls) {
+                OK(mhe_trainer_step_cls(&r.cpu, &ts));
+                return mhe_cuda_trainer_step_cls(&r.dev, &ts);
             }
-            worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
-            if (s == 0)
-                first = tcpu.last_loss;
-            last_dev = tdev.host.last_loss;
-        }
-        printf("train %s: loss %.4f -> device %.4f, CPU %.4f (worst step difference %.2g relative)\n", names[run],
-               (double)first, (double)last_dev, (double)tcpu.last_loss, worst);
-        CHECK(st == MHE_OK && worst < 1e-3, "train %s: device losses track the CPU's (worst rel diff %.3g) %s",
-              names[run], worst, tdev.host.err);
-        CHECK(last_dev < first, "train %s: loss falls on the device (%.3f -> %.3f)", names[run], (double)first,
-              (double)last_dev);
-        mhe_cuda_trainer_sync(&tdev);
-        std::vector<float> a(md.param_data, md.param_data + md.n_params), b(mc.param_data, mc.param_data + mc.n_params);
-        CHECK(rel_err(a, b) < 1e-3, "train %s: synced parameters equal the CPU's (rel %.3g)", names[run], rel_err(a, b));
-        /* evaluation: dropout off on both sides */
-        if (run == CLS) {
-            mhe_cls_metrics mcpu, mdev;
-            mhe_status sc = mhe_evaluate_cls(&mc, &ts, 3, 16, &mcpu), sd = mhe_cuda_evaluate_cls(&g, &ts, 3, 16, &mdev);
-            CHECK(sc == MHE_OK && sd == MHE_OK && mdev.n == mcpu.n && mdev.n == ts.n &&
-                      fabs(mdev.loss - mcpu.loss) < 1e-3 * mcpu.loss && mdev.accuracy == mcpu.accuracy,
-                  "eval classification: loss %.6f vs CPU %.6f, accuracy %.3f vs %.3f over %lld %s", mdev.loss, mcpu.loss,
-                  mdev.accuracy, mcpu.accuracy, (long long)mdev.n, g.err);
-        } else {
-            float lc = 0, ld = 0;
-            mhe_status sc = mhe_evaluate(&mc, data, 200, 4, 20, 0, &lc), sd = mhe_cuda_evaluate(&g, data, 200, 4, 20, 0, &ld);
-            CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-3 * lc, "eval %s: loss %.6f vs CPU %.6f %s",
-                  names[run], (double)ld, (double)lc, g.err);
-        }
-        mhe_cuda_trainer_free(&tdev);
-        mhe_cuda_model_free(&g);
-        mhe_trainer_free(&tcpu);
+            OK(mhe_trainer_step(&r.cpu, data, n));
+            return mhe_cuda_trainer_step(&r.dev, data, n);
+        }, {0, 1}, [&](lockstep &r) { /* evaluation: dropout off on both sides */
+            if (cls) {
+                mhe_cls_metrics mcpu, mdev;
+                mhe_status sc = mhe_evaluate_cls(&mc, &ts, 3, 16, &mcpu), sd = mhe_cuda_evaluate_cls(&r.g, &ts, 3, 16, &mdev);
+                CHECK(sc == MHE_OK && sd == MHE_OK && mdev.n == mcpu.n && mdev.n == ts.n &&
+                          fabs(mdev.loss - mcpu.loss) < 1e-3 * mcpu.loss && mdev.accuracy == mcpu.accuracy,
+                      "eval %s: loss %.6f vs CPU %.6f, accuracy %.3f vs %.3f over %lld %s", names[run], mdev.loss,
+                      mcpu.loss, mdev.accuracy, mcpu.accuracy, (long long)mdev.n, r.g.err);
+            } else {
+                float lc = 0, ld = 0;
+                mhe_status sc = mhe_evaluate(&mc, data, 200, 4, 20, 0, &lc),
+                           sd = mhe_cuda_evaluate(&r.g, data, 200, 4, 20, 0, &ld);
+                CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-3 * lc, "eval %s: loss %.6f vs CPU %.6f %s",
+                      names[run], (double)ld, (double)lc, r.g.err);
+            }
+        });
         mhe_model_free(&mc);
         mhe_model_free(&md);
     }
@@ -1327,43 +1466,6 @@ static void test_features_train(void) {
 }
 
 /* ---- encoder-decoder: the encoder, causal self-attention, cross-attention ------------------ */
-
-/* two encoder and two decoder blocks of the given kinds (enc_attn, attn, cross_attn) */
-struct s2s_kinds {
-    int enc[2], self[2], cross[2], post;
-};
-
-/* every kind the device runs appears in some stack; every kind a cross-attention may be (the
-   softmax kinds, taylor, staticemb-qk: Q, K from both sides' embeddings through norm3) appears
-   as one, staticemb-qk pre- and post-norm */
-static const s2s_kinds s2s_cases[] = {
-    {{MHE_ATTN_MHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL}, {MHE_ATTN_MHA, MHE_ATTN_MHE_ADD}, 0},
-    {{MHE_ATTN_NONAPPROX, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_GQA}, {MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, 1},
-    {{MHE_ATTN_FNET, MHE_ATTN_MLP}, {MHE_ATTN_SHA, MHE_ATTN_TAYLOR}, {MHE_ATTN_TAYLOR, MHE_ATTN_SKV}, 0},
-    {{MHE_ATTN_LINEAR, MHE_ATTN_MHE_ADD}, {MHE_ATTN_NONAPPROX, MHE_ATTN_MQA}, {MHE_ATTN_MHE_MUL, MHE_ATTN_MQA}, 0},
-    {{MHE_ATTN_COLLAB, MHE_ATTN_EL_ATT}, {MHE_ATTN_MLP, MHE_ATTN_COLLAB}, {MHE_ATTN_GQA, MHE_ATTN_SHA}, 1},
-    {{MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, {MHE_ATTN_STATICEMB_QK, MHE_ATTN_MHA}, 0},
-    {{MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_MHA}, {MHE_ATTN_MHA, MHE_ATTN_STATICEMB_QK}, 1},
-};
-
-static mhe_config s2s_config(const s2s_kinds &k) {
-    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCDEC, k.post, k.post ? MHE_NORM_RMSNORM : MHE_NORM_LAYERNORM,
-                                k.post ? MHE_ACT_SILU : MHE_ACT_GELU);
-    c.enc_layers = 2;
-    for (int l = 0; l < 2; l++) {
-        c.enc_attn[l] = k.enc[l];
-        c.attn[l] = k.self[l];
-        c.cross_attn[l] = k.cross[l];
-    }
-    c.init_std = 0.1f; /* scores of order 1, as small_config's ch. 4 kinds */
-    return c;
-}
-
-static void s2s_name(const s2s_kinds &k, char *out, size_t len) {
-    snprintf(out, len, "encdec %s+%s | %s+%s x %s+%s%s", mhe_attn_kind_name(k.enc[0]), mhe_attn_kind_name(k.enc[1]),
-             mhe_attn_kind_name(k.self[0]), mhe_attn_kind_name(k.self[1]), mhe_attn_kind_name(k.cross[0]),
-             mhe_attn_kind_name(k.cross[1]), k.post ? " post-norm" : "");
-}
 
 /* decoding an encoded source token by token, and as a prefill, equals the device's
    forward and the CPU's mhe_kv_cache_encode + mhe_decode_step */
@@ -1441,6 +1543,22 @@ static void test_model_s2s(void) {
     compare_step(&c, "encdec mha+taylor | mha+mhe-mul x mha+mhe-add, small", 2, 5, &fp32_tol, 1, 0, 0, 7);
 }
 
+/* a small post-norm encoder-decoder with Admin, dropout and padding on both sides, for the
+   sanitizer runs (the source's embedding dropout and the cross-attention's padding and dropout) */
+static void test_model_s2s_features(void) {
+    static const int len[2] = {5, 3}, slen[2] = {2, 7};
+    mhe_config c = s2s_config(s2s_cases[4]);
+    c.d_model = 32;
+    c.n_heads = 2;
+    c.d_head = 16;
+    c.d_ff = 48;
+    c.admin = 1;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.2f;
+    compare_batch(&c, "encdec collab+el-att | mlp+collab x gqa+sha, admin, dropout, padded, small", 2, 5, 3, len, NULL,
+                  {7, slen});
+}
+
 static void test_encdec(void) {
     char what[160];
     int *data = NULL;
@@ -1461,6 +1579,39 @@ static void test_encdec(void) {
         step_tol tol[2] = {tf32_bounds, tf32_bounds};
         compare_step(&c, what, 2, 11, tol, 2, 0, 1, 14);
     }
+    /* dropout (the source's embedding and the cross-attention's sites too), Admin (post-norm:
+       encoder, decoder and cross sublayers), and padding on either side, one batch each */
+    {
+        static const int drop_cases[] = {0, 1, 5}, admin_cases[] = {1, 4}, pad_cases[] = {0, 2, 3};
+        static const int len[2] = {11, 5}, slen16[2] = {4, 16}, slen7[2] = {7, 2};
+        char name[120];
+        for (int ci : drop_cases) {
+            mhe_config c = s2s_config(s2s_cases[ci]);
+            c.dropout = 0.1f;
+            c.attn_dropout = 0.2f;
+            s2s_name(s2s_cases[ci], name, sizeof name);
+            snprintf(what, sizeof what, "%s, dropout", name);
+            compare_batch(&c, what, 2, 11, 0x5eedULL + (uint64_t)ci, NULL, NULL, {ci % 2 ? 7 : 16, NULL});
+        }
+        for (int ci : admin_cases) {
+            mhe_config c = s2s_config(s2s_cases[ci]);
+            c.admin = 1;
+            c.dropout = ci == 4 ? 0.1f : 0.0f;
+            s2s_name(s2s_cases[ci], name, sizeof name);
+            snprintf(what, sizeof what, "%s, admin%s", name, c.dropout > 0 ? ", dropout" : "");
+            compare_batch(&c, what, 2, 11, c.dropout > 0 ? 41 : 0, NULL, NULL, {9, NULL});
+        }
+        for (int ci : pad_cases) {
+            mhe_config c = s2s_config(s2s_cases[ci]);
+            int Ts = ci % 2 ? 7 : 16;
+            c.dropout = ci == 3 ? 0.1f : 0.0f;
+            c.attn_dropout = ci == 3 ? 0.1f : 0.0f;
+            s2s_name(s2s_cases[ci], name, sizeof name);
+            snprintf(what, sizeof what, "%s, padded%s", name, c.dropout > 0 ? ", dropout" : "");
+            compare_batch(&c, what, 2, 11, c.dropout > 0 ? 43 : 0, len, NULL, {Ts, Ts == 16 ? slen16 : slen7},
+                          ci == 2);
+        }
+    }
     if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
         CHECK(0, "corpus: %s", err);
         return;
@@ -1469,9 +1620,6 @@ static void test_encdec(void) {
         mhe_config c = s2s_config(s2s_cases[0]);
         mhe_train_config tc = mhe_train_config_default();
         mhe_model mc, md;
-        mhe_trainer tcpu;
-        mhe_cuda_model g;
-        mhe_cuda_trainer tdev;
         c.vocab_size = 256;
         c.init_std = mhe_config_default().init_std;
         tc.batch = 2;
@@ -1483,44 +1631,93 @@ static void test_encdec(void) {
         tc.seed = 5;
         CHECK(mhe_model_init(&mc, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", mc.err);
         CHECK(mhe_model_init(&md, &c, 11, NULL) == MHE_OK, "mhe_model_init: %s", md.err);
-        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
-        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
-        if (st == MHE_OK)
-            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-        CHECK(st == MHE_OK, "train encdec: device init: %s", g.err);
-        if (st == MHE_OK) {
-            double worst = 0;
-            float first = 0, last_dev = 0;
-            for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                CHECK(mhe_trainer_step(&tcpu, data, n) == MHE_OK, "mhe_trainer_step: %s", tcpu.err);
-                st = mhe_cuda_trainer_step(&tdev, data, n);
-                worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
-                if (s == 0)
-                    first = tcpu.last_loss;
-                last_dev = tdev.host.last_loss;
-            }
-            printf("train encdec: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
-                   (double)first, (double)tcpu.last_loss, (double)last_dev, worst);
-            CHECK(st == MHE_OK && worst < 1e-3, "train encdec: device losses track the CPU's (worst rel diff %.3g) %s",
-                  worst, st == MHE_OK ? "" : tdev.host.err);
-            CHECK(last_dev < first - 0.3f, "train encdec: loss falls on the device (%.3f -> %.3f)", (double)first,
-                  (double)last_dev);
+        lockstep_train(&mc, &md, &tc, "encdec", 12, [&](lockstep &r, int) {
+            CHECK(mhe_trainer_step(&r.cpu, data, n) == MHE_OK, "mhe_trainer_step: %s", r.cpu.err);
+            return mhe_cuda_trainer_step(&r.dev, data, n);
+        }, {0.3, 0}, [&](lockstep &r) {
             /* evaluation on the device: the same windows (source, then continuation) as mhe_evaluate */
             float lc = 0, ld = 0;
-            mhe_cuda_trainer_sync(&tdev);
             mhe_status sc = mhe_evaluate(&md, data, 400, 4, 12, 0, &lc);
-            mhe_status sd = mhe_cuda_evaluate(&g, data, 400, 4, 12, 0, &ld);
+            mhe_status sd = mhe_cuda_evaluate(&r.g, data, 400, 4, 12, 0, &ld);
             CHECK(sc == MHE_OK && sd == MHE_OK && fabs((double)ld - lc) < 1e-5 * lc, "eval encdec: loss %.7f vs CPU %.7f %s",
-                  (double)ld, (double)lc, g.err);
+                  (double)ld, (double)lc, r.g.err);
             float l0 = 0;
-            CHECK(mhe_cuda_model_forward(&g, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "forward_s2s"),
-                  "encdec forward without a source: %s", g.err);
-            CHECK(mhe_cuda_model_forward_s2s(&g, data, 0, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(g.err, "source"),
-                  "encdec forward with an empty source: %s", g.err);
-            mhe_cuda_trainer_free(&tdev);
-            mhe_cuda_model_free(&g);
-        }
-        mhe_trainer_free(&tcpu);
+            CHECK(mhe_cuda_model_forward(&r.g, data, NULL, 1, 4, &l0) == MHE_ERR_ARG && strstr(r.g.err, "forward_s2s"),
+                  "encdec forward without a source: %s", r.g.err);
+            CHECK(mhe_cuda_model_forward_s2s(&r.g, data, 0, data, NULL, 1, 4, &l0) == MHE_ERR_ARG &&
+                      strstr(r.g.err, "source"), "encdec forward with an empty source: %s", r.g.err);
+        });
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    { /* dropout, attention dropout (the cross-attention's too) and Admin in training: the
+         encoder, decoder and cross sublayers profiled on the device's first step */
+        mhe_config c = s2s_config(s2s_cases[4]);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        c.vocab_size = 256;
+        c.init_std = mhe_config_default().init_std;
+        c.admin = 1;
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        tc.batch = 2;
+        tc.seq_len = 10;
+        tc.src_len = 12;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 8;
+        tc.seed = 7;
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        lockstep_train(&mc, &md, &tc, "encdec admin post-norm, dropout", 8, [&](lockstep &r, int) {
+            OK(mhe_trainer_step(&r.cpu, data, n));
+            return mhe_cuda_trainer_step(&r.dev, data, n);
+        }, {0, 1});
+        mhe_model_free(&mc);
+        mhe_model_free(&md);
+    }
+    { /* padded batches (lengths, src_lengths) with dropout, through nonapprox, linear and the
+         cross-attention: the same random batch on both sides at each step */
+        mhe_config c = s2s_config(s2s_cases[3]);
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model mc, md;
+        enum { B = 3, T = 10, TS = 12 };
+        std::vector<int> tok(B * T), tgt(B * T), src(B * TS), len(B), slen(B);
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        tc.batch = B;
+        tc.seq_len = T;
+        tc.src_len = TS;
+        tc.lr = 3e-3f;
+        tc.warmup = 2;
+        tc.steps = 6;
+        tc.seed = 9;
+        OK(mhe_model_init(&mc, &c, 11, NULL));
+        OK(mhe_model_init(&md, &c, 11, NULL));
+        lockstep_train(&mc, &md, &tc, "encdec padded batches, dropout", 6, [&](lockstep &r, int s) {
+            mhe_batch bt;
+            for (int i = 0; i < B * T; i++) {
+                tok[i] = (int)mhe_rng_below(&test_rng, (uint32_t)c.vocab_size);
+                tgt[i] = (int)mhe_rng_below(&test_rng, (uint32_t)c.vocab_size);
+            }
+            for (int i = 0; i < B * TS; i++)
+                src[i] = (int)mhe_rng_below(&test_rng, (uint32_t)c.vocab_size);
+            for (int b = 0; b < B; b++) { /* one full sequence and source per batch */
+                len[b] = b == s % B ? T : 1 + (int)mhe_rng_below(&test_rng, T);
+                slen[b] = b == (s + 1) % B ? TS : 1 + (int)mhe_rng_below(&test_rng, TS);
+            }
+            memset(&bt, 0, sizeof bt);
+            bt.B = B;
+            bt.T = T;
+            bt.tokens = tok.data();
+            bt.targets = tgt.data();
+            bt.lengths = len.data();
+            bt.Ts = TS;
+            bt.src = src.data();
+            bt.src_lengths = slen.data();
+            OK(mhe__trainer_update(&r.cpu, &bt));
+            return mhe__cu_train_batch(&r.dev, &bt);
+        }, {-1, 1});
         mhe_model_free(&mc);
         mhe_model_free(&md);
     }
@@ -1651,9 +1848,6 @@ static void compare_word_step(const mhe_config *cfg, word_corpus *k, const char 
 /* n S+R trainer steps on both sides from the same init: the device's losses track the CPU's */
 static void compare_word_train(const mhe_config *cfg, word_corpus *k, const char *what, int n) {
     mhe_model mc, md;
-    mhe_trainer tcpu;
-    mhe_cuda_model g;
-    mhe_cuda_trainer tdev;
     mhe_train_config tc = mhe_train_config_default();
     tc.batch = 4;
     tc.seq_len = 16;
@@ -1661,34 +1855,22 @@ static void compare_word_train(const mhe_config *cfg, word_corpus *k, const char
     tc.warmup = 2;
     tc.steps = n;
     tc.seed = 5;
-    if (!word_model_init(&mc, cfg, k, 11) || !word_model_init(&md, cfg, k, 11))
+    if (!word_model_init(&mc, cfg, k, 11))
         return;
-    CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "%s: CPU trainer: %s", what, mc.err);
-    mhe_status st = mhe_cuda_model_init(&g, &md, 0);
-    if (st == MHE_OK)
-        st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-    CHECK(st == MHE_OK, "%s: device init: %s", what, g.err);
-    if (st == MHE_OK) {
-        double worst = 0;
-        for (int s = 0; s < n && st == MHE_OK; s++) {
-            CHECK(mhe_trainer_step_sr(&tcpu, k->tok, k->n, &k->f) == MHE_OK, "%s: CPU step: %s", what, tcpu.err);
-            st = mhe_cuda_trainer_step_sr(&tdev, k->tok, k->n, &k->f);
-            worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
-        }
-        printf("%s: %d steps, loss CPU %.4f, device %.4f (worst step difference %.2g relative)\n", what, n,
-               (double)tcpu.last_loss, (double)tdev.host.last_loss, worst);
-        CHECK(st == MHE_OK && worst < 1e-3, "%s: device losses track the CPU's (%.3g) %s", what, worst,
-              st == MHE_OK ? "" : tdev.host.err);
-        CHECK(mhe_cuda_trainer_sync(&tdev) == MHE_OK, "%s: sync", what);
+    if (!word_model_init(&md, cfg, k, 11)) {
+        mhe_model_free(&mc);
+        return;
+    }
+    lockstep_train(&mc, &md, &tc, what, n, [&](lockstep &r, int) {
+        CHECK(mhe_trainer_step_sr(&r.cpu, k->tok, k->n, &k->f) == MHE_OK, "%s: CPU step: %s", what, r.cpu.err);
+        return mhe_cuda_trainer_step_sr(&r.dev, k->tok, k->n, &k->f);
+    }, {-1, 0}, [&](lockstep &r) {
         mhe_cls_metrics ec, ed;
         mhe_status sc = mhe_evaluate_sr(&md, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ec);
-        mhe_status sd = mhe_cuda_evaluate_sr(&g, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ed);
+        mhe_status sd = mhe_cuda_evaluate_sr(&r.g, k->tok, k->n, &k->f, 4, 16, 2, 0.3f, &ed);
         CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss && ed.n == ec.n,
-              "%s: evaluate S+R: loss %.7f vs CPU %.7f %s", what, ed.loss, ec.loss, g.err);
-        mhe_cuda_trainer_free(&tdev);
-        mhe_cuda_model_free(&g);
-    }
-    mhe_trainer_free(&tcpu);
+              "%s: evaluate S+R: loss %.7f vs CPU %.7f %s", what, ed.loss, ec.loss, r.g.err);
+    });
     mhe_model_free(&mc);
     mhe_model_free(&md);
 }
@@ -1717,7 +1899,7 @@ static void test_hash(void) {
         snprintf(what, sizeof what, "%s S+R %s", mhe__emb_name(&c), emb == MHE_EMB_HASH_ADD ? "decoder post-norm" : "encoder");
         compare_word_step(&c, &k, what);
         c.init_std = mhe_config_default().init_std;
-        snprintf(what, sizeof what, "train %s S+R", mhe__emb_name(&c));
+        snprintf(what, sizeof what, "%s S+R", mhe__emb_name(&c));
         compare_word_train(&c, &k, what, 6);
     }
     c = word_config(MHE_EMB_HASH_EMB, 1); /* the other feature set on word batches: dropout, attention dropout, Admin */
@@ -1727,9 +1909,6 @@ static void test_hash(void) {
     compare_word_step(&c, &k, "hash-emb S+R encoder post-norm, Admin, dropout");
     { /* 12 S+R steps on both sides, then the evaluation */
         mhe_model mc, md;
-        mhe_trainer tcpu;
-        mhe_cuda_model g;
-        mhe_cuda_trainer tdev;
         mhe_train_config tc = mhe_train_config_default();
         c = word_config(MHE_EMB_HASH_EMB, 0);
         c.init_std = mhe_config_default().init_std;
@@ -1740,54 +1919,34 @@ static void test_hash(void) {
         tc.warmup = 2;
         tc.steps = 12;
         tc.seed = 5;
-        word_model_init(&mc, &c, &k, 11);
-        word_model_init(&md, &c, &k, 11);
-        CHECK(mhe_trainer_init(&tcpu, &mc, &tc) == MHE_OK, "mhe_trainer_init: %s", tcpu.err);
-        mhe_status st = mhe_cuda_model_init(&g, &md, 0);
-        if (st == MHE_OK)
-            st = mhe_cuda_trainer_init(&tdev, &g, &tc);
-        CHECK(st == MHE_OK, "train hash-emb S+R: device init: %s", g.err);
-        if (st == MHE_OK) {
-            double worst = 0;
-            float first = 0;
-            for (int s = 0; s < 12 && st == MHE_OK; s++) {
-                CHECK(mhe_trainer_step_sr(&tcpu, k.tok, k.n, &k.f) == MHE_OK, "mhe_trainer_step_sr: %s", tcpu.err);
-                st = mhe_cuda_trainer_step_sr(&tdev, k.tok, k.n, &k.f);
-                worst = fmax(worst, fabs((double)tdev.host.last_loss - tcpu.last_loss) / tcpu.last_loss);
-                if (s == 0)
-                    first = tcpu.last_loss;
-            }
-            printf("train hash-emb S+R: loss %.4f -> CPU %.4f, device %.4f (worst step difference %.2g relative)\n",
-                   (double)first, (double)tcpu.last_loss, (double)tdev.host.last_loss, worst);
-            CHECK(st == MHE_OK && worst < 1e-3, "train hash-emb S+R: device losses track the CPU's (%.3g) %s", worst,
-                  st == MHE_OK ? "" : tdev.host.err);
-            CHECK(tdev.host.last_loss < first - 0.2f, "train hash-emb S+R: loss falls (%.3f -> %.3f)", (double)first,
-                  (double)tdev.host.last_loss);
-            CHECK(mhe_cuda_trainer_step(&tdev, k.tok, k.n) == MHE_ERR_CONFIG && strstr(tdev.host.err, "step_sr"),
-                  "an S+R model takes no LM step: %s", tdev.host.err);
-            mhe_cuda_trainer_sync(&tdev);
-            mhe_cls_metrics ec, ed;
-            mhe_status sc = mhe_evaluate_sr(&md, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ec);
-            mhe_status sd = mhe_cuda_evaluate_sr(&g, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ed);
-            CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss && ed.accuracy == ec.accuracy &&
-                      ed.n == ec.n,
-                  "evaluate S+R: loss %.7f acc %.4f vs CPU %.7f %.4f %s", ed.loss, ed.accuracy, ec.loss, ec.accuracy, g.err);
-            /* refusals, as the CPU's */
-            float l0;
-            CHECK(mhe_cuda_model_forward(&g, k.tok, NULL, 1, 8, &l0) == MHE_ERR_ARG && strstr(g.err, "word features"),
-                  "hash-emb forward without word features: %s", g.err);
-            mhe_batch bt;
-            int bad_tok[4] = {MHE_N_SPECIAL, MHE_N_SPECIAL + k.f.n, 1, 2};
-            memset(&bt, 0, sizeof bt);
-            bt.B = 1; bt.T = 4; bt.tokens = bad_tok; bt.words = &k.f;
-            CHECK(mhe_cuda_model_forward_batch(&g, &bt, NULL) == MHE_ERR_DATA && strstr(g.err, "word types"),
-                  "a word token past the features: %s", g.err);
-            mhe_cuda_trainer_free(&tdev);
-            mhe_cuda_model_free(&g);
+        if (word_model_init(&mc, &c, &k, 11) && word_model_init(&md, &c, &k, 11)) {
+            lockstep_train(&mc, &md, &tc, "hash-emb S+R, dropout", 12, [&](lockstep &r, int) {
+                CHECK(mhe_trainer_step_sr(&r.cpu, k.tok, k.n, &k.f) == MHE_OK, "mhe_trainer_step_sr: %s", r.cpu.err);
+                return mhe_cuda_trainer_step_sr(&r.dev, k.tok, k.n, &k.f);
+            }, {0.2, 0}, [&](lockstep &r) {
+                CHECK(mhe_cuda_trainer_step(&r.dev, k.tok, k.n) == MHE_ERR_CONFIG && strstr(r.dev.host.err, "step_sr"),
+                      "an S+R model takes no LM step: %s", r.dev.host.err);
+                mhe_cls_metrics ec, ed;
+                mhe_status sc = mhe_evaluate_sr(&md, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ec);
+                mhe_status sd = mhe_cuda_evaluate_sr(&r.g, k.tok, k.n, &k.f, 4, 16, 3, 0.3f, &ed);
+                CHECK(sc == MHE_OK && sd == MHE_OK && fabs(ed.loss - ec.loss) < 1e-5 * ec.loss &&
+                          ed.accuracy == ec.accuracy && ed.n == ec.n,
+                      "evaluate S+R: loss %.7f acc %.4f vs CPU %.7f %.4f %s", ed.loss, ed.accuracy, ec.loss, ec.accuracy,
+                      r.g.err);
+                /* refusals, as the CPU's */
+                float l0;
+                CHECK(mhe_cuda_model_forward(&r.g, k.tok, NULL, 1, 8, &l0) == MHE_ERR_ARG &&
+                          strstr(r.g.err, "word features"), "hash-emb forward without word features: %s", r.g.err);
+                mhe_batch bt;
+                int bad_tok[4] = {MHE_N_SPECIAL, MHE_N_SPECIAL + k.f.n, 1, 2};
+                memset(&bt, 0, sizeof bt);
+                bt.B = 1; bt.T = 4; bt.tokens = bad_tok; bt.words = &k.f;
+                CHECK(mhe_cuda_model_forward_batch(&r.g, &bt, NULL) == MHE_ERR_DATA && strstr(r.g.err, "word types"),
+                      "a word token past the features: %s", r.g.err);
+            });
+            mhe_model_free(&md);
         }
-        mhe_trainer_free(&tcpu);
         mhe_model_free(&mc);
-        mhe_model_free(&md);
     }
     { /* a hash-emb decoder has no vocabulary softmax: nothing to decode, as mhe_decode_step says */
         mhe_model m;
@@ -1864,20 +2023,21 @@ static void test_errors(void) {
         bad.arch = MHE_ARCH_ENCODER;
         bad.n_classes = 3;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "a classification head: %s", err);
-        bad.attn[1] = MHE_ATTN_LINEAR;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "layer 1") && strstr(err, "linear"),
-              "a classification head over linear: %s", err);
+        bad.attn[1] = MHE_ATTN_LINEAR; /* its W_seq cut to each length, as nonapprox's scan and fnet's DFT */
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "a classification head over linear: %s", err);
+        bad.attn[1] = MHE_ATTN_COLLAB; /* the one config left to the CPU: a query row past the cores' limit */
+        bad.collab_dim = MHE_MAX_D_HEAD + 4;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "collab_dim 260 exceeds"),
+              "collab_dim past the device attention limit: %s", err);
         bad = c;
         bad.arch = MHE_ARCH_ENCDEC; /* runs on the device (the encdec group) */
         bad.enc_layers = 1;
         CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec runs on the device: %s", err);
-        bad.attn_dropout = 0.1f; /* the source's and cross-attention's dropout sites stay on the CPU */
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with dropout"),
-              "encdec with attention dropout: %s", err);
-        bad.attn_dropout = 0;
+        bad.dropout = 0.1f; /* the source's and cross-attention's dropout sites run there too */
+        bad.attn_dropout = 0.1f;
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec with dropout and attention dropout: %s", err);
         bad.admin = bad.post_norm = 1;
-        CHECK(mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "arch=encdec with admin"),
-              "encdec with Admin: %s", err);
+        CHECK(mhe_cuda_supports(&bad, err) == MHE_OK, "encdec with Admin: %s", err);
     }
     if (mhe_cuda_model_init(&g, &m, 0) == MHE_OK) {
         int tok[4] = {1, 2, 999, 3}, tg[4] = {1, 2, 3, 4};
