@@ -13860,6 +13860,7 @@ MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, 
 #ifndef MHE_NO_TRAIN
 static mhe_status mhe__fail(char *err, mhe_status st, const char *fmt, ...);
 static int mhe__is_finite(float x);
+static int mhe__att_visible(const mhe_attn_dims *d, int b, int t);
 static MHE__VECTORISE float mhe__row_dropout(const mhe_attn_dims *d, float *s, int cols, int b, int h, int t, int j0);
 static MHE__VECTORISE void mhe__bwd_row(const mhe_attn_dims *d, float *p, float *dp, int cols, int vis,
                                         float lse, float D, float add, int b, int h, int t, int j0);
@@ -13928,6 +13929,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal);
 static void mhe__fixed_bwd(mhe_model *m);
 static void mhe__contexts(mhe_model *m, mhe__ctx *enc, mhe__ctx *dec);
 static mhe_status mhe__check_lengths(mhe_model *m, const int *len, int B, int T, const char *what);
+static void mhe__encode(mhe_model *m);
 static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss);
 static mhe_status mhe__backward(mhe_model *m);
 static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The generated tables of the documentation, made from mhe.h: the kind table
 in README.md (one row per kind, read from mhe__kinds[] in section 5), the
-kind facts in docs/kinds.md (the same rows' memory, decoding and q8 columns) and the
+kind facts in docs/kinds.md (the same rows' memory, decoding and q8 columns,
+and whether mhe_cuda.cuh's mhe__cu_kind_ok runs the kind) and the
 reading guide in docs/kinds.md (every paper equation the library computes,
 the function that computes it and its line range, and for each fast path the
 identity that makes it equal to the equation and the test that proves it).
@@ -196,12 +197,25 @@ def kinds_table(text):
     return "\n".join(out)
 
 
-def facts_table(text):
+def device_kinds(cuda):
+    """the kinds the CUDA companion runs: the cases of its mhe__cu_kind_ok"""
+    body = cuda[cuda.index("static int mhe__cu_kind_ok(int kind) {"):]
+    body = body[:body.index("\n}\n")]
+    ok = body[:body.index("return 1;")]
+    return set(re.findall(r"case (MHE_ATTN_\w+):", ok))
+
+
+def facts_table(text, cuda):
+    on_device = device_kinds(cuda)
     out = [FACTS[1], "",
-           "| kind | what decoding keeps per layer | its own activation buffer (`mhe__ext_floats`) | int8 in a q8 checkpoint |",
-           "|---|---|---|---|"]
+           "| kind | what decoding keeps per layer | its own activation buffer (`mhe__ext_floats`) | int8 in a q8 checkpoint "
+           "| on the GPU (`mhe_cuda.cuh`) |",
+           "|---|---|---|---|---|"]
     for name, src, fam, cache, causal, encdec, nocross, fast, tensors, ext, q8 in table_rows(text):
-        out.append("| `%s` | %s | %s | %s |" % (name, STATE[cache], EXT[ext], "`%s`" % q8 if q8 != "(none)" else "none"))
+        enum = "MHE_ATTN_" + name.upper().replace("-", "_")
+        out.append("| `%s` | %s | %s | %s | %s |" % (name, STATE[cache], EXT[ext], "`%s`" % q8 if q8 != "(none)" else "none",
+                                                 "train, evaluate" + (", decode" if causal == "1" else "")
+                                                 if enum in on_device else "no"))
     return "\n".join(out + ["", FACTS[2]])
 
 
@@ -217,7 +231,8 @@ def replace_block(where, block):
 
 def main():
     header = open(os.path.join(ROOT, "mhe.h"), encoding="utf-8").read()
-    blocks = [(KINDS, kinds_table(header)), (FACTS, facts_table(header)), (GUIDE, guide(header))]
+    cuda = open(os.path.join(ROOT, "mhe_cuda.cuh"), encoding="utf-8").read()
+    blocks = [(KINDS, kinds_table(header)), (FACTS, facts_table(header, cuda)), (GUIDE, guide(header))]
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode not in ("", "--write", "--update", "--check"):
         print(__doc__)
