@@ -10916,16 +10916,15 @@ static int mhe__bpe_added_cmp(const void *pa, const void *pb, const mhe_bpe *b) 
    checks them and builds byte_id, the hashes and the added list. where
    names the source in messages. */
 static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
-    void *ctx = b->alloc_ctx;
     int i, r, pass;
     size_t s, mask;
     for (i = 0; i < 256; i++) b->byte_id[i] = -1;
     b->n_tok_slots = mhe__bpe_pow2((size_t)b->n_tokens);
     b->n_merge_slots = mhe__bpe_pow2((size_t)b->n_merges);
-    b->tok_slots = (int *)MHE_MALLOC(ctx, b->n_tok_slots * sizeof(int));
-    b->merge_keys = (uint64_t *)MHE_MALLOC(ctx, b->n_merge_slots * sizeof(uint64_t));
-    b->merge_rank = (int32_t *)MHE_MALLOC(ctx, b->n_merge_slots * sizeof(int32_t));
-    b->added_ids = (int *)MHE_MALLOC(ctx, ((size_t)b->n_tokens + 1) * sizeof(int));
+    b->tok_slots = (int *)MHE_MALLOC(b->alloc_ctx, b->n_tok_slots * sizeof(int));
+    b->merge_keys = (uint64_t *)MHE_MALLOC(b->alloc_ctx, b->n_merge_slots * sizeof(uint64_t));
+    b->merge_rank = (int32_t *)MHE_MALLOC(b->alloc_ctx, b->n_merge_slots * sizeof(int32_t));
+    b->added_ids = (int *)MHE_MALLOC(b->alloc_ctx, ((size_t)b->n_tokens + 1) * sizeof(int));
     if (!b->tok_slots || !b->merge_keys || !b->merge_rank || !b->added_ids)
         return mhe__fail(b->err, MHE_ERR_NOMEM, "%s: no memory for the tokenizer's tables", where);
     for (s = 0; s < b->n_tok_slots; s++) b->tok_slots[s] = -1;
@@ -10978,12 +10977,11 @@ static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
 
 /* room for n_tokens tokens of `bytes` bytes in all and n_merges merges */
 static mhe_status mhe__bpe_alloc(mhe_bpe *b, int n_tokens, size_t bytes, int n_merges, const char *where) {
-    void *ctx = b->alloc_ctx;
     int ok = 1;
-    b->bytes = (unsigned char *)MHE_MALLOC(ctx, bytes ? bytes : 1);
-    b->start = (size_t *)MHE_MALLOC(ctx, mhe__mul_size((size_t)n_tokens + 1, sizeof(size_t), &ok));
-    b->added = (unsigned char *)MHE_MALLOC(ctx, (size_t)n_tokens + 1);
-    b->merges = (int32_t *)MHE_MALLOC(ctx, mhe__mul_size((size_t)n_merges * 3 + 1, sizeof(int32_t), &ok));
+    b->bytes = (unsigned char *)MHE_MALLOC(b->alloc_ctx, bytes ? bytes : 1);
+    b->start = (size_t *)MHE_MALLOC(b->alloc_ctx, mhe__mul_size((size_t)n_tokens + 1, sizeof(size_t), &ok));
+    b->added = (unsigned char *)MHE_MALLOC(b->alloc_ctx, (size_t)n_tokens + 1);
+    b->merges = (int32_t *)MHE_MALLOC(b->alloc_ctx, mhe__mul_size((size_t)n_merges * 3 + 1, sizeof(int32_t), &ok));
     if (!ok || !b->bytes || !b->start || !b->added || !b->merges)
         return mhe__fail(b->err, MHE_ERR_NOMEM, "%s: no memory for %d tokens", where, n_tokens);
     memset(b->added, 0, (size_t)n_tokens + 1);
@@ -13095,19 +13093,17 @@ out:
 MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
     mhe__hf h;
     mhe_status s = MHE_OK;
-    void *ctx;
     char key[40];
     int first = 1, more, seen_model = 0, seen_pre = 0;
     if (!b) return MHE_ERR_ARG;
     mhe_bpe_free(b);
-    ctx = b->alloc_ctx;
     if (!json && len) return mhe__fail(b->err, MHE_ERR_ARG, "tokenizer.json: NULL buffer");
     memset(&h, 0, sizeof h);
     h.b = b;
     h.j.s = (const unsigned char *)json; h.j.n = len; h.j.err = b->err;
     h.split = MHE_BPE_SPLIT_GPT2;
     h.str_cap = len + 1;   /* decoded strings are never longer than their JSON, plus a NUL each */
-    h.str = (char *)MHE_MALLOC(ctx, 2 * h.str_cap);
+    h.str = (char *)MHE_MALLOC(b->alloc_ctx, 2 * h.str_cap);
     h.str_cap *= 2;
     if (!h.str) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
     for (;;) {
@@ -13130,8 +13126,8 @@ MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
         else if (seen_pre != 1) s = mhe__fail(b->err, seen_pre ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: pre_tokenizer is %s", seen_pre ? "given twice" : "missing (a byte-level BPE needs ByteLevel)");
     }
     if (s == MHE_OK) s = mhe__hf_build(&h);
-    MHE_FREE(ctx, h.str); MHE_FREE(ctx, h.voc_off); MHE_FREE(ctx, h.voc_id); MHE_FREE(ctx, h.mrg_a); MHE_FREE(ctx, h.mrg_b);
-    MHE_FREE(ctx, h.add_off); MHE_FREE(ctx, h.add_id);
+    MHE_FREE(b->alloc_ctx, h.str); MHE_FREE(b->alloc_ctx, h.voc_off); MHE_FREE(b->alloc_ctx, h.voc_id); MHE_FREE(b->alloc_ctx, h.mrg_a); MHE_FREE(b->alloc_ctx, h.mrg_b);
+    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id);
     if (s != MHE_OK) mhe_bpe_free(b);
     return s;
 }
