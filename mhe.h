@@ -978,6 +978,7 @@ typedef struct mhe_model {
     int lsh_ready;
     mhe_lexicon vocab;              /* embedding=vocab on words: type i is tok_emb row MHE_N_SPECIAL + i */
     uint64_t hash_sig;              /* of everything that decides how a word embeds */
+    struct mhe_bpe *bpe;            /* the model's BPE tokenizer (section 8; mhe_model_set_bpe), NULL: none */
     mhe_emb_in emb_in;
 } mhe_model;
 
@@ -1001,6 +1002,11 @@ typedef struct mhe_batch {
 /* build a model with freshly initialised weights (seeded) */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
 MHEDEF void mhe_model_free(mhe_model *m);
+/* Give the model a copy of a BPE tokenizer (b NULL: remove it). Checkpoints
+   carry it (tensor "bpe.tokenizer": its text form as I8, metadata
+   "tokenizer.md5": the MD5 of that text, checked at load). MHE_ERR_CONFIG
+   when vocab_size is not the tokenizer's n_tokens or the model reads words. */
+MHEDEF MHE_NODISCARD mhe_status mhe_model_set_bpe(mhe_model *m, const struct mhe_bpe *b);
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
 /* make room for activations of B sequences of T tokens (and Ts source tokens
    for encdec; 0 means T). The forward pass does this itself. */
@@ -9142,6 +9148,7 @@ MHEDEF void mhe_model_free(mhe_model *m) {
     if (m->emb_in.block) MHE_FREE(ctx, m->emb_in.block);   /* word inputs: always from the hooks */
     mhe_lsh_free(&m->lsh);
     mhe_lexicon_free(&m->vocab);
+    if (m->bpe) { mhe_bpe_free(m->bpe); MHE_FREE(ctx, m->bpe); }
     if (m->fixed.eps) MHE_FREE(ctx, m->fixed.eps);
     if (m->fixed.tokens) MHE_FREE(ctx, m->fixed.tokens);
     if (m->fixed.block) MHE_FREE(ctx, m->fixed.block);
@@ -9430,6 +9437,32 @@ MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x) {
     return MHE_OK;
 }
 
+MHEDEF mhe_status mhe_model_set_bpe(mhe_model *m, const mhe_bpe *b) {
+    mhe_bpe *nb;
+    char *buf;
+    size_t n;
+    mhe_status st;
+    if (!m) return MHE_ERR_ARG;
+    if (b && b->n_tokens != m->cfg.vocab_size)
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "the model's vocab_size %d is not the tokenizer's %d tokens", m->cfg.vocab_size, b->n_tokens);
+    if (b && (m->cfg.embedding != MHE_EMB_VOCAB || m->vocab.n))
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "a BPE tokenizer is for models with a token embedding (embedding=vocab, no word vocabulary)");
+    if (b && (mhe_bpe_save_mem(b, NULL, 0, &n) != MHE_OK || !n)) return mhe__fail(m->err, MHE_ERR_ARG, "set_bpe: the tokenizer is empty");
+    if (!b) nb = NULL;
+    else {   /* a copy through the text form, so that the model owns everything */
+        nb = (mhe_bpe *)MHE_MALLOC(m->alloc_ctx, sizeof *nb);
+        buf = nb ? (char *)MHE_MALLOC(m->alloc_ctx, n) : NULL;
+        if (!buf) { if (nb) MHE_FREE(m->alloc_ctx, nb); return mhe__fail(m->err, MHE_ERR_NOMEM, "set_bpe: out of memory"); }
+        mhe_bpe_init(nb, m->alloc_ctx);
+        if ((st = mhe_bpe_save_mem(b, buf, n, &n)) == MHE_OK) st = mhe_bpe_load_mem(nb, buf, n);
+        MHE_FREE(m->alloc_ctx, buf);
+        if (st != MHE_OK) { mhe__fail(m->err, st, "set_bpe: %s", nb->err); mhe_bpe_free(nb); MHE_FREE(m->alloc_ctx, nb); return st; }
+    }
+    if (m->bpe) { mhe_bpe_free(m->bpe); MHE_FREE(m->alloc_ctx, m->bpe); }
+    m->bpe = nb;
+    return MHE_OK;
+}
+
 MHEDEF mhe_status mhe_model_set_ngrams(mhe_model *m, const char *text, size_t len) {
     const mhe_config *c;
     uint32_t *table = NULL;
@@ -9465,6 +9498,7 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
         m->cfg.lsh_features)
         st = mhe__lsh_setup(m, src->lsh.table, src->lsh.table_len);
     m->hash_sig = mhe__hash_sig(m);
+    if (st == MHE_OK && src->bpe) st = mhe_model_set_bpe(m, src->bpe);   /* the same tokens in */
     if (st == MHE_OK && m->hash_sig != src->hash_sig)
         st = mhe__fail(m->err, MHE_ERR_CONFIG, "init_from: the embedding or hashing settings differ from the source model's, so its words would embed differently");
     for (i = 0; i < m->n_tensors && st == MHE_OK; i++) {
@@ -14184,11 +14218,14 @@ typedef struct mhe__ckpt {
    holds one). */
 #define MHE__CKPT_NGRAMS "lsh.ngrams"
 #define MHE__CKPT_VOCAB "vocab.words"
+/* a BPE tokenizer: its text form (mhe_bpe_save_mem) as I8, and that text's MD5 in the metadata */
+#define MHE__CKPT_BPE "bpe.tokenizer"
+#define MHE__CKPT_BPE_MD5 "tokenizer.md5"
 
 /* bytes of the metadata text, NULs included (measured, so that writing a
    checkpoint on a small device needs no more scratch than its strings) */
 static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
-    size_t n = sizeof "format" + sizeof MHE_FORMAT;
+    size_t n = sizeof "format" + sizeof MHE_FORMAT + sizeof "tokenizer" + 4 + sizeof MHE__CKPT_BPE_MD5 + 33;
     const char *key;
     char val[MHE__META_VAL];
     int f;
@@ -14201,10 +14238,10 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
 }
 
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
-    int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 2;
-    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
+    int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 3;
+    int max_meta = 4 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
     size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
-    size_t vocab_bytes = 0, words_at;
+    size_t vocab_bytes = 0, words_at, bpe_bytes = 0, bpe_at;
     char *p, *end;
 #ifdef MHE_NO_TRAIN
     if (t) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: this build has no trainer (MHE_NO_TRAIN); pass t = NULL");
@@ -14214,6 +14251,9 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
     words_at = MHE_ARENA_ROUND(bytes);
     bytes = mhe__add_size(words_at, vocab_bytes, &ok);
+    if (!grads_only && m->bpe && mhe_bpe_save_mem(m->bpe, NULL, 0, &bpe_bytes) != MHE_OK) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: the model's tokenizer is empty");
+    bpe_at = bytes;
+    bytes = mhe__add_size(bytes, bpe_bytes, &ok);
     if (!ok) return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: the word vocabulary is too large");
     k->block = MHE_MALLOC(m->alloc_ctx, bytes);
     if (!k->block) return mhe__fail(err, MHE_ERR_NOMEM, "checkpoint: out of memory");
@@ -14236,6 +14276,16 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
             return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: config field %s is too long", key);
         }
         MHE__META("%s", key, "%s", val);
+    }
+    if (bpe_bytes) {   /* the tokenizer's text form and its MD5 */
+        unsigned char d[16];
+        char *tx = (char *)k->block + bpe_at;
+        size_t got;
+        mhe__must(mhe_bpe_save_mem(m->bpe, tx, bpe_bytes, &got));
+        mhe_md5(tx, got, d);
+        MHE__META("%s", "tokenizer", "%s", "bpe");
+        MHE__META("%s", MHE__CKPT_BPE_MD5, "%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4],
+                  d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]);
     }
     if (t) {
         MHE__META("%s", "step", "%d", t->step);
@@ -14281,6 +14331,12 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         it->name = MHE__CKPT_NGRAMS; it->ndim = 1; it->shape[0] = (int64_t)m->lsh.table_len;
         it->dtype = MHE_DTYPE_I32; it->data_i32 = (const int32_t *)(const void *)m->lsh.table;
     }
+    if (bpe_bytes) {
+        mhe_st_item *it = &k->items[k->n_items++];
+        memset(it, 0, sizeof *it);
+        it->name = MHE__CKPT_BPE; it->ndim = 1; it->shape[0] = (int64_t)bpe_bytes;
+        it->dtype = MHE_DTYPE_I8; it->data_i8 = (const int8_t *)(const void *)((unsigned char *)k->block + bpe_at);
+    }
     if (vocab_bytes) {
         mhe_st_item *it = &k->items[k->n_items++];
         int32_t *wb = (int32_t *)(void *)((unsigned char *)k->block + words_at);
@@ -14294,6 +14350,35 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         it->dtype = MHE_DTYPE_I32; it->data_i32 = wb;
     }
     return MHE_OK;
+}
+
+/* the tokenizer of a checkpoint (see mhe__ckpt_build), checked as a hostile file would be */
+static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st) {
+    const mhe_st_tensor *t = mhe_st_find(st, MHE__CKPT_BPE);
+    const char *want = mhe_st_meta(st, MHE__CKPT_BPE_MD5);
+    unsigned char d[16];
+    char hex[33];
+    mhe_bpe b;
+    mhe_status s;
+    int i;
+    if (!t) {
+        if (want) return mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata names a tokenizer (%s), but the tensor '%s' is missing", MHE__CKPT_BPE_MD5, MHE__CKPT_BPE);
+        return MHE_OK;
+    }
+    if (t->dtype != MHE_DTYPE_I8 || t->ndim != 1)
+        return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' must be an I8 vector (the tokenizer's text)", MHE__CKPT_BPE);
+    if (!want) return mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint has a tokenizer but no '%s' metadata to check it by", MHE__CKPT_BPE_MD5);
+    mhe_md5(t->data, (size_t)t->size, d);
+    for (i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    if (strcmp(hex, want) != 0)
+        return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' has MD5 %s, but the metadata '%s' says %.40s (a damaged or replaced tokenizer)",
+                         MHE__CKPT_BPE, hex, MHE__CKPT_BPE_MD5, want);
+    mhe_bpe_init(&b, m->alloc_ctx);
+    if ((s = mhe_bpe_load_mem(&b, (const char *)t->data, (size_t)t->size)) != MHE_OK)
+        return mhe__fail(m->err, s, "checkpoint tensor '%s': %.200s", MHE__CKPT_BPE, b.err);
+    s = mhe_model_set_bpe(m, &b);
+    mhe_bpe_free(&b);
+    return s;
 }
 
 /* the word state of a checkpoint (see mhe__ckpt_build), checked as a hostile file would be */
@@ -14717,6 +14802,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     }
     if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place);
     if (s == MHE_OK) s = mhe__load_words(m, &st);
+    if (s == MHE_OK) s = mhe__load_bpe(m, &st);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
         const char *nm = st.tensors[i].name;
         size_t len = strlen(nm);
@@ -14726,7 +14812,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
             memcpy(base, nm, len - 6); base[len - 6] = 0;
             if ((t = mhe_model_find(m, base)) != NULL && !t->q8) t = NULL;
         }
-        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && !t)
+        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && strcmp(nm, MHE__CKPT_BPE) != 0 && !t)
             s = mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint has tensor '%.100s' that this model does not", nm);
     }
     mhe_st_free(&st);

@@ -329,6 +329,101 @@ static void hugging_face(void) {
     mhe_bpe_free(&b);
 }
 
+/* the checkpoint ck with its tokenizer tensor replaced by tok's text form and
+   the MD5 metadata by md5 (NULL: tok's own); a fresh malloc'd file in *out */
+static size_t swap_tokenizer(const void *ck, size_t n, const mhe_bpe *tok, const char *md5, void **out) {
+    mhe_safetensors st;
+    mhe_st_item items[64];
+    const char *keys[128], *vals[128];
+    char *text, hex[33];
+    size_t tn, w = 0, size;
+    int i, ni = 0, nm = 0;
+    unsigned char d[16];
+    float *floats[64];
+    if (mhe_st_parse(&st, ck, n, NULL) != MHE_OK || mhe_bpe_save_mem(tok, NULL, 0, &tn) != MHE_OK) return 0;
+    text = (char *)malloc(tn);
+    if (mhe_bpe_save_mem(tok, text, tn, &tn) != MHE_OK) return 0;
+    mhe_md5(text, tn, d);
+    for (i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (i = 0; i < st.n_tensors && ni < 64; i++) {
+        const mhe_st_tensor *t = &st.tensors[i];
+        mhe_st_item *it = &items[ni];
+        memset(it, 0, sizeof *it);
+        it->name = t->name; it->ndim = t->ndim;
+        memcpy(it->shape, t->shape, sizeof t->shape);
+        floats[ni] = NULL;
+        if (strcmp(t->name, "bpe.tokenizer") == 0) { it->dtype = MHE_DTYPE_I8; it->data_i8 = (const int8_t *)(const void *)text; it->shape[0] = (int64_t)tn; }
+        else if (t->dtype == MHE_DTYPE_F32) { floats[ni] = (float *)malloc((size_t)t->size * 4 + 4); memcpy(floats[ni], t->data, (size_t)t->size * 4); it->data = floats[ni]; }
+        else return 0;
+        ni++;
+    }
+    for (i = 0; i < st.n_meta && nm < 128; i++, nm++) {
+        keys[nm] = st.meta_keys[i];
+        vals[nm] = strcmp(st.meta_keys[i], "tokenizer.md5") == 0 ? (md5 ? md5 : hex) : st.meta_values[i];
+    }
+    if (mhe_st_write_size(items, ni, keys, vals, nm, &size, NULL) != MHE_OK) return 0;
+    *out = malloc(size);
+    if (mhe_st_write_mem(*out, size, &w, items, ni, keys, vals, nm, NULL) != MHE_OK) w = 0;
+    for (i = 0; i < ni; i++) free(floats[i]);
+    free(text);
+    mhe_st_free(&st);
+    return w;
+}
+
+static void checkpoints(void) {
+    const char *t = "the cat sat on the mat; the dog sat on the log. 'tis the season, isn't it?";
+    mhe_bpe b, small;
+    mhe_config cfg = mhe_config_default();
+    mhe_model m, m2;
+    char err[MHE_ERR_LEN];
+    size_t n = 0, n2;
+    void *ck, *bad = NULL;
+    unsigned char d1[16], d2[16];
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&small, NULL);
+    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_bpe_train(&small, t, strlen(t), 265, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_config_set(&cfg, "d_model", "16", err));
+    OK(mhe_config_set(&cfg, "n_heads", "2", err));
+    OK(mhe_config_set(&cfg, "n_layers", "1", err));
+    OK(mhe_config_set(&cfg, "max_seq_len", "16", err));
+    OK(mhe_config_set(&cfg, "vocab_size", "270", err));
+    OK(mhe_model_init(&m, &cfg, 1, NULL));
+    CHECK(mhe_model_set_bpe(&m, &small) == MHE_ERR_CONFIG && strstr(m.err, "vocab_size 270") && strstr(m.err, "265"), "vocab_size mismatch: %s", m.err);
+    OK(mhe_model_set_bpe(&m, &b));
+    OK(mhe_checkpoint_size(&m, NULL, &n));
+    ck = malloc(n);
+    OK(mhe_checkpoint_write_mem(&m, NULL, ck, n, &n2));
+    OK(mhe_model_load_mem(&m2, ck, n, NULL));
+    CHECK(m2.bpe && m2.bpe->n_tokens == 270, "the tokenizer comes back with the model");
+    if (m2.bpe) { OK(mhe_bpe_md5(&b, d1)); OK(mhe_bpe_md5(m2.bpe, d2)); CHECK(memcmp(d1, d2, 16) == 0, "the same tokenizer (MD5)"); }
+    mhe_model_free(&m2);
+    {   /* one byte of the tokenizer's text changed: the MD5 disagrees */
+        mhe_safetensors st;
+        size_t off;
+        OK(mhe_st_parse(&st, ck, n, NULL));
+        off = (size_t)(mhe_st_find(&st, "bpe.tokenizer")->data - (const unsigned char *)ck) + 20;
+        mhe_st_free(&st);
+        ((unsigned char *)ck)[off] ^= 1;
+        CHECK(mhe_model_load_mem(&m2, ck, n, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "bpe.tokenizer") && strstr(m2.err, "MD5"), "damaged tokenizer: %s", m2.err);
+        ((unsigned char *)ck)[off] ^= 1;
+    }
+    /* another tokenizer with its own MD5: 265 tokens for a model of 270 */
+    n2 = swap_tokenizer(ck, n, &small, NULL, &bad);
+    CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_CONFIG && strstr(m2.err, "vocab_size 270"), "vocab size mismatch in a file: %s", m2.err);
+    free(bad);
+    n2 = swap_tokenizer(ck, n, &b, "00000000000000000000000000000000", &bad);
+    CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "tokenizer.md5"), "wrong MD5: %s", m2.err);
+    free(bad);
+    /* fine-tuning keeps it */
+    OK(mhe_model_init_from(&m2, &cfg, &m, 2, NULL, NULL));
+    CHECK(m2.bpe && m2.bpe->n_tokens == 270, "init_from copies the tokenizer");
+    mhe_model_free(&m2);
+    mhe_model_free(&m);
+    mhe_bpe_free(&b); mhe_bpe_free(&small);
+    free(ck);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     unicode_classes();
@@ -337,5 +432,6 @@ int main(void) {
     roundtrip();
     text_form();
     hugging_face();
+    checkpoints();
     return TEST_END();
 }
