@@ -1239,6 +1239,11 @@ MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, si
 MHEDEF MHE_NODISCARD mhe_status mhe_bpe_save(const mhe_bpe *b, const char *path);
 /* mhe's text form, or a tokenizer.json when the file starts with '{' */
 MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load(mhe_bpe *b, const char *path);
+/* a text file as BPE tokens in a fresh MHE_MALLOC'd array (what
+   mhe_read_text_tokens is for bytes): a missing file is MHE_ERR_IO, an empty
+   one, one with NUL bytes or one that encodes to no token MHE_ERR_DATA */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **tokens, size_t *n, void *alloc_ctx,
+                                      char *err);
 #endif
 
 /* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
@@ -1274,6 +1279,9 @@ MHEDEF MHE_NODISCARD mhe_status mhe_text_set_parse_words(mhe_text_set *s, mhe_le
 #ifndef MHE_NO_STDIO
 MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lexicon *x, const char *path, void *alloc_ctx, char *err);
 #endif
+/* the texts of a byte text set (mhe_text_set_load) re-read as BPE tokens of
+   b, labels kept; a text without a token is an error naming the example */
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err);
 /* examples idx[0..B) as a padded batch: the first T tokens of each text in
    tokens [B*T] (padding 0), lengths [B] and labels [B] */
 MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels);
@@ -11628,7 +11636,57 @@ MHEDEF mhe_status mhe_bpe_load(mhe_bpe *b, const char *path) {
     }
     return st;
 }
+
+MHEDEF mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err) {
+    void *buf;
+    size_t len;
+    int ok = 1;
+    mhe_status st;
+    *tokens = NULL;
+    *n = 0;
+    if (!b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "%.200s: no tokenizer", path);
+    if ((st = mhe_read_file(path, &buf, &len, alloc_ctx, err)) != MHE_OK) return st;
+    if (len == 0) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: corpus is empty", path); }
+    if (memchr(buf, 0, len)) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: contains NUL bytes, not a text file", path); }
+    *tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(len + 1, sizeof(int), &ok));
+    if (!ok || !*tokens) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_NOMEM, "%.200s: no memory for %zu tokens", path, len); }
+    st = mhe_bpe_encode(b, (const char *)buf, len, *tokens, len + 1, n, NULL, err);
+    MHE_FREE(alloc_ctx, buf);
+    if (st == MHE_OK && *n == 0) st = mhe__fail(err, MHE_ERR_DATA, "%.200s: no token (every byte lacks one in this tokenizer)", path);
+    if (st != MHE_OK) { MHE_FREE(alloc_ctx, *tokens); *tokens = NULL; *n = 0; }
+    return st;
+}
 #endif
+
+MHEDEF mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err) {
+    size_t total, i, k, q = 0, maxlen = 0, *start;
+    int e, ok = 1, *tok;
+    char *text;
+    mhe_status st = MHE_OK;
+    if (!s || !b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "text set bpe: NULL argument or empty tokenizer");
+    total = s->start[s->n];
+    for (e = 0; e < s->n; e++) if (s->start[e + 1] - s->start[e] > maxlen) maxlen = s->start[e + 1] - s->start[e];
+    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(total + (size_t)s->n + 1, sizeof(int), &ok));
+    start = (size_t *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size((size_t)s->n + 1, sizeof(size_t), &ok));
+    text = (char *)MHE_MALLOC(s->alloc_ctx, maxlen + 1);
+    if (!ok || !tok || !start || !text) { st = mhe__fail(err, MHE_ERR_NOMEM, "text set bpe: out of memory"); goto out; }
+    start[0] = 0;
+    for (e = 0; e < s->n && st == MHE_OK; e++) {   /* the byte tokens are the text's bytes */
+        size_t n = 0, len = s->start[e + 1] - s->start[e];
+        for (i = 0, k = s->start[e]; i < len; i++, k++) text[i] = (char)s->tokens[k];
+        st = mhe_bpe_encode(b, text, len, tok + q, len + 1, &n, NULL, err);
+        if (st == MHE_OK && n == 0) st = mhe__fail(err, MHE_ERR_DATA, "example %d: the text has no token in this tokenizer", e + 1);
+        q += n;
+        start[e + 1] = q;
+    }
+out:
+    if (st == MHE_OK) {
+        MHE_FREE(s->alloc_ctx, s->tokens); MHE_FREE(s->alloc_ctx, s->start);
+        s->tokens = tok; s->start = start;
+    } else { MHE_FREE(s->alloc_ctx, tok); MHE_FREE(s->alloc_ctx, start); }
+    MHE_FREE(s->alloc_ctx, text);
+    return st;
+}
 
 static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
 
