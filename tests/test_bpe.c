@@ -49,7 +49,7 @@ static void split_rule(void) {
     static const char *cases[][2] = {
         {"Hello world", "Hello| world"}, {"it's", "it|'s"}, {"a  b", "a| | b"}, {"x\n\ny", "x|\n|\n|y"},
         {"x  \n", "x|  \n"}, {"123abc", "123|abc"}, {"!!? 'll", "!!?| '|ll"}, {"don't  ", "don|'t|  "},
-        {"I'M", "I|'|M"}, {" 's", " '|s"}, {"we'll they're I've I'd", "we|'ll| they|'re| I|'ve| I|'d"},
+        {"I'M", "I|'|M"}, {"I'm", "I|'m"}, {" 's", " '|s"}, {"we'll they're I've I'd", "we|'ll| they|'re| I|'ve| I|'d"},
         {"e\xcc\x81 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89 x", "e|\xcc\x81| \xe4\xb8\x96\xe7\x95\x8c| \xf0\x9f\x8e\x89| x"},
         {"a\x1c\x1c" "b", "a|\x1c\x1c|b"}, {"a\xc2\xa0\xc2\xa0" "b", "a|\xc2\xa0|\xc2\xa0|b"}, {"3.14", "3|.|14"},
         {"  ", "  "}, {"'", "'"}, {" ", " "},
