@@ -1162,6 +1162,13 @@ MHEDEF const char *mhe_unicode_version(void);
 MHEDEF size_t mhe_bpe_split_next(const char *text, size_t len, size_t pos);
 
 #define MHE_BPE_MAX_TOKENS (1 << 24)   /* vocabulary sizes this library accepts */
+/* Added tokens are cut out in two passes, as tokenizers' AddedVocabulary
+   does: first those without MHE_BPE_ADDED_LATE (tokenizer.json
+   "normalized": false, and every added token mhe trains), then, in the text
+   between them, those with it ("normalized": true). MHE_BPE_ADDED_VOCAB: the
+   token is also an entry of the BPE vocabulary (merges and ignore_merges may
+   produce it). */
+enum { MHE_BPE_ADDED = 1, MHE_BPE_ADDED_LATE = 2, MHE_BPE_ADDED_VOCAB = 4 };
 typedef struct mhe_bpe {
     int n_tokens;                   /* the vocabulary size: ids 0 .. n_tokens - 1 */
     int n_merges;
@@ -1173,7 +1180,7 @@ typedef struct mhe_bpe {
     int byte_id[256];               /* token of each single byte, -1 when none */
     unsigned char *bytes;           /* token i is bytes[start[i] .. start[i+1]) */
     size_t *start;                  /* [n_tokens + 1] */
-    unsigned char *added;           /* [n_tokens]: 1 for an added token */
+    unsigned char *added;           /* [n_tokens]: MHE_BPE_ADDED* flags, 0 for a vocabulary token */
     int32_t *merges;                /* [n_merges][3]: left, right, result; the index is the rank */
     int *added_ids;                 /* the added tokens, longest first (leftmost-longest matching) */
     int n_added;
@@ -1213,7 +1220,8 @@ MHEDEF MHE_NODISCARD mhe_status mhe_bpe_decode(const mhe_bpe *b, const int *ids,
 /* The text form (mhe's own; what a checkpoint carries): lines
      mhe-bpe 1
      split gpt2|none   prefix_space 0|1   ignore_merges 0|1   unk ID|-1   fuse_unk 0|1   (one a line)
-     tokens N          then N lines "t HEX" (a token) or "a HEX" (an added token), HEX its bytes in hex
+     tokens N          then N lines "t HEX" (a token) or "a HEX" (an added token), HEX its bytes in hex;
+                       n, A, N for an added token that is late, in the vocabulary, both
      merges M          then M lines "LEFT RIGHT RESULT", in rank order
      end
    save: the first cap bytes to buf (buf may be NULL), the full size to *len.
@@ -10976,12 +10984,15 @@ static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
     for (pass = 0; pass < 2; pass++)   /* the vocabulary first: an added token that repeats a token is matched, not hashed */
         for (i = 0; i < b->n_tokens; i++) {
             size_t n = b->start[i + 1] - b->start[i];
-            int dup;
-            if (b->added[i] != pass) continue;
+            int dup, f = b->added[i];
+            if (f & ~7) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d has flags %d", where, i, f);
+            if (((f & MHE_BPE_ADDED) && !(f & MHE_BPE_ADDED_VOCAB)) != pass) continue;
             if (n == 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d is empty", where, i);
+            if (!(f & MHE_BPE_ADDED) && f) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d has flags %d without 'added'", where, i, f);
+            if (f & MHE_BPE_ADDED) b->added_ids[b->n_added++] = i;
             dup = mhe_bpe_find(b, b->bytes + b->start[i], n);
-            if (pass == 1) { b->added_ids[b->n_added++] = i; if (dup >= 0) continue; }
-            else if (dup >= 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d repeats token %d", where, i, dup);
+            if (pass == 1 && dup >= 0) continue;
+            if (pass == 0 && dup >= 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d repeats token %d", where, i, dup);
             if (n == 1 && !pass) b->byte_id[b->bytes[b->start[i]]] = i;
             for (s = (size_t)mhe__bpe_fnv(b->bytes + b->start[i], n) & mask; b->tok_slots[s] >= 0; s = (s + 1) & mask) {}
             b->tok_slots[s] = i;
@@ -11000,8 +11011,8 @@ static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
             return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d (%ld %ld -> %ld) names a token outside 0..%d", where, r,
                              (long)m[0], (long)m[1], (long)m[2], b->n_tokens - 1);
         la = b->start[m[0] + 1] - b->start[m[0]]; lb = b->start[m[1] + 1] - b->start[m[1]];
-        if (b->added[m[0]] || b->added[m[1]] || b->added[m[2]])
-            return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d uses an added token", where, r);
+        if ((b->added[m[0]] & 5) == MHE_BPE_ADDED || (b->added[m[1]] & 5) == MHE_BPE_ADDED || (b->added[m[2]] & 5) == MHE_BPE_ADDED)
+            return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d uses an added token that is not in the vocabulary", where, r);
         if (b->start[m[2] + 1] - b->start[m[2]] != la + lb || memcmp(b->bytes + b->start[m[2]], b->bytes + b->start[m[0]], la) ||
             memcmp(b->bytes + b->start[m[2]] + la, b->bytes + b->start[m[1]], lb))
             return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d: token %ld is not token %ld followed by token %ld", where, r,
@@ -11105,7 +11116,7 @@ static size_t mhe__bpe_piece(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned ch
     if (k == 1 && b->byte_id[p[0]] >= 0) { ids[0] = b->byte_id[p[0]]; return 1; }
     if (b->ignore_merges) {
         int id = mhe_bpe_find(b, p, k);
-        if (id >= 0 && !b->added[id]) { ids[0] = id; return 1; }
+        if (id >= 0 && (b->added[id] & 5) != MHE_BPE_ADDED) { ids[0] = id; return 1; }
     }
     for (i = 0; i < k; i++) {
         int t = b->byte_id[p[i]];
@@ -11165,13 +11176,40 @@ static mhe_status mhe__bpe_segment(const mhe_bpe *b, mhe__bpe_ws *w, const unsig
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
-                                 char *err) {
-    const unsigned char *p = (const unsigned char *)text;
-    mhe__bpe_ws w;
+/* text between added tokens of the passes before `late`: cut at the added
+   tokens of this pass (leftmost, then longest; first[] has their first
+   bytes), the rest to the next pass or the pieces */
+static mhe_status mhe__bpe_added(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned char *p, size_t len, int late,
+                                 const unsigned char first[2][32], int *ids, size_t cap, size_t *n, char *err) {
     size_t i = 0, seg = 0;
     mhe_status st = MHE_OK;
-    unsigned char first[32];
+    int a;
+    while (i < len && st == MHE_OK) {
+        int hit = -1;
+        if (first[late][p[i] >> 3] >> (p[i] & 7) & 1)
+            for (a = 0; a < b->n_added; a++) {
+                int id = b->added_ids[a];
+                size_t l = b->start[id + 1] - b->start[id];
+                if (((b->added[id] & MHE_BPE_ADDED_LATE) != 0) == late && l <= len - i && memcmp(p + i, b->bytes + b->start[id], l) == 0) { hit = id; break; }
+            }
+        if (hit < 0) { i++; continue; }
+        st = late ? mhe__bpe_segment(b, w, p + seg, i - seg, ids, cap, n, err) : mhe__bpe_added(b, w, p + seg, i - seg, 1, first, ids, cap, n, err);
+        if (st != MHE_OK) break;
+        if (*n >= cap) { st = mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap); break; }
+        ids[(*n)++] = hit;
+        i += b->start[hit + 1] - b->start[hit];
+        seg = i;
+    }
+    if (st == MHE_OK)
+        st = late ? mhe__bpe_segment(b, w, p + seg, len - seg, ids, cap, n, err) : mhe__bpe_added(b, w, p + seg, len - seg, 1, first, ids, cap, n, err);
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
+                                 char *err) {
+    mhe__bpe_ws w;
+    mhe_status st;
+    unsigned char first[2][32];
     int a;
     if (n) *n = 0;
     if (!b || !n || (!text && len) || (!ids && cap)) return mhe__fail(err, MHE_ERR_ARG, "bpe encode: NULL argument");
@@ -11180,24 +11218,12 @@ MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len,
     w.alloc_ctx = b->alloc_ctx;
     if (work) mhe__bpe_ws_carve(&w, work, len + 1);
     memset(first, 0, sizeof first);
-    for (a = 0; a < b->n_added; a++) { unsigned c = b->bytes[b->start[b->added_ids[a]]]; first[c >> 3] |= (unsigned char)(1u << (c & 7)); }
-    while (i < len && st == MHE_OK) {   /* added tokens: leftmost, then longest */
-        int hit = -1;
-        if (b->n_added && (first[p[i] >> 3] >> (p[i] & 7) & 1))
-            for (a = 0; a < b->n_added; a++) {
-                int id = b->added_ids[a];
-                size_t l = b->start[id + 1] - b->start[id];
-                if (l <= len - i && memcmp(p + i, b->bytes + b->start[id], l) == 0) { hit = id; break; }
-            }
-        if (hit < 0) { i++; continue; }
-        st = mhe__bpe_segment(b, &w, p + seg, i - seg, ids, cap, n, err);
-        if (st != MHE_OK) break;
-        if (*n >= cap) { st = mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap); break; }
-        ids[(*n)++] = hit;
-        i += b->start[hit + 1] - b->start[hit];
-        seg = i;
+    for (a = 0; a < b->n_added; a++) {
+        int id = b->added_ids[a];
+        unsigned c = b->bytes[b->start[id]];
+        first[(b->added[id] & MHE_BPE_ADDED_LATE) != 0][c >> 3] |= (unsigned char)(1u << (c & 7));
     }
-    if (st == MHE_OK) st = mhe__bpe_segment(b, &w, p + seg, len - seg, ids, cap, n, err);
+    st = mhe__bpe_added(b, &w, (const unsigned char *)text, len, 0, (const unsigned char (*)[32])first, ids, cap, n, err);
     MHE_FREE(b->alloc_ctx, w.own);
     return st;
 }
@@ -11415,7 +11441,7 @@ MHEDEF mhe_status mhe_bpe_train(mhe_bpe *b, const char *text, size_t len, int vo
             size_t l = strlen(added[a]);
             memcpy(b->bytes + b->start[t], added[a], l);
             b->start[t + 1] = b->start[t] + l;
-            b->added[t++] = 1;
+            b->added[t++] = MHE_BPE_ADDED;
         }
         memcpy(b->merges, mg, (size_t)n_merges * 3 * sizeof(int32_t));
         b->n_tokens = nt; b->n_merges = n_merges; b->split = split;
@@ -11455,7 +11481,10 @@ MHEDEF mhe_status mhe_bpe_save_mem(const mhe_bpe *b, char *buf, size_t cap, size
     mhe__bpe_putf(&o, "unk %ld\nfuse_unk %ld\ntokens %ld\n", b->unk, b->fuse_unk, b->n_tokens, 3);
     for (i = 0; i < b->n_tokens; i++) {
         size_t k;
-        mhe__bpe_put(&o, b->added[i] ? "a " : "t ", 2);
+        static const char code[8] = { 't', 'a', '?', 'n', '?', 'A', '?', 'N' };   /* by MHE_BPE_ADDED* flags */
+        char c2[2];
+        c2[0] = code[b->added[i] & 7]; c2[1] = ' ';
+        mhe__bpe_put(&o, c2, 2);
         for (k = b->start[i]; k < b->start[i + 1]; k++) { char h[2]; h[0] = hex[b->bytes[k] >> 4]; h[1] = hex[b->bytes[k] & 15]; mhe__bpe_put(&o, h, 2); }
         mhe__bpe_put(&o, "\n", 1);
     }
@@ -11539,8 +11568,8 @@ MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
         int line0 = in.line;
         for (i = 0, bytes = 0; i < nt; i++) {
             if (!mhe__bpe_line(&in)) return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated after %d of %ld tokens", i, nt);
-            if (in.line_len < 4 || (in.line_at[0] != 't' && in.line_at[0] != 'a') || in.line_at[1] != ' ' || (in.line_len - 2) % 2)
-                return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (token %d): expected 't HEX' or 'a HEX' with at least one byte", in.line, i);
+            if (in.line_len < 4 || !strchr("tanAN", in.line_at[0]) || in.line_at[1] != ' ' || (in.line_len - 2) % 2)
+                return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (token %d): expected 't HEX' or 'a HEX' (n, A, N) with at least one byte", in.line, i);
             bytes += (in.line_len - 2) / 2;
         }
         in.pos = save; in.line = line0;
@@ -11550,7 +11579,7 @@ MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
         size_t k;
         unsigned char *q = b->bytes + b->start[i];
         (void)mhe__bpe_line(&in);
-        b->added[i] = in.line_at[0] == 'a';
+        b->added[i] = (unsigned char)(in.line_at[0] == 't' ? 0 : in.line_at[0] == 'a' ? 1 : in.line_at[0] == 'n' ? 3 : in.line_at[0] == 'A' ? 5 : 7);
         for (k = 2; k < in.line_len; k += 2) {
             int h = mhe__bpe_hexval(in.line_at[k]), l = mhe__bpe_hexval(in.line_at[k + 1]);
             if (h < 0 || l < 0) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (token %d): not lower-case hex", in.line, i); }
@@ -12746,6 +12775,8 @@ typedef struct mhe__hf {
     size_t *mrg_a, *mrg_b;      /* merges: the two strings' offsets */
     int n_mrg, cap_mrg, cap_mrg2;
     size_t *add_off; int *add_id, n_add, cap_add, cap_add2;
+    unsigned char *add_late;    /* "normalized": true (matched in the second pass) */
+    int cap_add3;
     int unk_set; size_t unk_off;
     int split, prefix_space, ignore_merges, fuse_unk;
 } mhe__hf;
@@ -13020,7 +13051,7 @@ static mhe_status mhe__hf_added(mhe__hf *h) {
     int first = 1, more;
     mhe_status s;
     for (;;) {
-        int f2 = 1, m2, id = -1, v;
+        int f2 = 1, m2, id = -1, v, normalized = -1, special = 0;
         size_t off = 0, n = 0;
         char key[32], where[64];
         if ((s = mhe__hf_elem(h, &first, &more, "added_tokens")) != MHE_OK) return s;
@@ -13043,12 +13074,15 @@ static mhe_status mhe__hf_added(mhe__hf *h) {
             } else if (strcmp(key, "normalized") == 0 || strcmp(key, "special") == 0) {
                 char w2[96];
                 snprintf(w2, sizeof w2, "%s.%s", where, key);
-                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;   /* without a normalizer, the same match */
+                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
+                if (key[0] == 'n') normalized = v; else special = v;
             } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));
         }
         if (id < 0 || !n) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: %s needs an id and a content", where);
         if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_off, &h->cap_add, h->n_add + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
         if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_id, &h->cap_add2, h->n_add + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_late, &h->cap_add3, h->n_add + 1, 1)) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        h->add_late[h->n_add] = (unsigned char)(normalized < 0 ? !special : normalized);   /* tokenizers' default: !special */
         h->add_off[h->n_add] = off; h->add_id[h->n_add++] = id;
     }
     return MHE_OK;
@@ -13110,7 +13144,7 @@ static mhe_status mhe__hf_build(mhe__hf *h) {
             const char *c = h->str + h->add_off[owner[nt + i]];
             n = strlen(c);
             memcpy(q, c, n);
-            b->added[i] = 1;
+            b->added[i] = (unsigned char)(MHE_BPE_ADDED | (h->add_late[owner[nt + i]] ? MHE_BPE_ADDED_LATE : 0) | (owner[i] >= 0 ? MHE_BPE_ADDED_VOCAB : 0));
         } else if (!mhe__hf_unbyte(h->str + h->voc_off[owner[i]], q, &n)) {
             s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab '%.40s' (id %d) is not byte-level text (GPT-2's byte characters)", h->str + h->voc_off[owner[i]], i);
             goto out;
@@ -13219,7 +13253,7 @@ MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
     }
     if (s == MHE_OK) s = mhe__hf_build(&h);
     MHE_FREE(b->alloc_ctx, h.str); MHE_FREE(b->alloc_ctx, h.voc_off); MHE_FREE(b->alloc_ctx, h.voc_id); MHE_FREE(b->alloc_ctx, h.mrg_a); MHE_FREE(b->alloc_ctx, h.mrg_b);
-    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id);
+    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id); MHE_FREE(b->alloc_ctx, h.add_late);
     if (s != MHE_OK) mhe_bpe_free(b);
     return s;
 }

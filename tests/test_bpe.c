@@ -319,6 +319,27 @@ static void hugging_face(void) {
         for (k = 0; k < len; k++) if (mhe_bpe_load_hf(&b, buf, k) == MHE_OK) acc++;
         CHECK(acc == 0, "%d truncations of tokenizer.json accepted", acc);
     }
+    {   /* two passes of added tokens, as tokenizers' AddedVocabulary: "normalized": false ones first,
+           then the "normalized": true ones between them; "ab" is also a vocabulary entry (a merge makes it) */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"x\":3,\"ab\":4},\"merges\":[\"a b\"]},"
+                        "\"added_tokens\":[{\"id\":4,\"content\":\"ab\",\"normalized\":true},{\"id\":5,\"content\":\"bc\",\"normalized\":false,\"special\":true}],"
+                        "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+        char buf[2048];
+        size_t k;
+        mhe_bpe c;
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        CHECK(b.added[4] == (MHE_BPE_ADDED | MHE_BPE_ADDED_LATE | MHE_BPE_ADDED_VOCAB) && b.added[5] == MHE_BPE_ADDED, "added flags %d %d", b.added[4], b.added[5]);
+        OK(mhe_bpe_encode(&b, "xabcx", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 4 && ids[0] == 3 && ids[1] == 0 && ids[2] == 5 && ids[3] == 3, "xabcx -> x a bc x: bc (first pass) wins over ab (%zu)", n);
+        OK(mhe_bpe_encode(&b, "abxab", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 3 && ids[0] == 4 && ids[1] == 3 && ids[2] == 4, "abxab -> ab x ab");
+        mhe_bpe_init(&c, NULL);
+        OK(mhe_bpe_save_mem(&b, buf, sizeof buf, &k));
+        OK(mhe_bpe_load_mem(&c, buf, k));
+        OK(mhe_bpe_encode(&c, "xabcx", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 4 && ids[2] == 5 && c.added[4] == b.added[4], "the text form keeps the flags (N, a)");
+        mhe_bpe_free(&c);
+    }
     {   /* unk with fuse_unk: unknown bytes become one unk */
         const char *j = "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"vocab\":{\"<unk>\":0,\"a\":1},\"merges\":[]},"
                         "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}}";

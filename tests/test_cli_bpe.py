@@ -102,7 +102,7 @@ def hf_compare(d):
         ("alphabet", dict(add_prefix_space=False), True, 1500),
         ("prefix-space, seen bytes only", dict(add_prefix_space=True), False, 800),
     ]
-    texts = [open(p, encoding="utf-8").read() for p in held] + UNUSUAL
+    texts = [open(p, encoding="utf-8").read() for p in held] + UNUSUAL + ["the model; he model; bring the mhe m zqxjing<sep>the<sep>"]
     for name, pre, alphabet, vocab in variants:
         tk = Tokenizer(models.BPE())
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(**pre)
@@ -111,6 +111,9 @@ def hf_compare(d):
         if alphabet:
             kw["initial_alphabet"] = pre_tokenizers.ByteLevel.alphabet()
         tk.train(train, trainers.BpeTrainer(**kw))
+        if alphabet:   # added tokens in both passes: special ("normalized": false) and not (true), in the vocabulary or not
+            tk.add_special_tokens(["he m", "<sep>"])
+            tk.add_tokens(["the", "ing", "zqxj"])
         path = os.path.join(d, "tokenizer.json")
         tk.save(path)
         if alphabet:
