@@ -77,7 +77,9 @@
      corpora)   7 models (config, decoder, encoder, encoder-decoder; batches
      with padding; word embeddings: vocab or HashFormers hash embeddings;
      hybrid layouts, skip, the fixed stream; Admin)   8 tokenizer and
-     objectives (masked LM, labelled text sets, Shuffle+Random)
+     objectives (bytes; byte-level BPE: training, encoding, GPT-2's split
+     with a Unicode class table, mhe's text form and Hugging Face
+     tokenizer.json; masked LM, labelled text sets, Shuffle+Random)
      9 optimizer and trainer   10 checkpoints (safetensors; q8: int8
      weights with per-group scales, for inference)   11 metrics
      (attention-pattern indicators, thesis Tables 4.5-4.8)   12 inference
