@@ -1006,8 +1006,9 @@ MHEDEF MHE_NODISCARD mhe_status mhe_model_init(mhe_model *m, const mhe_config *c
 MHEDEF void mhe_model_free(mhe_model *m);
 /* Give the model a copy of a BPE tokenizer (b NULL: remove it). Checkpoints
    carry it (tensor "bpe.tokenizer": its text form as I8, metadata
-   "tokenizer.md5": the MD5 of that text, checked at load). MHE_ERR_CONFIG
-   when vocab_size is not the tokenizer's n_tokens or the model reads words. */
+   "tokenizer.md5": the MD5 of that text, checked at load; mhe_model_load_arena
+   checks the MD5 only and leaves bpe NULL). MHE_ERR_CONFIG when vocab_size is
+   not the tokenizer's n_tokens or the model reads words. */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_set_bpe(mhe_model *m, const struct mhe_bpe *b);
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
 /* make room for activations of B sequences of T tokens (and Ts source tokens
@@ -14446,8 +14447,10 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     return MHE_OK;
 }
 
-/* the tokenizer of a checkpoint (see mhe__ckpt_build), checked as a hostile file would be */
-static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st) {
+/* the tokenizer of a checkpoint (see mhe__ckpt_build), checked as a hostile
+   file would be; an arena load (parse 0) checks its MD5 and leaves m->bpe
+   NULL: it allocates nothing outside the arena, and embedded code feeds ids */
+static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st, int parse) {
     const mhe_st_tensor *t = mhe_st_find(st, MHE__CKPT_BPE);
     const char *want = mhe_st_meta(st, MHE__CKPT_BPE_MD5);
     unsigned char d[16];
@@ -14467,6 +14470,7 @@ static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st) {
     if (strcmp(hex, want) != 0)
         return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' has MD5 %s, but the metadata '%s' says %.40s (a damaged or replaced tokenizer)",
                          MHE__CKPT_BPE, hex, MHE__CKPT_BPE_MD5, want);
+    if (!parse) return MHE_OK;
     mhe_bpe_init(&b, m->alloc_ctx);
     if ((s = mhe_bpe_load_mem(&b, (const char *)t->data, (size_t)t->size)) != MHE_OK)
         return mhe__fail(m->err, s, "checkpoint tensor '%s': %.200s", MHE__CKPT_BPE, b.err);
@@ -14896,7 +14900,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     }
     if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place);
     if (s == MHE_OK) s = mhe__load_words(m, &st);
-    if (s == MHE_OK) s = mhe__load_bpe(m, &st);
+    if (s == MHE_OK) s = mhe__load_bpe(m, &st, arena == NULL);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
         const char *nm = st.tensors[i].name;
         size_t len = strlen(nm);

@@ -429,6 +429,20 @@ static void checkpoints(void) {
         CHECK(mhe_model_load_mem(&m2, ck, n, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "bpe.tokenizer") && strstr(m2.err, "MD5"), "damaged tokenizer: %s", m2.err);
         ((unsigned char *)ck)[off] ^= 1;
     }
+    {   /* an arena load checks the MD5 and allocates no tokenizer */
+        size_t need = 0;
+        mhe_arena ar;
+        OK(mhe_inference_memory_needed(ck, n, 8, 0, &need));
+        OK(mhe_arena_alloc_block(&ar, need, NULL));
+        OK(mhe_model_load_arena(&m2, ck, n, &ar, 0));
+        CHECK(m2.bpe == NULL, "arena load: no tokenizer on the heap");
+        mhe_model_free(&m2);
+        mhe_arena_reset(&ar);
+        n2 = swap_tokenizer(ck, n, &b, "00000000000000000000000000000000", &bad);
+        CHECK(mhe_model_load_arena(&m2, bad, n2, &ar, 0) == MHE_ERR_FORMAT && strstr(m2.err, "MD5"), "arena load, wrong MD5: %s", m2.err);
+        free(bad);
+        mhe_arena_free(&ar);
+    }
     /* another tokenizer with its own MD5: 265 tokens for a model of 270 */
     n2 = swap_tokenizer(ck, n, &small, NULL, &bad);
     CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_CONFIG && strstr(m2.err, "vocab_size 270"), "vocab size mismatch in a file: %s", m2.err);
