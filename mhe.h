@@ -11547,7 +11547,7 @@ static int mhe__bpe_hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >=
 MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
     mhe__bpe_in in;
     mhe_status st;
-    long v, split = 0, ps = 0, im = 0, unk = -1, fu = 0, nt = 0, nm = 0;
+    long split = 0, ps = 0, im = 0, unk = -1, fu = 0, nt = 0, nm = 0;
     size_t bytes, save;
     int i;
     if (!b) return MHE_ERR_ARG;
@@ -11617,7 +11617,6 @@ MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
         return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: expected 'end' as the last line, after %ld merges", line, nm);
     }
     b->split = (int)split; b->prefix_space = (int)ps; b->ignore_merges = (int)im; b->unk = (int)unk; b->fuse_unk = (int)fu;
-    (void)v;
     if ((st = mhe__bpe_index(b, "tokenizer")) != MHE_OK) { char e[MHE_ERR_LEN]; memcpy(e, b->err, sizeof e); mhe_bpe_free(b); memcpy(b->err, e, sizeof e); }
     return st;
 }
@@ -12888,7 +12887,7 @@ static mhe_status mhe__hf_id(mhe__hf *h, int *v, const char *where, long i) {
     return MHE_OK;
 }
 
-/* a string field that must be one of the accepted values (or null when null_ok) */
+/* a string value (a type name), cut to cap - 1 bytes */
 static mhe_status mhe__hf_type(mhe__hf *h, const char *where, char *out, size_t cap) {
     size_t n;
     mhe__json_ws(&h->j);
@@ -12985,10 +12984,8 @@ static mhe_status mhe__hf_model(mhe__hf *h) {
         } else if (strcmp(key, "ignore_merges") == 0) {
             if ((s = mhe__hf_bool(h, &h->ignore_merges, "model.ignore_merges")) != MHE_OK) return s;
         } else if (strcmp(key, "vocab") == 0) {
-            int f2 = 1, m2;
-            char dummy[1];
+            int f2 = 1;
             if (seen_vocab++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab appears twice");
-            (void)dummy;
             mhe__json_ws(&h->j);
             if (mhe__json_peek(&h->j) != MHE__LB) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
             h->j.pos++;
@@ -13008,7 +13005,6 @@ static mhe_status mhe__hf_model(mhe__hf *h) {
                 MHE__HF_TRY(mhe__json_expect(&h->j, ':', "expected ':' after a model.vocab key"));
                 if ((s = mhe__hf_id(h, &h->voc_id[h->n_voc], "model.vocab", h->n_voc)) != MHE_OK) return s;
                 h->voc_off[h->n_voc++] = off;
-                (void)m2;
             }
         } else if (strcmp(key, "merges") == 0) {
             int f2 = 1, m2;
