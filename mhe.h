@@ -9430,6 +9430,7 @@ MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x) {
     if (!m) return MHE_ERR_ARG;
     if (m->cfg.embedding != MHE_EMB_VOCAB)
         return mhe__fail(m->err, MHE_ERR_CONFIG, "a word vocabulary is for embedding=vocab; embedding=%s hashes every word", mhe__emb_name(&m->cfg));
+    if (m->bpe) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model reads BPE tokens (it has a tokenizer), not words");
     W = m->cfg.vocab_size - MHE_N_SPECIAL;
     if (W < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "vocab_size %d leaves no row for words after the %d special tokens", m->cfg.vocab_size, MHE_N_SPECIAL);
     if (!x || x->n < 1) return mhe__fail(m->err, MHE_ERR_DATA, "the lexicon has no words");

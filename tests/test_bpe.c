@@ -450,6 +450,14 @@ static void checkpoints(void) {
     n2 = swap_tokenizer(ck, n, &b, "00000000000000000000000000000000", &bad);
     CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "tokenizer.md5"), "wrong MD5: %s", m2.err);
     free(bad);
+    {   /* a model with a tokenizer takes no word vocabulary */
+        mhe_lexicon x;
+        int ty;
+        mhe_lexicon_init(&x, NULL);
+        OK(mhe_lexicon_intern(&x, "word", 4, 1, &ty));
+        CHECK(mhe_model_set_vocab(&m, &x) == MHE_ERR_CONFIG && strstr(m.err, "BPE"), "set_vocab on a BPE model: %s", m.err);
+        mhe_lexicon_free(&x);
+    }
     /* fine-tuning keeps it */
     OK(mhe_model_init_from(&m2, &cfg, &m, 2, NULL, NULL));
     CHECK(m2.bpe && m2.bpe->n_tokens == 270, "init_from copies the tokenizer");

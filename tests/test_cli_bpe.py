@@ -234,6 +234,8 @@ def bad_input(d, corpus, tok, lm):
            "--tokenizer with a loaded model", absent=[out])
     expect(["train", "--data", corpus, "--tokenizer", tok, "--embedding", "hash-emb", "--out", out] + SMALL, 1, ["word model"],
            "--tokenizer with a word model", absent=[out])
+    expect(["train", "--task", "sr", "--data", corpus, "--tokenizer", tok, "--out", out] + SMALL, 1, ["word model"],
+           "--tokenizer with --task sr", absent=[out])
     ids = write(os.path.join(d, "bad.ids"), "1 2 600")
     expect(["tokenize", "decode", "--tokenizer", tok, "--data", ids], 1, ["id 600 at position 2"], "decode of an id outside the vocabulary")
 

@@ -183,7 +183,7 @@ static const flag_spec tokenize_flags[] = {
     STR("out", "TOK", out, "train, convert: the tokenizer file to write (mhe's text form)"),
     FLAG("vocab", "N", F_INT, 256, MHE_BPE_MAX_TOKENS, NULL, n_tokens, "train: tokens in all (256 bytes, the merges, the added tokens)"),
     FLAG("split", "gpt2|none", F_CHOICE, 0, 0, "gpt2|none", split_s, "train: GPT-2's pre-tokenisation (default) or none"),
-    STR("added", "\"T1 T2 ..\"", added, "train: added tokens, space-separated (the last id first in MLM: add <mask> last)"),
+    STR("added", "\"T1 T2 ..\"", added, "train: added tokens, space-separated, the last ids (mask_token -1 is the last: put <mask> last)"),
     STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
     STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
 };
@@ -663,8 +663,8 @@ static int read_tokenizer(opts *o) {
     static mhe_bpe tok;
     int V;
     if (!o->tokenizer) return 1;
-    if (o->words || o->cfg.embedding != MHE_EMB_VOCAB) {
-        fprintf(stderr, "mhe: --tokenizer gives a model BPE tokens; a word model (--words 1, embedding=hash-*) reads words\n");
+    if (o->words || o->cfg.embedding != MHE_EMB_VOCAB || (o->task && strcmp(o->task, "sr") == 0)) {
+        fprintf(stderr, "mhe: --tokenizer gives a model BPE tokens; a word model (--words 1, embedding=hash-*, --task sr) reads words\n");
         return 0;
     }
     mhe_bpe_init(&tok, NULL);
