@@ -340,6 +340,13 @@ static void hugging_face(void) {
         CHECK(n == 4 && ids[2] == 5 && c.added[4] == b.added[4], "the text form keeps the flags (N, a)");
         mhe_bpe_free(&c);
     }
+    {   /* ignore_merges: a piece that is a vocabulary entry is that entry (tokenizers 0.19.1: 4 3 2 3; '.' has no token) */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"abc\":4},"
+                        "\"merges\":[\"a b\"]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        OK(mhe_bpe_encode(&b, "abc.abcab", 9, ids, 9, &n, NULL, err));
+        CHECK(n == 4 && ids[0] == 4 && ids[1] == 3 && ids[2] == 2 && ids[3] == 3, "ignore_merges: abc . abcab -> 4 3 2 3 (%zu)", n);
+    }
     {   /* unk with fuse_unk: unknown bytes become one unk */
         const char *j = "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"vocab\":{\"<unk>\":0,\"a\":1},\"merges\":[]},"
                         "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}}";
