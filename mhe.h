@@ -1209,7 +1209,10 @@ MHEDEF int mhe_bpe_find(const mhe_bpe *b, const void *bytes, size_t n);
 MHEDEF int mhe_bpe_merge_rank(const mhe_bpe *b, int left, int right);
 /* Scratch of mhe_bpe_encode for a text of len bytes. */
 MHEDEF size_t mhe_bpe_work_size(size_t len);
-/* text -> ids[0 .. *n); at most len + 1 ids (len when prefix_space is 0).
+/* the most ids a text of len bytes can give: len, or 2 len + 1 with
+   prefix_space (a space before each stretch between added tokens) */
+MHEDEF size_t mhe_bpe_max_ids(const mhe_bpe *b, size_t len);
+/* text -> ids[0 .. *n); at most mhe_bpe_max_ids(b, len) of them.
    work: mhe_bpe_work_size(len) bytes, or NULL to have them allocated per
    call (with their own work, threads may share one mhe_bpe). MHE_ERR_SHAPE
    when cap is too small, MHE_ERR_NOMEM; err (may be NULL) gets a message. */
@@ -11061,6 +11064,8 @@ typedef struct mhe__bpe_ws {
 
 MHEDEF size_t mhe_bpe_work_size(size_t len) { return 8 + (len + 2) * MHE__BPE_WS_PER; }
 
+MHEDEF size_t mhe_bpe_max_ids(const mhe_bpe *b, size_t len) { return b && b->prefix_space ? 2 * len + 1 : len; }
+
 static void mhe__bpe_ws_carve(mhe__bpe_ws *w, void *mem, size_t cap) {
     unsigned char *p = (unsigned char *)(((uintptr_t)mem + 7) & ~(uintptr_t)7);
     w->heap = (uint64_t *)(void *)p; p += 3 * cap * sizeof(uint64_t);
@@ -11680,9 +11685,9 @@ MHEDEF mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **
     if ((st = mhe_read_file(path, &buf, &len, alloc_ctx, err)) != MHE_OK) return st;
     if (len == 0) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: corpus is empty", path); }
     if (memchr(buf, 0, len)) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: contains NUL bytes, not a text file", path); }
-    *tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(len + 1, sizeof(int), &ok));
+    *tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(mhe__add_size(mhe_bpe_max_ids(b, len), 1, &ok), sizeof(int), &ok));
     if (!ok || !*tokens) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_NOMEM, "%.200s: no memory for %zu tokens", path, len); }
-    st = mhe_bpe_encode(b, (const char *)buf, len, *tokens, len + 1, n, NULL, err);
+    st = mhe_bpe_encode(b, (const char *)buf, len, *tokens, mhe_bpe_max_ids(b, len), n, NULL, err);
     MHE_FREE(alloc_ctx, buf);
     if (st == MHE_OK && *n == 0) st = mhe__fail(err, MHE_ERR_DATA, "%.200s: no token (every byte lacks one in this tokenizer)", path);
     if (st != MHE_OK) { MHE_FREE(alloc_ctx, *tokens); *tokens = NULL; *n = 0; }
@@ -11698,7 +11703,7 @@ MHEDEF mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err)
     if (!s || !b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "text set bpe: NULL argument or empty tokenizer");
     total = s->start[s->n];
     for (e = 0; e < s->n; e++) if (s->start[e + 1] - s->start[e] > maxlen) maxlen = s->start[e + 1] - s->start[e];
-    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(total + (size_t)s->n + 1, sizeof(int), &ok));
+    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(mhe__add_size(mhe_bpe_max_ids(b, total), (size_t)s->n + 1, &ok), sizeof(int), &ok));
     start = (size_t *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size((size_t)s->n + 1, sizeof(size_t), &ok));
     text = (char *)MHE_MALLOC(s->alloc_ctx, maxlen + 1);
     if (!ok || !tok || !start || !text) { st = mhe__fail(err, MHE_ERR_NOMEM, "text set bpe: out of memory"); goto out; }
@@ -11706,7 +11711,7 @@ MHEDEF mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err)
     for (e = 0; e < s->n && st == MHE_OK; e++) {   /* the byte tokens are the text's bytes */
         size_t n = 0, len = s->start[e + 1] - s->start[e];
         for (i = 0, k = s->start[e]; i < len; i++, k++) text[i] = (char)s->tokens[k];
-        st = mhe_bpe_encode(b, text, len, tok + q, len + 1, &n, NULL, err);
+        st = mhe_bpe_encode(b, text, len, tok + q, mhe_bpe_max_ids(b, len), &n, NULL, err);
         if (st == MHE_OK && n == 0) st = mhe__fail(err, MHE_ERR_DATA, "example %d: the text has no token in this tokenizer", e + 1);
         q += n;
         start[e + 1] = q;

@@ -347,6 +347,15 @@ static void hugging_face(void) {
         OK(mhe_bpe_encode(&b, "abc.abcab", 9, ids, 9, &n, NULL, err));
         CHECK(n == 4 && ids[0] == 4 && ids[1] == 3 && ids[2] == 2 && ids[3] == 3, "ignore_merges: abc . abcab -> 4 3 2 3 (%zu)", n);
     }
+    {   /* add_prefix_space puts a space before every stretch between added tokens: more ids than bytes */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\\u0120\":1,\"|\":2},\"merges\":[]},"
+                        "\"added_tokens\":[{\"id\":2,\"content\":\"|\",\"special\":true,\"normalized\":false}],"
+                        "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true}}";
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        CHECK(mhe_bpe_max_ids(&b, 5) == 11, "max_ids with prefix_space");
+        OK(mhe_bpe_encode(&b, "a|a|a", 5, ids, mhe_bpe_max_ids(&b, 5), &n, NULL, err));
+        CHECK(n == 8 && ids[0] == 1 && ids[1] == 0 && ids[2] == 2 && ids[3] == 1 && ids[7] == 0, "' a' | ' a' | ' a': 8 ids of 5 bytes (%zu)", n);
+    }
     {   /* unk with fuse_unk: unknown bytes become one unk */
         const char *j = "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"vocab\":{\"<unk>\":0,\"a\":1},\"merges\":[]},"
                         "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}}";

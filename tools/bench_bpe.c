@@ -21,12 +21,12 @@ int main(int argc, char **argv) {
     mhe_bpe_init(&b, NULL);
     if (mhe_bpe_load(&b, argv[1]) != MHE_OK) { fprintf(stderr, "bench_bpe: %s\n", b.err); return 1; }
     if (mhe_read_file(argv[2], &text, &len, NULL, err) != MHE_OK) { fprintf(stderr, "bench_bpe: %s\n", err); return 1; }
-    ids = (int *)malloc((len + 2) * sizeof(int));
+    ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
     work = malloc(mhe_bpe_work_size(len));
     if (!ids || !work) { fprintf(stderr, "bench_bpe: out of memory\n"); return 1; }
     for (r = -1; r < (R < 1 ? 1 : R); r++) {
         double t0 = now_s(), t;
-        if (mhe_bpe_encode(&b, (const char *)text, len, ids, len + 1, &n, work, err) != MHE_OK) { fprintf(stderr, "bench_bpe: %s\n", err); return 1; }
+        if (mhe_bpe_encode(&b, (const char *)text, len, ids, mhe_bpe_max_ids(&b, len), &n, work, err) != MHE_OK) { fprintf(stderr, "bench_bpe: %s\n", err); return 1; }
         t = now_s() - t0;
         if (r >= 0 && t < best) best = t;
     }

@@ -650,10 +650,10 @@ static int load_corpus(const char *path, const mhe_bpe *bpe, int **tokens, size_
 static int text_tokens(const mhe_model *m, const char *text, size_t len, int **tok, size_t *n) {
     char err[MHE_ERR_LEN];
     *n = 0;
-    *tok = (int *)malloc((len + 2) * sizeof(int));
+    *tok = (int *)malloc((mhe_bpe_max_ids(m->bpe, len) + 2) * sizeof(int));
     if (!*tok) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
     if (!m->bpe) { *n = mhe_tokenize_bytes(text, len, *tok); return 1; }
-    if (mhe_bpe_encode(m->bpe, text, len, *tok, len + 1, n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    if (mhe_bpe_encode(m->bpe, text, len, *tok, mhe_bpe_max_ids(m->bpe, len), n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     return 1;
 }
 
@@ -2265,8 +2265,8 @@ static int cmd_tokenize(int argc, char **argv) {
         if (!o.data || o.out || given(&o, "vocab") || o.split_s || o.added) { fprintf(stderr, "mhe: tokenize %s takes --data and --tokenizer or --model\n", act); return 2; }
         if (!tokenizer_of(&o, &b) || !read_text(o.data, &text, &len)) { mhe_bpe_free(&b); return 1; }
         if (act[0] == 'e') {
-            ids = (int *)malloc((len + 2) * sizeof(int));
-            if (!ids || mhe_bpe_encode(&b, text, len, ids, len + 1, &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
+            ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
+            if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
             else {
                 for (i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
                 printf("\n");
