@@ -77,7 +77,9 @@
      corpora)   7 models (config, decoder, encoder, encoder-decoder; batches
      with padding; word embeddings: vocab or HashFormers hash embeddings;
      hybrid layouts, skip, the fixed stream; Admin)   8 tokenizer and
-     objectives (masked LM, labelled text sets, Shuffle+Random)
+     objectives (bytes; byte-level BPE: training, encoding, GPT-2's split
+     with a Unicode class table, mhe's text form and Hugging Face
+     tokenizer.json; masked LM, labelled text sets, Shuffle+Random)
      9 optimizer and trainer   10 checkpoints (safetensors; q8: int8
      weights with per-group scales, for inference)   11 metrics
      (attention-pattern indicators, thesis sec. 4.4.4)   12 inference
@@ -979,6 +981,7 @@ typedef struct mhe_model {
     int lsh_ready;
     mhe_lexicon vocab;              /* embedding=vocab on words: type i is tok_emb row MHE_N_SPECIAL + i */
     uint64_t hash_sig;              /* of everything that decides how a word embeds */
+    struct mhe_bpe *bpe;            /* the model's BPE tokenizer (section 8; mhe_model_set_bpe), NULL: none */
     mhe_emb_in emb_in;
 } mhe_model;
 
@@ -1002,6 +1005,12 @@ typedef struct mhe_batch {
 /* build a model with freshly initialised weights (seeded) */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx);
 MHEDEF void mhe_model_free(mhe_model *m);
+/* Give the model a copy of a BPE tokenizer (b NULL: remove it). Checkpoints
+   carry it (tensor "bpe.tokenizer": its text form as I8, metadata
+   "tokenizer.md5": the MD5 of that text, checked at load; mhe_model_load_arena
+   checks the MD5 only and leaves bpe NULL). MHE_ERR_CONFIG when vocab_size is
+   not the tokenizer's n_tokens or the model reads words. */
+MHEDEF MHE_NODISCARD mhe_status mhe_model_set_bpe(mhe_model *m, const struct mhe_bpe *b);
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
 /* make room for activations of B sequences of T tokens (and Ts source tokens
    for encdec; 0 means T). The forward pass does this itself. */
@@ -1119,6 +1128,139 @@ MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
 MHEDEF MHE_NODISCARD mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
 #endif
 
+/* Byte-level BPE (Sennrich et al. 2016 on bytes, as GPT-2 runs it: Radford
+   et al. 2019 sec. 2.2). The base of every vocabulary mhe trains is the 256
+   single bytes (token id = byte value), so decode(encode(x)) = x for any
+   bytes, invalid UTF-8 and NUL included. Then, in order, the merges: merge r
+   (its rank) joins the adjacent tokens (left, right) into token `result`;
+   then the added tokens (specials such as "<|endoftext|>"), which are cut
+   out of a text literally before anything else and never merged.
+   Pre-tokenisation (split = MHE_BPE_SPLIT_GPT2) cuts a text into pieces by
+   GPT-2's pattern
+     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+   with the Unicode classes of mhe_unicode_class; a byte that does not start
+   well-formed UTF-8 is one character of class other. Merges never cross a
+   piece. MHE_BPE_SPLIT_NONE merges across the whole text (between added
+   tokens).
+   Encoding a piece is the tokenizers package's BPE::merge_word: the bytes
+   become their tokens, then while an adjacent pair has a merge, the pair of
+   lowest rank is merged, the leftmost one on equal ranks.
+   Training (mhe_bpe_train) counts the pieces of a text, then repeatedly adds
+   the merge of the adjacent pair with the highest count over all pieces
+   (each piece weighted by how often it occurs); ties go to the lowest left
+   id, then the lowest right id; every occurrence in every piece is merged
+   left to right. It stops at vocab_size tokens or when no pair is left
+   (then n_tokens < vocab_size). Cost O(merges x symbols of the distinct
+   pieces); nothing depends on hash order, so the result is the same on
+   every platform.
+   A vocabulary read from a Hugging Face tokenizer.json (mhe_bpe_load_hf)
+   keeps that file's ids, so a byte may have no token (byte_id -1: the
+   tokenizers package drops it, or gives unk when the model has one). */
+enum { MHE_BPE_SPLIT_NONE = 0, MHE_BPE_SPLIT_GPT2 };
+/* the class of a code point in the pattern above (Unicode version:
+   mhe_unicode_version(); table made by tools/scripts/unicode_classes.py) */
+enum { MHE_UC_OTHER = 0, MHE_UC_LETTER, MHE_UC_NUMBER, MHE_UC_SPACE };
+MHEDEF int mhe_unicode_class(uint32_t cp);
+MHEDEF const char *mhe_unicode_version(void);
+/* end of the GPT-2 piece that starts at text[pos] (pos < len) */
+MHEDEF size_t mhe_bpe_split_next(const char *text, size_t len, size_t pos);
+
+#define MHE_BPE_MAX_TOKENS (1 << 24)   /* vocabulary sizes this library accepts */
+/* Added tokens are cut out in two passes, as tokenizers' AddedVocabulary
+   does: first those without MHE_BPE_ADDED_LATE (tokenizer.json
+   "normalized": false, and every added token mhe trains), then, in the text
+   between them, those with it ("normalized": true). MHE_BPE_ADDED_VOCAB: the
+   token is also an entry of the BPE vocabulary (merges and ignore_merges may
+   produce it). */
+enum { MHE_BPE_ADDED = 1, MHE_BPE_ADDED_LATE = 2, MHE_BPE_ADDED_VOCAB = 4 };
+typedef struct mhe_bpe {
+    int n_tokens;                   /* the vocabulary size: ids 0 .. n_tokens - 1 */
+    int n_merges;
+    int split;                      /* MHE_BPE_SPLIT_* */
+    int prefix_space;               /* ' ' put before a text (piece between added tokens) that does not start with one */
+    int ignore_merges;              /* a piece that is itself a token is that token (tokenizers' ignore_merges) */
+    int unk;                        /* the token of a byte without one, -1: such bytes are dropped */
+    int fuse_unk;                   /* consecutive unknown bytes give one unk */
+    int byte_id[256];               /* token of each single byte, -1 when none */
+    unsigned char *bytes;           /* token i is bytes[start[i] .. start[i+1]) */
+    size_t *start;                  /* [n_tokens + 1] */
+    unsigned char *added;           /* [n_tokens]: MHE_BPE_ADDED* flags, 0 for a vocabulary token */
+    int32_t *merges;                /* [n_merges][3]: left, right, result; the index is the rank */
+    int *added_ids;                 /* the added tokens, longest first (leftmost-longest matching) */
+    int n_added;
+    uint64_t *merge_keys;           /* hash of the merges: (left << 32 | right) -> rank */
+    int32_t *merge_rank;
+    int *tok_slots;                 /* hash of the token bytes -> id (-1 empty) */
+    size_t n_merge_slots, n_tok_slots;
+    void *alloc_ctx;
+    char err[MHE_ERR_LEN];
+} mhe_bpe;
+
+MHEDEF void mhe_bpe_init(mhe_bpe *b, void *alloc_ctx);
+MHEDEF void mhe_bpe_free(mhe_bpe *b);
+/* a new vocabulary of (at most) vocab_size tokens: 256 bytes, the merges,
+   then the n_added added tokens (non-empty, distinct; cut out of the text
+   before counting). MHE_ERR_ARG for vocab_size < 256 + n_added or above
+   MHE_BPE_MAX_TOKENS. */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_train(mhe_bpe *b, const char *text, size_t len, int vocab_size, int split,
+                                const char *const *added, int n_added);
+/* the token of bytes[0..n), -1 when none */
+MHEDEF int mhe_bpe_find(const mhe_bpe *b, const void *bytes, size_t n);
+/* the rank of the merge (left, right), -1 when none */
+MHEDEF int mhe_bpe_merge_rank(const mhe_bpe *b, int left, int right);
+/* Scratch of mhe_bpe_encode for a text of len bytes. */
+MHEDEF size_t mhe_bpe_work_size(size_t len);
+/* the most ids a text of len bytes can give: len, or 2 len + 1 with
+   prefix_space (a space before each stretch between added tokens) */
+MHEDEF size_t mhe_bpe_max_ids(const mhe_bpe *b, size_t len);
+/* text -> ids[0 .. *n); at most mhe_bpe_max_ids(b, len) of them.
+   work: mhe_bpe_work_size(len) bytes, or NULL to have them allocated per
+   call (with their own work, threads may share one mhe_bpe). MHE_ERR_SHAPE
+   when cap is too small, MHE_ERR_NOMEM; err (may be NULL) gets a message. */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n,
+                                 void *work, char *err);
+/* ids -> the bytes of their tokens, one after another: the first cap go to
+   out (out may be NULL), the full length to *len. MHE_ERR_DATA for an id
+   outside 0 .. n_tokens - 1 (err names its position). */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_decode(const mhe_bpe *b, const int *ids, size_t n, char *out, size_t cap, size_t *len,
+                                 char *err);
+/* The text form (mhe's own; what a checkpoint carries): lines
+     mhe-bpe 1
+     split gpt2|none   prefix_space 0|1   ignore_merges 0|1   unk ID|-1   fuse_unk 0|1   (one a line)
+     tokens N          then N lines "t HEX" (a token) or "a HEX" (an added token), HEX its bytes in hex;
+                       n, A, N for an added token that is late, in the vocabulary, both
+     merges M          then M lines "LEFT RIGHT RESULT", in rank order
+     end
+   save: the first cap bytes to buf (buf may be NULL), the full size to *len.
+   load: every field checked (a truncated file, a token that is empty or
+   repeats one, a merge out of range, repeated, or whose result is not
+   left + right: an error naming the line); on failure b is left empty. */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_save_mem(const mhe_bpe *b, char *buf, size_t cap, size_t *len);
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len);
+/* MD5 of the text form: what a checkpoint records to check its tokenizer */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_md5(const mhe_bpe *b, unsigned char digest[16]);
+/* A Hugging Face tokenizer.json of a byte-level BPE model (model.type "BPE",
+   pre_tokenizer ByteLevel, or a Sequence of just that; decoder ByteLevel or
+   null; normalizer null; post_processor ByteLevel or null), read with a
+   strict JSON reader (section 10): vocab, merges in either form ("a b" or
+   ["a", "b"]), added_tokens (lstrip, rstrip and single_word false),
+   unk_token, fuse_unk, ignore_merges; dropout null, no
+   continuing_subword_prefix or end_of_word_suffix, byte_fallback false.
+   Anything else, a truncated file, a repeated merge, a merge of a token
+   not in the vocab or whose result is not in it: an error naming the field.
+   mhe_bpe_encode then gives the ids of tokenizers' encode(text).ids. */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len);
+#ifndef MHE_NO_STDIO
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_save(const mhe_bpe *b, const char *path);
+/* mhe's text form, or a tokenizer.json when the file starts with '{' */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load(mhe_bpe *b, const char *path);
+/* a text file as BPE tokens in a fresh MHE_MALLOC'd array (what
+   mhe_read_text_tokens is for bytes): a missing file is MHE_ERR_IO, an empty
+   one, one with NUL bytes or one that encodes to no token MHE_ERR_DATA */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **tokens, size_t *n, void *alloc_ctx,
+                                      char *err);
+#endif
+
 /* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
    is chosen with probability prob; a chosen one becomes mask_token (80 %), a
    random token (10 %) or stays (10 %), and its target is the original token;
@@ -1152,6 +1294,9 @@ MHEDEF MHE_NODISCARD mhe_status mhe_text_set_parse_words(mhe_text_set *s, mhe_le
 #ifndef MHE_NO_STDIO
 MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lexicon *x, const char *path, void *alloc_ctx, char *err);
 #endif
+/* the texts of a byte text set (mhe_text_set_load) re-read as BPE tokens of
+   b, labels kept; a text without a token is an error naming the example */
+MHEDEF MHE_NODISCARD mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err);
 /* examples idx[0..B) as a padded batch: the first T tokens of each text in
    tokens [B*T] (padding 0), lengths [B] and labels [B] */
 MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels);
@@ -9038,6 +9183,7 @@ MHEDEF void mhe_model_free(mhe_model *m) {
     if (m->emb_in.block) MHE_FREE(ctx, m->emb_in.block);   /* word inputs: always from the hooks */
     mhe_lsh_free(&m->lsh);
     mhe_lexicon_free(&m->vocab);
+    if (m->bpe) { mhe_bpe_free(m->bpe); MHE_FREE(ctx, m->bpe); }
     if (m->fixed.eps) MHE_FREE(ctx, m->fixed.eps);
     if (m->fixed.tokens) MHE_FREE(ctx, m->fixed.tokens);
     if (m->fixed.block) MHE_FREE(ctx, m->fixed.block);
@@ -9300,6 +9446,7 @@ MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x) {
     if (!m) return MHE_ERR_ARG;
     if (m->cfg.embedding != MHE_EMB_VOCAB)
         return mhe__fail(m->err, MHE_ERR_CONFIG, "a word vocabulary is for embedding=vocab; embedding=%s hashes every word", mhe__emb_name(&m->cfg));
+    if (m->bpe) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model reads BPE tokens (it has a tokenizer), not words");
     W = m->cfg.vocab_size - MHE_N_SPECIAL;
     if (W < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "vocab_size %d leaves no row for words after the %d special tokens", m->cfg.vocab_size, MHE_N_SPECIAL);
     if (!x || x->n < 1) return mhe__fail(m->err, MHE_ERR_DATA, "the lexicon has no words");
@@ -9323,6 +9470,32 @@ MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x) {
     mhe_lexicon_free(&m->vocab);
     m->vocab = v;
     m->hash_sig = mhe__hash_sig(m);
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_model_set_bpe(mhe_model *m, const mhe_bpe *b) {
+    mhe_bpe *nb;
+    char *buf;
+    size_t n;
+    mhe_status st;
+    if (!m) return MHE_ERR_ARG;
+    if (b && b->n_tokens != m->cfg.vocab_size)
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "the model's vocab_size %d is not the tokenizer's %d tokens", m->cfg.vocab_size, b->n_tokens);
+    if (b && (m->cfg.embedding != MHE_EMB_VOCAB || m->vocab.n))
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "a BPE tokenizer is for models with a token embedding (embedding=vocab, no word vocabulary)");
+    if (b && (mhe_bpe_save_mem(b, NULL, 0, &n) != MHE_OK || !n)) return mhe__fail(m->err, MHE_ERR_ARG, "set_bpe: the tokenizer is empty");
+    if (!b) nb = NULL;
+    else {   /* a copy through the text form, so that the model owns everything */
+        nb = (mhe_bpe *)MHE_MALLOC(m->alloc_ctx, sizeof *nb);
+        buf = nb ? (char *)MHE_MALLOC(m->alloc_ctx, n) : NULL;
+        if (!buf) { if (nb) MHE_FREE(m->alloc_ctx, nb); return mhe__fail(m->err, MHE_ERR_NOMEM, "set_bpe: out of memory"); }
+        mhe_bpe_init(nb, m->alloc_ctx);
+        if ((st = mhe_bpe_save_mem(b, buf, n, &n)) == MHE_OK) st = mhe_bpe_load_mem(nb, buf, n);
+        MHE_FREE(m->alloc_ctx, buf);
+        if (st != MHE_OK) { mhe__fail(m->err, st, "set_bpe: %s", nb->err); mhe_bpe_free(nb); MHE_FREE(m->alloc_ctx, nb); return st; }
+    }
+    if (m->bpe) { mhe_bpe_free(m->bpe); MHE_FREE(m->alloc_ctx, m->bpe); }
+    m->bpe = nb;
     return MHE_OK;
 }
 
@@ -9361,6 +9534,7 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
         m->cfg.lsh_features)
         st = mhe__lsh_setup(m, src->lsh.table, src->lsh.table_len);
     m->hash_sig = mhe__hash_sig(m);
+    if (st == MHE_OK && src->bpe) st = mhe_model_set_bpe(m, src->bpe);   /* the same tokens in */
     if (st == MHE_OK && m->hash_sig != src->hash_sig)
         st = mhe__fail(m->err, MHE_ERR_CONFIG, "init_from: the embedding or hashing settings differ from the source model's, so its words would embed differently");
     for (i = 0; i < m->n_tensors && st == MHE_OK; i++) {
@@ -10483,6 +10657,1087 @@ MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n
 }
 #endif
 
+/* ---- 8. tokenizer: byte-level BPE ------------------------------------------ */
+
+/* unicode-classes:start (generated by tools/scripts/unicode_classes.py; do not edit) */
+/* Unicode 14.0.0: (first code point << 2) | class of each run, 1534 runs */
+#define MHE__UNICODE_VERSION "14.0.0"
+static const uint32_t mhe__uc_runs[1534] = {
+    0x0000000,0x0000027,0x0000038,0x0000083,0x0000084,0x00000c2,0x00000e8,0x0000105,0x000016c,
+    0x0000185,0x00001ec,0x0000217,0x0000218,0x0000283,0x0000284,0x00002a9,0x00002ac,0x00002ca,
+    0x00002d0,0x00002d5,0x00002d8,0x00002e6,0x00002e9,0x00002ec,0x00002f2,0x00002fc,0x0000301,
+    0x000035c,0x0000361,0x00003dc,0x00003e1,0x0000b08,0x0000b19,0x0000b48,0x0000b81,0x0000b94,
+    0x0000bb1,0x0000bb4,0x0000bb9,0x0000bbc,0x0000dc1,0x0000dd4,0x0000dd9,0x0000de0,0x0000de9,
+    0x0000df8,0x0000dfd,0x0000e00,0x0000e19,0x0000e1c,0x0000e21,0x0000e2c,0x0000e31,0x0000e34,
+    0x0000e39,0x0000e88,0x0000e8d,0x0000fd8,0x0000fdd,0x0001208,0x0001229,0x00014c0,0x00014c5,
+    0x000155c,0x0001565,0x0001568,0x0001581,0x0001624,0x0001741,0x00017ac,0x00017bd,0x00017cc,
+    0x0001881,0x000192c,0x0001982,0x00019a8,0x00019b9,0x00019c0,0x00019c5,0x0001b50,0x0001b55,
+    0x0001b58,0x0001b95,0x0001b9c,0x0001bb9,0x0001bc2,0x0001be9,0x0001bf4,0x0001bfd,0x0001c00,
+    0x0001c41,0x0001c44,0x0001c49,0x0001cc0,0x0001d35,0x0001e98,0x0001ec5,0x0001ec8,0x0001f02,
+    0x0001f29,0x0001fac,0x0001fd1,0x0001fd8,0x0001fe9,0x0001fec,0x0002001,0x0002058,0x0002069,
+    0x000206c,0x0002091,0x0002094,0x00020a1,0x00020a4,0x0002101,0x0002164,0x0002181,0x00021ac,
+    0x00021c1,0x0002220,0x0002225,0x000223c,0x0002281,0x0002328,0x0002411,0x00024e8,0x00024f5,
+    0x00024f8,0x0002541,0x0002544,0x0002561,0x0002588,0x000259a,0x00025c0,0x00025c5,0x0002604,
+    0x0002615,0x0002634,0x000263d,0x0002644,0x000264d,0x00026a4,0x00026a9,0x00026c4,0x00026c9,
+    0x00026cc,0x00026d9,0x00026e8,0x00026f5,0x00026f8,0x0002739,0x000273c,0x0002771,0x0002778,
+    0x000277d,0x0002788,0x000279a,0x00027c1,0x00027c8,0x00027d2,0x00027e8,0x00027f1,0x00027f4,
+    0x0002815,0x000282c,0x000283d,0x0002844,0x000284d,0x00028a4,0x00028a9,0x00028c4,0x00028c9,
+    0x00028d0,0x00028d5,0x00028dc,0x00028e1,0x00028e8,0x0002965,0x0002974,0x0002979,0x000297c,
+    0x000299a,0x00029c0,0x00029c9,0x00029d4,0x0002a15,0x0002a38,0x0002a3d,0x0002a48,0x0002a4d,
+    0x0002aa4,0x0002aa9,0x0002ac4,0x0002ac9,0x0002ad0,0x0002ad5,0x0002ae8,0x0002af5,0x0002af8,
+    0x0002b41,0x0002b44,0x0002b81,0x0002b88,0x0002b9a,0x0002bc0,0x0002be5,0x0002be8,0x0002c15,
+    0x0002c34,0x0002c3d,0x0002c44,0x0002c4d,0x0002ca4,0x0002ca9,0x0002cc4,0x0002cc9,0x0002cd0,
+    0x0002cd5,0x0002ce8,0x0002cf5,0x0002cf8,0x0002d71,0x0002d78,0x0002d7d,0x0002d88,0x0002d9a,
+    0x0002dc0,0x0002dc5,0x0002dca,0x0002de0,0x0002e0d,0x0002e10,0x0002e15,0x0002e2c,0x0002e39,
+    0x0002e44,0x0002e49,0x0002e58,0x0002e65,0x0002e6c,0x0002e71,0x0002e74,0x0002e79,0x0002e80,
+    0x0002e8d,0x0002e94,0x0002ea1,0x0002eac,0x0002eb9,0x0002ee8,0x0002f41,0x0002f44,0x0002f9a,
+    0x0002fcc,0x0003015,0x0003034,0x0003039,0x0003044,0x0003049,0x00030a4,0x00030a9,0x00030e8,
+    0x00030f5,0x00030f8,0x0003161,0x000316c,0x0003175,0x0003178,0x0003181,0x0003188,0x000319a,
+    0x00031c0,0x00031e2,0x00031fc,0x0003201,0x0003204,0x0003215,0x0003234,0x0003239,0x0003244,
+    0x0003249,0x00032a4,0x00032a9,0x00032d0,0x00032d5,0x00032e8,0x00032f5,0x00032f8,0x0003375,
+    0x000337c,0x0003381,0x0003388,0x000339a,0x00033c0,0x00033c5,0x00033cc,0x0003411,0x0003434,
+    0x0003439,0x0003444,0x0003449,0x00034ec,0x00034f5,0x00034f8,0x0003539,0x000353c,0x0003551,
+    0x000355c,0x0003562,0x000357d,0x0003588,0x000359a,0x00035e4,0x00035e9,0x0003600,0x0003615,
+    0x000365c,0x0003669,0x00036c8,0x00036cd,0x00036f0,0x00036f5,0x00036f8,0x0003701,0x000371c,
+    0x000379a,0x00037c0,0x0003805,0x00038c4,0x00038c9,0x00038d0,0x0003901,0x000391c,0x0003942,
+    0x0003968,0x0003a05,0x0003a0c,0x0003a11,0x0003a14,0x0003a19,0x0003a2c,0x0003a31,0x0003a90,
+    0x0003a95,0x0003a98,0x0003a9d,0x0003ac4,0x0003ac9,0x0003ad0,0x0003af5,0x0003af8,0x0003b01,
+    0x0003b14,0x0003b19,0x0003b1c,0x0003b42,0x0003b68,0x0003b71,0x0003b80,0x0003c01,0x0003c04,
+    0x0003c82,0x0003cd0,0x0003d01,0x0003d20,0x0003d25,0x0003db4,0x0003e21,0x0003e34,0x0004001,
+    0x00040ac,0x00040fd,0x0004102,0x0004128,0x0004141,0x0004158,0x0004169,0x0004178,0x0004185,
+    0x0004188,0x0004195,0x000419c,0x00041b9,0x00041c4,0x00041d5,0x0004208,0x0004239,0x000423c,
+    0x0004242,0x0004268,0x0004281,0x0004318,0x000431d,0x0004320,0x0004335,0x0004338,0x0004341,
+    0x00043ec,0x00043f1,0x0004924,0x0004929,0x0004938,0x0004941,0x000495c,0x0004961,0x0004964,
+    0x0004969,0x0004978,0x0004981,0x0004a24,0x0004a29,0x0004a38,0x0004a41,0x0004ac4,0x0004ac9,
+    0x0004ad8,0x0004ae1,0x0004afc,0x0004b01,0x0004b04,0x0004b09,0x0004b18,0x0004b21,0x0004b5c,
+    0x0004b61,0x0004c44,0x0004c49,0x0004c58,0x0004c61,0x0004d6c,0x0004da6,0x0004df4,0x0004e01,
+    0x0004e40,0x0004e81,0x0004fd8,0x0004fe1,0x0004ff8,0x0005005,0x00059b4,0x00059bd,0x0005a03,
+    0x0005a05,0x0005a6c,0x0005a81,0x0005bac,0x0005bba,0x0005bc5,0x0005be4,0x0005c01,0x0005c48,
+    0x0005c7d,0x0005cc8,0x0005d01,0x0005d48,0x0005d81,0x0005db4,0x0005db9,0x0005dc4,0x0005e01,
+    0x0005ed0,0x0005f5d,0x0005f60,0x0005f71,0x0005f74,0x0005f82,0x0005fa8,0x0005fc2,0x0005fe8,
+    0x0006042,0x0006068,0x0006081,0x00061e4,0x0006201,0x0006214,0x000621d,0x00062a4,0x00062a9,
+    0x00062ac,0x00062c1,0x00063d8,0x0006401,0x000647c,0x000651a,0x0006541,0x00065b8,0x00065c1,
+    0x00065d4,0x0006601,0x00066b0,0x00066c1,0x0006728,0x0006742,0x000676c,0x0006801,0x000685c,
+    0x0006881,0x0006954,0x0006a02,0x0006a28,0x0006a42,0x0006a68,0x0006a9d,0x0006aa0,0x0006c15,
+    0x0006cd0,0x0006d15,0x0006d34,0x0006d42,0x0006d68,0x0006e0d,0x0006e84,0x0006eb9,0x0006ec2,
+    0x0006ee9,0x0006f98,0x0007001,0x0007090,0x0007102,0x0007128,0x0007135,0x0007142,0x0007169,
+    0x00071f8,0x0007201,0x0007224,0x0007241,0x00072ec,0x00072f5,0x0007300,0x00073a5,0x00073b4,
+    0x00073b9,0x00073d0,0x00073d5,0x00073dc,0x00073e9,0x00073ec,0x0007401,0x0007700,0x0007801,
+    0x0007c58,0x0007c61,0x0007c78,0x0007c81,0x0007d18,0x0007d21,0x0007d38,0x0007d41,0x0007d60,
+    0x0007d65,0x0007d68,0x0007d6d,0x0007d70,0x0007d75,0x0007d78,0x0007d7d,0x0007df8,0x0007e01,
+    0x0007ed4,0x0007ed9,0x0007ef4,0x0007ef9,0x0007efc,0x0007f09,0x0007f14,0x0007f19,0x0007f34,
+    0x0007f41,0x0007f50,0x0007f59,0x0007f70,0x0007f81,0x0007fb4,0x0007fc9,0x0007fd4,0x0007fd9,
+    0x0007ff4,0x0008003,0x000802c,0x00080a3,0x00080a8,0x00080bf,0x00080c0,0x000817f,0x0008180,
+    0x00081c2,0x00081c5,0x00081c8,0x00081d2,0x00081e8,0x00081fd,0x0008202,0x0008228,0x0008241,
+    0x0008274,0x0008409,0x000840c,0x000841d,0x0008420,0x0008429,0x0008450,0x0008455,0x0008458,
+    0x0008465,0x0008478,0x0008491,0x0008494,0x0008499,0x000849c,0x00084a1,0x00084a4,0x00084a9,
+    0x00084b8,0x00084bd,0x00084e8,0x00084f1,0x0008500,0x0008515,0x0008528,0x0008539,0x000853c,
+    0x0008542,0x000860d,0x0008616,0x0008628,0x0009182,0x0009270,0x00093aa,0x0009400,0x0009dda,
+    0x0009e50,0x000b001,0x000b394,0x000b3ad,0x000b3bc,0x000b3c9,0x000b3d0,0x000b3f6,0x000b3f8,
+    0x000b401,0x000b498,0x000b49d,0x000b4a0,0x000b4b5,0x000b4b8,0x000b4c1,0x000b5a0,0x000b5bd,
+    0x000b5c0,0x000b601,0x000b65c,0x000b681,0x000b69c,0x000b6a1,0x000b6bc,0x000b6c1,0x000b6dc,
+    0x000b6e1,0x000b6fc,0x000b701,0x000b71c,0x000b721,0x000b73c,0x000b741,0x000b75c,0x000b761,
+    0x000b77c,0x000b8bd,0x000b8c0,0x000c003,0x000c004,0x000c015,0x000c01e,0x000c020,0x000c086,
+    0x000c0a8,0x000c0c5,0x000c0d8,0x000c0e2,0x000c0ed,0x000c0f4,0x000c105,0x000c25c,0x000c275,
+    0x000c280,0x000c285,0x000c3ec,0x000c3f1,0x000c400,0x000c415,0x000c4c0,0x000c4c5,0x000c63c,
+    0x000c64a,0x000c658,0x000c681,0x000c700,0x000c7c1,0x000c800,0x000c882,0x000c8a8,0x000c922,
+    0x000c940,0x000c946,0x000c980,0x000ca02,0x000ca28,0x000cac6,0x000cb00,0x000d001,0x0013700,
+    0x0013801,0x0029234,0x0029341,0x00293f8,0x0029401,0x0029834,0x0029841,0x0029882,0x00298a9,
+    0x00298b0,0x0029901,0x00299bc,0x00299fd,0x0029a78,0x0029a81,0x0029b9a,0x0029bc0,0x0029c5d,
+    0x0029c80,0x0029c89,0x0029e24,0x0029e2d,0x0029f2c,0x0029f41,0x0029f48,0x0029f4d,0x0029f50,
+    0x0029f55,0x0029f68,0x0029fc9,0x002a008,0x002a00d,0x002a018,0x002a01d,0x002a02c,0x002a031,
+    0x002a08c,0x002a0c2,0x002a0d8,0x002a101,0x002a1d0,0x002a209,0x002a2d0,0x002a342,0x002a368,
+    0x002a3c9,0x002a3e0,0x002a3ed,0x002a3f0,0x002a3f5,0x002a3fc,0x002a402,0x002a429,0x002a498,
+    0x002a4c1,0x002a51c,0x002a581,0x002a5f4,0x002a611,0x002a6cc,0x002a73d,0x002a742,0x002a768,
+    0x002a781,0x002a794,0x002a799,0x002a7c2,0x002a7e9,0x002a7fc,0x002a801,0x002a8a4,0x002a901,
+    0x002a90c,0x002a911,0x002a930,0x002a942,0x002a968,0x002a981,0x002a9dc,0x002a9e9,0x002a9ec,
+    0x002a9f9,0x002aac0,0x002aac5,0x002aac8,0x002aad5,0x002aadc,0x002aae5,0x002aaf8,0x002ab01,
+    0x002ab04,0x002ab09,0x002ab0c,0x002ab6d,0x002ab78,0x002ab81,0x002abac,0x002abc9,0x002abd4,
+    0x002ac05,0x002ac1c,0x002ac25,0x002ac3c,0x002ac45,0x002ac5c,0x002ac81,0x002ac9c,0x002aca1,
+    0x002acbc,0x002acc1,0x002ad6c,0x002ad71,0x002ada8,0x002adc1,0x002af8c,0x002afc2,0x002afe8,
+    0x002b001,0x0035e90,0x0035ec1,0x0035f1c,0x0035f2d,0x0035ff0,0x003e401,0x003e9b8,0x003e9c1,
+    0x003eb68,0x003ec01,0x003ec1c,0x003ec4d,0x003ec60,0x003ec75,0x003ec78,0x003ec7d,0x003eca4,
+    0x003eca9,0x003ecdc,0x003ece1,0x003ecf4,0x003ecf9,0x003ecfc,0x003ed01,0x003ed08,0x003ed0d,
+    0x003ed14,0x003ed19,0x003eec8,0x003ef4d,0x003f4f8,0x003f541,0x003f640,0x003f649,0x003f720,
+    0x003f7c1,0x003f7f0,0x003f9c1,0x003f9d4,0x003f9d9,0x003fbf4,0x003fc42,0x003fc68,0x003fc85,
+    0x003fcec,0x003fd05,0x003fd6c,0x003fd99,0x003fefc,0x003ff09,0x003ff20,0x003ff29,0x003ff40,
+    0x003ff49,0x003ff60,0x003ff69,0x003ff74,0x0040001,0x0040030,0x0040035,0x004009c,0x00400a1,
+    0x00400ec,0x00400f1,0x00400f8,0x00400fd,0x0040138,0x0040141,0x0040178,0x0040201,0x00403ec,
+    0x004041e,0x00404d0,0x0040502,0x00405e4,0x004062a,0x0040630,0x0040a01,0x0040a74,0x0040a81,
+    0x0040b44,0x0040b86,0x0040bf0,0x0040c01,0x0040c82,0x0040c90,0x0040cb5,0x0040d06,0x0040d09,
+    0x0040d2a,0x0040d2c,0x0040d41,0x0040dd8,0x0040e01,0x0040e78,0x0040e81,0x0040f10,0x0040f21,
+    0x0040f40,0x0040f46,0x0040f58,0x0041001,0x0041278,0x0041282,0x00412a8,0x00412c1,0x0041350,
+    0x0041361,0x00413f0,0x0041401,0x00414a0,0x00414c1,0x0041590,0x00415c1,0x00415ec,0x00415f1,
+    0x004162c,0x0041631,0x004164c,0x0041651,0x0041658,0x004165d,0x0041688,0x004168d,0x00416c8,
+    0x00416cd,0x00416e8,0x00416ed,0x00416f4,0x0041801,0x0041cdc,0x0041d01,0x0041d58,0x0041d81,
+    0x0041da0,0x0041e01,0x0041e18,0x0041e1d,0x0041ec4,0x0041ec9,0x0041eec,0x0042001,0x0042018,
+    0x0042021,0x0042024,0x0042029,0x00420d8,0x00420dd,0x00420e4,0x00420f1,0x00420f4,0x00420fd,
+    0x0042158,0x0042162,0x0042181,0x00421dc,0x00421e6,0x0042201,0x004227c,0x004229e,0x00422c0,
+    0x0042381,0x00423cc,0x00423d1,0x00423d8,0x00423ee,0x0042401,0x004245a,0x0042470,0x0042481,
+    0x00424e8,0x0042601,0x00426e0,0x00426f2,0x00426f9,0x0042702,0x0042740,0x004274a,0x0042801,
+    0x0042804,0x0042841,0x0042850,0x0042855,0x0042860,0x0042865,0x00428d8,0x0042902,0x0042924,
+    0x0042981,0x00429f6,0x00429fc,0x0042a01,0x0042a76,0x0042a80,0x0042b01,0x0042b20,0x0042b25,
+    0x0042b94,0x0042bae,0x0042bc0,0x0042c01,0x0042cd8,0x0042d01,0x0042d58,0x0042d62,0x0042d81,
+    0x0042dcc,0x0042de2,0x0042e01,0x0042e48,0x0042ea6,0x0042ec0,0x0043001,0x0043124,0x0043201,
+    0x00432cc,0x0043301,0x00433cc,0x00433ea,0x0043401,0x0043490,0x00434c2,0x00434e8,0x0043982,
+    0x00439fc,0x0043a01,0x0043aa8,0x0043ac1,0x0043ac8,0x0043c01,0x0043c76,0x0043c9d,0x0043ca0,
+    0x0043cc1,0x0043d18,0x0043d46,0x0043d54,0x0043dc1,0x0043e08,0x0043ec1,0x0043f16,0x0043f30,
+    0x0043f81,0x0043fdc,0x004400d,0x00440e0,0x004414a,0x00441c0,0x00441c5,0x00441cc,0x00441d5,
+    0x00441d8,0x004420d,0x00442c0,0x0044341,0x00443a4,0x00443c2,0x00443e8,0x004440d,0x004449c,
+    0x00444da,0x0044500,0x0044511,0x0044514,0x004451d,0x0044520,0x0044541,0x00445cc,0x00445d9,
+    0x00445dc,0x004460d,0x00446cc,0x0044705,0x0044714,0x0044742,0x0044769,0x004476c,0x0044771,
+    0x0044774,0x0044786,0x00447d4,0x0044801,0x0044848,0x004484d,0x00448b0,0x0044a01,0x0044a1c,
+    0x0044a21,0x0044a24,0x0044a29,0x0044a38,0x0044a3d,0x0044a78,0x0044a7d,0x0044aa4,0x0044ac1,
+    0x0044b7c,0x0044bc2,0x0044be8,0x0044c15,0x0044c34,0x0044c3d,0x0044c44,0x0044c4d,0x0044ca4,
+    0x0044ca9,0x0044cc4,0x0044cc9,0x0044cd0,0x0044cd5,0x0044ce8,0x0044cf5,0x0044cf8,0x0044d41,
+    0x0044d44,0x0044d75,0x0044d88,0x0045001,0x00450d4,0x004511d,0x004512c,0x0045142,0x0045168,
+    0x004517d,0x0045188,0x0045201,0x00452c0,0x0045311,0x0045318,0x004531d,0x0045320,0x0045342,
+    0x0045368,0x0045601,0x00456bc,0x0045761,0x0045770,0x0045801,0x00458c0,0x0045911,0x0045914,
+    0x0045942,0x0045968,0x0045a01,0x0045aac,0x0045ae1,0x0045ae4,0x0045b02,0x0045b28,0x0045c01,
+    0x0045c6c,0x0045cc2,0x0045cf0,0x0045d01,0x0045d1c,0x0046001,0x00460b0,0x0046281,0x0046382,
+    0x00463cc,0x00463fd,0x004641c,0x0046425,0x0046428,0x0046431,0x0046450,0x0046455,0x004645c,
+    0x0046461,0x00464c0,0x00464fd,0x0046500,0x0046505,0x0046508,0x0046542,0x0046568,0x0046681,
+    0x00466a0,0x00466a9,0x0046744,0x0046785,0x0046788,0x004678d,0x0046790,0x0046801,0x0046804,
+    0x004682d,0x00468cc,0x00468e9,0x00468ec,0x0046941,0x0046944,0x0046971,0x0046a28,0x0046a75,
+    0x0046a78,0x0046ac1,0x0046be4,0x0047001,0x0047024,0x0047029,0x00470bc,0x0047101,0x0047104,
+    0x0047142,0x00471b4,0x00471c9,0x0047240,0x0047401,0x004741c,0x0047421,0x0047428,0x004742d,
+    0x00474c4,0x0047519,0x004751c,0x0047542,0x0047568,0x0047581,0x0047598,0x004759d,0x00475a4,
+    0x00475a9,0x0047628,0x0047661,0x0047664,0x0047682,0x00476a8,0x0047b81,0x0047bcc,0x0047ec1,
+    0x0047ec4,0x0047f02,0x0047f54,0x0048001,0x0048e68,0x0049002,0x00491bc,0x0049201,0x0049510,
+    0x004be41,0x004bfc4,0x004c001,0x004d0bc,0x0051001,0x005191c,0x005a001,0x005a8e4,0x005a901,
+    0x005a97c,0x005a982,0x005a9a8,0x005a9c1,0x005aafc,0x005ab02,0x005ab28,0x005ab41,0x005abb8,
+    0x005ac01,0x005acc0,0x005ad01,0x005ad10,0x005ad42,0x005ad68,0x005ad6e,0x005ad88,0x005ad8d,
+    0x005ade0,0x005adf5,0x005ae40,0x005b901,0x005ba02,0x005ba5c,0x005bc01,0x005bd2c,0x005bd41,
+    0x005bd44,0x005be4d,0x005be80,0x005bf81,0x005bf88,0x005bf8d,0x005bf90,0x005c001,0x0061fe0,
+    0x0062001,0x0063358,0x0063401,0x0063424,0x006bfc1,0x006bfd0,0x006bfd5,0x006bff0,0x006bff5,
+    0x006bffc,0x006c001,0x006c48c,0x006c541,0x006c54c,0x006c591,0x006c5a0,0x006c5c1,0x006cbf0,
+    0x006f001,0x006f1ac,0x006f1c1,0x006f1f4,0x006f201,0x006f224,0x006f241,0x006f268,0x0074b82,
+    0x0074bd0,0x0074d82,0x0074de4,0x0075001,0x0075154,0x0075159,0x0075274,0x0075279,0x0075280,
+    0x0075289,0x007528c,0x0075295,0x007529c,0x00752a5,0x00752b4,0x00752b9,0x00752e8,0x00752ed,
+    0x00752f0,0x00752f5,0x0075310,0x0075315,0x0075418,0x007541d,0x007542c,0x0075435,0x0075454,
+    0x0075459,0x0075474,0x0075479,0x00754e8,0x00754ed,0x00754fc,0x0075501,0x0075514,0x0075519,
+    0x007551c,0x0075529,0x0075544,0x0075549,0x0075a98,0x0075aa1,0x0075b04,0x0075b09,0x0075b6c,
+    0x0075b71,0x0075bec,0x0075bf1,0x0075c54,0x0075c59,0x0075cd4,0x0075cd9,0x0075d3c,0x0075d41,
+    0x0075dbc,0x0075dc1,0x0075e24,0x0075e29,0x0075ea4,0x0075ea9,0x0075f0c,0x0075f11,0x0075f30,
+    0x0075f3a,0x0076000,0x0077c01,0x0077c7c,0x0078401,0x00784b4,0x00784dd,0x00784f8,0x0078502,
+    0x0078528,0x0078539,0x007853c,0x0078a41,0x0078ab8,0x0078b01,0x0078bb0,0x0078bc2,0x0078be8,
+    0x0079f81,0x0079f9c,0x0079fa1,0x0079fb0,0x0079fb5,0x0079fbc,0x0079fc1,0x0079ffc,0x007a001,
+    0x007a314,0x007a31e,0x007a340,0x007a401,0x007a510,0x007a52d,0x007a530,0x007a542,0x007a568,
+    0x007b1c6,0x007b2b0,0x007b2b6,0x007b2c0,0x007b2c6,0x007b2d4,0x007b406,0x007b4b8,0x007b4be,
+    0x007b4f8,0x007b801,0x007b810,0x007b815,0x007b880,0x007b885,0x007b88c,0x007b891,0x007b894,
+    0x007b89d,0x007b8a0,0x007b8a5,0x007b8cc,0x007b8d1,0x007b8e0,0x007b8e5,0x007b8e8,0x007b8ed,
+    0x007b8f0,0x007b909,0x007b90c,0x007b91d,0x007b920,0x007b925,0x007b928,0x007b92d,0x007b930,
+    0x007b935,0x007b940,0x007b945,0x007b94c,0x007b951,0x007b954,0x007b95d,0x007b960,0x007b965,
+    0x007b968,0x007b96d,0x007b970,0x007b975,0x007b978,0x007b97d,0x007b980,0x007b985,0x007b98c,
+    0x007b991,0x007b994,0x007b99d,0x007b9ac,0x007b9b1,0x007b9cc,0x007b9d1,0x007b9e0,0x007b9e5,
+    0x007b9f4,0x007b9f9,0x007b9fc,0x007ba01,0x007ba28,0x007ba2d,0x007ba70,0x007ba85,0x007ba90,
+    0x007ba95,0x007baa8,0x007baad,0x007baf0,0x007c402,0x007c434,0x007efc2,0x007efe8,0x0080001,
+    0x00a9b80,0x00a9c01,0x00adce4,0x00add01,0x00ae078,0x00ae081,0x00b3a88,0x00b3ac1,0x00baf84,
+    0x00be001,0x00be878,0x00c0001,0x00c4d2c,
+};
+/* unicode-classes:end */
+
+MHEDEF const char *mhe_unicode_version(void) { return MHE__UNICODE_VERSION; }
+
+MHEDEF int mhe_unicode_class(uint32_t cp) {
+    size_t lo = 0, hi = sizeof mhe__uc_runs / sizeof mhe__uc_runs[0];
+    if (cp > 0x10FFFF) return MHE_UC_OTHER;
+    while (hi - lo > 1) {   /* the last run that starts at or before cp */
+        size_t mid = (lo + hi) / 2;
+        if ((mhe__uc_runs[mid] >> 2) <= cp) lo = mid; else hi = mid;
+    }
+    return (int)(mhe__uc_runs[lo] & 3);
+}
+
+static size_t mhe__utf8_seq(const unsigned char *p, size_t avail);   /* section 10 */
+
+/* the character at p[i]: its length and class; a byte that does not start
+   well-formed UTF-8 is one character of class other */
+static size_t mhe__bpe_char(const unsigned char *p, size_t n, size_t i, int *cls) {
+    unsigned c = p[i];
+    size_t k;
+    uint32_t cp;
+    if (c < 0x80) {
+        *cls = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ? MHE_UC_LETTER : c >= '0' && c <= '9' ? MHE_UC_NUMBER
+             : (c >= 9 && c <= 13) || c == ' ' ? MHE_UC_SPACE : MHE_UC_OTHER;
+        return 1;
+    }
+    if (!(k = mhe__utf8_seq(p + i, n - i))) { *cls = MHE_UC_OTHER; return 1; }
+    cp = k == 2 ? (c & 0x1Fu) << 6 | (p[i + 1] & 0x3Fu)
+       : k == 3 ? (c & 0x0Fu) << 12 | (p[i + 1] & 0x3Fu) << 6 | (p[i + 2] & 0x3Fu)
+       : (c & 0x07u) << 18 | (p[i + 1] & 0x3Fu) << 12 | (p[i + 2] & 0x3Fu) << 6 | (p[i + 3] & 0x3Fu);
+    *cls = mhe_unicode_class(cp);
+    return k;
+}
+
+/* end of the run of characters of class cls that starts at i */
+static size_t mhe__bpe_run(const unsigned char *p, size_t n, size_t i, int cls) {
+    while (i < n) {
+        int c;
+        size_t k = mhe__bpe_char(p, n, i, &c);
+        if (c != cls) break;
+        i += k;
+    }
+    return i;
+}
+
+MHEDEF size_t mhe_bpe_split_next(const char *text, size_t len, size_t pos) {
+    const unsigned char *p = (const unsigned char *)text;
+    size_t i = pos, k, e, last;
+    int cls, c2;
+    if (pos >= len) return len;
+    if (p[i] == '\'' && i + 1 < len) {   /* 's|'t|'re|'ve|'m|'ll|'d */
+        unsigned a = p[i + 1], b2 = i + 2 < len ? p[i + 2] : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+        if ((a == 'r' && b2 == 'e') || (a == 'v' && b2 == 'e') || (a == 'l' && b2 == 'l')) return i + 3;
+    }
+    k = mhe__bpe_char(p, len, i, &cls);
+    if (p[i] == ' ' && i + 1 < len) {   /* ' ?' then a run of letters, numbers or others */
+        mhe__bpe_char(p, len, i + 1, &c2);
+        if (c2 != MHE_UC_SPACE) return mhe__bpe_run(p, len, i + 1, c2);
+    }
+    if (cls != MHE_UC_SPACE) return mhe__bpe_run(p, len, i, cls);
+    /* \s+(?!\S): all of a run of spaces at the end, else all but its last character; then \s+ */
+    last = i; e = i + k;
+    while (e < len) {
+        size_t k2 = mhe__bpe_char(p, len, e, &c2);
+        if (c2 != MHE_UC_SPACE) break;
+        last = e; e += k2;
+    }
+    if (e == len || last == i) return e;
+    return last;
+}
+
+/* GPT-2's bytes_to_unicode: the byte whose character is cp, -1 when none */
+static int mhe__bpe_byte_of_cp(uint32_t cp) {
+    static int16_t inv[324];
+    static int ready;
+    if (!ready) {   /* idempotent: concurrent first calls write the same values */
+        int b, n = 0;
+        for (b = 0; b < 256; b++) {
+            int keep = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+            inv[keep ? b : 256 + n++] = (int16_t)b;
+        }
+        ready = 1;
+    }
+    return cp < 324 ? inv[cp] : -1;
+}
+
+static uint64_t mhe__bpe_mix(uint64_t x) {   /* splitmix64's finaliser */
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+static uint64_t mhe__bpe_fnv(const unsigned char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i;
+    for (i = 0; i < n; i++) { h ^= s[i]; h *= 0x100000001b3ULL; }
+    return h;
+}
+#define MHE__BPE_PAIR(a, b) ((uint64_t)(uint32_t)(a) << 32 | (uint32_t)(b))
+
+MHEDEF void mhe_bpe_init(mhe_bpe *b, void *alloc_ctx) {
+    int i;
+    memset(b, 0, sizeof *b);
+    b->alloc_ctx = alloc_ctx;
+    b->unk = -1;
+    for (i = 0; i < 256; i++) b->byte_id[i] = -1;
+}
+
+/* keeps b->err: the message of the failure that freed it */
+MHEDEF void mhe_bpe_free(mhe_bpe *b) {
+    void *ctx = b->alloc_ctx;
+    char err[MHE_ERR_LEN];
+    memcpy(err, b->err, sizeof err);
+    MHE_FREE(ctx, b->bytes); MHE_FREE(ctx, b->start); MHE_FREE(ctx, b->added); MHE_FREE(ctx, b->merges);
+    MHE_FREE(ctx, b->added_ids); MHE_FREE(ctx, b->merge_keys); MHE_FREE(ctx, b->merge_rank); MHE_FREE(ctx, b->tok_slots);
+    mhe_bpe_init(b, ctx);
+    memcpy(b->err, err, sizeof err);
+}
+
+MHEDEF int mhe_bpe_find(const mhe_bpe *b, const void *bytes, size_t n) {
+    size_t mask = b->n_tok_slots - 1, s;
+    if (!b->n_tok_slots) return -1;
+    for (s = (size_t)mhe__bpe_fnv((const unsigned char *)bytes, n) & mask; b->tok_slots[s] >= 0; s = (s + 1) & mask) {
+        int id = b->tok_slots[s];
+        if (b->start[id + 1] - b->start[id] == n && memcmp(b->bytes + b->start[id], bytes, n) == 0) return id;
+    }
+    return -1;
+}
+
+MHEDEF int mhe_bpe_merge_rank(const mhe_bpe *b, int left, int right) {
+    uint64_t key = MHE__BPE_PAIR(left, right);
+    size_t mask = b->n_merge_slots - 1, s;
+    if (!b->n_merge_slots || left < 0 || right < 0) return -1;
+    for (s = (size_t)mhe__bpe_mix(key) & mask; b->merge_keys[s] != UINT64_MAX; s = (s + 1) & mask)
+        if (b->merge_keys[s] == key) return b->merge_rank[s];
+    return -1;
+}
+
+static size_t mhe__bpe_pow2(size_t n) { size_t s = 16; while (s < 2 * n) s *= 2; return s; }
+
+static int mhe__bpe_added_cmp(const void *pa, const void *pb, const mhe_bpe *b) {
+    int x = *(const int *)pa, y = *(const int *)pb;
+    size_t lx = b->start[x + 1] - b->start[x], ly = b->start[y + 1] - b->start[y];
+    return lx != ly ? (lx > ly ? -1 : 1) : (x > y) - (x < y);
+}
+
+/* After the tokens and merges are in place (start, bytes, added, merges):
+   checks them and builds byte_id, the hashes and the added list. where
+   names the source in messages. */
+static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
+    int i, r, pass;
+    size_t s, mask;
+    for (i = 0; i < 256; i++) b->byte_id[i] = -1;
+    b->n_tok_slots = mhe__bpe_pow2((size_t)b->n_tokens);
+    b->n_merge_slots = mhe__bpe_pow2((size_t)b->n_merges);
+    b->tok_slots = (int *)MHE_MALLOC(b->alloc_ctx, b->n_tok_slots * sizeof(int));
+    b->merge_keys = (uint64_t *)MHE_MALLOC(b->alloc_ctx, b->n_merge_slots * sizeof(uint64_t));
+    b->merge_rank = (int32_t *)MHE_MALLOC(b->alloc_ctx, b->n_merge_slots * sizeof(int32_t));
+    b->added_ids = (int *)MHE_MALLOC(b->alloc_ctx, ((size_t)b->n_tokens + 1) * sizeof(int));
+    if (!b->tok_slots || !b->merge_keys || !b->merge_rank || !b->added_ids)
+        return mhe__fail(b->err, MHE_ERR_NOMEM, "%s: no memory for the tokenizer's tables", where);
+    for (s = 0; s < b->n_tok_slots; s++) b->tok_slots[s] = -1;
+    for (s = 0; s < b->n_merge_slots; s++) b->merge_keys[s] = UINT64_MAX;
+    mask = b->n_tok_slots - 1;
+    b->n_added = 0;
+    for (pass = 0; pass < 2; pass++)   /* the vocabulary first: an added token that repeats a token is matched, not hashed */
+        for (i = 0; i < b->n_tokens; i++) {
+            size_t n = b->start[i + 1] - b->start[i];
+            int dup, f = b->added[i];
+            if (f & ~7) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d has flags %d", where, i, f);
+            if (((f & MHE_BPE_ADDED) && !(f & MHE_BPE_ADDED_VOCAB)) != pass) continue;
+            if (n == 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d is empty", where, i);
+            if (!(f & MHE_BPE_ADDED) && f) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d has flags %d without 'added'", where, i, f);
+            if (f & MHE_BPE_ADDED) b->added_ids[b->n_added++] = i;
+            dup = mhe_bpe_find(b, b->bytes + b->start[i], n);
+            if (pass == 1 && dup >= 0) continue;
+            if (pass == 0 && dup >= 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: token %d repeats token %d", where, i, dup);
+            if (n == 1 && !pass) b->byte_id[b->bytes[b->start[i]]] = i;
+            for (s = (size_t)mhe__bpe_fnv(b->bytes + b->start[i], n) & mask; b->tok_slots[s] >= 0; s = (s + 1) & mask) {}
+            b->tok_slots[s] = i;
+        }
+    for (i = 1; i < b->n_added; i++) {   /* insertion sort, longest first (few added tokens) */
+        int v = b->added_ids[i], j = i;
+        while (j > 0 && mhe__bpe_added_cmp(&b->added_ids[j - 1], &v, b) > 0) { b->added_ids[j] = b->added_ids[j - 1]; j--; }
+        b->added_ids[j] = v;
+    }
+    mask = b->n_merge_slots - 1;
+    for (r = 0; r < b->n_merges; r++) {
+        const int32_t *m = b->merges + 3 * (size_t)r;
+        uint64_t key;
+        size_t la, lb;
+        if (m[0] < 0 || m[0] >= b->n_tokens || m[1] < 0 || m[1] >= b->n_tokens || m[2] < 0 || m[2] >= b->n_tokens)
+            return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d (%ld %ld -> %ld) names a token outside 0..%d", where, r,
+                             (long)m[0], (long)m[1], (long)m[2], b->n_tokens - 1);
+        la = b->start[m[0] + 1] - b->start[m[0]]; lb = b->start[m[1] + 1] - b->start[m[1]];
+        if ((b->added[m[0]] & 5) == MHE_BPE_ADDED || (b->added[m[1]] & 5) == MHE_BPE_ADDED || (b->added[m[2]] & 5) == MHE_BPE_ADDED)
+            return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d uses an added token that is not in the vocabulary", where, r);
+        if (b->start[m[2] + 1] - b->start[m[2]] != la + lb || memcmp(b->bytes + b->start[m[2]], b->bytes + b->start[m[0]], la) ||
+            memcmp(b->bytes + b->start[m[2]] + la, b->bytes + b->start[m[1]], lb))
+            return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d: token %ld is not token %ld followed by token %ld", where, r,
+                             (long)m[2], (long)m[0], (long)m[1]);
+        key = MHE__BPE_PAIR(m[0], m[1]);
+        for (s = (size_t)mhe__bpe_mix(key) & mask; b->merge_keys[s] != UINT64_MAX; s = (s + 1) & mask)
+            if (b->merge_keys[s] == key)
+                return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: merge %d repeats merge %ld (%ld %ld)", where, r, (long)b->merge_rank[s],
+                                 (long)m[0], (long)m[1]);
+        b->merge_keys[s] = key; b->merge_rank[s] = r;
+    }
+    if (b->unk >= b->n_tokens) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: unk %d is not a token", where, b->unk);
+    return MHE_OK;
+}
+
+/* room for n_tokens tokens of `bytes` bytes in all and n_merges merges */
+static mhe_status mhe__bpe_alloc(mhe_bpe *b, int n_tokens, size_t bytes, int n_merges, const char *where) {
+    int ok = 1;
+    b->bytes = (unsigned char *)MHE_MALLOC(b->alloc_ctx, bytes ? bytes : 1);
+    b->start = (size_t *)MHE_MALLOC(b->alloc_ctx, mhe__mul_size((size_t)n_tokens + 1, sizeof(size_t), &ok));
+    b->added = (unsigned char *)MHE_MALLOC(b->alloc_ctx, (size_t)n_tokens + 1);
+    b->merges = (int32_t *)MHE_MALLOC(b->alloc_ctx, mhe__mul_size((size_t)n_merges * 3 + 1, sizeof(int32_t), &ok));
+    if (!ok || !b->bytes || !b->start || !b->added || !b->merges)
+        return mhe__fail(b->err, MHE_ERR_NOMEM, "%s: no memory for %d tokens", where, n_tokens);
+    memset(b->added, 0, (size_t)n_tokens + 1);
+    b->start[0] = 0;
+    return MHE_OK;
+}
+
+/* ---- encoding ---- */
+
+/* scratch of one encode: a copy of a text piece (for prefix_space) and, per
+   symbol, its token and links, and a min-heap of (rank << 32 | position) */
+typedef struct mhe__bpe_ws {
+    unsigned char *copy;
+    int32_t *id, *prev, *next;
+    uint64_t *heap;
+    size_t cap;                 /* symbols */
+    void *own, *alloc_ctx;
+} mhe__bpe_ws;
+#define MHE__BPE_WS_PER 40      /* bytes per symbol: 1 + 3 * 4 + 3 * 8, rounded up */
+
+MHEDEF size_t mhe_bpe_work_size(size_t len) { return 8 + (len + 2) * MHE__BPE_WS_PER; }
+
+MHEDEF size_t mhe_bpe_max_ids(const mhe_bpe *b, size_t len) { return b && b->prefix_space ? 2 * len + 1 : len; }
+
+static void mhe__bpe_ws_carve(mhe__bpe_ws *w, void *mem, size_t cap) {
+    unsigned char *p = (unsigned char *)(((uintptr_t)mem + 7) & ~(uintptr_t)7);
+    w->heap = (uint64_t *)(void *)p; p += 3 * cap * sizeof(uint64_t);
+    w->id = (int32_t *)(void *)p; p += cap * sizeof(int32_t);
+    w->prev = (int32_t *)(void *)p; p += cap * sizeof(int32_t);
+    w->next = (int32_t *)(void *)p; p += cap * sizeof(int32_t);
+    w->copy = p;
+    w->cap = cap;
+}
+
+/* room for n symbols (own scratch grows; a caller's is sized for the whole text) */
+static int mhe__bpe_ws_need(mhe__bpe_ws *w, size_t n) {
+    size_t cap;
+    void *mem;
+    int ok = 1;
+    if (n <= w->cap) return 1;
+    cap = n < 2 * w->cap ? 2 * w->cap : n;
+    if (cap < 256) cap = 256;
+    mem = MHE_MALLOC(w->alloc_ctx, mhe__mul_size(cap + 1, MHE__BPE_WS_PER, &ok));
+    if (!ok || !mem) return 0;
+    MHE_FREE(w->alloc_ctx, w->own);
+    w->own = mem;
+    mhe__bpe_ws_carve(w, mem, cap);
+    return 1;
+}
+
+static void mhe__bpe_heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0 && h[(i - 1) / 2] > v) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = v;
+}
+static uint64_t mhe__bpe_heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0, c;
+    while ((c = 2 * i + 1) < *n) {
+        if (c + 1 < *n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c]; i = c;
+    }
+    h[i] = v;
+    return top;
+}
+
+static void mhe__bpe_try_pair(const mhe_bpe *b, mhe__bpe_ws *w, size_t *hn, int32_t pos) {
+    int32_t nx = w->next[pos];
+    int r;
+    if (nx < 0) return;
+    r = mhe_bpe_merge_rank(b, w->id[pos], w->id[nx]);
+    if (r >= 0) mhe__bpe_heap_push(w->heap, hn, (uint64_t)r << 32 | (uint32_t)pos);
+}
+
+/* one piece p[0..k) -> ids (tokenizers' BPE::merge_word with its ignore_merges check) */
+static size_t mhe__bpe_piece(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned char *p, size_t k, int *ids) {
+    size_t i, n = 0, hn = 0, out = 0;
+    int32_t s;
+    int last_unk = 0;
+    if (k == 1 && b->byte_id[p[0]] >= 0) { ids[0] = b->byte_id[p[0]]; return 1; }
+    if (b->ignore_merges) {
+        int id = mhe_bpe_find(b, p, k);
+        if (id >= 0 && (b->added[id] & 5) != MHE_BPE_ADDED) { ids[0] = id; return 1; }
+    }
+    for (i = 0; i < k; i++) {
+        int t = b->byte_id[p[i]];
+        if (t < 0) {
+            if (b->unk < 0) continue;   /* tokenizers drops a byte without a token when there is no unk */
+            if (b->fuse_unk && last_unk) continue;
+            t = b->unk; last_unk = 1;
+        } else last_unk = 0;
+        w->id[n] = t; w->prev[n] = (int32_t)n - 1; w->next[n] = (int32_t)n + 1; n++;
+    }
+    if (!n) return 0;
+    w->next[n - 1] = -1;
+    for (s = 0; s + 1 < (int32_t)n; s++) mhe__bpe_try_pair(b, w, &hn, s);
+    while (hn) {
+        uint64_t top = mhe__bpe_heap_pop(w->heap, &hn);
+        int32_t pos = (int32_t)(uint32_t)top, nx, nn;
+        int r = (int)(top >> 32);
+        if (w->id[pos] < 0 || (nx = w->next[pos]) < 0 || mhe_bpe_merge_rank(b, w->id[pos], w->id[nx]) != r) continue;
+        w->id[pos] = b->merges[3 * (size_t)r + 2];
+        w->id[nx] = -1;
+        nn = w->next[nx];
+        w->next[pos] = nn;
+        if (nn >= 0) w->prev[nn] = pos;
+        if (w->prev[pos] >= 0) mhe__bpe_try_pair(b, w, &hn, w->prev[pos]);
+        mhe__bpe_try_pair(b, w, &hn, pos);
+    }
+    for (s = 0; s >= 0; s = w->next[s]) ids[out++] = w->id[s];
+    return out;
+}
+
+/* the pieces of seg[0..k) (one segment between added tokens) */
+static mhe_status mhe__bpe_segment(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned char *seg, size_t k, int *ids, size_t cap,
+                                   size_t *n, char *err) {
+    size_t pos = 0, e;
+    if (!k) return MHE_OK;
+    if (b->prefix_space && seg[0] != ' ') {
+        if (!mhe__bpe_ws_need(w, k + 1)) return mhe__fail(err, MHE_ERR_NOMEM, "bpe encode: out of memory");
+        w->copy[0] = ' ';
+        memcpy(w->copy + 1, seg, k);
+        seg = w->copy; k++;
+    }
+    while (pos < k) {
+        e = b->split == MHE_BPE_SPLIT_GPT2 ? mhe_bpe_split_next((const char *)seg, k, pos) : k;
+        if (e - pos > 0xFFFFFFF0u) return mhe__fail(err, MHE_ERR_ARG, "bpe encode: a piece of %zu bytes (at most 2^32 - 16)", e - pos);
+        if (!mhe__bpe_ws_need(w, e - pos)) return mhe__fail(err, MHE_ERR_NOMEM, "bpe encode: out of memory");
+        if (cap - *n < e - pos) {   /* a piece gives at most one id per byte */
+            int tmp[64];
+            size_t m;
+            if (e - pos > 64) return mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap);
+            m = mhe__bpe_piece(b, w, seg + pos, e - pos, tmp);
+            if (m > cap - *n) return mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap);
+            memcpy(ids + *n, tmp, m * sizeof(int));
+            *n += m;
+        } else *n += mhe__bpe_piece(b, w, seg + pos, e - pos, ids + *n);
+        pos = e;
+    }
+    return MHE_OK;
+}
+
+/* text between added tokens of the passes before `late`: cut at the added
+   tokens of this pass (leftmost, then longest; first[] has their first
+   bytes), the rest to the next pass or the pieces */
+static mhe_status mhe__bpe_added(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned char *p, size_t len, int late,
+                                 const unsigned char first[2][32], int *ids, size_t cap, size_t *n, char *err) {
+    size_t i = 0, seg = 0;
+    mhe_status st = MHE_OK;
+    int a;
+    while (i < len && st == MHE_OK) {
+        int hit = -1;
+        if (first[late][p[i] >> 3] >> (p[i] & 7) & 1)
+            for (a = 0; a < b->n_added; a++) {
+                int id = b->added_ids[a];
+                size_t l = b->start[id + 1] - b->start[id];
+                if (((b->added[id] & MHE_BPE_ADDED_LATE) != 0) == late && l <= len - i && memcmp(p + i, b->bytes + b->start[id], l) == 0) { hit = id; break; }
+            }
+        if (hit < 0) { i++; continue; }
+        st = late ? mhe__bpe_segment(b, w, p + seg, i - seg, ids, cap, n, err) : mhe__bpe_added(b, w, p + seg, i - seg, 1, first, ids, cap, n, err);
+        if (st != MHE_OK) break;
+        if (*n >= cap) { st = mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap); break; }
+        ids[(*n)++] = hit;
+        i += b->start[hit + 1] - b->start[hit];
+        seg = i;
+    }
+    if (st == MHE_OK)
+        st = late ? mhe__bpe_segment(b, w, p + seg, len - seg, ids, cap, n, err) : mhe__bpe_added(b, w, p + seg, len - seg, 1, first, ids, cap, n, err);
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
+                                 char *err) {
+    mhe__bpe_ws w;
+    mhe_status st;
+    unsigned char first[2][32];
+    int a;
+    if (n) *n = 0;
+    if (!b || !n || (!text && len) || (!ids && cap)) return mhe__fail(err, MHE_ERR_ARG, "bpe encode: NULL argument");
+    if (!b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "bpe encode: the tokenizer is empty");
+    memset(&w, 0, sizeof w);
+    w.alloc_ctx = b->alloc_ctx;
+    if (work) mhe__bpe_ws_carve(&w, work, len + 1);
+    memset(first, 0, sizeof first);
+    for (a = 0; a < b->n_added; a++) {
+        int id = b->added_ids[a];
+        unsigned c = b->bytes[b->start[id]];
+        first[(b->added[id] & MHE_BPE_ADDED_LATE) != 0][c >> 3] |= (unsigned char)(1u << (c & 7));
+    }
+    st = mhe__bpe_added(b, &w, (const unsigned char *)text, len, 0, (const unsigned char (*)[32])first, ids, cap, n, err);
+    MHE_FREE(b->alloc_ctx, w.own);
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_decode(const mhe_bpe *b, const int *ids, size_t n, char *out, size_t cap, size_t *len, char *err) {
+    size_t i, q = 0;
+    if (len) *len = 0;
+    if (!b || !len || (!ids && n)) return mhe__fail(err, MHE_ERR_ARG, "bpe decode: NULL argument");
+    for (i = 0; i < n; i++) {
+        size_t k, c;
+        if (ids[i] < 0 || ids[i] >= b->n_tokens)
+            return mhe__fail(err, MHE_ERR_DATA, "bpe decode: id %d at position %zu is not a token (0..%d)", ids[i], i, b->n_tokens - 1);
+        k = b->start[ids[i] + 1] - b->start[ids[i]];
+        if (out && q < cap) { c = cap - q < k ? cap - q : k; memcpy(out + q, b->bytes + b->start[ids[i]], c); }
+        q += k;
+    }
+    *len = q;
+    return MHE_OK;
+}
+
+/* ---- training ---- */
+
+typedef struct mhe__bpe_pairs {   /* open addressing: pair -> count (0: gone) */
+    uint64_t *key;
+    int64_t *count;
+    size_t n_slots, used;
+} mhe__bpe_pairs;
+
+static int mhe__bpe_pairs_grow(mhe__bpe_pairs *t, void *ctx) {
+    mhe__bpe_pairs u;
+    size_t i, s, mask;
+    u.n_slots = t->n_slots ? 2 * t->n_slots : 1024;
+    u.used = 0;
+    u.key = (uint64_t *)MHE_MALLOC(ctx, u.n_slots * sizeof(uint64_t));
+    u.count = (int64_t *)MHE_MALLOC(ctx, u.n_slots * sizeof(int64_t));
+    if (!u.key || !u.count) { MHE_FREE(ctx, u.key); MHE_FREE(ctx, u.count); return 0; }
+    for (i = 0; i < u.n_slots; i++) u.key[i] = UINT64_MAX;
+    mask = u.n_slots - 1;
+    for (i = 0; i < t->n_slots; i++) {
+        if (t->key[i] == UINT64_MAX || t->count[i] <= 0) continue;   /* pairs gone to 0 are dropped here */
+        for (s = (size_t)mhe__bpe_mix(t->key[i]) & mask; u.key[s] != UINT64_MAX; s = (s + 1) & mask) {}
+        u.key[s] = t->key[i]; u.count[s] = t->count[i]; u.used++;
+    }
+    MHE_FREE(ctx, t->key); MHE_FREE(ctx, t->count);
+    *t = u;
+    return 1;
+}
+
+static int mhe__bpe_pairs_add(mhe__bpe_pairs *t, uint64_t key, int64_t d, void *ctx) {
+    size_t s, mask;
+    if (4 * (t->used + 1) > 3 * t->n_slots && !mhe__bpe_pairs_grow(t, ctx)) return 0;
+    mask = t->n_slots - 1;
+    for (s = (size_t)mhe__bpe_mix(key) & mask; t->key[s] != UINT64_MAX; s = (s + 1) & mask)
+        if (t->key[s] == key) { t->count[s] += d; return 1; }
+    t->key[s] = key; t->count[s] = d; t->used++;
+    return 1;
+}
+
+/* the distinct pieces of a text: open addressing over (offset, length) */
+typedef struct mhe__bpe_words {
+    size_t *off, *len;
+    int64_t *count;
+    size_t *slots;              /* index + 1, 0 empty */
+    size_t n, cap, n_slots;
+} mhe__bpe_words;
+
+static int mhe__bpe_words_add(mhe__bpe_words *wd, const unsigned char *text, size_t off, size_t len, void *ctx) {
+    size_t s, mask, i;
+    if (2 * (wd->n + 1) > wd->n_slots) {
+        size_t ns = wd->n_slots ? 2 * wd->n_slots : 4096, *sl = (size_t *)MHE_MALLOC(ctx, ns * sizeof(size_t));
+        if (!sl) return 0;
+        memset(sl, 0, ns * sizeof(size_t));
+        for (i = 0; i < wd->n; i++) {
+            for (s = (size_t)mhe__bpe_fnv(text + wd->off[i], wd->len[i]) & (ns - 1); sl[s]; s = (s + 1) & (ns - 1)) {}
+            sl[s] = i + 1;
+        }
+        MHE_FREE(ctx, wd->slots);
+        wd->slots = sl; wd->n_slots = ns;
+    }
+    mask = wd->n_slots - 1;
+    for (s = (size_t)mhe__bpe_fnv(text + off, len) & mask; wd->slots[s]; s = (s + 1) & mask) {
+        i = wd->slots[s] - 1;
+        if (wd->len[i] == len && memcmp(text + wd->off[i], text + off, len) == 0) { wd->count[i]++; return 1; }
+    }
+    if (wd->n == wd->cap) {
+        size_t nc = wd->cap ? 2 * wd->cap : 1024;
+        size_t *o = (size_t *)MHE_REALLOC(ctx, wd->off, wd->cap * sizeof(size_t), nc * sizeof(size_t));
+        size_t *l = o ? (size_t *)MHE_REALLOC(ctx, wd->len, wd->cap * sizeof(size_t), nc * sizeof(size_t)) : NULL;
+        int64_t *c;
+        if (o) wd->off = o;
+        if (l) wd->len = l;
+        if (!o || !l) return 0;
+        c = (int64_t *)MHE_REALLOC(ctx, wd->count, wd->cap * sizeof(int64_t), nc * sizeof(int64_t));
+        if (!c) return 0;
+        wd->count = c; wd->cap = nc;
+    }
+    wd->off[wd->n] = off; wd->len[wd->n] = len; wd->count[wd->n] = 1; wd->n++;
+    wd->slots[s] = wd->n;
+    return 1;
+}
+
+MHEDEF mhe_status mhe_bpe_train(mhe_bpe *b, const char *text, size_t len, int vocab_size, int split, const char *const *added,
+                                int n_added) {
+    void *ctx;
+    const unsigned char *p = (const unsigned char *)text;
+    mhe__bpe_words wd;
+    mhe__bpe_pairs pr;
+    int32_t *sym = NULL, *mg = NULL;
+    size_t *ws = NULL, *wl = NULL, n_sym = 0, i, j, pos, seg, tb_len = 0, tb_cap = 0;
+    size_t *tl = NULL, *to = NULL; /* token lengths and offsets in tb during training */
+    unsigned char *tb = NULL;      /* token bytes during training */
+    int n_merges = 0, max_merges, a, t, ok = 1;
+    mhe_status st = MHE_OK;
+    if (!b) return MHE_ERR_ARG;
+    ctx = b->alloc_ctx;
+    mhe_bpe_free(b);
+    if ((!text && len) || n_added < 0 || (n_added && !added)) return mhe__fail(b->err, MHE_ERR_ARG, "bpe train: NULL argument");
+    if (split != MHE_BPE_SPLIT_NONE && split != MHE_BPE_SPLIT_GPT2) return mhe__fail(b->err, MHE_ERR_ARG, "bpe train: split %d is neither none nor gpt2", split);
+    if (vocab_size < 256 + n_added || vocab_size > MHE_BPE_MAX_TOKENS)
+        return mhe__fail(b->err, MHE_ERR_ARG, "bpe train: vocab size %d outside %d..%d (256 bytes + %d added tokens)", vocab_size,
+                         256 + n_added, MHE_BPE_MAX_TOKENS, n_added);
+    for (a = 0; a < n_added; a++) {
+        if (!added[a] || !added[a][0]) return mhe__fail(b->err, MHE_ERR_ARG, "bpe train: added token %d is empty", a);
+        for (t = 0; t < a; t++)
+            if (strcmp(added[a], added[t]) == 0) return mhe__fail(b->err, MHE_ERR_ARG, "bpe train: added token %d repeats added token %d", a, t);
+    }
+    max_merges = vocab_size - 256 - n_added;
+    memset(&wd, 0, sizeof wd);
+    memset(&pr, 0, sizeof pr);
+    /* the pieces, between added tokens */
+    for (pos = 0, seg = 0; pos <= len && ok; ) {
+        size_t hit = 0, e;
+        if (pos < len)
+            for (a = 0; a < n_added; a++) {
+                size_t l = strlen(added[a]);
+                if (l <= len - pos && memcmp(p + pos, added[a], l) == 0 && l > hit) hit = l;
+            }
+        if (pos < len && !hit) { pos++; continue; }
+        for (j = seg; j < pos && ok; j = e) {
+            e = split == MHE_BPE_SPLIT_GPT2 ? mhe_bpe_split_next(text, pos, j) : pos;
+            if (e - j >= 2) ok = mhe__bpe_words_add(&wd, p, j, e - j, ctx);
+        }
+        if (pos == len) break;
+        pos += hit; seg = pos;
+    }
+    if (!ok) { st = mhe__fail(b->err, MHE_ERR_NOMEM, "bpe train: out of memory"); goto done; }
+    for (i = 0; i < wd.n; i++) n_sym += wd.len[i];
+    sym = (int32_t *)MHE_MALLOC(ctx, mhe__mul_size(n_sym + 1, sizeof(int32_t), &ok));
+    ws = (size_t *)MHE_MALLOC(ctx, mhe__mul_size(wd.n + 1, sizeof(size_t), &ok));
+    wl = (size_t *)MHE_MALLOC(ctx, mhe__mul_size(wd.n + 1, sizeof(size_t), &ok));
+    mg = (int32_t *)MHE_MALLOC(ctx, mhe__mul_size((size_t)max_merges * 3 + 1, sizeof(int32_t), &ok));
+    tl = (size_t *)MHE_MALLOC(ctx, mhe__mul_size((size_t)vocab_size + 1, sizeof(size_t), &ok));
+    to = (size_t *)MHE_MALLOC(ctx, mhe__mul_size((size_t)vocab_size + 1, sizeof(size_t), &ok));
+    tb_cap = 4096;
+    tb = (unsigned char *)MHE_MALLOC(ctx, tb_cap);
+    if (!ok || !sym || !ws || !wl || !mg || !tl || !to || !tb) { st = mhe__fail(b->err, MHE_ERR_NOMEM, "bpe train: out of memory"); goto done; }
+    for (t = 0; t < 256; t++) { tb[t] = (unsigned char)t; tl[t] = 1; to[t] = (size_t)t; }
+    tb_len = 256;
+    for (i = 0, j = 0; i < wd.n; i++) {
+        size_t k;
+        ws[i] = j; wl[i] = wd.len[i];
+        for (k = 0; k < wd.len[i]; k++) sym[j++] = p[wd.off[i] + k];
+        for (k = 0; k + 1 < wd.len[i] && ok; k++) ok = mhe__bpe_pairs_add(&pr, MHE__BPE_PAIR(sym[ws[i] + k], sym[ws[i] + k + 1]), wd.count[i], ctx);
+    }
+    if (!ok) { st = mhe__fail(b->err, MHE_ERR_NOMEM, "bpe train: out of memory"); goto done; }
+    while (n_merges < max_merges) {
+        uint64_t best = UINT64_MAX;
+        int64_t bc = 0;
+        int32_t L, R, nt = 256 + n_merges;
+        size_t s;
+        for (s = 0; s < pr.n_slots; s++)   /* highest count, then lowest (left, right) */
+            if (pr.key[s] != UINT64_MAX && pr.count[s] > 0 && (pr.count[s] > bc || (pr.count[s] == bc && pr.key[s] < best))) {
+                bc = pr.count[s]; best = pr.key[s];
+            }
+        if (bc <= 0) break;
+        L = (int32_t)(best >> 32); R = (int32_t)(uint32_t)best;
+        mg[3 * n_merges] = L; mg[3 * n_merges + 1] = R; mg[3 * n_merges + 2] = nt;
+        if (tb_len + tl[L] + tl[R] > tb_cap) {
+            size_t nc = 2 * (tb_len + tl[L] + tl[R]);
+            unsigned char *q = (unsigned char *)MHE_REALLOC(ctx, tb, tb_cap, nc);
+            if (!q) { st = mhe__fail(b->err, MHE_ERR_NOMEM, "bpe train: out of memory"); goto done; }
+            tb = q; tb_cap = nc;
+        }
+        memcpy(tb + tb_len, tb + to[L], tl[L]);
+        memcpy(tb + tb_len + tl[L], tb + to[R], tl[R]);
+        tl[nt] = tl[L] + tl[R]; to[nt] = tb_len;
+        tb_len += tl[nt];
+        n_merges++;
+        for (i = 0; i < wd.n && ok; i++) {   /* merge every occurrence, left to right, and update the counts */
+            int32_t *w = sym + ws[i];
+            size_t k = 0, o = 0, n = wl[i];
+            int64_t c = wd.count[i];
+            if (n < 2) continue;
+            while (k < n) {
+                if (k + 1 < n && w[k] == L && w[k + 1] == R) {
+                    if (o > 0) { ok &= mhe__bpe_pairs_add(&pr, MHE__BPE_PAIR(w[o - 1], L), -c, ctx); ok &= mhe__bpe_pairs_add(&pr, MHE__BPE_PAIR(w[o - 1], nt), c, ctx); }
+                    if (k + 2 < n) { ok &= mhe__bpe_pairs_add(&pr, MHE__BPE_PAIR(R, w[k + 2]), -c, ctx); ok &= mhe__bpe_pairs_add(&pr, MHE__BPE_PAIR(nt, w[k + 2]), c, ctx); }
+                    ok &= mhe__bpe_pairs_add(&pr, best, -c, ctx);
+                    w[o++] = nt; k += 2;
+                } else w[o++] = w[k++];
+            }
+            wl[i] = o;
+        }
+        if (!ok) { st = mhe__fail(b->err, MHE_ERR_NOMEM, "bpe train: out of memory"); goto done; }
+    }
+    /* the vocabulary: bytes, merges, added tokens */
+    {
+        size_t ab = 0;
+        int nt = 256 + n_merges + n_added;
+        for (a = 0; a < n_added; a++) ab += strlen(added[a]);
+        if ((st = mhe__bpe_alloc(b, nt, tb_len + ab, n_merges, "bpe train")) != MHE_OK) goto done;
+        memcpy(b->bytes, tb, tb_len);
+        for (t = 0; t < 256 + n_merges; t++) b->start[t + 1] = b->start[t] + tl[t];
+        for (a = 0; a < n_added; a++) {
+            size_t l = strlen(added[a]);
+            memcpy(b->bytes + b->start[t], added[a], l);
+            b->start[t + 1] = b->start[t] + l;
+            b->added[t++] = MHE_BPE_ADDED;
+        }
+        memcpy(b->merges, mg, (size_t)n_merges * 3 * sizeof(int32_t));
+        b->n_tokens = nt; b->n_merges = n_merges; b->split = split;
+        st = mhe__bpe_index(b, "bpe train");
+    }
+done:
+    MHE_FREE(ctx, wd.off); MHE_FREE(ctx, wd.len); MHE_FREE(ctx, wd.count); MHE_FREE(ctx, wd.slots);
+    MHE_FREE(ctx, pr.key); MHE_FREE(ctx, pr.count);
+    MHE_FREE(ctx, sym); MHE_FREE(ctx, ws); MHE_FREE(ctx, wl); MHE_FREE(ctx, mg); MHE_FREE(ctx, tl); MHE_FREE(ctx, to); MHE_FREE(ctx, tb);
+    if (st != MHE_OK) { char keep[MHE_ERR_LEN]; memcpy(keep, b->err, sizeof keep); mhe_bpe_free(b); memcpy(b->err, keep, sizeof keep); }
+    return st;
+}
+
+/* ---- the text form ---- */
+
+typedef struct mhe__bpe_out { char *buf; size_t cap, n; } mhe__bpe_out;
+static void mhe__bpe_put(mhe__bpe_out *o, const char *s, size_t k) {
+    if (o->buf && o->n < o->cap) memcpy(o->buf + o->n, s, o->cap - o->n < k ? o->cap - o->n : k);
+    o->n += k;
+}
+static void mhe__bpe_putf(mhe__bpe_out *o, const char *fmt, long a, long b2, long c, int nargs) {
+    char t[96];
+    int k = nargs == 1 ? snprintf(t, sizeof t, fmt, a) : nargs == 2 ? snprintf(t, sizeof t, fmt, a, b2) : snprintf(t, sizeof t, fmt, a, b2, c);
+    mhe__bpe_put(o, t, (size_t)k);
+}
+
+MHEDEF mhe_status mhe_bpe_save_mem(const mhe_bpe *b, char *buf, size_t cap, size_t *len) {
+    static const char hex[] = "0123456789abcdef";
+    mhe__bpe_out o;
+    int i;
+    if (len) *len = 0;
+    if (!b || !len || !b->n_tokens) return MHE_ERR_ARG;
+    o.buf = buf; o.cap = buf ? cap : 0; o.n = 0;
+    mhe__bpe_put(&o, "mhe-bpe 1\n", 10);
+    mhe__bpe_put(&o, b->split == MHE_BPE_SPLIT_GPT2 ? "split gpt2\n" : "split none\n", 11);
+    mhe__bpe_putf(&o, "prefix_space %ld\nignore_merges %ld\n", b->prefix_space, b->ignore_merges, 0, 2);
+    mhe__bpe_putf(&o, "unk %ld\nfuse_unk %ld\ntokens %ld\n", b->unk, b->fuse_unk, b->n_tokens, 3);
+    for (i = 0; i < b->n_tokens; i++) {
+        size_t k;
+        static const char code[8] = { 't', 'a', '?', 'n', '?', 'A', '?', 'N' };   /* by MHE_BPE_ADDED* flags */
+        char c2[2];
+        c2[0] = code[b->added[i] & 7]; c2[1] = ' ';
+        mhe__bpe_put(&o, c2, 2);
+        for (k = b->start[i]; k < b->start[i + 1]; k++) { char h[2]; h[0] = hex[b->bytes[k] >> 4]; h[1] = hex[b->bytes[k] & 15]; mhe__bpe_put(&o, h, 2); }
+        mhe__bpe_put(&o, "\n", 1);
+    }
+    mhe__bpe_putf(&o, "merges %ld\n", b->n_merges, 0, 0, 1);
+    for (i = 0; i < b->n_merges; i++)
+        mhe__bpe_putf(&o, "%ld %ld %ld\n", (long)b->merges[3 * i], (long)b->merges[3 * i + 1], (long)b->merges[3 * i + 2], 3);
+    mhe__bpe_put(&o, "end\n", 4);
+    *len = o.n;
+    return MHE_OK;
+}
+
+typedef struct mhe__bpe_in { const char *s; size_t n, pos; int line; const char *line_at; size_t line_len; } mhe__bpe_in;
+
+/* the next line (without its '\n'); 0 at the end or when the last line has no '\n' */
+static int mhe__bpe_line(mhe__bpe_in *in) {
+    const char *nl;
+    if (in->pos >= in->n) return 0;
+    nl = (const char *)memchr(in->s + in->pos, '\n', in->n - in->pos);
+    if (!nl) return 0;
+    in->line_at = in->s + in->pos;
+    in->line_len = (size_t)(nl - in->line_at);
+    in->pos += in->line_len + 1;
+    in->line++;
+    return 1;
+}
+
+/* a decimal integer (optionally negative) at s[*i], then a space or the end of the line */
+static int mhe__bpe_int(const char *s, size_t n, size_t *i, long lo, long hi, long *v) {
+    int neg = 0, d = 0;
+    long x = 0;
+    if (*i < n && s[*i] == '-') { neg = 1; (*i)++; }
+    while (*i < n && s[*i] >= '0' && s[*i] <= '9') {
+        if (x > 100000000L) return 0;
+        x = x * 10 + (s[*i] - '0'); (*i)++; d++;
+    }
+    if (!d || (d > 1 && s[*i - d] == '0')) return 0;
+    if (neg) x = -x;
+    if (x < lo || x > hi) return 0;
+    if (*i < n) { if (s[*i] != ' ') return 0; (*i)++; }
+    *v = x;
+    return 1;
+}
+
+/* a line "key VALUE" with VALUE in lo..hi */
+static mhe_status mhe__bpe_field(mhe_bpe *b, mhe__bpe_in *in, const char *key, long lo, long hi, long *v) {
+    size_t k = strlen(key), i = k + 1;
+    if (!mhe__bpe_line(in)) return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated before the '%s' line", key);
+    if (in->line_len <= k || memcmp(in->line_at, key, k) != 0 || in->line_at[k] != ' ')
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: expected '%s N'", in->line, key);
+    if (!mhe__bpe_int(in->line_at, in->line_len, &i, lo, hi, v) || i != in->line_len)
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: %s must be an integer in %ld..%ld", in->line, key, lo, hi);
+    return MHE_OK;
+}
+
+static int mhe__bpe_hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+MHEDEF mhe_status mhe_bpe_load_mem(mhe_bpe *b, const char *buf, size_t len) {
+    mhe__bpe_in in;
+    mhe_status st;
+    long split = 0, ps = 0, im = 0, unk = -1, fu = 0, nt = 0, nm = 0;
+    size_t bytes, save;
+    int i;
+    if (!b) return MHE_ERR_ARG;
+    mhe_bpe_free(b);
+    if (!buf && len) return mhe__fail(b->err, MHE_ERR_ARG, "tokenizer: NULL buffer");
+    memset(&in, 0, sizeof in);
+    in.s = buf; in.n = len;
+    if (!mhe__bpe_line(&in) || in.line_len != 9 || memcmp(in.line_at, "mhe-bpe 1", 9) != 0)
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer: the first line is not 'mhe-bpe 1' (not an mhe tokenizer, or another version)");
+    if (!mhe__bpe_line(&in)) return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated before the 'split' line");
+    if (in.line_len == 10 && memcmp(in.line_at, "split gpt2", 10) == 0) split = MHE_BPE_SPLIT_GPT2;
+    else if (!(in.line_len == 10 && memcmp(in.line_at, "split none", 10) == 0))
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: expected 'split gpt2' or 'split none'", in.line);
+    if ((st = mhe__bpe_field(b, &in, "prefix_space", 0, 1, &ps)) != MHE_OK || (st = mhe__bpe_field(b, &in, "ignore_merges", 0, 1, &im)) != MHE_OK ||
+        (st = mhe__bpe_field(b, &in, "unk", -1, MHE_BPE_MAX_TOKENS - 1, &unk)) != MHE_OK || (st = mhe__bpe_field(b, &in, "fuse_unk", 0, 1, &fu)) != MHE_OK ||
+        (st = mhe__bpe_field(b, &in, "tokens", 1, MHE_BPE_MAX_TOKENS, &nt)) != MHE_OK)
+        return st;
+    /* pass 1 counts the bytes, pass 2 (below) copies them */
+    save = in.pos;
+    {
+        int line0 = in.line;
+        for (i = 0, bytes = 0; i < nt; i++) {
+            if (!mhe__bpe_line(&in)) return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated after %d of %ld tokens", i, nt);
+            if (in.line_len < 4 || !strchr("tanAN", in.line_at[0]) || in.line_at[1] != ' ' || (in.line_len - 2) % 2)
+                return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (token %d): expected 't HEX' or 'a HEX' (n, A, N) with at least one byte", in.line, i);
+            bytes += (in.line_len - 2) / 2;
+        }
+        in.pos = save; in.line = line0;
+    }
+    if ((st = mhe__bpe_alloc(b, (int)nt, bytes, 0, "tokenizer")) != MHE_OK) { mhe_bpe_free(b); return st; }
+    for (i = 0; i < nt; i++) {
+        size_t k;
+        unsigned char *q = b->bytes + b->start[i];
+        (void)mhe__bpe_line(&in);
+        b->added[i] = (unsigned char)(in.line_at[0] == 't' ? 0 : in.line_at[0] == 'a' ? 1 : in.line_at[0] == 'n' ? 3 : in.line_at[0] == 'A' ? 5 : 7);
+        for (k = 2; k < in.line_len; k += 2) {
+            int h = mhe__bpe_hexval(in.line_at[k]), l = mhe__bpe_hexval(in.line_at[k + 1]);
+            if (h < 0 || l < 0) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (token %d): not lower-case hex", in.line, i); }
+            *q++ = (unsigned char)(h << 4 | l);
+        }
+        b->start[i + 1] = (size_t)(q - b->bytes);
+    }
+    b->n_tokens = (int)nt;
+    if ((st = mhe__bpe_field(b, &in, "merges", 0, nt, &nm)) != MHE_OK) { char e[MHE_ERR_LEN]; memcpy(e, b->err, sizeof e); mhe_bpe_free(b); memcpy(b->err, e, sizeof e); return st; }
+    MHE_FREE(b->alloc_ctx, b->merges);
+    b->merges = (int32_t *)MHE_MALLOC(b->alloc_ctx, ((size_t)nm * 3 + 1) * sizeof(int32_t));
+    if (!b->merges) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer: no memory for %ld merges", nm); }
+    for (i = 0; i < nm; i++) {
+        size_t k = 0;
+        long x[3];
+        int c;
+        if (!mhe__bpe_line(&in)) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated after %d of %ld merges", i, nm); }
+        for (c = 0; c < 3; c++)
+            if (!mhe__bpe_int(in.line_at, in.line_len, &k, 0, nt - 1, &x[c]) || (c < 2 && k == in.line_len)) break;
+        if (c < 3 || k != in.line_len) {
+            int line = in.line;
+            mhe_bpe_free(b);
+            return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d (merge %d): expected 'LEFT RIGHT RESULT', ids in 0..%ld", line, i, nt - 1);
+        }
+        b->merges[3 * i] = (int32_t)x[0]; b->merges[3 * i + 1] = (int32_t)x[1]; b->merges[3 * i + 2] = (int32_t)x[2];
+    }
+    b->n_merges = (int)nm;
+    if (!mhe__bpe_line(&in)) { mhe_bpe_free(b); return mhe__fail(b->err, MHE_ERR_TRUNCATED, "tokenizer: truncated before the 'end' line"); }
+    if (in.line_len != 3 || memcmp(in.line_at, "end", 3) != 0 || in.pos != in.n) {
+        int line = in.line;
+        mhe_bpe_free(b);
+        return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer line %d: expected 'end' as the last line, after %ld merges", line, nm);
+    }
+    b->split = (int)split; b->prefix_space = (int)ps; b->ignore_merges = (int)im; b->unk = (int)unk; b->fuse_unk = (int)fu;
+    if ((st = mhe__bpe_index(b, "tokenizer")) != MHE_OK) { char e[MHE_ERR_LEN]; memcpy(e, b->err, sizeof e); mhe_bpe_free(b); memcpy(b->err, e, sizeof e); }
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_md5(const mhe_bpe *b, unsigned char digest[16]) {
+    size_t n;
+    char *buf;
+    mhe_status st;
+    if (!b || !digest) return MHE_ERR_ARG;
+    if ((st = mhe_bpe_save_mem(b, NULL, 0, &n)) != MHE_OK) return st;
+    if (!(buf = (char *)MHE_MALLOC(b->alloc_ctx, n))) return MHE_ERR_NOMEM;
+    if ((st = mhe_bpe_save_mem(b, buf, n, &n)) == MHE_OK) mhe_md5(buf, n, digest);
+    MHE_FREE(b->alloc_ctx, buf);
+    return st;
+}
+
+#ifndef MHE_NO_STDIO
+MHEDEF mhe_status mhe_bpe_save(const mhe_bpe *b, const char *path) {
+    size_t n;
+    char *buf, err[MHE_ERR_LEN];
+    mhe_out o;
+    mhe_status st;
+    if (!b || !path) return MHE_ERR_ARG;
+    if ((st = mhe_bpe_save_mem(b, NULL, 0, &n)) != MHE_OK) return st;
+    if (!(buf = (char *)MHE_MALLOC(b->alloc_ctx, n))) return MHE_ERR_NOMEM;
+    if ((st = mhe_bpe_save_mem(b, buf, n, &n)) == MHE_OK && (st = mhe_out_open(&o, path, err)) == MHE_OK) {
+        if (!mhe_out_write(&o, buf, n)) mhe_out_discard(&o), st = MHE_ERR_IO;
+        else st = mhe_out_commit(&o, err);
+    }
+    MHE_FREE(b->alloc_ctx, buf);
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_load(mhe_bpe *b, const char *path) {
+    void *buf;
+    size_t len, i = 0;
+    mhe_status st;
+    if (!b || !path) return MHE_ERR_ARG;
+    mhe_bpe_free(b);
+    if ((st = mhe_read_file(path, &buf, &len, b->alloc_ctx, b->err)) != MHE_OK) return st;
+    while (i < len && (((const char *)buf)[i] == ' ' || ((const char *)buf)[i] == '\n' || ((const char *)buf)[i] == '\r' || ((const char *)buf)[i] == '\t')) i++;
+    st = i < len && ((const char *)buf)[i] == 0x7B /* an opening brace */ ? mhe_bpe_load_hf(b, (const char *)buf, len) : mhe_bpe_load_mem(b, (const char *)buf, len);
+    MHE_FREE(b->alloc_ctx, buf);
+    if (st != MHE_OK) {   /* the file's name in front of the message */
+        char e[MHE_ERR_LEN];
+        memcpy(e, b->err, sizeof e);
+        snprintf(b->err, sizeof b->err, "%.100s: %.150s", path, e);
+    }
+    return st;
+}
+
+MHEDEF mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err) {
+    void *buf;
+    size_t len;
+    int ok = 1;
+    mhe_status st;
+    *tokens = NULL;
+    *n = 0;
+    if (!b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "%.200s: no tokenizer", path);
+    if ((st = mhe_read_file(path, &buf, &len, alloc_ctx, err)) != MHE_OK) return st;
+    if (len == 0) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: corpus is empty", path); }
+    if (memchr(buf, 0, len)) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_DATA, "%.200s: contains NUL bytes, not a text file", path); }
+    *tokens = (int *)MHE_MALLOC(alloc_ctx, mhe__mul_size(mhe__add_size(mhe_bpe_max_ids(b, len), 1, &ok), sizeof(int), &ok));
+    if (!ok || !*tokens) { MHE_FREE(alloc_ctx, buf); return mhe__fail(err, MHE_ERR_NOMEM, "%.200s: no memory for %zu tokens", path, len); }
+    st = mhe_bpe_encode(b, (const char *)buf, len, *tokens, mhe_bpe_max_ids(b, len), n, NULL, err);
+    MHE_FREE(alloc_ctx, buf);
+    if (st == MHE_OK && *n == 0) st = mhe__fail(err, MHE_ERR_DATA, "%.200s: no token (every byte lacks one in this tokenizer)", path);
+    if (st != MHE_OK) { MHE_FREE(alloc_ctx, *tokens); *tokens = NULL; *n = 0; }
+    return st;
+}
+#endif
+
+MHEDEF mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err) {
+    size_t total, i, k, q = 0, maxlen = 0, *start;
+    int e, ok = 1, *tok;
+    char *text;
+    mhe_status st = MHE_OK;
+    if (!s || !b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "text set bpe: NULL argument or empty tokenizer");
+    total = s->start[s->n];
+    for (e = 0; e < s->n; e++) if (s->start[e + 1] - s->start[e] > maxlen) maxlen = s->start[e + 1] - s->start[e];
+    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(mhe__add_size(mhe_bpe_max_ids(b, total), (size_t)s->n + 1, &ok), sizeof(int), &ok));
+    start = (size_t *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size((size_t)s->n + 1, sizeof(size_t), &ok));
+    text = (char *)MHE_MALLOC(s->alloc_ctx, maxlen + 1);
+    if (!ok || !tok || !start || !text) { st = mhe__fail(err, MHE_ERR_NOMEM, "text set bpe: out of memory"); goto out; }
+    start[0] = 0;
+    for (e = 0; e < s->n && st == MHE_OK; e++) {   /* the byte tokens are the text's bytes */
+        size_t n = 0, len = s->start[e + 1] - s->start[e];
+        for (i = 0, k = s->start[e]; i < len; i++, k++) text[i] = (char)s->tokens[k];
+        st = mhe_bpe_encode(b, text, len, tok + q, mhe_bpe_max_ids(b, len), &n, NULL, err);
+        if (st == MHE_OK && n == 0) st = mhe__fail(err, MHE_ERR_DATA, "example %d: the text has no token in this tokenizer", e + 1);
+        q += n;
+        start[e + 1] = q;
+    }
+out:
+    if (st == MHE_OK) {
+        MHE_FREE(s->alloc_ctx, s->tokens); MHE_FREE(s->alloc_ctx, s->start);
+        s->tokens = tok; s->start = start;
+    } else { MHE_FREE(s->alloc_ctx, tok); MHE_FREE(s->alloc_ctx, start); }
+    MHE_FREE(s->alloc_ctx, text);
+    return st;
+}
+
 static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
 
 MHEDEF void mhe_text_set_free(mhe_text_set *s) {
@@ -11523,6 +12778,506 @@ static mhe_status mhe__json_skip(mhe__json *j, int depth) {
     if (c == '-' || mhe__isdigit(c)) return mhe__json_number(j, &num);
     return mhe__json_err(j, j->pos, c < 0 ? "unexpected end of header" : "unexpected character");
 }
+
+/* ---- 10. Hugging Face tokenizer.json (a byte-level BPE; section 8) ---------- */
+#define MHE__LB 0x7B   /* the brace characters, not written as literals: tools/reading_guide.py counts braces */
+#define MHE__RB 0x7D
+/* The JSON reader above, walked key by key. The tokenizers package's
+   serialisation (tokenizers/src/models/bpe/serialization.rs and
+   pre_tokenizers/byte_level.rs) decides what each field means. */
+
+typedef struct mhe__hf {
+    mhe__json j;
+    mhe_bpe *b;
+    char *str;                  /* every decoded string, one after another (NUL-ended) */
+    size_t str_n, str_cap;
+    size_t *voc_off;            /* model.vocab: string offset in str, by entry */
+    int *voc_id, n_voc, cap_voc, cap_voc2;
+    size_t *mrg_a, *mrg_b;      /* merges: the two strings' offsets */
+    int n_mrg, cap_mrg, cap_mrg2;
+    size_t *add_off; int *add_id, n_add, cap_add, cap_add2;
+    unsigned char *add_late;    /* "normalized": true (matched in the second pass) */
+    int cap_add3;
+    int unk_set; size_t unk_off;
+    int split, prefix_space, ignore_merges, fuse_unk;
+} mhe__hf;
+
+/* a JSON error of the reader, as a tokenizer.json error */
+static mhe_status mhe__hf_jerr(mhe__hf *h, mhe_status st) {
+    char e[MHE_ERR_LEN], *p;
+    size_t k;
+    if (strncmp(h->b->err, "header JSON: ", 13) != 0) return st;
+    memcpy(e, h->b->err + 13, MHE_ERR_LEN - 13);
+    e[MHE_ERR_LEN - 14] = 0;
+    if ((p = strstr(e, "header")) != NULL) {   /* "(end of header)", "the end of the header": the file's end */
+        k = strlen(p + 6) + 1;
+        memmove(p + 4, p + 6, k);
+        memcpy(p, "file", 4);
+    }
+    snprintf(h->b->err, MHE_ERR_LEN, "tokenizer.json: %.230s", e);
+    return st == MHE_ERR_HEADER ? MHE_ERR_FORMAT : st;
+}
+#define MHE__HF_TRY(x) do { mhe_status s_ = (x); if (s_ != MHE_OK) return mhe__hf_jerr(h, s_); } while (0)
+
+/* the string at the cursor, decoded into h->str; its offset in *off */
+static mhe_status mhe__hf_string(mhe__hf *h, size_t *off, size_t *len) {
+    size_t save = h->j.pos, n;
+    mhe_status s;
+    if ((s = mhe__json_string(&h->j, NULL, 0, &n)) != MHE_OK) return mhe__hf_jerr(h, s);
+    if (h->str_n + n + 1 > h->str_cap) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: string space exhausted");
+    h->j.pos = save;
+    (void)mhe__json_string(&h->j, h->str + h->str_n, n, &n);
+    h->str[h->str_n + n] = 0;
+    *off = h->str_n;
+    if (len) *len = n;
+    h->str_n += n + 1;
+    return MHE_OK;
+}
+
+/* object iteration: *first on entry; 1 in *more with the key in key (cut to cap - 1 bytes), 0 at the object's end */
+static mhe_status mhe__hf_key(mhe__hf *h, int *first, char *key, size_t cap, int *more, const char *where) {
+    mhe__json *j = &h->j;
+    size_t n;
+    mhe__json_ws(j);
+    if (*first) {
+        if (mhe__json_peek(j) != MHE__LB)
+            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an object, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
+        j->pos++; *first = 0;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
+    } else {
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or the end of the object"));
+        j->pos++;
+        mhe__json_ws(j);
+    }
+    MHE__HF_TRY(mhe__json_string(j, key, cap - 1, &n));
+    key[n < cap - 1 ? n : cap - 1] = 0;
+    if (n >= cap - 1) key[0] = 0;   /* a long key is no key we know */
+    MHE__HF_TRY(mhe__json_expect(j, ':', "expected ':' after an object key"));
+    *more = 1;
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_elem(mhe__hf *h, int *first, int *more, const char *where) {
+    mhe__json *j = &h->j;
+    mhe__json_ws(j);
+    if (*first) {
+        if (mhe__json_peek(j) != '[')
+            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an array, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
+        j->pos++; *first = 0;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
+    } else {
+        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or ']' in an array"));
+        j->pos++;
+        mhe__json_ws(j);
+    }
+    *more = 1;
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_bool(mhe__hf *h, int *v, const char *where) {
+    int c;
+    mhe__json_ws(&h->j);
+    c = mhe__json_peek(&h->j);
+    if (c != 't' && c != 'f') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be true or false, found %s", where, mhe__json_kind(&h->j));
+    MHE__HF_TRY(mhe__json_literal(&h->j, c == 't' ? "true" : "false"));
+    *v = c == 't';
+    return MHE_OK;
+}
+
+static int mhe__hf_null(mhe__hf *h) {
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != 'n') return 0;
+    return mhe__json_literal(&h->j, "null") == MHE_OK;
+}
+
+static mhe_status mhe__hf_id(mhe__hf *h, int *v, const char *where, long i) {
+    mhe__json_num num;
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != '-' && !mhe__isdigit(mhe__json_peek(&h->j)))
+        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld] must be a token id, found %s", where, i, mhe__json_kind(&h->j));
+    MHE__HF_TRY(mhe__json_number(&h->j, &num));
+    if (num.neg || num.frac || num.exp || num.big || num.v >= MHE_BPE_MAX_TOKENS)
+        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld]: an id must be an integer in 0..%d", where, i, MHE_BPE_MAX_TOKENS - 1);
+    *v = (int)num.v;
+    return MHE_OK;
+}
+
+/* a string value (a type name), cut to cap - 1 bytes */
+static mhe_status mhe__hf_type(mhe__hf *h, const char *where, char *out, size_t cap) {
+    size_t n;
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be a string", where);
+    MHE__HF_TRY(mhe__json_string(&h->j, out, cap - 1, &n));
+    out[n < cap - 1 ? n : cap - 1] = 0;
+    return MHE_OK;
+}
+
+static int mhe__hf_grow(void *ctx, void **p, int *cap, int need, size_t el) {
+    void *q;
+    int nc;
+    if (need <= *cap) return 1;
+    nc = *cap ? 2 * *cap : 1024;
+    while (nc < need) nc *= 2;
+    q = MHE_REALLOC(ctx, *p, (size_t)*cap * el, (size_t)nc * el);
+    if (!q) return 0;
+    *p = q; *cap = nc;
+    return 1;
+}
+
+/* a ByteLevel pre_tokenizer / decoder / post_processor object (kind names the field) */
+static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
+    char key[32], type[32], where[64];
+    int first = 1, more, v, seen_type = 0;
+    if (mhe__hf_null(h)) {
+        if (strcmp(kind, "pre_tokenizer") == 0)
+            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is null: not a byte-level BPE (ByteLevel needed)");
+        return MHE_OK;
+    }
+    for (;;) {
+        mhe_status s = mhe__hf_key(h, &first, key, sizeof key, &more, kind);
+        if (s != MHE_OK) return s;
+        if (!more) break;
+        snprintf(where, sizeof where, "%s.%s", kind, key);
+        if (strcmp(key, "type") == 0) {
+            if ((s = mhe__hf_type(h, where, type, sizeof type)) != MHE_OK) return s;
+            seen_type = 1;
+            if (strcmp(type, "Sequence") == 0 && strcmp(kind, "pre_tokenizer") == 0) continue;
+            if (strcmp(type, "ByteLevel") != 0)
+                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.type '%.40s' is not supported (ByteLevel%s)", kind, type,
+                                 strcmp(kind, "pre_tokenizer") == 0 ? ", or a Sequence of one ByteLevel" : " or null");
+        } else if (strcmp(key, "pretokenizers") == 0 && strcmp(kind, "pre_tokenizer") == 0) {
+            int f2 = 1, m2, n = 0;
+            for (;;) {
+                if ((s = mhe__hf_elem(h, &f2, &m2, "pre_tokenizer.pretokenizers")) != MHE_OK) return s;
+                if (!m2) break;
+                if (n++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers has more than one pre-tokenizer (one ByteLevel is supported)");
+                if ((s = mhe__hf_component(h, "pre_tokenizer")) != MHE_OK) return s;
+            }
+            if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers is empty");
+        } else if (strcmp(key, "add_prefix_space") == 0) {
+            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
+            if (strcmp(kind, "pre_tokenizer") == 0) h->prefix_space = v;
+        } else if (strcmp(key, "use_regex") == 0) {
+            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
+            if (strcmp(kind, "pre_tokenizer") == 0) h->split = v ? MHE_BPE_SPLIT_GPT2 : MHE_BPE_SPLIT_NONE;
+        } else if (strcmp(key, "trim_offsets") == 0) {
+            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;   /* offsets only */
+        } else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s: unknown field '%.40s'", kind, key);
+    }
+    if (!seen_type) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has no type", kind);
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_model(mhe__hf *h) {
+    char key[40], type[32];
+    int first = 1, more, seen_vocab = 0, seen_merges = 0;
+    mhe_status s;
+    void *ctx = h->b->alloc_ctx;
+    for (;;) {
+        if ((s = mhe__hf_key(h, &first, key, sizeof key, &more, "model")) != MHE_OK) return s;
+        if (!more) break;
+        if (strcmp(key, "type") == 0) {
+            if ((s = mhe__hf_type(h, "model.type", type, sizeof type)) != MHE_OK) return s;
+            if (strcmp(type, "BPE") != 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.type '%.40s' is not BPE", type);
+        } else if (strcmp(key, "dropout") == 0) {
+            if (!mhe__hf_null(h)) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.dropout must be null (BPE dropout is random)");
+        } else if (strcmp(key, "unk_token") == 0) {
+            if (mhe__hf_null(h)) continue;
+            if ((s = mhe__hf_string(h, &h->unk_off, NULL)) != MHE_OK) return s;
+            h->unk_set = 1;
+        } else if (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0) {
+            size_t off, n;
+            if (mhe__hf_null(h)) continue;
+            if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
+            if (n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.%s must be null or empty in a byte-level BPE", key);
+        } else if (strcmp(key, "fuse_unk") == 0) {
+            if ((s = mhe__hf_bool(h, &h->fuse_unk, "model.fuse_unk")) != MHE_OK) return s;
+        } else if (strcmp(key, "byte_fallback") == 0) {
+            int v;
+            if ((s = mhe__hf_bool(h, &v, "model.byte_fallback")) != MHE_OK) return s;
+            if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.byte_fallback must be false (a byte-level BPE has every byte)");
+        } else if (strcmp(key, "ignore_merges") == 0) {
+            if ((s = mhe__hf_bool(h, &h->ignore_merges, "model.ignore_merges")) != MHE_OK) return s;
+        } else if (strcmp(key, "vocab") == 0) {
+            int f2 = 1;
+            if (seen_vocab++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab appears twice");
+            mhe__json_ws(&h->j);
+            if (mhe__json_peek(&h->j) != MHE__LB) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
+            h->j.pos++;
+            for (;;) {
+                size_t off;
+                mhe__json_ws(&h->j);
+                if (f2) { f2 = 0; if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; } }
+                else {
+                    if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; }
+                    if (mhe__json_peek(&h->j) != ',') return mhe__hf_jerr(h, mhe__json_err(&h->j, h->j.pos, "expected ',' or the end of model.vocab"));
+                    h->j.pos++;
+                    mhe__json_ws(&h->j);
+                }
+                if (!mhe__hf_grow(ctx, (void **)&h->voc_off, &h->cap_voc, h->n_voc + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if (!mhe__hf_grow(ctx, (void **)&h->voc_id, &h->cap_voc2, h->n_voc + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if ((s = mhe__hf_string(h, &off, NULL)) != MHE_OK) return s;
+                MHE__HF_TRY(mhe__json_expect(&h->j, ':', "expected ':' after a model.vocab key"));
+                if ((s = mhe__hf_id(h, &h->voc_id[h->n_voc], "model.vocab", h->n_voc)) != MHE_OK) return s;
+                h->voc_off[h->n_voc++] = off;
+            }
+        } else if (strcmp(key, "merges") == 0) {
+            int f2 = 1, m2;
+            if (seen_merges++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges appears twice");
+            for (;;) {
+                size_t a, b2, n;
+                if ((s = mhe__hf_elem(h, &f2, &m2, "model.merges")) != MHE_OK) return s;
+                if (!m2) break;
+                if (!mhe__hf_grow(ctx, (void **)&h->mrg_a, &h->cap_mrg, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if (!mhe__hf_grow(ctx, (void **)&h->mrg_b, &h->cap_mrg2, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                mhe__json_ws(&h->j);
+                if (mhe__json_peek(&h->j) == '"') {   /* "a b" */
+                    char *sp;
+                    if ((s = mhe__hf_string(h, &a, &n)) != MHE_OK) return s;
+                    sp = (char *)memchr(h->str + a, ' ', n);
+                    if (!sp || sp == h->str + a || sp == h->str + a + n - 1 || memchr(sp + 1, ' ', (size_t)(h->str + a + n - sp - 1)))
+                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] is not two tokens separated by one space", h->n_mrg);
+                    *sp = 0;
+                    b2 = (size_t)(sp + 1 - h->str);
+                } else {   /* ["a", "b"] */
+                    int f3 = 1, m3, k = 0;
+                    size_t o[2];
+                    for (;;) {
+                        if ((s = mhe__hf_elem(h, &f3, &m3, "model.merges[]")) != MHE_OK) return s;
+                        if (!m3) break;
+                        mhe__json_ws(&h->j);
+                        if (k == 2 || mhe__json_peek(&h->j) != '"')
+                            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
+                        if ((s = mhe__hf_string(h, &o[k++], NULL)) != MHE_OK) return s;
+                    }
+                    if (k != 2) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
+                    a = o[0]; b2 = o[1];
+                }
+                h->mrg_a[h->n_mrg] = a; h->mrg_b[h->n_mrg++] = b2;
+            }
+        } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* fields of later versions that do not change encoding */
+    }
+    if (!seen_vocab || !seen_merges) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: model.%s is missing", seen_vocab ? "merges" : "vocab");
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_added(mhe__hf *h) {
+    int first = 1, more;
+    mhe_status s;
+    for (;;) {
+        int f2 = 1, m2, id = -1, v, normalized = -1, special = 0;
+        size_t off = 0, n = 0;
+        char key[32], where[64];
+        if ((s = mhe__hf_elem(h, &first, &more, "added_tokens")) != MHE_OK) return s;
+        if (!more) break;
+        snprintf(where, sizeof where, "added_tokens[%d]", h->n_add);
+        for (;;) {
+            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, where)) != MHE_OK) return s;
+            if (!m2) break;
+            if (strcmp(key, "id") == 0) { if ((s = mhe__hf_id(h, &id, "added_tokens", h->n_add)) != MHE_OK) return s; }
+            else if (strcmp(key, "content") == 0) {
+                mhe__json_ws(&h->j);
+                if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content must be a string", where);
+                if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
+                if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content is empty", where);
+            } else if (strcmp(key, "single_word") == 0 || strcmp(key, "lstrip") == 0 || strcmp(key, "rstrip") == 0) {
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s.%s", where, key);
+                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
+                if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s is true: not supported", w2);
+            } else if (strcmp(key, "normalized") == 0 || strcmp(key, "special") == 0) {
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s.%s", where, key);
+                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
+                if (key[0] == 'n') normalized = v; else special = v;
+            } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));
+        }
+        if (id < 0 || !n) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: %s needs an id and a content", where);
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_off, &h->cap_add, h->n_add + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_id, &h->cap_add2, h->n_add + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_late, &h->cap_add3, h->n_add + 1, 1)) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        h->add_late[h->n_add] = (unsigned char)(normalized < 0 ? !special : normalized);   /* tokenizers' default: !special */
+        h->add_off[h->n_add] = off; h->add_id[h->n_add++] = id;
+    }
+    return MHE_OK;
+}
+
+/* byte-level text (GPT-2's bytes_to_unicode characters) -> bytes; 0 when a character is not one */
+static int mhe__hf_unbyte(const char *s, unsigned char *out, size_t *n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, len = strlen(s), k, q = 0;
+    while (i < len) {
+        uint32_t cp;
+        int byte;
+        if (!(k = mhe__utf8_seq(p + i, len - i))) return 0;
+        cp = k == 1 ? p[i] : k == 2 ? (p[i] & 0x1Fu) << 6 | (p[i + 1] & 0x3Fu) : 0x110000;
+        if ((byte = mhe__bpe_byte_of_cp(cp)) < 0) return 0;
+        out[q++] = (unsigned char)byte;
+        i += k;
+    }
+    *n = q;
+    return 1;
+}
+
+static mhe_status mhe__hf_build(mhe__hf *h) {
+    mhe_bpe *b = h->b;
+    void *ctx = b->alloc_ctx;
+    int i, nt = 0, *owner = NULL;
+    size_t bytes = 0;
+    mhe_status s = MHE_OK;
+    mhe_bpe tmp;   /* a string -> vocab entry hash, borrowed from mhe_bpe's token hash */
+    for (i = 0; i < h->n_voc; i++) if (h->voc_id[i] + 1 > nt) nt = h->voc_id[i] + 1;
+    for (i = 0; i < h->n_add; i++) if (h->add_id[i] + 1 > nt) nt = h->add_id[i] + 1;
+    if (!nt) return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab is empty");
+    owner = (int *)MHE_MALLOC(ctx, (size_t)nt * 2 * sizeof(int));   /* [id]: vocab entry, [nt + id]: added entry */
+    if (!owner) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (i = 0; i < 2 * nt; i++) owner[i] = -1;
+    for (i = 0; i < h->n_voc; i++) {
+        int id = h->voc_id[i];
+        if (owner[id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab: '%.40s' and '%.40s' both have id %d", h->str + h->voc_off[owner[id]], h->str + h->voc_off[i], id); goto out; }
+        owner[id] = i;
+        bytes += strlen(h->str + h->voc_off[i]);
+    }
+    for (i = 0; i < h->n_add; i++) {
+        int id = h->add_id[i];
+        if (owner[nt + id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] repeats the id %d of added_tokens[%d]", i, id, owner[nt + id]); goto out; }
+        if (owner[id] >= 0 && strcmp(h->str + h->voc_off[owner[id]], h->str + h->add_off[i]) != 0) {
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] '%.40s' has id %d, which model.vocab gives to '%.40s'", i, h->str + h->add_off[i], id, h->str + h->voc_off[owner[id]]);
+            goto out;
+        }
+        owner[nt + id] = i;
+        bytes += strlen(h->str + h->add_off[i]);
+    }
+    for (i = 0; i < nt; i++)
+        if (owner[i] < 0 && owner[nt + i] < 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: no token has id %d (ids must run 0..%d without gaps)", i, nt - 1); goto out; }
+    if ((s = mhe__bpe_alloc(b, nt, bytes, h->n_mrg, "tokenizer.json")) != MHE_OK) goto out;
+    for (i = 0; i < nt; i++) {
+        unsigned char *q = b->bytes + b->start[i];
+        size_t n;
+        if (owner[nt + i] >= 0) {   /* an added token: its content as it is */
+            const char *c = h->str + h->add_off[owner[nt + i]];
+            n = strlen(c);
+            memcpy(q, c, n);
+            b->added[i] = (unsigned char)(MHE_BPE_ADDED | (h->add_late[owner[nt + i]] ? MHE_BPE_ADDED_LATE : 0) | (owner[i] >= 0 ? MHE_BPE_ADDED_VOCAB : 0));
+        } else if (!mhe__hf_unbyte(h->str + h->voc_off[owner[i]], q, &n)) {
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab '%.40s' (id %d) is not byte-level text (GPT-2's byte characters)", h->str + h->voc_off[owner[i]], i);
+            goto out;
+        }
+        b->start[i + 1] = b->start[i] + n;
+    }
+    b->n_tokens = nt;
+    /* merges: strings -> ids through the vocab strings, hashed */
+    mhe_bpe_init(&tmp, ctx);
+    tmp.n_tok_slots = mhe__bpe_pow2((size_t)h->n_voc);
+    tmp.tok_slots = (int *)MHE_MALLOC(ctx, tmp.n_tok_slots * sizeof(int));
+    if (!tmp.tok_slots) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); goto out; }
+    {
+        size_t k, mask = tmp.n_tok_slots - 1;
+        for (k = 0; k < tmp.n_tok_slots; k++) tmp.tok_slots[k] = -1;
+        for (i = 0; i < h->n_voc; i++) {
+            const char *v = h->str + h->voc_off[i];
+            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)v, strlen(v)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], v) == 0) {
+                    s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab has the key '%.40s' twice", v);
+                    break;
+                }
+            if (s != MHE_OK) break;
+            tmp.tok_slots[k] = i;
+        }
+        for (i = 0; i < h->n_mrg && s == MHE_OK; i++) {
+            const char *part[3];
+            char *cat = NULL;
+            int id[3], c;
+            size_t la = strlen(h->str + h->mrg_a[i]), lb = strlen(h->str + h->mrg_b[i]);
+            part[0] = h->str + h->mrg_a[i]; part[1] = h->str + h->mrg_b[i];
+            cat = (char *)MHE_MALLOC(ctx, la + lb + 1);
+            if (!cat) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
+            memcpy(cat, part[0], la); memcpy(cat + la, part[1], lb + 1);
+            part[2] = cat;
+            for (c = 0; c < 3; c++) {
+                id[c] = -1;
+                for (k = (size_t)mhe__bpe_fnv((const unsigned char *)part[c], strlen(part[c])) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                    if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], part[c]) == 0) { id[c] = h->voc_id[tmp.tok_slots[k]]; break; }
+                if (id[c] < 0) {
+                    s = mhe__fail(b->err, MHE_ERR_FORMAT, c < 2 ? "tokenizer.json: model.merges[%d]: '%.40s' is not in model.vocab"
+                                                            : "tokenizer.json: model.merges[%d]: the result '%.40s' is not in model.vocab", i, part[c]);
+                    break;
+                }
+            }
+            MHE_FREE(ctx, cat);
+            b->merges[3 * i] = id[0]; b->merges[3 * i + 1] = id[1]; b->merges[3 * i + 2] = id[2];
+        }
+        if (s == MHE_OK && h->unk_set) {
+            const char *u = h->str + h->unk_off;
+            b->unk = -1;
+            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)u, strlen(u)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], u) == 0) { b->unk = h->voc_id[tmp.tok_slots[k]]; break; }
+            if (b->unk < 0) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.unk_token '%.40s' is not in model.vocab", u);
+        }
+    }
+    MHE_FREE(ctx, tmp.tok_slots);
+    if (s != MHE_OK) goto out;
+    b->n_merges = h->n_mrg;
+    b->split = h->split; b->prefix_space = h->prefix_space; b->ignore_merges = h->ignore_merges; b->fuse_unk = h->fuse_unk;
+    s = mhe__bpe_index(b, "tokenizer.json");
+    if (s != MHE_OK && strstr(b->err, "repeats merge")) {   /* in the file's terms */
+        char e[MHE_ERR_LEN];
+        memcpy(e, b->err, sizeof e);
+        snprintf(b->err, MHE_ERR_LEN, "tokenizer.json: model.merges: %.200s", e + 16);
+    }
+out:
+    MHE_FREE(ctx, owner);
+    return s;
+}
+
+MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
+    mhe__hf h;
+    mhe_status s = MHE_OK;
+    char key[40];
+    int first = 1, more, seen_model = 0, seen_pre = 0;
+    if (!b) return MHE_ERR_ARG;
+    mhe_bpe_free(b);
+    if (!json && len) return mhe__fail(b->err, MHE_ERR_ARG, "tokenizer.json: NULL buffer");
+    memset(&h, 0, sizeof h);
+    h.b = b;
+    h.j.s = (const unsigned char *)json; h.j.n = len; h.j.err = b->err;
+    h.split = MHE_BPE_SPLIT_GPT2;
+    h.str_cap = len + 1;   /* decoded strings are never longer than their JSON, plus a NUL each */
+    h.str = (char *)MHE_MALLOC(b->alloc_ctx, 2 * h.str_cap);
+    h.str_cap *= 2;
+    if (!h.str) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (;;) {
+        if ((s = mhe__hf_key(&h, &first, key, sizeof key, &more, "the file")) != MHE_OK) break;
+        if (!more) break;
+        if (strcmp(key, "model") == 0) { seen_model++; s = mhe__hf_model(&h); }
+        else if (strcmp(key, "pre_tokenizer") == 0) { seen_pre++; s = mhe__hf_component(&h, "pre_tokenizer"); }
+        else if (strcmp(key, "decoder") == 0) s = mhe__hf_component(&h, "decoder");
+        else if (strcmp(key, "post_processor") == 0) s = mhe__hf_component(&h, "post_processor");
+        else if (strcmp(key, "added_tokens") == 0) s = mhe__hf_added(&h);
+        else if (strcmp(key, "normalizer") == 0 || strcmp(key, "truncation") == 0 || strcmp(key, "padding") == 0) {
+            if (!mhe__hf_null(&h)) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be null (a normalizer, truncation or padding changes the ids)", key);
+        } else s = mhe__hf_jerr(&h, mhe__json_skip(&h.j, 1));   /* "version" and later fields */
+        if (s != MHE_OK) break;
+    }
+    if (s == MHE_OK) {
+        mhe__json_ws(&h.j);
+        if (h.j.pos != h.j.n) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: bytes after the top-level object (byte %lu)", (unsigned long)h.j.pos);
+        else if (seen_model != 1) s = mhe__fail(b->err, seen_model ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: model is %s", seen_model ? "given twice" : "missing");
+        else if (seen_pre != 1) s = mhe__fail(b->err, seen_pre ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: pre_tokenizer is %s", seen_pre ? "given twice" : "missing (a byte-level BPE needs ByteLevel)");
+    }
+    if (s == MHE_OK) s = mhe__hf_build(&h);
+    MHE_FREE(b->alloc_ctx, h.str); MHE_FREE(b->alloc_ctx, h.voc_off); MHE_FREE(b->alloc_ctx, h.voc_id); MHE_FREE(b->alloc_ctx, h.mrg_a); MHE_FREE(b->alloc_ctx, h.mrg_b);
+    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id); MHE_FREE(b->alloc_ctx, h.add_late);
+    if (s != MHE_OK) mhe_bpe_free(b);
+    return s;
+}
+#undef MHE__HF_TRY
+#undef MHE__LB
+#undef MHE__RB
 
 /* ---- safetensors header schema --------------------------------------------- */
 /* Run twice over syntactically valid JSON: first to validate every entry and
@@ -12573,11 +14328,14 @@ typedef struct mhe__ckpt {
    holds one). */
 #define MHE__CKPT_NGRAMS "lsh.ngrams"
 #define MHE__CKPT_VOCAB "vocab.words"
+/* a BPE tokenizer: its text form (mhe_bpe_save_mem) as I8, and that text's MD5 in the metadata */
+#define MHE__CKPT_BPE "bpe.tokenizer"
+#define MHE__CKPT_BPE_MD5 "tokenizer.md5"
 
 /* bytes of the metadata text, NULs included (measured, so that writing a
    checkpoint on a small device needs no more scratch than its strings) */
 static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
-    size_t n = sizeof "format" + sizeof MHE_FORMAT;
+    size_t n = sizeof "format" + sizeof MHE_FORMAT + sizeof "tokenizer" + 4 + sizeof MHE__CKPT_BPE_MD5 + 33;
     const char *key;
     char val[MHE__META_VAL];
     int f;
@@ -12590,10 +14348,10 @@ static size_t mhe__ckpt_text(const mhe_model *m, const mhe_trainer *t) {
 }
 
 static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe__ckpt *k, int grads_only, char *err) {
-    int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 2;
-    int max_meta = 2 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
+    int nt = m->n_tensors, max_items = (grads_only ? nt + 1 : (t ? 3 * nt : nt)) + 3;
+    int max_meta = 4 + MHE__N_CONFIG_FIELDS + (t ? 3 + MHE__N_TRAIN_FIELDS : 0), i, f, ok = 1;
     size_t name_bytes = t && !grads_only ? (size_t)2 * nt * (MHE_NAME_LEN + 16) : 0, text = mhe__ckpt_text(m, t), bytes;
-    size_t vocab_bytes = 0, words_at;
+    size_t vocab_bytes = 0, words_at, bpe_bytes = 0, bpe_at;
     char *p, *end;
 #ifdef MHE_NO_TRAIN
     if (t) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: this build has no trainer (MHE_NO_TRAIN); pass t = NULL");
@@ -12603,6 +14361,9 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
     words_at = MHE_ARENA_ROUND(bytes);
     bytes = mhe__add_size(words_at, vocab_bytes, &ok);
+    if (!grads_only && m->bpe && mhe_bpe_save_mem(m->bpe, NULL, 0, &bpe_bytes) != MHE_OK) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: the model's tokenizer is empty");
+    bpe_at = bytes;
+    bytes = mhe__add_size(bytes, bpe_bytes, &ok);
     if (!ok) return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: the word vocabulary is too large");
     k->block = MHE_MALLOC(m->alloc_ctx, bytes);
     if (!k->block) return mhe__fail(err, MHE_ERR_NOMEM, "checkpoint: out of memory");
@@ -12625,6 +14386,16 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
             return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: config field %s is too long", key);
         }
         MHE__META("%s", key, "%s", val);
+    }
+    if (bpe_bytes) {   /* the tokenizer's text form and its MD5 */
+        unsigned char d[16];
+        char *tx = (char *)k->block + bpe_at;
+        size_t got;
+        mhe__must(mhe_bpe_save_mem(m->bpe, tx, bpe_bytes, &got));
+        mhe_md5(tx, got, d);
+        MHE__META("%s", "tokenizer", "%s", "bpe");
+        MHE__META("%s", MHE__CKPT_BPE_MD5, "%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4],
+                  d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]);
     }
     if (t) {
         MHE__META("%s", "step", "%d", t->step);
@@ -12670,6 +14441,12 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         it->name = MHE__CKPT_NGRAMS; it->ndim = 1; it->shape[0] = (int64_t)m->lsh.table_len;
         it->dtype = MHE_DTYPE_I32; it->data_i32 = (const int32_t *)(const void *)m->lsh.table;
     }
+    if (bpe_bytes) {
+        mhe_st_item *it = &k->items[k->n_items++];
+        memset(it, 0, sizeof *it);
+        it->name = MHE__CKPT_BPE; it->ndim = 1; it->shape[0] = (int64_t)bpe_bytes;
+        it->dtype = MHE_DTYPE_I8; it->data_i8 = (const int8_t *)(const void *)((unsigned char *)k->block + bpe_at);
+    }
     if (vocab_bytes) {
         mhe_st_item *it = &k->items[k->n_items++];
         int32_t *wb = (int32_t *)(void *)((unsigned char *)k->block + words_at);
@@ -12683,6 +14460,38 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         it->dtype = MHE_DTYPE_I32; it->data_i32 = wb;
     }
     return MHE_OK;
+}
+
+/* the tokenizer of a checkpoint (see mhe__ckpt_build), checked as a hostile
+   file would be; an arena load (parse 0) checks its MD5 and leaves m->bpe
+   NULL: it allocates nothing outside the arena, and embedded code feeds ids */
+static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st, int parse) {
+    const mhe_st_tensor *t = mhe_st_find(st, MHE__CKPT_BPE);
+    const char *want = mhe_st_meta(st, MHE__CKPT_BPE_MD5);
+    unsigned char d[16];
+    char hex[33];
+    mhe_bpe b;
+    mhe_status s;
+    int i;
+    if (!t) {
+        if (want) return mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata names a tokenizer (%s), but the tensor '%s' is missing", MHE__CKPT_BPE_MD5, MHE__CKPT_BPE);
+        return MHE_OK;
+    }
+    if (t->dtype != MHE_DTYPE_I8 || t->ndim != 1)
+        return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' must be an I8 vector (the tokenizer's text)", MHE__CKPT_BPE);
+    if (!want) return mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint has a tokenizer but no '%s' metadata to check it by", MHE__CKPT_BPE_MD5);
+    mhe_md5(t->data, (size_t)t->size, d);
+    for (i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    if (strcmp(hex, want) != 0)
+        return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' has MD5 %s, but the metadata '%s' says %.40s (a damaged or replaced tokenizer)",
+                         MHE__CKPT_BPE, hex, MHE__CKPT_BPE_MD5, want);
+    if (!parse) return MHE_OK;
+    mhe_bpe_init(&b, m->alloc_ctx);
+    if ((s = mhe_bpe_load_mem(&b, (const char *)t->data, (size_t)t->size)) != MHE_OK)
+        return mhe__fail(m->err, s, "checkpoint tensor '%s': %.200s", MHE__CKPT_BPE, b.err);
+    s = mhe_model_set_bpe(m, &b);
+    mhe_bpe_free(&b);
+    return s;
 }
 
 /* the word state of a checkpoint (see mhe__ckpt_build), checked as a hostile file would be */
@@ -13106,6 +14915,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     }
     if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place);
     if (s == MHE_OK) s = mhe__load_words(m, &st);
+    if (s == MHE_OK) s = mhe__load_bpe(m, &st, arena == NULL);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
         const char *nm = st.tensors[i].name;
         size_t len = strlen(nm);
@@ -13115,7 +14925,7 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
             memcpy(base, nm, len - 6); base[len - 6] = 0;
             if ((t = mhe_model_find(m, base)) != NULL && !t->q8) t = NULL;
         }
-        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && !t)
+        if (strncmp(nm, "optim.", 6) != 0 && strcmp(nm, MHE__CKPT_NGRAMS) != 0 && strcmp(nm, MHE__CKPT_VOCAB) != 0 && strcmp(nm, MHE__CKPT_BPE) != 0 && !t)
             s = mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint has tensor '%.100s' that this model does not", nm);
     }
     mhe_st_free(&st);

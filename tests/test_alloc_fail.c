@@ -7,7 +7,8 @@
    Operations: model creation, trainer init + steps, the first forward,
    evaluation, checkpoint save over a valid file, checkpoint write to memory,
    gradient save, model and trainer load (file and memory), KV cache +
-   generation, the corpus loader, the arena, the unigram entropy. */
+   generation, the corpus loader, the arena, the unigram entropy, byte-level
+   BPE (train, load, encode, decode, in a checkpoint). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,46 @@ static mhe_status op_entropy(void) {
     return h == -1 ? MHE_ERR_NOMEM : MHE_OK;
 }
 
+/* byte-level BPE: train, the text form, tokenizer.json, encode and decode,
+   the tokenizer into a model and through a checkpoint in memory */
+static mhe_status op_bpe(void) {
+    static const char text[] = "the cat sat on the mat; the dog sat on the log <eos> it's 3.14";
+    static const char hf[] = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"<s>\":3},\"merges\":[[\"a\",\"b\"]]},"
+                             "\"added_tokens\":[{\"id\":3,\"content\":\"<s>\"}],\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+    const char *added[1] = { "<eos>" };
+    mhe_bpe b, c;
+    mhe_config cfg = tiny("mha");
+    mhe_model m, r;
+    mhe_status s;
+    char buf[8192], out[256];
+    size_t n = 0, k = 0, ck = 0;
+    int ids[128];
+    unsigned char d[16];
+    void *mem = NULL;
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    cfg.vocab_size = 265;
+    OK(mhe_model_init(&m, &cfg, 1, NULL));
+    arm();
+    s = mhe_bpe_train(&b, text, sizeof text - 1, 265, MHE_BPE_SPLIT_GPT2, added, 1);
+    if (s == MHE_OK) s = mhe_bpe_save_mem(&b, buf, sizeof buf, &n);
+    if (s == MHE_OK) s = mhe_bpe_load_mem(&c, buf, n);
+    if (s == MHE_OK) s = mhe_bpe_encode(&c, text, sizeof text - 1, ids, 128, &k, NULL, NULL);
+    if (s == MHE_OK) s = mhe_bpe_decode(&c, ids, k, out, sizeof out, &n, NULL);
+    if (s == MHE_OK) s = mhe_bpe_md5(&c, d);
+    if (s == MHE_OK) s = mhe_model_set_bpe(&m, &c);
+    if (s == MHE_OK) s = mhe_checkpoint_size(&m, NULL, &ck);
+    if (s == MHE_OK) s = (mem = malloc(ck)) != NULL ? mhe_checkpoint_write_mem(&m, NULL, mem, ck, &ck) : MHE_ERR_NOMEM;
+    if (s == MHE_OK) { s = mhe_model_load_mem(&r, mem, ck, NULL); if (s == MHE_OK) mhe_model_free(&r); }
+    if (s == MHE_OK) s = mhe_bpe_load_hf(&c, hf, sizeof hf - 1);
+    disarm();
+    if (s != MHE_OK && b.n_tokens == 0) CHECK(b.bytes == NULL && b.merges == NULL, "a failed train keeps nothing");
+    free(mem);
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+    mhe_model_free(&m);
+    return s;
+}
+
 /* runs op with the k-th allocation failing for k = 1, 2, ... until it
    completes; returns the number of allocations it makes */
 static int inject(const char *name, mhe_status (*op)(void)) {
@@ -310,6 +351,7 @@ int main(void) {
     total += inject("corpus loader", op_corpus);
     total += inject("arena", op_arena);
     total += inject("unigram entropy (vocab 300)", op_entropy);
+    total += inject("byte-level BPE", op_bpe);
     CHECK(fa_live == 0, "no block alive at the end (%ld)", fa_live);
     printf("  %d allocation points injected, at %d distinct allocation sites of mhe.h (lines", total, fa_nsites);
     for (i = 0; i < fa_nsites; i++) printf(" %d", fa_sites[i]);

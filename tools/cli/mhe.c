@@ -68,6 +68,9 @@ typedef struct {
     char model_given[128];             /* which model fields came from the command line */
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators, *name;
     const char *device, *tf32_s, *words_s, *init_s, *quant_s;
+    const char *tokenizer;             /* init/train --tokenizer: a new model's BPE tokenizer (read into tok) */
+    const char *split_s, *added;       /* tokenize train --split, --added */
+    mhe_bpe *tok;
     const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
     int n_args;
@@ -112,6 +115,7 @@ static const flag_spec init_flags[] = {
     FLAG("seed", "S", F_U64, 0, 0, NULL, seed, "seed of the initial weights (default 42)"),
     FLAG("words", "0|1", F_CHOICE, 0, 0, "0|1", words_s, "1: embedding=vocab gets a word vocabulary from --data"),
     STR("data", "TEXT", data, "the corpus a word model takes its vocabulary or n-gram table from"),
+    STR("tokenizer", "TOK", tokenizer, "texts as BPE tokens of TOK (mhe tokenize, or a tokenizer.json); kept in the model"),
 };
 static const flag_spec train_flags[] = {
     NEED("data", "TRAIN.txt", data, "training text (or `label<TAB>text` lines for --task cls)"),
@@ -122,6 +126,7 @@ static const flag_spec train_flags[] = {
     STR("resume", "CKPT.safetensors", resume, "continue a checkpoint this command wrote"),
     FLAG("task", "lm|cls|sr", F_CHOICE, 0, 0, "lm|cls|sr", task, "what to learn (default lm)"),
     FLAG("words", "0|1", F_CHOICE, 0, 0, "0|1", words_s, "1: texts as words with a word vocabulary"),
+    STR("tokenizer", "TOK", tokenizer, "a new model reads BPE tokens of TOK (mhe tokenize, or a tokenizer.json); kept in the checkpoint"),
     THREADS,
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
     FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
@@ -176,6 +181,15 @@ static const flag_spec reparam_flags[] = {
     FLAG("init", "svd|random", F_CHOICE, 0, 0, "svd|random", init_s, "svd (HOSVD start, default) or random (uniform [0,1), the authors' code)"),
     FLAG("seed", "S", F_U64, 0, 0, NULL, seed, "seed of the starting factors (default 1)"),
     THREADS,
+};
+static const flag_spec tokenize_flags[] = {
+    STR("data", "TEXT", data, "train: the text to learn from; encode: the text; decode: whitespace-separated ids"),
+    STR("out", "TOK", out, "train, convert: the tokenizer file to write (mhe's text form)"),
+    FLAG("vocab", "N", F_INT, 256, MHE_BPE_MAX_TOKENS, NULL, n_tokens, "train: tokens in all (256 bytes, the merges, the added tokens)"),
+    FLAG("split", "gpt2|none", F_CHOICE, 0, 0, "gpt2|none", split_s, "train: GPT-2's pre-tokenisation (default) or none"),
+    STR("added", "\"T1 T2 ..\"", added, "train: added tokens, space-separated, the last ids (mask_token -1 is the last: put <mask> last)"),
+    STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
+    STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
 };
 static const flag_spec hash_flags[] = {
     NEED("model", "M.safetensors", model, "a word model"),
@@ -266,6 +280,14 @@ static const command_spec commands[] = {
         "query biases fold into the content bias (eq. 12). D >= n_heads * d_head is exact. The\n"
         "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
         "and time; writes OUT only when every layer converged.\n"),
+    CMD("tokenize", tokenize_flags, 0, NULL, "train|encode|decode|convert",
+        "Byte-level BPE (mhe.h section 8). train: learns --vocab N tokens from --data (ties:\n"
+        "highest count, then lowest left id, then lowest right id) and writes --out.\n"
+        "encode: prints the ids of --data (space-separated, one line); decode: writes the bytes of\n"
+        "the ids in --data; both with --tokenizer TOK or the tokenizer of --model M.\n"
+        "convert: reads --tokenizer (a Hugging Face tokenizer.json of a byte-level BPE, encoded\n"
+        "exactly as the tokenizers package does) and writes mhe's text form to --out.\n"
+        "A model trained with `mhe train --tokenizer TOK` keeps it in its checkpoint.\n"),
     CMD("hash", hash_flags, 0, NULL, "TEXT...",
         "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
         "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
@@ -615,11 +637,63 @@ static const char *signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
-/* bytes of a text file as tokens; rejects empty and binary files */
-static int load_corpus(const char *path, int **tokens, size_t *n) {
+/* A text file as tokens: its bytes, or the BPE tokens of a model's tokenizer
+   (bpe not NULL); rejects empty and binary files. The third way, words, is
+   read_words below. */
+static int load_corpus(const char *path, const mhe_bpe *bpe, int **tokens, size_t *n) {
     char err[MHE_ERR_LEN];
     if (!path) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 0; }
-    if (mhe_read_text_tokens(path, tokens, n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    if ((bpe ? mhe_bpe_read_tokens(bpe, path, tokens, n, NULL, err) : mhe_read_text_tokens(path, tokens, n, NULL, err)) != MHE_OK) {
+        fprintf(stderr, "mhe: %s\n", err);
+        return 0;
+    }
+    return 1;
+}
+
+/* a command-line text as the model's tokens (fresh malloc'd array) */
+static int text_tokens(const mhe_model *m, const char *text, size_t len, int **tok, size_t *n) {
+    char err[MHE_ERR_LEN];
+    *n = 0;
+    *tok = (int *)malloc((mhe_bpe_max_ids(m->bpe, len) + 2) * sizeof(int));
+    if (!*tok) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
+    if (!m->bpe) { *n = mhe_tokenize_bytes(text, len, *tok); return 1; }
+    if (mhe_bpe_encode(m->bpe, text, len, *tok, mhe_bpe_max_ids(m->bpe, len), n, NULL, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+    return 1;
+}
+
+/* --tokenizer FILE of a new model: read, and its size becomes vocab_size
+   (one given otherwise must agree); a word model is refused */
+static int read_tokenizer(opts *o) {
+    static mhe_bpe tok;
+    int V;
+    if (!o->tokenizer) return 1;
+    if (o->words || o->cfg.embedding != MHE_EMB_VOCAB || (o->task && strcmp(o->task, "sr") == 0)) {
+        fprintf(stderr, "mhe: --tokenizer gives a model BPE tokens; a word model (--words 1, embedding=hash-*, --task sr) reads words\n");
+        return 0;
+    }
+    mhe_bpe_init(&tok, NULL);
+    if (mhe_bpe_load(&tok, o->tokenizer) != MHE_OK) { fprintf(stderr, "mhe: %s\n", tok.err); return 0; }
+    V = mhe_config_default().vocab_size;
+    if ((model_given(o, "vocab_size") || o->cfg.vocab_size != V) && o->cfg.vocab_size != tok.n_tokens) {
+        fprintf(stderr, "mhe: vocab_size %d, but the tokenizer %s has %d tokens (leave vocab_size out to take its size)\n", o->cfg.vocab_size,
+                o->tokenizer, tok.n_tokens);
+        mhe_bpe_free(&tok);
+        return 0;
+    }
+    o->cfg.vocab_size = tok.n_tokens;
+    o->tok = &tok;
+    return 1;
+}
+
+/* tokens as text on stdout: bytes, or what the model's tokenizer decodes them to */
+static int print_tokens(const mhe_model *m, const int *tok, size_t n) {
+    size_t i, len;
+    char err[MHE_ERR_LEN];
+    for (i = 0; i < n; i++) {
+        if (!m->bpe) { putchar(tok[i]); continue; }
+        if (mhe_bpe_decode(m->bpe, tok + i, 1, NULL, 0, &len, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
+        fwrite(m->bpe->bytes + m->bpe->start[tok[i]], 1, len, stdout);
+    }
     return 1;
 }
 
@@ -739,8 +813,10 @@ static int cmd_init(int argc, char **argv) {
         return 2;
     }
     if (!check_output(&o, o.out, 0)) return 1;
+    if (!read_tokenizer(&o)) return 1;
     s = mhe_model_init(&m, &o.cfg, o.seed, NULL);
     if (s != MHE_OK) return die("init: %s%s", m.err, "");
+    if (o.tok && mhe_model_set_bpe(&m, o.tok) != MHE_OK) { fprintf(stderr, "mhe: init: %s\n", m.err); mhe_model_free(&m); return 1; }
     if ((o.cfg.embedding == MHE_EMB_VOCAB && o.words) ||
         (o.cfg.embedding != MHE_EMB_VOCAB && o.cfg.hash == MHE_WORD_HASH_LSH && o.cfg.lsh_features)) {
         mhe_lexicon x;
@@ -854,9 +930,9 @@ static int load_model_to_train(opts *o, mhe_model *m) {
 }
 
 static int new_model(const opts *o, mhe_model *m) {
-    if (mhe_model_init(m, &o->cfg, o->tc.seed, NULL) == MHE_OK) return 1;
-    fprintf(stderr, "mhe: %s\n", m->err);
-    return 0;
+    if (mhe_model_init(m, &o->cfg, o->tc.seed, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); return 0; }
+    if (o->tok && mhe_model_set_bpe(m, o->tok) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m->err); mhe_model_free(m); return 0; }
+    return 1;
 }
 
 /* a resumed run that already reached --steps would save its state unchanged and print a zero loss */
@@ -1239,12 +1315,12 @@ static int train_lm(opts *o) {
     mhe_model m;
     int rc = 1;
     memset(&d, 0, sizeof d);
-    if (!load_corpus(o->data, &d.train, &d.n_train)) return 1;
-    if (o->valid && !load_corpus(o->valid, &d.valid, &d.n_valid)) { free(d.train); return 1; }
-    if (o->resume || o->model ? load_model_to_train(o, &m) : new_model(o, &m)) {
+    if (!o->data) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 1; }
+    /* the model first: its tokenizer (if any) reads the texts */
+    if (!(o->resume || o->model ? load_model_to_train(o, &m) : new_model(o, &m))) return 1;
+    if (load_corpus(o->data, m.bpe, &d.train, &d.n_train) && (!o->valid || load_corpus(o->valid, m.bpe, &d.valid, &d.n_valid)))
         rc = run_training(o, &m, &lm_task, &d, d.valid != NULL);
-        mhe_model_free(&m);
-    }
+    mhe_model_free(&m);
     free(d.train); free(d.valid);
     return rc;
 }
@@ -1267,14 +1343,16 @@ static void cls_data_free(cls_data *d) {
     mhe_lexicon_free(&d->xtr);
 }
 
-/* the two labelled sets, as bytes or as words of x (xtr: the training types alone) */
-static int load_sets(const opts *o, cls_data *d) {
+/* the two labelled sets, as bytes, BPE tokens of bpe, or words of x (xtr: the training types alone) */
+static int load_sets(const opts *o, cls_data *d, const mhe_bpe *bpe) {
     char err[MHE_ERR_LEN];
     mhe_status s = d->words ? mhe_text_set_load_words(&d->train, &d->x, o->data, NULL, err) : mhe_text_set_load(&d->train, o->data, NULL, err);
+    if (s == MHE_OK && bpe) s = mhe_text_set_bpe(&d->train, bpe, err);
     if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     if (d->words && !lex_copy(&d->xtr, &d->x)) return 0;
     if (o->valid) {
         s = d->words ? mhe_text_set_load_words(&d->valid, &d->x, o->valid, NULL, err) : mhe_text_set_load(&d->valid, o->valid, NULL, err);
+        if (s == MHE_OK && bpe) s = mhe_text_set_bpe(&d->valid, bpe, err);
         if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
     }
     return 1;
@@ -1300,7 +1378,7 @@ static int add_cls_head(const opts *o, mhe_model *m, int K) {
 static int cls_loaded_model(opts *o, cls_data *d, mhe_model *m) {
     if (!load_model_to_train(o, m)) return 0;
     d->words = word_model(m);
-    if (!load_sets(o, d)) { mhe_model_free(m); return 0; }
+    if (!load_sets(o, d, m->bpe)) { mhe_model_free(m); return 0; }
     if (m->cfg.n_classes == 0 && !o->resume) return add_cls_head(o, m, cls_classes(d));
     return 1;
 }
@@ -1308,7 +1386,7 @@ static int cls_loaded_model(opts *o, cls_data *d, mhe_model *m) {
 /* a new model sized by the sets: n_classes from their labels, words for hash embeddings and --words 1 */
 static int cls_new_model(opts *o, cls_data *d, mhe_model *m) {
     d->words = o->words || o->cfg.embedding != MHE_EMB_VOCAB;
-    if (!load_sets(o, d)) return 0;
+    if (!load_sets(o, d, o->tok)) return 0;
     if (o->cfg.n_classes == 0) o->cfg.n_classes = cls_classes(d);
     if (d->words && !model_given(o, "token_head") && o->cfg.embedding != MHE_EMB_VOCAB) o->cfg.token_head = MHE_HEAD_SR;
     if (!new_model(o, m)) return 0;
@@ -1504,7 +1582,13 @@ static int cmd_train(int argc, char **argv) {
                 o.resume ? o.resume : o.model);
         return 2;
     }
+    if ((o.model || o.resume) && o.tokenizer) {   /* a loaded model keeps its tokens */
+        fprintf(stderr, "mhe: --tokenizer chooses a new model's tokens, but %s %s brings its own: refused\n", o.resume ? "--resume" : "--model",
+                o.resume ? o.resume : o.model);
+        return 2;
+    }
     if (o.resume && o.model) { fprintf(stderr, "mhe: give --model or --resume, not both\n"); return 2; }
+    if (!read_tokenizer(&o)) return 1;
     /* before the data is read and the first step taken */
     if (!check_output(&o, o.out, 1)) return 1;
     if (o.resume && !resume_settings(&o)) return 1;
@@ -1670,6 +1754,7 @@ static int cmd_eval(int argc, char **argv) {
             }
         } else {
             s = words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
+            if (s == MHE_OK && m.bpe) s = mhe_text_set_bpe(&set, m.bpe, err);
             if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", err);
             else if (!words || feats(&m, &x, &f)) {
                 set.words = words ? &f : NULL;
@@ -1695,7 +1780,7 @@ static int cmd_eval(int argc, char **argv) {
         return rc;
     }
     if (m.cfg.token_head == MHE_HEAD_SR) { fprintf(stderr, "mhe: this model has the S+R head: evaluate it with --task sr (or --task cls)\n"); mhe_model_free(&m); return 1; }
-    if (!load_corpus(o.data, &data, &n)) { mhe_model_free(&m); return 1; }
+    if (!load_corpus(o.data, m.bpe, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
     if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %ld is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
 #ifdef MHE_CUDA
@@ -1717,8 +1802,8 @@ static int cmd_eval(int argc, char **argv) {
     es = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &loss, &scored)
                   : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &loss);
     if (es != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); free(data); mhe_model_free(&m); return 1; }
-    if (o.stride) printf("stride %ld, window %d: %lld bytes scored\n", o.stride, o.tc.seq_len, (long long)scored);
-    printf("loss %.4f  perplexity %.3f  bits/byte %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss),
+    if (o.stride) printf("stride %ld, window %d: %lld %s scored\n", o.stride, o.tc.seq_len, (long long)scored, m.bpe ? "tokens" : "bytes");
+    printf("loss %.4f  perplexity %.3f  bits/%s %.4f  unigram entropy %.4f\n", loss, mhe_perplexity(loss), m.bpe ? "token" : "byte",
            loss / log(2.0), mhe_unigram_entropy(data, n, m.cfg.vocab_size));
     if (o.indicators && write_indicators(&o, &m, data, n) != 0) { free(data); mhe_model_free(&m); return 1; }
     free(data);
@@ -1793,13 +1878,13 @@ static int all_finite(const float *x, int n) {
    are the host's whichever side computes the logits. The text is printed once
    it is complete: logits that are not finite (sampling would read them as
    token 0) stop the run with nothing printed. Returns the exit status. */
-static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
+static int sample_text(const opts *o, mhe_model *m, const int *prompt, size_t plen, long n, feed_fn feed, void *ctx) {
     int *tok = (int *)malloc((plen + (size_t)n + 1) * sizeof(int)), at, V = m->cfg.vocab_size;
     const float *logits;
     mhe_rng r;
     size_t i;
     if (!tok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
-    for (i = 0; i < plen; i++) tok[i] = (unsigned char)prompt[i];
+    for (i = 0; i < plen; i++) tok[i] = prompt[i];
     mhe_rng_seed(&r, o->tc.seed);
     logits = feed(ctx, tok, (int)plen);
     for (at = 0; logits && at < n; at++) {
@@ -1809,11 +1894,10 @@ static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t p
     }
     if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
     if (!logits) { free(tok); return 1; }
-    fwrite(prompt, 1, plen, stdout);
-    for (at = 0; at < n; at++) putchar(tok[plen + at]);
+    at = print_tokens(m, tok, plen + (size_t)n);
     putchar('\n');
     free(tok);
-    return 0;
+    return at ? 0 : 1;
 }
 
 #ifdef MHE_CUDA
@@ -1826,7 +1910,7 @@ static const float *feed_cuda(void *ctx, const int *tokens, int n) {
 }
 
 /* generate --device cuda: the prompt in one prefill, then a decode step per token */
-static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t plen, long n, int len) {
+static int generate_cuda(const opts *o, mhe_model *m, const int *prompt, size_t plen, const int *src, int srcl, long n, int len) {
     mhe_cuda_model g;
     mhe_cuda_kv_cache kv;
     cuda_feed f;
@@ -1839,15 +1923,9 @@ static int generate_cuda(const opts *o, mhe_model *m, const char *prompt, size_t
     fprintf(stderr, "device KV cache: %d tokens x %zu bytes per token (all layers, K and V%s) = %.1f KB\n", len, per_token,
             kv.kb ? ", MHE-ADD key biases" : "", (double)len * per_token / 1024.0);
     if (E) {   /* the source through the encoder once: its cross-attention K|V stay in the device cache */
-        int srcl = (int)strlen(o->source), *src = (int *)malloc((size_t)srcl * sizeof(int)), i;
-        mhe_status es = MHE_ERR_NOMEM;
-        if (src) {
-            for (i = 0; i < srcl; i++) src[i] = (unsigned char)o->source[i];
-            es = mhe_cuda_kv_cache_encode(&g, &kv, src, srcl);
-            free(src);
-        }
+        mhe_status es = mhe_cuda_kv_cache_encode(&g, &kv, src, srcl);
         if (es != MHE_OK) {
-            fprintf(stderr, "mhe: --device cuda: %s\n", src ? g.err : "out of memory");
+            fprintf(stderr, "mhe: --device cuda: %s\n", g.err);
             mhe_cuda_kv_cache_free(&kv);
             mhe_cuda_model_free(&g);
             return 1;
@@ -1871,8 +1949,8 @@ static int cmd_generate(int argc, char **argv) {
     mhe_kv_cache kv;
     cpu_feed f;
     const char *prompt;
-    size_t i, plen;
-    int len, rc = 1, room;
+    size_t plen, srcl = 0;
+    int len, rc = 1, room, *ptok = NULL, *src = NULL;
     long n;
     if (!command_opts("generate", argc, argv, &o, &rc)) return rc;
     rc = 1;
@@ -1889,47 +1967,52 @@ static int cmd_generate(int argc, char **argv) {
         mhe_model_free(&m);
         return 1;
     }
-    if (m.cfg.arch == MHE_ARCH_ENCDEC && (!o.source || !*o.source || strlen(o.source) > (size_t)m.cfg.max_seq_len)) {
-        fprintf(stderr, "mhe: an encoder-decoder model needs --source TEXT of 1..%d bytes\n", m.cfg.max_seq_len);
+    if (m.cfg.arch == MHE_ARCH_ENCDEC && (!o.source || !*o.source || !text_tokens(&m, o.source, strlen(o.source), &src, &srcl) ||
+                                          srcl == 0 || srcl > (size_t)m.cfg.max_seq_len)) {
+        fprintf(stderr, "mhe: an encoder-decoder model needs --source TEXT of 1..%d %s\n", m.cfg.max_seq_len, m.bpe ? "tokens" : "bytes");
+        free(src);
         mhe_model_free(&m);
         return 1;
     }
-    prompt = o.prompt ? o.prompt : m.cfg.arch == MHE_ARCH_ENCDEC ? o.source + strlen(o.source) - 1 : "\n";
-    plen = strlen(prompt);
-    if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
+    /* the default prompt of an encoder-decoder: the source's last token */
+    prompt = o.prompt ? o.prompt : "\n";
+    if (!o.prompt && m.cfg.arch == MHE_ARCH_ENCDEC) {
+        ptok = (int *)malloc(sizeof(int));
+        if (ptok) { ptok[0] = src[srcl - 1]; plen = 1; }
+    } else if (!text_tokens(&m, prompt, strlen(prompt), &ptok, &plen)) plen = 0;
+    if (!ptok || plen == 0 || plen > (size_t)m.cfg.max_seq_len) {
+        fprintf(stderr, "mhe: prompt must have 1..%d %s\n", m.cfg.max_seq_len, m.bpe ? "tokens" : "bytes");
+        free(ptok); free(src); mhe_model_free(&m);
+        return 1;
+    }
     /* the last new token is sampled, never decoded: N tokens need plen + N - 1 cache positions */
     room = m.cfg.max_seq_len - (int)plen + 1;
     n = o.n_tokens;
     if (!given(&o, "n")) n = n < room ? n : room;   /* the default: what fits */
     else if (n > room) {
         fprintf(stderr, "mhe: --n %ld: a prompt of %zu tokens leaves room for %d new tokens (max_seq_len %d)\n", n, plen, room, m.cfg.max_seq_len);
-        mhe_model_free(&m);
+        free(ptok); free(src); mhe_model_free(&m);
         return 1;
     }
     len = (int)plen + (n > 0 ? (int)n - 1 : 0);
 #ifdef MHE_CUDA
     if (o.cuda) {
-        rc = generate_cuda(&o, &m, prompt, plen, n, len);
-        mhe_model_free(&m);
+        rc = generate_cuda(&o, &m, ptok, plen, src, (int)srcl, n, len);
+        free(ptok); free(src); mhe_model_free(&m);
         return rc;
     }
 #endif
-    if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); mhe_model_free(&m); return 1; }
+    if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); free(ptok); free(src); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
     print_cache_layers(&m, &kv, len);
     if (m.cfg.arch == MHE_ARCH_ENCDEC) {
-        int srcl = (int)strlen(o.source), *src = (int *)malloc((size_t)srcl * sizeof(int));
-        mhe_status es;
-        if (!src) { fprintf(stderr, "mhe: out of memory\n"); goto done; }
-        for (i = 0; i < (size_t)srcl; i++) src[i] = (unsigned char)o.source[i];
-        es = mhe_kv_cache_encode(&m, &kv, src, srcl);
-        free(src);
-        if (es != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
-        fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
+        if (mhe_kv_cache_encode(&m, &kv, src, (int)srcl) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+        fprintf(stderr, "cross-attention cache: %d source tokens, %.1f KB allocated for up to %d\n", (int)srcl, kv.cross_bytes / 1024.0, m.cfg.max_seq_len);
     }
     f.m = &m; f.kv = &kv;
-    rc = sample_text(&o, &m, prompt, plen, n, feed_cpu, &f);
+    rc = sample_text(&o, &m, ptok, plen, n, feed_cpu, &f);
 done:
+    free(ptok); free(src);
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
     return rc;
@@ -2118,6 +2201,108 @@ static int cmd_hash(int argc, char **argv) {
     }
     free(bits);
     mhe_model_free(&m);
+    return rc;
+}
+
+/* ---- tokenize -------------------------------------------------------------- */
+
+/* --tokenizer or --model's tokenizer into b */
+static int tokenizer_of(const opts *o, mhe_bpe *b) {
+    mhe_model m;
+    if (!o->tokenizer == !o->model) { fprintf(stderr, "mhe: tokenize: give --tokenizer TOK or --model M (one of them)\n"); return 0; }
+    if (o->tokenizer) {
+        if (mhe_bpe_load(b, o->tokenizer) != MHE_OK) { fprintf(stderr, "mhe: %s\n", b->err); return 0; }
+        return 1;
+    }
+    if (!load_model(o->model, &m)) return 0;
+    if (!m.bpe) { fprintf(stderr, "mhe: %s has no tokenizer (it reads %s)\n", o->model, word_model(&m) ? "words" : "bytes"); mhe_model_free(&m); return 0; }
+    *b = *m.bpe;   /* the model's tokenizer moves to b (both from malloc) */
+    free(m.bpe);
+    m.bpe = NULL;
+    mhe_model_free(&m);
+    return 1;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    opts o;
+    mhe_bpe b;
+    char *text = NULL;
+    size_t len = 0, n = 0, i;
+    int rc, *ids = NULL;
+    const char *act;
+    if (!command_opts("tokenize", argc, argv, &o, &rc)) return rc;
+    if (o.n_args != 1) { fprintf(stderr, "mhe: tokenize: give one action: train, encode, decode or convert\n"); return 2; }
+    act = o.args[0];
+    mhe_bpe_init(&b, NULL);
+    rc = 1;
+    if (strcmp(act, "train") == 0) {
+        char *names[256], *buf = NULL;
+        int n_added = 0;
+        if (!o.data || !o.out || !given(&o, "vocab")) { fprintf(stderr, "mhe: tokenize train needs --data TEXT, --vocab N and --out TOK\n"); return 2; }
+        if (o.tokenizer || o.model) { fprintf(stderr, "mhe: tokenize train learns a tokenizer: --tokenizer and --model are for encode and decode\n"); return 2; }
+        if (!check_output(&o, o.out, 0) || !read_text(o.data, &text, &len)) return 1;
+        if (o.added) {   /* space-separated names, copied so that each ends with a NUL */
+            char *p;
+            buf = (char *)malloc(strlen(o.added) + 1);
+            if (!buf) { free(text); return 1; }
+            strcpy(buf, o.added);
+            for (p = strtok(buf, " "); p && n_added < 256; p = strtok(NULL, " ")) names[n_added++] = p;
+        }
+        if (mhe_bpe_train(&b, text, len, (int)o.n_tokens, o.split_s && strcmp(o.split_s, "none") == 0 ? MHE_BPE_SPLIT_NONE : MHE_BPE_SPLIT_GPT2,
+                          (const char *const *)names, n_added) != MHE_OK)
+            fprintf(stderr, "mhe: %s\n", b.err);
+        else if (mhe_bpe_save(&b, o.out) != MHE_OK) fprintf(stderr, "mhe: %s: cannot write the tokenizer\n", o.out);
+        else {
+            printf("%d tokens (256 bytes, %d merges, %d added)%s; wrote %s\n", b.n_tokens, b.n_merges, n_added,
+                   b.n_tokens < o.n_tokens ? ": the text ran out of pairs before --vocab" : "", o.out);
+            rc = 0;
+        }
+        free(buf);
+    } else if (strcmp(act, "convert") == 0) {
+        if (!o.tokenizer || !o.out || o.model || o.data) { fprintf(stderr, "mhe: tokenize convert needs --tokenizer FILE and --out TOK (nothing else)\n"); return 2; }
+        if (check_output(&o, o.out, 0) && tokenizer_of(&o, &b)) {
+            if (mhe_bpe_save(&b, o.out) != MHE_OK) fprintf(stderr, "mhe: %s: cannot write the tokenizer\n", o.out);
+            else { printf("%d tokens, %d merges, %d added; wrote %s\n", b.n_tokens, b.n_merges, b.n_added, o.out); rc = 0; }
+        }
+    } else if (strcmp(act, "encode") == 0 || strcmp(act, "decode") == 0) {
+        char err[MHE_ERR_LEN];
+        if (!o.data || o.out || given(&o, "vocab") || o.split_s || o.added) { fprintf(stderr, "mhe: tokenize %s takes --data and --tokenizer or --model\n", act); return 2; }
+        if (!tokenizer_of(&o, &b) || !read_text(o.data, &text, &len)) { mhe_bpe_free(&b); return 1; }
+        if (act[0] == 'e') {
+            ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
+            if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
+            else {
+                for (i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+                printf("\n");
+                rc = 0;
+            }
+        } else {   /* whitespace-separated ids, each checked */
+            size_t p = 0, cap = len / 2 + 1;
+            char *out = NULL;
+            ids = (int *)malloc(cap * sizeof(int));
+            rc = ids ? 0 : 1;
+            while (rc == 0 && p < len) {
+                long v = 0;
+                size_t d = 0;
+                while (p < len && (text[p] == ' ' || text[p] == '\n' || text[p] == '\t' || text[p] == '\r')) p++;
+                if (p == len) break;
+                while (p < len && text[p] >= '0' && text[p] <= '9' && d < 9) v = v * 10 + (text[p++] - '0'), d++;
+                if (!d || (p < len && text[p] != ' ' && text[p] != '\n' && text[p] != '\t' && text[p] != '\r')) {
+                    fprintf(stderr, "mhe: %s: id %zu (byte %zu) is not a non-negative integer\n", o.data, n + 1, p);
+                    rc = 1;
+                } else ids[n++] = (int)v;
+            }
+            if (rc == 0) {
+                size_t olen;
+                if (mhe_bpe_decode(&b, ids, n, NULL, 0, &olen, err) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o.data, err); rc = 1; }
+                else if (!(out = (char *)malloc(olen + 1))) rc = 1;
+                else { mhe__must(mhe_bpe_decode(&b, ids, n, out, olen, &olen, err)); fwrite(out, 1, olen, stdout); }
+            }
+            free(out);
+        }
+    } else { fprintf(stderr, "mhe: tokenize: unknown action '%s' (train, encode, decode or convert)\n", act); return 2; }
+    free(text); free(ids);
+    mhe_bpe_free(&b);
     return rc;
 }
 
@@ -2418,6 +2603,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
         { "init", cmd_init }, { "train", cmd_train }, { "eval", cmd_eval }, { "generate", cmd_generate }, { "grad", cmd_grad },
         { "inspect", cmd_inspect }, { "params", cmd_params }, { "export", cmd_export }, { "hash", cmd_hash }, { "reparam", cmd_reparam },
+        { "tokenize", cmd_tokenize },
     };
     const char *cmd = argc > 1 ? argv[1] : "--help";
     size_t i;
@@ -2443,6 +2629,7 @@ int main(int argc, char **argv) {
            "  params     parameter and memory tables of the attention kinds (MHE paper)\n"
            "  export     weights only, as safetensors or as a C array for embedded inference\n"
            "  hash       how a word model embeds words (row, bucket or bits)\n"
+           "  tokenize   byte-level BPE: train a tokenizer, encode, decode, read a tokenizer.json\n"
            "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n"
            "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;

@@ -1,0 +1,532 @@
+/* Byte-level BPE (mhe.h section 8): the Unicode class table at known code
+   points, GPT-2's split against the pieces the tokenizers package gives,
+   training on hand-worked corpora (merges and the tie rule), encode/decode
+   round trips on random bytes (invalid UTF-8 and NUL included), the text
+   form's round trip and every bad field, a tokenizer.json written here
+   (both merge forms, added tokens, unk) and its bad fields, a model
+   checkpoint carrying a tokenizer (MD5 and vocab_size checked). */
+#define MHE_IMPLEMENTATION
+#include "../mhe.h"
+#include "test.h"
+#include <stdlib.h>
+
+static void unicode_classes(void) {
+    static const struct { uint32_t cp; int cls; } known[] = {
+        {'A', MHE_UC_LETTER}, {'z', MHE_UC_LETTER}, {'5', MHE_UC_NUMBER}, {' ', MHE_UC_SPACE}, {'\t', MHE_UC_SPACE},
+        {'\n', MHE_UC_SPACE}, {0x0B, MHE_UC_SPACE}, {0x1C, MHE_UC_OTHER} /* Python's isspace, not White_Space */,
+        {'\'', MHE_UC_OTHER}, {'_', MHE_UC_OTHER}, {0x00, MHE_UC_OTHER}, {0x85, MHE_UC_SPACE}, {0xA0, MHE_UC_SPACE},
+        {0xAA, MHE_UC_LETTER} /* ordinal indicator, Lo */, {0xB2, MHE_UC_NUMBER} /* superscript two, No */,
+        {0xBD, MHE_UC_NUMBER} /* one half */, {0xE9, MHE_UC_LETTER}, {0x0301, MHE_UC_OTHER} /* combining acute, Mn */,
+        {0x0661, MHE_UC_NUMBER} /* Arabic-Indic one, Nd */, {0x1680, MHE_UC_SPACE}, {0x2003, MHE_UC_SPACE},
+        {0x200B, MHE_UC_OTHER} /* zero width space is not White_Space */, {0x2167, MHE_UC_NUMBER} /* Roman eight, Nl */,
+        {0x3000, MHE_UC_SPACE}, {0x3042, MHE_UC_LETTER} /* hiragana a */, {0x4E16, MHE_UC_LETTER}, {0xAC00, MHE_UC_LETTER},
+        {0xD800, MHE_UC_OTHER}, {0xFF10, MHE_UC_NUMBER} /* fullwidth 0 */, {0x1F389, MHE_UC_OTHER}, {0x1D400, MHE_UC_LETTER},
+        {0x20000, MHE_UC_LETTER} /* CJK extension B */, {0x10FFFF, MHE_UC_OTHER}, {0x110000, MHE_UC_OTHER},
+    };
+    size_t i;
+    int bad = 0;
+    for (i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (mhe_unicode_class(known[i].cp) != known[i].cls) { bad++; printf("  U+%04lX: class %d, expected %d\n", (unsigned long)known[i].cp, mhe_unicode_class(known[i].cp), known[i].cls); }
+    CHECK(bad == 0, "%d code points of %zu in the wrong class", bad, sizeof known / sizeof known[0]);
+    CHECK(strcmp(mhe_unicode_version(), "14.0.0") >= 0 || strlen(mhe_unicode_version()) > 4, "Unicode version %s", mhe_unicode_version());
+}
+
+/* the pieces of text joined with '|' */
+static void pieces(const char *text, size_t len, char *out) {
+    size_t pos = 0, q = 0;
+    while (pos < len) {
+        size_t e = mhe_bpe_split_next(text, len, pos);
+        if (q) out[q++] = '|';
+        memcpy(out + q, text + pos, e - pos); q += e - pos;
+        if (e <= pos) break;
+        pos = e;
+    }
+    out[q] = 0;
+}
+
+static void split_rule(void) {
+    /* the pieces of the tokenizers package's ByteLevel pre-tokenizer (0.19.1) */
+    static const char *cases[][2] = {
+        {"Hello world", "Hello| world"}, {"it's", "it|'s"}, {"a  b", "a| | b"}, {"x\n\ny", "x|\n|\n|y"},
+        {"x  \n", "x|  \n"}, {"123abc", "123|abc"}, {"!!? 'll", "!!?| '|ll"}, {"don't  ", "don|'t|  "},
+        {"I'M", "I|'|M"}, {"I'm", "I|'m"}, {" 's", " '|s"}, {"we'll they're I've I'd", "we|'ll| they|'re| I|'ve| I|'d"},
+        {"e\xcc\x81 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89 x", "e|\xcc\x81| \xe4\xb8\x96\xe7\x95\x8c| \xf0\x9f\x8e\x89| x"},
+        {"a\x1c\x1c" "b", "a|\x1c\x1c|b"}, {"a\xc2\xa0\xc2\xa0" "b", "a|\xc2\xa0|\xc2\xa0|b"}, {"3.14", "3|.|14"},
+        {"  ", "  "}, {"'", "'"}, {" ", " "},
+    };
+    char got[256];
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pieces(cases[i][0], strlen(cases[i][0]), got);
+        CHECK(strcmp(got, cases[i][1]) == 0, "split of case %zu: '%s', expected '%s'", i, got, cases[i][1]);
+    }
+    /* invalid UTF-8 is one character of class other a byte: it joins a run of others */
+    pieces("a\xff\xfe!b\xc3", 6, got);
+    CHECK(strcmp(got, "a|\xff\xfe!|b|\xc3") == 0, "invalid UTF-8 bytes are others: '%s'", got);
+}
+
+static void encode_all(const mhe_bpe *b, const char *t, size_t len, int *ids, size_t *n) {
+    char err[MHE_ERR_LEN];
+    OK(mhe_bpe_encode(b, t, len, ids, len + 1, n, NULL, err));
+}
+
+static void train_known(void) {
+    mhe_bpe b;
+    int ids[64];
+    size_t n;
+    const char *t = "aaabdaaabac";
+    mhe_bpe_init(&b, NULL);
+    /* by hand: aa (count 4); then ab and (aa, a) both 2, ab has the lower left id;
+       then (aa, ab) 2; then four pairs of count 1, (a, c) has the lowest left id */
+    OK(mhe_bpe_train(&b, t, strlen(t), 260, MHE_BPE_SPLIT_NONE, NULL, 0));
+    CHECK(b.n_tokens == 260 && b.n_merges == 4, "260 tokens, 4 merges (%d, %d)", b.n_tokens, b.n_merges);
+    if (b.n_merges == 4) {
+        static const int32_t want[12] = { 'a', 'a', 256, 'a', 'b', 257, 256, 257, 258, 'a', 'c', 259 };
+        CHECK(memcmp(b.merges, want, sizeof want) == 0, "the merges: aa, ab (tie: lowest left id), aaab, ac (tie)");
+        CHECK(mhe_bpe_find(&b, "aaab", 4) == 258 && mhe_bpe_merge_rank(&b, 256, 257) == 2 && mhe_bpe_merge_rank(&b, 257, 256) == -1,
+              "find and merge_rank");
+    }
+    encode_all(&b, t, strlen(t), ids, &n);
+    CHECK(n == 4 && ids[0] == 258 && ids[1] == 'd' && ids[2] == 258 && ids[3] == 259, "aaabdaaabac -> aaab d aaab ac");
+    /* lowest rank first, leftmost on equal ranks: "aaa" -> aa a, "aaaa" -> aa aa */
+    encode_all(&b, "aaa", 3, ids, &n);
+    CHECK(n == 2 && ids[0] == 256 && ids[1] == 'a', "aaa -> aa a");
+    encode_all(&b, "caab", 4, ids, &n);   /* aa (rank 0) before ab (rank 1): c aa b */
+    CHECK(n == 3 && ids[0] == 'c' && ids[1] == 256 && ids[2] == 'b', "caab -> c aa b (rank order, not left to right)");
+    /* the GPT-2 split: merges stay inside pieces */
+    t = "the cat the hat";
+    OK(mhe_bpe_train(&b, t, strlen(t), 259, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    if (b.n_merges == 3) {
+        static const int32_t want[9] = { 'a', 't', 256, 'h', 'e', 257, 't', 257, 258 };
+        CHECK(memcmp(b.merges, want, sizeof want) == 0, "gpt2 split: at, he, the (counts 2; lowest left id first)");
+    } else CHECK(0, "3 merges (%d)", b.n_merges);
+    encode_all(&b, "the hat", 7, ids, &n);
+    CHECK(n == 4 && ids[0] == 258 && ids[1] == ' ' && ids[2] == 'h' && ids[3] == 256, "'the hat' -> the | ' ' h at (%zu ids)", n);
+    /* a text that runs out of pairs stops early; bad arguments */
+    OK(mhe_bpe_train(&b, "ab", 2, 1000, MHE_BPE_SPLIT_NONE, NULL, 0));
+    CHECK(b.n_tokens == 257, "'ab' has one pair: 257 tokens (%d)", b.n_tokens);
+    CHECK(mhe_bpe_train(&b, "ab", 2, 255, MHE_BPE_SPLIT_NONE, NULL, 0) == MHE_ERR_ARG && strstr(b.err, "vocab size"), "vocab size < 256: %s", b.err);
+    {
+        const char *dup[2] = { "<s>", "<s>" };
+        CHECK(mhe_bpe_train(&b, "ab", 2, 300, MHE_BPE_SPLIT_NONE, dup, 2) == MHE_ERR_ARG && strstr(b.err, "repeats"), "repeated added token: %s", b.err);
+    }
+    CHECK(mhe_bpe_train(&b, "ab", 2, 300, 7, NULL, 0) == MHE_ERR_ARG, "unknown split");
+    mhe_bpe_free(&b);
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static unsigned rnd(void) { rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17; return (unsigned)(rng_state >> 11); }
+
+static void roundtrip(void) {
+    static const char *corpus =
+        "The quick brown fox jumps over the lazy dog. It's 3.14159 o'clock; we'll see.\n"
+        "Caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9 \xe4\xb8\x96\xe7\x95\x8c \xf0\x9f\x8e\x89 e\xcc\x81  \n\n\tindent   spaces<|endoftext|>";
+    const char *added[1] = { "<|endoftext|>" };
+    mhe_bpe b;
+    size_t L = 20000, i, n, len, trial;
+    char *big = (char *)malloc(L), *text = (char *)malloc(4096), *back = (char *)malloc(4200);
+    int *ids = (int *)malloc(4200 * sizeof(int)), ok = 1, split;
+    char err[MHE_ERR_LEN];
+    void *work = malloc(mhe_bpe_work_size(4096));
+    for (i = 0; i < L; i++) big[i] = corpus[i % strlen(corpus)];
+    mhe_bpe_init(&b, NULL);
+    for (split = 0; split < 2; split++) {
+        OK(mhe_bpe_train(&b, big, L, 300, split, added, 1));
+        CHECK(b.n_tokens == 300 && b.added[299] && b.byte_id[0] == 0 && b.byte_id[255] == 255, "300 tokens, the added one last (%d)", b.n_tokens);
+        for (trial = 0; trial < 300; trial++) {
+            len = rnd() % 4096;
+            for (i = 0; i < len; i++) {   /* random bytes, or pieces of the corpus, or the added token */
+                unsigned r = rnd() % 10;
+                text[i] = r < 4 ? (char)(rnd() & 0xff) : r < 9 ? corpus[rnd() % strlen(corpus)] : '<';
+            }
+            if (len > 20 && trial % 3 == 0) memcpy(text + len / 2, "<|endoftext|>", 13);
+            if (mhe_bpe_encode(&b, text, len, ids, len, &n, trial % 2 ? work : NULL, err) != MHE_OK ||
+                mhe_bpe_decode(&b, ids, n, back, 4200, &len, err) != MHE_OK) { ok = 0; printf("  %s\n", err); break; }
+            if (len != (size_t)(trial % 2 ? len : len) || memcmp(back, text, len) != 0) { ok = 0; break; }
+            for (i = 0; i < n; i++) if (ids[i] < 0 || ids[i] >= b.n_tokens) ok = 0;
+        }
+        CHECK(ok, "decode(encode(x)) = x on 300 random texts, split %d", split);
+    }
+    /* encode compresses the training text; decode refuses a bad id; cap too small */
+    OK(mhe_bpe_encode(&b, big, 4096, ids, 4096, &n, NULL, err));
+    CHECK(n < 4096 * 3 / 4, "the training text: %zu ids for 4096 bytes", n);
+    ids[3] = 300;
+    CHECK(mhe_bpe_decode(&b, ids, n, back, 4200, &len, err) == MHE_ERR_DATA && strstr(err, "position 3"), "bad id: %s", err);
+    CHECK(mhe_bpe_encode(&b, "xyzxyzxyz", 9, ids, 2, &n, NULL, err) == MHE_ERR_SHAPE, "cap too small: %s", err);
+    mhe_bpe_free(&b);
+    free(big); free(text); free(back); free(ids); free(work);
+}
+
+/* the text form of b with line `line` (1-based) replaced by repl (NULL: deleted) */
+static size_t edited(const mhe_bpe *b, int line, const char *repl, char *out, size_t cap) {
+    size_t n, i, q = 0;
+    char *buf;
+    int l = 1;
+    if (mhe_bpe_save_mem(b, NULL, 0, &n) != MHE_OK) return 0;
+    buf = (char *)malloc(n);
+    if (mhe_bpe_save_mem(b, buf, n, &n) != MHE_OK) { free(buf); return 0; }
+    for (i = 0; i < n && q + 64 < cap; i++) {
+        if (l == line) {
+            if (repl) { memcpy(out + q, repl, strlen(repl)); q += strlen(repl); out[q++] = '\n'; }
+            while (i < n && buf[i] != '\n') i++;
+            l++;
+            continue;
+        }
+        out[q++] = buf[i];
+        if (buf[i] == '\n') l++;
+    }
+    free(buf);
+    return q;
+}
+
+static void text_form(void) {
+    mhe_bpe b, c;
+    const char *added[1] = { "<eos>" };
+    const char *t = "aaabdaaabac the cat the hat";
+    char *buf = (char *)malloc(1 << 16), *buf2 = (char *)malloc(1 << 16);
+    size_t n, n2;
+    unsigned char d1[16], d2[16];
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, added, 1));
+    OK(mhe_bpe_save_mem(&b, buf, 1 << 16, &n));
+    OK(mhe_bpe_load_mem(&c, buf, n));
+    OK(mhe_bpe_save_mem(&c, buf2, 1 << 16, &n2));
+    CHECK(n == n2 && memcmp(buf, buf2, n) == 0 && c.n_tokens == b.n_tokens && c.n_merges == b.n_merges && c.added[b.n_tokens - 1],
+          "save -> load -> save is the same text");
+    OK(mhe_bpe_md5(&b, d1));
+    OK(mhe_bpe_md5(&c, d2));
+    CHECK(memcmp(d1, d2, 16) == 0, "same MD5");
+    {   /* every truncation is refused, and leaves c empty */
+        size_t k;
+        int bad = 0;
+        for (k = 0; k < n; k++) if (mhe_bpe_load_mem(&c, buf, k) == MHE_OK || c.n_tokens != 0) bad++;
+        CHECK(bad == 0, "%d of %zu truncations accepted", bad, n);
+        CHECK(mhe_bpe_load_mem(&c, buf, n - 3) == MHE_ERR_TRUNCATED, "truncated in the end line: %s", c.err);
+    }
+    {   /* each field: (line, replacement, expected status, a word of the message) */
+        int M = 8 + b.n_tokens;   /* the 'merges' line */
+        char l1[64], l2[64], l3[64];
+        struct { int line; const char *repl; mhe_status st; const char *msg; } bad[] = {
+            {1, "mhe-bpe 2", MHE_ERR_FORMAT, "mhe-bpe 1"}, {2, "split words", MHE_ERR_FORMAT, "split"},
+            {3, "prefix_space 2", MHE_ERR_FORMAT, "prefix_space"}, {4, "ignore_merges x", MHE_ERR_FORMAT, "ignore_merges"},
+            {5, "unk 999", MHE_ERR_FORMAT, "unk"}, {6, "fuse_unk", MHE_ERR_FORMAT, "fuse_unk"},
+            {7, "tokens 0", MHE_ERR_FORMAT, "tokens"}, {7, "tokens 99999", MHE_ERR_FORMAT, "expected 't HEX'"},
+            {8, "t 0G", MHE_ERR_FORMAT, "hex"}, {8, "t ", MHE_ERR_FORMAT, "token 0"}, {8, "x 00", MHE_ERR_FORMAT, "token 0"},
+            {8, "t 01", MHE_ERR_FORMAT, "repeats"}, {M, "merges 9999", MHE_ERR_FORMAT, "merges"},
+            {M + 1, l1, MHE_ERR_FORMAT, "ids in 0..269"}, {M + 2, l2, MHE_ERR_FORMAT, "repeats merge"},
+            {M + 1, l3, MHE_ERR_FORMAT, "followed by"}, {M + 1, "1 2", MHE_ERR_FORMAT, "LEFT RIGHT RESULT"},
+            {M + 1, "01 2 3", MHE_ERR_FORMAT, "LEFT RIGHT RESULT"},
+        };
+        size_t i;
+        snprintf(l1, sizeof l1, "%d %d %d", b.merges[0], b.merges[1], b.n_tokens);            /* result out of range */
+        snprintf(l2, sizeof l2, "%d %d %d", b.merges[0], b.merges[1], b.merges[2]);           /* merge 1 = merge 0 */
+        snprintf(l3, sizeof l3, "%d %d %d", b.merges[0], b.merges[1], b.merges[2] + 1);       /* result is not left + right */
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            size_t k = edited(&b, bad[i].line, bad[i].repl, buf2, 1 << 16);
+            mhe_status st = mhe_bpe_load_mem(&c, buf2, k);
+            CHECK(st == bad[i].st && strstr(c.err, bad[i].msg) && c.n_tokens == 0, "bad field %zu (line %d '%s'): %s (%s)", i, bad[i].line,
+                  bad[i].repl, mhe_status_str(st), c.err);
+        }
+        memcpy(buf2, buf, n); memcpy(buf2 + n, "x\n", 2);
+        CHECK(mhe_bpe_load_mem(&c, buf2, n + 2) == MHE_ERR_FORMAT, "bytes after 'end': %s", c.err);
+    }
+#ifndef MHE_NO_STDIO
+    OK(mhe_bpe_save(&b, "build/test_bpe.tok"));
+    OK(mhe_bpe_load(&c, "build/test_bpe.tok"));
+    CHECK(c.n_tokens == b.n_tokens, "file round trip");
+    CHECK(mhe_bpe_load(&c, "build/no_such.tok") == MHE_ERR_IO && strstr(c.err, "no_such"), "missing file: %s", c.err);
+    remove("build/test_bpe.tok");
+#endif
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+    free(buf); free(buf2);
+}
+
+/* a small tokenizer.json: bytes a b c d (a reordered alphabet), merges ab, abc, and <s> */
+static const char *HF_HEAD =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[{\"id\":6,\"content\":\"<s>\","
+    "\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],\"normalizer\":null,"
+    "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},"
+    "\"post_processor\":null,\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},"
+    "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,"
+    "\"fuse_unk\":false,\"byte_fallback\":false,\"vocab\":{\"b\":0,\"a\":1,\"c\":2,\"d\":3,\"ab\":4,\"abc\":5,\"<s>\":6,\"\\u0120\":7},";
+
+static mhe_status hf_load(mhe_bpe *b, const char *merges_and_end) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s%s", HF_HEAD, merges_and_end);
+    return mhe_bpe_load_hf(b, buf, strlen(buf));
+}
+
+static void hugging_face(void) {
+    mhe_bpe b;
+    int ids[32];
+    size_t n;
+    char err[MHE_ERR_LEN];
+    mhe_bpe_init(&b, NULL);
+    OK(hf_load(&b, "\"merges\":[\"a b\",\"ab c\"]}}"));
+    CHECK(b.n_tokens == 8 && b.byte_id['a'] == 1 && b.byte_id[' '] == 7 && b.byte_id['e'] == -1 && b.added[6], "ids as the file gives them");
+    OK(mhe_bpe_encode(&b, "abcab<s>dxb", 11, ids, 11, &n, NULL, err));
+    /* abc ab <s> d, x dropped (no token, no unk: as tokenizers does), b */
+    CHECK(n == 5 && ids[0] == 5 && ids[1] == 4 && ids[2] == 6 && ids[3] == 3 && ids[4] == 0, "abcab<s>dxb -> 5 4 6 3 0 (%zu ids)", n);
+    OK(hf_load(&b, "\"merges\":[[\"a\",\"b\"],[\"ab\",\"c\"]]}}"));
+    OK(mhe_bpe_encode(&b, "abc", 3, ids, 3, &n, NULL, err));
+    CHECK(n == 1 && ids[0] == 5, "the [a, b] form of merges");
+    {
+        struct { const char *tail; const char *msg; } bad[] = {
+            {"\"merges\":[\"a b\",\"a b\"]}}", "model.merges: merge 1 repeats"},
+            {"\"merges\":[\"a e\"]}}", "model.merges[0]: 'e' is not in model.vocab"},
+            {"\"merges\":[\"c d\"]}}", "model.merges[0]: the result 'cd'"},
+            {"\"merges\":[\"a  b\"]}}", "model.merges[0] is not two tokens"},
+            {"\"merges\":[[\"a\"]]}}", "model.merges[0] must be a pair"},
+            {"\"merges\":[\"a b\",\"ab c\"]", "(end of file)"},
+            {"\"merges\":[\"a b\",\"ab c\"]}} x", "bytes after"},
+            {"\"merges\":[\"a b\"],\"dropout\":0.1}}", "model.dropout"},
+            {"\"merges\":[\"a b\"],\"byte_fallback\":true}}", "model.byte_fallback"},
+            {"\"merges\":[\"a b\"],\"type\":\"WordPiece\"}}", "model.type 'WordPiece'"},
+            {"\"merges\":[\"a b\"]},\"normalizer\":{\"type\":\"NFC\"}}", "normalizer must be null"},
+            {"\"merges\":[\"a b\"]},\"pre_tokenizer\":null}", "pre_tokenizer"},
+            {"\"merges\":[\"a b\"],\"vocab\":{}}}", "model.vocab appears twice"},
+            {"\"merges\":[\"a b\"],\"unk_token\":\"<unk>\"}}", "model.unk_token '<unk>'"},
+        };
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            mhe_status st = hf_load(&b, bad[i].tail);
+            CHECK(st != MHE_OK && strstr(b.err, bad[i].msg) && b.n_tokens == 0, "bad tokenizer.json %zu: %s", i, b.err);
+        }
+    }
+    {   /* a vocab with a gap, a repeated id, a non-byte-level entry, an added token at another's id */
+        const char *bad[][2] = {
+            {"{\"model\":{\"vocab\":{\"a\":0,\"b\":2},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "no token has id 1"},
+            {"{\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "both have id 0"},
+            {"{\"model\":{\"vocab\":{\"\\u20ac\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "not byte-level"},
+            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"added_tokens\":[{\"id\":0,\"content\":\"<s>\"}]}", "model.vocab gives to 'a'"},
+            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"added_tokens\":[{\"id\":1,\"content\":\"<s>\",\"lstrip\":true}]}", "added_tokens[0].lstrip"},
+            {"{\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "model.vocab[0]: an id"},
+            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", "pre_tokenizer.type 'Whitespace'"},
+            {"{\"model\":{\"vocab\":{\"a\":0}},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "model.merges is missing"},
+            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":\"TemplateProcessing\"}}", "post_processor.type"},
+        };
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
+            CHECK(mhe_bpe_load_hf(&b, bad[i][0], strlen(bad[i][0])) != MHE_OK && strstr(b.err, bad[i][1]), "bad vocab %zu: %s", i, b.err);
+    }
+    {   /* every truncation of a valid file is refused */
+        char buf[4096];
+        size_t k, len;
+        int acc = 0;
+        snprintf(buf, sizeof buf, "%s%s", HF_HEAD, "\"merges\":[\"a b\",\"ab c\"]}}");
+        len = strlen(buf);
+        for (k = 0; k < len; k++) if (mhe_bpe_load_hf(&b, buf, k) == MHE_OK) acc++;
+        CHECK(acc == 0, "%d truncations of tokenizer.json accepted", acc);
+    }
+    {   /* two passes of added tokens, as tokenizers' AddedVocabulary: "normalized": false ones first,
+           then the "normalized": true ones between them; "ab" is also a vocabulary entry (a merge makes it) */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"x\":3,\"ab\":4},\"merges\":[\"a b\"]},"
+                        "\"added_tokens\":[{\"id\":4,\"content\":\"ab\",\"normalized\":true},{\"id\":5,\"content\":\"bc\",\"normalized\":false,\"special\":true}],"
+                        "\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+        char buf[2048];
+        size_t k;
+        mhe_bpe c;
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        CHECK(b.added[4] == (MHE_BPE_ADDED | MHE_BPE_ADDED_LATE | MHE_BPE_ADDED_VOCAB) && b.added[5] == MHE_BPE_ADDED, "added flags %d %d", b.added[4], b.added[5]);
+        OK(mhe_bpe_encode(&b, "xabcx", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 4 && ids[0] == 3 && ids[1] == 0 && ids[2] == 5 && ids[3] == 3, "xabcx -> x a bc x: bc (first pass) wins over ab (%zu)", n);
+        OK(mhe_bpe_encode(&b, "abxab", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 3 && ids[0] == 4 && ids[1] == 3 && ids[2] == 4, "abxab -> ab x ab");
+        mhe_bpe_init(&c, NULL);
+        OK(mhe_bpe_save_mem(&b, buf, sizeof buf, &k));
+        OK(mhe_bpe_load_mem(&c, buf, k));
+        OK(mhe_bpe_encode(&c, "xabcx", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 4 && ids[2] == 5 && c.added[4] == b.added[4], "the text form keeps the flags (N, a)");
+        mhe_bpe_free(&c);
+    }
+    {   /* ignore_merges: a piece that is a vocabulary entry is that entry (tokenizers 0.19.1: 4 3 2 3; '.' has no token) */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"ab\":3,\"abc\":4},"
+                        "\"merges\":[\"a b\"]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}";
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        OK(mhe_bpe_encode(&b, "abc.abcab", 9, ids, 9, &n, NULL, err));
+        CHECK(n == 4 && ids[0] == 4 && ids[1] == 3 && ids[2] == 2 && ids[3] == 3, "ignore_merges: abc . abcab -> 4 3 2 3 (%zu)", n);
+    }
+    {   /* add_prefix_space puts a space before every stretch between added tokens: more ids than bytes */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"\\u0120\":1,\"|\":2},\"merges\":[]},"
+                        "\"added_tokens\":[{\"id\":2,\"content\":\"|\",\"special\":true,\"normalized\":false}],"
+                        "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true}}";
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        CHECK(mhe_bpe_max_ids(&b, 5) == 11, "max_ids with prefix_space");
+        OK(mhe_bpe_encode(&b, "a|a|a", 5, ids, mhe_bpe_max_ids(&b, 5), &n, NULL, err));
+        CHECK(n == 8 && ids[0] == 1 && ids[1] == 0 && ids[2] == 2 && ids[3] == 1 && ids[7] == 0, "' a' | ' a' | ' a': 8 ids of 5 bytes (%zu)", n);
+    }
+    {   /* unk with fuse_unk: unknown bytes become one unk */
+        const char *j = "{\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\",\"fuse_unk\":true,\"vocab\":{\"<unk>\":0,\"a\":1},\"merges\":[]},"
+                        "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"ByteLevel\",\"add_prefix_space\":false}]}}";
+        OK(mhe_bpe_load_hf(&b, j, strlen(j)));
+        OK(mhe_bpe_encode(&b, "axyza", 5, ids, 5, &n, NULL, err));
+        CHECK(n == 3 && ids[0] == 1 && ids[1] == 0 && ids[2] == 1, "a <unk> a (%zu)", n);
+    }
+    mhe_bpe_free(&b);
+}
+
+/* the checkpoint ck with its tokenizer tensor replaced by tok's text form and
+   the MD5 metadata by md5 (NULL: tok's own); a fresh malloc'd file in *out */
+static size_t swap_tokenizer(const void *ck, size_t n, const mhe_bpe *tok, const char *md5, void **out) {
+    mhe_safetensors st;
+    mhe_st_item items[64];
+    const char *keys[128], *vals[128];
+    char *text, hex[33];
+    size_t tn, w = 0, size;
+    int i, ni = 0, nm = 0;
+    unsigned char d[16];
+    float *floats[64];
+    if (mhe_st_parse(&st, ck, n, NULL) != MHE_OK || mhe_bpe_save_mem(tok, NULL, 0, &tn) != MHE_OK) return 0;
+    text = (char *)malloc(tn);
+    if (mhe_bpe_save_mem(tok, text, tn, &tn) != MHE_OK) return 0;
+    mhe_md5(text, tn, d);
+    for (i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    for (i = 0; i < st.n_tensors && ni < 64; i++) {
+        const mhe_st_tensor *t = &st.tensors[i];
+        mhe_st_item *it = &items[ni];
+        memset(it, 0, sizeof *it);
+        it->name = t->name; it->ndim = t->ndim;
+        memcpy(it->shape, t->shape, sizeof t->shape);
+        floats[ni] = NULL;
+        if (strcmp(t->name, "bpe.tokenizer") == 0) { it->dtype = MHE_DTYPE_I8; it->data_i8 = (const int8_t *)(const void *)text; it->shape[0] = (int64_t)tn; }
+        else if (t->dtype == MHE_DTYPE_F32) { floats[ni] = (float *)malloc((size_t)t->size * 4 + 4); memcpy(floats[ni], t->data, (size_t)t->size * 4); it->data = floats[ni]; }
+        else return 0;
+        ni++;
+    }
+    for (i = 0; i < st.n_meta && nm < 128; i++, nm++) {
+        keys[nm] = st.meta_keys[i];
+        vals[nm] = strcmp(st.meta_keys[i], "tokenizer.md5") == 0 ? (md5 ? md5 : hex) : st.meta_values[i];
+    }
+    if (mhe_st_write_size(items, ni, keys, vals, nm, &size, NULL) != MHE_OK) return 0;
+    *out = malloc(size);
+    if (mhe_st_write_mem(*out, size, &w, items, ni, keys, vals, nm, NULL) != MHE_OK) w = 0;
+    for (i = 0; i < ni; i++) free(floats[i]);
+    free(text);
+    mhe_st_free(&st);
+    return w;
+}
+
+static void checkpoints(void) {
+    const char *t = "the cat sat on the mat; the dog sat on the log. 'tis the season, isn't it?";
+    mhe_bpe b, small;
+    mhe_config cfg = mhe_config_default();
+    mhe_model m, m2;
+    char err[MHE_ERR_LEN];
+    size_t n = 0, n2;
+    void *ck, *bad = NULL;
+    unsigned char d1[16], d2[16];
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&small, NULL);
+    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_bpe_train(&small, t, strlen(t), 265, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_config_set(&cfg, "d_model", "16", err));
+    OK(mhe_config_set(&cfg, "n_heads", "2", err));
+    OK(mhe_config_set(&cfg, "n_layers", "1", err));
+    OK(mhe_config_set(&cfg, "max_seq_len", "16", err));
+    OK(mhe_config_set(&cfg, "vocab_size", "270", err));
+    OK(mhe_model_init(&m, &cfg, 1, NULL));
+    CHECK(mhe_model_set_bpe(&m, &small) == MHE_ERR_CONFIG && strstr(m.err, "vocab_size 270") && strstr(m.err, "265"), "vocab_size mismatch: %s", m.err);
+    OK(mhe_model_set_bpe(&m, &b));
+    OK(mhe_checkpoint_size(&m, NULL, &n));
+    ck = malloc(n);
+    OK(mhe_checkpoint_write_mem(&m, NULL, ck, n, &n2));
+    OK(mhe_model_load_mem(&m2, ck, n, NULL));
+    CHECK(m2.bpe && m2.bpe->n_tokens == 270, "the tokenizer comes back with the model");
+    if (m2.bpe) { OK(mhe_bpe_md5(&b, d1)); OK(mhe_bpe_md5(m2.bpe, d2)); CHECK(memcmp(d1, d2, 16) == 0, "the same tokenizer (MD5)"); }
+    mhe_model_free(&m2);
+    {   /* one byte of the tokenizer's text changed: the MD5 disagrees */
+        mhe_safetensors st;
+        size_t off;
+        OK(mhe_st_parse(&st, ck, n, NULL));
+        off = (size_t)(mhe_st_find(&st, "bpe.tokenizer")->data - (const unsigned char *)ck) + 20;
+        mhe_st_free(&st);
+        ((unsigned char *)ck)[off] ^= 1;
+        CHECK(mhe_model_load_mem(&m2, ck, n, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "bpe.tokenizer") && strstr(m2.err, "MD5"), "damaged tokenizer: %s", m2.err);
+        ((unsigned char *)ck)[off] ^= 1;
+    }
+    {   /* an arena load checks the MD5 and allocates no tokenizer */
+        size_t need = 0;
+        mhe_arena ar;
+        OK(mhe_inference_memory_needed(ck, n, 8, 0, &need));
+        OK(mhe_arena_alloc_block(&ar, need, NULL));
+        OK(mhe_model_load_arena(&m2, ck, n, &ar, 0));
+        CHECK(m2.bpe == NULL, "arena load: no tokenizer on the heap");
+        mhe_model_free(&m2);
+        mhe_arena_reset(&ar);
+        n2 = swap_tokenizer(ck, n, &b, "00000000000000000000000000000000", &bad);
+        CHECK(mhe_model_load_arena(&m2, bad, n2, &ar, 0) == MHE_ERR_FORMAT && strstr(m2.err, "MD5"), "arena load, wrong MD5: %s", m2.err);
+        free(bad);
+        mhe_arena_free(&ar);
+    }
+    /* another tokenizer with its own MD5: 265 tokens for a model of 270 */
+    n2 = swap_tokenizer(ck, n, &small, NULL, &bad);
+    CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_CONFIG && strstr(m2.err, "vocab_size 270"), "vocab size mismatch in a file: %s", m2.err);
+    free(bad);
+    n2 = swap_tokenizer(ck, n, &b, "00000000000000000000000000000000", &bad);
+    CHECK(n2 && mhe_model_load_mem(&m2, bad, n2, NULL) == MHE_ERR_FORMAT && strstr(m2.err, "tokenizer.md5"), "wrong MD5: %s", m2.err);
+    free(bad);
+    {   /* a model with a tokenizer takes no word vocabulary */
+        mhe_lexicon x;
+        int ty;
+        mhe_lexicon_init(&x, NULL);
+        OK(mhe_lexicon_intern(&x, "word", 4, 1, &ty));
+        CHECK(mhe_model_set_vocab(&m, &x) == MHE_ERR_CONFIG && strstr(m.err, "BPE"), "set_vocab on a BPE model: %s", m.err);
+        mhe_lexicon_free(&x);
+    }
+    /* fine-tuning keeps it */
+    OK(mhe_model_init_from(&m2, &cfg, &m, 2, NULL, NULL));
+    CHECK(m2.bpe && m2.bpe->n_tokens == 270, "init_from copies the tokenizer");
+    mhe_model_free(&m2);
+    mhe_model_free(&m);
+    mhe_bpe_free(&b); mhe_bpe_free(&small);
+    free(ck);
+}
+
+/* random byte changes to both file forms: a load succeeds or fails with a
+   message, never crashes (run under the sanitizers by make test-sanitize);
+   a loaded tokenizer still encodes and decodes */
+static void mutations(void) {
+    mhe_bpe b, c;
+    char *good = (char *)malloc(1 << 16), *buf = (char *)malloc(1 << 16), hf[4096], err[MHE_ERR_LEN];
+    size_t n, i, k, m;
+    int trial, bad = 0, loaded = 0, ids[64];
+    const char *t = "the cat sat on the mat; the dog sat on the log";
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_bpe_save_mem(&b, good, 1 << 16, &n));
+    snprintf(hf, sizeof hf, "%s%s", HF_HEAD, "\"merges\":[\"a b\",[\"ab\",\"c\"]]}}");
+    for (trial = 0; trial < 4000; trial++) {
+        const char *src = trial % 2 ? hf : good;
+        size_t len = trial % 2 ? strlen(hf) : n;
+        mhe_status st;
+        memcpy(buf, src, len);
+        for (k = 0, m = 1 + rnd() % 3; k < m; k++) {
+            i = rnd() % len;
+            static const char pick[] = "0123456789 \n\"{}[],:atb-";
+            buf[i] = (char)(rnd() % 4 ? pick[rnd() % (sizeof pick - 1)] : (char)(rnd() & 0xff));
+        }
+        if (rnd() % 8 == 0) len = rnd() % len;
+        st = trial % 2 ? mhe_bpe_load_hf(&c, buf, len) : mhe_bpe_load_mem(&c, buf, len);
+        if (st != MHE_OK) { if (!c.err[0] || c.n_tokens) bad++; continue; }
+        loaded++;
+        if (mhe_bpe_encode(&c, t, strlen(t), ids, 64, &k, NULL, err) != MHE_OK || mhe_bpe_decode(&c, ids, k, buf, 1 << 16, &i, err) != MHE_OK) bad++;
+    }
+    CHECK(bad == 0, "4000 mutated files: %d failures without a message, or loaded ones that do not encode (%d loaded)", bad, loaded);
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+    free(good); free(buf);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    unicode_classes();
+    split_rule();
+    train_known();
+    roundtrip();
+    text_form();
+    hugging_face();
+    checkpoints();
+    mutations();
+    return TEST_END();
+}
