@@ -14,6 +14,7 @@
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 #include "mhe_args.h"     /* the number parser of every flag */
 #include "mhe_clock.h"    /* now_s, peak_rss_mb */
+#include "mhe_import.h"   /* cmd_import: Hugging Face GPT-2 / BERT checkpoints */
 #include <stddef.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -65,6 +66,9 @@ typedef struct {
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators, *name;
     const char *device, *tf32_s, *words_s, *init_s, *quant_s;
     const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
+    const char *ids;                   /* generate, logits: token ids "5 17 3" in place of text */
+    long mask_token;                   /* import --mask-token */
+    int *prompt_ids;                   /* generate --ids, parsed */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
     int n_args;
     unsigned long long seed;
@@ -141,6 +145,7 @@ static const flag_spec generate_flags[] = {
     NEED("model", "M.safetensors", model, "a decoder or encoder-decoder with an LM head"),
     STR("prompt", "TEXT", prompt, "the start of the text (default a newline)"),
     STR("source", "TEXT", source, "the source an encoder-decoder model encodes (required there)"),
+    STR("ids", "\"ID ID ...\"", ids, "the prompt as token ids; prints the prompt's and the new tokens' ids"),
     FLAG("n", "N", F_INT, 0, 1e9, NULL, n_tokens, "exactly N new tokens (default 200, or what fits the model's max_seq_len)"),
     FLAG("temperature", "T", F_FLOAT, 0, 1e6, NULL, temperature, "sampling temperature (default 0.8; 0: greedy)"),
     FLAG("top-k", "K", F_INT, 0, 1e9, NULL, top_k, "sample among the K likeliest (default 40; 0: no cut)"),
@@ -171,6 +176,16 @@ static const flag_spec reparam_flags[] = {
     FLAG("tol", "X", F_FLOAT, 0, 1, NULL, tol, "converged when the relative error changes by less (default 1e-06)"),
     FLAG("init", "svd|random", F_CHOICE, 0, 0, "svd|random", init_s, "svd (HOSVD start, default) or random (uniform [0,1), the authors' code)"),
     FLAG("seed", "S", F_U64, 0, 0, NULL, seed, "seed of the starting factors (default 1)"),
+    THREADS,
+};
+static const flag_spec import_flags[] = {
+    NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
+    FLAG("mask-token", "ID", F_INT, 0, 1 << 24, NULL, mask_token, "the [MASK] id a BERT's masked LM trains with (default vocab_size - 1)"),
+};
+static const flag_spec logits_flags[] = {
+    NEED("model", "M.safetensors", model, "the model"),
+    NEED("ids", "\"ID ID ...\"", ids, "one sequence of token ids"),
+    FLAG("task", "lm|cls", F_CHOICE, 0, 0, "lm|cls", task, "lm (default): a row of logits per token; cls: the classification head's"),
     THREADS,
 };
 static const flag_spec hash_flags[] = {
@@ -262,6 +277,17 @@ static const command_spec commands[] = {
         "query biases fold into the content bias (eq. 12). D >= n_heads * d_head is exact. The\n"
         "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
         "and time; writes OUT only when every layer converged.\n"),
+    CMD("import", import_flags, 0, NULL, "DIR",
+        "Converts a Hugging Face GPT-2 (GPT2LMHeadModel) or BERT (BertForMaskedLM,\n"
+        "BertForSequenceClassification) directory, config.json and model.safetensors as\n"
+        "save_pretrained writes them, to an mhe model with the same logits: GPT-2's Conv1D\n"
+        "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU,\n"
+        "token-type row 0 and embedding LayerNorm, its MLM head's transform and output bias, its\n"
+        "pooler. A config key, activation, position scheme or tensor mhe cannot represent is\n"
+        "refused by name and nothing is written. The tokenizer is not read: the model takes ids.\n"),
+    CMD("logits", logits_flags, 0, NULL, NULL,
+        "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
+        "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
     CMD("hash", hash_flags, 0, NULL, "TEXT...",
         "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
         "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
@@ -1785,6 +1811,30 @@ static int all_finite(const float *x, int n) {
     return 1;
 }
 
+/* token ids "5 17 3" (whitespace-separated) into a new array of ids in [0, V) */
+static int parse_ids(const char *s, int V, int **out, int *n) {
+    size_t cap = strlen(s) / 2 + 1;
+    int *v = (int *)malloc(cap * sizeof(int)), k = 0;
+    if (!v) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
+    for (;;) {
+        char *e;
+        long x;
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        if (!*s) break;
+        errno = 0;
+        x = strtol(s, &e, 10);
+        if (e == s || errno || (*e && *e != ' ' && *e != '\t' && *e != '\n') || *s == '+') {
+            fprintf(stderr, "mhe: --ids: '%.20s' is not a token id\n", s); free(v); return 0;
+        }
+        if (x < 0 || x >= V) { fprintf(stderr, "mhe: --ids: token %ld is outside the vocabulary [0, %d)\n", x, V); free(v); return 0; }
+        v[k++] = (int)x;
+        s = e;
+    }
+    if (k == 0) { fprintf(stderr, "mhe: --ids: no token ids given\n"); free(v); return 0; }
+    *out = v; *n = k;
+    return 1;
+}
+
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
    are the host's whichever side computes the logits. The text is printed once
    it is complete: logits that are not finite (sampling would read them as
@@ -1795,7 +1845,7 @@ static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t p
     mhe_rng r;
     size_t i;
     if (!tok) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
-    for (i = 0; i < plen; i++) tok[i] = (unsigned char)prompt[i];
+    for (i = 0; i < plen; i++) tok[i] = o->prompt_ids ? o->prompt_ids[i] : (unsigned char)prompt[i];
     mhe_rng_seed(&r, o->tc.seed);
     logits = feed(ctx, tok, (int)plen);
     for (at = 0; logits && at < n; at++) {
@@ -1805,6 +1855,12 @@ static int sample_text(const opts *o, mhe_model *m, const char *prompt, size_t p
     }
     if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
     if (!logits) { free(tok); return 1; }
+    if (o->prompt_ids) {   /* ids in, ids out */
+        for (i = 0; i < plen + (size_t)n; i++) printf("%s%d", i ? " " : "", tok[i]);
+        putchar('\n');
+        free(tok);
+        return 0;
+    }
     fwrite(prompt, 1, plen, stdout);
     for (at = 0; at < n; at++) putchar(tok[plen + at]);
     putchar('\n');
@@ -1890,8 +1946,18 @@ static int cmd_generate(int argc, char **argv) {
         mhe_model_free(&m);
         return 1;
     }
+    if (o.ids && (o.prompt || m.cfg.arch == MHE_ARCH_ENCDEC)) {
+        fprintf(stderr, "mhe: --ids is the prompt of a decoder, as token ids: %s\n", o.prompt ? "give --prompt or --ids, not both" : "not for an encoder-decoder model");
+        mhe_model_free(&m);
+        return 1;
+    }
     prompt = o.prompt ? o.prompt : m.cfg.arch == MHE_ARCH_ENCDEC ? o.source + strlen(o.source) - 1 : "\n";
     plen = strlen(prompt);
+    if (o.ids) {
+        int k;
+        if (!parse_ids(o.ids, m.cfg.vocab_size, &o.prompt_ids, &k)) { mhe_model_free(&m); return 1; }
+        plen = (size_t)k;
+    }
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
     /* the last new token is sampled, never decoded: N tokens need plen + N - 1 cache positions */
     room = m.cfg.max_seq_len - (int)plen + 1;
@@ -1927,6 +1993,60 @@ static int cmd_generate(int argc, char **argv) {
     rc = sample_text(&o, &m, prompt, plen, n, feed_cpu, &f);
 done:
     mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+    free(o.prompt_ids);
+    return rc;
+}
+
+/* ---- import, logits --------------------------------------------------------- */
+
+static int cmd_import(int argc, char **argv) {
+    opts o;
+    int rc, i;
+    char err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
+    if (!av) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < argc; i++) av[i] = strcmp(argv[i], "-o") == 0 ? (char *)"--out" : argv[i];   /* -o is --out */
+    av[argc] = NULL;
+    i = command_opts("import", argc, av, &o, &rc);
+    free(av);
+    if (!i) return rc;
+    if (o.n_args != 1) { fprintf(stderr, "mhe: import takes one directory (config.json, model.safetensors), got %d arguments\n", o.n_args); return 2; }
+    if (!check_output(&o, o.out, 0)) return 1;
+    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
+    {
+        mhe_model m;
+        if (!load_model(o.out, &m)) return 1;
+        printf("imported %s: ", o.args[0]);
+        describe(&m);
+        mhe_model_free(&m);
+    }
+    return 0;
+}
+
+static int cmd_logits(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    mhe_batch b;
+    int rc, *tok = NULL, T, t, v, label = 0, cls;
+    if (!command_opts("logits", argc, argv, &o, &rc)) return rc;
+    if (!load_model(o.model, &m)) return 1;
+    cls = o.task && strcmp(o.task, "cls") == 0;
+    rc = 1;
+    if (cls && m.cfg.n_classes <= 0) { fprintf(stderr, "mhe: --task cls: the model has no classification head (n_classes=0)\n"); goto done; }
+    if (!cls && (m.cfg.token_head != MHE_HEAD_LM || m.cfg.arch == MHE_ARCH_ENCDEC)) { fprintf(stderr, "mhe: logits: a decoder or encoder with an LM head\n"); goto done; }
+    if (!parse_ids(o.ids, m.cfg.vocab_size, &tok, &T)) goto done;
+    if (T > m.cfg.max_seq_len) { fprintf(stderr, "mhe: --ids: %d tokens exceed the model's max_seq_len %d\n", T, m.cfg.max_seq_len); goto done; }
+    memset(&b, 0, sizeof b);
+    b.B = 1; b.T = T; b.tokens = tok; b.labels = cls ? &label : NULL;
+    if (mhe_model_forward_batch(&m, &b, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+    if (cls)
+        for (v = 0; v < m.cfg.n_classes; v++) printf(v + 1 < m.cfg.n_classes ? "%.9g " : "%.9g\n", m.acts.cls_logits[v]);
+    else
+        for (t = 0; t < T; t++)
+            for (v = 0; v < m.cfg.vocab_size; v++) printf(v + 1 < m.cfg.vocab_size ? "%.9g " : "%.9g\n", m.acts.logits[(size_t)t * m.cfg.vocab_size + v]);
+    rc = 0;
+done:
+    free(tok);
     mhe_model_free(&m);
     return rc;
 }
@@ -2414,6 +2534,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
         { "init", cmd_init }, { "train", cmd_train }, { "eval", cmd_eval }, { "generate", cmd_generate }, { "grad", cmd_grad },
         { "inspect", cmd_inspect }, { "params", cmd_params }, { "export", cmd_export }, { "hash", cmd_hash }, { "reparam", cmd_reparam },
+        { "import", cmd_import }, { "logits", cmd_logits },
     };
     const char *cmd = argc > 1 ? argv[1] : "--help";
     size_t i;
@@ -2440,6 +2561,8 @@ int main(int argc, char **argv) {
            "  export     weights only, as safetensors or as a C array for embedded inference\n"
            "  hash       how a word model embeds words (row, bucket or bits)\n"
            "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n"
+           "  import     a Hugging Face GPT-2 or BERT directory to an mhe model\n"
+           "  logits     the logits of one sequence of token ids\n"
            "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }

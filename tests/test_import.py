@@ -1,0 +1,187 @@
+"""`mhe import`: small random GPT-2 and BERT models made with `transformers`,
+saved with save_pretrained (safetensors), imported, and held to transformers'
+own logits within 1e-4 on the same token ids (`mhe logits`); `mhe generate
+--ids` greedy against GPT-2's generate(); an imported model trains; and every
+bad input (config.json keys, tensors missing, extra or misshapen, bad JSON) is
+refused with the field or tensor named and nothing written.
+Needs torch and transformers (skipped cleanly without them) and build/mhe."""
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
+from mhetest import run_mhe as run  # noqa: E402
+
+TOL = 1e-4
+
+
+def mhe_logits(model, ids, task="lm"):
+    rc, out, err = run("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task)
+    if rc != 0:
+        print("mhe logits: " + err)
+        return None
+    return [[float(x) for x in line.split()] for line in out.strip().split("\n")]
+
+
+def max_diff(a, b):
+    if a is None or len(a) != len(b) or any(len(r) != len(s) for r, s in zip(a, b)):
+        return float("inf")
+    return max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s))
+
+
+def import_ok(src, out, *extra):
+    rc, _, err = run("import", src, "-o", out, *extra)
+    check(rc == 0 and os.path.isfile(out), "import %s: rc %d %s" % (src, rc, err.strip()))
+    return rc == 0
+
+
+def refused(src, out, needle, what):
+    """mhe import fails, names the field or tensor, writes nothing"""
+    if os.path.exists(out):
+        os.remove(out)
+    rc, _, err = run("import", src, "-o", out)
+    ok = rc == 1 and needle in err and not os.path.exists(out) and "nothing written" in err
+    check(ok, "%s: want a refusal naming %r, got rc %d: %s" % (what, needle, rc, err.strip()))
+
+
+def edit_config(src, dst, **changes):
+    shutil.copytree(src, dst)
+    p = os.path.join(dst, "config.json")
+    c = json.load(open(p))
+    for k, v in changes.items():
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    json.dump(c, open(p, "w"))
+
+
+def edit_tensors(src, dst, fn):
+    """a copy of src whose model.safetensors went through fn(dict of tensors)"""
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(src, dst)
+    p = os.path.join(dst, "model.safetensors")
+    t = load_file(p)
+    fn(t)
+    save_file(t, p, metadata={"format": "pt"})
+
+
+def gpt2_tests(torch, transformers, d):
+    torch.manual_seed(1)
+    cfg = transformers.GPT2Config(vocab_size=101, n_embd=48, n_layer=3, n_head=4, n_positions=40)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    src = os.path.join(d, "gpt2")
+    hf.save_pretrained(src, safe_serialization=True)
+    out = os.path.join(d, "gpt2.safetensors")
+    if not import_ok(src, out):
+        return
+    ids = [int(x) for x in torch.randint(0, 101, (17,))]
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0].tolist()
+    diff = max_diff(mhe_logits(out, ids), want)
+    check(diff < TOL, "gpt2 logits differ from transformers' by %g" % diff)
+
+    # greedy generation, ids in and ids out, against generate()
+    prompt = ids[:5]
+    with torch.no_grad():
+        g = hf.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0].tolist()
+    rc, o, err = run("generate", "--model", out, "--ids", " ".join(map(str, prompt)), "--n", 12, "--temperature", 0)
+    got = [int(x) for x in o.split()] if rc == 0 else None
+    check(got == g, "gpt2 greedy generate: mhe %s, transformers %s %s" % (got, g, err.strip()[-200:]))
+
+    # an untied LM head (tie_word_embeddings false) and a custom n_inner, relu
+    torch.manual_seed(2)
+    cfg2 = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=16, n_inner=40,
+                                   tie_word_embeddings=False, activation_function="relu", layer_norm_epsilon=1e-6)
+    hf2 = transformers.GPT2LMHeadModel(cfg2).eval()
+    with torch.no_grad():   # an untied head that differs from the embeddings
+        hf2.lm_head.weight.normal_(0, 0.05)
+    src2 = os.path.join(d, "gpt2b")
+    hf2.save_pretrained(src2, safe_serialization=True)
+    out2 = os.path.join(d, "gpt2b.safetensors")
+    if import_ok(src2, out2):
+        ids2 = [3, 9, 27, 1, 63, 0, 5]
+        with torch.no_grad():
+            want2 = hf2(torch.tensor([ids2])).logits[0].tolist()
+        diff = max_diff(mhe_logits(out2, ids2), want2)
+        check(diff < TOL, "gpt2 (untied head, n_inner, relu) logits differ by %g" % diff)
+
+    # the imported model fine-tunes and evaluates with the CLI (bytes as ids < vocab)
+    text = os.path.join(d, "text.txt")
+    open(text, "w").write("ABCABDABE " * 40)
+    ft = os.path.join(d, "ft.safetensors")
+    rc, o, err = run("train", "--model", out, "--data", text, "--out", ft, "--steps", 3, "--batch", 2,
+                     "--seq_len", 16, "--quiet")
+    check(rc == 0 and os.path.isfile(ft), "train on the imported gpt2: rc %d %s" % (rc, err.strip()[-300:]))
+    rc, o, err = run("eval", "--model", out, "--data", text, "--seq_len", 16, "--batches", 2)
+    check(rc == 0 and "perplexity" in o, "eval on the imported gpt2: rc %d %s" % (rc, err.strip()[-300:]))
+
+    # bad input, each refused by name
+    bad = os.path.join(d, "bad.safetensors")
+    k = [0]
+
+    def nd():
+        k[0] += 1
+        return os.path.join(d, "bad%d" % k[0])
+
+    b = nd(); edit_config(src, b, activation_function="quick_gelu")
+    refused(b, bad, "activation_function", "unsupported activation")
+    b = nd(); edit_config(src, b, scale_attn_by_inverse_layer_idx=True)
+    refused(b, bad, "scale_attn_by_inverse_layer_idx", "per-layer attention scale")
+    b = nd(); edit_config(src, b, rotary_dim=16)
+    refused(b, bad, "rotary_dim", "an unknown position scheme key")
+    b = nd(); edit_config(src, b, n_embd=50)
+    refused(b, bad, "n_embd", "n_embd not a multiple of n_head")
+    b = nd(); edit_config(src, b, n_layer=None)
+    refused(b, bad, "'n_layer' is missing", "missing n_layer")
+    b = nd(); edit_config(src, b, n_layer=4)
+    refused(b, bad, "transformer.h.3.ln_1.weight", "a layer the file lacks")
+    b = nd(); edit_config(src, b, n_positions=41)
+    refused(b, bad, "transformer.wpe.weight", "positions of the wrong shape")
+    b = nd(); edit_config(src, b, model_type="gptj")
+    refused(b, bad, "model_type", "another model type")
+    b = nd(); edit_tensors(src, b, lambda t: t.pop("transformer.h.1.attn.c_proj.bias"))
+    refused(b, bad, "transformer.h.1.attn.c_proj.bias", "a missing tensor")
+    b = nd(); edit_tensors(src, b, lambda t: t.update({"transformer.h.0.attn.extra": torch.zeros(3)}))
+    refused(b, bad, "transformer.h.0.attn.extra", "an extra tensor")
+    b = nd(); edit_tensors(src, b, lambda t: t.update({"transformer.h.0.mlp.c_fc.weight": torch.zeros(192, 48)}))
+    refused(b, bad, "transformer.h.0.mlp.c_fc.weight", "a transposed Conv1D weight")
+    b = nd(); edit_tensors(src, b, lambda t: t.update({"lm_head.weight": torch.zeros(101, 48)}))
+    refused(b, bad, "lm_head.weight", "a tied head that differs from the embeddings")
+    for name, text in (("truncated", '{"model_type": "gpt2", "n_embd": 4'), ("trailing comma", '{"model_type": "gpt2",}'),
+                       ("duplicate key", '{"model_type": "gpt2", "model_type": "gpt2"}'),
+                       ("comment", '{"model_type": "gpt2" /* c */}'), ("bad escape", '{"model_type": "gp\\x"}'),
+                       ("NaN", '{"model_type": "gpt2", "n_embd": NaN}'), ("leading zero", '{"n_embd": 048}'),
+                       ("two values", '{} {}')):
+        b = nd(); shutil.copytree(src, b)
+        open(os.path.join(b, "config.json"), "w").write(text)
+        refused(b, bad, "config.json", "bad JSON (%s)" % name)
+    b = nd(); os.makedirs(b)
+    refused(b, bad, "config.json", "no config.json")
+    b = nd(); shutil.copytree(src, b)
+    with open(os.path.join(b, "model.safetensors"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(b, "model.safetensors")) - 8)
+    refused(b, bad, "model.safetensors", "a truncated model.safetensors")
+
+
+def main():
+    why = mhe_missing() or torch_missing()
+    if why:
+        return skip("test_import.py", why)
+    try:
+        import torch
+        import transformers
+        import safetensors.torch  # noqa: F401
+    except ImportError as e:
+        return skip("test_import.py", "transformers/safetensors not available to %s (%s)" % (sys.executable, e))
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    d = tmpdir("mhe_import_")
+    gpt2_tests(torch, transformers, d)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
