@@ -68,10 +68,19 @@ def edit_tensors(src, dst, fn):
     save_file(t, p, metadata={"format": "pt"})
 
 
+def perturb(torch, model):
+    """transformers starts biases at 0 and norms at 1: move every parameter, so that a
+    bias, norm or table mapped wrongly (or not at all) shows in the logits"""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+
+
 def gpt2_tests(torch, transformers, d):
     torch.manual_seed(1)
     cfg = transformers.GPT2Config(vocab_size=101, n_embd=48, n_layer=3, n_head=4, n_positions=40)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
+    perturb(torch, hf)
     src = os.path.join(d, "gpt2")
     hf.save_pretrained(src, safe_serialization=True)
     out = os.path.join(d, "gpt2.safetensors")
@@ -96,8 +105,7 @@ def gpt2_tests(torch, transformers, d):
     cfg2 = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=16, n_inner=40,
                                    tie_word_embeddings=False, activation_function="relu", layer_norm_epsilon=1e-6)
     hf2 = transformers.GPT2LMHeadModel(cfg2).eval()
-    with torch.no_grad():   # an untied head that differs from the embeddings
-        hf2.lm_head.weight.normal_(0, 0.05)
+    perturb(torch, hf2)
     src2 = os.path.join(d, "gpt2b")
     hf2.save_pretrained(src2, safe_serialization=True)
     out2 = os.path.join(d, "gpt2b.safetensors")
@@ -166,6 +174,106 @@ def gpt2_tests(torch, transformers, d):
     refused(b, bad, "model.safetensors", "a truncated model.safetensors")
 
 
+def bert_tests(torch, transformers, d):
+    torch.manual_seed(3)
+    kw = dict(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=80,
+              max_position_embeddings=40, type_vocab_size=2)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**kw)).eval()
+    perturb(torch, hf)
+    src = os.path.join(d, "bert")
+    hf.save_pretrained(src, safe_serialization=True)
+    out = os.path.join(d, "bert.safetensors")
+    ids = [int(x) for x in torch.randint(0, 97, (19,))]
+    if import_ok(src, out, "--mask-token", 5):
+        with torch.no_grad():
+            want = hf(torch.tensor([ids])).logits[0].tolist()
+        diff = max_diff(mhe_logits(out, ids), want)
+        check(diff < TOL, "bert MLM logits differ from transformers' by %g" % diff)
+        rc, o, err = run("inspect", out)
+        check(rc == 0 and "mask_token" in o and "5" in o, "the --mask-token is in the checkpoint")
+        text = os.path.join(d, "btext.txt")
+        open(text, "w").write("ABCABDABE " * 40)
+        ft = os.path.join(d, "bft.safetensors")
+        rc, o, err = run("train", "--model", out, "--data", text, "--out", ft, "--steps", 3, "--batch", 2,
+                         "--seq_len", 16, "--quiet")
+        check(rc == 0 and os.path.isfile(ft), "masked-LM training of the imported bert: rc %d %s" % (rc, err.strip()[-300:]))
+        rc, o, err = run("generate", "--model", out, "--ids", "1 2")
+        check(rc == 1 and "decoder" in err, "generate refuses the imported encoder: %s" % err.strip())
+
+    # a relu BERT with an untied decoder and token types of 1 row
+    torch.manual_seed(4)
+    kw2 = dict(kw, hidden_act="relu", tie_word_embeddings=False, type_vocab_size=1, layer_norm_eps=1e-5)
+    hf2 = transformers.BertForMaskedLM(transformers.BertConfig(**kw2)).eval()
+    perturb(torch, hf2)
+    src2 = os.path.join(d, "bert2")
+    hf2.save_pretrained(src2, safe_serialization=True)
+    out2 = os.path.join(d, "bert2.safetensors")
+    if import_ok(src2, out2):
+        with torch.no_grad():
+            want = hf2(torch.tensor([ids])).logits[0].tolist()
+        diff = max_diff(mhe_logits(out2, ids), want)
+        check(diff < TOL, "bert (relu, untied decoder) logits differ by %g" % diff)
+
+    # sequence classification: the pooler and the classifier
+    torch.manual_seed(5)
+    hc = transformers.BertForSequenceClassification(transformers.BertConfig(num_labels=3, **kw)).eval()
+    perturb(torch, hc)
+    srcc = os.path.join(d, "bertc")
+    hc.save_pretrained(srcc, safe_serialization=True)
+    outc = os.path.join(d, "bertc.safetensors")
+    if import_ok(srcc, outc):
+        with torch.no_grad():
+            want = hc(torch.tensor([ids])).logits.tolist()
+        diff = max_diff(mhe_logits(outc, ids, "cls"), want)
+        check(diff < TOL, "bert classification logits differ from transformers' by %g" % diff)
+        data = os.path.join(d, "cls.txt")
+        open(data, "w").write("".join("%d\t%s\n" % (i % 3, "ABC"[i % 3] * (3 + i % 5)) for i in range(30)))
+        ft = os.path.join(d, "bcft.safetensors")
+        rc, o, err = run("train", "--task", "cls", "--model", outc, "--data", data, "--out", ft, "--steps", 3,
+                         "--batch", 4, "--seq_len", 16, "--quiet")
+        check(rc == 0 and os.path.isfile(ft), "fine-tuning the imported classifier: rc %d %s" % (rc, err.strip()[-300:]))
+        rc, o, err = run("eval", "--task", "cls", "--model", ft, "--data", data, "--seq_len", 16)
+        check(rc == 0 and "acc" in o, "eval --task cls of the fine-tuned import: rc %d %s" % (rc, err.strip()[-300:]))
+
+    bad = os.path.join(d, "bbad.safetensors")
+    k = [0]
+
+    def nd():
+        k[0] += 1
+        return os.path.join(d, "bbad%d" % k[0])
+
+    b = nd(); edit_config(src, b, position_embedding_type="relative_key")
+    refused(b, bad, "position_embedding_type", "relative positions")
+    b = nd(); edit_config(src, b, hidden_act="gelu_fast")
+    refused(b, bad, "hidden_act", "an unsupported activation")
+    b = nd(); edit_config(src, b, is_decoder=True)
+    refused(b, bad, "is_decoder", "a BERT decoder")
+    b = nd(); edit_config(src, b, intermediate_size=81)
+    refused(b, bad, "bert.encoder.layer.0.intermediate.dense.weight", "intermediate_size that disagrees with the tensors")
+    b = nd(); edit_config(src, b, type_vocab_size=3)
+    refused(b, bad, "bert.embeddings.token_type_embeddings.weight", "type_vocab_size that disagrees")
+    b = nd(); edit_config(src, b, num_hidden_layers=2)
+    refused(b, bad, "bert.encoder.layer.2.", "fewer layers than the file (extra tensors)")
+    b = nd(); edit_config(src, b, layer_norm_eps=0)
+    refused(b, bad, "layer_norm_eps", "a zero epsilon")
+    b = nd(); edit_tensors(src, b, lambda t: t.pop("cls.predictions.transform.LayerNorm.bias"))
+    refused(b, bad, "cls.predictions.transform.LayerNorm.bias", "a missing MLM transform tensor")
+    b = nd(); edit_tensors(src, b, lambda t: t.pop("cls.predictions.bias"))
+    refused(b, bad, "no head", "an MLM model without its output bias has no recognisable head")
+    b = nd(); edit_tensors(src, b, lambda t: t.update({"bert.embeddings.position_ids": torch.arange(40).flip(0)[None]}))
+    refused(b, bad, "bert.embeddings.position_ids", "permuted position ids")
+    b = nd(); edit_tensors(srcc, b, lambda t: t.pop("bert.pooler.dense.weight"))
+    refused(b, bad, "bert.pooler.dense.weight", "a classifier without its pooler")
+    b = nd(); edit_tensors(srcc, b, lambda t: t.update({"cls.predictions.bias": torch.zeros(97)}))
+    refused(b, bad, "both", "an MLM head beside a classifier")
+    b = nd(); edit_config(srcc, b, problem_type="multi_label_classification")
+    refused(b, bad, "problem_type", "multi-label classification")
+    b = nd(); edit_tensors(src, b, lambda t: t.update({"bert.embeddings.word_embeddings.weight": t["bert.embeddings.word_embeddings.weight"].half()}))
+    check(os.path.exists(b), "made an F16 copy")
+    rc, _, err = run("import", b, "-o", bad)
+    check(rc == 0, "an F16 tensor is read (widened to float32): %s" % err.strip())
+
+
 def main():
     why = mhe_missing() or torch_missing()
     if why:
@@ -180,6 +288,7 @@ def main():
     torch.set_num_threads(1)
     d = tmpdir("mhe_import_")
     gpt2_tests(torch, transformers, d)
+    bert_tests(torch, transformers, d)
     return finish()
 
 

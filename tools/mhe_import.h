@@ -217,12 +217,6 @@ static int ij_parse(const char *text, size_t len, ij_node *root, char *err) {
     return 1;
 }
 
-static const ij_node *ij_get(const ij_node *o, const char *key) {
-    int i;
-    for (i = 0; o && o->type == IJ_OBJ && i < o->n_kids; i++) if (strcmp(o->kids[i].key, key) == 0) return &o->kids[i];
-    return NULL;
-}
-
 /* ---- config.json to mhe_config ------------------------------------------- */
 
 typedef struct {
@@ -450,9 +444,10 @@ static int imp_extra(imp_src *S) {
 
 /* ---- the two architectures ------------------------------------------------ */
 
-static int imp_gpt2_config(imp_cfg *I, mhe_config *c) {
+static int imp_gpt2_config(imp_cfg *I, imp_src *S, mhe_config *c) {
     int inner = 0, tie = 1, l, n_ctx = 0;
     const ij_node *ni;
+    (void)S;
     c->arch = MHE_ARCH_DECODER;
     if (!imp_int(I, "vocab_size", 1, 1 << 24, -1, &c->vocab_size) || !imp_int(I, "n_embd", 1, 1 << 16, -1, &c->d_model)
         || !imp_int(I, "n_head", 1, 4096, -1, &c->n_heads) || !imp_int(I, "n_layer", 1, MHE_MAX_LAYERS, -1, &c->n_layers)
@@ -504,10 +499,126 @@ static int imp_gpt2_tensors(imp_src *S, mhe_model *m) {
     return imp_extra(S);
 }
 
+/* a buffer BertEmbeddings saves beside its weights: position_ids [1, P]
+   = 0 .. P-1, token_type_ids [1, P] = 0; accepted only as exactly that */
+static int imp_bert_buffer(imp_src *S, const char *name, int P, int arange) {
+    char full[MHE_NAME_LEN * 2];
+    const mhe_st_tensor *t;
+    int64_t i;
+    snprintf(full, sizeof full, "%s%s", S->prefix, name);
+    if (!(t = mhe_st_find(S->st, full))) return 1;
+    if (t->dtype != MHE_DTYPE_I64 || t->ndim != 2 || t->shape[0] != 1 || t->shape[1] > P) {
+        snprintf(S->err, sizeof S->err, "model.safetensors: buffer '%.150s' is not an I64 [1, <= %d] tensor", full, P); return 0;
+    }
+    for (i = 0; i < t->size; i++) {
+        uint64_t q = 0;
+        int k;
+        for (k = 7; k >= 0; k--) q = q << 8 | t->data[8 * i + k];
+        if (q != (uint64_t)(arange ? i : 0)) {
+            snprintf(S->err, sizeof S->err, "model.safetensors: buffer '%.150s' holds %s other than %s: another position or type scheme",
+                     full, arange ? "positions" : "types", arange ? "0, 1, 2, ..." : "0");
+            return 0;
+        }
+    }
+    S->used[(int)(t - S->st->tensors)] = 1;
+    return 1;
+}
+
+static int imp_has(const imp_src *S, const char *name) {
+    char full[MHE_NAME_LEN * 2];
+    snprintf(full, sizeof full, "%s%s", name[0] == '/' ? "" : S->prefix, name[0] == '/' ? name + 1 : name);
+    return mhe_st_find(S->st, full) != NULL;
+}
+
+/* BertForMaskedLM (the MLM head: transform and output bias) or
+   BertForSequenceClassification (pooler and classifier), told apart by the
+   tensors the file holds */
+static int imp_bert_config(imp_cfg *I, imp_src *S, mhe_config *c) {
+    int tie = 1, l, types = 2;
+    const ij_node *pe;
+    int mlm = imp_has(S, "/cls.predictions.bias"), cls = imp_has(S, "/classifier.weight");
+    c->arch = MHE_ARCH_ENCODER;
+    if (!imp_int(I, "vocab_size", 1, 1 << 24, -1, &c->vocab_size) || !imp_int(I, "hidden_size", 1, 1 << 16, -1, &c->d_model)
+        || !imp_int(I, "num_attention_heads", 1, 4096, -1, &c->n_heads) || !imp_int(I, "num_hidden_layers", 1, MHE_MAX_LAYERS, -1, &c->n_layers)
+        || !imp_int(I, "intermediate_size", 1, 1 << 20, -1, &c->d_ff) || !imp_int(I, "max_position_embeddings", 1, 1 << 20, 512, &c->max_seq_len)
+        || !imp_int(I, "type_vocab_size", 0, 65536, 2, &types)
+        || !imp_activation(I, "hidden_act", "gelu", &c->activation) || !imp_float(I, "layer_norm_eps", 1e-12, &c->norm_eps)
+        || !imp_bool_is(I, "is_decoder", 0, 0, "mhe imports BERT as an encoder")
+        || !imp_bool_is(I, "add_cross_attention", 0, 0, "a BERT with cross-attention is not an encoder-only model")
+        || !imp_bool(I, "tie_word_embeddings", 1, &tie))
+        return 0;
+    if ((pe = imp_key(I, "position_embedding_type")) != NULL && (pe->type != IJ_STR || strcmp(pe->str, "absolute") != 0)) {
+        snprintf(I->err, sizeof I->err, "config.json: 'position_embedding_type' = %s%.40s%s is not supported (absolute: learned positions)",
+                 pe->type == IJ_STR ? "\"" : "", pe->type == IJ_STR ? pe->str : "a non-string", pe->type == IJ_STR ? "\"" : "");
+        return 0;
+    }
+    if (c->d_model % c->n_heads) { snprintf(I->err, sizeof I->err, "config.json: 'hidden_size' = %d is not a multiple of 'num_attention_heads' = %d", c->d_model, c->n_heads); return 0; }
+    if (mlm == cls) {
+        snprintf(I->err, sizeof I->err, "model.safetensors: %s", mlm ? "both an MLM head (cls.predictions) and a classifier: import BertForMaskedLM or BertForSequenceClassification"
+                                                                     : "no head (cls.predictions.* or classifier.*): import a BertForMaskedLM or BertForSequenceClassification checkpoint");
+        return 0;
+    }
+    if (cls) {
+        if (!imp_labels(I, &c->n_classes)) return 0;
+        if (!imp_has(S, "pooler.dense.weight")) { snprintf(I->err, sizeof I->err, "model.safetensors: tensor '%spooler.dense.weight' is missing (the classifier reads the pooler)", S->prefix); return 0; }
+        c->cls_pool = MHE_POOL_FIRST;
+    } else {
+        c->head_transform = 1; c->head_bias = 1;
+    }
+    c->tie_embeddings = tie;
+    c->type_vocab = types;
+    c->emb_norm = 1;
+    c->norm = MHE_NORM_LAYERNORM; c->post_norm = 1; c->bias = 1;
+    for (l = 0; l < c->n_layers; l++) c->attn[l] = MHE_ATTN_MHA;
+    return imp_leftover(I, "BERT");
+}
+
+static int imp_bert_tensors(imp_src *S, mhe_model *m) {
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, F = mhe_config_d_ff(c), V = c->vocab_size, l;
+    char nm[MHE_NAME_LEN];
+    if (!imp_put(S, m->tok_emb, "embeddings.word_embeddings.weight", IMP_COPY, V, C, 0)
+        || !imp_put(S, m->pos_emb, "embeddings.position_embeddings.weight", IMP_COPY, c->max_seq_len, C, 0)
+        || (c->type_vocab && !imp_put(S, m->type_emb, "embeddings.token_type_embeddings.weight", IMP_COPY, c->type_vocab, C, 0))
+        || !imp_put(S, m->emb_norm_w, "embeddings.LayerNorm.weight", IMP_COPY, C, 0, 0)
+        || !imp_put(S, m->emb_norm_b, "embeddings.LayerNorm.bias", IMP_COPY, C, 0, 0)
+        || !imp_bert_buffer(S, "embeddings.position_ids", c->max_seq_len, 1) || !imp_bert_buffer(S, "embeddings.token_type_ids", c->max_seq_len, 0))
+        return 0;
+    for (l = 0; l < c->n_layers; l++) {
+        mhe_layer *y = &m->layers[l];
+        /* nn.Linear [out, in], as mhe; the post-norm after attention is norm1, after the MLP norm2 */
+#define IMP_B(dst, suffix, a, b) (snprintf(nm, sizeof nm, "encoder.layer.%d.%s", l, suffix), imp_put(S, dst, nm, IMP_COPY, a, b, 0))
+        if (!IMP_B(y->attn.wq, "attention.self.query.weight", C, C) || !IMP_B(y->attn.bq, "attention.self.query.bias", C, 0)
+            || !IMP_B(y->attn.wk, "attention.self.key.weight", C, C) || !IMP_B(y->attn.bk, "attention.self.key.bias", C, 0)
+            || !IMP_B(y->attn.wv, "attention.self.value.weight", C, C) || !IMP_B(y->attn.bv, "attention.self.value.bias", C, 0)
+            || !IMP_B(y->attn.wo, "attention.output.dense.weight", C, C) || !IMP_B(y->attn.bo, "attention.output.dense.bias", C, 0)
+            || !IMP_B(y->norm1_w, "attention.output.LayerNorm.weight", C, 0) || !IMP_B(y->norm1_b, "attention.output.LayerNorm.bias", C, 0)
+            || !IMP_B(y->fc1_w, "intermediate.dense.weight", F, C) || !IMP_B(y->fc1_b, "intermediate.dense.bias", F, 0)
+            || !IMP_B(y->fc2_w, "output.dense.weight", C, F) || !IMP_B(y->fc2_b, "output.dense.bias", C, 0)
+            || !IMP_B(y->norm2_w, "output.LayerNorm.weight", C, 0) || !IMP_B(y->norm2_b, "output.LayerNorm.bias", C, 0))
+            return 0;
+#undef IMP_B
+    }
+    if (c->head_transform) {
+        if (!imp_put(S, m->head_w, "/cls.predictions.transform.dense.weight", IMP_COPY, C, C, 0)
+            || !imp_put(S, m->head_b, "/cls.predictions.transform.dense.bias", IMP_COPY, C, 0, 0)
+            || !imp_put(S, m->head_norm_w, "/cls.predictions.transform.LayerNorm.weight", IMP_COPY, C, 0, 0)
+            || !imp_put(S, m->head_norm_b, "/cls.predictions.transform.LayerNorm.bias", IMP_COPY, C, 0, 0)
+            || !imp_put(S, m->lm_b, "/cls.predictions.bias", IMP_COPY, V, 0, 0) || !imp_tied(S, "/cls.predictions.decoder.bias", m->lm_b))
+            return 0;
+        if (c->tie_embeddings) { if (!imp_tied(S, "/cls.predictions.decoder.weight", m->tok_emb)) return 0; }
+        else if (!imp_put(S, m->lm_head, "/cls.predictions.decoder.weight", IMP_COPY, V, C, 0)) return 0;
+    } else if (!imp_put(S, m->pooler_w, "pooler.dense.weight", IMP_COPY, C, C, 0) || !imp_put(S, m->pooler_b, "pooler.dense.bias", IMP_COPY, C, 0, 0)
+               || !imp_put(S, m->cls_w, "/classifier.weight", IMP_COPY, c->n_classes, C, 0) || !imp_put(S, m->cls_b, "/classifier.bias", IMP_COPY, c->n_classes, 0, 0)) {
+        return 0;
+    }
+    return imp_extra(S);
+}
+
 /* ---- mhe import ----------------------------------------------------------- */
 
 typedef struct {
-    int (*config)(imp_cfg *, mhe_config *);
+    int (*config)(imp_cfg *, imp_src *, mhe_config *);
     int (*tensors)(imp_src *, mhe_model *);
 } imp_arch;
 
@@ -525,6 +636,7 @@ static int imp_run(const char *dir, const char *out, int mask_token, char *err) 
     mhe_model m;
     const ij_node *mt;
     int ok = 0, have_root = 0, have_st = 0, have_m = 0;
+    const char *probe = NULL;
     imp_arch A;
     memset(&I, 0, sizeof I); memset(&S, 0, sizeof S); memset(&st, 0, sizeof st); memset(&A, 0, sizeof A);
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -536,27 +648,28 @@ static int imp_run(const char *dir, const char *out, int mask_token, char *err) 
     if (!(I.used = (char *)calloc((size_t)root.n_kids + 1, 1))) { snprintf(err, MHE_ERR_LEN, "out of memory"); goto done; }
     mt = imp_key(&I, "model_type");
     if (!mt || mt->type != IJ_STR) { snprintf(err, MHE_ERR_LEN, "config.json: 'model_type' is missing (gpt2 or bert)"); goto done; }
-    if (strcmp(mt->str, "gpt2") == 0) { A.config = imp_gpt2_config; A.tensors = imp_gpt2_tensors; S.prefix = "transformer."; }
+    if (strcmp(mt->str, "gpt2") == 0) { A.config = imp_gpt2_config; A.tensors = imp_gpt2_tensors; S.prefix = "transformer."; probe = "wte.weight"; }
+    else if (strcmp(mt->str, "bert") == 0) { A.config = imp_bert_config; A.tensors = imp_bert_tensors; S.prefix = "bert."; probe = "embeddings.word_embeddings.weight"; }
     else { snprintf(err, MHE_ERR_LEN, "config.json: 'model_type' = \"%.40s\" is not supported (gpt2, bert)", mt->str); goto done; }
-    c.dropout = 0; c.attn_dropout = 0;
-    if (!A.config(&I, &c)) { memcpy(err, I.err, MHE_ERR_LEN); goto done; }
-    if (mask_token >= 0) c.mask_token = mask_token;
-    if (mhe_config_validate(&c, err) != MHE_OK) {
-        char why[MHE_ERR_LEN];
-        memcpy(why, err, MHE_ERR_LEN);
-        snprintf(err, MHE_ERR_LEN, "config.json: not an mhe model: %.200s", why);
-        goto done;
-    }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (mhe_read_file(path, &wbuf, &wlen, NULL, err) != MHE_OK) goto done;
     if (mhe_st_parse(&st, wbuf, wlen, NULL) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "model.safetensors: %.200s", st.err); goto done; }
     have_st = 1;
     S.st = &st;
     if (!(S.used = (char *)calloc((size_t)st.n_tensors + 1, 1))) { snprintf(err, MHE_ERR_LEN, "out of memory"); goto done; }
-    {   /* a *Model checkpoint has no prefix, a *LMHeadModel / *ForMaskedLM one has */
-        char probe[64];
-        snprintf(probe, sizeof probe, "%s%s", S.prefix, A.tensors == imp_gpt2_tensors ? "wte.weight" : "embeddings.word_embeddings.weight");
-        if (!mhe_st_find(&st, probe)) S.prefix = "";
+    {   /* a bare *Model checkpoint has no prefix, a *LMHeadModel / *ForMaskedLM one has */
+        char full[64];
+        snprintf(full, sizeof full, "%s%s", S.prefix, probe);
+        if (!mhe_st_find(&st, full)) S.prefix = "";
+    }
+    c.dropout = 0; c.attn_dropout = 0;
+    if (!A.config(&I, &S, &c)) { memcpy(err, I.err[0] ? I.err : S.err, MHE_ERR_LEN); goto done; }
+    if (mask_token >= 0) c.mask_token = mask_token;
+    if (mhe_config_validate(&c, err) != MHE_OK) {
+        char why[MHE_ERR_LEN];
+        memcpy(why, err, MHE_ERR_LEN);
+        snprintf(err, MHE_ERR_LEN, "config.json: not an mhe model: %.200s", why);
+        goto done;
     }
     if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "%s", m.err); goto done; }
     have_m = 1;
