@@ -1834,6 +1834,11 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
+    /* BERT's pieces (mhe import) have CPU kernels only: refused by name rather than run without them */
+    if (c->emb_norm || c->type_vocab || c->head_transform || c->head_bias || c->cls_pool != MHE_POOL_MEAN)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s has no device path (an imported BERT runs on the CPU path)",
+                         c->emb_norm ? "emb_norm=1" : c->type_vocab ? "type_vocab" : c->head_transform ? "head_transform=1"
+                         : c->head_bias ? "head_bias=1" : "cls_pool=first");
     /* the source's embedding dropout (site 1) and cross-attention's sites have no device path yet */
     if (c->arch == MHE_ARCH_ENCDEC && (c->dropout > 0 || c->attn_dropout > 0))
         return mhe__fail(err, MHE_ERR_CONFIG, "arch=encdec with dropout=%g attn_dropout=%g runs on the CPU path "

@@ -197,6 +197,14 @@ def bert_tests(torch, transformers, d):
         rc, o, err = run("train", "--model", out, "--data", text, "--out", ft, "--steps", 3, "--batch", 2,
                          "--seq_len", 16, "--quiet")
         check(rc == 0 and os.path.isfile(ft), "masked-LM training of the imported bert: rc %d %s" % (rc, err.strip()[-300:]))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+        import mhe_torch
+        try:
+            mhe_torch.load_checkpoint(out)
+            msg = None
+        except mhe_torch.CheckpointError as e:
+            msg = str(e)
+        check(msg is not None and "emb_norm" in msg, "the PyTorch twin refuses the imported BERT by field: %r" % msg)
         rc, o, err = run("generate", "--model", out, "--ids", "1 2")
         check(rc == 1 and "decoder" in err, "generate refuses the imported encoder: %s" % err.strip())
 
