@@ -387,8 +387,8 @@ static int imp_put(imp_src *S, mhe_tensor *dst, const char *name, int mode, int6
         char got[80] = "", *g = got;
         int d;
         for (d = 0; d < t->ndim && g < got + 60; d++) g += snprintf(g, (size_t)(got + sizeof got - g), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        if (want1) snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.120s' has shape [%s], config.json implies [%lld, %lld]", t->name, got, (long long)want0, (long long)want1);
-        else snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.120s' has shape [%s], config.json implies [%lld]", t->name, got, (long long)want0);
+        if (want1) snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.100s' has shape [%.60s], config.json implies [%lld, %lld]", t->name, got, (long long)want0, (long long)want1);
+        else snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.100s' has shape [%.60s], config.json implies [%lld]", t->name, got, (long long)want0);
         return 0;
     }
     S->used[idx] = 1;
