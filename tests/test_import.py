@@ -11,7 +11,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from mhetest import check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
+from mhetest import RESULTS, check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
 from mhetest import run_mhe as run  # noqa: E402
 
 TOL = 1e-4
@@ -134,41 +134,66 @@ def gpt2_tests(torch, transformers, d):
         k[0] += 1
         return os.path.join(d, "bad%d" % k[0])
 
-    b = nd(); edit_config(src, b, activation_function="quick_gelu")
+    b = nd()
+
+    edit_config(src, b, activation_function="quick_gelu")
     refused(b, bad, "activation_function", "unsupported activation")
-    b = nd(); edit_config(src, b, scale_attn_by_inverse_layer_idx=True)
+    b = nd()
+    edit_config(src, b, scale_attn_by_inverse_layer_idx=True)
     refused(b, bad, "scale_attn_by_inverse_layer_idx", "per-layer attention scale")
-    b = nd(); edit_config(src, b, rotary_dim=16)
+    b = nd()
+    edit_config(src, b, rotary_dim=16)
     refused(b, bad, "rotary_dim", "an unknown position scheme key")
-    b = nd(); edit_config(src, b, n_embd=50)
+    b = nd()
+    edit_config(src, b, n_embd=50)
     refused(b, bad, "n_embd", "n_embd not a multiple of n_head")
-    b = nd(); edit_config(src, b, n_layer=None)
+    b = nd()
+    edit_config(src, b, n_layer=None)
     refused(b, bad, "'n_layer' is missing", "missing n_layer")
-    b = nd(); edit_config(src, b, n_layer=4)
+    b = nd()
+    edit_config(src, b, n_layer=4)
     refused(b, bad, "transformer.h.3.ln_1.weight", "a layer the file lacks")
-    b = nd(); edit_config(src, b, n_positions=41)
+    b = nd()
+    edit_config(src, b, n_positions=41)
     refused(b, bad, "transformer.wpe.weight", "positions of the wrong shape")
-    b = nd(); edit_config(src, b, model_type="gptj")
+    b = nd()
+    edit_config(src, b, model_type="gptj")
     refused(b, bad, "model_type", "another model type")
-    b = nd(); edit_tensors(src, b, lambda t: t.pop("transformer.h.1.attn.c_proj.bias"))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.pop("transformer.h.1.attn.c_proj.bias"))
     refused(b, bad, "transformer.h.1.attn.c_proj.bias", "a missing tensor")
-    b = nd(); edit_tensors(src, b, lambda t: t.update({"transformer.h.0.attn.extra": torch.zeros(3)}))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.update({"transformer.h.0.attn.extra": torch.zeros(3)}))
     refused(b, bad, "transformer.h.0.attn.extra", "an extra tensor")
-    b = nd(); edit_tensors(src, b, lambda t: t.update({"transformer.h.0.mlp.c_fc.weight": torch.zeros(192, 48)}))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.update({"transformer.h.0.mlp.c_fc.weight": torch.zeros(192, 48)}))
     refused(b, bad, "transformer.h.0.mlp.c_fc.weight", "a transposed Conv1D weight")
-    b = nd(); edit_tensors(src, b, lambda t: t.update({"lm_head.weight": torch.zeros(101, 48)}))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.update({"lm_head.weight": torch.zeros(101, 48)}))
     refused(b, bad, "lm_head.weight", "a tied head that differs from the embeddings")
     for name, text in (("truncated", '{"model_type": "gpt2", "n_embd": 4'), ("trailing comma", '{"model_type": "gpt2",}'),
                        ("duplicate key", '{"model_type": "gpt2", "model_type": "gpt2"}'),
                        ("comment", '{"model_type": "gpt2" /* c */}'), ("bad escape", '{"model_type": "gp\\x"}'),
                        ("NaN", '{"model_type": "gpt2", "n_embd": NaN}'), ("leading zero", '{"n_embd": 048}'),
                        ("two values", '{} {}')):
-        b = nd(); shutil.copytree(src, b)
+        b = nd()
+        shutil.copytree(src, b)
         open(os.path.join(b, "config.json"), "w").write(text)
         refused(b, bad, "config.json", "bad JSON (%s)" % name)
-    b = nd(); os.makedirs(b)
+    b = nd()
+    os.makedirs(b)
     refused(b, bad, "config.json", "no config.json")
-    b = nd(); shutil.copytree(src, b)
+    # valid JSON the reader must take: escapes, a surrogate pair, raw UTF-8, exponents, nesting
+    b = nd()
+    shutil.copytree(src, b)
+    c = json.load(open(os.path.join(src, "config.json")))
+    text = json.dumps(c)[:-1] + ', "_name_or_path": "caf\\u00e9 \\ud83d\\ude00 \u00fc \\"q\\" \\/", ' \
+        '"task_specific_params": {"a": [1, -0.5e-3, 2E+2, true, false, null, {}, []]}, "finetuning_task": null}'
+    open(os.path.join(b, "config.json"), "w", encoding="utf-8").write(text)
+    rc, _, err = run("import", b, "-o", bad)
+    check(rc == 0, "valid JSON with escapes, UTF-8 and nesting is read: %s" % err.strip())
+    b = nd()
+    shutil.copytree(src, b)
     with open(os.path.join(b, "model.safetensors"), "r+b") as f:
         f.truncate(os.path.getsize(os.path.join(b, "model.safetensors")) - 8)
     refused(b, bad, "model.safetensors", "a truncated model.safetensors")
@@ -250,51 +275,104 @@ def bert_tests(torch, transformers, d):
         k[0] += 1
         return os.path.join(d, "bbad%d" % k[0])
 
-    b = nd(); edit_config(src, b, position_embedding_type="relative_key")
+    b = nd()
+
+    edit_config(src, b, position_embedding_type="relative_key")
     refused(b, bad, "position_embedding_type", "relative positions")
-    b = nd(); edit_config(src, b, hidden_act="gelu_fast")
+    b = nd()
+    edit_config(src, b, hidden_act="gelu_fast")
     refused(b, bad, "hidden_act", "an unsupported activation")
-    b = nd(); edit_config(src, b, is_decoder=True)
+    b = nd()
+    edit_config(src, b, is_decoder=True)
     refused(b, bad, "is_decoder", "a BERT decoder")
-    b = nd(); edit_config(src, b, intermediate_size=81)
+    b = nd()
+    edit_config(src, b, intermediate_size=81)
     refused(b, bad, "bert.encoder.layer.0.intermediate.dense.weight", "intermediate_size that disagrees with the tensors")
-    b = nd(); edit_config(src, b, type_vocab_size=3)
+    b = nd()
+    edit_config(src, b, type_vocab_size=3)
     refused(b, bad, "bert.embeddings.token_type_embeddings.weight", "type_vocab_size that disagrees")
-    b = nd(); edit_config(src, b, num_hidden_layers=2)
+    b = nd()
+    edit_config(src, b, num_hidden_layers=2)
     refused(b, bad, "bert.encoder.layer.2.", "fewer layers than the file (extra tensors)")
-    b = nd(); edit_config(src, b, layer_norm_eps=0)
+    b = nd()
+    edit_config(src, b, layer_norm_eps=0)
     refused(b, bad, "layer_norm_eps", "a zero epsilon")
-    b = nd(); edit_tensors(src, b, lambda t: t.pop("cls.predictions.transform.LayerNorm.bias"))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.pop("cls.predictions.transform.LayerNorm.bias"))
     refused(b, bad, "cls.predictions.transform.LayerNorm.bias", "a missing MLM transform tensor")
-    b = nd(); edit_tensors(src, b, lambda t: t.pop("cls.predictions.bias"))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.pop("cls.predictions.bias"))
     refused(b, bad, "no head", "an MLM model without its output bias has no recognisable head")
-    b = nd(); edit_tensors(src, b, lambda t: t.update({"bert.embeddings.position_ids": torch.arange(40).flip(0)[None]}))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.update({"bert.embeddings.position_ids": torch.arange(40).flip(0)[None]}))
     refused(b, bad, "bert.embeddings.position_ids", "permuted position ids")
-    b = nd(); edit_tensors(srcc, b, lambda t: t.pop("bert.pooler.dense.weight"))
+    b = nd()
+    edit_tensors(srcc, b, lambda t: t.pop("bert.pooler.dense.weight"))
     refused(b, bad, "bert.pooler.dense.weight", "a classifier without its pooler")
-    b = nd(); edit_tensors(srcc, b, lambda t: t.update({"cls.predictions.bias": torch.zeros(97)}))
+    b = nd()
+    edit_tensors(srcc, b, lambda t: t.update({"cls.predictions.bias": torch.zeros(97)}))
     refused(b, bad, "both", "an MLM head beside a classifier")
-    b = nd(); edit_config(srcc, b, problem_type="multi_label_classification")
+    b = nd()
+    edit_config(srcc, b, problem_type="multi_label_classification")
     refused(b, bad, "problem_type", "multi-label classification")
-    b = nd(); edit_tensors(src, b, lambda t: t.update({"bert.embeddings.word_embeddings.weight": t["bert.embeddings.word_embeddings.weight"].half()}))
+    b = nd()
+    edit_tensors(src, b, lambda t: t.update({"bert.embeddings.word_embeddings.weight": t["bert.embeddings.word_embeddings.weight"].half()}))
     check(os.path.exists(b), "made an F16 copy")
     rc, _, err = run("import", b, "-o", bad)
     check(rc == 0, "an F16 tensor is read (widened to float32): %s" % err.strip())
 
 
+def cli_tests(d):
+    """the flags around the import that need no torch: usage errors and --ids, on a byte model"""
+    m = os.path.join(d, "byte.safetensors")
+    rc, _, err = run("init", "--d_model", 16, "--n_heads", 2, "--n_layers", 1, "--max_seq_len", 8, "--out", m)
+    if not check(rc == 0, "mhe init: %s" % err):
+        return
+    rc, o, err = run("logits", "--model", m, "--ids", "65 66 67")
+    rows = [r.split() for r in o.strip().split("\n")] if rc == 0 else []
+    check(len(rows) == 3 and all(len(r) == 256 for r in rows), "logits: 3 rows of 256: rc %d %s" % (rc, err))
+    rc, o2, err = run("generate", "--model", m, "--prompt", "ABC", "--n", 4, "--temperature", 0)
+    rc3, o3, err3 = run("generate", "--model", m, "--ids", "65 66 67", "--n", 4, "--temperature", 0)
+    got = [int(x) for x in o3.split()] if rc3 == 0 else None
+    check(rc == 0 and got is not None and bytes(got).decode("latin-1") == o2.rstrip("\n"),
+          "generate --ids gives the ids of the text generate --prompt gives: %r vs %r %s" % (got, o2, err3))
+    for args, needle in ((["logits", "--model", m, "--ids", "65 256"], "outside the vocabulary"),
+                         (["logits", "--model", m, "--ids", "65 x"], "not a token id"),
+                         (["logits", "--model", m, "--ids", " "], "no token ids"),
+                         (["logits", "--model", m, "--ids", "-1"], "outside the vocabulary"),
+                         (["logits", "--model", m, "--ids", "1 2 3 4 5 6 7 8 9"], "max_seq_len"),
+                         (["logits", "--model", m, "--ids", "1", "--task", "cls"], "no classification head"),
+                         (["generate", "--model", m, "--ids", "1", "--prompt", "A"], "not both"),
+                         (["import", d], "--out"),
+                         (["import", "-o", os.path.join(d, "x.safetensors")], "one directory"),
+                         (["import", d, d, "-o", os.path.join(d, "x.safetensors")], "one directory"),
+                         (["import", os.path.join(d, "nowhere"), "-o", os.path.join(d, "x.safetensors")], "config.json")):
+        rc, _, err = run(*args)
+        check(rc in (1, 2) and needle in err, "%s: want an error with %r, got rc %d %s" % (" ".join(args[:1] + args[3:]), needle, rc, err.strip()))
+    check(not os.path.exists(os.path.join(d, "x.safetensors")), "a refused import writes nothing")
+
+
 def main():
-    why = mhe_missing() or torch_missing()
+    why = mhe_missing()
     if why:
         return skip("test_import.py", why)
+    d = tmpdir("mhe_import_")
+    cli_tests(d)
+    why = torch_missing()
+    if why:
+        print("SKIP the transformers comparisons: %s" % why)
+        RESULTS.skipped += 1
+        return finish()
     try:
         import torch
         import transformers
         import safetensors.torch  # noqa: F401
     except ImportError as e:
-        return skip("test_import.py", "transformers/safetensors not available to %s (%s)" % (sys.executable, e))
+        print("SKIP the transformers comparisons: transformers/safetensors not available to %s (%s)" % (sys.executable, e))
+        RESULTS.skipped += 1
+        return finish()
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(1)
-    d = tmpdir("mhe_import_")
     gpt2_tests(torch, transformers, d)
     bert_tests(torch, transformers, d)
     return finish()
