@@ -92,6 +92,20 @@ def gpt2_tests(torch, transformers, d):
     diff = max_diff(mhe_logits(out, ids), want)
     check(diff < TOL, "gpt2 logits differ from transformers' by %g" % diff)
 
+    # the hub's gpt2 file: names without "transformer.", the causal-mask buffers of older transformers
+    def hub_layout(t):
+        for k in list(t):
+            t[k[len("transformer."):]] = t.pop(k)
+        for n in range(3):
+            t["h.%d.attn.bias" % n] = torch.tril(torch.ones(40, 40)).view(1, 1, 40, 40)
+            t["h.%d.attn.masked_bias" % n] = torch.tensor(-1e4)
+    hub = os.path.join(d, "gpt2hub")
+    edit_tensors(src, hub, hub_layout)
+    out_hub = os.path.join(d, "gpt2hub.safetensors")
+    if import_ok(hub, out_hub):
+        diff = max_diff(mhe_logits(out_hub, ids), want)
+        check(diff < TOL, "gpt2 in the hub's layout: logits differ by %g" % diff)
+
     # greedy generation, ids in and ids out, against generate()
     prompt = ids[:5]
     with torch.no_grad():
