@@ -804,7 +804,7 @@ typedef struct mhe_config {
     float collab_mix_std;   /* collab: M starts N(0, this^2); 0: blocks of ones (concatenated heads) */
     /* BERT's pieces (Devlin et al. 2019; Hugging Face's BertModel), for imported models */
     int emb_norm;           /* 1: a norm over the summed embeddings, before the first block */
-    int type_vocab;         /* rows of the token-type table added to every token (0: none); every token is type 0 */
+    int type_vocab;         /* rows of the token-type table (0: none); mhe_batch.types picks them, NULL: type 0 */
     int head_transform;     /* 1: LM head input = norm(act(W h + b)), the MLM head's transform */
     int head_bias;          /* 1: a bias on the LM head's vocabulary logits */
     int cls_pool;           /* cls_pool=mean|first: mean of the tokens, or tanh(W h_0 + b) of the first (the pooler) */
@@ -898,6 +898,7 @@ typedef struct mhe_acts {
     float *hd_pre, *hd_act, *hd_out, *hd_mean, *hd_rstd;   /* head_transform: W h + b, act, norm [rows, C] */
     float *d_hd1, *d_hd2;           /* head_transform: backward scratch [rows, C] */
     int *tokens, *targets, *src, *lengths, *src_lengths;   /* copies of the last batch */
+    int *types;                     /* type_vocab: the last batch's token types */
     /* backward scratch */
     float *d_h, *d_u, *d_tmp, *d_mem, *d_att, *d_proj, *d_projx, *d_fc1, *d_act, *d_logits, *scratch;
     float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
@@ -1012,6 +1013,9 @@ typedef struct mhe_batch {
        tokens (< MHE_N_SPECIAL) or MHE_N_SPECIAL + a word type of these
        features. Required by hash embeddings; not for encdec. */
     const mhe_word_feats *words;
+    /* token-type (segment) ids [B*T] of a model with type_vocab rows, BERT's
+       0 for the first text and 1 from the second on (NULL: every token type 0) */
+    const int *types;
 } mhe_batch;
 
 /* build a model with freshly initialised weights (seeded) */
@@ -8308,7 +8312,7 @@ static const mhe__field mhe__config_fields[] = {
     { "init_residual", MHE__F_ENUM, MHE__CF(init_residual), 0, 0, "plain|scaled",
       "residual-output init (W^O, fc2): plain N(0, init_std), or scaled by 1/sqrt(residual branches) as GPT-2", 1 },
     { "emb_norm", MHE__F_INT, MHE__CF(emb_norm), 0, 1, 0, "a norm over the summed embeddings before the first block, as BERT (0/1)", 1 },
-    { "type_vocab", MHE__F_INT, MHE__CF(type_vocab), 0, 65536, 0, "rows of BERT's token-type table; every token is type 0 (0: none)", 1 },
+    { "type_vocab", MHE__F_INT, MHE__CF(type_vocab), 0, 65536, 0, "rows of BERT's token-type (segment) table; a batch without types is type 0 (0: none)", 1 },
     { "head_transform", MHE__F_INT, MHE__CF(head_transform), 0, 1, 0, "LM head input norm(act(W h + b)), BERT's MLM transform (0/1)", 1 },
     { "head_bias", MHE__F_INT, MHE__CF(head_bias), 0, 1, 0, "a bias on the LM head's logits (0/1)", 1 },
     { "cls_pool", MHE__F_ENUM, MHE__CF(cls_pool), 0, 0, "mean|first",
@@ -9820,6 +9824,7 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
         n_ = MHE_ARENA_ROUND((size_t)c_); \
         if (base) { (ptr) = (int *)(void *)(base + used); } used += n_; dused += (double)n_; } while (0)
     MHE__AI(a->tokens, rd); MHE__AI(a->targets, rd); MHE__AI(a->lengths, B);
+    if (c->type_vocab) MHE__AI(a->types, rd);
     if (E) { MHE__AI(a->src, re); MHE__AI(a->src_lengths, B); }
 #undef MHE__AI
     return overflow || dused > (double)SIZE_MAX / 2 ? SIZE_MAX : used;
@@ -10057,8 +10062,8 @@ static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, co
     else mhe_embedding_fwd(out, m->tok_emb->data, tokens, B * T, C, 0);
     for (b = 0; b < B; b++)
         for (t = 0; t < T; t++) mhe__axpy(out + ((size_t)b * T + t) * C, 1.0f, pos->data + (size_t)t * C, C);
-    if (site == 0 && m->type_emb)   /* BERT's token types: every token is type 0 (one segment) */
-        for (b = 0; b < B * T; b++) mhe__axpy(out + (size_t)b * C, 1.0f, m->type_emb->data, C);
+    if (site == 0 && m->type_emb)   /* BERT's token types (segments) */
+        for (b = 0; b < B * T; b++) mhe__axpy(out + (size_t)b * C, 1.0f, m->type_emb->data + (size_t)m->acts.types[b] * C, C);
     if (site == 0 && m->emb_norm_w) {   /* BERT: LayerNorm(word + position + type), then dropout */
         memcpy(m->acts.emb_sum, out, (size_t)B * T * C * sizeof(float));
         mhe__norm_fwd(m, out, m->acts.emb_mean, m->acts.emb_rstd, m->acts.emb_sum, m->emb_norm_w, m->emb_norm_b, B * T);
@@ -10080,7 +10085,7 @@ static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_
         d = m->acts.scratch;
     }
     if (site == 0 && m->type_emb)
-        for (b = 0; b < B * T; b++) mhe__axpy(m->type_emb->grad, 1.0f, d + (size_t)b * C, C);
+        for (b = 0; b < B * T; b++) mhe__axpy(m->type_emb->grad + (size_t)m->acts.types[b] * C, 1.0f, d + (size_t)b * C, C);
     if (site == 0 && m->emb_in.active) mhe__words_bwd(m, d);
     else mhe_embedding_bwd(m->tok_emb->grad, d, tokens, B * T, C);
     for (b = 0; b < B; b++)
@@ -10338,6 +10343,15 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     if (cls)
         for (i = 0; i < B; i++)
             if (bt->labels[i] >= c->n_classes) return mhe__fail(m->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", bt->labels[i], i, c->n_classes);
+    if (bt->types && !c->type_vocab) return mhe__fail(m->err, MHE_ERR_ARG, "forward: token types given, but the model has no type table (type_vocab=0)");
+    if (bt->types)
+        for (i = 0; i < BT; i++)
+            if (bt->types[i] < 0 || bt->types[i] >= c->type_vocab)
+                return mhe__fail(m->err, MHE_ERR_DATA, "token type %d at position %d is outside [0, %d) (type_vocab)", bt->types[i], i, c->type_vocab);
+    if (c->type_vocab) {
+        if (bt->types) memcpy(a->types, bt->types, (size_t)BT * sizeof(int));
+        else memset(a->types, 0, (size_t)BT * sizeof(int));
+    }
     /* keep the batch: the backward reads tokens, targets and lengths (padding is never a target) */
     memcpy(a->tokens, bt->tokens, (size_t)BT * sizeof(int));
     for (i = 0; i < B; i++) a->lengths[i] = bt->lengths ? bt->lengths[i] : T;
@@ -13987,7 +14001,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     }
     x = d.sum;
     for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
-    if (m->type_emb) mhe__axpy(x, 1.0f, m->type_emb->data, C);   /* type 0, as the batched forward */
+    if (m->type_emb) mhe__axpy(x, 1.0f, m->type_emb->data, C);   /* type 0, as a batch without types */
     if (m->emb_norm_w) {
         mhe__norm_fwd(m, d.nrm, d.stats, d.stats + 1, x, m->emb_norm_w, m->emb_norm_b, 1);
         memcpy(x, d.nrm, (size_t)C * sizeof(float));

@@ -17,8 +17,9 @@ from mhetest import run_mhe as run  # noqa: E402
 TOL = 1e-4
 
 
-def mhe_logits(model, ids, task="lm"):
-    rc, out, err = run("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task)
+def mhe_logits(model, ids, task="lm", types=None):
+    extra = ["--types", " ".join(map(str, types))] if types else []
+    rc, out, err = run("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task, *extra)
     if rc != 0:
         print("mhe logits: " + err)
         return None
@@ -228,6 +229,15 @@ def bert_tests(torch, transformers, d):
             want = hf(torch.tensor([ids])).logits[0].tolist()
         diff = max_diff(mhe_logits(out, ids), want)
         check(diff < TOL, "bert MLM logits differ from transformers' by %g" % diff)
+        # a sentence pair: token types 0 for the first text, 1 for the second
+        types = [0] * 8 + [1] * 11
+        with torch.no_grad():
+            want = hf(torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0].tolist()
+        diff = max_diff(mhe_logits(out, ids, types=types), want)
+        check(diff < TOL, "bert MLM logits with token types (a pair) differ by %g" % diff)
+        for types, needle in (([0] * 18 + [2], "outside the token types"), ([0] * 18, "18 types for 19")):
+            rc, _, err = run("logits", "--model", out, "--ids", " ".join(map(str, ids)), "--types", " ".join(map(str, types)))
+            check(rc == 1 and needle in err, "bad --types: want %r, got rc %d %s" % (needle, rc, err.strip()))
         rc, o, err = run("inspect", out)
         check(rc == 0 and "mask_token" in o and "5" in o, "the --mask-token is in the checkpoint")
         text = os.path.join(d, "btext.txt")
@@ -273,6 +283,11 @@ def bert_tests(torch, transformers, d):
             want = hc(torch.tensor([ids])).logits.tolist()
         diff = max_diff(mhe_logits(outc, ids, "cls"), want)
         check(diff < TOL, "bert classification logits differ from transformers' by %g" % diff)
+        types = [0] * 6 + [1] * 13
+        with torch.no_grad():
+            want = hc(torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits.tolist()
+        diff = max_diff(mhe_logits(outc, ids, "cls", types), want)
+        check(diff < TOL, "bert classification of a pair (token types) differs by %g" % diff)
         data = os.path.join(d, "cls.txt")
         open(data, "w").write("".join("%d\t%s\n" % (i % 3, "ABC"[i % 3] * (3 + i % 5)) for i in range(30)))
         ft = os.path.join(d, "bcft.safetensors")
@@ -351,8 +366,9 @@ def cli_tests(d):
     check(rc == 0 and got is not None and bytes(got).decode("latin-1") == o2.rstrip("\n"),
           "generate --ids gives the ids of the text generate --prompt gives: %r vs %r %s" % (got, o2, err3))
     for args, needle in ((["logits", "--model", m, "--ids", "65 256"], "outside the vocabulary"),
-                         (["logits", "--model", m, "--ids", "65 x"], "not a token id"),
-                         (["logits", "--model", m, "--ids", " "], "no token ids"),
+                         (["logits", "--model", m, "--ids", "65 x"], "not a number"),
+                         (["logits", "--model", m, "--ids", " "], "nothing given"),
+                         (["logits", "--model", m, "--ids", "1 2", "--types", "0 0"], "type_vocab=0"),
                          (["logits", "--model", m, "--ids", "-1"], "outside the vocabulary"),
                          (["logits", "--model", m, "--ids", "1 2 3 4 5 6 7 8 9"], "max_seq_len"),
                          (["logits", "--model", m, "--ids", "1", "--task", "cls"], "no classification head"),

@@ -616,6 +616,45 @@ static void bert_pieces(void) {
     mhe_model_free(&a);
 }
 
+/* token types (segments): the gradient of every row the batch uses, types
+   all 0 equal no types, a type outside the table or types for a model
+   without one refused */
+static void token_types(void) {
+    mhe_config c = tiny("arch=encoder\ntype_vocab=3\nemb_norm=1\nnorm_position=post\nhead_transform=1\n");
+    mhe_model m;
+    mhe_rng r;
+    test_batch tb;
+    int types[2 * 7], zeros[2 * 7], i, bad, checked;
+    float loss, l0, l1;
+    double worst;
+    mhe_rng_seed(&r, 12);
+    OK(mhe_model_init(&m, &c, 8, NULL));
+    make_batch(&tb, &c, 2, 7, 0, 0, &r);
+    for (i = 0; i < 14; i++) { types[i] = i % 7 < 3 ? 0 : 1 + (i & 1); zeros[i] = 0; }
+    tb.b.types = types;
+    mhe_model_zero_grad(&m);
+    OK(mhe_model_forward_batch(&m, &tb.b, &loss));
+    OK(mhe_model_backward(&m));
+    bad = test_model_gradcheck(&m, test_loss_batch, &tb.b, &r, 5, 5, NULL, &worst, &checked);
+    CHECK(bad == 0, "gradient check with token types 0, 1, 2: %d tensors off, worst %.3g", bad, worst);
+    {   /* rows 1 and 2 got gradient: the types reached the table */
+        double g1 = 0, g2 = 0;
+        for (i = 0; i < c.d_model; i++) { g1 += fabs(m.type_emb->grad[c.d_model + i]); g2 += fabs(m.type_emb->grad[2 * c.d_model + i]); }
+        CHECK(g1 > 0 && g2 > 0, "type rows 1 and 2 have gradients (%g, %g)", g1, g2);
+    }
+    tb.b.types = zeros; OK(mhe_model_forward_batch(&m, &tb.b, &l0));
+    tb.b.types = NULL; OK(mhe_model_forward_batch(&m, &tb.b, &l1));
+    CHECK(l0 == l1 && l0 != loss, "types all 0 equal no types (%g, %g), and differ from mixed types (%g)", l0, l1, loss);
+    types[5] = 3; tb.b.types = types;
+    CHECK(mhe_model_forward_batch(&m, &tb.b, &l0) == MHE_ERR_DATA && strstr(m.err, "type_vocab"), "type 3 of 3 refused: %s", m.err);
+    mhe_model_free(&m);
+    c = tiny("arch=encoder\n");
+    OK(mhe_model_init(&m, &c, 8, NULL));
+    types[5] = 0;
+    CHECK(mhe_model_forward_batch(&m, &tb.b, &l0) == MHE_ERR_ARG && strstr(m.err, "type_vocab=0"), "types without a table refused: %s", m.err);
+    mhe_model_free(&m);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *variants[] = {
@@ -711,5 +750,6 @@ int main(void) {
     cls_gradcheck("arch=encoder\nn_classes=3\ncls_pool=first\nemb_norm=1\ntype_vocab=2\nnorm_position=post\nactivation=gelu-erf\n");
     cls_gradcheck("arch=encoder\nn_classes=3\ncls_pool=first\nbias=0\nemb_norm=1\nnorm=rmsnorm\n");
     bert_pieces();
+    token_types();
     return TEST_END();
 }

@@ -67,6 +67,7 @@ typedef struct {
     const char *device, *tf32_s, *words_s, *init_s, *quant_s;
     const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
     const char *ids;                   /* generate, logits: token ids "5 17 3" in place of text */
+    const char *types;                 /* logits --types: token-type ids, one per id */
     long mask_token;                   /* import --mask-token */
     int *prompt_ids;                   /* generate --ids, parsed */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
@@ -185,6 +186,7 @@ static const flag_spec import_flags[] = {
 static const flag_spec logits_flags[] = {
     NEED("model", "M.safetensors", model, "the model"),
     NEED("ids", "\"ID ID ...\"", ids, "one sequence of token ids"),
+    STR("types", "\"T T ...\"", types, "token-type (segment) ids, one per token, of a model with type_vocab (default all 0)"),
     FLAG("task", "lm|cls", F_CHOICE, 0, 0, "lm|cls", task, "lm (default): a row of logits per token; cls: the classification head's"),
     THREADS,
 };
@@ -1812,7 +1814,7 @@ static int all_finite(const float *x, int n) {
 }
 
 /* token ids "5 17 3" (whitespace-separated) into a new array of ids in [0, V) */
-static int parse_ids(const char *s, int V, int **out, int *n) {
+static int parse_ids(const char *s, int V, int **out, int *n, const char *flag, const char *range) {
     size_t cap = strlen(s) / 2 + 1;
     int *v = (int *)malloc(cap * sizeof(int)), k = 0;
     if (!v) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
@@ -1824,13 +1826,13 @@ static int parse_ids(const char *s, int V, int **out, int *n) {
         errno = 0;
         x = strtol(s, &e, 10);
         if (e == s || errno || (*e && *e != ' ' && *e != '\t' && *e != '\n') || *s == '+') {
-            fprintf(stderr, "mhe: --ids: '%.20s' is not a token id\n", s); free(v); return 0;
+            fprintf(stderr, "mhe: %s: '%.20s' is not a number\n", flag, s); free(v); return 0;
         }
-        if (x < 0 || x >= V) { fprintf(stderr, "mhe: --ids: token %ld is outside the vocabulary [0, %d)\n", x, V); free(v); return 0; }
+        if (x < 0 || x >= V) { fprintf(stderr, "mhe: %s: %ld is outside %s [0, %d)\n", flag, x, range, V); free(v); return 0; }
         v[k++] = (int)x;
         s = e;
     }
-    if (k == 0) { fprintf(stderr, "mhe: --ids: no token ids given\n"); free(v); return 0; }
+    if (k == 0) { fprintf(stderr, "mhe: %s: nothing given\n", flag); free(v); return 0; }
     *out = v; *n = k;
     return 1;
 }
@@ -1955,7 +1957,7 @@ static int cmd_generate(int argc, char **argv) {
     plen = strlen(prompt);
     if (o.ids) {
         int k;
-        if (!parse_ids(o.ids, m.cfg.vocab_size, &o.prompt_ids, &k)) { mhe_model_free(&m); return 1; }
+        if (!parse_ids(o.ids, m.cfg.vocab_size, &o.prompt_ids, &k, "--ids", "the vocabulary")) { mhe_model_free(&m); return 1; }
         plen = (size_t)k;
     }
     if (plen == 0 || plen > (size_t)m.cfg.max_seq_len) { fprintf(stderr, "mhe: prompt must have 1..%d bytes\n", m.cfg.max_seq_len); mhe_model_free(&m); return 1; }
@@ -2027,17 +2029,23 @@ static int cmd_logits(int argc, char **argv) {
     opts o;
     mhe_model m;
     mhe_batch b;
-    int rc, *tok = NULL, T, t, v, label = 0, cls;
+    int rc, *tok = NULL, *types = NULL, T, t, v, label = 0, cls;
     if (!command_opts("logits", argc, argv, &o, &rc)) return rc;
     if (!load_model(o.model, &m)) return 1;
     cls = o.task && strcmp(o.task, "cls") == 0;
     rc = 1;
     if (cls && m.cfg.n_classes <= 0) { fprintf(stderr, "mhe: --task cls: the model has no classification head (n_classes=0)\n"); goto done; }
     if (!cls && (m.cfg.token_head != MHE_HEAD_LM || m.cfg.arch == MHE_ARCH_ENCDEC)) { fprintf(stderr, "mhe: logits: a decoder or encoder with an LM head\n"); goto done; }
-    if (!parse_ids(o.ids, m.cfg.vocab_size, &tok, &T)) goto done;
+    if (!parse_ids(o.ids, m.cfg.vocab_size, &tok, &T, "--ids", "the vocabulary")) goto done;
     if (T > m.cfg.max_seq_len) { fprintf(stderr, "mhe: --ids: %d tokens exceed the model's max_seq_len %d\n", T, m.cfg.max_seq_len); goto done; }
+    if (o.types) {
+        int nt;
+        if (m.cfg.type_vocab < 1) { fprintf(stderr, "mhe: --types: the model has no token-type table (type_vocab=0)\n"); goto done; }
+        if (!parse_ids(o.types, m.cfg.type_vocab, &types, &nt, "--types", "the token types (type_vocab)")) goto done;
+        if (nt != T) { fprintf(stderr, "mhe: --types: %d types for %d token ids\n", nt, T); goto done; }
+    }
     memset(&b, 0, sizeof b);
-    b.B = 1; b.T = T; b.tokens = tok; b.labels = cls ? &label : NULL;
+    b.B = 1; b.T = T; b.tokens = tok; b.labels = cls ? &label : NULL; b.types = types;
     if (mhe_model_forward_batch(&m, &b, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
     if (cls)
         for (v = 0; v < m.cfg.n_classes; v++) printf(v + 1 < m.cfg.n_classes ? "%.9g " : "%.9g\n", m.acts.cls_logits[v]);
@@ -2047,6 +2055,7 @@ static int cmd_logits(int argc, char **argv) {
     rc = 0;
 done:
     free(tok);
+    free(types);
     mhe_model_free(&m);
     return rc;
 }
