@@ -283,8 +283,8 @@ static const command_spec commands[] = {
         "Converts a Hugging Face GPT-2 (GPT2LMHeadModel) or BERT (BertForMaskedLM,\n"
         "BertForSequenceClassification) directory, config.json and model.safetensors as\n"
         "save_pretrained writes them, to an mhe model with the same logits: GPT-2's Conv1D\n"
-        "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU,\n"
-        "token-type row 0 and embedding LayerNorm, its MLM head's transform and output bias, its\n"
+        "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU, token\n"
+        "types and embedding LayerNorm, its MLM head's transform and output bias, its\n"
         "pooler. A config key, activation, position scheme or tensor mhe cannot represent is\n"
         "refused by name and nothing is written. The tokenizer is not read: the model takes ids.\n"),
     CMD("logits", logits_flags, 0, NULL, NULL,
