@@ -297,6 +297,32 @@ def bert_tests(torch, transformers, d):
         rc, o, err = run("eval", "--task", "cls", "--model", ft, "--data", data, "--seq_len", 16)
         check(rc == 0 and "acc" in o, "eval --task cls of the fine-tuned import: rc %d %s" % (rc, err.strip()[-300:]))
 
+    # BertForPreTraining (bert-base-uncased's file): refused with the hint, then --drop-nsp; and the
+    # hub's converted files keep BERT's TensorFlow names LayerNorm.gamma / .beta
+    torch.manual_seed(6)
+    hp = transformers.BertForPreTraining(transformers.BertConfig(**kw)).eval()
+    perturb(torch, hp)
+    srcp = os.path.join(d, "bertpt")
+    hp.save_pretrained(srcp, safe_serialization=True)
+    outp = os.path.join(d, "bertpt.safetensors")
+    rc, _, err = run("import", srcp, "-o", outp)
+    check(rc == 1 and "BertForPreTraining" in err and "--drop-nsp" in err and not os.path.exists(outp),
+          "a pre-training file is refused, naming the next-sentence head and --drop-nsp: %s" % err.strip())
+    with torch.no_grad():
+        want = hp(torch.tensor([ids])).prediction_logits[0].tolist()
+    if import_ok(srcp, outp, "--drop-nsp"):
+        diff = max_diff(mhe_logits(outp, ids), want)
+        check(diff < TOL, "BertForPreTraining imported with --drop-nsp: MLM logits differ by %g" % diff)
+    tf = os.path.join(d, "berttf")
+    edit_tensors(srcp, tf, lambda t: [t.update({k[:-6] + "gamma" if k.endswith("LayerNorm.weight") else k[:-4] + "beta": t.pop(k)})
+                                      for k in list(t) if k.endswith(("LayerNorm.weight", "LayerNorm.bias"))])
+    outtf = os.path.join(d, "berttf.safetensors")
+    if import_ok(tf, outtf, "--drop-nsp"):
+        diff = max_diff(mhe_logits(outtf, ids), want)
+        check(diff < TOL, "LayerNorm.gamma / .beta names: logits differ by %g" % diff)
+    rc, _, err = run("import", srcc, "-o", outp + "x", "--drop-nsp")
+    check(rc == 1 and "--drop-nsp" in err, "--drop-nsp on a classifier is refused: %s" % err.strip())
+
     bad = os.path.join(d, "bbad.safetensors")
     k = [0]
 

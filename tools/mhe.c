@@ -75,7 +75,7 @@ typedef struct {
     unsigned long long seed;
     long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter, group;
     long stride;                       /* eval --stride S: strided perplexity (0: consecutive windows) */
-    int quiet, skip, words, cuda, tf32;
+    int quiet, skip, words, cuda, tf32, drop_nsp;
     double temperature, tol;
     char given[64];                    /* which flags of the command's table were given */
     const struct command_spec *cmd;
@@ -182,6 +182,7 @@ static const flag_spec reparam_flags[] = {
 static const flag_spec import_flags[] = {
     NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
     FLAG("mask-token", "ID", F_INT, 0, 1 << 24, NULL, mask_token, "the [MASK] id a BERT's masked LM trains with (default vocab_size - 1)"),
+    FLAG("drop-nsp", NULL, F_SWITCH, 0, 0, NULL, drop_nsp, "a BertForPreTraining file (bert-base-uncased's): leave out its next-sentence head and pooler"),
 };
 static const flag_spec logits_flags[] = {
     NEED("model", "M.safetensors", model, "the model"),
@@ -2014,7 +2015,7 @@ static int cmd_import(int argc, char **argv) {
     if (!i) return rc;
     if (o.n_args != 1) { fprintf(stderr, "mhe: import takes one directory (config.json, model.safetensors), got %d arguments\n", o.n_args); return 2; }
     if (!check_output(&o, o.out, 0)) return 1;
-    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
+    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, o.drop_nsp, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
     {
         mhe_model m;
         if (!load_model(o.out, &m)) return 1;

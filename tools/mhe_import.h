@@ -333,6 +333,7 @@ typedef struct {
     const mhe_safetensors *st;
     char *used;                  /* per tensor of the file */
     const char *prefix;          /* "transformer." / "bert." or "" */
+    int drop_nsp;                /* a BertForPreTraining file: its next-sentence head and pooler are not imported */
     char err[MHE_ERR_LEN];
 } imp_src;
 
@@ -341,6 +342,14 @@ static const mhe_st_tensor *imp_find(imp_src *S, const char *name, int *idx) {
     const mhe_st_tensor *t;
     snprintf(full, sizeof full, "%s%s", name[0] == '/' ? "" : S->prefix, name[0] == '/' ? name + 1 : name);
     t = mhe_st_find(S->st, full);
+    if (!t) {   /* BERT's original TensorFlow names, kept by the hub's converted files: LayerNorm.gamma, .beta */
+        size_t n = strlen(full);
+        char alt[MHE_NAME_LEN * 2 + 8];
+        if (n > 16 && strcmp(full + n - 16, "LayerNorm.weight") == 0) snprintf(alt, sizeof alt, "%.*sgamma", (int)(n - 6), full);
+        else if (n > 14 && strcmp(full + n - 14, "LayerNorm.bias") == 0) snprintf(alt, sizeof alt, "%.*sbeta", (int)(n - 4), full);
+        else alt[0] = 0;
+        if (alt[0]) t = mhe_st_find(S->st, alt);
+    }
     if (!t) { snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.150s' is missing", full); return NULL; }
     *idx = (int)(t - S->st->tensors);
     return t;
@@ -436,9 +445,14 @@ static void imp_mask_buffers(imp_src *S, int L) {
 }
 
 static int imp_extra(imp_src *S) {
-    int i;
+    int i, nsp = 0;
+    for (i = 0; i < S->st->n_tensors; i++) nsp |= !S->used[i] && strncmp(S->st->tensors[i].name, "cls.seq_relationship.", 21) == 0;
     for (i = 0; i < S->st->n_tensors; i++)
-        if (!S->used[i]) { snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.150s' has no place in the mhe model (extra tensor)", S->st->tensors[i].name); return 0; }
+        if (!S->used[i]) {
+            snprintf(S->err, sizeof S->err, "model.safetensors: tensor '%.90s' has no place in the mhe model (extra tensor)%s", S->st->tensors[i].name,
+                     nsp ? "; a BertForPreTraining file: --drop-nsp leaves its next-sentence head and pooler out" : "");
+            return 0;
+        }
     return 1;
 }
 
@@ -558,6 +572,7 @@ static int imp_bert_config(imp_cfg *I, imp_src *S, mhe_config *c) {
                                                                      : "no head (cls.predictions.* or classifier.*): import a BertForMaskedLM or BertForSequenceClassification checkpoint");
         return 0;
     }
+    if (cls && S->drop_nsp) { snprintf(I->err, sizeof I->err, "--drop-nsp is for a pre-training checkpoint imported as a masked LM; this one has a classifier"); return 0; }
     if (cls) {
         if (!imp_labels(I, &c->n_classes)) return 0;
         if (!imp_has(S, "pooler.dense.weight")) { snprintf(I->err, sizeof I->err, "model.safetensors: tensor '%spooler.dense.weight' is missing (the classifier reads the pooler)", S->prefix); return 0; }
@@ -608,6 +623,16 @@ static int imp_bert_tensors(imp_src *S, mhe_model *m) {
             return 0;
         if (c->tie_embeddings) { if (!imp_tied(S, "/cls.predictions.decoder.weight", m->tok_emb)) return 0; }
         else if (!imp_put(S, m->lm_head, "/cls.predictions.decoder.weight", IMP_COPY, V, C, 0)) return 0;
+        if (S->drop_nsp) {   /* as BertForMaskedLM.from_pretrained does with a pre-training checkpoint */
+            static const char *const nsp[] = { "/cls.seq_relationship.weight", "/cls.seq_relationship.bias", "pooler.dense.weight", "pooler.dense.bias" };
+            size_t k;
+            for (k = 0; k < sizeof nsp / sizeof nsp[0]; k++) {
+                char full[MHE_NAME_LEN * 2];
+                const mhe_st_tensor *t;
+                snprintf(full, sizeof full, "%s%s", nsp[k][0] == '/' ? "" : S->prefix, nsp[k][0] == '/' ? nsp[k] + 1 : nsp[k]);
+                if ((t = mhe_st_find(S->st, full)) != NULL) S->used[(int)(t - S->st->tensors)] = 1;
+            }
+        }
     } else if (!imp_put(S, m->pooler_w, "pooler.dense.weight", IMP_COPY, C, C, 0) || !imp_put(S, m->pooler_b, "pooler.dense.bias", IMP_COPY, C, 0, 0)
                || !imp_put(S, m->cls_w, "/classifier.weight", IMP_COPY, c->n_classes, C, 0) || !imp_put(S, m->cls_b, "/classifier.bias", IMP_COPY, c->n_classes, 0, 0)) {
         return 0;
@@ -624,7 +649,7 @@ typedef struct {
 
 /* Reads DIR/config.json and DIR/model.safetensors, builds the model and
    saves it to out (atomically). Returns 1, or 0 with err set. */
-static int imp_run(const char *dir, const char *out, int mask_token, char *err) {
+static int imp_run(const char *dir, const char *out, int mask_token, int drop_nsp, char *err) {
     char path[MHE_PATH_LEN + 32];
     void *cbuf = NULL, *wbuf = NULL;
     size_t clen = 0, wlen = 0;
@@ -651,11 +676,13 @@ static int imp_run(const char *dir, const char *out, int mask_token, char *err) 
     if (strcmp(mt->str, "gpt2") == 0) { A.config = imp_gpt2_config; A.tensors = imp_gpt2_tensors; S.prefix = "transformer."; probe = "wte.weight"; }
     else if (strcmp(mt->str, "bert") == 0) { A.config = imp_bert_config; A.tensors = imp_bert_tensors; S.prefix = "bert."; probe = "embeddings.word_embeddings.weight"; }
     else { snprintf(err, MHE_ERR_LEN, "config.json: 'model_type' = \"%.40s\" is not supported (gpt2, bert)", mt->str); goto done; }
+    if (drop_nsp && A.config != imp_bert_config) { snprintf(err, MHE_ERR_LEN, "--drop-nsp is for BERT pre-training checkpoints; this is a %.20s", mt->str); goto done; }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (mhe_read_file(path, &wbuf, &wlen, NULL, err) != MHE_OK) goto done;
     if (mhe_st_parse(&st, wbuf, wlen, NULL) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "model.safetensors: %.200s", st.err); goto done; }
     have_st = 1;
     S.st = &st;
+    S.drop_nsp = drop_nsp;
     if (!(S.used = (char *)calloc((size_t)st.n_tensors + 1, 1))) { snprintf(err, MHE_ERR_LEN, "out of memory"); goto done; }
     {   /* a bare *Model checkpoint has no prefix, a *LMHeadModel / *ForMaskedLM one has */
         char full[64];
