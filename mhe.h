@@ -749,6 +749,7 @@ enum { MHE_INIT_RESIDUAL_PLAIN = 0, MHE_INIT_RESIDUAL_SCALED };
 enum { MHE_EMB_VOCAB = 0, MHE_EMB_HASH_EMB, MHE_EMB_HASH_POOL, MHE_EMB_HASH_ADD, MHE_EMB_HASH_PROJ };
 enum { MHE_WORD_HASH_MD5 = 0, MHE_WORD_HASH_LSH };       /* config `hash` */
 enum { MHE_HEAD_LM = 0, MHE_HEAD_SR };                   /* config `token_head`: vocabulary softmax or Shuffle+Random */
+enum { MHE_POOL_MEAN = 0, MHE_POOL_FIRST };              /* config `cls_pool`: mean of the tokens, or BERT's pooler */
 
 /* The model config. Its text form is one `key=value` per line (or the same
    pairs as --key value command-line flags); mhe_config_validate says what is
@@ -804,6 +805,12 @@ typedef struct mhe_config {
                                                 "ids:5 17 3 ..." token ids; empty: a built-in text */
     int collab_dim;         /* collab: D~, the shared query/key width (0: n_heads * d_head, exact) */
     float collab_mix_std;   /* collab: M starts N(0, this^2); 0: blocks of ones (concatenated heads) */
+    /* BERT's pieces (Devlin et al. 2019; Hugging Face's BertModel), for imported models */
+    int emb_norm;           /* 1: a norm over the summed embeddings, before the first block */
+    int type_vocab;         /* rows of the token-type table (0: none); mhe_batch.types picks them, NULL: type 0 */
+    int head_transform;     /* 1: LM head input = norm(act(W h + b)), the MLM head's transform */
+    int head_bias;          /* 1: a bias on the LM head's vocabulary logits */
+    int cls_pool;           /* cls_pool=mean|first: mean of the tokens, or tanh(W h_0 + b) of the first (the pooler) */
 } mhe_config;
 
 MHEDEF mhe_config mhe_config_default(void);
@@ -889,7 +896,12 @@ typedef struct mhe_acts {
     float *logits;                  /* [BT, V] */
     float *losses;                  /* [BT] */
     float *pooled, *cls_logits, *d_pooled, *d_cls;   /* classification: [B, C], [B, n_classes] */
+    float *first, *d_first;         /* cls_pool=first: the first token's rows [B, C] and their gradient */
+    float *emb_sum, *emb_mean, *emb_rstd;   /* emb_norm: the summed embeddings [rows, C] and their norm statistics */
+    float *hd_pre, *hd_act, *hd_out, *hd_mean, *hd_rstd;   /* head_transform: W h + b, act, norm [rows, C] */
+    float *d_hd1, *d_hd2;           /* head_transform: backward scratch [rows, C] */
     int *tokens, *targets, *src, *lengths, *src_lengths;   /* copies of the last batch */
+    int *types;                     /* type_vocab: the last batch's token types */
     /* backward scratch */
     float *d_h, *d_u, *d_tmp, *d_mem, *d_att, *d_proj, *d_projx, *d_fc1, *d_act, *d_logits, *scratch;
     float *map_scratch, *d_hmap;    /* per-(b, h) map gradients; MHE-MUL map gradients [2, n, d_h] */
@@ -949,6 +961,11 @@ typedef struct mhe_model {
     mhe_tensor *tok_emb, *pos_emb, *lnf_w, *lnf_b, *lm_head;
     mhe_tensor *enc_pos_emb, *enc_lnf_w, *enc_lnf_b;    /* encdec: the encoder's positions and final norm */
     mhe_tensor *cls_w, *cls_b;      /* encoder classification head [n_classes, C], [n_classes] */
+    mhe_tensor *type_emb;           /* type_vocab: token-type rows [type_vocab, C] */
+    mhe_tensor *emb_norm_w, *emb_norm_b;    /* emb_norm: the embeddings' norm [C] */
+    mhe_tensor *head_w, *head_b, *head_norm_w, *head_norm_b;   /* head_transform: [C, C], [C], norm [C] */
+    mhe_tensor *lm_b;               /* head_bias: [V] */
+    mhe_tensor *pooler_w, *pooler_b;        /* cls_pool=first: [C, C], [C] */
     int n_total_layers;             /* encoder layers (encdec) first, then the main stack */
     int admin_profiling;            /* mhe_model_admin_init is running: each sublayer sets its omega */
     float admin_ratio[2];           /* its running output scale, per stack (main, encoder) */
@@ -1000,6 +1017,9 @@ typedef struct mhe_batch {
        tokens (< MHE_N_SPECIAL) or MHE_N_SPECIAL + a word type of these
        features. Required by hash embeddings; not for encdec. */
     const mhe_word_feats *words;
+    /* token-type (segment) ids [B*T] of a model with type_vocab rows, BERT's
+       0 for the first text and 1 from the second on (NULL: every token type 0) */
+    const int *types;
 } mhe_batch;
 
 /* build a model with freshly initialised weights (seeded) */
@@ -8449,6 +8469,12 @@ static const mhe__field mhe__config_fields[] = {
     { "collab_mix_std", MHE__F_FLOAT, MHE__CF(collab_mix_std), 0, 10, 0, "collab: std of the mixing matrix init (0: blocks of ones)", 1 },
     { "init_residual", MHE__F_ENUM, MHE__CF(init_residual), 0, 0, "plain|scaled",
       "residual-output init (W^O, fc2): plain N(0, init_std), or scaled by 1/sqrt(residual branches) as GPT-2", 1 },
+    { "emb_norm", MHE__F_INT, MHE__CF(emb_norm), 0, 1, 0, "a norm over the summed embeddings before the first block, as BERT (0/1)", 1 },
+    { "type_vocab", MHE__F_INT, MHE__CF(type_vocab), 0, 65536, 0, "rows of BERT's token-type (segment) table; a batch without types is type 0 (0: none)", 1 },
+    { "head_transform", MHE__F_INT, MHE__CF(head_transform), 0, 1, 0, "LM head input norm(act(W h + b)), BERT's MLM transform (0/1)", 1 },
+    { "head_bias", MHE__F_INT, MHE__CF(head_bias), 0, 1, 0, "a bias on the LM head's logits (0/1)", 1 },
+    { "cls_pool", MHE__F_ENUM, MHE__CF(cls_pool), 0, 0, "mean|first",
+      "classification input: mean of the tokens, or tanh(W h_0 + b) of the first (BERT's pooler)", 1 },
 };
 #define MHE__N_CONFIG_FIELDS ((int)(sizeof mhe__config_fields / sizeof mhe__config_fields[0]))
 
@@ -8907,6 +8933,17 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_CONFIG, "admin=1 scales the residual of post-norm blocks: it needs norm_position=post");
     if (c->n_classes > 0 && c->arch != MHE_ARCH_ENCODER)
         return mhe__fail(err, MHE_ERR_CONFIG, "n_classes %d: the classification head needs arch=encoder", c->n_classes);
+    if ((c->emb_norm || c->type_vocab) && c->arch == MHE_ARCH_ENCDEC)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s: the embedding norm and token types are for arch=decoder or encoder, not encdec",
+                         c->emb_norm ? "emb_norm=1" : "type_vocab");
+    if ((c->emb_norm || c->type_vocab) && (mhe__has_kind(c, MHE_ATTN_RNDEMB_QK) || mhe__has_kind(c, MHE_ATTN_FIXEDSEQ_QK)))
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s: the fixed stream of rndemb-qk and fixedseq-qk layers embeds without them",
+                         c->emb_norm ? "emb_norm=1" : "type_vocab");
+    if ((c->head_transform || c->head_bias) && (c->token_head != MHE_HEAD_LM || c->arch == MHE_ARCH_ENCDEC))
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s: the LM head's transform and bias need token_head=lm and arch=decoder or encoder",
+                         c->head_transform ? "head_transform=1" : "head_bias=1");
+    if (c->cls_pool != MHE_POOL_MEAN && c->n_classes <= 0)
+        return mhe__fail(err, MHE_ERR_CONFIG, "cls_pool=first: the pooler feeds the classification head (n_classes > 0)");
     for (i = 0; i < c->n_layers; i++)
         if ((st = mhe__check_kind_geom(c, mhe_config_layer_kind(c, i), "layer", i, err)) != MHE_OK) return st;
     if ((st = mhe__check_decon(c, err)) != MHE_OK) return st;
@@ -8976,6 +9013,11 @@ static void mhe__layout_walk(mhe__layout *L) {
     m->n_total_layers = mhe_config_total_layers(c);
     mhe__layout_embed(L);
     m->pos_emb = mhe__param(L, "pos_emb.weight", 2, c->max_seq_len, C, 1, MHE_INIT_NORMAL, std);
+    if (c->type_vocab) m->type_emb = mhe__param(L, "type_emb.weight", 2, c->type_vocab, C, 1, MHE_INIT_NORMAL, std);
+    if (c->emb_norm) {
+        m->emb_norm_w = mhe__param(L, "emb_norm.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        if (c->norm == MHE_NORM_LAYERNORM) m->emb_norm_b = mhe__param(L, "emb_norm.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+    }
     if (E) m->enc_pos_emb = mhe__param(L, "enc.pos_emb.weight", 2, c->max_seq_len, C, 1, MHE_INIT_NORMAL, std);
     for (l = 0; l < m->n_total_layers; l++) {
         mhe_layer *y = &m->layers[l];
@@ -9017,7 +9059,18 @@ static void mhe__layout_walk(mhe__layout *L) {
         m->lnf_w = mhe__param(L, "ln_f.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
         if (c->norm == MHE_NORM_LAYERNORM) m->lnf_b = mhe__param(L, "ln_f.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
     }
+    if (c->head_transform) {
+        m->head_w = mhe__param(L, "head.dense.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) m->head_b = mhe__param(L, "head.dense.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+        m->head_norm_w = mhe__param(L, "head.norm.weight", 1, C, 0, 0, MHE_INIT_ONE, 0);
+        if (c->norm == MHE_NORM_LAYERNORM) m->head_norm_b = mhe__param(L, "head.norm.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+    }
     if (c->token_head == MHE_HEAD_LM && !c->tie_embeddings) m->lm_head = mhe__param(L, "lm_head.weight", 2, c->vocab_size, C, 1, MHE_INIT_NORMAL, std);
+    if (c->head_bias) m->lm_b = mhe__param(L, "lm_head.bias", 1, c->vocab_size, 0, 0, MHE_INIT_ZERO, 0);
+    if (c->cls_pool == MHE_POOL_FIRST) {
+        m->pooler_w = mhe__param(L, "pooler.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+        if (c->bias) m->pooler_b = mhe__param(L, "pooler.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+    }
     if (c->n_classes > 0) {
         m->cls_w = mhe__param(L, "cls_head.weight", 2, c->n_classes, C, 1, MHE_INIT_NORMAL, std);
         if (c->bias) m->cls_b = mhe__param(L, "cls_head.bias", 1, c->n_classes, 0, 0, MHE_INIT_ZERO, 0);
@@ -9855,7 +9908,7 @@ static void mhe__words_bwd(mhe_model *m, const float *d) {
 
 /* the per-token head: the LM head (tied or not) or the S+R head */
 static const mhe_tensor *mhe__token_head(const mhe_model *m, const mhe_tensor **bias) {
-    *bias = m->cfg.token_head == MHE_HEAD_SR ? m->sr_b : NULL;
+    *bias = m->cfg.token_head == MHE_HEAD_SR ? m->sr_b : m->lm_b;
     return m->cfg.token_head == MHE_HEAD_SR ? m->sr_w : m->lm_head ? m->lm_head : m->tok_emb;
 }
 
@@ -9924,9 +9977,17 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
     }
     MHE__A(a->logits, rd * V); MHE__A(a->losses, rd);
     if (c->n_classes > 0) { MHE__A(a->pooled, B * C); MHE__A(a->cls_logits, (double)B * c->n_classes); }
+    if (c->cls_pool == MHE_POOL_FIRST) MHE__A(a->first, B * C);
+    if (c->emb_norm) { MHE__A(a->emb_sum, rd * C); MHE__A(a->emb_mean, rd); MHE__A(a->emb_rstd, rd); }
+    if (c->head_transform) {
+        MHE__A(a->hd_pre, rd * C); MHE__A(a->hd_act, rd * C); MHE__A(a->hd_out, rd * C);
+        MHE__A(a->hd_mean, rd); MHE__A(a->hd_rstd, rd);
+    }
     MHE__A(a->d_tmp, rmax * C); MHE__A(a->scratch, rmax * C);   /* the forward's too (Admin, branches) */
 #ifndef MHE_NO_TRAIN   /* the backward's buffers: an inference-only build lays out none */
     if (c->n_classes > 0) { MHE__A(a->d_pooled, B * C); MHE__A(a->d_cls, (double)B * c->n_classes); }
+    if (c->cls_pool == MHE_POOL_FIRST) MHE__A(a->d_first, B * C);
+    if (c->head_transform) { MHE__A(a->d_hd1, rd * C); MHE__A(a->d_hd2, rd * C); }
     MHE__A(a->d_h, rmax * C); MHE__A(a->d_u, rmax * C);
     if (E) MHE__A(a->d_mem, re * C);
     MHE__A(a->d_att, rmax * max_att); MHE__A(a->d_proj, rmax * max_proj);
@@ -9950,6 +10011,7 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
         n_ = MHE_ARENA_ROUND((size_t)c_); \
         if (base) { (ptr) = (int *)(void *)(base + used); } used += n_; dused += (double)n_; } while (0)
     MHE__AI(a->tokens, rd); MHE__AI(a->targets, rd); MHE__AI(a->lengths, B);
+    if (c->type_vocab) MHE__AI(a->types, rd);
     if (E) { MHE__AI(a->src, re); MHE__AI(a->src_lengths, B); }
 #undef MHE__AI
     return overflow || dused > (double)SIZE_MAX / 2 ? SIZE_MAX : used;
@@ -10187,6 +10249,12 @@ static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, co
     else mhe_embedding_fwd(out, m->tok_emb->data, tokens, B * T, C, 0);
     for (b = 0; b < B; b++)
         for (t = 0; t < T; t++) mhe__axpy(out + ((size_t)b * T + t) * C, 1.0f, pos->data + (size_t)t * C, C);
+    if (site == 0 && m->type_emb)   /* BERT's token types (segments) */
+        for (b = 0; b < B * T; b++) mhe__axpy(out + (size_t)b * C, 1.0f, m->type_emb->data + (size_t)m->acts.types[b] * C, C);
+    if (site == 0 && m->emb_norm_w) {   /* BERT: LayerNorm(word + position + type), then dropout */
+        memcpy(m->acts.emb_sum, out, (size_t)B * T * C * sizeof(float));
+        mhe__norm_fwd(m, out, m->acts.emb_mean, m->acts.emb_rstd, m->acts.emb_sum, m->emb_norm_w, m->emb_norm_b, B * T);
+    }
     if (m->training && m->cfg.dropout > 0) mhe_dropout_fwd(out, out, (int64_t)B * T * C, m->cfg.dropout, mhe__site_seed(m, site), 0);
 }
 
@@ -10198,6 +10266,13 @@ static void mhe__embed_bwd(mhe_model *m, const float *d, const int *tokens, mhe_
         mhe_dropout_bwd(m->acts.d_tmp, d, (int64_t)B * T * C, m->cfg.dropout, mhe__site_seed(m, site), 0);
         d = m->acts.d_tmp;
     }
+    if (site == 0 && m->emb_norm_w) {   /* through the embeddings' norm (scratch is free once the blocks are done) */
+        memset(m->acts.scratch, 0, (size_t)B * T * C * sizeof(float));
+        mhe__norm_bwd(m, m->acts.scratch, d, m->acts.emb_sum, m->emb_norm_w, m->emb_norm_b, m->acts.emb_mean, m->acts.emb_rstd, B * T);
+        d = m->acts.scratch;
+    }
+    if (site == 0 && m->type_emb)
+        for (b = 0; b < B * T; b++) mhe__axpy(m->type_emb->grad + (size_t)m->acts.types[b] * C, 1.0f, d + (size_t)b * C, C);
     if (site == 0 && m->emb_in.active) mhe__words_bwd(m, d);
     else mhe_embedding_bwd(m->tok_emb->grad, d, tokens, B * T, C);
     for (b = 0; b < B; b++)
@@ -10455,6 +10530,15 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     if (cls)
         for (i = 0; i < B; i++)
             if (bt->labels[i] >= c->n_classes) return mhe__fail(m->err, MHE_ERR_DATA, "label %d of sequence %d is outside [0, %d)", bt->labels[i], i, c->n_classes);
+    if (bt->types && !c->type_vocab) return mhe__fail(m->err, MHE_ERR_ARG, "forward: token types given, but the model has no type table (type_vocab=0)");
+    if (bt->types)
+        for (i = 0; i < BT; i++)
+            if (bt->types[i] < 0 || bt->types[i] >= c->type_vocab)
+                return mhe__fail(m->err, MHE_ERR_DATA, "token type %d at position %d is outside [0, %d) (type_vocab)", bt->types[i], i, c->type_vocab);
+    if (c->type_vocab) {
+        if (bt->types) memcpy(a->types, bt->types, (size_t)BT * sizeof(int));
+        else memset(a->types, 0, (size_t)BT * sizeof(int));
+    }
     /* keep the batch: the backward reads tokens, targets and lengths (padding is never a target) */
     memcpy(a->tokens, bt->tokens, (size_t)BT * sizeof(int));
     for (i = 0; i < B; i++) a->lengths[i] = bt->lengths ? bt->lengths[i] : T;
@@ -10479,12 +10563,18 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         x = a->fin.nrm;
     }
     a->final_h = x;
-    if (cls) {   /* mean over each sequence's real tokens, then a linear layer to the classes */
+    if (cls) {   /* mean over each sequence's real tokens (or BERT's pooler), then a linear layer to the classes */
         int K = c->n_classes, count;
         float mean;
-        memset(a->pooled, 0, (size_t)B * C * sizeof(float));
-        for (i = 0; i < B; i++)
-            for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
+        if (c->cls_pool == MHE_POOL_FIRST) {   /* pooled = tanh(W_p h_0 + b_p) */
+            for (i = 0; i < B; i++) memcpy(a->first + (size_t)i * C, x + (size_t)i * T * C, (size_t)C * sizeof(float));
+            MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->pooled, a->first, m->pooler_w, mhe__opt_data(m->pooler_b), B, C, C));
+            for (i = 0; i < B * C; i++) a->pooled[i] = tanhf(a->pooled[i]);
+        } else {
+            memset(a->pooled, 0, (size_t)B * C * sizeof(float));
+            for (i = 0; i < B; i++)
+                for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
+        }
         MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K));
         MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K));
         m->last_loss = mean;
@@ -10495,6 +10585,12 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
     }
     {
         const mhe_tensor *hb, *hw = mhe__token_head(m, &hb);
+        if (c->head_transform) {   /* BERT's MLM transform: norm(act(W h + b)) */
+            MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->hd_pre, x, m->head_w, mhe__opt_data(m->head_b), BT, C, C));
+            mhe_act_fwd(c->activation, a->hd_act, a->hd_pre, (int64_t)BT * C);
+            mhe__norm_fwd(m, a->hd_out, a->hd_mean, a->hd_rstd, a->hd_act, m->head_norm_w, m->head_norm_b, BT);
+            x = a->hd_out;
+        }
         MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V));
     }
     if (bt->targets) {
@@ -10570,14 +10666,32 @@ static mhe_status mhe__backward(mhe_model *m) {
         memset(a->d_pooled, 0, (size_t)B * C * sizeof(float));
         if (m->last_count > 0) mhe_xent_bwd(a->d_cls, a->cls_logits, a->targets, B, K, 1.0f / (float)m->last_count);
         mhe_linear_bwd(a->d_pooled, m->cls_w->grad, mhe__opt_grad(m->cls_b), a->d_cls, a->pooled, m->cls_w->data, B, C, K);
-        for (i = 0; i < B; i++)
-            for (t = 0; t < a->lengths[i]; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)a->lengths[i], a->d_pooled + (size_t)i * C, C);
+        if (c->cls_pool == MHE_POOL_FIRST) {   /* tanh' = 1 - tanh^2, then the pooler's linear layer into h_0 */
+            for (i = 0; i < B * C; i++) a->d_pooled[i] *= 1.0f - a->pooled[i] * a->pooled[i];
+            memset(a->d_first, 0, (size_t)B * C * sizeof(float));
+            mhe_linear_bwd(a->d_first, m->pooler_w->grad, mhe__opt_grad(m->pooler_b), a->d_pooled, a->first, m->pooler_w->data, B, C, C);
+            for (i = 0; i < B; i++) mhe__axpy(dfin + (size_t)i * T * C, 1.0f, a->d_first + (size_t)i * C, C);
+        } else {
+            for (i = 0; i < B; i++)
+                for (t = 0; t < a->lengths[i]; t++) mhe__axpy(dfin + ((size_t)i * T + t) * C, 1.0f / (float)a->lengths[i], a->d_pooled + (size_t)i * C, C);
+        }
     } else {
         MHE__TIMED(MHE_OP_ZERO, memset(a->d_logits, 0, (size_t)BT * V * sizeof(float)));
         if (m->last_count > 0)
             MHE__TIMED(MHE_OP_LOSS, mhe_xent_bwd(a->d_logits, a->logits, a->targets, BT, V, 1.0f / (float)m->last_count));
-        MHE__TIMED(MHE_OP_HEAD, mhe_linear_bwd(dfin, head->grad, mhe__opt_grad(hb), a->d_logits, a->final_h,
-                                               head->data, BT, C, V));
+        if (c->head_transform) {   /* back through norm(act(W h + b)) */
+            size_t n = (size_t)BT * C;
+            memset(a->d_hd1, 0, n * sizeof(float));
+            MHE__TIMED(MHE_OP_HEAD, mhe_linear_bwd(a->d_hd1, head->grad, mhe__opt_grad(hb), a->d_logits, a->hd_out, head->data, BT, C, V));
+            memset(a->d_hd2, 0, n * sizeof(float));
+            mhe__norm_bwd(m, a->d_hd2, a->d_hd1, a->hd_act, m->head_norm_w, m->head_norm_b, a->hd_mean, a->hd_rstd, BT);
+            memset(a->d_hd1, 0, n * sizeof(float));
+            mhe_act_bwd(c->activation, a->d_hd1, a->hd_pre, a->d_hd2, (int64_t)n);
+            mhe_linear_bwd(dfin, m->head_w->grad, mhe__opt_grad(m->head_b), a->d_hd1, a->final_h, m->head_w->data, BT, C, C);
+        } else {
+            MHE__TIMED(MHE_OP_HEAD, mhe_linear_bwd(dfin, head->grad, mhe__opt_grad(hb), a->d_logits, a->final_h,
+                                                   head->data, BT, C, V));
+        }
     }
     if (!c->post_norm) {
         MHE__TIMED(MHE_OP_ZERO, memset(a->d_h, 0, nC));
@@ -15594,6 +15708,11 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     }
     x = d.sum;
     for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
+    if (m->type_emb) mhe__axpy(x, 1.0f, m->type_emb->data, C);   /* type 0, as a batch without types */
+    if (m->emb_norm_w) {
+        mhe__norm_fwd(m, d.nrm, d.stats, d.stats + 1, x, m->emb_norm_w, m->emb_norm_b, 1);
+        memcpy(x, d.nrm, (size_t)C * sizeof(float));
+    }
     memcpy(d.emb, x, (size_t)C * sizeof(float));   /* staticemb-qk reads the token's static embedding */
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
@@ -15613,7 +15732,14 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
         mhe__norm_fwd(m, d.fin, d.stats, d.stats + 1, x, m->lnf_w, m->lnf_b, 1);
         out = d.fin;
     }
-    mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), NULL, 1, C, cfg->vocab_size);
+    if (m->head_w) {   /* the head's transform, as the batched forward: d.branch and (whichever is free) sum or fin */
+        float *dst = out == d.fin ? d.sum : d.fin;
+        mhe__linq(d.branch, out, m->head_w, mhe__opt_data(m->head_b), 1, C, C);
+        mhe_act_fwd(cfg->activation, d.branch, d.branch, C);
+        mhe__norm_fwd(m, dst, d.stats + 2, d.stats + 3, d.branch, m->head_norm_w, m->head_norm_b, 1);
+        out = dst;
+    }
+    mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), mhe__opt_data(m->lm_b), 1, C, cfg->vocab_size);
     c->len++;
     {   /* V values beside the head's V x C products: sampling from NaN would give token 0 */
         int64_t bad = mhe__first_nonfinite(d.logits, cfg->vocab_size);

@@ -1849,6 +1849,11 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
+    /* BERT's pieces (mhe import) have CPU kernels only: refused by name rather than run without them */
+    if (c->emb_norm || c->type_vocab || c->head_transform || c->head_bias || c->cls_pool != MHE_POOL_MEAN)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s has no device path (an imported BERT runs on the CPU path)",
+                         c->emb_norm ? "emb_norm=1" : c->type_vocab ? "type_vocab" : c->head_transform ? "head_transform=1"
+                         : c->head_bias ? "head_bias=1" : "cls_pool=first");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))

@@ -565,6 +565,91 @@ static void attn_counts(void) {
     }
 }
 
+/* the BERT pieces of mhe import: each field's rule names the field, the
+   tensors exist exactly when asked for, and a checkpoint round trip keeps
+   them (the loader's config and every tensor's shape) */
+static void bert_pieces(void) {
+    static const struct { const char *cfg, *needle; } bad[] = {
+        { "arch=encdec\nenc_layers=1\nemb_norm=1\n", "emb_norm" },
+        { "arch=encdec\nenc_layers=1\ntype_vocab=2\n", "type_vocab" },
+        { "emb_norm=1\nattn=rndemb-qk\n", "emb_norm" },
+        { "type_vocab=2\nattn=fixedseq-qk\n", "type_vocab" },
+        { "arch=encoder\ntoken_head=sr\nembedding=hash-emb\nhead_transform=1\n", "head_transform" },
+        { "arch=encdec\nenc_layers=1\nhead_bias=1\n", "head_bias" },
+        { "arch=encoder\ncls_pool=first\n", "cls_pool" },
+        { "type_vocab=65537\n", "type_vocab" },
+        { "emb_norm=2\n", "emb_norm" },
+    };
+    const char *all = "arch=encoder\nn_classes=3\ncls_pool=first\nemb_norm=1\ntype_vocab=2\nhead_transform=1\nhead_bias=1\n";
+    char err[MHE_ERR_LEN];
+    size_t i, size = 0, w = 0;
+    mhe_model a, b;
+    mhe_config c;
+    void *buf;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mhe_config x = mhe_config_default();
+        mhe_status st = mhe_config_parse(&x, bad[i].cfg, strlen(bad[i].cfg), err);
+        if (st == MHE_OK) st = mhe_config_validate(&x, err);
+        CHECK(st == MHE_ERR_CONFIG && strstr(err, bad[i].needle), "config [%s] refused naming %s: %s", bad[i].cfg, bad[i].needle, err);
+    }
+    c = tiny(all);
+    OK(mhe_model_init(&a, &c, 6, NULL));
+    CHECK(a.type_emb && a.type_emb->shape[0] == 2 && a.emb_norm_w && a.emb_norm_b && a.head_w && a.head_b && a.head_norm_w &&
+          a.head_norm_b && a.lm_b && a.lm_b->size == c.vocab_size && a.pooler_w && a.pooler_b, "every BERT tensor laid out");
+    OK(mhe_checkpoint_size(&a, NULL, &size));
+    buf = malloc(size);
+    OK(mhe_checkpoint_write_mem(&a, NULL, buf, size, &w));
+    CHECK(mhe_model_load_mem(&b, buf, size, NULL) == MHE_OK && memcmp(&a.cfg, &b.cfg, sizeof a.cfg) == 0 &&
+          a.n_params == b.n_params && memcmp(a.param_data, b.param_data, (size_t)a.n_params * 4) == 0,
+          "checkpoint round trip with the BERT pieces: %s", b.err);
+    mhe_model_free(&b);
+    mhe_model_free(&a);
+    free(buf);
+    c = tiny(NULL);
+    OK(mhe_model_init(&a, &c, 6, NULL));
+    CHECK(!a.type_emb && !a.emb_norm_w && !a.head_w && !a.lm_b && !a.pooler_w, "no BERT tensor by default");
+    mhe_model_free(&a);
+}
+
+/* token types (segments): the gradient of every row the batch uses, types
+   all 0 equal no types, a type outside the table or types for a model
+   without one refused */
+static void token_types(void) {
+    mhe_config c = tiny("arch=encoder\ntype_vocab=3\nemb_norm=1\nnorm_position=post\nhead_transform=1\n");
+    mhe_model m;
+    mhe_rng r;
+    test_batch tb;
+    int types[2 * 7], zeros[2 * 7], i, bad, checked;
+    float loss, l0, l1;
+    double worst;
+    mhe_rng_seed(&r, 12);
+    OK(mhe_model_init(&m, &c, 8, NULL));
+    make_batch(&tb, &c, 2, 7, 0, 0, &r);
+    for (i = 0; i < 14; i++) { types[i] = i % 7 < 3 ? 0 : 1 + (i & 1); zeros[i] = 0; }
+    tb.b.types = types;
+    mhe_model_zero_grad(&m);
+    OK(mhe_model_forward_batch(&m, &tb.b, &loss));
+    OK(mhe_model_backward(&m));
+    bad = test_model_gradcheck(&m, test_loss_batch, &tb.b, &r, 5, 5, NULL, &worst, &checked);
+    CHECK(bad == 0, "gradient check with token types 0, 1, 2: %d tensors off, worst %.3g", bad, worst);
+    {   /* rows 1 and 2 got gradient: the types reached the table */
+        double g1 = 0, g2 = 0;
+        for (i = 0; i < c.d_model; i++) { g1 += fabs(m.type_emb->grad[c.d_model + i]); g2 += fabs(m.type_emb->grad[2 * c.d_model + i]); }
+        CHECK(g1 > 0 && g2 > 0, "type rows 1 and 2 have gradients (%g, %g)", g1, g2);
+    }
+    tb.b.types = zeros; OK(mhe_model_forward_batch(&m, &tb.b, &l0));
+    tb.b.types = NULL; OK(mhe_model_forward_batch(&m, &tb.b, &l1));
+    CHECK(l0 == l1 && l0 != loss, "types all 0 equal no types (%g, %g), and differ from mixed types (%g)", l0, l1, loss);
+    types[5] = 3; tb.b.types = types;
+    CHECK(mhe_model_forward_batch(&m, &tb.b, &l0) == MHE_ERR_DATA && strstr(m.err, "type_vocab"), "type 3 of 3 refused: %s", m.err);
+    mhe_model_free(&m);
+    c = tiny("arch=encoder\n");
+    OK(mhe_model_init(&m, &c, 8, NULL));
+    types[5] = 0;
+    CHECK(mhe_model_forward_batch(&m, &tb.b, &l0) == MHE_ERR_ARG && strstr(m.err, "type_vocab=0"), "types without a table refused: %s", m.err);
+    mhe_model_free(&m);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *variants[] = {
@@ -610,6 +695,10 @@ int main(void) {
         /* Admin residual scales (post-norm) */
         "norm_position=post\nadmin=1\n",
         "arch=encdec\nenc_layers=2\nnorm_position=post\nadmin=1\nnorm=rmsnorm\ncross_attn=mhe-mul\ndropout=0.1\n",
+        /* BERT's pieces (mhe import): embedding norm, token types, the MLM head's transform and bias */
+        "emb_norm=1\ntype_vocab=2\nhead_transform=1\nhead_bias=1\n",
+        "arch=encoder\nnorm_position=post\nemb_norm=1\ntype_vocab=3\nhead_transform=1\nhead_bias=1\nactivation=gelu-erf\ndropout=0.1\n",
+        "norm=rmsnorm\nemb_norm=1\nhead_transform=1\nbias=0\ntie_embeddings=0\nattn=mhe-mul,staticemb-qk\n",
     };
     const char *padded[] = {
         "",
@@ -621,6 +710,7 @@ int main(void) {
         "arch=encdec\nenc_layers=1\ncross_attn=mhe-add\nattn=mhe-add\nn_heads=65\nd_head=1\nnorm_position=post\n",
         "arch=encoder\nn_classes=3\nattn=collab\ncollab_dim=8\n",
         "arch=encdec\nenc_layers=1\nenc_attn=collab\ncross_attn=collab\nattn=collab\ncollab_dim=4\n",
+        "arch=encoder\nn_classes=3\ncls_pool=first\nemb_norm=1\ntype_vocab=2\nnorm_position=post\nhead_transform=1\nhead_bias=1\n",
     };
     int i;
     for (i = 0; i < (int)(sizeof variants / sizeof variants[0]); i++) {
@@ -652,5 +742,9 @@ int main(void) {
     admin_profile("arch=encdec\nenc_layers=2\nnorm_position=post\nadmin=1\n");
     cls_gradcheck("arch=encoder\nn_classes=3\n");
     cls_gradcheck("arch=encoder\nn_classes=3\nattn=mhe-mul\nnorm_position=post\nbias=0\n");
+    cls_gradcheck("arch=encoder\nn_classes=3\ncls_pool=first\nemb_norm=1\ntype_vocab=2\nnorm_position=post\nactivation=gelu-erf\n");
+    cls_gradcheck("arch=encoder\nn_classes=3\ncls_pool=first\nbias=0\nemb_norm=1\nnorm=rmsnorm\n");
+    bert_pieces();
+    token_types();
     return TEST_END();
 }

@@ -18,6 +18,7 @@
 #include "mhe_params.h"   /* cmd_params: the parameter and memory calculator */
 #include "mhe_args.h"     /* the number parser of every flag */
 #include "mhe_clock.h"    /* now_s, peak_rss_mb */
+#include "mhe_import.h"   /* cmd_import: Hugging Face GPT-2 / BERT checkpoints */
 #include <stddef.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -72,12 +73,16 @@ typedef struct {
     const char *split_s, *added;       /* tokenize train --split, --added */
     mhe_bpe *tok;
     const char *dump_batches;          /* train --dump-batches FILE: every batch drawn, for a lockstep replay */
+    const char *ids;                   /* generate, logits: token ids "5 17 3" in place of text */
+    const char *types;                 /* logits --types: token-type ids, one per id */
+    long mask_token;                   /* import --mask-token */
+    int *prompt_ids;                   /* generate --ids, parsed */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
     int n_args;
     unsigned long long seed;
     long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter, group;
     long stride;                       /* eval --stride S: strided perplexity (0: consecutive windows) */
-    int quiet, skip, words, cuda, tf32;
+    int quiet, skip, words, cuda, tf32, drop_nsp;
     double temperature, tol;
     char given[64];                    /* which flags of the command's table were given */
     const struct command_spec *cmd;
@@ -150,6 +155,7 @@ static const flag_spec generate_flags[] = {
     NEED("model", "M.safetensors", model, "a decoder or encoder-decoder with an LM head"),
     STR("prompt", "TEXT", prompt, "the start of the text (default a newline)"),
     STR("source", "TEXT", source, "the source an encoder-decoder model encodes (required there)"),
+    STR("ids", "\"ID ID ...\"", ids, "the prompt as token ids; prints the prompt's and the new tokens' ids"),
     FLAG("n", "N", F_INT, 0, 1e9, NULL, n_tokens, "exactly N new tokens (default 200, or what fits the model's max_seq_len)"),
     FLAG("temperature", "T", F_FLOAT, 0, 1e6, NULL, temperature, "sampling temperature (default 0.8; 0: greedy)"),
     FLAG("top-k", "K", F_INT, 0, 1e9, NULL, top_k, "sample among the K likeliest (default 40; 0: no cut)"),
@@ -190,6 +196,18 @@ static const flag_spec tokenize_flags[] = {
     STR("added", "\"T1 T2 ..\"", added, "train: added tokens, space-separated, the last ids (mask_token -1 is the last: put <mask> last)"),
     STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
     STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
+};
+static const flag_spec import_flags[] = {
+    NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
+    FLAG("mask-token", "ID", F_INT, 0, 1 << 24, NULL, mask_token, "the [MASK] id a BERT's masked LM trains with (default vocab_size - 1)"),
+    FLAG("drop-nsp", NULL, F_SWITCH, 0, 0, NULL, drop_nsp, "a BertForPreTraining file (bert-base-uncased's): leave out its next-sentence head and pooler"),
+};
+static const flag_spec logits_flags[] = {
+    NEED("model", "M.safetensors", model, "the model"),
+    NEED("ids", "\"ID ID ...\"", ids, "one sequence of token ids"),
+    STR("types", "\"T T ...\"", types, "token-type (segment) ids, one per token, of a model with type_vocab (default all 0)"),
+    FLAG("task", "lm|cls", F_CHOICE, 0, 0, "lm|cls", task, "lm (default): a row of logits per token; cls: the classification head's"),
+    THREADS,
 };
 static const flag_spec hash_flags[] = {
     NEED("model", "M.safetensors", model, "a word model"),
@@ -288,6 +306,17 @@ static const command_spec commands[] = {
         "convert: reads --tokenizer (a Hugging Face tokenizer.json of a byte-level BPE, encoded\n"
         "exactly as the tokenizers package does) and writes mhe's text form to --out.\n"
         "A model trained with `mhe train --tokenizer TOK` keeps it in its checkpoint.\n"),
+    CMD("import", import_flags, 0, NULL, "DIR",
+        "Converts a Hugging Face GPT-2 (GPT2LMHeadModel) or BERT (BertForMaskedLM,\n"
+        "BertForSequenceClassification) directory, config.json and model.safetensors as\n"
+        "save_pretrained writes them, to an mhe model with the same logits: GPT-2's Conv1D\n"
+        "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU, token\n"
+        "types and embedding LayerNorm, its MLM head's transform and output bias, its\n"
+        "pooler. A config key, activation, position scheme or tensor mhe cannot represent is\n"
+        "refused by name and nothing is written. The tokenizer is not read: the model takes ids.\n"),
+    CMD("logits", logits_flags, 0, NULL, NULL,
+        "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
+        "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
     CMD("hash", hash_flags, 0, NULL, "TEXT...",
         "Splits each TEXT into words (lower-cased runs of letters/digits/_/bytes >= 0x80, or of\n"
         "punctuation) and prints, one line each, how the model embeds the word, computed by its\n"
@@ -1874,6 +1903,30 @@ static int all_finite(const float *x, int n) {
     return 1;
 }
 
+/* token ids "5 17 3" (whitespace-separated) into a new array of ids in [0, V) */
+static int parse_ids(const char *s, int V, int **out, int *n, const char *flag, const char *range) {
+    size_t cap = strlen(s) / 2 + 1;
+    int *v = (int *)malloc(cap * sizeof(int)), k = 0;
+    if (!v) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
+    for (;;) {
+        char *e;
+        long x;
+        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
+        if (!*s) break;
+        errno = 0;
+        x = strtol(s, &e, 10);
+        if (e == s || errno || (*e && *e != ' ' && *e != '\t' && *e != '\n') || *s == '+') {
+            fprintf(stderr, "mhe: %s: '%.20s' is not a number\n", flag, s); free(v); return 0;
+        }
+        if (x < 0 || x >= V) { fprintf(stderr, "mhe: %s: %ld is outside %s [0, %d)\n", flag, x, range, V); free(v); return 0; }
+        v[k++] = (int)x;
+        s = e;
+    }
+    if (k == 0) { fprintf(stderr, "mhe: %s: nothing given\n", flag); free(v); return 0; }
+    *out = v; *n = k;
+    return 1;
+}
+
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
    are the host's whichever side computes the logits. The text is printed once
    it is complete: logits that are not finite (sampling would read them as
@@ -1894,6 +1947,12 @@ static int sample_text(const opts *o, mhe_model *m, const int *prompt, size_t pl
     }
     if (logits && n == 0 && !all_finite(logits, V)) { report_nonfinite(m, tok, (int)plen, o->source); free(tok); return 1; }
     if (!logits) { free(tok); return 1; }
+    if (o->prompt_ids) {   /* ids in, ids out */
+        for (i = 0; i < plen + (size_t)n; i++) printf("%s%d", i ? " " : "", tok[i]);
+        putchar('\n');
+        free(tok);
+        return 0;
+    }
     at = print_tokens(m, tok, plen + (size_t)n);
     putchar('\n');
     free(tok);
@@ -1974,15 +2033,25 @@ static int cmd_generate(int argc, char **argv) {
         mhe_model_free(&m);
         return 1;
     }
+    if (o.ids && (o.prompt || m.cfg.arch == MHE_ARCH_ENCDEC)) {
+        fprintf(stderr, "mhe: --ids is the prompt of a decoder, as token ids: %s\n", o.prompt ? "give --prompt or --ids, not both" : "not for an encoder-decoder model");
+        free(src); mhe_model_free(&m);
+        return 1;
+    }
     /* the default prompt of an encoder-decoder: the source's last token */
     prompt = o.prompt ? o.prompt : "\n";
-    if (!o.prompt && m.cfg.arch == MHE_ARCH_ENCDEC) {
+    if (o.ids) {
+        int k;
+        if (!parse_ids(o.ids, m.cfg.vocab_size, &o.prompt_ids, &k, "--ids", "the vocabulary")) { free(src); mhe_model_free(&m); return 1; }
+        ptok = (int *)malloc((size_t)(k > 0 ? k : 1) * sizeof(int));
+        if (ptok) { memcpy(ptok, o.prompt_ids, (size_t)k * sizeof(int)); plen = (size_t)k; }
+    } else if (!o.prompt && m.cfg.arch == MHE_ARCH_ENCDEC) {
         ptok = (int *)malloc(sizeof(int));
         if (ptok) { ptok[0] = src[srcl - 1]; plen = 1; }
     } else if (!text_tokens(&m, prompt, strlen(prompt), &ptok, &plen)) plen = 0;
     if (!ptok || plen == 0 || plen > (size_t)m.cfg.max_seq_len) {
-        fprintf(stderr, "mhe: prompt must have 1..%d %s\n", m.cfg.max_seq_len, m.bpe ? "tokens" : "bytes");
-        free(ptok); free(src); mhe_model_free(&m);
+        fprintf(stderr, "mhe: prompt must have 1..%d %s\n", m.cfg.max_seq_len, m.bpe || o.ids ? "tokens" : "bytes");
+        free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m);
         return 1;
     }
     /* the last new token is sampled, never decoded: N tokens need plen + N - 1 cache positions */
@@ -1991,18 +2060,18 @@ static int cmd_generate(int argc, char **argv) {
     if (!given(&o, "n")) n = n < room ? n : room;   /* the default: what fits */
     else if (n > room) {
         fprintf(stderr, "mhe: --n %ld: a prompt of %zu tokens leaves room for %d new tokens (max_seq_len %d)\n", n, plen, room, m.cfg.max_seq_len);
-        free(ptok); free(src); mhe_model_free(&m);
+        free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m);
         return 1;
     }
     len = (int)plen + (n > 0 ? (int)n - 1 : 0);
 #ifdef MHE_CUDA
     if (o.cuda) {
         rc = generate_cuda(&o, &m, ptok, plen, src, (int)srcl, n, len);
-        free(ptok); free(src); mhe_model_free(&m);
+        free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m);
         return rc;
     }
 #endif
-    if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); free(ptok); free(src); mhe_model_free(&m); return 1; }
+    if (mhe_kv_cache_init(&kv, &m, len, NULL) != MHE_OK) { fprintf(stderr, "mhe: cannot allocate the KV cache\n"); free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m); return 1; }
     fprintf(stderr, "KV cache: %d tokens x %zu bytes per token (all layers, K and V) = %.1f KB\n", len, kv.bytes_per_token, kv.bytes / 1024.0);
     print_cache_layers(&m, &kv, len);
     if (m.cfg.arch == MHE_ARCH_ENCDEC) {
@@ -2014,6 +2083,67 @@ static int cmd_generate(int argc, char **argv) {
 done:
     free(ptok); free(src);
     mhe_kv_cache_free(&kv);
+    mhe_model_free(&m);
+    free(o.prompt_ids);
+    return rc;
+}
+
+/* ---- import, logits --------------------------------------------------------- */
+
+static int cmd_import(int argc, char **argv) {
+    opts o;
+    int rc, i;
+    char err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
+    if (!av) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
+    for (i = 0; i < argc; i++) av[i] = strcmp(argv[i], "-o") == 0 ? (char *)"--out" : argv[i];   /* -o is --out */
+    av[argc] = NULL;
+    i = command_opts("import", argc, av, &o, &rc);
+    free(av);
+    if (!i) return rc;
+    if (o.n_args != 1) { fprintf(stderr, "mhe: import takes one directory (config.json, model.safetensors), got %d arguments\n", o.n_args); return 2; }
+    if (!check_output(&o, o.out, 0)) return 1;
+    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, o.drop_nsp, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
+    {
+        mhe_model m;
+        if (!load_model(o.out, &m)) return 1;
+        printf("imported %s: ", o.args[0]);
+        describe(&m);
+        mhe_model_free(&m);
+    }
+    return 0;
+}
+
+static int cmd_logits(int argc, char **argv) {
+    opts o;
+    mhe_model m;
+    mhe_batch b;
+    int rc, *tok = NULL, *types = NULL, T, t, v, label = 0, cls;
+    if (!command_opts("logits", argc, argv, &o, &rc)) return rc;
+    if (!load_model(o.model, &m)) return 1;
+    cls = o.task && strcmp(o.task, "cls") == 0;
+    rc = 1;
+    if (cls && m.cfg.n_classes <= 0) { fprintf(stderr, "mhe: --task cls: the model has no classification head (n_classes=0)\n"); goto done; }
+    if (!cls && (m.cfg.token_head != MHE_HEAD_LM || m.cfg.arch == MHE_ARCH_ENCDEC)) { fprintf(stderr, "mhe: logits: a decoder or encoder with an LM head\n"); goto done; }
+    if (!parse_ids(o.ids, m.cfg.vocab_size, &tok, &T, "--ids", "the vocabulary")) goto done;
+    if (T > m.cfg.max_seq_len) { fprintf(stderr, "mhe: --ids: %d tokens exceed the model's max_seq_len %d\n", T, m.cfg.max_seq_len); goto done; }
+    if (o.types) {
+        int nt;
+        if (m.cfg.type_vocab < 1) { fprintf(stderr, "mhe: --types: the model has no token-type table (type_vocab=0)\n"); goto done; }
+        if (!parse_ids(o.types, m.cfg.type_vocab, &types, &nt, "--types", "the token types (type_vocab)")) goto done;
+        if (nt != T) { fprintf(stderr, "mhe: --types: %d types for %d token ids\n", nt, T); goto done; }
+    }
+    memset(&b, 0, sizeof b);
+    b.B = 1; b.T = T; b.tokens = tok; b.labels = cls ? &label : NULL; b.types = types;
+    if (mhe_model_forward_batch(&m, &b, NULL) != MHE_OK) { fprintf(stderr, "mhe: %s\n", m.err); goto done; }
+    if (cls)
+        for (v = 0; v < m.cfg.n_classes; v++) printf(v + 1 < m.cfg.n_classes ? "%.9g " : "%.9g\n", m.acts.cls_logits[v]);
+    else
+        for (t = 0; t < T; t++)
+            for (v = 0; v < m.cfg.vocab_size; v++) printf(v + 1 < m.cfg.vocab_size ? "%.9g " : "%.9g\n", m.acts.logits[(size_t)t * m.cfg.vocab_size + v]);
+    rc = 0;
+done:
+    free(tok);
+    free(types);
     mhe_model_free(&m);
     return rc;
 }
@@ -2603,7 +2733,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
         { "init", cmd_init }, { "train", cmd_train }, { "eval", cmd_eval }, { "generate", cmd_generate }, { "grad", cmd_grad },
         { "inspect", cmd_inspect }, { "params", cmd_params }, { "export", cmd_export }, { "hash", cmd_hash }, { "reparam", cmd_reparam },
-        { "tokenize", cmd_tokenize },
+        { "tokenize", cmd_tokenize }, { "import", cmd_import }, { "logits", cmd_logits },
     };
     const char *cmd = argc > 1 ? argv[1] : "--help";
     size_t i;
@@ -2631,6 +2761,8 @@ int main(int argc, char **argv) {
            "  hash       how a word model embeds words (row, bucket or bits)\n"
            "  tokenize   byte-level BPE: train a tokenizer, encode, decode, read a tokenizer.json\n"
            "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n"
+           "  import     a Hugging Face GPT-2 or BERT directory to an mhe model\n"
+           "  logits     the logits of one sequence of token ids\n"
            "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }

@@ -153,6 +153,7 @@ CONFIG_DEFAULTS = [
     ("lsh_eta", "0"), ("lsh_pad", "0"), ("lsh_nmin", "1"), ("lsh_nmax", "4"), ("lsh_seed", "42"),
     ("token_head", "lm"), ("layout", "none"), ("fixed_seed", "1"), ("fixed_std", "-1"), ("fixed_seq", ""),
     ("collab_dim", "0"), ("collab_mix_std", "0.200000003"), ("init_residual", "plain"),
+    ("emb_norm", "0"), ("type_vocab", "0"), ("head_transform", "0"), ("head_bias", "0"), ("cls_pool", "mean"),
 ]
 CONFIG_KEYS = [k for k, _ in CONFIG_DEFAULTS]
 # fields every mhe checkpoint holds (the rest were added later: mhe keeps the default)
@@ -169,7 +170,7 @@ _ENUMS = {"arch": ("decoder", "encoder", "encdec"), "norm": ("layernorm", "rmsno
           "norm_position": ("pre", "post"), "activation": ("gelu", "relu", "silu", "gelu-erf"),
           "embedding": ("vocab", "hash-emb", "hash-pool", "hash-add", "hash-proj"), "hash": ("md5", "lsh"),
           "lsh_features": ("hashed", "table"), "token_head": ("lm", "sr"),
-          "init_residual": ("plain", "scaled"),
+          "init_residual": ("plain", "scaled"), "cls_pool": ("mean", "first"),
           "layout": ("none", "even", "odd", "top", "middle", "bottom", "25%", "first", "last", "bilateral")}
 _FLOATS = {"norm_eps", "dropout", "attn_dropout", "init_std", "head_init_std", "fixed_std", "collab_mix_std"}
 _TEXT = {"attn", "enc_attn", "cross_attn", "fixed_seq"} | set(_ENUMS)
@@ -377,6 +378,13 @@ def resolve_config(meta):
         raise CheckpointError("config admin=1 needs norm_position=post")
     if r["mask_token"] < 0:
         r["mask_token"] = r["vocab_size"] - 1
+    # BERT's pieces of `mhe import`: mhe computes them, the twin does not (refused, never ignored)
+    for k, off in (("emb_norm", 0), ("type_vocab", 0), ("head_transform", 0), ("head_bias", 0), ("cls_pool", "mean")):
+        if r[k] != off:
+            raise CheckpointError("config %s=%s: the twin does not implement BERT's %s (mhe import); it runs in mhe only"
+                                  % (k, r[k], {"emb_norm": "embedding norm", "type_vocab": "token-type embeddings",
+                                               "head_transform": "MLM head transform", "head_bias": "LM head bias",
+                                               "cls_pool": "pooler"}[k]))
     return r
 
 
