@@ -3,7 +3,9 @@ saved with save_pretrained (safetensors), imported, and held to transformers'
 own logits within 1e-4 on the same token ids (`mhe logits`); `mhe generate
 --ids` greedy against GPT-2's generate(); an imported model trains; and every
 bad input (config.json keys, tensors missing, extra or misshapen, bad JSON) is
-refused with the field or tensor named and nothing written.
+refused with the field or tensor named and nothing written; a tokenizer.json
+beside the weights is attached (byte-level BPE: text in, text out as the
+tokenizers package encodes), noted (WordPiece) or refused (broken, another size).
 Needs torch and transformers (skipped cleanly without them) and build/mhe."""
 import json
 import os
@@ -408,6 +410,78 @@ def cli_tests(d):
     check(not os.path.exists(os.path.join(d, "x.safetensors")), "a refused import writes nothing")
 
 
+def tokenizer_tests(torch, transformers, d):
+    """tokenizer.json beside the weights: a byte-level BPE is attached (text in and out
+    as the tokenizers package encodes it), a WordPiece one is noted and left out, a broken
+    one or one of another size is refused"""
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        print("SKIP the tokenizer.json cases: no tokenizers package")
+        RESULTS.skipped += 1
+        return
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
+    text = "".join(open(os.path.join(docs, f), encoding="utf-8").read() for f in sorted(os.listdir(docs)) if f.endswith(".md"))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    V = tok.get_vocab_size()
+    torch.manual_seed(3)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=2,
+                                                              n_positions=48)).eval()
+    perturb(torch, hf)
+    src = os.path.join(d, "gpt2tok")
+    hf.save_pretrained(src, safe_serialization=True)
+    tok.save(os.path.join(src, "tokenizer.json"))
+    out = os.path.join(d, "gpt2tok.safetensors")
+    rc, _, err = run("import", src, "-o", out)
+    check(rc == 0 and "tokenizer.json attached" in err, "a byte-level BPE tokenizer.json is attached: rc %d %s" % (rc, err.strip()))
+    if rc != 0:
+        return
+    prompt = "The kind table of mhe.h"
+    ids = tok.encode(prompt).ids
+    prompt_file = os.path.join(d, "prompt.txt")
+    with open(prompt_file, "w", encoding="utf-8") as f:
+        f.write(prompt)
+    rc, o, err = run("tokenize", "encode", "--model", out, "--data", prompt_file)
+    check(rc == 0 and [int(x) for x in o.split()] == ids, "the attached tokenizer encodes as tokenizers does: %s vs %s %s"
+          % (o.strip(), ids, err.strip()))
+    with torch.no_grad():
+        g = hf.generate(torch.tensor([ids]), max_new_tokens=10, do_sample=False, pad_token_id=0)[0].tolist()
+    rc, o, err = run("generate", "--model", out, "--prompt", prompt, "--n", 10, "--temperature", 0)
+    want = tok.decode(g)
+    check(rc == 0 and o.rstrip("\n") == want, "greedy generate from a text prompt: mhe %r, transformers %r %s"
+          % (o, want, err.strip()[-200:]))
+
+    small = os.path.join(d, "gpt2tok_small")   # a tokenizer of another size than vocab_size
+    edit_config(src, small, vocab_size=V + 1)
+    edit_tensors(small, small + "2", lambda t: t.update({k: torch.cat([v, v[:1]]) for k, v in list(t.items())
+                                                         if k.endswith("wte.weight")}))
+    refused(small + "2", os.path.join(d, "x.safetensors"), "tokenizer.json has %d tokens" % V, "a tokenizer of another size")
+    broken = os.path.join(d, "gpt2tok_broken")
+    shutil.copytree(src, broken)
+    with open(os.path.join(broken, "tokenizer.json"), "r+", encoding="utf-8") as f:
+        body = f.read()
+        f.seek(0)
+        f.truncate()
+        f.write(body[:len(body) // 2])
+    refused(broken, os.path.join(d, "x.safetensors"), "tokenizer.json", "a truncated tokenizer.json")
+
+    torch.manual_seed(4)
+    hb = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=1,
+                                                              num_attention_heads=2, intermediate_size=48,
+                                                              max_position_embeddings=16)).eval()
+    srcb = os.path.join(d, "berttok")
+    hb.save_pretrained(srcb, safe_serialization=True)
+    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.save(os.path.join(srcb, "tokenizer.json"))
+    rc, _, err = run("import", srcb, "-o", os.path.join(d, "berttok.safetensors"))
+    check(rc == 0 and "WordPiece" in err, "a WordPiece tokenizer.json: imported without it, said so: rc %d %s" % (rc, err.strip()))
+
+
 def main():
     why = mhe_missing()
     if why:
@@ -431,6 +505,7 @@ def main():
     torch.set_num_threads(1)
     gpt2_tests(torch, transformers, d)
     bert_tests(torch, transformers, d)
+    tokenizer_tests(torch, transformers, d)
     return finish()
 
 

@@ -313,7 +313,9 @@ static const command_spec commands[] = {
         "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU, token\n"
         "types and embedding LayerNorm, its MLM head's transform and output bias, its\n"
         "pooler. A config key, activation, position scheme or tensor mhe cannot represent is\n"
-        "refused by name and nothing is written. The tokenizer is not read: the model takes ids.\n"),
+        "refused by name and nothing is written. A byte-level BPE tokenizer.json (GPT-2's) is\n"
+        "attached (eval, generate and train then read text); a WordPiece one (BERT's) is not\n"
+        "read, and the model takes token ids (--ids).\n"),
     CMD("logits", logits_flags, 0, NULL, NULL,
         "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
         "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
@@ -2093,7 +2095,7 @@ done:
 static int cmd_import(int argc, char **argv) {
     opts o;
     int rc, i;
-    char err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
+    char note[MHE_ERR_LEN], err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
     if (!av) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
     for (i = 0; i < argc; i++) av[i] = strcmp(argv[i], "-o") == 0 ? (char *)"--out" : argv[i];   /* -o is --out */
     av[argc] = NULL;
@@ -2102,7 +2104,8 @@ static int cmd_import(int argc, char **argv) {
     if (!i) return rc;
     if (o.n_args != 1) { fprintf(stderr, "mhe: import takes one directory (config.json, model.safetensors), got %d arguments\n", o.n_args); return 2; }
     if (!check_output(&o, o.out, 0)) return 1;
-    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, o.drop_nsp, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
+    if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, o.drop_nsp, note, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
+    fprintf(stderr, "%s\n", note);
     {
         mhe_model m;
         if (!load_model(o.out, &m)) return 1;

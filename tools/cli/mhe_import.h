@@ -647,9 +647,66 @@ typedef struct {
     int (*tensors)(imp_src *, mhe_model *);
 } imp_arch;
 
-/* Reads DIR/config.json and DIR/model.safetensors, builds the model and
-   saves it to out (atomically). Returns 1, or 0 with err set. */
-static int imp_run(const char *dir, const char *out, int mask_token, int drop_nsp, char *err) {
+/* the member `key` of an object node, NULL when absent */
+static const ij_node *ij_member(const ij_node *o, const char *key) {
+    int i;
+    if (!o || o->type != IJ_OBJ) return NULL;
+    for (i = 0; i < o->n_kids; i++) if (strcmp(o->kids[i].key, key) == 0) return &o->kids[i];
+    return NULL;
+}
+
+/* DIR/tokenizer.json, when there is one, attached to the model: a byte-level
+   BPE (GPT-2's) is read by mhe_bpe_load_hf and must have the model's
+   vocab_size tokens; a WordPiece one (BERT's) mhe cannot read, so the model
+   is imported without it and `note` says so. A file that is neither, or a
+   broken one, is an error (nothing is written). Returns 1, or 0 with err. */
+static int imp_tokenizer(const char *path, mhe_model *m, char *note, char *err) {
+    void *buf = NULL;
+    size_t len = 0;
+    ij_node root;
+    const ij_node *type;
+    mhe_bpe b;
+    int ok = 0, wordpiece;
+    FILE *f = fopen(path, "rb");
+    note[0] = 0;
+    if (!f) { snprintf(note, MHE_ERR_LEN, "no tokenizer.json: the model takes token ids (--ids)"); return 1; }
+    fclose(f);
+    if (mhe_read_file(path, &buf, &len, NULL, err) != MHE_OK) return 0;
+    if (!ij_parse((const char *)buf, len, &root, err)) {
+        char why[MHE_ERR_LEN];
+        memcpy(why, err, MHE_ERR_LEN);
+        snprintf(err, MHE_ERR_LEN, "tokenizer.json: %.200s", why);
+        free(buf);
+        return 0;
+    }
+    type = ij_member(ij_member(&root, "model"), "type");
+    wordpiece = type && type->type == IJ_STR && strcmp(type->str, "WordPiece") == 0;
+    ij_free(&root);
+    if (wordpiece) {
+        snprintf(note, MHE_ERR_LEN, "tokenizer.json is a WordPiece model (BERT's), which mhe does not read: imported "
+                 "without a tokenizer; give token ids (--ids)");
+        free(buf);
+        return 1;
+    }
+    mhe_bpe_init(&b, NULL);
+    if (mhe_bpe_load_hf(&b, (const char *)buf, len) != MHE_OK) snprintf(err, MHE_ERR_LEN, "%.240s", b.err);
+    else if (b.n_tokens != m->cfg.vocab_size)
+        snprintf(err, MHE_ERR_LEN, "tokenizer.json has %d tokens, config.json's vocab_size is %d", b.n_tokens, m->cfg.vocab_size);
+    else if (mhe_model_set_bpe(m, &b) != MHE_OK) snprintf(err, MHE_ERR_LEN, "tokenizer.json: %.200s", m->err);
+    else {
+        snprintf(note, MHE_ERR_LEN, "tokenizer.json attached (byte-level BPE, %d tokens): eval, generate and train read text", b.n_tokens);
+        ok = 1;
+    }
+    mhe_bpe_free(&b);
+    free(buf);
+    return ok;
+}
+
+/* Reads DIR/config.json and DIR/model.safetensors (and DIR/tokenizer.json,
+   when there is one: imp_tokenizer), builds the model and saves it to out
+   (atomically). Returns 1, or 0 with err set; note says what became of the
+   tokenizer. */
+static int imp_run(const char *dir, const char *out, int mask_token, int drop_nsp, char *note, char *err) {
     char path[MHE_PATH_LEN + 32];
     void *cbuf = NULL, *wbuf = NULL;
     size_t clen = 0, wlen = 0;
@@ -702,6 +759,8 @@ static int imp_run(const char *dir, const char *out, int mask_token, int drop_ns
     have_m = 1;
     if (!A.tensors(&S, &m)) { memcpy(err, S.err, MHE_ERR_LEN); goto done; }
     if (mhe_model_check_finite(&m) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "model.safetensors: %.200s", m.err); goto done; }
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (!imp_tokenizer(path, &m, note, err)) goto done;
     if (mhe_checkpoint_save(&m, NULL, out) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "%s", m.err); goto done; }
     ok = 1;
 done:
