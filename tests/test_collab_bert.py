@@ -47,7 +47,7 @@ def n_params(model):
     """the total parameter count `mhe train` prints for a checkpoint (from its tensor list)"""
     rc, out, err = run("inspect", model)
     n = 0
-    for m in re.finditer(r"^\s+\S+\s+F32\s+\[([0-9, ]+)\]", out, re.M):
+    for m in re.finditer(r"^\s+(?!optim\.)\S+\s+F32\s+\[([0-9, ]+)\]", out, re.M):
         k = 1
         for d in m.group(1).split(","):
             k *= int(d)

@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA = os.path.join(REPO, "examples", "data")
 MASK = 255   # byte 255 never occurs in the corpora (ASCII): the [MASK] id, mhe's default vocab_size - 1
 
-FULL = dict(hidden=64, layers=3, heads=4, ff=256, seq=128, pre_steps=700, pre_batch=8, ft_steps=600, reft_steps=300,
+FULL = dict(hidden=64, layers=3, heads=4, ff=256, seq=128, pre_steps=1200, pre_batch=8, ft_steps=400, reft_steps=200,
             batch=16, lr=3e-4, dims=(64, 48, 32, 16), n_train=None)
 QUICK = dict(hidden=32, layers=2, heads=4, ff=64, seq=64, pre_steps=40, pre_batch=16, ft_steps=40, reft_steps=30,
              batch=8, lr=1e-3, dims=(32, 16), n_train=120)
@@ -126,7 +126,7 @@ def counts(exe, model):
     att = tot = 0
     for line in mhe(None, exe, "inspect", model).splitlines():
         m = re.match(r"\s+(\S+)\s+F32\s+\[([0-9, ]+)\]", line)
-        if not m:
+        if not m or m.group(1).startswith("optim."):   # AdamW's moments are state, not parameters
             continue
         n = 1
         for d in m.group(2).split(","):
