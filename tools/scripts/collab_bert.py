@@ -24,7 +24,7 @@ W^O and biases), "total" the whole model.
 
 Only the pre-training uses torch/transformers; the rest is build/mhe.
 
-usage: python3 tools/scripts/collab_bert.py [--quick] [--work DIR] [--json FILE]
+usage: python3 tools/scripts/collab_bert.py [--quick] [--work DIR [--reuse]] [--json FILE]
 """
 import argparse
 import copy
@@ -106,10 +106,10 @@ def pretrain(cfg, work, seed, threads):
 
 def score(exe, model, test, seq):
     out = mhe(None, exe, "eval", "--task", "cls", "--model", model, "--data", test, "--seq_len", seq)
-    m = re.search(r"accuracy ([0-9.]+)\s+macro-F1 ([0-9.]+)", out)
+    m = re.search(r"loss ([0-9.]+)\s+accuracy ([0-9.]+)\s+macro-F1 ([0-9.]+)", out)
     if not m:
         sys.exit("collab_bert: no accuracy in mhe eval's output:\n" + out)
-    return float(m.group(1)), float(m.group(2))
+    return float(m.group(2)), float(m.group(1))
 
 
 def finetune(exe, cfg, src, data, out, steps, threads):
@@ -146,6 +146,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="threads of torch and mhe (default 1: on a shared 2-core machine"
                     " torch 1.13 ran 3x slower with 2)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true", help="reuse the pre-trained model an earlier run left in --work")
     a = ap.parse_args()
     cfg = QUICK if a.quick else FULL
     if not os.access(a.mhe, os.X_OK):
@@ -161,36 +162,44 @@ def main():
     t_start = time.time()
     print("pre-training a byte BERT (hidden %d, %d layers, %d heads, d_ff %d) for %d steps" %
           (cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ff"], cfg["pre_steps"]), flush=True)
-    hf, l0, l1, secs = pretrain(cfg, work, a.seed, a.threads)
+    state = os.path.join(work, "pretrained.json")
+    if a.reuse and os.path.isfile(state):   # the pre-trained model of an earlier run in this --work
+        hf, l0, l1, secs = json.load(open(state))
+        print("  reused %s (pre-trained in %.0f s)" % (hf, secs))
+    else:
+        hf, l0, l1, secs = pretrain(cfg, work, a.seed, a.threads)
+        json.dump([hf, l0, l1, secs], open(state, "w"))
     print("  MLM loss %.3f -> %.3f in %.0f s" % (l0, l1, secs), flush=True)
     base = os.path.join(work, "base.safetensors")
     mhe(None, a.mhe, "import", hf, "-o", base, "--mask-token", MASK)
     ft = os.path.join(work, "ft.safetensors")
     losses = finetune(a.mhe, cfg, base, train, ft, cfg["ft_steps"], a.threads)
-    acc, f1 = score(a.mhe, ft, test, cfg["seq"])
+    acc, loss = score(a.mhe, ft, test, cfg["seq"])
     att, tot = counts(a.mhe, ft)
     HD = cfg["hidden"]
-    rows = [dict(model="mha (fine-tuned)", dim=HD, attn_params=att, params=tot, before=None, after=acc, after_f1=f1,
+    rows = [dict(model="mha (fine-tuned)", dim=HD, attn_params=att, params=tot, before=None, after=acc, after_loss=loss, cp_error=0.0,
                  ft_loss=losses)]
     print("fine-tuned the imported BERT: accuracy %.4f (loss %s)" % (acc, " ".join("%.3f" % x for x in losses)), flush=True)
     for D in cfg["dims"]:
         r = os.path.join(work, "collab%d.safetensors" % D)
-        mhe(None, a.mhe, "reparam", "--model", ft, "--dim", D, "--out", r, "--tol", 1e-4, "--max_iter", 2000,
-            "--threads", a.threads)
-        b_acc, b_f1 = score(a.mhe, r, test, cfg["seq"])
+        o = mhe(None, a.mhe, "reparam", "--model", ft, "--dim", D, "--out", r, "--tol", 1e-4, "--max_iter", 2000,
+                "--threads", a.threads)
+        errs = [float(x) for x in re.findall(r"relative error ([0-9.eE+-]+)", o)]
+        b_acc, b_loss = score(a.mhe, r, test, cfg["seq"])
         f = os.path.join(work, "collab%d_ft.safetensors" % D)
         ls = finetune(a.mhe, cfg, r, train, f, cfg["reft_steps"], a.threads)
-        f_acc, f_f1 = score(a.mhe, f, test, cfg["seq"])
+        f_acc, f_loss = score(a.mhe, f, test, cfg["seq"])
         att, tot = counts(a.mhe, f)
-        rows.append(dict(model="collab", dim=D, attn_params=att, params=tot, before=b_acc, before_f1=b_f1, after=f_acc,
-                         after_f1=f_f1, ft_loss=ls))
+        rows.append(dict(model="collab", dim=D, attn_params=att, params=tot, before=b_acc, before_loss=b_loss, after=f_acc,
+                         after_loss=f_loss, cp_error=max(errs) if errs else 0.0, ft_loss=ls))
         print("D~ = %d: accuracy %.4f before fine-tuning, %.4f after" % (D, b_acc, f_acc), flush=True)
-    print("\n| model | D~ | attention params | total params | accuracy before fine-tuning | accuracy after |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| model | D~ | CP error | attention params | total params | before fine-tuning: accuracy (loss) | after: accuracy (loss) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print("| %s | %d | %s | %s | %s | %.4f |" % (r["model"], r["dim"], format(r["attn_params"], ","), format(r["params"], ","),
-                                                  "-" if r["before"] is None else "%.4f" % r["before"], r["after"]))
-    print("\n(n_heads x d_head = %d; %d test examples; total %.0f s)" % (HD, 194, time.time() - t_start))
+        print("| %s | %d | %.3f | %s | %s | %s | %.4f (%.4f) |" % (
+            r["model"], r["dim"], r["cp_error"], format(r["attn_params"], ","), format(r["params"], ","),
+            "-" if r["before"] is None else "%.4f (%.4f)" % (r["before"], r["before_loss"]), r["after"], r["after_loss"]))
+    print("\n(n_heads x d_head = %d; CP error: the largest relative error of a layer's decomposition; %d test examples; total %.0f s)" % (HD, 194, time.time() - t_start))
     if a.json:
         json.dump(dict(config=cfg, mlm_loss=[l0, l1], rows=rows), open(a.json, "w"), indent=1)
     return 0
