@@ -175,7 +175,10 @@ def script_test(d):
     rows = json.load(open(js))["rows"]
     check(len(rows) == 3 and [r["dim"] for r in rows] == [32, 32, 16], "the table: the mha row and D~ = 32, 16")
     # full rank: the reparametrised model classifies exactly as the fine-tuned one did
-    check(rows[1]["before"] == rows[0]["after"], "D~ = n d_h before fine-tuning scores the mha model's %s, got %s" % (rows[0]["after"], rows[1]["before"]))
+    check(rows[1]["before"] == rows[0]["after"] and abs(rows[1]["before_loss"] - rows[0]["after_loss"]) < 1e-4,
+          "D~ = n d_h before fine-tuning scores the mha model's %s (loss %s), got %s (%s)" % (
+              rows[0]["after"], rows[0]["after_loss"], rows[1]["before"], rows[1]["before_loss"]))
+    check(rows[1]["cp_error"] == 0 and rows[2]["cp_error"] > 0, "the CP error: 0 at full rank, above it at D~ = 16")
     check(rows[2]["attn_params"] < rows[1]["attn_params"] and rows[2]["params"] < rows[1]["params"], "parameters fall with D~")
     check(all(r["ft_loss"] and len(r["ft_loss"]) >= 3 for r in rows), "every fine-tuning logged its loss")
 
