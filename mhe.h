@@ -76,7 +76,7 @@
      hash-pool/add/proj, embedding parameter counts, word types and word
      corpora)   7 models (config, decoder, encoder, encoder-decoder; batches
      with padding; word embeddings: vocab or HashFormers hash embeddings;
-     hybrid layouts, skip, the fixed stream; Admin)   8 tokenizer and
+     hybrid layouts, skip, the fixed stream; Admin; BERT pieces)   8 tokenizer and
      objectives (bytes; byte-level BPE: training, encoding, GPT-2's split
      with a Unicode class table, mhe's text form and Hugging Face
      tokenizer.json; masked LM, labelled text sets, Shuffle+Random)
