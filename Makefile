@@ -100,7 +100,7 @@ test: all $(TESTS)
 
 test-sanitize:
 	$(MAKE) B=build/san OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all" OPENMP=0 CFLAGS="-DMHE_ARENA_DEBUG -DMHE_TEST_QUICK" tool-examples-tests
-	MHE_TEST_BUILD=build/san sh tests/run.sh
+	MHE_TEST_BUILD=build/san MHE_TEST_PYTHON=sanitize MHE_TEST_JOBS=2 sh tests/run.sh
 
 test-fastmath:
 	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
@@ -162,7 +162,7 @@ QEMU_AARCH64 ?= qemu-aarch64-static
 test-aarch64:
 	$(MAKE) B=build/aarch64 CC=$(AARCH64_CC) OPT=-O2 OPENMP=0 CFLAGS="-static -DMHE_TEST_QUICK" tool-tests
 	printf '#!/bin/sh\nexec $(QEMU_AARCH64) "$$(dirname "$$0")/mhe" "$$@"\n' > build/aarch64/mhe-qemu && chmod +x build/aarch64/mhe-qemu
-	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu MHE_TEST_PYTHON=flavour sh tests/run.sh
+	MHE_TEST_BUILD=build/aarch64 MHE_TEST_RUNNER=$(QEMU_AARCH64) MHE_BIN=build/aarch64/mhe-qemu MHE_TEST_PYTHON=flavour MHE_TEST_JOBS=2 sh tests/run.sh
 
 # Windows x86-64: static .exe files from x86_64-w64-mingw32-gcc (Debian:
 # gcc-mingw-w64-x86-64), run under wine (Debian: wine, wine64) in a prefix of
