@@ -16,25 +16,12 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from mhetest import MHE, REPO, RESULTS, check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
 from mhetest import run_mhe as run  # noqa: E402
+from mhetest import max_diff, mhe_logits  # noqa: E402
 
 TOL = 1e-4
 KW = dict(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=80,
           max_position_embeddings=40, type_vocab_size=2)
 
-
-def logits(model, ids, task, types=None):
-    extra = ["--types", " ".join(map(str, types))] if types else []
-    rc, out, err = run("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task, *extra)
-    if rc != 0:
-        print("mhe logits: " + err)
-        return None
-    return [[float(x) for x in line.split()] for line in out.strip().split("\n")]
-
-
-def max_diff(a, b):
-    if a is None or len(a) != len(b) or any(len(r) != len(s) for r, s in zip(a, b)):
-        return float("inf")
-    return max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s))
 
 
 def meta(inspect_out, key):
@@ -88,9 +75,9 @@ def cls_tests(torch, transformers, d):
     C, n, L = KW["hidden_size"], KW["num_attention_heads"], KW["num_hidden_layers"]
     full = os.path.join(d, "c48.safetensors")
     if reparam(imp, full, C):
-        diff = max_diff(logits(full, ids, "cls"), want)
+        diff = max_diff(mhe_logits(full, ids, "cls"), want)
         check(diff < TOL, "collab at full rank D~ = %d: classification logits differ from transformers' by %g" % (C, diff))
-        diff = max_diff(logits(full, ids, "cls", types), want_t)
+        diff = max_diff(mhe_logits(full, ids, "cls", types), want_t)
         check(diff < TOL, "collab at full rank, a pair (token types): logits differ by %g" % diff)
         rc, o, _ = run("inspect", full)
         for key, value in (("emb_norm", "1"), ("type_vocab", "2"), ("cls_pool", "first"), ("attn", "collab"), ("collab_dim", "48")):
@@ -110,7 +97,7 @@ def cls_tests(torch, transformers, d):
             check(got < prev, "the parameter count falls with D~ (%d at D~ = %d, %d before)" % (got, dim, prev))
         prev = got
         if dim < 48:   # a low rank changes the scores: the decomposition is not the identity
-            diff = max_diff(logits(out, ids, "cls"), want)
+            diff = max_diff(mhe_logits(out, ids, "cls"), want)
             check(0 < diff < 10, "D~ = %d: an approximation (logits differ by %g)" % (dim, diff))
     # fine-tuning from D~ = C/2: the loss falls, eval scores it
     data = os.path.join(d, "cls.txt")
@@ -149,7 +136,7 @@ def mlm_tests(torch, transformers, d):
         want = hf(torch.tensor([ids])).logits[0].tolist()
     full = os.path.join(d, "m48.safetensors")
     if reparam(imp, full, KW["hidden_size"]):
-        diff = max_diff(logits(full, ids, "lm"), want)
+        diff = max_diff(mhe_logits(full, ids, "lm"), want)
         check(diff < TOL, "collab masked LM at full rank: logits differ from transformers' by %g (MLM head transform, bias)" % diff)
         rc, o, _ = run("inspect", full)
         check(meta(o, "head_transform") == "1" and meta(o, "head_bias") == "1" and meta(o, "mask_token") == "5",

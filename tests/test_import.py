@@ -15,23 +15,10 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from mhetest import RESULTS, check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
 from mhetest import run_mhe as run  # noqa: E402
+from mhetest import max_diff, mhe_logits  # noqa: E402
 
 TOL = 1e-4
 
-
-def mhe_logits(model, ids, task="lm", types=None):
-    extra = ["--types", " ".join(map(str, types))] if types else []
-    rc, out, err = run("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task, *extra)
-    if rc != 0:
-        print("mhe logits: " + err)
-        return None
-    return [[float(x) for x in line.split()] for line in out.strip().split("\n")]
-
-
-def max_diff(a, b):
-    if a is None or len(a) != len(b) or any(len(r) != len(s) for r, s in zip(a, b)):
-        return float("inf")
-    return max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s))
 
 
 def import_ok(src, out, *extra):

@@ -141,3 +141,20 @@ def csv_blocks(text):
         else:
             cur["rows"].append(dict(zip(cur["header"], row)))
     return blocks
+
+
+def mhe_logits(model, ids, task="lm", types=None):
+    """`mhe logits` of one sequence of ids: a list of rows of floats, None (and the error printed) on failure"""
+    extra = ["--types", " ".join(map(str, types))] if types else []
+    rc, out, err = run_mhe("logits", "--model", model, "--ids", " ".join(map(str, ids)), "--task", task, *extra)
+    if rc != 0:
+        print("mhe logits: " + err)
+        return None
+    return [[float(x) for x in line.split()] for line in out.strip().split("\n")]
+
+
+def max_diff(a, b):
+    """largest absolute difference of two tables of rows; inf when missing or of other shapes"""
+    if a is None or len(a) != len(b) or any(len(r) != len(s) for r, s in zip(a, b)):
+        return float("inf")
+    return max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s))
