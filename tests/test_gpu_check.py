@@ -198,7 +198,7 @@ def dry_run_failures():
     with open(os.path.join(out, "gpu-check.md")) as f:
         md = f.read()
     check("**FAIL: " in md and "## Failures" in md and "### test_cuda tf32: fail" in md and
-          "FAIL tests/cuda/test_cuda.cpp:101: tf32 stub" in md and "### bench_cuda --quick: timeout" in md,
+          "FAIL tests/cuda/test_cuda.cpp:101: tf32 stub" in md and "### bench_cuda --quick beside PyTorch CUDA: timeout" in md,
           "failures: the markdown names each failure with its log tail")
 
 

@@ -30,6 +30,24 @@ static float *dalloc(size_t n) {
     return (float *)p;
 }
 
+/* inputs: uniform in [lo, hi), never zeros (zeros time faster than data and hide unwritten outputs) */
+static float *drandom(size_t n, float lo, float hi) {
+    static mhe_rng r;
+    static int seeded;
+    if (!seeded)
+        mhe_rng_seed(&r, 7), seeded = 1;
+    float *d = dalloc(n), *h = (float *)malloc(n * sizeof(float));
+    if (!h) {
+        fprintf(stderr, "bench_cuda: cannot allocate %zu floats on the host\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = lo + (hi - lo) * mhe_rng_uniform(&r);
+    cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    return d;
+}
+
 /* median of reps timings (ms) of one call */
 template <typename F> static float time_ms(int reps, F f) {
     float t[32], ms;
@@ -69,7 +87,8 @@ static void bench_gemm(int quick) {
             {"MLP up", 0, tokens, 4 * C, C},        {"MLP down", 0, tokens, C, 4 * C},
             {"weight gradient (A^T)", 1, C, 4 * C, tokens}, {"LM head (32000)", 0, tokens, 32000, C}};
         for (auto &s : sh) {
-            float *A = dalloc((size_t)s.M * s.K), *B = dalloc((size_t)s.K * s.N), *Cm = dalloc((size_t)s.M * s.N);
+            float *A = drandom((size_t)s.M * s.K, -1, 1), *B = drandom((size_t)s.K * s.N, -1, 1),
+                  *Cm = dalloc((size_t)s.M * s.N);
             double flops = 2.0 * s.M * s.N * s.K;
             auto gemm = [&](int tf32) {
                 cudaError_t e = mhe__cu_gemm(tf32, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N);
@@ -95,9 +114,10 @@ static void bench_attn(int quick) {
     for (int li = 0; li < (quick ? 2 : 5); li++) {
         int L = Ls[li], B = 8192 / L > 0 ? 8192 / L : 1;
         size_t rows = (size_t)B * L;
-        float *q = dalloc(rows * HD), *k = dalloc(rows * HD), *v = dalloc(rows * HD), *o = dalloc(rows * HD),
-              *go = dalloc(rows * HD), *dq = dalloc(rows * HD), *dk = dalloc(rows * HD), *dv = dalloc(rows * HD),
-              *lse = dalloc(rows * n), *maps = dalloc(4 * (size_t)HD), *kb = dalloc(rows * n), *scr = dalloc(rows * n);
+        float *q = drandom(rows * HD, -1, 1), *k = drandom(rows * HD, -1, 1), *v = drandom(rows * HD, -1, 1),
+              *o = dalloc(rows * HD), *go = drandom(rows * HD, -1, 1), *dq = dalloc(rows * HD), *dk = dalloc(rows * HD),
+              *dv = dalloc(rows * HD), *lse = dalloc(rows * n), *maps = drandom(4 * (size_t)HD, 0.5f, 1.5f),
+              *kb = drandom(rows * n, -1, 1), *scr = dalloc(rows * n);
         float res[3][2];
         char err[MHE_ERR_LEN];
         for (int kind = 0; kind < 3; kind++) {

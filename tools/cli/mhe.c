@@ -1826,7 +1826,7 @@ static int cmd_eval(int argc, char **argv) {
             float l2;
             mhe_status hs = o.stride ? mhe_evaluate_strided(&m, data, n, o.tc.batch, o.tc.seq_len, (int)o.stride, &l2, &scored)
                                      : mhe_evaluate_s2s(&m, data, n, o.tc.batch, o.tc.src_len, o.tc.seq_len, (int)o.batches, &l2);
-            if (hs == MHE_OK) snprintf(m.err, MHE_ERR_LEN, "%s (on the device; the CPU's loss over the same windows is finite, %g)", g.err, l2);
+            if (hs == MHE_OK) snprintf(m.err, MHE_ERR_LEN, "%.160s (on the device; the CPU's loss over the same windows is finite, %g)", g.err, l2);
         }
     } else
 #endif

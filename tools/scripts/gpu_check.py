@@ -24,7 +24,8 @@ own time limit, a failed one never stopping the later ones:
   train *       mhe train, 200 steps, on the CPU (started right after the build,
                 beside the GPU steps), on the GPU and on the GPU with TF32, then
                 the loss curves compared (train-compare)
-  bench         bench_cuda --quick
+  bench         bench_cuda --quick, then tools/bench/bench_torch_cuda.py at the same shapes
+                (cuBLAS, SDPA, the PyTorch twin) and the two side by side
   memcheck, racecheck, synccheck *   compute-sanitizer on test_attn quick and
                 on test_cuda's kernel groups (10-100x slower than plain runs)
 
@@ -321,6 +322,9 @@ GEMM_RE = re.compile(r"^C=(\d+) (.+?)\s+([\d.]+)\s+([\d.]+)\s+\((\d+) x (\d+) x 
 ATTN_RE = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \|\s+"
                      r"([\d.]+) \(([\d.]+)x\)\s*$", re.M)
 TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memory ([\d.]+) MB", re.M)
+# tools/bench/bench_torch_cuda.py's side-by-side rows: mhe / PyTorch speed ratios
+SIDE_ATTN_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
+SIDE_TRAIN_RE = re.compile(r"^(mha|mhe-mul|mhe-add)\s+\d+ \|\s+\d+\s+([\d.]+)x", re.M)
 
 
 def parse_bench(text, rc):
@@ -339,7 +343,11 @@ def parse_bench(text, rc):
         nums["attn_L%s_mhe_add_ratio" % L] = float(row[8])
     for kind, tps, ms, mem in TRAIN_RE.findall(text):
         nums["train_%s_tokens_per_s" % kind.replace("-", "_")] = float(tps)
-    ok = rc == 0 and bool(g) and bool(a) and len(TRAIN_RE.findall(text)) == 3
+    for L, ratio in SIDE_ATTN_RE.findall(text):
+        nums["attn_L%s_mha_vs_sdpa" % L] = float(ratio)
+    for kind, ratio in SIDE_TRAIN_RE.findall(text):
+        nums["train_%s_vs_torch" % kind.replace("-", "_")] = float(ratio)
+    ok = rc == 0 and bool(g) and bool(a) and len(TRAIN_RE.findall(text)) >= 3
     parts = []
     if g:
         parts.append("GEMM best %.1f TFLOP/s simt, %.1f tf32" % (nums["gemm_best_simt_tflops"],
@@ -347,9 +355,15 @@ def parse_bench(text, rc):
     if a:
         parts.append("attention L=%s fwd|bwd mha %s|%s ms, mhe-mul %sx, mhe-add %sx" % (a[0][0], a[0][1], a[0][2],
                                                                                        a[0][5], a[0][8]))
-    t = TRAIN_RE.findall(text)
+    t = TRAIN_RE.findall(text)[:3]
     if t:
         parts.append("training " + ", ".join("%s %s tok/s" % (k, v) for k, v, _, _ in t))
+    side = SIDE_ATTN_RE.findall(text)
+    if side:
+        parts.append("against PyTorch: attention L=%s %sx SDPA" % side[-1])
+    side = SIDE_TRAIN_RE.findall(text)
+    if side:
+        parts.append("training mha %sx the twin" % side[0][1])
     return ok, nums, "; ".join(parts) or "no numbers (exit %s)" % rc
 
 
@@ -508,6 +522,15 @@ training a byte-level GPT (random bytes): tokens/s and device memory
 mha        612000 tokens/s      1.7 ms/step  device memory 40.1 MB (library 30.2 MB)
 mhe-mul    655000 tokens/s      1.6 ms/step  device memory 36.0 MB (library 27.9 MB)
 mhe-add    640000 tokens/s      1.6 ms/step  device memory 36.2 MB (library 28.0 MB)
+
+== side by side on stub GPU: mhe (bench_cuda) against PyTorch; ratio = mhe speed / PyTorch speed
+
+attention fwd+bwd ms, causal, 12 heads of 64   mha fp32 | SDPA fp32  ratio | SDPA bf16 | mhe-mul fp32 | mhe-add fp32
+L=512                                              1.63 |      1.37  0.84x |      0.29 |         1.36 |         1.48
+L=1024                                             3.20 |      1.91  0.60x |      0.33 |         2.61 |         2.89
+
+training tokens/s   mhe fp32 | twin fp32  ratio | mhe tf32 | twin tf32  ratio | twin bf16 autocast
+mha                   612000 |    500000  1.22x |        - |    480000      - |    700000
 """
 
 
@@ -653,7 +676,11 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
                   ["python3", SELF, "--compare-train", "OUT/train_losses.csv"] +
                   [os.path.join(tdir, k + ".batches") for k in ("train-cpu", "train-gpu", "train-gpu-tf32")],
                   30, "compare", [["train-cpu"], ["train-gpu"]]))
-    s.append(Step("bench", "bench_cuda --quick", [os.path.join(cu, "bench_cuda"), "--quick"], 150, "bench", built))
+    # bench_cuda --quick, then the same shapes through PyTorch CUDA beside it (tools/bench/bench_torch_cuda.py;
+    # without PyTorch it prints bench_cuda's rows alone)
+    s.append(Step("bench", "bench_cuda --quick beside PyTorch CUDA",
+                  ["python3", "tools/bench/bench_torch_cuda.py", "--quick", "--bench-cuda", os.path.join(cu, "bench_cuda"),
+                   "--mhe", os.path.join(bdir, "mhe")], 150, "bench", built))
     san = sanitizer or "compute-sanitizer"
     for tool, groups in (("memcheck", "gemm,tf32,norm,elementwise,model"), ("racecheck", "gemm,tf32,norm,elementwise"),
                          ("synccheck", "gemm,tf32,norm,elementwise")):
