@@ -94,11 +94,18 @@ static void kb_bwd(const vec &dkb, const vec &eq, const vec &k, int rows, int n,
 /* attention dropout's p for the cases run (0: none) */
 static float att_drop = 0.0f;
 
+/* the tiled core (mhe__cu_flash_*) runs these; the rest, and every case again with
+   mhe__cu_flash_off set, run the warp-per-row core: both against the CPU */
+static int tiled_case(int Tq, int dh, int maps) {
+    return maps == PLAIN && att_drop == 0.0f && dh <= MHE__CU_FL && Tq >= MHE__CU_FL_MIN_ROWS;
+}
+
 static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int pad, int maps) {
-    char what[160];
-    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s%s", kind_name[maps], B, n,
+    char what[200];
+    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s%s%s", kind_name[maps], B, n,
              maps == PLAIN ? n_kv : 1, Tq, Tk, dh, causal ? " causal" : "",
-             pad == PAD ? " padded" : pad == PAD_EMPTY ? " empty sequence" : "", att_drop > 0 ? " dropout" : "");
+             pad == PAD ? " padded" : pad == PAD_EMPTY ? " empty sequence" : "", att_drop > 0 ? " dropout" : "",
+             !tiled_case(Tq, dh, maps) ? "" : mhe__cu_flash_off ? " (warp-per-row core)" : " (tiled core)");
     mhe_attn_dims d;
     memset(&d, 0, sizeof d);
     int dk = maps == COLLAB ? dh + 7 : dh;
@@ -226,8 +233,11 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     if (maps == ADDKB)
         dg.dk_bias = d_dkb;
     char err[MHE_ERR_LEN] = "";
+    long tiled_before = mhe__cu_flash_calls;
     mhe_status st = mhe__cu_attn_fwd(&dd, 0, d_out, d_lse, d_q, d_k, d_v, err);
     CHECK(st == MHE_OK, "%s: forward: %s", what, err);
+    CHECK((mhe__cu_flash_calls > tiled_before) == (tiled_case(Tq, dh, maps) && !mhe__cu_flash_off),
+          "%s: the forward ran the %s core", what, mhe__cu_flash_calls > tiled_before ? "tiled" : "warp-per-row");
     /* the output's own columns (o_stride leaves one the cores must not write; the gradients' spare
        columns are compared with the rest: the CPU leaves them 0) */
     vec got = back(d_out, no), want = out;
@@ -342,6 +352,13 @@ static const struct {
     {1, 2, 2, 23, 23, 130, 1, NOPAD, PLAIN, 0},
     {1, 4, 2, 19, 45, 130, 0, PAD, PLAIN, 0},
     {1, 4, 1, 9, 9, 256, 1, NOPAD, PLAIN, 1}, /* past 48 KiB of shared memory: the opt-in launch */
+    /* several 64-row tiles of queries and keys (the tiled core's blocks), partial last tiles, a
+       sequence with no keys, cross-attention with a query offset (prefill after a cache) */
+    {2, 4, 2, 150, 150, 64, 1, PAD, PLAIN, 1},
+    {1, 4, 4, 70, 130, 40, 0, PAD, PLAIN, 0},
+    {2, 2, 2, 129, 129, 16, 1, NOPAD, PLAIN, 0},
+    {2, 6, 2, 100, 100, 64, 1, PAD_EMPTY, PLAIN, 0},
+    {1, 4, 2, 80, 200, 32, 1, PAD, PLAIN, 0},
     /* decoding: one query at position Tk - 1 */
     {2, 4, 2, 1, 45, 16, 1, NOPAD, PLAIN, 0},
     {2, 4, 4, 1, 45, 64, 1, PAD, PLAIN, 1},
@@ -382,8 +399,14 @@ int main(int argc, char **argv) {
     test_device_or_exit("test_attn");
     mhe_rng_seed(&rng, 9);
     for (const auto &c : cases)
-        if (c.quick || !quick)
+        if (c.quick || !quick) {
             one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
+            if (tiled_case(c.Tq, c.dh, c.maps)) { /* the same case through the warp-per-row core */
+                mhe__cu_flash_off = 1;
+                one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
+                mhe__cu_flash_off = 0;
+            }
+        }
     att_drop = 0.25f; /* attention dropout on each path, over two key tiles */
     for (const auto &c : drop_cases)
         if (c.quick || !quick)
