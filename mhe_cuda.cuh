@@ -1520,27 +1520,28 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_dkv_k(mhe__cu_att a, floa
 
 /* The tiled core (Dao 2023, FlashAttention-2, Algorithms 1 and 2, in
    float32 on the SIMT units): a block of 256 threads owns 64 query rows
-   (forward) or 64 keys (backward) and shares every K/V (or Q/dO) tile of
-   64 rows among them. Each thread holds a 4 x 4 piece of every 64 x 64
+   (forward) or 64 keys (backward) of one head and shares every tile of 64
+   rows among them. Each thread holds a 4 x 4 piece of every 64 x 64
    product in registers (rows ty + 16 i, columns tx + 16 j), so one
    shared-memory load feeds four multiply-adds where the warp-per-row core
    above needs two loads for one. Tiles are stored [row][65]: the odd
-   stride puts the 16 rows a half-warp reads in 16 banks. It runs plain
-   softmax attention of every kind that reaches the core without maps
-   (mha, gqa, mqa, sha, cross-attention; causal, padded, q_offset) for
-   d_h = d_qk <= 64 and at least MHE__CU_FL_MIN_ROWS queries;
-   mhe__cu_flash_fits says which, the warp-per-row core runs the rest. */
+   stride puts the 16 rows a half-warp reads in 16 banks. It runs softmax
+   attention with MHE's maps (q * q_mul_h + q_add_h applied as the query
+   tile is loaded, v_mul / v_add on the output), MHE-ADD's key-bias table,
+   GQA / MQA and one seed query (q_shared), causal, padded, q_offset, for
+   d_h = d_qk <= 64 and at least MHE__CU_FL_MIN_ROWS queries, without
+   attention dropout; mhe__cu_flash_fits says which, the warp-per-row core
+   runs the rest (Taylor, collab, dropout, decoding, wide heads). */
 #define MHE__CU_FL 64          /* rows (queries or keys) per tile, and the widest head */
 #define MHE__CU_FLS 65         /* a tile row's stride in shared memory */
 #define MHE__CU_FL_MIN_ROWS 16 /* fewer queries (decoding) leave most of a 64-row block idle */
 
-static int mhe__cu_flash_off; /* tests: 1 sends every call to the warp-per-row core */
+static int mhe__cu_flash_off;    /* tests: 1 sends every call to the warp-per-row core */
 static long mhe__cu_flash_calls; /* tests: launches of the tiled core, so they can see it ran */
 
 static int mhe__cu_flash_fits(const mhe__cu_att *a, int taylor) {
-    return !mhe__cu_flash_off && !taylor && a->drop == 0.0f && !a->q_mul && !a->q_add && !a->v_mul && !a->v_add &&
-           !a->k_bias && !a->q_shared && !a->v_per_head && a->dk == a->dh && a->dh <= MHE__CU_FL &&
-           a->Tq >= MHE__CU_FL_MIN_ROWS;
+    return !mhe__cu_flash_off && !taylor && a->drop == 0.0f && !a->v_per_head && a->dk == a->dh &&
+           a->dh <= MHE__CU_FL && a->Tq >= MHE__CU_FL_MIN_ROWS;
 }
 
 /* tile[r][c] = src row r0 + r, columns col0 .. col0 + width - 1 (zeros past rows or width) */
@@ -1549,6 +1550,18 @@ static __device__ __forceinline__ void mhe__cu_fl_load(float *tile, const float 
     for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
         int r = e / MHE__CU_FL, c = e % MHE__CU_FL;
         tile[r * MHE__CU_FLS + c] = r < rows && c < width ? src[(row0 + r) * stride + col0 + c] : 0.0f;
+    }
+}
+
+/* head h's queries of rows t0 .. t0 + rows - 1, mapped (eq. 5 of the MHE paper) */
+static __device__ __forceinline__ void mhe__cu_fl_load_q(const mhe__cu_att &a, float *tile, const float *q, int b,
+                                                         int t0, int rows, int h) {
+    for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
+        int r = e / MHE__CU_FL, c = e % MHE__CU_FL;
+        tile[r * MHE__CU_FLS + c] =
+            r < rows && c < a.dk
+                ? mhe__cu_qmap(a, q + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk), h, c)
+                : 0.0f;
     }
 }
 
@@ -1564,53 +1577,82 @@ static __device__ __forceinline__ float mhe__cu_row16_sum(float x) {
     return x;
 }
 
+/* acc[i][j] += sum over k < n of A[row ty + 16 i][k] B[k][col tx + 16 j], A and B tiles in shared
+   memory read through (row stride, k stride) pairs: the one product every step below is */
+static __device__ __forceinline__ void mhe__cu_fl_mm(float acc[4][4], const float *A, int a_row, int a_k,
+                                                     const float *B, int b_k, int b_col, int n, int tx, int ty) {
+#pragma unroll 4
+    for (int k = 0; k < n; k++) {
+        float x[4], y[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[i] = A[(ty + 16 * i) * a_row + k * a_k];
+            y[i] = B[k * b_k + (tx + 16 * i) * b_col];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[i][j] += x[i] * y[j];
+    }
+}
+
+/* a per-column sum over this block's rows (v[j] for column tx + 16 j) added to dst[col]: over
+   the two rows a warp holds by shuffle, then one atomic per warp and column */
+static __device__ __forceinline__ void mhe__cu_fl_colsum_add(float *dst, const float v[4], int width, int tx) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float x = v[j] + __shfl_xor_sync(0xffffffffu, v[j], 16);
+        if ((threadIdx.x & 16) == 0 && tx + 16 * j < width)
+            atomicAdd(dst + tx + 16 * j, x);
+    }
+}
+
 /* Forward: block (64 query rows blockIdx.x, head blockIdx.y, sequence blockIdx.z) */
 __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *out, float *lse, const float *q,
                                                          const float *k, const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
-    float *qt = sm, *kt = qt + MHE__CU_FL * MHE__CU_FLS, *vt = kt + MHE__CU_FL * MHE__CU_FLS,
-          *pt = vt + MHE__CU_FL * MHE__CU_FLS;
+    const int T2 = MHE__CU_FL * MHE__CU_FLS;
+    float *qt = sm, *kt = qt + T2, *vt = kt + T2, *pt = vt + T2, *kbt = pt + T2;
     int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
     int b = (int)blockIdx.z, h = (int)blockIdx.y, g = h / a.group, t0 = (int)blockIdx.x * MHE__CU_FL;
     int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL;
     int vis[4];
     float m[4], l[4], o[4][4];
+#pragma unroll
     for (int i = 0; i < 4; i++) {
         int r = ty + 16 * i;
         vis[i] = r < rows ? mhe__cu_visible(a, b, t0 + r) : 0;
         m[i] = -INFINITY;
         l[i] = 0.0f;
+#pragma unroll
         for (int j = 0; j < 4; j++)
             o[i][j] = 0.0f;
     }
     int kend = mhe__cu_visible(a, b, t0 + rows - 1); /* the last row sees the most keys */
-    mhe__cu_fl_load(qt, q, (int64_t)b * a.Tq + t0, rows, a.qs, (int64_t)h * a.dk, a.dk);
+    mhe__cu_fl_load_q(a, qt, q, b, t0, rows, h);
     for (int j0 = 0; j0 < kend; j0 += MHE__CU_FL) {
         int keys = kend - j0 < MHE__CU_FL ? kend - j0 : MHE__CU_FL;
         __syncthreads(); /* every thread is done with the previous K, V and P tiles */
         mhe__cu_fl_load(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)g * a.dk, a.dk);
         mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)g * a.dh, a.dh);
+        for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
+            kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
         __syncthreads();
         float s[4][4] = {{0.0f}};
-#pragma unroll 4
-        for (int c = 0; c < a.dk; c++) {
-            float x[4], y[4];
-            for (int i = 0; i < 4; i++) {
-                x[i] = qt[(ty + 16 * i) * MHE__CU_FLS + c];
-                y[i] = kt[(tx + 16 * i) * MHE__CU_FLS + c];
-            }
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    s[i][j] += x[i] * y[j];
-        }
+        mhe__cu_fl_mm(s, qt, MHE__CU_FLS, 1, kt, 1, MHE__CU_FLS, a.dk, tx, ty); /* S = Q K^T */
+#pragma unroll
         for (int i = 0; i < 4; i++) { /* the online softmax of row i (Algorithm 1, lines 8-10) */
             float mx = -INFINITY;
+#pragma unroll
             for (int j = 0; j < 4; j++) {
-                s[i][j] = j0 + tx + 16 * j < vis[i] ? a.scale * s[i][j] : -INFINITY;
+                int kk = tx + 16 * j;
+                s[i][j] = j0 + kk < vis[i] ? a.scale * (s[i][j] + kbt[kk]) : -INFINITY;
                 mx = fmaxf(mx, s[i][j]);
             }
             float m_new = fmaxf(m[i], mhe__cu_row16_max(mx)), sum = 0.0f;
             float corr = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);
+#pragma unroll
             for (int j = 0; j < 4; j++) {
                 float p = s[i][j] == -INFINITY ? 0.0f : expf(s[i][j] - m_new);
                 pt[(ty + 16 * i) * MHE__CU_FLS + tx + 16 * j] = p;
@@ -1618,149 +1660,184 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *o
             }
             l[i] = l[i] * corr + mhe__cu_row16_sum(sum);
             m[i] = m_new;
+#pragma unroll
             for (int j = 0; j < 4; j++)
                 o[i][j] *= corr;
         }
         __syncthreads();
-        for (int key = 0; key < keys; key++) { /* O += P V */
-            float x[4], y[4];
-            for (int i = 0; i < 4; i++) {
-                x[i] = pt[(ty + 16 * i) * MHE__CU_FLS + key];
-                y[i] = vt[key * MHE__CU_FLS + tx + 16 * i];
-            }
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    o[i][j] += x[i] * y[j];
-        }
+        mhe__cu_fl_mm(o, pt, MHE__CU_FLS, 1, vt, MHE__CU_FLS, 1, keys, tx, ty); /* O += P V */
     }
+#pragma unroll
     for (int i = 0; i < 4; i++) {
         int r = ty + 16 * i;
         if (r >= rows)
             continue;
         float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         float *orow = out + ((size_t)b * a.Tq + t0 + r) * a.os + (size_t)h * a.dh;
-        for (int j = 0; j < 4; j++)
-            if (tx + 16 * j < a.dh)
-                orow[tx + 16 * j] = o[i][j] * inv;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int c = tx + 16 * j;
+            if (c >= a.dh)
+                continue;
+            float x = o[i][j] * inv;
+            if (l[i] > 0.0f && a.v_mul)
+                x *= a.v_mul[(size_t)h * a.dh + c];
+            if (l[i] > 0.0f && a.v_add)
+                x += a.v_add[(size_t)h * a.dh + c];
+            orow[c] = x;
+        }
         if (tx == 0)
             lse[((size_t)b * a.n + h) * a.Tq + t0 + r] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
     }
 }
 
-/* Backward: block (64 keys blockIdx.x, K/V head blockIdx.y, sequence blockIdx.z), over every
-   query tile and head that reads them (Algorithm 2): P = exp(S - lse), dP = dO V^T,
-   dS = P (dP - D); dV += P^T dO and dK += scale dS^T Q stay in registers (one block owns
-   these keys), dQ += scale dS K goes out by atomics (the key blocks share the queries). */
+/* Backward: block (64 keys blockIdx.x, head blockIdx.y, sequence blockIdx.z), over every query
+   tile that reads them (Algorithm 2): P = exp(S - lse), dP = dO~ V^T with dO~ = dO * v_mul,
+   dS = P (dP - D); dV += P^T dO~ and dK += scale dS^T Q~ (Q~ the mapped queries) stay in
+   registers and go out once, by atomics where several heads share the K/V head; dQ~ = scale
+   dS K goes out by atomics (the key blocks share the queries), through the query map to the
+   seed query and to q_mul / q_add's gradients. MHE-ADD's key bias gets the column sums of
+   scale dS; v_mul's gradient needs the unmapped output P V, one more product; v_add's is the
+   sum of dO over the rows that see a key, added by the blocks of key 0. */
 __global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *dq, float *dk, float *dv,
-                                                         const float *dout, const float *lse, const float *D,
-                                                         const float *q, const float *k, const float *v) {
+                                                         float *dq_mul, float *dq_add, float *dv_mul, float *dv_add,
+                                                         float *dk_bias, const float *dout, const float *lse,
+                                                         const float *D, const float *q, const float *k,
+                                                         const float *v) {
     MHE__CU_DYN_SHARED(float, sm);
     const int T2 = MHE__CU_FL * MHE__CU_FLS;
     float *kt = sm, *vt = kt + T2, *qt = vt + T2, *gt = qt + T2, *pt = gt + T2, *st = pt + T2, *lt = st + T2,
-          *Dt = lt + MHE__CU_FL;
+          *Dt = lt + MHE__CU_FL, *kbt = Dt + MHE__CU_FL;
     int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
-    int b = (int)blockIdx.z, g = (int)blockIdx.y, j0 = (int)blockIdx.x * MHE__CU_FL;
+    int b = (int)blockIdx.z, h = (int)blockIdx.y, g = h / a.group, j0 = (int)blockIdx.x * MHE__CU_FL;
     int keys = a.Tk - j0 < MHE__CU_FL ? a.Tk - j0 : MHE__CU_FL;
     if (a.kv_len && a.kv_len[b] - j0 < keys) /* keys past the padding are read by no query */
         keys = a.kv_len[b] - j0;
     if (keys <= 0)
         return; /* the whole block: no barrier is reached */
-    float dka[4][4] = {{0.0f}}, dva[4][4] = {{0.0f}};
+    float dka[4][4] = {{0.0f}}, dva[4][4] = {{0.0f}}, kb_sum = 0.0f;
     mhe__cu_fl_load(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)g * a.dk, a.dk);
     mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)g * a.dh, a.dh);
+    for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
+        kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
     int t_start = a.causal ? j0 - a.q_off : 0; /* the first query that sees key j0 */
     if (t_start < 0)
         t_start = 0;
-    for (int hh = 0; hh < a.group; hh++) {
-        int h = g * a.group + hh;
-        for (int t0 = t_start; t0 < a.Tq; t0 += MHE__CU_FL) {
-            int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL;
-            __syncthreads(); /* the previous query tile is read by every thread */
-            mhe__cu_fl_load(qt, q, (int64_t)b * a.Tq + t0, rows, a.qs, (int64_t)h * a.dk, a.dk);
-            mhe__cu_fl_load(gt, dout, (int64_t)b * a.Tq + t0, rows, a.os, (int64_t)h * a.dh, a.dh);
-            for (int r = (int)threadIdx.x; r < MHE__CU_FL; r += (int)blockDim.x) {
-                lt[r] = r < rows ? lse[((size_t)b * a.n + h) * a.Tq + t0 + r] : 0.0f;
-                Dt[r] = r < rows ? D[((size_t)b * a.n + h) * a.Tq + t0 + r] : 0.0f;
-            }
-            __syncthreads();
-            float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};
-            for (int c = 0; c < a.dk; c++) { /* S = Q K^T and dP = dO V^T (d_qk = d_h here) */
-                float x[4], y[4], xg[4], yv[4];
-                for (int i = 0; i < 4; i++) {
-                    x[i] = qt[(ty + 16 * i) * MHE__CU_FLS + c];
-                    xg[i] = gt[(ty + 16 * i) * MHE__CU_FLS + c];
-                    y[i] = kt[(tx + 16 * i) * MHE__CU_FLS + c];
-                    yv[i] = vt[(tx + 16 * i) * MHE__CU_FLS + c];
-                }
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) {
-                        s[i][j] += x[i] * y[j];
-                        dp[i][j] += xg[i] * yv[j];
-                    }
-            }
-            for (int i = 0; i < 4; i++) {
-                int r = ty + 16 * i, vis = r < rows ? mhe__cu_visible(a, b, t0 + r) : 0;
-                for (int j = 0; j < 4; j++) {
-                    int kk = tx + 16 * j;
-                    float p = j0 + kk < vis ? expf(a.scale * s[i][j] - lt[r]) : 0.0f;
-                    pt[r * MHE__CU_FLS + kk] = p;
-                    st[r * MHE__CU_FLS + kk] = p * (dp[i][j] - Dt[r]);
-                }
-            }
-            __syncthreads();
-            for (int r = 0; r < rows; r++) { /* dV += P^T dO, dK += dS^T Q: rows are keys here */
-                float x[4], xs[4], y[4], yq[4];
-                for (int i = 0; i < 4; i++) {
-                    x[i] = pt[r * MHE__CU_FLS + ty + 16 * i];
-                    xs[i] = st[r * MHE__CU_FLS + ty + 16 * i];
-                    y[i] = gt[r * MHE__CU_FLS + tx + 16 * i];
-                    yq[i] = qt[r * MHE__CU_FLS + tx + 16 * i];
-                }
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++) {
-                        dva[i][j] += x[i] * y[j];
-                        dka[i][j] += xs[i] * yq[j];
-                    }
-            }
-            float gq[4][4] = {{0.0f}};
-            for (int kk = 0; kk < keys; kk++) { /* dQ = dS K, this block's share */
-                float x[4], y[4];
-                for (int i = 0; i < 4; i++) {
-                    x[i] = st[(ty + 16 * i) * MHE__CU_FLS + kk];
-                    y[i] = kt[kk * MHE__CU_FLS + tx + 16 * i];
-                }
-                for (int i = 0; i < 4; i++)
-                    for (int j = 0; j < 4; j++)
-                        gq[i][j] += x[i] * y[j];
-            }
-            for (int i = 0; i < 4; i++) {
-                int r = ty + 16 * i;
-                if (r >= rows)
-                    continue;
-                float *dqr = dq + ((size_t)b * a.Tq + t0 + r) * a.qs + (size_t)h * a.dk;
-                for (int j = 0; j < 4; j++)
-                    if (tx + 16 * j < a.dk)
-                        atomicAdd(dqr + tx + 16 * j, a.scale * gq[i][j]);
+    for (int t0 = t_start; t0 < a.Tq; t0 += MHE__CU_FL) {
+        int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL, vis[4];
+        __syncthreads(); /* the previous query tile is read by every thread */
+        mhe__cu_fl_load_q(a, qt, q, b, t0, rows, h);
+        for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
+            int r = e / MHE__CU_FL, c = e % MHE__CU_FL;
+            gt[r * MHE__CU_FLS + c] = r < rows && c < a.dh ? dout[((size_t)b * a.Tq + t0 + r) * a.os + (size_t)h * a.dh + c] *
+                                                                  (a.v_mul ? a.v_mul[(size_t)h * a.dh + c] : 1.0f)
+                                                            : 0.0f;
+        }
+        for (int r = (int)threadIdx.x; r < MHE__CU_FL; r += (int)blockDim.x) {
+            lt[r] = r < rows ? lse[((size_t)b * a.n + h) * a.Tq + t0 + r] : 0.0f;
+            Dt[r] = r < rows ? D[((size_t)b * a.n + h) * a.Tq + t0 + r] : 0.0f;
+        }
+        __syncthreads();
+        float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};
+        mhe__cu_fl_mm(s, qt, MHE__CU_FLS, 1, kt, 1, MHE__CU_FLS, a.dk, tx, ty);  /* S = Q~ K^T */
+        mhe__cu_fl_mm(dp, gt, MHE__CU_FLS, 1, vt, 1, MHE__CU_FLS, a.dh, tx, ty); /* dP = dO~ V^T */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int r = ty + 16 * i;
+            vis[i] = r < rows ? mhe__cu_visible(a, b, t0 + r) : 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int kk = tx + 16 * j;
+                float p = j0 + kk < vis[i] ? expf(a.scale * (s[i][j] + kbt[kk]) - lt[r]) : 0.0f;
+                pt[r * MHE__CU_FLS + kk] = p;
+                st[r * MHE__CU_FLS + kk] = p * (dp[i][j] - Dt[r]);
             }
         }
+        __syncthreads();
+        /* dV += P^T dO~, dK += dS^T Q~: the rows are this block's keys */
+        mhe__cu_fl_mm(dva, pt, 1, MHE__CU_FLS, gt, MHE__CU_FLS, 1, rows, tx, ty);
+        mhe__cu_fl_mm(dka, st, 1, MHE__CU_FLS, qt, MHE__CU_FLS, 1, rows, tx, ty);
+        if (dk_bias && threadIdx.x < (unsigned)MHE__CU_FL) /* column sums of dS */
+            for (int r = 0; r < rows; r++)
+                kb_sum += st[r * MHE__CU_FLS + threadIdx.x];
+        float gq[4][4] = {{0.0f}};
+        mhe__cu_fl_mm(gq, st, MHE__CU_FLS, 1, kt, MHE__CU_FLS, 1, keys, tx, ty); /* dQ~ = dS K, this block's share */
+        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int r = ty + 16 * i;
+            if (r >= rows)
+                continue;
+            const float *qr = q + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+            float *dqr = dq + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int c = tx + 16 * j;
+                if (c >= a.dk)
+                    continue;
+                float gmq = a.scale * gq[i][j]; /* d loss / d mapped query, this block's share */
+                atomicAdd(dqr + c, gmq * (a.q_mul ? a.q_mul[(size_t)h * a.dk + c] : 1.0f));
+                pm[j] += dq_mul ? gmq * qr[c] : 0.0f;
+                pa[j] += gmq;
+            }
+        }
+        if (dq_mul)
+            mhe__cu_fl_colsum_add(dq_mul + (size_t)h * a.dk, pm, a.dk, tx);
+        if (dq_add)
+            mhe__cu_fl_colsum_add(dq_add + (size_t)h * a.dk, pa, a.dk, tx);
+        if (dv_mul) { /* the unmapped output's share P V, against dO */
+            float ou[4][4] = {{0.0f}}, pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mhe__cu_fl_mm(ou, pt, MHE__CU_FLS, 1, vt, MHE__CU_FLS, 1, keys, tx, ty);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (ty + 16 * i < rows && tx + 16 * j < a.dh)
+                        pv[j] += dout[((size_t)b * a.Tq + t0 + ty + 16 * i) * a.os + (size_t)h * a.dh + tx + 16 * j] *
+                                 ou[i][j];
+            mhe__cu_fl_colsum_add(dv_mul + (size_t)h * a.dh, pv, a.dh, tx);
+        }
+        if (dv_add && j0 == 0) { /* every row that sees a key sees key 0 */
+            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (vis[i] > 0 && tx + 16 * j < a.dh)
+                        sa[j] += dout[((size_t)b * a.Tq + t0 + ty + 16 * i) * a.os + (size_t)h * a.dh + tx + 16 * j];
+            mhe__cu_fl_colsum_add(dv_add + (size_t)h * a.dh, sa, a.dh, tx);
+        }
     }
+    if (dk_bias && threadIdx.x < (unsigned)keys)
+        dk_bias[((size_t)b * a.Tk + j0 + threadIdx.x) * a.kbs + h] += a.scale * kb_sum;
+#pragma unroll
     for (int i = 0; i < 4; i++) {
         int r = ty + 16 * i;
         if (r >= keys)
             continue;
         float *dkr = dk + ((size_t)b * a.Tk + j0 + r) * a.ks + (size_t)g * a.dk,
               *dvr = dv + ((size_t)b * a.Tk + j0 + r) * a.vs + (size_t)g * a.dh;
-        for (int j = 0; j < 4; j++)
-            if (tx + 16 * j < a.dh) {
-                dkr[tx + 16 * j] += a.scale * dka[i][j];
-                dvr[tx + 16 * j] += dva[i][j];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int c = tx + 16 * j;
+            if (c >= a.dh)
+                continue;
+            if (a.group > 1) { /* the other heads of this K/V head add to the same rows */
+                atomicAdd(dkr + c, a.scale * dka[i][j]);
+                atomicAdd(dvr + c, dva[i][j]);
+            } else {
+                dkr[c] += a.scale * dka[i][j];
+                dvr[c] += dva[i][j];
             }
+        }
     }
 }
 
-static size_t mhe__cu_flash_fwd_bytes(void) { return 4 * (size_t)MHE__CU_FL * MHE__CU_FLS * sizeof(float); }
+static size_t mhe__cu_flash_fwd_bytes(void) {
+    return (4 * (size_t)MHE__CU_FL * MHE__CU_FLS + MHE__CU_FL) * sizeof(float);
+}
 static size_t mhe__cu_flash_bwd_bytes(void) {
-    return (6 * (size_t)MHE__CU_FL * MHE__CU_FLS + 2 * MHE__CU_FL) * sizeof(float);
+    return (6 * (size_t)MHE__CU_FL * MHE__CU_FLS + 3 * MHE__CU_FL) * sizeof(float);
 }
 
 /* warps per block that fit the shared memory the kernel needs (0: none) */
@@ -1831,8 +1908,10 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe
     cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
     if (e == cudaSuccess && a.Tk > 0 && mhe__cu_flash_fits(&a, taylor)) {
         mhe__cu_flash_calls++;
-        e = mhe__cu_launch(mhe__cu_flash_bwd, dim3((unsigned)mhe__cu_blocks(a.Tk, MHE__CU_FL), (unsigned)a.n_kv, (unsigned)a.B),
-                           dim3(256), mhe__cu_flash_bwd_bytes(), a, dq, dk, dv, dout, lse, (const float *)scratch, q, k, v);
+        e = mhe__cu_launch(mhe__cu_flash_bwd, dim3((unsigned)mhe__cu_blocks(a.Tk, MHE__CU_FL), (unsigned)a.n, (unsigned)a.B),
+                           dim3(256), mhe__cu_flash_bwd_bytes(), a, dq, dk, dv, gr ? gr->dq_mul : NULL,
+                           gr ? gr->dq_add : NULL, gr ? gr->dv_mul : NULL, gr ? gr->dv_add : NULL,
+                           gr ? gr->dk_bias : NULL, dout, lse, (const float *)scratch, q, k, v);
         return mhe__cu_status(e, err, "attention backward");
     }
     if (e == cudaSuccess)

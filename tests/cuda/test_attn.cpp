@@ -97,7 +97,7 @@ static float att_drop = 0.0f;
 /* the tiled core (mhe__cu_flash_*) runs these; the rest, and every case again with
    mhe__cu_flash_off set, run the warp-per-row core: both against the CPU */
 static int tiled_case(int Tq, int dh, int maps) {
-    return maps == PLAIN && att_drop == 0.0f && dh <= MHE__CU_FL && Tq >= MHE__CU_FL_MIN_ROWS;
+    return maps != COLLAB && att_drop == 0.0f && dh <= MHE__CU_FL && Tq >= MHE__CU_FL_MIN_ROWS;
 }
 
 static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int pad, int maps) {
@@ -359,6 +359,10 @@ static const struct {
     {2, 2, 2, 129, 129, 16, 1, NOPAD, PLAIN, 0},
     {2, 6, 2, 100, 100, 64, 1, PAD_EMPTY, PLAIN, 0},
     {1, 4, 2, 80, 200, 32, 1, PAD, PLAIN, 0},
+    {2, 4, 1, 150, 150, 64, 1, PAD, MUL, 1},
+    {2, 6, 1, 100, 130, 40, 0, PAD, ADDKB, 0},
+    {2, 4, 1, 90, 90, 32, 1, NOPAD, ADDK, 0},
+    {1, 4, 1, 70, 70, 16, 1, PAD, ADDMAP, 0},
     /* decoding: one query at position Tk - 1 */
     {2, 4, 2, 1, 45, 16, 1, NOPAD, PLAIN, 0},
     {2, 4, 4, 1, 45, 64, 1, PAD, PLAIN, 1},
