@@ -100,7 +100,7 @@ typedef struct mhe_cuda_model {
     int cap_rows, cap_B, cap_T;             /* activation capacity */
     void *acts_block;
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
-    float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *attn_scratch;
+    float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *colpart, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
     float *d_emb;                           /* staticemb-qk: d loss / d the stream's embeddings e */
     float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_L, S_L [L, L] */
@@ -375,6 +375,121 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt(int M, int N, int K, fl
             mhe__cu_store(C, ldc, M, N, m0 + ty + 16 * i, n0 + tx + 16 * j, alpha, acc[i][j], beta);
 }
 
+/* SIMT, large shapes: 128 x 128 outputs per block of 256 threads, each
+   thread 8 x 8 (rows 4 ty .. 4 ty + 3 and 64 more, columns likewise with
+   tx), K in steps of 8. Four 16-byte shared loads feed 64 multiply-adds
+   (the 64 x 64 kernel above: eight 4-byte loads for 16). Shared memory
+   holds two K steps: the next tile is read from global memory into
+   registers while the current one is multiplied, then stored into the
+   other half, one barrier per step. The k-major tiles are 132 floats wide
+   so that the column-wise stores of a row-major A (or a transposed B)
+   land in distinct banks and rows stay 16-byte aligned. */
+#define MHE__CU_GB2 128 /* block tile */
+#define MHE__CU_GB2K 8
+#define MHE__CU_GB2W (MHE__CU_GB2 + 4)
+
+static long mhe__cu_gemm_big_min = 128L * 128 * 64; /* M x N from which the 128 tile runs; tests set 0 */
+
+/* this thread's 4 elements of the next K step: A's (m, k) or B's (k, n) at tile offsets */
+template <int TRANS_MAJOR>
+static __device__ __forceinline__ void mhe__cu_gb2_fetch(float v[4], const float *X, int ld, int r0, int c0, int R,
+                                                         int Cn, int tid) {
+    /* TRANS_MAJOR 0: the tile's 128 rows run along X's rows (4 consecutive columns each thread);
+       1: they run along X's columns (one row of X, 4 consecutive elements each thread) */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        int r, c;
+        if (TRANS_MAJOR) {
+            r = r0 + tid / 32;
+            c = c0 + (tid % 32) * 4 + e;
+        } else {
+            r = r0 + tid / 2;
+            c = c0 + (tid % 2) * 4 + e;
+        }
+        v[e] = r < R && c < Cn ? X[(size_t)r * ld + c] : 0.0f;
+    }
+}
+
+template <int TA, int TB>
+__global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K, float alpha,
+                                                               const float *__restrict__ A, int lda,
+                                                               const float *__restrict__ B, int ldb, float beta,
+                                                               float *__restrict__ C, int ldc) {
+    /* 16-byte aligned: rows are read as float4 (GNU attribute form: nvcc, gcc and clang) */
+    __shared__ float As[2][MHE__CU_GB2K][MHE__CU_GB2W] __attribute__((aligned(16)));
+    __shared__ float Bs[2][MHE__CU_GB2K][MHE__CU_GB2W] __attribute__((aligned(16)));
+    int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
+    int m0 = (int)blockIdx.y * MHE__CU_GB2, n0 = (int)blockIdx.x * MHE__CU_GB2;
+    float acc[8][8], va[4], vb[4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = 0.0f;
+    /* op(A)[m][k]: A [M][K] row-major (TA 0: rows of the tile along A's rows) or A [K][M] (TA 1);
+       op(B)[k][n]: B [K][N] (TB 0: one row of B per k) or B [N][K] (TB 1) */
+#define MHE__CU_GB2_FETCH(k0)                                                                            \
+    do {                                                                                                 \
+        if (TA)                                                                                          \
+            mhe__cu_gb2_fetch<1>(va, A, lda, (k0), m0, K, M, tid);                                       \
+        else                                                                                             \
+            mhe__cu_gb2_fetch<0>(va, A, lda, m0, (k0), M, K, tid);                                       \
+        if (TB)                                                                                          \
+            mhe__cu_gb2_fetch<0>(vb, B, ldb, n0, (k0), N, K, tid);                                       \
+        else                                                                                             \
+            mhe__cu_gb2_fetch<1>(vb, B, ldb, (k0), n0, K, N, tid);                                       \
+    } while (0)
+#define MHE__CU_GB2_STORE(buf)                                                                           \
+    do {                                                                                                 \
+        for (int e = 0; e < 4; e++) {                                                                    \
+            if (TA)                                                                                      \
+                As[buf][tid / 32][(tid % 32) * 4 + e] = va[e];                                           \
+            else                                                                                         \
+                As[buf][(tid % 2) * 4 + e][tid / 2] = va[e];                                             \
+            if (TB)                                                                                      \
+                Bs[buf][(tid % 2) * 4 + e][tid / 2] = vb[e];                                             \
+            else                                                                                         \
+                Bs[buf][tid / 32][(tid % 32) * 4 + e] = vb[e];                                           \
+        }                                                                                                \
+    } while (0)
+    MHE__CU_GB2_FETCH(0);
+    MHE__CU_GB2_STORE(0);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = 0; k0 < K; k0 += MHE__CU_GB2K) {
+        int more = k0 + MHE__CU_GB2K < K;
+        if (more) /* the next step's elements, in flight while this one is multiplied */
+            MHE__CU_GB2_FETCH(k0 + MHE__CU_GB2K);
+#pragma unroll
+        for (int kk = 0; kk < MHE__CU_GB2K; kk++) {
+            float a[8], b[8];
+            float4 a0 = *(const float4 *)&As[buf][kk][4 * ty], a1 = *(const float4 *)&As[buf][kk][64 + 4 * ty];
+            float4 b0 = *(const float4 *)&Bs[buf][kk][4 * tx], b1 = *(const float4 *)&Bs[buf][kk][64 + 4 * tx];
+            a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+            b[0] = b0.x, b[1] = b0.y, b[2] = b0.z, b[3] = b0.w, b[4] = b1.x, b[5] = b1.y, b[6] = b1.z, b[7] = b1.w;
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        if (more) { /* the other half was last read before the previous barrier */
+            MHE__CU_GB2_STORE(buf ^ 1);
+            if (!MHE__CU_FAULT(1))
+                __syncthreads();
+            buf ^= 1;
+        }
+    }
+#undef MHE__CU_GB2_FETCH
+#undef MHE__CU_GB2_STORE
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            mhe__cu_store(C, ldc, M, N, m0 + (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4),
+                          n0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4), alpha, acc[i][j], beta);
+}
+
 /* TF32 tensor cores: mma.sync.m16n8k8 (PTX ISA, "Matrix fragments for
    mma.m16n8k8", .tf32). 128 threads = 4 warps in a 2 x 2 grid, each warp
    32 x 32 outputs = 2 x 4 fragments of 16 x 8. Fragment coordinates, with
@@ -489,6 +604,11 @@ static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, f
     void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
         ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
            : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>);
+    if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
+        k = ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
+               : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>);
+        grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
+    }
     return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -562,34 +682,54 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_bwd_x(float *dinp, co
         dinp[r0 + c] += rs * (dout[r0 + c] * w[c] - sg - row[c] * sgx);
 }
 
-/* dw[c] += sum_r dout[r][c] xhat[r][c], db[c] += sum_r dout[r][c]: one
-   thread per column, rows in order (no atomics, the same sum every run) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_bwd_w(float *dw, float *db, const float *dout,
-                                                                 const float *inp, const float *mean,
-                                                                 const float *rstd, int N, int C, int rms) {
-    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    float sw = 0.0f, sb = 0.0f;
-    if (c >= C)
-        return;
-    for (int r = 0; r < N; r++) {
-        float d = dout[(size_t)r * C + c], mu = rms ? 0.0f : mean[r];
-        sw += d * (inp[(size_t)r * C + c] - mu) * rstd[r];
-        sb += d;
-    }
-    dw[c] += sw;
-    if (db)
-        db[c] += sb;
-}
+/* Column sums over rows, in two passes that add in a fixed order (the same sums every
+   run, no atomics): R chunks of rows, one thread per column and chunk, write partials;
+   then one thread per column adds its R partials in order. (One thread per column over
+   every row kept all but C/256 blocks of the GPU idle.) mode 0: part[r][j] = sum of
+   x[i][j] over chunk r (a bias gradient); mode 1 (LayerNorm) / 2 (RMSNorm): the norm's
+   weight and bias gradients, x the output gradient: part[2r][j] = sum x[i][j] xhat[i][j],
+   part[2r + 1][j] = sum x[i][j]. */
+#define MHE__CU_COLPART (1 << 19) /* floats of partials (g->colpart) */
 
-/* db[j] += sum_i dout[i][j] (the bias gradient of a linear layer) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_colsum(float *db, const float *dout, int N, int OC, int ld) {
-    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    float s = 0.0f;
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_colsum_part(float *part, const float *x, int ld,
+                                                                  const float *inp, const float *mean,
+                                                                  const float *rstd, int N, int OC, int R,
+                                                                  int mode) {
+    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x), r = (int)blockIdx.y;
+    int i0 = (int)((int64_t)r * N / R), i1 = (int)((int64_t)(r + 1) * N / R);
+    float sw = 0.0f, sb = 0.0f;
     if (j >= OC)
         return;
-    for (int i = 0; i < N; i++)
-        s += dout[(size_t)i * ld + j];
-    db[j] += s;
+    for (int i = i0; i < i1; i++) {
+        float d = x[(size_t)i * ld + j];
+        if (mode)
+            sw += d * (inp[(size_t)i * OC + j] - (mode == 2 ? 0.0f : mean[i])) * rstd[i];
+        sb += d;
+    }
+    if (mode) {
+        part[(size_t)2 * r * OC + j] = sw;
+        part[(size_t)(2 * r + 1) * OC + j] = sb;
+    } else
+        part[(size_t)r * OC + j] = sb;
+}
+
+/* dst[j] += the R partials of column j in order (mode 0); modes 1, 2: dw[j] and db[j] (db may be NULL) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_colsum_add(float *dw, float *db, const float *part, int OC,
+                                                                 int R, int mode) {
+    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    float sw = 0.0f, sb = 0.0f;
+    if (j >= OC)
+        return;
+    for (int r = 0; r < R; r++) {
+        if (mode) {
+            sw += part[(size_t)2 * r * OC + j];
+            sb += part[(size_t)(2 * r + 1) * OC + j];
+        } else
+            sw += part[(size_t)r * OC + j];
+    }
+    dw[j] += sw;
+    if (mode && db)
+        db[j] += sb;
 }
 
 /* out[i][j] += b[j] */
@@ -2374,6 +2514,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->losses = mhe__cu_take(&cur, base, rows);
     g->branch = mhe__cu_take(&cur, base, rows * C);
     g->partial = mhe__cu_take(&cur, base, 1025); /* block partials, then their sum */
+    g->colpart = mhe__cu_take(&cur, base, MHE__CU_COLPART);
     g->attn_scratch = mhe__cu_take(&cur, base, max_scr);
     g->d_h = mhe__cu_take(&cur, base, rows * C);
     g->d_u = mhe__cu_take(&cur, base, rows * C);
@@ -2607,6 +2748,32 @@ static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, con
     return MHE_OK;
 }
 
+/* dw[j] += column sums of x [N][OC] (row stride ld) (mode 0), or a norm's weight and bias
+   gradients (modes 1, 2; inp, mean, rstd its saved input and statistics): see mhe__cu_colsum_part */
+static mhe_status mhe__cu_colsums(mhe_cuda_model *g, float *dw, float *db, const float *x, int ld, int N, int OC,
+                                  const float *inp, const float *mean, const float *rstd, int mode) {
+    int per = mode ? 2 : 1;
+    int64_t R = N / 32; /* chunks of at least 32 rows, at most 64 chunks, within the buffer */
+    if (R > 64)
+        R = 64;
+    if (R * per * OC > MHE__CU_COLPART)
+        R = MHE__CU_COLPART / ((int64_t)per * OC);
+    if (R < 1)
+        R = 1;
+    if (N < 1 || OC < 1)
+        return MHE_OK;
+    if ((int64_t)per * OC > MHE__CU_COLPART)
+        return mhe__fail(g->err, MHE_ERR_DEVICE, "column sums over %d columns: past the %d-float buffer", OC,
+                         MHE__CU_COLPART);
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_part, dim3(mhe__cu_blocks(OC, MHE__CU_EW), (unsigned)R),
+                               dim3(MHE__CU_EW), 0, g->colpart, x, ld, inp, mean, rstd, N, OC, (int)R, mode),
+                "column sums");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_add, dim3(mhe__cu_blocks(OC, MHE__CU_EW)), dim3(MHE__CU_EW), 0, dw, db,
+                               (const float *)g->colpart, OC, (int)R, mode),
+                "column sums");
+    return MHE_OK;
+}
+
 /* din += dout W, dW += dout^T inp, db += column sums, as mhe_linear_bwd (din may be NULL) */
 static mhe_status mhe__cu_linear_bwd(mhe_cuda_model *g, float *din, float *dw, float *db, const float *dout,
                                      int ldd, const float *inp, const float *w, int N, int IC, int OC) {
@@ -2614,8 +2781,7 @@ static mhe_status mhe__cu_linear_bwd(mhe_cuda_model *g, float *din, float *dw, f
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, 1.0f, din, IC));
     MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC));
     if (db)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(OC, MHE__CU_EW)), dim3(MHE__CU_EW), 0, db,
-                                   dout, N, OC, ldd), "bias gradient");
+        MHE__CU_MHE(mhe__cu_colsums(g, db, NULL, dout, ldd, N, OC, NULL, NULL, NULL, 0));
     return MHE_OK;
 }
 
@@ -2638,10 +2804,8 @@ static mhe_status mhe__cu_norm_bwd(mhe_cuda_model *g, float *dinp, const float *
     int rms = c->norm == MHE_NORM_RMSNORM, C = c->d_model;
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_bwd_x, dim3(N), dim3(MHE__CU_EW), mhe__cu_norm_smem(C), dinp, dout,
                                inp, (const float *)MHE__CU_P(g, w), mean, rstd, C, rms), "norm backward");
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_bwd_w, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                               MHE__CU_G(g, w), rms ? (float *)NULL : MHE__CU_G(g, b), dout, inp, mean, rstd, N,
-                               C, rms), "norm weight gradient");
-    return MHE_OK;
+    return mhe__cu_colsums(g, MHE__CU_G(g, w), rms ? (float *)NULL : MHE__CU_G(g, b), dout, C, N, C, inp, mean, rstd,
+                           rms ? 2 : 1);
 }
 
 static mhe_status mhe__cu_axpby_m(mhe_cuda_model *g, float *y, const float *a, const float *b, int64_t n) {
@@ -3263,9 +3427,8 @@ static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *
     MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
                                    MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
-                                   0, MHE__CU_G(g, w->bv), (const float *)(g->d_proj + geo.q_w + geo.k_w), rows,
-                                   (int)w->bv->size, geo.proj_w), "collab value bias gradient");
+        MHE__CU_MHE(mhe__cu_colsums(g, MHE__CU_G(g, w->bv), NULL, g->d_proj + geo.q_w + geo.k_w, geo.proj_w, rows,
+                                    (int)w->bv->size, NULL, NULL, NULL, 0));
     return MHE_OK;
 }
 
@@ -3357,9 +3520,8 @@ static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
     MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 1, x->B, x->T, x->Ts, x->mem_len, a->proj, geo.q_w, k, ks, v, dq, dk,
                                       dv));
     if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum, dim3(mhe__cu_blocks(w->bv->size, MHE__CU_EW)), dim3(MHE__CU_EW),
-                                   0, MHE__CU_G(g, w->bv), (const float *)(dkv + geo.k_w), mrows, (int)w->bv->size,
-                                   kvw), "collab value bias gradient");
+        MHE__CU_MHE(mhe__cu_colsums(g, MHE__CU_G(g, w->bv), NULL, dkv + geo.k_w, kvw, mrows, (int)w->bv->size, NULL,
+                                    NULL, NULL, 0));
     if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N3(e) and d N3(e_src) through d_tmp into the embeddings' gradients */
         const float *bq = a->ext, *bk = a->ext + (size_t)rows * (C + 2);
         MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));

@@ -173,6 +173,11 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+// 16-byte vector loads from shared memory: the type and its alignment, as CUDA's vector_types.h
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+
 struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}

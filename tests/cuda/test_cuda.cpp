@@ -69,8 +69,12 @@ static std::vector<float> tf32_round(const std::vector<float> &x) {
     return y;
 }
 
+/* simt: each shape through both kernels (the 128 x 128 tile forced with mhe__cu_gemm_big_min = 0) */
 static void test_gemm(int tf32) {
-    static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}};
+    static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}, {200, 260, 45},
+                                    {129, 128, 9}};
+    long big_min = mhe__cu_gemm_big_min;
+    for (int big = 0; big < (tf32 ? 1 : 2); big++)
     for (const auto &s : shapes)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -86,11 +90,14 @@ static void test_gemm(int tf32) {
                         mhe_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, ref.data(), ldc);
                     }
                     float *dA = dev(A), *dB = dev(B), *dC = dev(C0);
+                    mhe__cu_gemm_big_min = big ? 0 : big_min;
                     cudaError_t e = mhe__cu_gemm(tf32, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc);
+                    mhe__cu_gemm_big_min = big_min;
                     std::vector<float> got = host(dC, C0.size());
                     double err = rel_err(got, ref);
                     CHECK(e == cudaSuccess && err < 2e-5, "%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
-                          tf32 ? "tf32" : "simt", ta, tb, M, N, K, (double)beta, err, cudaGetErrorString(e));
+                          tf32 ? "tf32" : big ? "simt 128-tile" : "simt", ta, tb, M, N, K, (double)beta, err,
+                          cudaGetErrorString(e));
                     cudaFree(dA);
                     cudaFree(dB);
                     cudaFree(dC);
@@ -103,7 +110,7 @@ static void test_norm(void) {
     static const int Cs[] = {75, 300, 32};
     for (int C : Cs)
         for (int rms = 0; rms < 2; rms++) {
-            int N = 13;
+            int N = 200, R = 7; /* the weight gradient's column sums in R uneven chunks of rows */
             std::vector<float> x = randn((size_t)N * C, 2), w = randn(C, 1), b = randn(C, 1), dy = randn((size_t)N * C, 1);
             std::vector<float> out((size_t)N * C), mean(N), rstd(N), dx = randn((size_t)N * C, 1), dw = randn(C, 1),
                 db = randn(C, 1);
@@ -123,10 +130,14 @@ static void test_norm(void) {
             /* the backward from the device's own statistics (equal to the CPU's, checked above) */
             e = mhe__cu_launch(mhe__cu_norm_bwd_x, dim3(N), dim3(MHE__CU_EW), smem, d_dx, (const float *)d_dy,
                                (const float *)d_x, (const float *)d_w, (const float *)d_mean, (const float *)d_rstd, C, rms);
+            float *d_part = dev(std::vector<float>((size_t)2 * R * C, NAN));
             if (e == cudaSuccess)
-                e = mhe__cu_launch(mhe__cu_norm_bwd_w, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_dw,
-                                   rms ? (float *)NULL : d_db, (const float *)d_dy, (const float *)d_x,
-                                   (const float *)d_mean, (const float *)d_rstd, N, C, rms);
+                e = mhe__cu_launch(mhe__cu_colsum_part, dim3(mhe__cu_blocks(C, MHE__CU_EW), R), dim3(MHE__CU_EW), 0, d_part,
+                                   (const float *)d_dy, C, (const float *)d_x, (const float *)d_mean,
+                                   (const float *)d_rstd, N, C, R, rms ? 2 : 1);
+            if (e == cudaSuccess)
+                e = mhe__cu_launch(mhe__cu_colsum_add, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_dw,
+                                   rms ? (float *)NULL : d_db, (const float *)d_part, C, R, rms ? 2 : 1);
             if (rms)
                 mhe_rmsnorm_bwd(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
             else
@@ -137,7 +148,25 @@ static void test_norm(void) {
             CHECK(rel_err(host(d_dw, C), dw) < 1e-5, "norm dw rms=%d C=%d", rms, C);
             if (!rms)
                 CHECK(rel_err(host(d_db, C), db) < 1e-5, "norm db C=%d", C);
-            for (float *p : {d_x, d_w, d_b, d_out, d_mean, d_rstd, d_dy, d_dx, d_dw, d_db})
+            if (!rms) { /* mode 0: a bias gradient, the column sums of dy (rows of stride C + 3: C columns read) */
+                int ld = C + 3;
+                std::vector<float> y = randn((size_t)N * ld, 1), bias = randn(C, 1), want = bias;
+                for (int i = 0; i < N; i++)
+                    for (int j = 0; j < C; j++)
+                        want[j] += y[(size_t)i * ld + j];
+                float *d_y = dev(y), *d_bias = dev(bias);
+                e = mhe__cu_launch(mhe__cu_colsum_part, dim3(mhe__cu_blocks(C, MHE__CU_EW), R), dim3(MHE__CU_EW), 0, d_part,
+                                   (const float *)d_y, ld, (const float *)NULL, (const float *)NULL,
+                                   (const float *)NULL, N, C, R, 0);
+                if (e == cudaSuccess)
+                    e = mhe__cu_launch(mhe__cu_colsum_add, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                       d_bias, (float *)NULL, (const float *)d_part, C, R, 0);
+                CHECK(e == cudaSuccess && rel_err(host(d_bias, C), want) < 1e-5, "bias gradient column sums C=%d: %.3g",
+                      C, rel_err(host(d_bias, C), want));
+                cudaFree(d_y);
+                cudaFree(d_bias);
+            }
+            for (float *p : {d_x, d_w, d_b, d_out, d_mean, d_rstd, d_dy, d_dx, d_dw, d_db, d_part})
                 cudaFree(p);
         }
 }
