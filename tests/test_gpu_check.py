@@ -269,6 +269,23 @@ def parsers_match_the_programs():
         check(ok and n["gemm_best_tf32_tflops"] == 123.25 and n["gemm_best_simt_tflops"] == 14.0 and
               n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
               n["train_mhe_add_tokens_per_s"] == 512000, "bench parser on bench_cuda.cu's formats: %s %s" % (ok, n))
+        # bench_torch_cuda.py's rows follow in the same log (the bench step runs both): its GEMM rows
+        # (three numbers) must not count as bench_cuda's, its side-by-side ratios are read
+        with open(os.path.join(REPO, "tools", "bench", "bench_torch_cuda.py")) as f:
+            py = f.read()
+        tgemm = [x for x in re.findall(r'"([^"]*\(%d x %d x %d\))"', py) if x.count("%8.2f") == 3]
+        side_attn = re.findall(r'"(L=%-5d[^"]*)"', py)
+        side_train = [x for x in re.findall(r'"(%-8s %19s[^"]*)"', py)]
+        check(len(tgemm) == 1 and len(side_attn) == 1 and len(side_train) == 1,
+              "bench_torch_cuda.py's GEMM and side-by-side formats found")
+        if len(tgemm) == len(side_attn) == len(side_train) == 1:
+            both = text + tgemm[0] % ("C=768 LM head (32000)", 45.5, 256.5, 460.0, 1024, 32000, 768) + "\n"
+            both += side_attn[0] % (2048, 5.3, 3.58, "0.68x", 0.52, 6.04, 5.24) + "\n"
+            both += side_train[0] % ("mha", "105234", "145827", "0.72x", "70172", "176940", "0.40x", "136539") + "\n"
+            ok, n, summary = gpu_check.parse_bench(both, 0)
+            check(ok and n["gemm_best_simt_tflops"] == 14.0 and n["gemm_best_tf32_tflops"] == 123.25 and
+                  n.get("attn_L2048_mha_vs_sdpa") == 0.68 and n.get("train_mha_vs_torch") == 0.72,
+                  "bench parser with bench_torch_cuda's rows after bench_cuda's: %s" % n)
         check(not gpu_check.parse_bench(text, 1)[0], "bench parser: a nonzero exit fails")
         check(not gpu_check.parse_bench("bench_cuda: no CUDA device (x): nothing to measure\n", 0)[0],
               "bench parser: no device fails")

@@ -318,7 +318,8 @@ def parse_compare(text, rc):
     return rc == 0 and not fails and bool(parts), nums, summary
 
 
-GEMM_RE = re.compile(r"^C=(\d+) (.+?)\s+([\d.]+)\s+([\d.]+)\s+\((\d+) x (\d+) x (\d+)\)$", re.M)
+# the shape's name ends in neither a digit nor a space, so bench_torch_cuda's rows (three numbers) never match
+GEMM_RE = re.compile(r"^C=(\d+) (\S.*?[^\d\s])\s+([\d.]+)\s+([\d.]+)\s+\((\d+) x (\d+) x (\d+)\)$", re.M)
 ATTN_RE = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \|\s+"
                      r"([\d.]+) \(([\d.]+)x\)\s*$", re.M)
 TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memory ([\d.]+) MB", re.M)
