@@ -100,7 +100,7 @@ typedef struct mhe_cuda_model {
     int cap_rows, cap_B, cap_T;             /* activation capacity */
     void *acts_block;
     mhe_cuda_layer_acts layer[MHE_MAX_LAYERS];
-    float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *colpart, *attn_scratch;
+    float *emb, *fin, *fin_mean, *fin_rstd, *logits, *losses, *branch, *partial, *colpart, *gemm_ws, *attn_scratch;
     float *d_h, *d_u, *d_tmp, *d_att, *d_proj, *d_fc1, *d_act, *d_logits, *d_hmap, *d_kb;
     float *d_emb;                           /* staticemb-qk: d loss / d the stream's embeddings e */
     float *mix, *dft;                       /* fnet: X [C_C | S_C] [rows, 2C]; [C_C | S_C] [C, 2C], C_L, S_L [L, L] */
@@ -334,25 +334,28 @@ static __device__ __forceinline__ void mhe__cu_store(float *C, int ldc, int M, i
 /* SIMT: 256 threads, each owns 4 x 4 outputs strided by 16 so that reads of
    a shared row hit 16 different banks. The tiles are stored k-major
    (As[k][m], Bs[k][n]) so the inner loop reads rows. */
+/* split K (kc < K): block z sums k in [z kc, (z + 1) kc) into C + z cz (a workspace, alpha 1, beta 0) */
 template <int TA, int TB>
 __global__ __launch_bounds__(256) void mhe__cu_gemm_simt(int M, int N, int K, float alpha, const float *__restrict__ A,
                                                          int lda, const float *__restrict__ B, int ldb, float beta,
-                                                         float *__restrict__ C, int ldc) {
+                                                         float *__restrict__ C, int ldc, int kc, int64_t cz) {
     __shared__ float As[MHE__CU_GBK][MHE__CU_GBM + 4];
     __shared__ float Bs[MHE__CU_GBK][MHE__CU_GBN + 4];
     int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
     int m0 = (int)blockIdx.y * MHE__CU_GBM, n0 = (int)blockIdx.x * MHE__CU_GBN;
+    int kb = (int)blockIdx.z * kc, ke = kb + kc < K ? kb + kc : K;
+    C += (int64_t)blockIdx.z * cz;
     float acc[4][4];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
             acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += MHE__CU_GBK) {
+    for (int k0 = kb; k0 < ke; k0 += MHE__CU_GBK) {
         /* 1024 elements per tile, 4 per thread; consecutive threads read consecutive addresses */
         for (int e = tid; e < MHE__CU_GBM * MHE__CU_GBK; e += 256) {
             int a_m = TA ? e % MHE__CU_GBM : e / MHE__CU_GBK, a_k = TA ? e / MHE__CU_GBM : e % MHE__CU_GBK;
             int b_n = TB ? e / MHE__CU_GBK : e % MHE__CU_GBN, b_k = TB ? e % MHE__CU_GBK : e / MHE__CU_GBN;
-            As[a_k][a_m] = mhe__cu_ld<TA>(A, lda, m0 + a_m, k0 + a_k, M, K);
-            Bs[b_k][b_n] = mhe__cu_ld<TB>(B, ldb, k0 + b_k, n0 + b_n, K, N);
+            As[a_k][a_m] = mhe__cu_ld<TA>(A, lda, m0 + a_m, k0 + a_k, M, ke);
+            Bs[b_k][b_n] = mhe__cu_ld<TB>(B, ldb, k0 + b_k, n0 + b_n, ke, N);
         }
         __syncthreads();
 #pragma unroll
@@ -588,9 +591,46 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
         }
 }
 
-/* the device mhe_gemm: same arguments, device pointers; tf32 picks the kernel */
-static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                                const float *B, int ldb, float beta, float *C, int ldc) {
+/* C = alpha (sum over the S slices of ws) + beta C, the slices added in order (deterministic) */
+__global__ __launch_bounds__(256) void mhe__cu_splitk_sum(float *C, int ldc, const float *ws, int M, int N, int S,
+                                                          float alpha, float beta) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, MN = (int64_t)M * N;
+    if (i >= MN)
+        return;
+    float acc = 0.0f;
+    for (int z = 0; z < S; z++)
+        acc += ws[z * MN + i];
+    float *p = C + (i / N) * ldc + i % N;
+    *p = beta == 0.0f ? alpha * acc : alpha * acc + beta * *p;
+}
+
+/* Split K: an output too small to fill the GPU with 64 x 64 tiles (a weight gradient: d_model^2
+   outputs summed over every token) is summed in S slices of K at once, into a workspace, then
+   added up in order. The number of slices: enough blocks for two per SM of a large GPU, slices
+   of at least MHE__CU_SPLITK_MIN_K, within the workspace. mhe__cu_splitk_force (tests) sets S. */
+#define MHE__CU_SPLITK_WS (1 << 21) /* floats of workspace (g->gemm_ws) */
+#define MHE__CU_SPLITK_MIN_K 256
+static int mhe__cu_splitk_force;
+
+static int mhe__cu_splitk_slices(int M, int N, int K, size_t ws_floats) {
+    int64_t MN = (int64_t)M * N, blocks = (int64_t)mhe__cu_blocks(M, MHE__CU_GBM) * mhe__cu_blocks(N, MHE__CU_GBN);
+    int64_t S = mhe__cu_splitk_force ? mhe__cu_splitk_force : (264 + blocks - 1) / blocks;
+    if (!mhe__cu_splitk_force && K < 4 * MHE__CU_SPLITK_MIN_K) /* short sums (decoding's GEMVs) stay whole */
+        return 1;
+    if (!mhe__cu_splitk_force && S > K / MHE__CU_SPLITK_MIN_K)
+        S = K / MHE__CU_SPLITK_MIN_K;
+    if (S > (K + MHE__CU_GBK - 1) / MHE__CU_GBK)
+        S = (K + MHE__CU_GBK - 1) / MHE__CU_GBK;
+    if (MN > 0 && S > (int64_t)(ws_floats / MN))
+        S = (int64_t)(ws_floats / MN);
+    return S > 16 ? 16 : (int)S;
+}
+
+/* the device mhe_gemm: same arguments, device pointers; tf32 picks the kernel; ws (NULL: none)
+   lets a small float32 output split K */
+static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                int lda, const float *B, int ldb, float beta, float *C, int ldc, float *ws,
+                                size_t ws_floats) {
     dim3 grid((unsigned)mhe__cu_blocks(N, MHE__CU_GBN), (unsigned)mhe__cu_blocks(M, MHE__CU_GBM));
     dim3 block(tf32 ? 128 : 256);
     if (M <= 0 || N <= 0)
@@ -601,15 +641,28 @@ static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, f
                : (tb ? mhe__cu_gemm_tf32<0, 1> : mhe__cu_gemm_tf32<0, 0>);
         return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
-    void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
-        ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
-           : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>);
     if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
-        k = ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
+        void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
+            ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
                : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>);
         grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
+        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
-    return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int, int, int64_t) =
+        ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
+           : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>);
+    int S = ws ? mhe__cu_splitk_slices(M, N, K, ws_floats) : 1;
+    if (S < 2)
+        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, K, (int64_t)0);
+    int kc = (K + S - 1) / S;
+    kc = (kc + MHE__CU_GBK - 1) / MHE__CU_GBK * MHE__CU_GBK;
+    S = (K + kc - 1) / kc;
+    grid.z = (unsigned)S;
+    cudaError_t e = mhe__cu_launch(k, grid, block, 0, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ws, N, kc, (int64_t)M * N);
+    if (e != cudaSuccess)
+        return e;
+    return mhe__cu_launch(mhe__cu_splitk_sum, dim3(mhe__cu_blocks((int64_t)M * N, 256)), dim3(256), 0, C, ldc,
+                          (const float *)ws, M, N, S, alpha, beta);
 }
 
 /* ======================================================================== */
@@ -2515,6 +2568,7 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
     g->branch = mhe__cu_take(&cur, base, rows * C);
     g->partial = mhe__cu_take(&cur, base, 1025); /* block partials, then their sum */
     g->colpart = mhe__cu_take(&cur, base, MHE__CU_COLPART);
+    g->gemm_ws = mhe__cu_take(&cur, base, MHE__CU_SPLITK_WS);
     g->attn_scratch = mhe__cu_take(&cur, base, max_scr);
     g->d_h = mhe__cu_take(&cur, base, rows * C);
     g->d_u = mhe__cu_take(&cur, base, rows * C);
@@ -2731,7 +2785,9 @@ static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
 
 static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N, int K, float alpha,
                                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    MHE__CU_TRY(mhe__cu_gemm(g->tf32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), "GEMM");
+    MHE__CU_TRY(mhe__cu_gemm(g->tf32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
+                             MHE__CU_SPLITK_WS),
+                "GEMM");
     return MHE_OK;
 }
 

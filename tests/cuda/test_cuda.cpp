@@ -69,12 +69,15 @@ static std::vector<float> tf32_round(const std::vector<float> &x) {
     return y;
 }
 
-/* simt: each shape through both kernels (the 128 x 128 tile forced with mhe__cu_gemm_big_min = 0) */
+/* simt: each shape through both kernels (the 128 x 128 tile forced with mhe__cu_gemm_big_min = 0)
+   and through the 64 x 64 one with K split in 3 slices (a workspace, mhe__cu_splitk_force) */
 static void test_gemm(int tf32) {
     static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}, {200, 260, 45},
                                     {129, 128, 9}};
     long big_min = mhe__cu_gemm_big_min;
-    for (int big = 0; big < (tf32 ? 1 : 2); big++)
+    float *d_ws = NULL;
+    cudaMalloc(&d_ws, MHE__CU_SPLITK_WS * sizeof(float));
+    for (int big = 0; big < (tf32 ? 1 : 3); big++)
     for (const auto &s : shapes)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -90,18 +93,23 @@ static void test_gemm(int tf32) {
                         mhe_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, ref.data(), ldc);
                     }
                     float *dA = dev(A), *dB = dev(B), *dC = dev(C0);
-                    mhe__cu_gemm_big_min = big ? 0 : big_min;
-                    cudaError_t e = mhe__cu_gemm(tf32, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc);
+                    mhe__cu_gemm_big_min = big == 1 ? 0 : big_min;
+                    mhe__cu_splitk_force = big == 2 ? 3 : 0;
+                    cudaError_t e = mhe__cu_gemm(tf32, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc,
+                                                 big == 2 ? d_ws : NULL, MHE__CU_SPLITK_WS);
                     mhe__cu_gemm_big_min = big_min;
+                    mhe__cu_splitk_force = 0;
                     std::vector<float> got = host(dC, C0.size());
                     double err = rel_err(got, ref);
                     CHECK(e == cudaSuccess && err < 2e-5, "%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
-                          tf32 ? "tf32" : big ? "simt 128-tile" : "simt", ta, tb, M, N, K, (double)beta, err,
+                          tf32 ? "tf32" : big == 1 ? "simt 128-tile" : big == 2 ? "simt split-K" : "simt", ta, tb, M, N,
+                          K, (double)beta, err,
                           cudaGetErrorString(e));
                     cudaFree(dA);
                     cudaFree(dB);
                     cudaFree(dC);
                 }
+    cudaFree(d_ws);
 }
 
 /* ---- norms, activations, embeddings, cross-entropy, AdamW --------------------- */

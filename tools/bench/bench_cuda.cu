@@ -77,6 +77,7 @@ template <typename F> static float time_ms(int reps, F f) {
 }
 
 static void bench_gemm(int quick) {
+    float *ws = dalloc(MHE__CU_SPLITK_WS); /* as the model's: small outputs split K */
     int tokens = quick ? 1024 : 4096, Cs[2] = {768, 1024};
     printf("\nGEMM, TFLOP/s (float32 SIMT | TF32 mma.sync), %d tokens\n", tokens);
     printf("%-28s %8s %8s\n", "shape (M x N x K)", "simt", "tf32");
@@ -91,7 +92,8 @@ static void bench_gemm(int quick) {
                   *Cm = dalloc((size_t)s.M * s.N);
             double flops = 2.0 * s.M * s.N * s.K;
             auto gemm = [&](int tf32) {
-                cudaError_t e = mhe__cu_gemm(tf32, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N);
+                cudaError_t e = mhe__cu_gemm(tf32, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N,
+                                             ws, MHE__CU_SPLITK_WS);
                 if (e != cudaSuccess)
                     failed(tf32 ? "tf32 GEMM" : "simt GEMM", cudaGetErrorString(e));
             };
@@ -105,6 +107,7 @@ static void bench_gemm(int quick) {
             cudaFree(Cm);
         }
     }
+    cudaFree(ws);
 }
 
 static void bench_attn(int quick) {
