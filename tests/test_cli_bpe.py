@@ -240,6 +240,33 @@ def bad_input(d, corpus, tok, lm):
     expect(["tokenize", "decode", "--tokenizer", tok, "--data", ids], 1, ["id 600 at position 2"], "decode of an id outside the vocabulary")
 
 
+def byte_text_guard(d, corpus):
+    """text into a model whose vocabulary is far past the bytes and which has no tokenizer (an
+    imported GPT-2 without its tokenizer.json): refused by every command that reads text, never
+    read as ids 0..255 of it; token ids still work, and a byte model with a [MASK] id does not trip it"""
+    big = os.path.join(d, "v1000.safetensors")
+    code, _, err = run("init", "--out", big, "--vocab_size", 1000, "--d_model", 16, "--n_heads", 2, "--n_layers", 1,
+                       "--max_seq_len", 32)
+    check(code == 0, "init of a 1000-id model without a tokenizer: %s" % err[-200:])
+    out = os.path.join(d, "never2.safetensors")
+    words = ["1000 token ids", "no tokenizer", "refused"]
+    expect(["train", "--model", big, "--data", corpus, "--out", out, "--steps", 1, "--quiet"], 1, words,
+           "train: byte text into a 1000-id model", keep=[big], absent=[out])
+    expect(["train", "--data", corpus, "--vocab_size", 1000, "--out", out] + SMALL, 1, words,
+           "train: a new 1000-id model on byte text", absent=[out])
+    expect(["eval", "--model", big, "--data", corpus], 1, words, "eval: byte text into a 1000-id model")
+    sets = write(os.path.join(d, "sets.txt"), "1\tgood\n0\tbad\n1\tfine\n0\tpoor\n")
+    expect(["eval", "--task", "cls", "--model", big, "--data", sets], 1, words, "eval --task cls: byte text sets")
+    expect(["generate", "--model", big, "--prompt", "hello", "--n", 3], 1, words, "generate: a text prompt")
+    code, out_ids, err = run("generate", "--model", big, "--ids", "5 6", "--n", 3)
+    got = out_ids.split()[:5] if code == 0 else []
+    check(code == 0 and len(got) == 5 and got[:2] == ["5", "6"] and all(0 <= int(x) < 1000 for x in got),
+          "generate --ids into a 1000-id model: %r %s" % (out_ids[:80], err[-200:]))
+    mlm = os.path.join(d, "mlm257.safetensors")
+    code, _, err = run("train", "--task", "lm", "--arch", "encoder", "--data", corpus, "--out", mlm, *SMALL)
+    check(code == 0, "a byte encoder (masked LM: a [MASK] id past the bytes) still reads text: %s" % err[-300:])
+
+
 def unicode_table():
     import unicodedata
     src = open(os.path.join(REPO, "mhe.h"), encoding="utf-8").read()
@@ -258,6 +285,7 @@ def main():
     corpus, tok = own_bpe(d)
     lm = models_with_tokenizer(d, corpus, tok)
     bad_input(d, corpus, tok, lm)
+    byte_text_guard(d, corpus)
     unicode_table()
     RESULTS.skipped += hf_compare(d)
     return finish()

@@ -681,10 +681,14 @@ static int load_corpus(const char *path, const mhe_bpe *bpe, int **tokens, size_
     return 1;
 }
 
+static int bytes_fit(const mhe_model *m, const char *what);
+
 /* a command-line text as the model's tokens (fresh malloc'd array) */
 static int text_tokens(const mhe_model *m, const char *text, size_t len, int **tok, size_t *n) {
     char err[MHE_ERR_LEN];
     *n = 0;
+    *tok = NULL;
+    if (!bytes_fit(m, "text")) return 0;
     *tok = (int *)malloc((mhe_bpe_max_ids(m->bpe, len) + 2) * sizeof(int));
     if (!*tok) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
     if (!m->bpe) { *n = mhe_tokenize_bytes(text, len, *tok); return 1; }
@@ -762,6 +766,19 @@ static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say
 
 /* does the model take words (a hash embedding, or a word vocabulary)? */
 static int word_model(const mhe_model *m) { return m->cfg.embedding != MHE_EMB_VOCAB || m->vocab.n > 0; }
+
+/* Text read as bytes into a model with no tokenizer whose vocabulary is far past the 256 bytes (an
+   imported GPT-2 or BERT without its tokenizer.json): ids 0..255 of that vocabulary are other
+   tokens, so every result would be quietly wrong. Refused; a byte model with a few extra ids
+   (a [MASK]) stays under MHE_CLI_BYTE_VOCAB. */
+#define MHE_CLI_BYTE_VOCAB 512
+static int bytes_fit(const mhe_model *m, const char *what) {
+    if (m->bpe || word_model(m) || m->cfg.vocab_size <= MHE_CLI_BYTE_VOCAB) return 1;
+    fprintf(stderr, "mhe: %s: the model has %d token ids and no tokenizer, so text would be read as bytes (ids 0..255, "
+            "other tokens of its vocabulary): refused. Give token ids (logits --ids, generate --ids), or import the model "
+            "with its byte-level BPE tokenizer.json beside the weights\n", what, m->cfg.vocab_size);
+    return 0;
+}
 
 static int lex_copy(mhe_lexicon *dst, const mhe_lexicon *src) {
     int i, t;
@@ -1349,7 +1366,8 @@ static int train_lm(opts *o) {
     if (!o->data) { fprintf(stderr, "mhe: no corpus given (--data FILE)\n"); return 1; }
     /* the model first: its tokenizer (if any) reads the texts */
     if (!(o->resume || o->model ? load_model_to_train(o, &m) : new_model(o, &m))) return 1;
-    if (load_corpus(o->data, m.bpe, &d.train, &d.n_train) && (!o->valid || load_corpus(o->valid, m.bpe, &d.valid, &d.n_valid)))
+    if (bytes_fit(&m, "--data") && load_corpus(o->data, m.bpe, &d.train, &d.n_train) &&
+        (!o->valid || load_corpus(o->valid, m.bpe, &d.valid, &d.n_valid)))
         rc = run_training(o, &m, &lm_task, &d, d.valid != NULL);
     mhe_model_free(&m);
     free(d.train); free(d.valid);
@@ -1409,7 +1427,7 @@ static int add_cls_head(const opts *o, mhe_model *m, int K) {
 static int cls_loaded_model(opts *o, cls_data *d, mhe_model *m) {
     if (!load_model_to_train(o, m)) return 0;
     d->words = word_model(m);
-    if (!load_sets(o, d, m->bpe)) { mhe_model_free(m); return 0; }
+    if (!bytes_fit(m, "--data") || !load_sets(o, d, m->bpe)) { mhe_model_free(m); return 0; }
     if (m->cfg.n_classes == 0 && !o->resume) return add_cls_head(o, m, cls_classes(d));
     return 1;
 }
@@ -1784,9 +1802,10 @@ static int cmd_eval(int argc, char **argv) {
                 else { print_sr("", &r); rc = 0; }
             }
         } else {
-            s = words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
+            s = !bytes_fit(&m, "--data") ? MHE_ERR_ARG
+                : words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
             if (s == MHE_OK && m.bpe) s = mhe_text_set_bpe(&set, m.bpe, err);
-            if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", err);
+            if (s != MHE_OK && s != MHE_ERR_ARG) fprintf(stderr, "mhe: %s\n", err);
             else if (!words || feats(&m, &x, &f)) {
                 set.words = words ? &f : NULL;
 #ifdef MHE_CUDA
@@ -1811,7 +1830,7 @@ static int cmd_eval(int argc, char **argv) {
         return rc;
     }
     if (m.cfg.token_head == MHE_HEAD_SR) { fprintf(stderr, "mhe: this model has the S+R head: evaluate it with --task sr (or --task cls)\n"); mhe_model_free(&m); return 1; }
-    if (!load_corpus(o.data, m.bpe, &data, &n)) { mhe_model_free(&m); return 1; }
+    if (!bytes_fit(&m, "--data") || !load_corpus(o.data, m.bpe, &data, &n)) { mhe_model_free(&m); return 1; }
     if (o.tc.src_len > m.cfg.max_seq_len) o.tc.src_len = m.cfg.max_seq_len;
     if (o.stride > o.tc.seq_len) { fprintf(stderr, "mhe: --stride %ld is longer than seq_len %d\n", o.stride, o.tc.seq_len); free(data); mhe_model_free(&m); return 2; }
 #ifdef MHE_CUDA
@@ -2050,7 +2069,10 @@ static int cmd_generate(int argc, char **argv) {
     } else if (!o.prompt && m.cfg.arch == MHE_ARCH_ENCDEC) {
         ptok = (int *)malloc(sizeof(int));
         if (ptok) { ptok[0] = src[srcl - 1]; plen = 1; }
-    } else if (!text_tokens(&m, prompt, strlen(prompt), &ptok, &plen)) plen = 0;
+    } else if (!text_tokens(&m, prompt, strlen(prompt), &ptok, &plen)) {   /* said why */
+        free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m);
+        return 1;
+    }
     if (!ptok || plen == 0 || plen > (size_t)m.cfg.max_seq_len) {
         fprintf(stderr, "mhe: prompt must have 1..%d %s\n", m.cfg.max_seq_len, m.bpe || o.ids ? "tokens" : "bytes");
         free(ptok); free(src); free(o.prompt_ids); mhe_model_free(&m);
