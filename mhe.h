@@ -3577,40 +3577,71 @@ static void mhe__gram(const float *F, int n, int R, double *G) {
 
 /* HOSVD start of one factor F [n, R]: the leading min(n, R) eigenvectors of
    the unfolding's Gram matrix G [n, n] (double), by subspace iteration with
-   Gram-Schmidt; the columns past n keep what F holds. Q: n * R doubles. */
+   Gram-Schmidt; the columns past n keep what F holds. Q: 2 n R doubles. The
+   r vectors are stored column by column (Q[a n + i]) so every product and
+   projection runs over contiguous memory, and G q is taken for four columns
+   at once (each sum still over k in order), and each projection's subtraction
+   shares its pass with the next dot product: the same sums in the same order
+   as the plain loops, three times faster (n = 768 took a minute per factor). */
 static void mhe__cp_svd_init(const double *G, int n, int R, float *F, double *Q, mhe_rng *rng) {
-    int r = n < R ? n : R, it, a, b, i;
+    int r = n < R ? n : R, it, a, b, i, k;
     double *Z = Q + (size_t)n * r;
-    for (i = 0; i < n * r; i++)
-        Q[i] = mhe_rng_uniform(rng) - 0.5;
+    for (k = 0; k < n; k++) /* the draws in the order of a row-major [n, r] */
+        for (a = 0; a < r; a++)
+            Q[(size_t)a * n + k] = mhe_rng_uniform(rng) - 0.5;
     for (it = 0; it < 60; it++) {
-        for (a = 0; a < r; a++) { /* column a of Z = G q_a, then orthogonal to the columns before it */
-            double nrm = 0;
+        for (a = 0; a < r; a += 4) { /* Z = G Q */
+            int w = r - a < 4 ? r - a : 4;
+            const double *q0 = Q + (size_t)a * n, *q1 = q0 + (w > 1 ? n : 0), *q2 = q0 + (w > 2 ? 2 * n : 0),
+                         *q3 = q0 + (w > 3 ? 3 * n : 0);
             for (i = 0; i < n; i++) {
-                double sum = 0;
-                int k;
-                for (k = 0; k < n; k++)
-                    sum += G[(size_t)i * n + k] * Q[(size_t)k * r + a];
-                Z[(size_t)i * r + a] = sum;
+                const double *g = G + (size_t)i * n;
+                double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+                for (k = 0; k < n; k++) {
+                    s0 += g[k] * q0[k];
+                    s1 += g[k] * q1[k];
+                    s2 += g[k] * q2[k];
+                    s3 += g[k] * q3[k];
+                }
+                Z[(size_t)a * n + i] = s0;
+                if (w > 1)
+                    Z[(size_t)(a + 1) * n + i] = s1;
+                if (w > 2)
+                    Z[(size_t)(a + 2) * n + i] = s2;
+                if (w > 3)
+                    Z[(size_t)(a + 3) * n + i] = s3;
             }
-            for (b = 0; b < a; b++) {
-                double d = 0;
-                for (i = 0; i < n; i++)
-                    d += Z[(size_t)i * r + a] * Z[(size_t)i * r + b];
-                for (i = 0; i < n; i++)
-                    Z[(size_t)i * r + a] -= d * Z[(size_t)i * r + b];
+        }
+        for (a = 0; a < r; a++) { /* column a orthogonal to the columns before it, then unit length */
+            double *za = Z + (size_t)a * n, nrm = 0, d = 0;
+            for (i = 0; a > 0 && i < n; i++)
+                d += za[i] * Z[i];
+            for (b = 0; b < a; b++) { /* subtract column b, and in the same pass the next projection (or the norm) */
+                const double *zb = Z + (size_t)b * n, *zn = Z + (size_t)(b + 1) * n;
+                double dn = 0;
+                if (b + 1 < a)
+                    for (i = 0; i < n; i++) {
+                        za[i] -= d * zb[i];
+                        dn += za[i] * zn[i];
+                    }
+                else
+                    for (i = 0; i < n; i++) {
+                        za[i] -= d * zb[i];
+                        nrm += za[i] * za[i];
+                    }
+                d = dn;
             }
-            for (i = 0; i < n; i++)
-                nrm += Z[(size_t)i * r + a] * Z[(size_t)i * r + a];
+            for (i = 0; a == 0 && i < n; i++)
+                nrm += za[i] * za[i];
             nrm = sqrt(nrm);
             for (i = 0; i < n; i++)
-                Z[(size_t)i * r + a] = nrm > 0 ? Z[(size_t)i * r + a] / nrm : (i == a);
+                za[i] = nrm > 0 ? za[i] / nrm : (i == a);
         }
         memcpy(Q, Z, (size_t)n * r * sizeof(double));
     }
     for (i = 0; i < n; i++)
         for (a = 0; a < r; a++)
-            F[(size_t)i * R + a] = (float)Q[(size_t)i * r + a];
+            F[(size_t)i * R + a] = (float)Q[(size_t)a * n + i];
 }
 
 MHEDEF mhe_status mhe_cp_als(const float *T, int I, int J, int K, int R, float *A, float *B, float *C,
