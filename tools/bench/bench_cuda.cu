@@ -2,9 +2,10 @@
    shapes (float32 SIMT and TF32 tensor cores), attention forward + backward
    for mha, mhe-mul and mhe-add at L = 512 .. 8192, and training tokens/s with
    the device memory it used. Built by `make cuda` (build/cuda/bench_cuda).
-   The project's machines have no GPU, so this tool has never been run on
-   one there: without a device it says so and exits 0; a failed call makes
-   the exit status 1 (make gpu-check runs --quick).
+   Inputs are random, never zeros. Without a device it says so and exits 0;
+   a failed call makes the exit status 1 (make gpu-check runs --quick, and
+   tools/bench/bench_torch_cuda.py --bench-cuda puts PyTorch's numbers beside
+   these; docs/cuda.md has an H200's).
    usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only] */
 #define MHE_IMPLEMENTATION
 #include "mhe.h"
