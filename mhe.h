@@ -14169,7 +14169,7 @@ static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
         { "ByteLevel", 0 }, { "Sequence", 1 }, { "BertNormalizer", 2 }, { "BertPreTokenizer", 1 }, { "WordPiece", 3 },
         { "TemplateProcessing", 4 }, { "BertProcessing", 4 } };   /* kinds: 0 pre/decoder/post, 1 pre, 2 normalizer, 3 decoder, 4 post */
     char key[32], type[32], where[64];
-    int first = 1, more, v, t = -1, used = 0, seen = 0, kind_i, strip = -1;
+    int first = 1, more, v, t = -1, used = 0, seen = 0, kind_i, strip = -1, single = 0;
     kind_i = strcmp(kind, "pre_tokenizer") == 0 ? 1 : strcmp(kind, "normalizer") == 0 ? 2 : strcmp(kind, "decoder") == 0 ? 3 : 4;
     if (mhe__hf_null(h)) {
         if (kind_i == 1) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is null: mhe reads ByteLevel (a byte-level BPE) or BertPreTokenizer (WordPiece)");
@@ -14225,6 +14225,7 @@ static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
             if ((s = mhe__hf_bool(h, &h->decode_cleanup, where)) != MHE_OK) return s;
         } else if (kind_i == 4 && strcmp(key, "single") == 0) {
             used |= MHE__HF_TEMPLATE;
+            single = 1;
             if ((s = mhe__hf_template(h)) != MHE_OK) return s;
         } else if (kind_i == 4 && strcmp(key, "pair") == 0) {
             used |= MHE__HF_TEMPLATE;
@@ -14240,6 +14241,7 @@ static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
     if (t < 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has no type", kind);
     if (seen != 1 << t || (used & ~(1 << t)))
         return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has fields of another type than its type '%s'", kind, types[t].name);
+    if (t == 5 && !single) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: post_processor.single is missing");
     if (t == 2 && (strip < 0 ? (h->normalize & MHE_NORM_LOWERCASE) : strip)) h->normalize |= MHE_NORM_STRIP_ACCENTS;   /* strip_accents null: as lowercase */
     if (t == 2) h->has_normalizer = 1;
     if (t == 3) { h->bert_pre = 1; h->split = MHE_BPE_SPLIT_BERT; }

@@ -4,7 +4,8 @@
    round trips on random bytes (invalid UTF-8 and NUL included), the text
    form's round trip and every bad field, a tokenizer.json written here
    (both merge forms, added tokens, unk) and its bad fields, a model
-   checkpoint carrying a tokenizer (MD5 and vocab_size checked). */
+   checkpoint carrying a tokenizer (MD5 and vocab_size checked); WordPiece
+   (BERT's) from a tokenizer.json, with known answers. */
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "test.h"
@@ -282,8 +283,10 @@ static void hugging_face(void) {
             {"\"merges\":[\"a b\",\"ab c\"]}} x", "bytes after"},
             {"\"merges\":[\"a b\"],\"dropout\":0.1}}", "model.dropout"},
             {"\"merges\":[\"a b\"],\"byte_fallback\":true}}", "model.byte_fallback"},
-            {"\"merges\":[\"a b\"],\"type\":\"WordPiece\"}}", "model.type 'WordPiece'"},
-            {"\"merges\":[\"a b\"]},\"normalizer\":{\"type\":\"NFC\"}}", "normalizer must be null"},
+            {"\"merges\":[\"a b\"],\"type\":\"WordPiece\"}}", "model.merges in a WordPiece model"},
+            {"\"merges\":[\"a b\"]},\"normalizer\":{\"type\":\"NFC\"}}", "normalizer.type 'NFC' is not supported"},
+            {"\"merges\":[\"a b\"]},\"normalizer\":{\"type\":\"BertNormalizer\",\"lowercase\":true}}", "ByteLevel components only (normalizer BertNormalizer)"},
+            {"\"merges\":[\"a b\"],\"type\":\"Unigram\"}}", "model.type 'Unigram' is neither"},
             {"\"merges\":[\"a b\"]},\"pre_tokenizer\":null}", "pre_tokenizer"},
             {"\"merges\":[\"a b\"],\"vocab\":{}}}", "model.vocab appears twice"},
             {"\"merges\":[\"a b\"],\"unk_token\":\"<unk>\"}}", "model.unk_token '<unk>'"},
@@ -304,7 +307,7 @@ static void hugging_face(void) {
             {"{\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "model.vocab[0]: an id"},
             {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", "pre_tokenizer.type 'Whitespace'"},
             {"{\"model\":{\"vocab\":{\"a\":0}},\"pre_tokenizer\":{\"type\":\"ByteLevel\"}}", "model.merges is missing"},
-            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":\"TemplateProcessing\"}}", "post_processor.type"},
+            {"{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":{\"type\":\"ByteLevel\"},\"post_processor\":{\"type\":\"TemplateProcessing\"}}", "post_processor.single is missing"},
         };
         size_t i;
         for (i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -518,6 +521,139 @@ static void mutations(void) {
     free(good); free(buf);
 }
 
+/* WordPiece (BERT's): a hand-written tokenizer.json with known answers
+   (normalizer, punctuation, greedy pieces, unk, added tokens, the
+   template in text sets), decoding, the text form, a checkpoint, and
+   random bytes within mhe_bpe_max_ids and mhe_bpe_work_size */
+static const char *WP_JSON =
+    "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,"
+    "\"added_tokens\":[{\"id\":0,\"content\":\"[PAD]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},"
+    "{\"id\":1,\"content\":\"[UNK]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},"
+    "{\"id\":2,\"content\":\"[CLS]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},"
+    "{\"id\":3,\"content\":\"[SEP]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},"
+    "{\"id\":4,\"content\":\"[MASK]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],"
+    "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true},"
+    "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},"
+    "\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"[CLS]\",\"type_id\":0}},"
+    "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"SpecialToken\":{\"id\":\"[SEP]\",\"type_id\":0}}],\"pair\":[],"
+    "\"special_tokens\":{\"[CLS]\":{\"id\":\"[CLS]\",\"ids\":[2],\"tokens\":[\"[CLS]\"]},\"[SEP]\":{\"id\":\"[SEP]\",\"ids\":[3],\"tokens\":[\"[SEP]\"]}}},"
+    "\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true},"
+    "\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,"
+    "\"vocab\":{\"[PAD]\":0,\"[UNK]\":1,\"[CLS]\":2,\"[SEP]\":3,\"[MASK]\":4,\"hello\":5,\"world\":6,\"##s\":7,\"cafe\":8,\",\":9,\"!\":10,"
+    "\"un\":11,\"##aff\":12,\"##able\":13,\"\\u5317\":14,\"i\":15,\"a\":16,\"##a\":17,\"\\u1112\":18,\"##\\u1161\":19,\"##\\u11ab\":20}}}";
+
+static void wordpiece(void) {
+    static const struct { const char *text; int n; int ids[8]; } known[] = {
+        {"H\xc3\xa9llo, WORLDs!", 5, {5, 9, 6, 7, 10}},        /* accents stripped, lowercase, punctuation split, ##s */
+        {"unaffable", 3, {11, 12, 13}},                         /* greedy longest pieces */
+        {"Caf\xc3\xa9\xe5\x8c\x97\xe4\xba\xac", 3, {8, 14, 1}}, /* CJK padded: each ideograph a word; one not in the vocab is unk */
+        {"\xc4\xb0", 1, {15}},                                  /* U+0130: I + combining dot, the dot stripped, then i */
+        {"hello\xffworld", 1, {1}},                             /* an invalid byte is U+FFFD, dropped: "helloworld" is unk */
+        {"a\x01" "a\xe2\x80\x83" "a", 3, {16, 17, 16}},         /* a control dropped ("aa"), an em space splits */
+        {"[MASK] hello[CLS]", 3, {4, 5, 2}},                    /* added tokens cut out before normalisation */
+        {"\xed\x95\x9c", 3, {18, 19, 20}},                      /* a Hangul syllable is its three jamo */
+        {"  \t\n ", 0, {0}},
+    };
+    mhe_bpe b, c;
+    char err[MHE_ERR_LEN], out[256], *buf;
+    int ids[256];
+    size_t n, i, len;
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    OK(mhe_bpe_load_hf(&b, WP_JSON, strlen(WP_JSON)));
+    CHECK(b.model == MHE_TOK_WORDPIECE && b.cls == 2 && b.sep == 3 && b.unk == 1 && b.normalize == 15 && b.split == MHE_BPE_SPLIT_BERT
+          && strcmp(b.subword_prefix, "##") == 0 && b.max_word_chars == 100 && b.decode_cleanup == 1, "the fields of a BERT tokenizer.json");
+    for (i = 0; i < sizeof known / sizeof known[0]; i++) {
+        int same;
+        OK(mhe_bpe_encode(&b, known[i].text, strlen(known[i].text), ids, 256, &n, NULL, err));
+        same = (int)n == known[i].n && memcmp(ids, known[i].ids, n * sizeof(int)) == 0;
+        CHECK(same, "wordpiece %zu: %zu ids, first %d (want %d, first %d)", i, n, n ? ids[0] : -1, known[i].n, known[i].ids[0]);
+    }
+    {   /* a word of 101 characters is unk; of 100, pieces */
+        char w[102];
+        memset(w, 'a', 101); w[101] = 0;
+        OK(mhe_bpe_encode(&b, w, 101, ids, 256, &n, NULL, err));
+        CHECK(n == 1 && ids[0] == 1, "101 characters: unk (%zu ids)", n);
+        OK(mhe_bpe_encode(&b, w, 100, ids, 256, &n, NULL, err));
+        CHECK(n == 100 && ids[0] == 16 && ids[99] == 17, "100 characters: a ##a ... (%zu ids)", n);
+        CHECK(mhe_bpe_encode(&b, w, 100, ids, 99, &n, NULL, err) == MHE_ERR_SHAPE, "99 ids of room for 100: %s", err);
+    }
+    {   /* decode: pieces joined, cleanup */
+        static const int h[] = {2, 5, 9, 6, 7, 10, 3};
+        OK(mhe_bpe_decode(&b, h, 7, out, sizeof out, &len, err));
+        CHECK(len == 26 && memcmp(out, "[CLS] hello, worlds! [SEP]", 26) == 0, "decode: '%.*s'", (int)len, out);
+        b.decode_cleanup = 0;
+        OK(mhe_bpe_decode(&b, h + 1, 5, out, sizeof out, &len, err));
+        CHECK(len == 16 && memcmp(out, "hello , worlds !", 16) == 0, "decode without cleanup: '%.*s'", (int)len, out);
+        b.decode_cleanup = 1;
+    }
+    {   /* the template around each example of a text set */
+        mhe_text_set s;
+        const char *set = "0\tHello!\n1\tunaffable\n";
+        OK(mhe_text_set_parse(&s, set, strlen(set), NULL, err));
+        OK(mhe_text_set_bpe(&s, &b, err));
+        CHECK(s.start[1] == 4 && s.start[2] == 9 && s.tokens[0] == 2 && s.tokens[1] == 5 && s.tokens[2] == 10 && s.tokens[3] == 3
+              && s.tokens[4] == 2 && s.tokens[8] == 3, "text set: [CLS] hello ! [SEP] | [CLS] un ##aff ##able [SEP]");
+        mhe_text_set_free(&s);
+    }
+    {   /* the text form: a round trip with the same ids and MD5 */
+        unsigned char d1[16], d2[16];
+        OK(mhe_bpe_save_mem(&b, NULL, 0, &len));
+        buf = (char *)malloc(len);
+        OK(mhe_bpe_save_mem(&b, buf, len, &len));
+        CHECK(len > 16 && memcmp(buf, "mhe-wordpiece 1\n", 16) == 0, "the text form starts with mhe-wordpiece 1");
+        OK(mhe_bpe_load_mem(&c, buf, len));
+        OK(mhe_bpe_md5(&b, d1)); OK(mhe_bpe_md5(&c, d2));
+        CHECK(memcmp(d1, d2, 16) == 0 && c.model == MHE_TOK_WORDPIECE && c.cls == 2 && c.normalize == 15, "text form round trip");
+        OK(mhe_bpe_encode(&c, known[0].text, strlen(known[0].text), ids, 256, &n, NULL, err));
+        CHECK(n == 5 && ids[4] == 10, "the reloaded tokenizer encodes the same");
+        CHECK(mhe_bpe_load_mem(&c, buf, len - 5) == MHE_ERR_TRUNCATED && c.n_tokens == 0, "a truncated mhe-wordpiece: %s", c.err);
+        free(buf);
+    }
+    {   /* random bytes: within max_ids, in exactly mhe_bpe_work_size bytes of work (checked by the sanitizers) */
+        int trial, fails = 0;
+        for (trial = 0; trial < 400; trial++) {
+            size_t L = rnd() % 200, k, cap = mhe_bpe_max_ids(&b, L);
+            char *t = (char *)malloc(L + 1);
+            void *work = malloc(mhe_bpe_work_size(L));
+            int *o = (int *)malloc((cap + 1) * sizeof(int));
+            static const char *pool[] = {"\xe5\x8c\x97", "\xed\x95\x9c", "\xc4\xb0", "a", " ", "!", "[MASK]", "\xc3\xa9", "\xf0\x9f\x8e\x89", "\xcc\x81"};
+            for (k = 0; k < L; ) {
+                if (rnd() % 3) { const char *q = pool[rnd() % 10]; size_t m = strlen(q); if (k + m > L) m = L - k; memcpy(t + k, q, m); k += m; }
+                else t[k++] = (char)(rnd() & 0xff);
+            }
+            if (mhe_bpe_encode(&b, t, L, o, cap, &n, work, err) != MHE_OK || n > cap) fails++;
+            free(t); free(work); free(o);
+        }
+        CHECK(fails == 0, "400 random texts within mhe_bpe_max_ids: %d failed", fails);
+    }
+    {   /* a model carries it through a checkpoint */
+        mhe_config cfg = mhe_config_default();
+        mhe_model m, m2;
+        void *ck;
+        size_t n2;
+        OK(mhe_config_set(&cfg, "d_model", "16", err));
+        OK(mhe_config_set(&cfg, "n_heads", "2", err));
+        OK(mhe_config_set(&cfg, "n_layers", "1", err));
+        OK(mhe_config_set(&cfg, "max_seq_len", "16", err));
+        OK(mhe_config_set(&cfg, "vocab_size", "21", err));
+        OK(mhe_model_init(&m, &cfg, 1, NULL));
+        OK(mhe_model_set_bpe(&m, &b));
+        OK(mhe_checkpoint_size(&m, NULL, &n));
+        ck = malloc(n);
+        OK(mhe_checkpoint_write_mem(&m, NULL, ck, n, &n2));
+        OK(mhe_model_load_mem(&m2, ck, n, NULL));
+        CHECK(m2.bpe && m2.bpe->model == MHE_TOK_WORDPIECE && m2.bpe->sep == 3, "the WordPiece tokenizer comes back with the model");
+        if (m2.bpe) {
+            OK(mhe_bpe_encode(m2.bpe, known[1].text, strlen(known[1].text), ids, 256, &n, NULL, err));
+            CHECK(n == 3 && ids[2] == 13, "and encodes the same");
+        }
+        mhe_model_free(&m2); mhe_model_free(&m);
+        free(ck);
+    }
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     unicode_classes();
@@ -528,5 +664,6 @@ int main(void) {
     hugging_face();
     checkpoints();
     mutations();
+    wordpiece();
     return TEST_END();
 }

@@ -5,7 +5,8 @@ own logits within 1e-4 on the same token ids (`mhe logits`); `mhe generate
 bad input (config.json keys, tensors missing, extra or misshapen, bad JSON) is
 refused with the field or tensor named and nothing written; a tokenizer.json
 beside the weights is attached (byte-level BPE: text in, text out as the
-tokenizers package encodes), noted (WordPiece) or refused (broken, another size).
+tokenizers package encodes; WordPiece: a BERT classifier's logits on text equal
+transformers' on tokenizer(text)) or refused (broken, another size).
 Needs torch and transformers (skipped cleanly without them) and build/mhe."""
 import json
 import os
@@ -399,8 +400,9 @@ def cli_tests(d):
 
 def tokenizer_tests(torch, transformers, d):
     """tokenizer.json beside the weights: a byte-level BPE is attached (text in and out
-    as the tokenizers package encodes it), a WordPiece one is noted and left out, a broken
-    one or one of another size is refused"""
+    as the tokenizers package encodes it), so is a WordPiece one (BERT's: [CLS] text [SEP]
+    into the classifier, logits as transformers'), a broken one or one of another size is
+    refused"""
     try:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     except ImportError:
@@ -456,17 +458,47 @@ def tokenizer_tests(torch, transformers, d):
         f.write(body[:len(body) // 2])
     refused(broken, os.path.join(d, "x.safetensors"), "tokenizer.json", "a truncated tokenizer.json")
 
+    from tokenizers import BertWordPieceTokenizer
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train_from_iterator([text], vocab_size=300, min_frequency=2, show_progress=False)
+    Vb = wp.get_vocab_size()
+    from tokenizers import processors
+    cls_id, sep_id = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
+    wp.post_processor = processors.TemplateProcessing(   # what bert-base-uncased's tokenizer.json has
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
     torch.manual_seed(4)
-    hb = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=1,
-                                                              num_attention_heads=2, intermediate_size=48,
-                                                              max_position_embeddings=16)).eval()
+    hb = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=Vb, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48,
+        max_position_embeddings=64, num_labels=3)).eval()
+    perturb(torch, hb)
     srcb = os.path.join(d, "berttok")
     hb.save_pretrained(srcb, safe_serialization=True)
-    wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
-    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     wp.save(os.path.join(srcb, "tokenizer.json"))
-    rc, _, err = run("import", srcb, "-o", os.path.join(d, "berttok.safetensors"))
-    check(rc == 0 and "WordPiece" in err, "a WordPiece tokenizer.json: imported without it, said so: rc %d %s" % (rc, err.strip()))
+    outb = os.path.join(d, "berttok.safetensors")
+    rc, _, err = run("import", srcb, "-o", outb)
+    check(rc == 0 and "tokenizer.json attached (WordPiece, %d tokens)" % Vb in err,
+          "a WordPiece tokenizer.json is attached: rc %d %s" % (rc, err.strip()))
+    if rc != 0:
+        return
+    sentence = "Héllo, the KIND table of mhe.h: naïve [MASK] cafés!"
+    ref = Tokenizer.from_file(os.path.join(srcb, "tokenizer.json"))
+    ids = ref.encode(sentence).ids   # [CLS] ... [SEP], as BERT reads a text
+    sfile = os.path.join(d, "sentence.txt")
+    with open(sfile, "w", encoding="utf-8") as f:
+        f.write(sentence)
+    rc, o, err = run("tokenize", "encode", "--special", "--model", outb, "--data", sfile)
+    got = [int(x) for x in o.split()] if rc == 0 else None
+    check(got == ids, "the attached WordPiece encodes as tokenizers does, [CLS] and [SEP] included: %s vs %s %s"
+          % (got, ids, err.strip()))
+    with torch.no_grad():
+        want = hb(torch.tensor([ids])).logits.tolist()
+    diff = max_diff(mhe_logits(outb, ids, "cls"), want)
+    check(diff < TOL, "the BERT classifier on text (WordPiece ids) differs from transformers' by %g" % diff)
+    data = os.path.join(d, "wpcls.txt")   # text sets are read through the tokenizer, [CLS] and [SEP] around each
+    with open(data, "w", encoding="utf-8") as f:
+        f.write("".join("%d\t%s\n" % (i % 3, ["Naïve café", "the KIND table", "mhe.h reads text"][i % 3]) for i in range(12)))
+    rc, o, err = run("eval", "--task", "cls", "--model", outb, "--data", data, "--seq_len", 32)
+    check(rc == 0 and "acc" in o, "eval --task cls on text through the attached WordPiece: rc %d %s" % (rc, err.strip()[-300:]))
 
 
 def main():

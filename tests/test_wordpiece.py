@@ -14,7 +14,9 @@ and build/mhe).
     with a vocabulary of every normalised character as a word and as a
     "##" piece: the normalizer and pre-tokenizer agree with tokenizers'
     character by character
-  - decode joins as tokenizers' WordPiece decoder (cleanup on and off);
+  - --special puts the template's [CLS] and [SEP] around the ids
+    (TemplateProcessing, BertProcessing; an error without one)
+  - decode joins as tokenizers' WordPiece decoder does (with cleanup);
     convert writes mhe-wordpiece text, which encodes the same
   - bad input: an mhe-wordpiece file truncated or with a bad prefix, a
     tokenizer.json whose unk_token is not in the vocab, with merges, with a
@@ -146,6 +148,21 @@ def bad_input(d):
         json.dump(good, f)
     rc, got, err = ids_of(p, data)
     check(rc == 0 and got == [1, 2, 1, 2, 1, 0], "a hand-made WordPiece tokenizer.json: 'ab AB a b' -> 1 2 1 2 1 0: %s %s" % (got, err))
+
+    rc, out, err = run("tokenize", "encode", "--special", "--tokenizer", p, "--data", data)
+    check(rc == 0 and out.split() == "3 1 2 1 2 1 0 4".split(), "--special: [CLS] and [SEP] of the template around the ids: %s %s" % (out.strip(), err))
+    for what, post, want in [("BertProcessing", {"type": "BertProcessing", "sep": ["[SEP]", 4], "cls": ["[CLS]", 3]}, "3 1 2 1 2 1 0 4"),
+                             ("no post_processor", None, None)]:
+        j = json.loads(json.dumps(good))
+        j["post_processor"] = post
+        q = os.path.join(d, "post.json")
+        with open(q, "w") as f:
+            json.dump(j, f)
+        rc, out, err = run("tokenize", "encode", "--special", "--tokenizer", q, "--data", data)
+        if want:
+            check(rc == 0 and out.split() == want.split(), "--special with %s: %s %s" % (what, out.strip(), err))
+        else:
+            check(rc == 1 and "no cls or sep" in err, "--special with %s: a clear error: rc %d %s" % (what, rc, err.strip()))
 
     def variant(what, needle, fn):
         j = json.loads(json.dumps(good))

@@ -82,7 +82,7 @@ typedef struct {
     unsigned long long seed;
     long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter, group;
     long stride;                       /* eval --stride S: strided perplexity (0: consecutive windows) */
-    int quiet, skip, words, cuda, tf32, drop_nsp;
+    int quiet, skip, words, cuda, tf32, drop_nsp, special;
     double temperature, tol;
     char given[64];                    /* which flags of the command's table were given */
     const struct command_spec *cmd;
@@ -196,6 +196,7 @@ static const flag_spec tokenize_flags[] = {
     STR("added", "\"T1 T2 ..\"", added, "train: added tokens, space-separated, the last ids (mask_token -1 is the last: put <mask> last)"),
     STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
     STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
+    FLAG("special", NULL, F_SWITCH, 0, 0, NULL, special, "encode: the tokenizer's cls and sep ids around the text (BERT's [CLS] text [SEP])"),
 };
 static const flag_spec import_flags[] = {
     NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
@@ -299,12 +300,13 @@ static const command_spec commands[] = {
         "logits keep the 1/sqrt(d_head) scale. Prints each layer's relative reconstruction error\n"
         "and time; writes OUT only when every layer converged.\n"),
     CMD("tokenize", tokenize_flags, 0, NULL, "train|encode|decode|convert",
-        "Byte-level BPE (mhe.h section 8). train: learns --vocab N tokens from --data (ties:\n"
-        "highest count, then lowest left id, then lowest right id) and writes --out.\n"
-        "encode: prints the ids of --data (space-separated, one line); decode: writes the bytes of\n"
-        "the ids in --data; both with --tokenizer TOK or the tokenizer of --model M.\n"
-        "convert: reads --tokenizer (a Hugging Face tokenizer.json of a byte-level BPE, encoded\n"
-        "exactly as the tokenizers package does) and writes mhe's text form to --out.\n"
+        "Byte-level BPE and WordPiece (mhe.h section 8). train: learns a byte-level BPE of --vocab N\n"
+        "tokens from --data (ties: highest count, then lowest left id, then lowest right id) and\n"
+        "writes --out. encode: prints the ids of --data (space-separated, one line; --special: with\n"
+        "BERT's [CLS] and [SEP] around them); decode: writes the text of the ids in --data; both\n"
+        "with --tokenizer TOK or the tokenizer of --model M. convert: reads --tokenizer (a Hugging\n"
+        "Face tokenizer.json of a byte-level BPE or of a WordPiece model, encoded exactly as the\n"
+        "tokenizers package does) and writes mhe's text form to --out.\n"
         "A model trained with `mhe train --tokenizer TOK` keeps it in its checkpoint.\n"),
     CMD("import", import_flags, 0, NULL, "DIR",
         "Converts a Hugging Face GPT-2 (GPT2LMHeadModel) or BERT (BertForMaskedLM,\n"
@@ -313,9 +315,9 @@ static const command_spec commands[] = {
         "weights transposed and its fused c_attn split into Q, K, V; BERT's post-norm, erf GELU, token\n"
         "types and embedding LayerNorm, its MLM head's transform and output bias, its\n"
         "pooler. A config key, activation, position scheme or tensor mhe cannot represent is\n"
-        "refused by name and nothing is written. A byte-level BPE tokenizer.json (GPT-2's) is\n"
-        "attached (eval, generate and train then read text); a WordPiece one (BERT's) is not\n"
-        "read, and the model takes token ids (--ids).\n"),
+        "refused by name and nothing is written. A tokenizer.json beside the weights, byte-level\n"
+        "BPE (GPT-2's) or WordPiece (BERT's), is attached: eval, generate and train then read text\n"
+        "(a classification example as [CLS] text [SEP]).\n"),
     CMD("logits", logits_flags, 0, NULL, NULL,
         "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
         "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
@@ -2421,13 +2423,20 @@ static int cmd_tokenize(int argc, char **argv) {
         }
     } else if (strcmp(act, "encode") == 0 || strcmp(act, "decode") == 0) {
         char err[MHE_ERR_LEN];
-        if (!o.data || o.out || given(&o, "vocab") || o.split_s || o.added) { fprintf(stderr, "mhe: tokenize %s takes --data and --tokenizer or --model\n", act); return 2; }
+        if (!o.data || o.out || given(&o, "vocab") || o.split_s || o.added || (o.special && act[0] == 'd')) {
+            fprintf(stderr, "mhe: tokenize %s takes --data and --tokenizer or --model%s\n", act, act[0] == 'e' ? " (and --special)" : "");
+            return 2;
+        }
         if (!tokenizer_of(&o, &b) || !read_text(o.data, &text, &len)) { mhe_bpe_free(&b); return 1; }
         if (act[0] == 'e') {
+            int cls = o.special ? b.cls : -1, sep = o.special ? b.sep : -1;
             ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
-            if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
+            if (o.special && cls < 0 && sep < 0) fprintf(stderr, "mhe: --special: this tokenizer has no cls or sep token (a template of BERT's)\n");
+            else if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
             else {
+                if (cls >= 0) printf(n ? "%d " : "%d", cls);
                 for (i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+                if (sep >= 0) printf(n || cls >= 0 ? " %d" : "%d", sep);
                 printf("\n");
                 rc = 0;
             }
