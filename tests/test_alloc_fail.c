@@ -295,6 +295,40 @@ static mhe_status op_bpe(void) {
     return s;
 }
 
+/* WordPiece: BERT's tokenizer.json, encode (normalised text, pieces),
+   decode, the text form, a labelled set read through it */
+static mhe_status op_wordpiece(void) {
+    static const char hf[] = "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"vocab\":{\"[UNK]\":0,\"[CLS]\":1,\"[SEP]\":2,"
+                             "\"hello\":3,\"##s\":4,\",\":5}},\"added_tokens\":[{\"id\":1,\"content\":\"[CLS]\",\"normalized\":false},"
+                             "{\"id\":2,\"content\":\"[SEP]\",\"normalized\":false}],"
+                             "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true},"
+                             "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true},"
+                             "\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",2],\"cls\":[\"[CLS]\",1]}}";
+    static const char text[] = "H\xc3\xa9llos, [CLS] hellos [SEP]";
+    static const char set[] = "0\tHellos, hello\n1\thello\n";
+    mhe_bpe b, c;
+    mhe_text_set ts;
+    mhe_status s;
+    char buf[4096], out[256];
+    size_t n = 0, k = 0;
+    int ids[64];
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    memset(&ts, 0, sizeof ts);
+    arm();
+    s = mhe_bpe_load_hf(&b, hf, sizeof hf - 1);
+    if (s == MHE_OK) s = mhe_bpe_encode(&b, text, sizeof text - 1, ids, 64, &k, NULL, NULL);
+    if (s == MHE_OK) s = mhe_bpe_decode(&b, ids, k, out, sizeof out, &n, NULL);
+    if (s == MHE_OK) s = mhe_bpe_save_mem(&b, buf, sizeof buf, &n);
+    if (s == MHE_OK) s = mhe_bpe_load_mem(&c, buf, n);
+    if (s == MHE_OK) s = mhe_text_set_parse(&ts, set, sizeof set - 1, NULL, NULL);
+    if (s == MHE_OK) s = mhe_text_set_bpe(&ts, &c, NULL);
+    disarm();
+    mhe_text_set_free(&ts);
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+    return s;
+}
+
 /* runs op with the k-th allocation failing for k = 1, 2, ... until it
    completes; returns the number of allocations it makes */
 static int inject(const char *name, mhe_status (*op)(void)) {
@@ -352,6 +386,7 @@ int main(void) {
     total += inject("arena", op_arena);
     total += inject("unigram entropy (vocab 300)", op_entropy);
     total += inject("byte-level BPE", op_bpe);
+    total += inject("WordPiece", op_wordpiece);
     CHECK(fa_live == 0, "no block alive at the end (%ld)", fa_live);
     printf("  %d allocation points injected, at %d distinct allocation sites of mhe.h (lines", total, fa_nsites);
     for (i = 0; i < fa_nsites; i++) printf(" %d", fa_sites[i]);

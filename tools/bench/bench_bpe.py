@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Byte-level BPE encoding speed: mhe (build/bench_bpe, mhe_bpe_encode) against
-the Hugging Face tokenizers package, in one run, on the same tokenizer.json and
-the same text.
+"""Byte-level BPE or WordPiece encoding speed: mhe (build/bench_bpe,
+mhe_bpe_encode) against the Hugging Face tokenizers package, in one run, on the
+same tokenizer.json and the same text.
 
-    python3 tools/bench/bench_bpe.py [--vocab 8000] [--mb 4] [--repeats 5]
+    python3 tools/bench/bench_bpe.py [--model bpe|wordpiece] [--vocab 8000] [--mb 4] [--repeats 5]
 
-The tokenizer is trained here by tokenizers (a byte-level BPE with GPT-2's
-pre-tokenisation, the full byte alphabet) on the repository's docs/*.md and
+The tokenizer is trained here by tokenizers (bpe: a byte-level BPE with GPT-2's
+pre-tokenisation, the full byte alphabet; wordpiece: BertWordPieceTokenizer,
+uncased, as bert-base-uncased) on the repository's docs/*.md and
 examples/data/train.txt; the text is examples/data/valid.txt and the docs,
 repeated to --mb megabytes. Both sides encode the whole text as one string on
 one thread (tokenizers' encode of a single sequence; RAYON_NUM_THREADS=1), the
@@ -39,6 +40,7 @@ def cpu_name():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=("bpe", "wordpiece"), default="bpe")
     ap.add_argument("--vocab", type=int, default=8000)
     ap.add_argument("--mb", type=float, default=4.0)
     ap.add_argument("--repeats", type=int, default=5)
@@ -55,11 +57,19 @@ def main():
         print("bench_bpe: no %s (make build/bench_bpe)" % a.bin)
         return 1
     train = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "examples", "data", "train.txt")]
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train(train, trainers.BpeTrainer(vocab_size=a.vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                        special_tokens=["<|endoftext|>"], show_progress=False))
+    if a.model == "bpe":
+        tk = Tokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tk.train(train, trainers.BpeTrainer(vocab_size=a.vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                            special_tokens=["<|endoftext|>"], show_progress=False))
+    else:
+        from tokenizers import BertWordPieceTokenizer
+        wp = BertWordPieceTokenizer(lowercase=True)
+        wp.train(train, vocab_size=a.vocab, show_progress=False)
+        with tempfile.TemporaryDirectory() as d:
+            wp.save(os.path.join(d, "t.json"))
+            tk = Tokenizer.from_file(os.path.join(d, "t.json"))
     base = open(os.path.join(ROOT, "examples", "data", "valid.txt"), encoding="utf-8", errors="replace").read()
     base += "".join(open(p, encoding="utf-8").read() for p in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))))
     text = (base * (int(a.mb * 1e6 / len(base.encode())) + 1))
@@ -70,11 +80,11 @@ def main():
         tj, tx = os.path.join(d, "tokenizer.json"), os.path.join(d, "text.txt")
         tk.save(tj)
         open(tx, "wb").write(data)
-        want = tk.encode(text).ids
+        want = tk.encode(text, add_special_tokens=False).ids
         best = 1e30
         for r in range(a.repeats):
             t0 = time.perf_counter()
-            tk.encode(text)
+            tk.encode(text, add_special_tokens=False)
             best = min(best, time.perf_counter() - t0)
         hf = len(data) / best / 1e6
         lines = text.splitlines(keepends=True)   # the usual use: many short texts, one call
@@ -82,7 +92,7 @@ def main():
         best = 1e30
         for r in range(a.repeats):
             t0 = time.perf_counter()
-            tk.encode_batch(lines)
+            tk.encode_batch(lines, add_special_tokens=False)
             best = min(best, time.perf_counter() - t0)
         hf_lines = len(data) / best / 1e6
         p = subprocess.run([a.bin, tj, tx, str(a.repeats)], capture_output=True, text=True)
@@ -97,7 +107,8 @@ def main():
                            capture_output=True, text=True)
         same = q.returncode == 0 and [int(x) for x in q.stdout.split()] == want
         del ids_file
-    print("text: %.2f MB (%d ids, %.2f bytes per id); vocabulary %d; tokenizers %s" % (len(data) / 1e6, len(want),
+    print("%s; text: %.2f MB (%d ids, %.2f bytes per id); vocabulary %d; tokenizers %s" % (
+          "byte-level BPE" if a.model == "bpe" else "WordPiece (uncased BERT)", len(data) / 1e6, len(want),
           len(data) / max(1, len(want)), tk.get_vocab_size(), tokenizers.__version__))
     print("ids equal: %s" % ("yes" if same else "NO (mhe build/mhe and tokenizers disagree)"))
     print("tokenizers encode, the text as one string:   %8.2f MB/s" % hf)
