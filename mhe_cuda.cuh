@@ -58,7 +58,9 @@
    post-norm, dropout and attention dropout (the CPU's masks), Admin, the
    encoder's classification head and padded batches (lengths, src_lengths)
    on every kind, as the CPU. Embeddings: the vocabulary (byte or word
-   tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head. Only a
+   tokens) and hash-emb, -pool, -add, -proj; the LM or S+R head; an
+   imported BERT's pieces (token types, the embeddings' norm, the MLM head's
+   transform and output bias, the pooler: cls_pool=first). Only a
    collab_dim past MHE_MAX_D_HEAD (mhe_cuda_supports says so) and skipped
    attention layers (mhe_model.skip_attn: eval --skip) stay on the CPU
    path. Decoding covers every kind the CPU
@@ -139,6 +141,14 @@ typedef struct mhe_cuda_model {
     int *h_len;                             /* host copies of lengths, then src_lengths [2 cap_B] (fnet, linear) */
     int has_len, has_src_len, last_cls;     /* the last forward had lengths, src_lengths; classified its sequences */
     float *pooled, *cls_logits, *d_pooled, *d_cls; /* [B, C], [B, n_classes], and their gradients */
+    /* BERT's pieces (an imported BERT, mhe.h's emb_norm, type_vocab, head_transform, head_bias, cls_pool) */
+    const int *in_types;                    /* host [B T]: the next forward's token types (NULL: type 0) */
+    int *types;                             /* their device copy [rows] */
+    float *emb_sum, *emb_mean, *emb_rstd;   /* emb_norm: word + position + type [rows, C], the norm's statistics */
+    float *d_emb_sum;                       /* its gradient [rows, C] */
+    float *hd_pre, *hd_act, *hd_out, *hd_mean, *hd_rstd;  /* head_transform: W h + b, act, norm [rows, C] */
+    float *d_hd1, *d_hd2;                   /* head_transform: backward scratch [rows, C] */
+    float *first, *d_first;                 /* cls_pool=first: the first token's rows [B, C] and their gradient */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
     char err[MHE_ERR_LEN];
@@ -2379,11 +2389,6 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
     int l;
     if (!c)
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
-    /* BERT's pieces (mhe import) have CPU kernels only: refused by name rather than run without them */
-    if (c->emb_norm || c->type_vocab || c->head_transform || c->head_bias || c->cls_pool != MHE_POOL_MEAN)
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s has no device path (an imported BERT runs on the CPU path)",
-                         c->emb_norm ? "emb_norm=1" : c->type_vocab ? "type_vocab" : c->head_transform ? "head_transform=1"
-                         : c->head_bias ? "head_bias=1" : "cls_pool=first");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
         if (!mhe__cu_kind_ok(kind))
@@ -2605,6 +2610,24 @@ static size_t mhe__cu_acts_layout(mhe_cuda_model *g, char *base, int B, int T) {
         g->d_cls = mhe__cu_take(&cur, base, (size_t)B * K);
         g->lengths = (int *)mhe__cu_take(&cur, base, (size_t)B);
         g->labels = (int *)mhe__cu_take(&cur, base, (size_t)B);
+        g->first = mhe__cu_take(&cur, base, c->cls_pool == MHE_POOL_FIRST ? PC : 0);
+        g->d_first = mhe__cu_take(&cur, base, c->cls_pool == MHE_POOL_FIRST ? PC : 0);
+    }
+    /* BERT's pieces */
+    g->types = (int *)mhe__cu_take(&cur, base, c->type_vocab ? rows : 0);
+    g->emb_sum = mhe__cu_take(&cur, base, c->emb_norm ? rows * C : 0);
+    g->emb_mean = mhe__cu_take(&cur, base, c->emb_norm ? rows : 0);
+    g->emb_rstd = mhe__cu_take(&cur, base, c->emb_norm ? rows : 0);
+    g->d_emb_sum = mhe__cu_take(&cur, base, c->emb_norm ? rows * C : 0);
+    {
+        size_t hn = c->head_transform ? rows * C : 0, hr = c->head_transform ? rows : 0;
+        g->hd_pre = mhe__cu_take(&cur, base, hn);
+        g->hd_act = mhe__cu_take(&cur, base, hn);
+        g->hd_out = mhe__cu_take(&cur, base, hn);
+        g->hd_mean = mhe__cu_take(&cur, base, hr);
+        g->hd_rstd = mhe__cu_take(&cur, base, hr);
+        g->d_hd1 = mhe__cu_take(&cur, base, hn);
+        g->d_hd2 = mhe__cu_take(&cur, base, hn);
     }
     /* encdec's encoder: its input, final norm and output gradient (rows: the source's B Ts fit) */
     g->src = (int *)mhe__cu_take(&cur, base, E ? rows : 0);
@@ -2991,6 +3014,32 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool(float *pooled, const 
             s += w * h[((size_t)b * T + t) * C + c];
         pooled[(size_t)b * C + c] = s;
     }
+}
+
+/* BERT's pooler input and its gradient: first[b] = h[b, 0] (back 0), or dh[b, 0] += dfirst[b] (back 1) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_first_rows(float *out, const float *in, int T, int C, int back) {
+    int b = (int)blockIdx.x;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        if (back)
+            out[(size_t)b * T * C + c] += in[(size_t)b * C + c];
+        else
+            out[(size_t)b * C + c] = in[(size_t)b * T * C + c];
+    }
+}
+
+/* y = tanh(y) (back 0), or d *= 1 - y^2 with y the saved tanh (back 1): the pooler's activation */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_tanh(float *d, const float *y, int64_t n, int back) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        d[i] = back ? d[i] * (1.0f - y[i] * y[i]) : tanhf(d[i]);
+}
+
+/* out[r] += table[idx[r]]: BERT's token-type rows onto the embeddings */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_rows(float *out, const float *table, const int *idx, int C) {
+    int r = (int)blockIdx.x;
+    const float *e = table + (size_t)idx[r] * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] += e[c];
 }
 
 /* its backward: dh[b, t] += dpooled[b] / len[b] for t < len[b]; one block per row */
@@ -3924,8 +3973,18 @@ static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int 
     const mhe_model *m = g->host;
     int C = m->cfg.d_model, K = m->cfg.n_classes;
     double total = 0;
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->pooled, h,
-                               (const int *)(g->has_len ? g->lengths : NULL), T, C), "mean pooling");
+    if (m->cfg.cls_pool == MHE_POOL_FIRST) { /* BERT's pooler: tanh(W_p h_0 + b_p) */
+        int64_t n = (int64_t)B * C;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_first_rows, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->first, h, T, C, 0),
+                    "first rows");
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, g->pooled, C, g->first, MHE__CU_P(g, m->pooler_w), MHE__CU_P(g, m->pooler_b),
+                                       B, C, C));
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_tanh, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, g->pooled,
+                                   (const float *)NULL, n, 0), "pooler tanh");
+    } else {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->pooled, h,
+                                   (const int *)(g->has_len ? g->lengths : NULL), T, C), "mean pooling");
+    }
     MHE__CU_MHE(mhe__cu_linear_fwd(g, g->cls_logits, K, g->pooled, MHE__CU_P(g, m->cls_w), MHE__CU_P(g, m->cls_b), B, C,
                                    K));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_xent, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->losses, g->d_cls,
@@ -3941,13 +4000,25 @@ static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int 
     return MHE_OK;
 }
 
-/* its backward into dfin [B T, C]: d pooled through the head, then / len on the real tokens */
+/* its backward into dfin [B T, C]: d pooled through the head, then / len on the real tokens (or
+   through the pooler's tanh and linear layer into each first row) */
 static mhe_status mhe__cu_cls_bwd(mhe_cuda_model *g, float *dfin) {
     const mhe_model *m = g->host;
     int C = m->cfg.d_model, K = m->cfg.n_classes, B = g->last_B, T = g->last_T;
     MHE__CU_MHE(mhe__cu_zero(g, g->d_pooled, (size_t)B * C));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_pooled, MHE__CU_G(g, m->cls_w), MHE__CU_G(g, m->cls_b), g->d_cls, K,
                                    g->pooled, MHE__CU_P(g, m->cls_w), B, C, K));
+    if (m->cfg.cls_pool == MHE_POOL_FIRST) {
+        int64_t n = (int64_t)B * C;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_tanh, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, g->d_pooled,
+                                   (const float *)g->pooled, n, 1), "pooler tanh backward");
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_first, (size_t)n));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_first, MHE__CU_G(g, m->pooler_w), MHE__CU_G(g, m->pooler_b), g->d_pooled,
+                                       C, g->first, MHE__CU_P(g, m->pooler_w), B, C, C));
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_first_rows, dim3((unsigned)B), dim3(MHE__CU_EW), 0, dfin,
+                                   (const float *)g->d_first, T, C, 1), "first rows backward");
+        return MHE_OK;
+    }
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_pool_bwd, dim3((unsigned)(B * T)), dim3(MHE__CU_EW), 0, dfin,
                                (const float *)g->d_pooled, (const int *)(g->has_len ? g->lengths : NULL), T, C),
                 "mean pooling backward");
@@ -4085,6 +4156,44 @@ static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, const float *d, int rows)
     return MHE_OK;
 }
 
+/* the LM head's input for rows of h: h itself, or BERT's MLM transform
+   norm(act(W h + b)) (head_transform; mhe__forward_batch) */
+static mhe_status mhe__cu_head_in(mhe_cuda_model *g, const float *h, int rows, const float **x) {
+    const mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model;
+    int64_t n = (int64_t)rows * C;
+    *x = h;
+    if (!c->head_transform)
+        return MHE_OK;
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, g->hd_pre, C, h, MHE__CU_P(g, m->head_w), MHE__CU_P(g, m->head_b), rows, C, C));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                               c->activation, g->hd_act, (const float *)g->hd_pre, n), "head activation");
+    MHE__CU_MHE(mhe__cu_norm_fwd(g, g->hd_out, g->hd_mean, g->hd_rstd, g->hd_act, m->head_norm_w, m->head_norm_b, rows));
+    *x = g->hd_out;
+    return MHE_OK;
+}
+
+/* the token types of the next forward onto the device, checked as the CPU
+   checks them (type 0 where the batch has none) */
+static mhe_status mhe__cu_types_in(mhe_cuda_model *g, int rows) {
+    const mhe_config *c = &g->host->cfg;
+    if (g->in_types && !c->type_vocab)
+        return mhe__fail(g->err, MHE_ERR_ARG, "forward: token types given, but the model has no type table (type_vocab=0)");
+    if (!c->type_vocab)
+        return MHE_OK;
+    if (!g->in_types) {
+        MHE__CU_TRY(cudaMemset(g->types, 0, (size_t)rows * sizeof(int)), "zero types");
+        return MHE_OK;
+    }
+    for (int i = 0; i < rows; i++)
+        if (g->in_types[i] < 0 || g->in_types[i] >= c->type_vocab)
+            return mhe__fail(g->err, MHE_ERR_DATA, "token type %d at position %d is outside [0, %d) (type_vocab)",
+                             g->in_types[i], i, c->type_vocab);
+    MHE__CU_TRY(cudaMemcpy(g->types, g->in_types, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload types");
+    return MHE_OK;
+}
+
 static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, const int *tokens, const int *targets,
                                   int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
@@ -4124,6 +4233,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     /* one layout holds both stacks: rows of the longer of T and Ts */
     MHE__CU_MHE(mhe_cuda_model_reserve(g, B, T > Ts ? T : Ts));
     MHE__CU_MHE(mhe__cu_batch_in(g, B, T, E && !g->cache ? Ts : 0, targets != NULL, &cls_count));
+    MHE__CU_MHE(mhe__cu_types_in(g, rows));
     if (E && !g->cache) {
         MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
         MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
@@ -4167,6 +4277,13 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
                                    (const float *)MHE__CU_P(g, m->tok_emb), (const float *)MHE__CU_P(g, m->pos_emb),
                                    (const int *)g->tokens, T, pos0, C), "embedding");
+    if (c->type_vocab) /* BERT's token types (segments) */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_rows, dim3(rows), dim3(MHE__CU_EW), 0, g->emb,
+                                   (const float *)MHE__CU_P(g, m->type_emb), (const int *)g->types, C), "token types");
+    if (c->emb_norm) { /* BERT: LayerNorm(word + position + type), then dropout */
+        MHE__CU_MHE(mhe__cu_axpby_m(g, g->emb_sum, g->emb, NULL, (int64_t)rows * C));
+        MHE__CU_MHE(mhe__cu_norm_fwd(g, g->emb, g->emb_mean, g->emb_rstd, g->emb_sum, m->emb_norm_w, m->emb_norm_b, rows));
+    }
     if (g->drop && c->dropout > 0) /* embedding dropout, site 0 (mhe__embed_fwd) */
         MHE__CU_MHE(mhe__cu_dropout_m(g, g->emb, g->emb, (int64_t)rows * C, c->dropout, 0));
     mhe__cu_contexts(g, B, T, Ts, &enc, &x);
@@ -4180,14 +4297,19 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     if (g->last_cls)
         return mhe__cu_cls_fwd(g, h, B, T, cls_count, loss);
     if (g->cache) { /* the next token's logits: the other rows' would cost T - 1 head GEMM rows for nothing */
-        MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h + (size_t)(rows - 1) * C, MHE__CU_P(g, head),
-                                       MHE__CU_P(g, hb), 1, C, V));
+        const float *hx;
+        MHE__CU_MHE(mhe__cu_head_in(g, h + (size_t)(rows - 1) * C, 1, &hx));
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, hx, MHE__CU_P(g, head), MHE__CU_P(g, hb), 1, C, V));
         g->last_B = g->last_T = 1;
         g->last_count = 0;
         g->has_targets = 0;
         return MHE_OK;
     }
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, h, MHE__CU_P(g, head), MHE__CU_P(g, hb), rows, C, V));
+    {
+        const float *hx;
+        MHE__CU_MHE(mhe__cu_head_in(g, h, rows, &hx));
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, g->logits, V, hx, MHE__CU_P(g, head), MHE__CU_P(g, hb), rows, C, V));
+    }
     g->last_B = B;
     g->last_T = T;
     g->last_count = count;
@@ -4249,8 +4371,10 @@ static mhe_status mhe__cu_forward_batch(mhe_cuda_model *g, const mhe_batch *bt, 
     g->in_lengths = bt->lengths;
     g->in_labels = bt->labels;
     g->in_src_lengths = bt->src_lengths;
+    g->in_types = bt->types;
     st = mhe__cu_forward(g, bt->src, bt->Ts, bt->tokens, masked ? masked : bt->targets, bt->B, bt->T, 0, loss);
     g->in_lengths = g->in_labels = g->in_src_lengths = NULL;
+    g->in_types = NULL;
     g->words = NULL;
     g->host->emb_in.active = 0;
     free(masked);
@@ -4333,11 +4457,26 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     mhe__cu_contexts(g, B, T, g->last_Ts, &enc, &x);
     dfin = c->post_norm ? g->d_h : g->d_u;
     MHE__CU_MHE(mhe__cu_zero(g, dfin, (size_t)rows * C));
-    if (g->last_cls)
+    if (g->last_cls) {
         MHE__CU_MHE(mhe__cu_cls_bwd(g, dfin));
-    else
+    } else if (c->head_transform) { /* back through norm(act(W h + b)) */
+        int64_t n = (int64_t)rows * C;
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_hd1, (size_t)n));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_hd1, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->hd_out,
+                                       MHE__CU_P(g, head), rows, C, V));
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_hd2, (size_t)n));
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_hd2, g->d_hd1, g->hd_act, m->head_norm_w, m->head_norm_b, g->hd_mean,
+                                     g->hd_rstd, rows));
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_hd1, (size_t)n));
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_bwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                   c->activation, g->d_hd1, (const float *)g->hd_pre, (const float *)g->d_hd2, n),
+                    "head activation backward");
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, m->head_w), MHE__CU_G(g, m->head_b), g->d_hd1, C,
+                                       g->final_h, MHE__CU_P(g, m->head_w), rows, C, C));
+    } else {
         MHE__CU_MHE(mhe__cu_linear_bwd(g, dfin, MHE__CU_G(g, head), MHE__CU_G(g, hb), g->d_logits, V, g->final_h,
                                        MHE__CU_P(g, head), rows, C, V));
+    }
     if (!c->post_norm) {
         MHE__CU_MHE(mhe__cu_zero(g, g->d_h, (size_t)rows * C));
         MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_h, g->d_u, mhe__cu_sub_out(g, &x, m->n_total_layers - 1, 2), m->lnf_w,
@@ -4358,6 +4497,15 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
         MHE__CU_MHE(mhe__cu_dropout_m(g, g->d_drop, g->d_h, (int64_t)rows * C, c->dropout, 0));
         de = g->d_drop;
     }
+    if (c->emb_norm) { /* through the embeddings' norm */
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_emb_sum, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_norm_bwd(g, g->d_emb_sum, de, g->emb_sum, m->emb_norm_w, m->emb_norm_b, g->emb_mean,
+                                     g->emb_rstd, rows));
+        de = g->d_emb_sum;
+    }
+    if (c->type_vocab)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_bwd_tok, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->type_emb), de,
+                                   (const int *)g->types, C), "token type backward");
     if (g->hashed)
         MHE__CU_MHE(mhe__cu_words_bwd(g, de, rows));
     else

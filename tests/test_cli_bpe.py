@@ -256,7 +256,8 @@ def byte_text_guard(d, corpus):
            "train: a new 1000-id model on byte text", absent=[out])
     expect(["eval", "--model", big, "--data", corpus], 1, words, "eval: byte text into a 1000-id model")
     sets = write(os.path.join(d, "sets.txt"), "1\tgood\n0\tbad\n1\tfine\n0\tpoor\n")
-    expect(["eval", "--task", "cls", "--model", big, "--data", sets], 1, words, "eval --task cls: byte text sets")
+    _, err = expect(["eval", "--task", "cls", "--model", big, "--data", sets], 1, words, "eval --task cls: byte text sets")
+    check(err.count("mhe: ") == 1, "eval --task cls: the refusal is the one message, nothing evaluated after it: %r" % err)
     expect(["generate", "--model", big, "--prompt", "hello", "--n", 3], 1, words, "generate: a text prompt")
     code, out_ids, err = run("generate", "--model", big, "--ids", "5 6", "--n", 3)
     got = out_ids.split()[:5] if code == 0 else []

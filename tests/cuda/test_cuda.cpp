@@ -617,7 +617,7 @@ struct batch_src {
     const int *lengths;
 };
 static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
-                          const int *labels, batch_src src = {0, NULL}, int tf32 = 0);
+                          const int *labels, batch_src src = {0, NULL}, int tf32 = 0, const int *types = NULL);
 
 /* the ch. 4 and FNet kinds in two small hybrids, so that the sanitizer runs (the model group) execute
    every kernel of theirs (staticemb-qk and fixedseq-qk have none of their own: the norms, GEMMs and
@@ -650,6 +650,39 @@ static void test_feature_kernels(void) {
 static void test_model_s2s(void);
 static void test_model_s2s_features(void);
 
+/* an imported BERT's pieces (mhe import): post-norm, exact GELU, token
+   types, the embeddings' norm, the MLM head's transform and output bias,
+   and the pooler (cls_pool=first), as a masked LM and as a classifier of
+   padded pairs; the same pieces on a decoder that decodes with its cache */
+static void test_bert(void) {
+    static const int len[2] = {11, 7}, lab[2] = {2, 0};
+    int types[2 * 11];
+    for (int i = 0; i < 2 * 11; i++)
+        types[i] = i % 11 >= 5; /* a pair: the second text type 1 */
+    mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCODER, 1, MHE_NORM_LAYERNORM, MHE_ACT_GELU_ERF);
+    c.attn[1] = MHE_ATTN_MHA;
+    c.emb_norm = 1;
+    c.type_vocab = 2;
+    c.head_transform = 1;
+    c.head_bias = 1;
+    compare_batch(&c, "bert masked LM (types, emb_norm, head transform and bias)", 2, 11, 0, NULL, NULL, {0, NULL}, 1, types);
+    c.dropout = 0.1f;
+    compare_batch(&c, "bert masked LM, dropout", 2, 11, 77, NULL, NULL, {0, NULL}, 0, types);
+    c.dropout = 0.0f;
+    c.n_classes = 3;
+    c.cls_pool = MHE_POOL_FIRST;
+    compare_batch(&c, "bert classifier (pooler), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 1, types);
+    c.cls_pool = MHE_POOL_MEAN;
+    compare_batch(&c, "bert classifier (mean), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 0, types);
+    mhe_config d = small_config(MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU_ERF);
+    d.emb_norm = 1;
+    d.type_vocab = 2;
+    d.head_transform = 1;
+    d.head_bias = 1;
+    compare_batch(&d, "decoder with BERT's pieces", 2, 11, 0, NULL, NULL, {0, NULL}, 0, NULL);
+    decode_check(&d, "decoder with BERT's pieces", 9, 1e-5);
+}
+
 static void test_model(void) {
     char what[128];
     for (int kind : device_kinds) {
@@ -668,6 +701,7 @@ static void test_model(void) {
         compare_step(&c, "encoder (masked LM) mhe-add", 2, 19, &fp32_tol, 1, 0);
     }
     test_feature_kernels();
+    test_bert();
     test_model_s2s();
     test_model_s2s_features();
 }
@@ -1151,7 +1185,7 @@ static step_err batch_worst[2];
    With admin, the CPU's profiling pass sets the omegas first, so they are
    not 1. Under MHE_TEST_VERBOSE a line gives the worst gaps. */
 static void compare_batch(const mhe_config *cfg, const char *what, int B, int T, uint64_t drop, const int *lengths,
-                          const int *labels, batch_src src, int tf32) {
+                          const int *labels, batch_src src, int tf32, const int *types) {
     mhe_model m;
     mhe_batch bt;
     int V = cfg->vocab_size, Ts = cfg->arch == MHE_ARCH_ENCDEC ? (src.Ts > 0 ? src.Ts : T) : 0;
@@ -1174,6 +1208,7 @@ static void compare_batch(const mhe_config *cfg, const char *what, int B, int T,
     bt.targets = labels ? NULL : tgt.data();
     bt.labels = labels;
     bt.lengths = lengths;
+    bt.types = types;
     if (Ts) {
         bt.Ts = Ts;
         bt.src = stok.data();

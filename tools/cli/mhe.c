@@ -1803,11 +1803,10 @@ static int cmd_eval(int argc, char **argv) {
                 if (mhe_evaluate_sr(&m, tok, n, &f, o.tc.batch, o.tc.seq_len, o.batches, o.tc.sr_prob, &r) != MHE_OK) fprintf(stderr, "mhe: %s\n", m.err);
                 else { print_sr("", &r); rc = 0; }
             }
-        } else {
-            s = !bytes_fit(&m, "--data") ? MHE_ERR_ARG
-                : words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
+        } else if (bytes_fit(&m, "--data")) {   /* it says why when not */
+            s = words ? mhe_text_set_load_words(&set, &x, o.data, NULL, err) : mhe_text_set_load(&set, o.data, NULL, err);
             if (s == MHE_OK && m.bpe) s = mhe_text_set_bpe(&set, m.bpe, err);
-            if (s != MHE_OK && s != MHE_ERR_ARG) fprintf(stderr, "mhe: %s\n", err);
+            if (s != MHE_OK) fprintf(stderr, "mhe: %s\n", err);
             else if (!words || feats(&m, &x, &f)) {
                 set.words = words ? &f : NULL;
 #ifdef MHE_CUDA
