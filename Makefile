@@ -2,6 +2,7 @@
 #   make              examples and tools (build/)
 #   make run          train the main example on the bundled corpus, then generate text
 #   make reproduce    the separation study of the attention kinds, docs/kinds.md (hours; REPRO_* variables)
+#   make reproduce-downstream  pretrain -> fine-tune -> test per kind and seed, docs/downstream.md (hours)
 #   make test         every test; ends with "N passed, N failed" (T=test_q8: one test)
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
@@ -93,6 +94,15 @@ reproduce: $(B)/examples/compare_attention
 	@mkdir -p build/reproduce
 	./$(B)/examples/compare_attention --steps $(REPRO_STEPS) --seeds $(REPRO_SEEDS) --d_model $(REPRO_D_MODEL) \
 	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) --out build/reproduce/compare_attention
+
+# make reproduce-downstream: the papers' downstream protocol (tools/scripts/downstream_study.py, the
+# fortunes package's quotation task): the MHE paper's 8 kinds x 3 seeds, each a masked-LM encoder
+# pretrained, fine-tuned and tested; resumes where a stopped run left off. Writes
+# build/downstream/downstream.md, .json and .svg. DOWNSTREAM_FLAGS="--scale gpu" for the GPU size,
+# "--steps-scale 0.1" for a quick look; never part of make test.
+DOWNSTREAM_FLAGS ?=
+reproduce-downstream: $(B)/mhe
+	python3 tools/scripts/downstream_study.py --out build/downstream $(DOWNSTREAM_FLAGS)
 
 # make test T=test_q8 (or T='test_cli*', T=test_twin.py): only the tests that match
 test: all $(TESTS)
@@ -316,5 +326,5 @@ gpu-check:
 clean:
 	rm -rf build
 
-.PHONY: all run reproduce test test-sanitize test-fastmath all-tests tool-examples-tests tool-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
+.PHONY: all run reproduce reproduce-downstream test test-sanitize test-fastmath all-tests tool-examples-tests tool-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
         cuda cuda-budget-table test-cuda gpu-check docs

@@ -654,6 +654,40 @@ static void wordpiece(void) {
     mhe_bpe_free(&b); mhe_bpe_free(&c);
 }
 
+/* random byte changes to a WordPiece tokenizer.json and to its text form:
+   a load succeeds or fails with a message, never crashes (under the
+   sanitizers in make test-sanitize); a loaded one encodes and decodes */
+static void wordpiece_mutations(void) {
+    mhe_bpe b, c;
+    size_t n, i, k, m, jl = strlen(WP_JSON);
+    char *good = (char *)malloc(1 << 16), *buf = (char *)malloc(1 << 16), err[MHE_ERR_LEN];
+    int trial, bad = 0, loaded = 0, ids[256];
+    const char *t = "H\xc3\xa9llo, WORLDs! unaffable \xe5\x8c\x97 [MASK] \xed\x95\x9c \xff";
+    mhe_bpe_init(&b, NULL);
+    mhe_bpe_init(&c, NULL);
+    OK(mhe_bpe_load_hf(&b, WP_JSON, jl));
+    OK(mhe_bpe_save_mem(&b, good, 1 << 16, &n));
+    for (trial = 0; trial < 4000; trial++) {
+        const char *src = trial % 2 ? WP_JSON : good;
+        size_t len = trial % 2 ? jl : n;
+        mhe_status st;
+        memcpy(buf, src, len);
+        for (k = 0, m = 1 + rnd() % 3; k < m; k++) {
+            static const char pick[] = "0123456789 \n\"{}[],:-#tfnulWPBS";
+            i = rnd() % len;
+            buf[i] = (char)(rnd() % 4 ? pick[rnd() % (sizeof pick - 1)] : (char)(rnd() & 0xff));
+        }
+        if (rnd() % 8 == 0) len = rnd() % len;
+        st = trial % 2 ? mhe_bpe_load_hf(&c, buf, len) : mhe_bpe_load_mem(&c, buf, len);
+        if (st != MHE_OK) { if (!c.err[0] || c.n_tokens) bad++; continue; }
+        loaded++;
+        if (mhe_bpe_encode(&c, t, strlen(t), ids, 256, &k, NULL, err) != MHE_OK || mhe_bpe_decode(&c, ids, k, buf, 1 << 16, &i, err) != MHE_OK) bad++;
+    }
+    CHECK(bad == 0 && loaded > 100, "4000 mutated WordPiece files: %d failures without a message, or loaded ones that do not encode (%d loaded)", bad, loaded);
+    mhe_bpe_free(&b); mhe_bpe_free(&c);
+    free(good); free(buf);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0);
     unicode_classes();
@@ -665,5 +699,6 @@ int main(void) {
     checkpoints();
     mutations();
     wordpiece();
+    wordpiece_mutations();
     return TEST_END();
 }

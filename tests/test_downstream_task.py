@@ -1,0 +1,130 @@
+"""The downstream task of the papers' protocol (tools/scripts/downstream_task.py),
+built from Debian's fortunes package (skipped cleanly without it): 8 classes of
+at least 400 examples, train / validation / test split by hash and disjoint,
+no validation or test text in the pretraining corpus, the same files on a
+second build, a bag-of-words baseline well above the majority class; and its
+--check refusing a leak into pretraining, a label outside the classes and a
+text in two splits, each by name. Then the study (tools/scripts/downstream_study.py)
+at its tiny scale: the table, PRR and the verdicts written; a second run reuses
+every finished run; a run stopped after pretraining resumes from its pretrained
+model; a run of other settings and a task with a leak are refused by name."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from mhetest import REPO, check, finish, skip, tmpdir  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "tools", "scripts", "downstream_task.py")
+STUDY = os.path.join(REPO, "tools", "scripts", "downstream_study.py")
+
+
+def run(*args):
+    p = subprocess.run([sys.executable, SCRIPT] + list(args), capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def main():
+    if not os.path.isdir("/usr/share/games/fortunes"):
+        return skip("test_downstream_task.py", "no /usr/share/games/fortunes (apt-get install fortunes)")
+    d = tmpdir("mhe_downstream_")
+    a, b = os.path.join(d, "a"), os.path.join(d, "b")
+    rc, out, err = run(a)
+    check(rc == 0, "build: rc %d %s %s" % (rc, out, err))
+    if rc != 0:
+        return finish()
+    meta = json.load(open(os.path.join(a, "task.json")))
+    k = len(meta["classes"])
+    totals = [sum(meta["counts"][s][c] for s in ("train", "valid", "test")) for c in range(k)]
+    check(k >= 6 and min(totals) >= 400, "at least 6 classes of at least 400 examples: %s" % totals)
+    n = {s: sum(meta["counts"][s]) for s in ("train", "valid", "test")}
+    check(0.07 < n["test"] / sum(n.values()) < 0.13 and 0.07 < n["valid"] / sum(n.values()) < 0.13,
+          "about a tenth each to validation and test: %s" % n)
+    rows = {s: [l.rstrip("\n").split("\t", 1) for l in open(os.path.join(a, s + ".tsv"), encoding="utf-8")]
+            for s in ("train", "valid", "test")}
+    texts = {s: {t for _, t in r} for s, r in rows.items()}
+    check(not (texts["train"] & texts["test"]) and not (texts["train"] & texts["valid"]) and not (texts["valid"] & texts["test"]),
+          "the splits share no text")
+    pre = {" ".join(l.split()) for l in open(os.path.join(a, "pretrain.txt"), encoding="utf-8")}
+    check(not (pre & (texts["valid"] | texts["test"])) and len(pre & texts["train"]) > 0.9 * len(texts["train"]),
+          "pretraining holds the train texts, no validation or test text")
+    base = meta["baselines_test"]
+    bow, maj = base["bag of words (naive Bayes)"], base["majority"]
+    check(bow["accuracy"] > maj["accuracy"] + 0.2 and bow["macro_f1"] > maj["macro_f1"] + 0.2,
+          "the bag of words beats the majority class by far: %s vs %s" % (bow, maj))
+    rc, _, err = run(b)
+    same = all(open(os.path.join(a, f), "rb").read() == open(os.path.join(b, f), "rb").read()
+               for f in ("train.tsv", "valid.tsv", "test.tsv", "pretrain.txt"))
+    check(rc == 0 and same, "a second build writes the same files: %s" % err)
+    rc, out, _ = run("--check", a)
+    check(rc == 0 and "check out" in out, "--check of the built task: %s" % out)
+
+    # bad input: a leak, a label outside the classes, a text in two splits
+    leak = os.path.join(d, "leak.txt")
+    with open(leak, "w", encoding="utf-8") as f:
+        f.write(open(os.path.join(a, "pretrain.txt"), encoding="utf-8").read() + rows["test"][3][1] + "\n")
+    rc, _, err = run("--check", a, leak)
+    check(rc == 1 and "leak into pretraining" in err and "leak.txt line" in err, "a test text in pretraining: %s" % err.strip())
+    c = os.path.join(d, "c")
+    shutil.copytree(a, c)
+    with open(os.path.join(c, "valid.tsv"), "a", encoding="utf-8") as f:
+        f.write("%d\tan example of a class the task does not have\n" % k)
+    rc, _, err = run("--check", c)
+    check(rc == 1 and "label %d is not one of the %d classes" % (k, k) in err and "valid.tsv line" in err,
+          "a label outside the classes: %s" % err.strip())
+    shutil.rmtree(c)
+    shutil.copytree(a, c)
+    with open(os.path.join(c, "train.tsv"), "a", encoding="utf-8") as f:
+        f.write("%s\t%s\n" % tuple(rows["test"][0]))
+    rc, _, err = run("--check", c)
+    check(rc == 1 and "in both" in err, "a test text in the train split: %s" % err.strip())
+    study(d, a)
+    return finish()
+
+
+def study(d, task):
+    mhe = os.path.join(REPO, "build", "mhe")
+    if not os.access(mhe, os.X_OK):
+        print("SKIP the study: no build/mhe")
+        return
+    out = os.path.join(d, "study")
+    os.makedirs(out)
+    shutil.copytree(task, os.path.join(out, "task"))
+    args = [sys.executable, STUDY, "--out", out, "--scale", "tiny", "--kinds", "mha,sha,mhe-mul", "--seeds", "2", "--threads", "1"]
+    p = subprocess.run(args, capture_output=True, text=True)
+    md = os.path.join(out, "downstream.md")
+    body = open(md, encoding="utf-8").read() if os.path.exists(md) else ""
+    check(p.returncode == 0 and "| mhe-mul |" in body and "PRR vs MHA" in body and
+          body.count("\n- ") >= 4 and os.path.exists(os.path.join(out, "downstream.svg")),
+          "the study writes the table, the claims and the plot: rc %d %s" % (p.returncode, (p.stderr + p.stdout)[-400:]))
+    res = json.load(open(os.path.join(out, "downstream.json"))) if p.returncode == 0 else {"rows": []}
+    row = {r["kind"]: r for r in res["rows"]}
+    check(set(row) == {"mha", "sha", "mhe-mul"} and all(len(r["acc"]) == 2 and all(0 <= x <= 1 for x in r["acc"]) for r in row.values())
+          and row.get("mhe-mul", {}).get("attention_params", 1) < row.get("mha", {}).get("attention_params", 0),
+          "every kind with two seeds' accuracies, mhe-mul's attention smaller than mha's")
+    p = subprocess.run(args, capture_output=True, text=True)
+    check(p.returncode == 0 and p.stdout.count("(reused)") == 6, "a second study reuses the six finished runs: %s" % p.stdout[-300:])
+    run_dir = os.path.join(out, "runs", "sha-s2")
+    pre = os.path.join(run_dir, "pretrain.safetensors")
+    stamp = os.path.getmtime(pre)
+    os.remove(os.path.join(run_dir, "result.json"))
+    os.remove(os.path.join(run_dir, "finetune.safetensors"))
+    p = subprocess.run(args, capture_output=True, text=True)
+    check(p.returncode == 0 and p.stdout.count("(reused)") == 5 and os.path.getmtime(pre) == stamp and
+          os.path.exists(os.path.join(run_dir, "result.json")),
+          "a run stopped after pretraining resumes from its pretrained model: %s" % p.stdout[-300:])
+    r = json.load(open(os.path.join(run_dir, "result.json")))
+    r["settings"]["pre"]["steps"] += 1
+    json.dump(r, open(os.path.join(run_dir, "result.json"), "w"))
+    p = subprocess.run(args, capture_output=True, text=True)
+    check(p.returncode == 1 and "other settings" in p.stderr and "sha-s2" in p.stderr, "a run of other settings is refused: %s" % p.stderr.strip())
+    with open(os.path.join(out, "task", "pretrain.txt"), "a", encoding="utf-8") as f:
+        f.write(open(os.path.join(out, "task", "test.tsv"), encoding="utf-8").readline().split("\t", 1)[1])
+    p = subprocess.run(args, capture_output=True, text=True)
+    check(p.returncode == 1 and "leak into pretraining" in p.stderr, "a task whose pretraining holds a test text is refused: %s" % p.stderr.strip())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
