@@ -486,39 +486,52 @@ static void checkpoints(void) {
     free(ck);
 }
 
-/* random byte changes to both file forms: a load succeeds or fails with a
-   message, never crashes (run under the sanitizers by make test-sanitize);
-   a loaded tokenizer still encodes and decodes */
-static void mutations(void) {
-    mhe_bpe b, c;
-    char *good = (char *)malloc(1 << 16), *buf = (char *)malloc(1 << 16), hf[4096], err[MHE_ERR_LEN];
-    size_t n, i, k, m;
-    int trial, bad = 0, loaded = 0, ids[64];
-    const char *t = "the cat sat on the mat; the dog sat on the log";
-    mhe_bpe_init(&b, NULL);
+/* 4000 random changes of one to three bytes (from pick, or any byte), and
+   now and then a cut, alternately to a tokenizer.json (hf) and to mhe's text
+   form (text): a load succeeds or fails with a message, never crashes (run
+   under the sanitizers by make test-sanitize); a loaded tokenizer encodes
+   and decodes t. Returns the failures; *loaded counts the loads. */
+static int mutate_loads(const char *hf, const char *text, size_t text_len, const char *pick, const char *t, int *loaded) {
+    mhe_bpe c;
+    char *buf = (char *)malloc(1 << 16), err[MHE_ERR_LEN];
+    size_t i, k, m, pn = strlen(pick);
+    int trial, bad = 0, ids[256];
     mhe_bpe_init(&c, NULL);
-    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, NULL, 0));
-    OK(mhe_bpe_save_mem(&b, good, 1 << 16, &n));
-    snprintf(hf, sizeof hf, "%s%s", HF_HEAD, "\"merges\":[\"a b\",[\"ab\",\"c\"]]}}");
+    *loaded = 0;
     for (trial = 0; trial < 4000; trial++) {
-        const char *src = trial % 2 ? hf : good;
-        size_t len = trial % 2 ? strlen(hf) : n;
+        const char *src = trial % 2 ? hf : text;
+        size_t len = trial % 2 ? strlen(hf) : text_len;
         mhe_status st;
         memcpy(buf, src, len);
         for (k = 0, m = 1 + rnd() % 3; k < m; k++) {
             i = rnd() % len;
-            static const char pick[] = "0123456789 \n\"{}[],:atb-";
-            buf[i] = (char)(rnd() % 4 ? pick[rnd() % (sizeof pick - 1)] : (char)(rnd() & 0xff));
+            buf[i] = (char)(rnd() % 4 ? pick[rnd() % pn] : (char)(rnd() & 0xff));
         }
         if (rnd() % 8 == 0) len = rnd() % len;
         st = trial % 2 ? mhe_bpe_load_hf(&c, buf, len) : mhe_bpe_load_mem(&c, buf, len);
         if (st != MHE_OK) { if (!c.err[0] || c.n_tokens) bad++; continue; }
-        loaded++;
-        if (mhe_bpe_encode(&c, t, strlen(t), ids, 64, &k, NULL, err) != MHE_OK || mhe_bpe_decode(&c, ids, k, buf, 1 << 16, &i, err) != MHE_OK) bad++;
+        ++*loaded;
+        if (mhe_bpe_encode(&c, t, strlen(t), ids, 256, &k, NULL, err) != MHE_OK || mhe_bpe_decode(&c, ids, k, buf, 1 << 16, &i, err) != MHE_OK) bad++;
     }
+    mhe_bpe_free(&c);
+    free(buf);
+    return bad;
+}
+
+static void mutations(void) {
+    mhe_bpe b;
+    char *good = (char *)malloc(1 << 16), hf[4096];
+    size_t n;
+    int bad, loaded;
+    const char *t = "the cat sat on the mat; the dog sat on the log";
+    mhe_bpe_init(&b, NULL);
+    OK(mhe_bpe_train(&b, t, strlen(t), 270, MHE_BPE_SPLIT_GPT2, NULL, 0));
+    OK(mhe_bpe_save_mem(&b, good, 1 << 16, &n));
+    snprintf(hf, sizeof hf, "%s%s", HF_HEAD, "\"merges\":[\"a b\",[\"ab\",\"c\"]]}}");
+    bad = mutate_loads(hf, good, n, "0123456789 \n\"{}[],:atb-", t, &loaded);
     CHECK(bad == 0, "4000 mutated files: %d failures without a message, or loaded ones that do not encode (%d loaded)", bad, loaded);
-    mhe_bpe_free(&b); mhe_bpe_free(&c);
-    free(good); free(buf);
+    mhe_bpe_free(&b);
+    free(good);
 }
 
 /* WordPiece (BERT's): a hand-written tokenizer.json with known answers
@@ -654,38 +667,20 @@ static void wordpiece(void) {
     mhe_bpe_free(&b); mhe_bpe_free(&c);
 }
 
-/* random byte changes to a WordPiece tokenizer.json and to its text form:
-   a load succeeds or fails with a message, never crashes (under the
-   sanitizers in make test-sanitize); a loaded one encodes and decodes */
+/* the same mutations of a WordPiece tokenizer.json and of its text form */
 static void wordpiece_mutations(void) {
-    mhe_bpe b, c;
-    size_t n, i, k, m, jl = strlen(WP_JSON);
-    char *good = (char *)malloc(1 << 16), *buf = (char *)malloc(1 << 16), err[MHE_ERR_LEN];
-    int trial, bad = 0, loaded = 0, ids[256];
-    const char *t = "H\xc3\xa9llo, WORLDs! unaffable \xe5\x8c\x97 [MASK] \xed\x95\x9c \xff";
+    mhe_bpe b;
+    char *good = (char *)malloc(1 << 16);
+    size_t n;
+    int bad, loaded;
     mhe_bpe_init(&b, NULL);
-    mhe_bpe_init(&c, NULL);
-    OK(mhe_bpe_load_hf(&b, WP_JSON, jl));
+    OK(mhe_bpe_load_hf(&b, WP_JSON, strlen(WP_JSON)));
     OK(mhe_bpe_save_mem(&b, good, 1 << 16, &n));
-    for (trial = 0; trial < 4000; trial++) {
-        const char *src = trial % 2 ? WP_JSON : good;
-        size_t len = trial % 2 ? jl : n;
-        mhe_status st;
-        memcpy(buf, src, len);
-        for (k = 0, m = 1 + rnd() % 3; k < m; k++) {
-            static const char pick[] = "0123456789 \n\"{}[],:-#tfnulWPBS";
-            i = rnd() % len;
-            buf[i] = (char)(rnd() % 4 ? pick[rnd() % (sizeof pick - 1)] : (char)(rnd() & 0xff));
-        }
-        if (rnd() % 8 == 0) len = rnd() % len;
-        st = trial % 2 ? mhe_bpe_load_hf(&c, buf, len) : mhe_bpe_load_mem(&c, buf, len);
-        if (st != MHE_OK) { if (!c.err[0] || c.n_tokens) bad++; continue; }
-        loaded++;
-        if (mhe_bpe_encode(&c, t, strlen(t), ids, 256, &k, NULL, err) != MHE_OK || mhe_bpe_decode(&c, ids, k, buf, 1 << 16, &i, err) != MHE_OK) bad++;
-    }
+    bad = mutate_loads(WP_JSON, good, n, "0123456789 \n\"{}[],:-#tfnulWPBS",
+                       "H\xc3\xa9llo, WORLDs! unaffable \xe5\x8c\x97 [MASK] \xed\x95\x9c \xff", &loaded);
     CHECK(bad == 0 && loaded > 100, "4000 mutated WordPiece files: %d failures without a message, or loaded ones that do not encode (%d loaded)", bad, loaded);
-    mhe_bpe_free(&b); mhe_bpe_free(&c);
-    free(good); free(buf);
+    mhe_bpe_free(&b);
+    free(good);
 }
 
 int main(void) {

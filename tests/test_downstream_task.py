@@ -7,7 +7,8 @@ second build, a bag-of-words baseline well above the majority class; and its
 text in two splits, each by name. Then the study (tools/scripts/downstream_study.py)
 at its tiny scale: the table, PRR and the verdicts written; a second run reuses
 every finished run; a run stopped after pretraining resumes from its pretrained
-model; a run of other settings and a task with a leak are refused by name."""
+model; a run of other settings and a task with a leak are refused by name; the
+subword variant (--subwords) trains its tokenizer and reports apart."""
 import json
 import os
 import shutil
@@ -120,6 +121,13 @@ def study(d, task):
     json.dump(r, open(os.path.join(run_dir, "result.json"), "w"))
     p = subprocess.run(args, capture_output=True, text=True)
     check(p.returncode == 1 and "other settings" in p.stderr and "sha-s2" in p.stderr, "a run of other settings is refused: %s" % p.stderr.strip())
+    p = subprocess.run(args[:-4] + ["--seeds", "1", "--threads", "1", "--subwords", "300"], capture_output=True, text=True)
+    sub = os.path.join(out, "downstream-bpe300.json")
+    rows = {r["kind"]: r for r in json.load(open(sub))["rows"]} if p.returncode == 0 and os.path.exists(sub) else {}
+    check(p.returncode == 0 and set(rows) == {"mha", "sha", "mhe-mul"} and os.path.exists(os.path.join(out, "task", "bpe-300.tok"))
+          and rows["mha"]["total_params"] == row["mha"]["total_params"] + 44 * 32,
+          "the subword study: its own tokenizer (300 tokens: 44 embedding rows more than bytes), runs and report: %s"
+          % (p.stderr + p.stdout)[-300:])
     with open(os.path.join(out, "task", "pretrain.txt"), "a", encoding="utf-8") as f:
         f.write(open(os.path.join(out, "task", "test.tsv"), encoding="utf-8").readline().split("\t", 1)[1])
     p = subprocess.run(args, capture_output=True, text=True)

@@ -7,8 +7,8 @@ against MHA and PEoP against SHA (mhe_prr, mhe_peop: accuracy, a direct
 indicator), parameter counts, a plot with error bars, and each of the paper's
 claims as holds / does not hold / not separated on this data.
 
-    python3 tools/scripts/downstream_study.py [--out build/downstream] [--scale small|gpu]
-        [--kinds mha,sha,...] [--seeds 3] [--threads 2] [--mhe build/mhe] [--dry-run]
+    python3 tools/scripts/downstream_study.py [--out build/downstream] [--scale small|gpu|tiny]
+        [--kinds mha,sha,...] [--seeds 3] [--subwords N] [--threads 2] [--mhe build/mhe] [--steps-scale X]
 
 The task is tools/scripts/downstream_task.py's (fortune quotations by file, 8
 classes, Debian's fortunes package), built into OUT/task when missing and
@@ -24,8 +24,16 @@ and refused rather than mixed in (delete its folder to redo it).
 of d_model 128, 4 layers, 4 heads, sequences of 128 bytes; 1500 pretraining
 steps of 16 sequences, 600 fine-tuning steps of 16 texts; the whole study fits
 two hours on two cores. --scale gpu: d_model 512, 8 layers, 8 heads, 256 bytes,
-20000 + 3000 steps of 32 on `--device cuda` (build/cuda/mhe). --scale tiny: a
+10000 + 3000 steps of 32 on `--device cuda` (build/cuda/mhe). --scale tiny: a
 few steps of a one-layer model, for the tests.
+
+--subwords N: the same study on byte-level BPE tokens: a vocabulary of N tokens
+(256 bytes, merges, "<mask>" last: the encoders' mask) trained by `mhe tokenize
+train` on the pretraining corpus (OUT/task/bpe-N.tok, once), given to every
+pretraining with --tokenizer and kept in the checkpoints, so fine-tuning and
+testing read the texts as the same subwords; its runs are OUT/runs/KIND-sSEED-bpeN
+and its report OUT/downstream-bpeN.*. The same number of steps and sequence
+length, so a subword model sees more text per step (bytes per token about 3.5).
 
 Writes OUT/downstream.md (the table, the baselines and the verdicts),
 OUT/downstream.json and OUT/downstream.svg."""
@@ -52,7 +60,7 @@ SCALES = {
               "ft": {"steps": 600, "batch": 16, "seq_len": 128, "lr": 3e-4, "warmup": 60, "min_lr": 0},
               "device": "cpu"},
     "gpu": {"model": {"d_model": 512, "n_heads": 8, "n_layers": 8, "max_seq_len": 256, "kv_groups": 2},
-            "pre": {"steps": 20000, "batch": 32, "seq_len": 256, "lr": 5e-4, "warmup": 1000},
+            "pre": {"steps": 10000, "batch": 32, "seq_len": 256, "lr": 5e-4, "warmup": 500},
             "ft": {"steps": 3000, "batch": 32, "seq_len": 256, "lr": 1e-4, "warmup": 300, "min_lr": 0},
             "device": "cuda"},
 }
@@ -110,10 +118,10 @@ def flags(d):
 
 def one_run(a, S, task, kind, seed):
     """pretrain, fine-tune, test one kind and seed; reuses what a previous study left"""
-    d = os.path.join(a.out, "runs", "%s-s%d" % (kind, seed))
+    d = os.path.join(a.out, "runs", "%s-s%d%s" % (kind, seed, a.suffix))
     os.makedirs(d, exist_ok=True)
     settings = {"scale": a.scale, "model": S["model"], "pre": S["pre"], "ft": S["ft"], "kind": kind, "seed": seed,
-                "task": task["sha256"]}
+                "task": task["sha256"], "tokenizer": a.tok_sha}
     res_path, pre, ft, log = (os.path.join(d, n) for n in ("result.json", "pretrain.safetensors", "finetune.safetensors", "log.txt"))
     if os.path.exists(res_path):
         r = json.load(open(res_path))
@@ -126,7 +134,8 @@ def one_run(a, S, task, kind, seed):
     if not os.path.exists(pre):
         _, t_pre = mhe(a.mhe, ["train", "--task", "lm", "--arch", "encoder", "--attn", kind, "--data",
                                os.path.join(a.out, "task", "pretrain.txt"), "--out", pre, "--seed", seed, "--quiet",
-                               "--eval_every", 0] + flags(S["model"]) + flags(S["pre"]) + dev, log)
+                               "--eval_every", 0] + (["--tokenizer", a.tok] if a.tok else []) + flags(S["model"])
+                      + flags(S["pre"]) + dev, log)
     t_ft = 0.0
     if not os.path.exists(ft):
         _, t_ft = mhe(a.mhe, ["train", "--task", "cls", "--model", pre, "--data", os.path.join(a.out, "task", "train.tsv"),
@@ -210,9 +219,10 @@ def report(a, S, task, results):
                      "attention_params": rs[0]["attention_params"], "total_params": rs[0]["total_params"]})
     by = {r["kind"]: r for r in rows}
     lines = ["# Downstream study: pretrain, fine-tune, test", "",
-             "Task: fortune quotations by file (%d classes, %s), train %d, validation %d, test %d examples; "
+             "Tokens: %s. Task: fortune quotations by file (%d classes, %s), train %d, validation %d, test %d examples; "
              "pretraining on %d fortunes entries without a validation or test text. Scale `%s`: %s; pretraining %s; "
              "fine-tuning %s; seeds %s. Baselines on the test split: %s." % (
+                 "bytes" if not a.tok else "byte-level BPE, %d tokens (`%s`)" % (a.subwords, os.path.basename(a.tok)),
                  len(task["classes"]), ", ".join(task["classes"]), sum(task["counts"]["train"]), sum(task["counts"]["valid"]),
                  sum(task["counts"]["test"]), task["pretrain_entries"], a.scale, S["model"], S["pre"], S["ft"],
                  ", ".join(map(str, a.seed_list)),
@@ -257,11 +267,14 @@ def report(a, S, task, results):
     lines += ["", "Claims (a gap counts when it exceeds the sum of the two standard deviations):", ""]
     lines += ["- %s: %s" % c for c in claims]
     lines += ["", "![test accuracy per kind](downstream.svg)", ""]
-    with open(os.path.join(a.out, "downstream.md.tmp"), "w") as f:
+    name = "downstream" + a.suffix
+    lines[-2] = "![test accuracy per kind](%s.svg)" % name
+    with open(os.path.join(a.out, name + ".md.tmp"), "w") as f:
         f.write("\n".join(lines))
-    os.replace(os.path.join(a.out, "downstream.md.tmp"), os.path.join(a.out, "downstream.md"))
-    write_json(os.path.join(a.out, "downstream.json"), {"rows": rows, "claims": claims, "task": task, "scale": S})
-    svg(rows, os.path.join(a.out, "downstream.svg"))
+    os.replace(os.path.join(a.out, name + ".md.tmp"), os.path.join(a.out, name + ".md"))
+    write_json(os.path.join(a.out, name + ".json"), {"rows": rows, "claims": claims, "task": task, "scale": S,
+                                                    "tokens": "bytes" if not a.tok else "byte-level BPE of %d tokens" % a.subwords})
+    svg(rows, os.path.join(a.out, name + ".svg"))
     print("\n".join(lines))
 
 
@@ -274,6 +287,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--mhe", default=None, help="the mhe binary (default build/mhe, build/cuda/mhe for --scale gpu)")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (a quick look: 0.05)")
+    ap.add_argument("--subwords", type=int, default=0, help="byte-level BPE of N tokens instead of bytes (0: bytes)")
     a = ap.parse_args()
     S = json.loads(json.dumps(SCALES[a.scale]))
     for part in ("pre", "ft"):
@@ -298,6 +312,15 @@ def main():
     if p.returncode != 0:
         fail(p.stderr.strip())
     task = json.load(open(os.path.join(tdir, "task.json")))
+    a.tok, a.tok_sha, a.suffix = None, None, ""
+    if a.subwords:
+        if a.subwords < 258:
+            fail("--subwords %d: a BPE needs at least 258 tokens (256 bytes, a merge, <mask>)" % a.subwords)
+        a.tok, a.suffix = os.path.join(tdir, "bpe-%d.tok" % a.subwords), "-bpe%d" % a.subwords
+        if not os.path.exists(a.tok):
+            mhe(a.mhe, ["tokenize", "train", "--data", os.path.join(tdir, "pretrain.txt"), "--vocab", a.subwords,
+                        "--added", "<mask>", "--out", a.tok], os.path.join(tdir, "tokenize.log"))
+        a.tok_sha = hashlib.sha256(open(a.tok, "rb").read()).hexdigest()
     results, t0, done = {}, time.time(), 0
     total = len(a.kinds) * len(a.seed_list)
     for k in a.kinds:
