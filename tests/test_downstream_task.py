@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from mhetest import REPO, check, finish, skip, tmpdir  # noqa: E402
+from mhetest import MHE, REPO, check, finish, skip, tmpdir  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "tools", "scripts", "downstream_task.py")
 STUDY = os.path.join(REPO, "tools", "scripts", "downstream_study.py")
@@ -86,14 +86,14 @@ def main():
 
 
 def study(d, task):
-    mhe = os.path.join(REPO, "build", "mhe")
-    if not os.access(mhe, os.X_OK):
-        print("SKIP the study: no build/mhe")
+    if not os.access(MHE, os.X_OK):
+        print("SKIP the study: no %s" % MHE)
         return
     out = os.path.join(d, "study")
     os.makedirs(out)
     shutil.copytree(task, os.path.join(out, "task"))
-    args = [sys.executable, STUDY, "--out", out, "--scale", "tiny", "--kinds", "mha,sha,mhe-mul", "--seeds", "2", "--threads", "1"]
+    args = [sys.executable, STUDY, "--out", out, "--scale", "tiny", "--kinds", "mha,sha,mhe-mul", "--mhe", MHE,
+            "--seeds", "2", "--threads", "1"]
     p = subprocess.run(args, capture_output=True, text=True)
     md = os.path.join(out, "downstream.md")
     body = open(md, encoding="utf-8").read() if os.path.exists(md) else ""
