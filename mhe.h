@@ -1286,7 +1286,9 @@ MHEDEF MHE_NODISCARD mhe_status mhe_bpe_decode(const mhe_bpe *b, const int *ids,
      mhe-wordpiece 1
      normalize F (MHE_NORM_* flags)   max_word_chars N   prefix HEX   unk ID
      cls ID|-1   sep ID|-1   cleanup 0|1   (one a line)
-     tokens N          as above
+     tokens N          as above (a late added token is matched in the
+                       normalised text as it is written: mhe_bpe_load_hf
+                       checks that the normalizer leaves it unchanged)
      end
    save: the first cap bytes to buf (buf may be NULL), the full size to *len.
    load: every field checked (a truncated file, a token that is empty or
@@ -11172,7 +11174,6 @@ static int mhe__bpe_added_cmp(const void *pa, const void *pb, const mhe_bpe *b) 
 }
 
 #define MHE__WP_GROW(len) (3 * (len) + 8)   /* room for a normalised text of len bytes */
-static size_t mhe__wp_normalize(int flags, const unsigned char *p, size_t len, unsigned char *out);   /* WordPiece, below */
 
 /* After the tokens and merges are in place (start, bytes, added, merges):
    checks them and builds byte_id, the hashes and the added list. where
@@ -11242,17 +11243,6 @@ static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
     if (b->model == MHE_TOK_WORDPIECE) {
         if (b->n_merges) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: a WordPiece vocabulary has no merges", where);
         if (b->unk < 0) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: a WordPiece vocabulary needs an unk token", where);
-        for (i = 0; i < b->n_tokens; i++) {   /* a late added token is matched in normalised text: it must be normalised */
-            size_t n = b->start[i + 1] - b->start[i], m;
-            unsigned char *tmp;
-            int same;
-            if (!(b->added[i] & MHE_BPE_ADDED_LATE)) continue;
-            if (!(tmp = (unsigned char *)MHE_MALLOC(b->alloc_ctx, MHE__WP_GROW(n)))) return mhe__fail(b->err, MHE_ERR_NOMEM, "%s: out of memory", where);
-            m = mhe__wp_normalize(b->normalize, b->bytes + b->start[i], n, tmp);
-            same = m == n && memcmp(tmp, b->bytes + b->start[i], n) == 0;
-            MHE_FREE(b->alloc_ctx, tmp);
-            if (!same) return mhe__fail(b->err, MHE_ERR_FORMAT, "%s: added token %d is matched after normalisation but the normalizer changes it", where, i);
-        }
     }
     return MHE_OK;
 }
@@ -14546,6 +14536,17 @@ static mhe_status mhe__hf_build(mhe__hf *h) {
     b->n_merges = h->n_mrg;
     b->split = h->split; b->prefix_space = h->prefix_space; b->ignore_merges = h->ignore_merges; b->fuse_unk = h->fuse_unk;
     s = mhe__bpe_index(b, "tokenizer.json");
+    for (i = 0; s == MHE_OK && h->wordpiece && i < nt; i++) {   /* a "normalized" added token is matched in normalised text: it must be normalised */
+        size_t n = b->start[i + 1] - b->start[i], m;
+        unsigned char *tmp;
+        int same;
+        if (!(b->added[i] & MHE_BPE_ADDED_LATE)) continue;
+        if (!(tmp = (unsigned char *)MHE_MALLOC(ctx, MHE__WP_GROW(n)))) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
+        m = mhe__wp_normalize(b->normalize, b->bytes + b->start[i], n, tmp);
+        same = m == n && memcmp(tmp, b->bytes + b->start[i], n) == 0;
+        MHE_FREE(ctx, tmp);
+        if (!same) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added token %d is matched after normalisation (\"normalized\": true) but the normalizer changes it", i);
+    }
     if (s != MHE_OK && strstr(b->err, "repeats merge")) {   /* in the file's terms */
         char e[MHE_ERR_LEN];
         memcpy(e, b->err, sizeof e);
