@@ -83,7 +83,10 @@ run: all
 # every MHE-paper kind, REPRO_SEEDS seeds each, at a budget where mha and sha
 # separate beyond the seed spread. The defaults took 92 minutes on 2 cores
 # (24 runs of 4.1 M tokens; docs/kinds.md has the results); never part of make test. Writes
-# build/reproduce/compare_attention.md and .svg, e.g. make reproduce REPRO_STEPS=500
+# build/reproduce/compare_attention.md and .svg, e.g. make reproduce REPRO_STEPS=500.
+# REPRO_BPE=N: the same study on a byte-level BPE of N tokens (the same steps of 16 x 128
+# tokens), written to build/reproduce/compare_attention_bpeN.md and .svg
+REPRO_BPE     ?= 0
 REPRO_STEPS   ?= 2000
 REPRO_SEEDS   ?= 3
 REPRO_D_MODEL ?= 128
@@ -93,7 +96,8 @@ REPRO_THREADS ?= 2
 reproduce: $(B)/examples/compare_attention
 	@mkdir -p build/reproduce
 	./$(B)/examples/compare_attention --steps $(REPRO_STEPS) --seeds $(REPRO_SEEDS) --d_model $(REPRO_D_MODEL) \
-	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) --out build/reproduce/compare_attention
+	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) \
+	    $(if $(filter-out 0,$(REPRO_BPE)),--bpe $(REPRO_BPE) --out build/reproduce/compare_attention_bpe$(REPRO_BPE),--out build/reproduce/compare_attention)
 
 # make reproduce-downstream: the papers' downstream protocol (tools/scripts/downstream_study.py, the
 # fortunes package's quotation task): the MHE paper's 8 kinds x 3 seeds, each a masked-LM encoder

@@ -7,9 +7,15 @@
    parameters, tokens/s, memory and KV-cache bytes per token. Ends with three
    verdicts (does mha separate from sha, does MHE-MUL keep 75-99 % of MHA,
    is MUL ahead of ADD) and writes PREFIX.md and PREFIX.svg.
+   --bpe N: the same study on subwords: a byte-level BPE of N tokens trained
+   on train.txt (GPT-2's split, mhe_bpe_train), both texts encoded by it, and
+   every model's vocabulary N; the same steps, batch and sequence length in
+   tokens (equal model compute but for the wider head; a step then sees
+   several bytes per token). Perplexity is then per token; the table adds
+   bits per byte, comparable with the byte-level study's.
      build/examples/compare_attention [--steps N] [--seeds S] [--d_model C] [--heads n]
          [--layers L] [--seq_len T] [--batch B] [--lr LR] [--kinds a,b,...]
-         [--out PREFIX] [--threads N] [--eval_batches N]
+         [--out PREFIX] [--threads N] [--eval_batches N] [--bpe N]
      build/examples/compare_attention [steps] [out-prefix]      (the older form)
    Run from the repository root (it reads examples/data/train.txt, valid.txt).
    Seed s (0-based) trains from model seed 42 + s and draws batches from
@@ -27,7 +33,7 @@
 #define MAX_SEEDS 100
 
 typedef struct {
-    int steps, seeds, d_model, heads, layers, seq_len, batch, threads, eval_batches;
+    int steps, seeds, d_model, heads, layers, seq_len, batch, threads, eval_batches, bpe;
     double lr;
     int kinds[MHE_ATTN_KIND_COUNT], n_kinds;
     const char *prefix;
@@ -36,7 +42,7 @@ typedef struct {
 typedef struct {
     int kind;
     int64_t attn_params, total_params;
-    double ppl[MAX_SEEDS];
+    double ppl[MAX_SEEDS], bpb[MAX_SEEDS];   /* per token; bits per byte of valid.txt */
     double tok_s, mem_mb, kv_bytes;   /* tok_s: mean over seeds; the rest do not depend on the seed */
 } result;
 
@@ -47,11 +53,11 @@ static double seconds(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC,
 static void usage(FILE *f) {
     fprintf(f, "usage: compare_attention [--steps N] [--seeds S] [--d_model C] [--heads n] [--layers L]\n"
                "         [--seq_len T] [--batch B] [--lr LR] [--kinds a,b,...] [--out PREFIX] [--threads N]\n"
-               "         [--eval_batches N]\n"
+               "         [--eval_batches N] [--bpe N]\n"
                "       compare_attention [steps] [out-prefix]\n"
                "defaults: 400 steps, 3 seeds, d_model 128, 8 heads, 4 layers, T 128, batch 16, lr 2e-3,\n"
                "the MHE paper's kinds (mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul), build/compare_attention,\n"
-               "--eval_batches 0 (the whole validation text; N > 0 only for quick checks)\n");
+               "--eval_batches 0 (the whole validation text; N > 0 only for quick checks), --bpe 0 (bytes)\n");
 }
 
 /* a flag's value as a whole integer in lo..hi, else a message naming the flag and exit 2 */
@@ -118,7 +124,7 @@ static void parse_kinds(options *o, const char *text) {
 static void parse_options(options *o, int argc, char **argv) {
     int i, positional = 0;
     o->steps = 400; o->seeds = 3; o->d_model = 128; o->heads = 8; o->layers = 4;
-    o->seq_len = 128; o->batch = 16; o->threads = 0; o->eval_batches = 0; o->lr = 2e-3;
+    o->seq_len = 128; o->batch = 16; o->threads = 0; o->eval_batches = 0; o->lr = 2e-3; o->bpe = 0;
     o->prefix = "build/compare_attention";
     for (o->n_kinds = 0; o->n_kinds <= MHE_ATTN_MHE_MUL; o->n_kinds++) o->kinds[o->n_kinds] = o->n_kinds;
     for (i = 1; i < argc; i++) {
@@ -141,6 +147,7 @@ static void parse_options(options *o, int argc, char **argv) {
         else if (strcmp(a, "--batch") == 0) o->batch = parse_int(a, v, 1, 65536);
         else if (strcmp(a, "--threads") == 0) o->threads = parse_int(a, v, 0, 4096);
         else if (strcmp(a, "--eval_batches") == 0) o->eval_batches = parse_int(a, v, 0, 1000000000);
+        else if (strcmp(a, "--bpe") == 0) o->bpe = parse_int(a, v, 257, MHE_BPE_MAX_TOKENS);
         else if (strcmp(a, "--lr") == 0) o->lr = parse_real(a, v, 0, 1);
         else if (strcmp(a, "--kinds") == 0) parse_kinds(o, v);
         else if (strcmp(a, "--out") == 0) {
@@ -182,6 +189,7 @@ static void config_for(mhe_config *c, const options *o, int kind) {
     int i;
     *c = mhe_config_default();
     c->d_model = o->d_model; c->n_heads = o->heads; c->n_layers = o->layers; c->max_seq_len = o->seq_len;
+    if (o->bpe) c->vocab_size = o->bpe;
     c->kv_groups = o->heads % 2 == 0 ? 2 : 1;   /* gqa: two K/V groups when the heads split evenly */
     for (i = 0; i < MHE_MAX_LAYERS; i++) c->attn[i] = kind;
 }
@@ -249,8 +257,8 @@ static void verdict_mul_add(char *out, size_t len, const result *add, const resu
 static void write_table(FILE *f, const result *res, int n, int seeds) {
     const result *mha = find_kind(res, n, MHE_ATTN_MHA), *sha = find_kind(res, n, MHE_ATTN_SHA);
     int k, i;
-    fprintf(f, "| kind | attention params | total params | val ppl (mean ± std) | min–max | PRR vs MHA | PEoP vs SHA | tokens/s | memory MB | KV cache bytes/token |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    fprintf(f, "| kind | attention params | total params | val ppl (mean ± std) | min–max | bits per byte | PRR vs MHA | PEoP vs SHA | tokens/s | memory MB | KV cache bytes/token |\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (k = 0; k < n; k++) {
         const result *r = &res[k];
         spread p = spread_of(r->ppl, seeds);
@@ -273,9 +281,10 @@ static void write_table(FILE *f, const result *res, int n, int seeds) {
             s = spread_of(x, seeds);
             snprintf(peop, sizeof peop, "%.2f ± %.2f", s.mean, s.std);
         }
-        fprintf(f, "| %s | %lld | %lld | %.3f ± %.3f | %.3f–%.3f | %s | %s | %.0f | %.1f | %.0f |\n",
+        spread b = spread_of(r->bpb, seeds);
+        fprintf(f, "| %s | %lld | %lld | %.3f ± %.3f | %.3f–%.3f | %.4f ± %.4f | %s | %s | %.0f | %.1f | %.0f |\n",
                 mhe_attn_kind_name(r->kind), (long long)r->attn_params, (long long)r->total_params,
-                p.mean, p.std, p.min, p.max, prr, peop, r->tok_s, r->mem_mb, r->kv_bytes);
+                p.mean, p.std, p.min, p.max, b.mean, b.std, prr, peop, r->tok_s, r->mem_mb, r->kv_bytes);
     }
 }
 
@@ -361,7 +370,7 @@ static void write_svg(FILE *f, const result *res, int n, const options *o) {
 int main(int argc, char **argv) {
     static result res[MHE_ATTN_KIND_COUNT];
     options o;
-    size_t n_train, n_valid;
+    size_t n_train, n_valid, valid_bytes;
     int *train = NULL, *valid = NULL, k, s, i;
     char load_err[MHE_ERR_LEN], err[MHE_ERR_LEN], scored[48], path[1024], tmp[1040], verdict[3][400];
     FILE *md, *svg;
@@ -389,6 +398,27 @@ int main(int argc, char **argv) {
         mhe_read_text_tokens("examples/data/valid.txt", &valid, &n_valid, NULL, load_err) != MHE_OK) {
         fprintf(stderr, "compare_attention: %s (run from the repository root)\n", load_err);
         return 1;
+    }
+    valid_bytes = n_valid;
+    if (o.bpe) {   /* subwords: a BPE learnt on the training text, both texts re-read through it */
+        mhe_bpe b;
+        char *text = (char *)malloc(n_train);
+        mhe_bpe_init(&b, NULL);
+        for (i = 0; text && (size_t)i < n_train; i++) text[i] = (char)train[i];
+        if (!text || mhe_bpe_train(&b, text, n_train, o.bpe, MHE_BPE_SPLIT_GPT2, NULL, 0) != MHE_OK) {
+            fprintf(stderr, "compare_attention: --bpe %d: %s\n", o.bpe, text ? b.err : "out of memory");
+            return 1;
+        }
+        free(text); free(train); free(valid);
+        o.bpe = b.n_tokens;   /* fewer when the text runs out of pairs */
+        if (mhe_bpe_read_tokens(&b, "examples/data/train.txt", &train, &n_train, NULL, load_err) != MHE_OK ||
+            mhe_bpe_read_tokens(&b, "examples/data/valid.txt", &valid, &n_valid, NULL, load_err) != MHE_OK) {
+            fprintf(stderr, "compare_attention: %s\n", load_err);
+            return 1;
+        }
+        mhe_bpe_free(&b);
+        printf("byte-level BPE of %d tokens: train %zu tokens, valid %zu tokens (%.2f bytes per token)\n", o.bpe, n_train,
+               n_valid, (double)valid_bytes / (double)n_valid);
     }
     printf("decoder, d_model %d, %d heads, %d layers, T %d, batch %d, lr %g, %d steps, %d seed%s per kind\n",
            o.d_model, o.heads, o.layers, o.seq_len, o.batch, o.lr, o.steps, o.seeds, o.seeds == 1 ? "" : "s");
@@ -429,6 +459,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             r->ppl[s] = mhe_perplexity(val);
+            /* nats per token over the scored tokens -> bits per byte of the same text (the whole of valid.txt by default) */
+            r->bpb[s] = val / log(2.0) * (double)n_valid / (double)valid_bytes;
             r->total_params = m.n_params;
             r->attn_params = c.n_layers * mhe_attn_param_count(&c, r->kind, 1, c.bias);
             r->mem_mb = (m.bytes_params + m.bytes_acts + 2.0 * m.n_params * sizeof(float)) / 1e6;
@@ -461,8 +493,9 @@ int main(int argc, char **argv) {
     fprintf(md, "decoder, d_model %d, %d heads, %d layers, T %d, batch %d, lr %g, %d steps, %d seed%s per kind "
                 "(seed s: model seed 42 + s, batch seed 5 + s); validation perplexity over %s "
                 "examples/data/valid.txt; ± is the sample std over the seeds, PRR and PEoP are taken per seed "
-                "(seed i against seed i of mha / sha)\n\n",
-            o.d_model, o.heads, o.layers, o.seq_len, o.batch, o.lr, o.steps, o.seeds, o.seeds == 1 ? "" : "s", scored);
+                "(seed i against seed i of mha / sha); tokens: %s\n\n",
+            o.d_model, o.heads, o.layers, o.seq_len, o.batch, o.lr, o.steps, o.seeds, o.seeds == 1 ? "" : "s", scored,
+            o.bpe ? "byte-level BPE (per-token perplexity; bits per byte over the same bytes)" : "bytes");
     write_table(md, res, o.n_kinds, o.seeds);
     fprintf(md, "\n");
     for (i = 0; i < 3; i++) fprintf(md, "- Verdict %s: %s\n", verdict_name[i], verdict[i]);

@@ -1,6 +1,8 @@
 """examples/compare_attention, quickly: a tiny multi-seed run of four kinds writes a
 Markdown table with a mean ± std row per kind and the three verdicts, and a valid SVG;
-bad flag values exit 2 naming the flag; a missing corpus fails with a message.
+--bpe N runs the same on subwords (its own vocabulary, per-token perplexity, bits per
+byte near the byte run's scale); bad flag values exit 2 naming the flag; a missing corpus
+fails with a message.
 Runs the example built in $MHE_TEST_BUILD/examples (skips when that build has none)."""
 import os
 import re
@@ -56,6 +58,23 @@ def tiny_run(out):
         check(False, "SVG does not parse: %s" % e)
 
 
+def subwords(out):
+    prefix = os.path.join(out, "bpe")
+    rc, stdout, err = run(TINY + ["--bpe", "300", "--out", prefix])
+    check(rc == 0 and "byte-level BPE of 300 tokens" in stdout, "--bpe 300: exit %d %s" % (rc, err.strip()))
+    if rc != 0:
+        return
+    md = open(prefix + ".md", encoding="utf-8").read()
+    rows = re.findall(r"^\| (mha|sha|mhe-add|mhe-mul) \| \d+ \| (\d+) \| ([0-9.]+) ± [0-9.]+ \| [0-9.]+–[0-9.]+ \| ([0-9.]+) ± ", md, re.M)
+    check(len(rows) == 4 and "tokens: byte-level BPE" in md, "a row per kind and the tokens named: %s" % md[-300:])
+    # untrained-ish models: per-token perplexity near the vocabulary, and bits per byte
+    # = log2(per-token ppl) / bytes per token, so below log2(300) = 8.2
+    check(all(100 < float(p) < 400 and 2 < float(b) < 8.3 for _, _, p, b in rows),
+          "per-token perplexity near the 300-token vocabulary and bits per byte below log2(300): %s" % rows)
+    rc, _, err = run(TINY + ["--bpe", "256", "--out", prefix])
+    check(rc == 2 and "--bpe" in err, "--bpe 256 (no merge, no subword) refused: %d %s" % (rc, err.strip()))
+
+
 def bad_input(out):
     for flag, value in (("--steps", "3x"), ("--seeds", "0"), ("--lr", "nan"), ("--kinds", "mha,nope")):
         rc, _, err = run([flag, value, "--out", os.path.join(out, "bad")])
@@ -70,6 +89,7 @@ def main():
         return skip(NAME, "no %s (this build has no examples; `make` builds them)" % EXAMPLE)
     out = tmpdir("mhe_compare_")
     tiny_run(out)
+    subwords(out)
     bad_input(out)
     return finish()
 
