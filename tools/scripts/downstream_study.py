@@ -121,7 +121,9 @@ def one_run(a, S, task, kind, seed):
     d = os.path.join(a.out, "runs", "%s-s%d%s" % (kind, seed, a.suffix))
     os.makedirs(d, exist_ok=True)
     settings = {"scale": a.scale, "model": S["model"], "pre": S["pre"], "ft": S["ft"], "kind": kind, "seed": seed,
-                "task": task["sha256"], "tokenizer": a.tok_sha}
+                "task": task["sha256"]}
+    if a.tok_sha:   # bytes: no tokenizer entry
+        settings["tokenizer"] = a.tok_sha
     res_path, pre, ft, log = (os.path.join(d, n) for n in ("result.json", "pretrain.safetensors", "finetune.safetensors", "log.txt"))
     if os.path.exists(res_path):
         r = json.load(open(res_path))
