@@ -103,7 +103,8 @@ reproduce: $(B)/examples/compare_attention
 # fortunes package's quotation task): the MHE paper's 8 kinds x 3 seeds, each a masked-LM encoder
 # pretrained, fine-tuned and tested; resumes where a stopped run left off. Writes
 # build/downstream/downstream.md, .json and .svg. DOWNSTREAM_FLAGS="--scale gpu" for the GPU size,
-# "--steps-scale 0.1" for a quick look; never part of make test.
+# "--steps-scale 0.1" for a quick look, "--task pairs" the pair task (does B continue A?) on the same
+# pretrained encoders, "--subwords N" byte-level BPE tokens; never part of make test.
 DOWNSTREAM_FLAGS ?=
 reproduce-downstream: $(B)/mhe
 	python3 tools/scripts/downstream_study.py --out build/downstream $(DOWNSTREAM_FLAGS)

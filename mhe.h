@@ -1242,6 +1242,7 @@ typedef struct mhe_bpe {
     char subword_prefix[8];         /* WordPiece: in front of a piece that continues a word ("##") */
     int cls, sep;                   /* around each example of a text set, -1: none */
     int decode_cleanup;             /* WordPiece decoding: " ." -> "." and the like, as tokenizers' cleanup */
+    size_t max_token_bytes;         /* the longest token (set with the tables; WordPiece decoding's buffer) */
     void *alloc_ctx;
     char err[MHE_ERR_LEN];
 } mhe_bpe;
@@ -1341,6 +1342,7 @@ typedef struct mhe_text_set {
     int *labels;                    /* [n] */
     size_t *start;                  /* [n + 1]: example i is tokens[start[i] .. start[i+1]) */
     int *tokens;
+    int *types;                     /* [start[n]]: token types of pairs (mhe_text_set_bpe), NULL: every token type 0 */
     void *alloc_ctx;
     const mhe_word_feats *words;    /* word sets: set by the caller, passed on in every batch */
 } mhe_text_set;
@@ -1359,11 +1361,19 @@ MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lex
 #endif
 /* the texts of a byte text set (mhe_text_set_load) re-read as BPE tokens of
    b, labels kept, each between b's cls and sep where it has them; a text
-   without a token is an error naming the example */
+   without a token is an error naming the example. With both cls and sep (a
+   WordPiece template, BERT's) a text with a tab is a pair, `A<TAB>B` read
+   as [CLS] A [SEP] B [SEP] (BERT's pair template; a later tab is white
+   space of B), its types 0 up to the first [SEP] and 1 after it: s->types
+   is set when the set holds a pair. */
 MHEDEF MHE_NODISCARD mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err);
 /* examples idx[0..B) as a padded batch: the first T tokens of each text in
    tokens [B*T] (padding 0), lengths [B] and labels [B] */
 MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels);
+/* their token types [B*T] as the same batch cuts them (0 where s->types is
+   NULL and for padding); mhe_trainer_step_cls and mhe_evaluate_cls pass
+   them to a model with type_vocab >= 2 */
+MHEDEF void mhe_text_set_batch_types(const mhe_text_set *s, const int *idx, int B, int T, int *types);
 
 /* Shuffle+Random (S+R; thesis sec. 2.3.6 after Yamaguchi et al. 2021, as
    the authors' collator runs it): a 3-way label per token, the objective of
@@ -11194,6 +11204,9 @@ static mhe_status mhe__bpe_index(mhe_bpe *b, const char *where) {
     for (s = 0; s < b->n_merge_slots; s++) b->merge_keys[s] = UINT64_MAX;
     mask = b->n_tok_slots - 1;
     b->n_added = 0;
+    b->max_token_bytes = 0;
+    for (i = 0; i < b->n_tokens; i++)
+        if (b->start[i + 1] - b->start[i] > b->max_token_bytes) b->max_token_bytes = b->start[i + 1] - b->start[i];
     for (pass = 0; pass < 2; pass++)   /* the vocabulary first: an added token that repeats a token is matched, not hashed */
         for (i = 0; i < b->n_tokens; i++) {
             size_t n = b->start[i + 1] - b->start[i];
@@ -12297,11 +12310,9 @@ static size_t mhe__wp_cleanup(char *t, size_t k) {
 /* WordPiece: the first token as it is; a later one after a space, or
    without its subword prefix and the space (tokenizers' decoder) */
 static mhe_status mhe__wp_decode(const mhe_bpe *b, const int *ids, size_t n, char *out, size_t cap, size_t *len, char *err) {
-    size_t i, q = 0, longest = 0, pl = strlen(b->subword_prefix);
+    size_t i, q = 0, pl = strlen(b->subword_prefix);
     char *t;
-    int k;
-    for (k = 0; k < b->n_tokens; k++) if (b->start[k + 1] - b->start[k] > longest) longest = b->start[k + 1] - b->start[k];
-    if (!(t = (char *)MHE_MALLOC(b->alloc_ctx, longest + 2))) return mhe__fail(err, MHE_ERR_NOMEM, "bpe decode: out of memory");
+    if (!(t = (char *)MHE_MALLOC(b->alloc_ctx, b->max_token_bytes + 2))) return mhe__fail(err, MHE_ERR_NOMEM, "bpe decode: out of memory");
     for (i = 0; i < n; i++) {
         const unsigned char *s = b->bytes + b->start[ids[i]];
         size_t l = b->start[ids[i] + 1] - b->start[ids[i]], m = 0;
@@ -12822,33 +12833,49 @@ MHEDEF mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **
 #endif
 
 MHEDEF mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err) {
-    size_t total, i, k, q = 0, maxlen = 0, *start;
-    int e, ok = 1, *tok;
+    size_t total, i, k, q = 0, maxlen = 0, cap, *start;
+    int e, ok = 1, *tok, *types = NULL, pairs = 0;
     char *text;
     mhe_status st = MHE_OK;
     if (!s || !b || !b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "text set bpe: NULL argument or empty tokenizer");
     total = s->start[s->n];
     for (e = 0; e < s->n; e++) if (s->start[e + 1] - s->start[e] > maxlen) maxlen = s->start[e + 1] - s->start[e];
-    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(mhe__add_size(mhe_bpe_max_ids(b, total), 3 * (size_t)s->n + 1, &ok), sizeof(int), &ok));
+    if (b->cls >= 0 && b->sep >= 0)   /* pairs: a template with both special tokens, and a tab in some text */
+        for (k = 0; k < total && !pairs; k++) pairs = s->tokens[k] == '\t';
+    /* room: the tokens, and cls, sep, sep of a pair per example; the types beside them */
+    cap = mhe__add_size(mhe_bpe_max_ids(b, total), 3 * (size_t)s->n + 1, &ok);
+    tok = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(cap, sizeof(int), &ok));
     start = (size_t *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size((size_t)s->n + 1, sizeof(size_t), &ok));
     text = (char *)MHE_MALLOC(s->alloc_ctx, maxlen + 1);
-    if (!ok || !tok || !start || !text) { st = mhe__fail(err, MHE_ERR_NOMEM, "text set bpe: out of memory"); goto out; }
+    if (pairs) types = (int *)MHE_MALLOC(s->alloc_ctx, mhe__mul_size(cap, sizeof(int), &ok));
+    if (!ok || !tok || !start || !text || (pairs && !types)) { st = mhe__fail(err, MHE_ERR_NOMEM, "text set bpe: out of memory"); goto out; }
     start[0] = 0;
     for (e = 0; e < s->n && st == MHE_OK; e++) {   /* the byte tokens are the text's bytes */
-        size_t n = 0, len = s->start[e + 1] - s->start[e];
+        size_t n = 0, len = s->start[e + 1] - s->start[e], a_len = len, q0 = q, q1;
         for (i = 0, k = s->start[e]; i < len; i++, k++) text[i] = (char)s->tokens[k];
+        if (pairs) for (a_len = 0; a_len < len && text[a_len] != '\t'; a_len++) {}
         if (b->cls >= 0) tok[q++] = b->cls;
-        st = mhe_bpe_encode(b, text, len, tok + q, mhe_bpe_max_ids(b, len), &n, NULL, err);
-        if (st == MHE_OK && n == 0) st = mhe__fail(err, MHE_ERR_DATA, "example %d: the text has no token in this tokenizer", e + 1);
+        st = mhe_bpe_encode(b, text, a_len, tok + q, mhe_bpe_max_ids(b, a_len), &n, NULL, err);
         q += n;
         if (b->sep >= 0) tok[q++] = b->sep;
+        q1 = q;
+        if (st == MHE_OK && a_len < len) {   /* the pair's second text */
+            size_t n2 = 0;
+            st = mhe_bpe_encode(b, text + a_len + 1, len - a_len - 1, tok + q, mhe_bpe_max_ids(b, len - a_len - 1), &n2, NULL, err);
+            if (st == MHE_OK && (n == 0 || n2 == 0))
+                st = mhe__fail(err, MHE_ERR_DATA, "example %d: the %s text of the pair has no token in this tokenizer", e + 1, n ? "second" : "first");
+            q += n2;
+            tok[q++] = b->sep;
+        } else if (st == MHE_OK && n == 0) st = mhe__fail(err, MHE_ERR_DATA, "example %d: the text has no token in this tokenizer", e + 1);
+        if (types) for (k = q0; k < q; k++) types[k] = k >= q1;
         start[e + 1] = q;
     }
 out:
     if (st == MHE_OK) {
         MHE_FREE(s->alloc_ctx, s->tokens); MHE_FREE(s->alloc_ctx, s->start);
-        s->tokens = tok; s->start = start;
-    } else { MHE_FREE(s->alloc_ctx, tok); MHE_FREE(s->alloc_ctx, start); }
+        if (s->types) MHE_FREE(s->alloc_ctx, s->types);
+        s->tokens = tok; s->start = start; s->types = types;
+    } else { MHE_FREE(s->alloc_ctx, tok); MHE_FREE(s->alloc_ctx, start); if (types) MHE_FREE(s->alloc_ctx, types); }
     MHE_FREE(s->alloc_ctx, text);
     return st;
 }
@@ -12860,6 +12887,7 @@ MHEDEF void mhe_text_set_free(mhe_text_set *s) {
     if (s->labels) MHE_FREE(s->alloc_ctx, s->labels);
     if (s->start) MHE_FREE(s->alloc_ctx, s->start);
     if (s->tokens) MHE_FREE(s->alloc_ctx, s->tokens);
+    if (s->types) MHE_FREE(s->alloc_ctx, s->types);
     memset(s, 0, sizeof *s);
 }
 
@@ -12976,6 +13004,14 @@ MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int
         for (t = 0; t < T; t++) tokens[(size_t)b * T + t] = t < len ? s->tokens[s->start[idx[b]] + (size_t)t] : 0;
         lengths[b] = len;
         labels[b] = s->labels[idx[b]];
+    }
+}
+
+MHEDEF void mhe_text_set_batch_types(const mhe_text_set *s, const int *idx, int B, int T, int *types) {
+    int b, t;
+    for (b = 0; b < B; b++) {
+        size_t n = s->start[idx[b] + 1] - s->start[idx[b]];
+        for (t = 0; t < T; t++) types[(size_t)b * T + t] = s->types && (size_t)t < n ? s->types[s->start[idx[b]] + (size_t)t] : 0;
     }
 }
 
@@ -13334,6 +13370,10 @@ MHEDEF mhe_status mhe_trainer_step_cls(mhe_trainer *t, const mhe_text_set *s) {
     memset(&bt, 0, sizeof bt);
     bt.B = tc->batch; bt.T = tc->seq_len; bt.tokens = t->batch_tokens; bt.labels = t->batch_labels; bt.lengths = t->batch_lengths;
     bt.words = s->words;
+    if (s->types && m->cfg.type_vocab >= 2) {   /* pairs: the types in S+R's room, unused by classification */
+        mhe_text_set_batch_types(s, idx, tc->batch, tc->seq_len, t->batch_clean);
+        bt.types = t->batch_clean;
+    }
     return mhe__trainer_update(t, &bt);
 }
 
@@ -13484,7 +13524,7 @@ MHEDEF mhe_status mhe_evaluate_strided(mhe_model *m, const int *data, size_t n, 
 }
 
 MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batch, int seq_len, mhe_cls_metrics *out) {
-    int K, i, b, c, *buf;
+    int K, i, b, c, *buf, with_types;
     int64_t *conf;
     double total = 0;
     mhe_status st = MHE_OK;
@@ -13495,7 +13535,8 @@ MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batc
     if (K < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
     if (!s || s->n < 1) return mhe__fail(m->err, MHE_ERR_DATA, "classification data has no examples");
     if (s->n_classes > K) return mhe__fail(m->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes", s->n_classes - 1, K);
-    buf = (int *)MHE_MALLOC(m->alloc_ctx, ((size_t)batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    with_types = s->types && m->cfg.type_vocab >= 2;
+    buf = (int *)MHE_MALLOC(m->alloc_ctx, ((size_t)(1 + with_types) * batch * seq_len + 3 * (size_t)batch) * sizeof(int));
     conf = (int64_t *)MHE_MALLOC(m->alloc_ctx, (size_t)K * K * sizeof(int64_t));
     if (!buf || !conf) {
         if (buf) MHE_FREE(m->alloc_ctx, buf);
@@ -13513,6 +13554,10 @@ MHEDEF mhe_status mhe_evaluate_cls(mhe_model *m, const mhe_text_set *s, int batc
         bt.B = s->n - i < batch ? s->n - i : batch;
         for (b = 0; b < bt.B; b++) idx[b] = i + b;
         mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if (with_types) {   /* after the indices */
+            mhe_text_set_batch_types(s, idx, bt.B, seq_len, idx + batch);
+            bt.types = idx + batch;
+        }
         if ((st = mhe_model_forward_batch(m, &bt, &loss)) != MHE_OK) break;
         total += (double)loss * m->last_count;
         for (b = 0; b < bt.B; b++) {
@@ -14219,7 +14264,7 @@ static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
             if ((s = mhe__hf_template(h)) != MHE_OK) return s;
         } else if (kind_i == 4 && strcmp(key, "pair") == 0) {
             used |= MHE__HF_TEMPLATE;
-            MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* pairs of texts: mhe's text sets have one text an example */
+            MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* pairs: mhe_text_set_bpe reads them with BERT's pair template */
         } else if (kind_i == 4 && strcmp(key, "special_tokens") == 0) {
             used |= MHE__HF_TEMPLATE;
             if ((s = mhe__hf_specials(h)) != MHE_OK) return s;

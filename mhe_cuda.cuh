@@ -4681,6 +4681,10 @@ MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_
     bt.tokens = ht->batch_tokens;
     bt.labels = ht->batch_labels;
     bt.lengths = ht->batch_lengths;
+    if (s->types && t->dev->host->cfg.type_vocab >= 2) { /* pairs: in S+R's room, as mhe_trainer_step_cls */
+        mhe_text_set_batch_types(s, idx, tc->batch, tc->seq_len, ht->batch_clean);
+        bt.types = ht->batch_clean;
+    }
     return mhe__cu_train_batch(t, &bt);
 }
 
@@ -5010,7 +5014,7 @@ MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, 
 
 MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
                                         mhe_cls_metrics *out) {
-    int K, i, b, c, *buf;
+    int K, i, b, c, *buf, with_types;
     int64_t *conf;
     float *lg;
     double total = 0;
@@ -5028,7 +5032,8 @@ MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s
     if (s->n_classes > K)
         return mhe__fail(g->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
                          s->n_classes - 1, K);
-    buf = (int *)malloc(((size_t)batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    with_types = s->types && g->host->cfg.type_vocab >= 2;
+    buf = (int *)malloc(((size_t)(1 + with_types) * batch * seq_len + 3 * (size_t)batch) * sizeof(int));
     conf = (int64_t *)calloc((size_t)K * K, sizeof(int64_t));
     lg = (float *)malloc((size_t)batch * K * sizeof(float));
     if (!buf || !conf || !lg) {
@@ -5050,6 +5055,10 @@ MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s
         for (b = 0; b < bt.B; b++)
             idx[b] = i + b;
         mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if (with_types) { /* pairs: after the indices, as mhe_evaluate_cls */
+            mhe_text_set_batch_types(s, idx, bt.B, seq_len, idx + batch);
+            bt.types = idx + batch;
+        }
         if ((st = mhe_cuda_model_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
             break;
         total += (double)loss * g->last_count;

@@ -305,7 +305,7 @@ static mhe_status op_wordpiece(void) {
                              "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true},"
                              "\"post_processor\":{\"type\":\"BertProcessing\",\"sep\":[\"[SEP]\",2],\"cls\":[\"[CLS]\",1]}}";
     static const char text[] = "H\xc3\xa9llos, [CLS] hellos [SEP]";
-    static const char set[] = "0\tHellos, hello\n1\thello\n";
+    static const char set[] = "0\tHellos, hello\n1\thello\thellos\n";   /* a text and a pair (types) */
     mhe_bpe b, c;
     mhe_text_set ts;
     mhe_status s;

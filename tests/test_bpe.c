@@ -9,6 +9,7 @@
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "test.h"
+#include <math.h>
 #include <stdlib.h>
 
 static void unicode_classes(void) {
@@ -607,6 +608,64 @@ static void wordpiece(void) {
         OK(mhe_text_set_bpe(&s, &b, err));
         CHECK(s.start[1] == 4 && s.start[2] == 9 && s.tokens[0] == 2 && s.tokens[1] == 5 && s.tokens[2] == 10 && s.tokens[3] == 3
               && s.tokens[4] == 2 && s.tokens[8] == 3, "text set: [CLS] hello ! [SEP] | [CLS] un ##aff ##able [SEP]");
+        CHECK(s.types == NULL, "text set without a pair: no token types");
+        mhe_text_set_free(&s);
+    }
+    {   /* a pair, A<TAB>B: BERT's pair template and token types */
+        mhe_text_set s;
+        const char *set = "1\tHello!\tunaffable\n0\tHello!\n";
+        static const int want[] = {2, 5, 10, 3, -1, -1, -1, 3, 2, 5, 10, 3}, /* -1: unaffable's three ids */
+                         want_types[] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0};
+        int pair_ok, types[12], idx[2] = {0, 1};
+        OK(mhe_bpe_encode(&b, "unaffable", 9, ids, 256, &n, NULL, err));
+        OK(mhe_text_set_parse(&s, set, strlen(set), NULL, err));
+        OK(mhe_text_set_bpe(&s, &b, err));
+        pair_ok = n == 3 && s.start[1] == 8 && s.start[2] == 12 && s.types != NULL;
+        for (i = 0; pair_ok && i < 12; i++)
+            pair_ok = (i < 4 || i > 6 ? s.tokens[i] == want[i] : s.tokens[i] == ids[i - 4]) && s.types[i] == want_types[i];
+        CHECK(pair_ok, "pair: [CLS] hello ! [SEP] un ##aff ##able [SEP], types 0 0 0 0 1 1 1 1; a single text types 0");
+        mhe_text_set_batch_types(&s, idx, 2, 6, types);
+        CHECK(types[3] == 0 && types[4] == 1 && types[5] == 1 && types[6] == 0 && types[11] == 0,
+              "the batch's types cut at T = 6, padding type 0");
+        mhe_text_set_free(&s);
+        set = "1\tHello!\t \n";
+        OK(mhe_text_set_parse(&s, set, strlen(set), NULL, err));
+        CHECK(mhe_text_set_bpe(&s, &b, err) == MHE_ERR_DATA && strstr(err, "example 1: the second text of the pair has no token"),
+              "a pair whose second text has no token: %s", err);
+        mhe_text_set_free(&s);
+    }
+    {   /* a set of pairs trains with its types: the trainer's loss is its batch's forward loss with them */
+        mhe_text_set s;
+        const char *set = "1\tHello!\tunaffable\n0\tunaffable\tHello!\n1\tHello, worlds!\tHello!\n";
+        mhe_config c = mhe_config_default();
+        mhe_train_config tc = mhe_train_config_default();
+        mhe_model m1, m2;
+        mhe_trainer t;
+        mhe_batch bt;
+        int tok[2 * 10], lens[2], labs[2], ty[2 * 10];
+        float with = 0, without = 0;
+        c.d_model = 16; c.n_heads = 2; c.n_layers = 1; c.d_ff = 32; c.max_seq_len = 16; c.vocab_size = b.n_tokens;
+        c.arch = MHE_ARCH_ENCODER; c.n_classes = 2; c.type_vocab = 2;
+        tc.batch = 2; tc.seq_len = 10; tc.steps = 1;
+        OK(mhe_text_set_parse(&s, set, strlen(set), NULL, err));
+        OK(mhe_text_set_bpe(&s, &b, err));
+        OK(mhe_model_init(&m1, &c, 7, NULL));
+        OK(mhe_model_init(&m2, &c, 7, NULL));
+        OK(mhe_trainer_init(&t, &m1, &tc));
+        OK(mhe_trainer_step_cls(&t, &s));
+        mhe_text_set_batch(&s, t.batch_targets, 2, 10, tok, lens, labs);   /* the step's examples, in the targets' room */
+        mhe_text_set_batch_types(&s, t.batch_targets, 2, 10, ty);
+        memset(&bt, 0, sizeof bt);
+        bt.B = 2; bt.T = 10; bt.tokens = tok; bt.lengths = lens; bt.labels = labs; bt.types = ty;
+        m2.training = 1;
+        OK(mhe_model_forward_batch(&m2, &bt, &with));
+        bt.types = NULL;
+        OK(mhe_model_forward_batch(&m2, &bt, &without));
+        CHECK(fabsf(t.last_loss - with) < 1e-6f * (1 + with) && fabsf(with - without) > 1e-4f,
+              "a pair set's training step uses its types: loss %.6f, forward %.6f with them, %.6f without", t.last_loss, with, without);
+        mhe_trainer_free(&t);
+        mhe_model_free(&m1);
+        mhe_model_free(&m2);
         mhe_text_set_free(&s);
     }
     {   /* the text form: a round trip with the same ids and MD5 */

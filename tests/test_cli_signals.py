@@ -30,8 +30,9 @@ DIED = {signal.SIGINT: -signal.SIGINT, signal.SIGTERM: -signal.SIGTERM, signal.S
 EARLY = {sig: -sig for sig in SIGS}
 
 
-# under an emulator (MHE_TEST_RUNNER, e.g. qemu) each run costs ~100x: one signal per task, half the moments
-QUICK = bool(os.environ.get("MHE_TEST_RUNNER"))
+# under an emulator (MHE_TEST_RUNNER, e.g. qemu) each run costs ~100x, under the sanitizers ~7x: one signal
+# per task, half the moments (the same handlers and write paths; make test runs every signal at every moment)
+QUICK = bool(os.environ.get("MHE_TEST_RUNNER")) or os.environ.get("MHE_TEST_PYTHON") == "sanitize"
 
 def start(args):
     return subprocess.Popen([MHE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -8,7 +8,12 @@ text in two splits, each by name. Then the study (tools/scripts/downstream_study
 at its tiny scale: the table, PRR and the verdicts written; a second run reuses
 every finished run; a run stopped after pretraining resumes from its pretrained
 model; a run of other settings and a task with a leak are refused by name; the
-subword variant (--subwords) trains its tokenizer and reports apart."""
+subword variant (--subwords) trains its tokenizer and reports apart. The pair
+task (does B continue A?) from the same splits: balanced labels, each half
+from an entry of its own split, the same files on a second build, the word
+overlap baseline above the majority; --check refusing a half from another
+split and a label outside 0/1; the study's --task pairs reusing the pretrained
+encoders, and refusing a pretrained model of other settings.""" 
 import json
 import os
 import shutil
@@ -61,6 +66,7 @@ def main():
     check(rc == 0 and same, "a second build writes the same files: %s" % err)
     rc, out, _ = run("--check", a)
     check(rc == 0 and "check out" in out, "--check of the built task: %s" % out)
+    pairs(d, a, b, rows)
 
     # bad input: a leak, a label outside the classes, a text in two splits
     leak = os.path.join(d, "leak.txt")
@@ -83,6 +89,44 @@ def main():
     check(rc == 1 and "in both" in err, "a test text in the train split: %s" % err.strip())
     study(d, a)
     return finish()
+
+
+def pairs(d, a, b, rows):
+    """the pair task: files, balance, provenance, baselines, refusals"""
+    meta = json.load(open(os.path.join(a, "pairs", "task.json")))
+    n = {s: sum(meta["counts"][s]) for s in ("train", "valid", "test")}
+    pos = sum(meta["counts"][s][1] for s in n) / max(1, sum(n.values()))
+    check(meta["classes"] == ["other", "continues"] and n["test"] > 400 and 0.4 < pos < 0.6,
+          "pairs: two classes, over 400 test pairs, balanced: %s, %.3f continue" % (n, pos))
+    lines = open(os.path.join(a, "pairs", "test.tsv"), encoding="utf-8").read().splitlines()
+    whole = {t for _, t in rows["test"]}
+    cont = [l.split("\t") for l in lines if l.startswith("1\t")]
+    other = [l.split("\t") for l in lines if l.startswith("0\t")]
+    check(all(len(p) == 3 for p in cont + other) and all(p[1] + " " + p[2] in whole for p in cont)
+          and not any(p[1] + " " + p[2] in whole for p in other),
+          "pairs: a continuing pair is its test entry cut in two, another pair is no entry")
+    same = all(open(os.path.join(a, "pairs", f), "rb").read() == open(os.path.join(b, "pairs", f), "rb").read()
+               for f in ("train.tsv", "valid.tsv", "test.tsv"))
+    check(same, "pairs: a second build writes the same files")
+    base = meta["baselines_test"]
+    bow, maj = base["bag of words (word overlap)"], base["majority"]
+    check(bow["accuracy"] > maj["accuracy"] + 0.05, "pairs: the word overlap beats the majority class: %s vs %s" % (bow, maj))
+    c = os.path.join(d, "p")
+    shutil.copytree(a, c)
+    train_pair = open(os.path.join(a, "pairs", "train.tsv"), encoding="utf-8").readline()
+    with open(os.path.join(c, "pairs", "test.tsv"), "a", encoding="utf-8") as f:
+        f.write(train_pair)
+    rc, _, err = run("--check", c)
+    check(rc == 1 and "pairs/test.tsv line" in err and "not half of a test entry" in err,
+          "pairs: a train pair among the test pairs is refused: %s" % err.strip())
+    shutil.rmtree(c)
+    shutil.copytree(a, c)
+    with open(os.path.join(c, "pairs", "valid.tsv"), "a", encoding="utf-8") as f:
+        f.write("2" + train_pair[1:])
+    rc, _, err = run("--check", c)
+    check(rc == 1 and "label 0 or 1" in err and "valid.tsv line %d" % (n["valid"] + 1) in err,
+          "pairs: a label outside 0/1 is refused by line: %s" % err.strip())
+    shutil.rmtree(c)
 
 
 def study(d, task):
@@ -116,6 +160,23 @@ def study(d, task):
     check(p.returncode == 0 and p.stdout.count("(reused)") == 5 and os.path.getmtime(pre) == stamp and
           os.path.exists(os.path.join(run_dir, "result.json")),
           "a run stopped after pretraining resumes from its pretrained model: %s" % p.stdout[-300:])
+    stamps = {r: os.path.getmtime(os.path.join(out, "runs", r, "pretrain.safetensors")) for r in os.listdir(os.path.join(out, "runs"))}
+    p = subprocess.run(args + ["--task", "pairs"], capture_output=True, text=True)
+    body = open(os.path.join(out, "downstream-pairs.md"), encoding="utf-8").read() if p.returncode == 0 else ""
+    check(p.returncode == 0 and "| mhe-mul |" in body and "does text B continue text A" in body and
+          all(os.path.getmtime(os.path.join(out, "runs", r, "pretrain.safetensors")) == t for r, t in stamps.items()) and
+          all(os.path.exists(os.path.join(out, "runs", r, "result-pairs.json")) for r in stamps),
+          "--task pairs fine-tunes the same pretrained encoders and reports apart: %s" % (p.stderr + p.stdout)[-300:])
+    pj = os.path.join(out, "runs", "mha-s1", "pretrain.json")
+    saved = open(pj).read()
+    with open(pj, "w") as f:
+        f.write(saved.replace('"steps": %d' % 6, '"steps": 7', 1))
+    os.remove(os.path.join(out, "runs", "mha-s1", "result-pairs.json"))
+    p = subprocess.run(args + ["--task", "pairs"], capture_output=True, text=True)
+    check(p.returncode == 1 and "pretrained with other settings" in p.stderr and "mha-s1" in p.stderr,
+          "a pretrained model of other settings is refused: %s" % p.stderr.strip())
+    with open(pj, "w") as f:
+        f.write(saved)
     r = json.load(open(os.path.join(run_dir, "result.json")))
     r["settings"]["pre"]["steps"] += 1
     json.dump(r, open(os.path.join(run_dir, "result.json"), "w"))

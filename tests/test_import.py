@@ -10,6 +10,7 @@ transformers' on tokenizer(text)) or refused (broken, another size).
 Needs torch and transformers (skipped cleanly without them) and build/mhe."""
 import json
 import os
+import re
 import shutil
 import sys
 
@@ -499,6 +500,23 @@ def tokenizer_tests(torch, transformers, d):
         f.write("".join("%d\t%s\n" % (i % 3, ["Naïve café", "the KIND table", "mhe.h reads text"][i % 3]) for i in range(12)))
     rc, o, err = run("eval", "--task", "cls", "--model", outb, "--data", data, "--seq_len", 32)
     check(rc == 0 and "acc" in o, "eval --task cls on text through the attached WordPiece: rc %d %s" % (rc, err.strip()[-300:]))
+    # pairs, A<TAB>B: [CLS] A [SEP] B [SEP] with types 0 and 1, as tokenizer(A, B) gives transformers
+    pairs = [("Naïve café", "the KIND table"), ("mhe.h reads text", "Héllo [MASK] cafés!"), ("the KIND", "table of mhe.h"),
+             ("cafés", "naïve")]
+    pdata = os.path.join(d, "wppairs.txt")
+    with open(pdata, "w", encoding="utf-8") as f:
+        f.write("".join("%d\t%s\t%s\n" % (i % 3, a, b) for i, (a, b) in enumerate(pairs)))
+    rc, o, err = run("eval", "--task", "cls", "--model", outb, "--data", pdata, "--seq_len", 32)
+    got = re.search(r"loss ([0-9.]+)", o) if rc == 0 else None
+    enc = [ref.encode(a, b) for a, b in pairs]
+    ce = torch.nn.functional.cross_entropy
+    with torch.no_grad():
+        want = sum(ce(hb(torch.tensor([e.ids]), token_type_ids=torch.tensor([e.type_ids])).logits, torch.tensor([i % 3])).item()
+                   for i, e in enumerate(enc)) / len(enc)
+        untyped = sum(ce(hb(torch.tensor([e.ids])).logits, torch.tensor([i % 3])).item() for i, e in enumerate(enc)) / len(enc)
+    check(got is not None and abs(float(got.group(1)) - want) < 2e-4 and abs(untyped - want) > 1e-3,
+          "pairs through the WordPiece template: mhe's loss %s, transformers' on tokenizer(A, B) %.4f (%.4f without the "
+          "types) %s" % (got.group(1) if got else None, want, untyped, err.strip()[-200:]))
 
 
 def main():

@@ -13,6 +13,7 @@ printed values:
     steps): the portable build against the -march=native one, whose FMA
     instructions round differently, and clang against gcc where both exist.
 Needs a C compiler; skips (and says so) without one."""
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -24,15 +25,27 @@ from mhetest import REPO, build_dir, check, finish, rel_err, skip, tmpdir  # noq
 PROBE = os.path.join(REPO, "tests", "probes", "optlevel_probe.c")
 
 
-def build_run(cc, flags, d, env=None):
-    exe = os.path.join(d, "probe_%d" % abs(hash((cc,) + tuple(flags))))
+def exe_path(cc, flags, d):
+    return os.path.join(d, "probe_%s_%s" % (os.path.basename(cc), "_".join(f.strip("-").replace("=", "") for f in flags)))
+
+
+def build(cc, flags, d):
+    """the probe built with cc and flags: (path, "") or (None, the compiler's complaint)"""
+    exe = exe_path(cc, flags, d)
     p = subprocess.run([cc] + flags + ["-std=c99", "-o", exe, PROBE, "-lm"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return None, p.stderr[-500:]
+    return (exe, "") if p.returncode == 0 else (None, p.stderr[-500:])
+
+
+def run(exe, env=None):
+    """the probe's printed values: (text, "") or (None, why not)"""
     r = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=300)
-    if r.returncode != 0:
-        return None, r.stdout[-300:] + r.stderr[-300:]
-    return r.stdout, ""
+    return (r.stdout, "") if r.returncode == 0 else (None, r.stdout[-300:] + r.stderr[-300:])
+
+
+def build_run(job):
+    cc, flags, d, env = job
+    exe, err = build(cc, flags, d)
+    return run(exe, env) if exe else (None, err)
 
 
 def values(out):
@@ -61,23 +74,33 @@ def main():
     if not cc or not shutil.which(cc):
         return skip("test_optlevels.py", "no C compiler")
     d = tmpdir("mhe_opt_")
-    runs = {}
-    for name, flags in [("O0", ["-O0"]), ("O2", ["-O2"]), ("O2n", ["-O2", "-march=native"]),
-                        ("O3n", ["-O3", "-march=native"]), ("O2n-omp", ["-O2", "-march=native", "-fopenmp"])]:
-        out, err = build_run(cc, flags, d)
-        check(out is not None, "%s %s builds and runs: %s" % (cc, " ".join(flags), err))
-        runs[name] = out
+    # each build and run is one process: two at a time (the suite's two cores), the OpenMP
+    # build run again at 1 and 2 threads
     env1, env2 = dict(os.environ, OMP_NUM_THREADS="1"), dict(os.environ, OMP_NUM_THREADS="2")
-    o1, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env1)
-    o2, _ = build_run(cc, ["-O2", "-march=native", "-fopenmp"], d, env2)
+    jobs = [("O0", cc, ["-O0"], None), ("O2", cc, ["-O2"], None), ("O2n", cc, ["-O2", "-march=native"], None),
+            ("O3n", cc, ["-O3", "-march=native"], None), ("O2n-omp", cc, ["-O2", "-march=native", "-fopenmp"], None)]
+    clang = shutil.which("clang")
+    if clang and os.path.basename(cc) != "clang":
+        jobs.append(("clang", clang, ["-O2", "-march=native"], None))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip([j[0] for j in jobs], pool.map(build_run, [(c, f, d, e) for _, c, f, e in jobs])))
+    omp_exe = exe_path(cc, ["-O2", "-march=native", "-fopenmp"], d) if done["O2n-omp"][0] else None
+    o1, _ = run(omp_exe, env1) if omp_exe else (None, "")
+    o2, _ = run(omp_exe, env2) if omp_exe else (None, "")
+    runs = {}
+    for name, c, flags, _ in jobs:
+        if name == "clang":
+            continue
+        out, err = done[name]
+        check(out is not None, "%s %s builds and runs: %s" % (c, " ".join(flags), err))
+        runs[name] = out
     if all(runs.values()) and o1 and o2:
         check(runs["O2n"] == runs["O3n"], "-O2 -march=native and -O3 -march=native agree bit for bit")
         check(runs["O0"] == runs["O2"], "-O0 and -O2 (portable) agree bit for bit")
         check(runs["O2n"] == o1 == o2, "OpenMP at 1 and 2 threads equals the build without OpenMP bit for bit")
         close(runs["O2"], runs["O2n"], "portable vs -march=native")
-        clang = shutil.which("clang")
-        if clang and os.path.basename(cc) != "clang":
-            out, err = build_run(clang, ["-O2", "-march=native"], d)
+        if "clang" in done:
+            out, err = done["clang"]
             check(out is not None, "clang builds the probe: %s" % err)
             if out:
                 close(out, runs["O2n"], "clang vs %s" % cc)

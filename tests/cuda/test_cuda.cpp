@@ -650,30 +650,50 @@ static void test_feature_kernels(void) {
 static void test_model_s2s(void);
 static void test_model_s2s_features(void);
 
-/* an imported BERT's pieces (mhe import): post-norm, exact GELU, token
-   types, the embeddings' norm, the MLM head's transform and output bias,
-   and the pooler (cls_pool=first), as a masked LM and as a classifier of
-   padded pairs; the same pieces on a decoder that decodes with its cache */
-static void test_bert(void) {
-    static const int len[2] = {11, 7}, lab[2] = {2, 0};
-    int types[2 * 11];
-    for (int i = 0; i < 2 * 11; i++)
-        types[i] = i % 11 >= 5; /* a pair: the second text type 1 */
+/* an imported BERT's config: post-norm, exact GELU, token types, the
+   embeddings' norm, the MLM head's transform and output bias */
+static mhe_config bert_config(void) {
     mhe_config c = small_config(MHE_ATTN_MHA, MHE_ARCH_ENCODER, 1, MHE_NORM_LAYERNORM, MHE_ACT_GELU_ERF);
     c.attn[1] = MHE_ATTN_MHA;
     c.emb_norm = 1;
     c.type_vocab = 2;
     c.head_transform = 1;
     c.head_bias = 1;
-    compare_batch(&c, "bert masked LM (types, emb_norm, head transform and bias)", 2, 11, 0, NULL, NULL, {0, NULL}, 1, types);
-    c.dropout = 0.1f;
-    compare_batch(&c, "bert masked LM, dropout", 2, 11, 77, NULL, NULL, {0, NULL}, 0, types);
-    c.dropout = 0.0f;
+    return c;
+}
+
+/* token types of two padded texts of 11: a pair, the second text type 1 */
+static const int *bert_pair_types(void) {
+    static int types[2 * 11];
+    for (int i = 0; i < 2 * 11; i++)
+        types[i] = i % 11 >= 5;
+    return types;
+}
+
+/* an imported BERT's pieces (mhe import) as a masked LM and as a classifier
+   of padded pairs with the pooler (cls_pool=first): every kernel of theirs,
+   small, for the sanitizer runs of the model group */
+static void test_bert(void) {
+    static const int len[2] = {11, 7}, lab[2] = {2, 0};
+    mhe_config c = bert_config();
+    compare_batch(&c, "bert masked LM (types, emb_norm, head transform and bias)", 2, 11, 0, NULL, NULL, {0, NULL}, 1,
+                  bert_pair_types());
     c.n_classes = 3;
     c.cls_pool = MHE_POOL_FIRST;
-    compare_batch(&c, "bert classifier (pooler), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 1, types);
+    compare_batch(&c, "bert classifier (pooler), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 1, bert_pair_types());
+}
+
+/* the same pieces with dropout, mean pooling, and on a decoder that decodes
+   with its cache (the features group: fibers only, the kernels are test_bert's) */
+static void test_bert_features(void) {
+    static const int len[2] = {11, 7}, lab[2] = {2, 0};
+    mhe_config c = bert_config();
+    c.dropout = 0.1f;
+    compare_batch(&c, "bert masked LM, dropout", 2, 11, 77, NULL, NULL, {0, NULL}, 0, bert_pair_types());
+    c.dropout = 0.0f;
+    c.n_classes = 3;
     c.cls_pool = MHE_POOL_MEAN;
-    compare_batch(&c, "bert classifier (mean), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 0, types);
+    compare_batch(&c, "bert classifier (mean), padded pairs", 2, 11, 0, len, lab, {0, NULL}, 0, bert_pair_types());
     mhe_config d = small_config(MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU_ERF);
     d.emb_norm = 1;
     d.type_vocab = 2;
@@ -1292,6 +1312,7 @@ static const char cls_text[] = "0\tthe cat sat\n1\ta dog ran far away from home\
 
 static void test_features(void) {
     char what[160];
+    test_bert_features();
     /* dropout and attention dropout: the same masks as the CPU's, on every kind with attention weights */
     static const int drop_kinds[] = {MHE_ATTN_MHA,     MHE_ATTN_SHA,    MHE_ATTN_GQA,   MHE_ATTN_EL_ATT,
                                      MHE_ATTN_MHE_ADD, MHE_ATTN_MHE_MUL, MHE_ATTN_COLLAB, MHE_ATTN_TAYLOR,

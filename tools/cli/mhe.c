@@ -229,6 +229,8 @@ static const command_spec commands[] = {
         "`label<TAB>text` line each (integer labels; n_classes defaults to the largest + 1);\n"
         "validation prints loss, accuracy, macro-F1 and MCC. Texts are bytes, or words for a\n"
         "word model (embedding=hash-*, a loaded word model, or --words 1 for a word vocabulary);\n"
+        "with a WordPiece tokenizer (an imported BERT) `label<TAB>A<TAB>B` is a pair, read as\n"
+        "[CLS] A [SEP] B [SEP] with token types 0 and 1 (BERT's pair template).\n"
         "--model with a model without a head fine-tunes it: a new head, its weights kept.\n"
         "--task sr: Shuffle+Random pre-training of a word model on the words of a text (a new\n"
         "model is an encoder with token_head=sr unless --arch/--token_head say otherwise):\n"

@@ -8,7 +8,8 @@ indicator), parameter counts, a plot with error bars, and each of the paper's
 claims as holds / does not hold / not separated on this data.
 
     python3 tools/scripts/downstream_study.py [--out build/downstream] [--scale small|gpu|tiny]
-        [--kinds mha,sha,...] [--seeds 3] [--subwords N] [--threads 2] [--mhe build/mhe] [--steps-scale X]
+        [--kinds mha,sha,...] [--seeds 3] [--subwords N] [--task quotes|pairs] [--threads 2] [--mhe build/mhe]
+        [--steps-scale X]
 
 The task is tools/scripts/downstream_task.py's (fortune quotations by file, 8
 classes, Debian's fortunes package), built into OUT/task when missing and
@@ -34,6 +35,12 @@ pretraining with --tokenizer and kept in the checkpoints, so fine-tuning and
 testing read the texts as the same subwords; its runs are OUT/runs/KIND-sSEED-bpeN
 and its report OUT/downstream-bpeN.*. The same number of steps and sequence
 length, so a subword model sees more text per step (bytes per token about 3.5).
+
+--task pairs: the second task, pair classification (does text B continue text
+A? OUT/task/pairs, made by downstream_task.py from the same splits): the same
+pretrained encoders (a run's pretrain.safetensors serves both tasks), fine-tuned
+into finetune-pairs.safetensors and result-pairs.json, reported as
+OUT/downstream-pairs[-bpeN].*.
 
 Writes OUT/downstream.md (the table, the baselines and the verdicts),
 OUT/downstream.json and OUT/downstream.svg."""
@@ -64,6 +71,8 @@ SCALES = {
             "ft": {"steps": 3000, "batch": 32, "seq_len": 256, "lr": 1e-4, "warmup": 300, "min_lr": 0},
             "device": "cuda"},
 }
+TASKS = {"quotes": "fortune quotations by file",
+         "pairs": "does text B continue text A (fortune entries cut in two; B its own or another entry's of the class)"}
 # The downstream PRRs of the MHE paper's Table 3 (MHE against MHA on GLUE and
 # SuperGLUE): 92.9 % at the lowest.
 PAPER_PRR_FLOOR = 0.929
@@ -124,7 +133,22 @@ def one_run(a, S, task, kind, seed):
                 "task": task["sha256"]}
     if a.tok_sha:   # bytes: no tokenizer entry
         settings["tokenizer"] = a.tok_sha
-    res_path, pre, ft, log = (os.path.join(d, n) for n in ("result.json", "pretrain.safetensors", "finetune.safetensors", "log.txt"))
+    # what the pretrained model depends on: both tasks' runs share it
+    pre_settings = {k: settings[k] for k in ("scale", "model", "pre", "kind", "seed", "tokenizer") if k in settings}
+    pre_settings["pretrain.txt"] = task["sha256"]["pretrain.txt"]
+    ft_name = "finetune.safetensors" if a.task == "quotes" else "finetune-%s.safetensors" % a.task
+    res_name = "result.json" if a.task == "quotes" else "result-%s.json" % a.task
+    res_path, pre, ft, log = (os.path.join(d, n) for n in (res_name, "pretrain.safetensors", ft_name, "log.txt"))
+    pre_json = os.path.join(d, "pretrain.json")
+    quotes_res = os.path.join(d, "result.json")
+    if os.path.exists(pre) and not os.path.exists(pre_json) and os.path.exists(quotes_res):
+        # an encoder of an earlier version of this study: its settings are those of the run's first result
+        q = json.load(open(quotes_res))["settings"]
+        write_json(pre_json, dict({k: q[k] for k in ("scale", "model", "pre", "kind", "seed", "tokenizer") if k in q},
+                                  **{"pretrain.txt": q["task"]["pretrain.txt"]}))
+    if os.path.exists(pre_json) and json.load(open(pre_json)) != pre_settings:
+        fail("%s was pretrained with other settings than this study's (scale, model, steps or corpus); delete %s to redo it"
+             % (pre, d))
     if os.path.exists(res_path):
         r = json.load(open(res_path))
         if r.get("settings") != settings:
@@ -138,12 +162,14 @@ def one_run(a, S, task, kind, seed):
                                os.path.join(a.out, "task", "pretrain.txt"), "--out", pre, "--seed", seed, "--quiet",
                                "--eval_every", 0] + (["--tokenizer", a.tok] if a.tok else []) + flags(S["model"])
                       + flags(S["pre"]) + dev, log)
+    if not os.path.exists(pre_json):
+        write_json(pre_json, pre_settings)
     t_ft = 0.0
     if not os.path.exists(ft):
-        _, t_ft = mhe(a.mhe, ["train", "--task", "cls", "--model", pre, "--data", os.path.join(a.out, "task", "train.tsv"),
+        _, t_ft = mhe(a.mhe, ["train", "--task", "cls", "--model", pre, "--data", os.path.join(a.tdir, "train.tsv"),
                               "--out", ft, "--seed", seed, "--quiet", "--eval_every", 0]
                       + flags(S["ft"]) + dev, log)
-    out, _ = mhe(a.mhe, ["eval", "--task", "cls", "--model", ft, "--data", os.path.join(a.out, "task", "test.tsv"),
+    out, _ = mhe(a.mhe, ["eval", "--task", "cls", "--model", ft, "--data", os.path.join(a.tdir, "test.tsv"),
                          "--seq_len", S["ft"]["seq_len"]] + dev, log)
     m = re.search(r"acc(?:uracy)?\s*[=:]?\s*([0-9.]+)", out)
     f1 = re.search(r"macro[-_ ]?F1\s*[=:]?\s*([0-9.]+)", out, re.I)
@@ -221,11 +247,11 @@ def report(a, S, task, results):
                      "attention_params": rs[0]["attention_params"], "total_params": rs[0]["total_params"]})
     by = {r["kind"]: r for r in rows}
     lines = ["# Downstream study: pretrain, fine-tune, test", "",
-             "Tokens: %s. Task: fortune quotations by file (%d classes, %s), train %d, validation %d, test %d examples; "
+             "Tokens: %s. Task: %s (%d classes, %s), train %d, validation %d, test %d examples; "
              "pretraining on %d fortunes entries without a validation or test text. Scale `%s`: %s; pretraining %s; "
              "fine-tuning %s; seeds %s. Baselines on the test split: %s." % (
                  "bytes" if not a.tok else "byte-level BPE, %d tokens (`%s`)" % (a.subwords, os.path.basename(a.tok)),
-                 len(task["classes"]), ", ".join(task["classes"]), sum(task["counts"]["train"]), sum(task["counts"]["valid"]),
+                 TASKS[a.task], len(task["classes"]), ", ".join(task["classes"]), sum(task["counts"]["train"]), sum(task["counts"]["valid"]),
                  sum(task["counts"]["test"]), task["pretrain_entries"], a.scale, S["model"], S["pre"], S["ft"],
                  ", ".join(map(str, a.seed_list)),
                  "; ".join("%s accuracy %.3f, macro-F1 %.3f" % (n, v["accuracy"], v["macro_f1"])
@@ -269,12 +295,12 @@ def report(a, S, task, results):
     lines += ["", "Claims (a gap counts when it exceeds the sum of the two standard deviations):", ""]
     lines += ["- %s: %s" % c for c in claims]
     lines += ["", "![test accuracy per kind](downstream.svg)", ""]
-    name = "downstream" + a.suffix
+    name = "downstream" + ("" if a.task == "quotes" else "-" + a.task) + a.suffix
     lines[-2] = "![test accuracy per kind](%s.svg)" % name
     with open(os.path.join(a.out, name + ".md.tmp"), "w") as f:
         f.write("\n".join(lines))
     os.replace(os.path.join(a.out, name + ".md.tmp"), os.path.join(a.out, name + ".md"))
-    write_json(os.path.join(a.out, name + ".json"), {"rows": rows, "claims": claims, "task": task, "scale": S,
+    write_json(os.path.join(a.out, name + ".json"), {"rows": rows, "claims": claims, "task": task, "task_name": a.task, "scale": S,
                                                     "tokens": "bytes" if not a.tok else "byte-level BPE of %d tokens" % a.subwords})
     svg(rows, os.path.join(a.out, name + ".svg"))
     print("\n".join(lines))
@@ -290,6 +316,7 @@ def main():
     ap.add_argument("--mhe", default=None, help="the mhe binary (default build/mhe, build/cuda/mhe for --scale gpu)")
     ap.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (a quick look: 0.05)")
     ap.add_argument("--subwords", type=int, default=0, help="byte-level BPE of N tokens instead of bytes (0: bytes)")
+    ap.add_argument("--task", choices=sorted(TASKS), default="quotes", help="quotes (8 classes) or pairs (does B continue A)")
     a = ap.parse_args()
     S = json.loads(json.dumps(SCALES[a.scale]))
     for part in ("pre", "ft"):
@@ -310,10 +337,14 @@ def main():
     if not os.path.exists(os.path.join(tdir, "task.json")):
         if subprocess.run([sys.executable, script, tdir]).returncode != 0:
             fail("the task could not be built (apt-get install fortunes)")
+    a.tdir = tdir if a.task == "quotes" else os.path.join(tdir, a.task)
+    if a.task == "pairs" and not os.path.exists(os.path.join(a.tdir, "task.json")):
+        if subprocess.run([sys.executable, script, "--pairs", tdir]).returncode != 0:
+            fail("the pair task could not be built")
     p = subprocess.run([sys.executable, script, "--check", tdir], capture_output=True, text=True)
     if p.returncode != 0:
         fail(p.stderr.strip())
-    task = json.load(open(os.path.join(tdir, "task.json")))
+    task = json.load(open(os.path.join(a.tdir, "task.json")))
     a.tok, a.tok_sha, a.suffix = None, None, ""
     if a.subwords:
         if a.subwords < 258:

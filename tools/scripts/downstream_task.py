@@ -20,11 +20,27 @@ and two baselines on the test split: the majority class and a bag of words,
 multinomial naive Bayes on lower-cased word unigrams with add-one smoothing,
 each as accuracy and macro-F1).
 
+A second task of another kind, pair classification, is made from the same
+entries into OUT/pairs (the same splits, so the same pretraining corpus serves
+both): does text B continue text A? Each entry is cut at a word boundary
+between 30 % and 70 % of its length (the boundary chosen by the text's hash)
+into A and B. An entry whose hash is odd keeps its own B (label 1, "continues");
+the others get the B of another entry of the same split and class, the one
+whose B is closest in length (label 0), so neither the topic nor the length of
+B tells the answer, only whether the two halves fit. Lines are
+label<TAB>A<TAB>B: a byte-level model sees the tab between the two texts as
+the separator. Baselines: the majority class, and a bag of words: the overlap
+of the two texts' word sets (Jaccard), above a threshold fit on train.
+
     python3 tools/scripts/downstream_task.py OUT_DIR
+    python3 tools/scripts/downstream_task.py --pairs OUT_DIR
+        the pair task alone (OUT_DIR/pairs) from an existing task's splits
     python3 tools/scripts/downstream_task.py --check OUT_DIR [PRETRAIN]
         checks an existing task: every label a class, the splits disjoint, no
         validation or test text in the pretraining corpus (PRETRAIN, default
-        OUT_DIR/pretrain.txt); exit 1 with the first problem named"""
+        OUT_DIR/pretrain.txt); where OUT_DIR/pairs exists, the same of the
+        pairs (labels 0 and 1, two texts a line, each half from an entry of its
+        own split); exit 1 with the first problem named"""
 import hashlib
 import json
 import math
@@ -135,6 +151,124 @@ def check(out, pretrain=None):
         return str(e)
     return None
 
+PAIR_CLASSES = ["other", "continues"]
+
+
+def halves(text):
+    """A and B: the text cut at the word boundary between 30 % and 70 % of its length that its hash picks"""
+    spaces = [i for i, ch in enumerate(text) if ch == " " and 0.3 * len(text) <= i <= 0.7 * len(text)]
+    if not spaces:
+        return None
+    c = spaces[int(text_hash(text)[8:16], 16) % len(spaces)]
+    return text[:c], text[c + 1:]
+
+
+def pair_rows(rows):
+    """one split's (label, text) rows as (continues?, A, B) pairs: an odd hash keeps its own B, an even one takes
+    the B of another entry of its class, the closest in length"""
+    cut = [(lab, t, halves(t)) for lab, t in rows]
+    cut = [c for c in cut if c[2]]
+    by_class = {}
+    for i, (lab, _, _) in enumerate(cut):
+        by_class.setdefault(lab, []).append(i)
+    out = []
+    for i, (lab, t, (a, b)) in enumerate(cut):
+        if int(text_hash(t)[16:24], 16) % 2:
+            out.append((1, a, b))
+            continue
+        others = [j for j in by_class[lab] if j != i and cut[j][2][1] != b]
+        if others:
+            j = min(others, key=lambda j: (abs(len(cut[j][2][1]) - len(b)), text_hash(cut[j][1])))
+            out.append((0, a, cut[j][2][1]))
+    return out
+
+
+def overlap(a, b):
+    """Jaccard overlap of the two texts' word sets"""
+    wa, wb = set(words(a)), set(words(b))
+    return len(wa & wb) / len(wa | wb) if wa | wb else 0.0
+
+
+def overlap_baseline(train, test):
+    """label 1 where the overlap reaches the threshold that is most accurate on train"""
+    sc = [(overlap(a, b), lab) for lab, a, b in train]
+    best, theta = -1, 0.0
+    for th in sorted({x for x, _ in sc}) + [2.0]:
+        acc = sum((x >= th) == (lab == 1) for x, lab in sc)
+        if acc > best:
+            best, theta = acc, th
+    return [int(overlap(a, b) >= theta) for _, a, b in test]
+
+
+def read_pairs(path):
+    """label<TAB>A<TAB>B lines, label 0 or 1; anything else is an error naming the line"""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 3 or parts[0] not in ("0", "1") or not parts[1] or not parts[2]:
+                raise ValueError("%s line %d: expected label<TAB>A<TAB>B with label 0 or 1 and two texts" % (path, n))
+            out.append((int(parts[0]), parts[1], parts[2]))
+    return out
+
+
+def check_pairs(out):
+    """the problems of OUT/pairs against the task's splits, or None: every half comes from an entry of its own split"""
+    k = len(CLASSES)
+    try:
+        sets = {s: read_tsv(os.path.join(out, s + ".tsv"), k) for s in ("train", "valid", "test")}
+        pairs = {s: read_pairs(os.path.join(out, "pairs", s + ".tsv")) for s in ("train", "valid", "test")}
+    except (OSError, ValueError) as e:
+        return str(e)
+    for s in pairs:
+        cuts = [halves(t) for _, t in sets[s]]
+        firsts, seconds = {h[0] for h in cuts if h}, {h[1] for h in cuts if h}
+        for n, (_, a, b) in enumerate(pairs[s], 1):
+            if a not in firsts or b not in seconds:
+                return "pairs/%s.tsv line %d: a text that is not half of a %s entry (a leak across splits?): %.60s" % (
+                    s, n, s, a if a not in firsts else b)
+    return None
+
+
+def build_pairs(out):
+    """OUT/pairs from the task's splits in OUT"""
+    k = len(CLASSES)
+    try:
+        rows = {s: read_tsv(os.path.join(out, s + ".tsv"), k) for s in ("train", "valid", "test")}
+        parent = json.load(open(os.path.join(out, "task.json")))
+    except (OSError, ValueError) as e:
+        print("downstream_task: %s" % e, file=sys.stderr)
+        return 1
+    pairs = {s: pair_rows(rows[s]) for s in rows}
+    d = os.path.join(out, "pairs")
+    os.makedirs(d, exist_ok=True)
+    files = {s + ".tsv": "".join("%d\t%s\t%s\n" % r for r in pairs[s]) for s in pairs}
+    for name, body in files.items():
+        with open(os.path.join(d, name + ".tmp"), "w", encoding="utf-8", newline="") as f:
+            f.write(body)
+        os.replace(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+    gold = [lab for lab, _, _ in pairs["test"]]
+    major = Counter(lab for lab, _, _ in pairs["train"]).most_common(1)[0][0]
+    base = {"majority": scores(gold, [major] * len(gold), 2),
+            "bag of words (word overlap)": scores(gold, overlap_baseline(pairs["train"], pairs["test"]), 2)}
+    sha = {n: hashlib.sha256(b.encode("utf-8")).hexdigest() for n, b in files.items()}
+    sha["pretrain.txt"] = parent["sha256"]["pretrain.txt"]
+    meta = {"classes": PAIR_CLASSES, "counts": {s: [sum(1 for lab, _, _ in pairs[s] if lab == c) for c in range(2)] for s in pairs},
+            "pretrain_entries": parent["pretrain_entries"], "fortunes_version": parent["fortunes_version"], "sha256": sha,
+            "baselines_test": {n: {"accuracy": a, "macro_f1": f} for n, (a, f) in base.items()}}
+    with open(os.path.join(d, "task.json.tmp"), "w") as f:
+        json.dump(meta, f, indent=1)
+    os.replace(os.path.join(d, "task.json.tmp"), os.path.join(d, "task.json"))
+    print("%s: does B continue A? train %d, valid %d, test %d pairs (%d continue in all)" % (
+        d, len(pairs["train"]), len(pairs["valid"]), len(pairs["test"]), sum(meta["counts"][s][1] for s in pairs)))
+    for n, (a, f1) in base.items():
+        print("  test baseline %-28s accuracy %.3f  macro-F1 %.3f" % (n, a, f1))
+    problem = check_pairs(out)
+    if problem:
+        print("downstream_task: %s" % problem, file=sys.stderr)
+        return 1
+    return 0
+
 
 def build(out):
     if not os.path.isdir(SRC):
@@ -187,17 +321,21 @@ def build(out):
     if problem:
         print("downstream_task: %s" % problem, file=sys.stderr)
         return 1
-    return 0
+    return build_pairs(out)
 
 
 def main(argv):
     if len(argv) >= 3 and argv[1] == "--check":
         problem = check(argv[2], argv[3] if len(argv) > 3 else None)
+        if not problem and os.path.isdir(os.path.join(argv[2], "pairs")):
+            problem = check_pairs(argv[2])
         if problem:
             print("downstream_task: %s" % problem, file=sys.stderr)
             return 1
         print("downstream_task: %s: labels, splits and pretraining corpus check out" % argv[2])
         return 0
+    if len(argv) == 3 and argv[1] == "--pairs":
+        return build_pairs(argv[2])
     if len(argv) != 2 or argv[1].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
