@@ -8,7 +8,9 @@ text in two splits, each by name. Then the study (tools/scripts/downstream_study
 at its tiny scale: the table, PRR and the verdicts written; a second run reuses
 every finished run; a run stopped after pretraining resumes from its pretrained
 model; a run of other settings and a task with a leak are refused by name; the
-subword variant (--subwords) trains its tokenizer and reports apart. The pair
+subword variant (--subwords) trains its tokenizer and reports apart; a run
+whose pretraining or fine-tuning was stopped is resumed (mhe train --resume)
+and a finished one kept. The pair
 task (does B continue A?) from the same splits: balanced labels, each half
 from an entry of its own split, the same files on a second build, the word
 overlap baseline above the majority; --check refusing a half from another
@@ -160,6 +162,20 @@ def study(d, task):
     check(p.returncode == 0 and p.stdout.count("(reused)") == 5 and os.path.getmtime(pre) == stamp and
           os.path.exists(os.path.join(run_dir, "result.json")),
           "a run stopped after pretraining resumes from its pretrained model: %s" % p.stdout[-300:])
+    # a run whose pretraining and fine-tuning may have been stopped (no pretrain.json, no result): both resumed,
+    # mhe says "nothing to train" of finished ones, and the run ends with the same result from the same files
+    stopped = os.path.join(out, "runs", "mha-s2")
+    before = json.load(open(os.path.join(stopped, "result.json")))
+    files = {n: os.path.getmtime(os.path.join(stopped, n)) for n in ("pretrain.safetensors", "finetune.safetensors")}
+    os.remove(os.path.join(stopped, "result.json"))
+    os.remove(os.path.join(stopped, "pretrain.json"))
+    p = subprocess.run(args, capture_output=True, text=True)
+    after = json.load(open(os.path.join(stopped, "result.json"))) if p.returncode == 0 else {}
+    check(p.returncode == 0 and after.get("accuracy") == before["accuracy"] and os.path.exists(os.path.join(stopped, "pretrain.json"))
+          and all(os.path.getmtime(os.path.join(stopped, n)) == t for n, t in files.items())
+          and sum(l.startswith("$ ") and " train --resume " in l for l in open(os.path.join(stopped, "log.txt"))) == 2,
+          "a run with no record of its pretraining resumes both steps and keeps the finished files: %s %s %s" % (
+              before["accuracy"], after.get("accuracy"), (p.stderr + p.stdout)[-300:]))
     stamps = {r: os.path.getmtime(os.path.join(out, "runs", r, "pretrain.safetensors")) for r in os.listdir(os.path.join(out, "runs"))}
     p = subprocess.run(args + ["--task", "pairs"], capture_output=True, text=True)
     body = open(os.path.join(out, "downstream-pairs.md"), encoding="utf-8").read() if p.returncode == 0 else ""

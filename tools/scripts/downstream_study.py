@@ -18,7 +18,8 @@ test text in the pretraining corpus (by hash). Each run lives in
 OUT/runs/KIND-sSEED: pretrain.safetensors, finetune.safetensors, result.json,
 each written atomically (mhe writes checkpoints atomically; the JSON through a
 rename), so a study stopped midway resumes where it stopped and reuses every
-finished step; a run whose saved settings differ from the study's is named
+finished step (a pretraining or fine-tuning stopped by a signal left a
+checkpoint that `mhe train --resume` takes to its last step); a run whose saved settings differ from the study's is named
 and refused rather than mixed in (delete its folder to redo it).
 
 --scale small (the default, `make reproduce-downstream`): byte-level encoders
@@ -106,14 +107,15 @@ def params_of(path):
     return att, tot
 
 
-def mhe(bin_, args, log):
+def mhe(bin_, args, log, ok_if=None):
+    """runs mhe ARGS, its output appended to LOG; a failure stops the study unless its output holds ok_if"""
     t0 = time.time()
     with open(log, "a") as f:
         f.write("$ %s %s\n" % (bin_, " ".join(map(str, args))))
         f.flush()
         p = subprocess.run([bin_] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         f.write(p.stdout)
-    if p.returncode != 0:
+    if p.returncode != 0 and not (ok_if and ok_if in p.stdout):
         fail("mhe %s failed (exit %d); see %s:\n%s" % (args[0], p.returncode, log, p.stdout[-600:]))
     return p.stdout, time.time() - t0
 
@@ -157,14 +159,22 @@ def one_run(a, S, task, kind, seed):
         return r, True
     dev = ["--device", "cuda"] if S["device"] == "cuda" else ["--threads", a.threads]
     t_pre = 0.0
+    if os.path.exists(pre) and not os.path.exists(pre_json):
+        # a pretraining stopped by a signal (mhe writes a checkpoint it can resume, and exits 130 or 143):
+        # resumed to its last step; one that got there says "nothing to train"
+        _, t_pre = mhe(a.mhe, ["train", "--resume", pre, "--out", pre, "--data", os.path.join(a.out, "task", "pretrain.txt"),
+                               "--quiet"] + dev, log, ok_if="nothing to train")
     if not os.path.exists(pre):
         _, t_pre = mhe(a.mhe, ["train", "--task", "lm", "--arch", "encoder", "--attn", kind, "--data",
                                os.path.join(a.out, "task", "pretrain.txt"), "--out", pre, "--seed", seed, "--quiet",
                                "--eval_every", 0] + (["--tokenizer", a.tok] if a.tok else []) + flags(S["model"])
                       + flags(S["pre"]) + dev, log)
-    if not os.path.exists(pre_json):
+    if not os.path.exists(pre_json):   # only once the pretraining got to its last step
         write_json(pre_json, pre_settings)
     t_ft = 0.0
+    if os.path.exists(ft):   # no result yet: a fine-tuning stopped by a signal is resumed, a finished one kept
+        _, t_ft = mhe(a.mhe, ["train", "--resume", ft, "--out", ft, "--data", os.path.join(a.tdir, "train.tsv"), "--quiet"]
+                      + dev, log, ok_if="nothing to train")
     if not os.path.exists(ft):
         _, t_ft = mhe(a.mhe, ["train", "--task", "cls", "--model", pre, "--data", os.path.join(a.tdir, "train.tsv"),
                               "--out", ft, "--seed", seed, "--quiet", "--eval_every", 0]
