@@ -230,6 +230,22 @@ def check_pairs(out):
     return None
 
 
+def write_atomic(path, text):
+    with open(path + ".tmp", "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def finish_build(base, problem):
+    """prints the test baselines and the built task's problem, if any: the exit status"""
+    for n, (a, f1) in base.items():
+        print("  test baseline %-28s accuracy %.3f  macro-F1 %.3f" % (n, a, f1))
+    if problem:
+        print("downstream_task: %s" % problem, file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_pairs(out):
     """OUT/pairs from the task's splits in OUT"""
     k = len(CLASSES)
@@ -244,9 +260,7 @@ def build_pairs(out):
     os.makedirs(d, exist_ok=True)
     files = {s + ".tsv": "".join("%d\t%s\t%s\n" % r for r in pairs[s]) for s in pairs}
     for name, body in files.items():
-        with open(os.path.join(d, name + ".tmp"), "w", encoding="utf-8", newline="") as f:
-            f.write(body)
-        os.replace(os.path.join(d, name + ".tmp"), os.path.join(d, name))
+        write_atomic(os.path.join(d, name), body)
     gold = [lab for lab, _, _ in pairs["test"]]
     major = Counter(lab for lab, _, _ in pairs["train"]).most_common(1)[0][0]
     base = {"majority": scores(gold, [major] * len(gold), 2),
@@ -256,18 +270,10 @@ def build_pairs(out):
     meta = {"classes": PAIR_CLASSES, "counts": {s: [sum(1 for lab, _, _ in pairs[s] if lab == c) for c in range(2)] for s in pairs},
             "pretrain_entries": parent["pretrain_entries"], "fortunes_version": parent["fortunes_version"], "sha256": sha,
             "baselines_test": {n: {"accuracy": a, "macro_f1": f} for n, (a, f) in base.items()}}
-    with open(os.path.join(d, "task.json.tmp"), "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(os.path.join(d, "task.json.tmp"), os.path.join(d, "task.json"))
+    write_atomic(os.path.join(d, "task.json"), json.dumps(meta, indent=1))
     print("%s: does B continue A? train %d, valid %d, test %d pairs (%d continue in all)" % (
         d, len(pairs["train"]), len(pairs["valid"]), len(pairs["test"]), sum(meta["counts"][s][1] for s in pairs)))
-    for n, (a, f1) in base.items():
-        print("  test baseline %-28s accuracy %.3f  macro-F1 %.3f" % (n, a, f1))
-    problem = check_pairs(out)
-    if problem:
-        print("downstream_task: %s" % problem, file=sys.stderr)
-        return 1
-    return 0
+    return finish_build(base, check_pairs(out))
 
 
 def build(out):
@@ -293,10 +299,7 @@ def build(out):
         files[s + ".tsv"] = "".join("%d\t%s\n" % r for r in rows[s])
     files["pretrain.txt"] = "".join(t + "\n" for t in pre)
     for name, body in files.items():
-        tmp = os.path.join(out, name + ".tmp")
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write(body)
-        os.replace(tmp, os.path.join(out, name))
+        write_atomic(os.path.join(out, name), body)
     k = len(CLASSES)
     counts = {s: [sum(1 for lab, _ in rows[s] if lab == c) for c in range(k)] for s in rows}
     gold = [lab for lab, _ in rows["test"]]
@@ -310,18 +313,11 @@ def build(out):
     meta = {"classes": CLASSES, "counts": counts, "pretrain_entries": len(pre), "fortunes_version": ver,
             "sha256": {n: hashlib.sha256(b.encode("utf-8")).hexdigest() for n, b in files.items()},
             "baselines_test": {n: {"accuracy": a, "macro_f1": f} for n, (a, f) in base.items()}}
-    with open(os.path.join(out, "task.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_atomic(os.path.join(out, "task.json"), json.dumps(meta, indent=1))
     print("%s: %d classes; train %d, valid %d, test %d examples (the smallest class: %d in all); pretraining %d entries, "
           "%d bytes" % (out, k, len(rows["train"]), len(rows["valid"]), len(rows["test"]),
                         min(sum(counts[s][c] for s in counts) for c in range(k)), len(pre), len(files["pretrain.txt"].encode())))
-    for n, (a, f1) in base.items():
-        print("  test baseline %-28s accuracy %.3f  macro-F1 %.3f" % (n, a, f1))
-    problem = check(out)
-    if problem:
-        print("downstream_task: %s" % problem, file=sys.stderr)
-        return 1
-    return build_pairs(out)
+    return finish_build(base, check(out)) or build_pairs(out)
 
 
 def main(argv):
