@@ -127,6 +127,13 @@ def flags(d):
     return out
 
 
+def pretrain_settings(settings):
+    """what a run's pretrained encoder depends on (both tasks' runs share it): its part of the run's settings"""
+    pre = {k: settings[k] for k in ("scale", "model", "pre", "kind", "seed", "tokenizer") if k in settings}
+    pre["pretrain.txt"] = settings["task"]["pretrain.txt"]
+    return pre
+
+
 def one_run(a, S, task, kind, seed):
     """pretrain, fine-tune, test one kind and seed; reuses what a previous study left"""
     d = os.path.join(a.out, "runs", "%s-s%d%s" % (kind, seed, a.suffix))
@@ -135,9 +142,7 @@ def one_run(a, S, task, kind, seed):
                 "task": task["sha256"]}
     if a.tok_sha:   # bytes: no tokenizer entry
         settings["tokenizer"] = a.tok_sha
-    # what the pretrained model depends on: both tasks' runs share it
-    pre_settings = {k: settings[k] for k in ("scale", "model", "pre", "kind", "seed", "tokenizer") if k in settings}
-    pre_settings["pretrain.txt"] = task["sha256"]["pretrain.txt"]
+    pre_settings = pretrain_settings(settings)
     ft_name = "finetune.safetensors" if a.task == "quotes" else "finetune-%s.safetensors" % a.task
     res_name = "result.json" if a.task == "quotes" else "result-%s.json" % a.task
     res_path, pre, ft, log = (os.path.join(d, n) for n in (res_name, "pretrain.safetensors", ft_name, "log.txt"))
@@ -145,9 +150,7 @@ def one_run(a, S, task, kind, seed):
     quotes_res = os.path.join(d, "result.json")
     if os.path.exists(pre) and not os.path.exists(pre_json) and os.path.exists(quotes_res):
         # an encoder of an earlier version of this study: its settings are those of the run's first result
-        q = json.load(open(quotes_res))["settings"]
-        write_json(pre_json, dict({k: q[k] for k in ("scale", "model", "pre", "kind", "seed", "tokenizer") if k in q},
-                                  **{"pretrain.txt": q["task"]["pretrain.txt"]}))
+        write_json(pre_json, pretrain_settings(json.load(open(quotes_res))["settings"]))
     if os.path.exists(pre_json) and json.load(open(pre_json)) != pre_settings:
         fail("%s was pretrained with other settings than this study's (scale, model, steps or corpus); delete %s to redo it"
              % (pre, d))
