@@ -533,15 +533,18 @@ static __device__ __forceinline__ void mhe__cu_mma_tf32(float c[4], const unsign
 #endif
 }
 
+/* split K as mhe__cu_gemm_simt's */
 template <int TA, int TB>
 __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, float alpha, const float *__restrict__ A,
                                                          int lda, const float *__restrict__ B, int ldb, float beta,
-                                                         float *__restrict__ C, int ldc) {
+                                                         float *__restrict__ C, int ldc, int kc, int64_t cz) {
     /* As[m][k] and Bs[k][n]; +4 keeps fragment reads on distinct banks */
     __shared__ float As[MHE__CU_GBM][MHE__CU_GBK + 4];
     __shared__ float Bs[MHE__CU_GBK][MHE__CU_GBN + 4];
     int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     int m0 = (int)blockIdx.y * MHE__CU_GBM, n0 = (int)blockIdx.x * MHE__CU_GBN;
+    int kb = (int)blockIdx.z * kc, ke = kb + kc < K ? kb + kc : K;
+    C += (int64_t)blockIdx.z * cz;
     int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
     float acc[2][4][4];
     #pragma unroll
@@ -551,12 +554,12 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
             #pragma unroll
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += MHE__CU_GBK) {
+    for (int k0 = kb; k0 < ke; k0 += MHE__CU_GBK) {
         for (int e = tid; e < MHE__CU_GBM * MHE__CU_GBK; e += 128) {
             int a_m = TA ? e % MHE__CU_GBM : e / MHE__CU_GBK, a_k = TA ? e / MHE__CU_GBM : e % MHE__CU_GBK;
             int b_n = TB ? e / MHE__CU_GBK : e % MHE__CU_GBN, b_k = TB ? e % MHE__CU_GBK : e / MHE__CU_GBN;
-            As[a_m][a_k] = mhe__cu_ld<TA>(A, lda, m0 + a_m, k0 + a_k, M, K);
-            Bs[b_k][b_n] = mhe__cu_ld<TB>(B, ldb, k0 + b_k, n0 + b_n, K, N);
+            As[a_m][a_k] = mhe__cu_ld<TA>(A, lda, m0 + a_m, k0 + a_k, M, ke);
+            Bs[b_k][b_n] = mhe__cu_ld<TB>(B, ldb, k0 + b_k, n0 + b_n, ke, N);
         }
         __syncthreads();
 #pragma unroll
@@ -601,6 +604,141 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
         }
 }
 
+/* TF32, large shapes: 128 x 128 outputs per block of 256 threads = 8 warps
+   in a 2 x 4 grid, each warp 64 x 32 outputs = 4 x 4 fragments (16 mma per
+   8 of K; the 64 x 64 kernel above: 8). K in steps of 16, double-buffered
+   as mhe__cu_gemm_simt128: the next step is read into registers while this
+   one is multiplied, rounded to TF32 once on its way into shared memory
+   (the 64 kernel rounds every fragment read), one barrier per step. Both
+   tiles are k-major and 136 wide: a fragment read (k = t, row or column =
+   g) lands on bank 8 t + g, all 32 distinct. */
+#define MHE__CU_GT2K 16
+#define MHE__CU_GT2W (MHE__CU_GB2 + 8)
+
+/* this thread's 8 elements of the next K step (as mhe__cu_gb2_fetch, twice the K) */
+template <int TRANS_MAJOR>
+static __device__ __forceinline__ void mhe__cu_gt2_fetch(float v[8], const float *X, int ld, int r0, int c0, int R,
+                                                         int Cn, int tid) {
+    /* TRANS_MAJOR 0: the tile's 128 rows along X's rows (8 consecutive columns each thread);
+       1: along X's columns (rows tid / 32 and 8 more, 4 consecutive elements each) */
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        int r, c;
+        if (TRANS_MAJOR) {
+            r = r0 + tid / 32 + 8 * (e / 4);
+            c = c0 + (tid % 32) * 4 + e % 4;
+        } else {
+            r = r0 + tid / 2;
+            c = c0 + (tid % 2) * 8 + e;
+        }
+        v[e] = r < R && c < Cn ? X[(size_t)r * ld + c] : 0.0f;
+    }
+}
+
+/* the fetched elements into tile[k][mn], rounded to TF32 */
+template <int TRANS_MAJOR>
+static __device__ __forceinline__ void mhe__cu_gt2_store(unsigned (*tile)[MHE__CU_GT2W], const float v[8], int tid) {
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        if (TRANS_MAJOR)
+            tile[tid / 32 + 8 * (e / 4)][(tid % 32) * 4 + e % 4] = mhe__cu_tf32(v[e]);
+        else
+            tile[(tid % 2) * 8 + e][tid / 2] = mhe__cu_tf32(v[e]);
+    }
+}
+
+template <int TA, int TB>
+__global__ __launch_bounds__(256) void mhe__cu_gemm_tf32_128(int M, int N, int K, float alpha,
+                                                               const float *__restrict__ A, int lda,
+                                                               const float *__restrict__ B, int ldb, float beta,
+                                                               float *__restrict__ C, int ldc) {
+    __shared__ unsigned As[2][MHE__CU_GT2K][MHE__CU_GT2W];
+    __shared__ unsigned Bs[2][MHE__CU_GT2K][MHE__CU_GT2W];
+    int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    int m0 = (int)blockIdx.y * MHE__CU_GB2, n0 = (int)blockIdx.x * MHE__CU_GB2;
+    int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
+    float acc[4][4][4], va[8], vb[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    /* op(A) [M][K]: A row-major (TA 0: the tile's rows along A's rows) or A [K][M] (TA 1); op(B) likewise */
+#define MHE__CU_GT2_FETCH(k0)                                                                            \
+    do {                                                                                                 \
+        if (TA)                                                                                          \
+            mhe__cu_gt2_fetch<1>(va, A, lda, (k0), m0, K, M, tid);                                       \
+        else                                                                                             \
+            mhe__cu_gt2_fetch<0>(va, A, lda, m0, (k0), M, K, tid);                                       \
+        if (TB)                                                                                          \
+            mhe__cu_gt2_fetch<0>(vb, B, ldb, n0, (k0), N, K, tid);                                       \
+        else                                                                                             \
+            mhe__cu_gt2_fetch<1>(vb, B, ldb, (k0), n0, K, N, tid);                                       \
+    } while (0)
+#define MHE__CU_GT2_STORE(buf)                                                                           \
+    do {                                                                                                 \
+        mhe__cu_gt2_store<TA>(As[buf], va, tid);                                                         \
+        mhe__cu_gt2_store<!TB>(Bs[buf], vb, tid);                                                        \
+    } while (0)
+    MHE__CU_GT2_FETCH(0);
+    MHE__CU_GT2_STORE(0);
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = 0; k0 < K; k0 += MHE__CU_GT2K) {
+        int more = k0 + MHE__CU_GT2K < K;
+        if (more) /* the next step's elements, in flight while this one is multiplied */
+            MHE__CU_GT2_FETCH(k0 + MHE__CU_GT2K);
+#pragma unroll
+        for (int ks = 0; ks < MHE__CU_GT2K; ks += 8) {
+            unsigned a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = wm + 16 * i + g;
+                a[i][0] = As[buf][ks + t][r];
+                a[i][1] = As[buf][ks + t][r + 8];
+                a[i][2] = As[buf][ks + t + 4][r];
+                a[i][3] = As[buf][ks + t + 4][r + 8];
+                if (MHE__CU_FAULT(3)) { /* the test's broken variant, as in the 64 kernel */
+                    unsigned s = a[i][1];
+                    a[i][1] = a[i][2];
+                    a[i][2] = s;
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int c = wn + 8 * j + g;
+                b[j][0] = Bs[buf][ks + t][c];
+                b[j][1] = Bs[buf][ks + t + 4][c];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
+        }
+        if (more) { /* the other half was last read before the previous barrier */
+            MHE__CU_GT2_STORE(buf ^ 1);
+            if (!MHE__CU_FAULT(1))
+                __syncthreads();
+            buf ^= 1;
+        }
+    }
+#undef MHE__CU_GT2_FETCH
+#undef MHE__CU_GT2_STORE
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int r = m0 + wm + 16 * i + g, c = n0 + wn + 8 * j + 2 * t;
+            mhe__cu_store(C, ldc, M, N, r, c, alpha, acc[i][j][0], beta);
+            mhe__cu_store(C, ldc, M, N, r, c + 1, alpha, acc[i][j][1], beta);
+            mhe__cu_store(C, ldc, M, N, r + 8, c, alpha, acc[i][j][2], beta);
+            mhe__cu_store(C, ldc, M, N, r + 8, c + 1, alpha, acc[i][j][3], beta);
+        }
+}
+
 /* C = alpha (sum over the S slices of ws) + beta C, the slices added in order (deterministic) */
 __global__ __launch_bounds__(256) void mhe__cu_splitk_sum(float *C, int ldc, const float *ws, int M, int N, int S,
                                                           float alpha, float beta) {
@@ -636,31 +774,31 @@ static int mhe__cu_splitk_slices(int M, int N, int K, size_t ws_floats) {
     return S > 16 ? 16 : (int)S;
 }
 
-/* the device mhe_gemm: same arguments, device pointers; tf32 picks the kernel; ws (NULL: none)
-   lets a small float32 output split K */
+/* the device mhe_gemm: same arguments, device pointers; tf32 picks the kernels; ws (NULL: none)
+   lets a small output split K */
 static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                 int lda, const float *B, int ldb, float beta, float *C, int ldc, float *ws,
                                 size_t ws_floats) {
     dim3 grid((unsigned)mhe__cu_blocks(N, MHE__CU_GBN), (unsigned)mhe__cu_blocks(M, MHE__CU_GBM));
-    dim3 block(tf32 ? 128 : 256);
+    dim3 block(256);
     if (M <= 0 || N <= 0)
         return cudaSuccess;
-    if (tf32) {
-        void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
-            ta ? (tb ? mhe__cu_gemm_tf32<1, 1> : mhe__cu_gemm_tf32<1, 0>)
-               : (tb ? mhe__cu_gemm_tf32<0, 1> : mhe__cu_gemm_tf32<0, 0>);
-        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    }
     if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
         void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
-            ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
-               : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>);
+            tf32 ? (ta ? (tb ? mhe__cu_gemm_tf32_128<1, 1> : mhe__cu_gemm_tf32_128<1, 0>)
+                       : (tb ? mhe__cu_gemm_tf32_128<0, 1> : mhe__cu_gemm_tf32_128<0, 0>))
+                 : (ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
+                       : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>));
         grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
         return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
     void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int, int, int64_t) =
-        ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
-           : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>);
+        tf32 ? (ta ? (tb ? mhe__cu_gemm_tf32<1, 1> : mhe__cu_gemm_tf32<1, 0>)
+                   : (tb ? mhe__cu_gemm_tf32<0, 1> : mhe__cu_gemm_tf32<0, 0>))
+             : (ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
+                   : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>));
+    if (tf32)
+        block = dim3(128);
     int S = ws ? mhe__cu_splitk_slices(M, N, K, ws_floats) : 1;
     if (S < 2)
         return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, K, (int64_t)0);

@@ -69,15 +69,16 @@ static std::vector<float> tf32_round(const std::vector<float> &x) {
     return y;
 }
 
-/* simt: each shape through both kernels (the 128 x 128 tile forced with mhe__cu_gemm_big_min = 0)
-   and through the 64 x 64 one with K split in 3 slices (a workspace, mhe__cu_splitk_force) */
+/* float32 or TF32: each shape through both kernels of the precision (the 128 x 128 tile forced
+   with mhe__cu_gemm_big_min = 0) and through the 64 x 64 one with K split in 3 slices (a
+   workspace, mhe__cu_splitk_force) */
 static void test_gemm(int tf32) {
     static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}, {200, 260, 45},
                                     {129, 128, 9}};
     long big_min = mhe__cu_gemm_big_min;
     float *d_ws = NULL;
     cudaMalloc(&d_ws, MHE__CU_SPLITK_WS * sizeof(float));
-    for (int big = 0; big < (tf32 ? 1 : 3); big++)
+    for (int big = 0; big < 3; big++)
     for (const auto &s : shapes)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -101,8 +102,8 @@ static void test_gemm(int tf32) {
                     mhe__cu_splitk_force = 0;
                     std::vector<float> got = host(dC, C0.size());
                     double err = rel_err(got, ref);
-                    CHECK(e == cudaSuccess && err < 2e-5, "%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
-                          tf32 ? "tf32" : big == 1 ? "simt 128-tile" : big == 2 ? "simt split-K" : "simt", ta, tb, M, N,
+                    CHECK(e == cudaSuccess && err < 2e-5, "%s%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
+                          tf32 ? "tf32" : "simt", big == 1 ? " 128-tile" : big == 2 ? " split-K" : "", ta, tb, M, N,
                           K, (double)beta, err,
                           cudaGetErrorString(e));
                     cudaFree(dA);
