@@ -17,7 +17,7 @@
 
    Contents
      C1. the device toolbox: errors, launches, warp reductions
-     C2. GEMM: float32 SIMT tiles and TF32 mma.sync tiles
+     C2. GEMM: float32 SIMT tiles, TF32 and bf16 mma.sync tiles
      C3. elementwise: norms, activations, embeddings, cross-entropy, AdamW
      C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores,
          Taylor, Non-approximate
@@ -95,9 +95,14 @@ typedef struct mhe_cuda_kv_cache {
     void *block;
 } mhe_cuda_kv_cache;
 
+/* the GEMMs' precision (mhe_cuda_model_init): float32 throughout, or the matrices rounded to TF32
+   or bf16 on their way into tensor cores (sm_80+) with float32 sums, as PyTorch's TF32 matmuls and
+   bf16 autocast; parameters, AdamW's moments and every other kernel stay float32 */
+enum { MHE_CUDA_FP32 = 0, MHE_CUDA_TF32 = 1, MHE_CUDA_BF16 = 2 };
+
 typedef struct mhe_cuda_model {
     mhe_model *host;
-    int tf32;                               /* 1: GEMMs on TF32 tensor cores (sm_80+), 0: float32 */
+    int precision;                          /* MHE_CUDA_FP32, _TF32 or _BF16: the GEMMs */
     float *params, *grads;                  /* device copies, laid out as host->param_data */
     int cap_rows, cap_B, cap_T;             /* activation capacity */
     void *acts_block;
@@ -167,8 +172,9 @@ typedef struct mhe_cuda_trainer {
 MHEDEF mhe_status mhe_cuda_device(char *name, size_t len, int *major, int *minor, char *err);
 /* MHE_OK when the model's config runs on the device; else MHE_ERR_CONFIG naming the field */
 MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err);
-/* copies the host model's parameters to the device (gradients zero) */
-MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int tf32);
+/* copies the host model's parameters to the device (gradients zero); precision MHE_CUDA_FP32 (0),
+   MHE_CUDA_TF32 (1) or MHE_CUDA_BF16 (2) */
+MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int precision);
 MHEDEF void mhe_cuda_model_free(mhe_cuda_model *g);
 MHEDEF mhe_status mhe_cuda_model_reserve(mhe_cuda_model *g, int B, int T);
 /* host tokens/targets [B*T] (targets NULL: no loss); as mhe_model_forward */
@@ -317,9 +323,11 @@ static int mhe__cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per
 /* ======================================================================== */
 /* C = alpha op(A) op(B) + beta C, row-major as mhe_gemm: op(A) is [M, K]
    (A itself [K, M] when transposed), op(B) is [K, N]. beta = 0 never reads
-   C. Two kernels: float32 SIMT tiles (the default), and TF32 tensor-core
-   tiles behind the model's tf32 option (10-bit mantissas in, float32 sums:
-   about 1e-3 relative error, so the tests compare it with a looser bound). */
+   C. Float32 SIMT tiles (the default), or tensor-core tiles behind the
+   model's precision: TF32 (10-bit mantissas in, float32 sums: about 1e-3
+   relative error) or bf16 (7-bit mantissas: about 8e-3), so the tests
+   compare those with looser bounds. Each comes in a 64 x 64 tile (with
+   split-K for small outputs) and a 128 x 128 tile for large ones. */
 
 #define MHE__CU_GBM 64 /* block tile: 64 x 64 outputs, K in steps of 16 */
 #define MHE__CU_GBN 64
@@ -504,8 +512,7 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K,
 }
 
 /* TF32 tensor cores: mma.sync.m16n8k8 (PTX ISA, "Matrix fragments for
-   mma.m16n8k8", .tf32). 128 threads = 4 warps in a 2 x 2 grid, each warp
-   32 x 32 outputs = 2 x 4 fragments of 16 x 8. Fragment coordinates, with
+   mma.m16n8k8", .tf32). Fragment coordinates, with
    g = lane / 4 and t = lane % 4: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
    a3 (g+8, t+4); B b0 (k = t, n = g), b1 (k = t+4, n = g); C c0, c1 (g, 2t
    and 2t+1), c2, c3 (g+8, 2t and 2t+1). */
@@ -533,11 +540,44 @@ static __device__ __forceinline__ void mhe__cu_mma_tf32(float c[4], const unsign
 #endif
 }
 
-/* split K as mhe__cu_gemm_simt's */
-template <int TA, int TB>
-__global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, float alpha, const float *__restrict__ A,
-                                                         int lda, const float *__restrict__ B, int ldb, float beta,
-                                                         float *__restrict__ C, int ldc, int kc, int64_t cz) {
+/* bf16 (Kalamkar et al. 2019: float32's exponent, 7 mantissa bits) tensor cores:
+   mma.sync.m16n8k16 ("Matrix fragments for mma.m16n8k16 with floating point
+   type", .bf16), k twice as deep per instruction. A register holds two bf16,
+   the lower k in its lower half: A a0 (g, 2t and 2t+1), a1 (g+8, the same),
+   a2 and a3 (the same rows, k + 8); B b0 (k = 2t and 2t+1, n = g), b1 (k + 8).
+   cvt.rn.bf16x2.f32 rounds to nearest even and packs hi above lo. */
+static __device__ __forceinline__ unsigned mhe__cu_bf16x2(float hi, float lo) {
+#ifdef MHE_CUDA_EMULATE
+    return mhe_emu_cvt_rn_bf16x2(hi, lo);
+#else
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
+}
+
+static __device__ __forceinline__ void mhe__cu_mma_bf16(float c[4], const unsigned a[4], const unsigned b[2]) {
+#ifdef MHE_CUDA_EMULATE
+    float d[4];
+    mhe_emu_mma_m16n8k16_bf16(d, a, b, c);
+    for (int i = 0; i < 4; i++)
+        c[i] = d[i];
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+/* 64 x 64 tiles: 128 threads = 4 warps in a 2 x 2 grid, each warp 32 x 32
+   outputs = 2 x 4 fragments of 16 x 8. The tiles are float in shared
+   memory, rounded (BF16 0: TF32, 1: bf16) as each fragment is read. Split K
+   as mhe__cu_gemm_simt's. */
+template <int TA, int TB, int BF16>
+__global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, float alpha, const float *__restrict__ A,
+                                                        int lda, const float *__restrict__ B, int ldb, float beta,
+                                                        float *__restrict__ C, int ldc, int kc, int64_t cz) {
     /* As[m][k] and Bs[k][n]; +4 keeps fragment reads on distinct banks */
     __shared__ float As[MHE__CU_GBM][MHE__CU_GBK + 4];
     __shared__ float Bs[MHE__CU_GBK][MHE__CU_GBN + 4];
@@ -563,15 +603,24 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
         }
         __syncthreads();
 #pragma unroll
-        for (int ks = 0; ks < MHE__CU_GBK; ks += 8) {
+        for (int ks = 0; ks < MHE__CU_GBK; ks += BF16 ? 16 : 8) {
             unsigned a[2][4], b[4][2];
             #pragma unroll
             for (int i = 0; i < 2; i++) {
                 int r = wm + 16 * i + g;
-                a[i][0] = mhe__cu_tf32(As[r][ks + t]);
-                a[i][1] = mhe__cu_tf32(As[r + 8][ks + t]);
-                a[i][2] = mhe__cu_tf32(As[r][ks + t + 4]);
-                a[i][3] = mhe__cu_tf32(As[r + 8][ks + t + 4]);
+                if (BF16) {
+                    #pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        int k = ks + 2 * t + 8 * h;
+                        a[i][2 * h] = mhe__cu_bf16x2(As[r][k + 1], As[r][k]);
+                        a[i][2 * h + 1] = mhe__cu_bf16x2(As[r + 8][k + 1], As[r + 8][k]);
+                    }
+                } else {
+                    a[i][0] = mhe__cu_tf32(As[r][ks + t]);
+                    a[i][1] = mhe__cu_tf32(As[r + 8][ks + t]);
+                    a[i][2] = mhe__cu_tf32(As[r][ks + t + 4]);
+                    a[i][3] = mhe__cu_tf32(As[r + 8][ks + t + 4]);
+                }
                 if (MHE__CU_FAULT(3)) { /* the test's broken variant: two fragment registers swapped */
                     unsigned s = a[i][1];
                     a[i][1] = a[i][2];
@@ -581,14 +630,23 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
             #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int c = wn + 8 * j + g;
-                b[j][0] = mhe__cu_tf32(Bs[ks + t][c]);
-                b[j][1] = mhe__cu_tf32(Bs[ks + t + 4][c]);
+                if (BF16) {
+                    b[j][0] = mhe__cu_bf16x2(Bs[ks + 2 * t + 1][c], Bs[ks + 2 * t][c]);
+                    b[j][1] = mhe__cu_bf16x2(Bs[ks + 2 * t + 9][c], Bs[ks + 2 * t + 8][c]);
+                } else {
+                    b[j][0] = mhe__cu_tf32(Bs[ks + t][c]);
+                    b[j][1] = mhe__cu_tf32(Bs[ks + t + 4][c]);
+                }
             }
             #pragma unroll
             for (int i = 0; i < 2; i++)
                 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < 4; j++) {
+                    if (BF16)
+                        mhe__cu_mma_bf16(acc[i][j], a[i], b[j]);
+                    else
+                        mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
+                }
         }
         __syncthreads();
     }
@@ -604,60 +662,72 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_tf32(int M, int N, int K, fl
         }
 }
 
-/* TF32, large shapes: 128 x 128 outputs per block of 256 threads = 8 warps
-   in a 2 x 4 grid, each warp 64 x 32 outputs = 4 x 4 fragments (16 mma per
-   8 of K; the 64 x 64 kernel above: 8). K in steps of 16, double-buffered
-   as mhe__cu_gemm_simt128: the next step is read into registers while this
-   one is multiplied, rounded to TF32 once on its way into shared memory
-   (the 64 kernel rounds every fragment read), one barrier per step. Both
-   tiles are k-major and 136 wide: a fragment read (k = t, row or column =
-   g) lands on bank 8 t + g, all 32 distinct. */
-#define MHE__CU_GT2K 16
+/* Tensor cores, large shapes: 128 x 128 outputs per block of 256 threads =
+   8 warps in a 2 x 4 grid, each warp 64 x 32 outputs = 4 x 4 fragments (16
+   mma per k step of the instruction; the 64 x 64 kernel: 8). K in steps of
+   16 (TF32) or 32 (bf16), double-buffered as mhe__cu_gemm_simt128: the next
+   step is read into registers while this one is multiplied, and rounded
+   once on its way into shared memory (the 64 kernel rounds every fragment
+   read). Shared memory holds 16 rows of 32-bit words per operand and
+   buffer, k-major and 136 wide: one TF32 value, or a bf16 pair (k, k + 1),
+   per word, so both read their fragments alike (row t or t + 4 of an
+   8-row half, column g) and land on bank 8 t + g, all 32 distinct. */
 #define MHE__CU_GT2W (MHE__CU_GB2 + 8)
 
-/* this thread's 8 elements of the next K step (as mhe__cu_gb2_fetch, twice the K) */
-template <int TRANS_MAJOR>
-static __device__ __forceinline__ void mhe__cu_gt2_fetch(float v[8], const float *X, int ld, int r0, int c0, int R,
+/* this thread's EPT elements of the next K step (2 EPT of K) */
+template <int TRANS_MAJOR, int EPT>
+static __device__ __forceinline__ void mhe__cu_gt2_fetch(float v[EPT], const float *X, int ld, int r0, int c0, int R,
                                                          int Cn, int tid) {
-    /* TRANS_MAJOR 0: the tile's 128 rows along X's rows (8 consecutive columns each thread);
-       1: along X's columns (rows tid / 32 and 8 more, 4 consecutive elements each) */
+    /* TRANS_MAJOR 0: the tile's 128 rows along X's rows (EPT consecutive columns each thread);
+       1: along X's columns (EPT / 4 consecutive rows per warp, 4 consecutive elements each) */
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
+    for (int e = 0; e < EPT; e++) {
         int r, c;
         if (TRANS_MAJOR) {
-            r = r0 + tid / 32 + 8 * (e / 4);
+            r = r0 + (EPT / 4) * (tid / 32) + e / 4;
             c = c0 + (tid % 32) * 4 + e % 4;
         } else {
             r = r0 + tid / 2;
-            c = c0 + (tid % 2) * 8 + e;
+            c = c0 + (tid % 2) * EPT + e;
         }
         v[e] = r < R && c < Cn ? X[(size_t)r * ld + c] : 0.0f;
     }
 }
 
-/* the fetched elements into tile[k][mn], rounded to TF32 */
-template <int TRANS_MAJOR>
-static __device__ __forceinline__ void mhe__cu_gt2_store(unsigned (*tile)[MHE__CU_GT2W], const float v[8], int tid) {
+/* the fetched elements into tile[k][mn] (TF32) or tile[k / 2][mn] (bf16 pairs), rounded */
+template <int TRANS_MAJOR, int BF16>
+static __device__ __forceinline__ void mhe__cu_gt2_store(unsigned (*tile)[MHE__CU_GT2W], const float *v, int tid) {
+    if (BF16) {
 #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        if (TRANS_MAJOR)
-            tile[tid / 32 + 8 * (e / 4)][(tid % 32) * 4 + e % 4] = mhe__cu_tf32(v[e]);
-        else
-            tile[(tid % 2) * 8 + e][tid / 2] = mhe__cu_tf32(v[e]);
+        for (int e = 0; e < 16; e++) { /* (k, k + 1): elements e and e + 4 (TRANS_MAJOR 1) or e + 1 */
+            if (TRANS_MAJOR && e % 8 < 4)
+                tile[2 * (tid / 32) + e / 8][(tid % 32) * 4 + e % 4] = mhe__cu_bf16x2(v[e + 4], v[e]);
+            else if (!TRANS_MAJOR && e % 2 == 0)
+                tile[(tid % 2) * 8 + e / 2][tid / 2] = mhe__cu_bf16x2(v[e + 1], v[e]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            if (TRANS_MAJOR)
+                tile[2 * (tid / 32) + e / 4][(tid % 32) * 4 + e % 4] = mhe__cu_tf32(v[e]);
+            else
+                tile[(tid % 2) * 8 + e][tid / 2] = mhe__cu_tf32(v[e]);
+        }
     }
 }
 
-template <int TA, int TB>
-__global__ __launch_bounds__(256) void mhe__cu_gemm_tf32_128(int M, int N, int K, float alpha,
-                                                               const float *__restrict__ A, int lda,
-                                                               const float *__restrict__ B, int ldb, float beta,
-                                                               float *__restrict__ C, int ldc) {
-    __shared__ unsigned As[2][MHE__CU_GT2K][MHE__CU_GT2W];
-    __shared__ unsigned Bs[2][MHE__CU_GT2K][MHE__CU_GT2W];
+template <int TA, int TB, int BF16>
+__global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, float alpha,
+                                                             const float *__restrict__ A, int lda,
+                                                             const float *__restrict__ B, int ldb, float beta,
+                                                             float *__restrict__ C, int ldc) {
+    enum { EPT = BF16 ? 16 : 8, KSTEP = 2 * EPT };
+    __shared__ unsigned As[2][16][MHE__CU_GT2W];
+    __shared__ unsigned Bs[2][16][MHE__CU_GT2W];
     int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     int m0 = (int)blockIdx.y * MHE__CU_GB2, n0 = (int)blockIdx.x * MHE__CU_GB2;
     int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
-    float acc[4][4][4], va[8], vb[8];
+    float acc[4][4][4], va[EPT], vb[EPT];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -669,37 +739,37 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_tf32_128(int M, int N, int K
 #define MHE__CU_GT2_FETCH(k0)                                                                            \
     do {                                                                                                 \
         if (TA)                                                                                          \
-            mhe__cu_gt2_fetch<1>(va, A, lda, (k0), m0, K, M, tid);                                       \
+            mhe__cu_gt2_fetch<1, EPT>(va, A, lda, (k0), m0, K, M, tid);                                  \
         else                                                                                             \
-            mhe__cu_gt2_fetch<0>(va, A, lda, m0, (k0), M, K, tid);                                       \
+            mhe__cu_gt2_fetch<0, EPT>(va, A, lda, m0, (k0), M, K, tid);                                  \
         if (TB)                                                                                          \
-            mhe__cu_gt2_fetch<0>(vb, B, ldb, n0, (k0), N, K, tid);                                       \
+            mhe__cu_gt2_fetch<0, EPT>(vb, B, ldb, n0, (k0), N, K, tid);                                  \
         else                                                                                             \
-            mhe__cu_gt2_fetch<1>(vb, B, ldb, (k0), n0, K, N, tid);                                       \
+            mhe__cu_gt2_fetch<1, EPT>(vb, B, ldb, (k0), n0, K, N, tid);                                  \
     } while (0)
 #define MHE__CU_GT2_STORE(buf)                                                                           \
     do {                                                                                                 \
-        mhe__cu_gt2_store<TA>(As[buf], va, tid);                                                         \
-        mhe__cu_gt2_store<!TB>(Bs[buf], vb, tid);                                                        \
+        mhe__cu_gt2_store<TA, BF16>(As[buf], va, tid);                                                   \
+        mhe__cu_gt2_store<!TB, BF16>(Bs[buf], vb, tid);                                                  \
     } while (0)
     MHE__CU_GT2_FETCH(0);
     MHE__CU_GT2_STORE(0);
     __syncthreads();
     int buf = 0;
-    for (int k0 = 0; k0 < K; k0 += MHE__CU_GT2K) {
-        int more = k0 + MHE__CU_GT2K < K;
+    for (int k0 = 0; k0 < K; k0 += KSTEP) {
+        int more = k0 + KSTEP < K;
         if (more) /* the next step's elements, in flight while this one is multiplied */
-            MHE__CU_GT2_FETCH(k0 + MHE__CU_GT2K);
+            MHE__CU_GT2_FETCH(k0 + KSTEP);
 #pragma unroll
-        for (int ks = 0; ks < MHE__CU_GT2K; ks += 8) {
+        for (int half = 0; half < 16; half += 8) { /* one instruction's k: 8 (TF32) or 16 (bf16) */
             unsigned a[4][4], b[4][2];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int r = wm + 16 * i + g;
-                a[i][0] = As[buf][ks + t][r];
-                a[i][1] = As[buf][ks + t][r + 8];
-                a[i][2] = As[buf][ks + t + 4][r];
-                a[i][3] = As[buf][ks + t + 4][r + 8];
+                a[i][0] = As[buf][half + t][r];
+                a[i][1] = As[buf][half + t][r + 8];
+                a[i][2] = As[buf][half + t + 4][r];
+                a[i][3] = As[buf][half + t + 4][r + 8];
                 if (MHE__CU_FAULT(3)) { /* the test's broken variant, as in the 64 kernel */
                     unsigned s = a[i][1];
                     a[i][1] = a[i][2];
@@ -709,14 +779,18 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_tf32_128(int M, int N, int K
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 int c = wn + 8 * j + g;
-                b[j][0] = Bs[buf][ks + t][c];
-                b[j][1] = Bs[buf][ks + t + 4][c];
+                b[j][0] = Bs[buf][half + t][c];
+                b[j][1] = Bs[buf][half + t + 4][c];
             }
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < 4; j++) {
+                    if (BF16)
+                        mhe__cu_mma_bf16(acc[i][j], a[i], b[j]);
+                    else
+                        mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
+                }
         }
         if (more) { /* the other half was last read before the previous barrier */
             MHE__CU_GT2_STORE(buf ^ 1);
@@ -737,6 +811,22 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_tf32_128(int M, int N, int K
             mhe__cu_store(C, ldc, M, N, r + 8, c, alpha, acc[i][j][2], beta);
             mhe__cu_store(C, ldc, M, N, r + 8, c + 1, alpha, acc[i][j][3], beta);
         }
+}
+
+typedef void (*mhe__cu_gemm_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *, int);
+typedef void (*mhe__cu_gemm_split_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *,
+                                          int, int, int64_t);
+
+template <int BF16>
+static mhe__cu_gemm_kernel mhe__cu_mma128_kernel(int ta, int tb) {
+    return ta ? (tb ? mhe__cu_gemm_mma128<1, 1, BF16> : mhe__cu_gemm_mma128<1, 0, BF16>)
+              : (tb ? mhe__cu_gemm_mma128<0, 1, BF16> : mhe__cu_gemm_mma128<0, 0, BF16>);
+}
+
+template <int BF16>
+static mhe__cu_gemm_split_kernel mhe__cu_mma_kernel(int ta, int tb) {
+    return ta ? (tb ? mhe__cu_gemm_mma<1, 1, BF16> : mhe__cu_gemm_mma<1, 0, BF16>)
+              : (tb ? mhe__cu_gemm_mma<0, 1, BF16> : mhe__cu_gemm_mma<0, 0, BF16>);
 }
 
 /* C = alpha (sum over the S slices of ws) + beta C, the slices added in order (deterministic) */
@@ -774,9 +864,9 @@ static int mhe__cu_splitk_slices(int M, int N, int K, size_t ws_floats) {
     return S > 16 ? 16 : (int)S;
 }
 
-/* the device mhe_gemm: same arguments, device pointers; tf32 picks the kernels; ws (NULL: none)
-   lets a small output split K */
-static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+/* the device mhe_gemm: same arguments, device pointers; precision (MHE_CUDA_FP32, _TF32, _BF16)
+   picks the kernels; ws (NULL: none) lets a small output split K */
+static cudaError_t mhe__cu_gemm(int precision, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                 int lda, const float *B, int ldb, float beta, float *C, int ldc, float *ws,
                                 size_t ws_floats) {
     dim3 grid((unsigned)mhe__cu_blocks(N, MHE__CU_GBN), (unsigned)mhe__cu_blocks(M, MHE__CU_GBM));
@@ -784,20 +874,18 @@ static cudaError_t mhe__cu_gemm(int tf32, int ta, int tb, int M, int N, int K, f
     if (M <= 0 || N <= 0)
         return cudaSuccess;
     if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
-        void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int) =
-            tf32 ? (ta ? (tb ? mhe__cu_gemm_tf32_128<1, 1> : mhe__cu_gemm_tf32_128<1, 0>)
-                       : (tb ? mhe__cu_gemm_tf32_128<0, 1> : mhe__cu_gemm_tf32_128<0, 0>))
-                 : (ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
-                       : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>));
+        mhe__cu_gemm_kernel k = precision == MHE_CUDA_BF16   ? mhe__cu_mma128_kernel<1>(ta, tb)
+                                : precision == MHE_CUDA_TF32 ? mhe__cu_mma128_kernel<0>(ta, tb)
+                                : ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
+                                     : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>);
         grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
         return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     }
-    void (*k)(int, int, int, float, const float *, int, const float *, int, float, float *, int, int, int64_t) =
-        tf32 ? (ta ? (tb ? mhe__cu_gemm_tf32<1, 1> : mhe__cu_gemm_tf32<1, 0>)
-                   : (tb ? mhe__cu_gemm_tf32<0, 1> : mhe__cu_gemm_tf32<0, 0>))
-             : (ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
-                   : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>));
-    if (tf32)
+    mhe__cu_gemm_split_kernel k = precision == MHE_CUDA_BF16   ? mhe__cu_mma_kernel<1>(ta, tb)
+                                  : precision == MHE_CUDA_TF32 ? mhe__cu_mma_kernel<0>(ta, tb)
+                                  : ta ? (tb ? mhe__cu_gemm_simt<1, 1> : mhe__cu_gemm_simt<1, 0>)
+                                       : (tb ? mhe__cu_gemm_simt<0, 1> : mhe__cu_gemm_simt<0, 0>);
+    if (precision != MHE_CUDA_FP32)
         block = dim3(128);
     int S = ws ? mhe__cu_splitk_slices(M, N, K, ws_floats) : 1;
     if (S < 2)
@@ -2842,7 +2930,7 @@ static mhe_status mhe__cu_fixed_upload(mhe_cuda_model *g) {
     return MHE_OK;
 }
 
-MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int tf32) {
+MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int precision) {
     size_t bytes;
     int major = 0;
     mhe_status st;
@@ -2857,10 +2945,13 @@ MHEDEF mhe_status mhe_cuda_model_init(mhe_cuda_model *g, mhe_model *host, int tf
         return mhe__fail(g->err, MHE_ERR_CONFIG, "skipped attention layers run on the CPU path");
     if ((st = mhe_cuda_device(NULL, 0, &major, NULL, g->err)) != MHE_OK)
         return st;
-    if (tf32 && major < 8)
-        return mhe__fail(g->err, MHE_ERR_DEVICE, "tf32 needs compute capability 8.0 or newer (this GPU: %d.x)", major);
+    if (precision < MHE_CUDA_FP32 || precision > MHE_CUDA_BF16)
+        return mhe__fail(g->err, MHE_ERR_ARG, "mhe_cuda_model_init: precision %d (0 fp32, 1 tf32, 2 bf16)", precision);
+    if (precision != MHE_CUDA_FP32 && major < 8)
+        return mhe__fail(g->err, MHE_ERR_DEVICE, "%s needs compute capability 8.0 or newer (this GPU: %d.x)",
+                         precision == MHE_CUDA_TF32 ? "tf32" : "bf16", major);
     g->host = host;
-    g->tf32 = tf32;
+    g->precision = precision;
     bytes = (size_t)host->n_params * sizeof(float);
     {
         void *p = NULL, *q = NULL;
@@ -2946,7 +3037,7 @@ static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
 
 static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N, int K, float alpha,
                                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    MHE__CU_TRY(mhe__cu_gemm(g->tf32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
+    MHE__CU_TRY(mhe__cu_gemm(g->precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
                              MHE__CU_SPLITK_WS),
                 "GEMM");
     return MHE_OK;

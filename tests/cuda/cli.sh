@@ -67,15 +67,19 @@ for m in "$TINY 64" "$D/gqa.st 40" "$D/taylor.st 40" "$D/dropout.st 40" "$D/admi
 done
 grep -q "^device: " "$D/dev.txt"
 check "eval --device cuda names the device" 0 $?
-# --tf32 1: the tensor cores' rounding (10-bit mantissas), a looser bound
+# --tf32 1 and --precision bf16: the tensor cores' rounding (10- and 7-bit mantissas), looser bounds
 "$MHE" eval --model "$TINY" --data "$D/valid.txt" --seq_len 64 --batch 4 > "$D/cpu.txt" 2>&1
-"$MHE" eval --model "$TINY" --data "$D/valid.txt" --seq_len 64 --batch 4 --device cuda --tf32 1 > "$D/dev.txt" 2>&1
-rc=$?
-a=$(loss "$D/cpu.txt")
-b=$(loss "$D/dev.txt")
-awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= 5e-3 && d >= -5e-3) }' &&
-    grep -q "TF32 GEMMs" "$D/dev.txt"
-check "eval --tf32 1: device loss $b, CPU $a" $rc $?
+for how in "--tf32 1:5e-3:TF32" "--precision bf16:4e-2:bf16"; do
+    flags=${how%%:*} bound=${how#*:} says=${bound#*:} bound=${bound%%:*}
+    # shellcheck disable=SC2086
+    "$MHE" eval --model "$TINY" --data "$D/valid.txt" --seq_len 64 --batch 4 --device cuda $flags > "$D/dev.txt" 2>&1
+    rc=$?
+    a=$(loss "$D/cpu.txt")
+    b=$(loss "$D/dev.txt")
+    awk -v a="$a" -v b="$b" -v e="$bound" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d <= e && d >= -e) }' &&
+        grep -q "$says GEMMs" "$D/dev.txt"
+    check "eval $flags: device loss $b, CPU $a (within $bound)" $rc $?
+done
 
 # generate: a 40-byte prompt (prefill over two 32-key tiles), then decode steps; greedy and sampled
 P="And God said, Let there be light: and th"

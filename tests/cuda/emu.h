@@ -57,7 +57,8 @@
 //   launch to launch on a runner (a GPU does not clear them either), and do
 //   not count against the shared memory limit. Dynamic shared memory starts
 //   as 0xff bytes (NaN as floats) at each launch.
-// - No inline PTX: use mhe_emu_mma_m16n8k8_tf32 and mhe_emu_cvt_rna_tf32.
+// - No inline PTX: use mhe_emu_mma_m16n8k8_tf32, mhe_emu_cvt_rna_tf32,
+//   mhe_emu_mma_m16n8k16_bf16 and mhe_emu_cvt_rn_bf16x2.
 // - Warp collectives take the full mask 0xffffffff only. Lanes do not run in
 //   lockstep: warp-synchronous code needs __syncwarp, as since Volta.
 // - A thread runs until it reaches a barrier, so it must never spin-wait for
@@ -1478,6 +1479,73 @@ inline void mhe_emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsi
         float sum = 0.0f;
         for (unsigned k = 0; k < 8; k++)
             sum += A[row][k] * B[k][col];  // tf32 products are exact in float
+        d[i] = sum + C[row][col];
+    }
+}
+
+// cvt.rn.bf16x2.f32 d, hi, lo: both rounded to bf16 (8 mantissa bits) to
+// nearest, ties to even, hi in the upper 16 bits of d and lo in the lower
+// (PTX ISA, cvt: "a is stored in the upper half of d"). Past the largest
+// bf16 a value rounds to Inf; a NaN becomes the canonical 0x7fff.
+inline unsigned mhe_emu_bf16_rn(float x) {
+    unsigned u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
+        return 0x7fffu;
+    // half a bf16 ulp less one, plus the last kept bit: ties go to even
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+inline unsigned mhe_emu_cvt_rn_bf16x2(float hi, float lo) { return mhe_emu_bf16_rn(hi) << 16 | mhe_emu_bf16_rn(lo); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A*B + C, for the
+// warp. Fragment layout from the PTX ISA, section "Matrix Fragments for
+// mma.m16n8k16 with floating point type" (.bf16 tables), groupID = lane >> 2,
+// tig = lane % 4; each register holds two bf16, the lower column (A) or row
+// (B) in its lower 16 bits:
+//   A (16x16, row-major): a0 (groupID, 2 tig and 2 tig+1)
+//                         a1 (groupID+8, 2 tig and 2 tig+1)
+//                         a2 (groupID, 2 tig+8 and 2 tig+9)
+//                         a3 (groupID+8, 2 tig+8 and 2 tig+9)
+//   B (16x8, [k][n]):     b0 (k = 2 tig and 2 tig+1, n = groupID)
+//                         b1 (k = 2 tig+8 and 2 tig+9, n = groupID)
+//   C, D (16x8): as mma.m16n8k8 above.
+// bf16 products are exact in float; the sum is float, k in order.
+inline void mhe_emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+    using namespace mhe_emu_impl;
+    const char *what = "mhe_emu_mma_m16n8k16_bf16";
+    Lane *me = current(what);
+    if (g.warp_lanes[me->warp] != 32)
+        die("%s needs a whole warp, but warp %u has %u threads", what, me->warp, g.warp_lanes[me->warp]);
+    Slot mine = {};
+    memcpy(&mine.w[0], a, 4 * sizeof(unsigned));
+    memcpy(&mine.w[4], b, 2 * sizeof(unsigned));
+    memcpy(&mine.w[6], c, 4 * sizeof(float));  // before d is written: d may be c
+    const Slot *s = warp_exchange(mine, what);
+
+    auto lo = [](unsigned w) { return __uint_as_float(w << 16); };
+    auto hi = [](unsigned w) { return __uint_as_float(w & 0xffff0000u); };
+    float A[16][16], B[16][8], C[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned grp = l >> 2, tig = l % 4;
+        const unsigned *w = s[l].w;
+        for (unsigned h = 0; h < 2; h++) {  // h 1: the columns (rows of B) 8 further on
+            A[grp][2 * tig + 8 * h] = lo(w[2 * h]);
+            A[grp][2 * tig + 8 * h + 1] = hi(w[2 * h]);
+            A[grp + 8][2 * tig + 8 * h] = lo(w[2 * h + 1]);
+            A[grp + 8][2 * tig + 8 * h + 1] = hi(w[2 * h + 1]);
+            B[2 * tig + 8 * h][grp] = lo(w[4 + h]);
+            B[2 * tig + 8 * h + 1][grp] = hi(w[4 + h]);
+        }
+        C[grp][2 * tig] = __uint_as_float(w[6]);
+        C[grp][2 * tig + 1] = __uint_as_float(w[7]);
+        C[grp + 8][2 * tig] = __uint_as_float(w[8]);
+        C[grp + 8][2 * tig + 1] = __uint_as_float(w[9]);
+    }
+    unsigned grp = me->lane >> 2, tig = me->lane % 4;
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned row = grp + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
+        float sum = 0.0f;
+        for (unsigned k = 0; k < 16; k++)
+            sum += A[row][k] * B[k][col];
         d[i] = sum + C[row][col];
     }
 }

@@ -161,7 +161,7 @@ for prog in test_emu test_attn test_cuda; do
     # run every kernel of the ch. 4 and FNet kinds, decoding included) and
     # test_attn (decoding's core, Tq = 1). Each group in another block order.
     seed=2
-    for g in gemm tf32 norm elementwise model errors; do
+    for g in gemm tf32 bf16 norm elementwise model errors; do
         built $prog blocks && run "$prog $g blocks, ThreadSanitizer" $TSAN MHE_EMU_SEED=$seed "$B/$prog.blocks" $g
         seed=$((seed + 1))
         built $prog tsan && [ $g != model ] && run "$prog $g ThreadSanitizer" $TSAN "$B/$prog.tsan" $g

@@ -5,7 +5,7 @@
    Built by `make test-cuda` in four ways: fibers (run in forward and in
    reversed order), blocks at once under ThreadSanitizer, threads under
    ThreadSanitizer, threads under ASan + UBSan.
-   An argument runs one group (gemm, tf32, norm, elementwise, model, kinds,
+   An argument runs one group (gemm, tf32, bf16, norm, elementwise, model, kinds,
    large, train, decode, prefill, eval, errors, features); the fault builds
    (MHE_CUDA_FAULT) run one group each. Built by nvcc (make cuda) it runs on
    the GPU; without a device it says so in one line and exits with status 3
@@ -69,10 +69,25 @@ static std::vector<float> tf32_round(const std::vector<float> &x) {
     return y;
 }
 
-/* float32 or TF32: each shape through both kernels of the precision (the 128 x 128 tile forced
+/* bf16 rounding (cvt.rn.bf16x2: 7 mantissa bits, nearest, ties to even) */
+static std::vector<float> bf16_round(const std::vector<float> &x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if ((u & 0x7f800000u) != 0x7f800000u) /* finite: half an ulp less one, plus the last kept bit */
+            u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&y[i], &u, 4);
+    }
+    return y;
+}
+
+static const char *const precision_name[] = {"fp32", "tf32", "bf16"};
+
+/* float32, TF32 or bf16: each shape through both kernels of the precision (the 128 x 128 tile forced
    with mhe__cu_gemm_big_min = 0) and through the 64 x 64 one with K split in 3 slices (a
    workspace, mhe__cu_splitk_force) */
-static void test_gemm(int tf32) {
+static void test_gemm(int precision) {
     static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}, {200, 260, 45},
                                     {129, 128, 9}};
     long big_min = mhe__cu_gemm_big_min;
@@ -87,8 +102,9 @@ static void test_gemm(int tf32) {
                     float alpha = 0.7f, beta = bi ? 0.5f : 0.0f;
                     std::vector<float> A = randn((size_t)(ta ? K : M) * lda, 1), B = randn((size_t)(tb ? N : K) * ldb, 1);
                     std::vector<float> C0 = randn((size_t)M * ldc, 1), ref = C0;
-                    if (tf32) { /* the reference sees what the tensor cores see */
-                        std::vector<float> Ar = tf32_round(A), Br = tf32_round(B);
+                    if (precision) { /* the reference sees what the tensor cores see */
+                        std::vector<float> Ar = precision == MHE_CUDA_TF32 ? tf32_round(A) : bf16_round(A),
+                                           Br = precision == MHE_CUDA_TF32 ? tf32_round(B) : bf16_round(B);
                         mhe_gemm(ta, tb, M, N, K, alpha, Ar.data(), lda, Br.data(), ldb, beta, ref.data(), ldc);
                     } else {
                         mhe_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, ref.data(), ldc);
@@ -96,14 +112,14 @@ static void test_gemm(int tf32) {
                     float *dA = dev(A), *dB = dev(B), *dC = dev(C0);
                     mhe__cu_gemm_big_min = big == 1 ? 0 : big_min;
                     mhe__cu_splitk_force = big == 2 ? 3 : 0;
-                    cudaError_t e = mhe__cu_gemm(tf32, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc,
+                    cudaError_t e = mhe__cu_gemm(precision, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc,
                                                  big == 2 ? d_ws : NULL, MHE__CU_SPLITK_WS);
                     mhe__cu_gemm_big_min = big_min;
                     mhe__cu_splitk_force = 0;
                     std::vector<float> got = host(dC, C0.size());
                     double err = rel_err(got, ref);
                     CHECK(e == cudaSuccess && err < 2e-5, "%s%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
-                          tf32 ? "tf32" : "simt", big == 1 ? " 128-tile" : big == 2 ? " split-K" : "", ta, tb, M, N,
+                          precision ? precision_name[precision] : "simt", big == 1 ? " 128-tile" : big == 2 ? " split-K" : "", ta, tb, M, N,
                           K, (double)beta, err,
                           cudaGetErrorString(e));
                     cudaFree(dA);
@@ -437,7 +453,7 @@ struct step_err {
 static const step_tol fp32_tol = {1e-5, 1e-5, 2e-4};
 
 /* one forward and backward on both sides: loss, logits and every gradient.
-   The device runs once per precision (tf32 = 0, then 1 when n_prec is 2),
+   The device runs once per precision p (MHE_CUDA_FP32, _TF32, _BF16) below n_prec,
    each against the same CPU step; tol[p] bounds precision p. With summary,
    one line per precision says the worst errors (the GPU check reads it).
    An encoder-decoder reads a source of Ts tokens (0: T). */
@@ -478,7 +494,7 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         float loss_dev = 0;
         step_err worst = {0, 0, 0, ""};
         char w[200];
-        snprintf(w, sizeof w, "%s%s", what, n_prec > 1 ? (p ? " tf32" : " fp32") : "");
+        snprintf(w, sizeof w, "%s%s%s", what, n_prec > 1 ? " " : "", n_prec > 1 ? precision_name[p] : "");
         mhe_status st = mhe_cuda_model_init(&g, &m, p);
         CHECK(st == MHE_OK, "%s: device init: %s", w, g.err);
         if (st != MHE_OK)
@@ -495,6 +511,9 @@ static void compare_step(const mhe_config *cfg, const char *what, int B, int T, 
         mhe_cuda_model_logits(&g, logits_dev.data());
         worst.logits = rel_err(logits_dev, logits_cpu);
         CHECK(worst.logits < tol[p].logits, "%s: logits rel err %.3g (bound %.3g)", w, worst.logits, tol[p].logits);
+        /* the tensor cores did round: a float32 step stays within 1e-5 */
+        CHECK(p == MHE_CUDA_FP32 || worst.logits > 1e-5, "%s: logits rel err %.3g: was the step rounded?", w,
+              worst.logits);
         mhe_cuda_model_grads(&g); /* into m.grad_data: the CPU's are in grad_cpu */
         int bad = 0;
         for (int i = 0; i < m.n_tensors; i++) {
@@ -727,7 +746,7 @@ static void test_model(void) {
     test_model_s2s_features();
 }
 
-/* ---- the device model at a realistic size, float32 and TF32 ------------------------- */
+/* ---- the device model at a realistic size, float32, TF32 and bf16 -------------------- */
 
 /* Every device kind in both layers of a pre-norm decoder with d_model D, 4
    heads of D/4, d_ff 4D, 256 bytes of vocabulary, B = 2 sequences of T: at
@@ -742,10 +761,11 @@ static void test_model(void) {
    averages B*T tokens' errors. The emulation (the same rounding) measured at
    T = 256, D = 256 at most 0.01u on the loss, 1.4u on the logits and 3u on
    the gradients; the bounds leave room for the tensor cores' own
-   accumulation: loss u, logits 8u, gradients 32u. */
+   accumulation: loss u, logits 8u, gradients 32u. bf16 keeps 7 explicit
+   bits, u = 2^-8, and the same argument gives the same multiples of its u. */
 static void test_large(int T, int D) {
-    const double u = 1.0 / 2048;
-    const step_tol tol[2] = {{1e-5, 1e-5, 4e-4}, {u, 8 * u, 32 * u}};
+    const double u = 1.0 / 2048, u_bf16 = 1.0 / 256;
+    const step_tol tol[3] = {{1e-5, 1e-5, 4e-4}, {u, 8 * u, 32 * u}, {u_bf16, 8 * u_bf16, 32 * u_bf16}};
     char what[128];
     for (int kind : device_kinds) {
         mhe_config c = small_config(kind, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
@@ -759,7 +779,7 @@ static void test_large(int T, int D) {
         for (int l = 0; l < c.n_layers; l++)
             c.attn[l] = kind;
         snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
-        compare_step(&c, what, 2, T, tol, 2, 1);
+        compare_step(&c, what, 2, T, tol, 3, 1);
     }
     test_hybrids();
 }
@@ -2231,7 +2251,7 @@ static int in_list(const char *list, const char *name) {
    key tiles, about ten seconds, and only when named: tests/cuda/run.sh runs
    it once) */
 int main(int argc, char **argv) {
-    static const char *const groups[] = {"gemm",  "tf32",  "norm",   "elementwise", "model",   "kinds",
+    static const char *const groups[] = {"gemm",  "tf32",  "bf16",   "norm",   "elementwise", "model",   "kinds",
                                          "large", "train", "decode", "prefill",     "eval",    "errors",
                                          "features", "encdec", "hash"};
     const char *only = argc > 1 ? argv[1] : "";
@@ -2249,7 +2269,7 @@ int main(int argc, char **argv) {
         named += in_list(only, g);
     if ((*only && named != 1 + (int)(std::count(only, only + strlen(only), ','))) || argc == 3 || argc > 4 ||
         large_T < 1 || large_D < 4 || large_D % 4) {
-        printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 norm elementwise model kinds large "
+        printf("usage: test_cuda [GROUP[,GROUP...] [T D]]; GROUP: gemm tf32 bf16 norm elementwise model kinds large "
                "train decode prefill eval errors features encdec hash (large: T >= 1, D a multiple of 4)\n");
         return 2;
     }
@@ -2266,7 +2286,8 @@ int main(int argc, char **argv) {
         test_device_settled(name);                                                                                     \
     }
     RUN("gemm", test_gemm(0));
-    RUN("tf32", test_gemm(1));
+    RUN("tf32", test_gemm(MHE_CUDA_TF32));
+    RUN("bf16", test_gemm(MHE_CUDA_BF16));
     RUN("norm", test_norm());
     RUN("elementwise", test_elementwise());
     RUN("model", test_model());

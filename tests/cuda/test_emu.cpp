@@ -235,6 +235,25 @@ __global__ void mma_tile(const float *A, const float *B, const float *C, float *
     D[(grp + 8) * 8 + 2 * tig + 1] = dst[3];
 }
 
+// D = A*B + C for one 16x8x16 bf16 tile, the fragments packed from float
+// as a GPU kernel would (A [16][16], B [16][8], C and D [16][8])
+__global__ void mma_bf16_tile(const float *A, const float *B, const float *C, float *D) {
+    unsigned lane = threadIdx.x, grp = lane >> 2, tig = lane % 4, a[4], b[2];
+    for (unsigned h = 0; h < 2; h++) {
+        unsigned k = 2 * tig + 8 * h;
+        a[2 * h] = mhe_emu_cvt_rn_bf16x2(A[grp * 16 + k + 1], A[grp * 16 + k]);
+        a[2 * h + 1] = mhe_emu_cvt_rn_bf16x2(A[(grp + 8) * 16 + k + 1], A[(grp + 8) * 16 + k]);
+        b[h] = mhe_emu_cvt_rn_bf16x2(B[(k + 1) * 8 + grp], B[k * 8 + grp]);
+    }
+    float c[4] = {C[grp * 8 + 2 * tig], C[grp * 8 + 2 * tig + 1], C[(grp + 8) * 8 + 2 * tig],
+                  C[(grp + 8) * 8 + 2 * tig + 1]};
+    mhe_emu_mma_m16n8k16_bf16(c, a, b, c);
+    D[grp * 8 + 2 * tig] = c[0];
+    D[grp * 8 + 2 * tig + 1] = c[1];
+    D[(grp + 8) * 8 + 2 * tig] = c[2];
+    D[(grp + 8) * 8 + 2 * tig + 1] = c[3];
+}
+
 __global__ void empty_kernel() {}
 
 // Fills all of the dynamic shared memory, then sums it back.
@@ -554,6 +573,84 @@ static void test_mma() {
 }
 
 static unsigned bits(float x) { return __float_as_uint(x); }
+
+// bf16 by the definition: the nearest of the two bf16 neighbours in double, ties to the even one
+static float bf16_round(float x) {
+    unsigned u = __float_as_uint(x), down = u & 0xffff0000u, up = down + 0x10000u;
+    double dd = fabs((double)x - __uint_as_float(down)), du = fabs((double)__uint_as_float(up) - x);
+    return __uint_as_float(dd < du || (dd == du && !(down & 0x10000u)) ? down : up);
+}
+
+static void test_mma_bf16() {
+    std::vector<float> A(256), B(128), C(128);
+    unsigned seed = 777;
+    auto rnd = [&seed]() {  // values with bits below bf16's precision, so rounding matters
+        seed = seed * 1103515245u + 12345u;
+        return ((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
+    };
+    for (float &x : A)
+        x = rnd();
+    for (float &x : B)
+        x = rnd();
+    for (float &x : C)
+        x = rnd();
+    float *dA = device_array<float>(256), *dB = device_array<float>(128), *dC = device_array<float>(128);
+    float *dD = device_array<float>(128);
+    cudaMemcpy(dA, A.data(), 256 * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B.data(), 128 * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C.data(), 128 * 4, cudaMemcpyHostToDevice);
+    CHECK(launch(dim3(1), dim3(32), 0, mma_bf16_tile, (const float *)dA, (const float *)dB, (const float *)dC, dD) ==
+          cudaSuccess);
+    std::vector<float> D = to_host(dD, 128);
+    int bad = 0, differs_unrounded = 0;
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 8; n++) {
+            double want = C[r * 8 + n], raw = C[r * 8 + n], size = fabs(C[r * 8 + n]);
+            for (int k = 0; k < 16; k++) {
+                double p = (double)bf16_round(A[r * 16 + k]) * bf16_round(B[k * 8 + n]);
+                want += p;
+                raw += (double)A[r * 16 + k] * B[k * 8 + n];
+                size += fabs(p);
+            }
+            double tol = 1e-6 * size;
+            bad += fabs(D[r * 8 + n] - want) > tol;
+            differs_unrounded += fabs(raw - want) > tol;
+        }
+    CHECK(bad == 0);
+    CHECK(differs_unrounded > 0);  // the test would notice missing bf16 rounding
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    cudaFree(dD);
+}
+
+static void test_cvt_bf16() {
+    CHECK(mhe_emu_cvt_rn_bf16x2(1.0f, -2.0f) == 0x3f80c000u);  // hi in the upper half
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3f808000u)) == 0x3f80u);  // a tie from an even last bit: stays
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3f818000u)) == 0x3f82u);  // a tie from an odd last bit: up to even
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3f807fffu)) == 0x3f80u);  // just below a tie: down
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3f808001u)) == 0x3f81u);  // just above: up
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0xbf818000u)) == 0xbf82u);  // negative tie: to even
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3fff8000u)) == 0x4000u);  // carries into the exponent: 2.0
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x7f7fffffu)) == 0x7f80u);  // FLT_MAX rounds up to Inf
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x00018000u)) == 0x0002u);  // a subnormal tie, to even
+    CHECK(mhe_emu_bf16_rn(-0.0f) == 0x8000u);
+    CHECK(mhe_emu_bf16_rn(INFINITY) == 0x7f80u && mhe_emu_bf16_rn(-INFINITY) == 0xff80u);
+    CHECK(mhe_emu_bf16_rn(NAN) == 0x7fffu);
+    CHECK(mhe_emu_bf16_rn(__uint_as_float(0x7f800001u)) == 0x7fffu);  // payload in the low bits only: still NaN
+    CHECK(mhe_emu_bf16_rn(0.1f) == 0x3dcdu);  // 0x3dcccccd: above the tie, up
+    unsigned seed = 99, bad = 0;  // against the definition, on random patterns
+    for (int i = 0; i < 100000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float x = __uint_as_float(seed);
+        if (std::isnan(x) || std::isinf(x) || fabsf(x) > 3.3e38f)
+            continue;
+        bad += mhe_emu_bf16_rn(x) << 16 != __float_as_uint(bf16_round(x));
+    }
+    CHECK(bad == 0);
+}
+
+
 
 static void test_cvt_tf32() {
     CHECK(mhe_emu_cvt_rna_tf32(1.0f) == 0x3f800000u);
@@ -950,6 +1047,8 @@ int main() {
     test_atomics();
     test_mma();
     test_cvt_tf32();
+    test_mma_bf16();
+    test_cvt_bf16();
     test_launch_checks();
     test_shape();
     test_memory_api();

@@ -68,7 +68,7 @@ typedef struct {
     char tc_given[64];                 /* which train fields came from the command line */
     char model_given[128];             /* which model fields came from the command line */
     const char *config_path, *model, *out, *data, *valid, *tokens, *resume, *prompt, *source, *task, *indicators, *name;
-    const char *device, *tf32_s, *words_s, *init_s, *quant_s;
+    const char *device, *tf32_s, *precision_s, *words_s, *init_s, *quant_s;
     const char *tokenizer;             /* init/train --tokenizer: a new model's BPE tokenizer (read into tok) */
     const char *split_s, *added;       /* tokenize train --split, --added */
     mhe_bpe *tok;
@@ -82,7 +82,7 @@ typedef struct {
     unsigned long long seed;
     long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter, group;
     long stride;                       /* eval --stride S: strided perplexity (0: consecutive windows) */
-    int quiet, skip, words, cuda, tf32, drop_nsp, special;
+    int quiet, skip, words, cuda, precision, drop_nsp, special;
     double temperature, tol;
     char given[64];                    /* which flags of the command's table were given */
     const struct command_spec *cmd;
@@ -134,7 +134,8 @@ static const flag_spec train_flags[] = {
     STR("tokenizer", "TOK", tokenizer, "a new model reads BPE tokens of TOK (mhe tokenize, or a tokenizer.json); kept in the checkpoint"),
     THREADS,
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
-    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
+    FLAG("precision", "fp32|tf32|bf16", F_CHOICE, 0, 0, "fp32|tf32|bf16", precision_s, "the GPU's GEMMs (default fp32; tf32, bf16: tensor cores, float32 sums)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: the same as --precision tf32"),
     FLAG("quiet", NULL, F_SWITCH, 0, 0, NULL, quiet, "no progress or summary lines"),
     STR("dump-batches", "FILE", dump_batches, "record every batch drawn (--task lm), for tools/python/mhe_torch.py replay"),
 };
@@ -149,7 +150,8 @@ static const flag_spec eval_flags[] = {
     FLAG("stride", "S", F_INT, 1, 1 << 24, NULL, stride, "strided perplexity: windows S apart (1..seq_len; a decoder LM)"),
     THREADS,
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where the forward passes run (cuda: build/cuda/mhe)"),
-    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
+    FLAG("precision", "fp32|tf32|bf16", F_CHOICE, 0, 0, "fp32|tf32|bf16", precision_s, "the GPU's GEMMs (default fp32; tf32, bf16: tensor cores, float32 sums)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: the same as --precision tf32"),
 };
 static const flag_spec generate_flags[] = {
     NEED("model", "M.safetensors", model, "a decoder or encoder-decoder with an LM head"),
@@ -161,7 +163,8 @@ static const flag_spec generate_flags[] = {
     FLAG("top-k", "K", F_INT, 0, 1e9, NULL, top_k, "sample among the K likeliest (default 40; 0: no cut)"),
     THREADS,
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where the model runs (cuda: build/cuda/mhe)"),
-    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: TF32 tensor-core GEMMs on the GPU"),
+    FLAG("precision", "fp32|tf32|bf16", F_CHOICE, 0, 0, "fp32|tf32|bf16", precision_s, "the GPU's GEMMs (default fp32; tf32, bf16: tensor cores, float32 sums)"),
+    FLAG("tf32", "0|1", F_CHOICE, 0, 0, "0|1", tf32_s, "1: the same as --precision tf32"),
 };
 static const flag_spec grad_flags[] = {
     NEED("model", "M.safetensors", model, "the model"),
@@ -536,9 +539,10 @@ static int parse_opts(const command_spec *c, int argc, char **argv, opts *o) {
     free(fa);
     if (r != 1) return r;
     o->words = o->words_s && o->words_s[0] == '1';
-    o->tf32 = o->tf32_s && o->tf32_s[0] == '1';
     o->cuda = o->device && strcmp(o->device, "cuda") == 0;
-    if (o->tf32_s && !o->cuda) { fprintf(stderr, "mhe: --tf32 sets the GPU's GEMMs: give it with --device cuda\n"); return -1; }
+    o->precision = !o->precision_s ? (o->tf32_s && o->tf32_s[0] == '1') : o->precision_s[0] == 't' ? 1 : o->precision_s[0] == 'b' ? 2 : 0;
+    if ((o->tf32_s || o->precision_s) && !o->cuda) { fprintf(stderr, "mhe: --%s sets the GPU's GEMMs: give it with --device cuda\n", o->precision_s ? "precision" : "tf32"); return -1; }
+    if (o->tf32_s && o->precision_s && o->precision != (o->tf32_s[0] == '1')) { fprintf(stderr, "mhe: --tf32 %s and --precision %s disagree: give one\n", o->tf32_s, o->precision_s); return -1; }
 #ifndef _OPENMP
     if (o->threads > 1) { fprintf(stderr, "mhe: --threads %ld: this mhe was built without OpenMP (one thread)\n", o->threads); return 0; }
 #endif
@@ -757,11 +761,11 @@ static int load_model(const char *path, mhe_model *m) {
 static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
     char name[256];
     int major = 0, minor = 0;
-    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, o->tf32) != MHE_OK) {
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, o->precision) != MHE_OK) {
         fprintf(stderr, "mhe: --device cuda: %s\n", g->err);
         return 0;
     }
-    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, o->tf32 ? ", TF32 GEMMs" : "");
+    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, o->precision == 1 ? ", TF32 GEMMs" : o->precision == 2 ? ", bf16 GEMMs" : "");
     return 1;
 }
 #endif
