@@ -136,9 +136,11 @@ def dry_run_pass():
     check(json_tool_ok(out), "dry run: python3 -m json.tool accepts gpu-check.json")
     rep = load(out)
     st = steps(rep)
-    want = ["environment", "build", "build-relaxed", "budget", "test_cuda-gemm", "test_cuda-tf32", "test_cuda-norm",
+    want = ["environment", "build", "build-relaxed", "budget", "test_cuda-gemm", "test_cuda-tf32", "test_cuda-bf16",
+            "test_cuda-norm",
             "test_cuda-elementwise", "test_cuda-model", "test_cuda-kinds", "test_cuda-train", "test_cuda-decode", "test_cuda-prefill",
-            "test_cuda-eval", "test_cuda-errors", "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32", "train-compare", "bench",
+            "test_cuda-eval", "test_cuda-errors", "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32",
+            "train-gpu-bf16", "train-compare", "bench",
             "memcheck-test_attn", "memcheck-test_cuda", "racecheck-test_attn", "racecheck-test_cuda",
             "synccheck-test_attn", "synccheck-test_cuda"]
     check(list(st) == want, "dry run: the steps in order: %s" % list(st))
@@ -149,13 +151,16 @@ def dry_run_pass():
     check(all(os.path.getsize(os.path.join(out, s["log"])) > 0 for k, s in st.items() if k != "build-relaxed"),
           "dry run: every step has a log")
     n = st["large"]["numbers"]
-    check(n.get("T") == 256 and n.get("fp32_kinds") == 9 and n.get("tf32_kinds") == 9 and
-          abs(n.get("tf32_max_logits", 0) - 4.8e-4) < 1e-9, "dry run: large's numbers: %s" % n)
+    check(n.get("T") == 256 and n.get("fp32_kinds") == 9 and n.get("tf32_kinds") == 9 and n.get("bf16_kinds") == 9 and
+          abs(n.get("tf32_max_logits", 0) - 4.8e-4) < 1e-9 and abs(n.get("bf16_max_logits", 0) - 4.1e-3) < 1e-9,
+          "dry run: large's numbers: %s" % n)
     n = st["bench"]["numbers"]
-    check(n.get("gemm_best_tf32_tflops") == 80.11 and n.get("attn_L512_mha_ms") == [0.41, 1.22] and
+    check(n.get("gemm_best_tf32_tflops") == 80.11 and n.get("gemm_best_bf16_tflops") == 160.4 and
+          n.get("attn_L512_mha_ms") == [0.41, 1.22] and
           n.get("train_mhe_mul_tokens_per_s") == 655000, "dry run: bench's numbers: %s" % n)
     n = st["train-compare"]["numbers"]
-    check(n.get("fp32_final_rel", 1) < 1e-4 and n.get("tf32_final_rel", 1) < 1e-3 and "fp32_final_cpu" in n,
+    check(n.get("fp32_final_rel", 1) < 1e-4 and n.get("tf32_final_rel", 1) < 1e-3 and
+          n.get("bf16_final_rel", 1) < 1e-2 and "fp32_final_cpu" in n,
           "dry run: curve numbers: %s" % n)
     check(st["test_cuda-gemm"]["numbers"] == {"passed": 40, "failed": 0}, "dry run: test counts")
     check(st["train-cpu"]["started_s"] <= st["test_cuda-gemm"]["started_s"] < st["train-gpu"]["started_s"],
@@ -166,7 +171,7 @@ def dry_run_pass():
           "## Failures" not in md, "dry run: the markdown report")
     with open(os.path.join(out, "train_losses.csv")) as f:
         rows = f.read().splitlines()
-    check(rows[0] == "step,cpu,gpu_fp32,gpu_tf32" and len(rows) == gpu_check.TRAIN_STEPS + 1,
+    check(rows[0] == "step,cpu,gpu_fp32,gpu_tf32,gpu_bf16" and len(rows) == gpu_check.TRAIN_STEPS + 1,
           "dry run: train_losses.csv, %d rows" % len(rows))
 
 
@@ -259,15 +264,15 @@ def parsers_match_the_programs():
     check(len(gemm) == 1 and len(attn) == 1 and len(train) == 1, "bench_cuda.cu's three result formats found")
     if len(gemm) == len(attn) == len(train) == 1:
         un = lambda s: s.replace("\\n", "\n")  # noqa: E731
-        text = un(gemm[0]) % ("C=768 weight gradient (A^T)", 12.5, 123.25, 768, 3072, 1024)
-        text += un(gemm[0]) % ("C=768 LM head (32000)", 14.0, 99.0, 1024, 32000, 768)
+        text = un(gemm[0]) % ("C=768 weight gradient (A^T)", 12.5, 123.25, 240.5, 768, 3072, 1024)
+        text += un(gemm[0]) % ("C=768 LM head (32000)", 14.0, 99.0, 250.0, 1024, 32000, 768)
         text += un(attn[0]) % (512, 0.4, 1.2, 0.3, 1.0, 0.81, 0.35, 1.1, 0.92)
         text += un(attn[0]) % (1024, 1234.5, 2345.25, 1000.0, 2000.0, 0.85, 1100.0, 2100.0, 0.9)
         for k in ("mha", "mhe-mul", "mhe-add"):
             text += un(train[0]) % (k, 512000.0, 2.0, 40.5, 30.25)
         ok, n, summary = gpu_check.parse_bench(text, 0)
         check(ok and n["gemm_best_tf32_tflops"] == 123.25 and n["gemm_best_simt_tflops"] == 14.0 and
-              n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
+              n["gemm_best_bf16_tflops"] == 250.0 and n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
               n["train_mhe_add_tokens_per_s"] == 512000, "bench parser on bench_cuda.cu's formats: %s %s" % (ok, n))
         # bench_torch_cuda.py's rows follow in the same log (the bench step runs both): its GEMM rows
         # (three numbers) must not count as bench_cuda's, its side-by-side ratios are read
@@ -281,9 +286,11 @@ def parsers_match_the_programs():
         if len(tgemm) == len(side_attn) == len(side_train) == 1:
             both = text + tgemm[0] % ("C=768 LM head (32000)", 45.5, 256.5, 460.0, 1024, 32000, 768) + "\n"
             both += side_attn[0] % (2048, 5.3, 3.58, "0.68x", 0.52, 6.04, 5.24) + "\n"
-            both += side_train[0] % ("mha", "105234", "145827", "0.72x", "70172", "176940", "0.40x", "136539") + "\n"
+            both += side_train[0] % ("mha", "105234", "145827", "0.72x", "70172", "176940", "0.40x", "150000",
+                                     "236539", "0.63x") + "\n"
             ok, n, summary = gpu_check.parse_bench(both, 0)
             check(ok and n["gemm_best_simt_tflops"] == 14.0 and n["gemm_best_tf32_tflops"] == 123.25 and
+                  n["gemm_best_bf16_tflops"] == 250.0 and
                   n.get("attn_L2048_mha_vs_sdpa") == 0.68 and n.get("train_mha_vs_torch") == 0.72,
                   "bench parser with bench_torch_cuda's rows after bench_cuda's: %s" % n)
         check(not gpu_check.parse_bench(text, 1)[0], "bench parser: a nonzero exit fails")
@@ -296,7 +303,7 @@ def parsers_match_the_programs():
     if fmt:
         text = ""
         for kind in ("mha", "mhe-mul"):
-            for prec, e in (("fp32", 1e-6), ("tf32", 1e-3)):
+            for prec, e in (("fp32", 1e-6), ("tf32", 1e-3), ("bf16", 8e-3)):
                 what = "large %s B=2 T=256 d_model=256 %s" % (kind, prec)
                 text += fmt[0].replace("\\n", "\n") % (what, e / 10, e, e * (3 if kind == "mhe-mul" else 1),
                                                        "layers.0.attn.wq.weight", 1e-5, 1e-5, 4e-4)
@@ -334,6 +341,10 @@ def curves():
     check(bad(curve(200, lambda s: base[s][1] * (1 + 1e-4))) > 0 and any("step 1" in x for x in lines),
           "curves: a first step off by 1e-4 fails fp32")
     check(bad(curve(200, lambda s: base[s][1] * (1 + 1e-4)), "tf32") == 0, "curves: ... and passes TF32")
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 0.03 * s / 200)), "tf32") > 0 and
+          bad(curve(200, lambda s: base[s][1] * (1 + 0.03 * s / 200)), "bf16") == 0,
+          "curves: a drift to 3%% fails TF32 and passes bf16 (8 times its bounds): %s" % lines)
+    check(bad(curve(200, lambda s: base[s][1] * (1 + 0.2 * s / 200)), "bf16") > 0, "curves: a drift to 20%% fails bf16")
     check(bad(curve(200, lambda s: base[s][1] * (1 + 0.03 * s / 200))) > 0 and any("all steps" in x for x in lines),
           "curves: a drift to 3%% fails")
     check(bad(curve(200, lambda s: base[s][1] * (1 + 0.004 * (s > 100)))) > 0 and

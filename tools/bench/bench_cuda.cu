@@ -6,7 +6,7 @@
    a failed call makes the exit status 1 (make gpu-check runs --quick, and
    tools/bench/bench_torch_cuda.py --bench-cuda puts PyTorch's numbers beside
    these; docs/cuda.md has an H200's).
-   usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only] */
+   usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only] */
 #define MHE_IMPLEMENTATION
 #include "mhe.h"
 #include "mhe_cuda.cuh"
@@ -80,8 +80,8 @@ template <typename F> static float time_ms(int reps, F f) {
 static void bench_gemm(int quick) {
     float *ws = dalloc(MHE__CU_SPLITK_WS); /* as the model's: small outputs split K */
     int tokens = quick ? 1024 : 4096, Cs[2] = {768, 1024};
-    printf("\nGEMM, TFLOP/s (float32 SIMT | TF32 mma.sync), %d tokens\n", tokens);
-    printf("%-28s %8s %8s\n", "shape (M x N x K)", "simt", "tf32");
+    printf("\nGEMM, TFLOP/s (float32 SIMT | TF32 and bf16 mma.sync), %d tokens\n", tokens);
+    printf("%-28s %8s %8s %8s\n", "shape (M x N x K)", "simt", "tf32", "bf16");
     for (int ci = 0; ci < (quick ? 1 : 2); ci++) {
         int C = Cs[ci];
         struct { const char *what; int ta, M, N, K; } sh[] = {
@@ -92,17 +92,20 @@ static void bench_gemm(int quick) {
             float *A = drandom((size_t)s.M * s.K, -1, 1), *B = drandom((size_t)s.K * s.N, -1, 1),
                   *Cm = dalloc((size_t)s.M * s.N);
             double flops = 2.0 * s.M * s.N * s.K;
-            auto gemm = [&](int tf32) {
-                cudaError_t e = mhe__cu_gemm(tf32, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm, s.N,
-                                             ws, MHE__CU_SPLITK_WS);
+            auto gemm = [&](int precision) {
+                cudaError_t e = mhe__cu_gemm(precision, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm,
+                                             s.N, ws, MHE__CU_SPLITK_WS);
                 if (e != cudaSuccess)
-                    failed(tf32 ? "tf32 GEMM" : "simt GEMM", cudaGetErrorString(e));
+                    failed(precision == MHE_CUDA_BF16 ? "bf16 GEMM" : precision ? "tf32 GEMM" : "simt GEMM",
+                           cudaGetErrorString(e));
             };
-            float t0 = time_ms(quick ? 3 : 9, [&] { gemm(0); });
-            float t1 = time_ms(quick ? 3 : 9, [&] { gemm(1); });
+            float t0 = time_ms(quick ? 3 : 9, [&] { gemm(MHE_CUDA_FP32); });
+            float t1 = time_ms(quick ? 3 : 9, [&] { gemm(MHE_CUDA_TF32); });
+            float t2 = time_ms(quick ? 3 : 9, [&] { gemm(MHE_CUDA_BF16); });
             char label[64];
             snprintf(label, sizeof label, "C=%d %s", C, s.what);
-            printf("%-28s %8.2f %8.2f   (%d x %d x %d)\n", label, flops / t0 / 1e9, flops / t1 / 1e9, s.M, s.N, s.K);
+            printf("%-28s %8.2f %8.2f %8.2f   (%d x %d x %d)\n", label, flops / t0 / 1e9, flops / t1 / 1e9,
+                   flops / t2 / 1e9, s.M, s.N, s.K);
             cudaFree(A);
             cudaFree(B);
             cudaFree(Cm);
@@ -158,7 +161,7 @@ static void bench_attn(int quick) {
            3 * dh, n);
 }
 
-static int bench_train(int quick, int tf32) {
+static int bench_train(int quick, int precision) {
     static const int kinds[3] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD};
     size_t n = 1 << 20;
     int *data = (int *)malloc(n * sizeof(int));
@@ -166,7 +169,8 @@ static int bench_train(int quick, int tf32) {
     mhe_rng_seed(&r, 1);
     for (size_t i = 0; i < n; i++)
         data[i] = (int)mhe_rng_below(&r, 256);
-    printf("\ntraining a byte-level GPT (random bytes): tokens/s and device memory%s\n", tf32 ? ", TF32 GEMMs" : "");
+    printf("\ntraining a byte-level GPT (random bytes): tokens/s and device memory%s\n",
+           precision == MHE_CUDA_TF32 ? ", TF32 GEMMs" : precision == MHE_CUDA_BF16 ? ", bf16 GEMMs" : "");
     for (int ki = 0; ki < 3; ki++) {
         mhe_config c = mhe_config_default();
         mhe_train_config tc = mhe_train_config_default();
@@ -180,7 +184,7 @@ static int bench_train(int quick, int tf32) {
             c.attn[l] = kinds[ki];
         tc.batch = 8, tc.seq_len = c.max_seq_len, tc.steps = quick ? 3 : 20;
         cudaMemGetInfo(&free0, &total);
-        if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK || mhe_cuda_model_init(&g, &m, tf32) != MHE_OK) {
+        if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK || mhe_cuda_model_init(&g, &m, precision) != MHE_OK) {
             fprintf(stderr, "bench_cuda: %s%s\n", m.err, g.err);
             return 1;
         }
@@ -208,14 +212,16 @@ static int bench_train(int quick, int tf32) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, tf32 = 0, only = 0;
+    int quick = 0, precision = MHE_CUDA_FP32, only = 0;
     char name[256], err[MHE_ERR_LEN];
     int major = 0, minor = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--tf32"))
-            tf32 = 1;
+            precision = MHE_CUDA_TF32;
+        else if (!strcmp(argv[i], "--bf16"))
+            precision = MHE_CUDA_BF16;
         else if (!strcmp(argv[i], "--gemm-only"))
             only = 1;
         else if (!strcmp(argv[i], "--attn-only"))
@@ -223,7 +229,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--train-only"))
             only = 3;
         else {
-            fprintf(stderr, "usage: bench_cuda [--quick] [--tf32] [--gemm-only | --attn-only | --train-only]\n");
+            fprintf(stderr, "usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only]\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
@@ -238,7 +244,7 @@ int main(int argc, char **argv) {
     if (!only || only == 2)
         bench_attn(quick);
     if (!only || only == 3)
-        rc = bench_train(quick, tf32);
+        rc = bench_train(quick, precision);
     cudaError_t e = cudaDeviceSynchronize(); /* a fault in the last kernels shows here */
     if (e == cudaSuccess)
         e = cudaGetLastError();

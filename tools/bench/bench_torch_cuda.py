@@ -17,8 +17,10 @@ Inputs are random (never zeros: they time faster than data); each time is the me
 CUDA-event timings after a warm-up. Without a GPU it says so and exits 0.
 
 --bench-cuda PATH runs mhe's bench_cuda first (printing its output as it is, then its
-TF32 training rows) and ends with one table per section, both sides on one row and the
-ratio of mhe's speed to PyTorch's (above 1: mhe faster). The exit status is bench_cuda's.
+TF32 and bf16 training rows) and ends with one table per section, both sides on one row
+and the ratio of mhe's speed to PyTorch's (above 1: mhe faster); mhe's bf16 rounds the
+GEMMs' inputs as autocast does but keeps float32 activations. The exit status is
+bench_cuda's.
 """
 import argparse
 import os
@@ -50,7 +52,7 @@ def bench_gemm(torch, quick):
     res = {}
     tokens, Cs = (1024, [768]) if quick else (4096, [768, 1024])
     print("\nGEMM, TFLOP/s, torch.matmul (cuBLAS), %d tokens" % tokens)
-    print("%-28s %8s %8s %8s" % ("shape (M x N x K)", "fp32", "tf32", "bf16"))
+    print("cuBLAS %-28s %8s %8s %8s" % ("shape (M x N x K)", "fp32", "tf32", "bf16"))
     for C in Cs:
         shapes = [("QKV projection", 0, tokens, 3 * C, C), ("W^O", 0, tokens, C, C), ("MLP up", 0, tokens, 4 * C, C),
                   ("MLP down", 0, tokens, C, 4 * C), ("weight gradient (A^T)", 1, C, 4 * C, tokens),
@@ -67,7 +69,9 @@ def bench_gemm(torch, quick):
                 row.append(2.0 * M * N * K / ms / 1e9)
             torch.backends.cuda.matmul.allow_tf32 = False
             res[(C, what)] = row
-            print("%-28s %8.2f %8.2f %8.2f   (%d x %d x %d)" % ("C=%d %s" % (C, what), row[0], row[1], row[2], M, N, K))
+            # "cuBLAS" first: bench_cuda's rows (three numbers too) start with "C=", and the GPU check reads those
+            print("cuBLAS %-28s %8.2f %8.2f %8.2f   (%d x %d x %d)" % ("C=%d %s" % (C, what), row[0], row[1], row[2],
+                                                                         M, N, K))
     return res
 
 
@@ -157,10 +161,10 @@ def bench_train(torch, quick, mhe):
 
 
 def run_bench_cuda(exe, quick):
-    """bench_cuda's output (printed as it is) and the TF32 training rows; (text, exit status)"""
+    """bench_cuda's output (printed as it is), then its TF32 and bf16 training rows; (texts, exit status)"""
     args = [exe] + (["--quick"] if quick else [])
     texts, rc = [], 0
-    for extra in ([], ["--tf32", "--train-only"]):
+    for extra in ([], ["--tf32", "--train-only"], ["--bf16", "--train-only"]):
         try:
             p = subprocess.run(args + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                universal_newlines=True, errors="replace")
@@ -186,13 +190,15 @@ def side_by_side(gpu, texts, gemm, attn, train):
     print("\n== side by side on %s: mhe (bench_cuda) against PyTorch; ratio = mhe speed / PyTorch speed" % gpu)
     rows = GEMM_RE.findall(texts[0])
     if rows and gemm:
-        print("\n%-40s %8s %8s %6s %8s %8s %6s %8s" % ("GEMM TFLOP/s", "mhe fp32", "cuBLAS", "ratio", "mhe tf32",
-                                                        "cuBLAS", "ratio", "cuBLAS bf16"))
-        for C, what, simt, tf32, M, N, K in rows:
+        print("\n%-40s %8s %8s %6s %8s %8s %6s %8s %8s %6s" % ("GEMM TFLOP/s", "mhe fp32", "cuBLAS", "ratio",
+                                                                  "mhe tf32", "cuBLAS", "ratio", "mhe bf16", "cuBLAS",
+                                                                  "ratio"))
+        for C, what, simt, tf32, bf16, M, N, K in rows:
             t = gemm.get((int(C), what))
             if t:
-                print("C=%-5s %-32s %8s %8.1f %6s %8s %8.1f %6s %8.1f" % (
-                    C, what, simt, t[0], ratio(float(simt), t[0]), tf32, t[1], ratio(float(tf32), t[1]), t[2]))
+                print("C=%-5s %-32s %8s %8.1f %6s %8s %8.1f %6s %8s %8.1f %6s" % (
+                    C, what, simt, t[0], ratio(float(simt), t[0]), tf32, t[1], ratio(float(tf32), t[1]), bf16, t[2],
+                    ratio(float(bf16), t[2])))
     rows = ATTN_RE.findall(texts[0])
     if rows and attn:
         print("\nattention fwd+bwd ms, causal, 12 heads of 64   mha fp32 | SDPA fp32  ratio | SDPA bf16 | "
@@ -206,14 +212,16 @@ def side_by_side(gpu, texts, gemm, attn, train):
                     float(r[6]) + float(r[7])))
     fp32 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[0])}
     tf32 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[1])} if len(texts) > 1 else {}
+    bf16 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[2])} if len(texts) > 2 else {}
     if fp32 and train:
-        print("\ntraining tokens/s   mhe fp32 | twin fp32  ratio | mhe tf32 | twin tf32  ratio | twin bf16 autocast")
+        print("\ntraining tokens/s   mhe fp32 | twin fp32  ratio | mhe tf32 | twin tf32  ratio | mhe bf16 | "
+              "twin bf16 autocast  ratio")
+        num = lambda x: "%.0f" % x if x else "-"  # noqa: E731
         for kind, t in train.items():
-            m32, m19 = fp32.get(kind), tf32.get(kind)
-            print("%-8s %19s | %9s %6s | %8s | %9s %6s | %9s" % (
-                kind, "%.0f" % m32 if m32 else "-", "%.0f" % t[0] if t[0] else "-", ratio(m32, t[0]),
-                "%.0f" % m19 if m19 else "-", "%.0f" % t[1] if t[1] else "-", ratio(m19, t[1]),
-                "%.0f" % t[2] if t[2] else "-"))
+            m32, m19, m16 = fp32.get(kind), tf32.get(kind), bf16.get(kind)
+            print("%-8s %19s | %9s %6s | %8s | %9s %6s | %8s | %18s %6s" % (
+                kind, num(m32), num(t[0]), ratio(m32, t[0]), num(m19), num(t[1]), ratio(m19, t[1]), num(m16),
+                num(t[2]), ratio(m16, t[2])))
 
 
 def main():
@@ -221,7 +229,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--mhe", default=os.path.join(REPO, "build", "mhe"), help="the CPU mhe tool (for mhe init)")
     ap.add_argument("--bench-cuda", metavar="PATH", help="run this bench_cuda first (with --tf32 --train-only "
-                    "again) and print the two sides together with ratios")
+                    "and --bf16 --train-only again) and print the two sides together with ratios")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--gemm-only", action="store_true")
     g.add_argument("--attn-only", action="store_true")

@@ -20,10 +20,10 @@ own time limit, a failed one never stopping the later ones:
   test_cuda *   every group of tests/cuda/test_cuda.cpp, against the CPU library
   test_attn     the attention cores against the CPU's
   large         the device model at T = 256, d_model = 256, every device kind,
-                float32 and TF32 (test_cuda large)
+                float32, TF32 and bf16 (test_cuda large)
   train *       mhe train, 200 steps, on the CPU (started right after the build,
-                beside the GPU steps), on the GPU and on the GPU with TF32, then
-                the loss curves compared (train-compare)
+                beside the GPU steps), on the GPU in float32, TF32 and bf16,
+                then the loss curves compared (train-compare)
   bench         bench_cuda --quick, then tools/bench/bench_torch_cuda.py at the same shapes
                 (cuBLAS, SDPA, the PyTorch twin) and the two side by side
   memcheck, racecheck, synccheck *   compute-sanitizer on test_attn quick and
@@ -31,7 +31,7 @@ own time limit, a failed one never stopping the later ones:
 
 The report is OUT/gpu-check.md and OUT/gpu-check.json (rewritten before and
 after every step, so a run killed at its time limit still leaves one), the
-full log of each step in OUT/logs/, the three loss curves in
+full log of each step in OUT/logs/, the loss curves in
 OUT/train_losses.csv. The steps share one time budget (--budget, default
 450 s): a step never gets more than what is left, and steps that find no time
 are reported as skipped. Exit status: 0 every step passed, 1 a step failed,
@@ -53,7 +53,8 @@ on and the difference grows slowly as training amplifies it. Bounds, relative
 to the CPU's loss at each step: step 1 (same weights, a forward only) 1e-5,
 steps 1-50 1e-3, all 200 steps 5e-3, the mean of the last 20 steps 3e-3. TF32
 rounds GEMM inputs to 10 mantissa bits (u = 2^-11 = 4.9e-4): step 1 4u, steps
-1-50 5e-3, all 2e-2, the last 20 1e-2. Both runs must draw the same batches
+1-50 5e-3, all 2e-2, the last 20 1e-2. bf16 keeps 7 (u = 2^-8): TF32's bounds
+times the ratio of the units, 8. Both runs must draw the same batches
 (the dumps' tokens are compared) and learn (the last 10 losses below the
 first by 0.5 nats).
 """
@@ -82,11 +83,13 @@ TRAIN_STEPS = 200
 TRAIN_ARGS = ["--data", "examples/data/train.txt", "--steps", str(TRAIN_STEPS), "--batch", "8", "--seq_len", "128",
               "--d_model", "128", "--n_heads", "4", "--n_layers", "4", "--attn", "mha,mhe-mul,mhe-add,gqa",
               "--lr", "1e-3", "--warmup", "20", "--seed", "7", "--log_every", "10"]
-U_TF32 = 2.0 ** -11
+U_TF32, U_BF16 = 2.0 ** -11, 2.0 ** -8
 CURVE_TOL = {  # first step, steps 1-50, all steps, mean of the last 20 (see the docstring)
     "fp32": {"first": 1e-5, "early": 1e-3, "all": 5e-3, "tail": 3e-3},
     "tf32": {"first": 4 * U_TF32, "early": 5e-3, "all": 2e-2, "tail": 1e-2},
 }
+CURVE_TOL["bf16"] = {k: v * U_BF16 / U_TF32 for k, v in CURVE_TOL["tf32"].items()}
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 
 def now():
@@ -208,7 +211,7 @@ def parse_test(text, rc):
     return rc == 0 and res[1] == 0, nums, summary
 
 
-LARGE_RE = re.compile(r"^large (\S+) B=\d+ T=(\d+) d_model=(\d+) (fp32|tf32): loss (\S+) logits (\S+) gradient (\S+) "
+LARGE_RE = re.compile(r"^large (\S+) B=\d+ T=(\d+) d_model=(\d+) (fp32|tf32|bf16): loss (\S+) logits (\S+) gradient (\S+) "
                       r"\(([^)]*)\); bounds (\S+) (\S+) (\S+)$", re.M)
 
 
@@ -218,7 +221,7 @@ def parse_large(text, rc):
     if not rows:
         return False, nums, summary + "; no summary lines"
     parts = []
-    for prec in ("fp32", "tf32"):
+    for prec in PRECISIONS:
         mine = [r for r in rows if r[3] == prec]
         if not mine:
             ok = False
@@ -298,7 +301,7 @@ def parse_train(text, rc):
 
 def parse_compare(text, rc):
     nums = {}
-    for prec, key, val in re.findall(r"^(fp32|tf32) (\w+) (\S+)$", text, re.M):
+    for prec, key, val in re.findall(r"^(fp32|tf32|bf16) (\w+) (\S+)$", text, re.M):
         try:
             nums["%s_%s" % (prec, key)] = float(val)
         except ValueError:
@@ -307,7 +310,7 @@ def parse_compare(text, rc):
     parts = []
     if "fp32_final_cpu" in nums:
         parts.append("step %d loss CPU %.4f" % (TRAIN_STEPS, nums["fp32_final_cpu"]))
-    for prec in ("fp32", "tf32"):
+    for prec in PRECISIONS:
         if "%s_final_gpu" % prec in nums:
             parts.append("GPU %s %.4f (rel %.2g, worst step %.2g)" % (prec, nums["%s_final_gpu" % prec],
                                                                       nums["%s_final_rel" % prec],
@@ -318,8 +321,9 @@ def parse_compare(text, rc):
     return rc == 0 and not fails and bool(parts), nums, summary
 
 
-# the shape's name ends in neither a digit nor a space, so bench_torch_cuda's rows (three numbers) never match
-GEMM_RE = re.compile(r"^C=(\d+) (\S.*?[^\d\s])\s+([\d.]+)\s+([\d.]+)\s+\((\d+) x (\d+) x (\d+)\)$", re.M)
+# the shape's name ends in neither a digit nor a space; bench_torch_cuda's rows start with "cuBLAS", never match
+GEMM_RE = re.compile(r"^C=(\d+) (\S.*?[^\d\s])\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+\((\d+) x (\d+) x (\d+)\)$",
+                     re.M)
 ATTN_RE = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \|\s+"
                      r"([\d.]+) \(([\d.]+)x\)\s*$", re.M)
 TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memory ([\d.]+) MB", re.M)
@@ -336,6 +340,7 @@ def parse_bench(text, rc):
     if g:
         nums["gemm_best_simt_tflops"] = max(float(x[2]) for x in g)
         nums["gemm_best_tf32_tflops"] = max(float(x[3]) for x in g)
+        nums["gemm_best_bf16_tflops"] = max(float(x[4]) for x in g)
     a = ATTN_RE.findall(text)
     for row in a:
         L = row[0]
@@ -351,8 +356,8 @@ def parse_bench(text, rc):
     ok = rc == 0 and bool(g) and bool(a) and len(TRAIN_RE.findall(text)) >= 3
     parts = []
     if g:
-        parts.append("GEMM best %.1f TFLOP/s simt, %.1f tf32" % (nums["gemm_best_simt_tflops"],
-                                                                 nums["gemm_best_tf32_tflops"]))
+        parts.append("GEMM best %.1f TFLOP/s simt, %.1f tf32, %.1f bf16" % (
+            nums["gemm_best_simt_tflops"], nums["gemm_best_tf32_tflops"], nums["gemm_best_bf16_tflops"]))
     if a:
         parts.append("attention L=%s fwd|bwd mha %s|%s ms, mhe-mul %sx, mhe-add %sx" % (a[0][0], a[0][1], a[0][2],
                                                                                        a[0][5], a[0][8]))
@@ -445,33 +450,36 @@ def compare_curves(cpu, dev, prec, out):
 
 
 def compare_main(args):
-    """--compare-train CSV CPU GPU [TF32]: the curves against the CPU's; writes CSV (step, losses)"""
+    """--compare-train CSV CPU GPU [TF32 [BF16]]: the curves against the CPU's; writes CSV (step, losses)"""
     if len(args) < 3:
-        print("usage: gpu_check.py --compare-train CSV CPU.batches GPU.batches [TF32.batches]")
+        print("usage: gpu_check.py --compare-train CSV CPU.batches GPU.batches [TF32.batches [BF16.batches]]")
         return 2
     csv_path, paths = args[0], args[1:]
-    curves = []
+    curves, names = [], []  # the CPU's, then each GPU precision that finished
     for i, p in enumerate(paths):
-        if i == 2 and not os.path.exists(p):  # the TF32 run failed: its own step says so
-            print("tf32: not compared (no %s: the TF32 run did not finish)" % p)
-            break
+        prec = PRECISIONS[i - 1] if 0 < i <= len(PRECISIONS) else None
+        if i >= 2 and not os.path.exists(p):  # that run failed: its own step says so
+            print("%s: not compared (no %s: the %s run did not finish)" % (prec, p, prec.upper()))
+            continue
         try:
             curves.append(read_dump(p)[1])
+            names.append(prec)
         except (OSError, ValueError, KeyError, struct.error) as e:
             print("FAIL cannot read %s: %s" % (p, e))
             return 1
     print("tolerances (relative to the CPU's loss): %s" % json.dumps(CURVE_TOL, sort_keys=True))
-    bad = compare_curves(curves[0], curves[1], "fp32", print)
-    if len(curves) > 2:
-        bad += compare_curves(curves[0], curves[2], "tf32", print)
+    bad = 0
+    for prec, c in zip(names[1:], curves[1:]):
+        bad += compare_curves(curves[0], c, prec, print)
     with open(csv_path, "w", encoding="utf-8") as f:
-        f.write("step,cpu,gpu_fp32%s\n" % (",gpu_tf32" if len(curves) > 2 else ""))
+        f.write("step,cpu,%s\n" % ",".join("gpu_" + n for n in names[1:]))
         for i, r in enumerate(curves[0]):
             f.write("%d,%s\n" % (r[0] + 1, ",".join("%.7g" % c[i][1] if i < len(c) else "" for c in curves)))
     for i in (0, 9, 49, 99, 149, len(curves[0]) - 1):
         if i < len(curves[0]):
             print("step %4d  loss CPU %.5f  %s" % (curves[0][i][0] + 1, curves[0][i][1], "  ".join(
-                "%s %.5f" % (n, c[i][1]) for n, c in zip(("GPU", "TF32"), curves[1:]) if i < len(c))))
+                "%s %.5f" % ("GPU" if n == "fp32" else n.upper(), c[i][1]) for n, c in zip(names[1:], curves[1:])
+                if i < len(c))))
     print("RESULT: curve comparison, %d failed" % bad)
     return 1 if bad else 0
 
@@ -480,7 +488,7 @@ def compare_main(args):
 
 def stub_test_output(prog, group, fail):
     lines = ["%s: device stub GPU (compute capability 9.0)" % prog]
-    n = {"gemm": 40, "tf32": 40, "norm": 27, "elementwise": 9, "model": 55, "train": 17, "decode": 19,
+    n = {"gemm": 40, "tf32": 40, "bf16": 40, "norm": 27, "elementwise": 9, "model": 55, "train": 17, "decode": 19,
          "kinds": 120, "prefill": 30, "eval": 8, "errors": 8, "quick": 86, "attention": 243}.get(group, 20)
     if fail:
         lines.append("FAIL tests/cuda/%s.cpp:101: %s stub: rel err 0.5" % (prog, group))
@@ -495,6 +503,8 @@ def stub_large_output(fail):
                      "(layers.0.attn.wq.weight); bounds 1e-05 1e-05 0.0004" % kind)
         lines.append("large %s B=2 T=256 d_model=256 tf32: loss 1e-06 logits %s gradient 0.0015 "
                      "(layers.0.norm1.weight); bounds 0.00049 0.0039 0.016" % (kind, "0.02" if fail else "0.00048"))
+        lines.append("large %s B=2 T=256 d_model=256 bf16: loss 8e-06 logits 0.0041 gradient 0.012 "
+                     "(layers.0.norm1.weight); bounds 0.0039 0.031 0.12" % kind)
     if fail:
         lines.append("FAIL tests/cuda/test_cuda.cpp:300: large mha tf32: logits rel err 0.02 (bound 0.0039)")
     lines.append("RESULT: %d passed, %d failed" % (91 - fail, fail))
@@ -504,14 +514,14 @@ def stub_large_output(fail):
 def stub_bench_output():
     return """device: stub GPU (compute capability 9.0)
 
-GEMM, TFLOP/s (float32 SIMT | TF32 mma.sync), 1024 tokens
-shape (M x N x K)                simt     tf32
-C=768 QKV projection            14.21    61.30   (1024 x 2304 x 768)
-C=768 W^O                       12.02    48.77   (1024 x 768 x 768)
-C=768 MLP up                    15.10    70.02   (1024 x 3072 x 768)
-C=768 MLP down                  13.33    55.41   (1024 x 768 x 3072)
-C=768 weight gradient (A^T)     11.85    44.90   (768 x 3072 x 1024)
-C=768 LM head (32000)           16.02    80.11   (1024 x 32000 x 768)
+GEMM, TFLOP/s (float32 SIMT | TF32 and bf16 mma.sync), 1024 tokens
+shape (M x N x K)                simt     tf32     bf16
+C=768 QKV projection            14.21    61.30   120.50   (1024 x 2304 x 768)
+C=768 W^O                       12.02    48.77    97.10   (1024 x 768 x 768)
+C=768 MLP up                    15.10    70.02   140.25   (1024 x 3072 x 768)
+C=768 MLP down                  13.33    55.41   110.00   (1024 x 768 x 3072)
+C=768 weight gradient (A^T)     11.85    44.90    90.75   (768 x 3072 x 1024)
+C=768 LM head (32000)           16.02    80.11   160.40   (1024 x 32000 x 768)
 
 attention, causal, 12 heads of 64, B*L = 8192 tokens: forward | backward ms (ratio to mha)
      L                  mha                      mhe-mul                      mhe-add
@@ -530,12 +540,12 @@ attention fwd+bwd ms, causal, 12 heads of 64   mha fp32 | SDPA fp32  ratio | SDP
 L=512                                              1.63 |      1.37  0.84x |      0.29 |         1.36 |         1.48
 L=1024                                             3.20 |      1.91  0.60x |      0.33 |         2.61 |         2.89
 
-training tokens/s   mhe fp32 | twin fp32  ratio | mhe tf32 | twin tf32  ratio | twin bf16 autocast
-mha                   612000 |    500000  1.22x |        - |    480000      - |    700000
+training tokens/s   mhe fp32 | twin fp32  ratio | mhe tf32 | twin tf32  ratio | mhe bf16 | twin bf16 autocast  ratio
+mha                   612000 |    500000  1.22x |        - |    480000      - |        - |             700000      -
 """
 
 
-def stub_write_dump(path, gpu, tf32, drift):
+def stub_write_dump(path, gpu, prec, drift):
     """a batch dump as mhe train writes it: a falling curve, the GPU's a little off the CPU's"""
     B, T = 2, 4
     with open(path, "wb") as f:
@@ -544,7 +554,7 @@ def stub_write_dump(path, gpu, tf32, drift):
                  (B, T, TRAIN_STEPS, TRAIN_STEPS)).encode())
         for s in range(TRAIN_STEPS):
             loss = 2.0 + 3.5 * math.exp(-s / 60.0)
-            off = (1e-4 if tf32 else 1e-6) * math.sin(s) * (1 + s / 50.0) if gpu else 0.0
+            off = {"fp32": 1e-6, "tf32": 1e-4, "bf16": 8e-4}[prec] * math.sin(s) * (1 + s / 50.0) if gpu else 0.0
             loss *= 1 + off + (drift * s / TRAIN_STEPS if gpu else 0.0)
             lr = 1e-3 * min(1.0, (s + 1) / 20.0)
             f.write(struct.pack("<ifff", s, loss, lr, 0.5 + 0.1 * math.cos(s)))
@@ -594,14 +604,16 @@ def stub_main(args):
         return 1 if fail else 0
     elif kind == "train":
         dump = cmd[cmd.index("--dump-batches") + 1]
-        gpu, tf32 = "cuda" in cmd, "--tf32" in cmd
+        gpu = "cuda" in cmd
+        prec = cmd[cmd.index("--precision") + 1] if "--precision" in cmd else "fp32"
         if gpu:
-            print("device: stub GPU (compute capability 9.0)%s" % (", TF32 GEMMs" if tf32 else ""))
+            print("device: stub GPU (compute capability 9.0)%s" % {"fp32": "", "tf32": ", TF32 GEMMs",
+                                                                   "bf16": ", bf16 GEMMs"}[prec])
         if fail:
             print("mhe: step 3: stub failure")
             return 1
         drift = float(os.environ.get("GPU_CHECK_STUB_DRIFT", "0")) if gpu else 0.0
-        stub_write_dump(dump, gpu, tf32, drift)
+        stub_write_dump(dump, gpu, prec, drift)
         for s in range(10, TRAIN_STEPS + 1, 10):
             print("step %6d/%d  loss %.4f  lr 1.00e-03    50000 tok/s     20 ms/step  left    1s" %
                   (s, TRAIN_STEPS, 2.0 + 3.5 * math.exp(-s / 60.0)))
@@ -653,29 +665,33 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
         s.append(Step("budget", "kernel registers within tools/scripts/cuda_budget.txt",
                       ["python3", "tools/scripts/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/scripts/cuda_budget.txt"], 30,
                       "budget", [["build"]]))
-    for g in ("gemm", "tf32", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors",
+    for g in ("gemm", "tf32", "bf16", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors",
               "features", "encdec", "hash"):
         s.append(Step("test_cuda-" + g, "test_cuda " + g, [test_cuda, g], 90, "test", built))
     s.append(Step("test_attn", "test_attn (every case)", [test_attn], 90, "test", built))
     s.append(Step("cli", "mhe eval, generate --device cuda against the CPU path", ["sh", "tests/cuda/cli.sh",
                                                                                     os.path.join(cu, "mhe")], 90,
                   "test", built))
-    s.append(Step("large", "model at T=256, d_model=256, fp32 and TF32", [test_cuda, "large"], 150, "large", built))
+    s.append(Step("large", "model at T=256, d_model=256, fp32, TF32 and bf16", [test_cuda, "large"], 150, "large",
+                  built))
     tdir = os.path.join(bdir, "train")
     runs = [("train-cpu", "mhe train, CPU, %d steps" % TRAIN_STEPS, os.path.join(bdir, "mhe"), []),
             ("train-gpu", "mhe train --device cuda, %d steps" % TRAIN_STEPS, os.path.join(cu, "mhe"),
              ["--device", "cuda"]),
-            ("train-gpu-tf32", "mhe train --device cuda --tf32 1, %d steps" % TRAIN_STEPS, os.path.join(cu, "mhe"),
-             ["--device", "cuda", "--tf32", "1"])]
+            ("train-gpu-tf32", "mhe train --device cuda --precision tf32, %d steps" % TRAIN_STEPS,
+             os.path.join(cu, "mhe"), ["--device", "cuda", "--precision", "tf32"]),
+            ("train-gpu-bf16", "mhe train --device cuda --precision bf16, %d steps" % TRAIN_STEPS,
+             os.path.join(cu, "mhe"), ["--device", "cuda", "--precision", "bf16"])]
     for key, title, exe, extra in runs:
         cmd = [exe, "train"] + TRAIN_ARGS + extra + ["--out", os.path.join(tdir, key + ".safetensors"),
                                                      "--dump-batches", os.path.join(tdir, key + ".batches")]
         cpu = key == "train-cpu"  # beside the GPU tests, leaving them two cores for their CPU references
         s.append(Step(key, title, cmd, 300 if cpu else 90, "train", built,
                       {"OMP_NUM_THREADS": str(max(1, ncpu - 2))} if cpu else {}, background=cpu))
-    s.append(Step("train-compare", "loss curves: GPU fp32 and TF32 against the CPU",
+    s.append(Step("train-compare", "loss curves: GPU fp32, TF32 and bf16 against the CPU",
                   ["python3", SELF, "--compare-train", "OUT/train_losses.csv"] +
-                  [os.path.join(tdir, k + ".batches") for k in ("train-cpu", "train-gpu", "train-gpu-tf32")],
+                  [os.path.join(tdir, k + ".batches") for k in ("train-cpu", "train-gpu", "train-gpu-tf32",
+                                                                "train-gpu-bf16")],
                   30, "compare", [["train-cpu"], ["train-gpu"]]))
     # bench_cuda --quick, then the same shapes through PyTorch CUDA beside it (tools/bench/bench_torch_cuda.py;
     # without PyTorch it prints bench_cuda's rows alone)
@@ -683,8 +699,8 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
                   ["python3", "tools/bench/bench_torch_cuda.py", "--quick", "--bench-cuda", os.path.join(cu, "bench_cuda"),
                    "--mhe", os.path.join(bdir, "mhe")], 150, "bench", built))
     san = sanitizer or "compute-sanitizer"
-    for tool, groups in (("memcheck", "gemm,tf32,norm,elementwise,model"), ("racecheck", "gemm,tf32,norm,elementwise"),
-                         ("synccheck", "gemm,tf32,norm,elementwise")):
+    for tool, groups in (("memcheck", "gemm,tf32,bf16,norm,elementwise,model"),
+                         ("racecheck", "gemm,tf32,bf16,norm,elementwise"), ("synccheck", "gemm,tf32,bf16,norm,elementwise")):
         base = [san, "--tool", tool, "--error-exitcode", "9"]
         s.append(Step("%s-test_attn" % tool, "%s: test_attn quick" % tool, base + [test_attn, "quick"], 90,
                       "sanitizer", built))
