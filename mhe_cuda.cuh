@@ -161,10 +161,18 @@ typedef struct mhe_cuda_model {
 
 /* the trainer: the host mhe_trainer keeps the config, step, batch RNG and
    (after mhe_cuda_trainer_sync) the AdamW moments of a checkpoint */
+/* a slice of the parameters that one block of the AdamW launch updates */
+typedef struct mhe_cuda_adam_chunk {
+    int64_t off;                            /* into the parameters, as host->param_data */
+    int n, decay;                           /* elements; 1: weight decay applies (mhe_tensor.decay) */
+} mhe_cuda_adam_chunk;
+
 typedef struct mhe_cuda_trainer {
     mhe_trainer host;
     mhe_cuda_model *dev;
     float *adam_m, *adam_v;                 /* device */
+    mhe_cuda_adam_chunk *adam_chunks;       /* device: every tensor in slices, one launch updates them all */
+    int n_adam_chunks;
 } mhe_cuda_trainer;
 
 /* the first device's name and compute capability, or MHE_ERR_DEVICE (no
@@ -1385,18 +1393,27 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum(float *partial, const 
 
 /* AdamW (Loshchilov and Hutter 2019, Algorithm 2) in PyTorch's order with
    the CPU's arithmetic (mhe_adamw_update): step = lr / bc1, decay = 1 - lr wd;
-   gs scales the gradient first (clipping), as mhe_clip_grad_norm does */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, float *m, float *v, int64_t n,
-                                                            float gs, float step, float decay, float b1, float b2,
-                                                            float eps, float bc2_sqrt) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n)
-        return;
-    float gi = gs == 1.0f ? g[i] : g[i] * gs;
-    g[i] = gi;
-    m[i] = b1 * m[i] + (1.0f - b1) * gi;
-    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-    p[i] = p[i] * decay - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+   gs scales the gradient first (clipping), as mhe_clip_grad_norm does. One
+   launch for every tensor (PyTorch's fused/multi-tensor AdamW does the
+   same): block b updates chunk b, a slice of one tensor, with decay only
+   where the tensor decays (a chunk without it multiplies by 1: the same
+   bits as no decay). */
+#define MHE__CU_ADAM_CHUNK (MHE__CU_EW * 16) /* elements per block */
+
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, float *m, float *v,
+                                                            const mhe_cuda_adam_chunk *chunks, float gs, float step,
+                                                            float decay, float b1, float b2, float eps,
+                                                            float bc2_sqrt) {
+    mhe_cuda_adam_chunk c = chunks[blockIdx.x];
+    float d = c.decay ? decay : 1.0f;
+    for (int j = (int)threadIdx.x; j < c.n; j += (int)blockDim.x) {
+        int64_t i = c.off + j;
+        float gi = gs == 1.0f ? g[i] : g[i] * gs;
+        g[i] = gi;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] = p[i] * d - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
 }
 
 /* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
@@ -4778,6 +4795,39 @@ MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, 
         mhe_cuda_trainer_free(t);
         return st;
     }
+    { /* the AdamW launch's chunks: every tensor cut in slices of MHE__CU_ADAM_CHUNK */
+        mhe_model *m = g->host;
+        mhe_cuda_adam_chunk *c;
+        int i, n = 0;
+        for (i = 0; i < m->n_tensors; i++)
+            n += (int)((m->params[i].size + MHE__CU_ADAM_CHUNK - 1) / MHE__CU_ADAM_CHUNK);
+        c = (mhe_cuda_adam_chunk *)malloc((size_t)(n > 0 ? n : 1) * sizeof *c);
+        if (!c) {
+            mhe_cuda_trainer_free(t);
+            return mhe__fail(t->host.err, MHE_ERR_NOMEM, "AdamW chunks: out of memory");
+        }
+        for (i = 0, n = 0; i < m->n_tensors; i++) {
+            const mhe_tensor *pt = &m->params[i];
+            int64_t off = (int64_t)(pt->data - m->param_data), j;
+            for (j = 0; j < (int64_t)pt->size; j += MHE__CU_ADAM_CHUNK, n++) {
+                c[n].off = off + j;
+                c[n].n = (int)((int64_t)pt->size - j < MHE__CU_ADAM_CHUNK ? (int64_t)pt->size - j : MHE__CU_ADAM_CHUNK);
+                c[n].decay = pt->decay != 0;
+            }
+        }
+        e = cudaMalloc(&p, (size_t)(n > 0 ? n : 1) * sizeof *c);
+        if (e == cudaSuccess) {
+            t->adam_chunks = (mhe_cuda_adam_chunk *)p;
+            t->n_adam_chunks = n;
+            e = cudaMemcpy(p, c, (size_t)n * sizeof *c, cudaMemcpyHostToDevice);
+        }
+        free(c);
+        if (e != cudaSuccess) {
+            st = mhe__cu_status(e, t->host.err, "AdamW chunks");
+            mhe_cuda_trainer_free(t);
+            return st;
+        }
+    }
     if ((st = mhe_cuda_model_reserve(g, tc->batch, tc->seq_len)) != MHE_OK) {
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         mhe_cuda_trainer_free(t);
@@ -4793,7 +4843,10 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t) {
         cudaFree(t->adam_m);
     if (t->adam_v)
         cudaFree(t->adam_v);
+    if (t->adam_chunks)
+        cudaFree(t->adam_chunks);
     t->adam_m = t->adam_v = NULL;
+    t->adam_chunks = NULL;
     mhe_trainer_free(&t->host);
 }
 
@@ -4804,7 +4857,6 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     const mhe_train_config *tc = &ht->tc;
     double sq = 0;
     float norm, gs = 1.0f, lr, bc1, bc2;
-    int i;
     MHE__CU_MHE(mhe__cu_reduce(g, g->grads, m->n_params, 1, &sq));
     norm = (float)sqrt(sq);
     ht->last_grad_norm = norm;
@@ -4817,16 +4869,11 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     ht->last_lr = lr;
     bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
     bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
-    for (i = 0; i < m->n_tensors; i++) {
-        const mhe_tensor *p = &m->params[i];
-        size_t off = (size_t)(p->data - m->param_data);
-        float wd = p->decay ? tc->weight_decay : 0.0f;
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3(mhe__cu_blocks(p->size, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   g->params + off, g->grads + off, t->adam_m + off, t->adam_v + off,
-                                   (int64_t)p->size, gs, lr / bc1, 1.0f - lr * wd, tc->beta1, tc->beta2, tc->eps,
-                                   sqrtf(bc2)),
+    if (t->n_adam_chunks > 0)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0, g->params,
+                                   g->grads, t->adam_m, t->adam_v, (const mhe_cuda_adam_chunk *)t->adam_chunks, gs,
+                                   lr / bc1, 1.0f - lr * tc->weight_decay, tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
                     "AdamW");
-    }
     ht->step++;
     return MHE_OK;
 }

@@ -385,8 +385,9 @@ static void test_elementwise(void) {
         cudaFree(d_dz);
         cudaFree(d_tg);
     }
-    { /* AdamW with a clipping scale, against mhe_clip_grad_norm + mhe_adamw_update */
-        int64_t m = 777;
+    { /* AdamW with a clipping scale, against mhe_clip_grad_norm + mhe_adamw_update: two tensors in one
+         launch, 777 elements with weight decay and 5000 without (two chunks, the second short) */
+        int64_t n1 = 777, m = n1 + 5000;
         std::vector<float> p = randn(m, 1), gr = randn(m, 1), mo = randn(m, 0.1f), ve = randn(m, 0.1f);
         for (auto &x : ve)
             x = x * x;
@@ -395,13 +396,27 @@ static void test_elementwise(void) {
         int t = 5;
         float norm = mhe_clip_grad_norm(gr.data(), m, clip), gs = norm > clip ? clip / (norm + 1e-6f) : 1.0f;
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-        mhe_adamw_update(p.data(), gr.data(), mo.data(), ve.data(), m, lr, b1, b2, eps, wd, t);
-        mhe__cu_launch(mhe__cu_adamw, dim3(mhe__cu_blocks(m, MHE__CU_EW)), dim3(MHE__CU_EW), 0, d_p, d_g, d_m, d_v, m,
-                       gs, lr / bc1, 1.0f - lr * wd, b1, b2, eps, sqrtf(bc2));
+        std::vector<float> decayed(p.begin() + n1, p.end()), g2(gr.begin() + n1, gr.end()),
+            m2(mo.begin() + n1, mo.end()), v2(ve.begin() + n1, ve.end()); /* the second tensor as if it decayed */
+        mhe_adamw_update(decayed.data(), g2.data(), m2.data(), v2.data(), m - n1, lr, b1, b2, eps, wd, t);
+        mhe_adamw_update(p.data(), gr.data(), mo.data(), ve.data(), n1, lr, b1, b2, eps, wd, t);
+        mhe_adamw_update(p.data() + n1, gr.data() + n1, mo.data() + n1, ve.data() + n1, m - n1, lr, b1, b2, eps, 0.0f,
+                         t);
+        std::vector<mhe_cuda_adam_chunk> ch = {{0, (int)n1, 1}, {n1, MHE__CU_ADAM_CHUNK, 0},
+                                               {n1 + MHE__CU_ADAM_CHUNK, (int)(m - n1 - MHE__CU_ADAM_CHUNK), 0}};
+        mhe_cuda_adam_chunk *d_ch = NULL;
+        cudaMalloc(&d_ch, ch.size() * sizeof ch[0]);
+        cudaMemcpy(d_ch, ch.data(), ch.size() * sizeof ch[0], cudaMemcpyHostToDevice);
+        mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)ch.size()), dim3(MHE__CU_EW), 0, d_p, d_g, d_m, d_v,
+                       (const mhe_cuda_adam_chunk *)d_ch, gs, lr / bc1, 1.0f - lr * wd, b1, b2, eps, sqrtf(bc2));
         CHECK(rel_err(host(d_p, m), p) < 1e-6 && rel_err(host(d_m, m), mo) < 1e-5 && rel_err(host(d_v, m), ve) < 1e-5,
-              "AdamW with clipping");
+              "AdamW with clipping, two tensors in one launch");
+        std::vector<float> got = host(d_p, m), got2(got.begin() + n1, got.end());
+        CHECK(rel_err(got2, decayed) > 1e-5, "AdamW: no weight decay where the tensor has none (rel %.3g)",
+              rel_err(got2, decayed));
         for (float *q : {d_p, d_g, d_m, d_v})
             cudaFree(q);
+        cudaFree(d_ch);
     }
 }
 
