@@ -13,8 +13,8 @@
 #               inside a warp too, but slow, so on test_cuda's small groups
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
-# test_cuda's large group (the model at T = 80, three key tiles, float32 and
-# TF32) runs once, in fibers. Then tools/cli/mhe.c built on the emulation: `mhe
+# test_cuda's large group (the model at T = 80, three key tiles, float32,
+# TF32 and bf16) runs once, in fibers. Then tools/cli/mhe.c built on the emulation: `mhe
 # eval` and `mhe generate --device cuda` against the same binary's CPU path
 # (tests/cuda/cli.sh). Then the programs' own failure paths: without a device
 # one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
