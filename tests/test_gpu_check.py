@@ -157,7 +157,8 @@ def dry_run_pass():
     n = st["bench"]["numbers"]
     check(n.get("gemm_best_tf32_tflops") == 80.11 and n.get("gemm_best_bf16_tflops") == 160.4 and
           n.get("attn_L512_mha_ms") == [0.41, 1.22] and
-          n.get("train_mhe_mul_tokens_per_s") == 655000, "dry run: bench's numbers: %s" % n)
+          n.get("train_mhe_mul_tokens_per_s") == 655000 and n.get("decode_mhe_mul_us") == 190.2,
+          "dry run: bench's numbers: %s" % n)
     n = st["train-compare"]["numbers"]
     check(n.get("fp32_final_rel", 1) < 1e-4 and n.get("tf32_final_rel", 1) < 1e-3 and
           n.get("bf16_final_rel", 1) < 1e-2 and "fp32_final_cpu" in n,
@@ -261,7 +262,13 @@ def parsers_match_the_programs():
     gemm = [x for x in fmts if "(%d x %d x %d)" in x]
     attn = [x for x in fmts if "(%.2fx)" in x]
     train = [x for x in fmts if "tokens/s" in x and "ms/step" in x]
-    check(len(gemm) == 1 and len(attn) == 1 and len(train) == 1, "bench_cuda.cu's three result formats found")
+    decode = [x for x in fmts if "us/token" in x]
+    check(len(gemm) == 1 and len(attn) == 1 and len(train) == 1 and len(decode) == 1,
+          "bench_cuda.cu's four result formats found")
+    if len(decode) == 1:
+        text = decode[0].replace("\\n", "\n").replace("%zu", "%d") % ("mhe-mul", 123.45, 256)
+        n = gpu_check.parse_bench(text, 0)[1]
+        check(n.get("decode_mhe_mul_us") == 123.5, "bench parser on bench_cuda.cu's decoding format: %s" % n)
     if len(gemm) == len(attn) == len(train) == 1:
         un = lambda s: s.replace("\\n", "\n")  # noqa: E731
         text = un(gemm[0]) % ("C=768 weight gradient (A^T)", 12.5, 123.25, 240.5, 768, 3072, 1024)

@@ -1,18 +1,23 @@
 /* bench_cuda - the CUDA companion on a real GPU: GEMM TFLOP/s at transformer
-   shapes (float32 SIMT and TF32 tensor cores), attention forward + backward
-   for mha, mhe-mul and mhe-add at L = 512 .. 8192, and training tokens/s with
-   the device memory it used. Built by `make cuda` (build/cuda/bench_cuda).
+   shapes (float32 SIMT, TF32 and bf16 tensor cores), attention forward +
+   backward for mha, mhe-mul and mhe-add at L = 512 .. 8192, training tokens/s
+   with the device memory it used (d_model 512, 8 layers, T 512; without
+   --quick also a 124M-class d_model 768, 12 layers, 12 heads, T 1024), and
+   decoding microseconds per token with the KV cache after a prompt. Built by
+   `make cuda` (build/cuda/bench_cuda).
    Inputs are random, never zeros. Without a device it says so and exits 0;
    a failed call makes the exit status 1 (make gpu-check runs --quick, and
    tools/bench/bench_torch_cuda.py --bench-cuda puts PyTorch's numbers beside
    these; docs/cuda.md has an H200's).
-   usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only] */
+   usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only | --decode-only] */
 #define MHE_IMPLEMENTATION
 #include "mhe.h"
 #include "mhe_cuda.cuh"
+#include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <vector>
 
 /* a failed call: named once, and the exit status says so (timings of a failed call mean nothing) */
 static int failures;
@@ -161,8 +166,25 @@ static void bench_attn(int quick) {
            3 * dh, n);
 }
 
+/* the benchmarks' byte-level GPTs (tools/bench/bench_torch_cuda.py builds the same): d_model,
+   layers, heads, T, and the suffix of their rows' kind ("" for the first) */
+struct bench_gpt {
+    int d, layers, heads, T;
+    const char *suffix;
+};
+static const bench_gpt gpt_quick = {128, 2, 8, 128, ""}, gpt_c2 = {512, 8, 8, 512, ""},
+                       gpt_124m = {768, 12, 12, 1024, "-124M"};
+static const int bench_kinds[3] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD};
+
+static mhe_config bench_config(const bench_gpt &s, int kind) {
+    mhe_config c = mhe_config_default();
+    c.vocab_size = 256, c.d_model = s.d, c.n_heads = s.heads, c.n_layers = s.layers, c.max_seq_len = s.T;
+    for (int l = 0; l < c.n_layers; l++)
+        c.attn[l] = kind;
+    return c;
+}
+
 static int bench_train(int quick, int precision) {
-    static const int kinds[3] = {MHE_ATTN_MHA, MHE_ATTN_MHE_MUL, MHE_ATTN_MHE_ADD};
     size_t n = 1 << 20;
     int *data = (int *)malloc(n * sizeof(int));
     mhe_rng r;
@@ -171,17 +193,20 @@ static int bench_train(int quick, int precision) {
         data[i] = (int)mhe_rng_below(&r, 256);
     printf("\ntraining a byte-level GPT (random bytes): tokens/s and device memory%s\n",
            precision == MHE_CUDA_TF32 ? ", TF32 GEMMs" : precision == MHE_CUDA_BF16 ? ", bf16 GEMMs" : "");
+    bench_gpt sizes[2] = {quick ? gpt_quick : gpt_c2, gpt_124m};
+    for (int si = 0; si < (quick ? 1 : 2); si++)
     for (int ki = 0; ki < 3; ki++) {
-        mhe_config c = mhe_config_default();
+        const bench_gpt &s = sizes[si];
+        mhe_config c = bench_config(s, bench_kinds[ki]);
         mhe_train_config tc = mhe_train_config_default();
         mhe_model m;
         mhe_cuda_model g;
         mhe_cuda_trainer t;
         size_t free0 = 0, free1 = 0, total = 0;
-        c.vocab_size = 256, c.d_model = quick ? 128 : 512, c.n_heads = 8, c.n_layers = quick ? 2 : 8;
-        c.max_seq_len = quick ? 128 : 512;
-        for (int l = 0; l < c.n_layers; l++)
-            c.attn[l] = kinds[ki];
+        char kind[32];
+        snprintf(kind, sizeof kind, "%s%s", mhe_attn_kind_name(bench_kinds[ki]), s.suffix);
+        if (ki == 0)
+            printf("d_model %d, %d layers, %d heads, T %d, batch 8\n", s.d, s.layers, s.heads, s.T);
         tc.batch = 8, tc.seq_len = c.max_seq_len, tc.steps = quick ? 3 : 20;
         cudaMemGetInfo(&free0, &total);
         if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK || mhe_cuda_model_init(&g, &m, precision) != MHE_OK) {
@@ -200,14 +225,76 @@ static int bench_train(int quick, int precision) {
                 failed("training step", t.host.err);
         });
         cudaMemGetInfo(&free1, &total);
-        printf("%-8s %8.0f tokens/s  %7.1f ms/step  device memory %.1f MB (library %.1f MB)\n",
-               mhe_attn_kind_name(kinds[ki]), tc.batch * tc.seq_len / (ms / 1e3), ms, (free0 - free1) / 1e6,
+        printf("%-8s %8.0f tokens/s  %7.1f ms/step  device memory %.1f MB (library %.1f MB)\n", kind,
+               tc.batch * tc.seq_len / (ms / 1e3), ms, (free0 - free1) / 1e6,
                (g.device_bytes + 2.0 * m.n_params * 4) / 1e6);
         mhe_cuda_trainer_free(&t);
         mhe_cuda_model_free(&g);
         mhe_model_free(&m);
     }
     free(data);
+    return 0;
+}
+
+/* decoding: a prompt of P random bytes into the KV cache (mhe_cuda_prefill), then N greedy tokens
+   one decode step each, the logits copied to the host and the next token picked there (as mhe
+   generate does): microseconds per new token, the median of three runs */
+static int bench_decode(int quick, int precision) {
+    int P = quick ? 32 : 128, N = quick ? 32 : 256;
+    const bench_gpt &s = quick ? gpt_quick : gpt_c2;
+    printf("\ndecoding with the KV cache, d_model %d, %d layers, %d heads, prompt %d, %d new tokens, batch 1%s\n", s.d,
+           s.layers, s.heads, P, N, precision == MHE_CUDA_TF32 ? ", TF32 GEMMs" : precision == MHE_CUDA_BF16 ? ", bf16 GEMMs" : "");
+    for (int ki = 0; ki < 3; ki++) {
+        mhe_config c = bench_config(s, bench_kinds[ki]);
+        mhe_model m;
+        mhe_cuda_model g;
+        mhe_cuda_kv_cache kv;
+        mhe_rng r;
+        std::vector<int> prompt(P);
+        std::vector<float> logits(256);
+        mhe_rng_seed(&r, 3);
+        for (int &t : prompt)
+            t = (int)mhe_rng_below(&r, 256);
+        if (mhe_model_init(&m, &c, 1, NULL) != MHE_OK || mhe_cuda_model_init(&g, &m, precision) != MHE_OK ||
+            mhe_cuda_kv_cache_init(&kv, &g, P + N) != MHE_OK) {
+            fprintf(stderr, "bench_cuda: %s%s\n", m.err, g.err);
+            return 1;
+        }
+        float t[3];
+        for (int rep = 0; rep < 3; rep++) {
+            kv.len = 0;
+            if (mhe_cuda_prefill(&g, &kv, prompt.data(), P, logits.data()) != MHE_OK)
+                failed("prefill", g.err);
+            cudaEvent_t a, b;
+            cudaEventCreate(&a);
+            cudaEventCreate(&b);
+            cudaEventRecord(a, 0);
+            for (int i = 0; i < N; i++) {
+                int next = (int)(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                if (mhe_cuda_decode_step(&g, &kv, next, logits.data()) != MHE_OK) {
+                    failed("decode step", g.err);
+                    break;
+                }
+            }
+            cudaEventRecord(b, 0);
+            cudaEventSynchronize(b);
+            cudaEventElapsedTime(&t[rep], a, b);
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+        }
+        std::sort(t, t + 3);
+        mhe_kv_cache hk; /* the CPU's cache of the same model: its bytes per token */
+        size_t per_token = 0;
+        if (mhe_kv_cache_init(&hk, &m, 1, NULL) == MHE_OK) {
+            per_token = hk.bytes_per_token;
+            mhe_kv_cache_free(&hk);
+        }
+        printf("decode %-8s %9.1f us/token  KV cache %zu bytes/token\n", mhe_attn_kind_name(bench_kinds[ki]),
+               1e3 * t[1] / N, per_token);
+        mhe_cuda_kv_cache_free(&kv);
+        mhe_cuda_model_free(&g);
+        mhe_model_free(&m);
+    }
     return 0;
 }
 
@@ -228,8 +315,11 @@ int main(int argc, char **argv) {
             only = 2;
         else if (!strcmp(argv[i], "--train-only"))
             only = 3;
+        else if (!strcmp(argv[i], "--decode-only"))
+            only = 4;
         else {
-            fprintf(stderr, "usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only]\n");
+            fprintf(stderr, "usage: bench_cuda [--quick] [--tf32 | --bf16] [--gemm-only | --attn-only | --train-only | "
+                            "--decode-only]\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
@@ -245,6 +335,8 @@ int main(int argc, char **argv) {
         bench_attn(quick);
     if (!only || only == 3)
         rc = bench_train(quick, precision);
+    if ((!only || only == 4) && !rc)
+        rc = bench_decode(quick, precision);
     cudaError_t e = cudaDeviceSynchronize(); /* a fault in the last kernels shows here */
     if (e == cudaSuccess)
         e = cudaGetLastError();

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench_torch_cuda.py - the PyTorch CUDA side of bench_cuda, at the same shapes.
 
-usage: bench_torch_cuda.py [--quick] [--mhe PATH] [--bench-cuda PATH] [--gemm-only | --attn-only | --train-only]
+usage: bench_torch_cuda.py [--quick] [--mhe PATH] [--bench-cuda PATH]
+                           [--gemm-only | --attn-only | --train-only | --decode-only]
 
 Rows match tools/bench/bench_cuda.cu's so the two outputs read side by side on one GPU:
   GEMM       torch.matmul (cuBLAS) TFLOP/s in float32, TF32 and bf16, 4096 tokens at
@@ -9,10 +10,16 @@ Rows match tools/bench/bench_cuda.cu's so the two outputs read side by side on o
   attention  scaled_dot_product_attention, causal, 12 heads of 64, B*L = 8192 tokens,
              forward | backward ms, float32 and bf16 (bf16 reaches the flash backend)
   training   the PyTorch twin (tools/python/mhe_torch.py) of bench_cuda's byte-level GPT
-             (d_model 512, 8 layers, 8 heads, T 512, batch 8; --quick 128/2/128), one step
-             = forward, backward, fused torch AdamW, in float32, TF32 and bf16 autocast;
-             the model comes from `mhe init` (--mhe, default build/mhe), so both sides
-             start from the same weights.
+             (d_model 512, 8 layers, 8 heads, T 512, batch 8; --quick 128/2/128; without
+             --quick also the 124M-class d_model 768, 12 layers, 12 heads, T 1024), one
+             step = forward, backward, fused torch AdamW, in float32, TF32 and bf16
+             autocast; the model comes from `mhe init` (--mhe, default build/mhe), so both
+             sides start from the same weights.
+  decoding   the twin's weights in a PyTorch decode loop with a KV cache (preallocated K/V;
+             the MHE kinds cache one head and apply the head maps to it each step, as mhe
+             does), SDPA over the cache, greedy with .item() per token as mhe's host
+             sampling: microseconds per token after the same prompt as bench_cuda (checked
+             against the twin's full forward pass).
 Inputs are random (never zeros: they time faster than data); each time is the median of
 CUDA-event timings after a warm-up. Without a GPU it says so and exits 0.
 
@@ -23,6 +30,7 @@ GEMMs' inputs as autocast does but keeps float32 activations. The exit status is
 bench_cuda's.
 """
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -112,18 +120,18 @@ def bench_train(torch, quick, mhe):
     res = {}
     sys.path.insert(0, os.path.join(REPO, "tools", "python"))
     import mhe_torch
-    d, layers, T = (128, 2, 128) if quick else (512, 8, 512)
     batch = 8
-    print("\ntraining the PyTorch twin of bench_cuda's byte-level GPT (d_model %d, %d layers, 8 heads, T %d, "
-          "batch %d): tokens/s" % (d, layers, T, batch))
-    print("%-8s %14s %14s %14s" % ("kind", "fp32", "tf32", "bf16 autocast"))
     tmp = tempfile.mkdtemp(prefix="bench_torch_")
-    for kind in ("mha", "mhe-mul", "mhe-add"):
-        path = os.path.join(tmp, kind + ".safetensors")
+    for d, layers, heads, T, suffix, kind in [s + (k,) for s in GPT_SIZES["quick" if quick else "full"]
+                                              for k in ("mha", "mhe-mul", "mhe-add")]:
+        if kind == "mha":
+            print("\ntraining the PyTorch twin of bench_cuda's byte-level GPT (d_model %d, %d layers, %d heads, T %d, "
+                  "batch %d): tokens/s" % (d, layers, heads, T, batch))
+            print("%-8s %14s %14s %14s" % ("kind", "fp32", "tf32", "bf16 autocast"))
+        path = os.path.join(tmp, kind + suffix + ".safetensors")
+        kind += suffix
         try:
-            subprocess.run([mhe, "init", "--out", path, "--d_model", str(d), "--n_heads", "8", "--n_layers",
-                            str(layers), "--max_seq_len", str(T), "--attn", kind], check=True,
-                           stdout=subprocess.DEVNULL)
+            mhe_init(mhe, path, kind[:-len(suffix)] if suffix else kind, d, layers, heads, T)
         except (OSError, subprocess.CalledProcessError) as e:
             print("%-8s mhe init failed: %s" % (kind, e))
             continue
@@ -160,6 +168,102 @@ def bench_train(torch, quick, mhe):
     return res
 
 
+GPT_SIZES = {"quick": [(128, 2, 8, 128, "")], "full": [(512, 8, 8, 512, ""), (768, 12, 12, 1024, "-124M")]}
+
+
+def mhe_init(mhe, path, kind, d, layers, heads, T):
+    subprocess.run([mhe, "init", "--out", path, "--d_model", str(d), "--n_heads", str(heads), "--n_layers",
+                    str(layers), "--max_seq_len", str(T), "--attn", kind], check=True, stdout=subprocess.DEVNULL)
+
+
+def decode_loop(torch, model, P, N, prompt, device="cuda"):
+    """greedy decoding with a KV cache in PyTorch from the twin's weights (pre-norm decoder,
+    mha / mhe-mul / mhe-add); returns (microseconds per new token, the tokens, the last logits).
+    tests/test_bench_decode.py runs it on the CPU against the twin's full forward pass."""
+    F = torch.nn.functional
+    sdpa = getattr(F, "scaled_dot_product_attention", None) or (  # PyTorch < 2.0: the same, spelt out
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    r = model.r
+    n, dh, L = r["n_heads"], r["d_head"], r["n_layers"]
+    cap = P + N
+    K = [torch.zeros(1, n if r["attn"][l] == "mha" else 1, cap, dh, device=device) for l in range(L)]
+    V = [torch.zeros_like(k) for k in K]
+    W = model.param("lm_head.weight") if model.has("lm_head.weight") else model.param("tok_emb.weight")
+
+    def step(tok, pos):
+        x = (model.param("tok_emb.weight")[tok] + model.param("pos_emb.weight")[pos]).view(1, 1, -1)
+        for l in range(L):
+            p, kind = "layers.%d." % l, r["attn"][l]
+            a = p + "attn"
+            u = model._norm(x, p + "norm1")
+            q, k, v = (model._heads(model._linear(u, a + w), 1 if kind != "mha" else n) for w in (".wq", ".wk", ".wv"))
+            K[l][:, :, pos] = k[:, :, 0]
+            V[l][:, :, pos] = v[:, :, 0]
+            kk, vv = K[l][:, :, :pos + 1], V[l][:, :, :pos + 1]
+            if kind != "mha":  # MHE paper eq. 5-6: head i is psi(seed, e_i), here over the cached seed rows
+                def psi(t, e):
+                    e = model.param(a + "." + e).view(1, n, 1, dh)
+                    return t + e if kind == "mhe-add" else t * (1 + e)
+                q, kk, vv = psi(q, "eq"), psi(kk, "ek"), psi(vv, "ev")
+            o = sdpa(q, kk, vv)
+            x = x + model._linear(o.transpose(1, 2).reshape(1, 1, -1), a + ".wo")
+            x = x + model._mlp(model._norm(x, p + "norm2"), p + "mlp")
+        return model._norm(x, "ln_f")[0, 0] @ W.t()
+
+    import time
+    with torch.no_grad():
+        for i, t in enumerate(prompt):
+            logits = step(t, i)
+        toks = []
+        sync()
+        t0 = time.perf_counter()
+        for i in range(N):
+            nxt = int(logits.argmax().item())
+            toks.append(nxt)
+            logits = step(nxt, P + i)
+        sync()
+        return 1e6 * (time.perf_counter() - t0) / N, toks, logits
+
+
+def bench_decode(torch, quick, mhe):
+    """{kind: microseconds per token (None: failed)}"""
+    sys.path.insert(0, os.path.join(REPO, "tools", "python"))
+    import mhe_torch
+    import random
+    d, layers, heads, T, _ = GPT_SIZES["quick" if quick else "full"][0]
+    P, N = (32, 32) if quick else (128, 256)
+    rng = random.Random(3)
+    prompt = [rng.randrange(256) for _ in range(P)]
+    print("\ndecoding, a PyTorch loop with a KV cache over the twin's weights (d_model %d, %d layers, %d heads, "
+          "prompt %d, %d new tokens, float32)" % (d, layers, heads, P, N))
+    res = {}
+    tmp = tempfile.mkdtemp(prefix="bench_torch_")
+    for kind in ("mha", "mhe-mul", "mhe-add"):
+        res[kind] = None
+        try:
+            path = os.path.join(tmp, kind + ".safetensors")
+            mhe_init(mhe, path, kind, d, layers, heads, T)
+            torch.set_default_device("cuda")
+            model, _, _ = mhe_torch.load_checkpoint(path)
+            model = model.cuda().eval()
+            torch.backends.cuda.matmul.allow_tf32 = False
+            runs = [decode_loop(torch, model, P, N, prompt) for _ in range(3)]
+            us, toks, last = sorted(runs, key=lambda x: x[0])[1]
+            with torch.no_grad():  # the cached loop against the full forward pass over the same tokens
+                full = model.logits(torch.tensor([prompt + toks], device="cuda"))[0, -1]
+            gap = float((full - last).abs().max() / full.abs().max())
+            res[kind] = us
+            print("decode %-8s %9.1f us/token  (logits within %.1e of the full forward pass)" % (kind, us, gap))
+            if gap > 1e-3:
+                print("bench_torch_cuda: %s: the cached decoding differs from the full forward pass" % kind)
+        except Exception as e:  # one failed row says why and the table goes on
+            print("decode %-8s failed: %s: %s" % (kind, type(e).__name__, str(e).splitlines()[0][:200]))
+        finally:
+            torch.set_default_device("cpu")
+    return res
+
+
 def run_bench_cuda(exe, quick):
     """bench_cuda's output (printed as it is), then its TF32 and bf16 training rows; (texts, exit status)"""
     args = [exe] + (["--quick"] if quick else [])
@@ -182,12 +286,13 @@ def ratio(a, b):
     return "%.2fx" % (a / b) if a and b else "-"
 
 
-def side_by_side(gpu, texts, gemm, attn, train):
+def side_by_side(gpu, texts, gemm, attn, train, decode):
     """mhe's bench_cuda rows beside PyTorch's on the same GPU, with mhe / PyTorch ratios
     (speed: above 1 is mhe faster)"""
     sys.path.insert(0, os.path.join(REPO, "tools", "scripts"))
     from gpu_check import ATTN_RE, GEMM_RE, TRAIN_RE
     print("\n== side by side on %s: mhe (bench_cuda) against PyTorch; ratio = mhe speed / PyTorch speed" % gpu)
+    from gpu_check import DECODE_RE
     rows = GEMM_RE.findall(texts[0])
     if rows and gemm:
         print("\n%-40s %8s %8s %6s %8s %8s %6s %8s %8s %6s" % ("GEMM TFLOP/s", "mhe fp32", "cuBLAS", "ratio",
@@ -222,6 +327,13 @@ def side_by_side(gpu, texts, gemm, attn, train):
             print("%-8s %19s | %9s %6s | %8s | %9s %6s | %8s | %18s %6s" % (
                 kind, num(m32), num(t[0]), ratio(m32, t[0]), num(m19), num(t[1]), ratio(m19, t[1]), num(m16),
                 num(t[2]), ratio(m16, t[2])))
+    mine = {k: float(us) for k, us, _ in DECODE_RE.findall(texts[0])}
+    if mine and decode:
+        print("\ndecoding us/token         mhe | PyTorch loop  ratio")
+        for kind, us in decode.items():
+            m = mine.get(kind)
+            print("decode %-8s %10s | %12s %6s" % (kind, "%.1f" % m if m else "-", "%.1f" % us if us else "-",
+                                                    ratio(us, m)))
 
 
 def main():
@@ -234,6 +346,7 @@ def main():
     g.add_argument("--gemm-only", action="store_true")
     g.add_argument("--attn-only", action="store_true")
     g.add_argument("--train-only", action="store_true")
+    g.add_argument("--decode-only", action="store_true")
     a = ap.parse_args()
     texts, rc = run_bench_cuda(a.bench_cuda, a.quick) if a.bench_cuda else ([], 0)
     try:
@@ -246,12 +359,13 @@ def main():
         return rc
     print("bench_torch_cuda: %s, PyTorch %s, CUDA %s" % (torch.cuda.get_device_name(0), torch.__version__,
                                                          torch.version.cuda))
-    every = not (a.gemm_only or a.attn_only or a.train_only)
+    every = not (a.gemm_only or a.attn_only or a.train_only or a.decode_only)
     gemm = bench_gemm(torch, a.quick) if every or a.gemm_only else {}
     attn = bench_attn(torch, a.quick) if every or a.attn_only else {}
     train = bench_train(torch, a.quick, a.mhe) if every or a.train_only else {}
+    decode = bench_decode(torch, a.quick, a.mhe) if every or a.decode_only else {}
     if texts:
-        side_by_side(torch.cuda.get_device_name(0), texts, gemm, attn, train)
+        side_by_side(torch.cuda.get_device_name(0), texts, gemm, attn, train, decode)
     return rc
 
 

@@ -327,9 +327,11 @@ GEMM_RE = re.compile(r"^C=(\d+) (\S.*?[^\d\s])\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\
 ATTN_RE = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \|\s+"
                      r"([\d.]+) \(([\d.]+)x\)\s*$", re.M)
 TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memory ([\d.]+) MB", re.M)
+DECODE_RE = re.compile(r"^decode (\S+)\s+([\d.]+) us/token\s+KV cache (\d+) bytes/token$", re.M)
 # tools/bench/bench_torch_cuda.py's side-by-side rows: mhe / PyTorch speed ratios
 SIDE_ATTN_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 SIDE_TRAIN_RE = re.compile(r"^(mha|mhe-mul|mhe-add)\s+\d+ \|\s+\d+\s+([\d.]+)x", re.M)
+SIDE_DECODE_RE = re.compile(r"^decode (mha|mhe-mul|mhe-add)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 
 
 def parse_bench(text, rc):
@@ -353,6 +355,10 @@ def parse_bench(text, rc):
         nums["attn_L%s_mha_vs_sdpa" % L] = float(ratio)
     for kind, ratio in SIDE_TRAIN_RE.findall(text):
         nums["train_%s_vs_torch" % kind.replace("-", "_")] = float(ratio)
+    for kind, us, kv in DECODE_RE.findall(text):
+        nums["decode_%s_us" % kind.replace("-", "_")] = float(us)
+    for kind, ratio in SIDE_DECODE_RE.findall(text):
+        nums["decode_%s_vs_torch" % kind.replace("-", "_")] = float(ratio)
     ok = rc == 0 and bool(g) and bool(a) and len(TRAIN_RE.findall(text)) >= 3
     parts = []
     if g:
@@ -370,6 +376,9 @@ def parse_bench(text, rc):
     side = SIDE_TRAIN_RE.findall(text)
     if side:
         parts.append("training mha %sx the twin" % side[0][1])
+    d = DECODE_RE.findall(text)
+    if d:
+        parts.append("decoding " + ", ".join("%s %s us/token" % (k, us) for k, us, _ in d[:3]))
     return ok, nums, "; ".join(parts) or "no numbers (exit %s)" % rc
 
 
@@ -533,6 +542,11 @@ training a byte-level GPT (random bytes): tokens/s and device memory
 mha        612000 tokens/s      1.7 ms/step  device memory 40.1 MB (library 30.2 MB)
 mhe-mul    655000 tokens/s      1.6 ms/step  device memory 36.0 MB (library 27.9 MB)
 mhe-add    640000 tokens/s      1.6 ms/step  device memory 36.2 MB (library 28.0 MB)
+
+decoding with the KV cache, d_model 128, 2 layers, 8 heads, prompt 32, 32 new tokens, batch 1
+decode mha          210.5 us/token  KV cache 2048 bytes/token
+decode mhe-mul      190.2 us/token  KV cache 256 bytes/token
+decode mhe-add      195.0 us/token  KV cache 256 bytes/token
 
 == side by side on stub GPU: mhe (bench_cuda) against PyTorch; ratio = mhe speed / PyTorch speed
 
