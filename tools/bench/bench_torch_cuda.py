@@ -264,11 +264,15 @@ def bench_decode(torch, quick, mhe):
     return res
 
 
-def run_bench_cuda(exe, quick):
-    """bench_cuda's output (printed as it is), then its TF32 and bf16 training rows; (texts, exit status)"""
+def run_bench_cuda(exe, quick, only):
+    """bench_cuda's output (printed as it is), then its TF32 and bf16 training rows; (texts, exit status).
+    only: one section's flag (--gemm-only, ...) or None"""
     args = [exe] + (["--quick"] if quick else [])
     texts, rc = [], 0
-    for extra in ([], ["--tf32", "--train-only"], ["--bf16", "--train-only"]):
+    runs = [[only] if only else []]
+    if only in (None, "--train-only"):
+        runs += [["--tf32", "--train-only"], ["--bf16", "--train-only"]]
+    for extra in runs:
         try:
             p = subprocess.run(args + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                universal_newlines=True, errors="replace")
@@ -348,7 +352,8 @@ def main():
     g.add_argument("--train-only", action="store_true")
     g.add_argument("--decode-only", action="store_true")
     a = ap.parse_args()
-    texts, rc = run_bench_cuda(a.bench_cuda, a.quick) if a.bench_cuda else ([], 0)
+    only = next(("--%s-only" % k for k in ("gemm", "attn", "train", "decode") if getattr(a, k + "_only")), None)
+    texts, rc = run_bench_cuda(a.bench_cuda, a.quick, only) if a.bench_cuda else ([], 0)
     try:
         import torch
     except ImportError:
