@@ -534,20 +534,6 @@ static __device__ __forceinline__ unsigned mhe__cu_tf32(float x) {
 #endif
 }
 
-static __device__ __forceinline__ void mhe__cu_mma_tf32(float c[4], const unsigned a[4], const unsigned b[2]) {
-#ifdef MHE_CUDA_EMULATE
-    float d[4];
-    mhe_emu_mma_m16n8k8_tf32(d, a, b, c);
-    for (int i = 0; i < 4; i++)
-        c[i] = d[i];
-#else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#endif
-}
-
 /* bf16 (Kalamkar et al. 2019: float32's exponent, 7 mantissa bits) tensor cores:
    mma.sync.m16n8k16 ("Matrix fragments for mma.m16n8k16 with floating point
    type", .bf16), k twice as deep per instruction. A register holds two bf16,
@@ -564,17 +550,28 @@ static __device__ __forceinline__ unsigned mhe__cu_bf16x2(float hi, float lo) {
 #endif
 }
 
-static __device__ __forceinline__ void mhe__cu_mma_bf16(float c[4], const unsigned a[4], const unsigned b[2]) {
+/* c += a b on the tensor cores: m16n8k8 TF32 (BF16 0) or m16n8k16 bf16 (1), float32 sums */
+template <int BF16>
+static __device__ __forceinline__ void mhe__cu_mma(float c[4], const unsigned a[4], const unsigned b[2]) {
 #ifdef MHE_CUDA_EMULATE
     float d[4];
-    mhe_emu_mma_m16n8k16_bf16(d, a, b, c);
+    if (BF16)
+        mhe_emu_mma_m16n8k16_bf16(d, a, b, c);
+    else
+        mhe_emu_mma_m16n8k8_tf32(d, a, b, c);
     for (int i = 0; i < 4; i++)
         c[i] = d[i];
 #else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#define MHE__CU_MMA_ARGS                                                                                 \
+    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                                     \
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])
+    if (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n" MHE__CU_MMA_ARGS);
+    else
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n" MHE__CU_MMA_ARGS);
+#undef MHE__CU_MMA_ARGS
 #endif
 }
 
@@ -649,12 +646,8 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, flo
             #pragma unroll
             for (int i = 0; i < 2; i++)
                 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    if (BF16)
-                        mhe__cu_mma_bf16(acc[i][j], a[i], b[j]);
-                    else
-                        mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
-                }
+                for (int j = 0; j < 4; j++)
+                    mhe__cu_mma<BF16>(acc[i][j], a[i], b[j]);
         }
         __syncthreads();
     }
@@ -793,12 +786,8 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, 
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    if (BF16)
-                        mhe__cu_mma_bf16(acc[i][j], a[i], b[j]);
-                    else
-                        mhe__cu_mma_tf32(acc[i][j], a[i], b[j]);
-                }
+                for (int j = 0; j < 4; j++)
+                    mhe__cu_mma<BF16>(acc[i][j], a[i], b[j]);
         }
         if (more) { /* the other half was last read before the previous barrier */
             MHE__CU_GT2_STORE(buf ^ 1);

@@ -1434,6 +1434,43 @@ inline unsigned mhe_emu_cvt_rna_tf32(float x) {
     return (u + 0x1000u) & 0xffffe000u;
 }
 
+namespace mhe_emu_impl {
+// An mma for the warp: every lane posts its fragments (a[4], b[2], c[4]) and
+// gets all 32 lanes' (the whole of A, B and C are rebuilt from them).
+inline const Slot *mma_exchange(const unsigned a[4], const unsigned b[2], const float c[4], const char *what,
+                                Lane **me) {
+    *me = current(what);
+    if (g.warp_lanes[(*me)->warp] != 32)
+        die("%s needs a whole warp, but warp %u has %u threads", what, (*me)->warp, g.warp_lanes[(*me)->warp]);
+    Slot mine = {};
+    memcpy(&mine.w[0], a, 4 * sizeof(unsigned));
+    memcpy(&mine.w[4], b, 2 * sizeof(unsigned));
+    memcpy(&mine.w[6], c, 4 * sizeof(float));  // before d is written: d may be c
+    return warp_exchange(mine, what);
+}
+
+// C from the slots (c0, c1 at (groupID, 2 tig and 2 tig+1), c2, c3 eight rows
+// down), then this lane's four elements of D = A*B + C in float, k in order
+// (the products of TF32 or bf16 values are exact in float)
+template <unsigned KD>
+inline void mma_finish(float d[4], const float (*A)[KD], const float (*B)[8], const Slot *s, const Lane *me) {
+    float C[16][8];
+    for (unsigned l = 0; l < 32; l++) {
+        unsigned grp = l >> 2, tig = l % 4;
+        for (unsigned i = 0; i < 4; i++)
+            C[grp + (i >= 2 ? 8 : 0)][2 * tig + (i & 1)] = __uint_as_float(s[l].w[6 + i]);
+    }
+    unsigned grp = me->lane >> 2, tig = me->lane % 4;
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned row = grp + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
+        float sum = 0.0f;
+        for (unsigned k = 0; k < KD; k++)
+            sum += A[row][k] * B[k][col];
+        d[i] = sum + C[row][col];
+    }
+}
+}  // namespace mhe_emu_impl
+
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, D = A*B + C, for the
 // warp. Fragment layout from the PTX ISA, section "Matrix Fragments for
 // mma.m16n8k8" (9.7.14.5.7 in PTX ISA 8.x; anchor
@@ -1444,21 +1481,11 @@ inline unsigned mhe_emu_cvt_rna_tf32(float x) {
 //   B (8x8, [k][n]):     b0 (k = tig, n = groupID)  b1 (k = tig+4, n = groupID)
 //   C, D (16x8):         c0, c1 (groupID, 2*tig and 2*tig+1)
 //                        c2, c3 (groupID+8, 2*tig and 2*tig+1)
-// Every lane posts its fragments, rebuilds the whole of A, B and C, and
-// computes its own four elements of D in float.
 inline void mhe_emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
     using namespace mhe_emu_impl;
-    const char *what = "mhe_emu_mma_m16n8k8_tf32";
-    Lane *me = current(what);
-    if (g.warp_lanes[me->warp] != 32)
-        die("%s needs a whole warp, but warp %u has %u threads", what, me->warp, g.warp_lanes[me->warp]);
-    Slot mine = {};
-    memcpy(&mine.w[0], a, 4 * sizeof(unsigned));
-    memcpy(&mine.w[4], b, 2 * sizeof(unsigned));
-    memcpy(&mine.w[6], c, 4 * sizeof(float));  // before d is written: d may be c
-    const Slot *s = warp_exchange(mine, what);
-
-    float A[16][8], B[8][8], C[16][8];
+    Lane *me;
+    const Slot *s = mma_exchange(a, b, c, "mhe_emu_mma_m16n8k8_tf32", &me);
+    float A[16][8], B[8][8];
     for (unsigned l = 0; l < 32; l++) {
         unsigned grp = l >> 2, tig = l % 4;
         const unsigned *w = s[l].w;
@@ -1468,19 +1495,8 @@ inline void mhe_emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsi
         A[grp + 8][tig + 4] = tf32_value(w[3]);
         B[tig][grp] = tf32_value(w[4]);
         B[tig + 4][grp] = tf32_value(w[5]);
-        C[grp][2 * tig] = __uint_as_float(w[6]);
-        C[grp][2 * tig + 1] = __uint_as_float(w[7]);
-        C[grp + 8][2 * tig] = __uint_as_float(w[8]);
-        C[grp + 8][2 * tig + 1] = __uint_as_float(w[9]);
     }
-    unsigned grp = me->lane >> 2, tig = me->lane % 4;
-    for (unsigned i = 0; i < 4; i++) {
-        unsigned row = grp + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
-        float sum = 0.0f;
-        for (unsigned k = 0; k < 8; k++)
-            sum += A[row][k] * B[k][col];  // tf32 products are exact in float
-        d[i] = sum + C[row][col];
-    }
+    mma_finish<8>(d, A, B, s, me);
 }
 
 // cvt.rn.bf16x2.f32 d, hi, lo: both rounded to bf16 (8 mantissa bits) to
@@ -1508,22 +1524,13 @@ inline unsigned mhe_emu_cvt_rn_bf16x2(float hi, float lo) { return mhe_emu_bf16_
 //   B (16x8, [k][n]):     b0 (k = 2 tig and 2 tig+1, n = groupID)
 //                         b1 (k = 2 tig+8 and 2 tig+9, n = groupID)
 //   C, D (16x8): as mma.m16n8k8 above.
-// bf16 products are exact in float; the sum is float, k in order.
 inline void mhe_emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
     using namespace mhe_emu_impl;
-    const char *what = "mhe_emu_mma_m16n8k16_bf16";
-    Lane *me = current(what);
-    if (g.warp_lanes[me->warp] != 32)
-        die("%s needs a whole warp, but warp %u has %u threads", what, me->warp, g.warp_lanes[me->warp]);
-    Slot mine = {};
-    memcpy(&mine.w[0], a, 4 * sizeof(unsigned));
-    memcpy(&mine.w[4], b, 2 * sizeof(unsigned));
-    memcpy(&mine.w[6], c, 4 * sizeof(float));  // before d is written: d may be c
-    const Slot *s = warp_exchange(mine, what);
-
+    Lane *me;
+    const Slot *s = mma_exchange(a, b, c, "mhe_emu_mma_m16n8k16_bf16", &me);
     auto lo = [](unsigned w) { return __uint_as_float(w << 16); };
     auto hi = [](unsigned w) { return __uint_as_float(w & 0xffff0000u); };
-    float A[16][16], B[16][8], C[16][8];
+    float A[16][16], B[16][8];
     for (unsigned l = 0; l < 32; l++) {
         unsigned grp = l >> 2, tig = l % 4;
         const unsigned *w = s[l].w;
@@ -1535,19 +1542,8 @@ inline void mhe_emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const uns
             B[2 * tig + 8 * h][grp] = lo(w[4 + h]);
             B[2 * tig + 8 * h + 1][grp] = hi(w[4 + h]);
         }
-        C[grp][2 * tig] = __uint_as_float(w[6]);
-        C[grp][2 * tig + 1] = __uint_as_float(w[7]);
-        C[grp + 8][2 * tig] = __uint_as_float(w[8]);
-        C[grp + 8][2 * tig + 1] = __uint_as_float(w[9]);
     }
-    unsigned grp = me->lane >> 2, tig = me->lane % 4;
-    for (unsigned i = 0; i < 4; i++) {
-        unsigned row = grp + (i >= 2 ? 8 : 0), col = 2 * tig + (i & 1);
-        float sum = 0.0f;
-        for (unsigned k = 0; k < 16; k++)
-            sum += A[row][k] * B[k][col];
-        d[i] = sum + C[row][col];
-    }
+    mma_finish<16>(d, A, B, s, me);
 }
 
 // The launch's dynamic shared memory: exactly the bytes asked for (so that

@@ -527,49 +527,56 @@ static void test_atomics() {
 
 static float tf32_round(float x) { return __uint_as_float(mhe_emu_cvt_rna_tf32(x)); }
 
+// random values with bits below TF32's and bf16's precision, so rounding matters
+static std::vector<float> mma_input(size_t n, unsigned *seed) {
+    std::vector<float> x(n);
+    for (float &v : x) {
+        *seed = *seed * 1103515245u + 12345u;
+        v = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
+    }
+    return x;
+}
+
+static float *mma_upload(const std::vector<float> &x) {
+    float *d = device_array<float>(x.size());
+    cudaMemcpy(d, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
+    return d;
+}
+
+// D [16][8] against C + A B (A [16][K], B [K][8]) in double from the rounded
+// inputs: every element within 1e-6 of its terms' size, and the unrounded sum
+// off somewhere (so the check would notice missing rounding)
+static void mma_compare(const std::vector<float> &D, const std::vector<float> &A, const std::vector<float> &B,
+                        const std::vector<float> &C, int K, float (*round)(float)) {
+    int bad = 0, differs_unrounded = 0;
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 8; n++) {
+            double want = C[r * 8 + n], raw = C[r * 8 + n], size = fabs(C[r * 8 + n]);
+            for (int k = 0; k < K; k++) {
+                double p = (double)round(A[r * K + k]) * round(B[k * 8 + n]);
+                want += p;
+                raw += (double)A[r * K + k] * B[k * 8 + n];
+                size += fabs(p);
+            }
+            double tol = 1e-6 * size;
+            bad += fabs(D[r * 8 + n] - want) > tol;
+            differs_unrounded += fabs(raw - want) > tol;
+        }
+    CHECK(bad == 0);
+    CHECK(differs_unrounded > 0);
+}
+
 static void test_mma() {
-    std::vector<float> A(128), B(64), C(128);
     unsigned seed = 12345;
-    auto rnd = [&seed]() {  // values with bits below tf32's precision, so rounding matters
-        seed = seed * 1103515245u + 12345u;
-        return ((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
-    };
-    for (float &x : A)
-        x = rnd();
-    for (float &x : B)
-        x = rnd();
-    for (float &x : C)
-        x = rnd();
-    float *dA = device_array<float>(128), *dB = device_array<float>(64), *dC = device_array<float>(128);
-    float *dD = device_array<float>(128);
-    cudaMemcpy(dA, A.data(), 128 * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dB, B.data(), 64 * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dC, C.data(), 128 * 4, cudaMemcpyHostToDevice);
+    std::vector<float> A = mma_input(128, &seed), B = mma_input(64, &seed), C = mma_input(128, &seed);
+    float *dA = mma_upload(A), *dB = mma_upload(B), *dC = mma_upload(C), *dD = device_array<float>(128);
     for (int alias = 0; alias < 2; alias++) {
         CHECK(launch(dim3(1), dim3(32), 0, mma_tile, (const float *)dA, (const float *)dB, (const float *)dC, dD,
                      alias) == cudaSuccess);
-        std::vector<float> D = to_host(dD, 128);
-        int bad = 0, differs_unrounded = 0;
-        for (int r = 0; r < 16; r++)
-            for (int n = 0; n < 8; n++) {
-                double want = C[r * 8 + n], raw = C[r * 8 + n], size = fabs(C[r * 8 + n]);
-                for (int k = 0; k < 8; k++) {
-                    double p = (double)tf32_round(A[r * 8 + k]) * tf32_round(B[k * 8 + n]);
-                    want += p;
-                    raw += (double)A[r * 8 + k] * B[k * 8 + n];
-                    size += fabs(p);
-                }
-                double tol = 1e-6 * size;
-                bad += fabs(D[r * 8 + n] - want) > tol;
-                differs_unrounded += fabs(raw - want) > tol;
-            }
-        CHECK(bad == 0);
-        CHECK(differs_unrounded > 0);  // the test would notice missing tf32 rounding
+        mma_compare(to_host(dD, 128), A, B, C, 8, tf32_round);
     }
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    cudaFree(dD);
+    for (float *p : {dA, dB, dC, dD})
+        cudaFree(p);
 }
 
 static unsigned bits(float x) { return __float_as_uint(x); }
@@ -582,46 +589,14 @@ static float bf16_round(float x) {
 }
 
 static void test_mma_bf16() {
-    std::vector<float> A(256), B(128), C(128);
     unsigned seed = 777;
-    auto rnd = [&seed]() {  // values with bits below bf16's precision, so rounding matters
-        seed = seed * 1103515245u + 12345u;
-        return ((float)(seed >> 8) / 16777216.0f - 0.5f) * 4.0f;
-    };
-    for (float &x : A)
-        x = rnd();
-    for (float &x : B)
-        x = rnd();
-    for (float &x : C)
-        x = rnd();
-    float *dA = device_array<float>(256), *dB = device_array<float>(128), *dC = device_array<float>(128);
-    float *dD = device_array<float>(128);
-    cudaMemcpy(dA, A.data(), 256 * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dB, B.data(), 128 * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dC, C.data(), 128 * 4, cudaMemcpyHostToDevice);
+    std::vector<float> A = mma_input(256, &seed), B = mma_input(128, &seed), C = mma_input(128, &seed);
+    float *dA = mma_upload(A), *dB = mma_upload(B), *dC = mma_upload(C), *dD = device_array<float>(128);
     CHECK(launch(dim3(1), dim3(32), 0, mma_bf16_tile, (const float *)dA, (const float *)dB, (const float *)dC, dD) ==
           cudaSuccess);
-    std::vector<float> D = to_host(dD, 128);
-    int bad = 0, differs_unrounded = 0;
-    for (int r = 0; r < 16; r++)
-        for (int n = 0; n < 8; n++) {
-            double want = C[r * 8 + n], raw = C[r * 8 + n], size = fabs(C[r * 8 + n]);
-            for (int k = 0; k < 16; k++) {
-                double p = (double)bf16_round(A[r * 16 + k]) * bf16_round(B[k * 8 + n]);
-                want += p;
-                raw += (double)A[r * 16 + k] * B[k * 8 + n];
-                size += fabs(p);
-            }
-            double tol = 1e-6 * size;
-            bad += fabs(D[r * 8 + n] - want) > tol;
-            differs_unrounded += fabs(raw - want) > tol;
-        }
-    CHECK(bad == 0);
-    CHECK(differs_unrounded > 0);  // the test would notice missing bf16 rounding
-    cudaFree(dA);
-    cudaFree(dB);
-    cudaFree(dC);
-    cudaFree(dD);
+    mma_compare(to_host(dD, 128), A, B, C, 16, bf16_round);
+    for (float *p : {dA, dB, dC, dD})
+        cudaFree(p);
 }
 
 static void test_cvt_bf16() {
