@@ -519,6 +519,13 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K,
                           n0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4), alpha, acc[i][j], beta);
 }
 
+/* an mma's C fragment (c0, c1 at (r, c) and (r, c + 1), c2, c3 eight rows down) into C */
+static __device__ __forceinline__ void mhe__cu_store_frag(float *C, int ldc, int M, int N, int r, int c, float alpha,
+                                                          const float acc[4], float beta) {
+    for (int e = 0; e < 4; e++)
+        mhe__cu_store(C, ldc, M, N, r + 8 * (e / 2), c + e % 2, alpha, acc[e], beta);
+}
+
 /* TF32 tensor cores: mma.sync.m16n8k8 (PTX ISA, "Matrix fragments for
    mma.m16n8k8", .tf32). Fragment coordinates, with
    g = lane / 4 and t = lane % 4: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
@@ -654,13 +661,8 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, flo
     #pragma unroll
     for (int i = 0; i < 2; i++)
         #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int r = m0 + wm + 16 * i + g, c = n0 + wn + 8 * j + 2 * t;
-            mhe__cu_store(C, ldc, M, N, r, c, alpha, acc[i][j][0], beta);
-            mhe__cu_store(C, ldc, M, N, r, c + 1, alpha, acc[i][j][1], beta);
-            mhe__cu_store(C, ldc, M, N, r + 8, c, alpha, acc[i][j][2], beta);
-            mhe__cu_store(C, ldc, M, N, r + 8, c + 1, alpha, acc[i][j][3], beta);
-        }
+        for (int j = 0; j < 4; j++)
+            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta);
 }
 
 /* Tensor cores, large shapes: 128 x 128 outputs per block of 256 threads =
@@ -801,13 +803,8 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, 
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int r = m0 + wm + 16 * i + g, c = n0 + wn + 8 * j + 2 * t;
-            mhe__cu_store(C, ldc, M, N, r, c, alpha, acc[i][j][0], beta);
-            mhe__cu_store(C, ldc, M, N, r, c + 1, alpha, acc[i][j][1], beta);
-            mhe__cu_store(C, ldc, M, N, r + 8, c, alpha, acc[i][j][2], beta);
-            mhe__cu_store(C, ldc, M, N, r + 8, c + 1, alpha, acc[i][j][3], beta);
-        }
+        for (int j = 0; j < 4; j++)
+            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta);
 }
 
 typedef void (*mhe__cu_gemm_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *, int);
