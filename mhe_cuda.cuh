@@ -349,11 +349,52 @@ static __device__ __forceinline__ float mhe__cu_ld(const float *X, int ld, int r
     return TRANS ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
 }
 
+/* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU, exact GELU: the CPU's formulas */
+static __device__ __forceinline__ float mhe__cu_act(int act, float x) {
+    if (act == MHE_ACT_GELU)
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    if (act == MHE_ACT_GELU_ERF)
+        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    if (act == MHE_ACT_RELU)
+        return x > 0.0f ? x : 0.0f;
+    return x / (1.0f + expf(-x));
+}
+
+/* What a GEMM adds on the way out (a linear layer's epilogue, fused so that no other launch
+   reads the output back): C = alpha op(A) op(B) + beta C + bias[column], and with act_out also
+   act_out = act(C) at the same place (stride ldc): the layer's pre-activation and activation.
+   The bias joins each output as it leaves the registers; the activation is a last pass of the
+   block over its own tile, after a barrier, while the tile is in cache (mhe__cu_epi_act): one
+   copy of the activation's code per kernel, not one per accumulator. The same float operations
+   as separate bias and activation passes, so the same bits. */
+struct mhe__cu_epi {
+    const float *bias; /* NULL: none */
+    float *act_out;    /* NULL: no activation */
+    int act;           /* MHE_ACT_* */
+};
+static const mhe__cu_epi mhe__cu_no_epi = {NULL, NULL, 0};
+
 static __device__ __forceinline__ void mhe__cu_store(float *C, int ldc, int M, int N, int r, int c, float alpha,
-                                                     float acc, float beta) {
+                                                     float acc, float beta, const mhe__cu_epi &ep) {
     if (r < M && c < N) {
         float *p = C + (size_t)r * ldc + c;
-        *p = beta == 0.0f ? alpha * acc : alpha * acc + beta * *p;
+        float x = beta == 0.0f ? alpha * acc : alpha * acc + beta * *p;
+        if (ep.bias)
+            x += ep.bias[c];
+        *p = x;
+    }
+}
+
+/* the activation of the block's TM x TN tile at (m0, n0), after every thread's stores */
+static __device__ __forceinline__ void mhe__cu_epi_act(const float *C, int ldc, int M, int N, int m0, int n0, int TM,
+                                                       int TN, const mhe__cu_epi &ep) {
+    if (!ep.act_out) /* the same for the whole block: the barrier is reached by all or none */
+        return;
+    __syncthreads();
+    for (int e = (int)threadIdx.x; e < TM * TN; e += (int)blockDim.x) {
+        int r = m0 + e / TN, c = n0 + e % TN;
+        if (r < M && c < N)
+            ep.act_out[(size_t)r * ldc + c] = mhe__cu_act(ep.act, C[(size_t)r * ldc + c]);
     }
 }
 
@@ -364,7 +405,8 @@ static __device__ __forceinline__ void mhe__cu_store(float *C, int ldc, int M, i
 template <int TA, int TB>
 __global__ __launch_bounds__(256) void mhe__cu_gemm_simt(int M, int N, int K, float alpha, const float *__restrict__ A,
                                                          int lda, const float *__restrict__ B, int ldb, float beta,
-                                                         float *__restrict__ C, int ldc, int kc, int64_t cz) {
+                                                         float *__restrict__ C, int ldc, int kc, int64_t cz,
+                                                         mhe__cu_epi ep) {
     __shared__ float As[MHE__CU_GBK][MHE__CU_GBM + 4];
     __shared__ float Bs[MHE__CU_GBK][MHE__CU_GBN + 4];
     int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -401,7 +443,8 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt(int M, int N, int K, fl
     }
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++)
-            mhe__cu_store(C, ldc, M, N, m0 + ty + 16 * i, n0 + tx + 16 * j, alpha, acc[i][j], beta);
+            mhe__cu_store(C, ldc, M, N, m0 + ty + 16 * i, n0 + tx + 16 * j, alpha, acc[i][j], beta, ep);
+    mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GBM, MHE__CU_GBN, ep);
 }
 
 /* SIMT, large shapes: 128 x 128 outputs per block of 256 threads, each
@@ -443,7 +486,7 @@ template <int TA, int TB>
 __global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K, float alpha,
                                                                const float *__restrict__ A, int lda,
                                                                const float *__restrict__ B, int ldb, float beta,
-                                                               float *__restrict__ C, int ldc) {
+                                                               float *__restrict__ C, int ldc, mhe__cu_epi ep) {
     /* 16-byte aligned: rows are read as float4 (GNU attribute form: nvcc, gcc and clang) */
     __shared__ float As[2][MHE__CU_GB2K][MHE__CU_GB2W] __attribute__((aligned(16)));
     __shared__ float Bs[2][MHE__CU_GB2K][MHE__CU_GB2W] __attribute__((aligned(16)));
@@ -516,14 +559,16 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K,
 #pragma unroll
         for (int j = 0; j < 8; j++)
             mhe__cu_store(C, ldc, M, N, m0 + (i < 4 ? 4 * ty + i : 64 + 4 * ty + i - 4),
-                          n0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4), alpha, acc[i][j], beta);
+                          n0 + (j < 4 ? 4 * tx + j : 64 + 4 * tx + j - 4), alpha, acc[i][j], beta, ep);
+    mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GB2, MHE__CU_GB2, ep);
 }
 
 /* an mma's C fragment (c0, c1 at (r, c) and (r, c + 1), c2, c3 eight rows down) into C */
 static __device__ __forceinline__ void mhe__cu_store_frag(float *C, int ldc, int M, int N, int r, int c, float alpha,
-                                                          const float acc[4], float beta) {
+                                                          const float acc[4], float beta, const mhe__cu_epi &ep) {
+#pragma unroll
     for (int e = 0; e < 4; e++)
-        mhe__cu_store(C, ldc, M, N, r + 8 * (e / 2), c + e % 2, alpha, acc[e], beta);
+        mhe__cu_store(C, ldc, M, N, r + 8 * (e / 2), c + e % 2, alpha, acc[e], beta, ep);
 }
 
 /* TF32 tensor cores: mma.sync.m16n8k8 (PTX ISA, "Matrix fragments for
@@ -589,7 +634,8 @@ static __device__ __forceinline__ void mhe__cu_mma(float c[4], const unsigned a[
 template <int TA, int TB, int BF16>
 __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, float alpha, const float *__restrict__ A,
                                                         int lda, const float *__restrict__ B, int ldb, float beta,
-                                                        float *__restrict__ C, int ldc, int kc, int64_t cz) {
+                                                        float *__restrict__ C, int ldc, int kc, int64_t cz,
+                                                        mhe__cu_epi ep) {
     /* As[m][k] and Bs[k][n]; +4 keeps fragment reads on distinct banks */
     __shared__ float As[MHE__CU_GBM][MHE__CU_GBK + 4];
     __shared__ float Bs[MHE__CU_GBK][MHE__CU_GBN + 4];
@@ -662,7 +708,9 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, flo
     for (int i = 0; i < 2; i++)
         #pragma unroll
         for (int j = 0; j < 4; j++)
-            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta);
+            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
+                               ep);
+    mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GBM, MHE__CU_GBN, ep);
 }
 
 /* Tensor cores, large shapes: 128 x 128 outputs per block of 256 threads =
@@ -723,7 +771,7 @@ template <int TA, int TB, int BF16>
 __global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, float alpha,
                                                              const float *__restrict__ A, int lda,
                                                              const float *__restrict__ B, int ldb, float beta,
-                                                             float *__restrict__ C, int ldc) {
+                                                             float *__restrict__ C, int ldc, mhe__cu_epi ep) {
     enum { EPT = BF16 ? 16 : 8, KSTEP = 2 * EPT };
     __shared__ unsigned As[2][16][MHE__CU_GT2W];
     __shared__ unsigned Bs[2][16][MHE__CU_GT2W];
@@ -804,17 +852,261 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, 
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
-            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta);
+            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
+                               ep);
+    mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GB2, MHE__CU_GB2, ep);
 }
 
-typedef void (*mhe__cu_gemm_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *, int);
+/* Ampere's asynchronous copy and matrix load (PTX ISA, "cp.async" and "ldmatrix"; the emulation
+   implements both from the same text). cp.async.cg copies 16 bytes from global to shared memory
+   without a register on the way, src_bytes of them read and the rest zero-filled; the copies of a
+   thread are closed into groups (commit) and waited for by group (wait_group N: all but the N
+   newest landed), and other threads see them only after that wait and a barrier. ldmatrix.x4:
+   lanes 8i .. 8i + 7 give the addresses of matrix i's eight 16-byte rows; lane l gets word l % 4
+   of row l / 4 of each. */
+static __device__ __forceinline__ void mhe__cu_cp_async16(void *dst, const void *src, int src_bytes) {
+#ifdef MHE_CUDA_EMULATE
+    mhe_emu_cp_async_16(dst, src, (unsigned)src_bytes);
+#else
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+static __device__ __forceinline__ void mhe__cu_cp_commit(void) {
+#ifdef MHE_CUDA_EMULATE
+    mhe_emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+template <int N>
+static __device__ __forceinline__ void mhe__cu_cp_wait(void) {
+#ifdef MHE_CUDA_EMULATE
+    mhe_emu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+static __device__ __forceinline__ void mhe__cu_ldmatrix_x4(unsigned d[4], const void *row) {
+#ifdef MHE_CUDA_EMULATE
+    mhe_emu_ldmatrix_x4(d, row);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a)
+                 : "memory");
+#endif
+}
+
+/* Tensor cores, pipelined: 128 x 128 outputs per block of 256 threads (8 warps in a 2 x 4 grid,
+   each 64 x 32 outputs, as mhe__cu_gemm_mma128), K in stages of 32 through MHE__CU_GP_STAGES
+   buffers: cp.async copies stage s + 2 straight into shared memory while stage s is multiplied,
+   and each stage costs one wait and one barrier. The tiles stay float32 in shared memory (a copy
+   cannot round), so fragments are rounded to TF32 or bf16 as they are read.
+   A tile whose rows run along K in memory (op(A) = A, op(B) = B^T: a linear layer's forward) is
+   stored [row][k], 36 floats a row (rows 144 bytes apart: ldmatrix's eight rows land on distinct
+   banks), and read by ldmatrix.x4, whose 32-bit words on float data are exactly the TF32
+   fragments: word (row l / 4, k l % 4) of an 8 x 4 block is a0 (g, t), and of the blocks 8 rows
+   and 4 k further, a1, a2, a3; likewise b0 (n g, k t) and b1 (k t + 4) from a [n][k] tile. The
+   other tiles are stored [k][row], 136 floats a row, and read word by word (bank 8 t + g).
+   bf16 packs the k pairs (t, t + 4) and (t + 8, t + 12) where the instruction's fragment has
+   (2t, 2t + 1) and (2t + 8, 2t + 9): one permutation of k for both operands, so the same sum
+   (in another order) from the words ldmatrix gives. cp.async needs 16-byte aligned A and B and
+   leading dimensions that are multiples of 4; other GEMMs (and A^T B^T) take mhe__cu_gemm_mma128. */
+#define MHE__CU_GP_BK 32 /* K per stage */
+#define MHE__CU_GP_STAGES 3
+#define MHE__CU_GP_KROW (MHE__CU_GP_BK + 4)               /* floats per row of a [row][k] tile */
+#define MHE__CU_GP_RROW (MHE__CU_GB2 + 8)                 /* of a [k][row] tile */
+#define MHE__CU_GP_TILE (MHE__CU_GB2 * MHE__CU_GP_KROW)   /* floats per operand and stage (the larger) */
+#define MHE__CU_GP_SMEM ((size_t)2 * MHE__CU_GP_STAGES * MHE__CU_GP_TILE * sizeof(float))
+
+static long mhe__cu_gemm_pipe_calls; /* tests: launches of the pipelined kernel, so they can see it ran */
+static int mhe__cu_gemm_pipe_off;    /* tests: 1 sends its GEMMs to mhe__cu_gemm_mma128 */
+
+/* a stage of X into tile by cp.async, 4 copies of 16 bytes per thread. KROW 1: tile[row][k], the
+   tile's 128 rows from X's row r0 on and its 32 k from column c0; 0: tile[k][row], its 32 k from
+   X's row r0 and its 128 rows from column c0. R x Cn: X's size; past it, zeros. */
+template <int KROW>
+static __device__ __forceinline__ void mhe__cu_gp_load(float *tile, const float *X, int ld, int r0, int c0, int R,
+                                                       int Cn, int tid) {
+    enum {
+        ROWS = KROW ? MHE__CU_GB2 : MHE__CU_GP_BK,
+        CHUNKS = (KROW ? MHE__CU_GP_BK : MHE__CU_GB2) / 4,
+        STRIDE = KROW ? MHE__CU_GP_KROW : MHE__CU_GP_RROW
+    };
+#pragma unroll
+    for (int i = 0; i < ROWS * CHUNKS / 256; i++) {
+        int e = tid + 256 * i, r = e / CHUNKS, c = (e % CHUNKS) * 4, gr = r0 + r, gc = c0 + c;
+        int n = gr < R && gc < Cn ? (Cn - gc < 4 ? Cn - gc : 4) : 0;
+        mhe__cu_cp_async16(tile + r * STRIDE + c, n ? X + (size_t)gr * ld + gc : X, 4 * n);
+    }
+}
+
+/* the raw float words of rows r + g and r + g + 8 at k = k0 + t and k0 + t + 4: w[0] (g, t),
+   w[1] (g + 8, t), w[2] (g, t + 4), w[3] (g + 8, t + 4): an A fragment's (TF32) places */
+template <int KROW>
+static __device__ __forceinline__ void mhe__cu_gp_words_a(unsigned w[4], const float *tile, int r, int k0, int lane) {
+    if (KROW) {
+        mhe__cu_ldmatrix_x4(w, tile + (r + lane % 8 + 8 * (lane / 8 % 2)) * MHE__CU_GP_KROW + k0 + 4 * (lane / 16));
+    } else {
+        int g = lane / 4, t = lane % 4;
+        const float *p = tile + (k0 + t) * MHE__CU_GP_RROW + r + g;
+        w[0] = __float_as_uint(p[0]);
+        w[1] = __float_as_uint(p[8]);
+        w[2] = __float_as_uint(p[4 * MHE__CU_GP_RROW]);
+        w[3] = __float_as_uint(p[4 * MHE__CU_GP_RROW + 8]);
+    }
+}
+
+/* the raw words of column c + g at k = k0 + t + 4q, q = 0..3 (B's b0, b1 of two TF32 steps) */
+template <int KROW>
+static __device__ __forceinline__ void mhe__cu_gp_words_b(unsigned w[4], const float *tile, int c, int k0, int lane) {
+    if (KROW) {
+        mhe__cu_ldmatrix_x4(w, tile + (c + lane % 8) * MHE__CU_GP_KROW + k0 + 4 * (lane / 8));
+    } else {
+        const float *p = tile + (k0 + lane % 4) * MHE__CU_GP_RROW + c + lane / 4;
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            w[q] = __float_as_uint(p[4 * q * MHE__CU_GP_RROW]);
+    }
+}
+
+static __device__ __forceinline__ unsigned mhe__cu_tf32w(unsigned w) { return mhe__cu_tf32(__uint_as_float(w)); }
+
+template <int TA, int TB, int BF16>
+__global__ __launch_bounds__(256) void mhe__cu_gemm_pipe(int M, int N, int K, float alpha,
+                                                          const float *__restrict__ A, int lda,
+                                                          const float *__restrict__ B, int ldb, float beta,
+                                                          float *__restrict__ C, int ldc, mhe__cu_epi ep) {
+    MHE__CU_DYN_SHARED(float, sm);
+    int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
+    int m0 = (int)blockIdx.y * MHE__CU_GB2, n0 = (int)blockIdx.x * MHE__CU_GB2;
+    int wm = (warp / 4) * 64, wn = (warp % 4) * 32, nk = (K + MHE__CU_GP_BK - 1) / MHE__CU_GP_BK;
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+    /* stage kt into buffer s: op(A)'s rows run along A's rows unless TA, op(B)'s along B's if TB */
+#define MHE__CU_GP_LOAD(s, kt)                                                                           \
+    do {                                                                                                 \
+        float *As_ = sm + (s) * 2 * MHE__CU_GP_TILE, *Bs_ = As_ + MHE__CU_GP_TILE;                       \
+        int k0_ = (kt) * MHE__CU_GP_BK;                                                                  \
+        if (TA)                                                                                          \
+            mhe__cu_gp_load<0>(As_, A, lda, k0_, m0, K, M, tid);                                         \
+        else                                                                                             \
+            mhe__cu_gp_load<1>(As_, A, lda, m0, k0_, M, K, tid);                                         \
+        if (TB)                                                                                          \
+            mhe__cu_gp_load<1>(Bs_, B, ldb, n0, k0_, N, K, tid);                                         \
+        else                                                                                             \
+            mhe__cu_gp_load<0>(Bs_, B, ldb, k0_, n0, K, N, tid);                                         \
+    } while (0)
+#pragma unroll
+    for (int s = 0; s < MHE__CU_GP_STAGES - 1; s++) {
+        if (s < nk)
+            MHE__CU_GP_LOAD(s, s);
+        mhe__cu_cp_commit(); /* empty groups too: the wait below counts groups */
+    }
+    for (int kt = 0; kt < nk; kt++) {
+        mhe__cu_cp_wait<MHE__CU_GP_STAGES - 2>(); /* this thread's copies of stage kt have landed */
+        if (!MHE__CU_FAULT(1))
+            __syncthreads(); /* everyone's have, and everyone is done with the buffer stage kt + 2 takes */
+        if (kt + MHE__CU_GP_STAGES - 1 < nk)
+            MHE__CU_GP_LOAD((kt + MHE__CU_GP_STAGES - 1) % MHE__CU_GP_STAGES, kt + MHE__CU_GP_STAGES - 1);
+        mhe__cu_cp_commit();
+        const float *As = sm + (kt % MHE__CU_GP_STAGES) * 2 * MHE__CU_GP_TILE, *Bs = As + MHE__CU_GP_TILE;
+#pragma unroll
+        for (int k16 = 0; k16 < MHE__CU_GP_BK; k16 += 16) {
+            /* B's fragments first, then A's row by row, each used at once (fewer live registers) */
+            unsigned a[4], b[4][2], w[4], wb[4][4];
+            if (BF16) { /* one k16 instruction: A (g, t | t + 4), (g + 8, ...), then k + 8; B likewise */
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    mhe__cu_gp_words_b<TB>(w, Bs, wn + 8 * j, k16, lane);
+                    b[j][0] = mhe__cu_bf16x2(__uint_as_float(w[1]), __uint_as_float(w[0]));
+                    b[j][1] = mhe__cu_bf16x2(__uint_as_float(w[3]), __uint_as_float(w[2]));
+                }
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        mhe__cu_gp_words_a<!TA>(w, As, wm + 16 * i, k16 + 8 * h, lane);
+                        if (MHE__CU_FAULT(3)) { /* the test's broken variant, as in the other kernels */
+                            unsigned x = w[1];
+                            w[1] = w[2];
+                            w[2] = x;
+                        }
+                        a[2 * h] = mhe__cu_bf16x2(__uint_as_float(w[2]), __uint_as_float(w[0]));
+                        a[2 * h + 1] = mhe__cu_bf16x2(__uint_as_float(w[3]), __uint_as_float(w[1]));
+                    }
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        mhe__cu_mma<1>(acc[i][j], a, b[j]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) /* B's words for both k8 instructions */
+                    mhe__cu_gp_words_b<TB>(wb[j], Bs, wn + 8 * j, k16, lane);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        b[j][0] = mhe__cu_tf32w(wb[j][2 * h]);
+                        b[j][1] = mhe__cu_tf32w(wb[j][2 * h + 1]);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        mhe__cu_gp_words_a<!TA>(w, As, wm + 16 * i, k16 + 8 * h, lane);
+                        if (MHE__CU_FAULT(3)) {
+                            unsigned x = w[1];
+                            w[1] = w[2];
+                            w[2] = x;
+                        }
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            a[e] = mhe__cu_tf32w(w[e]);
+#pragma unroll
+                        for (int j = 0; j < 4; j++)
+                            mhe__cu_mma<0>(acc[i][j], a, b[j]);
+                    }
+                }
+            }
+        }
+    }
+#undef MHE__CU_GP_LOAD
+    mhe__cu_cp_wait<0>(); /* the empty groups of the last stages */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
+                               ep);
+    mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GB2, MHE__CU_GB2, ep);
+}
+
+typedef void (*mhe__cu_gemm_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *, int,
+                                    mhe__cu_epi);
 typedef void (*mhe__cu_gemm_split_kernel)(int, int, int, float, const float *, int, const float *, int, float, float *,
-                                          int, int, int64_t);
+                                          int, int, int64_t, mhe__cu_epi);
 
 template <int BF16>
 static mhe__cu_gemm_kernel mhe__cu_mma128_kernel(int ta, int tb) {
     return ta ? (tb ? mhe__cu_gemm_mma128<1, 1, BF16> : mhe__cu_gemm_mma128<1, 0, BF16>)
               : (tb ? mhe__cu_gemm_mma128<0, 1, BF16> : mhe__cu_gemm_mma128<0, 0, BF16>);
+}
+
+/* the three transposes a model runs (forward A B^T, input gradient A B, weight gradient A^T B);
+   A^T B^T, which none does, keeps mhe__cu_gemm_mma128 (its pipelined form spills a register) */
+template <int BF16>
+static mhe__cu_gemm_kernel mhe__cu_pipe_kernel(int ta, int tb) {
+    return ta ? mhe__cu_gemm_pipe<1, 0, BF16> : (tb ? mhe__cu_gemm_pipe<0, 1, BF16> : mhe__cu_gemm_pipe<0, 0, BF16>);
 }
 
 template <int BF16>
@@ -825,15 +1117,16 @@ static mhe__cu_gemm_split_kernel mhe__cu_mma_kernel(int ta, int tb) {
 
 /* C = alpha (sum over the S slices of ws) + beta C, the slices added in order (deterministic) */
 __global__ __launch_bounds__(256) void mhe__cu_splitk_sum(float *C, int ldc, const float *ws, int M, int N, int S,
-                                                          float alpha, float beta) {
+                                                          float alpha, float beta, mhe__cu_epi ep) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, MN = (int64_t)M * N;
     if (i >= MN)
         return;
     float acc = 0.0f;
     for (int z = 0; z < S; z++)
         acc += ws[z * MN + i];
-    float *p = C + (i / N) * ldc + i % N;
-    *p = beta == 0.0f ? alpha * acc : alpha * acc + beta * *p;
+    mhe__cu_store(C, ldc, M, N, (int)(i / N), (int)(i % N), alpha, acc, beta, ep);
+    if (ep.act_out)
+        ep.act_out[(i / N) * ldc + i % N] = mhe__cu_act(ep.act, C[(i / N) * ldc + i % N]);
 }
 
 /* Split K: an output too small to fill the GPU with 64 x 64 tiles (a weight gradient: d_model^2
@@ -859,21 +1152,28 @@ static int mhe__cu_splitk_slices(int M, int N, int K, size_t ws_floats) {
 }
 
 /* the device mhe_gemm: same arguments, device pointers; precision (MHE_CUDA_FP32, _TF32, _BF16)
-   picks the kernels; ws (NULL: none) lets a small output split K */
+   picks the kernels; ws (NULL: none) lets a small output split K; ep: bias and activation */
 static cudaError_t mhe__cu_gemm(int precision, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                                 int lda, const float *B, int ldb, float beta, float *C, int ldc, float *ws,
-                                size_t ws_floats) {
+                                size_t ws_floats, mhe__cu_epi ep) {
     dim3 grid((unsigned)mhe__cu_blocks(N, MHE__CU_GBN), (unsigned)mhe__cu_blocks(M, MHE__CU_GBM));
     dim3 block(256);
     if (M <= 0 || N <= 0)
         return cudaSuccess;
     if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
+        grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
+        int aligned = ((uintptr_t)A | (uintptr_t)B) % 16 == 0 && lda % 4 == 0 && ldb % 4 == 0;
+        if (precision != MHE_CUDA_FP32 && aligned && !(ta && tb) && !mhe__cu_gemm_pipe_off) {
+            mhe__cu_gemm_pipe_calls++;
+            return mhe__cu_launch(precision == MHE_CUDA_BF16 ? mhe__cu_pipe_kernel<1>(ta, tb)
+                                                             : mhe__cu_pipe_kernel<0>(ta, tb),
+                                  grid, block, MHE__CU_GP_SMEM, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
+        }
         mhe__cu_gemm_kernel k = precision == MHE_CUDA_BF16   ? mhe__cu_mma128_kernel<1>(ta, tb)
                                 : precision == MHE_CUDA_TF32 ? mhe__cu_mma128_kernel<0>(ta, tb)
                                 : ta ? (tb ? mhe__cu_gemm_simt128<1, 1> : mhe__cu_gemm_simt128<1, 0>)
                                      : (tb ? mhe__cu_gemm_simt128<0, 1> : mhe__cu_gemm_simt128<0, 0>);
-        grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
-        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ep);
     }
     mhe__cu_gemm_split_kernel k = precision == MHE_CUDA_BF16   ? mhe__cu_mma_kernel<1>(ta, tb)
                                   : precision == MHE_CUDA_TF32 ? mhe__cu_mma_kernel<0>(ta, tb)
@@ -883,16 +1183,17 @@ static cudaError_t mhe__cu_gemm(int precision, int ta, int tb, int M, int N, int
         block = dim3(128);
     int S = ws ? mhe__cu_splitk_slices(M, N, K, ws_floats) : 1;
     if (S < 2)
-        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, K, (int64_t)0);
+        return mhe__cu_launch(k, grid, block, 0, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, K, (int64_t)0, ep);
     int kc = (K + S - 1) / S;
     kc = (kc + MHE__CU_GBK - 1) / MHE__CU_GBK * MHE__CU_GBK;
     S = (K + kc - 1) / kc;
     grid.z = (unsigned)S;
-    cudaError_t e = mhe__cu_launch(k, grid, block, 0, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ws, N, kc, (int64_t)M * N);
+    cudaError_t e = mhe__cu_launch(k, grid, block, 0, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ws, N, kc, (int64_t)M * N,
+                                   mhe__cu_no_epi);
     if (e != cudaSuccess)
         return e;
     return mhe__cu_launch(mhe__cu_splitk_sum, dim3(mhe__cu_blocks((int64_t)M * N, 256)), dim3(256), 0, C, ldc,
-                          (const float *)ws, M, N, S, alpha, beta);
+                          (const float *)ws, M, N, S, alpha, beta, ep);
 }
 
 /* ======================================================================== */
@@ -1015,13 +1316,6 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_colsum_add(float *dw, floa
         db[j] += sb;
 }
 
-/* out[i][j] += b[j] */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_bias(float *out, const float *b, int64_t n, int OC) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        out[i] += b[i % OC];
-}
-
 /* y[r][off + j] += b[j] for j < nb (a bias on a column slice: collab's b^V,
    the strided projections of the ch. 4 kinds) */
 __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
@@ -1029,17 +1323,6 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld,
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (int64_t)rows * nb)
         y[(i / nb) * ld + off + i % nb] += b[i % nb];
-}
-
-/* GELU (tanh form, Hendrycks and Gimpel 2016), ReLU, SiLU, exact GELU: the CPU's formulas */
-static __device__ __forceinline__ float mhe__cu_act(int act, float x) {
-    if (act == MHE_ACT_GELU)
-        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-    if (act == MHE_ACT_GELU_ERF)
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    if (act == MHE_ACT_RELU)
-        return x > 0.0f ? x : 0.0f;
-    return x / (1.0f + expf(-x));
 }
 
 static __device__ __forceinline__ float mhe__cu_act_grad(int act, float x) {
@@ -3041,22 +3324,25 @@ static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
 static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N, int K, float alpha,
                                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     MHE__CU_TRY(mhe__cu_gemm(g->precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
-                             MHE__CU_SPLITK_WS),
+                             MHE__CU_SPLITK_WS, mhe__cu_no_epi),
                 "GEMM");
     return MHE_OK;
 }
 
-/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd / mhe__lin_rows */
+/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd /
+   mhe__lin_rows, the bias added by the GEMM's epilogue; act_out (NULL: none): act(out), stride ldo */
+static mhe_status mhe__cu_linear_fwd_act(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
+                                         const float *b, int N, int IC, int OC, float *act_out, int act) {
+    mhe__cu_epi ep = {b, act_out, act};
+    MHE__CU_TRY(mhe__cu_gemm(g->precision, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo, g->gemm_ws,
+                             MHE__CU_SPLITK_WS, ep),
+                "GEMM");
+    return MHE_OK;
+}
+
 static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
                                      const float *b, int N, int IC, int OC) {
-    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo));
-    if (b && ldo == OC)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_bias, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, out, b, (int64_t)N * OC, OC), "bias");
-    else if (b)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)N * OC, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, out, ldo, 0, b, OC, N), "bias");
-    return MHE_OK;
+    return mhe__cu_linear_fwd_act(g, out, ldo, inp, w, b, N, IC, OC, NULL, 0);
 }
 
 /* dw[j] += column sums of x [N][OC] (row stride ld) (mode 0), or a norm's weight and bias
@@ -3895,10 +4181,8 @@ static mhe_status mhe__cu_mlp_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     const mhe_layer *y = &g->host->layers[l];
     mhe_cuda_layer_acts *a = &x->la[l];
     int C = c->d_model, F = mhe_config_d_ff(c), rows = x->B * x->T;
-    int64_t n = (int64_t)rows * F;
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->fc1, F, u, MHE__CU_P(g, y->fc1_w), MHE__CU_P(g, y->fc1_b), rows, C, F));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                               c->activation, a->act, (const float *)a->fc1, n), "activation");
+    MHE__CU_MHE(mhe__cu_linear_fwd_act(g, a->fc1, F, u, MHE__CU_P(g, y->fc1_w), MHE__CU_P(g, y->fc1_b), rows, C, F,
+                                       a->act, c->activation));
     return mhe__cu_linear_fwd(g, out, C, a->act, MHE__CU_P(g, y->fc2_w), MHE__CU_P(g, y->fc2_b), rows, F, C);
 }
 
@@ -4394,13 +4678,11 @@ static mhe_status mhe__cu_head_in(mhe_cuda_model *g, const float *h, int rows, c
     const mhe_model *m = g->host;
     const mhe_config *c = &m->cfg;
     int C = c->d_model;
-    int64_t n = (int64_t)rows * C;
     *x = h;
     if (!c->head_transform)
         return MHE_OK;
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, g->hd_pre, C, h, MHE__CU_P(g, m->head_w), MHE__CU_P(g, m->head_b), rows, C, C));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_act_fwd, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                               c->activation, g->hd_act, (const float *)g->hd_pre, n), "head activation");
+    MHE__CU_MHE(mhe__cu_linear_fwd_act(g, g->hd_pre, C, h, MHE__CU_P(g, m->head_w), MHE__CU_P(g, m->head_b), rows, C,
+                                       C, g->hd_act, c->activation));
     MHE__CU_MHE(mhe__cu_norm_fwd(g, g->hd_out, g->hd_mean, g->hd_rstd, g->hd_act, m->head_norm_w, m->head_norm_b, rows));
     *x = g->hd_out;
     return MHE_OK;

@@ -58,7 +58,8 @@
 //   not count against the shared memory limit. Dynamic shared memory starts
 //   as 0xff bytes (NaN as floats) at each launch.
 // - No inline PTX: use mhe_emu_mma_m16n8k8_tf32, mhe_emu_cvt_rna_tf32,
-//   mhe_emu_mma_m16n8k16_bf16 and mhe_emu_cvt_rn_bf16x2.
+//   mhe_emu_mma_m16n8k16_bf16, mhe_emu_cvt_rn_bf16x2, mhe_emu_ldmatrix_x1/2/4
+//   and mhe_emu_cp_async_16 / _commit / _wait.
 // - Warp collectives take the full mask 0xffffffff only. Lanes do not run in
 //   lockstep: warp-synchronous code needs __syncwarp, as since Volta.
 // - A thread runs until it reaches a barrier, so it must never spin-wait for
@@ -288,6 +289,7 @@ namespace mhe_emu_impl {
 
 constexpr unsigned kMaxThreads = 1024;
 constexpr unsigned kMaxWarps = kMaxThreads / 32;
+constexpr unsigned kMaxCopies = 64;  // cp.async copies a thread may have in flight (see mhe_emu_cp_async_16)
 constexpr size_t kDefaultSmem = 48 * 1024;   // per block without opting in
 constexpr size_t kOptinSmem = 227 * 1024;    // sm_90's sharedMemPerBlockOptin
 constexpr size_t kDefaultMem = size_t(16) << 30;
@@ -331,6 +333,14 @@ struct Lane {
     unsigned block_phase;  // block barriers passed so far
     unsigned warp_phase;   // warp barriers passed so far
     Runner *runner;        // the runner it belongs to
+    // cp.async copies issued and not landed yet: their bytes (read at issue), where they go,
+    // and the group each belongs to (groups counts the commits so far in this block)
+    struct Copy {
+        unsigned char *dst;
+        unsigned char bytes[16];
+        unsigned group;
+    } copies[kMaxCopies];
+    unsigned ncopies, groups;
 #ifndef MHE_EMU_THREADS
     FiberCtx ctx;
     void *stack;           // null: no fiber yet
@@ -555,6 +565,15 @@ inline Lane *current(const char *what) {
     if (!self)
         die("%s called outside a kernel", what);
     return self;
+}
+
+// A thread that ends with cp.async copies it never waited for has read
+// nothing they wrote, so the kernel lost its data or needs no copy: misuse.
+inline void copies_at_exit(Lane *me) {
+    if (me->ncopies)
+        die("a thread ended with %u cp.async copies it never waited for (cp.async.wait_group): a kernel must "
+            "wait for every copy it issues", me->ncopies);
+    me->groups = 0;
 }
 
 inline double now_ms() {
@@ -826,6 +845,7 @@ MHE_EMU_UNCHECKED inline void fiber_finish() {
     for (;;) {
         tsan_acquire(&self->runner->tsan_start);
         g.run(g.run_data);
+        copies_at_exit(self);
         fiber_finish();
     }
 }
@@ -1003,6 +1023,7 @@ inline void run_thread(Lane *me) {
         if (me->tid == 0)
             g.block_now.store(b, std::memory_order_relaxed);
         g.run(g.run_data);
+        copies_at_exit(me);
         // A block ends with a warp then a block barrier marked "exit", so that
         // the next block's shared memory writes wait for this block's reads,
         // and so that an early return meets the other threads' barriers.
@@ -1544,6 +1565,76 @@ inline void mhe_emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const uns
         }
     }
     mma_finish<16>(d, A, B, s, me);
+}
+
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}.shared.b16 (PTX ISA, "Warp-level matrix
+// load instruction: ldmatrix"), without .trans: the warp loads NUM matrices
+// of 8 x 8 16-bit elements from shared memory. Lanes 8i .. 8i + 7 give the
+// addresses of matrix i's eight rows (16 bytes each, 16-byte aligned; the
+// other lanes' addresses are not read); lane l gets, of matrix i, the 32-bit
+// word l % 4 of row l / 4 in d[i] (the row's elements 2 (l % 4) and
+// 2 (l % 4) + 1, the first in the lower half). On 32-bit data (TF32), the
+// word is one element: lane l gets element (l / 4, l % 4) of an 8 x 4 block.
+namespace mhe_emu_impl {
+template <unsigned NUM>
+inline void ldmatrix(unsigned d[NUM], const void *row, const char *what) {
+    Lane *me = current(what);
+    if (g.warp_lanes[me->warp] != 32)
+        die("%s needs a whole warp, but warp %u has %u threads", what, me->warp, g.warp_lanes[me->warp]);
+    if (me->lane < 8 * NUM && (uintptr_t)row % 16)
+        die("%s: lane %u's row address %p is not 16-byte aligned", what, me->lane, row);
+    Slot mine = {};
+    memcpy(mine.w, &row, sizeof row);
+    const Slot *s = warp_exchange(mine, what);
+    for (unsigned i = 0; i < NUM; i++) {
+        const unsigned char *p;
+        memcpy(&p, s[8 * i + me->lane / 4].w, sizeof p);
+        memcpy(&d[i], p + 4 * (me->lane % 4), 4);
+    }
+}
+}  // namespace mhe_emu_impl
+inline void mhe_emu_ldmatrix_x1(unsigned d[1], const void *row) { mhe_emu_impl::ldmatrix<1>(d, row, "ldmatrix.x1"); }
+inline void mhe_emu_ldmatrix_x2(unsigned d[2], const void *row) { mhe_emu_impl::ldmatrix<2>(d, row, "ldmatrix.x2"); }
+inline void mhe_emu_ldmatrix_x4(unsigned d[4], const void *row) { mhe_emu_impl::ldmatrix<4>(d, row, "ldmatrix.x4"); }
+
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes (PTX ISA, "cp.async"):
+// copies src_bytes (0 to 16) from global to shared memory and fills the rest
+// of the 16 bytes with zeros, both addresses 16-byte aligned (src is not read
+// when src_bytes is 0). Asynchronously: here the bytes are read at issue and
+// land only when the thread waits for their group, so a kernel that reads
+// the buffer before waiting (and its barrier) reads the old bytes, which a
+// GPU may too. cp.async.commit_group closes this thread's copies so far into
+// a group; cp.async.wait_group n returns once at most the n most recent
+// groups are pending, the older ones landed (wait_group 0: all). A thread
+// may end only with every copy landed.
+inline void mhe_emu_cp_async_16(void *dst, const void *src, unsigned src_bytes) {
+    using namespace mhe_emu_impl;
+    Lane *me = current("cp.async");
+    if (src_bytes > 16)
+        die("cp.async of 16 bytes with src-size %u: at most 16", src_bytes);
+    if ((uintptr_t)dst % 16 || (src_bytes && (uintptr_t)src % 16))
+        die("cp.async: addresses dst %p, src %p must be 16-byte aligned", dst, src);
+    if (me->ncopies == kMaxCopies)
+        die("more than %u cp.async copies in flight in one thread (the emulation's limit): wait for some", kMaxCopies);
+    Lane::Copy &c = me->copies[me->ncopies++];
+    c.dst = (unsigned char *)dst;
+    memset(c.bytes, 0, 16);
+    if (src_bytes)
+        memcpy(c.bytes, src, src_bytes);
+    c.group = me->groups;
+}
+inline void mhe_emu_cp_async_commit(void) { mhe_emu_impl::current("cp.async.commit_group")->groups++; }
+inline void mhe_emu_cp_async_wait(unsigned n) {
+    mhe_emu_impl::Lane *me = mhe_emu_impl::current("cp.async.wait_group");
+    unsigned keep = 0;
+    for (unsigned i = 0; i < me->ncopies; i++) {  // in the order issued
+        mhe_emu_impl::Lane::Copy &c = me->copies[i];
+        if (c.group + n < me->groups)
+            memcpy(c.dst, c.bytes, 16);
+        else
+            me->copies[keep++] = c;
+    }
+    me->ncopies = keep;
 }
 
 // The launch's dynamic shared memory: exactly the bytes asked for (so that

@@ -84,9 +84,13 @@ static std::vector<float> bf16_round(const std::vector<float> &x) {
 
 static const char *const precision_name[] = {"fp32", "tf32", "bf16"};
 
-/* float32, TF32 or bf16: each shape through both kernels of the precision (the 128 x 128 tile forced
-   with mhe__cu_gemm_big_min = 0) and through the 64 x 64 one with K split in 3 slices (a
-   workspace, mhe__cu_splitk_force) */
+/* float32, TF32 or bf16: each shape through both kernels of the precision (the 128 x 128 tile
+   forced with mhe__cu_gemm_big_min = 0; leading dimensions that are not multiples of 4 keep the
+   tensor cores off the pipelined kernel), through the 64 x 64 one with K split in 3 slices (a
+   workspace, mhe__cu_splitk_force), and (TF32, bf16) through the pipelined cp.async kernel on
+   aligned leading dimensions (not A^T B^T, which stays on the 128 tile). Half the cases add a
+   bias and an activation in the epilogue (act_out written on the M x N outputs only: the
+   columns past N keep their sentinel). */
 static void test_gemm(int precision) {
     static const int shapes[][3] = {{67, 45, 37}, {1, 129, 70}, {130, 3, 17}, {64, 64, 16}, {5, 7, 300}, {129, 128, 9},
                                     {200, 260, 45}};
@@ -98,17 +102,27 @@ static void test_gemm(int precision) {
 #else
     const int beta0 = 0, n_shapes = 7;
 #endif
+    static const char *const route_name[] = {"", " 128-tile", " split-K", " pipelined"};
     float *d_ws = NULL;
     cudaMalloc(&d_ws, MHE__CU_SPLITK_WS * sizeof(float));
-    for (int big = 0; big < 3; big++)
+    for (int route = 0; route < (precision ? 4 : 3); route++)
     for (int si = 0; si < n_shapes; si++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
                 for (int bi = beta0; bi < 2; bi++) {
-                    int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                    int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+                    if (route == 3) { /* 16-byte rows for cp.async */
+                        lda = (lda + 3) / 4 * 4;
+                        ldb = (ldb + 3) / 4 * 4;
+                    } else if (lda % 4 == 0 && ldb % 4 == 0) {
+                        ldb++;
+                    }
+                    int epi = (si + ta + tb + bi) % 2, act = (si + route) % 4; /* GELU, ReLU, SiLU, exact GELU */
                     float alpha = 0.7f, beta = bi ? 0.5f : 0.0f;
                     std::vector<float> A = randn((size_t)(ta ? K : M) * lda, 1), B = randn((size_t)(tb ? N : K) * ldb, 1);
-                    std::vector<float> C0 = randn((size_t)M * ldc, 1), ref = C0;
+                    std::vector<float> C0 = randn((size_t)M * ldc, 1), ref = C0, bias = randn(N, 1);
+                    std::vector<float> act0((size_t)M * ldc, 7.0f), act_ref = act0;
                     if (precision) { /* the reference sees what the tensor cores see */
                         std::vector<float> Ar = precision == MHE_CUDA_TF32 ? tf32_round(A) : bf16_round(A),
                                            Br = precision == MHE_CUDA_TF32 ? tf32_round(B) : bf16_round(B);
@@ -116,22 +130,31 @@ static void test_gemm(int precision) {
                     } else {
                         mhe_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, ref.data(), ldc);
                     }
-                    float *dA = dev(A), *dB = dev(B), *dC = dev(C0);
-                    mhe__cu_gemm_big_min = big == 1 ? 0 : big_min;
-                    mhe__cu_splitk_force = big == 2 ? 3 : 0;
+                    if (epi)
+                        for (int r = 0; r < M; r++) {
+                            for (int c = 0; c < N; c++)
+                                ref[(size_t)r * ldc + c] += bias[c];
+                            mhe_act_fwd(act, &act_ref[(size_t)r * ldc], &ref[(size_t)r * ldc], N);
+                        }
+                    float *dA = dev(A), *dB = dev(B), *dC = dev(C0), *d_bias = dev(bias), *d_act = dev(act0);
+                    mhe__cu_epi ep = {epi ? d_bias : NULL, epi ? d_act : NULL, act};
+                    mhe__cu_gemm_big_min = route == 1 || route == 3 ? 0 : big_min;
+                    mhe__cu_splitk_force = route == 2 ? 3 : 0;
+                    long pipe0 = mhe__cu_gemm_pipe_calls;
                     cudaError_t e = mhe__cu_gemm(precision, ta, tb, M, N, K, alpha, dA, lda, dB, ldb, beta, dC, ldc,
-                                                 big == 2 ? d_ws : NULL, MHE__CU_SPLITK_WS);
+                                                 route == 2 ? d_ws : NULL, MHE__CU_SPLITK_WS, ep);
                     mhe__cu_gemm_big_min = big_min;
                     mhe__cu_splitk_force = 0;
-                    std::vector<float> got = host(dC, C0.size());
-                    double err = rel_err(got, ref);
-                    CHECK(e == cudaSuccess && err < 2e-5, "%s%s gemm ta=%d tb=%d %dx%dx%d beta=%g: rel err %.3g (%s)",
-                          precision ? precision_name[precision] : "simt", big == 1 ? " 128-tile" : big == 2 ? " split-K" : "", ta, tb, M, N,
-                          K, (double)beta, err,
+                    std::vector<float> got = host(dC, C0.size()), got_act = host(d_act, act0.size());
+                    double err = rel_err(got, ref), err_act = epi ? rel_err(got_act, act_ref) : 0;
+                    CHECK(e == cudaSuccess && err < 2e-5 && err_act < 2e-5 &&
+                              mhe__cu_gemm_pipe_calls - pipe0 == (route == 3 && !(ta && tb)),
+                          "%s%s gemm ta=%d tb=%d %dx%dx%d beta=%g%s: rel err %.3g, activation %.3g, pipelined %ld (%s)",
+                          precision ? precision_name[precision] : "simt", route_name[route], ta, tb, M, N, K,
+                          (double)beta, epi ? " +bias+act" : "", err, err_act, mhe__cu_gemm_pipe_calls - pipe0,
                           cudaGetErrorString(e));
-                    cudaFree(dA);
-                    cudaFree(dB);
-                    cudaFree(dC);
+                    for (float *p : {dA, dB, dC, d_bias, d_act})
+                        cudaFree(p);
                 }
     cudaFree(d_ws);
 }
@@ -802,6 +825,17 @@ static void test_large(int T, int D) {
             c.attn[l] = kind;
         snprintf(what, sizeof what, "large %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
         compare_step(&c, what, 2, T, tol, 3, 1);
+        if (kind != MHE_ATTN_MHA && kind != MHE_ATTN_MHE_MUL)
+            continue;
+        /* again in TF32 and bf16 with every GEMM on the 128 tiles: the pipelined cp.async kernel
+           wherever the operands are aligned (a model's shapes at the sizes that pick it on a GPU) */
+        long big_min = mhe__cu_gemm_big_min, pipe0 = mhe__cu_gemm_pipe_calls;
+        mhe__cu_gemm_big_min = 0;
+        snprintf(what, sizeof what, "128-tile %s B=2 T=%d d_model=%d", mhe_attn_kind_name(kind), T, D);
+        compare_step(&c, what, 2, T, tol, 3, 1, MHE_CUDA_TF32);
+        mhe__cu_gemm_big_min = big_min;
+        CHECK(mhe__cu_gemm_pipe_calls > pipe0, "%s: the pipelined GEMM ran %ld times", what,
+              mhe__cu_gemm_pipe_calls - pipe0);
     }
     test_hybrids();
 }

@@ -254,6 +254,66 @@ __global__ void mma_bf16_tile(const float *A, const float *B, const float *C, fl
     D[(grp + 8) * 8 + 2 * tig + 1] = c[3];
 }
 
+// ldmatrix .x1/.x2/.x4 (NUM) from dynamic shared memory holding 4 matrices of
+// 8 rows, each row 16 bytes of 16-bit elements e(i, row, c) = 1000 i + 10 row + c,
+// rows 48 bytes apart. Lane 8i + j gives the address of stored row (3 j) % 8 of
+// matrix i, so the rows a lane receives follow the addresses, not the storage.
+// out[4 lane + i] = the lane's d[i].
+static unsigned short ldm_element(unsigned i, unsigned row, unsigned c) { return (unsigned short)(1000 * i + 10 * row + c); }
+template <unsigned NUM>
+__global__ void ldmatrix_tile(unsigned *out) {
+    unsigned char *s = static_cast<unsigned char *>(mhe_emu_dyn_shared());
+    unsigned lane = threadIdx.x;
+    for (unsigned e = lane; e < 4 * 8 * 8; e += 32) {
+        unsigned i = e / 64, row = e / 8 % 8, c = e % 8;
+        unsigned short v = ldm_element(i, row, c);
+        memcpy(s + (8 * i + row) * 48 + 2 * c, &v, 2);
+    }
+    __syncwarp();
+    unsigned d[4] = {0, 0, 0, 0}, m = lane / 8 % NUM;
+    const void *row = s + (8 * m + 3 * (lane % 8) % 8) * 48;
+    if (NUM == 1)
+        mhe_emu_ldmatrix_x1(d, row);
+    else if (NUM == 2)
+        mhe_emu_ldmatrix_x2(d, row);
+    else
+        mhe_emu_ldmatrix_x4(d, row);
+    for (unsigned i = 0; i < 4; i++)
+        out[4 * lane + i] = d[i];
+}
+
+// cp.async: every thread copies 16-byte pieces of src into shared memory
+// (0xff bytes at the launch) in three groups of one copy each, src_bytes 16,
+// 5 and 0 (zero-fill), and records what it sees of its own pieces: before any
+// wait, after wait_group 2 with the third group open (uncommitted), after
+// wait_group 1 (the first two landed) and after wait_group 0.
+// seen[thread][stage][piece] = the first byte-pair word of each piece.
+__global__ void cp_async_groups(const unsigned char *src, unsigned *seen) {
+    unsigned char *s = static_cast<unsigned char *>(mhe_emu_dyn_shared());
+    unsigned t = threadIdx.x;
+    unsigned char *mine = s + 48 * t;
+    static const unsigned src_bytes[3] = {16, 5, 0};
+    unsigned *out = seen + 4 * 3 * 4 * t;
+    auto record = [&](unsigned stage) {
+        for (unsigned p = 0; p < 3; p++)
+            for (unsigned w = 0; w < 4; w++)
+                memcpy(&out[(stage * 3 + p) * 4 + w], mine + 16 * p + 4 * w, 4);
+    };
+    for (unsigned p = 0; p < 2; p++) {
+        mhe_emu_cp_async_16(mine + 16 * p, src + 48 * t + 16 * p, src_bytes[p]);
+        mhe_emu_cp_async_commit();
+    }
+    mhe_emu_cp_async_16(mine + 32, src + 48 * t + 32, src_bytes[2]);
+    record(0);
+    mhe_emu_cp_async_wait(2);  // two committed groups, at most two pending: nothing has to land
+    record(1);
+    mhe_emu_cp_async_commit();
+    mhe_emu_cp_async_wait(1);  // three committed: the first two land
+    record(2);
+    mhe_emu_cp_async_wait(0);
+    record(3);
+}
+
 __global__ void empty_kernel() {}
 
 // Fills all of the dynamic shared memory, then sums it back.
@@ -599,6 +659,54 @@ static void test_mma_bf16() {
         cudaFree(p);
 }
 
+// ldmatrix by its definition: lane l's d[i] is word l % 4 of the row lane 8i + l / 4 addressed
+static void test_ldmatrix() {
+    unsigned *out = device_array<unsigned>(4 * 32);
+    for (unsigned num : {1u, 2u, 4u}) {
+        auto kernel = num == 1 ? ldmatrix_tile<1> : num == 2 ? ldmatrix_tile<2> : ldmatrix_tile<4>;
+        CHECK(launch(dim3(1), dim3(32), 32 * 48, kernel, out) == cudaSuccess);
+        std::vector<unsigned> d = to_host(out, 4 * 32);
+        int bad = 0;
+        for (unsigned l = 0; l < 32; l++)
+            for (unsigned i = 0; i < 4; i++) {
+                unsigned row = 3 * (l / 4) % 8, w = l % 4;
+                unsigned want = i < num ? (unsigned)ldm_element(i, row, 2 * w) | (unsigned)ldm_element(i, row, 2 * w + 1) << 16
+                                        : 0u;
+                bad += d[4 * l + i] != want;
+            }
+        CHECK(bad == 0);
+    }
+    cudaFree(out);
+}
+
+static void test_cp_async() {
+    const unsigned threads = 64;
+    std::vector<unsigned char> src(48 * threads);
+    for (size_t i = 0; i < src.size(); i++)
+        src[i] = (unsigned char)(i * 7 + 3);
+    unsigned char *d_src = device_array<unsigned char>(src.size());
+    cudaMemcpy(d_src, src.data(), src.size(), cudaMemcpyHostToDevice);
+    unsigned *seen = device_array<unsigned>(4 * 3 * 4 * threads);
+    CHECK(launch(dim3(1), dim3(threads), 48 * threads, cp_async_groups, (const unsigned char *)d_src, seen) ==
+          cudaSuccess);
+    std::vector<unsigned> got = to_host(seen, 4 * 3 * 4 * threads);
+    int bad = 0;
+    for (unsigned t = 0; t < threads; t++)
+        for (unsigned stage = 0; stage < 4; stage++)
+            for (unsigned p = 0; p < 3; p++) {
+                // landed: piece 0, 1 after wait_group 1 (stage 2), piece 2 after wait_group 0
+                bool landed = p < 2 ? stage >= 2 : stage >= 3;
+                static const unsigned src_bytes[3] = {16, 5, 0};
+                unsigned char want[16];
+                for (unsigned b = 0; b < 16; b++)
+                    want[b] = !landed ? 0xff : b < src_bytes[p] ? src[48 * t + 16 * p + b] : 0;
+                bad += memcmp(&got[(((size_t)t * 4 + stage) * 3 + p) * 4], want, 16) != 0;
+            }
+    CHECK(bad == 0);
+    cudaFree(d_src);
+    cudaFree(seen);
+}
+
 static void test_cvt_bf16() {
     CHECK(mhe_emu_cvt_rn_bf16x2(1.0f, -2.0f) == 0x3f80c000u);  // hi in the upper half
     CHECK(mhe_emu_bf16_rn(__uint_as_float(0x3f808000u)) == 0x3f80u);  // a tie from an even last bit: stays
@@ -911,6 +1019,22 @@ static void test_block_orders() {
 // a child of a process that had threads must not start threads under TSan).
 __global__ void partial_mask(int *out) { out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1, 0); }
 __global__ void bad_width(int *out) { out[threadIdx.x] = __shfl_xor_sync(FULL, 1, 1, 12); }
+__global__ void ldmatrix_misaligned(unsigned *out) {
+    unsigned char *s = static_cast<unsigned char *>(mhe_emu_dyn_shared());
+    unsigned d[4];
+    mhe_emu_ldmatrix_x4(d, s + 16 * (threadIdx.x % 8) + (threadIdx.x == 9 ? 8 : 0));
+    out[threadIdx.x] = d[0];
+}
+__global__ void cp_async_never_waited(const float *src) {
+    float *s = static_cast<float *>(mhe_emu_dyn_shared());
+    mhe_emu_cp_async_16(s + 4 * threadIdx.x, src + 4 * threadIdx.x, 16);
+    mhe_emu_cp_async_commit();
+}
+__global__ void cp_async_misaligned(const float *src) {
+    float *s = static_cast<float *>(mhe_emu_dyn_shared());
+    mhe_emu_cp_async_16(s + 4 * threadIdx.x, src + 4 * threadIdx.x + 1, 16);
+    mhe_emu_cp_async_wait(0);
+}
 __global__ void mma_half_warp(float *out) {
     unsigned a[4] = {}, b[2] = {};
     float c[4] = {};
@@ -955,6 +1079,12 @@ static void test_misuse() {
     CHECK(aborts_with([] { launch(dim3(1), dim3(32), 0, bad_width, misuse_out); }, "must be a power of 2"));
     CHECK(aborts_with([] { launch(dim3(1), dim3(48), 0, mma_half_warp, misuse_fout); }, "needs a whole warp"));
     CHECK(aborts_with([] { __syncthreads(); }, "__syncthreads called outside a kernel"));
+    CHECK(aborts_with([] { launch(dim3(1), dim3(32), 256, ldmatrix_misaligned, (unsigned *)misuse_out); },
+                      "lane 9's row address"));
+    CHECK(aborts_with([] { launch(dim3(1), dim3(32), 1024, cp_async_never_waited, (const float *)misuse_fout); },
+                      "never waited for"));
+    CHECK(aborts_with([] { launch(dim3(1), dim3(32), 1024, cp_async_misaligned, (const float *)misuse_fout); },
+                      "must be 16-byte aligned"));
     CHECK(launch(dim3(1), dim3(64), 0, mma_half_warp, misuse_fout) == cudaSuccess);  // whole warps are fine
     cudaFree(misuse_out);
     cudaFree(misuse_fout);
@@ -1024,6 +1154,8 @@ int main() {
     test_cvt_tf32();
     test_mma_bf16();
     test_cvt_bf16();
+    test_ldmatrix();
+    test_cp_async();
     test_launch_checks();
     test_shape();
     test_memory_api();

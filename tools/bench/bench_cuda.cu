@@ -99,7 +99,7 @@ static void bench_gemm(int quick) {
             double flops = 2.0 * s.M * s.N * s.K;
             auto gemm = [&](int precision) {
                 cudaError_t e = mhe__cu_gemm(precision, s.ta, 1, s.M, s.N, s.K, 1, A, s.ta ? s.M : s.K, B, s.K, 0, Cm,
-                                             s.N, ws, MHE__CU_SPLITK_WS);
+                                             s.N, ws, MHE__CU_SPLITK_WS, mhe__cu_no_epi);
                 if (e != cudaSuccess)
                     failed(precision == MHE_CUDA_BF16 ? "bf16 GEMM" : precision ? "tf32 GEMM" : "simt GEMM",
                            cudaGetErrorString(e));
