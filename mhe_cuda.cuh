@@ -2259,23 +2259,38 @@ static int mhe__cu_flash_fits(const mhe__cu_att *a, int taylor) {
            a->dh <= MHE__CU_FL && a->Tq >= MHE__CU_FL_MIN_ROWS;
 }
 
-/* tile[r][c] = src row r0 + r, columns col0 .. col0 + width - 1 (zeros past rows or width) */
+/* x rounded as the tensor cores of a precision read it (RND 0: float32, MHE_CUDA_TF32, MHE_CUDA_BF16),
+   kept as a float whose dropped bits are zero */
+template <int RND>
+static __device__ __forceinline__ float mhe__cu_round(float x) {
+    if (RND == MHE_CUDA_TF32)
+        return __uint_as_float(mhe__cu_tf32(x));
+    if (RND == MHE_CUDA_BF16)
+        return __uint_as_float(mhe__cu_bf16x2(x, 0.0f) & 0xffff0000u);
+    return x;
+}
+
+/* tile[r][c] (rows LD floats apart) = src row r0 + r, columns col0 .. col0 + width - 1 (zeros past
+   rows or width), rounded as RND says */
+template <int LD = MHE__CU_FLS, int RND = 0>
 static __device__ __forceinline__ void mhe__cu_fl_load(float *tile, const float *src, int64_t row0, int rows,
                                                        int64_t stride, int64_t col0, int width) {
     for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
         int r = e / MHE__CU_FL, c = e % MHE__CU_FL;
-        tile[r * MHE__CU_FLS + c] = r < rows && c < width ? src[(row0 + r) * stride + col0 + c] : 0.0f;
+        tile[r * LD + c] = r < rows && c < width ? mhe__cu_round<RND>(src[(row0 + r) * stride + col0 + c]) : 0.0f;
     }
 }
 
 /* head h's queries of rows t0 .. t0 + rows - 1, mapped (eq. 5 of the MHE paper) */
+template <int LD = MHE__CU_FLS, int RND = 0>
 static __device__ __forceinline__ void mhe__cu_fl_load_q(const mhe__cu_att &a, float *tile, const float *q, int b,
                                                          int t0, int rows, int h) {
     for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
         int r = e / MHE__CU_FL, c = e % MHE__CU_FL;
-        tile[r * MHE__CU_FLS + c] =
+        tile[r * LD + c] =
             r < rows && c < a.dk
-                ? mhe__cu_qmap(a, q + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk), h, c)
+                ? mhe__cu_round<RND>(mhe__cu_qmap(
+                      a, q + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk), h, c))
                 : 0.0f;
     }
 }
@@ -2402,6 +2417,182 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *o
             orow[c] = x;
         }
         if (tx == 0)
+            lse[((size_t)b * a.n + h) * a.Tq + t0 + r] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+    }
+}
+
+/* Forward on the tensor cores (TF32, BF16 0, or bf16, 1: the model's precision), FlashAttention-2's
+   layout: a block of 4 warps owns 64 query rows, each warp 16 of them, and every K/V tile of 64 keys
+   serves all four. S = Q K^T and O += P V are mma.sync (the fragments of C2's GEMM); a warp's
+   scores stay in registers as C fragments, so the online softmax runs there (a row's max and sum
+   over the 4 lanes that hold it), and P goes from the C fragments of S straight into the A
+   fragments of P V: bf16's A (g, 2t | 2t + 1) is two C fragments of S side by side; TF32's
+   (g, t), (g, t + 4) is C's (g, 2t), (g, 2t + 1) when the 8 keys of an instruction are taken in
+   the order 0, 2, 4, 6, 1, 3, 5, 7, which V's fragment follows (rows 2t and 2t + 1). Q, K, V are
+   rounded once, into shared memory (rows 68 floats apart: fragment reads hit 32 banks); P as it
+   enters the instruction; the row sums, max and O stay float32. The same rows, masks, maps and
+   outputs as mhe__cu_flash_fwd, which float32 runs. */
+#define MHE__CU_FLT 68 /* a row's stride in the tensor-core tiles */
+
+static size_t mhe__cu_flash_tc_bytes(void) { return (3 * (size_t)MHE__CU_FL * MHE__CU_FLT + MHE__CU_FL) * sizeof(float); }
+
+template <int BF16>
+__global__ __launch_bounds__(128) void mhe__cu_flash_fwd_tc(mhe__cu_att a, float *out, float *lse, const float *q,
+                                                             const float *k, const float *v) {
+    enum { RND = BF16 ? MHE_CUDA_BF16 : MHE_CUDA_TF32, KSTEP = BF16 ? 16 : 8 };
+    MHE__CU_DYN_SHARED(float, sm);
+    const int T2 = MHE__CU_FL * MHE__CU_FLT;
+    float *qt = sm, *kt = qt + T2, *vt = kt + T2, *kbt = vt + T2;
+    int lane = (int)threadIdx.x % 32, w = (int)threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    int b = (int)blockIdx.z, h = (int)blockIdx.y, kvh = h / a.group, t0 = (int)blockIdx.x * MHE__CU_FL;
+    int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL;
+    int r0 = 16 * w + g; /* this lane's rows: r0 (c0, c1) and r0 + 8 (c2, c3) */
+    int vis[2] = {r0 < rows ? mhe__cu_visible(a, b, t0 + r0) : 0, r0 + 8 < rows ? mhe__cu_visible(a, b, t0 + r0 + 8) : 0};
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            o[n][e] = 0.0f;
+    int kend = mhe__cu_visible(a, b, t0 + rows - 1);
+    mhe__cu_fl_load_q<MHE__CU_FLT, RND>(a, qt, q, b, t0, rows, h);
+    for (int j0 = 0; j0 < kend; j0 += MHE__CU_FL) {
+        int keys = kend - j0 < MHE__CU_FL ? kend - j0 : MHE__CU_FL;
+        __syncthreads(); /* every warp is done with the previous K and V */
+        mhe__cu_fl_load<MHE__CU_FLT, RND>(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)kvh * a.dk, a.dk);
+        mhe__cu_fl_load<MHE__CU_FLT, RND>(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)kvh * a.dh, a.dh);
+        for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
+            kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
+        __syncthreads();
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[j][e] = 0.0f;
+        for (int k0 = 0; k0 < a.dk; k0 += KSTEP) { /* S = Q K^T (Q and K zero past d_k) */
+            const float *qa = qt + r0 * MHE__CU_FLT + k0, *qb = qa + 8 * MHE__CU_FLT;
+            unsigned fa[4];
+            if (BF16) {
+                fa[0] = mhe__cu_bf16x2(qa[2 * t + 1], qa[2 * t]);
+                fa[1] = mhe__cu_bf16x2(qb[2 * t + 1], qb[2 * t]);
+                fa[2] = mhe__cu_bf16x2(qa[2 * t + 9], qa[2 * t + 8]);
+                fa[3] = mhe__cu_bf16x2(qb[2 * t + 9], qb[2 * t + 8]);
+            } else {
+                fa[0] = __float_as_uint(qa[t]);
+                fa[1] = __float_as_uint(qb[t]);
+                fa[2] = __float_as_uint(qa[t + 4]);
+                fa[3] = __float_as_uint(qb[t + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (8 * j >= keys) /* the same for the whole warp */
+                    break;
+                const float *kr = kt + (8 * j + g) * MHE__CU_FLT + k0;
+                unsigned fb[2];
+                if (BF16) {
+                    fb[0] = mhe__cu_bf16x2(kr[2 * t + 1], kr[2 * t]);
+                    fb[1] = mhe__cu_bf16x2(kr[2 * t + 9], kr[2 * t + 8]);
+                } else {
+                    fb[0] = __float_as_uint(kr[t]);
+                    fb[1] = __float_as_uint(kr[t + 4]);
+                }
+                mhe__cu_mma<BF16>(s[j], fa, fb);
+            }
+        }
+        /* the online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3) (Algorithm 1, lines 8-10) */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int col = 8 * j + 2 * t + (e & 1);
+                s[j][e] = j0 + col < vis[e / 2] ? a.scale * (s[j][e] + kbt[col]) : -INFINITY;
+                mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+            }
+        float corr[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(MHE__CU_FULL, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(MHE__CU_FULL, mx[i], 2));
+            float m_new = fmaxf(m[i], mx[i]);
+            corr[i] = m[i] == -INFINITY ? 0.0f : expf(m[i] - m_new);
+            m[i] = m_new;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[j][e] = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m[e / 2]);
+                sum[e / 2] += s[j][e];
+            }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            sum[i] += __shfl_xor_sync(MHE__CU_FULL, sum[i], 1);
+            sum[i] += __shfl_xor_sync(MHE__CU_FULL, sum[i], 2);
+            l[i] = l[i] * corr[i] + sum[i];
+        }
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                o[n][e] *= corr[e / 2];
+        /* O += P V, P from the registers (V zero past the tile's keys) */
+#pragma unroll
+        for (int j = 0; j < 8; j += KSTEP / 8) {
+            if (8 * j >= keys)
+                break;
+            unsigned fa[4];
+            if (BF16) {
+                fa[0] = mhe__cu_bf16x2(s[j][1], s[j][0]);
+                fa[1] = mhe__cu_bf16x2(s[j][3], s[j][2]);
+                fa[2] = mhe__cu_bf16x2(s[j + 1][1], s[j + 1][0]);
+                fa[3] = mhe__cu_bf16x2(s[j + 1][3], s[j + 1][2]);
+            } else { /* keys in the order 2t, 2t + 1 for the instruction's t, t + 4 */
+                fa[0] = mhe__cu_tf32(s[j][0]);
+                fa[1] = mhe__cu_tf32(s[j][2]);
+                fa[2] = mhe__cu_tf32(s[j][1]);
+                fa[3] = mhe__cu_tf32(s[j][3]);
+            }
+            const float *vr = vt + (8 * j + 2 * t) * MHE__CU_FLT + g;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                if (8 * n >= a.dh)
+                    break;
+                unsigned fb[2];
+                if (BF16) {
+                    fb[0] = mhe__cu_bf16x2(vr[MHE__CU_FLT + 8 * n], vr[8 * n]);
+                    fb[1] = mhe__cu_bf16x2(vr[9 * MHE__CU_FLT + 8 * n], vr[8 * MHE__CU_FLT + 8 * n]);
+                } else {
+                    fb[0] = __float_as_uint(vr[8 * n]);
+                    fb[1] = __float_as_uint(vr[MHE__CU_FLT + 8 * n]);
+                }
+                mhe__cu_mma<BF16>(o[n], fa, fb);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int r = r0 + 8 * i;
+        if (r >= rows)
+            continue;
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        float *orow = out + ((size_t)b * a.Tq + t0 + r) * a.os + (size_t)h * a.dh;
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = 8 * n + 2 * t + e;
+                if (c >= a.dh)
+                    continue;
+                float x = o[n][2 * i + e] * inv;
+                if (l[i] > 0.0f && a.v_mul)
+                    x *= a.v_mul[(size_t)h * a.dh + c];
+                if (l[i] > 0.0f && a.v_add)
+                    x += a.v_add[(size_t)h * a.dh + c];
+                orow[c] = x;
+            }
+        if (t == 0)
             lse[((size_t)b * a.n + h) * a.Tq + t0 + r] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
     }
 }
@@ -2573,9 +2764,10 @@ static mhe_status mhe__cu_att_check(const mhe_attn_dims *d, char *err) {
     return MHE_OK;
 }
 
-/* taylor: the Taylor weights (TAY = 1) in place of softmax; no maps, K/V heads per query head */
-static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *out, float *lse, const float *q,
-                                   const float *k, const float *v, char *err) {
+/* taylor: the Taylor weights (TAY = 1) in place of softmax; no maps, K/V heads per query head;
+   precision (MHE_CUDA_FP32, _TF32, _BF16): the tiled core's products on the tensor cores */
+static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, int precision, float *out, float *lse,
+                                   const float *q, const float *k, const float *v, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
     if (st != MHE_OK)
         return st;
@@ -2591,6 +2783,11 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, float *ou
     if (mhe__cu_flash_fits(&a, taylor)) {
         mhe__cu_flash_calls++;
         dim3 fgrid((unsigned)mhe__cu_blocks(a.Tq, MHE__CU_FL), (unsigned)a.n, (unsigned)a.B);
+        if (precision != MHE_CUDA_FP32)
+            return mhe__cu_status(mhe__cu_launch(precision == MHE_CUDA_BF16 ? mhe__cu_flash_fwd_tc<1>
+                                                                            : mhe__cu_flash_fwd_tc<0>,
+                                                 fgrid, dim3(128), mhe__cu_flash_tc_bytes(), a, out, lse, q, k, v),
+                                  err, "attention forward");
         return mhe__cu_status(mhe__cu_launch(mhe__cu_flash_fwd, fgrid, dim3(256), mhe__cu_flash_fwd_bytes(), a, out, lse,
                                              q, k, v),
                               err, "attention forward");
@@ -3690,7 +3887,7 @@ static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
     if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
     mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
-    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, a->att, a->lse, q, k, v, g->err));
+    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, a->att, a->lse, q, k, v, g->err));
     if (w->kind == MHE_ATTN_SHA)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");

@@ -93,6 +93,8 @@ static void kb_bwd(const vec &dkb, const vec &eq, const vec &k, int rows, int n,
 
 /* attention dropout's p for the cases run (0: none) */
 static float att_drop = 0.0f;
+static int att_precision = MHE_CUDA_FP32; /* _TF32, _BF16: the tiled forward on the tensor cores */
+static const char *const att_precision_name[] = {"", " tf32", " bf16"};
 
 /* the tiled core (mhe__cu_flash_*) runs these; the rest, and every case again with
    mhe__cu_flash_off set, run the warp-per-row core: both against the CPU */
@@ -102,10 +104,16 @@ static int tiled_case(int Tq, int dh, int maps) {
 
 static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int pad, int maps) {
     char what[200];
-    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s%s%s", kind_name[maps], B, n,
+    snprintf(what, sizeof what, "%s B %d n %d n_kv %d Tq %d Tk %d d_h %d%s%s%s%s%s", kind_name[maps], B, n,
              maps == PLAIN ? n_kv : 1, Tq, Tk, dh, causal ? " causal" : "",
              pad == PAD ? " padded" : pad == PAD_EMPTY ? " empty sequence" : "", att_drop > 0 ? " dropout" : "",
-             !tiled_case(Tq, dh, maps) ? "" : mhe__cu_flash_off ? " (warp-per-row core)" : " (tiled core)");
+             !tiled_case(Tq, dh, maps) ? "" : mhe__cu_flash_off ? " (warp-per-row core)" : " (tiled core)",
+             att_precision_name[att_precision]);
+    /* the tensor cores' forward: bounds from the precision's unit roundoff u (TF32 2^-11, bf16
+       2^-8): the output, and the gradients (the float32 backward from that output and its
+       log-sum-exp), within 8u of the CPU's (measured on the emulation, bf16: 1.6u and 1.7u) */
+    double u = att_precision == MHE_CUDA_BF16 ? 1.0 / 256 : att_precision == MHE_CUDA_TF32 ? 1.0 / 2048 : 0;
+    double tol_out = u > 0 ? 8 * u : 2e-5, tol_grad = u > 0 ? 8 * u : 1e-4;
     mhe_attn_dims d;
     memset(&d, 0, sizeof d);
     int dk = maps == COLLAB ? dh + 7 : dh;
@@ -234,7 +242,7 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
         dg.dk_bias = d_dkb;
     char err[MHE_ERR_LEN] = "";
     long tiled_before = mhe__cu_flash_calls;
-    mhe_status st = mhe__cu_attn_fwd(&dd, 0, d_out, d_lse, d_q, d_k, d_v, err);
+    mhe_status st = mhe__cu_attn_fwd(&dd, 0, att_precision, d_out, d_lse, d_q, d_k, d_v, err);
     CHECK(st == MHE_OK, "%s: forward: %s", what, err);
     CHECK((mhe__cu_flash_calls > tiled_before) == (tiled_case(Tq, dh, maps) && !mhe__cu_flash_off),
           "%s: the forward ran the %s core", what, mhe__cu_flash_calls > tiled_before ? "tiled" : "warp-per-row");
@@ -249,7 +257,9 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
     }
     CHECK(!past, "%s: the forward wrote past the heads in %d rows", what, past);
     double e = err_of(got, vec(), want, max_abs(want));
-    CHECK(e < 2e-5, "%s: output (err %.3g)", what, e);
+    CHECK(e < tol_out, "%s: output (err %.3g)", what, e);
+    if (u > 0) /* the tensor cores did round (a float32 core stays within 2e-6) */
+        CHECK(e > 1e-5, "%s: output err %.3g: was it rounded?", what, e);
     if (st == MHE_OK)
         st = mhe__cu_attn_bwd(&dd, 0, &dg, d_dq, d_dk, d_dv, d_do, d_out, d_lse, d_q, d_k, d_v, d_scr, err);
     CHECK(st == MHE_OK, "%s: backward: %s", what, err);
@@ -259,22 +269,22 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
         kb_bwd(back(d_dkb, kb.size()), qa, k, B * Tk, n, dh, d.k_stride, dk_dev, g1_dev);
     }
     e = err_of(dq_dev, z_dq, dq, max_abs(dq));
-    CHECK(e < 1e-4, "%s: dQ (err %.3g)", what, e);
+    CHECK(e < tol_grad, "%s: dQ (err %.3g)", what, e);
     e = err_of(dk_dev, z_dk, dk_, max_abs(dk_));
-    CHECK(e < 1e-4, "%s: dK (err %.3g)", what, e);
+    CHECK(e < tol_grad, "%s: dK (err %.3g)", what, e);
     e = err_of(dv_dev, z_dv, dv, max_abs(dv));
-    CHECK(e < 1e-4, "%s: dV (err %.3g)", what, e);
+    CHECK(e < tol_grad, "%s: dV (err %.3g)", what, e);
     if (dg.dq_mul || dg.dq_add || maps == ADDKB) {
         e = err_of(g1_dev, z1, g1, max_abs(g1));
-        CHECK(e < 1e-4, "%s: query map gradient (err %.3g)", what, e);
+        CHECK(e < tol_grad, "%s: query map gradient (err %.3g)", what, e);
     }
     if (dg.dv_mul || dg.dv_add) {
         e = err_of(g2_dev, z2, g2, max_abs(g2));
-        CHECK(e < 1e-4, "%s: value map gradient (err %.3g)", what, e);
+        CHECK(e < tol_grad, "%s: value map gradient (err %.3g)", what, e);
     }
     if (dg.dk_add) { /* k_add shifts whole score rows: its true gradient is 0, the CPU's is rounding */
         e = err_of(back(d_g3, g3.size()), z3, g3, max_abs(g1));
-        CHECK(e < 1e-4, "%s: key map gradient (err %.3g)", what, e);
+        CHECK(e < tol_grad, "%s: key map gradient (err %.3g)", what, e);
     }
 
     /* decoding: the CPU model's decoder is mhe__attn_one (its maps on the fly) */
@@ -313,7 +323,7 @@ static void limits(void) {
         auto run = [&](void) {
             err[0] = 0;
             return bwd ? mhe__cu_attn_bwd(&d, 0, &gr, x, x, x, x, x, x, x, x, x, x, err)
-                       : mhe__cu_attn_fwd(&d, 0, x, x, x, x, x, err);
+                       : mhe__cu_attn_fwd(&d, 0, 0, x, x, x, x, x, err);
         };
         d.d_head = MHE_MAX_D_HEAD + 1;
         CHECK(run() == MHE_ERR_DEVICE && strstr(err, "256"), "%s: d_head past the limit: %s", pass, err);
@@ -409,6 +419,9 @@ int main(int argc, char **argv) {
                 mhe__cu_flash_off = 1;
                 one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
                 mhe__cu_flash_off = 0;
+                for (att_precision = MHE_CUDA_TF32; att_precision <= MHE_CUDA_BF16; att_precision++)
+                    one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps); /* its tensor-core forward */
+                att_precision = MHE_CUDA_FP32;
             }
         }
     att_drop = 0.25f; /* attention dropout on each path, over two key tiles */

@@ -2287,7 +2287,7 @@ static void test_errors(void) {
         d.d_head = MHE_MAX_D_HEAD + 1;
         d.q_stride = d.k_stride = d.v_stride = d.o_stride = d.d_head;
         d.scale = 1.0f;
-        CHECK(mhe__cu_attn_fwd(&d, 0, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head,
+        CHECK(mhe__cu_attn_fwd(&d, 0, 0, NULL, NULL, NULL, NULL, NULL, err) == MHE_ERR_DEVICE, "d_head %d: %s", d.d_head,
               err);
     }
     mhe_model_free(&m);

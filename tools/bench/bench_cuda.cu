@@ -148,7 +148,7 @@ static void bench_attn(int quick) {
                     d.k_bias = kb, d.k_bias_stride = n, d.v_add = maps, gr.dk_bias = kb, gr.dv_add = maps + HD;
             }
             res[kind][0] = time_ms(quick ? 3 : 5, [&] {
-                if (mhe__cu_attn_fwd(&d, 0, o, lse, q, k, v, err) != MHE_OK)
+                if (mhe__cu_attn_fwd(&d, 0, 0, o, lse, q, k, v, err) != MHE_OK)
                     failed("attention forward", err);
             });
             res[kind][1] = time_ms(quick ? 3 : 5, [&] {
