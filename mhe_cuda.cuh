@@ -2338,6 +2338,89 @@ static __device__ __forceinline__ void mhe__cu_fl_colsum_add(float *dst, const f
     }
 }
 
+/* The backward's products on the tensor cores too (TC: MHE_CUDA_TF32 or _BF16; 0: float32 on
+   the SIMT units, mhe__cu_fl_mm). With TC, a block's 8 warps split each 64 x 64 product into
+   16 x 32 pieces (warp w: rows 16 (w % 4), columns 32 (w / 4)), a thread's 16 elements in mma's C
+   fragments: acc[i][e] at row g + 8 (e / 2), column 8 i + 2 t + e % 2 of its piece. The operands
+   are rounded as each fragment is read (P and dS are made in the step). Every tile is zero past
+   its rows and columns, so k runs to n rounded up to the instruction's depth. mhe__cu_fl_row and
+   _col give an element's place in either layout; _slot numbers a thread's columns (SIMT 4, TC 8)
+   for the per-column sums of mhe__cu_fl_colsum. */
+template <int TC>
+static __device__ __forceinline__ int mhe__cu_fl_row(int i, int e) {
+    int tid = (int)threadIdx.x;
+    return TC ? 16 * (tid / 32 % 4) + tid % 32 / 4 + 8 * (e / 2) : tid / 16 + 16 * i;
+}
+template <int TC>
+static __device__ __forceinline__ int mhe__cu_fl_col(int i, int e) {
+    int tid = (int)threadIdx.x;
+    return TC ? 32 * (tid / 128) + 8 * i + 2 * (tid % 4) + e % 2 : tid % 16 + 16 * e;
+}
+template <int TC>
+static __device__ __forceinline__ int mhe__cu_fl_slot(int i, int e) { return TC ? 2 * i + e % 2 : e; }
+/* the thread's rows likewise: SIMT 4 (i), TC 2 (e / 2); mhe__cu_fl_row<TC>(rs, 2 rs) is row slot rs's */
+template <int TC>
+static __device__ __forceinline__ int mhe__cu_fl_rslot(int i, int e) { return TC ? e / 2 : i; }
+
+template <int TC>
+static __device__ __forceinline__ void mhe__cu_fl_prod(float acc[4][4], const float *A, int a_row, int a_k,
+                                                       const float *B, int b_k, int b_col, int n) {
+    int tid = (int)threadIdx.x;
+    if (!TC) {
+        mhe__cu_fl_mm(acc, A, a_row, a_k, B, b_k, b_col, n, tid % 16, tid / 16);
+        return;
+    }
+    enum { BF16 = TC == MHE_CUDA_BF16, KSTEP = BF16 ? 16 : 8 }; /* (TC 0 returned above) */
+    int lane = tid % 32, g = lane / 4, t = lane % 4, r0 = 16 * (tid / 32 % 4) + g, c0 = 32 * (tid / 128) + g;
+    for (int k = 0; k < n; k += KSTEP) {
+        const float *a0 = A + r0 * a_row + k * a_k, *a8 = a0 + 8 * a_row;
+        unsigned fa[4];
+        if (BF16) {
+            fa[0] = mhe__cu_bf16x2(a0[(2 * t + 1) * a_k], a0[2 * t * a_k]);
+            fa[1] = mhe__cu_bf16x2(a8[(2 * t + 1) * a_k], a8[2 * t * a_k]);
+            fa[2] = mhe__cu_bf16x2(a0[(2 * t + 9) * a_k], a0[(2 * t + 8) * a_k]);
+            fa[3] = mhe__cu_bf16x2(a8[(2 * t + 9) * a_k], a8[(2 * t + 8) * a_k]);
+        } else {
+            fa[0] = mhe__cu_tf32(a0[t * a_k]);
+            fa[1] = mhe__cu_tf32(a8[t * a_k]);
+            fa[2] = mhe__cu_tf32(a0[(t + 4) * a_k]);
+            fa[3] = mhe__cu_tf32(a8[(t + 4) * a_k]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float *bc = B + k * b_k + (c0 + 8 * i) * b_col;
+            unsigned fb[2];
+            if (BF16) {
+                fb[0] = mhe__cu_bf16x2(bc[(2 * t + 1) * b_k], bc[2 * t * b_k]);
+                fb[1] = mhe__cu_bf16x2(bc[(2 * t + 9) * b_k], bc[(2 * t + 8) * b_k]);
+            } else {
+                fb[0] = mhe__cu_tf32(bc[t * b_k]);
+                fb[1] = mhe__cu_tf32(bc[(t + 4) * b_k]);
+            }
+            mhe__cu_mma<BF16>(acc[i], fa, fb);
+        }
+    }
+}
+
+/* the per-column sums of a thread's slots (v[slot]) over the block's rows, added to dst */
+template <int TC>
+static __device__ __forceinline__ void mhe__cu_fl_colsum(float *dst, const float v[8], int width) {
+    if (!TC) {
+        mhe__cu_fl_colsum_add(dst, v, width, (int)threadIdx.x % 16);
+    } else {
+#pragma unroll
+        for (int sl = 0; sl < 8; sl++) { /* the 8 lanes of a column (g), then one atomic per warp */
+            float x = v[sl];
+            x += __shfl_xor_sync(0xffffffffu, x, 4);
+            x += __shfl_xor_sync(0xffffffffu, x, 8);
+            x += __shfl_xor_sync(0xffffffffu, x, 16);
+            int c = mhe__cu_fl_col<TC>(sl / 2, sl % 2);
+            if (threadIdx.x % 32 < 4 && c < width)
+                atomicAdd(dst + c, x);
+        }
+    }
+}
+
 /* Forward: block (64 query rows blockIdx.x, head blockIdx.y, sequence blockIdx.z) */
 __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *out, float *lse, const float *q,
                                                          const float *k, const float *v) {
@@ -2605,7 +2688,8 @@ __global__ __launch_bounds__(128) void mhe__cu_flash_fwd_tc(mhe__cu_att a, float
    seed query and to q_mul / q_add's gradients. MHE-ADD's key bias gets the column sums of
    scale dS; v_mul's gradient needs the unmapped output P V, one more product; v_add's is the
    sum of dO over the rows that see a key, added by the blocks of key 0. */
-__global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *dq, float *dk, float *dv,
+template <int TC> /* TC: "at least 1 block per SM" lets ptxas past 128 registers (sm_90 stops there and spills); 0: no minimum */
+__global__ __launch_bounds__(256, TC ? 1 : 0) void mhe__cu_flash_bwd(mhe__cu_att a, float *dq, float *dk, float *dv,
                                                          float *dq_mul, float *dq_add, float *dv_mul, float *dv_add,
                                                          float *dk_bias, const float *dout, const float *lse,
                                                          const float *D, const float *q, const float *k,
@@ -2614,7 +2698,9 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *d
     const int T2 = MHE__CU_FL * MHE__CU_FLS;
     float *kt = sm, *vt = kt + T2, *qt = vt + T2, *gt = qt + T2, *pt = gt + T2, *st = pt + T2, *lt = st + T2,
           *Dt = lt + MHE__CU_FL, *kbt = Dt + MHE__CU_FL;
-    int tx = (int)threadIdx.x % 16, ty = (int)threadIdx.x / 16;
+#define MHE__CU_FL_ROW(i, e) mhe__cu_fl_row<TC>(i, e)
+#define MHE__CU_FL_COL(i, e) mhe__cu_fl_col<TC>(i, e)
+#define MHE__CU_FL_SLOT(i, e) mhe__cu_fl_slot<TC>(i, e)
     int b = (int)blockIdx.z, h = (int)blockIdx.y, g = h / a.group, j0 = (int)blockIdx.x * MHE__CU_FL;
     int keys = a.Tk - j0 < MHE__CU_FL ? a.Tk - j0 : MHE__CU_FL;
     if (a.kv_len && a.kv_len[b] - j0 < keys) /* keys past the padding are read by no query */
@@ -2630,7 +2716,7 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *d
     if (t_start < 0)
         t_start = 0;
     for (int t0 = t_start; t0 < a.Tq; t0 += MHE__CU_FL) {
-        int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL, vis[4];
+        int rows = a.Tq - t0 < MHE__CU_FL ? a.Tq - t0 : MHE__CU_FL;
         __syncthreads(); /* the previous query tile is read by every thread */
         mhe__cu_fl_load_q(a, qt, q, b, t0, rows, h);
         for (int e = (int)threadIdx.x; e < MHE__CU_FL * MHE__CU_FL; e += (int)blockDim.x) {
@@ -2645,87 +2731,104 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *d
         }
         __syncthreads();
         float s[4][4] = {{0.0f}}, dp[4][4] = {{0.0f}};
-        mhe__cu_fl_mm(s, qt, MHE__CU_FLS, 1, kt, 1, MHE__CU_FLS, a.dk, tx, ty);  /* S = Q~ K^T */
-        mhe__cu_fl_mm(dp, gt, MHE__CU_FLS, 1, vt, 1, MHE__CU_FLS, a.dh, tx, ty); /* dP = dO~ V^T */
+        int vis[4]; /* per row slot */
+#pragma unroll
+        for (int rs = 0; rs < (TC ? 2 : 4); rs++) {
+            int r = MHE__CU_FL_ROW(rs, 2 * rs);
+            vis[rs] = r < rows ? mhe__cu_visible(a, b, t0 + r) : 0;
+        }
+        mhe__cu_fl_prod<TC>(s, qt, MHE__CU_FLS, 1, kt, 1, MHE__CU_FLS, a.dk);  /* S = Q~ K^T */
+        mhe__cu_fl_prod<TC>(dp, gt, MHE__CU_FLS, 1, vt, 1, MHE__CU_FLS, a.dh); /* dP = dO~ V^T */
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int r = ty + 16 * i;
-            vis[i] = r < rows ? mhe__cu_visible(a, b, t0 + r) : 0;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                int kk = tx + 16 * j;
-                float p = j0 + kk < vis[i] ? expf(a.scale * (s[i][j] + kbt[kk]) - lt[r]) : 0.0f;
+                int r = MHE__CU_FL_ROW(i, j), kk = MHE__CU_FL_COL(i, j);
+                float p = j0 + kk < vis[mhe__cu_fl_rslot<TC>(i, j)] ? expf(a.scale * (s[i][j] + kbt[kk]) - lt[r])
+                                                                     : 0.0f;
                 pt[r * MHE__CU_FLS + kk] = p;
                 st[r * MHE__CU_FLS + kk] = p * (dp[i][j] - Dt[r]);
             }
         }
         __syncthreads();
         /* dV += P^T dO~, dK += dS^T Q~: the rows are this block's keys */
-        mhe__cu_fl_mm(dva, pt, 1, MHE__CU_FLS, gt, MHE__CU_FLS, 1, rows, tx, ty);
-        mhe__cu_fl_mm(dka, st, 1, MHE__CU_FLS, qt, MHE__CU_FLS, 1, rows, tx, ty);
+        mhe__cu_fl_prod<TC>(dva, pt, 1, MHE__CU_FLS, gt, MHE__CU_FLS, 1, rows);
+        mhe__cu_fl_prod<TC>(dka, st, 1, MHE__CU_FLS, qt, MHE__CU_FLS, 1, rows);
         if (dk_bias && threadIdx.x < (unsigned)MHE__CU_FL) /* column sums of dS */
             for (int r = 0; r < rows; r++)
                 kb_sum += st[r * MHE__CU_FLS + threadIdx.x];
         float gq[4][4] = {{0.0f}};
-        mhe__cu_fl_mm(gq, st, MHE__CU_FLS, 1, kt, MHE__CU_FLS, 1, keys, tx, ty); /* dQ~ = dS K, this block's share */
-        float pm[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mhe__cu_fl_prod<TC>(gq, st, MHE__CU_FLS, 1, kt, MHE__CU_FLS, 1, keys); /* dQ~ = dS K, this block's share */
+        float pm[8] = {0.0f}, pa[8] = {0.0f};
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int r = ty + 16 * i;
+        for (int rs = 0; rs < (TC ? 2 : 4); rs++) { /* row by row: one row pointer at a time */
+            int r = MHE__CU_FL_ROW(rs, 2 * rs);
             if (r >= rows)
                 continue;
             const float *qr = q + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
             float *dqr = dq + ((size_t)b * a.Tq + t0 + r) * a.qs + (a.q_shared ? 0 : (size_t)h * a.dk);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                int c = tx + 16 * j;
+            for (int x = 0; x < (TC ? 8 : 4); x++) { /* the row's elements acc[i][j] */
+                int i = TC ? x / 2 : rs, j = TC ? 2 * rs + x % 2 : x, c = MHE__CU_FL_COL(i, j);
                 if (c >= a.dk)
                     continue;
                 float gmq = a.scale * gq[i][j]; /* d loss / d mapped query, this block's share */
                 atomicAdd(dqr + c, gmq * (a.q_mul ? a.q_mul[(size_t)h * a.dk + c] : 1.0f));
-                pm[j] += dq_mul ? gmq * qr[c] : 0.0f;
-                pa[j] += gmq;
+                pm[MHE__CU_FL_SLOT(i, j)] += dq_mul ? gmq * qr[c] : 0.0f;
+                pa[MHE__CU_FL_SLOT(i, j)] += gmq;
             }
         }
         if (dq_mul)
-            mhe__cu_fl_colsum_add(dq_mul + (size_t)h * a.dk, pm, a.dk, tx);
+            mhe__cu_fl_colsum<TC>(dq_mul + (size_t)h * a.dk, pm, a.dk);
         if (dq_add)
-            mhe__cu_fl_colsum_add(dq_add + (size_t)h * a.dk, pa, a.dk, tx);
+            mhe__cu_fl_colsum<TC>(dq_add + (size_t)h * a.dk, pa, a.dk);
         if (dv_mul) { /* the unmapped output's share P V, against dO */
-            float ou[4][4] = {{0.0f}}, pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mhe__cu_fl_mm(ou, pt, MHE__CU_FLS, 1, vt, MHE__CU_FLS, 1, keys, tx, ty);
+            float ou[4][4] = {{0.0f}}, pv[8] = {0.0f};
+            mhe__cu_fl_prod<TC>(ou, pt, MHE__CU_FLS, 1, vt, MHE__CU_FLS, 1, keys);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int rs = 0; rs < (TC ? 2 : 4); rs++) {
+                int r = MHE__CU_FL_ROW(rs, 2 * rs);
+                if (r >= rows)
+                    continue;
+                const float *dor = dout + ((size_t)b * a.Tq + t0 + r) * a.os + (size_t)h * a.dh;
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    if (ty + 16 * i < rows && tx + 16 * j < a.dh)
-                        pv[j] += dout[((size_t)b * a.Tq + t0 + ty + 16 * i) * a.os + (size_t)h * a.dh + tx + 16 * j] *
-                                 ou[i][j];
-            mhe__cu_fl_colsum_add(dv_mul + (size_t)h * a.dh, pv, a.dh, tx);
+                for (int x = 0; x < (TC ? 8 : 4); x++) {
+                    int i = TC ? x / 2 : rs, j = TC ? 2 * rs + x % 2 : x, c = MHE__CU_FL_COL(i, j);
+                    if (c < a.dh)
+                        pv[MHE__CU_FL_SLOT(i, j)] += dor[c] * ou[i][j];
+                }
+            }
+            mhe__cu_fl_colsum<TC>(dv_mul + (size_t)h * a.dh, pv, a.dh);
         }
         if (dv_add && j0 == 0) { /* every row that sees a key sees key 0 */
-            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float sa[8] = {0.0f};
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int rs = 0; rs < (TC ? 2 : 4); rs++) {
+                if (vis[rs] <= 0)
+                    continue;
+                const float *dor = dout + ((size_t)b * a.Tq + t0 + MHE__CU_FL_ROW(rs, 2 * rs)) * a.os + (size_t)h * a.dh;
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    if (vis[i] > 0 && tx + 16 * j < a.dh)
-                        sa[j] += dout[((size_t)b * a.Tq + t0 + ty + 16 * i) * a.os + (size_t)h * a.dh + tx + 16 * j];
-            mhe__cu_fl_colsum_add(dv_add + (size_t)h * a.dh, sa, a.dh, tx);
+                for (int x = 0; x < (TC ? 8 : 4); x++) {
+                    int i = TC ? x / 2 : rs, j = TC ? 2 * rs + x % 2 : x, c = MHE__CU_FL_COL(i, j);
+                    if (c < a.dh)
+                        sa[MHE__CU_FL_SLOT(i, j)] += dor[c];
+                }
+            }
+            mhe__cu_fl_colsum<TC>(dv_add + (size_t)h * a.dh, sa, a.dh);
         }
     }
     if (dk_bias && threadIdx.x < (unsigned)keys)
         dk_bias[((size_t)b * a.Tk + j0 + threadIdx.x) * a.kbs + h] += a.scale * kb_sum;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int r = ty + 16 * i;
+    for (int rs = 0; rs < (TC ? 2 : 4); rs++) {
+        int r = MHE__CU_FL_ROW(rs, 2 * rs);
         if (r >= keys)
             continue;
         float *dkr = dk + ((size_t)b * a.Tk + j0 + r) * a.ks + (size_t)g * a.dk,
               *dvr = dv + ((size_t)b * a.Tk + j0 + r) * a.vs + (size_t)g * a.dh;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int c = tx + 16 * j;
+        for (int x = 0; x < (TC ? 8 : 4); x++) {
+            int i = TC ? x / 2 : rs, j = TC ? 2 * rs + x % 2 : x, c = MHE__CU_FL_COL(i, j);
             if (c >= a.dh)
                 continue;
             if (a.group > 1) { /* the other heads of this K/V head add to the same rows */
@@ -2737,6 +2840,9 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_bwd(mhe__cu_att a, float *d
             }
         }
     }
+#undef MHE__CU_FL_ROW
+#undef MHE__CU_FL_COL
+#undef MHE__CU_FL_SLOT
 }
 
 static size_t mhe__cu_flash_fwd_bytes(void) {
@@ -2801,7 +2907,7 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, int preci
 /* the backward's row terms D, then (attention dropout) A */
 static size_t mhe__cu_attn_bwd_floats(const mhe_attn_dims *d) { return 2 * (size_t)d->B * d->n_heads * d->Tq; }
 
-static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe_attn_grads *gr, float *dq, float *dk,
+static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, int precision, const mhe_attn_grads *gr, float *dq, float *dk,
                                    float *dv, const float *dout, const float *out, const float *lse, const float *q,
                                    const float *k, const float *v, float *scratch, char *err) {
     mhe_status st = mhe__cu_att_check(d, err);
@@ -2820,7 +2926,10 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, const mhe
     cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
     if (e == cudaSuccess && a.Tk > 0 && mhe__cu_flash_fits(&a, taylor)) {
         mhe__cu_flash_calls++;
-        e = mhe__cu_launch(mhe__cu_flash_bwd, dim3((unsigned)mhe__cu_blocks(a.Tk, MHE__CU_FL), (unsigned)a.n, (unsigned)a.B),
+        e = mhe__cu_launch(precision == MHE_CUDA_BF16   ? mhe__cu_flash_bwd<MHE_CUDA_BF16>
+                           : precision == MHE_CUDA_TF32 ? mhe__cu_flash_bwd<MHE_CUDA_TF32>
+                                                        : mhe__cu_flash_bwd<0>,
+                           dim3((unsigned)mhe__cu_blocks(a.Tk, MHE__CU_FL), (unsigned)a.n, (unsigned)a.B),
                            dim3(256), mhe__cu_flash_bwd_bytes(), a, dq, dk, dv, gr ? gr->dq_mul : NULL,
                            gr ? gr->dq_add : NULL, gr ? gr->dv_mul : NULL, gr ? gr->dv_add : NULL,
                            gr ? gr->dk_bias : NULL, dout, lse, (const float *)scratch, q, k, v);
@@ -3925,7 +4034,7 @@ static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
     else
         mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
-    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
+    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
                                  g->attn_scratch, g->err));
     if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
         MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * Tk, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));

@@ -152,7 +152,7 @@ static void bench_attn(int quick) {
                     failed("attention forward", err);
             });
             res[kind][1] = time_ms(quick ? 3 : 5, [&] {
-                if (mhe__cu_attn_bwd(&d, 0, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err) != MHE_OK)
+                if (mhe__cu_attn_bwd(&d, 0, 0, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err) != MHE_OK)
                     failed("attention backward", err);
             });
         }
