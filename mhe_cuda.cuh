@@ -156,6 +156,8 @@ typedef struct mhe_cuda_model {
     float *first, *d_first;                 /* cls_pool=first: the first token's rows [B, C] and their gradient */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
+    float *loss_sink;                       /* device: where a forward sums its losses without a copy back
+                                               (a deferred trainer's step); NULL: the loss comes back at once */
     char err[MHE_ERR_LEN];
 } mhe_cuda_model;
 
@@ -173,6 +175,18 @@ typedef struct mhe_cuda_trainer {
     float *adam_m, *adam_v;                 /* device */
     mhe_cuda_adam_chunk *adam_chunks;       /* device: every tensor in slices, one launch updates them all */
     int n_adam_chunks;
+    /* deferred = 1: a step makes no blocking copy. Its loss and gradient norm stay on the device,
+       clipping reads the norm there (a non-finite norm stops the updates from that step on), and
+       an asynchronous copy brings them to the host; mhe_cuda_trainer_stats waits for the last
+       step's and fills host.last_loss and last_grad_norm. 0 (the default): every step returns them. */
+    int deferred;
+    float *stats;                           /* device [8]: loss sum, gradient sum of squares, AdamW's scale, first
+                                               non-finite step + 1, its norm */
+    float *stats_host;                      /* pinned host copy of stats */
+    int stats_count;                        /* the last step's scored tokens (its loss = sum / count) */
+    int stats_pending;                      /* a step ran since the last mhe_cuda_trainer_stats */
+    cudaEvent_t stats_ready;                /* recorded after the copy */
+    int has_event;                          /* stats_ready was created */
 } mhe_cuda_trainer;
 
 /* the first device's name and compute capability, or MHE_ERR_DEVICE (no
@@ -215,8 +229,14 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t);
 MHEDEF mhe_status mhe_cuda_trainer_step(mhe_cuda_trainer *t, const int *data, size_t n);
 /* one step of the classification head as mhe_trainer_step_cls (same examples) on the device */
 MHEDEF mhe_status mhe_cuda_trainer_step_cls(mhe_cuda_trainer *t, const mhe_text_set *s);
-/* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual) */
+/* device -> host: parameters into the model, moments into t->host (then mhe_checkpoint_save as usual);
+   a deferred trainer's statistics too (mhe_cuda_trainer_stats) */
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t);
+/* t->deferred: waits for the last step and fills t->host.last_loss and last_grad_norm;
+   MHE_ERR_NONFINITE when a step's gradient norm was not finite (no update was made from that
+   step on: the step is named), at this call and every later one. Nothing to do (MHE_OK) for a
+   trainer that is not deferred. */
+MHEDEF mhe_status mhe_cuda_trainer_stats(mhe_cuda_trainer *t);
 /* one Shuffle+Random step (token_head=sr) as mhe_trainer_step_sr; words as there (NULL: byte tokens) */
 MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data, size_t n, const mhe_word_feats *words);
 /* host -> device: after loading a checkpoint into t->host and the model */
@@ -1670,11 +1690,16 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum(float *partial, const 
 #define MHE__CU_ADAM_CHUNK (MHE__CU_EW * 16) /* elements per block */
 
 __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, float *m, float *v,
-                                                            const mhe_cuda_adam_chunk *chunks, float gs, float step,
-                                                            float decay, float b1, float b2, float eps,
-                                                            float bc2_sqrt) {
+                                                            const mhe_cuda_adam_chunk *chunks, float gs,
+                                                            const float *gs_dev, float step, float decay, float b1,
+                                                            float b2, float eps, float bc2_sqrt) {
     mhe_cuda_adam_chunk c = chunks[blockIdx.x];
     float d = c.decay ? decay : 1.0f;
+    if (gs_dev) { /* a deferred step: the scale from mhe__cu_clip_scale, 0 for no update */
+        gs = *gs_dev;
+        if (!(gs > 0.0f))
+            return;
+    }
     for (int j = (int)threadIdx.x; j < c.n; j += (int)blockDim.x) {
         int64_t i = c.off + j;
         float gi = gs == 1.0f ? g[i] : g[i] * gs;
@@ -1683,6 +1708,21 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         p[i] = p[i] * d - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
     }
+}
+
+/* a deferred step's clipping on the device, as mhe__cu_update does it on the host (the same float
+   operations): stats[1] the gradients' sum of squares, norm = sqrt of it; stats[2] = AdamW's
+   scale, clip / (norm + 1e-6) past clip, or 0 (no update) once a norm was not finite, that
+   step + 1 in stats[3] and its norm in stats[4] (steps below 2^24 are exact as floats) */
+__global__ __launch_bounds__(32) void mhe__cu_clip_scale(float *stats, float clip, int step) {
+    if (threadIdx.x != 0)
+        return;
+    float norm = sqrtf(stats[1]);
+    if (stats[3] == 0.0f && !isfinite(norm)) {
+        stats[3] = (float)step + 1.0f;
+        stats[4] = norm;
+    }
+    stats[2] = stats[3] != 0.0f ? 0.0f : clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
 /* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
@@ -4726,19 +4766,39 @@ static mhe_status mhe__cu_fixed_bwd(mhe_cuda_model *g, int T) {
 
 /* ---- the whole model ----------------------------------------------------------- */
 
-/* sum of n floats on the device (two launches, fixed order), into *out on the host */
-static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out) {
+/* sum of n floats (squares: square 1) on the device, two launches in a fixed order, into the
+   device float *dst */
+static mhe_status mhe__cu_reduce_dev(mhe_cuda_model *g, const float *x, int64_t n, int square, float *dst) {
     int blocks = mhe__cu_blocks(n, MHE__CU_EW);
-    float s = 0.0f;
     if (blocks > 1024)
         blocks = 1024;
     if (blocks < 1)
         blocks = 1;
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(blocks), dim3(MHE__CU_EW), 0, g->partial, x, n, square), "sum");
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(1), dim3(MHE__CU_EW), 0, g->partial + 1024,
-                               (const float *)g->partial, (int64_t)blocks, 0), "sum of partials");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(1), dim3(MHE__CU_EW), 0, dst, (const float *)g->partial,
+                               (int64_t)blocks, 0),
+                "sum of partials");
+    return MHE_OK;
+}
+
+/* the same sum into *out on the host (a blocking copy) */
+static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out) {
+    float s = 0.0f;
+    MHE__CU_MHE(mhe__cu_reduce_dev(g, x, n, square, g->partial + 1024));
     MHE__CU_TRY(cudaMemcpy(&s, g->partial + 1024, sizeof s, cudaMemcpyDeviceToHost), "download sum");
     *out = s;
+    return MHE_OK;
+}
+
+/* a forward's mean loss over count scored tokens from the per-row losses x [n]: on the host at
+   once, or (g->loss_sink, a deferred step) summed into the device's loss_sink[0], *loss left alone */
+static mhe_status mhe__cu_mean_loss(mhe_cuda_model *g, const float *x, int64_t n, int count, float *loss) {
+    double total = 0;
+    if (g->loss_sink)
+        return mhe__cu_reduce_dev(g, x, n, 0, g->loss_sink);
+    MHE__CU_MHE(mhe__cu_reduce(g, x, n, 0, &total));
+    if (loss)
+        *loss = count ? (float)(total / count) : 0.0f;
     return MHE_OK;
 }
 
@@ -4794,7 +4854,6 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int Ts, int 
 static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int T, int count, float *loss) {
     const mhe_model *m = g->host;
     int C = m->cfg.d_model, K = m->cfg.n_classes;
-    double total = 0;
     if (m->cfg.cls_pool == MHE_POOL_FIRST) { /* BERT's pooler: tanh(W_p h_0 + b_p) */
         int64_t n = (int64_t)B * C;
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_first_rows, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->first, h, T, C, 0),
@@ -4812,14 +4871,11 @@ static mhe_status mhe__cu_cls_fwd(mhe_cuda_model *g, const float *h, int B, int 
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_xent, dim3((unsigned)B), dim3(MHE__CU_EW), 0, g->losses, g->d_cls,
                                (const float *)g->cls_logits, (const int *)g->labels, K,
                                count ? 1.0f / (float)count : 0.0f), "classification cross-entropy");
-    MHE__CU_MHE(mhe__cu_reduce(g, g->losses, B, 0, &total));
     g->last_B = B;
     g->last_T = T;
     g->last_count = count;
     g->has_targets = 1;
-    if (loss)
-        *loss = count ? (float)(total / count) : 0.0f;
-    return MHE_OK;
+    return mhe__cu_mean_loss(g, g->losses, B, count, loss);
 }
 
 /* its backward into dfin [B T, C]: d pooled through the head, then / len on the real tokens (or
@@ -5135,14 +5191,11 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     g->last_count = count;
     g->has_targets = targets != NULL;
     if (targets) {
-        double total = 0;
         /* the loss and its gradient in one pass: d logits = (softmax - onehot) / count */
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_xent, dim3(rows), dim3(MHE__CU_EW), 0, g->losses, g->d_logits,
                                    (const float *)g->logits, (const int *)g->targets, V,
                                    count ? 1.0f / (float)count : 0.0f), "cross-entropy");
-        MHE__CU_MHE(mhe__cu_reduce(g, g->losses, rows, 0, &total));
-        if (loss)
-            *loss = count ? (float)(total / count) : 0.0f;
+        MHE__CU_MHE(mhe__cu_mean_loss(g, g->losses, rows, count, loss));
     }
     return MHE_OK;
 }
@@ -5402,6 +5455,20 @@ MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, 
             return st;
         }
     }
+    e = cudaMalloc(&p, 8 * sizeof(float)); /* a deferred step's statistics, and their host copy */
+    if (e == cudaSuccess) {
+        t->stats = (float *)p;
+        e = cudaMemset(p, 0, 8 * sizeof(float));
+    }
+    if (e == cudaSuccess && (e = cudaMallocHost(&q, 8 * sizeof(float))) == cudaSuccess)
+        t->stats_host = (float *)q;
+    if (e == cudaSuccess && (e = cudaEventCreate(&t->stats_ready)) == cudaSuccess)
+        t->has_event = 1;
+    if (e != cudaSuccess) {
+        st = mhe__cu_status(e, t->host.err, "step statistics");
+        mhe_cuda_trainer_free(t);
+        return st;
+    }
     if ((st = mhe_cuda_model_reserve(g, tc->batch, tc->seq_len)) != MHE_OK) {
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         mhe_cuda_trainer_free(t);
@@ -5419,8 +5486,16 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t) {
         cudaFree(t->adam_v);
     if (t->adam_chunks)
         cudaFree(t->adam_chunks);
+    if (t->stats)
+        cudaFree(t->stats);
+    if (t->stats_host)
+        cudaFreeHost(t->stats_host);
+    if (t->has_event)
+        cudaEventDestroy(t->stats_ready);
     t->adam_m = t->adam_v = NULL;
     t->adam_chunks = NULL;
+    t->stats = t->stats_host = NULL;
+    t->has_event = 0;
     mhe_trainer_free(&t->host);
 }
 
@@ -5431,6 +5506,29 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     const mhe_train_config *tc = &ht->tc;
     double sq = 0;
     float norm, gs = 1.0f, lr, bc1, bc2;
+    if (t->deferred) { /* no copy: the norm, the clipping scale and the loss stay on the device */
+        MHE__CU_MHE(mhe__cu_reduce_dev(g, g->grads, m->n_params, 1, t->stats + 1));
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_clip_scale, dim3(1), dim3(32), 0, t->stats, tc->clip, ht->step),
+                    "clipping scale");
+        lr = mhe_lr_at(tc, ht->step);
+        ht->last_lr = lr;
+        bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
+        bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
+        if (t->n_adam_chunks > 0)
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0,
+                                       g->params, g->grads, t->adam_m, t->adam_v,
+                                       (const mhe_cuda_adam_chunk *)t->adam_chunks, 1.0f,
+                                       (const float *)(t->stats + 2), lr / bc1, 1.0f - lr * tc->weight_decay,
+                                       tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
+                        "AdamW");
+        MHE__CU_TRY(cudaMemcpyAsync(t->stats_host, t->stats, 5 * sizeof(float), cudaMemcpyDeviceToHost, 0),
+                    "statistics to the host");
+        MHE__CU_TRY(cudaEventRecord(t->stats_ready, 0), "statistics event");
+        t->stats_count = g->last_count;
+        t->stats_pending = 1;
+        ht->step++;
+        return MHE_OK;
+    }
     MHE__CU_MHE(mhe__cu_reduce(g, g->grads, m->n_params, 1, &sq));
     norm = (float)sqrt(sq);
     ht->last_grad_norm = norm;
@@ -5446,7 +5544,7 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
     if (t->n_adam_chunks > 0)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0, g->params,
                                    g->grads, t->adam_m, t->adam_v, (const mhe_cuda_adam_chunk *)t->adam_chunks, gs,
-                                   lr / bc1, 1.0f - lr * tc->weight_decay, tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
+                                   (const float *)NULL, lr / bc1, 1.0f - lr * tc->weight_decay, tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
                     "AdamW");
     ht->step++;
     return MHE_OK;
@@ -5483,8 +5581,12 @@ static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) 
     g->cache = NULL;
     if (m->cfg.admin && t->host.step == 0)
         st = mhe__cu_admin_init(g, bt);
-    if (st == MHE_OK && (st = mhe_cuda_model_zero_grad(g)) == MHE_OK &&
-        (st = mhe_cuda_model_forward_batch(g, bt, &loss)) == MHE_OK)
+    if (st == MHE_OK && (st = mhe_cuda_model_zero_grad(g)) == MHE_OK) {
+        g->loss_sink = t->deferred ? t->stats : NULL; /* a deferred step's loss stays on the device */
+        st = mhe_cuda_model_forward_batch(g, bt, &loss);
+        g->loss_sink = NULL;
+    }
+    if (st == MHE_OK)
         st = mhe_cuda_model_backward(g);
     m->training = 0;
     if (st == MHE_OK)
@@ -5493,7 +5595,30 @@ static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) 
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         return st;
     }
-    t->host.last_loss = loss;
+    if (!t->deferred)
+        t->host.last_loss = loss;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_trainer_stats(mhe_cuda_trainer *t) {
+    mhe_cuda_model *g;
+    if (!t || !t->dev)
+        return MHE_ERR_ARG;
+    g = t->dev;
+    if (!t->deferred)
+        return MHE_OK;
+    if (t->stats_pending) {
+        MHE__CU_TRY(cudaEventSynchronize(t->stats_ready), "statistics");
+        t->stats_pending = 0;
+        t->host.last_loss = t->stats_count ? (float)((double)t->stats_host[0] / t->stats_count) : 0.0f;
+        t->host.last_grad_norm = (float)sqrt((double)t->stats_host[1]);
+    }
+    if (t->stats_host[3] != 0.0f) { /* every later call too: no step has updated since */
+        mhe__fail(t->host.err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made from it on",
+                  (double)t->stats_host[4], (int)t->stats_host[3] - 1);
+        memcpy(g->err, t->host.err, MHE_ERR_LEN); /* mhe_cuda_trainer_sync's callers read the model's */
+        return MHE_ERR_NONFINITE;
+    }
     return MHE_OK;
 }
 
@@ -5577,6 +5702,9 @@ MHEDEF mhe_status mhe_cuda_trainer_step_sr(mhe_cuda_trainer *t, const int *data,
 MHEDEF mhe_status mhe_cuda_trainer_sync(mhe_cuda_trainer *t) {
     mhe_cuda_model *g = t->dev;
     size_t bytes = (size_t)g->host->n_params * sizeof(float);
+    mhe_status st = mhe_cuda_trainer_stats(t);
+    if (st != MHE_OK)
+        return st;
     MHE__CU_MHE(mhe_cuda_model_download(g));
     MHE__CU_TRY(cudaMemcpy(t->host.adam_m, t->adam_m, bytes, cudaMemcpyDeviceToHost), "download AdamW m");
     MHE__CU_TRY(cudaMemcpy(t->host.adam_v, t->adam_v, bytes, cudaMemcpyDeviceToHost), "download AdamW v");

@@ -2001,6 +2001,25 @@ inline cudaError_t cudaFree(void *ptr) {
     return cudaSuccess;
 }
 
+// Pinned (page-locked) host memory: plain host memory here, where every copy
+// is synchronous anyway. Kept apart from device allocations: cudaFree of it
+// fails, as on a GPU.
+inline cudaError_t cudaMallocHost(void **ptr, size_t size) {
+    using namespace mhe_emu_impl;
+    if (cudaError_t e = no_device())
+        return e;
+    *ptr = malloc(size ? size : 1);
+    return *ptr ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+template <typename T>
+inline cudaError_t cudaMallocHost(T **ptr, size_t size) {
+    return cudaMallocHost(reinterpret_cast<void **>(ptr), size);
+}
+inline cudaError_t cudaFreeHost(void *ptr) {
+    free(ptr);
+    return cudaSuccess;
+}
+
 inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
     using namespace mhe_emu_impl;
     if (cudaError_t e = no_device())

@@ -438,7 +438,7 @@ static void test_elementwise(void) {
         cudaMalloc(&d_ch, ch.size() * sizeof ch[0]);
         cudaMemcpy(d_ch, ch.data(), ch.size() * sizeof ch[0], cudaMemcpyHostToDevice);
         mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)ch.size()), dim3(MHE__CU_EW), 0, d_p, d_g, d_m, d_v,
-                       (const mhe_cuda_adam_chunk *)d_ch, gs, lr / bc1, 1.0f - lr * wd, b1, b2, eps, sqrtf(bc2));
+                       (const mhe_cuda_adam_chunk *)d_ch, gs, (const float *)NULL, lr / bc1, 1.0f - lr * wd, b1, b2, eps, sqrtf(bc2));
         CHECK(rel_err(host(d_p, m), p) < 1e-6 && rel_err(host(d_m, m), mo) < 1e-5 && rel_err(host(d_v, m), ve) < 1e-5,
               "AdamW with clipping, two tensors in one launch");
         std::vector<float> got = host(d_p, m), got2(got.begin() + n1, got.end());
@@ -947,6 +947,79 @@ static void lockstep_train(mhe_model *mc, mhe_model *md, const mhe_train_config 
     mhe_trainer_free(&r.cpu);
 }
 
+/* A deferred trainer (no blocking copy in a step: the loss and norm read back by
+   mhe_cuda_trainer_stats) against the default one from the same init: the same parameters bit
+   for bit after 12 steps (the clipping scale computed on the device with the host's float
+   operations; clip is low enough to act), the same last loss and norm. Then a non-finite
+   gradient: the default trainer refuses the step at once; the deferred one returns from it,
+   makes no update from it on (the parameters stay those before it) and names it at the next
+   mhe_cuda_trainer_stats. */
+static void test_train_deferred(const int *data, size_t n) {
+    mhe_config c = small_config(MHE_ATTN_MHE_MUL, MHE_ARCH_DECODER, 0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+    c.vocab_size = 256;
+    mhe_train_config tc = mhe_train_config_default();
+    tc.batch = 2;
+    tc.seq_len = 16;
+    tc.lr = 3e-3f;
+    tc.warmup = 2;
+    tc.steps = 40;
+    tc.clip = 0.5f;
+    mhe_model m[2];
+    mhe_cuda_model g[2];
+    mhe_cuda_trainer t[2];
+    memset(g, 0, sizeof g);
+    memset(t, 0, sizeof t);
+    int ok = 1;
+    for (int i = 0; i < 2 && ok; i++) {
+        ok = mhe_model_init(&m[i], &c, 11, NULL) == MHE_OK && mhe_cuda_model_init(&g[i], &m[i], 0) == MHE_OK &&
+             mhe_cuda_trainer_init(&t[i], &g[i], &tc) == MHE_OK;
+        t[i].deferred = i;
+    }
+    CHECK(ok, "deferred trainer: init: %s %s", g[0].err, g[1].err);
+    if (!ok)
+        return;
+    int bad_steps = 0, stats_calls = 0;
+    for (int s = 0; s < 12; s++) {
+        bad_steps += mhe_cuda_trainer_step(&t[0], data, n) != MHE_OK;
+        bad_steps += mhe_cuda_trainer_step(&t[1], data, n) != MHE_OK;
+        if (s % 5 == 4) /* statistics now and then, as a log line would read them */
+            stats_calls += mhe_cuda_trainer_stats(&t[1]) == MHE_OK;
+    }
+    CHECK(bad_steps == 0 && stats_calls == 2, "deferred trainer: 12 steps (%d failed, %d stats calls)", bad_steps,
+          stats_calls);
+    CHECK(mhe_cuda_trainer_stats(&t[1]) == MHE_OK && t[1].host.last_loss == t[0].host.last_loss &&
+              t[1].host.last_grad_norm == t[0].host.last_grad_norm && t[0].host.last_grad_norm > tc.clip,
+          "deferred trainer: last loss %.9g norm %.9g, default %.9g %.9g (clip %g)", (double)t[1].host.last_loss,
+          (double)t[1].host.last_grad_norm, (double)t[0].host.last_loss, (double)t[0].host.last_grad_norm,
+          (double)tc.clip);
+    std::vector<float> p0 = host(g[0].params, m[0].n_params), p1 = host(g[1].params, m[1].n_params);
+    CHECK(p0 == p1 && t[0].host.step == 12 && t[1].host.step == 12,
+          "deferred trainer: the same parameters as the default one, bit for bit (max rel %.3g)", rel_err(p1, p0));
+    /* a NaN in one weight: every gradient after it is NaN */
+    float nan = NAN;
+    for (int i = 0; i < 2; i++)
+        cudaMemcpy(g[i].params + 5, &nan, sizeof nan, cudaMemcpyHostToDevice);
+    CHECK(mhe_cuda_trainer_step(&t[0], data, n) == MHE_ERR_NONFINITE && t[0].host.step == 12,
+          "default trainer: a non-finite norm refuses the step (%s)", t[0].host.err);
+    std::vector<float> before = host(g[1].params, m[1].n_params);
+    mhe_status s1 = mhe_cuda_trainer_step(&t[1], data, n), s2 = mhe_cuda_trainer_step(&t[1], data, n);
+    CHECK(s1 == MHE_OK && s2 == MHE_OK, "deferred trainer: the non-finite step returns without waiting");
+    mhe_status st = mhe_cuda_trainer_stats(&t[1]);
+    std::vector<float> after = host(g[1].params, m[1].n_params);
+    int same = 0;
+    for (size_t i = 0; i < after.size(); i++)
+        same += memcmp(&after[i], &before[i], sizeof(float)) == 0;
+    CHECK(st == MHE_ERR_NONFINITE && strstr(t[1].host.err, "at step 12;") && same == (int)after.size(),
+          "deferred trainer: the non-finite step named at the next stats (%s), no update since (%d of %zu unchanged)",
+          t[1].host.err, same, after.size());
+    CHECK(mhe_cuda_trainer_sync(&t[1]) == MHE_ERR_NONFINITE, "deferred trainer: sync reports it too");
+    for (int i = 0; i < 2; i++) {
+        mhe_cuda_trainer_free(&t[i]);
+        mhe_cuda_model_free(&g[i]);
+        mhe_model_free(&m[i]);
+    }
+}
+
 /* ---- training: 20 steps on real text, device against CPU --------------------------- */
 
 static void test_train(void) {
@@ -992,6 +1065,7 @@ static void test_train(void) {
         mhe_model_free(&mc);
         mhe_model_free(&md);
     }
+    test_train_deferred(data, n);
     free(data);
 }
 

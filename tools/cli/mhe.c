@@ -1200,6 +1200,17 @@ static int stop_training(train_run *r) {
     return exit_status_of(sig);
 }
 
+/* --device cuda: the last step's loss and gradient norm, which the device trainer keeps on the
+   device until asked (a non-finite gradient norm shows here) */
+static mhe_status step_stats(train_run *r) {
+#ifdef MHE_CUDA
+    if (r->o->cuda) return mhe_cuda_trainer_stats(&r->gpu);
+#else
+    (void)r;
+#endif
+    return MHE_OK;
+}
+
 /* steps to tc.steps with progress, validation and checkpoints; 0 on failure
    (message printed), 1 when done, else the exit status after a signal */
 static int train_steps(train_run *r) {
@@ -1210,6 +1221,7 @@ static int train_steps(train_run *r) {
     stop_asks = 1;
     while (r->t->step < tc->steps && !stop_signal) {
         mhe_status s = r->task->step(r);
+        if (s == MHE_OK && !r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) s = step_stats(r);
         if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); stop_asks = 0; return 0; }
         dump_step(r);
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
@@ -1255,12 +1267,14 @@ static int start_device(train_run *r) {
         return 0;
     }
     r->t = &r->gpu.host;
+    r->gpu.deferred = !r->o->dump_batches; /* no blocking copy in a step; the dump records every step's loss */
     return 1;
 #else
     (void)r;
     return 0;
 #endif
 }
+
 
 static void stop_device(train_run *r) {
 #ifdef MHE_CUDA
