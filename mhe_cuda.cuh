@@ -1695,14 +1695,14 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, 
                                                             float b2, float eps, float bc2_sqrt) {
     mhe_cuda_adam_chunk c = chunks[blockIdx.x];
     float d = c.decay ? decay : 1.0f;
-    if (gs_dev) { /* a deferred step: the scale from mhe__cu_clip_scale, 0 for no update */
-        gs = *gs_dev;
-        if (!(gs > 0.0f))
-            return;
-    }
     for (int j = (int)threadIdx.x; j < c.n; j += (int)blockDim.x) {
         int64_t i = c.off + j;
-        float gi = gs == 1.0f ? g[i] : g[i] * gs;
+        /* a deferred step: the scale from mhe__cu_clip_scale, 0 for no update (read in the loop: kept
+           across the division's slow-path call, it would take a register that sm_90 spills) */
+        float s = gs_dev ? __ldg(gs_dev) : gs;
+        if (!(s > 0.0f))
+            break;
+        float gi = s == 1.0f ? g[i] : g[i] * s;
         g[i] = gi;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;

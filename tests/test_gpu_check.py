@@ -277,6 +277,16 @@ def parsers_match_the_programs():
         text += un(attn[0]) % (1024, 1234.5, 2345.25, 1000.0, 2000.0, 0.85, 1100.0, 2100.0, 0.9)
         for k in ("mha", "mhe-mul", "mhe-add"):
             text += un(train[0]) % (k, 512000.0, 2.0, 40.5, 30.25)
+        # bench_cuda --bf16 --attn-only's table, after the float32 one: its rows are the bf16 core's
+        with open(os.path.join(REPO, "tools", "bench", "bench_cuda.cu")) as f:
+            cu = f.read()
+        check('tokens%s: forward' in cu and '", bf16 tensor cores"' in cu and
+              gpu_check.ATTN16_HEAD == ", bf16 tensor cores:", "bench_cuda.cu prints the bf16 attention header the parser cuts at")
+        text16 = text + "\nattention, causal, 12 heads of 64, B*L = 8192 tokens, bf16 tensor cores: forward | backward ms\n"
+        text16 += un(attn[0]) % (1024, 200.5, 400.25, 150.0, 300.0, 0.75, 160.0, 320.0, 0.8)
+        n16 = gpu_check.parse_bench(text16, 0)[1]
+        check(n16.get("attn_L1024_mha_ms") == [1234.5, 2345.25] and n16.get("attn_L1024_mha_bf16_ms") == [200.5, 400.25],
+              "bench parser: the bf16 attention table apart from the float32 one: %s" % n16)
         ok, n, summary = gpu_check.parse_bench(text, 0)
         check(ok and n["gemm_best_tf32_tflops"] == 123.25 and n["gemm_best_simt_tflops"] == 14.0 and
               n["gemm_best_bf16_tflops"] == 250.0 and n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
@@ -292,13 +302,14 @@ def parsers_match_the_programs():
               "bench_torch_cuda.py's GEMM and side-by-side formats found")
         if len(tgemm) == len(side_attn) == len(side_train) == 1:
             both = text + tgemm[0] % ("C=768 LM head (32000)", 45.5, 256.5, 460.0, 1024, 32000, 768) + "\n"
-            both += side_attn[0] % (2048, 5.3, 3.58, "0.68x", 0.52, 6.04, 5.24) + "\n"
+            both += side_attn[0] % (2048, 5.3, 3.58, "0.68x", "0.61", 0.52, "0.85x", 6.04, 5.24) + "\n"
             both += side_train[0] % ("mha", "105234", "145827", "0.72x", "70172", "176940", "0.40x", "150000",
                                      "236539", "0.63x") + "\n"
             ok, n, summary = gpu_check.parse_bench(both, 0)
             check(ok and n["gemm_best_simt_tflops"] == 14.0 and n["gemm_best_tf32_tflops"] == 123.25 and
                   n["gemm_best_bf16_tflops"] == 250.0 and
-                  n.get("attn_L2048_mha_vs_sdpa") == 0.68 and n.get("train_mha_vs_torch") == 0.72,
+                  n.get("attn_L2048_mha_vs_sdpa") == 0.68 and n.get("attn_L2048_mha_bf16_vs_sdpa") == 0.85 and
+                  n.get("train_mha_vs_torch") == 0.72,
                   "bench parser with bench_torch_cuda's rows after bench_cuda's: %s" % n)
         check(not gpu_check.parse_bench(text, 1)[0], "bench parser: a nonzero exit fails")
         check(not gpu_check.parse_bench("bench_cuda: no CUDA device (x): nothing to measure\n", 0)[0],

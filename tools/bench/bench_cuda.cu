@@ -119,9 +119,11 @@ static void bench_gemm(int quick) {
     cudaFree(ws);
 }
 
-static void bench_attn(int quick) {
+/* precision: the tiled core in float32, or on the tensor cores (--tf32, --bf16) */
+static void bench_attn(int quick, int precision) {
     int n = 12, dh = 64, HD = n * dh, Ls[5] = {512, 1024, 2048, 4096, 8192};
-    printf("\nattention, causal, %d heads of %d, B*L = 8192 tokens: forward | backward ms (ratio to mha)\n", n, dh);
+    printf("\nattention, causal, %d heads of %d, B*L = 8192 tokens%s: forward | backward ms (ratio to mha)\n", n, dh,
+           precision == MHE_CUDA_BF16 ? ", bf16 tensor cores" : precision == MHE_CUDA_TF32 ? ", TF32 tensor cores" : "");
     printf("%6s %20s %28s %28s\n", "L", "mha", "mhe-mul", "mhe-add");
     for (int li = 0; li < (quick ? 2 : 5); li++) {
         int L = Ls[li], B = 8192 / L > 0 ? 8192 / L : 1;
@@ -148,11 +150,11 @@ static void bench_attn(int quick) {
                     d.k_bias = kb, d.k_bias_stride = n, d.v_add = maps, gr.dk_bias = kb, gr.dv_add = maps + HD;
             }
             res[kind][0] = time_ms(quick ? 3 : 5, [&] {
-                if (mhe__cu_attn_fwd(&d, 0, 0, o, lse, q, k, v, err) != MHE_OK)
+                if (mhe__cu_attn_fwd(&d, 0, precision, o, lse, q, k, v, err) != MHE_OK)
                     failed("attention forward", err);
             });
             res[kind][1] = time_ms(quick ? 3 : 5, [&] {
-                if (mhe__cu_attn_bwd(&d, 0, 0, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err) != MHE_OK)
+                if (mhe__cu_attn_bwd(&d, 0, precision, &gr, dq, dk, dv, go, o, lse, q, k, v, scr, err) != MHE_OK)
                     failed("attention backward", err);
             });
         }
@@ -332,7 +334,7 @@ int main(int argc, char **argv) {
     if (!only || only == 1)
         bench_gemm(quick);
     if (!only || only == 2)
-        bench_attn(quick);
+        bench_attn(quick, precision);
     if (!only || only == 3)
         rc = bench_train(quick, precision);
     if ((!only || only == 4) && !rc)

@@ -272,6 +272,8 @@ def run_bench_cuda(exe, quick, only):
     runs = [[only] if only else []]
     if only in (None, "--train-only"):
         runs += [["--tf32", "--train-only"], ["--bf16", "--train-only"]]
+    if only in (None, "--attn-only"):
+        runs += [["--bf16", "--attn-only"]]  # the tiled core on the tensor cores, against SDPA in bf16
     for extra in runs:
         try:
             p = subprocess.run(args + extra, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -309,16 +311,19 @@ def side_by_side(gpu, texts, gemm, attn, train, decode):
                     C, what, simt, t[0], ratio(float(simt), t[0]), tf32, t[1], ratio(float(tf32), t[1]), bf16, t[2],
                     ratio(float(bf16), t[2])))
     rows = ATTN_RE.findall(texts[0])
+    text_bf16 = next((t for t in texts[1:] if "bf16 tensor cores" in t), "")
+    bf16_rows = {int(r[0]): float(r[1]) + float(r[2]) for r in ATTN_RE.findall(text_bf16)}
     if rows and attn:
-        print("\nattention fwd+bwd ms, causal, 12 heads of 64   mha fp32 | SDPA fp32  ratio | SDPA bf16 | "
-              "mhe-mul fp32 | mhe-add fp32")
+        print("\nattention fwd+bwd ms, causal, 12 heads of 64   mha fp32 | SDPA fp32  ratio | mha bf16 | SDPA bf16  "
+              "ratio | mhe-mul fp32 | mhe-add fp32")
         for r in rows:
             L = int(r[0])
             if L in attn:
                 mine, (f32, b16) = float(r[1]) + float(r[2]), attn[L]
-                print("L=%-5d %47.2f | %9.2f %6s | %9.2f | %12.2f | %12.2f" % (
-                    L, mine, sum(f32), ratio(sum(f32), mine), sum(b16), float(r[3]) + float(r[4]),
-                    float(r[6]) + float(r[7])))
+                m16 = bf16_rows.get(L)
+                print("L=%-5d %47.2f | %9.2f %6s | %8s | %9.2f %6s | %12.2f | %12.2f" % (
+                    L, mine, sum(f32), ratio(sum(f32), mine), "%.2f" % m16 if m16 else "-", sum(b16),
+                    ratio(sum(b16), m16), float(r[3]) + float(r[4]), float(r[6]) + float(r[7])))
     fp32 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[0])}
     tf32 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[1])} if len(texts) > 1 else {}
     bf16 = {k: float(v) for k, v, _, _ in TRAIN_RE.findall(texts[2])} if len(texts) > 2 else {}

@@ -330,6 +330,9 @@ TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memo
 DECODE_RE = re.compile(r"^decode (\S+)\s+([\d.]+) us/token\s+KV cache (\d+) bytes/token$", re.M)
 # tools/bench/bench_torch_cuda.py's side-by-side rows: mhe / PyTorch speed ratios
 SIDE_ATTN_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
+# the same row's bf16 pair: mhe's tiled core on the tensor cores against SDPA in bf16
+SIDE_ATTN16_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+[\d.]+x \|\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
+ATTN16_HEAD = ", bf16 tensor cores:"  # bench_cuda --bf16 --attn-only's table follows this
 SIDE_TRAIN_RE = re.compile(r"^(mha|mhe-mul|mhe-add)\s+\d+ \|\s+\d+\s+([\d.]+)x", re.M)
 SIDE_DECODE_RE = re.compile(r"^decode (mha|mhe-mul|mhe-add)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 
@@ -343,16 +346,21 @@ def parse_bench(text, rc):
         nums["gemm_best_simt_tflops"] = max(float(x[2]) for x in g)
         nums["gemm_best_tf32_tflops"] = max(float(x[3]) for x in g)
         nums["gemm_best_bf16_tflops"] = max(float(x[4]) for x in g)
-    a = ATTN_RE.findall(text)
+    cut = text.find(ATTN16_HEAD)  # the float32 table comes first; the bf16 one (if run) after it
+    a = ATTN_RE.findall(text if cut < 0 else text[:cut])
     for row in a:
         L = row[0]
         nums["attn_L%s_mha_ms" % L] = [float(row[1]), float(row[2])]
         nums["attn_L%s_mhe_mul_ratio" % L] = float(row[5])
         nums["attn_L%s_mhe_add_ratio" % L] = float(row[8])
+    for row in ATTN_RE.findall(text[cut:]) if cut >= 0 else []:
+        nums["attn_L%s_mha_bf16_ms" % row[0]] = [float(row[1]), float(row[2])]
     for kind, tps, ms, mem in TRAIN_RE.findall(text):
         nums["train_%s_tokens_per_s" % kind.replace("-", "_")] = float(tps)
     for L, ratio in SIDE_ATTN_RE.findall(text):
         nums["attn_L%s_mha_vs_sdpa" % L] = float(ratio)
+    for L, ratio in SIDE_ATTN16_RE.findall(text):
+        nums["attn_L%s_mha_bf16_vs_sdpa" % L] = float(ratio)
     for kind, ratio in SIDE_TRAIN_RE.findall(text):
         nums["train_%s_vs_torch" % kind.replace("-", "_")] = float(ratio)
     for kind, us, kv in DECODE_RE.findall(text):
