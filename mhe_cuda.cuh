@@ -2283,10 +2283,13 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_dkv_k(mhe__cu_att a, floa
    stride puts the 16 rows a half-warp reads in 16 banks. It runs softmax
    attention with MHE's maps (q * q_mul_h + q_add_h applied as the query
    tile is loaded, v_mul / v_add on the output), MHE-ADD's key-bias table,
-   GQA / MQA and one seed query (q_shared), causal, padded, q_offset, for
-   d_h = d_qk <= 64 and at least MHE__CU_FL_MIN_ROWS queries, without
-   attention dropout; mhe__cu_flash_fits says which, the warp-per-row core
-   runs the rest (Taylor, collab, dropout, decoding, wide heads). */
+   GQA / MQA and one seed query (q_shared), collab on the tensor cores
+   (query/key width d_qk unlike d_h, V per head, its content bias as the
+   key-bias table), causal,
+   padded, q_offset, for d_h and d_qk <= 64 and at least
+   MHE__CU_FL_MIN_ROWS queries, without attention dropout;
+   mhe__cu_flash_fits says which, the warp-per-row core runs the rest
+   (Taylor, dropout, decoding, wide heads). */
 #define MHE__CU_FL 64          /* rows (queries or keys) per tile, and the widest head */
 #define MHE__CU_FLS 65         /* a tile row's stride in shared memory */
 #define MHE__CU_FL_MIN_ROWS 16 /* fewer queries (decoding) leave most of a 64-row block idle */
@@ -2294,9 +2297,18 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_dkv_k(mhe__cu_att a, floa
 static int mhe__cu_flash_off;    /* tests: 1 sends every call to the warp-per-row core */
 static long mhe__cu_flash_calls; /* tests: launches of the tiled core, so they can see it ran */
 
-static int mhe__cu_flash_fits(const mhe__cu_att *a, int taylor) {
-    return !mhe__cu_flash_off && !taylor && a->drop == 0.0f && !a->v_per_head && a->dk == a->dh &&
-           a->dh <= MHE__CU_FL && a->Tq >= MHE__CU_FL_MIN_ROWS;
+/* collab (V per head, d_qk unlike d_h) takes the tiled core on the tensor cores only: in float32
+   its extra columns would push the SIMT backward past the 128 registers that keep two blocks on
+   an SM */
+static int mhe__cu_flash_fits(const mhe__cu_att *a, int taylor, int precision) {
+    int collab = a->v_per_head || a->dk != a->dh;
+    return !mhe__cu_flash_off && !taylor && a->drop == 0.0f && a->dk <= MHE__CU_FL && a->dh <= MHE__CU_FL &&
+           a->Tq >= MHE__CU_FL_MIN_ROWS && (!collab || precision != MHE_CUDA_FP32);
+}
+
+/* the first V column of head h: its K/V head's, or (collab: V per head) its own slice of it */
+static __device__ __forceinline__ int64_t mhe__cu_fl_vcol(const mhe__cu_att &a, int h) {
+    return a.v_per_head ? (int64_t)(h / a.group) * a.vw + (int64_t)(h % a.group) * a.dh : (int64_t)(h / a.group) * a.dh;
 }
 
 /* x rounded as the tensor cores of a precision read it (RND 0: float32, MHE_CUDA_TF32, MHE_CUDA_BF16),
@@ -2583,7 +2595,7 @@ __global__ __launch_bounds__(128) void mhe__cu_flash_fwd_tc(mhe__cu_att a, float
         int keys = kend - j0 < MHE__CU_FL ? kend - j0 : MHE__CU_FL;
         __syncthreads(); /* every warp is done with the previous K and V */
         mhe__cu_fl_load<MHE__CU_FLT, RND>(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)kvh * a.dk, a.dk);
-        mhe__cu_fl_load<MHE__CU_FLT, RND>(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)kvh * a.dh, a.dh);
+        mhe__cu_fl_load<MHE__CU_FLT, RND>(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, mhe__cu_fl_vcol(a, h), a.dh);
         for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
             kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
         __syncthreads();
@@ -2749,7 +2761,7 @@ __global__ __launch_bounds__(256, TC ? 1 : 0) void mhe__cu_flash_bwd(mhe__cu_att
         return; /* the whole block: no barrier is reached */
     float dka[4][4] = {{0.0f}}, dva[4][4] = {{0.0f}}, kb_sum = 0.0f;
     mhe__cu_fl_load(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)g * a.dk, a.dk);
-    mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)g * a.dh, a.dh);
+    mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, TC ? mhe__cu_fl_vcol(a, h) : (int64_t)g * a.dh, a.dh);
     for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
         kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
     int t_start = a.causal ? j0 - a.q_off : 0; /* the first query that sees key j0 */
@@ -2865,18 +2877,27 @@ __global__ __launch_bounds__(256, TC ? 1 : 0) void mhe__cu_flash_bwd(mhe__cu_att
         if (r >= keys)
             continue;
         float *dkr = dk + ((size_t)b * a.Tk + j0 + r) * a.ks + (size_t)g * a.dk,
-              *dvr = dv + ((size_t)b * a.Tk + j0 + r) * a.vs + (size_t)g * a.dh;
+              *dvr = dv + ((size_t)b * a.Tk + j0 + r) * a.vs + (TC ? mhe__cu_fl_vcol(a, h) : (int64_t)g * a.dh);
 #pragma unroll
         for (int x = 0; x < (TC ? 8 : 4); x++) {
             int i = TC ? x / 2 : rs, j = TC ? 2 * rs + x % 2 : x, c = MHE__CU_FL_COL(i, j);
-            if (c >= a.dh)
-                continue;
-            if (a.group > 1) { /* the other heads of this K/V head add to the same rows */
-                atomicAdd(dkr + c, a.scale * dka[i][j]);
-                atomicAdd(dvr + c, dva[i][j]);
-            } else {
-                dkr[c] += a.scale * dka[i][j];
-                dvr[c] += dva[i][j];
+            if (!TC) { /* d_qk = d_h, one V per K/V head (mhe__cu_flash_fits) */
+                if (c < a.dh && a.group > 1) { /* the other heads of this K/V head add to the same rows */
+                    atomicAdd(dkr + c, a.scale * dka[i][j]);
+                    atomicAdd(dvr + c, dva[i][j]);
+                } else if (c < a.dh) {
+                    dkr[c] += a.scale * dka[i][j];
+                    dvr[c] += dva[i][j];
+                }
+            } else { /* the same, with collab's widths (dV: the head's own slice, no atomics) */
+                if (c < a.dk && a.group > 1)
+                    atomicAdd(dkr + c, a.scale * dka[i][j]);
+                else if (c < a.dk)
+                    dkr[c] += a.scale * dka[i][j];
+                if (c < a.dh && a.group > 1 && !a.v_per_head)
+                    atomicAdd(dvr + c, dva[i][j]);
+                else if (c < a.dh)
+                    dvr[c] += dva[i][j];
             }
         }
     }
@@ -2926,7 +2947,7 @@ static mhe_status mhe__cu_attn_fwd(const mhe_attn_dims *d, int taylor, int preci
                          a.group, a.dh);
     if (a.Tq < 1 || a.B < 1)
         return MHE_OK;
-    if (mhe__cu_flash_fits(&a, taylor)) {
+    if (mhe__cu_flash_fits(&a, taylor, precision)) {
         mhe__cu_flash_calls++;
         dim3 fgrid((unsigned)mhe__cu_blocks(a.Tq, MHE__CU_FL), (unsigned)a.n, (unsigned)a.B);
         if (precision != MHE_CUDA_FP32)
@@ -2964,7 +2985,7 @@ static mhe_status mhe__cu_attn_bwd(const mhe_attn_dims *d, int taylor, int preci
         return MHE_OK;
     int64_t rows = (int64_t)a.B * a.n * a.Tq;
     cudaError_t e = mhe__cu_launch(mhe__cu_attn_rowdot, dim3(mhe__cu_blocks(rows, 4)), dim3(128), 0, a, scratch, dout, out);
-    if (e == cudaSuccess && a.Tk > 0 && mhe__cu_flash_fits(&a, taylor)) {
+    if (e == cudaSuccess && a.Tk > 0 && mhe__cu_flash_fits(&a, taylor, precision)) {
         mhe__cu_flash_calls++;
         e = mhe__cu_launch(precision == MHE_CUDA_BF16   ? mhe__cu_flash_bwd<MHE_CUDA_BF16>
                            : precision == MHE_CUDA_TF32 ? mhe__cu_flash_bwd<MHE_CUDA_TF32>

@@ -99,7 +99,9 @@ static const char *const att_precision_name[] = {"", " tf32", " bf16"};
 /* the tiled core (mhe__cu_flash_*) runs these; the rest, and every case again with
    mhe__cu_flash_off set, run the warp-per-row core: both against the CPU */
 static int tiled_case(int Tq, int dh, int maps) {
-    return maps != COLLAB && att_drop == 0.0f && dh <= MHE__CU_FL && Tq >= MHE__CU_FL_MIN_ROWS;
+    int dk = maps == COLLAB ? dh + 7 : dh; /* as one() sets it; collab tiles on the tensor cores only */
+    return att_drop == 0.0f && dh <= MHE__CU_FL && dk <= MHE__CU_FL && Tq >= MHE__CU_FL_MIN_ROWS &&
+           (maps != COLLAB || att_precision != MHE_CUDA_FP32);
 }
 
 static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int pad, int maps) {
@@ -393,6 +395,8 @@ static const struct {
     {2, 4, 1, 37, 37, 16, 1, NOPAD, COLLAB, 0},
     {2, 6, 1, 19, 45, 40, 0, PAD, COLLAB, 1},
     {2, 4, 1, 1, 45, 16, 1, NOPAD, COLLAB, 0},
+    {2, 4, 1, 100, 130, 32, 1, PAD, COLLAB, 0}, /* the tiled core over two query and three key tiles */
+    {1, 2, 1, 40, 40, 60, 0, NOPAD, COLLAB, 0},  /* d_qk 67: past the tiles, the warp-per-row core */
 };
 
 /* attention dropout: self and cross, GQA, each map path */
@@ -419,14 +423,15 @@ int main(int argc, char **argv) {
                 mhe__cu_flash_off = 1;
                 one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
                 mhe__cu_flash_off = 0;
-#if defined(MHE_EMU_THREADS) || defined(MHE_EMU_BLOCKS)
-                if (!c.quick) /* the sanitizer builds (slow): races and bounds on the quick cases' shapes */
-                    continue;
-#endif
-                for (att_precision = MHE_CUDA_TF32; att_precision <= MHE_CUDA_BF16; att_precision++)
-                    one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps); /* on the tensor cores */
-                att_precision = MHE_CUDA_FP32;
             }
+#if defined(MHE_EMU_THREADS) || defined(MHE_EMU_BLOCKS)
+            if (!c.quick) /* the sanitizer builds (slow): races and bounds on the quick cases' shapes */
+                continue;
+#endif
+            for (att_precision = MHE_CUDA_TF32; att_precision <= MHE_CUDA_BF16; att_precision++)
+                if (tiled_case(c.Tq, c.dh, c.maps)) /* the tiled core on the tensor cores */
+                    one(c.B, c.n, c.n_kv, c.Tq, c.Tk, c.dh, c.causal, c.pad, c.maps);
+            att_precision = MHE_CUDA_FP32;
         }
     att_drop = 0.25f; /* attention dropout on each path, over two key tiles */
     for (const auto &c : drop_cases)
