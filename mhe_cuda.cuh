@@ -591,6 +591,18 @@ static __device__ __forceinline__ void mhe__cu_store_frag(float *C, int ldc, int
         mhe__cu_store(C, ldc, M, N, r + 8 * (e / 2), c + e % 2, alpha, acc[e], beta, ep);
 }
 
+/* a warp's MI x 4 fragments (rows r0 + 16 i, columns c0 + 8 j; g, t its lane's) into C */
+template <int MI>
+static __device__ __forceinline__ void mhe__cu_store_frags(float *C, int ldc, int M, int N, int r0, int c0, float alpha,
+                                                           const float (*acc)[4][4], float beta,
+                                                           const mhe__cu_epi &ep, int g, int t) {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            mhe__cu_store_frag(C, ldc, M, N, r0 + 16 * i + g, c0 + 8 * j + 2 * t, alpha, acc[i][j], beta, ep);
+}
+
 /* TF32 tensor cores: mma.sync.m16n8k8 (PTX ISA, "Matrix fragments for
    mma.m16n8k8", .tf32). Fragment coordinates, with
    g = lane / 4 and t = lane % 4: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
@@ -724,12 +736,7 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, flo
         }
         __syncthreads();
     }
-    #pragma unroll
-    for (int i = 0; i < 2; i++)
-        #pragma unroll
-        for (int j = 0; j < 4; j++)
-            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
-                               ep);
+    mhe__cu_store_frags<2>(C, ldc, M, N, m0 + wm, n0 + wn, alpha, acc, beta, ep, g, t);
     mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GBM, MHE__CU_GBN, ep);
 }
 
@@ -868,12 +875,7 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_mma128(int M, int N, int K, 
     }
 #undef MHE__CU_GT2_FETCH
 #undef MHE__CU_GT2_STORE
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
-                               ep);
+    mhe__cu_store_frags<4>(C, ldc, M, N, m0 + wm, n0 + wn, alpha, acc, beta, ep, g, t);
     mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GB2, MHE__CU_GB2, ep);
 }
 
@@ -1006,14 +1008,7 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_pipe(int M, int N, int K, fl
     int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
     int m0 = (int)blockIdx.y * MHE__CU_GB2, n0 = (int)blockIdx.x * MHE__CU_GB2;
     int wm = (warp / 4) * 64, wn = (warp % 4) * 32, nk = (K + MHE__CU_GP_BK - 1) / MHE__CU_GP_BK;
-    float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+    float acc[4][4][4] = {{{0.0f}}};
     /* stage kt into buffer s: op(A)'s rows run along A's rows unless TA, op(B)'s along B's if TB */
 #define MHE__CU_GP_LOAD(s, kt)                                                                           \
     do {                                                                                                 \
@@ -1102,12 +1097,7 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_pipe(int M, int N, int K, fl
     }
 #undef MHE__CU_GP_LOAD
     mhe__cu_cp_wait<0>(); /* the empty groups of the last stages */
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            mhe__cu_store_frag(C, ldc, M, N, m0 + wm + 16 * i + g, n0 + wn + 8 * j + 2 * t, alpha, acc[i][j], beta,
-                               ep);
+    mhe__cu_store_frags<4>(C, ldc, M, N, m0 + wm, n0 + wn, alpha, acc, beta, ep, g, t);
     mhe__cu_epi_act(C, ldc, M, N, m0, n0, MHE__CU_GB2, MHE__CU_GB2, ep);
 }
 
