@@ -947,7 +947,6 @@ static __device__ __forceinline__ void mhe__cu_ldmatrix_x4(unsigned d[4], const 
 #define MHE__CU_GP_SMEM ((size_t)2 * MHE__CU_GP_STAGES * MHE__CU_GP_TILE * sizeof(float))
 
 static long mhe__cu_gemm_pipe_calls; /* tests: launches of the pipelined kernel, so they can see it ran */
-static int mhe__cu_gemm_pipe_off;    /* tests: 1 sends its GEMMs to mhe__cu_gemm_mma128 */
 
 /* a stage of X into tile by cp.async, 4 copies of 16 bytes per thread. KROW 1: tile[row][k], the
    tile's 128 rows from X's row r0 on and its 32 k from column c0; 0: tile[k][row], its 32 k from
@@ -1173,7 +1172,7 @@ static cudaError_t mhe__cu_gemm(int precision, int ta, int tb, int M, int N, int
     if ((long)M * N >= mhe__cu_gemm_big_min) { /* enough 128 x 128 tiles to fill the GPU */
         grid = dim3((unsigned)mhe__cu_blocks(N, MHE__CU_GB2), (unsigned)mhe__cu_blocks(M, MHE__CU_GB2));
         int aligned = ((uintptr_t)A | (uintptr_t)B) % 16 == 0 && lda % 4 == 0 && ldb % 4 == 0;
-        if (precision != MHE_CUDA_FP32 && aligned && !(ta && tb) && !mhe__cu_gemm_pipe_off) {
+        if (precision != MHE_CUDA_FP32 && aligned && !(ta && tb)) {
             mhe__cu_gemm_pipe_calls++;
             return mhe__cu_launch(precision == MHE_CUDA_BF16 ? mhe__cu_pipe_kernel<1>(ta, tb)
                                                              : mhe__cu_pipe_kernel<0>(ta, tb),
