@@ -1347,12 +1347,6 @@ static __device__ __forceinline__ float mhe__cu_act_grad(int act, float x) {
     return sg * (1.0f + x * (1.0f - sg));
 }
 
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_act_fwd(int act, float *out, const float *inp, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        out[i] = mhe__cu_act(act, inp[i]);
-}
-
 __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_act_bwd(int act, float *dinp, const float *inp,
                                                               const float *dout, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
