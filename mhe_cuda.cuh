@@ -41,6 +41,11 @@
 #include <cuda_runtime.h>
 #endif
 #include <stdint.h>
+#include <string.h>
+#include <initializer_list>
+#include <new>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 
 /* ======================================================================== */
@@ -156,6 +161,7 @@ typedef struct mhe_cuda_model {
     float *first, *d_first;                 /* cls_pool=first: the first token's rows [B, C] and their gradient */
     size_t device_bytes;                    /* parameters, gradients and activations */
     size_t cap_bytes_acts;
+    int async_in;                           /* 1: a trainer's step: its uploads need not wait (mhe__cu_upload) */
     float *loss_sink;                       /* device: where a forward sums its losses without a copy back
                                                (a deferred trainer's step); NULL: the loss comes back at once */
     char err[MHE_ERR_LEN];
@@ -168,6 +174,8 @@ typedef struct mhe_cuda_adam_chunk {
     int64_t off;                            /* into the parameters, as host->param_data */
     int n, decay;                           /* elements; 1: weight decay applies (mhe_tensor.decay) */
 } mhe_cuda_adam_chunk;
+
+struct mhe__cu_graph; /* a trainer's recorded step and its graph */
 
 typedef struct mhe_cuda_trainer {
     mhe_trainer host;
@@ -187,6 +195,15 @@ typedef struct mhe_cuda_trainer {
     int stats_pending;                      /* a step ran since the last mhe_cuda_trainer_stats */
     cudaEvent_t stats_ready;                /* recorded after the copy */
     int has_event;                          /* stats_ready was created */
+    /* graph = 1 (with deferred): each step is recorded, and a step whose launches repeat the last
+       step's (kernels, grids, memsets: the same shapes) runs as one CUDA graph launch, with the
+       arguments that changed (dropout seeds, the learning rate, moved buffers) patched into its
+       nodes. Built at the second step of a shape, rebuilt when the shape changes; the same float
+       operations in the same order as without it. 0 (the default): every kernel is launched. */
+    int graph;
+    struct mhe__cu_graph *graph_state;
+    long graph_builds, graph_launches, graph_patches; /* graphs built, steps run as one, nodes patched */
+    cudaError_t graph_error;                /* why graph turned itself off (a graph the driver refused), else cudaSuccess */
 } mhe_cuda_trainer;
 
 /* the first device's name and compute capability, or MHE_ERR_DEVICE (no
@@ -318,6 +335,146 @@ static __device__ __forceinline__ float mhe__cu_warp_max(float v) {
     return v;
 }
 
+/* ---- a step recorded for a CUDA graph (mhe_cuda_trainer.graph) ----------
+   While a trainer records a step (mhe__cu_recording set, on its thread),
+   each kernel launch, memset and device copy of the step becomes an op
+   instead of running. The batch's uploads run at once: they only fill
+   inputs no kernel of the step writes, so they may go before it. The ops
+   then run as one graph launch (mhe__cu_graph_run), or one by one. */
+struct mhe__cu_op {
+    const void *key = NULL; /* the kernel, or the tag of a memset or copy */
+    virtual ~mhe__cu_op() {}
+    virtual cudaError_t run() = 0; /* as the call it stands for, on the legacy stream */
+    virtual cudaError_t add(cudaGraph_t graph, const cudaGraphNode_t *after, cudaGraphNode_t *node) = 0;
+    virtual int same_shape(const mhe__cu_op *o) const = 0; /* o has the same key: the same node? */
+    virtual int same_args(const mhe__cu_op *o) const = 0;
+    virtual cudaError_t patch(cudaGraphExec_t exec, cudaGraphNode_t node) = 0; /* these arguments into node */
+};
+
+template <typename... Exp>
+struct mhe__cu_kernel_op : mhe__cu_op {
+    void (*kernel)(Exp...);
+    dim3 grid, block;
+    size_t smem;
+    std::tuple<typename std::decay<Exp>::type...> args; /* converted as a launch converts them */
+    void *where[sizeof...(Exp) + 1];                    /* each argument's address: a kernel node's kernelParams */
+    template <typename... Act>
+    mhe__cu_kernel_op(void (*k)(Exp...), dim3 gr, dim3 bl, size_t sm, Act &&...a)
+        : kernel(k), grid(gr), block(bl), smem(sm), args(std::forward<Act>(a)...) {
+        key = (const void *)k;
+        point(std::index_sequence_for<Exp...>{});
+    }
+    template <size_t... I> void point(std::index_sequence<I...>) {
+        void *w[] = {(void *)&std::get<I>(args)..., NULL};
+        memcpy(where, w, sizeof w);
+    }
+    template <size_t... I> cudaError_t launch(std::index_sequence<I...>) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = 0;
+        return cudaLaunchKernelEx(&cfg, kernel, std::get<I>(args)...);
+    }
+    template <size_t... I> int equal(const mhe__cu_kernel_op *o, std::index_sequence<I...>) const {
+        int same = 1; /* byte for byte: a struct's padding may differ, which only costs a patch */
+        (void)o;
+        (void)std::initializer_list<int>{
+            (same &= !memcmp(&std::get<I>(args), &std::get<I>(o->args), sizeof(std::get<I>(args))), 0)...};
+        return same;
+    }
+    cudaKernelNodeParams params() {
+        cudaKernelNodeParams p = {};
+        p.func = (void *)kernel;
+        p.gridDim = grid;
+        p.blockDim = block;
+        p.sharedMemBytes = (unsigned)smem;
+        p.kernelParams = where;
+        return p;
+    }
+    cudaError_t run() override { return launch(std::index_sequence_for<Exp...>{}); }
+    cudaError_t add(cudaGraph_t graph, const cudaGraphNode_t *after, cudaGraphNode_t *node) override {
+        cudaKernelNodeParams p = params();
+        return cudaGraphAddKernelNode(node, graph, after, after ? 1 : 0, &p);
+    }
+    int same_shape(const mhe__cu_op *op) const override {
+        const mhe__cu_kernel_op *o = static_cast<const mhe__cu_kernel_op *>(op);
+        return grid.x == o->grid.x && grid.y == o->grid.y && grid.z == o->grid.z && block.x == o->block.x &&
+               block.y == o->block.y && block.z == o->block.z && smem == o->smem;
+    }
+    int same_args(const mhe__cu_op *o) const override {
+        return equal(static_cast<const mhe__cu_kernel_op *>(o), std::index_sequence_for<Exp...>{});
+    }
+    cudaError_t patch(cudaGraphExec_t exec, cudaGraphNode_t node) override {
+        cudaKernelNodeParams p = params();
+        return cudaGraphExecKernelNodeSetParams(exec, node, &p);
+    }
+};
+
+/* a memset to zero (bytes from p) or a copy; a change of either is a new node, never a patch */
+struct mhe__cu_mem_op : mhe__cu_op {
+    void *dst;
+    const void *src; /* NULL: a memset */
+    size_t bytes;
+    cudaMemcpyKind kind;
+    mhe__cu_mem_op(void *d, const void *s, size_t n, cudaMemcpyKind k) : dst(d), src(s), bytes(n), kind(k) {
+        static const char memset_tag = 0, copy_tag = 0;
+        key = s ? &copy_tag : &memset_tag;
+    }
+    cudaError_t run() override {
+        return src ? cudaMemcpyAsync(dst, src, bytes, kind, 0) : cudaMemsetAsync(dst, 0, bytes, 0);
+    }
+    cudaError_t add(cudaGraph_t graph, const cudaGraphNode_t *after, cudaGraphNode_t *node) override {
+        cudaMemsetParams p = {};
+        if (src)
+            return cudaGraphAddMemcpyNode1D(node, graph, after, after ? 1 : 0, dst, src, bytes, kind);
+        p.dst = dst;
+        p.elementSize = 1;
+        p.width = bytes;
+        p.height = 1;
+        return cudaGraphAddMemsetNode(node, graph, after, after ? 1 : 0, &p);
+    }
+    int same_shape(const mhe__cu_op *op) const override {
+        const mhe__cu_mem_op *o = static_cast<const mhe__cu_mem_op *>(op);
+        return dst == o->dst && src == o->src && bytes == o->bytes && kind == o->kind;
+    }
+    int same_args(const mhe__cu_op *) const override { return 1; }
+    cudaError_t patch(cudaGraphExec_t, cudaGraphNode_t) override { return cudaErrorInvalidValue; }
+};
+
+typedef struct mhe__cu_recorder {
+    mhe__cu_op **ops;
+    int n, cap;
+} mhe__cu_recorder;
+
+static thread_local mhe__cu_recorder *mhe__cu_recording = NULL;
+
+static cudaError_t mhe__cu_record(mhe__cu_op *op) {
+    mhe__cu_recorder *r = mhe__cu_recording;
+    if (!op)
+        return cudaErrorMemoryAllocation;
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 256;
+        mhe__cu_op **ops = (mhe__cu_op **)realloc(r->ops, (size_t)cap * sizeof *ops);
+        if (!ops) {
+            delete op;
+            return cudaErrorMemoryAllocation;
+        }
+        r->ops = ops;
+        r->cap = cap;
+    }
+    r->ops[r->n++] = op;
+    return cudaSuccess;
+}
+
+static void mhe__cu_recorder_free(mhe__cu_recorder *r) {
+    for (int i = 0; i < r->n; i++)
+        delete r->ops[i];
+    free(r->ops);
+    r->ops = NULL;
+    r->n = r->cap = 0;
+}
+
 /* Launch through cudaLaunchKernelEx (`<<<>>>` is not C++); dynamic shared
    memory past the 48 KiB default is asked for first. */
 template <typename... Exp, typename... Act>
@@ -332,7 +489,33 @@ static cudaError_t mhe__cu_launch(void (*kernel)(Exp...), dim3 grid, dim3 block,
         if (e != cudaSuccess)
             return e;
     }
+    if (mhe__cu_recording)
+        return mhe__cu_record(new (std::nothrow)
+                                  mhe__cu_kernel_op<Exp...>(kernel, grid, block, smem, std::forward<Act>(args)...));
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Act>(args)...);
+}
+
+/* bytes from p to zero, and a device-side copy (device to device, or to pinned host memory) */
+static cudaError_t mhe__cu_memset0(void *p, size_t bytes) {
+    if (mhe__cu_recording)
+        return mhe__cu_record(new (std::nothrow) mhe__cu_mem_op(p, NULL, bytes, cudaMemcpyDefault));
+    return cudaMemsetAsync(p, 0, bytes, 0);
+}
+
+static cudaError_t mhe__cu_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (mhe__cu_recording)
+        return mhe__cu_record(new (std::nothrow) mhe__cu_mem_op(dst, src, bytes, kind));
+    return cudaMemcpyAsync(dst, src, bytes, kind, 0);
+}
+
+/* a batch's input host -> device. Async (a trainer's step, whose batch is in
+   the trainer's own pageable buffers): the driver stages pageable memory at
+   once, so the host neither waits for the device's earlier work nor keeps
+   src; else a plain copy (a caller's buffer may be pinned and reused). */
+static cudaError_t mhe__cu_upload(int async, void *dst, const void *src, size_t bytes) {
+    if (async)
+        return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0);
+    return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
 /* a CUDA error as an mhe_status with the call that failed in err */
@@ -3649,7 +3832,7 @@ MHEDEF mhe_status mhe_cuda_model_grads(mhe_cuda_model *g) {
 }
 
 MHEDEF mhe_status mhe_cuda_model_zero_grad(mhe_cuda_model *g) {
-    MHE__CU_TRY(cudaMemset(g->grads, 0, (size_t)g->host->n_params * sizeof(float)), "zero gradients");
+    MHE__CU_TRY(mhe__cu_memset0(g->grads, (size_t)g->host->n_params * sizeof(float)), "zero gradients");
     return MHE_OK;
 }
 
@@ -3667,7 +3850,7 @@ MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
 /* ---- device building blocks: the CPU's linear, norm, residual -------------- */
 
 static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
-    MHE__CU_TRY(cudaMemset(p, 0, n * sizeof(float)), "cudaMemset");
+    MHE__CU_TRY(mhe__cu_memset0(p, n * sizeof(float)), "cudaMemset");
     return MHE_OK;
 }
 
@@ -4732,7 +4915,7 @@ static mhe_status mhe__cu_fixed_fwd(mhe_cuda_model *g, int T) {
     if (m->fixed.kind < 0)
         return MHE_OK;
     if (m->fixed.kind == MHE_ATTN_RNDEMB_QK)
-        MHE__CU_TRY(cudaMemcpy(g->fixed_emb, g->fixed_eps, (size_t)T * C * sizeof(float), cudaMemcpyDeviceToDevice),
+        MHE__CU_TRY(mhe__cu_copy(g->fixed_emb, g->fixed_eps, (size_t)T * C * sizeof(float), cudaMemcpyDeviceToDevice),
                     "the fixed embeddings");
     else
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_embed_fwd, dim3(T), dim3(MHE__CU_EW), 0, g->fixed_emb,
@@ -4788,6 +4971,8 @@ static mhe_status mhe__cu_reduce_dev(mhe_cuda_model *g, const float *x, int64_t 
 /* the same sum into *out on the host (a blocking copy) */
 static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out) {
     float s = 0.0f;
+    if (mhe__cu_recording) /* a step recorded for a graph reads nothing back (mhe_cuda_trainer.graph) */
+        return mhe__fail(g->err, MHE_ERR_DEVICE, "internal: a blocking read inside a recorded step");
     MHE__CU_MHE(mhe__cu_reduce_dev(g, x, n, square, g->partial + 1024));
     MHE__CU_TRY(cudaMemcpy(&s, g->partial + 1024, sizeof s, cudaMemcpyDeviceToHost), "download sum");
     *out = s;
@@ -4824,7 +5009,7 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int Ts, int 
     if (g->in_lengths) {
         if (mhe__check_lengths(m, g->in_lengths, B, T, "lengths") != MHE_OK)
             return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
-        MHE__CU_TRY(cudaMemcpy(g->lengths, g->in_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+        MHE__CU_TRY(mhe__cu_upload(g->async_in, g->lengths, g->in_lengths, (size_t)B * sizeof(int)),
                     "upload lengths");
         memcpy(g->h_len, g->in_lengths, (size_t)B * sizeof(int)); /* fnet and linear read them on the host */
         g->has_len = 1;
@@ -4832,7 +5017,7 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int Ts, int 
     if (g->in_src_lengths && Ts > 0) { /* encdec: the source's padding (mhe__forward_batch) */
         if (mhe__check_lengths(m, g->in_src_lengths, B, Ts, "src_lengths") != MHE_OK)
             return mhe__fail(g->err, MHE_ERR_DATA, "%s", m->err);
-        MHE__CU_TRY(cudaMemcpy(g->src_lengths, g->in_src_lengths, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+        MHE__CU_TRY(mhe__cu_upload(g->async_in, g->src_lengths, g->in_src_lengths, (size_t)B * sizeof(int)),
                     "upload src_lengths");
         memcpy(g->h_len + g->cap_B, g->in_src_lengths, (size_t)B * sizeof(int));
         g->has_src_len = 1;
@@ -4845,7 +5030,7 @@ static mhe_status mhe__cu_batch_in(mhe_cuda_model *g, int B, int T, int Ts, int 
                                  c->n_classes);
             *count += g->in_labels[i] >= 0;
         }
-        MHE__CU_TRY(cudaMemcpy(g->labels, g->in_labels, (size_t)B * sizeof(int), cudaMemcpyHostToDevice),
+        MHE__CU_TRY(mhe__cu_upload(g->async_in, g->labels, g->in_labels, (size_t)B * sizeof(int)),
                     "upload labels");
         g->last_cls = 1;
     }
@@ -5063,14 +5248,14 @@ static mhe_status mhe__cu_types_in(mhe_cuda_model *g, int rows) {
     if (!c->type_vocab)
         return MHE_OK;
     if (!g->in_types) {
-        MHE__CU_TRY(cudaMemset(g->types, 0, (size_t)rows * sizeof(int)), "zero types");
+        MHE__CU_TRY(mhe__cu_memset0(g->types, (size_t)rows * sizeof(int)), "zero types");
         return MHE_OK;
     }
     for (int i = 0; i < rows; i++)
         if (g->in_types[i] < 0 || g->in_types[i] >= c->type_vocab)
             return mhe__fail(g->err, MHE_ERR_DATA, "token type %d at position %d is outside [0, %d) (type_vocab)",
                              g->in_types[i], i, c->type_vocab);
-    MHE__CU_TRY(cudaMemcpy(g->types, g->in_types, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload types");
+    MHE__CU_TRY(mhe__cu_upload(g->async_in, g->types, g->in_types, (size_t)rows * sizeof(int)), "upload types");
     return MHE_OK;
 }
 
@@ -5115,7 +5300,7 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
     MHE__CU_MHE(mhe__cu_batch_in(g, B, T, E && !g->cache ? Ts : 0, targets != NULL, &cls_count));
     MHE__CU_MHE(mhe__cu_types_in(g, rows));
     if (E && !g->cache) {
-        MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)B * Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
+        MHE__CU_TRY(mhe__cu_upload(g->async_in, g->src, src, (size_t)B * Ts * sizeof(int)), "upload source");
         MHE__CU_MHE(mhe__cu_encode(g, B, Ts));
     }
     g->hashed = 0;
@@ -5137,18 +5322,16 @@ static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, con
             tokens = codes;
             g->hashed = emb;
             if (emb == MHE_EMB_HASH_POOL && e->nw > 0)
-                MHE__CU_TRY(cudaMemcpy(g->hw_in, e->idx,
-                                       (size_t)e->nw * mhe_hash_pool_chunks(nb, c->hash_chunk) * sizeof(int),
-                                       cudaMemcpyHostToDevice), "upload the words' chunk indices");
+                MHE__CU_TRY(mhe__cu_upload(g->async_in, g->hw_in, e->idx,
+                                          (size_t)e->nw * mhe_hash_pool_chunks(nb, c->hash_chunk) * sizeof(int)),
+                            "upload the words' chunk indices");
             else if (emb > MHE_EMB_HASH_POOL && e->nw > 0)
-                MHE__CU_TRY(cudaMemcpy(g->hw_in, e->bits, (size_t)e->nw * MHE_BITS_BYTES(nb), cudaMemcpyHostToDevice),
-                            "upload the words' bits");
+                MHE__CU_TRY(mhe__cu_upload(g->async_in, g->hw_in, e->bits, (size_t)e->nw * MHE_BITS_BYTES(nb)), "upload the words' bits");
         }
     }
-    MHE__CU_TRY(cudaMemcpy(g->tokens, tokens, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice), "upload tokens");
+    MHE__CU_TRY(mhe__cu_upload(g->async_in, g->tokens, tokens, (size_t)rows * sizeof(int)), "upload tokens");
     if (targets)
-        MHE__CU_TRY(cudaMemcpy(g->targets, targets, (size_t)rows * sizeof(int), cudaMemcpyHostToDevice),
-                    "upload targets");
+        MHE__CU_TRY(mhe__cu_upload(g->async_in, g->targets, targets, (size_t)rows * sizeof(int)), "upload targets");
     if (!g->cache) /* decoding reads the stream's Q|K from the cache */
         MHE__CU_MHE(mhe__cu_fixed_fwd(g, T));
     if (g->hashed)
@@ -5395,6 +5578,86 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     return E ? mhe__cu_encode_bwd(g, &enc) : MHE_OK;
 }
 
+/* ---- a step as a CUDA graph (mhe_cuda_trainer.graph) ------------------------------ */
+
+struct mhe__cu_graph {
+    mhe__cu_recorder last;                  /* the last step's ops: the arguments the graph's nodes hold */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;                   /* NULL: no graph for the last step's shape yet */
+    cudaGraphNode_t *nodes;                 /* node i runs last.ops[i] */
+};
+
+static void mhe__cu_graph_drop(mhe__cu_graph *G) {
+    if (G->exec)
+        cudaGraphExecDestroy(G->exec);
+    if (G->graph)
+        cudaGraphDestroy(G->graph);
+    free(G->nodes);
+    G->exec = NULL;
+    G->graph = NULL;
+    G->nodes = NULL;
+}
+
+/* the recorded ops of a step as one chain of nodes, each after the one before */
+static cudaError_t mhe__cu_graph_build(mhe__cu_graph *G, const mhe__cu_recorder *rec) {
+    cudaError_t e = cudaGraphCreate(&G->graph, 0);
+    int i;
+    if (e == cudaSuccess && !(G->nodes = (cudaGraphNode_t *)malloc((size_t)(rec->n > 0 ? rec->n : 1) * sizeof *G->nodes)))
+        e = cudaErrorMemoryAllocation;
+    for (i = 0; e == cudaSuccess && i < rec->n; i++)
+        e = rec->ops[i]->add(G->graph, i ? &G->nodes[i - 1] : NULL, &G->nodes[i]);
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiateWithFlags(&G->exec, G->graph, 0);
+    if (e != cudaSuccess) {
+        G->exec = NULL; /* not made */
+        mhe__cu_graph_drop(G);
+    }
+    return e;
+}
+
+/* Run a recorded step: as the graph when its ops repeat the last step's
+   (patching the nodes whose arguments changed), as a new graph the second
+   time a shape is seen, else op by op. It becomes the last step. */
+static mhe_status mhe__cu_graph_run(mhe_cuda_trainer *t, mhe__cu_recorder *rec) {
+    mhe_cuda_model *g = t->dev;
+    mhe__cu_graph *G = t->graph_state;
+    int i, same;
+    if (!G && !(G = t->graph_state = (mhe__cu_graph *)calloc(1, sizeof *G)))
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "CUDA graph: out of memory");
+    same = G->last.n == rec->n && rec->n > 0;
+    for (i = 0; same && i < rec->n; i++)
+        same = rec->ops[i]->key == G->last.ops[i]->key && rec->ops[i]->same_shape(G->last.ops[i]);
+    if (!same) {
+        mhe__cu_graph_drop(G);
+    } else if (G->exec) {
+        for (i = 0; i < rec->n; i++)
+            if (!rec->ops[i]->same_args(G->last.ops[i])) {
+                MHE__CU_TRY(rec->ops[i]->patch(G->exec, G->nodes[i]), "CUDA graph: patch a node");
+                t->graph_patches++;
+            }
+    } else {
+        cudaError_t e = mhe__cu_graph_build(G, rec);
+        if (e == cudaSuccess) {
+            t->graph_builds++;
+        } else { /* the step still runs, op by op, and so do the next ones */
+            cudaGetLastError();
+            t->graph_error = e;
+            t->graph = 0;
+        }
+    }
+    if (G->exec) {
+        MHE__CU_TRY(cudaGraphLaunch(G->exec, 0), "CUDA graph: launch the step");
+        t->graph_launches++;
+    } else {
+        for (i = 0; i < rec->n; i++)
+            MHE__CU_TRY(rec->ops[i]->run(), "a recorded step's operation");
+    }
+    mhe__cu_recorder_free(&G->last);
+    G->last = *rec;
+    memset(rec, 0, sizeof *rec);
+    return MHE_OK;
+}
+
 /* ---- training ------------------------------------------------------------------- */
 
 MHEDEF mhe_status mhe_cuda_trainer_init(mhe_cuda_trainer *t, mhe_cuda_model *g, const mhe_train_config *tc) {
@@ -5496,6 +5759,12 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t) {
         cudaFreeHost(t->stats_host);
     if (t->has_event)
         cudaEventDestroy(t->stats_ready);
+    if (t->graph_state) {
+        mhe__cu_graph_drop(t->graph_state);
+        mhe__cu_recorder_free(&t->graph_state->last);
+        free(t->graph_state);
+        t->graph_state = NULL;
+    }
     t->adam_m = t->adam_v = NULL;
     t->adam_chunks = NULL;
     t->stats = t->stats_host = NULL;
@@ -5525,9 +5794,8 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
                                        (const float *)(t->stats + 2), lr / bc1, 1.0f - lr * tc->weight_decay,
                                        tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
                         "AdamW");
-        MHE__CU_TRY(cudaMemcpyAsync(t->stats_host, t->stats, 5 * sizeof(float), cudaMemcpyDeviceToHost, 0),
+        MHE__CU_TRY(mhe__cu_copy(t->stats_host, t->stats, 5 * sizeof(float), cudaMemcpyDeviceToHost),
                     "statistics to the host");
-        MHE__CU_TRY(cudaEventRecord(t->stats_ready, 0), "statistics event");
         t->stats_count = g->last_count;
         t->stats_pending = 1;
         ht->step++;
@@ -5579,12 +5847,17 @@ static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) 
     mhe_cuda_model *g = t->dev;
     mhe_model *m = g->host;
     mhe_status st = MHE_OK;
+    mhe__cu_recorder rec = {NULL, 0, 0};
     float loss = 0;
+    int admin = m->cfg.admin && t->host.step == 0;
     m->training = 1;
     m->dropout_seed = mhe_rng_u64(&t->host.rng);
     g->cache = NULL;
-    if (m->cfg.admin && t->host.step == 0)
+    g->async_in = t->deferred;
+    if (admin) /* it reads its statistics back: never recorded */
         st = mhe__cu_admin_init(g, bt);
+    if (t->deferred && t->graph && !admin)
+        mhe__cu_recording = &rec;
     if (st == MHE_OK && (st = mhe_cuda_model_zero_grad(g)) == MHE_OK) {
         g->loss_sink = t->deferred ? t->stats : NULL; /* a deferred step's loss stays on the device */
         st = mhe_cuda_model_forward_batch(g, bt, &loss);
@@ -5595,6 +5868,13 @@ static mhe_status mhe__cu_train_batch(mhe_cuda_trainer *t, const mhe_batch *bt) 
     m->training = 0;
     if (st == MHE_OK)
         st = mhe__cu_update(t, g);
+    mhe__cu_recording = NULL;
+    g->async_in = 0;
+    if (st == MHE_OK && rec.n)
+        st = mhe__cu_graph_run(t, &rec);
+    mhe__cu_recorder_free(&rec);
+    if (st == MHE_OK && t->deferred)
+        st = mhe__cu_status(cudaEventRecord(t->stats_ready, 0), g->err, "statistics event");
     if (st != MHE_OK) {
         memcpy(t->host.err, g->err, MHE_ERR_LEN);
         return st;

@@ -276,7 +276,7 @@ def parsers_match_the_programs():
         text += un(attn[0]) % (512, 0.4, 1.2, 0.3, 1.0, 0.81, 0.35, 1.1, 0.92)
         text += un(attn[0]) % (1024, 1234.5, 2345.25, 1000.0, 2000.0, 0.85, 1100.0, 2100.0, 0.9)
         for k in ("mha", "mhe-mul", "mhe-add"):
-            text += un(train[0]) % (k, 512000.0, 2.0, 40.5, 30.25)
+            text += un(train[0]) % (k, 512000.0, 2.0, 40.5, 30.25, 1.25)
         # bench_cuda --bf16 --attn-only's table, after the float32 one: its rows are the bf16 core's
         with open(os.path.join(REPO, "tools", "bench", "bench_cuda.cu")) as f:
             cu = f.read()
@@ -290,7 +290,8 @@ def parsers_match_the_programs():
         ok, n, summary = gpu_check.parse_bench(text, 0)
         check(ok and n["gemm_best_tf32_tflops"] == 123.25 and n["gemm_best_simt_tflops"] == 14.0 and
               n["gemm_best_bf16_tflops"] == 250.0 and n["attn_L1024_mha_ms"] == [1234.5, 2345.25] and n["attn_L512_mhe_add_ratio"] == 0.92 and
-              n["train_mhe_add_tokens_per_s"] == 512000, "bench parser on bench_cuda.cu's formats: %s %s" % (ok, n))
+              n["train_mhe_add_tokens_per_s"] == 512000 and n.get("train_mhe_add_graph_x") == 1.25,
+              "bench parser on bench_cuda.cu's formats: %s %s" % (ok, n))
         # bench_torch_cuda.py's rows follow in the same log (the bench step runs both): its GEMM rows
         # (three numbers) must not count as bench_cuda's, its side-by-side ratios are read
         with open(os.path.join(REPO, "tools", "bench", "bench_torch_cuda.py")) as f:

@@ -87,9 +87,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -228,6 +230,32 @@ struct CUevent_st {
     bool recorded;
 };
 typedef CUevent_st *cudaEvent_t;
+
+// graphs (section 9b)
+struct CUgraph_st;
+struct CUgraphNode_st;
+struct CUgraphExec_st;
+typedef CUgraph_st *cudaGraph_t;
+typedef CUgraphNode_st *cudaGraphNode_t;
+typedef CUgraphExec_st *cudaGraphExec_t;
+
+struct cudaKernelNodeParams {
+    void *func;
+    dim3 gridDim;
+    dim3 blockDim;
+    unsigned int sharedMemBytes;
+    void **kernelParams;  // the address of each argument's value
+    void **extra;         // not supported: must be null
+};
+
+struct cudaMemsetParams {
+    void *dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;  // 1, 2 or 4
+    size_t width;              // elements per row
+    size_t height;
+};
 
 struct cudaDeviceProp {
     char name[256];
@@ -1800,7 +1828,30 @@ struct KernelCall {
         KernelCall *call = static_cast<KernelCall *>(p);
         std::apply(call->kernel, call->args);
     }
+    // A graph's kernel node knows the kernel by address and its arguments by
+    // the addresses of their values (cudaKernelNodeParams), as a GPU does.
+    static void *make(const void *kernel, void *const *params) {
+        return make_from(kernel, params, std::index_sequence_for<Exp...>{});
+    }
+    template <size_t... I>
+    static void *make_from(const void *kernel, void *const *params, std::index_sequence<I...>) {
+        return new KernelCall{reinterpret_cast<void (*)(Exp...)>(const_cast<void *>(kernel)),
+                              std::tuple<std::decay_t<Exp>...>(*static_cast<std::decay_t<Exp> *>(params[I])...)};
+    }
+    static void *clone(const void *p) { return new KernelCall(*static_cast<const KernelCall *>(p)); }
+    static void destroy(void *p) { delete static_cast<KernelCall *>(p); }
 };
+
+// How to call a kernel known only by its address, learnt from its first
+// cudaLaunchKernelEx (the one place its parameter types are seen): a graph
+// node of a kernel never launched directly is refused (cudaErrorInvalidDeviceFunction).
+struct KernelThunk {
+    void *(*make)(const void *kernel, void *const *params);  // a call with copies of the arguments
+    void *(*clone)(const void *call);
+    void (*run)(void *call);
+    void (*destroy)(void *call);
+};
+inline std::map<const void *, KernelThunk> thunks;
 
 }  // namespace mhe_emu_impl
 
@@ -1811,8 +1862,10 @@ inline cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *cfg, void (*kern
     const void *key = reinterpret_cast<const void *>(kernel);
     if (cudaError_t e = mhe_emu_impl::check_launch(cfg, key))
         return e;
-    mhe_emu_impl::KernelCall<Exp...> call{kernel, std::tuple<std::decay_t<Exp>...>(std::forward<Act>(args)...)};
-    return mhe_emu_impl::launch(*cfg, key, &mhe_emu_impl::KernelCall<Exp...>::run, &call);
+    using Call = mhe_emu_impl::KernelCall<Exp...>;
+    mhe_emu_impl::thunks.emplace(key, mhe_emu_impl::KernelThunk{&Call::make, &Call::clone, &Call::run, &Call::destroy});
+    Call call{kernel, std::tuple<std::decay_t<Exp>...>(std::forward<Act>(args)...)};
+    return mhe_emu_impl::launch(*cfg, key, &Call::run, &call);
 }
 
 // ---------------------------------------------------------------------------
@@ -2147,6 +2200,244 @@ inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_
 inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
     delete ev;
     return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------
+// 9b. Graphs: nodes added with their dependencies, instantiated, launched
+// ---------------------------------------------------------------------------
+// A launch runs the nodes one at a time in an order their dependencies
+// allow: the earliest added ready node first, or with MHE_EMU_ORDER=reverse
+// (mhe_emu_set_order(1)) the latest, so that a node that should depend on an
+// earlier one and does not runs before it there, as it may on a GPU.
+namespace mhe_emu_impl {
+
+struct GraphNode {
+    enum Kind { kKernel, kMemset, kMemcpy } kind;
+    std::vector<size_t> deps;                  // indices of earlier nodes
+    // kernel
+    cudaLaunchConfig_t cfg;
+    const void *key = nullptr;
+    const KernelThunk *thunk = nullptr;
+    void *call = nullptr;                      // owned: thunk->destroy
+    // memset
+    cudaMemsetParams set;
+    // memcpy
+    void *dst = nullptr;
+    const void *src = nullptr;
+    size_t count = 0;
+    cudaMemcpyKind copy_kind = cudaMemcpyDefault;
+
+    GraphNode() : kind(kKernel), cfg(), set() {}
+    GraphNode(const GraphNode &o) : GraphNode() { *this = o; }
+    GraphNode &operator=(const GraphNode &o) {
+        if (this == &o)
+            return *this;
+        release();
+        kind = o.kind, deps = o.deps, cfg = o.cfg, key = o.key, thunk = o.thunk, set = o.set;
+        dst = o.dst, src = o.src, count = o.count, copy_kind = o.copy_kind;
+        call = o.call ? o.thunk->clone(o.call) : nullptr;
+        return *this;
+    }
+    ~GraphNode() { release(); }
+    void release() {
+        if (call)
+            thunk->destroy(call);
+        call = nullptr;
+    }
+};
+
+// A kernel node's launch from its params, checked as cudaGraphAddKernelNode checks them.
+inline cudaError_t kernel_node(GraphNode *n, const cudaKernelNodeParams *p) {
+    if (!p || p->extra)
+        return fail(cudaErrorInvalidValue);
+    auto it = thunks.find(p->func);
+    if (!p->func || it == thunks.end())  // see KernelThunk
+        return fail(cudaErrorInvalidDeviceFunction);
+    n->kind = GraphNode::kKernel;
+    n->cfg = cudaLaunchConfig_t();
+    n->cfg.gridDim = p->gridDim;
+    n->cfg.blockDim = p->blockDim;
+    n->cfg.dynamicSmemBytes = p->sharedMemBytes;
+    n->key = p->func;
+    n->thunk = &it->second;
+    n->release();
+    n->call = it->second.make(p->func, p->kernelParams);
+    return cudaSuccess;
+}
+
+}  // namespace mhe_emu_impl
+
+struct CUgraphNode_st {
+    CUgraph_st *graph;
+    size_t index;
+};
+
+struct CUgraph_st {
+    std::vector<mhe_emu_impl::GraphNode> nodes;
+    std::vector<std::unique_ptr<CUgraphNode_st>> handles;
+};
+
+struct CUgraphExec_st {
+    const CUgraph_st *from;
+    std::vector<mhe_emu_impl::GraphNode> nodes;
+};
+
+namespace mhe_emu_impl {
+
+// a new node's dependencies: nodes of this graph
+inline cudaError_t add_node(cudaGraphNode_t *out, cudaGraph_t graph, const cudaGraphNode_t *deps, size_t ndeps,
+                            GraphNode &&node) {
+    if (!out || !graph || (ndeps && !deps))
+        return fail(cudaErrorInvalidValue);
+    for (size_t i = 0; i < ndeps; i++) {
+        if (!deps[i] || deps[i]->graph != graph)
+            return fail(cudaErrorInvalidValue);
+        node.deps.push_back(deps[i]->index);
+    }
+    graph->nodes.push_back(std::move(node));
+    graph->handles.push_back(std::unique_ptr<CUgraphNode_st>(new CUgraphNode_st{graph, graph->nodes.size() - 1}));
+    *out = graph->handles.back().get();
+    return cudaSuccess;
+}
+
+inline cudaError_t run_node(const GraphNode &n);
+
+}  // namespace mhe_emu_impl
+
+inline cudaError_t cudaGraphCreate(cudaGraph_t *graph, unsigned int flags) {
+    if (cudaError_t e = mhe_emu_impl::no_device())
+        return e;
+    if (!graph || flags)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *graph = new CUgraph_st();
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphAddKernelNode(cudaGraphNode_t *node, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                          size_t ndeps, const cudaKernelNodeParams *params) {
+    using namespace mhe_emu_impl;
+    GraphNode n;
+    if (cudaError_t e = kernel_node(&n, params))
+        return e;
+    return add_node(node, graph, deps, ndeps, std::move(n));
+}
+
+inline cudaError_t cudaGraphAddMemsetNode(cudaGraphNode_t *node, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                          size_t ndeps, const cudaMemsetParams *params) {
+    using namespace mhe_emu_impl;
+    if (!params || (params->elementSize != 1 && params->elementSize != 2 && params->elementSize != 4) ||
+        params->height < 1 || (params->height > 1 && params->pitch < params->width * params->elementSize))
+        return fail(cudaErrorInvalidValue);
+    GraphNode n;
+    n.kind = GraphNode::kMemset;
+    n.set = *params;
+    return add_node(node, graph, deps, ndeps, std::move(n));
+}
+
+inline cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t *node, cudaGraph_t graph, const cudaGraphNode_t *deps,
+                                            size_t ndeps, void *dst, const void *src, size_t count,
+                                            cudaMemcpyKind kind) {
+    using namespace mhe_emu_impl;
+    GraphNode n;
+    n.kind = GraphNode::kMemcpy;
+    n.dst = dst;
+    n.src = src;
+    n.count = count;
+    n.copy_kind = kind;
+    return add_node(node, graph, deps, ndeps, std::move(n));
+}
+
+inline cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                                 unsigned long long flags = 0) {
+    if (!exec || !graph || flags)
+        return mhe_emu_impl::fail(cudaErrorInvalidValue);
+    *exec = new CUgraphExec_st{graph, graph->nodes};
+    return cudaSuccess;
+}
+
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+
+// a kernel node of the graph exec was made from gets new arguments (and
+// launch shape): the next launches use them; the graph keeps its own
+inline cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const cudaKernelNodeParams *params) {
+    using namespace mhe_emu_impl;
+    if (!exec || !node || node->graph != exec->from || node->index >= exec->nodes.size())
+        return fail(cudaErrorInvalidValue);
+    GraphNode &n = exec->nodes[node->index];
+    if (n.kind != GraphNode::kKernel)
+        return fail(cudaErrorInvalidValue);
+    return kernel_node(&n, params);
+}
+
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    using namespace mhe_emu_impl;
+    (void)stream;
+    if (cudaError_t e = no_device())
+        return e;
+    if (!exec)
+        return fail(cudaErrorInvalidValue);
+    if (g.order < 0) {
+        const char *env = getenv("MHE_EMU_ORDER");
+        g.order = env && strcmp(env, "reverse") == 0;
+    }
+    size_t n = exec->nodes.size();
+    std::vector<size_t> waiting(n);       // dependencies not yet run
+    std::vector<std::vector<size_t>> next(n);
+    std::vector<bool> ready(n, false), done(n, false);
+    for (size_t i = 0; i < n; i++) {
+        waiting[i] = exec->nodes[i].deps.size();
+        for (size_t d : exec->nodes[i].deps)
+            next[d].push_back(i);
+        ready[i] = waiting[i] == 0;
+    }
+    for (size_t ran = 0; ran < n; ran++) {
+        size_t pick = n;
+        for (size_t k = 0; k < n; k++) {
+            size_t i = g.order == 1 ? n - 1 - k : k;
+            if (ready[i] && !done[i]) {
+                pick = i;
+                break;
+            }
+        }
+        done[pick] = true;  // dependencies only point back: some node is always ready
+        if (cudaError_t e = run_node(exec->nodes[pick]))
+            return e;
+        for (size_t j : next[pick])
+            ready[j] = --waiting[j] == 0;
+    }
+    return cudaSuccess;
+}
+
+inline cudaError_t mhe_emu_impl::run_node(const GraphNode &n) {
+    switch (n.kind) {
+    case GraphNode::kKernel:
+        if (cudaError_t e = check_launch(&n.cfg, n.key))
+            return e;
+        return launch(n.cfg, n.key, n.thunk->run, n.call);
+    case GraphNode::kMemset:
+        if (!device_range(n.set.dst, n.set.height > 1 ? n.set.pitch * (n.set.height - 1) +
+                                                            n.set.width * n.set.elementSize
+                                                      : n.set.width * n.set.elementSize))
+            return fail(cudaErrorInvalidValue);
+        for (size_t r = 0; r < n.set.height; r++)
+            for (size_t i = 0; i < n.set.width; i++) {
+                unsigned char *p = (unsigned char *)n.set.dst + r * n.set.pitch + i * n.set.elementSize;
+                memcpy(p, &n.set.value, n.set.elementSize);  // the value's low bytes (little-endian hosts)
+            }
+        return cudaSuccess;
+    case GraphNode::kMemcpy:
+        return cudaMemcpy(n.dst, n.src, n.count, n.copy_kind);
+    }
+    return fail(cudaErrorInvalidValue);
 }
 
 // ---------------------------------------------------------------------------

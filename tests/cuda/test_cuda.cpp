@@ -1775,6 +1775,87 @@ static void decode_check_s2s(const mhe_config *cfg, const char *what, int T, int
 
 /* one small encoder-decoder for the sanitizer runs (the model group): every kernel the
    cross-attention path adds to the decoder's is one of theirs, on other shapes */
+/* A trainer whose steps run as a CUDA graph (t.graph) against the same deferred trainer launching
+   every kernel, from the same init: the same parameters bit for bit, step after step (the graph
+   runs the same operations in the same order; the dropout seeds and the learning rate change
+   every step and are patched into its nodes). The graph is built at the second step of a shape
+   and launched from then on; a change of shape (a shorter seq_len for three steps, then back)
+   runs that step kernel by kernel and builds the next graph. A decoder with a fixed stream
+   (rndemb-qk: a device copy node) and MHE-ADD; an encoder's classification head on padded
+   batches (their lengths and labels are uploads, the graph's shape stays). */
+static void test_train_graph(void) {
+    int *data = NULL;
+    size_t n = 0;
+    char err[MHE_ERR_LEN];
+    mhe_text_set ts;
+    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK ||
+        mhe_text_set_parse(&ts, cls_text, sizeof cls_text - 1, NULL, err) != MHE_OK) {
+        CHECK(0, "data: %s", err);
+        return;
+    }
+    for (int cls = 0; cls < 2; cls++) {
+        const char *name = cls ? "graph: classification mha+mhe-mul, padded" : "graph: decoder mhe-add+rndemb-qk";
+        mhe_config c = small_config(cls ? MHE_ATTN_MHA : MHE_ATTN_MHE_ADD, cls ? MHE_ARCH_ENCODER : MHE_ARCH_DECODER,
+                                    0, MHE_NORM_LAYERNORM, MHE_ACT_GELU);
+        c.vocab_size = 256;
+        c.attn[1] = cls ? MHE_ATTN_MHE_MUL : MHE_ATTN_RNDEMB_QK;
+        c.dropout = 0.1f;
+        c.attn_dropout = 0.1f;
+        c.n_classes = cls ? 3 : 0;
+        mhe_train_config tc = mhe_train_config_default();
+        tc.batch = 2;
+        tc.seq_len = 16;
+        tc.lr = 3e-3f;
+        tc.warmup = 4;
+        tc.steps = 40;
+        tc.clip = 0.5f;
+        mhe_model m[2];
+        mhe_cuda_model g[2];
+        mhe_cuda_trainer t[2];
+        memset(g, 0, sizeof g);
+        memset(t, 0, sizeof t);
+        int ok = 1;
+        for (int i = 0; i < 2 && ok; i++) {
+            ok = mhe_model_init(&m[i], &c, 11, NULL) == MHE_OK && mhe_cuda_model_init(&g[i], &m[i], 0) == MHE_OK &&
+                 mhe_cuda_trainer_init(&t[i], &g[i], &tc) == MHE_OK;
+            t[i].deferred = 1;
+            t[i].graph = i;
+        }
+        CHECK(ok, "%s: init: %s %s", name, g[0].err, g[1].err);
+        if (!ok)
+            return;
+        /* steps at seq_len 16, then 8, then 16 again (the decoder; the classifier keeps 16) */
+        int phases[3] = {12, cls ? 0 : 3, cls ? 0 : 3}, lens[3] = {16, 8, 16}, bad = 0, differ = 0, steps = 0;
+        for (int ph = 0; ph < 3; ph++)
+            for (int s = 0; s < phases[ph]; s++, steps++) {
+                for (int i = 0; i < 2; i++) {
+                    t[i].host.tc.seq_len = lens[ph];
+                    bad += (cls ? mhe_cuda_trainer_step_cls(&t[i], &ts) : mhe_cuda_trainer_step(&t[i], data, n)) != MHE_OK;
+                }
+                differ += host(g[0].params, m[0].n_params) != host(g[1].params, m[1].n_params);
+            }
+        long builds = cls ? 1 : 3, launches = cls ? 11 : 15;
+        CHECK(bad == 0 && differ == 0, "%s: %d steps (%d failed), the parameters of the launching trainer bit for bit "
+              "after every step (%d differ)", name, steps, bad, differ);
+        CHECK(t[1].graph == 1 && t[1].graph_error == cudaSuccess && t[1].graph_builds == builds &&
+                  t[1].graph_launches == launches && t[1].graph_patches >= launches && t[0].graph_launches == 0,
+              "%s: %ld graphs built (want %ld), %ld steps launched as one (want %ld), %ld nodes patched", name,
+              t[1].graph_builds, builds, t[1].graph_launches, launches, t[1].graph_patches);
+        mhe_status s0 = mhe_cuda_trainer_stats(&t[0]), s1 = mhe_cuda_trainer_stats(&t[1]);
+        CHECK(s0 == MHE_OK && s1 == MHE_OK && t[1].host.last_loss == t[0].host.last_loss &&
+                  t[1].host.last_grad_norm == t[0].host.last_grad_norm && t[1].host.step == steps,
+              "%s: last loss %.9g norm %.9g, launching trainer %.9g %.9g", name, (double)t[1].host.last_loss,
+              (double)t[1].host.last_grad_norm, (double)t[0].host.last_loss, (double)t[0].host.last_grad_norm);
+        for (int i = 0; i < 2; i++) {
+            mhe_cuda_trainer_free(&t[i]);
+            mhe_cuda_model_free(&g[i]);
+            mhe_model_free(&m[i]);
+        }
+    }
+    mhe_text_set_free(&ts);
+    free(data);
+}
+
 static void test_model_s2s(void) {
     mhe_config c = s2s_config(s2s_cases[0]);
     c.d_model = 32;
@@ -2420,7 +2501,7 @@ int main(int argc, char **argv) {
     RUN("model", test_model());
     RUN("kinds", test_kinds());
     RUN("large", test_large(large_T, large_D));
-    RUN("train", test_train());
+    RUN("train", (test_train(), test_train_graph()));
     RUN("decode", test_decode());
     RUN("prefill", test_prefill());
     RUN("eval", test_eval());

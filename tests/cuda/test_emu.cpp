@@ -855,6 +855,94 @@ static void test_memory_api() {
     cudaGetLastError();
 }
 
+// Graphs: one thread appends a digit, so the digits say the order nodes ran in.
+__global__ void append_digit(int *p, int digit) { *p = *p * 10 + digit; }
+__global__ void never_launched(int *p) { *p = -1; }
+
+// A chain of nodes (memset, three kernels, a copy to the host) runs in order;
+// a kernel node's new arguments reach the next launch of the exec only; two
+// nodes with no dependency between them run in either order (reverse: the
+// later first), as a GPU may run them; a kernel the emulation never saw
+// launched, and a dependency from another graph, are refused.
+static void test_graph() {
+    int *p = device_array<int>(1), host_value = 0, zero = 0;
+    launch(dim3(1), dim3(1), 0, append_digit, p, 0);  // the emulation learns the kernel's parameters here
+    cudaGraph_t graph = nullptr;
+    cudaGraphNode_t nodes[5];
+    CHECK(cudaGraphCreate(&graph, 0) == cudaSuccess);
+    cudaMemsetParams set = {};
+    set.dst = p;
+    set.elementSize = 4;
+    set.width = 1;
+    set.height = 1;
+    CHECK(cudaGraphAddMemsetNode(&nodes[0], graph, nullptr, 0, &set) == cudaSuccess);
+    int digits[3] = {1, 2, 3};
+    void *args[3][2] = {{&p, &digits[0]}, {&p, &digits[1]}, {&p, &digits[2]}};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)append_digit;
+    kp.gridDim = dim3(1);
+    kp.blockDim = dim3(1);
+    for (int i = 0; i < 3; i++) {
+        kp.kernelParams = args[i];
+        CHECK(cudaGraphAddKernelNode(&nodes[1 + i], graph, &nodes[i], 1, &kp) == cudaSuccess);
+    }
+    digits[0] = 9;  // the node copied its arguments when added
+    CHECK(cudaGraphAddMemcpyNode1D(&nodes[4], graph, &nodes[3], 1, &host_value, p, sizeof(int),
+                                   cudaMemcpyDeviceToHost) == cudaSuccess);
+    cudaGraphExec_t exec = nullptr, exec2 = nullptr;
+    CHECK(cudaGraphInstantiateWithFlags(&exec, graph, 0) == cudaSuccess);
+    for (int order = 0; order < 2; order++) {  // a chain runs in its order either way
+        mhe_emu_set_order(order);
+        host_value = 0;
+        CHECK(cudaGraphLaunch(exec, 0) == cudaSuccess && host_value == 123);
+    }
+    mhe_emu_set_order(0);
+    int seven = 7;
+    void *args7[2] = {&p, &seven};
+    kp.kernelParams = args7;
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, nodes[2], &kp) == cudaSuccess);
+    CHECK(cudaGraphLaunch(exec, 0) == cudaSuccess && host_value == 173);
+    CHECK(cudaGraphInstantiateWithFlags(&exec2, graph, 0) == cudaSuccess);  // the graph kept digit 2
+    CHECK(cudaGraphLaunch(exec2, 0) == cudaSuccess && host_value == 123);
+    CHECK(cudaGraphExecKernelNodeSetParams(exec, nodes[0], &kp) == cudaErrorInvalidValue);  // a memset node
+    cudaGetLastError();
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess && cudaGraphExecDestroy(exec2) == cudaSuccess);
+
+    // two kernels, neither after the other
+    cudaGraph_t loose = nullptr;
+    cudaGraphNode_t a, b, c;
+    CHECK(cudaGraphCreate(&loose, 0) == cudaSuccess);
+    kp.kernelParams = args[1];
+    CHECK(cudaGraphAddKernelNode(&a, loose, nullptr, 0, &kp) == cudaSuccess);
+    kp.kernelParams = args[2];
+    CHECK(cudaGraphAddKernelNode(&b, loose, nullptr, 0, &kp) == cudaSuccess);
+    CHECK(cudaGraphInstantiateWithFlags(&exec, loose, 0) == cudaSuccess);
+    int seen[2];
+    for (int order = 0; order < 2; order++) {
+        mhe_emu_set_order(order);
+        cudaMemcpy(p, &zero, sizeof zero, cudaMemcpyHostToDevice);
+        CHECK(cudaGraphLaunch(exec, 0) == cudaSuccess);
+        seen[order] = to_host(p, 1)[0];
+    }
+    mhe_emu_set_order(0);
+    CHECK(seen[0] == 23 && seen[1] == 32);
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+
+    // refused
+    void *args_never[1] = {&p};
+    kp.func = (void *)never_launched;
+    kp.kernelParams = args_never;
+    CHECK(cudaGraphAddKernelNode(&c, loose, nullptr, 0, &kp) == cudaErrorInvalidDeviceFunction);
+    kp.func = (void *)append_digit;
+    kp.kernelParams = args[0];
+    CHECK(cudaGraphAddKernelNode(&c, loose, &nodes[1], 1, &kp) == cudaErrorInvalidValue);  // nodes[1] is graph's
+    set.elementSize = 3;
+    CHECK(cudaGraphAddMemsetNode(&c, loose, nullptr, 0, &set) == cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK(cudaGraphDestroy(loose) == cudaSuccess && cudaGraphDestroy(graph) == cudaSuccess);
+    cudaFree(p);
+}
+
 static void test_hooks() {
     // memory limit
     size_t free_b = 0, total_b = 0;
@@ -1159,6 +1247,7 @@ int main() {
     test_launch_checks();
     test_shape();
     test_memory_api();
+    test_graph();
     test_hooks();
     test_math();
 #ifndef MHE_EMU_THREADS

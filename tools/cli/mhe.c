@@ -1268,6 +1268,7 @@ static int start_device(train_run *r) {
     }
     r->t = &r->gpu.host;
     r->gpu.deferred = !r->o->dump_batches; /* no blocking copy in a step; the dump records every step's loss */
+    r->gpu.graph = r->gpu.deferred;        /* a step of fixed shapes as one CUDA graph launch */
     return 1;
 #else
     (void)r;
@@ -1278,6 +1279,9 @@ static int start_device(train_run *r) {
 
 static void stop_device(train_run *r) {
 #ifdef MHE_CUDA
+    if (r->gpu.graph_error != cudaSuccess) /* the steps ran, kernel by kernel */
+        fprintf(stderr, "mhe: --device cuda: the driver refused the step's CUDA graph (%s); the steps launched each kernel\n",
+                cudaGetErrorString(r->gpu.graph_error));
     mhe_cuda_trainer_free(&r->gpu);
     mhe_cuda_model_free(&r->dev);
 #else

@@ -327,6 +327,7 @@ GEMM_RE = re.compile(r"^C=(\d+) (\S.*?[^\d\s])\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\
 ATTN_RE = re.compile(r"^\s*(\d+)\s+([\d.]+) \|\s+([\d.]+)\s+([\d.]+) \|\s+([\d.]+) \(([\d.]+)x\)\s+([\d.]+) \|\s+"
                      r"([\d.]+) \(([\d.]+)x\)\s*$", re.M)
 TRAIN_RE = re.compile(r"^(\S+)\s+(\d+) tokens/s\s+([\d.]+) ms/step\s+device memory ([\d.]+) MB", re.M)
+TRAIN_GRAPH_RE = re.compile(r"^(\S+)\s+\d+ tokens/s\s.*\s+graph ([\d.]+)x$", re.M)  # the graph's speed-up
 DECODE_RE = re.compile(r"^decode (\S+)\s+([\d.]+) us/token\s+KV cache (\d+) bytes/token$", re.M)
 # tools/bench/bench_torch_cuda.py's side-by-side rows: mhe / PyTorch speed ratios
 SIDE_ATTN_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
@@ -357,6 +358,8 @@ def parse_bench(text, rc):
         nums["attn_L%s_mha_bf16_ms" % row[0]] = [float(row[1]), float(row[2])]
     for kind, tps, ms, mem in TRAIN_RE.findall(text):
         nums["train_%s_tokens_per_s" % kind.replace("-", "_")] = float(tps)
+    for kind, ratio in TRAIN_GRAPH_RE.findall(text):
+        nums["train_%s_graph_x" % kind.replace("-", "_")] = float(ratio)
     for L, ratio in SIDE_ATTN_RE.findall(text):
         nums["attn_L%s_mha_vs_sdpa" % L] = float(ratio)
     for L, ratio in SIDE_ATTN16_RE.findall(text):
