@@ -5632,7 +5632,11 @@ static mhe_status mhe__cu_graph_run(mhe_cuda_trainer *t, mhe__cu_recorder *rec) 
     } else if (G->exec) {
         for (i = 0; i < rec->n; i++)
             if (!rec->ops[i]->same_args(G->last.ops[i])) {
-                MHE__CU_TRY(rec->ops[i]->patch(G->exec, G->nodes[i]), "CUDA graph: patch a node");
+                cudaError_t e = rec->ops[i]->patch(G->exec, G->nodes[i]);
+                if (e != cudaSuccess) { /* its nodes no longer match the last step's ops */
+                    mhe__cu_graph_drop(G);
+                    return mhe__cu_status(e, g->err, "CUDA graph: patch a node");
+                }
                 t->graph_patches++;
             }
     } else {
@@ -5646,7 +5650,11 @@ static mhe_status mhe__cu_graph_run(mhe_cuda_trainer *t, mhe__cu_recorder *rec) 
         }
     }
     if (G->exec) {
-        MHE__CU_TRY(cudaGraphLaunch(G->exec, 0), "CUDA graph: launch the step");
+        cudaError_t e = cudaGraphLaunch(G->exec, 0);
+        if (e != cudaSuccess) {
+            mhe__cu_graph_drop(G);
+            return mhe__cu_status(e, g->err, "CUDA graph: launch the step");
+        }
         t->graph_launches++;
     } else {
         for (i = 0; i < rec->n; i++)

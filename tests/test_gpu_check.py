@@ -139,7 +139,7 @@ def dry_run_pass():
     want = ["environment", "build", "build-relaxed", "budget", "test_cuda-gemm", "test_cuda-tf32", "test_cuda-bf16",
             "test_cuda-norm",
             "test_cuda-elementwise", "test_cuda-model", "test_cuda-kinds", "test_cuda-train", "test_cuda-decode", "test_cuda-prefill",
-            "test_cuda-eval", "test_cuda-errors", "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32",
+            "test_cuda-eval", "test_cuda-errors", "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "test_cuda-curve", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32",
             "train-gpu-bf16", "train-compare", "bench",
             "memcheck-test_attn", "memcheck-test_cuda", "racecheck-test_attn", "racecheck-test_cuda",
             "synccheck-test_attn", "synccheck-test_cuda"]

@@ -14,7 +14,8 @@
 #   asan        one pthread per CUDA thread under AddressSanitizer + UBSan
 #               (shared memory sized too small, out-of-bounds indexing)
 # test_cuda's large group (the model at T = 80, three key tiles, float32,
-# TF32 and bf16) runs once, in fibers. Then tools/cli/mhe.c built on the emulation: `mhe
+# TF32 and bf16) and its curve group (200 training steps per precision
+# against the CPU's losses) run once, in fibers. Then tools/cli/mhe.c built on the emulation: `mhe
 # eval` and `mhe generate --device cuda` against the same binary's CPU path
 # (tests/cuda/cli.sh). Then the programs' own failure paths: without a device
 # one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
@@ -150,6 +151,8 @@ for prog in test_emu test_attn test_cuda; do
     built $prog fibers && run "$prog fibers, reversed order" env MHE_EMU_ORDER=reverse "$B/$prog.fibers"
     # the model at T = 80 (three key tiles), float32 and TF32: once, it takes seconds
     [ $prog = test_cuda ] && built $prog fibers && run "$prog large, fibers" "$B/$prog.fibers" large
+    # 200 training steps in each precision against the CPU's loss curve: once, it takes most of a minute
+    [ $prog = test_cuda ] && built $prog fibers && run "$prog curve, fibers" "$B/$prog.fibers" curve
     if [ $prog != test_cuda ]; then
         built $prog blocks && run "$prog blocks, ThreadSanitizer" $TSAN MHE_EMU_SEED=1 "$B/$prog.blocks"
         built $prog tsan && run "$prog ThreadSanitizer" $TSAN "$B/$prog.tsan"

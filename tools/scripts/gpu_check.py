@@ -691,7 +691,7 @@ def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
                       ["python3", "tools/scripts/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/scripts/cuda_budget.txt"], 30,
                       "budget", [["build"]]))
     for g in ("gemm", "tf32", "bf16", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors",
-              "features", "encdec", "hash"):
+              "features", "encdec", "hash", "curve"):
         s.append(Step("test_cuda-" + g, "test_cuda " + g, [test_cuda, g], 90, "test", built))
     s.append(Step("test_attn", "test_attn (every case)", [test_attn], 90, "test", built))
     s.append(Step("cli", "mhe eval, generate --device cuda against the CPU path", ["sh", "tests/cuda/cli.sh",
