@@ -944,6 +944,30 @@ static void lockstep_train(mhe_model *mc, mhe_model *md, const mhe_train_config 
     mhe_trainer_free(&r.cpu);
 }
 
+/* two device trainers on two copies of one model (the same init), to compare trainer modes */
+struct trainer_pair {
+    mhe_model m[2];
+    mhe_cuda_model g[2];
+    mhe_cuda_trainer t[2];
+    int ok = 1;
+    trainer_pair(const mhe_config &c, const mhe_train_config &tc) {
+        memset(m, 0, sizeof m);
+        memset(g, 0, sizeof g);
+        memset(t, 0, sizeof t);
+        for (int i = 0; i < 2 && ok; i++)
+            ok = mhe_model_init(&m[i], &c, 11, NULL) == MHE_OK && mhe_cuda_model_init(&g[i], &m[i], 0) == MHE_OK &&
+                 mhe_cuda_trainer_init(&t[i], &g[i], &tc) == MHE_OK;
+    }
+    ~trainer_pair() {
+        for (int i = 0; i < 2; i++) {
+            mhe_cuda_trainer_free(&t[i]);
+            mhe_cuda_model_free(&g[i]);
+            mhe_model_free(&m[i]);
+        }
+    }
+    std::vector<float> params(int i) { return host(g[i].params, m[i].n_params); }
+};
+
 /* A deferred trainer (no blocking copy in a step: the loss and norm read back by
    mhe_cuda_trainer_stats) against the default one from the same init: the same parameters bit
    for bit after 12 steps (the clipping scale computed on the device with the host's float
@@ -961,20 +985,14 @@ static void test_train_deferred(const int *data, size_t n) {
     tc.warmup = 2;
     tc.steps = 40;
     tc.clip = 0.5f;
-    mhe_model m[2];
-    mhe_cuda_model g[2];
-    mhe_cuda_trainer t[2];
-    memset(g, 0, sizeof g);
-    memset(t, 0, sizeof t);
-    int ok = 1;
-    for (int i = 0; i < 2 && ok; i++) {
-        ok = mhe_model_init(&m[i], &c, 11, NULL) == MHE_OK && mhe_cuda_model_init(&g[i], &m[i], 0) == MHE_OK &&
-             mhe_cuda_trainer_init(&t[i], &g[i], &tc) == MHE_OK;
-        t[i].deferred = i;
-    }
-    CHECK(ok, "deferred trainer: init: %s %s", g[0].err, g[1].err);
-    if (!ok)
+    trainer_pair pair(c, tc);
+    mhe_model *m = pair.m;
+    mhe_cuda_model *g = pair.g;
+    mhe_cuda_trainer *t = pair.t;
+    CHECK(pair.ok, "deferred trainer: init: %s %s", g[0].err, g[1].err);
+    if (!pair.ok)
         return;
+    t[1].deferred = 1;
     int bad_steps = 0, stats_calls = 0;
     for (int s = 0; s < 12; s++) {
         bad_steps += mhe_cuda_trainer_step(&t[0], data, n) != MHE_OK;
@@ -1010,11 +1028,6 @@ static void test_train_deferred(const int *data, size_t n) {
           "deferred trainer: the non-finite step named at the next stats (%s), no update since (%d of %zu unchanged)",
           t[1].host.err, same, after.size());
     CHECK(mhe_cuda_trainer_sync(&t[1]) == MHE_ERR_NONFINITE, "deferred trainer: sync reports it too");
-    for (int i = 0; i < 2; i++) {
-        mhe_cuda_trainer_free(&t[i]);
-        mhe_cuda_model_free(&g[i]);
-        mhe_model_free(&m[i]);
-    }
 }
 
 /* ---- training: 20 steps on real text, device against CPU --------------------------- */
@@ -1834,21 +1847,12 @@ static void test_train_graph(void) {
         tc.warmup = 4;
         tc.steps = 40;
         tc.clip = 0.5f;
-        mhe_model m[2];
-        mhe_cuda_model g[2];
-        mhe_cuda_trainer t[2];
-        memset(g, 0, sizeof g);
-        memset(t, 0, sizeof t);
-        int ok = 1;
-        for (int i = 0; i < 2 && ok; i++) {
-            ok = mhe_model_init(&m[i], &c, 11, NULL) == MHE_OK && mhe_cuda_model_init(&g[i], &m[i], 0) == MHE_OK &&
-                 mhe_cuda_trainer_init(&t[i], &g[i], &tc) == MHE_OK;
-            t[i].deferred = 1;
-            t[i].graph = i;
-        }
-        CHECK(ok, "%s: init: %s %s", name, g[0].err, g[1].err);
-        if (!ok)
+        trainer_pair pair(c, tc);
+        mhe_cuda_trainer *t = pair.t;
+        CHECK(pair.ok, "%s: init: %s %s", name, pair.g[0].err, pair.g[1].err);
+        if (!pair.ok)
             break;
+        t[0].deferred = t[1].deferred = t[1].graph = 1;
         /* steps at the trainer's seq_len, then (shape_change) 3 at 8 and 3 back at 16 */
         int phases[3] = {run.steps, run.shape_change ? 3 : 0, run.shape_change ? 3 : 0}, lens[3] = {16, 8, 16};
         int bad = 0, differ = 0, steps = 0;
@@ -1859,7 +1863,7 @@ static void test_train_graph(void) {
                         t[i].host.tc.seq_len = lens[ph];
                     bad += (run.task == CLS ? mhe_cuda_trainer_step_cls(&t[i], &ts) : mhe_cuda_trainer_step(&t[i], data, n)) != MHE_OK;
                 }
-                differ += host(g[0].params, m[0].n_params) != host(g[1].params, m[1].n_params);
+                differ += pair.params(0) != pair.params(1);
             }
         /* one graph per phase, launched from the phase's second recorded step on */
         long builds = run.shape_change ? 3 : 1, launches = steps - builds - run.admin;
@@ -1878,11 +1882,6 @@ static void test_train_graph(void) {
               (double)t[1].host.last_grad_norm, (double)t[0].host.last_loss, (double)t[0].host.last_grad_norm);
         printf("ok %s: %d steps, %ld graphs built, %ld steps as one launch, %ld nodes patched\n", name, steps,
                t[1].graph_builds, t[1].graph_launches, t[1].graph_patches);
-        for (int i = 0; i < 2; i++) {
-            mhe_cuda_trainer_free(&t[i]);
-            mhe_cuda_model_free(&g[i]);
-            mhe_model_free(&m[i]);
-        }
     }
     mhe_text_set_free(&ts);
     free(data);
