@@ -944,6 +944,21 @@ static void lockstep_train(mhe_model *mc, mhe_model *md, const mhe_train_config 
     mhe_trainer_free(&r.cpu);
 }
 
+/* Two runs of one training step on the same inputs give the same bits only where the float
+   atomics (the embedding backward's, the fixed stream's) add in one order: the emulation's fibers
+   mode, which runs threads and blocks one at a time. A GPU, and the emulation's threaded modes,
+   add them in the order the threads arrive, and AdamW turns a last-bit difference in a gradient
+   near zero into a step of up to 2 lr: two trainers there agree on the parameters within
+   same_run_tol (rel_err, relative to the largest parameter; measured under ASan's thread per CUDA
+   thread: 2.2e-5 after 7 steps) and on the loss and gradient norm within a tenth of it. */
+#if defined(MHE_CUDA_EMULATE) && !defined(MHE_EMU_THREADS) && !defined(MHE_EMU_BLOCKS)
+static const double same_run_tol = 0.0;
+#else
+static const double same_run_tol = 1e-3;
+#endif
+
+static bool same_run(double a, double b) { return fabs(a - b) <= 0.1 * same_run_tol * fabs(b); }
+
 /* two device trainers on two copies of one model (the same init), to compare trainer modes */
 struct trainer_pair {
     mhe_model m[2];
@@ -1002,14 +1017,15 @@ static void test_train_deferred(const int *data, size_t n) {
     }
     CHECK(bad_steps == 0 && stats_calls == 2, "deferred trainer: 12 steps (%d failed, %d stats calls)", bad_steps,
           stats_calls);
-    CHECK(mhe_cuda_trainer_stats(&t[1]) == MHE_OK && t[1].host.last_loss == t[0].host.last_loss &&
-              t[1].host.last_grad_norm == t[0].host.last_grad_norm && t[0].host.last_grad_norm > tc.clip,
+    CHECK(mhe_cuda_trainer_stats(&t[1]) == MHE_OK && same_run(t[1].host.last_loss, t[0].host.last_loss) &&
+              same_run(t[1].host.last_grad_norm, t[0].host.last_grad_norm) && t[0].host.last_grad_norm > tc.clip,
           "deferred trainer: last loss %.9g norm %.9g, default %.9g %.9g (clip %g)", (double)t[1].host.last_loss,
           (double)t[1].host.last_grad_norm, (double)t[0].host.last_loss, (double)t[0].host.last_grad_norm,
           (double)tc.clip);
     std::vector<float> p0 = host(g[0].params, m[0].n_params), p1 = host(g[1].params, m[1].n_params);
-    CHECK(p0 == p1 && t[0].host.step == 12 && t[1].host.step == 12,
-          "deferred trainer: the same parameters as the default one, bit for bit (max rel %.3g)", rel_err(p1, p0));
+    CHECK(rel_err(p1, p0) <= same_run_tol && t[0].host.step == 12 && t[1].host.step == 12,
+          "deferred trainer: the same parameters as the default one, bit for bit where the atomics add in one order "
+          "(max rel %.3g, bound %.3g)", rel_err(p1, p0), same_run_tol);
     /* a NaN in one weight: every gradient after it is NaN */
     float nan = NAN;
     for (int i = 0; i < 2; i++)
@@ -1856,6 +1872,7 @@ static void test_train_graph(void) {
         /* steps at the trainer's seq_len, then (shape_change) 3 at 8 and 3 back at 16 */
         int phases[3] = {run.steps, run.shape_change ? 3 : 0, run.shape_change ? 3 : 0}, lens[3] = {16, 8, 16};
         int bad = 0, differ = 0, steps = 0;
+        double worst = 0;
         for (int ph = 0; ph < 3; ph++)
             for (int s = 0; s < phases[ph]; s++, steps++) {
                 for (int i = 0; i < 2; i++) {
@@ -1863,25 +1880,28 @@ static void test_train_graph(void) {
                         t[i].host.tc.seq_len = lens[ph];
                     bad += (run.task == CLS ? mhe_cuda_trainer_step_cls(&t[i], &ts) : mhe_cuda_trainer_step(&t[i], data, n)) != MHE_OK;
                 }
-                differ += pair.params(0) != pair.params(1);
+                double e = rel_err(pair.params(1), pair.params(0));
+                differ += !(e <= same_run_tol);
+                worst = e > worst ? e : worst;
             }
         /* one graph per phase, launched from the phase's second recorded step on */
         long builds = run.shape_change ? 3 : 1, launches = steps - builds - run.admin;
         int lengths_shape = run.a0 == MHE_ATTN_FNET; /* its launches follow the batch's lengths */
-        CHECK(bad == 0 && differ == 0, "%s: %d steps (%d failed), the parameters of the launching trainer bit for bit "
-              "after every step (%d differ) %s %s", name, steps, bad, differ, t[0].host.err, t[1].host.err);
+        CHECK(bad == 0 && differ == 0, "%s: %d steps (%d failed), the parameters of the launching trainer after every "
+              "step, bit for bit where the atomics add in one order (%d differ: max rel %.3g, bound %.3g) %s %s", name,
+              steps, bad, differ, worst, same_run_tol, t[0].host.err, t[1].host.err);
         CHECK(t[1].graph == 1 && t[1].graph_error == cudaSuccess && t[0].graph_launches == 0 &&
                   (lengths_shape || (t[1].graph_builds == builds && t[1].graph_launches == launches)) &&
                   t[1].graph_patches >= t[1].graph_launches,
               "%s: %ld graphs built (want %ld), %ld steps launched as one (want %ld), %ld nodes patched", name,
               t[1].graph_builds, builds, t[1].graph_launches, launches, t[1].graph_patches);
         mhe_status s0 = mhe_cuda_trainer_stats(&t[0]), s1 = mhe_cuda_trainer_stats(&t[1]);
-        CHECK(s0 == MHE_OK && s1 == MHE_OK && t[1].host.last_loss == t[0].host.last_loss &&
-                  t[1].host.last_grad_norm == t[0].host.last_grad_norm && t[1].host.step == steps,
+        CHECK(s0 == MHE_OK && s1 == MHE_OK && same_run(t[1].host.last_loss, t[0].host.last_loss) &&
+                  same_run(t[1].host.last_grad_norm, t[0].host.last_grad_norm) && t[1].host.step == steps,
               "%s: last loss %.9g norm %.9g, launching trainer %.9g %.9g", name, (double)t[1].host.last_loss,
               (double)t[1].host.last_grad_norm, (double)t[0].host.last_loss, (double)t[0].host.last_grad_norm);
-        printf("ok %s: %d steps, %ld graphs built, %ld steps as one launch, %ld nodes patched\n", name, steps,
-               t[1].graph_builds, t[1].graph_launches, t[1].graph_patches);
+        printf("ok %s: %d steps, %ld graphs built, %ld steps as one launch, %ld nodes patched, parameters max rel %.3g\n",
+               name, steps, t[1].graph_builds, t[1].graph_launches, t[1].graph_patches, worst);
     }
     mhe_text_set_free(&ts);
     free(data);
