@@ -1650,18 +1650,38 @@ static void test_features(void) {
     }
 }
 
+/* the bundled text as tokens, and cls_text as a labelled set: what the training tests read */
+struct train_texts {
+    int *data = NULL;
+    size_t n = 0;
+    mhe_text_set ts;
+    int ok = 0;
+    train_texts() {
+        char err[MHE_ERR_LEN];
+        memset(&ts, 0, sizeof ts);
+        if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK) {
+            CHECK(0, "corpus: %s", err);
+            return;
+        }
+        ok = mhe_text_set_parse(&ts, cls_text, sizeof cls_text - 1, NULL, err) == MHE_OK;
+        CHECK(ok, "classification text: %s", err);
+    }
+    ~train_texts() {
+        if (ok)
+            mhe_text_set_free(&ts);
+        free(data);
+    }
+};
+
 /* ---- training and evaluation with dropout, Admin and a classification head ---------------- */
 
 static void test_features_train(void) {
-    int *data = NULL;
-    size_t n = 0;
-    char err[MHE_ERR_LEN];
-    mhe_text_set ts;
-    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK ||
-        mhe_text_set_parse(&ts, cls_text, sizeof cls_text - 1, NULL, err) != MHE_OK) {
-        CHECK(0, "data: %s", err);
+    train_texts texts;
+    if (!texts.ok)
         return;
-    }
+    const int *data = texts.data;
+    size_t n = texts.n;
+    const mhe_text_set &ts = texts.ts;
     /* CLS_PAD: the kinds whose cores read the padding themselves (nonapprox's scan stops at the
        length, fnet's DFT runs over it, linear's W_seq is cut to it) */
     enum { DROP, ADMIN, CLS, CLS_PAD };
@@ -1731,8 +1751,6 @@ static void test_features_train(void) {
         mhe_model_free(&mc);
         mhe_model_free(&md);
     }
-    mhe_text_set_free(&ts);
-    free(data);
 }
 
 /* ---- encoder-decoder: the encoder, causal self-attention, cross-attention ------------------ */
@@ -1815,15 +1833,12 @@ static void decode_check_s2s(const mhe_config *cfg, const char *what, int T, int
    uploads; fnet and linear size some launches by the lengths, so a batch whose lengths differ
    from the last one's runs kernel by kernel), encoder-decoders with a source. */
 static void test_train_graph(void) {
-    int *data = NULL;
-    size_t n = 0;
-    char err[MHE_ERR_LEN];
-    mhe_text_set ts;
-    if (mhe_read_text_tokens("examples/data/train.txt", &data, &n, NULL, err) != MHE_OK ||
-        mhe_text_set_parse(&ts, cls_text, sizeof cls_text - 1, NULL, err) != MHE_OK) {
-        CHECK(0, "data: %s", err);
+    train_texts texts;
+    if (!texts.ok)
         return;
-    }
+    const int *data = texts.data;
+    size_t n = texts.n;
+    const mhe_text_set &ts = texts.ts;
     enum { DEC, CLS, S2S };
     struct graph_run {
         int a0, a1, task, steps, shape_change, admin;
@@ -1903,8 +1918,6 @@ static void test_train_graph(void) {
         printf("ok %s: %d steps, %ld graphs built, %ld steps as one launch, %ld nodes patched, parameters max rel %.3g\n",
                name, steps, t[1].graph_builds, t[1].graph_launches, t[1].graph_patches, worst);
     }
-    mhe_text_set_free(&ts);
-    free(data);
 }
 
 /* The loss curve of a 200-step run on real text, the device against the CPU in each precision,
