@@ -12,7 +12,8 @@
 #   make test-cortex-m4  the q8 tiny LM on a Cortex-M4 under qemu-system-arm, token for token against x86
 #   make cuda / test-cuda  the CUDA companion built by nvcc / its kernels executed on the CPU
 #   make gpu-check OUT=DIR  on a machine with an NVIDIA GPU: the CUDA companion built, tested, sanitized,
-#                     trained against the CPU and benchmarked there; a report in DIR
+#                     trained against the CPU and benchmarked there; a report in DIR (docs/cuda.md)
+#   make gpu-check-build  on any machine with nvcc: gpu-check's binaries, for make gpu-check PREBUILT=1
 #   make docs         regenerate every generated table of README.md and docs/ (tests/test_guide.py checks them)
 CC      ?= cc
 OPT     ?= -O2 -march=native
@@ -319,17 +320,32 @@ test-cuda:
 	EMU_CXX="$(EMU_CXX)" EMU_FLAGS="$(EMU_FLAGS)" B="$(B)/emu" sh tests/cuda/run.sh
 
 # make gpu-check OUT=DIR: on a machine with an NVIDIA GPU, everything above for
-# real (tools/scripts/gpu_check.py: builds for the GPU's own architecture, the tests,
-# compute-sanitizer, the model at T = 256, training against the CPU, the
-# benchmark); a report in DIR/gpu-check.md and .json, logs in DIR/logs. The
+# real (tools/scripts/gpu_check.py: the tests, training against the CPU through
+# the CUDA graph, the benchmark, compute-sanitizer); DIR gets four files: the
+# report (gpu-check.md, .json), every log (gpu-check-logs.tar.gz) and the loss
+# curves. BUDGET=SECONDS (default 450) bounds the whole run, ONLY=STEP,... runs
+# some steps, BENCH=full times every size, PREBUILT=1 uses what make
+# gpu-check-build made (else it builds for the GPU's own architecture). The
 # script's status: 0 all passed, 1 a step failed, 3 no GPU (nothing run); make
 # turns any nonzero status into its own 2 and names it ("Error 3").
 OUT ?= build/gpu-check/report
+GPU_CHECK_FLAGS = $(if $(BUDGET),--budget $(BUDGET)) $(if $(ONLY),--only $(ONLY)) $(if $(BENCH),--bench $(BENCH)) \
+                  $(if $(PREBUILT),--prebuilt)
 gpu-check:
-	@sh tools/scripts/gpu_check.sh $(OUT)
+	@sh tools/scripts/gpu_check.sh $(GPU_CHECK_FLAGS) $(OUT)
+
+# make gpu-check-build: every binary gpu-check runs, built where there is no GPU
+# (nvcc for sm_80 and sm_90 + compute_90 PTX, static CUDA runtime, the CPU mhe for
+# any x86-64-v3 processor rather than this one), within the kernel budget, and
+# stamped with the hash of its sources, so gpu-check --prebuilt uses them only
+# with the tree they were built from. About 36 MB: small enough to send with the tree.
+PREBUILT_B = $(B)/gpu-check/prebuilt
+gpu-check-build:
+	$(MAKE) --no-print-directory B=$(PREBUILT_B) OPT="-O2 -march=x86-64-v3" cuda $(PREBUILT_B)/mhe
+	python3 tools/scripts/gpu_check.py --stamp $(PREBUILT_B)
 
 clean:
 	rm -rf build
 
 .PHONY: all run reproduce reproduce-downstream test test-sanitize test-fastmath all-tests tool-examples-tests tool-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
-        cuda cuda-budget-table test-cuda gpu-check docs
+        cuda cuda-budget-table test-cuda gpu-check gpu-check-build docs

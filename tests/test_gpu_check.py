@@ -15,7 +15,14 @@ The real run needs an NVIDIA GPU; what can be checked here is checked here:
   - the parsers against the programs' own printf formats (bench_cuda.cu,
     test_cuda.cpp) and a real CPU `mhe train` run with its batch dump
   - the curve comparison's bounds on synthetic curves: each can fail
+  - what comes back: OUT holds four files, the archive of every log written
+    after each step (a killed run's too, with the running step's lines)
+  - prebuilt binaries: --probe refuses a folder without a stamp or of other
+    sources; make gpu-check-build's binaries (where built) start, exit with
+    their "no GPU" status, and are what --prebuilt finds; a failed probe
+    falls back to the build; make gpu-check passes BUDGET, ONLY, BENCH, PREBUILT
 """
+import tarfile
 import json
 import math
 import os
@@ -65,6 +72,12 @@ def load(out):
 def json_tool_ok(out):
     p = subprocess.run([sys.executable, "-m", "json.tool", os.path.join(out, "gpu-check.json")], capture_output=True)
     return p.returncode == 0
+
+
+def logs_of(out):
+    """the archive's members: {logs/KEY.log: text}"""
+    with tarfile.open(os.path.join(out, gpu_check.ARCHIVE)) as tar:
+        return {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}
 
 
 def steps(rep):
@@ -136,20 +149,36 @@ def dry_run_pass():
     check(json_tool_ok(out), "dry run: python3 -m json.tool accepts gpu-check.json")
     rep = load(out)
     st = steps(rep)
-    want = ["environment", "build", "build-relaxed", "budget", "test_cuda-gemm", "test_cuda-tf32", "test_cuda-bf16",
-            "test_cuda-norm",
-            "test_cuda-elementwise", "test_cuda-model", "test_cuda-kinds", "test_cuda-train", "test_cuda-decode", "test_cuda-prefill",
-            "test_cuda-eval", "test_cuda-errors", "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "test_cuda-curve", "test_attn", "cli", "large", "train-cpu", "train-gpu", "train-gpu-tf32",
-            "train-gpu-bf16", "train-compare", "bench",
+    # newest first: what never ran on a GPU (bf16, the pipelined tile, tensor-core flash, the graph), then the
+    # rest, the sanitizers last
+    want = ["environment", "build", "build-relaxed", "train-cpu", "test_cuda-bf16", "test_cuda-tf32", "test_cuda-gemm",
+            "test_attn", "test_cuda-train", "test_cuda-curve", "train-gpu-bf16", "train-gpu-tf32", "train-gpu",
+            "train-compare", "large", "bench", "test_cuda-norm", "test_cuda-elementwise", "test_cuda-model",
+            "test_cuda-kinds", "test_cuda-decode", "test_cuda-prefill", "test_cuda-eval", "test_cuda-errors",
+            "test_cuda-features", "test_cuda-encdec", "test_cuda-hash", "cli", "budget",
             "memcheck-test_attn", "memcheck-test_cuda", "racecheck-test_attn", "racecheck-test_cuda",
             "synccheck-test_attn", "synccheck-test_cuda"]
     check(list(st) == want, "dry run: the steps in order: %s" % list(st))
+    check(sorted(os.listdir(out)) == sorted(["dry-run-build", "gpu-check.json", "gpu-check.md", gpu_check.ARCHIVE,
+                                             "train_losses.csv"]),
+          "dry run: OUT holds the four files (and the dry run's build): %s" % sorted(os.listdir(out)))
+    logs = logs_of(out)
+    check(sorted(logs) == sorted(s["log"] for k, s in st.items() if k != "build-relaxed") and
+          all(logs[s["log"]].startswith("$ ") and len(logs[s["log"]]) > 60 for k, s in st.items() if k != "build-relaxed"),
+          "dry run: the archive holds every step's whole log: %s" % sorted(logs))
+    check(all(s["timeout_s"] <= 60 for k, s in st.items() if k not in ("build", "build-relaxed", "train-cpu", "bench")),
+          "dry run: a hung step costs at most a minute: %s" % {k: s["timeout_s"] for k, s in st.items()})
+    n = [st[k]["numbers"] for k in ("train-gpu", "train-gpu-tf32", "train-gpu-bf16")]
+    check(all(x.get("graph_builds") == 1 and x.get("graph_launches") == gpu_check.TRAIN_STEPS - 1 for x in n) and
+          "train-cpu" in st and "graph_launches" not in st["train-cpu"]["numbers"] and
+          "--dump-batches" in st["train-gpu"]["command"] and "graph: 1 built" in st["train-gpu"]["summary"],
+          "dry run: the device runs' graph counters: %s" % n)
     check(rep["status"] == "pass" and rep["failed"] == [], "dry run: status pass: %s %s" % (rep["status"],
                                                                                             rep["failed"]))
     check(all(s["status"] == "pass" for k, s in st.items() if k != "build-relaxed") and
           st["build-relaxed"]["status"] == "not needed", "dry run: every step passed")
-    check(all(os.path.getsize(os.path.join(out, s["log"])) > 0 for k, s in st.items() if k != "build-relaxed"),
-          "dry run: every step has a log")
+    check(all(os.path.getsize(os.path.join(out, "dry-run-build", s["log"])) > 0 for k, s in st.items()
+              if k != "build-relaxed"), "dry run: every step has a log")
     n = st["large"]["numbers"]
     check(n.get("T") == 256 and n.get("fp32_kinds") == 9 and n.get("tf32_kinds") == 9 and n.get("bf16_kinds") == 9 and
           abs(n.get("tf32_max_logits", 0) - 4.8e-4) < 1e-9 and abs(n.get("bf16_max_logits", 0) - 4.1e-3) < 1e-9,
@@ -187,7 +216,7 @@ def dry_run_failures():
     check(json_tool_ok(out), "failures: json.tool accepts the report")
     rep = load(out)
     st = steps(rep)
-    want = {"build": "fail", "build-relaxed": "pass", "budget": "skipped", "test_cuda-gemm": "pass",
+    want = {"build": "fail", "build-relaxed": "pass", "budget": "pass", "test_cuda-gemm": "pass",
             "test_cuda-tf32": "fail", "large": "fail", "train-compare": "fail", "bench": "timeout",
             "memcheck-test_attn": "fail", "memcheck-test_cuda": "pass", "synccheck-test_cuda": "pass"}
     got = {k: st[k]["status"] for k in want}
@@ -203,7 +232,7 @@ def dry_run_failures():
     check(not procs_with(out), "failures: no process of the run is left")
     with open(os.path.join(out, "gpu-check.md")) as f:
         md = f.read()
-    check("**FAIL: " in md and "## Failures" in md and "### test_cuda tf32: fail" in md and
+    check("**FAIL: " in md and "## Failures" in md and "### test_cuda tf32 (pipelined tile, epilogues): fail" in md and
           "FAIL tests/cuda/test_cuda.cpp:101: tf32 stub" in md and "### bench_cuda --quick beside PyTorch CUDA: timeout" in md,
           "failures: the markdown names each failure with its log tail")
 
@@ -221,13 +250,13 @@ def budget_and_signal():
     out = os.path.join(TMP, "signal")
     env = dict(os.environ, GPU_CHECK_STUB_HANG="test_cuda-model", GPU_CHECK_STUB_HANG_S="30",
                GPU_CHECK_STUB_TIMEOUT="60")
-    p = subprocess.Popen([sys.executable, SCRIPT, "--dry-run", "--only", "environment,test_cuda-model,test_attn", out],
+    p = subprocess.Popen([sys.executable, SCRIPT, "--dry-run", "--only", "environment,test_cuda-model,test_cuda-kinds", out],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO)
     running = None
     for _ in range(300):  # the report says running, and the stub has started
         try:
             st = steps(load(out))
-            with open(os.path.join(out, "logs", "test_cuda-model.log")) as f:
+            with open(os.path.join(out, "dry-run-build", "logs", "test_cuda-model.log")) as f:
                 started = "hanging" in f.read()
             if st["test_cuda-model"]["status"] == "running" and started:
                 running = st
@@ -238,7 +267,7 @@ def budget_and_signal():
     with open(os.path.join(out, "gpu-check.md")) as f:
         md = f.read()
     check(running is not None and running["environment"]["status"] == "pass" and
-          running["test_attn"]["status"] == "pending" and "INCOMPLETE" in md and "| test_cuda model | running |" in md,
+          running["test_cuda-kinds"]["status"] == "pending" and "INCOMPLETE" in md and "| test_cuda model | running |" in md,
           "while a step runs, the report on disk says so")
     p.send_signal(signal.SIGTERM)
     try:
@@ -250,8 +279,85 @@ def budget_and_signal():
     st = steps(rep)
     check(p.returncode == 1 and rep["status"] == "interrupted" and st["test_cuda-model"]["status"] == "interrupted"
           and "stopped by signal" in so, "SIGTERM: exit %s, report %s" % (p.returncode, rep["status"]))
+    logs = logs_of(out)
+    check(sorted(logs) == ["logs/environment.log", "logs/test_cuda-model.log"] and
+          "hanging" in logs["logs/test_cuda-model.log"],
+          "SIGTERM: the archive holds the logs so far, the running step's lines too: %s" % sorted(logs))
     time.sleep(0.2)
     check(not procs_with(out), "SIGTERM: the running step's processes are gone")
+
+
+def prebuilt():
+    """--probe, --prebuilt in a dry run, the real binaries of make gpu-check-build, make's flags"""
+    d = os.path.join(TMP, "pre")
+    os.makedirs(os.path.join(d, "cuda"), exist_ok=True)
+    rc, so, se = run(["--probe", d])
+    check(rc == 1 and "FAIL" in so and "no stamp" in so, "probe: a folder without a stamp is refused: %s" % so)
+    for b in gpu_check.PREBUILT_BINS:
+        with open(os.path.join(d, b), "w") as f:
+            f.write("#!/bin/sh\necho \"$0: no CUDA device found\"; exit 3\n")
+        os.chmod(os.path.join(d, b), 0o755)
+    rc, so, se = run(["--stamp", d])
+    check(rc == 0, "stamp: %s %s" % (so, se))
+    with open(os.path.join(d, gpu_check.STAMP)) as f:
+        stamp = f.read()
+    with open(os.path.join(d, gpu_check.STAMP), "w") as f:
+        f.write(stamp.replace("sources ", "sources 0"))
+    rc, so, se = run(["--probe", d])
+    check(rc == 1 and "built from other sources" in so, "probe: binaries of other sources are refused: %s" % so)
+    with open(os.path.join(d, gpu_check.STAMP), "w") as f:
+        f.write(stamp)
+    rc, so, se = run(["--probe", d])
+    check(rc == gpu_check.NO_GPU and so.count("no-gpu ") == 5, "probe: binaries that start and find no GPU: exit 3: %s" % so)
+    os.chmod(os.path.join(d, "cuda", "test_attn"), 0o644)
+    rc, so, se = run(["--probe", d])
+    check(rc == 1 and "FAIL cuda/test_attn" in so, "probe: a binary that cannot start fails: %s" % so)
+
+    # dry runs: a passing probe hands its folder to every later step; a failing one, the build
+    out = os.path.join(TMP, "dry_pre")
+    rc, so, se = run(["--dry-run", "--prebuilt=" + os.path.relpath(d, REPO), "--only",
+                      "environment,prebuilt,build,test_cuda-bf16,train-gpu", out])
+    st = steps(load(out))
+    check(rc == 0 and st["prebuilt"]["status"] == "pass" and st["build"]["status"] == "not needed" and
+          d + "/cuda/test_cuda bf16" in st["test_cuda-bf16"]["command"] and d + "/cuda/mhe train" in st["train-gpu"]["command"],
+          "dry run --prebuilt: the probe passes, no build, the steps run its binaries: %s" %
+          {k: (v["status"], v["command"][-60:]) for k, v in st.items()})
+    rc, so, se = run(["--dry-run", "--prebuilt=" + os.path.relpath(d, REPO), "--only",
+                      "environment,prebuilt,build,test_cuda-bf16", out], {"GPU_CHECK_STUB_FAIL": "prebuilt"})
+    st = steps(load(out))
+    check(rc == 1 and st["prebuilt"]["status"] == "fail" and "building" in st["prebuilt"]["summary"] and
+          st["build"]["status"] == "pass" and "dry-run-build/cuda/test_cuda bf16" in st["test_cuda-bf16"]["command"],
+          "dry run --prebuilt: a failed probe falls back to the build: %s" %
+          {k: (v["status"], v["summary"][:60]) for k, v in st.items()})
+    rc, so, se = run(["--dry-run", "--prebuilt=no/such/dir", out])
+    check(rc == 2 and "no folder no/such/dir" in so, "--prebuilt of a missing folder: %s" % so)
+    for bad in (["--budget", "0"], ["--budget", "nan"], ["--bench", "slow"]):
+        rc, so, se = run(["--dry-run"] + bad + [out])
+        check(rc == 2 and bad[0] in so, "%s refused: %s" % (" ".join(bad), so))
+
+    # make gpu-check-build's own binaries (CI builds them before make test): they start, say there is no
+    # GPU, exit 3, and --prebuilt finds them (a fake nvidia-smi that lists a GPU lets the check start)
+    pre = os.path.join(REPO, gpu_check.PREBUILT_DIR)
+    if not all(os.path.isfile(os.path.join(pre, b)) for b in gpu_check.PREBUILT_BINS):
+        mhetest.RESULTS.skipped += 1
+        print("SKIP prebuilt binaries: none in %s (make gpu-check-build)" % gpu_check.PREBUILT_DIR)
+    else:
+        rc, so, se = run(["--probe", pre], timeout=200)
+        check(rc in (0, gpu_check.NO_GPU) and "ok mhe starts" in so and "ok cuda/bench_cuda starts" in so and
+              (rc == 0 or so.count("no-gpu ") == 3), "make gpu-check-build's binaries start (exit 3 without a GPU): %s" % so)
+        out = os.path.join(TMP, "real_pre")
+        smi = fake_smi("smi_pre", "echo 'NVIDIA H200, 9.0, 580.159.04, 143771 MiB'")
+        rc, so, se = run(["--prebuilt", "--only", "prebuilt", out], {"MHE_NVIDIA_SMI": smi}, timeout=200)
+        st = steps(load(out))
+        check(list(st) == ["prebuilt"] and st["prebuilt"]["status"] in ("pass", "fail") and
+              (st["prebuilt"]["status"] == "pass" or "find no CUDA device" in st["prebuilt"]["summary"]),
+              "gpu-check --prebuilt finds them: %s" % st.get("prebuilt"))
+    if subprocess.run(["make", "--version"], capture_output=True).returncode == 0:
+        e = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        p = subprocess.run(["make", "-n", "gpu-check", "OUT=x", "BUDGET=300", "ONLY=test_cuda,bench", "BENCH=full",
+                            "PREBUILT=1"], capture_output=True, text=True, env=e, cwd=REPO)
+        check("--budget 300 --only test_cuda,bench --bench full --prebuilt x" in " ".join(p.stdout.split()),
+              "make gpu-check passes BUDGET, ONLY, BENCH and PREBUILT: %r" % p.stdout)
 
 
 def parsers_match_the_programs():
@@ -332,6 +438,17 @@ def parsers_match_the_programs():
               n["fp32_kinds"] == 2 and n["d_model"] == 256, "large parser on test_cuda.cpp's format: %s %s" % (ok, n))
         check(not gpu_check.parse_large(text.replace("RESULT: 40 passed, 0 failed", "RESULT: 39 passed, 1 failed"),
                                         1)[0], "large parser: a failed check fails")
+    log = ("device: NVIDIA H200 (compute capability 9.0)\nstep    200/200  loss 2.2715  lr 1.00e-03   60000 tok/s     "
+           "3 ms/step  left    0s\nfinal train loss 2.2715\n")
+    ok, n, summary = gpu_check.parse_train(log + "device graph: 1 built, 199 steps launched as one, 1393 nodes patched\n", 0)
+    check(ok and n["graph_launches"] == 199 and n["graph_patches"] == 1393, "train parser: the graph's counters: %s" % n)
+    ok, n, summary = gpu_check.parse_train(log, 0)
+    check(not ok and "did not run as a CUDA graph" in summary, "train parser: a device run without the graph fails")
+    with open(os.path.join(REPO, "tools", "cli", "mhe.c")) as f:
+        src = f.read()
+    fmt = re.findall(r'"(device graph: [^"]*)"', src)
+    check(len(fmt) == 1 and gpu_check.parse_train(log + fmt[0].replace("\\n", "\n").replace("%ld", "%d") % (1, 9, 3), 0)[0],
+          "train parser on mhe.c's graph line: %s" % fmt)
     ok, n, summary = gpu_check.parse_test("test_cuda: no CUDA device: driver too old; nothing run\n", 3)
     check(not ok and "no CUDA device" in summary, "test parser: no device is a failure on a GPU machine: " + summary)
     check(not gpu_check.parse_test("test_cuda: device X\nok\n", -6)[0], "test parser: no RESULT line (abort) fails")
@@ -421,6 +538,7 @@ def main():
     dry_run_pass()
     dry_run_failures()
     budget_and_signal()
+    prebuilt()
     parsers_match_the_programs()
     curves()
     real_dump()

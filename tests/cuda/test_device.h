@@ -9,6 +9,7 @@
 #define MHE_TEST_DEVICE_H
 #include <stdarg.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define TEST_NO_DEVICE 3
 
@@ -32,6 +33,7 @@ static void test_device_or_exit(const char *prog) {
     char name[256], err[MHE_ERR_LEN] = "";
     int major = 0, minor = 0;
     test_prog = prog;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* into a file too: a run killed at its time limit keeps every FAIL line */
     if (mhe_cuda_device(name, sizeof name, &major, &minor, err) != MHE_OK) {
         if (strstr(err, "no CUDA device")) {
             printf("%s: %s; nothing run\n", prog, err);
@@ -44,13 +46,26 @@ static void test_device_or_exit(const char *prog) {
     fflush(stdout);
 }
 
-/* after a group: nothing left in CUDA's error state, every kernel finished without a fault */
+/* after a group: nothing left in CUDA's error state, every kernel finished without a fault;
+   then the group's own line (counts since the last group, seconds), flushed as it ends */
 static void test_device_settled(const char *group) {
+    static int passed0, failed0;
+    static double t0 = -1;
+    struct timespec ts;
+    double t;
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess)
         e = cudaGetLastError();
     CHECK(e == cudaSuccess, "%s: CUDA error after the %s group: %s (%s)", test_prog, group, cudaGetErrorString(e),
           cudaGetErrorName(e));
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t = ts.tv_sec + 1e-9 * ts.tv_nsec;
+    printf("group %s: %d passed, %d failed (%.1f s)\n", group, test_pass_count - passed0, test_fail_count - failed0,
+           t0 < 0 ? 0.0 : t - t0);
+    fflush(stdout);
+    passed0 = test_pass_count;
+    failed0 = test_fail_count;
+    t0 = t;
 }
 
 template <typename T> static T *test_dev_alloc(size_t bytes) {

@@ -1221,7 +1221,7 @@ static int train_steps(train_run *r) {
     stop_asks = 1;
     while (r->t->step < tc->steps && !stop_signal) {
         mhe_status s = r->task->step(r);
-        if (s == MHE_OK && !r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) s = step_stats(r);
+        if (s == MHE_OK && ((!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) || r->dump.f)) s = step_stats(r);
         if (s != MHE_OK) { fprintf(stderr, "\nmhe: step %d: %s (%s)\n", r->t->step, r->t->err, mhe_status_str(s)); stop_asks = 0; return 0; }
         dump_step(r);
         if (!r->o->quiet && due(r->t->step, tc->log_every, tc->steps)) print_progress(r);
@@ -1267,8 +1267,8 @@ static int start_device(train_run *r) {
         return 0;
     }
     r->t = &r->gpu.host;
-    r->gpu.deferred = !r->o->dump_batches; /* no blocking copy in a step; the dump records every step's loss */
-    r->gpu.graph = r->gpu.deferred;        /* a step of fixed shapes as one CUDA graph launch */
+    r->gpu.deferred = 1; /* no blocking copy in a step (a dump waits for each step's loss after it) */
+    r->gpu.graph = 1;    /* a step of fixed shapes as one CUDA graph launch */
     return 1;
 #else
     (void)r;
@@ -1282,6 +1282,9 @@ static void stop_device(train_run *r) {
     if (r->gpu.graph_error != cudaSuccess) /* the steps ran, kernel by kernel */
         fprintf(stderr, "mhe: --device cuda: the driver refused the step's CUDA graph (%s); the steps launched each kernel\n",
                 cudaGetErrorString(r->gpu.graph_error));
+    else if (!r->o->quiet && r->gpu.graph_builds > 0) /* what make gpu-check reads: the default path ran */
+        printf("device graph: %ld built, %ld steps launched as one, %ld nodes patched\n", r->gpu.graph_builds,
+               r->gpu.graph_launches, r->gpu.graph_patches);
     mhe_cuda_trainer_free(&r->gpu);
     mhe_cuda_model_free(&r->dev);
 #else

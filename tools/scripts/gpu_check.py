@@ -1,42 +1,57 @@
 #!/usr/bin/env python3
 """gpu_check.py - the CUDA companion checked on a real NVIDIA GPU (make gpu-check).
 
-usage: gpu_check.py [--dry-run] [--only STEP,...] [--budget SECONDS] OUT
+usage: gpu_check.py [--dry-run] [--prebuilt[=DIR]] [--bench quick|full] [--only STEP,...]
+                    [--budget SECONDS] OUT
+       gpu_check.py --stamp DIR     (make gpu-check-build: DIR's binaries are of this tree)
+       gpu_check.py --probe DIR     (do DIR's binaries start here? exit 0 yes, 3 no GPU, 1 no)
 
 --only takes step keys (the JSON's "key": build, test_cuda-model, large, ...)
 or their first part (test_cuda, train, memcheck, ...); a step whose build is
 not in the run assumes an earlier run built it.
 
 Run from the repository root on a machine with an NVIDIA GPU, nvcc and
-compute-sanitizer. It builds everything it runs (build/gpu-check/sm_XY/, for
-the GPU's own architecture), then runs one step after another, each with its
-own time limit, a failed one never stopping the later ones:
+compute-sanitizer. With --prebuilt it first checks that the binaries `make
+gpu-check-build` made on a machine without a GPU (build/gpu-check/prebuilt/,
+sent with the tree) are of this tree's sources and start on this GPU, and
+builds only when they do not; else it builds everything it runs
+(build/gpu-check/sm_XY/, for the GPU's own architecture). Then it runs one
+step after another, each with its own time limit, a failed one never
+stopping the later ones, the kernels that have never passed on a GPU first:
 
   environment   nvidia-smi, nvcc, compute-sanitizer, host compiler versions
+  prebuilt      (--prebuilt) the binaries' source stamp, and each one started
   build         make -j: test_cuda, test_attn, mhe and bench_cuda by nvcc, the
                 CPU mhe (a failed build is retried without warnings as errors,
                 so the tests still run; the check fails either way)
-  budget        the kernels' registers against tools/scripts/cuda_budget.txt
-  test_cuda *   every group of tests/cuda/test_cuda.cpp, against the CPU library
-  test_attn     the attention cores against the CPU's
+  test_cuda *   every group of tests/cuda/test_cuda.cpp, against the CPU library:
+                bf16 and TF32 GEMMs (the pipelined tile) first
+  test_attn     the attention cores against the CPU's (tensor-core flash too)
+  train *       mhe train, 200 steps, on the CPU (started right after the build,
+                beside the GPU steps), on the GPU in bf16, TF32 and float32 as
+                `mhe train --device cuda` runs by default (deferred, one CUDA graph
+                launch a step; the graph's counters reported), then the loss
+                curves compared (train-compare)
   large         the device model at T = 256, d_model = 256, every device kind,
                 float32, TF32 and bf16 (test_cuda large)
-  train *       mhe train, 200 steps, on the CPU (started right after the build,
-                beside the GPU steps), on the GPU in float32, TF32 and bf16,
-                then the loss curves compared (train-compare)
-  bench         bench_cuda --quick, then tools/bench/bench_torch_cuda.py at the same shapes
-                (cuBLAS, SDPA, the PyTorch twin) and the two side by side
+  bench         bench_cuda (--bench quick: the small shapes; full: every size), then
+                tools/bench/bench_torch_cuda.py at the same shapes (cuBLAS, SDPA,
+                the PyTorch twin) and the two side by side
+  budget        the kernels' registers against tools/scripts/cuda_budget.txt
   memcheck, racecheck, synccheck *   compute-sanitizer on test_attn quick and
-                on test_cuda's kernel groups (10-100x slower than plain runs)
+                on test_cuda's kernel groups (10-100x slower than plain runs), last
 
-The report is OUT/gpu-check.md and OUT/gpu-check.json (rewritten before and
-after every step, so a run killed at its time limit still leaves one), the
-full log of each step in OUT/logs/, the loss curves in
-OUT/train_losses.csv. The steps share one time budget (--budget, default
-450 s): a step never gets more than what is left, and steps that find no time
-are reported as skipped. Exit status: 0 every step passed, 1 a step failed,
-timed out or was skipped, 2 usage, 3 no NVIDIA GPU here (one line; nothing
-built or run).
+OUT gets four files, so that they all come back from a machine that returns
+only a few: gpu-check.md and gpu-check.json (the report), gpu-check-logs.tar.gz
+(every step's full log, logs/KEY.log) and train_losses.csv. The report and the
+archive are rewritten before and after every step, so a run killed at its
+time limit still leaves both, with every line a step printed (the test
+programs write line by line). The logs themselves are in build/gpu-check/logs/.
+The steps share one time budget (--budget, default 450 s): a step never gets
+more than what is left, and steps that find no time are reported as skipped;
+give the command an outer limit above the budget (docs/cuda.md). Exit status:
+0 every step passed, 1 a step failed, timed out or was skipped, 2 usage, 3 no
+NVIDIA GPU here (one line; nothing built or run).
 
 --dry-run runs the same machinery (steps, time limits, logs, parsers, curve
 comparison, report) with stub commands in place of the GPU programs: what
@@ -71,6 +86,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tarfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -167,6 +183,26 @@ def tool_version(path, pattern):
     return m.group(1) if m else (first_line(out) or "unknown")
 
 
+# what the binaries are built from: a prebuilt folder whose stamp differs is of another tree
+BIN_SOURCES = ["Makefile", "mhe.h", "mhe_cuda.cuh", "tests/test.h", "tools/bench/bench_cuda.cu", "tools/cli",
+               "tests/cuda"]
+
+
+def sources_hash(paths):
+    h = hashlib.sha256()
+    files = []
+    for f in paths:
+        d = os.path.join(REPO, f)
+        files += sorted(os.path.join(f, x) for x in os.listdir(d)) if os.path.isdir(d) else [f]
+    for f in files:
+        p = os.path.join(REPO, f)
+        if os.path.isfile(p):
+            h.update(f.encode() + b"\0")
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
 def tree_identity():
     """the commit (when the tree has its .git) and a hash of the sources the check builds"""
     rc, out = run_quiet(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"])
@@ -175,17 +211,71 @@ def tree_identity():
         rc, st = run_quiet(["git", "-C", REPO, "status", "--porcelain", "--untracked-files=no"])
         if rc == 0 and st.strip():
             commit += " (with uncommitted changes)"
-    h = hashlib.sha256()
-    files = ["Makefile", "mhe.h", "mhe_cuda.cuh"]
-    for d in ["tools/cli", "tools/bench", "tools/scripts", "tests/cuda"]:
-        files += sorted(os.path.join(d, f) for f in os.listdir(os.path.join(REPO, d)))
-    for f in files:
-        p = os.path.join(REPO, f)
-        if os.path.isfile(p):
-            h.update(f.encode() + b"\0")
-            with open(p, "rb") as fh:
-                h.update(fh.read())
-    return commit or os.environ.get("MHE_COMMIT") or "unknown (no .git in this copy)", h.hexdigest()[:16]
+    return (commit or os.environ.get("MHE_COMMIT") or "unknown (no .git in this copy)",
+            sources_hash(["Makefile", "mhe.h", "mhe_cuda.cuh", "tools/cli", "tools/bench", "tools/scripts",
+                          "tests/cuda"]))
+
+
+# ---- prebuilt binaries: made where there is no GPU, checked where there is one ----------
+
+PREBUILT_DIR = "build/gpu-check/prebuilt"
+PREBUILT_BINS = ["mhe", "cuda/mhe", "cuda/test_cuda", "cuda/test_attn", "cuda/bench_cuda"]
+STAMP = "sources.txt"
+
+
+def stamp_main(args):
+    """--stamp DIR: records the hash of the binaries' sources beside them (make gpu-check-build)"""
+    if len(args) != 1:
+        print("usage: gpu_check.py --stamp DIR")
+        return 2
+    missing = [b for b in PREBUILT_BINS if not os.path.isfile(os.path.join(args[0], b))]
+    if missing:
+        print("gpu-check: %s: no %s: nothing stamped" % (args[0], ", ".join(missing)))
+        return 1
+    commit, _ = tree_identity()
+    write_atomic(os.path.join(args[0], STAMP), "sources %s\ncommit %s\n" % (sources_hash(BIN_SOURCES), commit))
+    say("%s: binaries of sources %s (commit %s)" % (args[0], sources_hash(BIN_SOURCES), commit))
+    return 0
+
+
+def probe_main(args):
+    """--probe DIR: are DIR's binaries of this tree, and do they start here? One line per check;
+    exit 0 every one did, 3 they started and found no CUDA device, 1 otherwise"""
+    if len(args) != 1:
+        print("usage: gpu_check.py --probe DIR")
+        return 2
+    d, bad, no_gpu = args[0], 0, 0
+    try:
+        with open(os.path.join(d, STAMP), encoding="utf-8") as f:
+            got = dict(line.split(" ", 1) for line in f.read().splitlines() if " " in line)
+    except OSError as e:
+        print("FAIL %s: no stamp (%s): make gpu-check-build stamps what it builds" % (d, e.strerror))
+        return 1
+    want = sources_hash(BIN_SOURCES)
+    if got.get("sources") != want:
+        print("FAIL %s: built from other sources (%s, commit %s; this tree's are %s): make gpu-check-build again" %
+              (d, got.get("sources"), got.get("commit", "?").strip(), want))
+        return 1
+    print("ok %s: binaries of this tree's sources %s (commit %s)" % (d, want, got.get("commit", "?").strip()))
+    tiny = "examples/data/tiny_lm.safetensors"
+    runs = [("mhe", ["generate", "--model", tiny, "--prompt", "The ", "--n", "8", "--temperature", "0"]),
+            ("cuda/mhe", ["generate", "--model", tiny, "--prompt", "The ", "--n", "8", "--temperature", "0",
+                          "--device", "cuda"]),
+            ("cuda/test_cuda", ["errors"]), ("cuda/test_attn", ["quick"]), ("cuda/bench_cuda", ["--help"])]
+    for name, argv in runs:
+        exe = os.path.join(d, name)
+        rc, out = run_quiet([exe] + argv, timeout=40)
+        line = first_line(out) if rc is None else last_error_line(out) if out.strip() else "no output"
+        if rc == 0:
+            print("ok %s starts: %s" % (name, " ".join(argv)))
+        elif re.search(r"no CUDA device", out or ""):
+            no_gpu += 1
+            print("no-gpu %s starts and finds no CUDA device (exit %s)" % (name, rc))
+        else:
+            bad += 1
+            print("FAIL %s %s: exit %s: %s" % (name, " ".join(argv), rc, line))
+    print("RESULT: %d passed, %d failed" % (len(runs) - bad - no_gpu, bad))
+    return 1 if bad else NO_GPU if no_gpu else 0
 
 
 # ---- parsers: a step's log -> (ok, numbers, summary) ---------------------------------
@@ -278,6 +368,15 @@ def parse_budget(text, rc):
     return rc == 0, {"kernels": int(m.group(1)), "over": int(m.group(2))}, m.group(0)
 
 
+def parse_probe(text, rc):
+    fails = [x for x in text.splitlines() if x.startswith("FAIL")]
+    if rc == 0:
+        return True, {}, "of this tree, every binary started"
+    if rc == NO_GPU and not fails:
+        return False, {}, "they start and find no CUDA device (exit 3)"
+    return False, {}, (fails[0][5:205] if fails else "exit %s: %s" % (rc, last_error_line(text))) + "; building"
+
+
 def parse_env(text, rc):
     return rc == 0, {}, "versions and nvidia-smi in the log"
 
@@ -293,9 +392,20 @@ def parse_train(text, rc):
     d = re.search(r"^device: (.*)$", text, re.M)
     if d:
         nums["device"] = d.group(1)
+    g = re.search(r"^device graph: (\d+) built, (\d+) steps launched as one, (\d+) nodes patched", text, re.M)
+    if g:
+        nums["graph_builds"], nums["graph_launches"], nums["graph_patches"] = (int(x) for x in g.groups())
     ok = rc == 0 and "final_loss" in nums
     summary = "final loss %.4f, %.0f tok/s" % (nums["final_loss"], nums.get("tokens_per_s", 0)) if ok else \
         "failed (exit %s): %s" % (rc, last_error_line(text))
+    if ok and "device" in nums:  # the device's default path: one graph launch a step
+        if not nums.get("graph_launches"):
+            ok = False
+            summary += "; the steps did not run as a CUDA graph: %s" % (
+                last_error_line(text) if "refused" in text else "no 'device graph:' line")
+        else:
+            summary += "; graph: %d built, %d of %d steps as one launch, %d nodes patched" % (
+                nums["graph_builds"], nums["graph_launches"], TRAIN_STEPS, nums["graph_patches"])
     return ok, nums, summary
 
 
@@ -335,6 +445,12 @@ SIDE_ATTN_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 SIDE_ATTN16_RE = re.compile(r"^L=(\d+)\s+[\d.]+ \|\s+[\d.]+\s+[\d.]+x \|\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 ATTN16_HEAD = ", bf16 tensor cores:"  # bench_cuda --bf16 --attn-only's table follows this
 SIDE_TRAIN_RE = re.compile(r"^(mha|mhe-mul|mhe-add)\s+\d+ \|\s+\d+\s+([\d.]+)x", re.M)
+# every precision of a side-by-side training row (mhe | twin ratio, three times; "-" where a side has none)
+SIDE_TRAIN3_RE = re.compile(r"^((?:mha|mhe-mul|mhe-add)(?:-124M)?)\s+(\S+) \|\s+(\S+)\s+\S+ \|\s+(\S+) \|\s+(\S+)\s+\S+ \|"
+                            r"\s+(\S+) \|\s+(\S+)\s+\S+$", re.M)
+# a side-by-side GEMM row: mhe, cuBLAS and the ratio in float32, TF32 and bf16
+SIDE_GEMM_RE = re.compile(r"^C=(\d+)\s+(\S.*?\S)\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x\s+([\d.]+)\s+([\d.]+)\s+[\d.]+x\s+"
+                          r"([\d.]+)\s+([\d.]+)\s+[\d.]+x$", re.M)
 SIDE_DECODE_RE = re.compile(r"^decode (mha|mhe-mul|mhe-add)\s+[\d.]+ \|\s+[\d.]+\s+([\d.]+)x", re.M)
 
 
@@ -370,6 +486,17 @@ def parse_bench(text, rc):
         nums["decode_%s_us" % kind.replace("-", "_")] = float(us)
     for kind, ratio in SIDE_DECODE_RE.findall(text):
         nums["decode_%s_vs_torch" % kind.replace("-", "_")] = float(ratio)
+    num = lambda x: float(x) if re.match(r"^[\d.]+$", x) else None  # noqa: E731
+    side = {}
+    for row in SIDE_GEMM_RE.findall(text):  # [mhe, cuBLAS] TFLOP/s per precision
+        side["C=%s %s" % row[:2]] = {p: [float(row[2 + 2 * i]), float(row[3 + 2 * i])] for i, p in enumerate(PRECISIONS)}
+    if side:
+        nums["gemm_side"] = side
+    side = {}
+    for row in SIDE_TRAIN3_RE.findall(text):  # [mhe, twin] tokens/s per precision
+        side[row[0]] = {p: [num(row[1 + 2 * i]), num(row[2 + 2 * i])] for i, p in enumerate(PRECISIONS)}
+    if side:
+        nums["train_side"] = side
     ok = rc == 0 and bool(g) and bool(a) and len(TRAIN_RE.findall(text)) >= 3
     parts = []
     if g:
@@ -393,7 +520,7 @@ def parse_bench(text, rc):
     return ok, nums, "; ".join(parts) or "no numbers (exit %s)" % rc
 
 
-PARSERS = {"env": parse_env, "build": parse_build, "budget": parse_budget, "test": parse_test,
+PARSERS = {"env": parse_env, "probe": parse_probe, "build": parse_build, "budget": parse_budget, "test": parse_test,
            "large": parse_large, "sanitizer": parse_sanitizer, "train": parse_train, "compare": parse_compare,
            "bench": parse_bench}
 
@@ -596,6 +723,12 @@ def stub_main(args):
         return 0
     if kind == "env":
         print("stub environment: no nvidia-smi asked")
+    elif kind == "probe":
+        if fail:
+            print("FAIL %s: built from other sources (stub)" % cmd[-1])
+            return 1
+        print("ok %s: binaries of this tree's sources (stub)" % cmd[-1])
+        print("RESULT: 5 passed, 0 failed")
     elif kind == "build":
         print("make: stub build of %s" % " ".join(a for a in cmd[3:] if "/" in a))
         if fail:
@@ -643,6 +776,9 @@ def stub_main(args):
             print("step %6d/%d  loss %.4f  lr 1.00e-03    50000 tok/s     20 ms/step  left    1s" %
                   (s, TRAIN_STEPS, 2.0 + 3.5 * math.exp(-s / 60.0)))
         print("final train loss %.4f" % (2.0 + 3.5 * math.exp(-(TRAIN_STEPS - 1) / 60.0)))
+        if gpu:
+            print("device graph: 1 built, %d steps launched as one, %d nodes patched" % (TRAIN_STEPS - 1,
+                                                                                           7 * (TRAIN_STEPS - 2)))
     elif kind == "compare":
         return compare_main(cmd[cmd.index("--compare-train") + 1:])
     elif kind == "bench":
@@ -669,67 +805,83 @@ class Step:
                     "log": "logs/%s.log" % key}
 
 
-def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only):
-    """the steps, in the order they run"""
-    cu = os.path.join(bdir, "cuda")
-    test_cuda, test_attn = os.path.join(cu, "test_cuda"), os.path.join(cu, "test_attn")
-    targets = [test_cuda, test_attn, os.path.join(cu, "mhe"), os.path.join(cu, "bench_cuda"),
-               os.path.join(bdir, "mhe")]
+def plan(bdir, arch_flag, gpu_arch, ncpu, relaxed_flags, sanitizer, only, prebuilt, bench):
+    """the steps, in the order they run: what has never passed on a GPU first, the sanitizers last.
+    BIN/ in a command is the binaries' folder, known once the prebuilt check or the build is done."""
+    cu = "BIN/cuda"
+    test_cuda, test_attn = cu + "/test_cuda", cu + "/test_attn"
+    targets = [os.path.join(bdir, "cuda", x) for x in ("test_cuda", "test_attn", "mhe", "bench_cuda")] + \
+        [os.path.join(bdir, "mhe")]
     make = ["make", "-j%d" % ncpu, "B=" + bdir, "CUDA_ARCH=" + arch_flag]
     if os.environ.get("NVCC"):
         make.append("NVCC=" + os.environ["NVCC"])
-    built = [["build", "build-relaxed"]]
+    built = [["prebuilt", "build", "build-relaxed"]]
     env_cmd = ("echo '== nvidia-smi'; ${MHE_NVIDIA_SMI:-nvidia-smi}; echo '== nvcc'; ${NVCC:-nvcc} --version; "
                "echo '== compute-sanitizer'; %s --version; echo '== host'; uname -a; nproc; "
                "${CXX:-g++} --version | head -n 1; python3 --version" % shlex.quote(sanitizer or "compute-sanitizer"))
-    s = [Step("environment", "environment", ["sh", "-c", env_cmd], 30, "env"),
-         Step("build", "build for %s (make -j%d)" % (gpu_arch, ncpu), make + targets, 300, "build"),
-         Step("build-relaxed", "build again, warnings allowed", make + ["NVFLAGS=" + relaxed_flags] + targets, 300,
-              "build", only_after_failed="build")]
-    if gpu_arch in ("sm_80", "sm_90"):
-        s.append(Step("budget", "kernel registers within tools/scripts/cuda_budget.txt",
-                      ["python3", "tools/scripts/cuda_budget.py", os.path.join(cu, "ptxas.log"), "tools/scripts/cuda_budget.txt"], 30,
-                      "budget", [["build"]]))
-    for g in ("gemm", "tf32", "bf16", "norm", "elementwise", "model", "kinds", "train", "decode", "prefill", "eval", "errors",
-              "features", "encdec", "hash", "curve"):
-        s.append(Step("test_cuda-" + g, "test_cuda " + g, [test_cuda, g], 90, "test", built))
-    s.append(Step("test_attn", "test_attn (every case)", [test_attn], 90, "test", built))
-    s.append(Step("cli", "mhe eval, generate --device cuda against the CPU path", ["sh", "tests/cuda/cli.sh",
-                                                                                    os.path.join(cu, "mhe")], 90,
-                  "test", built))
-    s.append(Step("large", "model at T=256, d_model=256, fp32, TF32 and bf16", [test_cuda, "large"], 150, "large",
-                  built))
+    s = [Step("environment", "environment", ["sh", "-c", env_cmd], 30, "env")]
+    if prebuilt:
+        s.append(Step("prebuilt", "prebuilt binaries (%s): of this tree, start here" % prebuilt,
+                      ["python3", SELF, "--probe", prebuilt], 60, "probe"))
+    s += [Step("build", "build for %s (make -j%d)" % (gpu_arch, ncpu), make + targets, 240, "build",
+               only_after_failed="prebuilt" if prebuilt else None),
+          Step("build-relaxed", "build again, warnings allowed", make + ["NVFLAGS=" + relaxed_flags] + targets, 240,
+               "build", only_after_failed="build")]
     tdir = os.path.join(bdir, "train")
-    runs = [("train-cpu", "mhe train, CPU, %d steps" % TRAIN_STEPS, os.path.join(bdir, "mhe"), []),
-            ("train-gpu", "mhe train --device cuda, %d steps" % TRAIN_STEPS, os.path.join(cu, "mhe"),
-             ["--device", "cuda"]),
-            ("train-gpu-tf32", "mhe train --device cuda --precision tf32, %d steps" % TRAIN_STEPS,
-             os.path.join(cu, "mhe"), ["--device", "cuda", "--precision", "tf32"]),
-            ("train-gpu-bf16", "mhe train --device cuda --precision bf16, %d steps" % TRAIN_STEPS,
-             os.path.join(cu, "mhe"), ["--device", "cuda", "--precision", "bf16"])]
+    runs = [("train-cpu", "mhe train, CPU, %d steps" % TRAIN_STEPS, "BIN/mhe", []),
+            ("train-gpu-bf16", "mhe train --device cuda --precision bf16 (graph), %d steps" % TRAIN_STEPS,
+             cu + "/mhe", ["--device", "cuda", "--precision", "bf16"]),
+            ("train-gpu-tf32", "mhe train --device cuda --precision tf32 (graph), %d steps" % TRAIN_STEPS,
+             cu + "/mhe", ["--device", "cuda", "--precision", "tf32"]),
+            ("train-gpu", "mhe train --device cuda (graph), %d steps" % TRAIN_STEPS, cu + "/mhe",
+             ["--device", "cuda"])]
+    train = []
     for key, title, exe, extra in runs:
         cmd = [exe, "train"] + TRAIN_ARGS + extra + ["--out", os.path.join(tdir, key + ".safetensors"),
                                                      "--dump-batches", os.path.join(tdir, key + ".batches")]
         cpu = key == "train-cpu"  # beside the GPU tests, leaving them two cores for their CPU references
-        s.append(Step(key, title, cmd, 300 if cpu else 90, "train", built,
-                      {"OMP_NUM_THREADS": str(max(1, ncpu - 2))} if cpu else {}, background=cpu))
-    s.append(Step("train-compare", "loss curves: GPU fp32, TF32 and bf16 against the CPU",
+        train.append(Step(key, title, cmd, 300 if cpu else 45, "train", built,
+                          {"OMP_NUM_THREADS": str(max(1, ncpu - 2))} if cpu else {}, background=cpu))
+    s.append(train[0])
+    tc = lambda g, title=None: Step("test_cuda-" + g, title or "test_cuda " + g, [test_cuda, g], 45, "test", built)  # noqa: E731
+    # never passed on a GPU: bf16 GEMMs, the pipelined tensor-core tile (TF32 and bf16, its epilogues),
+    # the tensor-core flash core (test_attn), the deferred trainer and the graph (train, curve, mhe train)
+    s += [tc("bf16", "test_cuda bf16 (bf16 mma, pipelined tile, epilogues)"),
+          tc("tf32", "test_cuda tf32 (pipelined tile, epilogues)"), tc("gemm"),
+          Step("test_attn", "test_attn (every case; TF32/bf16 tensor-core flash)", [test_attn], 45, "test", built),
+          tc("train", "test_cuda train (deferred trainer, graph bit for bit)"),
+          tc("curve", "test_cuda curve (200 steps per precision, graph)")]
+    s += train[1:]
+    s.append(Step("train-compare", "loss curves: GPU bf16, TF32 and fp32 (graph) against the CPU",
                   ["python3", SELF, "--compare-train", "OUT/train_losses.csv"] +
                   [os.path.join(tdir, k + ".batches") for k in ("train-cpu", "train-gpu", "train-gpu-tf32",
                                                                 "train-gpu-bf16")],
                   30, "compare", [["train-cpu"], ["train-gpu"]]))
-    # bench_cuda --quick, then the same shapes through PyTorch CUDA beside it (tools/bench/bench_torch_cuda.py;
+    s.append(Step("large", "model at T=256, d_model=256, fp32, TF32 and bf16", [test_cuda, "large"], 60, "large",
+                  built))
+    # bench_cuda, then the same shapes through PyTorch CUDA beside it (tools/bench/bench_torch_cuda.py;
     # without PyTorch it prints bench_cuda's rows alone)
-    s.append(Step("bench", "bench_cuda --quick beside PyTorch CUDA",
-                  ["python3", "tools/bench/bench_torch_cuda.py", "--quick", "--bench-cuda", os.path.join(cu, "bench_cuda"),
-                   "--mhe", os.path.join(bdir, "mhe")], 150, "bench", built))
+    s.append(Step("bench", "bench_cuda%s beside PyTorch CUDA" % (" --quick" if bench == "quick" else " (every size)"),
+                  ["python3", "tools/bench/bench_torch_cuda.py"] + (["--quick"] if bench == "quick" else []) +
+                  ["--bench-cuda", cu + "/bench_cuda", "--mhe", "BIN/mhe"], 120 if bench == "quick" else 420, "bench",
+                  built))
+    # what passed on the H200 before
+    for g in ("norm", "elementwise", "model", "kinds", "decode", "prefill", "eval", "errors", "features", "encdec",
+              "hash"):
+        s.append(tc(g))
+    s.append(Step("cli", "mhe eval, generate --device cuda against the CPU path", ["sh", "tests/cuda/cli.sh",
+                                                                                    cu + "/mhe"], 45, "test", built))
+    if gpu_arch in ("sm_80", "sm_90"):
+        s.append(Step("budget", "kernel registers within tools/scripts/cuda_budget.txt",
+                      ["python3", "tools/scripts/cuda_budget.py", cu + "/ptxas.log", "tools/scripts/cuda_budget.txt"],
+                      30, "budget", built))
     san = sanitizer or "compute-sanitizer"
     for tool, groups in (("memcheck", "gemm,tf32,bf16,norm,elementwise,model"),
                          ("racecheck", "gemm,tf32,bf16,norm,elementwise"), ("synccheck", "gemm,tf32,bf16,norm,elementwise")):
         base = [san, "--tool", tool, "--error-exitcode", "9"]
-        s.append(Step("%s-test_attn" % tool, "%s: test_attn quick" % tool, base + [test_attn, "quick"], 90,
+        s.append(Step("%s-test_attn" % tool, "%s: test_attn quick" % tool, base + [test_attn, "quick"], 45,
                       "sanitizer", built))
-        s.append(Step("%s-test_cuda" % tool, "%s: test_cuda %s" % (tool, groups), base + [test_cuda, groups], 90,
+        s.append(Step("%s-test_cuda" % tool, "%s: test_cuda %s" % (tool, groups), base + [test_cuda, groups], 45,
                       "sanitizer", built))
     if only:
         s = [x for x in s if x.key in only or x.key.split("-")[0] in only]
@@ -766,8 +918,10 @@ def write_atomic(path, text):
 
 
 class Report:
-    def __init__(self, out, info, steps):
-        self.out, self.info, self.steps = out, info, steps
+    """OUT/gpu-check.md, .json and the archive of every log so far, written together"""
+
+    def __init__(self, out, info, steps, work):
+        self.out, self.info, self.steps, self.work = out, info, steps, work
 
     def status(self):
         recs = [s.rec for s in self.steps]
@@ -789,6 +943,17 @@ class Report:
         info["failed"] = [r["key"] for r in self.failed()]
         write_atomic(os.path.join(self.out, "gpu-check.json"), json.dumps(clean(info), indent=1, sort_keys=True) + "\n")
         write_atomic(os.path.join(self.out, "gpu-check.md"), self.markdown(info))
+        self.archive()
+
+    def archive(self):
+        """OUT/gpu-check-logs.tar.gz: logs/KEY.log of every step started (a step still running: what it printed)"""
+        tmp = os.path.join(self.out, ARCHIVE + ".tmp")
+        with tarfile.open(tmp, "w:gz") as tar:
+            for st in self.steps:
+                path = os.path.join(self.work, st.rec["log"])
+                if st.rec["status"] not in ("pending", "skipped", "not needed") and os.path.isfile(path):
+                    tar.add(path, arcname=st.rec["log"])
+        os.replace(tmp, os.path.join(self.out, ARCHIVE))
 
     def markdown(self, info):
         gpu = info.get("gpu", {})
@@ -839,9 +1004,13 @@ class Report:
                     continue
                 lines += ["", "### %s: %s (exit %s, %s s)" % (r["title"], r["status"], r["exit"], r["seconds"]), "",
                           "`%s`" % r["command"], "", r["summary"] or "", "", "Last lines of %s:" % r["log"], "",
-                          "```", tail(os.path.join(self.out, r["log"])), "```"]
-        lines += ["", "Logs of every step: logs/. Data: gpu-check.json.", ""]
+                          "```", tail(os.path.join(self.work, r["log"])), "```"]
+        lines += ["", "Logs of every step: %s (and %s). Data: gpu-check.json." % (ARCHIVE, os.path.join(
+            os.path.relpath(self.work, REPO), "logs")), ""]
         return "\n".join(lines)
+
+
+ARCHIVE = "gpu-check-logs.tar.gz"
 
 
 def write_no_gpu(out, why):
@@ -861,8 +1030,10 @@ class Runner:
     """starts and finishes steps; a step is a process group of its own, so a limit or a signal
     stops everything it started"""
 
-    def __init__(self, out, dry_run, budget, report):
+    def __init__(self, out, dry_run, budget, report, work, bin_dir):
         self.out, self.dry_run, self.budget, self.report = out, dry_run, budget, report
+        self.work = work            # the logs are in work/logs
+        self.bin = bin_dir          # BIN/ in a command: the prebuilt binaries once they pass, else the build
         self.t0 = now()
         self.live = {}              # key -> (Popen, log file, start, limit) of the steps running
         self.starting = False       # inside Popen: a signal waits until the child is known
@@ -897,13 +1068,14 @@ class Runner:
             rec["status"], rec["summary"] = "skipped", "no time left in the %g s budget" % self.budget
             return False
         limit = min(step.timeout, left)
-        cmd = [x.replace("OUT/", self.out + "/") for x in step.cmd]
+        cmd = [x.replace("OUT/", self.out + "/").replace("BIN/", self.bin + "/") for x in step.cmd]
+        rec["command"] = " ".join(shlex.quote(c) for c in cmd)
         if self.dry_run:
             cmd = [sys.executable, SELF, "--stub", step.key, step.kind, "--"] + cmd
             limit = min(limit, float(os.environ.get("GPU_CHECK_STUB_TIMEOUT", "10")))
         rec["status"], rec["timeout_s"], rec["started_s"] = "running", round(limit, 1), round(now() - self.t0, 1)
         self.report.write()
-        f = open(os.path.join(self.out, rec["log"]), "w", encoding="utf-8")
+        f = open(os.path.join(self.work, rec["log"]), "w", encoding="utf-8")
         f.write("$ %s\n" % " ".join(shlex.quote(c) for c in cmd))
         f.flush()
         env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", **step.env)
@@ -939,7 +1111,7 @@ class Runner:
         if timed_out:
             f.write("\ngpu-check: stopped after %.0f s (the step's limit)\n" % limit)
         f.close()
-        with open(os.path.join(self.out, rec["log"]), encoding="utf-8", errors="replace") as fh:
+        with open(os.path.join(self.work, rec["log"]), encoding="utf-8", errors="replace") as fh:
             text = fh.read()
         rec["exit"], rec["seconds"] = rc, round(secs, 1)
         ok, nums, summary = PARSERS[step.kind](text, rc)
@@ -948,6 +1120,8 @@ class Runner:
             rec["status"], rec["summary"] = "timeout", "stopped at its %.0f s limit; %s" % (limit, summary)
         else:
             rec["status"] = "pass" if ok else "fail"
+        if step.kind == "probe" and ok:  # every later step runs the prebuilt binaries
+            self.bin = step.cmd[-1]
 
     def run(self, step, done):
         if step.key in self.live or self.start(step, done):
@@ -979,21 +1153,37 @@ def main(argv):
         return stub_main(argv[1:])
     if argv[:1] == ["--compare-train"]:
         return compare_main(argv[1:])
-    dry_run, only, budget, rest = False, None, DEFAULT_BUDGET, []
+    if argv[:1] == ["--stamp"]:
+        return stamp_main(argv[1:])
+    if argv[:1] == ["--probe"]:
+        return probe_main(argv[1:])
+    dry_run, only, budget, prebuilt, bench, rest = False, None, DEFAULT_BUDGET, None, "quick", []
+    usage = ("usage: gpu_check.py [--dry-run] [--prebuilt[=DIR]] [--bench quick|full] [--only STEP,...] "
+             "[--budget SECONDS] OUT")
     i = 0
     while i < len(argv):
         a = argv[i]
         if a == "--dry-run":
             dry_run = True
-        elif a in ("--only", "--budget") and i + 1 < len(argv):
+        elif a == "--prebuilt" or a.startswith("--prebuilt="):
+            prebuilt = a.partition("=")[2] or PREBUILT_DIR
+        elif a in ("--only", "--budget", "--bench") and i + 1 < len(argv):
             i += 1
             if a == "--only":
-                only = set(argv[i].split(","))
+                only = set(x for x in argv[i].split(",") if x)
+            elif a == "--bench":
+                if argv[i] not in ("quick", "full"):
+                    print("gpu-check: --bench takes quick or full, not %r" % argv[i])
+                    return 2
+                bench = argv[i]
             else:
                 try:
                     budget = float(argv[i])
+                    if not (math.isfinite(budget) and budget > 0):
+                        raise ValueError
                 except ValueError:
-                    rest.append("--budget needs seconds")
+                    print("gpu-check: --budget takes seconds above 0, not %r" % argv[i])
+                    return 2
         elif a in ("-h", "--help"):
             print(__doc__)
             return 0
@@ -1001,9 +1191,12 @@ def main(argv):
             rest.append(a)
         i += 1
     if len(rest) != 1 or rest[0].startswith("-"):
-        print("usage: gpu_check.py [--dry-run] [--only STEP,...] [--budget SECONDS] OUT")
+        print(usage)
         return 2
     out = os.path.abspath(rest[0])
+    if prebuilt and not os.path.isdir(os.path.join(REPO, prebuilt)):
+        print("gpu-check: --prebuilt: no folder %s (make gpu-check-build makes it, on any machine with nvcc)" % prebuilt)
+        return 2
 
     if dry_run:
         gpu = {"name": "none (dry run)", "compute_capability": "9.0", "driver": "-", "memory": "-", "count": 1}
@@ -1021,12 +1214,16 @@ def main(argv):
     nvcc = tool_path("nvcc", "NVCC")
     sanitizer = tool_path("compute-sanitizer", "COMPUTE_SANITIZER")
     ncpu = os.cpu_count() or 2
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    for old in [os.path.join("logs", f) for f in os.listdir(os.path.join(out, "logs")) if f.endswith(".log")] + \
-            ["train_losses.csv"]:  # an earlier run's files in the same OUT would pass for this run's
-        if os.path.isfile(os.path.join(out, old)):
-            os.remove(os.path.join(out, old))
     bdir = os.path.join(out, "dry-run-build") if dry_run else "build/gpu-check/" + arch
+    work = os.path.join(REPO, os.path.dirname(bdir) if not dry_run else bdir)
+    logs = os.path.join(work, "logs")
+    os.makedirs(logs, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    # an earlier run's files would pass for this run's
+    for old in [os.path.join(logs, f) for f in os.listdir(logs) if f.endswith(".log")] + \
+            [os.path.join(out, f) for f in ("train_losses.csv", ARCHIVE)]:
+        if os.path.isfile(old):
+            os.remove(old)
     os.makedirs(os.path.join(REPO, bdir, "train"), exist_ok=True)
     for f in os.listdir(os.path.join(REPO, bdir, "train")):  # a dump left by an earlier run is never compared
         if f.endswith(".batches"):
@@ -1034,16 +1231,19 @@ def main(argv):
     if nvcc and not dry_run and not os.environ.get("NVCC") and not shutil.which("nvcc"):
         os.environ["NVCC"] = nvcc  # make's default is nvcc on PATH
     commit, sources = tree_identity()
-    steps = plan(bdir, arch_flag, arch, ncpu, relaxed, sanitizer, only)
+    steps = plan(bdir, arch_flag, arch, ncpu, relaxed, sanitizer, only, prebuilt, bench)
     info = {"tool": "mhe gpu-check", "version": 1, "dry_run": dry_run, "gpu": gpu, "arch": arch,
             "nvcc": "stub" if dry_run else tool_version(nvcc, r"release [\d.]+, V([\d.]+)"),
             "sanitizer": "stub" if dry_run else tool_version(sanitizer, r"Version ([\w.\-() ]+)"),
             "host": "%s, %d CPUs, %s" % (platform.node() or "?", ncpu, platform.platform()),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "commit": commit, "sources": sources, "budget_s": budget, "build_dir": bdir,
+            "commit": commit, "sources": sources, "budget_s": budget, "build_dir": bdir, "prebuilt": prebuilt,
+            "bench": bench,
             "curve_tolerances": CURVE_TOL, "t0": now()}
-    report = Report(out, info, steps)
-    runner = Runner(out, dry_run, budget, report)
+    report = Report(out, info, steps, work)
+    # the prebuilt binaries once their check passes; without the check in this run (--only), as an earlier run found them
+    probing = any(st.key == "prebuilt" for st in steps)
+    runner = Runner(out, dry_run, budget, report, work, prebuilt if prebuilt and not probing else bdir)
 
     def interrupted(sig, frame):
         if runner.starting:  # the step's process is being started: stop it once it has a pid
