@@ -306,11 +306,13 @@ cuda-budget-table: $(B)/cuda/mhe
 	python3 tools/scripts/cuda_budget.py $(B)/cuda/ptxas.log tools/scripts/cuda_budget.txt --table
 
 # make docs: every generated table, where it lives: the kind table (README.md) and the
-# reading guide (docs/kinds.md) from mhe.h; the CUDA kernel table (docs/cuda.md) from
+# reading guide (docs/kinds.md) from mhe.h; the last real GPU run's results (docs/cuda.md)
+# and the README's GPU paragraph from docs/gpu/ (tools/scripts/gpu_results.py); the CUDA kernel table (docs/cuda.md) from
 # ptxas's report, so only where nvcc is installed (elsewhere it is left as it is, and
 # tests/test_guide.py still checks it names every kernel of tools/scripts/cuda_budget.txt)
 docs:
 	python3 tools/scripts/reading_guide.py --write
+	python3 tools/scripts/gpu_results.py --write
 	@if command -v $(NVCC) >/dev/null 2>&1; then \
 	    $(MAKE) --no-print-directory $(B)/cuda/mhe && \
 	    python3 tools/scripts/cuda_budget.py $(B)/cuda/ptxas.log tools/scripts/cuda_budget.txt --update docs/cuda.md; \

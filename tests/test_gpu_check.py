@@ -338,9 +338,14 @@ def prebuilt():
     # make gpu-check-build's own binaries (CI builds them before make test): they start, say there is no
     # GPU, exit 3, and --prebuilt finds them (a fake nvidia-smi that lists a GPU lets the check start)
     pre = os.path.join(REPO, gpu_check.PREBUILT_DIR)
-    if not all(os.path.isfile(os.path.join(pre, b)) for b in gpu_check.PREBUILT_BINS):
+    try:
+        with open(os.path.join(pre, gpu_check.STAMP)) as f:
+            current = "sources %s\n" % gpu_check.sources_hash(gpu_check.BIN_SOURCES) in f.read()
+    except OSError:
+        current = False
+    if not current:  # CI builds them just before; elsewhere they may be older than the tree
         mhetest.RESULTS.skipped += 1
-        print("SKIP prebuilt binaries: none in %s (make gpu-check-build)" % gpu_check.PREBUILT_DIR)
+        print("SKIP prebuilt binaries: none of this tree's sources in %s (make gpu-check-build)" % gpu_check.PREBUILT_DIR)
     else:
         rc, so, se = run(["--probe", pre], timeout=200)
         check(rc in (0, gpu_check.NO_GPU) and "ok mhe starts" in so and "ok cuda/bench_cuda starts" in so and
@@ -352,6 +357,11 @@ def prebuilt():
         check(list(st) == ["prebuilt"] and st["prebuilt"]["status"] in ("pass", "fail") and
               (st["prebuilt"]["status"] == "pass" or "find no CUDA device" in st["prebuilt"]["summary"]),
               "gpu-check --prebuilt finds them: %s" % st.get("prebuilt"))
+    # gpu_results.py --save keeps real runs only: a dry run and a run without a GPU are refused
+    results = os.path.join(REPO, "tools", "scripts", "gpu_results.py")
+    for what, o in (("a dry run", os.path.join(TMP, "dry_pre")), ("a run without a GPU", os.path.join(TMP, "nogpu0"))):
+        p = subprocess.run([sys.executable, results, "--save", o], capture_output=True, text=True)
+        check(p.returncode == 1 and ("is %s: not kept" % what) in p.stdout, "--save refuses %s: %s" % (what, p.stdout))
     if subprocess.run(["make", "--version"], capture_output=True).returncode == 0:
         e = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
         p = subprocess.run(["make", "-n", "gpu-check", "OUT=x", "BUDGET=300", "ONLY=test_cuda,bench", "BENCH=full",

@@ -86,6 +86,16 @@ def main():
 
     stale = subprocess.run([sys.executable, script, "--check"], capture_output=True, text=True)
     check(stale.returncode == 0, "the generated tables are current: %s" % stale.stdout.strip())
+
+    # the GPU results and the README's GPU paragraph: written from docs/gpu/'s last real run
+    gpu = subprocess.run([sys.executable, os.path.join(REPO, "tools", "scripts", "gpu_results.py"), "--check"],
+                         capture_output=True, text=True)
+    check(gpu.returncode == 0, "docs/cuda.md's GPU results and the README's claim are current: %s" % gpu.stderr.strip())
+    claim = block("README.md", "<!-- gpu-claim:start -->", "<!-- gpu-claim:end -->")
+    results = block("docs/cuda.md", "<!-- gpu-check:start -->", "<!-- gpu-check:end -->")
+    head = re.search(r"NVIDIA (.+?), commit (\S+)", results)
+    check(head and head.group(1) in claim and head.group(2) in claim and "| step | status |" in results,
+          "the README's claim names the GPU and commit of docs/cuda.md's results: %s" % (head and head.groups(),))
     return finish()
 
 
