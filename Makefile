@@ -340,7 +340,7 @@ gpu-check:
 # (nvcc for sm_80 and sm_90 + compute_90 PTX, static CUDA runtime, the CPU mhe for
 # any x86-64-v3 processor rather than this one), within the kernel budget, and
 # stamped with the hash of its sources, so gpu-check --prebuilt uses them only
-# with the tree they were built from. About 36 MB: small enough to send with the tree.
+# with the tree they were built from. About 31 MB: small enough to send with the tree.
 PREBUILT_B = $(B)/gpu-check/prebuilt
 gpu-check-build:
 	$(MAKE) --no-print-directory B=$(PREBUILT_B) OPT="-O2 -march=x86-64-v3" cuda $(PREBUILT_B)/mhe

@@ -72,15 +72,16 @@
      activations, softmax, cross-entropy, dropout, embedding, linear, FFT,
      CP decomposition)   4 attention cores (softmax; Taylor and
      Non-approximate, linear time)   5 attention kinds (MHE paper; thesis
-     ch. 4 and FNet)   6 embeddings: hashing (words, MD5/HMAC-MD5, LSH,
+     ch. 4 and FNet; kinds a program registers: mhe_attn_kind_register)   6 embeddings: hashing (words, MD5/HMAC-MD5, LSH,
      hash-pool/add/proj, embedding parameter counts, word types and word
      corpora)   7 models (config, decoder, encoder, encoder-decoder; batches
      with padding; word embeddings: vocab or HashFormers hash embeddings;
      hybrid layouts, skip, the fixed stream; Admin; BERT pieces)   8 tokenizer and
      objectives (bytes; byte-level BPE: training, encoding, GPT-2's split
-     with a Unicode class table, mhe's text form and Hugging Face
-     tokenizer.json; masked LM, labelled text sets, Shuffle+Random)
-     9 optimizer and trainer   10 checkpoints (safetensors; q8: int8
+     with a Unicode class table, mhe's text form; WordPiece with BERT's
+     normaliser tables; masked LM, labelled text sets, Shuffle+Random)
+     9 optimizer and trainer   10 checkpoints (safetensors; Hugging Face
+     tokenizer.json, read into section 8's tokenizers; q8: int8
      weights with per-group scales, for inference)   11 metrics
      (attention-pattern indicators, thesis sec. 4.4.4)   12 inference
      (KV cache, recurrent states, precomputed maps, sampling, embedded use,
@@ -840,6 +841,9 @@ MHEDEF int mhe_config_layer_kind(const mhe_config *c, int i);
 /* layers of all stacks (encoder and decoder of encdec) */
 MHEDEF int mhe_config_total_layers(const mhe_config *c);
 
+#define MHE_KIND_MAX_TENSORS 8        /* tensors of a registered kind */
+#define MHE_MAX_REGISTERED_KINDS 8    /* kinds a program may register */
+
 /* One attention sublayer's weights, self or cross. */
 typedef struct mhe_attn_weights {
     int kind;                                           /* MHE_ATTN_*, -1: the layer has no such sublayer */
@@ -848,7 +852,71 @@ typedef struct mhe_attn_weights {
     mhe_tensor *wcb, *mix;                              /* collab: content bias [n, C] (after wk), mixing M [n, D~] */
     mhe_tensor *gate, *up, *down, *gate_b, *up_b, *down_b;  /* mlp (no wq ... bo): gate, up [F, C] adjacent, down [C, F] */
     mhe_tensor *hidden, *seq;                           /* linear (no wq ... bo): W_hidden [C, C], W_seq [L, L] */
+    mhe_tensor *user[MHE_KIND_MAX_TENSORS];             /* a registered kind: its tensors in the order it declared */
+    int n_user;
 } mhe_attn_weights;
+
+/* ---- attention kinds defined outside mhe.h ----
+   A program defines a kind in its own file (examples/my_attention.c) and
+   registers it once, before any config names it; from then on `attn=NAME`
+   works as for the built-in kinds: the library lays out and initialises its
+   tensors (layers.N.attn.NAME), trains them with AdamW, saves and loads them,
+   keeps its activations between forward and backward and its decoding cache,
+   and calls the functions below for the self-attention sublayer f(u) of any
+   block (pre- or post-norm, residuals and Admin stay the library's). Not as
+   cross-attention, on the CUDA companion or in the PyTorch twin: those refuse
+   the kind by name. A checkpoint records the kind's name; loading it where
+   the name is not registered fails naming the kind. Registering is not
+   thread-safe: do it at start, before models exist. */
+typedef struct mhe_kind_tensor {
+    char name[24];          /* under layers.N.attn. ("wq.weight", "tau") */
+    int ndim;               /* 1 or 2 */
+    int64_t shape[2];
+    int decay;              /* 1: AdamW's weight decay applies to it */
+    int init;               /* MHE_INIT_NORMAL (N(0, init_std)), MHE_INIT_ZERO or MHE_INIT_ONE */
+    float init_std;         /* for MHE_INIT_NORMAL; 0 takes the config's init_std */
+} mhe_kind_tensor;
+
+typedef struct mhe_kind_call {
+    const mhe_config *cfg;
+    int layer;              /* the block */
+    int B, T;               /* B sequences of T tokens, rows = B T (decoding: B = T = 1) */
+    int causal;             /* 1: position t sees positions 0..t only */
+    const int *len;         /* [B] real tokens per sequence (the rest is padding), or NULL: all T */
+    mhe_tensor *const *w;   /* its tensors, in declared order: ->data, and ->grad when training */
+    float *acts;            /* act_floats(cfg, B, T) floats, written by forward and read by backward
+                               (decoding: decode_floats(cfg, max_len) of scratch) */
+    float *scratch;         /* scratch_floats(cfg, B, T) floats, free between calls (backward only) */
+} mhe_kind_call;
+
+typedef struct mhe_attn_kind_ops {
+    const char *name;       /* as in configs: attn=NAME (letters, digits, '-', '_'; not a built-in kind's) */
+    const char *source;     /* its paper and equation, or what it computes */
+    int causal;             /* 1: may run in a causal stack (decoders); 0: encoders only */
+    /* its tensors for config c, at most MHE_KIND_MAX_TENSORS; returns how many (0 or more) */
+    int (*tensors)(const mhe_config *c, mhe_kind_tensor *t);
+    const char *(*check)(const mhe_config *c);                 /* optional: why c cannot take it, or NULL */
+    size_t (*act_floats)(const mhe_config *c, int B, int T);    /* optional: 0 */
+    size_t (*scratch_floats)(const mhe_config *c, int B, int T);/* optional: 0 */
+    /* out [rows, C] = f(u [rows, C]); padded rows (t >= len[b]) may hold anything */
+    void (*forward)(const mhe_kind_call *k, const float *u, float *out);
+    /* given d loss / d out: adds d loss / d u into du and each tensor's gradient into w[i]->grad;
+       optional: without it the kind runs inference only (a trainer refuses it) */
+    void (*backward)(const mhe_kind_call *k, const float *u, const float *d_out, float *du);
+    /* decoding, optional (without it mhe_kv_cache_init refuses the model): cache_floats per token
+       kept in a [max_len, cache_floats] cache, decode_floats(c, max_len) of scratch; decode runs the
+       token at position pos: cache rows 0..pos-1 hold what earlier calls wrote, it writes row pos */
+    size_t (*cache_floats)(const mhe_config *c);
+    size_t (*decode_floats)(const mhe_config *c, int max_len);
+    void (*decode)(const mhe_kind_call *k, float *cache, int pos, const float *u, float *out);
+} mhe_attn_kind_ops;
+
+/* the new kind's number (MHE_ATTN_KIND_COUNT and up, for mhe_config.attn), or -1 with err
+   saying why: a name taken or malformed, no forward or tensors, all MHE_MAX_REGISTERED_KINDS used.
+   ops is copied; the strings it points to must live as long as the program uses the kind. */
+MHEDEF int mhe_attn_kind_register(const mhe_attn_kind_ops *ops, char *err);
+/* kinds known now: the built-in ones plus those registered */
+MHEDEF int mhe_attn_kind_count(void);
 
 /* A block: self-attention, cross-attention (decoder blocks of encdec only)
    and an MLP, each a residual sublayer with its norm (norm1, norm3, norm2). */
@@ -5792,14 +5860,17 @@ MHEDEF const char *mhe_profile_op_name(int op) {
 
 /* ---- 5.1 the kind table ---------------------------------------------------- */
 
-enum { MHE__FAM_SOFTMAX, MHE__FAM_MHE, MHE__FAM_COLLAB, MHE__FAM_DECON_QKV, MHE__FAM_GATED, MHE__FAM_MIXING };
+/* MHE__FAM_USER: a kind registered from outside (mhe_attn_kind_register), run through its ops */
+enum { MHE__FAM_SOFTMAX, MHE__FAM_MHE, MHE__FAM_COLLAB, MHE__FAM_DECON_QKV, MHE__FAM_GATED, MHE__FAM_MIXING,
+       MHE__FAM_USER };
 /* what decoding keeps per layer (mhe__decode_state_floats sizes the states) */
 enum {
     MHE__CACHE_KV,      /* K and V rows per token (el-att: the input; skv: one tensor) */
     MHE__CACHE_TAYLOR,  /* per head S [F, d_h] and z [F], F = mhe__taylor_features(d_h): n (F d_h + F) floats */
     MHE__CACHE_SCAN,    /* per head a running max, sum and numerator [d_h]: n (d_h + 2) floats */
     MHE__CACHE_MAPS,    /* V rows and the fixed stream's precomputed maps: n L (L + 1) / 2 floats */
-    MHE__CACHE_NONE     /* no memory of earlier tokens */
+    MHE__CACHE_NONE,    /* no memory of earlier tokens */
+    MHE__CACHE_USER     /* a registered kind's rows (cache_floats per token) and its decode scratch */
 };
 /* the kind's own activation buffer beside the common ones (mhe__ext_floats sizes it) */
 enum {
@@ -5807,7 +5878,8 @@ enum {
     MHE__EXT_TAYLOR,    /* the fused core's per-block states, when fused_attention=1 */
     MHE__EXT_DFT,       /* the DFT's work rows, forward and backward */
     MHE__EXT_MIX,       /* X W_hidden^T [B T C] before the sequence mixing */
-    MHE__EXT_STATIC     /* the static embeddings through the sublayer's norm [rows, C + 2] */
+    MHE__EXT_STATIC,    /* the static embeddings through the sublayer's norm [rows, C + 2] */
+    MHE__EXT_USER       /* a registered kind's saved activations (act_floats) */
 };
 
 /* The facts that differ between kinds; the code that differs is below, by family. */
@@ -5874,9 +5946,28 @@ static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
       "wq wk content_bias wv wo" },
 };
 
+/* kinds registered from outside: their ops and the table row the library reads */
+typedef struct mhe__user_kind {
+    mhe_attn_kind_ops ops;
+    mhe__kind_info info;
+} mhe__user_kind;
+static mhe__user_kind mhe__user_kinds[MHE_MAX_REGISTERED_KINDS];
+static int mhe__n_user_kinds;
+
+MHEDEF int mhe_attn_kind_count(void) { return MHE_ATTN_KIND_COUNT + mhe__n_user_kinds; }
+
+static int mhe__kind_valid(int kind) { return kind >= 0 && kind < mhe_attn_kind_count(); }
+
 static const mhe__kind_info *mhe__kind(int kind) {
-    MHE_ASSERT(kind >= 0 && kind < MHE_ATTN_KIND_COUNT); /* configs are validated first */
+    MHE_ASSERT(mhe__kind_valid(kind)); /* configs are validated first */
+    if (kind >= MHE_ATTN_KIND_COUNT) return &mhe__user_kinds[kind - MHE_ATTN_KIND_COUNT].info;
     return mhe__kinds + (size_t)kind;   /* size_t: mingw gcc 12 warns (-Warray-bounds) on an int index */
+}
+
+/* a registered kind's ops; NULL for a built-in kind */
+static const mhe_attn_kind_ops *mhe__user_ops(int kind) {
+    return kind >= MHE_ATTN_KIND_COUNT && kind < mhe_attn_kind_count() ? &mhe__user_kinds[kind - MHE_ATTN_KIND_COUNT].ops
+                                                                       : NULL;
 }
 
 /* taylor, nonapprox: decoding carries a fixed-size state per head instead of K/V rows */
@@ -5890,39 +5981,87 @@ static int mhe__kind_fixed(int kind) {
     return mhe__kind(kind)->cache == MHE__CACHE_MAPS;
 }
 
-/* fnet, linear: a fixed or learned mixing, no attention map to inspect */
+/* fnet, linear: a fixed or learned mixing, no attention map to inspect (nor for a registered kind,
+   whose activations are its own) */
 static int mhe__kind_has_map(int kind) {
-    return mhe__kind(kind)->family != MHE__FAM_MIXING;
+    int f = mhe__kind(kind)->family;
+    return f != MHE__FAM_MIXING && f != MHE__FAM_USER;
 }
 
 /* the kinds of thesis ch. 4 and FNet: their sublayers run mhe__decon_branch_* */
 MHEDEF int mhe_attn_kind_is_decon(int kind) {
-    int f = kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].family : -1;
+    int f = mhe__kind_valid(kind) ? mhe__kind(kind)->family : -1;
     return f == MHE__FAM_DECON_QKV || f == MHE__FAM_GATED || f == MHE__FAM_MIXING;
 }
 
 MHEDEF const char *mhe_attn_kind_name(int kind) {
-    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].name : "?";
+    return mhe__kind_valid(kind) ? mhe__kind(kind)->name : "?";
 }
 
 MHEDEF int mhe_attn_kind_from_name(const char *name) {
     int i;
-    for (i = 0; i < MHE_ATTN_KIND_COUNT; i++)
-        if (strcmp(name, mhe__kinds[i].name) == 0)
+    for (i = 0; i < mhe_attn_kind_count(); i++)
+        if (strcmp(name, mhe__kind(i)->name) == 0)
             return i;
     return -1;
 }
 
 MHEDEF const char *mhe_attn_kind_source(int kind) {
-    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].source : "?";
+    return mhe__kind_valid(kind) ? mhe__kind(kind)->source : "?";
 }
 
 MHEDEF const char *mhe_attn_kind_tensors(int kind) {
-    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].tensors : "?";
+    return mhe__kind_valid(kind) ? mhe__kind(kind)->tensors : "?";
 }
 
 MHEDEF const char *mhe_attn_kind_q8_tensors(int kind) {
-    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT ? mhe__kinds[kind].q8 : "?";
+    return mhe__kind_valid(kind) ? mhe__kind(kind)->q8 : "?";
+}
+
+MHEDEF int mhe_attn_kind_register(const mhe_attn_kind_ops *ops, char *err) {
+    mhe__user_kind *u;
+    const char *p;
+    if (!ops || !ops->name || !ops->forward || !ops->tensors) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: a kind needs a name, tensors and forward");
+        return -1;
+    }
+    for (p = ops->name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_'))
+            break;
+    if (*p || p == ops->name || p - ops->name > 24) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind name '%s' must be 1 to 24 letters, digits, '-' or '_'",
+                  ops->name);
+        return -1;
+    }
+    if (mhe_attn_kind_from_name(ops->name) >= 0) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s' exists already", ops->name);
+        return -1;
+    }
+    if ((ops->decode != NULL) != (ops->cache_floats != NULL)) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s': decode and cache_floats come together",
+                  ops->name);
+        return -1;
+    }
+    if (mhe__n_user_kinds == MHE_MAX_REGISTERED_KINDS) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: %d kinds registered already (MHE_MAX_REGISTERED_KINDS)",
+                  MHE_MAX_REGISTERED_KINDS);
+        return -1;
+    }
+    u = &mhe__user_kinds[mhe__n_user_kinds];
+    memset(u, 0, sizeof *u);
+    u->ops = *ops;
+    u->info.name = ops->name;
+    u->info.source = ops->source ? ops->source : "registered by the program";
+    u->info.family = MHE__FAM_USER;
+    u->info.cache = MHE__CACHE_USER;
+    u->info.causal = ops->causal != 0;
+    u->info.encdec = 1;
+    u->info.no_cross = "it is a registered kind, which runs as self-attention only";
+    u->info.tensors = "(its own, declared by its tensors function)";
+    u->info.ext = MHE__EXT_USER;
+    u->info.q8 = "(none)";
+    return MHE_ATTN_KIND_COUNT + mhe__n_user_kinds++;
 }
 
 /* ---- 5.2 geometry: what a layer of each kind projects ------------------- */
@@ -5941,7 +6080,12 @@ typedef struct mhe__geom {
 static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     mhe__geom g;
     int n = c->n_heads, dh = mhe_config_d_head(c);
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
     memset(&g, 0, sizeof g);
+    if (ops) { /* a registered kind: no projections of the library's; its cache rows are its own */
+        g.cache_k = ops->cache_floats ? (int)ops->cache_floats(c) : 0;
+        return g;
+    }
     g.q_w = n * dh;
     g.core_q_heads = n;
     switch (kind) {
@@ -6018,6 +6162,8 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
    probabilities: fused_attention=0, or a collab layer whose n heads of width
    D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
 static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
+    if (mhe__user_ops(kind))
+        return 0; /* it keeps what it needs in its own activations */
     if (!c->fused_attention)
         return 1;
     return kind == MHE_ATTN_COLLAB &&
@@ -6029,6 +6175,27 @@ static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
 /* checks that a layer of `kind` fits the geometry (self- or cross-attention alike) */
 static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
     int dh = mhe_config_d_head(c);
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+    if (ops) {
+        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS + 1];
+        const char *why = ops->check ? ops->check(c) : NULL;
+        int nt, j;
+        if (why)
+            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %s", where, i, ops->name, why);
+        memset(t, 0, sizeof t);
+        nt = ops->tensors(c, t);
+        if (nt < 0 || nt > MHE_KIND_MAX_TENSORS)
+            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %d tensors (0 to %d)", where, i, ops->name, nt,
+                             MHE_KIND_MAX_TENSORS);
+        for (j = 0; j < nt; j++)
+            if (!t[j].name[0] || memchr(t[j].name, 0, sizeof t[j].name) == NULL || (t[j].ndim != 1 && t[j].ndim != 2) ||
+                mhe_shape_size(t[j].ndim, t[j].shape) < 1 ||
+                (t[j].init != MHE_INIT_NORMAL && t[j].init != MHE_INIT_ZERO && t[j].init != MHE_INIT_ONE))
+                return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its tensor %d ('%.24s') needs a name, 1 or 2 "
+                                 "dimensions of at least 1 and an init of MHE_INIT_NORMAL, _ZERO or _ONE", where, i,
+                                 ops->name, j, t[j].name);
+        return MHE_OK;
+    }
     if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
         return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i,
                          c->kv_groups, c->n_heads);
@@ -6046,6 +6213,16 @@ static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int w
     mhe__geom g = mhe__layer_geom(c, kind);
     int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
     int64_t n = (int64_t)g.proj_w * C; /* W^Q, W^K, W^V as the kind has them */
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+    if (ops) { /* every tensor it declares (its W^O and biases are its own) */
+        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
+        int nt, j;
+        memset(t, 0, sizeof t);
+        nt = ops->tensors(c, t);
+        for (j = n = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++)
+            n += mhe_shape_size(t[j].ndim, t[j].shape);
+        return n;
+    }
     if (kind == MHE_ATTN_MLP) { /* gate and up count as the projections, down as W^O */
         int64_t F = g.q_w;
         return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
@@ -6121,7 +6298,19 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
     float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
     const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
     char nm[MHE_NAME_LEN];
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
     w->kind = kind;
+    if (ops) { /* a registered kind: the tensors it declares, in its order */
+        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
+        int j, nt;
+        memset(t, 0, sizeof t);
+        nt = ops->tensors(c, t);
+        for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++)
+            MHE__AP(user[j], t[j].name, t[j].ndim, t[j].shape[0], t[j].ndim > 1 ? t[j].shape[1] : 0, t[j].decay,
+                    t[j].init, t[j].init_std > 0 ? t[j].init_std : std);
+        w->n_user = j;
+        return;
+    }
     if (kind ==
         MHE_ATTN_MLP) { /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
         MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
@@ -6751,6 +6940,10 @@ static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int 
     case MHE__EXT_DFT: return 2 * mhe__fnet_work(Tq, c->d_model);
     case MHE__EXT_MIX: return (size_t)B * Tq * c->d_model;
     case MHE__EXT_STATIC: return (size_t)B * ((size_t)Tq + (cross ? (size_t)Tk : 0)) * ((size_t)c->d_model + 2);
+    case MHE__EXT_USER: {   /* its saved activations, then its backward's scratch */
+        const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+        return (ops->act_floats ? ops->act_floats(c, B, Tq) : 0) + (ops->scratch_floats ? ops->scratch_floats(c, B, Tq) : 0);
+    }
     default: return 0;
     }
 }
@@ -7003,6 +7196,24 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
 
 /* ---- 5.9 chain 1, the sublayer of a kind: mhe__attn_branch_fwd, _bwd ----- */
 
+/* a registered kind's call for layer l: its tensors, activations and scratch */
+static mhe_kind_call mhe__user_call(const mhe_model *m, int l, const mhe__ctx *x, float *ext) {
+    const mhe_attn_weights *w = &m->layers[l].attn;
+    const mhe_attn_kind_ops *ops = mhe__user_ops(w->kind);
+    mhe_kind_call k;
+    memset(&k, 0, sizeof k);
+    k.cfg = &m->cfg;
+    k.layer = l;
+    k.B = x->B;
+    k.T = x->T;
+    k.causal = x->causal;
+    k.len = x->len;
+    k.w = w->user;
+    k.acts = ext;
+    k.scratch = ext + (ops->act_floats ? ops->act_floats(&m->cfg, x->B, x->T) : 0);
+    return k;
+}
+
 /* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
    (cross: Q from u, K and V from the encoder output) into out [rows, C] */
 static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
@@ -7014,6 +7225,11 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
+    if (mhe__user_ops(w->kind)) { /* validation keeps registered kinds out of cross-attention */
+        mhe_kind_call kc = mhe__user_call(m, l, x, aa->ext);
+        MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(w->kind)->forward(&kc, u, out));
+        return;
+    }
     if (mhe_attn_kind_is_decon(w->kind)) {
         MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_fwd(m, l, cross, x, u, out));
         return;
@@ -7049,6 +7265,11 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
+    if (mhe__user_ops(w->kind)) { /* a trainer refuses a kind without backward */
+        mhe_kind_call kc = mhe__user_call(m, l, x, aa->ext);
+        MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(w->kind)->backward(&kc, u, d_out, du));
+        return;
+    }
     if (mhe_attn_kind_is_decon(w->kind)) {
         MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du));
         return;
@@ -7144,6 +7365,10 @@ static size_t mhe__decode_state_floats(const mhe_config *c, int kind, int max_le
     size_t n = (size_t)c->n_heads, dh = (size_t)mhe_config_d_head(c),
            F = (size_t)mhe__taylor_features((int)dh);
     switch (mhe__kind(kind)->cache) {   /* the kind table's cache column */
+    case MHE__CACHE_USER: {   /* a registered kind's decode scratch */
+        const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+        return ops->decode_floats ? ops->decode_floats(c, max_len) : 0;
+    }
     case MHE__CACHE_TAYLOR: return n * (F * dh + F);
     case MHE__CACHE_SCAN: return n * (dh + 2);
     case MHE__CACHE_MAPS: return n * (size_t)max_len * ((size_t)max_len + 1) / 2;
@@ -7286,6 +7511,17 @@ static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k,
     mhe__geom g = mhe__layer_geom(cfg, w->kind);
     int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
     const float *kp, *vp;
+    if (mhe__user_ops(w->kind)) { /* its rows in the K cache, its scratch in the state (kv_cache_init checked decode) */
+        mhe_kind_call kc;
+        mhe__ctx one;
+        memset(&one, 0, sizeof one);
+        one.B = one.T = 1;
+        one.causal = 1;
+        kc = mhe__user_call(m, l, &one, c->state[l]);
+        kc.scratch = NULL;
+        mhe__user_ops(w->kind)->decode(&kc, c->k[l], pos, u, d->branch);
+        return;
+    }
     if (mhe_attn_kind_is_decon(w->kind)) {
         if (k)
             mhe__decon_decode_cross(m, c, l, u, d);
@@ -8731,7 +8967,9 @@ static mhe_status mhe__field_set(const mhe__field *fields, int nf, void *obj, co
                     return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': empty or too long kind name in '%s'", what, key, value);
                 memcpy(name, s, len); name[len] = 0;
                 kind = mhe_attn_kind_from_name(name);
-                if (kind < 0) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown attention kind '%s'", what, key, name);
+                if (kind < 0)
+                    return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': unknown attention kind '%s' (not mhe's, nor "
+                                     "registered by this program)", what, key, name);
                 if (n == MHE_MAX_LAYERS) return mhe__fail(err, MHE_ERR_CONFIG, "%s field '%s': more than %d kinds", what, key, MHE_MAX_LAYERS);
                 tmp[n++] = kind;
                 if (!e) break;
@@ -8877,7 +9115,7 @@ MHEDEF mhe_status mhe_config_parse(mhe_config *c, const char *text, size_t len, 
 static mhe_status mhe__check_kinds(const int *kinds, int n, const char *key, const char *count_key, char *err) {
     int k = 0;
     while (k < MHE_MAX_LAYERS && kinds[k] >= 0) {
-        if (kinds[k] >= MHE_ATTN_KIND_COUNT) return mhe__fail(err, MHE_ERR_CONFIG, "%s: invalid kind %d for layer %d", key, kinds[k], k);
+        if (kinds[k] >= mhe_attn_kind_count()) return mhe__fail(err, MHE_ERR_CONFIG, "%s: invalid kind %d for layer %d", key, kinds[k], k);
         k++;
     }
     if (k < n || (k > n && k < MHE_MAX_LAYERS))
@@ -9167,7 +9405,7 @@ static void mhe__layout_walk(mhe__layout *L) {
 }
 
 MHEDEF int64_t mhe_attn_param_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
-    if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT) return -1;
+    if (!c || !mhe__kind_valid(kind)) return -1;
     return mhe__attn_count(c, kind, with_wo, with_bias);
 }
 
@@ -13247,8 +13485,17 @@ static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_tra
 
 MHEDEF mhe_status mhe_trainer_init(mhe_trainer *t, mhe_model *m, const mhe_train_config *tc) {
     mhe_status st = mhe__trainer_alloc(t, m, tc);
-    int Ts = tc && tc->src_len > 0 ? tc->src_len : tc ? tc->seq_len : 0;
+    int Ts = tc && tc->src_len > 0 ? tc->src_len : tc ? tc->seq_len : 0, l;
     if (st != MHE_OK) return st;
+    for (l = 0; l < m->n_total_layers; l++) {
+        const mhe_attn_kind_ops *ops = mhe__user_ops(m->layers[l].attn.kind);
+        if (ops && !ops->backward) {
+            st = mhe__fail(t->err, MHE_ERR_CONFIG, "layer %d is %s, a registered kind without a backward: it cannot train",
+                           l, ops->name);
+            mhe_trainer_free(t);
+            return st;
+        }
+    }
     if ((st = mhe_model_reserve(m, tc->batch, tc->seq_len, Ts)) != MHE_OK) {
         memcpy(t->err, m->err, MHE_ERR_LEN);
         mhe_trainer_free(t);
@@ -16744,7 +16991,7 @@ MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_
     mhe__geom g;
     size_t st, sh = 0;
     if (shared) *shared = 0;
-    if (!c || kind < 0 || kind >= MHE_ATTN_KIND_COUNT || len < 0) return 0;
+    if (!c || !mhe__kind_valid(kind) || len < 0) return 0;
     g = mhe__layer_geom(c, kind);
     st = mhe__decode_state_floats(c, kind, len);
     if (mhe__kind_fixed(kind)) { sh = st; st = 0; }
@@ -16767,6 +17014,8 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
     c->n_layers = m->n_total_layers;
     for (l = E; l < m->n_total_layers; l++) {   /* only the decoding stack caches */
         mhe__geom g = mhe__layer_geom(cfg, m->layers[l].attn.kind);
+        const mhe_attn_kind_ops *ops = mhe__user_ops(m->layers[l].attn.kind);
+        if (ops && !ops->decode) return MHE_ERR_CONFIG;   /* a registered kind without a decoding step */
         c->k_width[l] = g.cache_k; c->v_width[l] = g.cache_v;
         per_tok += (size_t)g.cache_k + (size_t)g.cache_v;
         c->state_floats[l] = mhe__decode_state_floats(cfg, m->layers[l].attn.kind, max_len);

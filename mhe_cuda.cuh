@@ -3436,14 +3436,19 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
         return mhe__fail(err, MHE_ERR_ARG, "mhe_cuda_supports: config is NULL");
     for (l = 0; l < c->n_layers; l++) {
         int kind = mhe_config_layer_kind(c, l);
+        if (kind >= MHE_ATTN_KIND_COUNT) /* its functions are host code: nothing to launch */
+            return mhe__fail(err, MHE_ERR_CONFIG,
+                             "layer %d: attn=%s is a kind registered by the program, which runs on the CPU only", l,
+                             mhe_attn_kind_name(kind));
         if (!mhe__cu_kind_ok(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
     }
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->enc_layers; l++)
         if (!mhe__cu_kind_ok(c->enc_attn[l]))
-            return mhe__fail(err, MHE_ERR_CONFIG, "encoder layer %d: enc_attn=%s has no device path; it runs on the CPU path",
-                             l, mhe_attn_kind_name(c->enc_attn[l]));
+            return mhe__fail(err, MHE_ERR_CONFIG, "encoder layer %d: enc_attn=%s has no device path; it runs on the CPU path%s",
+                             l, mhe_attn_kind_name(c->enc_attn[l]),
+                             c->enc_attn[l] >= MHE_ATTN_KIND_COUNT ? " (a kind registered by the program)" : "");
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->n_layers; l++)
         if (!mhe__cu_kind_ok(c->cross_attn[l]))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: cross_attn=%s has no device path; it runs on the CPU path",

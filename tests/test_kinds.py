@@ -185,10 +185,10 @@ def main():
     files = {"mhe.h": sources["header"], "mhe_cuda.cuh": sources["cuda"], "tools/python/mhe_torch.py": sources["twin"]}
     section_file, named = "mhe.h", []
     for line in doc.splitlines():
-        m = re.match(r"## (mhe\.h|mhe_cuda\.cuh|tools/python/mhe_torch\.py)", line)
+        m = re.match(r"#{2,3} (mhe\.h|mhe_cuda\.cuh|tools/python/mhe_torch\.py)", line)
         if m:
             section_file = m.group(1)
-        elif line.startswith("## "):
+        elif line.startswith("## ") or line.startswith("### "):
             section_file = None
         if section_file:
             named += [(section_file, n) for n in re.findall(r"`(mhe_\w+|mhe__\w+|_attn|_decon|attention)`", line)]

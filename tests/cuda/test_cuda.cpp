@@ -2492,6 +2492,17 @@ static void test_errors(void) {
             kinds_ok += mhe_cuda_supports(&bad, err) == MHE_OK;
         }
         CHECK(kinds_ok == MHE_ATTN_KIND_COUNT, "%d of %d kinds run on the device", kinds_ok, MHE_ATTN_KIND_COUNT);
+        { /* a kind the program registered (host functions) is refused by name, never run elsewhere */
+            static mhe_attn_kind_ops ops;
+            static int id = -1;
+            ops.name = "mine", ops.causal = 1;
+            ops.tensors = [](const mhe_config *, mhe_kind_tensor *) { return 0; };
+            ops.forward = [](const mhe_kind_call *, const float *, float *) {};
+            if (id < 0) id = mhe_attn_kind_register(&ops, err);
+            bad.attn[1] = id;
+            CHECK(id >= MHE_ATTN_KIND_COUNT && mhe_cuda_supports(&bad, err) == MHE_ERR_CONFIG && strstr(err, "attn=mine") &&
+                      strstr(err, "registered"), "a registered kind is refused by name: %s", err);
+        }
         bad = c;
         for (int emb = MHE_EMB_HASH_EMB; emb <= MHE_EMB_HASH_PROJ; emb++) { /* every hash kind runs on the device (the hash group) */
             bad.embedding = emb;

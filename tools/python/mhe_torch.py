@@ -322,8 +322,8 @@ def _kinds(text, count, key):
     kinds = [k.strip() for k in text.split(",")]
     for k in kinds:
         if k not in ATTN_KINDS:
-            raise CheckpointError("config %s: unknown attention kind '%s' (the twin knows %s)"
-                                  % (key, k, ", ".join(ATTN_KINDS)))
+            raise CheckpointError("config %s: unknown attention kind '%s' (the twin knows %s; a kind a C program "
+                                  "registered with mhe_attn_kind_register has no twin)" % (key, k, ", ".join(ATTN_KINDS)))
     if len(kinds) == 1:
         kinds = kinds * count
     if len(kinds) != count:
