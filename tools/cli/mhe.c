@@ -604,13 +604,13 @@ static int same_file(const char *a, const char *b) {
 static int check_output(const opts *o, const char *out, int resume_ok) {
     const char *in[] = { o->config_path, o->model, o->data, o->valid, o->tokens, o->resume, o->tokenizer,
                          o->in_files[0], o->in_files[1], o->in_files[2] };
-    static const char *flag[] = { "--config", "--model", "--data", "--valid", "--tokens", "--resume", "--tokenizer",
-                                  "file", "file", "file" };
+    static const char *flag[] = { "--config", "--model", "--data", "--valid", "--tokens", "--resume", "--tokenizer", "", "", "" };
     char err[MHE_ERR_LEN];
     int i;
     for (i = 0; i < (int)(sizeof in / sizeof in[0]); i++)
         if (in[i] && !(i == 5 && resume_ok) && same_file(out, in[i])) {
-            fprintf(stderr, "mhe: the output %s is the input %s %s: refused\n", out, flag[i], in[i]);
+            if (i >= 7) fprintf(stderr, "mhe: the output %s is the input %s, which %s reads: refused\n", out, in[i], o->cmd->name);
+            else fprintf(stderr, "mhe: the output %s is the input %s %s: refused\n", out, flag[i], in[i]);
             return 0;
         }
     if (mhe_out_check(out, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
