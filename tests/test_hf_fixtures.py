@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from mhetest import MHE, REPO, RESULTS, check, finish, max_diff, mhe_logits, mhe_missing, skip, tmpdir  # noqa: E402
+from mhetest import MHE, REPO, RESULTS, check, finish, hf_python, max_diff, mhe_logits, mhe_missing, skip, tmpdir  # noqa: E402
 from mhetest import run_mhe as run  # noqa: E402
 
 TOL = 1e-4
@@ -240,12 +240,8 @@ def key_checks(top, d):
 
 def live(d):
     """the fixtures regenerated with the installed transformers and tokenizers, when there are"""
-    pys = [sys.executable] + ([os.environ["MHE_HF_PYTHON"]] if os.environ.get("MHE_HF_PYTHON") else [])
-    for py in pys:
-        p = subprocess.run([py, "-c", "import torch, transformers, tokenizers, safetensors"], capture_output=True)
-        if p.returncode == 0:
-            break
-    else:
+    py = hf_python()
+    if not py:
         print("SKIP the live comparison: torch, transformers, tokenizers and safetensors are not importable by %s%s"
               % (sys.executable, "" if os.environ.get("MHE_HF_PYTHON") else " (set MHE_HF_PYTHON to an interpreter that has them)"))
         RESULTS.skipped += 1
