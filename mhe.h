@@ -1665,6 +1665,7 @@ typedef struct {
     FILE *f;                         /* write here between open and commit */
     char target[MHE_PATH_LEN];       /* the file the commit replaces (symlinks followed) */
     char tmp[MHE_PATH_LEN + 48];
+    char path[MHE_PATH_LEN];         /* as the caller gave it: what messages name */
     int write_errno;                 /* the reason of a failed mhe_out_write, for the commit's message */
     int slot;                        /* its entry in the list of pending temporary files (-1: none) */
 } mhe_out;
@@ -15712,11 +15713,15 @@ static mhe_status mhe__out_target(const char *path, char *target, char *err) {
             if (lstat(target, &sb) != 0) {
                 int e = errno;
                 if (e == ENOENT) return MHE_OK;   /* absent: the commit creates it */
-                return mhe__fail(err, MHE_ERR_IO, "cannot use '%s' as output: %s", target, strerror(e));
+                if (!hops) return mhe__fail(err, MHE_ERR_IO, "cannot use '%s' as output: %s", path, strerror(e));
+                return mhe__fail(err, MHE_ERR_IO, "cannot use '%s' (a symlink to '%s') as output: %s", path, target, strerror(e));
             }
             if (S_ISREG(sb.st_mode)) return MHE_OK;
-            if (!S_ISLNK(sb.st_mode))
-                return mhe__fail(err, MHE_ERR_IO, "output '%s' is %s, not a regular file: refused", target, mhe__file_kind((unsigned)sb.st_mode));
+            if (!S_ISLNK(sb.st_mode)) {   /* the message names the path given, and where a symlink led */
+                if (!hops) return mhe__fail(err, MHE_ERR_IO, "output '%s' is %s, not a regular file: refused", path, mhe__file_kind((unsigned)sb.st_mode));
+                return mhe__fail(err, MHE_ERR_IO, "output '%s' (a symlink to '%s') is %s, not a regular file: refused", path, target,
+                                 mhe__file_kind((unsigned)sb.st_mode));
+            }
             if (hops == 40) return mhe__fail(err, MHE_ERR_IO, "output '%s': more than 40 symlinks", path);
             k = readlink(target, link, sizeof link - 1);
             if (k < 0) { int e = errno; return mhe__fail(err, MHE_ERR_IO, "cannot read the symlink '%s': %s", target, strerror(e)); }
@@ -15754,8 +15759,10 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
     o->f = NULL;
     o->write_errno = 0;
     o->tmp[0] = 0;
+    o->path[0] = 0;
     o->slot = -1;
     if ((s = mhe__out_target(path, o->target, err)) != MHE_OK) return s;
+    memcpy(o->path, path, strlen(path) + 1);   /* fits: mhe__out_target checked the length */
     /* the pid keeps processes apart, the counter the writers of one process */
     for (i = 0; i < 1000 && !o->f; i++) {
 #if defined(MHE__HAVE_FSYNC)
@@ -15785,9 +15792,10 @@ MHEDEF mhe_status mhe_out_open(mhe_out *o, const char *path, char *err) {
         if (!(o->f = fopen(o->tmp, "wb"))) { e = errno; break; }
 #endif
     }
-    if (!o->f) {
+    if (!o->f) {   /* the temporary name is ours, not the caller's: the message names the path given */
         mhe__pending_drop(o);
-        return mhe__fail(err, MHE_ERR_IO, "cannot create '%s': %s", o->tmp, e ? strerror(e) : "no free temporary name");
+        return mhe__fail(err, MHE_ERR_IO, "cannot write '%s'%s%s%s: %s", path, strcmp(path, o->target) ? " (a symlink to '" : "",
+                         strcmp(path, o->target) ? o->target : "", strcmp(path, o->target) ? "')" : "", e ? strerror(e) : "no free temporary name");
     }
     return MHE_OK;
 }
@@ -15833,7 +15841,7 @@ MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
         we = GetLastError();
         remove(o->tmp);
         mhe__pending_drop(o);
-        return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': Windows error %lu%s", o->tmp, o->target, we,
+        return mhe__fail(err, MHE_ERR_IO, "cannot rename the new '%s' into place: Windows error %lu%s; it is left unchanged", o->path, we,
                          we == 5 || we == 32 ? " (access denied or the file is open elsewhere)" : "");
 #else
         errno = 0;
@@ -15842,12 +15850,12 @@ MHEDEF mhe_status mhe_out_commit(mhe_out *o, char *err) {
         e = errno;
         remove(o->tmp);
         mhe__pending_drop(o);
-        return mhe__fail(err, MHE_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->target, e ? strerror(e) : "rename failed");
+        return mhe__fail(err, MHE_ERR_IO, "cannot rename the new '%s' into place: %s; it is left unchanged", o->path, e ? strerror(e) : "rename failed");
 #endif
     }
     remove(o->tmp);
     mhe__pending_drop(o);
-    return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; '%s' left unchanged", what, o->tmp, e ? strerror(e) : "write error", o->target);
+    return mhe__fail(err, MHE_ERR_IO, "cannot %s '%s': %s; it is left unchanged", what, o->path, e ? strerror(e) : "write error");
 }
 
 MHEDEF mhe_status mhe_out_check(const char *path, char *err) {
@@ -15890,9 +15898,37 @@ MHEDEF mhe_status mhe_read_file(const char *path, void **buf, size_t *size, void
     if (buf) *buf = NULL;
     if (size) *size = 0;
     if (!path || !buf || !size) return mhe__fail(err, MHE_ERR_ARG, "mhe_read_file: NULL argument");
+#if defined(MHE__HAVE_FSYNC)
+    {   /* only a regular file: O_NONBLOCK so that a FIFO without a writer is refused, not waited on */
+        struct stat sb;
+        int fd;
+        errno = 0;
+        fd = open(path, O_RDONLY | O_NONBLOCK);
+        if (fd < 0) {
+            char link[MHE_PATH_LEN];
+            ssize_t k;
+            e = errno;
+            /* a symlink to nowhere or a loop: say so, the bare ENOENT reads as "no such file" */
+            if ((e == ENOENT || e == ELOOP) && lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+                if (e == ELOOP) return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': a symlink loop", path);
+                k = readlink(path, link, sizeof link - 1);
+                link[k < 0 ? 0 : k] = 0;
+                return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': a symlink to '%s', which does not exist", path, link);
+            }
+            return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': %s", path, e ? strerror(e) : "open failed");
+        }
+        if (fstat(fd, &sb) != 0) { e = errno; close(fd); return mhe__fail(err, MHE_ERR_IO, "cannot read '%s': %s", path, strerror(e)); }
+        if (!S_ISREG(sb.st_mode)) {
+            close(fd);
+            return mhe__fail(err, MHE_ERR_IO, "cannot read '%s': %s, not a regular file", path, mhe__file_kind((unsigned)sb.st_mode));
+        }
+        if (!(f = fdopen(fd, "rb"))) { e = errno; close(fd); return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': %s", path, strerror(e)); }
+    }
+#else
     errno = 0;
     f = fopen(path, "rb");
     if (!f) { e = errno; return mhe__fail(err, MHE_ERR_IO, "cannot open '%s': %s", path, e ? strerror(e) : "fopen failed"); }
+#endif
     /* a directory opens fine on some systems: the first read tells */
     errno = 0;
     if (fgetc(f) == EOF && ferror(f)) {

@@ -237,7 +237,7 @@ def bad_input(d, corpus, tok, lm):
     expect(["train", "--task", "sr", "--data", corpus, "--tokenizer", tok, "--out", out] + SMALL, 1, ["word model"],
            "--tokenizer with --task sr", absent=[out])
     ids = write(os.path.join(d, "bad.ids"), "1 2 600")
-    expect(["tokenize", "decode", "--tokenizer", tok, "--data", ids], 1, ["id 600 at position 2"], "decode of an id outside the vocabulary")
+    expect(["tokenize", "decode", "--tokenizer", tok, "--data", ids], 1, ["bad.ids: 600 (id 3) is outside the tokenizer's ids [0, 600)"], "decode of an id outside the vocabulary")
 
 
 def byte_text_guard(d, corpus):

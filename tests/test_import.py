@@ -17,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from mhetest import RESULTS, check, finish, mhe_missing, skip, tmpdir, torch_missing  # noqa: E402
 from mhetest import run_mhe as run  # noqa: E402
-from mhetest import max_diff, mhe_logits  # noqa: E402
+from mhetest import hf_python, max_diff, mhe_logits  # noqa: E402
 
 TOL = 1e-4
 
@@ -523,6 +523,9 @@ def main():
     why = mhe_missing()
     if why:
         return skip("test_import.py", why)
+    py = hf_python()
+    if py and py != sys.executable:   # $MHE_HF_PYTHON has transformers, this interpreter not: run there
+        os.execv(py, [py] + sys.argv)
     d = tmpdir("mhe_import_")
     cli_tests(d)
     why = torch_missing()

@@ -58,6 +58,16 @@ def torch_missing():
     return None
 
 
+def hf_python():
+    """An interpreter that imports torch, transformers, tokenizers and safetensors: this one,
+    else $MHE_HF_PYTHON (CI's virtual environment over Debian's torch); None when neither does."""
+    for py in [sys.executable] + ([os.environ["MHE_HF_PYTHON"]] if os.environ.get("MHE_HF_PYTHON") else []):
+        p = subprocess.run([py, "-c", "import torch, transformers, tokenizers, safetensors"], capture_output=True)
+        if p.returncode == 0:
+            return py
+    return None
+
+
 class Results:
     """Pass and fail counts. check() counts one of each kind and prints "FAIL what" for a
     failure; quiet ones only keep their lines (in .lines)."""

@@ -77,6 +77,8 @@ typedef struct {
     const char *types;                 /* logits --types: token-type ids, one per id */
     long mask_token;                   /* import --mask-token */
     int *prompt_ids;                   /* generate --ids, parsed */
+    const char *in_files[3];           /* inputs that are no flag's (import's DIR/config.json ...): never an output */
+    int cfg_vocab;                     /* the --config file sets vocab_size */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
     int n_args;
     unsigned long long seed;
@@ -437,6 +439,11 @@ static int apply_fields(opts *o, const field_arg *fa, int n) {
             free(text);
             return 0;
         }
+        {   /* does the file set vocab_size? (a tokenizer's size must then agree, as with the flag) */
+            mhe_config probe = mhe_config_default();
+            probe.vocab_size = -1;
+            o->cfg_vocab = mhe_config_parse(&probe, text, len, err) == MHE_OK && probe.vocab_size != -1;
+        }
         free(text);
         o->cfg_given = 1;
     }
@@ -595,13 +602,15 @@ static int same_file(const char *a, const char *b) {
    and usable under mhe.h's output policy (a regular file or absent, a
    temporary file can be created beside it) */
 static int check_output(const opts *o, const char *out, int resume_ok) {
-    const char *in[] = { o->config_path, o->model, o->data, o->valid, o->tokens, o->resume };
-    static const char *flag[] = { "--config", "--model", "--data", "--valid", "--tokens", "--resume" };
+    const char *in[] = { o->config_path, o->model, o->data, o->valid, o->tokens, o->resume, o->tokenizer,
+                         o->in_files[0], o->in_files[1], o->in_files[2] };
+    static const char *flag[] = { "--config", "--model", "--data", "--valid", "--tokens", "--resume", "--tokenizer", "", "", "" };
     char err[MHE_ERR_LEN];
     int i;
-    for (i = 0; i < 6; i++)
+    for (i = 0; i < (int)(sizeof in / sizeof in[0]); i++)
         if (in[i] && !(i == 5 && resume_ok) && same_file(out, in[i])) {
-            fprintf(stderr, "mhe: the output %s is the input %s %s: refused\n", out, flag[i], in[i]);
+            if (i >= 7) fprintf(stderr, "mhe: the output %s is the input %s, which %s reads: refused\n", out, in[i], o->cmd->name);
+            else fprintf(stderr, "mhe: the output %s is the input %s %s: refused\n", out, flag[i], in[i]);
             return 0;
         }
     if (mhe_out_check(out, err) != MHE_OK) { fprintf(stderr, "mhe: %s\n", err); return 0; }
@@ -717,9 +726,9 @@ static int read_tokenizer(opts *o) {
     mhe_bpe_init(&tok, NULL);
     if (mhe_bpe_load(&tok, o->tokenizer) != MHE_OK) { fprintf(stderr, "mhe: %s\n", tok.err); return 0; }
     V = mhe_config_default().vocab_size;
-    if ((model_given(o, "vocab_size") || o->cfg.vocab_size != V) && o->cfg.vocab_size != tok.n_tokens) {
-        fprintf(stderr, "mhe: vocab_size %d, but the tokenizer %s has %d tokens (leave vocab_size out to take its size)\n", o->cfg.vocab_size,
-                o->tokenizer, tok.n_tokens);
+    if ((model_given(o, "vocab_size") || o->cfg_vocab || o->cfg.vocab_size != V) && o->cfg.vocab_size != tok.n_tokens) {
+        fprintf(stderr, "mhe: vocab_size %d%s%s, but the tokenizer %s has %d tokens (leave vocab_size out to take its size)\n", o->cfg.vocab_size,
+                model_given(o, "vocab_size") ? "" : " in --config ", model_given(o, "vocab_size") ? "" : o->config_path, o->tokenizer, tok.n_tokens);
         mhe_bpe_free(&tok);
         return 0;
     }
@@ -1952,28 +1961,47 @@ static int all_finite(const float *x, int n) {
     return 1;
 }
 
-/* token ids "5 17 3" (whitespace-separated) into a new array of ids in [0, V) */
-static int parse_ids(const char *s, int V, int **out, int *n, const char *flag, const char *range) {
-    size_t cap = strlen(s) / 2 + 1;
+static int id_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* token ids "5 17 3" (whitespace-separated, len bytes) into a new array of
+   ids in [0, V): base 10, any number of digits (leading zeros too); a word
+   that is no number, or one outside [0, V), is named as written */
+static int parse_ids_n(const char *s, size_t len, int V, int **out, int *n, const char *flag, const char *range) {
+    size_t cap = len / 2 + 1, p = 0;
     int *v = (int *)malloc(cap * sizeof(int)), k = 0;
     if (!v) { fprintf(stderr, "mhe: out of memory\n"); return 0; }
     for (;;) {
-        char *e;
-        long x;
-        while (*s == ' ' || *s == '\t' || *s == '\n') s++;
-        if (!*s) break;
-        errno = 0;
-        x = strtol(s, &e, 10);
-        if (e == s || errno || (*e && *e != ' ' && *e != '\t' && *e != '\n') || *s == '+') {
-            fprintf(stderr, "mhe: %s: '%.20s' is not a number\n", flag, s); free(v); return 0;
+        size_t b, d = 0;
+        long x = 0;
+        int neg;
+        while (p < len && id_space(s[p])) p++;
+        if (p == len) break;
+        b = p;
+        neg = s[p] == '-';
+        if (neg) p++;
+        for (; p < len && s[p] >= '0' && s[p] <= '9'; p++, d++)
+            if (x <= V) x = x * 10 + (s[p] - '0');   /* past V it is out of range anyway: no overflow */
+        if (!d || (p < len && !id_space(s[p]))) {
+            size_t e = p;
+            while (e < len && !id_space(s[e]) && e - b < 20) e++;
+            fprintf(stderr, "mhe: %s: '%.*s' (id %d) is not a number\n", flag, (int)(e - b), s + b, k + 1);
+            free(v);
+            return 0;
         }
-        if (x < 0 || x >= V) { fprintf(stderr, "mhe: %s: %ld is outside %s [0, %d)\n", flag, x, range, V); free(v); return 0; }
+        if ((neg && x) || x >= V) {
+            fprintf(stderr, "mhe: %s: %.*s (id %d) is outside %s [0, %d)\n", flag, (int)(p - b < 40 ? p - b : 40), s + b, k + 1, range, V);
+            free(v);
+            return 0;
+        }
         v[k++] = (int)x;
-        s = e;
     }
     if (k == 0) { fprintf(stderr, "mhe: %s: nothing given\n", flag); free(v); return 0; }
     *out = v; *n = k;
     return 1;
+}
+
+static int parse_ids(const char *s, int V, int **out, int *n, const char *flag, const char *range) {
+    return parse_ids_n(s, strlen(s), V, out, n, flag, range);
 }
 
 /* the prompt and n tokens sampled after it on stdout; the sampler and its RNG
@@ -2145,7 +2173,7 @@ done:
 static int cmd_import(int argc, char **argv) {
     opts o;
     int rc, i;
-    char note[MHE_ERR_LEN], err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
+    char note[IMP_NOTE_LEN], err[MHE_ERR_LEN], **av = (char **)malloc((size_t)(argc + 1) * sizeof(char *));
     if (!av) { fprintf(stderr, "mhe: out of memory\n"); return 1; }
     for (i = 0; i < argc; i++) av[i] = strcmp(argv[i], "-o") == 0 ? (char *)"--out" : argv[i];   /* -o is --out */
     av[argc] = NULL;
@@ -2153,6 +2181,16 @@ static int cmd_import(int argc, char **argv) {
     free(av);
     if (!i) return rc;
     if (o.n_args != 1) { fprintf(stderr, "mhe: import takes one directory (config.json, model.safetensors), got %d arguments\n", o.n_args); return 2; }
+    if (!o.args[0][0]) { fprintf(stderr, "mhe: import: the directory is '' (an empty path); give the directory that holds config.json\n"); return 2; }
+    {   /* the files read are inputs like any flag's: never the output */
+        static char in[3][MHE_PATH_LEN + 32];
+        static const char *const name[3] = { "config.json", "model.safetensors", "tokenizer.json" };
+        for (i = 0; i < 3; i++) {
+            if (strlen(o.args[0]) >= MHE_PATH_LEN) { fprintf(stderr, "mhe: import: the directory path is too long\n"); return 1; }
+            snprintf(in[i], sizeof in[i], "%s/%s", o.args[0], name[i]);
+            o.in_files[i] = in[i];
+        }
+    }
     if (!check_output(&o, o.out, 0)) return 1;
     if (!imp_run(o.args[0], o.out, given(&o, "mask-token") ? (int)o.mask_token : -1, o.drop_nsp, note, err)) { fprintf(stderr, "mhe: %s: %s; nothing written\n", o.args[0], err); return 1; }
     fprintf(stderr, "%s\n", note);
@@ -2406,6 +2444,29 @@ static int tokenizer_of(const opts *o, mhe_bpe *b) {
     return 1;
 }
 
+/* the flags each action reads: any other given is a usage error, never ignored */
+static int tokenize_flags_fit(const opts *o, const char *act) {
+    static const struct { const char *act, *takes, *usage; } t[] = {
+        { "train", " data vocab split added out ", "--data TEXT --vocab N --out TOK [--split S] [--added \"T1 T2 ..\"]" },
+        { "convert", " tokenizer out ", "--tokenizer FILE --out TOK" },
+        { "encode", " data tokenizer model special ", "--data TEXT and --tokenizer TOK or --model M [--special]" },
+        { "decode", " data tokenizer model ", "--data IDS and --tokenizer TOK or --model M" },
+    };
+    size_t a, i;
+    char key[40];
+    for (a = 0; a < sizeof t / sizeof t[0] && strcmp(t[a].act, act) != 0; a++) {}
+    if (a == sizeof t / sizeof t[0]) { fprintf(stderr, "mhe: tokenize: unknown action '%s' (train, encode, decode or convert)\n", act); return 0; }
+    for (i = 0; i < (size_t)o->cmd->n_flags; i++) {
+        if (!o->given[i]) continue;
+        snprintf(key, sizeof key, " %s ", o->cmd->flags[i].name);
+        if (!strstr(t[a].takes, key)) {
+            fprintf(stderr, "mhe: tokenize %s does not use --%s (it takes %s)\n", act, o->cmd->flags[i].name, t[a].usage);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int cmd_tokenize(int argc, char **argv) {
     opts o;
     mhe_bpe b;
@@ -2416,22 +2477,26 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!command_opts("tokenize", argc, argv, &o, &rc)) return rc;
     if (o.n_args != 1) { fprintf(stderr, "mhe: tokenize: give one action: train, encode, decode or convert\n"); return 2; }
     act = o.args[0];
+    if (!tokenize_flags_fit(&o, act)) return 2;
     mhe_bpe_init(&b, NULL);
     rc = 1;
     if (strcmp(act, "train") == 0) {
-        char *names[256], *buf = NULL;
+        char **names = NULL, *buf = NULL;
         int n_added = 0;
         if (!o.data || !o.out || !given(&o, "vocab")) { fprintf(stderr, "mhe: tokenize train needs --data TEXT, --vocab N and --out TOK\n"); return 2; }
-        if (o.tokenizer || o.model) { fprintf(stderr, "mhe: tokenize train learns a tokenizer: --tokenizer and --model are for encode and decode\n"); return 2; }
         if (!check_output(&o, o.out, 0) || !read_text(o.data, &text, &len)) return 1;
-        if (o.added) {   /* space-separated names, copied so that each ends with a NUL */
+        if (o.added) {   /* space-separated names, every one of them, copied so that each ends with a NUL */
             char *p;
+            size_t cap = strlen(o.added) / 2 + 1;
             buf = (char *)malloc(strlen(o.added) + 1);
-            if (!buf) { free(text); return 1; }
+            names = (char **)malloc(cap * sizeof *names);
+            if (!buf || !names) { fprintf(stderr, "mhe: out of memory\n"); free(buf); free(names); free(text); return 1; }
             strcpy(buf, o.added);
-            for (p = strtok(buf, " "); p && n_added < 256; p = strtok(NULL, " ")) names[n_added++] = p;
+            for (p = strtok(buf, " "); p; p = strtok(NULL, " ")) names[n_added++] = p;
         }
-        if (mhe_bpe_train(&b, text, len, (int)o.n_tokens, o.split_s && strcmp(o.split_s, "none") == 0 ? MHE_BPE_SPLIT_NONE : MHE_BPE_SPLIT_GPT2,
+        if (n_added + 256 > o.n_tokens)
+            fprintf(stderr, "mhe: --added: %d added tokens and the 256 bytes do not fit in --vocab %ld\n", n_added, o.n_tokens);
+        else if (mhe_bpe_train(&b, text, len, (int)o.n_tokens, o.split_s && strcmp(o.split_s, "none") == 0 ? MHE_BPE_SPLIT_NONE : MHE_BPE_SPLIT_GPT2,
                           (const char *const *)names, n_added) != MHE_OK)
             fprintf(stderr, "mhe: %s\n", b.err);
         else if (mhe_bpe_save(&b, o.out) != MHE_OK) fprintf(stderr, "mhe: %s: cannot write the tokenizer\n", o.out);
@@ -2441,15 +2506,16 @@ static int cmd_tokenize(int argc, char **argv) {
             rc = 0;
         }
         free(buf);
+        free(names);
     } else if (strcmp(act, "convert") == 0) {
-        if (!o.tokenizer || !o.out || o.model || o.data) { fprintf(stderr, "mhe: tokenize convert needs --tokenizer FILE and --out TOK (nothing else)\n"); return 2; }
+        if (!o.tokenizer || !o.out) { fprintf(stderr, "mhe: tokenize convert needs --tokenizer FILE and --out TOK\n"); return 2; }
         if (check_output(&o, o.out, 0) && tokenizer_of(&o, &b)) {
             if (mhe_bpe_save(&b, o.out) != MHE_OK) fprintf(stderr, "mhe: %s: cannot write the tokenizer\n", o.out);
             else { printf("%d tokens, %d merges, %d added; wrote %s\n", b.n_tokens, b.n_merges, b.n_added, o.out); rc = 0; }
         }
     } else if (strcmp(act, "encode") == 0 || strcmp(act, "decode") == 0) {
         char err[MHE_ERR_LEN];
-        if (!o.data || o.out || given(&o, "vocab") || o.split_s || o.added || (o.special && act[0] == 'd')) {
+        if (!o.data) {
             fprintf(stderr, "mhe: tokenize %s takes --data and --tokenizer or --model%s\n", act, act[0] == 'e' ? " (and --special)" : "");
             return 2;
         }
@@ -2466,22 +2532,15 @@ static int cmd_tokenize(int argc, char **argv) {
                 printf("\n");
                 rc = 0;
             }
-        } else {   /* whitespace-separated ids, each checked */
-            size_t p = 0, cap = len / 2 + 1;
+        } else {   /* whitespace-separated ids, each checked, as --ids is everywhere */
             char *out = NULL;
-            ids = (int *)malloc(cap * sizeof(int));
-            rc = ids ? 0 : 1;
-            while (rc == 0 && p < len) {
-                long v = 0;
-                size_t d = 0;
-                while (p < len && (text[p] == ' ' || text[p] == '\n' || text[p] == '\t' || text[p] == '\r')) p++;
-                if (p == len) break;
-                while (p < len && text[p] >= '0' && text[p] <= '9' && d < 9) v = v * 10 + (text[p++] - '0'), d++;
-                if (!d || (p < len && text[p] != ' ' && text[p] != '\n' && text[p] != '\t' && text[p] != '\r')) {
-                    fprintf(stderr, "mhe: %s: id %zu (byte %zu) is not a non-negative integer\n", o.data, n + 1, p);
-                    rc = 1;
-                } else ids[n++] = (int)v;
-            }
+            int k = 0;
+            size_t skip = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0, p;   /* a BOM, as in config files */
+            rc = 0;
+            for (p = skip; p < len && id_space(text[p]); p++) {}
+            /* no ids at all decode to no text */
+            if (p < len && !parse_ids_n(text + skip, len - skip, b.n_tokens, &ids, &k, o.data, "the tokenizer's ids")) rc = 1;
+            n = (size_t)k;
             if (rc == 0) {
                 size_t olen;
                 if (mhe_bpe_decode(&b, ids, n, NULL, 0, &olen, err) != MHE_OK) { fprintf(stderr, "mhe: %s: %s\n", o.data, err); rc = 1; }
@@ -2490,7 +2549,7 @@ static int cmd_tokenize(int argc, char **argv) {
             }
             free(out);
         }
-    } else { fprintf(stderr, "mhe: tokenize: unknown action '%s' (train, encode, decode or convert)\n", act); return 2; }
+    }
     free(text); free(ids);
     mhe_bpe_free(&b);
     return rc;

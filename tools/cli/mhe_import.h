@@ -7,6 +7,8 @@
    missing, extra or misshapen tensor. Nothing is written unless all of it
    maps. The tokenizer (tokenizer.json) is not read here. */
 
+#define IMP_NOTE_LEN (2 * MHE_ERR_LEN)   /* imp_run's note: the tokenizer's line and the generation settings' */
+
 /* ---- a strict JSON reader (RFC 8259) ------------------------------------ */
 
 enum { IJ_NULL, IJ_BOOL, IJ_NUM, IJ_STR, IJ_ARR, IJ_OBJ };
@@ -23,6 +25,8 @@ typedef struct ij_node {
 typedef struct { const char *p, *end, *start; char err[MHE_ERR_LEN]; int depth; } ij_parser;
 
 static int ij_fail(ij_parser *P, const char *what) {
+    if (P->end - P->p >= 3 && memcmp(P->p, "\xEF\xBB\xBF", 3) == 0)   /* what a stray BOM is, whatever was expected */
+        what = "a UTF-8 byte-order mark (EF BB BF); only the file's first bytes may hold one,";
     snprintf(P->err, sizeof P->err, "config.json: %.200s at byte %ld", what, (long)(P->p - P->start));
     return 0;
 }
@@ -205,12 +209,19 @@ static int ij_value(ij_parser *P, ij_node *v) {
     }
 }
 
-/* the whole text as one JSON value (a UTF-8 BOM is refused, as RFC 8259 allows) */
+/* the whole text as one JSON value; a UTF-8 BOM at the start is skipped,
+   as in config files (RFC 8259 lets a parser ignore it), anywhere else it
+   is an unexpected character */
 static int ij_parse(const char *text, size_t len, ij_node *root, char *err) {
     ij_parser P;
     memset(&P, 0, sizeof P);
     memset(root, 0, sizeof *root);
     P.p = P.start = text; P.end = text + len;
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) P.p += 3;
+    if (len >= 2 && ((unsigned char)text[0] == 0xFF || (unsigned char)text[0] == 0xFE) && (unsigned char)text[1] == ((unsigned char)text[0] ^ 1)) {
+        snprintf(err, MHE_ERR_LEN, "config.json: starts with a UTF-16 byte-order mark: JSON files are UTF-8");
+        return 0;
+    }
     if (!ij_value(&P, root)) { ij_free(root); snprintf(err, MHE_ERR_LEN, "%s", P.err); return 0; }
     ij_ws(&P);
     if (P.p != P.end) { ij_fail(&P, "text after the JSON value"); ij_free(root); snprintf(err, MHE_ERR_LEN, "%s", P.err); return 0; }
@@ -223,6 +234,7 @@ typedef struct {
     const ij_node *root;
     char *used;                  /* per top-level key: read by the mapping */
     char err[MHE_ERR_LEN];
+    char gen[MHE_ERR_LEN];       /* generation settings set to other than transformers' defaults, for the note */
 } imp_cfg;
 
 static const ij_node *imp_key(imp_cfg *I, const char *key) {
@@ -286,25 +298,74 @@ static int imp_activation(imp_cfg *I, const char *key, const char *def, int *act
     return 1;
 }
 
-/* keys that change nothing the forward pass computes: dropout rates (an
+/* keys that change nothing the forward pass computes, in any value that
+   PretrainedConfig of transformers 4.x or 5.x writes: dropout rates (an
    import is for inference and fine-tuning with mhe's own dropout setting),
-   token ids, names, bookkeeping; GPT-2's summary_* belong to the
-   double-heads model, whose extra tensors are refused */
+   token ids, names, bookkeeping, the dtype the weights were kept in (the
+   file's tensors say it, and mhe widens them to float32), options of the
+   Python object (outputs returned, attention backend, TorchScript, chunked
+   MLP: the same numbers); GPT-2's summary_* belong to the double-heads
+   model, whose extra tensors are refused; problem_type matters to a
+   classifier only (imp_labels reads it there) */
 static const char *const imp_inert[] = {
-    "architectures", "model_type", "torch_dtype", "transformers_version", "_name_or_path", "use_cache",
-    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+    "architectures", "model_type", "torch_dtype", "dtype", "use_bfloat16", "transformers_version", "_name_or_path",
+    "_commit_hash", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
     "initializer_range", "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout", "summary_activation",
     "summary_proj_to_labels", "summary_type", "summary_use_proj", "hidden_dropout_prob", "attention_probs_dropout_prob",
     "classifier_dropout", "task_specific_params", "gradient_checkpointing", "output_past", "finetuning_task",
     "tokenizer_class", "prefix", "reorder_and_upcast_attn", "chunk_size_feed_forward", "return_dict",
-    "output_hidden_states", "output_attentions", "id2label", "label2id",
+    "output_hidden_states", "output_attentions", "id2label", "label2id", "torchscript", "tf_legacy_loss", "xla_device",
+    "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "problem_type",
 };
+
+/* transformers' generate() settings, which 4.x configs carry (5.x keeps them
+   in generation_config.json): not part of the model, so any value is
+   accepted; one other than the default is named in the import's note,
+   since mhe generate takes its own flags. def: the default (IJ_NULL: null) */
+static const struct { const char *key; int type; double def; } imp_gen_keys[] = {
+    { "max_length", IJ_NUM, 20 }, { "min_length", IJ_NUM, 0 }, { "do_sample", IJ_BOOL, 0 }, { "early_stopping", IJ_BOOL, 0 },
+    { "num_beams", IJ_NUM, 1 }, { "num_beam_groups", IJ_NUM, 1 }, { "diversity_penalty", IJ_NUM, 0 }, { "temperature", IJ_NUM, 1 },
+    { "top_k", IJ_NUM, 50 }, { "top_p", IJ_NUM, 1 }, { "typical_p", IJ_NUM, 1 }, { "repetition_penalty", IJ_NUM, 1 },
+    { "length_penalty", IJ_NUM, 1 }, { "no_repeat_ngram_size", IJ_NUM, 0 }, { "encoder_no_repeat_ngram_size", IJ_NUM, 0 },
+    { "bad_words_ids", IJ_NULL, 0 }, { "num_return_sequences", IJ_NUM, 1 }, { "output_scores", IJ_BOOL, 0 },
+    { "return_dict_in_generate", IJ_BOOL, 0 }, { "forced_bos_token_id", IJ_NULL, 0 }, { "forced_eos_token_id", IJ_NULL, 0 },
+    { "remove_invalid_values", IJ_BOOL, 0 }, { "exponential_decay_length_penalty", IJ_NULL, 0 }, { "suppress_tokens", IJ_NULL, 0 },
+    { "begin_suppress_tokens", IJ_NULL, 0 },
+};
+
+/* PretrainedConfig keys for other model shapes, accepted at the value that
+   leaves a GPT-2 or BERT as it is: heads pruned (pruned_heads: {}) change
+   the tensors, the others belong to encoder-decoder wrappers */
+static int imp_common(imp_cfg *I) {
+    const ij_node *v;
+    if (!imp_bool_is(I, "is_encoder_decoder", 0, 0, "mhe imports decoder-only GPT-2 and encoder-only BERT")
+        || !imp_bool_is(I, "tie_encoder_decoder", 0, 0, "it ties an encoder-decoder pair, which this is not"))
+        return 0;
+    if ((v = imp_key(I, "pruned_heads")) != NULL && !(v->type == IJ_OBJ && v->n_kids == 0)) {
+        snprintf(I->err, sizeof I->err, "config.json: 'pruned_heads' is not {}: a model with pruned attention heads is not supported");
+        return 0;
+    }
+    if ((v = imp_key(I, "cross_attention_hidden_size")) != NULL && v->type != IJ_NULL) {
+        snprintf(I->err, sizeof I->err, "config.json: 'cross_attention_hidden_size' is not null: cross-attention is not supported");
+        return 0;
+    }
+    return 1;
+}
 
 static int imp_leftover(imp_cfg *I, const char *model) {
     int i;
-    size_t k;
+    size_t k, g;
     for (i = 0; i < I->root->n_kids; i++) {
+        const ij_node *v = &I->root->kids[i];
         if (I->used[i]) continue;
+        for (g = 0; g < sizeof imp_gen_keys / sizeof imp_gen_keys[0] && strcmp(imp_gen_keys[g].key, v->key) != 0; g++) {}
+        if (g < sizeof imp_gen_keys / sizeof imp_gen_keys[0]) {
+            if (v->type != imp_gen_keys[g].type || (v->type != IJ_NULL && v->num != imp_gen_keys[g].def)) {
+                size_t n = strlen(I->gen);
+                snprintf(I->gen + n, sizeof I->gen - n, "%s%s", n ? ", " : "", v->key);
+            }
+            continue;
+        }
         for (k = 0; k < sizeof imp_inert / sizeof imp_inert[0] && strcmp(imp_inert[k], I->root->kids[i].key) != 0; k++) {}
         if (k == sizeof imp_inert / sizeof imp_inert[0]) {
             snprintf(I->err, sizeof I->err, "config.json: key '%.60s' is not a %s setting mhe maps; refused rather than ignored", I->root->kids[i].key, model);
@@ -470,8 +531,10 @@ static int imp_gpt2_config(imp_cfg *I, imp_src *S, mhe_config *c) {
         || !imp_bool_is(I, "scale_attn_weights", 1, 1, "mhe scales attention logits by 1/sqrt(d_head)")
         || !imp_bool_is(I, "scale_attn_by_inverse_layer_idx", 0, 0, "mhe has no per-layer attention scale")
         || !imp_bool_is(I, "add_cross_attention", 0, 0, "a GPT-2 with cross-attention is not a decoder-only model")
-        || !imp_bool(I, "tie_word_embeddings", 1, &tie))
+        || !imp_bool(I, "tie_word_embeddings", 1, &tie) || !imp_common(I))
         return 0;
+    /* GPT2Model is causal whatever is_decoder says (PretrainedConfig writes false) */
+    if (imp_key(I, "is_decoder") && imp_key(I, "is_decoder")->type != IJ_BOOL) { snprintf(I->err, sizeof I->err, "config.json: 'is_decoder' must be true or false"); return 0; }
     if (n_ctx != c->max_seq_len) { snprintf(I->err, sizeof I->err, "config.json: 'n_ctx' = %d differs from 'n_positions' = %d", n_ctx, c->max_seq_len); return 0; }
     if ((ni = imp_key(I, "n_inner")) != NULL && ni->type != IJ_NULL) {
         if (ni->type != IJ_NUM || !ni->is_int || ni->num < 1 || ni->num > (1 << 20)) { snprintf(I->err, sizeof I->err, "config.json: 'n_inner' must be null or a positive integer"); return 0; }
@@ -559,7 +622,7 @@ static int imp_bert_config(imp_cfg *I, imp_src *S, mhe_config *c) {
         || !imp_activation(I, "hidden_act", "gelu", &c->activation) || !imp_float(I, "layer_norm_eps", 1e-12, &c->norm_eps)
         || !imp_bool_is(I, "is_decoder", 0, 0, "mhe imports BERT as an encoder")
         || !imp_bool_is(I, "add_cross_attention", 0, 0, "a BERT with cross-attention is not an encoder-only model")
-        || !imp_bool(I, "tie_word_embeddings", 1, &tie))
+        || !imp_bool(I, "tie_word_embeddings", 1, &tie) || !imp_common(I))
         return 0;
     if ((pe = imp_key(I, "position_embedding_type")) != NULL && (pe->type != IJ_STR || strcmp(pe->str, "absolute") != 0)) {
         snprintf(I->err, sizeof I->err, "config.json: 'position_embedding_type' = %s%.40s%s is not supported (absolute: learned positions)",
@@ -618,8 +681,16 @@ static int imp_bert_tensors(imp_src *S, mhe_model *m) {
         if (!imp_put(S, m->head_w, "/cls.predictions.transform.dense.weight", IMP_COPY, C, C, 0)
             || !imp_put(S, m->head_b, "/cls.predictions.transform.dense.bias", IMP_COPY, C, 0, 0)
             || !imp_put(S, m->head_norm_w, "/cls.predictions.transform.LayerNorm.weight", IMP_COPY, C, 0, 0)
-            || !imp_put(S, m->head_norm_b, "/cls.predictions.transform.LayerNorm.bias", IMP_COPY, C, 0, 0)
-            || !imp_put(S, m->lm_b, "/cls.predictions.bias", IMP_COPY, V, 0, 0) || !imp_tied(S, "/cls.predictions.decoder.bias", m->lm_b))
+            || !imp_put(S, m->head_norm_b, "/cls.predictions.transform.LayerNorm.bias", IMP_COPY, C, 0, 0))
+            return 0;
+        /* transformers 4.x makes decoder.bias the head's bias; 5.x ties the two
+           only with the embeddings, and an untied decoder adds its own bias,
+           the head's then being a parameter that forward never reads */
+        if (!c->tie_embeddings && imp_has(S, "/cls.predictions.decoder.bias")) {
+            int idx;
+            if (!imp_put(S, m->lm_b, "/cls.predictions.decoder.bias", IMP_COPY, V, 0, 0) || !imp_find(S, "/cls.predictions.bias", &idx)) return 0;
+            S->used[idx] = 1;
+        } else if (!imp_put(S, m->lm_b, "/cls.predictions.bias", IMP_COPY, V, 0, 0) || !imp_tied(S, "/cls.predictions.decoder.bias", m->lm_b))
             return 0;
         if (c->tie_embeddings) { if (!imp_tied(S, "/cls.predictions.decoder.weight", m->tok_emb)) return 0; }
         else if (!imp_put(S, m->lm_head, "/cls.predictions.decoder.weight", IMP_COPY, V, C, 0)) return 0;
@@ -656,10 +727,16 @@ static int imp_tokenizer(const char *path, mhe_model *m, char *note, char *err) 
     size_t len = 0;
     mhe_bpe b;
     int ok = 0;
-    FILE *f = fopen(path, "rb");
+#ifndef _WIN32
+    struct stat sb;
     note[0] = 0;
-    if (!f) { snprintf(note, MHE_ERR_LEN, "no tokenizer.json: the model takes token ids (--ids)"); return 1; }
-    fclose(f);
+    /* only no entry at all means no tokenizer: a symlink to nowhere, a loop, a FIFO or a directory is refused by mhe_read_file */
+    if (lstat(path, &sb) != 0 && errno == ENOENT) { snprintf(note, MHE_ERR_LEN, "no tokenizer.json: the model takes token ids (--ids)"); return 1; }
+#else
+    struct _stat64 sb;
+    note[0] = 0;
+    if (_stat64(path, &sb) != 0 && errno == ENOENT) { snprintf(note, MHE_ERR_LEN, "no tokenizer.json: the model takes token ids (--ids)"); return 1; }
+#endif
     if (mhe_read_file(path, &buf, &len, NULL, err) != MHE_OK) return 0;
     mhe_bpe_init(&b, NULL);
     if (mhe_bpe_load_hf(&b, (const char *)buf, len) != MHE_OK) snprintf(err, MHE_ERR_LEN, "%.240s", b.err);
@@ -722,6 +799,10 @@ static int imp_run(const char *dir, const char *out, int mask_token, int drop_ns
     }
     c.dropout = 0; c.attn_dropout = 0;
     if (!A.config(&I, &S, &c)) { memcpy(err, I.err[0] ? I.err : S.err, MHE_ERR_LEN); goto done; }
+    if (mask_token >= 0 && c.arch != MHE_ARCH_ENCODER) {   /* a decoder never masks: the id would be stored and do nothing */
+        snprintf(err, MHE_ERR_LEN, "--mask-token is the [MASK] id of a BERT's masked LM; a %.20s decoder has no use for it", mt->str);
+        goto done;
+    }
     if (mask_token >= 0) c.mask_token = mask_token;
     if (mhe_config_validate(&c, err) != MHE_OK) {
         char why[MHE_ERR_LEN];
@@ -735,6 +816,10 @@ static int imp_run(const char *dir, const char *out, int mask_token, int drop_ns
     if (mhe_model_check_finite(&m) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "model.safetensors: %.200s", m.err); goto done; }
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (!imp_tokenizer(path, &m, note, err)) goto done;
+    if (I.gen[0]) {
+        size_t n = strlen(note);
+        snprintf(note + n, IMP_NOTE_LEN - n, "\nconfig.json's generate() settings (%.120s) are not part of the model: mhe generate takes its own flags", I.gen);
+    }
     if (mhe_checkpoint_save(&m, NULL, out) != MHE_OK) { snprintf(err, MHE_ERR_LEN, "%s", m.err); goto done; }
     ok = 1;
 done:
