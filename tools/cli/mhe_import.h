@@ -1,4 +1,4 @@
-/* mhe_import.h - part of tools/mhe.c (included after mhe.h's implementation):
+/* mhe_import.h - part of tools/cli/mhe.c (included after mhe.h's implementation):
    `mhe import DIR`, a Hugging Face GPT-2 or BERT directory (config.json,
    model.safetensors) to an mhe checkpoint. config.json is read by a small
    strict JSON parser (RFC 8259); every key is either mapped, checked to have
@@ -6,6 +6,8 @@
    (dropout, token ids, names): any other key is refused by name, as is a
    missing, extra or misshapen tensor. Nothing is written unless all of it
    maps. The tokenizer (tokenizer.json) is not read here. */
+#ifndef MHE_IMPORT_H
+#define MHE_IMPORT_H
 
 #define IMP_NOTE_LEN (2 * MHE_ERR_LEN)   /* imp_run's note: the tokenizer's line and the generation settings' */
 
@@ -830,3 +832,4 @@ done:
     free(cbuf); free(wbuf);
     return ok;
 }
+#endif /* MHE_IMPORT_H */
