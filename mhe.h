@@ -67,6 +67,16 @@
      model width, n heads, d_h head size, V vocabulary size.
      Gradient buffers *accumulate* (+=); zeroing them is an explicit step.
 
+   READING PATH (for the algorithms rather than the API)
+     mhe_model_forward_batch -> mhe__forward_batch (7: check, embed, blocks,
+     head) -> mhe__stack_fwd -> mhe__sub_fwd (norm, sublayer, residual) ->
+     mhe__attn_branch_fwd (5.9: projections, core, W^O) -> mhe__attn_fwd
+     (5.7: each kind's core) -> the cores of section 4. Backward: the same
+     names with _bwd, in reverse; decoding: mhe_decode_step ->
+     mhe__attn_branch_decode (5.10). What differs between kinds is one row
+     of mhe__kinds[] (5.1); docs/kinds.md#reading-guide maps every paper
+     equation to the function and lines that compute it.
+
    CONTENTS (the same numbered sections in the API and the implementation)
      1 status, allocator, arena, RNG   2 tensors   3 kernels (GEMM, norms,
      activations, softmax, cross-entropy, dropout, embedding, linear, FFT,
@@ -10823,26 +10833,21 @@ static mhe_status mhe__loss_nonfinite(mhe_model *m, float loss) {
     return mhe__fail(m->err, MHE_ERR_NONFINITE, "loss is %g", (double)loss);
 }
 
-static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
-    const mhe_config *c;
-    mhe_acts *a;
+/* Everything a batch must satisfy before the forward touches it: a source for
+   encoder-decoders, tokens, lengths, targets, labels and types within the
+   model's ranges. The activations are reserved first (the word inputs are
+   gathered into them). */
+static mhe_status mhe__batch_check(mhe_model *m, const mhe_batch *bt) {
+    const mhe_config *c = &m->cfg;
+    int B = bt->B, T = bt->T, E = mhe__n_enc(c), V = mhe__head_width(c), BT = B * T, Ts = E ? bt->Ts : 0, i;
+    int cls = bt->labels != NULL;
     mhe_status st;
-    mhe__ctx enc, dec;
-    int B, T, Ts = 0, E, C, V, BT, i, t, cls;
-    const float *x;
-    if (!m) return MHE_ERR_ARG;
-    if (!bt) return mhe__fail(m->err, MHE_ERR_ARG, "forward: batch is NULL");
-    c = &m->cfg; a = &m->acts;
-    B = bt->B; T = bt->T; E = mhe__n_enc(c); C = c->d_model; V = mhe__head_width(c); cls = bt->labels != NULL;
-    if (E) {
-        Ts = bt->Ts;
-        if (!bt->src || Ts < 1) return mhe__fail(m->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source (src, Ts >= 1)");
-    }
+    if (E && (!bt->src || Ts < 1))
+        return mhe__fail(m->err, MHE_ERR_ARG, "forward: an encoder-decoder model needs a source (src, Ts >= 1)");
     if (cls && c->n_classes < 1) return mhe__fail(m->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
     if (cls && bt->targets) return mhe__fail(m->err, MHE_ERR_ARG, "forward: give per-token targets or sequence labels, not both");
     if ((st = mhe_model_reserve(m, B, T, Ts)) != MHE_OK) return st;
-    mhe_scratch_bind(&a->kernel);   /* the kernels' slices in the activation block */
-    BT = B * T;
+    mhe_scratch_bind(&m->acts.kernel);   /* the kernels' slices in the activation block */
     if ((st = mhe__emb_prepare(m, bt)) != MHE_OK) return st;   /* checks the tokens (and gathers word inputs) */
     if (E && (st = mhe__check_tokens(m, bt->src, B * Ts, "source")) != MHE_OK) return st;
     if ((st = mhe__check_lengths(m, bt->lengths, B, T, "lengths")) != MHE_OK) return st;
@@ -10859,11 +10864,19 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         for (i = 0; i < BT; i++)
             if (bt->types[i] < 0 || bt->types[i] >= c->type_vocab)
                 return mhe__fail(m->err, MHE_ERR_DATA, "token type %d at position %d is outside [0, %d) (type_vocab)", bt->types[i], i, c->type_vocab);
+    return MHE_OK;
+}
+
+/* the batch kept in the activations: the backward reads tokens, targets and
+   lengths (padding is never a target) */
+static void mhe__batch_keep(mhe_model *m, const mhe_batch *bt) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int B = bt->B, T = bt->T, E = mhe__n_enc(c), Ts = E ? bt->Ts : 0, BT = B * T, cls = bt->labels != NULL, i, t;
     if (c->type_vocab) {
         if (bt->types) memcpy(a->types, bt->types, (size_t)BT * sizeof(int));
         else memset(a->types, 0, (size_t)BT * sizeof(int));
     }
-    /* keep the batch: the backward reads tokens, targets and lengths (padding is never a target) */
     memcpy(a->tokens, bt->tokens, (size_t)BT * sizeof(int));
     for (i = 0; i < B; i++) a->lengths[i] = bt->lengths ? bt->lengths[i] : T;
     if (bt->targets)
@@ -10875,58 +10888,84 @@ static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *l
         for (i = 0; i < B; i++) a->src_lengths[i] = bt->src_lengths ? bt->src_lengths[i] : Ts;
     }
     m->last_B = B; m->last_T = T; m->last_Ts = Ts; m->last_has_targets = bt->targets || cls; m->last_cls = cls;
+}
 
+/* the mean cross-entropy of logits [N, K] against a->targets into m and *loss; non-finite: where it went */
+static mhe_status mhe__loss_fwd(mhe_model *m, const float *logits, int N, int K, float *loss) {
+    float mean;
+    int count;
+    MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(m->acts.losses, &mean, &count, logits, m->acts.targets, N, K));
+    m->last_loss = mean;
+    m->last_count = count;
+    if (loss) *loss = mean;
+    return mhe__is_finite(mean) ? MHE_OK : mhe__loss_nonfinite(m, mean);
+}
+
+/* the classification head on the final hidden states x [B T, C]: the mean
+   over each sequence's real tokens (or BERT's pooler on the first), then a
+   linear layer to the classes, and the loss against the labels */
+static mhe_status mhe__cls_head_fwd(mhe_model *m, const float *x, int B, int T, float *loss) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int C = c->d_model, K = c->n_classes, i, t;
+    if (c->cls_pool == MHE_POOL_FIRST) {   /* pooled = tanh(W_p h_0 + b_p) */
+        for (i = 0; i < B; i++) memcpy(a->first + (size_t)i * C, x + (size_t)i * T * C, (size_t)C * sizeof(float));
+        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->pooled, a->first, m->pooler_w, mhe__opt_data(m->pooler_b), B, C, C));
+        for (i = 0; i < B * C; i++) a->pooled[i] = tanhf(a->pooled[i]);
+    } else {
+        memset(a->pooled, 0, (size_t)B * C * sizeof(float));
+        for (i = 0; i < B; i++)
+            for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
+    }
+    MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K));
+    return mhe__loss_fwd(m, a->cls_logits, B, K, loss);
+}
+
+/* the token head on x [BT, C]: logits (BERT's MLM transform norm(act(W h + b))
+   first where the model has it), and the loss where the batch has targets */
+static mhe_status mhe__token_head_fwd(mhe_model *m, const float *x, int BT, int has_targets, float *loss) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int C = c->d_model, V = mhe__head_width(c);
+    const mhe_tensor *hb, *hw = mhe__token_head(m, &hb);
+    if (c->head_transform) {
+        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->hd_pre, x, m->head_w, mhe__opt_data(m->head_b), BT, C, C));
+        mhe_act_fwd(c->activation, a->hd_act, a->hd_pre, (int64_t)BT * C);
+        mhe__norm_fwd(m, a->hd_out, a->hd_mean, a->hd_rstd, a->hd_act, m->head_norm_w, m->head_norm_b, BT);
+        x = a->hd_out;
+    }
+    MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V));
+    return has_targets ? mhe__loss_fwd(m, a->logits, BT, V, loss) : MHE_OK;
+}
+
+/* The model's forward pass, top to bottom: check and keep the batch; the
+   encoder (encdec); the fixed stream (rndemb-qk, fixedseq-qk); embed; each
+   block of the stack (mhe__stack_fwd: per block norm, attention, residual,
+   [norm, cross-attention, residual,] norm, MLP, residual, each sublayer
+   mhe__sub_fwd); the final norm (pre-norm); the head and the loss. */
+static mhe_status mhe__forward_batch(mhe_model *m, const mhe_batch *bt, float *loss) {
+    mhe_acts *a;
+    mhe_status st;
+    mhe__ctx enc, dec;
+    const float *x;
+    if (!m) return MHE_ERR_ARG;
+    if (!bt) return mhe__fail(m->err, MHE_ERR_ARG, "forward: batch is NULL");
+    if ((st = mhe__batch_check(m, bt)) != MHE_OK) return st;
+    mhe__batch_keep(m, bt);
+    a = &m->acts;
     MHE__PHASE(MHE_PHASE_FORWARD);
-    if (E) mhe__encode(m);
+    if (mhe__n_enc(&m->cfg)) mhe__encode(m);
     mhe__contexts(m, &enc, &dec);
-    if ((st = mhe__fixed_fwd(m, T, dec.causal)) != MHE_OK) return st;
-    MHE__TIMED(MHE_OP_EMBED, mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, B, T, 0));
-    x = mhe__stack_fwd(m, E, m->n_total_layers, &dec, a->emb);
-    if (!c->post_norm) {
-        MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, BT));
+    if ((st = mhe__fixed_fwd(m, bt->T, dec.causal)) != MHE_OK) return st;
+    MHE__TIMED(MHE_OP_EMBED, mhe__embed_fwd(m, a->emb, a->tokens, m->pos_emb, bt->B, bt->T, 0));
+    x = mhe__stack_fwd(m, mhe__n_enc(&m->cfg), m->n_total_layers, &dec, a->emb);
+    if (!m->cfg.post_norm) {
+        MHE__TIMED(MHE_OP_NORM, mhe__norm_fwd(m, a->fin.nrm, a->fin.mean, a->fin.rstd, x, m->lnf_w, m->lnf_b, bt->B * bt->T));
         x = a->fin.nrm;
     }
     a->final_h = x;
-    if (cls) {   /* mean over each sequence's real tokens (or BERT's pooler), then a linear layer to the classes */
-        int K = c->n_classes, count;
-        float mean;
-        if (c->cls_pool == MHE_POOL_FIRST) {   /* pooled = tanh(W_p h_0 + b_p) */
-            for (i = 0; i < B; i++) memcpy(a->first + (size_t)i * C, x + (size_t)i * T * C, (size_t)C * sizeof(float));
-            MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->pooled, a->first, m->pooler_w, mhe__opt_data(m->pooler_b), B, C, C));
-            for (i = 0; i < B * C; i++) a->pooled[i] = tanhf(a->pooled[i]);
-        } else {
-            memset(a->pooled, 0, (size_t)B * C * sizeof(float));
-            for (i = 0; i < B; i++)
-                for (t = 0; t < a->lengths[i]; t++) mhe__axpy(a->pooled + (size_t)i * C, 1.0f / (float)a->lengths[i], x + ((size_t)i * T + t) * C, C);
-        }
-        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->cls_logits, a->pooled, m->cls_w, mhe__opt_data(m->cls_b), B, C, K));
-        MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(a->losses, &mean, &count, a->cls_logits, a->targets, B, K));
-        m->last_loss = mean;
-        m->last_count = count;
-        if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
-        return MHE_OK;
-    }
-    {
-        const mhe_tensor *hb, *hw = mhe__token_head(m, &hb);
-        if (c->head_transform) {   /* BERT's MLM transform: norm(act(W h + b)) */
-            MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->hd_pre, x, m->head_w, mhe__opt_data(m->head_b), BT, C, C));
-            mhe_act_fwd(c->activation, a->hd_act, a->hd_pre, (int64_t)BT * C);
-            mhe__norm_fwd(m, a->hd_out, a->hd_mean, a->hd_rstd, a->hd_act, m->head_norm_w, m->head_norm_b, BT);
-            x = a->hd_out;
-        }
-        MHE__TIMED(MHE_OP_HEAD, mhe__linq(a->logits, x, hw, mhe__opt_data(hb), BT, C, V));
-    }
-    if (bt->targets) {
-        float mean;
-        int count;
-        MHE__TIMED(MHE_OP_LOSS, mhe_xent_fwd(a->losses, &mean, &count, a->logits, a->targets, BT, V));
-        m->last_loss = mean;
-        m->last_count = count;
-        if (loss) *loss = mean;
-        if (!mhe__is_finite(mean)) return mhe__loss_nonfinite(m, mean);
-    }
-    return MHE_OK;
+    if (m->last_cls) return mhe__cls_head_fwd(m, x, bt->B, bt->T, loss);
+    return mhe__token_head_fwd(m, x, bt->B * bt->T, bt->targets != NULL, loss);
 }
 
 /* the forward on the model's own kernel scratch; the caller's binding back after */
