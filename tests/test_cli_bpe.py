@@ -15,7 +15,7 @@ SKIP line, without it; the rest needs only python3 and build/mhe).
   - bad input: a truncated tokenizer file, repeated and out-of-range merges, a
     checkpoint whose tokenizer.md5 does not match, vocab_size against the tokenizer,
     --tokenizer with a loaded model or a word model: a clear error, nothing written
-  - the Unicode class table in mhe.h is what tools/scripts/unicode_classes.py makes"""
+(mhe.h's Unicode class table, every code point: tests/test_unicode.py)"""
 import glob
 import json
 import os
@@ -268,16 +268,6 @@ def byte_text_guard(d, corpus):
     check(code == 0, "a byte encoder (masked LM: a [MASK] id past the bytes) still reads text: %s" % err[-300:])
 
 
-def unicode_table():
-    import unicodedata
-    src = open(os.path.join(REPO, "mhe.h"), encoding="utf-8").read()
-    if ('#define MHE__UNICODE_VERSION "%s"' % unicodedata.unidata_version) not in src:
-        print("SKIP the Unicode table check: this Python has Unicode %s, mhe.h another" % unicodedata.unidata_version)
-        return
-    p = subprocess.run([sys.executable, os.path.join(REPO, "tools", "scripts", "unicode_classes.py"), "--check"], capture_output=True, text=True)
-    check(p.returncode == 0, "tools/scripts/unicode_classes.py --check: %s" % p.stderr)
-
-
 def main():
     why = mhe_missing()
     if why:
@@ -287,7 +277,6 @@ def main():
     lm = models_with_tokenizer(d, corpus, tok)
     bad_input(d, corpus, tok, lm)
     byte_text_guard(d, corpus)
-    unicode_table()
     RESULTS.skipped += hf_compare(d)
     return finish()
 
