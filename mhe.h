@@ -1275,6 +1275,15 @@ MHEDEF size_t mhe_bpe_max_ids(const mhe_bpe *b, size_t len);
    when cap is too small, MHE_ERR_NOMEM; err (may be NULL) gets a message. */
 MHEDEF MHE_NODISCARD mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n,
                                  void *work, char *err);
+/* mhe_bpe_encode on `threads` threads (0: OpenMP's default): the text is
+   cut where the ids cannot change (before the last character of a run of
+   white space, runs with a newline first, never inside an added token), the
+   pieces encoded at once, their ids put one after another: the same ids as
+   mhe_bpe_encode's (split none: one piece). Without OpenMP the pieces run one
+   after another. Each piece allocates its own scratch; cap and errors as
+   mhe_bpe_encode (the first failing piece's message). */
+MHEDEF MHE_NODISCARD mhe_status mhe_bpe_encode_threads(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap,
+                                                       size_t *n, int threads, char *err);
 /* ids -> the bytes of their tokens, one after another: the first cap go to
    out (out may be NULL), the full length to *len. MHE_ERR_DATA for an id
    outside 0 .. n_tokens - 1 (err names its position). */
@@ -11288,6 +11297,8 @@ static mhe_status mhe__bpe_alloc(mhe_bpe *b, int n_tokens, size_t bytes, int n_m
 
 /* ---- encoding ---- */
 
+#define MHE__BPE_CHUNK 65536   /* mhe_bpe_encode_threads: the least text worth a piece of its own */
+
 /* scratch of one encode: a copy of a text piece (for prefix_space) and, per
    symbol, its token and links, and a min-heap of (rank << 32 | position) */
 typedef struct mhe__bpe_ws {
@@ -11297,6 +11308,7 @@ typedef struct mhe__bpe_ws {
     size_t cap;                 /* symbols */
     void *own, *alloc_ctx;
     unsigned char *norm, *word; /* WordPiece: the normalised text, a piece with its prefix */
+    const unsigned char *cont;  /* a text that continues a segment (mhe_bpe_encode_threads): no prefix_space there */
 } mhe__bpe_ws;
 #define MHE__BPE_WS_PER 40      /* bytes per symbol: 1 + 3 * 4 + 3 * 8, rounded up */
 
@@ -12207,7 +12219,7 @@ static mhe_status mhe__bpe_segment(const mhe_bpe *b, mhe__bpe_ws *w, const unsig
     size_t pos = 0, e;
     if (!k) return MHE_OK;
     if (b->model == MHE_TOK_WORDPIECE) return mhe__wp_segment(b, w->word, seg, k, ids, cap, n, err);
-    if (b->prefix_space && seg[0] != ' ') {
+    if (b->prefix_space && seg[0] != ' ' && seg != w->cont) {
         if (!mhe__bpe_ws_need(w, k + 1)) return mhe__fail(err, MHE_ERR_NOMEM, "bpe encode: out of memory");
         w->copy[0] = ' ';
         memcpy(w->copy + 1, seg, k);
@@ -12275,8 +12287,9 @@ static mhe_status mhe__bpe_late(const mhe_bpe *b, mhe__bpe_ws *w, const unsigned
     return mhe__bpe_added(b, w, p, len, 1, first, ids, cap, n, err);
 }
 
-MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
-                                 char *err) {
+/* mhe_bpe_encode; cont: the text continues a segment of a longer one (no prefix_space at its start) */
+static mhe_status mhe__bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
+                                  int cont, char *err) {
     mhe__bpe_ws w;
     mhe_status st;
     unsigned char first[2][32];
@@ -12286,6 +12299,7 @@ MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len,
     if (!b->n_tokens) return mhe__fail(err, MHE_ERR_ARG, "bpe encode: the tokenizer is empty");
     memset(&w, 0, sizeof w);
     w.alloc_ctx = b->alloc_ctx;
+    w.cont = cont ? (const unsigned char *)text : NULL;
     if (work) mhe__bpe_ws_carve(&w, work, len + 1);
     if (b->model == MHE_TOK_WORDPIECE) {   /* the normalised text and a prefixed piece: 6 len + 24 bytes, inside the work */
         if (!mhe__bpe_ws_need(&w, len + 1)) return mhe__fail(err, MHE_ERR_NOMEM, "bpe encode: out of memory");
@@ -12301,6 +12315,115 @@ MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len,
     st = mhe__bpe_added(b, &w, (const unsigned char *)text, len, 0, (const unsigned char (*)[32])first, ids, cap, n, err);
     MHE_FREE(b->alloc_ctx, w.own);
     return st;
+}
+
+MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, void *work,
+                                 char *err) {
+    return mhe__bpe_encode(b, text, len, ids, cap, n, work, 0, err);
+}
+
+/* Where a text may be cut without changing its ids: before the last
+   character of a run of white space that another character follows. GPT-2's
+   pattern then ends a piece there on both sides: the run less its last
+   character is one piece (\s+(?!\S)) whether the text goes on or ends, and
+   the last character starts the next piece in both. That character must be
+   ASCII and in no added token (ok[x] & 1), so no added token spans the cut;
+   the one after the run must start none (ok[x] & 2), or the run would end a
+   segment in the whole text and not in the piece before the cut; the one
+   before the cut must end none (ok[x] & 4), so that the piece after it
+   continues a segment (prefix_space adds no ' ' there). WordPiece's normaliser keeps the cut's character white space, where its
+   pre-tokenizer splits. Returns a cut in [from, to) (runs with a newline
+   first), 0 for none. */
+static size_t mhe__bpe_cut(const unsigned char *p, size_t len, size_t from, size_t to, const unsigned char ok[256]) {
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
+        size_t i = from;
+        while (i < to) {
+            size_t e, last, k;
+            int cls;
+            const unsigned char *q = pass ? NULL : (const unsigned char *)memchr(p + i, '\n', to - i);
+            if (!pass) { if (!q) break; i = (size_t)(q - p); }
+            else if (!((p[i] >= 9 && p[i] <= 13) || p[i] == ' ')) { i++; continue; }
+            for (e = last = i; e < len; e += k) {   /* to the end of the run */
+                k = mhe__bpe_char(p, len, e, &cls);
+                if (cls != MHE_UC_SPACE) break;
+                last = e;
+            }
+            if (e < len && last > from && last < to && p[last] < 0x80 && (ok[p[last]] & 1) && !(ok[p[e]] & 2) && !(ok[p[last - 1]] & 4))
+                return last;
+            i = e > i ? e : i + 1;
+        }
+    }
+    return 0;
+}
+
+/* at most `pieces` pieces of at least `chunk` bytes on `threads` threads */
+static mhe_status mhe__bpe_encode_par(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, int threads,
+                                      int pieces, size_t chunk, char *err) {
+    const unsigned char *p = (const unsigned char *)text;
+    unsigned char ok[256];
+    size_t *cut, *got, k, out = 0, want;
+    int **buf, *st, c, n_chunks, direct;
+    char *msg;
+    mhe_status res = MHE_OK;
+    (void)threads;   /* unused without OpenMP */
+    if (n) *n = 0;
+    want = len / (chunk ? chunk : 1);
+    if (want > (size_t)(pieces > 0 ? pieces : 1)) want = (size_t)(pieces > 0 ? pieces : 1);
+    if (!b || !n || (!text && len) || (!ids && cap) || want < 2 || !b->n_tokens || b->split == MHE_BPE_SPLIT_NONE)
+        return mhe__bpe_encode(b, text, len, ids, cap, n, NULL, 0, err);
+    for (k = 0; k < 256; k++) ok[k] = (k >= 9 && k <= 13) || k == ' ';
+    for (c = 0; c < b->n_added; c++) {   /* 1: in no added token; 2: the first byte of one; 4: the last byte of one */
+        int id = b->added_ids[c];
+        ok[b->bytes[b->start[id]]] |= 2;
+        ok[b->bytes[b->start[id + 1] - 1]] |= 4;
+        for (k = b->start[id]; k < b->start[id + 1]; k++) {
+            unsigned char x = b->bytes[k];
+            ok[x] &= 6;
+            if (b->model == MHE_TOK_WORDPIECE && ((x >= 9 && x <= 13) || x == ' '))   /* white space normalises to ' ' */
+                for (x = 9; x <= ' '; x++) ok[x] &= 6;
+        }
+    }
+    cut = (size_t *)MHE_MALLOC(b->alloc_ctx, (want + 1) * (2 * sizeof(size_t) + sizeof(int *) + sizeof(int) + MHE_ERR_LEN));
+    if (!cut) return mhe__fail(err, MHE_ERR_NOMEM, "bpe encode: out of memory");
+    got = cut + want + 1;
+    buf = (int **)(void *)(got + want + 1);
+    st = (int *)(void *)(buf + want + 1);
+    msg = (char *)(st + want + 1);
+    cut[0] = 0;
+    for (n_chunks = 1, k = 1; k < want; k++) {   /* a cut near each k-th of the text, else further on */
+        size_t from = cut[n_chunks - 1] > k * len / want ? cut[n_chunks - 1] : k * len / want, at;
+        if (!(at = mhe__bpe_cut(p, len, from, (k + 1) * len / want, ok)) && !(at = mhe__bpe_cut(p, len, from, len, ok))) break;
+        cut[n_chunks++] = at;
+    }
+    cut[n_chunks] = len;
+    /* each piece's ids in place where they fit (ids <= bytes), else in a buffer of its own */
+    direct = !(b->model == MHE_TOK_BPE && b->prefix_space) && cap >= len;
+    MHE__OMP(omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : 1) if (n_chunks > 1 && threads > 1))
+    for (c = 0; c < n_chunks; c++) {
+        size_t a = cut[c], l = cut[c + 1] - a, m = mhe_bpe_max_ids(b, l);
+        int *dst = direct ? ids + a : (int *)MHE_MALLOC(b->alloc_ctx, (m ? m : 1) * sizeof(int));
+        buf[c] = direct ? NULL : dst;
+        got[c] = 0;
+        msg[c * MHE_ERR_LEN] = 0;
+        st[c] = dst ? (int)mhe__bpe_encode(b, text + a, l, dst, m, &got[c], NULL, c > 0, msg + c * MHE_ERR_LEN)
+                    : (int)mhe__fail(msg + c * MHE_ERR_LEN, MHE_ERR_NOMEM, "bpe encode: out of memory");
+    }
+    for (c = 0; c < n_chunks; c++) {   /* in text order: the first failure is the one reported */
+        if (res == MHE_OK && st[c] != MHE_OK) { res = (mhe_status)st[c]; if (err) memcpy(err, msg + c * MHE_ERR_LEN, MHE_ERR_LEN); }
+        if (res == MHE_OK && got[c] > cap - out) res = mhe__fail(err, MHE_ERR_SHAPE, "bpe encode: more than %zu ids", cap);
+        if (res == MHE_OK) { memmove(ids + out, direct ? ids + cut[c] : buf[c], got[c] * sizeof(int)); out += got[c]; }
+        MHE_FREE(b->alloc_ctx, buf[c]);
+    }
+    MHE_FREE(b->alloc_ctx, cut);
+    *n = res == MHE_OK ? out : 0;
+    return res;
+}
+
+MHEDEF mhe_status mhe_bpe_encode_threads(const mhe_bpe *b, const char *text, size_t len, int *ids, size_t cap, size_t *n, int threads,
+                                         char *err) {
+    if (threads <= 0) threads = mhe__max_threads();
+    return mhe__bpe_encode_par(b, text, len, ids, cap, n, threads, threads > 1 ? 4 * threads : 1, MHE__BPE_CHUNK, err);   /* 4 a thread: balance */
 }
 
 /* tokenizers' WordPiece decoder cleanup, in its order, on one token's text

@@ -3,7 +3,8 @@ and generate with a checkpoint's tokenizer), against the Hugging Face
 `tokenizers` package where it is installed (the comparison is skipped, with a
 SKIP line, without it; the rest needs only python3 and build/mhe).
 
-  - mhe's own BPE: decode(encode(x)) = x on random bytes (invalid UTF-8, NUL)
+  - mhe's own BPE: decode(encode(x)) = x on random bytes (invalid UTF-8, NUL);
+    encode --threads 3 gives the ids of one thread on 300 KB of lines
   - tokenizers trains byte-level BPEs on the repository's docs; mhe reads their
     tokenizer.json ("a b" merges, [a, b] merges rewritten from them, add_prefix_space,
     an alphabet of only the bytes seen) and gives the same ids as tokenizer.encode
@@ -87,7 +88,23 @@ def own_bpe(d):
         code, back, err = mhe_bytes("tokenize", "decode", "--tokenizer", tok, "--data", os.path.join(d, "rand.ids"))
         ok = ok and code == 0 and back == data and all(0 <= i < 600 for i in ids)
     check(ok, "decode(encode(x)) = x on random bytes with mhe's BPE")
+    threads(d, tok, rng)
     return corpus, tok
+
+
+def threads(d, tok, rng):
+    """encode --threads: the text cut at lines, the same ids as one thread"""
+    parts = ["the", " cat", "\n", "\n\n\n", "\r\n", "  ", "\t", "<eos>", "\u3000", "caf\u00e9", "<mask>\n", " \n ", "it's", "\xff"]
+    data = write(os.path.join(d, "long.txt"), "".join(rng.choice(parts) for _ in range(150000)).encode("utf-8", "surrogateescape"))
+    code, one, err = run("tokenize", "encode", "--tokenizer", tok, "--data", data, "--threads", 1)
+    check(code == 0 and len(one.split()) > 50000, "encode --threads 1 of %d bytes: %s" % (os.path.getsize(data), err.strip()))
+    code, many, err = run("tokenize", "encode", "--tokenizer", tok, "--data", data, "--threads", 3)
+    if code != 0 and "without OpenMP" in err:
+        print("SKIP encode --threads 3: %s" % err.strip())
+        RESULTS.skipped += 1
+    else:
+        check(code == 0 and many == one, "encode --threads 3: the ids of one thread (%d and %d ids) %s" % (len(many.split()), len(one.split()), err.strip()))
+    expect(["tokenize", "decode", "--tokenizer", tok, "--data", data, "--threads", 1], 2, ["--threads is for encode"], "decode --threads")
 
 
 def hf_compare(d):

@@ -200,6 +200,7 @@ static const flag_spec tokenize_flags[] = {
     STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
     STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
     FLAG("special", NULL, F_SWITCH, 0, 0, NULL, special, "encode: the tokenizer's cls and sep ids around the text (BERT's [CLS] text [SEP])"),
+    FLAG("threads", "N", F_INT, 0, 4096, NULL, threads, "encode: threads (0: OpenMP's default), the text cut at lines; the same ids"),
 };
 static const flag_spec import_flags[] = {
     NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
@@ -2413,6 +2414,7 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!command_opts("tokenize", argc, argv, &o, &rc)) return rc;
     if (o.n_args != 1) { fprintf(stderr, "mhe: tokenize: give one action: train, encode, decode or convert\n"); return 2; }
     act = o.args[0];
+    if (given(&o, "threads") && strcmp(act, "encode") != 0) { fprintf(stderr, "mhe: tokenize %s: --threads is for encode\n", act); return 2; }
     mhe_bpe_init(&b, NULL);
     rc = 1;
     if (strcmp(act, "train") == 0) {
@@ -2455,7 +2457,8 @@ static int cmd_tokenize(int argc, char **argv) {
             int cls = o.special ? b.cls : -1, sep = o.special ? b.sep : -1;
             ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
             if (o.special && cls < 0 && sep < 0) fprintf(stderr, "mhe: --special: this tokenizer has no cls or sep token (a template of BERT's)\n");
-            else if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
+            else if (!ids || mhe_bpe_encode_threads(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, (int)o.threads, err) != MHE_OK)
+                fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
             else {
                 if (cls >= 0) printf(n ? "%d " : "%d", cls);
                 for (i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
