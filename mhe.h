@@ -12331,9 +12331,10 @@ MHEDEF mhe_status mhe_bpe_encode(const mhe_bpe *b, const char *text, size_t len,
    the one after the run must start none (ok[x] & 2), or the run would end a
    segment in the whole text and not in the piece before the cut; the one
    before the cut must end none (ok[x] & 4), so that the piece after it
-   continues a segment (prefix_space adds no ' ' there). WordPiece's normaliser keeps the cut's character white space, where its
-   pre-tokenizer splits. Returns a cut in [from, to) (runs with a newline
-   first), 0 for none. */
+   continues a segment (prefix_space adds no ' ' there). WordPiece's
+   normaliser keeps the cut's character white space, where its pre-tokenizer
+   splits. Returns a cut in [from, to) (runs with a newline first), 0 for
+   none. */
 static size_t mhe__bpe_cut(const unsigned char *p, size_t len, size_t from, size_t to, const unsigned char ok[256]) {
     int pass;
     for (pass = 0; pass < 2; pass++) {

@@ -10,7 +10,7 @@ each generated here from unicodedata2's data of that version
 - categories, Unicode 8.0.0 (CATEGORIES; the unicode_categories crate):
   control (Cc, Cf, Co, Cs) for clean_text, punctuation (P*) for the
   pre-tokenizer, nonspacing marks (Mn) for strip_accents. Unicode 9.0 differs
-  in 157 code points, 16.0 in 613.
+  in 155 code points, 16.0 in 618.
 - canonical decompositions and combining classes, Unicode 9.0.0 (NFD; the
   unicode-normalization-alignments crate) for strip_accents' NFD. 8.0 lacks
   the classes of 63 marks, 10.0 has 12 more, 13.0 decomposes U+11938.
