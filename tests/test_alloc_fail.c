@@ -280,6 +280,7 @@ static mhe_status op_bpe(void) {
     if (s == MHE_OK) s = mhe_bpe_save_mem(&b, buf, sizeof buf, &n);
     if (s == MHE_OK) s = mhe_bpe_load_mem(&c, buf, n);
     if (s == MHE_OK) s = mhe_bpe_encode(&c, text, sizeof text - 1, ids, 128, &k, NULL, NULL);
+    if (s == MHE_OK) s = mhe__bpe_encode_par(&c, text, sizeof text - 1, ids, 128, &k, 1, 4, 8, NULL);   /* cut in pieces */
     if (s == MHE_OK) s = mhe_bpe_decode(&c, ids, k, out, sizeof out, &n, NULL);
     if (s == MHE_OK) s = mhe_bpe_md5(&c, d);
     if (s == MHE_OK) s = mhe_model_set_bpe(&m, &c);

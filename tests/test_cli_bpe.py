@@ -3,7 +3,8 @@ and generate with a checkpoint's tokenizer), against the Hugging Face
 `tokenizers` package where it is installed (the comparison is skipped, with a
 SKIP line, without it; the rest needs only python3 and build/mhe).
 
-  - mhe's own BPE: decode(encode(x)) = x on random bytes (invalid UTF-8, NUL)
+  - mhe's own BPE: decode(encode(x)) = x on random bytes (invalid UTF-8, NUL);
+    encode --threads 3 gives the ids of one thread on 300 KB of lines
   - tokenizers trains byte-level BPEs on the repository's docs; mhe reads their
     tokenizer.json ("a b" merges, [a, b] merges rewritten from them, add_prefix_space,
     an alphabet of only the bytes seen) and gives the same ids as tokenizer.encode
@@ -15,7 +16,7 @@ SKIP line, without it; the rest needs only python3 and build/mhe).
   - bad input: a truncated tokenizer file, repeated and out-of-range merges, a
     checkpoint whose tokenizer.md5 does not match, vocab_size against the tokenizer,
     --tokenizer with a loaded model or a word model: a clear error, nothing written
-  - the Unicode class table in mhe.h is what tools/scripts/unicode_classes.py makes"""
+(mhe.h's Unicode class table, every code point: tests/test_unicode.py)"""
 import glob
 import json
 import os
@@ -87,7 +88,23 @@ def own_bpe(d):
         code, back, err = mhe_bytes("tokenize", "decode", "--tokenizer", tok, "--data", os.path.join(d, "rand.ids"))
         ok = ok and code == 0 and back == data and all(0 <= i < 600 for i in ids)
     check(ok, "decode(encode(x)) = x on random bytes with mhe's BPE")
+    threads(d, tok, rng)
     return corpus, tok
+
+
+def threads(d, tok, rng):
+    """encode --threads: the text cut at lines, the same ids as one thread"""
+    parts = ["the", " cat", "\n", "\n\n\n", "\r\n", "  ", "\t", "<eos>", "\u3000", "caf\u00e9", "<mask>\n", " \n ", "it's", "\xff"]
+    data = write(os.path.join(d, "long.txt"), "".join(rng.choice(parts) for _ in range(150000)).encode("utf-8", "surrogateescape"))
+    code, one, err = run("tokenize", "encode", "--tokenizer", tok, "--data", data, "--threads", 1)
+    check(code == 0 and len(one.split()) > 50000, "encode --threads 1 of %d bytes: %s" % (os.path.getsize(data), err.strip()))
+    code, many, err = run("tokenize", "encode", "--tokenizer", tok, "--data", data, "--threads", 3)
+    if code != 0 and "without OpenMP" in err:
+        print("SKIP encode --threads 3: %s" % err.strip())
+        RESULTS.skipped += 1
+    else:
+        check(code == 0 and many == one, "encode --threads 3: the ids of one thread (%d and %d ids) %s" % (len(many.split()), len(one.split()), err.strip()))
+    expect(["tokenize", "decode", "--tokenizer", tok, "--data", data, "--threads", 1], 2, ["does not use --threads"], "decode --threads")
 
 
 def hf_compare(d):
@@ -268,16 +285,6 @@ def byte_text_guard(d, corpus):
     check(code == 0, "a byte encoder (masked LM: a [MASK] id past the bytes) still reads text: %s" % err[-300:])
 
 
-def unicode_table():
-    import unicodedata
-    src = open(os.path.join(REPO, "mhe.h"), encoding="utf-8").read()
-    if ('#define MHE__UNICODE_VERSION "%s"' % unicodedata.unidata_version) not in src:
-        print("SKIP the Unicode table check: this Python has Unicode %s, mhe.h another" % unicodedata.unidata_version)
-        return
-    p = subprocess.run([sys.executable, os.path.join(REPO, "tools", "scripts", "unicode_classes.py"), "--check"], capture_output=True, text=True)
-    check(p.returncode == 0, "tools/scripts/unicode_classes.py --check: %s" % p.stderr)
-
-
 def main():
     why = mhe_missing()
     if why:
@@ -287,7 +294,6 @@ def main():
     lm = models_with_tokenizer(d, corpus, tok)
     bad_input(d, corpus, tok, lm)
     byte_text_guard(d, corpus)
-    unicode_table()
     RESULTS.skipped += hf_compare(d)
     return finish()
 

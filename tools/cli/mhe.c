@@ -202,6 +202,7 @@ static const flag_spec tokenize_flags[] = {
     STR("tokenizer", "TOK", tokenizer, "encode, decode, convert: a tokenizer file (mhe's, or a tokenizer.json)"),
     STR("model", "M.safetensors", model, "encode, decode: the tokenizer of this model"),
     FLAG("special", NULL, F_SWITCH, 0, 0, NULL, special, "encode: the tokenizer's cls and sep ids around the text (BERT's [CLS] text [SEP])"),
+    FLAG("threads", "N", F_INT, 0, 4096, NULL, threads, "encode: threads (0: OpenMP's default), the text cut at lines; the same ids"),
 };
 static const flag_spec import_flags[] = {
     NEED("out", "OUT.safetensors", out, "the mhe model to write (-o OUT works too)"),
@@ -2449,7 +2450,7 @@ static int tokenize_flags_fit(const opts *o, const char *act) {
     static const struct { const char *act, *takes, *usage; } t[] = {
         { "train", " data vocab split added out ", "--data TEXT --vocab N --out TOK [--split S] [--added \"T1 T2 ..\"]" },
         { "convert", " tokenizer out ", "--tokenizer FILE --out TOK" },
-        { "encode", " data tokenizer model special ", "--data TEXT and --tokenizer TOK or --model M [--special]" },
+        { "encode", " data tokenizer model special threads ", "--data TEXT and --tokenizer TOK or --model M [--special] [--threads N]" },
         { "decode", " data tokenizer model ", "--data IDS and --tokenizer TOK or --model M" },
     };
     size_t a, i;
@@ -2524,7 +2525,8 @@ static int cmd_tokenize(int argc, char **argv) {
             int cls = o.special ? b.cls : -1, sep = o.special ? b.sep : -1;
             ids = (int *)malloc((mhe_bpe_max_ids(&b, len) + 1) * sizeof(int));
             if (o.special && cls < 0 && sep < 0) fprintf(stderr, "mhe: --special: this tokenizer has no cls or sep token (a template of BERT's)\n");
-            else if (!ids || mhe_bpe_encode(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, NULL, err) != MHE_OK) fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
+            else if (!ids || mhe_bpe_encode_threads(&b, text, len, ids, mhe_bpe_max_ids(&b, len), &n, (int)o.threads, err) != MHE_OK)
+                fprintf(stderr, "mhe: %s\n", ids ? err : "out of memory");
             else {
                 if (cls >= 0) printf(n ? "%d " : "%d", cls);
                 for (i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
