@@ -145,7 +145,7 @@ $(B)/syntax/%.ok: %.c $(DEPS) $(wildcard tests/*.h tests/fuzz/*.h) $(B)/tiny_lm_
 
 # the header as C++, included twice, and with MHE_STATIC; no warnings allowed;
 # each subset build (comma-separated switches) computes what the full library does
-SUBSETS = MHE_NO_TRAIN MHE_NO_TRAIN,MHE_NO_STDIO
+SUBSETS = MHE_NO_TRAIN MHE_NO_TRAIN,MHE_NO_STDIO MHE_NO_TOKENIZERS MHE_NO_TRAIN,MHE_NO_TOKENIZERS,MHE_NO_STDIO
 check-build:
 	@mkdir -p $(B)
 	$(CXX) -std=c++11 -O1 -Wall -Wextra -Werror -I. -o $(B)/build_cpp tests/build_cpp.cpp -lm && ./$(B)/build_cpp
@@ -209,7 +209,7 @@ build/win/tests/test_%_openmp.exe: tests/test_%.c tests/test.h $(DEPS)
 M4_FLAGS = -mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16
 build-cortex-m4: $(B)/tiny_lm_model.h
 	@mkdir -p build/m4
-	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -DMHE_NO_TRAIN -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
+	arm-none-eabi-gcc $(M4_FLAGS) -DMHE_NO_STDIO -DMHE_NO_TRAIN -DMHE_NO_TOKENIZERS -ffreestanding -std=c99 -Wall -Wextra -pedantic -Werror -Os \
 	    -ffunction-sections -fdata-sections -fstack-usage -I. -I$(B) -c -o build/m4/embedded.o examples/embedded.c
 	arm-none-eabi-gcc $(M4_FLAGS) --specs=nosys.specs -Wl,--gc-sections -o build/m4/embedded.elf build/m4/embedded.o -lm
 	arm-none-eabi-size build/m4/embedded.elf
@@ -220,7 +220,7 @@ build-cortex-m4: $(B)/tiny_lm_model.h
 # (semihosting for output and exit), greedy decoding; tests/test_cortex_m4.sh runs
 # it under qemu-system-arm and compares its tokens with the x86 build's
 M4_RUN_FLAGS = $(M4_FLAGS) -std=c99 -Wall -Wextra -pedantic -Werror -Os -ffunction-sections -fdata-sections \
-               -DMHE_NO_STDIO -DMHE_NO_TRAIN $(M4_TEST_DEFS)
+               -DMHE_NO_STDIO -DMHE_NO_TRAIN -DMHE_NO_TOKENIZERS $(M4_TEST_DEFS)
 # greedy, and a prompt from the validation text whose per-byte argmax is compared too
 M4_TEST_DEFS = -DEMBEDDED_TEMPERATURE=0 -DEMBEDDED_PREDICTIONS '-DEMBEDDED_PROMPT="Paul, a servant of Jesus Christ, called to be "'
 $(B)/q8/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe

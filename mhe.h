@@ -46,6 +46,10 @@
                            the full build's bits; mhe_trainer remains a type
                            only, and the checkpoint writers refuse a trainer
                            (MHE_ERR_ARG). Not with the CUDA companion
+     MHE_NO_TOKENIZERS     drop byte-level BPE and WordPiece, their Unicode
+                           tables and the tokenizer.json reader (section 8);
+                           byte tokens stay, and a checkpoint's tokenizer is
+                           checked and left unread (the model runs on ids)
      MHE_ARENA_DEBUG       arena allocations become separate mallocs so that
                            AddressSanitizer sees every overrun (their alignment
                            is then malloc's, not 64 bytes)
@@ -1108,7 +1112,9 @@ MHEDEF void mhe_model_free(mhe_model *m);
    "tokenizer.md5": the MD5 of that text, checked at load; mhe_model_load_arena
    checks the MD5 only and leaves bpe NULL). MHE_ERR_CONFIG when vocab_size is
    not the tokenizer's n_tokens or the model reads words. */
+#ifndef MHE_NO_TOKENIZERS
 MHEDEF MHE_NODISCARD mhe_status mhe_model_set_bpe(mhe_model *m, const struct mhe_bpe *b);
+#endif
 MHEDEF mhe_tensor *mhe_model_find(mhe_model *m, const char *name);
 /* make room for activations of B sequences of T tokens (and Ts source tokens
    for encdec; 0 means T). The forward pass does this itself. */
@@ -1226,6 +1232,7 @@ MHEDEF size_t mhe_tokenize_bytes(const char *text, size_t len, int *out);
 MHEDEF MHE_NODISCARD mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n, void *alloc_ctx, char *err);
 #endif
 
+#ifndef MHE_NO_TOKENIZERS   /* BPE and WordPiece, their Unicode tables and tokenizer.json: to the #endif below */
 /* Byte-level BPE (Sennrich et al. 2016 on bytes, as GPT-2 runs it: Radford
    et al. 2019 sec. 2.2). The base of every vocabulary mhe trains is the 256
    single bytes (token id = byte value), so decode(encode(x)) = x for any
@@ -1415,6 +1422,7 @@ MHEDEF MHE_NODISCARD mhe_status mhe_bpe_load(mhe_bpe *b, const char *path);
 MHEDEF MHE_NODISCARD mhe_status mhe_bpe_read_tokens(const mhe_bpe *b, const char *path, int **tokens, size_t *n, void *alloc_ctx,
                                       char *err);
 #endif
+#endif /* MHE_NO_TOKENIZERS */
 
 /* Masked-LM inputs and targets (Devlin et al. 2019, sec. 3.1): each position
    is chosen with probability prob; a chosen one becomes mask_token (80 %), a
@@ -1457,7 +1465,9 @@ MHEDEF MHE_NODISCARD mhe_status mhe_text_set_load_words(mhe_text_set *s, mhe_lex
    as [CLS] A [SEP] B [SEP] (BERT's pair template; a later tab is white
    space of B), its types 0 up to the first [SEP] and 1 after it: s->types
    is set when the set holds a pair. */
+#ifndef MHE_NO_TOKENIZERS
 MHEDEF MHE_NODISCARD mhe_status mhe_text_set_bpe(mhe_text_set *s, const mhe_bpe *b, char *err);
+#endif
 /* examples idx[0..B) as a padded batch: the first T tokens of each text in
    tokens [B*T] (padding 0), lengths [B] and labels [B] */
 MHEDEF void mhe_text_set_batch(const mhe_text_set *s, const int *idx, int B, int T, int *tokens, int *lengths, int *labels);
@@ -9583,7 +9593,9 @@ MHEDEF void mhe_model_free(mhe_model *m) {
     if (m->emb_in.block) MHE_FREE(ctx, m->emb_in.block);   /* word inputs: always from the hooks */
     mhe_lsh_free(&m->lsh);
     mhe_lexicon_free(&m->vocab);
+#ifndef MHE_NO_TOKENIZERS   /* without them m->bpe stays NULL */
     if (m->bpe) { mhe_bpe_free(m->bpe); MHE_FREE(ctx, m->bpe); }
+#endif
     if (m->fixed.eps) MHE_FREE(ctx, m->fixed.eps);
     if (m->fixed.tokens) MHE_FREE(ctx, m->fixed.tokens);
     if (m->fixed.block) MHE_FREE(ctx, m->fixed.block);
@@ -9873,6 +9885,7 @@ MHEDEF mhe_status mhe_model_set_vocab(mhe_model *m, const mhe_lexicon *x) {
     return MHE_OK;
 }
 
+#ifndef MHE_NO_TOKENIZERS
 MHEDEF mhe_status mhe_model_set_bpe(mhe_model *m, const mhe_bpe *b) {
     mhe_bpe *nb;
     char *buf;
@@ -9898,6 +9911,7 @@ MHEDEF mhe_status mhe_model_set_bpe(mhe_model *m, const mhe_bpe *b) {
     m->bpe = nb;
     return MHE_OK;
 }
+#endif /* MHE_NO_TOKENIZERS */
 
 MHEDEF mhe_status mhe_model_set_ngrams(mhe_model *m, const char *text, size_t len) {
     const mhe_config *c;
@@ -9934,7 +9948,9 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
         m->cfg.lsh_features)
         st = mhe__lsh_setup(m, src->lsh.table, src->lsh.table_len);
     m->hash_sig = mhe__hash_sig(m);
+#ifndef MHE_NO_TOKENIZERS
     if (st == MHE_OK && src->bpe) st = mhe_model_set_bpe(m, src->bpe);   /* the same tokens in */
+#endif
     if (st == MHE_OK && m->hash_sig != src->hash_sig)
         st = mhe__fail(m->err, MHE_ERR_CONFIG, "init_from: the embedding or hashing settings differ from the source model's, so its words would embed differently");
     for (i = 0; i < m->n_tensors && st == MHE_OK; i++) {
@@ -11147,6 +11163,272 @@ MHEDEF mhe_status mhe_read_text_tokens(const char *path, int **tokens, size_t *n
 }
 #endif
 
+/* ---- 8. text: UTF-8 and strict JSON (section 10's safetensors headers read it too) ---- */
+
+#define MHE__JSON_MAX_DEPTH 64
+/* integers above 2^53 are not exact in the float64 most JSON readers use */
+#define MHE__JSON_MAX_INT 9007199254740992ULL
+
+
+/* length (1..4) of the well-formed UTF-8 sequence at p, 0 when it is not one
+   (overlongs, encoded surrogates, > U+10FFFF and cut sequences are refused) */
+static size_t mhe__utf8_seq(const unsigned char *p, size_t avail) {
+    unsigned c = p[0], lo = 0x80, hi = 0xBF;
+    size_t k, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { k = 3; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { k = 4; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (avail < k || p[1] < lo || p[1] > hi) return 0;
+    for (i = 2; i < k; i++) if (p[i] < 0x80 || p[i] > 0xBF) return 0;
+    return k;
+}
+
+static int mhe__utf8_valid(const char *s, size_t n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, k;
+    while (i < n) {
+        if (!(k = mhe__utf8_seq(p + i, n - i))) return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static size_t mhe__utf8_put(unsigned long cp, unsigned char *u) {
+    if (cp < 0x80) { u[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        u[2] = (unsigned char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* A short printable copy of a name for messages: at most 40 bytes, cut at a
+   character boundary with "..." appended, control characters shown as '?'.
+   dst holds 48 bytes; s must hold at least min(len, 41) bytes. */
+static const char *mhe__st_show(char *dst, const char *s, size_t len) {
+    size_t i, k = len;
+    if (k > 40) { k = 40; while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--; }
+    for (i = 0; i < k; i++) {
+        unsigned char c = (unsigned char)s[i];
+        dst[i] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
+    }
+    if (k < len) { memcpy(dst + k, "...", 3); k += 3; }
+    dst[k] = 0;
+    return dst;
+}
+
+/* ---- strict JSON over a byte range (not NUL-terminated) ------------------ */
+
+typedef struct mhe__json {
+    const unsigned char *s;
+    size_t n, pos;
+    char *err;
+} mhe__json;
+
+typedef struct mhe__json_num { int neg, frac, exp, big; uint64_t v; } mhe__json_num;
+
+static mhe_status mhe__json_err(const mhe__json *j, size_t at, const char *what) {
+    unsigned long long b = (unsigned long long)at;
+    if (at >= j->n) return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (end of header)", what, b);
+    if (j->s[at] >= 0x20 && j->s[at] < 0x7f)
+        return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu ('%c')", what, b, (char)j->s[at]);
+    return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (byte 0x%02x)", what, b, (unsigned)j->s[at]);
+}
+
+static int mhe__json_peek(const mhe__json *j) { return j->pos < j->n ? j->s[j->pos] : -1; }
+static int mhe__isdigit(int c) { return c >= '0' && c <= '9'; }
+
+static void mhe__json_ws(mhe__json *j) {
+    while (j->pos < j->n) {
+        unsigned char c = j->s[j->pos];
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+        j->pos++;
+    }
+}
+
+static mhe_status mhe__json_expect(mhe__json *j, int c, const char *what) {
+    mhe__json_ws(j);
+    if (mhe__json_peek(j) != c) return mhe__json_err(j, j->pos, what);
+    j->pos++;
+    mhe__json_ws(j);
+    return MHE_OK;
+}
+
+/* the kind of value at the cursor, for "expected X, found Y" messages */
+static const char *mhe__json_kind(const mhe__json *j) {
+    switch (mhe__json_peek(j)) {
+    case '{': return "an object";
+    case '[': return "an array";
+    case '"': return "a string";
+    case 't': case 'f': return "a boolean";
+    case 'n': return "null";
+    case -1: return "the end of the header";
+    default: return "a number";
+    }
+}
+
+static int mhe__json_hex4(const mhe__json *j, size_t at, unsigned long *v) {
+    size_t i;
+    *v = 0;
+    if (j->n - at < 4) return 0;
+    for (i = 0; i < 4; i++) {
+        unsigned c = j->s[at + i], d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return 0;
+        *v = *v * 16 + d;
+    }
+    return 1;
+}
+
+/* Decode the string at the cursor to UTF-8: the first `cap` bytes go to out
+   (when out is not NULL), the full decoded length to *len. Decoded text is
+   never longer than its JSON form, so the header size bounds every string.
+   \u0000 is refused: names and values are handed out as C strings. */
+static mhe_status mhe__json_string(mhe__json *j, char *out, size_t cap, size_t *len) {
+    const unsigned char *s = j->s;
+    size_t n = 0;
+    *len = 0;
+    if (mhe__json_peek(j) != '"') return mhe__json_err(j, j->pos, "expected a string");
+    j->pos++;
+    for (;;) {
+        size_t at = j->pos, k, i;
+        unsigned char u[4];
+        unsigned c;
+        if (at >= j->n) return mhe__json_err(j, at, "unterminated string");
+        c = s[at];
+        if (c == '"') { j->pos++; break; }
+        if (c < 0x20) return mhe__json_err(j, at, "unescaped control character in a string");
+        if (c == '\\') {
+            unsigned long cp = 0, lo;
+            if (at + 1 >= j->n) return mhe__json_err(j, at + 1, "unterminated string");
+            j->pos = at + 2;
+            switch (s[at + 1]) {
+            case '"': cp = '"'; break;
+            case '\\': cp = '\\'; break;
+            case '/': cp = '/'; break;
+            case 'b': cp = 8; break;
+            case 'f': cp = 12; break;
+            case 'n': cp = 10; break;
+            case 'r': cp = 13; break;
+            case 't': cp = 9; break;
+            case 'u':
+                if (!mhe__json_hex4(j, at + 2, &cp)) return mhe__json_err(j, at, "\\u escape without 4 hex digits");
+                j->pos = at + 6;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return mhe__json_err(j, at, "lone low surrogate \\u escape");
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (j->n - at < 12 || s[at + 6] != '\\' || s[at + 7] != 'u' || !mhe__json_hex4(j, at + 8, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return mhe__json_err(j, at, "high surrogate \\u escape not followed by a low surrogate");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    j->pos = at + 12;
+                }
+                if (cp == 0) return mhe__json_err(j, at, "\\u0000 (NUL) in a string");
+                break;
+            default: return mhe__json_err(j, at + 1, "invalid escape character after '\\'");
+            }
+            k = mhe__utf8_put(cp, u);
+        } else if (c < 0x80) {
+            u[0] = (unsigned char)c; k = 1; j->pos++;
+        } else {
+            if (!(k = mhe__utf8_seq(s + at, j->n - at))) return mhe__json_err(j, at, "invalid UTF-8 in a string");
+            memcpy(u, s + at, k);
+            j->pos += k;
+        }
+        for (i = 0; i < k; i++, n++) if (out && n < cap) out[n] = (char)u[i];
+    }
+    *len = n;
+    return MHE_OK;
+}
+
+/* JSON number grammar; also says whether it is a plain non-negative integer
+   and its value (num->big: above 2^53) */
+static mhe_status mhe__json_number(mhe__json *j, mhe__json_num *num) {
+    const unsigned char *s = j->s;
+    size_t start = j->pos;
+    memset(num, 0, sizeof *num);
+    if (mhe__json_peek(j) == '-') { num->neg = 1; j->pos++; }
+    if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "invalid number");
+    if (s[j->pos] == '0') {
+        j->pos++;
+        if (mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, start, "number with a leading zero");
+    } else {
+        while (mhe__isdigit(mhe__json_peek(j))) {
+            unsigned d = (unsigned)(s[j->pos++] - '0');
+            if (num->big) continue;
+            if (num->v > (MHE__JSON_MAX_INT - d) / 10) num->big = 1;
+            else num->v = num->v * 10 + d;
+        }
+    }
+    if (mhe__json_peek(j) == '.') {
+        num->frac = 1; j->pos++;
+        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit after the decimal point");
+        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
+    }
+    if (mhe__json_peek(j) == 'e' || mhe__json_peek(j) == 'E') {
+        num->exp = 1; j->pos++;
+        if (mhe__json_peek(j) == '+' || mhe__json_peek(j) == '-') j->pos++;
+        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit in the exponent");
+        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
+    }
+    return MHE_OK;
+}
+
+static mhe_status mhe__json_literal(mhe__json *j, const char *word) {
+    size_t k = strlen(word);
+    if (j->n - j->pos < k || memcmp(j->s + j->pos, word, k) != 0)
+        return mhe__json_err(j, j->pos, "invalid literal (expected true, false or null)");
+    j->pos += k;
+    return MHE_OK;
+}
+
+/* Check the syntax of one value of any kind, nesting at most
+   MHE__JSON_MAX_DEPTH deep so that hostile input cannot exhaust the stack. */
+static mhe_status mhe__json_skip(mhe__json *j, int depth) {
+    mhe_status s;
+    size_t len;
+    mhe__json_num num;
+    int c;
+    mhe__json_ws(j);
+    c = mhe__json_peek(j);
+    if (c == '{' || c == '[') {
+        int close = c == '{' ? '}' : ']';
+        if (depth >= MHE__JSON_MAX_DEPTH) return mhe__json_err(j, j->pos, "arrays/objects nested more than 64 deep");
+        j->pos++;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
+        for (;;) {
+            if (c == '{') {
+                mhe__json_ws(j);
+                if ((s = mhe__json_string(j, NULL, 0, &len)) != MHE_OK) return s;
+                if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
+            }
+            if ((s = mhe__json_skip(j, depth + 1)) != MHE_OK) return s;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
+            if (mhe__json_peek(j) != ',')
+                return mhe__json_err(j, j->pos, c == '{' ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+            j->pos++;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == close) return mhe__json_err(j, j->pos, "trailing comma");
+        }
+    }
+    if (c == '"') return mhe__json_string(j, NULL, 0, &len);
+    if (c == 't') return mhe__json_literal(j, "true");
+    if (c == 'f') return mhe__json_literal(j, "false");
+    if (c == 'n') return mhe__json_literal(j, "null");
+    if (c == '-' || mhe__isdigit(c)) return mhe__json_number(j, &num);
+    return mhe__json_err(j, j->pos, c < 0 ? "unexpected end of header" : "unexpected character");
+}
+
+#ifndef MHE_NO_TOKENIZERS   /* the tokenizers, through tokenizer.json: every line to the #endif below */
+
 /* ---- 8. tokenizer: byte-level BPE ------------------------------------------ */
 
 /* unicode-classes:start (generated by tools/scripts/unicode_classes.py; do not edit) */
@@ -11347,8 +11629,6 @@ MHEDEF int mhe_unicode_class(uint32_t cp) {
     return (int)(mhe__uc_runs[lo] & 3);
 }
 
-static size_t mhe__utf8_seq(const unsigned char *p, size_t avail);   /* section 10 */
-static size_t mhe__utf8_put(unsigned long cp, unsigned char *u);       /* section 10 */
 
 /* the character at p[i]: its length and class; a byte that does not start
    well-formed UTF-8 is one character of class other */
@@ -13295,6 +13575,725 @@ out:
     return st;
 }
 
+/* ---- 8. Hugging Face tokenizer.json (byte-level BPE and WordPiece) -------- */
+#define MHE__LB 0x7B   /* the brace characters, not written as literals: tools/reading_guide.py counts braces */
+#define MHE__RB 0x7D
+/* The JSON reader above, walked key by key. The tokenizers package's
+   serialisation (tokenizers/src/models/bpe/serialization.rs and
+   pre_tokenizers/byte_level.rs) decides what each field means. */
+
+typedef struct mhe__hf {
+    mhe__json j;
+    mhe_bpe *b;
+    char *str;                  /* every decoded string, one after another (NUL-ended) */
+    size_t str_n, str_cap;
+    size_t *voc_off;            /* model.vocab: string offset in str, by entry */
+    int *voc_id, n_voc, cap_voc, cap_voc2;
+    size_t *mrg_a, *mrg_b;      /* merges: the two strings' offsets */
+    int n_mrg, cap_mrg, cap_mrg2;
+    size_t *add_off; int *add_id, n_add, cap_add, cap_add2;
+    unsigned char *add_late;    /* "normalized": true (matched in the second pass) */
+    int cap_add3;
+    int unk_set; size_t unk_off;
+    int split, prefix_space, ignore_merges, fuse_unk;
+    int wordpiece, max_word_chars, normalize, decode_cleanup, bert_pre, has_normalizer, wp_decoder;
+    size_t prefix_off; int prefix_set;          /* model.continuing_subword_prefix */
+    size_t dec_prefix_off; int dec_prefix_set;  /* decoder.prefix */
+    size_t tpl_name[2]; int tpl_named[2];       /* the special tokens before and after $A (TemplateProcessing) */
+    int tpl_id[2];                              /* their ids (BertProcessing, or special_tokens) */
+    size_t *spec_name; int *spec_id, n_spec, cap_spec, cap_spec2;   /* post_processor.special_tokens */
+} mhe__hf;
+
+/* a JSON error of the reader, as a tokenizer.json error */
+static mhe_status mhe__hf_jerr(mhe__hf *h, mhe_status st) {
+    char e[MHE_ERR_LEN], *p;
+    size_t k;
+    if (strncmp(h->b->err, "header JSON: ", 13) != 0) return st;
+    memcpy(e, h->b->err + 13, MHE_ERR_LEN - 13);
+    e[MHE_ERR_LEN - 14] = 0;
+    if ((p = strstr(e, "header")) != NULL) {   /* "(end of header)", "the end of the header": the file's end */
+        k = strlen(p + 6) + 1;
+        memmove(p + 4, p + 6, k);
+        memcpy(p, "file", 4);
+    }
+    snprintf(h->b->err, MHE_ERR_LEN, "tokenizer.json: %.230s", e);
+    return st == MHE_ERR_HEADER ? MHE_ERR_FORMAT : st;
+}
+#define MHE__HF_TRY(x) do { mhe_status s_ = (x); if (s_ != MHE_OK) return mhe__hf_jerr(h, s_); } while (0)
+
+/* the string at the cursor, decoded into h->str; its offset in *off */
+static mhe_status mhe__hf_string(mhe__hf *h, size_t *off, size_t *len) {
+    size_t save = h->j.pos, n;
+    mhe_status s;
+    if ((s = mhe__json_string(&h->j, NULL, 0, &n)) != MHE_OK) return mhe__hf_jerr(h, s);
+    if (h->str_n + n + 1 > h->str_cap) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: string space exhausted");
+    h->j.pos = save;
+    (void)mhe__json_string(&h->j, h->str + h->str_n, n, &n);
+    h->str[h->str_n + n] = 0;
+    *off = h->str_n;
+    if (len) *len = n;
+    h->str_n += n + 1;
+    return MHE_OK;
+}
+
+/* object iteration: *first on entry; 1 in *more with the key in key (cut to cap - 1 bytes), 0 at the object's end */
+static mhe_status mhe__hf_key(mhe__hf *h, int *first, char *key, size_t cap, int *more, const char *where) {
+    mhe__json *j = &h->j;
+    size_t n;
+    mhe__json_ws(j);
+    if (*first) {
+        if (mhe__json_peek(j) != MHE__LB)
+            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an object, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
+        j->pos++; *first = 0;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
+    } else {
+        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or the end of the object"));
+        j->pos++;
+        mhe__json_ws(j);
+    }
+    MHE__HF_TRY(mhe__json_string(j, key, cap - 1, &n));
+    key[n < cap - 1 ? n : cap - 1] = 0;
+    if (n >= cap - 1) key[0] = 0;   /* a long key is no key we know */
+    MHE__HF_TRY(mhe__json_expect(j, ':', "expected ':' after an object key"));
+    *more = 1;
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_elem(mhe__hf *h, int *first, int *more, const char *where) {
+    mhe__json *j = &h->j;
+    mhe__json_ws(j);
+    if (*first) {
+        if (mhe__json_peek(j) != '[')
+            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an array, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
+        j->pos++; *first = 0;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
+    } else {
+        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
+        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or ']' in an array"));
+        j->pos++;
+        mhe__json_ws(j);
+    }
+    *more = 1;
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_bool(mhe__hf *h, int *v, const char *where) {
+    int c;
+    mhe__json_ws(&h->j);
+    c = mhe__json_peek(&h->j);
+    if (c != 't' && c != 'f') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be true or false, found %s", where, mhe__json_kind(&h->j));
+    MHE__HF_TRY(mhe__json_literal(&h->j, c == 't' ? "true" : "false"));
+    *v = c == 't';
+    return MHE_OK;
+}
+
+static int mhe__hf_null(mhe__hf *h) {
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != 'n') return 0;
+    return mhe__json_literal(&h->j, "null") == MHE_OK;
+}
+
+static mhe_status mhe__hf_id(mhe__hf *h, int *v, const char *where, long i) {
+    mhe__json_num num;
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != '-' && !mhe__isdigit(mhe__json_peek(&h->j)))
+        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld] must be a token id, found %s", where, i, mhe__json_kind(&h->j));
+    MHE__HF_TRY(mhe__json_number(&h->j, &num));
+    if (num.neg || num.frac || num.exp || num.big || num.v >= MHE_BPE_MAX_TOKENS)
+        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld]: an id must be an integer in 0..%d", where, i, MHE_BPE_MAX_TOKENS - 1);
+    *v = (int)num.v;
+    return MHE_OK;
+}
+
+/* a string value (a type name), cut to cap - 1 bytes */
+static mhe_status mhe__hf_type(mhe__hf *h, const char *where, char *out, size_t cap) {
+    size_t n;
+    mhe__json_ws(&h->j);
+    if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be a string", where);
+    MHE__HF_TRY(mhe__json_string(&h->j, out, cap - 1, &n));
+    out[n < cap - 1 ? n : cap - 1] = 0;
+    return MHE_OK;
+}
+
+static int mhe__hf_grow(void *ctx, void **p, int *cap, int need, size_t el) {
+    void *q;
+    int nc;
+    if (need <= *cap) return 1;
+    nc = *cap ? 2 * *cap : 1024;
+    while (nc < need) nc *= 2;
+    q = MHE_REALLOC(ctx, *p, (size_t)*cap * el, (size_t)nc * el);
+    if (!q) return 0;
+    *p = q; *cap = nc;
+    return 1;
+}
+
+/* TemplateProcessing's "single": [special] $A [special], one of each at most */
+static mhe_status mhe__hf_template(mhe__hf *h) {
+    int first = 1, more, n = 0, seq_at = -1;
+    mhe_status s;
+    for (;;) {
+        int f2 = 1, m2, items = 0;
+        char key[32];
+        if ((s = mhe__hf_elem(h, &first, &more, "post_processor.single")) != MHE_OK) return s;
+        if (!more) break;
+        for (;;) {
+            int f3 = 1, m3, special;
+            char k3[16];
+            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, "post_processor.single[]")) != MHE_OK) return s;
+            if (!m2) break;
+            special = strcmp(key, "SpecialToken") == 0;
+            if (items++ || (!special && strcmp(key, "Sequence") != 0))
+                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single[%d] is not one SpecialToken or Sequence", n);
+            for (;;) {
+                if ((s = mhe__hf_key(h, &f3, k3, sizeof k3, &m3, "post_processor.single[]")) != MHE_OK) return s;
+                if (!m3) break;
+                if (strcmp(k3, "id") == 0 && special) {
+                    int side = seq_at < 0 ? 0 : 1;
+                    mhe__json_ws(&h->j);
+                    if (mhe__json_peek(&h->j) != '"' || h->tpl_named[side])
+                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single: only [CLS] $A [SEP]-shaped templates are supported (one special token on each side at most)");
+                    if ((s = mhe__hf_string(h, &h->tpl_name[side], NULL)) != MHE_OK) return s;
+                    h->tpl_named[side] = 1;
+                } else if (strcmp(k3, "id") == 0) {
+                    char id[8];
+                    if ((s = mhe__hf_type(h, "post_processor.single[].Sequence.id", id, sizeof id)) != MHE_OK) return s;
+                    if (strcmp(id, "A") != 0 || seq_at >= 0)
+                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single: the sequence must be $A, once");
+                    seq_at = n;
+                } else if (strcmp(k3, "type_id") == 0) MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* token types: mhe gives every token type 0 */
+                else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single[%d]: unknown field '%.40s'", n, k3);
+            }
+        }
+        n++;
+    }
+    if (seq_at < 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single has no $A");
+    return MHE_OK;
+}
+
+/* TemplateProcessing's special_tokens: name -> one id */
+static mhe_status mhe__hf_specials(mhe__hf *h) {
+    int first = 1, more;
+    mhe_status s;
+    char name[64];
+    for (;;) {
+        int f2 = 1, m2, id = -1, ids = 0, named = 0;
+        size_t off = 0;
+        char key[16];
+        if ((s = mhe__hf_key(h, &first, name, sizeof name, &more, "post_processor.special_tokens")) != MHE_OK) return s;
+        if (!more) break;
+        for (;;) {
+            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, "post_processor.special_tokens")) != MHE_OK) return s;
+            if (!m2) break;
+            if (strcmp(key, "id") == 0) {
+                mhe__json_ws(&h->j);
+                if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.special_tokens[].id must be a string");
+                if ((s = mhe__hf_string(h, &off, NULL)) != MHE_OK) return s;
+                named = 1;
+            } else if (strcmp(key, "ids") == 0) {
+                int f3 = 1, m3;
+                for (;;) {
+                    if ((s = mhe__hf_elem(h, &f3, &m3, "post_processor.special_tokens[].ids")) != MHE_OK) return s;
+                    if (!m3) break;
+                    if ((s = mhe__hf_id(h, &id, "post_processor.special_tokens[].ids", ids)) != MHE_OK) return s;
+                    ids++;
+                }
+            } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* tokens: the names again */
+        }
+        if (!named) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.special_tokens['%.40s'] has no id", name);
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->spec_name, &h->cap_spec, h->n_spec + 1, sizeof(size_t)) ||
+            !mhe__hf_grow(h->b->alloc_ctx, (void **)&h->spec_id, &h->cap_spec2, h->n_spec + 1, sizeof(int)))
+            return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        h->spec_name[h->n_spec] = off;
+        h->spec_id[h->n_spec++] = ids == 1 ? id : -1;   /* -1: not one id (refused if the template uses it) */
+    }
+    return MHE_OK;
+}
+
+/* a ["name", id] pair of BertProcessing */
+static mhe_status mhe__hf_pair(mhe__hf *h, int side, const char *where) {
+    int first = 1, more, k = 0;
+    mhe_status s;
+    for (;;) {
+        if ((s = mhe__hf_elem(h, &first, &more, where)) != MHE_OK) return s;
+        if (!more) break;
+        if (k == 0) { mhe__json_ws(&h->j); if (mhe__json_peek(&h->j) != '"' || (s = mhe__hf_string(h, &h->tpl_name[side], NULL)) != MHE_OK) return s != MHE_OK ? s : mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where); }
+        else if (k == 1) { if ((s = mhe__hf_id(h, &h->tpl_id[side], where, 1)) != MHE_OK) return s; }
+        else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where);
+        k++;
+    }
+    if (k != 2) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where);
+    h->tpl_named[side] = 1;
+    return MHE_OK;
+}
+
+/* A normalizer, pre_tokenizer, decoder or post_processor object (kind names
+   the field): ByteLevel ones of a byte-level BPE, or BERT's BertNormalizer,
+   BertPreTokenizer, WordPiece decoder, TemplateProcessing / BertProcessing.
+   Each field is read by its name, then checked to belong to the type. */
+enum { MHE__HF_BYTELEVEL = 1, MHE__HF_SEQUENCE = 2, MHE__HF_BERTNORM = 4, MHE__HF_BERTPRE = 8, MHE__HF_WPDEC = 16,
+       MHE__HF_TEMPLATE = 32, MHE__HF_BERTPROC = 64 };
+static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
+    static const struct { const char *name; int kinds; } types[7] = {
+        { "ByteLevel", 0 }, { "Sequence", 1 }, { "BertNormalizer", 2 }, { "BertPreTokenizer", 1 }, { "WordPiece", 3 },
+        { "TemplateProcessing", 4 }, { "BertProcessing", 4 } };   /* kinds: 0 pre/decoder/post, 1 pre, 2 normalizer, 3 decoder, 4 post */
+    char key[32], type[32], where[64];
+    int first = 1, more, v, t = -1, used = 0, seen = 0, kind_i, strip = -1, single = 0;
+    kind_i = strcmp(kind, "pre_tokenizer") == 0 ? 1 : strcmp(kind, "normalizer") == 0 ? 2 : strcmp(kind, "decoder") == 0 ? 3 : 4;
+    if (mhe__hf_null(h)) {
+        if (kind_i == 1) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is null: mhe reads ByteLevel (a byte-level BPE) or BertPreTokenizer (WordPiece)");
+        return MHE_OK;
+    }
+    for (;;) {
+        mhe_status s = mhe__hf_key(h, &first, key, sizeof key, &more, kind);
+        int k;
+        if (s != MHE_OK) return s;
+        if (!more) break;
+        snprintf(where, sizeof where, "%s.%s", kind, key);
+        if (strcmp(key, "type") == 0) {
+            if ((s = mhe__hf_type(h, where, type, sizeof type)) != MHE_OK) return s;
+            for (k = 0; k < 7; k++)
+                if (strcmp(type, types[k].name) == 0 && (types[k].kinds == 0 ? kind_i != 2 : types[k].kinds == kind_i)) break;
+            if (k == 7)
+                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.type '%.40s' is not supported (%s)", kind, type,
+                                 kind_i == 1 ? "ByteLevel, a Sequence of one ByteLevel, or BertPreTokenizer" : kind_i == 2 ? "BertNormalizer or null"
+                                 : kind_i == 3 ? "ByteLevel, WordPiece or null" : "ByteLevel, TemplateProcessing, BertProcessing or null");
+            t = k; seen |= 1 << k;
+            continue;
+        }
+        if (strcmp(key, "pretokenizers") == 0 && kind_i == 1) {
+            int f2 = 1, m2, n = 0;
+            used |= MHE__HF_SEQUENCE;
+            for (;;) {
+                if ((s = mhe__hf_elem(h, &f2, &m2, "pre_tokenizer.pretokenizers")) != MHE_OK) return s;
+                if (!m2) break;
+                if (n++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers has more than one pre-tokenizer (one ByteLevel is supported)");
+                if ((s = mhe__hf_component(h, "pre_tokenizer")) != MHE_OK) return s;
+            }
+            if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers is empty");
+        } else if (strcmp(key, "add_prefix_space") == 0 || strcmp(key, "use_regex") == 0 || strcmp(key, "trim_offsets") == 0) {
+            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
+            used |= MHE__HF_BYTELEVEL;
+            if (kind_i == 1 && key[0] == 'a') h->prefix_space = v;
+            if (kind_i == 1 && key[0] == 'u') h->split = v ? MHE_BPE_SPLIT_GPT2 : MHE_BPE_SPLIT_NONE;   /* trim_offsets: offsets only */
+        } else if (kind_i == 2 && (strcmp(key, "clean_text") == 0 || strcmp(key, "handle_chinese_chars") == 0 || strcmp(key, "lowercase") == 0)) {
+            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
+            used |= MHE__HF_BERTNORM;
+            if (v) h->normalize |= key[0] == 'c' ? MHE_NORM_CLEAN : key[0] == 'h' ? MHE_NORM_CHINESE : MHE_NORM_LOWERCASE;
+        } else if (kind_i == 2 && strcmp(key, "strip_accents") == 0) {
+            used |= MHE__HF_BERTNORM;
+            if (!mhe__hf_null(h) && (s = mhe__hf_bool(h, &strip, where)) != MHE_OK) return s;
+        } else if (kind_i == 3 && strcmp(key, "prefix") == 0) {
+            used |= MHE__HF_WPDEC;
+            mhe__json_ws(&h->j);
+            if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: decoder.prefix must be a string");
+            if ((s = mhe__hf_string(h, &h->dec_prefix_off, NULL)) != MHE_OK) return s;
+            h->dec_prefix_set = 1;
+        } else if (kind_i == 3 && strcmp(key, "cleanup") == 0) {
+            used |= MHE__HF_WPDEC;
+            if ((s = mhe__hf_bool(h, &h->decode_cleanup, where)) != MHE_OK) return s;
+        } else if (kind_i == 4 && strcmp(key, "single") == 0) {
+            used |= MHE__HF_TEMPLATE;
+            single = 1;
+            if ((s = mhe__hf_template(h)) != MHE_OK) return s;
+        } else if (kind_i == 4 && strcmp(key, "pair") == 0) {
+            used |= MHE__HF_TEMPLATE;
+            MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* pairs: mhe_text_set_bpe reads them with BERT's pair template */
+        } else if (kind_i == 4 && strcmp(key, "special_tokens") == 0) {
+            used |= MHE__HF_TEMPLATE;
+            if ((s = mhe__hf_specials(h)) != MHE_OK) return s;
+        } else if (kind_i == 4 && (strcmp(key, "cls") == 0 || strcmp(key, "sep") == 0)) {
+            used |= MHE__HF_BERTPROC;
+            if ((s = mhe__hf_pair(h, key[0] == 's', where)) != MHE_OK) return s;
+        } else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s: unknown field '%.40s'", kind, key);
+    }
+    if (t < 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has no type", kind);
+    if (seen != 1 << t || (used & ~(1 << t)))
+        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has fields of another type than its type '%s'", kind, types[t].name);
+    if (t == 5 && !single) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: post_processor.single is missing");
+    if (t == 2 && (strip < 0 ? (h->normalize & MHE_NORM_LOWERCASE) : strip)) h->normalize |= MHE_NORM_STRIP_ACCENTS;   /* strip_accents null: as lowercase */
+    if (t == 2) h->has_normalizer = 1;
+    if (t == 3) { h->bert_pre = 1; h->split = MHE_BPE_SPLIT_BERT; }
+    if (t == 4) h->wp_decoder = 1;
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_model(mhe__hf *h) {
+    char key[40], type[32];
+    int first = 1, more, seen_vocab = 0, seen_merges = 0;
+    mhe_status s;
+    void *ctx = h->b->alloc_ctx;
+    for (;;) {
+        if ((s = mhe__hf_key(h, &first, key, sizeof key, &more, "model")) != MHE_OK) return s;
+        if (!more) break;
+        if (strcmp(key, "type") == 0) {
+            if ((s = mhe__hf_type(h, "model.type", type, sizeof type)) != MHE_OK) return s;
+            h->wordpiece = strcmp(type, "WordPiece") == 0;
+            if (strcmp(type, "BPE") != 0 && !h->wordpiece) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.type '%.40s' is neither BPE nor WordPiece", type);
+        } else if (strcmp(key, "dropout") == 0) {
+            if (!mhe__hf_null(h)) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.dropout must be null (BPE dropout is random)");
+        } else if (strcmp(key, "unk_token") == 0) {
+            if (mhe__hf_null(h)) continue;
+            if ((s = mhe__hf_string(h, &h->unk_off, NULL)) != MHE_OK) return s;
+            h->unk_set = 1;
+        } else if (strcmp(key, "continuing_subword_prefix") == 0 && h->wordpiece) {
+            size_t n;
+            mhe__json_ws(&h->j);
+            if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.continuing_subword_prefix must be a string");
+            if ((s = mhe__hf_string(h, &h->prefix_off, &n)) != MHE_OK) return s;
+            if (n >= sizeof h->b->subword_prefix || strlen(h->str + h->prefix_off) != n)
+                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.continuing_subword_prefix is longer than %d bytes (or has a NUL)", (int)sizeof h->b->subword_prefix - 1);
+            h->prefix_set = 1;
+        } else if (strcmp(key, "max_input_chars_per_word") == 0 && h->wordpiece) {
+            int v;
+            if ((s = mhe__hf_id(h, &v, "model.max_input_chars_per_word", 0)) != MHE_OK) return s;
+            if (v < 1) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.max_input_chars_per_word must be at least 1");
+            h->max_word_chars = v;
+        } else if (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0) {
+            size_t off, n;
+            if (mhe__hf_null(h)) continue;
+            if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
+            if (n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.%s must be null or empty in a byte-level BPE", key);
+        } else if (strcmp(key, "fuse_unk") == 0) {
+            if ((s = mhe__hf_bool(h, &h->fuse_unk, "model.fuse_unk")) != MHE_OK) return s;
+        } else if (strcmp(key, "byte_fallback") == 0) {
+            int v;
+            if ((s = mhe__hf_bool(h, &v, "model.byte_fallback")) != MHE_OK) return s;
+            if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.byte_fallback must be false (a byte-level BPE has every byte)");
+        } else if (strcmp(key, "ignore_merges") == 0) {
+            if ((s = mhe__hf_bool(h, &h->ignore_merges, "model.ignore_merges")) != MHE_OK) return s;
+        } else if (strcmp(key, "vocab") == 0) {
+            int f2 = 1;
+            if (seen_vocab++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab appears twice");
+            mhe__json_ws(&h->j);
+            if (mhe__json_peek(&h->j) != MHE__LB) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
+            h->j.pos++;
+            for (;;) {
+                size_t off;
+                mhe__json_ws(&h->j);
+                if (f2) { f2 = 0; if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; } }
+                else {
+                    if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; }
+                    if (mhe__json_peek(&h->j) != ',') return mhe__hf_jerr(h, mhe__json_err(&h->j, h->j.pos, "expected ',' or the end of model.vocab"));
+                    h->j.pos++;
+                    mhe__json_ws(&h->j);
+                }
+                if (!mhe__hf_grow(ctx, (void **)&h->voc_off, &h->cap_voc, h->n_voc + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if (!mhe__hf_grow(ctx, (void **)&h->voc_id, &h->cap_voc2, h->n_voc + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if ((s = mhe__hf_string(h, &off, NULL)) != MHE_OK) return s;
+                MHE__HF_TRY(mhe__json_expect(&h->j, ':', "expected ':' after a model.vocab key"));
+                if ((s = mhe__hf_id(h, &h->voc_id[h->n_voc], "model.vocab", h->n_voc)) != MHE_OK) return s;
+                h->voc_off[h->n_voc++] = off;
+            }
+        } else if (strcmp(key, "merges") == 0) {
+            int f2 = 1, m2;
+            if (seen_merges++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges appears twice");
+            for (;;) {
+                size_t a, b2, n;
+                if ((s = mhe__hf_elem(h, &f2, &m2, "model.merges")) != MHE_OK) return s;
+                if (!m2) break;
+                if (!mhe__hf_grow(ctx, (void **)&h->mrg_a, &h->cap_mrg, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                if (!mhe__hf_grow(ctx, (void **)&h->mrg_b, &h->cap_mrg2, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+                mhe__json_ws(&h->j);
+                if (mhe__json_peek(&h->j) == '"') {   /* "a b" */
+                    char *sp;
+                    if ((s = mhe__hf_string(h, &a, &n)) != MHE_OK) return s;
+                    sp = (char *)memchr(h->str + a, ' ', n);
+                    if (!sp || sp == h->str + a || sp == h->str + a + n - 1 || memchr(sp + 1, ' ', (size_t)(h->str + a + n - sp - 1)))
+                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] is not two tokens separated by one space", h->n_mrg);
+                    *sp = 0;
+                    b2 = (size_t)(sp + 1 - h->str);
+                } else {   /* ["a", "b"] */
+                    int f3 = 1, m3, k = 0;
+                    size_t o[2];
+                    for (;;) {
+                        if ((s = mhe__hf_elem(h, &f3, &m3, "model.merges[]")) != MHE_OK) return s;
+                        if (!m3) break;
+                        mhe__json_ws(&h->j);
+                        if (k == 2 || mhe__json_peek(&h->j) != '"')
+                            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
+                        if ((s = mhe__hf_string(h, &o[k++], NULL)) != MHE_OK) return s;
+                    }
+                    if (k != 2) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
+                    a = o[0]; b2 = o[1];
+                }
+                h->mrg_a[h->n_mrg] = a; h->mrg_b[h->n_mrg++] = b2;
+            }
+        } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* fields of later versions that do not change encoding */
+    }
+    if (!seen_vocab || (!seen_merges && !h->wordpiece)) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: model.%s is missing", seen_vocab ? "merges" : "vocab");
+    if (h->wordpiece && h->n_mrg) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges in a WordPiece model");
+    return MHE_OK;
+}
+
+static mhe_status mhe__hf_added(mhe__hf *h) {
+    int first = 1, more;
+    mhe_status s;
+    for (;;) {
+        int f2 = 1, m2, id = -1, v, normalized = -1, special = 0;
+        size_t off = 0, n = 0;
+        char key[32], where[64];
+        if ((s = mhe__hf_elem(h, &first, &more, "added_tokens")) != MHE_OK) return s;
+        if (!more) break;
+        snprintf(where, sizeof where, "added_tokens[%d]", h->n_add);
+        for (;;) {
+            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, where)) != MHE_OK) return s;
+            if (!m2) break;
+            if (strcmp(key, "id") == 0) { if ((s = mhe__hf_id(h, &id, "added_tokens", h->n_add)) != MHE_OK) return s; }
+            else if (strcmp(key, "content") == 0) {
+                mhe__json_ws(&h->j);
+                if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content must be a string", where);
+                if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
+                if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content is empty", where);
+            } else if (strcmp(key, "single_word") == 0 || strcmp(key, "lstrip") == 0 || strcmp(key, "rstrip") == 0) {
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s.%s", where, key);
+                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
+                if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s is true: not supported", w2);
+            } else if (strcmp(key, "normalized") == 0 || strcmp(key, "special") == 0) {
+                char w2[96];
+                snprintf(w2, sizeof w2, "%s.%s", where, key);
+                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
+                if (key[0] == 'n') normalized = v; else special = v;
+            } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));
+        }
+        if (id < 0 || !n) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: %s needs an id and a content", where);
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_off, &h->cap_add, h->n_add + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_id, &h->cap_add2, h->n_add + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_late, &h->cap_add3, h->n_add + 1, 1)) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+        h->add_late[h->n_add] = (unsigned char)(normalized < 0 ? !special : normalized);   /* tokenizers' default: !special */
+        h->add_off[h->n_add] = off; h->add_id[h->n_add++] = id;
+    }
+    return MHE_OK;
+}
+
+/* byte-level text (GPT-2's bytes_to_unicode characters) -> bytes; 0 when a character is not one */
+static int mhe__hf_unbyte(const char *s, unsigned char *out, size_t *n) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, len = strlen(s), k, q = 0;
+    while (i < len) {
+        uint32_t cp;
+        int byte;
+        if (!(k = mhe__utf8_seq(p + i, len - i))) return 0;
+        cp = k == 1 ? p[i] : k == 2 ? (p[i] & 0x1Fu) << 6 | (p[i + 1] & 0x3Fu) : 0x110000;
+        if ((byte = mhe__bpe_byte_of_cp(cp)) < 0) return 0;
+        out[q++] = (unsigned char)byte;
+        i += k;
+    }
+    *n = q;
+    return 1;
+}
+
+static mhe_status mhe__hf_build(mhe__hf *h) {
+    mhe_bpe *b = h->b;
+    void *ctx = b->alloc_ctx;
+    int i, nt = 0, *owner = NULL;
+    size_t bytes = 0;
+    mhe_status s = MHE_OK;
+    mhe_bpe tmp;   /* a string -> vocab entry hash, borrowed from mhe_bpe's token hash */
+    for (i = 0; i < h->n_voc; i++) if (h->voc_id[i] + 1 > nt) nt = h->voc_id[i] + 1;
+    for (i = 0; i < h->n_add; i++) if (h->add_id[i] + 1 > nt) nt = h->add_id[i] + 1;
+    if (!nt) return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab is empty");
+    owner = (int *)MHE_MALLOC(ctx, (size_t)nt * 2 * sizeof(int));   /* [id]: vocab entry, [nt + id]: added entry */
+    if (!owner) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (i = 0; i < 2 * nt; i++) owner[i] = -1;
+    for (i = 0; i < h->n_voc; i++) {
+        int id = h->voc_id[i];
+        if (owner[id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab: '%.40s' and '%.40s' both have id %d", h->str + h->voc_off[owner[id]], h->str + h->voc_off[i], id); goto out; }
+        owner[id] = i;
+        bytes += strlen(h->str + h->voc_off[i]);
+    }
+    for (i = 0; i < h->n_add; i++) {
+        int id = h->add_id[i];
+        if (owner[nt + id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] repeats the id %d of added_tokens[%d]", i, id, owner[nt + id]); goto out; }
+        if (owner[id] >= 0 && strcmp(h->str + h->voc_off[owner[id]], h->str + h->add_off[i]) != 0) {
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] '%.40s' has id %d, which model.vocab gives to '%.40s'", i, h->str + h->add_off[i], id, h->str + h->voc_off[owner[id]]);
+            goto out;
+        }
+        owner[nt + id] = i;
+        bytes += strlen(h->str + h->add_off[i]);
+    }
+    for (i = 0; i < nt; i++)
+        if (owner[i] < 0 && owner[nt + i] < 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: no token has id %d (ids must run 0..%d without gaps)", i, nt - 1); goto out; }
+    if ((s = mhe__bpe_alloc(b, nt, bytes, h->n_mrg, "tokenizer.json")) != MHE_OK) goto out;
+    for (i = 0; i < nt; i++) {
+        unsigned char *q = b->bytes + b->start[i];
+        size_t n;
+        if (owner[nt + i] >= 0) {   /* an added token: its content as it is */
+            const char *c = h->str + h->add_off[owner[nt + i]];
+            n = strlen(c);
+            memcpy(q, c, n);
+            b->added[i] = (unsigned char)(MHE_BPE_ADDED | (h->add_late[owner[nt + i]] ? MHE_BPE_ADDED_LATE : 0) | (owner[i] >= 0 ? MHE_BPE_ADDED_VOCAB : 0));
+        } else if (h->wordpiece) {   /* a WordPiece token is its text */
+            n = strlen(h->str + h->voc_off[owner[i]]);
+            memcpy(q, h->str + h->voc_off[owner[i]], n);
+        } else if (!mhe__hf_unbyte(h->str + h->voc_off[owner[i]], q, &n)) {
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab '%.40s' (id %d) is not byte-level text (GPT-2's byte characters)", h->str + h->voc_off[owner[i]], i);
+            goto out;
+        }
+        b->start[i + 1] = b->start[i] + n;
+    }
+    b->n_tokens = nt;
+    /* merges: strings -> ids through the vocab strings, hashed */
+    mhe_bpe_init(&tmp, ctx);
+    tmp.n_tok_slots = mhe__bpe_pow2((size_t)h->n_voc);
+    tmp.tok_slots = (int *)MHE_MALLOC(ctx, tmp.n_tok_slots * sizeof(int));
+    if (!tmp.tok_slots) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); goto out; }
+    {
+        size_t k, mask = tmp.n_tok_slots - 1;
+        for (k = 0; k < tmp.n_tok_slots; k++) tmp.tok_slots[k] = -1;
+        for (i = 0; i < h->n_voc; i++) {
+            const char *v = h->str + h->voc_off[i];
+            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)v, strlen(v)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], v) == 0) {
+                    s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab has the key '%.40s' twice", v);
+                    break;
+                }
+            if (s != MHE_OK) break;
+            tmp.tok_slots[k] = i;
+        }
+        for (i = 0; i < h->n_mrg && s == MHE_OK; i++) {
+            const char *part[3];
+            char *cat = NULL;
+            int id[3], c;
+            size_t la = strlen(h->str + h->mrg_a[i]), lb = strlen(h->str + h->mrg_b[i]);
+            part[0] = h->str + h->mrg_a[i]; part[1] = h->str + h->mrg_b[i];
+            cat = (char *)MHE_MALLOC(ctx, la + lb + 1);
+            if (!cat) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
+            memcpy(cat, part[0], la); memcpy(cat + la, part[1], lb + 1);
+            part[2] = cat;
+            for (c = 0; c < 3; c++) {
+                id[c] = -1;
+                for (k = (size_t)mhe__bpe_fnv((const unsigned char *)part[c], strlen(part[c])) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                    if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], part[c]) == 0) { id[c] = h->voc_id[tmp.tok_slots[k]]; break; }
+                if (id[c] < 0) {
+                    s = mhe__fail(b->err, MHE_ERR_FORMAT, c < 2 ? "tokenizer.json: model.merges[%d]: '%.40s' is not in model.vocab"
+                                                            : "tokenizer.json: model.merges[%d]: the result '%.40s' is not in model.vocab", i, part[c]);
+                    break;
+                }
+            }
+            MHE_FREE(ctx, cat);
+            b->merges[3 * i] = id[0]; b->merges[3 * i + 1] = id[1]; b->merges[3 * i + 2] = id[2];
+        }
+        if (s == MHE_OK && h->unk_set) {
+            const char *u = h->str + h->unk_off;
+            b->unk = -1;
+            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)u, strlen(u)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
+                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], u) == 0) { b->unk = h->voc_id[tmp.tok_slots[k]]; break; }
+            if (b->unk < 0) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.unk_token '%.40s' is not in model.vocab", u);
+        }
+    }
+    MHE_FREE(ctx, tmp.tok_slots);
+    if (s != MHE_OK) goto out;
+    if (h->wordpiece) {
+        int side, k2;
+        if (!h->unk_set) { s = mhe__fail(b->err, MHE_ERR_MISSING, "tokenizer.json: model.unk_token is missing (WordPiece needs one)"); goto out; }
+        if (h->wp_decoder && h->dec_prefix_set && h->prefix_set && strcmp(h->str + h->dec_prefix_off, h->str + h->prefix_off) != 0) {
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: decoder.prefix differs from model.continuing_subword_prefix");
+            goto out;
+        }
+        b->model = MHE_TOK_WORDPIECE;
+        b->normalize = h->normalize;
+        b->max_word_chars = h->max_word_chars;
+        strcpy(b->subword_prefix, h->prefix_set ? h->str + h->prefix_off : "##");
+        b->decode_cleanup = h->wp_decoder ? h->decode_cleanup : 0;
+        for (side = 0; side < 2; side++) {   /* the template's special tokens: ids from special_tokens, or BertProcessing's own */
+            int id = h->tpl_id[side];
+            if (!h->tpl_named[side]) continue;
+            if (id < 0) {
+                for (k2 = 0; k2 < h->n_spec; k2++)
+                    if (strcmp(h->str + h->spec_name[k2], h->str + h->tpl_name[side]) == 0) { id = h->spec_id[k2]; break; }
+                if (k2 == h->n_spec || id < 0) {
+                    s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor: the special token '%.40s' has no single id in special_tokens", h->str + h->tpl_name[side]);
+                    goto out;
+                }
+            }
+            if (id >= nt) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor: '%.40s' has id %d, past the vocabulary", h->str + h->tpl_name[side], id); goto out; }
+            if (side) b->sep = id; else b->cls = id;
+        }
+    }
+    b->n_merges = h->n_mrg;
+    b->split = h->split; b->prefix_space = h->prefix_space; b->ignore_merges = h->ignore_merges; b->fuse_unk = h->fuse_unk;
+    s = mhe__bpe_index(b, "tokenizer.json");
+    for (i = 0; s == MHE_OK && h->wordpiece && i < nt; i++) {   /* a "normalized" added token is matched in normalised text: it must be normalised */
+        size_t n = b->start[i + 1] - b->start[i], m;
+        unsigned char *tmp;
+        int same;
+        if (!(b->added[i] & MHE_BPE_ADDED_LATE)) continue;
+        if (!(tmp = (unsigned char *)MHE_MALLOC(ctx, MHE__WP_GROW(n)))) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
+        m = mhe__wp_normalize(b->normalize, b->bytes + b->start[i], n, tmp);
+        same = m == n && memcmp(tmp, b->bytes + b->start[i], n) == 0;
+        MHE_FREE(ctx, tmp);
+        if (!same) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added token %d is matched after normalisation (\"normalized\": true) but the normalizer changes it", i);
+    }
+    if (s != MHE_OK && strstr(b->err, "repeats merge")) {   /* in the file's terms */
+        char e[MHE_ERR_LEN];
+        memcpy(e, b->err, sizeof e);
+        snprintf(b->err, MHE_ERR_LEN, "tokenizer.json: model.merges: %.200s", e + 16);
+    }
+out:
+    MHE_FREE(ctx, owner);
+    return s;
+}
+
+MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
+    mhe__hf h;
+    mhe_status s = MHE_OK;
+    char key[40];
+    int first = 1, more, seen_model = 0, seen_pre = 0;
+    if (!b) return MHE_ERR_ARG;
+    mhe_bpe_free(b);
+    if (!json && len) return mhe__fail(b->err, MHE_ERR_ARG, "tokenizer.json: NULL buffer");
+    memset(&h, 0, sizeof h);
+    h.b = b;
+    h.j.s = (const unsigned char *)json; h.j.n = len; h.j.err = b->err;
+    h.split = MHE_BPE_SPLIT_GPT2;
+    h.max_word_chars = 100;   /* tokenizers' defaults */
+    h.tpl_id[0] = h.tpl_id[1] = -1;
+    h.str_cap = len + 1;   /* decoded strings are never longer than their JSON, plus a NUL each */
+    h.str = (char *)MHE_MALLOC(b->alloc_ctx, 2 * h.str_cap);
+    h.str_cap *= 2;
+    if (!h.str) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
+    for (;;) {
+        if ((s = mhe__hf_key(&h, &first, key, sizeof key, &more, "the file")) != MHE_OK) break;
+        if (!more) break;
+        if (strcmp(key, "model") == 0) { seen_model++; s = mhe__hf_model(&h); }
+        else if (strcmp(key, "pre_tokenizer") == 0) { seen_pre++; s = mhe__hf_component(&h, "pre_tokenizer"); }
+        else if (strcmp(key, "decoder") == 0) s = mhe__hf_component(&h, "decoder");
+        else if (strcmp(key, "post_processor") == 0) s = mhe__hf_component(&h, "post_processor");
+        else if (strcmp(key, "added_tokens") == 0) s = mhe__hf_added(&h);
+        else if (strcmp(key, "normalizer") == 0) s = mhe__hf_component(&h, "normalizer");
+        else if (strcmp(key, "truncation") == 0 || strcmp(key, "padding") == 0) {
+            if (!mhe__hf_null(&h)) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be null (truncation or padding changes the ids)", key);
+        } else s = mhe__hf_jerr(&h, mhe__json_skip(&h.j, 1));   /* "version" and later fields */
+        if (s != MHE_OK) break;
+    }
+    if (s == MHE_OK) {
+        mhe__json_ws(&h.j);
+        if (h.j.pos != h.j.n) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: bytes after the top-level object (byte %lu)", (unsigned long)h.j.pos);
+        else if (seen_model != 1) s = mhe__fail(b->err, seen_model ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: model is %s", seen_model ? "given twice" : "missing");
+        else if (seen_pre != 1) s = mhe__fail(b->err, seen_pre ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: pre_tokenizer is %s", seen_pre ? "given twice" : "missing (a byte-level BPE needs ByteLevel)");
+        else if (h.wordpiece && (!h.bert_pre || h.prefix_space))
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: a WordPiece model needs pre_tokenizer BertPreTokenizer (not ByteLevel)");
+        else if (!h.wordpiece && (h.bert_pre || h.has_normalizer || h.wp_decoder || h.tpl_named[0] || h.tpl_named[1]))
+            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: a byte-level BPE takes ByteLevel components only (%s)",
+                          h.bert_pre ? "pre_tokenizer BertPreTokenizer" : h.has_normalizer ? "normalizer BertNormalizer" : h.wp_decoder ? "decoder WordPiece" : "a post_processor with special tokens");
+    }
+    if (s == MHE_OK) s = mhe__hf_build(&h);
+    MHE_FREE(b->alloc_ctx, h.str); MHE_FREE(b->alloc_ctx, h.voc_off); MHE_FREE(b->alloc_ctx, h.voc_id); MHE_FREE(b->alloc_ctx, h.mrg_a); MHE_FREE(b->alloc_ctx, h.mrg_b);
+    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id); MHE_FREE(b->alloc_ctx, h.add_late);
+    MHE_FREE(b->alloc_ctx, h.spec_name); MHE_FREE(b->alloc_ctx, h.spec_id);
+    if (s != MHE_OK) mhe_bpe_free(b);
+    return s;
+}
+#undef MHE__HF_TRY
+#undef MHE__LB
+#undef MHE__RB
+#endif /* MHE_NO_TOKENIZERS */
+
+
 static int mhe__mask_id(const mhe_config *c) { return c->mask_token >= 0 ? c->mask_token : c->vocab_size - 1; }
 
 MHEDEF void mhe_text_set_free(mhe_text_set *s) {
@@ -14052,9 +15051,6 @@ MHEDEF mhe_status mhe_evaluate_sr(mhe_model *m, const int *data, size_t n, const
 #ifndef MHE_ST_MAX_HEADER
 #define MHE_ST_MAX_HEADER 100000000u   /* the reference implementation's limit */
 #endif
-#define MHE__JSON_MAX_DEPTH 64
-/* integers above 2^53 are not exact in the float64 most JSON readers use */
-#define MHE__JSON_MAX_INT 9007199254740992ULL
 
 static const struct { const char *name; int size; } mhe__st_dtypes[] = {
     {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F64", 8}, {"I64", 8},
@@ -14103,982 +15099,6 @@ static void mhe__f32_to_le(unsigned char *dst, const float *src, size_t n) {
         }
     }
 }
-
-/* ---- UTF-8 ---------------------------------------------------------------- */
-
-/* length (1..4) of the well-formed UTF-8 sequence at p, 0 when it is not one
-   (overlongs, encoded surrogates, > U+10FFFF and cut sequences are refused) */
-static size_t mhe__utf8_seq(const unsigned char *p, size_t avail) {
-    unsigned c = p[0], lo = 0x80, hi = 0xBF;
-    size_t k, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) k = 2;
-    else if (c >= 0xE0 && c <= 0xEF) { k = 3; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { k = 4; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
-    else return 0;
-    if (avail < k || p[1] < lo || p[1] > hi) return 0;
-    for (i = 2; i < k; i++) if (p[i] < 0x80 || p[i] > 0xBF) return 0;
-    return k;
-}
-
-static int mhe__utf8_valid(const char *s, size_t n) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, k;
-    while (i < n) {
-        if (!(k = mhe__utf8_seq(p + i, n - i))) return 0;
-        i += k;
-    }
-    return 1;
-}
-
-static size_t mhe__utf8_put(unsigned long cp, unsigned char *u) {
-    if (cp < 0x80) { u[0] = (unsigned char)cp; return 1; }
-    if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        u[2] = (unsigned char)(0x80 | (cp & 0x3F)); return 3;
-    }
-    u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-/* A short printable copy of a name for messages: at most 40 bytes, cut at a
-   character boundary with "..." appended, control characters shown as '?'.
-   dst holds 48 bytes; s must hold at least min(len, 41) bytes. */
-static const char *mhe__st_show(char *dst, const char *s, size_t len) {
-    size_t i, k = len;
-    if (k > 40) { k = 40; while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--; }
-    for (i = 0; i < k; i++) {
-        unsigned char c = (unsigned char)s[i];
-        dst[i] = (char)(c < 0x20 || c == 0x7f ? '?' : c);
-    }
-    if (k < len) { memcpy(dst + k, "...", 3); k += 3; }
-    dst[k] = 0;
-    return dst;
-}
-
-/* ---- strict JSON over a byte range (not NUL-terminated) ------------------ */
-
-typedef struct mhe__json {
-    const unsigned char *s;
-    size_t n, pos;
-    char *err;
-} mhe__json;
-
-typedef struct mhe__json_num { int neg, frac, exp, big; uint64_t v; } mhe__json_num;
-
-static mhe_status mhe__json_err(const mhe__json *j, size_t at, const char *what) {
-    unsigned long long b = (unsigned long long)at;
-    if (at >= j->n) return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (end of header)", what, b);
-    if (j->s[at] >= 0x20 && j->s[at] < 0x7f)
-        return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu ('%c')", what, b, (char)j->s[at]);
-    return mhe__fail(j->err, MHE_ERR_HEADER, "header JSON: %s at byte %llu (byte 0x%02x)", what, b, (unsigned)j->s[at]);
-}
-
-static int mhe__json_peek(const mhe__json *j) { return j->pos < j->n ? j->s[j->pos] : -1; }
-static int mhe__isdigit(int c) { return c >= '0' && c <= '9'; }
-
-static void mhe__json_ws(mhe__json *j) {
-    while (j->pos < j->n) {
-        unsigned char c = j->s[j->pos];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-        j->pos++;
-    }
-}
-
-static mhe_status mhe__json_expect(mhe__json *j, int c, const char *what) {
-    mhe__json_ws(j);
-    if (mhe__json_peek(j) != c) return mhe__json_err(j, j->pos, what);
-    j->pos++;
-    mhe__json_ws(j);
-    return MHE_OK;
-}
-
-/* the kind of value at the cursor, for "expected X, found Y" messages */
-static const char *mhe__json_kind(const mhe__json *j) {
-    switch (mhe__json_peek(j)) {
-    case '{': return "an object";
-    case '[': return "an array";
-    case '"': return "a string";
-    case 't': case 'f': return "a boolean";
-    case 'n': return "null";
-    case -1: return "the end of the header";
-    default: return "a number";
-    }
-}
-
-static int mhe__json_hex4(const mhe__json *j, size_t at, unsigned long *v) {
-    size_t i;
-    *v = 0;
-    if (j->n - at < 4) return 0;
-    for (i = 0; i < 4; i++) {
-        unsigned c = j->s[at + i], d;
-        if (c >= '0' && c <= '9') d = c - '0';
-        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-        else return 0;
-        *v = *v * 16 + d;
-    }
-    return 1;
-}
-
-/* Decode the string at the cursor to UTF-8: the first `cap` bytes go to out
-   (when out is not NULL), the full decoded length to *len. Decoded text is
-   never longer than its JSON form, so the header size bounds every string.
-   \u0000 is refused: names and values are handed out as C strings. */
-static mhe_status mhe__json_string(mhe__json *j, char *out, size_t cap, size_t *len) {
-    const unsigned char *s = j->s;
-    size_t n = 0;
-    *len = 0;
-    if (mhe__json_peek(j) != '"') return mhe__json_err(j, j->pos, "expected a string");
-    j->pos++;
-    for (;;) {
-        size_t at = j->pos, k, i;
-        unsigned char u[4];
-        unsigned c;
-        if (at >= j->n) return mhe__json_err(j, at, "unterminated string");
-        c = s[at];
-        if (c == '"') { j->pos++; break; }
-        if (c < 0x20) return mhe__json_err(j, at, "unescaped control character in a string");
-        if (c == '\\') {
-            unsigned long cp = 0, lo;
-            if (at + 1 >= j->n) return mhe__json_err(j, at + 1, "unterminated string");
-            j->pos = at + 2;
-            switch (s[at + 1]) {
-            case '"': cp = '"'; break;
-            case '\\': cp = '\\'; break;
-            case '/': cp = '/'; break;
-            case 'b': cp = 8; break;
-            case 'f': cp = 12; break;
-            case 'n': cp = 10; break;
-            case 'r': cp = 13; break;
-            case 't': cp = 9; break;
-            case 'u':
-                if (!mhe__json_hex4(j, at + 2, &cp)) return mhe__json_err(j, at, "\\u escape without 4 hex digits");
-                j->pos = at + 6;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) return mhe__json_err(j, at, "lone low surrogate \\u escape");
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    if (j->n - at < 12 || s[at + 6] != '\\' || s[at + 7] != 'u' || !mhe__json_hex4(j, at + 8, &lo) ||
-                        lo < 0xDC00 || lo > 0xDFFF)
-                        return mhe__json_err(j, at, "high surrogate \\u escape not followed by a low surrogate");
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                    j->pos = at + 12;
-                }
-                if (cp == 0) return mhe__json_err(j, at, "\\u0000 (NUL) in a string");
-                break;
-            default: return mhe__json_err(j, at + 1, "invalid escape character after '\\'");
-            }
-            k = mhe__utf8_put(cp, u);
-        } else if (c < 0x80) {
-            u[0] = (unsigned char)c; k = 1; j->pos++;
-        } else {
-            if (!(k = mhe__utf8_seq(s + at, j->n - at))) return mhe__json_err(j, at, "invalid UTF-8 in a string");
-            memcpy(u, s + at, k);
-            j->pos += k;
-        }
-        for (i = 0; i < k; i++, n++) if (out && n < cap) out[n] = (char)u[i];
-    }
-    *len = n;
-    return MHE_OK;
-}
-
-/* JSON number grammar; also says whether it is a plain non-negative integer
-   and its value (num->big: above 2^53) */
-static mhe_status mhe__json_number(mhe__json *j, mhe__json_num *num) {
-    const unsigned char *s = j->s;
-    size_t start = j->pos;
-    memset(num, 0, sizeof *num);
-    if (mhe__json_peek(j) == '-') { num->neg = 1; j->pos++; }
-    if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "invalid number");
-    if (s[j->pos] == '0') {
-        j->pos++;
-        if (mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, start, "number with a leading zero");
-    } else {
-        while (mhe__isdigit(mhe__json_peek(j))) {
-            unsigned d = (unsigned)(s[j->pos++] - '0');
-            if (num->big) continue;
-            if (num->v > (MHE__JSON_MAX_INT - d) / 10) num->big = 1;
-            else num->v = num->v * 10 + d;
-        }
-    }
-    if (mhe__json_peek(j) == '.') {
-        num->frac = 1; j->pos++;
-        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit after the decimal point");
-        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
-    }
-    if (mhe__json_peek(j) == 'e' || mhe__json_peek(j) == 'E') {
-        num->exp = 1; j->pos++;
-        if (mhe__json_peek(j) == '+' || mhe__json_peek(j) == '-') j->pos++;
-        if (!mhe__isdigit(mhe__json_peek(j))) return mhe__json_err(j, j->pos, "expected a digit in the exponent");
-        while (mhe__isdigit(mhe__json_peek(j))) j->pos++;
-    }
-    return MHE_OK;
-}
-
-static mhe_status mhe__json_literal(mhe__json *j, const char *word) {
-    size_t k = strlen(word);
-    if (j->n - j->pos < k || memcmp(j->s + j->pos, word, k) != 0)
-        return mhe__json_err(j, j->pos, "invalid literal (expected true, false or null)");
-    j->pos += k;
-    return MHE_OK;
-}
-
-/* Check the syntax of one value of any kind, nesting at most
-   MHE__JSON_MAX_DEPTH deep so that hostile input cannot exhaust the stack. */
-static mhe_status mhe__json_skip(mhe__json *j, int depth) {
-    mhe_status s;
-    size_t len;
-    mhe__json_num num;
-    int c;
-    mhe__json_ws(j);
-    c = mhe__json_peek(j);
-    if (c == '{' || c == '[') {
-        int close = c == '{' ? '}' : ']';
-        if (depth >= MHE__JSON_MAX_DEPTH) return mhe__json_err(j, j->pos, "arrays/objects nested more than 64 deep");
-        j->pos++;
-        mhe__json_ws(j);
-        if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
-        for (;;) {
-            if (c == '{') {
-                mhe__json_ws(j);
-                if ((s = mhe__json_string(j, NULL, 0, &len)) != MHE_OK) return s;
-                if ((s = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return s;
-            }
-            if ((s = mhe__json_skip(j, depth + 1)) != MHE_OK) return s;
-            mhe__json_ws(j);
-            if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
-            if (mhe__json_peek(j) != ',')
-                return mhe__json_err(j, j->pos, c == '{' ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
-            j->pos++;
-            mhe__json_ws(j);
-            if (mhe__json_peek(j) == close) return mhe__json_err(j, j->pos, "trailing comma");
-        }
-    }
-    if (c == '"') return mhe__json_string(j, NULL, 0, &len);
-    if (c == 't') return mhe__json_literal(j, "true");
-    if (c == 'f') return mhe__json_literal(j, "false");
-    if (c == 'n') return mhe__json_literal(j, "null");
-    if (c == '-' || mhe__isdigit(c)) return mhe__json_number(j, &num);
-    return mhe__json_err(j, j->pos, c < 0 ? "unexpected end of header" : "unexpected character");
-}
-
-/* ---- 10. Hugging Face tokenizer.json (a byte-level BPE; section 8) ---------- */
-#define MHE__LB 0x7B   /* the brace characters, not written as literals: tools/reading_guide.py counts braces */
-#define MHE__RB 0x7D
-/* The JSON reader above, walked key by key. The tokenizers package's
-   serialisation (tokenizers/src/models/bpe/serialization.rs and
-   pre_tokenizers/byte_level.rs) decides what each field means. */
-
-typedef struct mhe__hf {
-    mhe__json j;
-    mhe_bpe *b;
-    char *str;                  /* every decoded string, one after another (NUL-ended) */
-    size_t str_n, str_cap;
-    size_t *voc_off;            /* model.vocab: string offset in str, by entry */
-    int *voc_id, n_voc, cap_voc, cap_voc2;
-    size_t *mrg_a, *mrg_b;      /* merges: the two strings' offsets */
-    int n_mrg, cap_mrg, cap_mrg2;
-    size_t *add_off; int *add_id, n_add, cap_add, cap_add2;
-    unsigned char *add_late;    /* "normalized": true (matched in the second pass) */
-    int cap_add3;
-    int unk_set; size_t unk_off;
-    int split, prefix_space, ignore_merges, fuse_unk;
-    int wordpiece, max_word_chars, normalize, decode_cleanup, bert_pre, has_normalizer, wp_decoder;
-    size_t prefix_off; int prefix_set;          /* model.continuing_subword_prefix */
-    size_t dec_prefix_off; int dec_prefix_set;  /* decoder.prefix */
-    size_t tpl_name[2]; int tpl_named[2];       /* the special tokens before and after $A (TemplateProcessing) */
-    int tpl_id[2];                              /* their ids (BertProcessing, or special_tokens) */
-    size_t *spec_name; int *spec_id, n_spec, cap_spec, cap_spec2;   /* post_processor.special_tokens */
-} mhe__hf;
-
-/* a JSON error of the reader, as a tokenizer.json error */
-static mhe_status mhe__hf_jerr(mhe__hf *h, mhe_status st) {
-    char e[MHE_ERR_LEN], *p;
-    size_t k;
-    if (strncmp(h->b->err, "header JSON: ", 13) != 0) return st;
-    memcpy(e, h->b->err + 13, MHE_ERR_LEN - 13);
-    e[MHE_ERR_LEN - 14] = 0;
-    if ((p = strstr(e, "header")) != NULL) {   /* "(end of header)", "the end of the header": the file's end */
-        k = strlen(p + 6) + 1;
-        memmove(p + 4, p + 6, k);
-        memcpy(p, "file", 4);
-    }
-    snprintf(h->b->err, MHE_ERR_LEN, "tokenizer.json: %.230s", e);
-    return st == MHE_ERR_HEADER ? MHE_ERR_FORMAT : st;
-}
-#define MHE__HF_TRY(x) do { mhe_status s_ = (x); if (s_ != MHE_OK) return mhe__hf_jerr(h, s_); } while (0)
-
-/* the string at the cursor, decoded into h->str; its offset in *off */
-static mhe_status mhe__hf_string(mhe__hf *h, size_t *off, size_t *len) {
-    size_t save = h->j.pos, n;
-    mhe_status s;
-    if ((s = mhe__json_string(&h->j, NULL, 0, &n)) != MHE_OK) return mhe__hf_jerr(h, s);
-    if (h->str_n + n + 1 > h->str_cap) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: string space exhausted");
-    h->j.pos = save;
-    (void)mhe__json_string(&h->j, h->str + h->str_n, n, &n);
-    h->str[h->str_n + n] = 0;
-    *off = h->str_n;
-    if (len) *len = n;
-    h->str_n += n + 1;
-    return MHE_OK;
-}
-
-/* object iteration: *first on entry; 1 in *more with the key in key (cut to cap - 1 bytes), 0 at the object's end */
-static mhe_status mhe__hf_key(mhe__hf *h, int *first, char *key, size_t cap, int *more, const char *where) {
-    mhe__json *j = &h->j;
-    size_t n;
-    mhe__json_ws(j);
-    if (*first) {
-        if (mhe__json_peek(j) != MHE__LB)
-            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an object, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
-        j->pos++; *first = 0;
-        mhe__json_ws(j);
-        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
-    } else {
-        if (mhe__json_peek(j) == MHE__RB) { j->pos++; *more = 0; return MHE_OK; }
-        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or the end of the object"));
-        j->pos++;
-        mhe__json_ws(j);
-    }
-    MHE__HF_TRY(mhe__json_string(j, key, cap - 1, &n));
-    key[n < cap - 1 ? n : cap - 1] = 0;
-    if (n >= cap - 1) key[0] = 0;   /* a long key is no key we know */
-    MHE__HF_TRY(mhe__json_expect(j, ':', "expected ':' after an object key"));
-    *more = 1;
-    return MHE_OK;
-}
-
-static mhe_status mhe__hf_elem(mhe__hf *h, int *first, int *more, const char *where) {
-    mhe__json *j = &h->j;
-    mhe__json_ws(j);
-    if (*first) {
-        if (mhe__json_peek(j) != '[')
-            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be an array, found %s (byte %lu)", where, mhe__json_kind(j), (unsigned long)j->pos);
-        j->pos++; *first = 0;
-        mhe__json_ws(j);
-        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
-    } else {
-        if (mhe__json_peek(j) == ']') { j->pos++; *more = 0; return MHE_OK; }
-        if (mhe__json_peek(j) != ',') return mhe__hf_jerr(h, mhe__json_err(j, j->pos, "expected ',' or ']' in an array"));
-        j->pos++;
-        mhe__json_ws(j);
-    }
-    *more = 1;
-    return MHE_OK;
-}
-
-static mhe_status mhe__hf_bool(mhe__hf *h, int *v, const char *where) {
-    int c;
-    mhe__json_ws(&h->j);
-    c = mhe__json_peek(&h->j);
-    if (c != 't' && c != 'f') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be true or false, found %s", where, mhe__json_kind(&h->j));
-    MHE__HF_TRY(mhe__json_literal(&h->j, c == 't' ? "true" : "false"));
-    *v = c == 't';
-    return MHE_OK;
-}
-
-static int mhe__hf_null(mhe__hf *h) {
-    mhe__json_ws(&h->j);
-    if (mhe__json_peek(&h->j) != 'n') return 0;
-    return mhe__json_literal(&h->j, "null") == MHE_OK;
-}
-
-static mhe_status mhe__hf_id(mhe__hf *h, int *v, const char *where, long i) {
-    mhe__json_num num;
-    mhe__json_ws(&h->j);
-    if (mhe__json_peek(&h->j) != '-' && !mhe__isdigit(mhe__json_peek(&h->j)))
-        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld] must be a token id, found %s", where, i, mhe__json_kind(&h->j));
-    MHE__HF_TRY(mhe__json_number(&h->j, &num));
-    if (num.neg || num.frac || num.exp || num.big || num.v >= MHE_BPE_MAX_TOKENS)
-        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s[%ld]: an id must be an integer in 0..%d", where, i, MHE_BPE_MAX_TOKENS - 1);
-    *v = (int)num.v;
-    return MHE_OK;
-}
-
-/* a string value (a type name), cut to cap - 1 bytes */
-static mhe_status mhe__hf_type(mhe__hf *h, const char *where, char *out, size_t cap) {
-    size_t n;
-    mhe__json_ws(&h->j);
-    if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be a string", where);
-    MHE__HF_TRY(mhe__json_string(&h->j, out, cap - 1, &n));
-    out[n < cap - 1 ? n : cap - 1] = 0;
-    return MHE_OK;
-}
-
-static int mhe__hf_grow(void *ctx, void **p, int *cap, int need, size_t el) {
-    void *q;
-    int nc;
-    if (need <= *cap) return 1;
-    nc = *cap ? 2 * *cap : 1024;
-    while (nc < need) nc *= 2;
-    q = MHE_REALLOC(ctx, *p, (size_t)*cap * el, (size_t)nc * el);
-    if (!q) return 0;
-    *p = q; *cap = nc;
-    return 1;
-}
-
-/* TemplateProcessing's "single": [special] $A [special], one of each at most */
-static mhe_status mhe__hf_template(mhe__hf *h) {
-    int first = 1, more, n = 0, seq_at = -1;
-    mhe_status s;
-    for (;;) {
-        int f2 = 1, m2, items = 0;
-        char key[32];
-        if ((s = mhe__hf_elem(h, &first, &more, "post_processor.single")) != MHE_OK) return s;
-        if (!more) break;
-        for (;;) {
-            int f3 = 1, m3, special;
-            char k3[16];
-            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, "post_processor.single[]")) != MHE_OK) return s;
-            if (!m2) break;
-            special = strcmp(key, "SpecialToken") == 0;
-            if (items++ || (!special && strcmp(key, "Sequence") != 0))
-                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single[%d] is not one SpecialToken or Sequence", n);
-            for (;;) {
-                if ((s = mhe__hf_key(h, &f3, k3, sizeof k3, &m3, "post_processor.single[]")) != MHE_OK) return s;
-                if (!m3) break;
-                if (strcmp(k3, "id") == 0 && special) {
-                    int side = seq_at < 0 ? 0 : 1;
-                    mhe__json_ws(&h->j);
-                    if (mhe__json_peek(&h->j) != '"' || h->tpl_named[side])
-                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single: only [CLS] $A [SEP]-shaped templates are supported (one special token on each side at most)");
-                    if ((s = mhe__hf_string(h, &h->tpl_name[side], NULL)) != MHE_OK) return s;
-                    h->tpl_named[side] = 1;
-                } else if (strcmp(k3, "id") == 0) {
-                    char id[8];
-                    if ((s = mhe__hf_type(h, "post_processor.single[].Sequence.id", id, sizeof id)) != MHE_OK) return s;
-                    if (strcmp(id, "A") != 0 || seq_at >= 0)
-                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single: the sequence must be $A, once");
-                    seq_at = n;
-                } else if (strcmp(k3, "type_id") == 0) MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* token types: mhe gives every token type 0 */
-                else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single[%d]: unknown field '%.40s'", n, k3);
-            }
-        }
-        n++;
-    }
-    if (seq_at < 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.single has no $A");
-    return MHE_OK;
-}
-
-/* TemplateProcessing's special_tokens: name -> one id */
-static mhe_status mhe__hf_specials(mhe__hf *h) {
-    int first = 1, more;
-    mhe_status s;
-    char name[64];
-    for (;;) {
-        int f2 = 1, m2, id = -1, ids = 0, named = 0;
-        size_t off = 0;
-        char key[16];
-        if ((s = mhe__hf_key(h, &first, name, sizeof name, &more, "post_processor.special_tokens")) != MHE_OK) return s;
-        if (!more) break;
-        for (;;) {
-            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, "post_processor.special_tokens")) != MHE_OK) return s;
-            if (!m2) break;
-            if (strcmp(key, "id") == 0) {
-                mhe__json_ws(&h->j);
-                if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.special_tokens[].id must be a string");
-                if ((s = mhe__hf_string(h, &off, NULL)) != MHE_OK) return s;
-                named = 1;
-            } else if (strcmp(key, "ids") == 0) {
-                int f3 = 1, m3;
-                for (;;) {
-                    if ((s = mhe__hf_elem(h, &f3, &m3, "post_processor.special_tokens[].ids")) != MHE_OK) return s;
-                    if (!m3) break;
-                    if ((s = mhe__hf_id(h, &id, "post_processor.special_tokens[].ids", ids)) != MHE_OK) return s;
-                    ids++;
-                }
-            } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* tokens: the names again */
-        }
-        if (!named) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor.special_tokens['%.40s'] has no id", name);
-        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->spec_name, &h->cap_spec, h->n_spec + 1, sizeof(size_t)) ||
-            !mhe__hf_grow(h->b->alloc_ctx, (void **)&h->spec_id, &h->cap_spec2, h->n_spec + 1, sizeof(int)))
-            return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-        h->spec_name[h->n_spec] = off;
-        h->spec_id[h->n_spec++] = ids == 1 ? id : -1;   /* -1: not one id (refused if the template uses it) */
-    }
-    return MHE_OK;
-}
-
-/* a ["name", id] pair of BertProcessing */
-static mhe_status mhe__hf_pair(mhe__hf *h, int side, const char *where) {
-    int first = 1, more, k = 0;
-    mhe_status s;
-    for (;;) {
-        if ((s = mhe__hf_elem(h, &first, &more, where)) != MHE_OK) return s;
-        if (!more) break;
-        if (k == 0) { mhe__json_ws(&h->j); if (mhe__json_peek(&h->j) != '"' || (s = mhe__hf_string(h, &h->tpl_name[side], NULL)) != MHE_OK) return s != MHE_OK ? s : mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where); }
-        else if (k == 1) { if ((s = mhe__hf_id(h, &h->tpl_id[side], where, 1)) != MHE_OK) return s; }
-        else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where);
-        k++;
-    }
-    if (k != 2) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be [\"name\", id]", where);
-    h->tpl_named[side] = 1;
-    return MHE_OK;
-}
-
-/* A normalizer, pre_tokenizer, decoder or post_processor object (kind names
-   the field): ByteLevel ones of a byte-level BPE, or BERT's BertNormalizer,
-   BertPreTokenizer, WordPiece decoder, TemplateProcessing / BertProcessing.
-   Each field is read by its name, then checked to belong to the type. */
-enum { MHE__HF_BYTELEVEL = 1, MHE__HF_SEQUENCE = 2, MHE__HF_BERTNORM = 4, MHE__HF_BERTPRE = 8, MHE__HF_WPDEC = 16,
-       MHE__HF_TEMPLATE = 32, MHE__HF_BERTPROC = 64 };
-static mhe_status mhe__hf_component(mhe__hf *h, const char *kind) {
-    static const struct { const char *name; int kinds; } types[7] = {
-        { "ByteLevel", 0 }, { "Sequence", 1 }, { "BertNormalizer", 2 }, { "BertPreTokenizer", 1 }, { "WordPiece", 3 },
-        { "TemplateProcessing", 4 }, { "BertProcessing", 4 } };   /* kinds: 0 pre/decoder/post, 1 pre, 2 normalizer, 3 decoder, 4 post */
-    char key[32], type[32], where[64];
-    int first = 1, more, v, t = -1, used = 0, seen = 0, kind_i, strip = -1, single = 0;
-    kind_i = strcmp(kind, "pre_tokenizer") == 0 ? 1 : strcmp(kind, "normalizer") == 0 ? 2 : strcmp(kind, "decoder") == 0 ? 3 : 4;
-    if (mhe__hf_null(h)) {
-        if (kind_i == 1) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer is null: mhe reads ByteLevel (a byte-level BPE) or BertPreTokenizer (WordPiece)");
-        return MHE_OK;
-    }
-    for (;;) {
-        mhe_status s = mhe__hf_key(h, &first, key, sizeof key, &more, kind);
-        int k;
-        if (s != MHE_OK) return s;
-        if (!more) break;
-        snprintf(where, sizeof where, "%s.%s", kind, key);
-        if (strcmp(key, "type") == 0) {
-            if ((s = mhe__hf_type(h, where, type, sizeof type)) != MHE_OK) return s;
-            for (k = 0; k < 7; k++)
-                if (strcmp(type, types[k].name) == 0 && (types[k].kinds == 0 ? kind_i != 2 : types[k].kinds == kind_i)) break;
-            if (k == 7)
-                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.type '%.40s' is not supported (%s)", kind, type,
-                                 kind_i == 1 ? "ByteLevel, a Sequence of one ByteLevel, or BertPreTokenizer" : kind_i == 2 ? "BertNormalizer or null"
-                                 : kind_i == 3 ? "ByteLevel, WordPiece or null" : "ByteLevel, TemplateProcessing, BertProcessing or null");
-            t = k; seen |= 1 << k;
-            continue;
-        }
-        if (strcmp(key, "pretokenizers") == 0 && kind_i == 1) {
-            int f2 = 1, m2, n = 0;
-            used |= MHE__HF_SEQUENCE;
-            for (;;) {
-                if ((s = mhe__hf_elem(h, &f2, &m2, "pre_tokenizer.pretokenizers")) != MHE_OK) return s;
-                if (!m2) break;
-                if (n++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers has more than one pre-tokenizer (one ByteLevel is supported)");
-                if ((s = mhe__hf_component(h, "pre_tokenizer")) != MHE_OK) return s;
-            }
-            if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: pre_tokenizer.pretokenizers is empty");
-        } else if (strcmp(key, "add_prefix_space") == 0 || strcmp(key, "use_regex") == 0 || strcmp(key, "trim_offsets") == 0) {
-            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
-            used |= MHE__HF_BYTELEVEL;
-            if (kind_i == 1 && key[0] == 'a') h->prefix_space = v;
-            if (kind_i == 1 && key[0] == 'u') h->split = v ? MHE_BPE_SPLIT_GPT2 : MHE_BPE_SPLIT_NONE;   /* trim_offsets: offsets only */
-        } else if (kind_i == 2 && (strcmp(key, "clean_text") == 0 || strcmp(key, "handle_chinese_chars") == 0 || strcmp(key, "lowercase") == 0)) {
-            if ((s = mhe__hf_bool(h, &v, where)) != MHE_OK) return s;
-            used |= MHE__HF_BERTNORM;
-            if (v) h->normalize |= key[0] == 'c' ? MHE_NORM_CLEAN : key[0] == 'h' ? MHE_NORM_CHINESE : MHE_NORM_LOWERCASE;
-        } else if (kind_i == 2 && strcmp(key, "strip_accents") == 0) {
-            used |= MHE__HF_BERTNORM;
-            if (!mhe__hf_null(h) && (s = mhe__hf_bool(h, &strip, where)) != MHE_OK) return s;
-        } else if (kind_i == 3 && strcmp(key, "prefix") == 0) {
-            used |= MHE__HF_WPDEC;
-            mhe__json_ws(&h->j);
-            if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: decoder.prefix must be a string");
-            if ((s = mhe__hf_string(h, &h->dec_prefix_off, NULL)) != MHE_OK) return s;
-            h->dec_prefix_set = 1;
-        } else if (kind_i == 3 && strcmp(key, "cleanup") == 0) {
-            used |= MHE__HF_WPDEC;
-            if ((s = mhe__hf_bool(h, &h->decode_cleanup, where)) != MHE_OK) return s;
-        } else if (kind_i == 4 && strcmp(key, "single") == 0) {
-            used |= MHE__HF_TEMPLATE;
-            single = 1;
-            if ((s = mhe__hf_template(h)) != MHE_OK) return s;
-        } else if (kind_i == 4 && strcmp(key, "pair") == 0) {
-            used |= MHE__HF_TEMPLATE;
-            MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* pairs: mhe_text_set_bpe reads them with BERT's pair template */
-        } else if (kind_i == 4 && strcmp(key, "special_tokens") == 0) {
-            used |= MHE__HF_TEMPLATE;
-            if ((s = mhe__hf_specials(h)) != MHE_OK) return s;
-        } else if (kind_i == 4 && (strcmp(key, "cls") == 0 || strcmp(key, "sep") == 0)) {
-            used |= MHE__HF_BERTPROC;
-            if ((s = mhe__hf_pair(h, key[0] == 's', where)) != MHE_OK) return s;
-        } else return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s: unknown field '%.40s'", kind, key);
-    }
-    if (t < 0) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has no type", kind);
-    if (seen != 1 << t || (used & ~(1 << t)))
-        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s has fields of another type than its type '%s'", kind, types[t].name);
-    if (t == 5 && !single) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: post_processor.single is missing");
-    if (t == 2 && (strip < 0 ? (h->normalize & MHE_NORM_LOWERCASE) : strip)) h->normalize |= MHE_NORM_STRIP_ACCENTS;   /* strip_accents null: as lowercase */
-    if (t == 2) h->has_normalizer = 1;
-    if (t == 3) { h->bert_pre = 1; h->split = MHE_BPE_SPLIT_BERT; }
-    if (t == 4) h->wp_decoder = 1;
-    return MHE_OK;
-}
-
-static mhe_status mhe__hf_model(mhe__hf *h) {
-    char key[40], type[32];
-    int first = 1, more, seen_vocab = 0, seen_merges = 0;
-    mhe_status s;
-    void *ctx = h->b->alloc_ctx;
-    for (;;) {
-        if ((s = mhe__hf_key(h, &first, key, sizeof key, &more, "model")) != MHE_OK) return s;
-        if (!more) break;
-        if (strcmp(key, "type") == 0) {
-            if ((s = mhe__hf_type(h, "model.type", type, sizeof type)) != MHE_OK) return s;
-            h->wordpiece = strcmp(type, "WordPiece") == 0;
-            if (strcmp(type, "BPE") != 0 && !h->wordpiece) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.type '%.40s' is neither BPE nor WordPiece", type);
-        } else if (strcmp(key, "dropout") == 0) {
-            if (!mhe__hf_null(h)) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.dropout must be null (BPE dropout is random)");
-        } else if (strcmp(key, "unk_token") == 0) {
-            if (mhe__hf_null(h)) continue;
-            if ((s = mhe__hf_string(h, &h->unk_off, NULL)) != MHE_OK) return s;
-            h->unk_set = 1;
-        } else if (strcmp(key, "continuing_subword_prefix") == 0 && h->wordpiece) {
-            size_t n;
-            mhe__json_ws(&h->j);
-            if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.continuing_subword_prefix must be a string");
-            if ((s = mhe__hf_string(h, &h->prefix_off, &n)) != MHE_OK) return s;
-            if (n >= sizeof h->b->subword_prefix || strlen(h->str + h->prefix_off) != n)
-                return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.continuing_subword_prefix is longer than %d bytes (or has a NUL)", (int)sizeof h->b->subword_prefix - 1);
-            h->prefix_set = 1;
-        } else if (strcmp(key, "max_input_chars_per_word") == 0 && h->wordpiece) {
-            int v;
-            if ((s = mhe__hf_id(h, &v, "model.max_input_chars_per_word", 0)) != MHE_OK) return s;
-            if (v < 1) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.max_input_chars_per_word must be at least 1");
-            h->max_word_chars = v;
-        } else if (strcmp(key, "continuing_subword_prefix") == 0 || strcmp(key, "end_of_word_suffix") == 0) {
-            size_t off, n;
-            if (mhe__hf_null(h)) continue;
-            if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
-            if (n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.%s must be null or empty in a byte-level BPE", key);
-        } else if (strcmp(key, "fuse_unk") == 0) {
-            if ((s = mhe__hf_bool(h, &h->fuse_unk, "model.fuse_unk")) != MHE_OK) return s;
-        } else if (strcmp(key, "byte_fallback") == 0) {
-            int v;
-            if ((s = mhe__hf_bool(h, &v, "model.byte_fallback")) != MHE_OK) return s;
-            if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.byte_fallback must be false (a byte-level BPE has every byte)");
-        } else if (strcmp(key, "ignore_merges") == 0) {
-            if ((s = mhe__hf_bool(h, &h->ignore_merges, "model.ignore_merges")) != MHE_OK) return s;
-        } else if (strcmp(key, "vocab") == 0) {
-            int f2 = 1;
-            if (seen_vocab++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab appears twice");
-            mhe__json_ws(&h->j);
-            if (mhe__json_peek(&h->j) != MHE__LB) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab must be an object, found %s", mhe__json_kind(&h->j));
-            h->j.pos++;
-            for (;;) {
-                size_t off;
-                mhe__json_ws(&h->j);
-                if (f2) { f2 = 0; if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; } }
-                else {
-                    if (mhe__json_peek(&h->j) == MHE__RB) { h->j.pos++; break; }
-                    if (mhe__json_peek(&h->j) != ',') return mhe__hf_jerr(h, mhe__json_err(&h->j, h->j.pos, "expected ',' or the end of model.vocab"));
-                    h->j.pos++;
-                    mhe__json_ws(&h->j);
-                }
-                if (!mhe__hf_grow(ctx, (void **)&h->voc_off, &h->cap_voc, h->n_voc + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-                if (!mhe__hf_grow(ctx, (void **)&h->voc_id, &h->cap_voc2, h->n_voc + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-                if ((s = mhe__hf_string(h, &off, NULL)) != MHE_OK) return s;
-                MHE__HF_TRY(mhe__json_expect(&h->j, ':', "expected ':' after a model.vocab key"));
-                if ((s = mhe__hf_id(h, &h->voc_id[h->n_voc], "model.vocab", h->n_voc)) != MHE_OK) return s;
-                h->voc_off[h->n_voc++] = off;
-            }
-        } else if (strcmp(key, "merges") == 0) {
-            int f2 = 1, m2;
-            if (seen_merges++) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges appears twice");
-            for (;;) {
-                size_t a, b2, n;
-                if ((s = mhe__hf_elem(h, &f2, &m2, "model.merges")) != MHE_OK) return s;
-                if (!m2) break;
-                if (!mhe__hf_grow(ctx, (void **)&h->mrg_a, &h->cap_mrg, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-                if (!mhe__hf_grow(ctx, (void **)&h->mrg_b, &h->cap_mrg2, h->n_mrg + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-                mhe__json_ws(&h->j);
-                if (mhe__json_peek(&h->j) == '"') {   /* "a b" */
-                    char *sp;
-                    if ((s = mhe__hf_string(h, &a, &n)) != MHE_OK) return s;
-                    sp = (char *)memchr(h->str + a, ' ', n);
-                    if (!sp || sp == h->str + a || sp == h->str + a + n - 1 || memchr(sp + 1, ' ', (size_t)(h->str + a + n - sp - 1)))
-                        return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] is not two tokens separated by one space", h->n_mrg);
-                    *sp = 0;
-                    b2 = (size_t)(sp + 1 - h->str);
-                } else {   /* ["a", "b"] */
-                    int f3 = 1, m3, k = 0;
-                    size_t o[2];
-                    for (;;) {
-                        if ((s = mhe__hf_elem(h, &f3, &m3, "model.merges[]")) != MHE_OK) return s;
-                        if (!m3) break;
-                        mhe__json_ws(&h->j);
-                        if (k == 2 || mhe__json_peek(&h->j) != '"')
-                            return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
-                        if ((s = mhe__hf_string(h, &o[k++], NULL)) != MHE_OK) return s;
-                    }
-                    if (k != 2) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges[%d] must be a pair of strings", h->n_mrg);
-                    a = o[0]; b2 = o[1];
-                }
-                h->mrg_a[h->n_mrg] = a; h->mrg_b[h->n_mrg++] = b2;
-            }
-        } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));   /* fields of later versions that do not change encoding */
-    }
-    if (!seen_vocab || (!seen_merges && !h->wordpiece)) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: model.%s is missing", seen_vocab ? "merges" : "vocab");
-    if (h->wordpiece && h->n_mrg) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: model.merges in a WordPiece model");
-    return MHE_OK;
-}
-
-static mhe_status mhe__hf_added(mhe__hf *h) {
-    int first = 1, more;
-    mhe_status s;
-    for (;;) {
-        int f2 = 1, m2, id = -1, v, normalized = -1, special = 0;
-        size_t off = 0, n = 0;
-        char key[32], where[64];
-        if ((s = mhe__hf_elem(h, &first, &more, "added_tokens")) != MHE_OK) return s;
-        if (!more) break;
-        snprintf(where, sizeof where, "added_tokens[%d]", h->n_add);
-        for (;;) {
-            if ((s = mhe__hf_key(h, &f2, key, sizeof key, &m2, where)) != MHE_OK) return s;
-            if (!m2) break;
-            if (strcmp(key, "id") == 0) { if ((s = mhe__hf_id(h, &id, "added_tokens", h->n_add)) != MHE_OK) return s; }
-            else if (strcmp(key, "content") == 0) {
-                mhe__json_ws(&h->j);
-                if (mhe__json_peek(&h->j) != '"') return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content must be a string", where);
-                if ((s = mhe__hf_string(h, &off, &n)) != MHE_OK) return s;
-                if (!n) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s.content is empty", where);
-            } else if (strcmp(key, "single_word") == 0 || strcmp(key, "lstrip") == 0 || strcmp(key, "rstrip") == 0) {
-                char w2[96];
-                snprintf(w2, sizeof w2, "%s.%s", where, key);
-                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
-                if (v) return mhe__fail(h->b->err, MHE_ERR_FORMAT, "tokenizer.json: %s is true: not supported", w2);
-            } else if (strcmp(key, "normalized") == 0 || strcmp(key, "special") == 0) {
-                char w2[96];
-                snprintf(w2, sizeof w2, "%s.%s", where, key);
-                if ((s = mhe__hf_bool(h, &v, w2)) != MHE_OK) return s;
-                if (key[0] == 'n') normalized = v; else special = v;
-            } else MHE__HF_TRY(mhe__json_skip(&h->j, 1));
-        }
-        if (id < 0 || !n) return mhe__fail(h->b->err, MHE_ERR_MISSING, "tokenizer.json: %s needs an id and a content", where);
-        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_off, &h->cap_add, h->n_add + 1, sizeof(size_t))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_id, &h->cap_add2, h->n_add + 1, sizeof(int))) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-        if (!mhe__hf_grow(h->b->alloc_ctx, (void **)&h->add_late, &h->cap_add3, h->n_add + 1, 1)) return mhe__fail(h->b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-        h->add_late[h->n_add] = (unsigned char)(normalized < 0 ? !special : normalized);   /* tokenizers' default: !special */
-        h->add_off[h->n_add] = off; h->add_id[h->n_add++] = id;
-    }
-    return MHE_OK;
-}
-
-/* byte-level text (GPT-2's bytes_to_unicode characters) -> bytes; 0 when a character is not one */
-static int mhe__hf_unbyte(const char *s, unsigned char *out, size_t *n) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, len = strlen(s), k, q = 0;
-    while (i < len) {
-        uint32_t cp;
-        int byte;
-        if (!(k = mhe__utf8_seq(p + i, len - i))) return 0;
-        cp = k == 1 ? p[i] : k == 2 ? (p[i] & 0x1Fu) << 6 | (p[i + 1] & 0x3Fu) : 0x110000;
-        if ((byte = mhe__bpe_byte_of_cp(cp)) < 0) return 0;
-        out[q++] = (unsigned char)byte;
-        i += k;
-    }
-    *n = q;
-    return 1;
-}
-
-static mhe_status mhe__hf_build(mhe__hf *h) {
-    mhe_bpe *b = h->b;
-    void *ctx = b->alloc_ctx;
-    int i, nt = 0, *owner = NULL;
-    size_t bytes = 0;
-    mhe_status s = MHE_OK;
-    mhe_bpe tmp;   /* a string -> vocab entry hash, borrowed from mhe_bpe's token hash */
-    for (i = 0; i < h->n_voc; i++) if (h->voc_id[i] + 1 > nt) nt = h->voc_id[i] + 1;
-    for (i = 0; i < h->n_add; i++) if (h->add_id[i] + 1 > nt) nt = h->add_id[i] + 1;
-    if (!nt) return mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab is empty");
-    owner = (int *)MHE_MALLOC(ctx, (size_t)nt * 2 * sizeof(int));   /* [id]: vocab entry, [nt + id]: added entry */
-    if (!owner) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-    for (i = 0; i < 2 * nt; i++) owner[i] = -1;
-    for (i = 0; i < h->n_voc; i++) {
-        int id = h->voc_id[i];
-        if (owner[id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab: '%.40s' and '%.40s' both have id %d", h->str + h->voc_off[owner[id]], h->str + h->voc_off[i], id); goto out; }
-        owner[id] = i;
-        bytes += strlen(h->str + h->voc_off[i]);
-    }
-    for (i = 0; i < h->n_add; i++) {
-        int id = h->add_id[i];
-        if (owner[nt + id] >= 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] repeats the id %d of added_tokens[%d]", i, id, owner[nt + id]); goto out; }
-        if (owner[id] >= 0 && strcmp(h->str + h->voc_off[owner[id]], h->str + h->add_off[i]) != 0) {
-            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added_tokens[%d] '%.40s' has id %d, which model.vocab gives to '%.40s'", i, h->str + h->add_off[i], id, h->str + h->voc_off[owner[id]]);
-            goto out;
-        }
-        owner[nt + id] = i;
-        bytes += strlen(h->str + h->add_off[i]);
-    }
-    for (i = 0; i < nt; i++)
-        if (owner[i] < 0 && owner[nt + i] < 0) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: no token has id %d (ids must run 0..%d without gaps)", i, nt - 1); goto out; }
-    if ((s = mhe__bpe_alloc(b, nt, bytes, h->n_mrg, "tokenizer.json")) != MHE_OK) goto out;
-    for (i = 0; i < nt; i++) {
-        unsigned char *q = b->bytes + b->start[i];
-        size_t n;
-        if (owner[nt + i] >= 0) {   /* an added token: its content as it is */
-            const char *c = h->str + h->add_off[owner[nt + i]];
-            n = strlen(c);
-            memcpy(q, c, n);
-            b->added[i] = (unsigned char)(MHE_BPE_ADDED | (h->add_late[owner[nt + i]] ? MHE_BPE_ADDED_LATE : 0) | (owner[i] >= 0 ? MHE_BPE_ADDED_VOCAB : 0));
-        } else if (h->wordpiece) {   /* a WordPiece token is its text */
-            n = strlen(h->str + h->voc_off[owner[i]]);
-            memcpy(q, h->str + h->voc_off[owner[i]], n);
-        } else if (!mhe__hf_unbyte(h->str + h->voc_off[owner[i]], q, &n)) {
-            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab '%.40s' (id %d) is not byte-level text (GPT-2's byte characters)", h->str + h->voc_off[owner[i]], i);
-            goto out;
-        }
-        b->start[i + 1] = b->start[i] + n;
-    }
-    b->n_tokens = nt;
-    /* merges: strings -> ids through the vocab strings, hashed */
-    mhe_bpe_init(&tmp, ctx);
-    tmp.n_tok_slots = mhe__bpe_pow2((size_t)h->n_voc);
-    tmp.tok_slots = (int *)MHE_MALLOC(ctx, tmp.n_tok_slots * sizeof(int));
-    if (!tmp.tok_slots) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); goto out; }
-    {
-        size_t k, mask = tmp.n_tok_slots - 1;
-        for (k = 0; k < tmp.n_tok_slots; k++) tmp.tok_slots[k] = -1;
-        for (i = 0; i < h->n_voc; i++) {
-            const char *v = h->str + h->voc_off[i];
-            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)v, strlen(v)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
-                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], v) == 0) {
-                    s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.vocab has the key '%.40s' twice", v);
-                    break;
-                }
-            if (s != MHE_OK) break;
-            tmp.tok_slots[k] = i;
-        }
-        for (i = 0; i < h->n_mrg && s == MHE_OK; i++) {
-            const char *part[3];
-            char *cat = NULL;
-            int id[3], c;
-            size_t la = strlen(h->str + h->mrg_a[i]), lb = strlen(h->str + h->mrg_b[i]);
-            part[0] = h->str + h->mrg_a[i]; part[1] = h->str + h->mrg_b[i];
-            cat = (char *)MHE_MALLOC(ctx, la + lb + 1);
-            if (!cat) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
-            memcpy(cat, part[0], la); memcpy(cat + la, part[1], lb + 1);
-            part[2] = cat;
-            for (c = 0; c < 3; c++) {
-                id[c] = -1;
-                for (k = (size_t)mhe__bpe_fnv((const unsigned char *)part[c], strlen(part[c])) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
-                    if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], part[c]) == 0) { id[c] = h->voc_id[tmp.tok_slots[k]]; break; }
-                if (id[c] < 0) {
-                    s = mhe__fail(b->err, MHE_ERR_FORMAT, c < 2 ? "tokenizer.json: model.merges[%d]: '%.40s' is not in model.vocab"
-                                                            : "tokenizer.json: model.merges[%d]: the result '%.40s' is not in model.vocab", i, part[c]);
-                    break;
-                }
-            }
-            MHE_FREE(ctx, cat);
-            b->merges[3 * i] = id[0]; b->merges[3 * i + 1] = id[1]; b->merges[3 * i + 2] = id[2];
-        }
-        if (s == MHE_OK && h->unk_set) {
-            const char *u = h->str + h->unk_off;
-            b->unk = -1;
-            for (k = (size_t)mhe__bpe_fnv((const unsigned char *)u, strlen(u)) & mask; tmp.tok_slots[k] >= 0; k = (k + 1) & mask)
-                if (strcmp(h->str + h->voc_off[tmp.tok_slots[k]], u) == 0) { b->unk = h->voc_id[tmp.tok_slots[k]]; break; }
-            if (b->unk < 0) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: model.unk_token '%.40s' is not in model.vocab", u);
-        }
-    }
-    MHE_FREE(ctx, tmp.tok_slots);
-    if (s != MHE_OK) goto out;
-    if (h->wordpiece) {
-        int side, k2;
-        if (!h->unk_set) { s = mhe__fail(b->err, MHE_ERR_MISSING, "tokenizer.json: model.unk_token is missing (WordPiece needs one)"); goto out; }
-        if (h->wp_decoder && h->dec_prefix_set && h->prefix_set && strcmp(h->str + h->dec_prefix_off, h->str + h->prefix_off) != 0) {
-            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: decoder.prefix differs from model.continuing_subword_prefix");
-            goto out;
-        }
-        b->model = MHE_TOK_WORDPIECE;
-        b->normalize = h->normalize;
-        b->max_word_chars = h->max_word_chars;
-        strcpy(b->subword_prefix, h->prefix_set ? h->str + h->prefix_off : "##");
-        b->decode_cleanup = h->wp_decoder ? h->decode_cleanup : 0;
-        for (side = 0; side < 2; side++) {   /* the template's special tokens: ids from special_tokens, or BertProcessing's own */
-            int id = h->tpl_id[side];
-            if (!h->tpl_named[side]) continue;
-            if (id < 0) {
-                for (k2 = 0; k2 < h->n_spec; k2++)
-                    if (strcmp(h->str + h->spec_name[k2], h->str + h->tpl_name[side]) == 0) { id = h->spec_id[k2]; break; }
-                if (k2 == h->n_spec || id < 0) {
-                    s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor: the special token '%.40s' has no single id in special_tokens", h->str + h->tpl_name[side]);
-                    goto out;
-                }
-            }
-            if (id >= nt) { s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: post_processor: '%.40s' has id %d, past the vocabulary", h->str + h->tpl_name[side], id); goto out; }
-            if (side) b->sep = id; else b->cls = id;
-        }
-    }
-    b->n_merges = h->n_mrg;
-    b->split = h->split; b->prefix_space = h->prefix_space; b->ignore_merges = h->ignore_merges; b->fuse_unk = h->fuse_unk;
-    s = mhe__bpe_index(b, "tokenizer.json");
-    for (i = 0; s == MHE_OK && h->wordpiece && i < nt; i++) {   /* a "normalized" added token is matched in normalised text: it must be normalised */
-        size_t n = b->start[i + 1] - b->start[i], m;
-        unsigned char *tmp;
-        int same;
-        if (!(b->added[i] & MHE_BPE_ADDED_LATE)) continue;
-        if (!(tmp = (unsigned char *)MHE_MALLOC(ctx, MHE__WP_GROW(n)))) { s = mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory"); break; }
-        m = mhe__wp_normalize(b->normalize, b->bytes + b->start[i], n, tmp);
-        same = m == n && memcmp(tmp, b->bytes + b->start[i], n) == 0;
-        MHE_FREE(ctx, tmp);
-        if (!same) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: added token %d is matched after normalisation (\"normalized\": true) but the normalizer changes it", i);
-    }
-    if (s != MHE_OK && strstr(b->err, "repeats merge")) {   /* in the file's terms */
-        char e[MHE_ERR_LEN];
-        memcpy(e, b->err, sizeof e);
-        snprintf(b->err, MHE_ERR_LEN, "tokenizer.json: model.merges: %.200s", e + 16);
-    }
-out:
-    MHE_FREE(ctx, owner);
-    return s;
-}
-
-MHEDEF mhe_status mhe_bpe_load_hf(mhe_bpe *b, const char *json, size_t len) {
-    mhe__hf h;
-    mhe_status s = MHE_OK;
-    char key[40];
-    int first = 1, more, seen_model = 0, seen_pre = 0;
-    if (!b) return MHE_ERR_ARG;
-    mhe_bpe_free(b);
-    if (!json && len) return mhe__fail(b->err, MHE_ERR_ARG, "tokenizer.json: NULL buffer");
-    memset(&h, 0, sizeof h);
-    h.b = b;
-    h.j.s = (const unsigned char *)json; h.j.n = len; h.j.err = b->err;
-    h.split = MHE_BPE_SPLIT_GPT2;
-    h.max_word_chars = 100;   /* tokenizers' defaults */
-    h.tpl_id[0] = h.tpl_id[1] = -1;
-    h.str_cap = len + 1;   /* decoded strings are never longer than their JSON, plus a NUL each */
-    h.str = (char *)MHE_MALLOC(b->alloc_ctx, 2 * h.str_cap);
-    h.str_cap *= 2;
-    if (!h.str) return mhe__fail(b->err, MHE_ERR_NOMEM, "tokenizer.json: out of memory");
-    for (;;) {
-        if ((s = mhe__hf_key(&h, &first, key, sizeof key, &more, "the file")) != MHE_OK) break;
-        if (!more) break;
-        if (strcmp(key, "model") == 0) { seen_model++; s = mhe__hf_model(&h); }
-        else if (strcmp(key, "pre_tokenizer") == 0) { seen_pre++; s = mhe__hf_component(&h, "pre_tokenizer"); }
-        else if (strcmp(key, "decoder") == 0) s = mhe__hf_component(&h, "decoder");
-        else if (strcmp(key, "post_processor") == 0) s = mhe__hf_component(&h, "post_processor");
-        else if (strcmp(key, "added_tokens") == 0) s = mhe__hf_added(&h);
-        else if (strcmp(key, "normalizer") == 0) s = mhe__hf_component(&h, "normalizer");
-        else if (strcmp(key, "truncation") == 0 || strcmp(key, "padding") == 0) {
-            if (!mhe__hf_null(&h)) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: %s must be null (truncation or padding changes the ids)", key);
-        } else s = mhe__hf_jerr(&h, mhe__json_skip(&h.j, 1));   /* "version" and later fields */
-        if (s != MHE_OK) break;
-    }
-    if (s == MHE_OK) {
-        mhe__json_ws(&h.j);
-        if (h.j.pos != h.j.n) s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: bytes after the top-level object (byte %lu)", (unsigned long)h.j.pos);
-        else if (seen_model != 1) s = mhe__fail(b->err, seen_model ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: model is %s", seen_model ? "given twice" : "missing");
-        else if (seen_pre != 1) s = mhe__fail(b->err, seen_pre ? MHE_ERR_FORMAT : MHE_ERR_MISSING, "tokenizer.json: pre_tokenizer is %s", seen_pre ? "given twice" : "missing (a byte-level BPE needs ByteLevel)");
-        else if (h.wordpiece && (!h.bert_pre || h.prefix_space))
-            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: a WordPiece model needs pre_tokenizer BertPreTokenizer (not ByteLevel)");
-        else if (!h.wordpiece && (h.bert_pre || h.has_normalizer || h.wp_decoder || h.tpl_named[0] || h.tpl_named[1]))
-            s = mhe__fail(b->err, MHE_ERR_FORMAT, "tokenizer.json: a byte-level BPE takes ByteLevel components only (%s)",
-                          h.bert_pre ? "pre_tokenizer BertPreTokenizer" : h.has_normalizer ? "normalizer BertNormalizer" : h.wp_decoder ? "decoder WordPiece" : "a post_processor with special tokens");
-    }
-    if (s == MHE_OK) s = mhe__hf_build(&h);
-    MHE_FREE(b->alloc_ctx, h.str); MHE_FREE(b->alloc_ctx, h.voc_off); MHE_FREE(b->alloc_ctx, h.voc_id); MHE_FREE(b->alloc_ctx, h.mrg_a); MHE_FREE(b->alloc_ctx, h.mrg_b);
-    MHE_FREE(b->alloc_ctx, h.add_off); MHE_FREE(b->alloc_ctx, h.add_id); MHE_FREE(b->alloc_ctx, h.add_late);
-    MHE_FREE(b->alloc_ctx, h.spec_name); MHE_FREE(b->alloc_ctx, h.spec_id);
-    if (s != MHE_OK) mhe_bpe_free(b);
-    return s;
-}
-#undef MHE__HF_TRY
-#undef MHE__LB
-#undef MHE__RB
 
 /* ---- safetensors header schema --------------------------------------------- */
 /* Run twice over syntactically valid JSON: first to validate every entry and
@@ -16197,7 +16217,9 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
     bytes = (size_t)max_items * sizeof(mhe_st_item) + 2 * (size_t)max_meta * sizeof(char *) + text + name_bytes;
     words_at = MHE_ARENA_ROUND(bytes);
     bytes = mhe__add_size(words_at, vocab_bytes, &ok);
+#ifndef MHE_NO_TOKENIZERS   /* without them a model has no tokenizer to save */
     if (!grads_only && m->bpe && mhe_bpe_save_mem(m->bpe, NULL, 0, &bpe_bytes) != MHE_OK) return mhe__fail(err, MHE_ERR_ARG, "checkpoint: the model's tokenizer is empty");
+#endif
     bpe_at = bytes;
     bytes = mhe__add_size(bytes, bpe_bytes, &ok);
     if (!ok) return mhe__fail(err, MHE_ERR_OVERFLOW, "checkpoint: the word vocabulary is too large");
@@ -16223,6 +16245,7 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         }
         MHE__META("%s", key, "%s", val);
     }
+#ifndef MHE_NO_TOKENIZERS
     if (bpe_bytes) {   /* the tokenizer's text form and its MD5 */
         unsigned char d[16];
         char *tx = (char *)k->block + bpe_at;
@@ -16233,6 +16256,9 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
         MHE__META("%s", MHE__CKPT_BPE_MD5, "%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1], d[2], d[3], d[4],
                   d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]);
     }
+#else
+    (void)bpe_at;
+#endif
     if (t) {
         MHE__META("%s", "step", "%d", t->step);
         MHE__META("%s", "rng", "%016llx%016llx%016llx%016llx", (unsigned long long)t->rng.s[0],
@@ -16299,15 +16325,14 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
 }
 
 /* the tokenizer of a checkpoint (see mhe__ckpt_build), checked as a hostile
-   file would be; an arena load (parse 0) checks its MD5 and leaves m->bpe
-   NULL: it allocates nothing outside the arena, and embedded code feeds ids */
+   file would be; an arena load (parse 0), and every load in a build with
+   MHE_NO_TOKENIZERS, checks its MD5 and leaves m->bpe NULL: the model runs
+   on ids (embedded code feeds them; the weights are the same either way) */
 static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st, int parse) {
     const mhe_st_tensor *t = mhe_st_find(st, MHE__CKPT_BPE);
     const char *want = mhe_st_meta(st, MHE__CKPT_BPE_MD5);
     unsigned char d[16];
     char hex[33];
-    mhe_bpe b;
-    mhe_status s;
     int i;
     if (!t) {
         if (want) return mhe__fail(m->err, MHE_ERR_MISSING, "checkpoint metadata names a tokenizer (%s), but the tensor '%s' is missing", MHE__CKPT_BPE_MD5, MHE__CKPT_BPE);
@@ -16321,13 +16346,21 @@ static mhe_status mhe__load_bpe(mhe_model *m, const mhe_safetensors *st, int par
     if (strcmp(hex, want) != 0)
         return mhe__fail(m->err, MHE_ERR_FORMAT, "checkpoint tensor '%s' has MD5 %s, but the metadata '%s' says %.40s (a damaged or replaced tokenizer)",
                          MHE__CKPT_BPE, hex, MHE__CKPT_BPE_MD5, want);
-    if (!parse) return MHE_OK;
-    mhe_bpe_init(&b, m->alloc_ctx);
-    if ((s = mhe_bpe_load_mem(&b, (const char *)t->data, (size_t)t->size)) != MHE_OK)
-        return mhe__fail(m->err, s, "checkpoint tensor '%s': %.200s", MHE__CKPT_BPE, b.err);
-    s = mhe_model_set_bpe(m, &b);
-    mhe_bpe_free(&b);
-    return s;
+#ifndef MHE_NO_TOKENIZERS
+    if (parse) {
+        mhe_bpe b;
+        mhe_status s;
+        mhe_bpe_init(&b, m->alloc_ctx);
+        if ((s = mhe_bpe_load_mem(&b, (const char *)t->data, (size_t)t->size)) != MHE_OK)
+            return mhe__fail(m->err, s, "checkpoint tensor '%s': %.200s", MHE__CKPT_BPE, b.err);
+        s = mhe_model_set_bpe(m, &b);
+        mhe_bpe_free(&b);
+        return s;
+    }
+#else
+    (void)parse;
+#endif
+    return MHE_OK;
 }
 
 /* the word state of a checkpoint (see mhe__ckpt_build), checked as a hostile file would be */

@@ -4,11 +4,12 @@
    steps and writes DIR/subset.safetensors and DIR/subset.ref: the logits of
    a forward pass, its loss, the logits of decoding with a KV cache, and the
    same for the model's q8 checkpoint. `build_subset check DIR` (any build:
-   full, MHE_NO_TRAIN, MHE_NO_TRAIN with MHE_NO_STDIO) loads those checkpoint bytes,
+   full, MHE_NO_TRAIN, MHE_NO_TRAIN with MHE_NO_STDIO, MHE_NO_TOKENIZERS, and
+   all three) loads those checkpoint bytes,
    recomputes every output and fails unless each equals the reference bit
    for bit. Under MHE_NO_TRAIN it also checks that nothing gradient-shaped is
    allocated and that the checkpoint writers refuse a trainer.
-   `make check-build` builds and runs all three. */
+   `make check-build` builds and runs all five. */
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include "lib/checks.h"   /* test_slurp */
@@ -162,6 +163,9 @@ int main(int argc, char **argv) {
            " MHE_NO_TRAIN",
 #else
            "",
+#endif
+#ifdef MHE_NO_TOKENIZERS
+           " MHE_NO_TOKENIZERS"
 #endif
 #ifdef MHE_NO_STDIO
            " MHE_NO_STDIO",

@@ -123,7 +123,8 @@ def definitions(text):
         if m:
             j, depth, seen = i, 0, False
             while j < len(lines):
-                s = lines[j]
+                # braces inside character and string literals ('{' in the JSON reader) do not count
+                s = re.sub(r'"(?:\\.|[^"\\])*"', '""', re.sub(r"'(?:\\.|[^'\\])'", "''", lines[j]))
                 if not seen and ";" in s and "{" not in s and depth == 0 and s.rstrip().endswith(";"):
                     break   # a prototype
                 depth += s.count("{") - s.count("}")
