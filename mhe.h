@@ -232,8 +232,8 @@ typedef struct mhe_tensor {
     float init_std;       /* std of MHE_INIT_NORMAL */
     /* int8 weights of a q8 checkpoint (NULL: float): element i is
        q8[i] * q8_scale[i / q8_group], groups running along each row. Every
-       forward reads a linear layer through them when set (data is then
-       NULL in place, or the dequantized copy on the host). */
+       forward reads a linear layer (and gathers embedding rows) through
+       them when set; data is then NULL: no float copy is kept. */
     const int8_t *q8;
     const float *q8_scale;
     int q8_group;
@@ -1625,6 +1625,7 @@ typedef struct mhe_st_tensor {
     int64_t size;                /* number of elements */
     const unsigned char *data;   /* begin of its bytes inside the parsed buffer (may be unaligned) */
     size_t nbytes;
+    uint64_t offset;             /* of its bytes in the data section */
 } mhe_st_tensor;
 
 enum { MHE_DTYPE_F32 = 0, MHE_DTYPE_F16, MHE_DTYPE_BF16, MHE_DTYPE_F64,
@@ -1664,6 +1665,15 @@ typedef struct mhe_st_item {
     int dtype;                   /* MHE_DTYPE_F32 (0, the default), MHE_DTYPE_I32 or MHE_DTYPE_I8 */
     const int32_t *data_i32;     /* the data of an I32 item (data is then unused) */
     const int8_t *data_i8;       /* the data of an I8 item */
+    /* items computed while they are written, never held whole (q8 files of
+       a large model; a zero-initialised item is none of them): with
+       q8_from, rows of q8_cols floats quantized as mhe_q8_quantize does
+       with q8_group, an I8 item is the int8 weights and an F32 item their
+       scales; with q8_data, an F32 item is q8_data[i] * q8_scale[i / q8_group] */
+    const float *q8_from;
+    int q8_cols, q8_group;
+    const int8_t *q8_data;
+    const float *q8_scale;
 } mhe_st_item;
 
 /* exact byte size of the file mhe_st_write_mem would produce */
@@ -1749,14 +1759,17 @@ MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_size(const mhe_model *m, const mh
 MHEDEF MHE_NODISCARD mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer *t, void *buf, size_t cap, size_t *written);
 /* q8 checkpoints: weights only, for inference. The matrices of linear
    layers (attention projections, W^O, the MLP, mlp's gate/up/down, linear's
-   W_hidden, collab's content bias, untied LM and classification heads) are
-   I8 tensors under their usual names, each with an F32 `<name>_scale`
-   [rows, cols / group] (group 0: one scale per row, [rows, 1]; a row the
-   group does not divide also gets one scale). Everything else (embeddings,
-   position tables, norms, biases, head embeddings, collab's mixing, linear's
-   W_seq) stays F32. Metadata adds "quant": "q8" and "quant.group". The F32
-   tensors come first, so an image at a 4-byte aligned address loads in
-   place. The loaders read it (mhe_model_load_arena in place only); the
+   W_hidden, collab's content bias, untied LM and classification heads) and
+   a vocabulary's token embedding (the tied LM head) are I8 tensors under
+   their usual names, each with an F32 `<name>_scale` [rows, cols / group]
+   (group 0: one scale per row, [rows, 1]; a row the group does not divide
+   also gets one scale). Everything else (position tables, hash embeddings,
+   norms, biases, head embeddings, collab's mixing, linear's W_seq) stays
+   F32. Metadata adds "quant": "q8" and "quant.group". The F32 tensors come
+   first, so an image at a 4-byte aligned address loads in place. The
+   writers quantize as they write (no int8 copy of the model is made). The
+   loaders read it (mhe_model_load_arena in place only; a file whose token
+   embedding is F32 loads too) and keep no float copy of int8 weights; the
    model refuses training (MHE_ERR_FORMAT). */
 MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_size(const mhe_model *m, int group, size_t *size);
 MHEDEF MHE_NODISCARD mhe_status mhe_q8_checkpoint_write_mem(const mhe_model *m, int group, void *buf, size_t cap, size_t *written);
@@ -1769,6 +1782,13 @@ MHEDEF MHE_NODISCARD mhe_status mhe_q8_group_check(mhe_model *m, int group);
    the weights does; mhe_trainer_load_mem refuses non-finite moments) */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_check_finite(mhe_model *m);
 #ifndef MHE_NO_STDIO
+/* Loading for inference: the header is read into memory and every tensor
+   from the file straight into the model's block (the file is never held
+   whole; a trainer checkpoint's optimizer moments are skipped), with no
+   gradient block until mhe_trainer_init or mhe_model_backward asks for one.
+   The weights are read, not mapped: a file changed or truncated after the
+   load cannot affect the model, and one cut during it fails the load
+   (MHE_ERR_TRUNCATED). mhe_model_load_mem does the same from a buffer. */
 MHEDEF MHE_NODISCARD mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx);
 #ifndef MHE_NO_TRAIN
 MHEDEF MHE_NODISCARD mhe_status mhe_trainer_load(mhe_trainer *t, const char *path);
@@ -3496,6 +3516,20 @@ MHEDEF MHE__VECTORISE void mhe_linear_bwd(float *dinp, float *dw, float *db, con
 
 /* ---- 3. kernels: int8 weights (q8) ---------------------------------------- */
 
+/* the scale of one group and one weight's int8 value: shared by
+   mhe_q8_quantize and the checkpoint writer, which quantizes while it writes */
+static float mhe__q8_scale(const float *w, int n) {
+    float amax = 0, s;
+    int j;
+    for (j = 0; j < n; j++) amax = fabsf(w[j]) > amax ? fabsf(w[j]) : amax;
+    s = amax / 127.0f;
+    return s > 0 ? s : 1.0f;   /* an all-zero group (or one below 127 FLT_TRUE_MIN): q = 0 exactly */
+}
+static int8_t mhe__q8_round(float w, float inv) {
+    float v = roundf(w * inv);
+    return (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+}
+
 MHEDEF mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int rows, int cols, int group) {
     int64_t i, n;
     int j;
@@ -3503,18 +3537,24 @@ MHEDEF mhe_status mhe_q8_quantize(int8_t *q, float *scale, const float *w, int r
     n = (int64_t)rows * cols;
     for (i = 0; i < n; i++) if (!mhe__is_finite(w[i])) return MHE_ERR_NONFINITE;
     for (i = 0; i < n; i += group, scale++) {
-        float amax = 0, s, inv;
-        for (j = 0; j < group; j++) amax = fabsf(w[i + j]) > amax ? fabsf(w[i + j]) : amax;
-        s = amax / 127.0f;
-        if (!(s > 0)) s = 1.0f;   /* an all-zero group (or one below 127 FLT_TRUE_MIN): q = 0 exactly */
-        inv = 1.0f / s;
-        for (j = 0; j < group; j++) {
-            float v = roundf(w[i + j] * inv);
-            q[i + j] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
-        }
+        float s = mhe__q8_scale(w + i, group), inv = 1.0f / s;
+        for (j = 0; j < group; j++) q[i + j] = mhe__q8_round(w[i + j], inv);
         *scale = s;
     }
     return MHE_OK;
+}
+
+/* rows ids[0..n) of a [rows, C] table as float: a q8 table's int8 rows
+   dequantized (the token embedding of a q8 model), else copied */
+static void mhe__q8_gather(float *out, const mhe_tensor *t, const int *ids, int n, int C) {
+    int i, j;
+    if (!t->q8) { mhe_embedding_fwd(out, t->data, ids, n, C, 0); return; }
+    for (i = 0; i < n; i++) {
+        const int8_t *q = t->q8 + (size_t)ids[i] * C;
+        const float *s = t->q8_scale + (size_t)ids[i] * (C / t->q8_group);
+        float *o = out + (size_t)i * C;
+        for (j = 0; j < C; j++) o[j] = (float)q[j] * s[j / t->q8_group];
+    }
 }
 
 /* sum over groups of scale[g] * sum_j q[j] x[j]: one output of a q8 layer */
@@ -9527,9 +9567,11 @@ static mhe_status mhe__param_bytes(mhe_model *m, const mhe_config *cfg, size_t *
 }
 
 /* a model laid out for cfg with memory from the hooks or an arena; without
-   gradients (grads = 0) it can only run forward passes */
+   gradients (grads = 0) it runs forward passes until a trainer or a backward
+   asks for them (mhe__model_grads). fill = 0: the weights are left for the
+   loader, which writes every one of them */
 static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx, mhe_arena *arena, int grads,
-                                  int in_place) {
+                                  int in_place, int fill) {
     mhe__layout L;
     mhe_status st;
     size_t tbytes, fbytes;
@@ -9564,7 +9606,7 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
     memset(&L, 0, sizeof L);
     L.m = m;
     mhe__layout_walk(&L);
-    if (!in_place) mhe__init_weights(m, seed);   /* in place: the loader points the tensors at the weights */
+    if (!in_place && fill) mhe__init_weights(m, seed);   /* in place: the loader points the tensors at the weights */
     if ((st = mhe__words_init(m)) != MHE_OK) {
         char e[MHE_ERR_LEN];
         memcpy(e, m->err, MHE_ERR_LEN);
@@ -9577,8 +9619,28 @@ static mhe_status mhe__model_init(mhe_model *m, const mhe_config *cfg, uint64_t 
 }
 
 MHEDEF mhe_status mhe_model_init(mhe_model *m, const mhe_config *cfg, uint64_t seed, void *alloc_ctx) {
-    return mhe__model_init(m, cfg, seed, alloc_ctx, NULL, 1, 0);
+    return mhe__model_init(m, cfg, seed, alloc_ctx, NULL, 1, 0, 1);
 }
+
+/* the gradient block of a loaded model, allocated when training first needs
+   it: loading for inference never pays for it. Arena, in-place and q8 models
+   have none to get. */
+#ifndef MHE_NO_TRAIN
+static mhe_status mhe__model_grads(mhe_model *m) {
+    size_t fbytes;
+    int i, ok = 1;
+    if (m->grad_data) return MHE_OK;
+    if (m->q8) return mhe__fail(m->err, MHE_ERR_FORMAT, "the model has int8 (q8) weights, for inference only (no gradients)");
+    if (m->arena || !m->param_data) return mhe__fail(m->err, MHE_ERR_ARG, "the model was loaded for inference only (no gradients)");
+    fbytes = mhe__mul_size((size_t)m->n_params, sizeof(float), &ok);
+    m->grad_data = ok ? (float *)MHE_MALLOC(m->alloc_ctx, fbytes) : NULL;
+    if (!m->grad_data) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %zu bytes of gradients", fbytes);
+    memset(m->grad_data, 0, fbytes);
+    for (i = 0; i < m->n_tensors; i++) m->params[i].grad = m->grad_data + (m->params[i].data - m->param_data);
+    m->bytes_params += fbytes;
+    return MHE_OK;
+}
+#endif /* MHE_NO_TRAIN */
 
 MHEDEF void mhe_model_free(mhe_model *m) {
     void *ctx;
@@ -9772,7 +9834,10 @@ MHEDEF mhe_status mhe_model_embed_word(mhe_model *m, const char *word, size_t le
     if ((st = mhe__hash_word(m, word, len, NULL, &id, bits)) != MHE_OK) { if (bits) MHE_FREE(m->alloc_ctx, bits); return st; }
     switch (c->embedding) {
     case MHE_EMB_VOCAB: case MHE_EMB_HASH_EMB:
-        memcpy(out, m->tok_emb->data + (size_t)id * C, (size_t)C * sizeof(float));
+        {
+            int row = (int)id;
+            mhe__q8_gather(out, m->tok_emb, &row, 1, C);
+        }
         return MHE_OK;
     case MHE_EMB_HASH_POOL: {
         int ch = mhe_hash_pool_chunks(T, k), *idx = (int *)(void *)(scratch + (size_t)ch * C);
@@ -9959,7 +10024,11 @@ MHEDEF mhe_status mhe_model_init_from(mhe_model *m, const mhe_config *cfg, const
         int same = s && s->ndim == t->ndim;
         for (d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
         if (!same) continue;
-        memcpy(t->data, s->data, (size_t)t->size * sizeof(float));
+        if (s->data) memcpy(t->data, s->data, (size_t)t->size * sizeof(float));
+        else {   /* a q8 model's int8 tensor, dequantized */
+            int64_t k;
+            for (k = 0; k < t->size; k++) t->data[k] = (float)s->q8[k] * s->q8_scale[k / s->q8_group];
+        }
         n++;
     }
     if (st != MHE_OK) {
@@ -10062,6 +10131,8 @@ MHEDEF mhe_status mhe_model_reparam_collab(mhe_model *dst, const mhe_model *src,
     memset(dst, 0, sizeof *dst);
     if (!src || !o) return mhe__fail(dst->err, MHE_ERR_ARG, "reparam: the source model or the options are NULL");
     if (o->dim < 1) return mhe__fail(dst->err, MHE_ERR_ARG, "reparam: D~ (dim) must be >= 1, got %d", o->dim);
+    if (!src->param_data)   /* q8 and in-place models hold no float copy of every weight */
+        return mhe__fail(dst->err, MHE_ERR_ARG, "reparam: the source model has no float weights (q8 or loaded in place): reparametrise its float checkpoint");
     cfg = src->cfg;
     E = cfg.arch == MHE_ARCH_ENCDEC ? cfg.enc_layers : 0;
     dh = mhe_config_d_head(&cfg);
@@ -10226,7 +10297,7 @@ static void mhe__words_fwd(const mhe_model *m, float *out) {
     const mhe_config *c = &m->cfg;
     const mhe_emb_in *e = &m->emb_in;
     int C = c->d_model, T = c->hash_bits, i, j;
-    if (c->embedding == MHE_EMB_VOCAB) { mhe_embedding_fwd(out, m->tok_emb->data, e->row, e->n, C, 0); return; }
+    if (c->embedding == MHE_EMB_VOCAB) { mhe__q8_gather(out, m->tok_emb, e->row, e->n, C); return; }
     for (i = 0; i < e->n; i++)
         if (e->spec[i] >= 0) memcpy(out + (size_t)i * C, m->special_emb->data + (size_t)e->spec[i] * C, (size_t)C * sizeof(float));
     switch (c->embedding) {
@@ -10609,7 +10680,7 @@ static void mhe__stack_bwd(mhe_model *m, int l0, int l1, const mhe__ctx *x) {
 static void mhe__embed_fwd(const mhe_model *m, float *out, const int *tokens, const mhe_tensor *pos, int B, int T, int site) {
     int C = m->cfg.d_model, b, t;
     if (site == 0 && m->emb_in.active) mhe__words_fwd(m, out);   /* words: vocab rows or hash embeddings */
-    else mhe_embedding_fwd(out, m->tok_emb->data, tokens, B * T, C, 0);
+    else mhe__q8_gather(out, m->tok_emb, tokens, B * T, C);
     for (b = 0; b < B; b++)
         for (t = 0; t < T; t++) mhe__axpy(out + ((size_t)b * T + t) * C, 1.0f, pos->data + (size_t)t * C, C);
     if (site == 0 && m->type_emb)   /* BERT's token types (segments) */
@@ -10692,7 +10763,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     if (f->kind == MHE_ATTN_RNDEMB_QK) memcpy(m->acts.emb, f->eps, (size_t)T * C * sizeof(float));
     else
         for (t = 0; t < T; t++) {
-            memcpy(m->acts.emb + (size_t)t * C, m->tok_emb->data + (size_t)f->tokens[t] * C, (size_t)C * sizeof(float));
+            mhe__q8_gather(m->acts.emb + (size_t)t * C, m->tok_emb, f->tokens + t, 1, C);
             mhe__axpy(m->acts.emb + (size_t)t * C, 1.0f, m->pos_emb->data + (size_t)t * C, C);
         }
     mhe__fixed_ctx(m, T, causal, &x);
@@ -10850,7 +10921,7 @@ static int mhe__nonfinite_where(const mhe_model *m, char *where, size_t len) {
 
 MHEDEF mhe_status mhe_model_find_nonfinite(mhe_model *m) {
     char where[200];
-    if (!m || !m->param_data) return MHE_ERR_ARG;
+    if (!m || !m->params) return MHE_ERR_ARG;   /* (q8 and in-place models have no param_data) */
     if (!mhe__nonfinite_where(m, where, sizeof where)) return MHE_OK;
     return mhe__fail(m->err, MHE_ERR_NONFINITE, "%s", where);
 }
@@ -11044,7 +11115,11 @@ static mhe_status mhe__backward(mhe_model *m) {
     const mhe_tensor *hb, *head = mhe__token_head(m, &hb);
     float *dfin;
     if (m->q8) return mhe__fail(m->err, MHE_ERR_FORMAT, "backward: the model has int8 (q8) weights, for inference only (no gradients)");
-    if (!m->grad_data) return mhe__fail(m->err, MHE_ERR_ARG, "backward: this model was loaded for inference only (no gradients)");
+    if (!m->grad_data && m->arena) return mhe__fail(m->err, MHE_ERR_ARG, "backward: this model was loaded for inference only (no gradients)");
+    if (!m->grad_data) {   /* a loaded model's first backward */
+        mhe_status gs = mhe__model_grads(m);
+        if (gs != MHE_OK) return gs;
+    }
     if (!m->last_has_targets || BT == 0) return mhe__fail(m->err, MHE_ERR_ARG, "backward needs a forward pass with targets first");
     mhe__contexts(m, &enc, &dec);
     MHE__PHASE(MHE_PHASE_BACKWARD);
@@ -14627,7 +14702,8 @@ static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_tra
     memset(t, 0, sizeof *t);
     if (!m || !tc) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: model or config is NULL");
     if (m->q8) return mhe__fail(t->err, MHE_ERR_FORMAT, "mhe_trainer_init: the model has int8 (q8) weights, for inference only; train or resume its float checkpoint");
-    if (!m->grad_data) return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: the model was loaded for inference only (no gradients)");
+    if (!m->grad_data && (m->arena || !m->param_data))
+        return mhe__fail(t->err, MHE_ERR_ARG, "mhe_trainer_init: the model was loaded for inference only (no gradients)");
     if ((st = mhe_train_config_validate(tc, t->err)) != MHE_OK) return st;
     if (tc->seq_len > m->cfg.max_seq_len)
         return mhe__fail(t->err, MHE_ERR_CONFIG, "seq_len %d exceeds the model's max_seq_len %d", tc->seq_len, m->cfg.max_seq_len);
@@ -14635,6 +14711,7 @@ static mhe_status mhe__trainer_alloc(mhe_trainer *t, mhe_model *m, const mhe_tra
         return mhe__fail(t->err, MHE_ERR_CONFIG, "src_len %d exceeds the model's max_seq_len %d", tc->src_len, m->cfg.max_seq_len);
     if ((int64_t)tc->batch * tc->seq_len > (1 << 24))   /* as mhe_model_reserve, before the batch buffer's size can wrap */
         return mhe__fail(t->err, MHE_ERR_OVERFLOW, "batch %d x seq_len %d is too many tokens", tc->batch, tc->seq_len);
+    if ((st = mhe__model_grads(m)) != MHE_OK) return mhe__fail(t->err, st, "mhe_trainer_init: %.200s", m->err);   /* a loaded model's, now */
     t->model = m;
     t->tc = *tc;
     B = (size_t)tc->batch; T = (size_t)tc->seq_len; Ts = (size_t)(tc->src_len > 0 ? tc->src_len : tc->seq_len);
@@ -15348,7 +15425,8 @@ static mhe_status mhe__st_run(mhe__st_pass *p, size_t data_size) {
             t.name = mhe__st_keep(p, at, klen);
             if (p->st) {
                 MHE_ASSERT(p->nt < p->cap_nt);
-                t.data = p->st->data + b;
+                t.offset = b;
+                t.data = p->st->data ? p->st->data + b : NULL;   /* NULL: a header-only parse (mhe__st_parse_head) */
                 p->st->tensors[p->nt] = t;
             }
             p->nt++;
@@ -15366,7 +15444,7 @@ static int mhe__st_cmp_name(const void *a, const void *b) {
 /* by (begin, end), then table position so that the order is total */
 static int mhe__st_cmp_range(const void *a, const void *b) {
     const mhe_st_tensor *x = *(const mhe_st_tensor *const *)a, *y = *(const mhe_st_tensor *const *)b;
-    if (x->data != y->data) return x->data < y->data ? -1 : 1;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
     if (x->nbytes != y->nbytes) return x->nbytes < y->nbytes ? -1 : 1;
     return x < y ? -1 : x > y;
 }
@@ -15407,7 +15485,7 @@ static mhe_status mhe__st_check_tables(mhe_safetensors *st) {
     if (nt > 1) qsort((void *)by_range, (size_t)nt, sizeof *by_range, mhe__st_cmp_range);
     for (i = 0; i < nt; i++) {
         const mhe_st_tensor *t = by_range[i];
-        uint64_t b = (uint64_t)(t->data - st->data);
+        uint64_t b = t->offset;
         if (b < off)
             return mhe__fail(st->err, MHE_ERR_OFFSET, "tensors '%s' and '%s' overlap in the data section (bytes %llu..%llu)",
                              mhe__st_show(show, by_range[i - 1]->name, strlen(by_range[i - 1]->name)),
@@ -15423,13 +15501,22 @@ static mhe_status mhe__st_check_tables(mhe_safetensors *st) {
     return MHE_OK;
 }
 
-static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena);
+static mhe_status mhe__st_parse_head(mhe_safetensors *st, const void *buf, size_t size, uint64_t file_size, void *alloc_ctx,
+                                     mhe_arena *arena);
+static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena) {
+    return mhe__st_parse_head(st, buf, size, size, alloc_ctx, arena);
+}
 
 MHEDEF mhe_status mhe_st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx) {
     return mhe__st_parse(st, buf, size, alloc_ctx, NULL);
 }
 
-static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena) {
+/* buf holds the first `size` bytes of a file of file_size bytes: all of it,
+   or (size < file_size) the header only, for a loader that reads the data
+   section itself (mhe_model_load): the same checks, and the tensors get
+   their offsets but data == NULL */
+static mhe_status mhe__st_parse_head(mhe_safetensors *st, const void *buf, size_t size, uint64_t file_size, void *alloc_ctx,
+                                     mhe_arena *arena) {
     const unsigned char *b = (const unsigned char *)buf;
     uint64_t hl = 0;
     size_t total, t_bytes;
@@ -15445,13 +15532,15 @@ static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t siz
         return mhe__fail(st->err, MHE_ERR_TRUNCATED, "file of %llu bytes is too short for the 8-byte header length",
                          (unsigned long long)size);
     for (i = 7; i >= 0; i--) hl = hl << 8 | b[i];
-    if (hl > (uint64_t)(size - 8))
+    if (hl > file_size - 8)
         return mhe__fail(st->err, MHE_ERR_TRUNCATED, "header length %llu larger than file (%llu bytes)",
-                         (unsigned long long)hl, (unsigned long long)size);
+                         (unsigned long long)hl, (unsigned long long)file_size);
     if (hl > MHE_ST_MAX_HEADER)
         return mhe__fail(st->err, MHE_ERR_HEADER, "header length %llu exceeds the limit of %llu bytes",
                          (unsigned long long)hl, (unsigned long long)MHE_ST_MAX_HEADER);
     if (hl == 0) return mhe__fail(st->err, MHE_ERR_HEADER, "empty JSON header");
+    if (file_size != size && (file_size < size || hl > (uint64_t)(size - 8) || file_size - 8 - hl > (uint64_t)SIZE_MAX))
+        return mhe__fail(st->err, MHE_ERR_ARG, "safetensors: the header is not all in the buffer");
 
     /* syntax first, so that every later pass walks well-formed JSON */
     memset(&p, 0, sizeof p);
@@ -15465,8 +15554,8 @@ static mhe_status mhe__st_parse(mhe_safetensors *st, const void *buf, size_t siz
     mhe__json_ws(&p.j);
     if (p.j.pos != p.j.n) return mhe__json_err(&p.j, p.j.pos, "unexpected data after the JSON object");
 
-    st->data = b + 8 + (size_t)hl;
-    st->data_size = size - 8 - (size_t)hl;
+    st->data = file_size == size ? b + 8 + (size_t)hl : NULL;
+    st->data_size = (size_t)(file_size - 8 - hl);
     if ((s = mhe__st_run(&p, st->data_size)) != MHE_OK) { st->data = NULL; st->data_size = 0; return s; }
 
     /* one block; every count is bounded by the header size, so it is never
@@ -15560,9 +15649,9 @@ MHEDEF mhe_status mhe_st_read_f32(const mhe_safetensors *st, const mhe_st_tensor
     if (t->dtype != MHE_DTYPE_F32) return MHE_ERR_DTYPE;
     if (n != t->size || t->size < 0 || (uint64_t)t->size > (uint64_t)(SIZE_MAX / 4) || t->nbytes != (size_t)t->size * 4)
         return MHE_ERR_SHAPE;
-    if (t->nbytes && (!t->data || !st->data || t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
-                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))
-        return MHE_ERR_OFFSET;
+    if (t->nbytes && (!t->data || (st->data && (t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
+                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))))
+        return MHE_ERR_OFFSET;   /* a header-only view: data points at the bytes its loader read */
     mhe__f32_from_le(out, t->data, (size_t)t->size);
     return MHE_OK;
 }
@@ -15573,9 +15662,9 @@ MHEDEF mhe_status mhe_st_read_i32(const mhe_safetensors *st, const mhe_st_tensor
     if (t->dtype != MHE_DTYPE_I32) return MHE_ERR_DTYPE;
     if (n != t->size || t->size < 0 || (uint64_t)t->size > (uint64_t)(SIZE_MAX / 4) || t->nbytes != (size_t)t->size * 4)
         return MHE_ERR_SHAPE;
-    if (t->nbytes && (!t->data || !st->data || t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
-                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))
-        return MHE_ERR_OFFSET;
+    if (t->nbytes && (!t->data || (st->data && (t->data < st->data || (size_t)(t->data - st->data) > st->data_size ||
+                      t->nbytes > st->data_size - (size_t)(t->data - st->data)))))
+        return MHE_ERR_OFFSET;   /* a header-only view: data points at the bytes its loader read */
     for (i = 0; i < (size_t)t->size; i++) {   /* little-endian two's complement, any host */
         const unsigned char *b = t->data + 4 * i;
         uint32_t w = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
@@ -15637,6 +15726,57 @@ static const float *mhe__st_item_words(const mhe_st_item *it) {
     return it->dtype == MHE_DTYPE_I32 ? (const float *)(const void *)it->data_i32 : it->data;
 }
 
+/* 1 when the item has its bytes (stored or computed) */
+static int mhe__st_item_has_data(const mhe_st_item *it) {
+    if (it->q8_from) return it->dtype != MHE_DTYPE_I32 && it->q8_group > 0 && it->q8_cols > 0 && it->q8_cols % it->q8_group == 0;
+    if (it->q8_data) return it->dtype == MHE_DTYPE_F32 && it->q8_scale && it->q8_group > 0;
+    return it->dtype == MHE_DTYPE_I8 ? it->data_i8 != NULL : mhe__st_item_words(it) != NULL;
+}
+
+/* An item's data bytes, handed to put in pieces of at most 4 KB when they
+   are computed or byte-swapped; 0 when put fails. */
+typedef int (*mhe__st_put)(void *ctx, const void *p, size_t n);
+static int mhe__st_emit(const mhe_st_item *it, uint64_t count, mhe__st_put put, void *ctx) {
+    union { unsigned char b[4096]; int8_t q[4096]; float f[1024]; } tmp;
+    size_t n = (size_t)count, k = 0, i;
+    int le = mhe__little_endian();
+    if (it->q8_from && it->dtype == MHE_DTYPE_I8) {   /* group by group: the scale, then its int8 values */
+        size_t g = (size_t)it->q8_group, j;
+        for (i = 0; i < n; i += g) {
+            float inv = 1.0f / mhe__q8_scale(it->q8_from + i, (int)g);
+            for (j = 0; j < g; j++) {
+                tmp.q[k++] = mhe__q8_round(it->q8_from[i + j], inv);
+                if (k == sizeof tmp.q) { if (!put(ctx, tmp.q, k)) return 0; k = 0; }
+            }
+        }
+        return k ? put(ctx, tmp.q, k) : 1;
+    }
+    if (it->q8_from || it->q8_data) {   /* F32: the scales of q8_from, or q8_data dequantized */
+        for (i = 0; i < n; i++) {
+            float v = it->q8_from ? mhe__q8_scale(it->q8_from + i * (size_t)it->q8_group, it->q8_group)
+                                  : (float)it->q8_data[i] * it->q8_scale[i / (size_t)it->q8_group];
+            mhe__f32_to_le(tmp.b + 4 * k, &v, 1);
+            if (++k == sizeof tmp.f / sizeof tmp.f[0]) { if (!put(ctx, tmp.b, 4 * k)) return 0; k = 0; }
+        }
+        return k ? put(ctx, tmp.b, 4 * k) : 1;
+    }
+    if (it->dtype == MHE_DTYPE_I8) return n ? put(ctx, it->data_i8, n) : 1;
+    if (le) return n ? put(ctx, mhe__st_item_words(it), 4 * n) : 1;
+    for (i = 0; i < n; i += k) {
+        k = n - i < 1024 ? n - i : 1024;
+        mhe__f32_to_le(tmp.b, mhe__st_item_words(it) + i, k);
+        if (!put(ctx, tmp.b, 4 * k)) return 0;
+    }
+    return 1;
+}
+
+static int mhe__st_put_mem(void *ctx, const void *p, size_t n) {
+    unsigned char **dst = (unsigned char **)ctx;
+    memcpy(*dst, p, n);
+    *dst += n;
+    return 1;
+}
+
 static uint64_t mhe__st_item_elsize(const mhe_st_item *it) { return it->dtype == MHE_DTYPE_I8 ? 1 : 4; }
 
 static uint64_t mhe__st_item_count(const mhe_st_item *it) {
@@ -15690,7 +15830,7 @@ static mhe_status mhe__st_check_items(const mhe_st_item *items, int n_items, con
         if (it->dtype != MHE_DTYPE_F32 && it->dtype != MHE_DTYPE_I32 && it->dtype != MHE_DTYPE_I8)
             return mhe__fail(err, MHE_ERR_DTYPE, "safetensors writer: tensor '%s' has dtype %d; the writer takes F32, I32 and I8",
                              show, it->dtype);
-        if (count && (it->dtype == MHE_DTYPE_I8 ? !it->data_i8 : !mhe__st_item_words(it)))
+        if (count && !mhe__st_item_has_data(it))
             return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: tensor '%s' has NULL data", show);
         if (count * 4 > MHE__JSON_MAX_INT - total || count * 4 > (uint64_t)(SIZE_MAX / 2) - total)
             return mhe__fail(err, MHE_ERR_OVERFLOW, "safetensors writer: total data size overflows at tensor '%s'", show);
@@ -15809,12 +15949,10 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
         return mhe__fail(err, MHE_ERR_ARG, "safetensors writer: buffer of %llu bytes is too small, the file needs %llu",
                          (unsigned long long)cap, (unsigned long long)total);
     mhe__st_put_header(dst, json_len, padded, items, n_items, meta_keys, meta_values, n_meta);
-    off = 8 + padded;
-    for (i = 0; i < n_items; i++) {
-        size_t c = (size_t)mhe__st_item_count(&items[i]);
-        if (items[i].dtype == MHE_DTYPE_I8) { if (c) memcpy(dst + off, items[i].data_i8, c); off += c; continue; }
-        mhe__f32_to_le(dst + off, mhe__st_item_words(&items[i]), c);
-        off += c * 4;
+    {
+        unsigned char *at = dst + 8 + padded;
+        for (i = 0; i < n_items; i++) (void)mhe__st_emit(&items[i], mhe__st_item_count(&items[i]), mhe__st_put_mem, &at);
+        off = (size_t)(at - dst);
     }
     MHE_ASSERT(off == total);
     if (written) *written = total;
@@ -15822,18 +15960,7 @@ MHEDEF mhe_status mhe_st_write_mem(void *buf, size_t cap, size_t *written,
 }
 
 #ifndef MHE_NO_STDIO
-/* n floats to o as little-endian bytes; nonzero when every byte was written */
-static int mhe__st_fwrite_f32(mhe_out *o, const float *x, size_t n) {
-    unsigned char tmp[4096];
-    if (mhe__little_endian()) return mhe_out_write(o, x, 4 * n);
-    while (n) {
-        size_t k = n < sizeof tmp / 4 ? n : sizeof tmp / 4;
-        mhe__f32_to_le(tmp, x, k);
-        if (!mhe_out_write(o, tmp, 4 * k)) return 0;
-        x += k; n -= k;
-    }
-    return 1;
-}
+static int mhe__st_put_out(void *ctx, const void *p, size_t n) { return mhe_out_write((mhe_out *)ctx, p, n); }
 
 /* ---- output files: the policy of mhe_out (see its declaration) ---- */
 
@@ -16078,9 +16205,7 @@ MHEDEF mhe_status mhe_st_save_file(const char *path, const mhe_st_item *items, i
     mhe__st_put_header(hdr, json_len, padded, items, n_items, meta_keys, meta_values, n_meta);
     if ((s = mhe_out_open(&o, path, err)) != MHE_OK) { MHE_FREE(alloc_ctx, hdr); return s; }
     ok = mhe_out_write(&o, hdr, 8 + padded);
-    for (i = 0; ok && i < n_items; i++)
-        ok = items[i].dtype == MHE_DTYPE_I8 ? mhe_out_write(&o, items[i].data_i8, (size_t)mhe__st_item_count(&items[i]))
-                                            : mhe__st_fwrite_f32(&o, mhe__st_item_words(&items[i]), (size_t)mhe__st_item_count(&items[i]));
+    for (i = 0; ok && i < n_items; i++) ok = mhe__st_emit(&items[i], mhe__st_item_count(&items[i]), mhe__st_put_out, &o);
     MHE_FREE(alloc_ctx, hdr);
     return mhe_out_commit(&o, err);
 }
@@ -16290,7 +16415,13 @@ static mhe_status mhe__ckpt_build(const mhe_model *m, const mhe_trainer *t, mhe_
             memset(it, 0, sizeof *it);
             it->ndim = pt->ndim;
             for (d = 0; d < pt->ndim; d++) it->shape[d] = pt->shape[d];
-            if (copy == 0) { it->name = pt->name; it->data = grads_only ? pt->grad : pt->data; continue; }
+            if (copy == 0) {
+                it->name = pt->name; it->data = grads_only ? pt->grad : pt->data;
+                if (!grads_only && !pt->data && pt->q8) {   /* a q8 model's int8 tensor: dequantized as it is written */
+                    it->q8_data = pt->q8; it->q8_scale = pt->q8_scale; it->q8_group = pt->q8_group;
+                }
+                continue;
+            }
             snprintf(p, MHE_NAME_LEN + 16, "optim.%s.%s", copy == 1 ? "m" : "v", pt->name);
             it->name = p;
             p += MHE_NAME_LEN + 16;
@@ -16446,12 +16577,15 @@ MHEDEF mhe_status mhe_checkpoint_write_mem(const mhe_model *m, const mhe_trainer
 
 /* ---- 10. checkpoints: q8 (int8 weights, inference only) --------------------- */
 
-/* 1 when t is the weight matrix of a linear layer: what a q8 checkpoint
-   stores as int8 (every such tensor feeds the forward through mhe__linq) */
+/* 1 when t is what a q8 checkpoint stores as int8: the weight matrix of a
+   linear layer (every such tensor feeds the forward through mhe__linq) and
+   a vocabulary's token embedding (rows gathered by mhe__q8_gather; the tied
+   LM head's GEMV reads it through mhe__linq too) */
 static int mhe__q8_linear(const mhe_model *m, const mhe_tensor *t) {
     int l, k;
     if (t->ndim != 2) return 0;
     if (t == m->lm_head || t == m->cls_w || t == m->sr_w) return 1;
+    if (t == m->tok_emb) return m->cfg.embedding == MHE_EMB_VOCAB;
     for (l = 0; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
         if (t == y->fc1_w || t == y->fc2_w) return 1;
@@ -16478,36 +16612,38 @@ typedef struct mhe__q8ckpt {
     void *block;
 } mhe__q8ckpt;
 
+/* The q8 file's items: each quantized tensor becomes its scales (with the
+   F32 tensors, first) and its int8 weights (last), both computed while the
+   file is written, so exporting needs the float model and little more. A
+   q8 model's own int8 tensors are written as they are. */
 static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, char *err) {
     int nt = m->n_tensors, i, pass, nq = 0, ok = 1;
-    size_t qbytes = 0, sfloats = 0, bytes;
+    size_t bytes;
     char *names;
-    float *sc;
-    int8_t *qb, *q0;
     mhe_status s;
     memset(q, 0, sizeof *q);
     if (group < 0) return mhe__fail(err, MHE_ERR_ARG, "q8: group %d must be >= 0 (0: one scale per row)", group);
     for (i = 0; i < nt; i++) {
         const mhe_tensor *t = &m->params[i];
         if (!mhe__q8_linear(m, t)) continue;
-        if (!t->data) return mhe__fail(err, MHE_ERR_ARG, "q8: tensor '%s' has no float weights to quantize (an in-place q8 model)", t->name);
         nq++;
-        qbytes = mhe__add_size(qbytes, (size_t)t->size, &ok);
-        sfloats = mhe__add_size(sfloats, (size_t)(t->size / mhe__q8_group_of(group, t->shape[1])), &ok);
+        if (t->data) {   /* as mhe_q8_quantize would, before anything is written */
+            int64_t k = mhe__first_nonfinite(t->data, t->size);
+            if (k >= 0) return mhe__fail(err, MHE_ERR_NONFINITE, "q8: tensor '%s' cannot be quantized (%s)", t->name, mhe_status_str(MHE_ERR_NONFINITE));
+        } else if (!t->q8 || t->q8_group != mhe__q8_group_of(group, t->shape[1]))
+            return mhe__fail(err, MHE_ERR_ARG, "q8: tensor '%s' is int8 with %d weights per scale, not %d: quantize the float checkpoint instead",
+                             t->name, t->q8_group, mhe__q8_group_of(group, t->shape[1]));
     }
     if ((s = mhe__ckpt_build(m, NULL, &q->k, 0, err)) != MHE_OK) return s;
     MHE_ASSERT(q->k.n_items >= nt);
     bytes = (size_t)(q->k.n_items + nq) * sizeof(mhe_st_item) + 2 * (size_t)(q->k.n_meta + 2) * sizeof(char *);
-    bytes = MHE_ARENA_ROUND(mhe__add_size(bytes, mhe__mul_size((size_t)nq, MHE_NAME_LEN + 8, &ok), &ok));
-    bytes = mhe__add_size(bytes, mhe__add_size(mhe__mul_size(sfloats, sizeof(float), &ok), qbytes, &ok), &ok);
+    bytes = mhe__add_size(bytes, mhe__mul_size((size_t)nq, MHE_NAME_LEN + 8, &ok), &ok);
     q->block = ok ? MHE_MALLOC(m->alloc_ctx, bytes) : NULL;
     if (!q->block) { MHE_FREE(m->alloc_ctx, q->k.block); return mhe__fail(err, MHE_ERR_NOMEM, "q8: out of memory"); }
     q->items = (mhe_st_item *)q->block;
     q->keys = (const char **)(void *)(q->items + q->k.n_items + nq);
     q->values = q->keys + q->k.n_meta + 2;
     names = (char *)(void *)(q->values + q->k.n_meta + 2);
-    sc = (float *)(void *)((unsigned char *)q->block + (bytes - sfloats * sizeof(float) - qbytes));
-    qb = q0 = (int8_t *)(void *)(sc + sfloats);
     for (i = 0; i < q->k.n_meta; i++) { q->keys[i] = q->k.keys[i]; q->values[i] = q->k.values[i]; }
     snprintf(q->group_text, sizeof q->group_text, "%d", group);
     q->keys[i] = "quant"; q->values[i++] = "q8";
@@ -16515,7 +16651,7 @@ static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, c
     q->n_meta = i;
     /* pass 0: every F32 tensor (the scales in place of their matrices), pass 1: the I8 ones */
     for (pass = 0; pass < 2; pass++)
-        for (i = 0, qb = q0; i < q->k.n_items; i++) {
+        for (i = 0; i < q->k.n_items; i++) {
             mhe_st_item *it;
             const mhe_tensor *t = i < nt ? &m->params[i] : NULL;
             int quant = t && mhe__q8_linear(m, t), g;
@@ -16524,22 +16660,16 @@ static mhe_status mhe__q8_build(const mhe_model *m, int group, mhe__q8ckpt *q, c
             *it = q->k.items[i];
             if (!quant) continue;
             g = mhe__q8_group_of(group, t->shape[1]);
+            it->data = NULL; it->q8_data = NULL; it->q8_scale = NULL;
+            if (t->data) { it->q8_from = t->data; it->q8_cols = (int)t->shape[1]; it->q8_group = g; }
             if (pass == 0) {   /* the scales [rows, cols / g], named <name>_scale */
                 snprintf(names, MHE_NAME_LEN + 8, "%s_scale", t->name);
                 it->name = names; names += MHE_NAME_LEN + 8;
                 it->shape[1] = t->shape[1] / g;
-                it->data = sc;
-                s = mhe_q8_quantize(qb, sc, t->data, (int)t->shape[0], (int)t->shape[1], g);
-                if (s != MHE_OK) {
-                    MHE_FREE(m->alloc_ctx, q->block); MHE_FREE(m->alloc_ctx, q->k.block);
-                    return mhe__fail(err, s, "q8: tensor '%s' cannot be quantized (%s)", t->name, mhe_status_str(s));
-                }
-                sc += t->size / g;
-                qb += t->size;
+                if (!t->data) it->data = t->q8_scale;
             } else {
                 it->dtype = MHE_DTYPE_I8;
-                it->data_i8 = qb;
-                qb += t->size;
+                if (!t->data) it->data_i8 = t->q8;
             }
         }
     return MHE_OK;
@@ -16681,14 +16811,122 @@ static mhe_status mhe__q8_check(const mhe_safetensors *st, const mhe_tensor *t, 
     return MHE_OK;
 }
 
-/* A q8 model's int8 tensors: in place, pointers into the image (the scales
-   4-byte aligned, a little-endian CPU); on the heap, one block of the scales
-   and int8 weights, and the float weights dequantized beside them, so every
-   path that reads floats (export, reparam) still works. */
-static mhe_status mhe__q8_load(mhe_model *m, const mhe_safetensors *st, int in_place) {
-    size_t sfloats = 0, qbytes = 0;
+/* Where a load's tensor bytes come from: the buffer a view was parsed from,
+   or a file (mhe_model_load) read tensor by tensor straight into the model's
+   own blocks, never whole into memory. Read, not mapped: a mapped file that
+   another process truncates faults (SIGBUS) at the next access to a page
+   past its new end, which a library cannot catch without a process-wide
+   signal handler; read weights belong to the process, so a file changed
+   after the load cannot touch them, and one that ends early fails the load
+   (MHE_ERR_TRUNCATED). */
+typedef struct mhe__src {
+    void *f;                 /* FILE *; NULL: the bytes are in the parsed buffer */
+    uint64_t data_at, pos;   /* file offsets: the data section, the read position */
+    void *side;              /* file loads: the small tensors read whole beforehand */
+} mhe__src;
+
+/* the bytes of t into dst */
+static mhe_status mhe__src_bytes(mhe__src *src, const mhe_st_tensor *t, void *dst, char *err) {
+    (void)src;   /* (no files under MHE_NO_STDIO) */
+    if (t->data || !t->nbytes) {
+        if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+        return MHE_OK;
+    }
+#ifndef MHE_NO_STDIO
+    if (src && src->f) {
+        FILE *f = (FILE *)src->f;
+        uint64_t at = src->data_at + t->offset;
+        unsigned char *d = (unsigned char *)dst;
+        size_t left = t->nbytes;
+        if (at != src->pos) {
+            mhe__off o = (mhe__off)at;
+            if (o < 0 || (uint64_t)o != at || MHE__FSEEK(f, o, SEEK_SET) != 0)
+                return mhe__fail(err, MHE_ERR_IO, "cannot seek to byte %llu of tensor '%.80s'", (unsigned long long)at, t->name);
+            src->pos = at;
+        }
+        while (left) {
+            size_t k = left < ((size_t)1 << 30) ? left : ((size_t)1 << 30), got = fread(d, 1, k, f);
+            src->pos += got;
+            if (got != k)
+                return mhe__fail(err, MHE_ERR_TRUNCATED, "the file ends at byte %llu, inside tensor '%.80s' (it changed while it was loaded?)",
+                                 (unsigned long long)src->pos, t->name);
+            d += k; left -= k;
+        }
+        return MHE_OK;
+    }
+#endif
+    return mhe__fail(err, MHE_ERR_ARG, "tensor '%.80s': no data to read", t->name);
+}
+
+/* a model tensor's F32 weights: name, shape and dtype checked, the bytes
+   straight into t->data (byte-swapped there on a big-endian CPU) */
+static mhe_status mhe__load_f32(mhe__src *src, const mhe_safetensors *st, mhe_tensor *t, char *err) {
+    mhe_status s = mhe__load_tensor(st, t->name, t, NULL, err);
+    const mhe_st_tensor *a;
+    if (s != MHE_OK) return s;
+    a = mhe_st_find(st, t->name);
+    if (a->nbytes != (size_t)t->size * 4) return mhe__fail(err, MHE_ERR_SHAPE, "tensor '%s': byte size differs from the model's", t->name);
+    if ((s = mhe__src_bytes(src, a, t->data, err)) != MHE_OK) return s;
+    if (!mhe__little_endian()) {
+        int64_t i;
+        for (i = 0; i < t->size; i++) {
+            uint32_t w;
+            memcpy(&w, t->data + i, 4);
+            w = mhe__bswap32(w);
+            memcpy(t->data + i, &w, 4);
+        }
+    }
+    return MHE_OK;
+}
+
+/* file loads: the tensors that the checks read whole (q8 scales, word
+   state, tokenizer), small beside the weights, in one block */
+static mhe_status mhe__src_side(mhe__src *src, mhe_safetensors *st, int q8, void *alloc_ctx, char *err) {
+    size_t total = 0;
+    unsigned char *p = NULL;
+    int i, pass, ok = 1;
+    mhe_status s;
+    for (pass = 0; pass < 2; pass++) {
+        for (i = 0; i < st->n_tensors; i++) {
+            mhe_st_tensor *t = &st->tensors[i];
+            size_t len = strlen(t->name);
+            if (strcmp(t->name, MHE__CKPT_NGRAMS) != 0 && strcmp(t->name, MHE__CKPT_VOCAB) != 0 && strcmp(t->name, MHE__CKPT_BPE) != 0 &&
+                !(q8 && len > 6 && strcmp(t->name + len - 6, "_scale") == 0))
+                continue;
+            if (!pass) { total = mhe__add_size(total, t->nbytes, &ok); continue; }
+            if ((s = mhe__src_bytes(src, t, p, err)) != MHE_OK) return s;
+            t->data = p;
+            p += t->nbytes;
+        }
+        if (!pass) {
+            src->side = ok ? MHE_MALLOC(alloc_ctx, total ? total : 1) : NULL;
+            if (!src->side) return mhe__fail(err, MHE_ERR_NOMEM, "cannot allocate %zu bytes for the checkpoint's scales and word state", total);
+            p = (unsigned char *)src->side;
+        }
+    }
+    return MHE_OK;
+}
+
+/* 1 when t is int8 in this q8 file: every linear layer's matrix, and the
+   token embedding unless the file predates its quantization (then F32) */
+static int mhe__q8_stored(const mhe_model *m, const mhe_safetensors *st, const mhe_tensor *t) {
+    const mhe_st_tensor *a;
+    if (!mhe__q8_linear(m, t)) return 0;
+    if (t != m->tok_emb) return 1;
+    a = mhe_st_find(st, t->name);
+    return a && a->dtype == MHE_DTYPE_I8;
+}
+
+/* A q8 model's tensors. In place: pointers into the image (the scales
+   4-byte aligned, a little-endian CPU); the float ones are mapped by the
+   caller. On the heap: one block of the float tensors (in memory order, so
+   adjacent tensors stay adjacent), the scales and the int8 weights, read
+   straight into it; no float copy of an int8 tensor exists (data NULL), as
+   in place, so the model takes the weights' bytes and no more. */
+static mhe_status mhe__q8_load(mhe_model *m, const mhe_safetensors *st, int in_place, mhe__src *src) {
+    size_t ffloats = 0, sfloats = 0, qbytes = 0;
     int i, pass, ok = 1, g = 1;
-    float *sc = NULL;
+    float *fl = NULL, *sc = NULL;
     int8_t *qb = NULL;
     union { uint32_t u; unsigned char c[4]; } e;
     e.u = 1;
@@ -16697,8 +16935,14 @@ static mhe_status mhe__q8_load(mhe_model *m, const mhe_safetensors *st, int in_p
             mhe_tensor *t = &m->params[i];
             const mhe_st_tensor *a = NULL, *b = NULL;
             mhe_status s;
-            int64_t k;
-            if (!mhe__q8_linear(m, t)) continue;
+            if (!mhe__q8_stored(m, st, t)) {
+                if (in_place) continue;
+                if (pass == 0) { ffloats = mhe__add_size(ffloats, (size_t)t->size, &ok); continue; }
+                t->data = fl;
+                fl += t->size;
+                if ((s = mhe__load_f32(src, st, t, m->err)) != MHE_OK) return s;
+                continue;
+            }
             if ((s = mhe__q8_check(st, t, m->q8_group, &a, &b, &g, m->err)) != MHE_OK) return s;
             t->q8_group = g;
             if (in_place) {
@@ -16715,24 +16959,29 @@ static mhe_status mhe__q8_load(mhe_model *m, const mhe_safetensors *st, int in_p
                 continue;
             }
             if ((s = mhe_st_read_f32(st, b, sc, b->size)) != MHE_OK) return mhe__fail(m->err, s, "tensor '%s_scale': %s", t->name, mhe_status_str(s));
-            memcpy(qb, a->data, (size_t)a->size);
-            for (k = 0; k < t->size; k++) t->data[k] = (float)qb[k] * sc[k / g];
+            if ((s = mhe__src_bytes(src, a, qb, m->err)) != MHE_OK) return s;
             t->q8 = qb; t->q8_scale = sc;
+            t->data = NULL;
             qb += a->size; sc += b->size;
         }
         if (in_place) return MHE_OK;
         if (pass == 0) {
-            size_t bytes = mhe__add_size(mhe__mul_size(sfloats, sizeof(float), &ok), qbytes, &ok);
+            size_t bytes = mhe__add_size(mhe__mul_size(mhe__add_size(ffloats, sfloats, &ok), sizeof(float), &ok), qbytes, &ok);
             m->q8_block = ok ? MHE_MALLOC(m->alloc_ctx, bytes ? bytes : 1) : NULL;
             if (!m->q8_block) return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate the q8 weights");
-            sc = (float *)m->q8_block;
+            fl = (float *)m->q8_block;
+            sc = fl + ffloats;
             qb = (int8_t *)(void *)(sc + sfloats);
+            m->bytes_params += bytes;
         }
     }
     return MHE_OK;
 }
 
-static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, void *alloc_ctx, mhe_arena *arena, int in_place) {
+/* buf: the checkpoint (size = file_size), or with src->f its first `size`
+   bytes, the header, and the tensors are read from the file */
+static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, uint64_t file_size, void *alloc_ctx, mhe_arena *arena,
+                                  int in_place, mhe__src *src) {
     mhe_safetensors st;
     mhe_config cfg;
     mhe_status s;
@@ -16741,8 +16990,9 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
     int i, q8 = 0, q8_group = 0;
     if (!m) return MHE_ERR_ARG;
     memset(m, 0, sizeof *m);
-    s = mhe__st_parse(&st, buf, size, alloc_ctx, arena);
+    s = mhe__st_parse_head(&st, buf, size, file_size, alloc_ctx, arena);
     if (s != MHE_OK) { mhe__fail(m->err, s, "%s", st.err); return s; }
+    if (src) src->data_at = file_size - st.data_size;
     if ((s = mhe__ckpt_config(&st, &cfg, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
     if ((quant = mhe_st_meta(&st, "quant")) != NULL) {   /* int8 weights (q8) */
         const char *gt = mhe_st_meta(&st, "quant.group");
@@ -16774,15 +17024,17 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
         }
         memset(m, 0, sizeof *m);
     }
-    /* a q8 model is for inference: no gradient block */
-    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, arena == NULL && !q8, in_place)) != MHE_OK) { mhe_st_free(&st); return s; }
+    if (src && src->f && (s = mhe__src_side(src, &st, q8, alloc_ctx, m->err)) != MHE_OK) { mhe_st_free(&st); return s; }
+    /* for inference: no gradient block until a trainer asks (mhe__model_grads),
+       no random init of weights the file gives, and a q8 model's blocks from
+       mhe__q8_load, as in place */
+    if ((s = mhe__model_init(m, &cfg, 0, alloc_ctx, arena, 0, in_place || (q8 && !arena), 0)) != MHE_OK) { mhe_st_free(&st); return s; }
     m->q8 = q8; m->q8_group = q8_group;
-    for (i = 0; i < m->n_tensors && s == MHE_OK; i++) {
-        if (q8 && mhe__q8_linear(m, &m->params[i])) continue;   /* below */
-        s = in_place ? mhe__map_tensor(&st, &m->params[i], m->err)
-                     : mhe__load_tensor(&st, m->params[i].name, &m->params[i], m->params[i].data, m->err);
+    for (i = 0; i < m->n_tensors && s == MHE_OK && (in_place || !q8); i++) {
+        if (q8 && mhe__q8_stored(m, &st, &m->params[i])) continue;   /* mhe__q8_load */
+        s = in_place ? mhe__map_tensor(&st, &m->params[i], m->err) : mhe__load_f32(src, &st, &m->params[i], m->err);
     }
-    if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place);
+    if (s == MHE_OK && q8) s = mhe__q8_load(m, &st, in_place, src);
     if (s == MHE_OK) s = mhe__load_words(m, &st);
     if (s == MHE_OK) s = mhe__load_bpe(m, &st, arena == NULL);
     for (i = 0; i < st.n_tensors && s == MHE_OK; i++) {
@@ -16807,12 +17059,32 @@ static mhe_status mhe__model_load(mhe_model *m, const void *buf, size_t size, vo
 }
 
 MHEDEF mhe_status mhe_model_load_mem(mhe_model *m, const void *buf, size_t size, void *alloc_ctx) {
-    return mhe__model_load(m, buf, size, alloc_ctx, NULL, 0);
+    return mhe__model_load(m, buf, size, size, alloc_ctx, NULL, 0, NULL);
 }
 
 MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t size, mhe_arena *arena, int flags) {
     if (!arena) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_load_arena: arena is NULL") : MHE_ERR_ARG;
-    return mhe__model_load(m, ckpt, size, NULL, arena, (flags & MHE_LOAD_IN_PLACE) != 0);
+    return mhe__model_load(m, ckpt, size, size, NULL, arena, (flags & MHE_LOAD_IN_PLACE) != 0, NULL);
+}
+
+/* the first element of x[0..n) that is NaN or infinite, or -1: blocks are
+   tested with an integer OR that the compiler vectorises (a 124M-weight
+   model in tens of ms), the element looked for only in a bad block */
+static MHE__VECTORISE int64_t mhe__nonfinite_index(const float *x, int64_t n) {
+    int64_t i0, i;
+    for (i0 = 0; i0 < n; i0 += 4096) {
+        int64_t e = n - i0 < 4096 ? n : i0 + 4096;
+        uint32_t bad = 0;
+        for (i = i0; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, x + i, 4);
+            bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        }
+        if (bad)
+            for (i = i0; i < e; i++)
+                if (!mhe__is_finite(x[i])) return i;
+    }
+    return -1;
 }
 
 /* the first non-finite value of a buffer laid out like the parameters (the
@@ -16820,17 +17092,17 @@ MHEDEF mhe_status mhe_model_load_arena(mhe_model *m, const void *ckpt, size_t si
 static mhe_status mhe__check_finite(const mhe_model *m, const float *base, const char *what, char *err) {
     int i;
     for (i = 0; i < m->n_tensors; i++) {
-        const float *p = base + (m->params[i].data - m->param_data);
-        int64_t k, n = m->params[i].size;
-        for (k = 0; k < n; k++)
-            if (!mhe__is_finite(p[k]))
-                return mhe__fail(err, MHE_ERR_NONFINITE, "%s '%s' element %lld is %g", what, m->params[i].name, (long long)k, (double)p[k]);
+        /* the weights themselves (base == param_data) wherever they are: q8 and
+           in-place models have no parameter block, and int8 tensors no floats */
+        const float *p = base == m->param_data ? m->params[i].data : base + (m->params[i].data - m->param_data);
+        int64_t k = p ? mhe__nonfinite_index(p, m->params[i].size) : -1;
+        if (k >= 0) return mhe__fail(err, MHE_ERR_NONFINITE, "%s '%s' element %lld is %g", what, m->params[i].name, (long long)k, (double)p[k]);
     }
     return MHE_OK;
 }
 
 MHEDEF mhe_status mhe_model_check_finite(mhe_model *m) {
-    if (!m || !m->param_data) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_check_finite: no model") : MHE_ERR_ARG;
+    if (!m || !m->params) return m ? mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_check_finite: no model") : MHE_ERR_ARG;
     return mhe__check_finite(m, m->param_data, "non-finite weight:", m->err);
 }
 
@@ -16928,16 +17200,56 @@ MHEDEF mhe_status mhe_trainer_load_mem(mhe_trainer *t, const void *buf, size_t s
 #endif
 
 #ifndef MHE_NO_STDIO
+/* the header into memory, the tensors from the file into their blocks
+   (mhe__src): the file is never held whole */
 MHEDEF mhe_status mhe_model_load(mhe_model *m, const char *path, void *alloc_ctx) {
-    void *buf;
-    size_t size;
+    FILE *f;
+    unsigned char *head = NULL;
+    size_t n8, hb = 0;
+    uint64_t hl = 0;
+    mhe__off len;
+    mhe__src src;
     mhe_status s;
     char err[MHE_ERR_LEN];
+    int e, k;
     if (!m) return MHE_ERR_ARG;
     memset(m, 0, sizeof *m);
-    if ((s = mhe_read_file(path, &buf, &size, alloc_ctx, m->err)) != MHE_OK) return s;
-    s = mhe_model_load_mem(m, buf, size, alloc_ctx);
-    MHE_FREE(alloc_ctx, buf);
+    if (!path) return mhe__fail(m->err, MHE_ERR_ARG, "mhe_model_load: path is NULL");
+    errno = 0;
+    f = fopen(path, "rb");
+    if (!f) { e = errno; return mhe__fail(m->err, MHE_ERR_IO, "cannot open '%s': %s", path, e ? strerror(e) : "fopen failed"); }
+    errno = 0;
+    head = (unsigned char *)MHE_MALLOC(alloc_ctx, 8);
+    if (!head) { fclose(f); return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate memory to read '%s'", path); }
+    n8 = fread(head, 1, 8, f);
+    if (n8 < 8 && ferror(f)) {   /* a directory opens fine on some systems: the first read tells */
+        e = errno;
+        MHE_FREE(alloc_ctx, head); fclose(f);
+        return mhe__fail(m->err, MHE_ERR_IO, "cannot read '%s': %s", path, e ? strerror(e) : "read error");
+    }
+    if (MHE__FSEEK(f, 0, SEEK_END) != 0 || (len = MHE__FTELL(f)) < 0 || MHE__FSEEK(f, 8, SEEK_SET) != 0) {
+        MHE_FREE(alloc_ctx, head); fclose(f);
+        return mhe__fail(m->err, MHE_ERR_IO, "cannot determine the size of '%s' (not a regular file, or too large)", path);
+    }
+    for (k = 7; k >= 0 && n8 == 8; k--) hl = hl << 8 | head[k];
+    /* a header the parser will accept is read whole; any other is refused by it */
+    if (n8 == 8 && hl <= (uint64_t)len - 8 && hl <= MHE_ST_MAX_HEADER) {
+        unsigned char *h2 = (unsigned char *)MHE_REALLOC(alloc_ctx, head, 8, 8 + (size_t)hl);
+        if (!h2) { MHE_FREE(alloc_ctx, head); fclose(f); return mhe__fail(m->err, MHE_ERR_NOMEM, "cannot allocate %llu bytes for the header of '%s'", (unsigned long long)hl, path); }
+        head = h2;
+        hb = (size_t)hl;
+        if (fread(head + 8, 1, hb, f) != hb) {
+            MHE_FREE(alloc_ctx, head); fclose(f);
+            return mhe__fail(m->err, MHE_ERR_TRUNCATED, "'%s' ends inside its header (it changed while it was read?)", path);
+        }
+    }
+    memset(&src, 0, sizeof src);
+    src.f = f;
+    src.pos = 8 + hb;
+    s = mhe__model_load(m, head, n8 < 8 ? n8 : 8 + hb, n8 < 8 ? n8 : (uint64_t)len, alloc_ctx, NULL, 0, &src);
+    if (src.side) MHE_FREE(alloc_ctx, src.side);
+    MHE_FREE(alloc_ctx, head);
+    fclose(f);
     if (s != MHE_OK) {
         memcpy(err, m->err, MHE_ERR_LEN);
         snprintf(m->err, MHE_ERR_LEN, "%.100s: %.140s", path, err);
@@ -17464,7 +17776,8 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
         if ((st = mhe__decode_maps(m, c)) != MHE_OK) return st;
     }
     x = d.sum;
-    for (i = 0; i < C; i++) x[i] = m->tok_emb->data[(size_t)token * C + i] + m->pos_emb->data[(size_t)pos * C + i];
+    mhe__q8_gather(x, m->tok_emb, &token, 1, C);   /* int8 rows in a q8 model */
+    for (i = 0; i < C; i++) x[i] += m->pos_emb->data[(size_t)pos * C + i];
     if (m->type_emb) mhe__axpy(x, 1.0f, m->type_emb->data, C);   /* type 0, as a batch without types */
     if (m->emb_norm_w) {
         mhe__norm_fwd(m, d.nrm, d.stats, d.stats + 1, x, m->emb_norm_w, m->emb_norm_b, 1);
@@ -17499,7 +17812,7 @@ MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
     mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), mhe__opt_data(m->lm_b), 1, C, cfg->vocab_size);
     c->len++;
     {   /* V values beside the head's V x C products: sampling from NaN would give token 0 */
-        int64_t bad = mhe__first_nonfinite(d.logits, cfg->vocab_size);
+        int64_t bad = mhe__nonfinite_index(d.logits, cfg->vocab_size);
         if (bad >= 0)
             return mhe__fail(m->err, MHE_ERR_NONFINITE, "decoding position %d: logit %lld is %g (a forward pass over the tokens so far "
                              "finds the layer: mhe_model_find_nonfinite)", pos, (long long)bad, (double)d.logits[bad]);

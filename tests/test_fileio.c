@@ -11,15 +11,31 @@
    - a directory (and on Windows the device NUL) as output is refused;
    - the size of a sparse file beyond 2 GB and 4 GB is read through 64-bit
      offsets (long is 32 bits on Windows): the reader asks for that many
-     bytes, which the allocator here refuses. */
+     bytes, which the allocator here refuses;
+   - mhe_model_load reads the weights into the model's own memory: a file
+     truncated after the load changes nothing (a mapped file would fault),
+     and one truncated during the load fails it cleanly. */
 #ifndef _WIN32
 #define _POSIX_C_SOURCE 200809L   /* fseeko, getpid */
 #endif
 #include <stdlib.h>
 #include <stdint.h>
+#include <stdio.h>
 
-/* the allocator refuses blocks over 1 GB: the large-file check needs only the size */
-static void *test_malloc(void *ctx, size_t n) { (void)ctx; return n > ((size_t)1 << 30) ? NULL : malloc(n ? n : 1); }
+/* the allocator refuses blocks over 1 GB: the large-file check needs only the size;
+   with cut_path set, the first block of at least cut_at bytes truncates that file */
+static const char *cut_path;
+static size_t cut_at;
+static int cut_done;
+static void *test_malloc(void *ctx, size_t n) {
+    (void)ctx;
+    if (cut_path && n >= cut_at && !cut_done) {
+        FILE *f = fopen(cut_path, "wb");
+        cut_done = f != NULL;
+        if (f) fclose(f);
+    }
+    return n > ((size_t)1 << 30) ? NULL : malloc(n ? n : 1);
+}
 #define MHE_MALLOC(ctx, n) test_malloc((ctx), (n))
 #define MHE_REALLOC(ctx, p, old, n) ((void)(ctx), (void)(old), realloc((p), (n)))
 #define MHE_FREE(ctx, p) ((void)(ctx), free(p))
@@ -243,6 +259,47 @@ static void large_offsets(void) {
     remove(p);
 }
 
+/* load, truncate, decode: the logits are those of the untouched model; and a
+   file cut while it is read (the weights' block allocated, their bytes not
+   yet read) is MHE_ERR_TRUNCATED */
+static void truncated_after_load(void) {
+    static const char cfg[] = "vocab_size=40\nd_model=32\nn_heads=2\nn_layers=2\nmax_seq_len=16\n";
+    char p[600], err[MHE_ERR_LEN];
+    mhe_config c;
+    mhe_model m, back;
+    mhe_kv_cache k0, k1;
+    int t, same = 1;
+    mhe_status s;
+    c = mhe_config_default();
+    CHECK(mhe_config_parse(&c, cfg, sizeof cfg - 1, err) == MHE_OK, "config: %s", err);
+    CHECK(mhe_model_init(&m, &c, 3, NULL) == MHE_OK, "init: %s", m.err);
+    path_of(p, sizeof p, "cut.safetensors");
+    CHECK(mhe_checkpoint_save(&m, NULL, p) == MHE_OK, "save: %s", m.err);
+    CHECK(mhe_model_load(&back, p, NULL) == MHE_OK && back.grad_data == NULL, "load (no gradients until training): %s", back.err);
+    CHECK(write_bytes(p, "", 0), "truncate the loaded file");
+    OK(mhe_kv_cache_init(&k0, &m, 8, NULL));
+    OK(mhe_kv_cache_init(&k1, &back, 8, NULL));
+    for (t = 0; t < 8; t++) {
+        OK(mhe_decode_step(&m, &k0, t * 3 % 40));
+        OK(mhe_decode_step(&back, &k1, t * 3 % 40));
+        same = same && memcmp(k0.logits, k1.logits, 40 * sizeof(float)) == 0;
+    }
+    CHECK(same, "a file truncated after the load: decoding goes on with the weights read, bit for bit");
+    mhe_kv_cache_free(&k0); mhe_kv_cache_free(&k1);
+    mhe_model_free(&back);
+    CHECK(mhe_checkpoint_save(&m, NULL, p) == MHE_OK, "save again: %s", m.err);
+    cut_path = p; cut_at = (size_t)m.n_params * sizeof(float); cut_done = 0;
+    s = mhe_model_load(&back, p, NULL);
+    cut_path = NULL;
+    if (cut_done)
+        CHECK(s == MHE_ERR_TRUNCATED && strstr(back.err, "changed while"), "a file cut during the load: %s (%s)", mhe_status_str(s), back.err);
+    else
+        printf("SKIP cut during the load: the open file could not be truncated here\n");
+    if (s == MHE_OK) mhe_model_free(&back);
+    remove(p);
+    mhe_model_free(&m);
+}
+
 int main(void) {
     const char *t = getenv("TMPDIR");
 #ifdef _WIN32
@@ -254,5 +311,6 @@ int main(void) {
     replace_open();
     refused_targets();
     large_offsets();
+    truncated_after_load();
     return TEST_END();
 }

@@ -8,6 +8,9 @@
      build/bench_decode --kinds mha,mhe-mul --contexts 128,max --threads 1
      build/bench_decode --check       mhe's next-token logits against the PyTorch loop's
      build/bench_decode --cpu-time    process CPU time instead of wall time (one thread, busy machine)
+     build/bench_decode --models build/gpt2/gpt2.safetensors,build/gpt2/gpt2_q8.safetensors --contexts 128
+                                      checkpoints (float32 or q8) in place of the built models: the load
+                                      time, the bytes a token reads and decoding's share of the bandwidth
    Method, the same on both sides: context L is the number of keys the last
    timed token attends to. The first L-k random tokens (k = min(window, L))
    are prefilled, not timed (here by mhe_decode_step, in PyTorch by one
@@ -21,7 +24,8 @@
    here on a buffer past the caches. A decoding step of one sequence is a
    matrix-vector product per weight, so this is what it costs when every
    byte comes from memory: an estimate, not a bound (the L3 may keep part
-   of the weights from one token to the next). */
+   of the weights from one token to the next). Its inverse, the memory time
+   over the measured time, is decoding's share of the bandwidth bound. */
 #define _POSIX_C_SOURCE 200809L
 #define MHE_IMPLEMENTATION
 #include "../../mhe.h"
@@ -46,6 +50,7 @@ typedef struct {
     int n_kinds, n_contexts, n_threads;
     char *kinds[MAX_KINDS];
     int contexts[MAX_CONTEXTS], threads[MAX_THREADS];
+    int models;                     /* --models: kinds[] are checkpoint paths */
 } bench_opts;
 
 /* one (threads, kind, context) measurement of both sides; torch_us 0: not measured */
@@ -55,6 +60,7 @@ typedef struct {
     double mhe_us, mhe_us_min, torch_us, torch_us_min, torch_kv_bytes, memory_us;
     size_t mhe_kv_bytes, mhe_kv_bytes_per_token, weight_bytes;
     long long params;
+    double load_s;                  /* --models: mhe_model_load's time */
 } bench_row;
 
 /* --cpu-time: the process's CPU time instead of the wall clock; on a loaded
@@ -87,6 +93,21 @@ static int make_model(const bench_opts *o, const char *kind, mhe_model *m) {
         return 0;
     }
     return 1;
+}
+
+/* the bytes of weights one decoding step reads: every tensor once (int8
+   weights and their scales for q8 tensors), but one row of the position
+   table, and one row of an untied token embedding (a tied one is the head) */
+static size_t step_weight_bytes(const mhe_model *m) {
+    size_t b = 0;
+    int i;
+    for (i = 0; i < m->n_tensors; i++) {
+        const mhe_tensor *t = &m->params[i];
+        size_t rows = (size_t)t->shape[0], n = (size_t)t->size;
+        if (t == m->pos_emb || (t == m->tok_emb && (m->lm_head || !m->cfg.tie_embeddings))) n /= rows;
+        b += t->q8 ? n + n / (size_t)t->q8_group * sizeof(float) : n * sizeof(float);
+    }
+    return b;
 }
 
 /* streaming read bandwidth, GB/s, of `threads` threads summing a buffer
@@ -133,15 +154,23 @@ static int measure_mhe(const bench_opts *o, int ki, int threads, bench_row *rows
     mhe_rng r;
     int *tokens = (int *)malloc(sizeof(int) * (size_t)o->max_len), ci, i, rep, ok = 1;
     double *us = (double *)malloc(sizeof(double) * (size_t)o->repeats);
+    double t_load = now_s();
     set_threads(threads);
-    if (!tokens || !us || !make_model(o, o->kinds[ki], &m)) { free(tokens); free(us); return 0; }
+    if (o->models) {
+        if (!tokens || !us || mhe_model_load(&m, o->kinds[ki], NULL) != MHE_OK) {
+            fprintf(stderr, "bench_decode: %s\n", tokens && us ? m.err : "out of memory");
+            free(tokens); free(us);
+            return 0;
+        }
+        t_load = now_s() - t_load;
+    } else if (!tokens || !us || !make_model(o, o->kinds[ki], &m)) { free(tokens); free(us); return 0; }
     if (mhe_kv_cache_init(&kv, &m, o->max_len, NULL) != MHE_OK) {
         fprintf(stderr, "bench_decode: no memory for the KV cache\n");
         mhe_model_free(&m); free(tokens); free(us);
         return 0;
     }
     mhe_rng_seed(&r, 0);
-    for (i = 0; i < o->max_len; i++) tokens[i] = (int)mhe_rng_below(&r, 256);
+    for (i = 0; i < o->max_len; i++) tokens[i] = (int)mhe_rng_below(&r, (uint32_t)m.cfg.vocab_size);
     for (ci = 0; ci < o->n_contexts && ok; ci++) {
         int L = o->contexts[ci], k = L < o->window ? L : o->window, start = L - k;
         bench_row *row = &rows[ci];
@@ -164,7 +193,8 @@ static int measure_mhe(const bench_opts *o, int ki, int threads, bench_row *rows
         row->mhe_kv_bytes = cache_bytes(&kv);
         row->mhe_kv_bytes_per_token = kv.bytes_per_token;
         row->params = (long long)m.n_params;
-        row->weight_bytes = sizeof(float) * (size_t)(m.n_params - (m.pos_emb ? m.pos_emb->size - o->d_model : 0));
+        row->weight_bytes = step_weight_bytes(&m);
+        row->load_s = o->models ? t_load : 0;
     }
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
@@ -247,9 +277,11 @@ static void print_json(const bench_opts *o, const bench_row *r) {
     printf("JSON {\"d_model\": %d, \"heads\": %d, \"layers\": %d, \"max_len\": %d, \"kv_groups\": %d, \"threads\": %d, "
            "\"kind\": \"%s\", \"context\": %d, \"window\": %d, \"repeats\": %d, \"params\": %lld, "
            "\"mhe_us_per_token\": %.1f, \"mhe_us_min\": %.1f, \"mhe_kv_bytes\": %zu, \"mhe_kv_bytes_per_token\": %zu, "
-           "\"weight_bytes\": %zu, \"memory_us\": %.1f, ",
+           "\"weight_bytes\": %zu, \"memory_us\": %.1f, \"bytes_per_token\": %.0f, \"bandwidth_share\": %.3f, \"load_s\": %.3f, ",
            o->d_model, o->heads, o->layers, o->max_len, o->kv_groups, r->threads, r->kind, r->context, r->window, o->repeats,
-           r->params, r->mhe_us, r->mhe_us_min, r->mhe_kv_bytes, r->mhe_kv_bytes_per_token, r->weight_bytes, r->memory_us);
+           r->params, r->mhe_us, r->mhe_us_min, r->mhe_kv_bytes, r->mhe_kv_bytes_per_token, r->weight_bytes, r->memory_us,
+           (double)r->weight_bytes + (double)r->mhe_kv_bytes_per_token * r->context, r->mhe_us > 0 ? r->memory_us / r->mhe_us : 0,
+           r->load_s);
     if (r->torch_us > 0)
         printf("\"torch_us_per_token\": %.1f, \"torch_us_min\": %.1f, \"torch_kv_bytes\": %.0f}\n", r->torch_us, r->torch_us_min,
                r->torch_kv_bytes);
@@ -261,6 +293,18 @@ static void print_json(const bench_opts *o, const bench_row *r) {
 /* threads, then context, then kind as given, so the kinds of one context sit together */
 static void print_table(const bench_opts *o, const bench_row *rows, int n) {
     int ti, ci, ki, i;
+    if (o->models) {   /* bytes per token, the bound they set and decoding's share of it */
+        printf("\n| model | parameters | threads | context | load s | mhe µs/token | tokens/s | MB read per token | memory time µs "
+               "| share of the bandwidth bound |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (i = 0; i < n; i++) {
+            const bench_row *r = &rows[i];
+            const char *base = strrchr(r->kind, '/');
+            printf("| %s | %lld | %d | %d | %.2f | %.1f | %.1f | %.1f | %.1f | %.0f %% |\n", base ? base + 1 : r->kind, r->params, r->threads,
+                   r->context, r->load_s, r->mhe_us, 1e6 / r->mhe_us, ((double)r->weight_bytes + (double)r->mhe_kv_bytes_per_token * r->context) / 1e6,
+                   r->memory_us, r->mhe_us > 0 ? 100 * r->memory_us / r->mhe_us : 0);
+        }
+        return;
+    }
     printf("\n| model | threads | kind | context | mhe µs/token | PyTorch µs/token | mhe / PyTorch | mhe kind / mhe mha "
            "| memory time µs | mhe / memory time | mhe KV-cache bytes | PyTorch KV-cache bytes |\n");
     printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -373,6 +417,7 @@ static void usage(void) {
     printf("usage: bench_decode [--d_model N] [--heads N] [--layers N] [--max_len N] [--kv_groups N]\n"
            "                    [--kinds K1,K2,..] [--contexts L1,L2,..|max] [--threads T1,T2,..]\n"
            "                    [--window K] [--repeats R] [--python PATH] [--no-torch] [--cpu-time] [--check]\n"
+           "                    [--models F1,F2,..]\n"
            "Defaults: d_model 512, 8 heads, 6 layers, max_len 2048, kv_groups 2 (gqa); kinds\n"
            "mha,mqa,gqa,mhe-mul,mhe-add; contexts 128,1024,max (those below max_len); threads 1,2;\n"
            "window 32; repeats 5.\n"
@@ -385,7 +430,10 @@ static void usage(void) {
            "next-token logits against the PyTorch loop's on one saved checkpoint per kind.\n"
            "--cpu-time: both sides time the process's CPU time (for one-thread runs on a busy machine).\n"
            "Memory time: (bytes of every weight + the cached K/V rows of the context) / the streaming\n"
-           "read bandwidth measured at that thread count: a step's cost when every byte comes from memory.\n");
+           "read bandwidth measured at that thread count: a step's cost when every byte comes from memory.\n"
+           "--models: checkpoints (float32 or q8) instead of the built models, no PyTorch: load time, bytes\n"
+           "read per token (int8 weights and their scales for q8) and memory time / measured time, the share\n"
+           "of the bandwidth bound decoding reaches; --contexts up to the smallest max_seq_len (default 128).\n");
 }
 
 int main(int argc, char **argv) {
@@ -417,6 +465,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--contexts") == 0) snprintf(contexts_arg, sizeof contexts_arg, "%s", v);
         else if (strcmp(a, "--threads") == 0) snprintf(threads_arg, sizeof threads_arg, "%s", v);
         else if (strcmp(a, "--python") == 0) python_flag = v;
+        else if (strcmp(a, "--models") == 0) { snprintf(kinds_arg, sizeof kinds_arg, "%s", v); o.models = 1; }
         else { fprintf(stderr, "bench_decode: unknown option %s (--help)\n", a); return 2; }
     }
     if (o.d_model < 1 || o.heads < 1 || o.layers < 1 || o.max_len < 1 || o.window < 1 || o.repeats < 1) {
@@ -425,11 +474,23 @@ int main(int argc, char **argv) {
     }
     for (tok = strtok(kinds_arg, ","); tok; tok = strtok(NULL, ",")) {
         for (i = 0; i < o.n_kinds; i++) if (strcmp(o.kinds[i], tok) == 0) break;
-        if (o.n_kinds == MAX_KINDS || mhe_attn_kind_from_name(tok) < 0 || i < o.n_kinds) {
+        if (o.n_kinds == MAX_KINDS || (!o.models && mhe_attn_kind_from_name(tok) < 0) || i < o.n_kinds) {
             fprintf(stderr, "bench_decode: unknown or repeated attention kind %s (at most %d kinds)\n", tok, MAX_KINDS);
             return 2;
         }
         o.kinds[o.n_kinds++] = tok;
+    }
+    if (o.models) {   /* the cache and token draws sized by the checkpoints' smallest max_seq_len */
+        o.max_len = 0;
+        for (i = 0; i < o.n_kinds; i++) {
+            mhe_model m;
+            if (mhe_model_load(&m, o.kinds[i], NULL) != MHE_OK) { fprintf(stderr, "bench_decode: %s\n", m.err); return 1; }
+            if (!o.max_len || m.cfg.max_seq_len < o.max_len) o.max_len = m.cfg.max_seq_len;
+            mhe_model_free(&m);
+        }
+        if (!contexts_arg[0]) snprintf(contexts_arg, sizeof contexts_arg, "%d", o.max_len < 128 ? o.max_len : 128);
+        no_torch = 1;
+        snprintf(reason, sizeof reason, "--models");
     }
     if (!contexts_arg[0])   /* the default: 128, 1024 and max_len, those below max_len */
         snprintf(contexts_arg, sizeof contexts_arg, "%s%smax", o.max_len > 128 ? "128," : "", o.max_len > 1024 ? "1024," : "");
@@ -444,7 +505,13 @@ int main(int argc, char **argv) {
         if (!py) { printf("bench_decode --check: no PyTorch to compare with: %s\n", reason); return 1; }
         return run_check(&o, py);
     }
-    printf("model: decoder, byte vocabulary, d_model %d, %d heads, %d layers, max_len %d (gqa: %d K/V groups); "
+    if (o.models) {
+        printf("models:");
+        for (i = 0; i < o.n_kinds; i++) printf(" %s", o.kinds[i]);
+        printf("; window %d tokens, median of %d repeats%s\n", o.window, o.repeats,
+               timer == CLOCK_MONOTONIC ? "" : "; process CPU time, not wall time (--cpu-time)");
+    }
+    else printf("model: decoder, byte vocabulary, d_model %d, %d heads, %d layers, max_len %d (gqa: %d K/V groups); "
            "window %d tokens, median of %d repeats%s\n", o.d_model, o.heads, o.layers, o.max_len, o.kv_groups, o.window, o.repeats,
            timer == CLOCK_MONOTONIC ? "" : "; process CPU time, not wall time (--cpu-time)");
 #ifndef _OPENMP

@@ -2737,14 +2737,16 @@ static int cmd_export(int argc, char **argv) {
     }
     max_len = given(&o, "max_len") ? (int)o.max_len : given(&o, "n") ? (int)o.n_tokens : m.cfg.max_seq_len;
     buf = NULL;
+    ext = strrchr(o.out, '.');
+    /* the image in memory for a C header only: a .safetensors file is written
+       tensor by tensor (q8: quantized as it is written) */
     if (o.quant_s) {   /* int8 weights: mhe_q8_checkpoint_write_mem */
-        if (mhe_q8_checkpoint_size(&m, group, &size) != MHE_OK || !(buf = (unsigned char *)malloc(size)) ||
-            mhe_q8_checkpoint_write_mem(&m, group, buf, size, &w) != MHE_OK) {
+        if (mhe_q8_checkpoint_size(&m, group, &size) != MHE_OK || (ext && strcmp(ext, ".h") == 0 && (!(buf = (unsigned char *)malloc(size)) ||
+            mhe_q8_checkpoint_write_mem(&m, group, buf, size, &w) != MHE_OK))) {
             fprintf(stderr, "mhe: export: %s\n", m.err); free(buf); mhe_model_free(&m); return 1;
         }
-    } else if (mhe_checkpoint_size(&m, NULL, &size) != MHE_OK || !(buf = (unsigned char *)malloc(size)) ||
-        mhe_checkpoint_write_mem(&m, NULL, buf, size, &w) != MHE_OK) { fprintf(stderr, "mhe: export: cannot serialise the model\n"); free(buf); mhe_model_free(&m); return 1; }
-    ext = strrchr(o.out, '.');
+    } else if (mhe_checkpoint_size(&m, NULL, &size) != MHE_OK || (ext && strcmp(ext, ".h") == 0 && (!(buf = (unsigned char *)malloc(size)) ||
+        mhe_checkpoint_write_mem(&m, NULL, buf, size, &w) != MHE_OK))) { fprintf(stderr, "mhe: export: cannot serialise the model\n"); free(buf); mhe_model_free(&m); return 1; }
     if (ext && strcmp(ext, ".h") == 0) {
         size_t need_copy = 0;
         if (max_len > m.cfg.max_seq_len || mhe_inference_memory_needed(buf, size, max_len, MHE_LOAD_IN_PLACE, &need) != MHE_OK ||
