@@ -866,8 +866,8 @@ typedef struct mhe_attn_weights {
     mhe_tensor *wcb, *mix;                              /* collab: content bias [n, C] (after wk), mixing M [n, D~] */
     mhe_tensor *gate, *up, *down, *gate_b, *up_b, *down_b;  /* mlp (no wq ... bo): gate, up [F, C] adjacent, down [C, F] */
     mhe_tensor *hidden, *seq;                           /* linear (no wq ... bo): W_hidden [C, C], W_seq [L, L] */
-    mhe_tensor *user[MHE_KIND_MAX_TENSORS];             /* a registered kind: its tensors in the order it declared */
-    int n_user;
+    mhe_tensor *user;                                   /* a registered kind: the first of its n_user tensors, */
+    int n_user;                                         /* consecutive in m->params in the order it declared them */
 } mhe_attn_weights;
 
 /* ---- attention kinds defined outside mhe.h ----
@@ -897,7 +897,7 @@ typedef struct mhe_kind_call {
     int B, T;               /* B sequences of T tokens, rows = B T (decoding: B = T = 1) */
     int causal;             /* 1: position t sees positions 0..t only */
     const int *len;         /* [B] real tokens per sequence (the rest is padding), or NULL: all T */
-    mhe_tensor *const *w;   /* its tensors, in declared order: ->data, and ->grad when training */
+    mhe_tensor *w;          /* its tensors, in declared order: w[i].data, and w[i].grad when training */
     float *acts;            /* act_floats(cfg, B, T) floats, written by forward and read by backward
                                (decoding: decode_floats(cfg, max_len) of scratch) */
     float *scratch;         /* scratch_floats(cfg, B, T) floats, free between calls (backward only) */
@@ -914,7 +914,7 @@ typedef struct mhe_attn_kind_ops {
     size_t (*scratch_floats)(const mhe_config *c, int B, int T);/* optional: 0 */
     /* out [rows, C] = f(u [rows, C]); padded rows (t >= len[b]) may hold anything */
     void (*forward)(const mhe_kind_call *k, const float *u, float *out);
-    /* given d loss / d out: adds d loss / d u into du and each tensor's gradient into w[i]->grad;
+    /* given d loss / d out: adds d loss / d u into du and each tensor's gradient into w[i].grad;
        optional: without it the kind runs inference only (a trainer refuses it) */
     void (*backward)(const mhe_kind_call *k, const float *u, const float *d_out, float *du);
     /* decoding, optional (without it mhe_kv_cache_init refuses the model): cache_floats per token
@@ -6379,9 +6379,14 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
         int j, nt;
         memset(t, 0, sizeof t);
         nt = ops->tensors(c, t);
-        for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++)
-            MHE__AP(user[j], t[j].name, t[j].ndim, t[j].shape[0], t[j].ndim > 1 ? t[j].shape[1] : 0, t[j].decay,
+        mhe_tensor *first = NULL, *one;
+        for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++) { /* mhe__param lays them out one after another */
+            MHE__AP(user, t[j].name, t[j].ndim, t[j].shape[0], t[j].ndim > 1 ? t[j].shape[1] : 0, t[j].decay,
                     t[j].init, t[j].init_std > 0 ? t[j].init_std : std);
+            one = w->user;
+            if (!j) first = one;
+        }
+        w->user = first;
         w->n_user = j;
         return;
     }

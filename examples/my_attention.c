@@ -103,7 +103,7 @@ static void qk_forward(const mhe_kind_call *k, const float *u, float *out) {
           *P = att + (size_t)rows * HD, g0 = qk_g0(c);
     for (i = 0; i < 3; i++) { /* Q, K, V side by side in each row */
         float *tmp = att; /* the heads' output is written later */
-        mhe_linear_fwd(tmp, u, k->w[QK_WQ + i]->data, NULL, rows, C, HD);
+        mhe_linear_fwd(tmp, u, k->w[QK_WQ + i].data, NULL, rows, C, HD);
         for (b = 0; b < rows; b++) memcpy(qkv + ((size_t)b * 3 + i) * HD, tmp + (size_t)b * HD, (size_t)HD * sizeof(float));
     }
     for (b = 0; b < rows; b++)
@@ -114,7 +114,7 @@ static void qk_forward(const mhe_kind_call *k, const float *u, float *out) {
     for (b = 0; b < k->B; b++) {
         int L = k->len ? k->len[b] : T;
         for (h = 0; h < n; h++) {
-            float g = g0 * expf(k->w[QK_TAU]->data[h]);
+            float g = g0 * expf(k->w[QK_TAU].data[h]);
             for (i = 0; i < T; i++) {
                 const float *base = qkv + (size_t)b * T * 3 * HD + (size_t)h * dh;
                 float *p = P + (((size_t)b * n + h) * T + i) * T;
@@ -125,7 +125,7 @@ static void qk_forward(const mhe_kind_call *k, const float *u, float *out) {
             }
         }
     }
-    mhe_linear_fwd(out, att, k->w[QK_WO]->data, NULL, rows, HD, C);
+    mhe_linear_fwd(out, att, k->w[QK_WO].data, NULL, rows, HD, C);
 }
 
 static void qk_backward(const mhe_kind_call *k, const float *u, const float *d_out, float *du) {
@@ -135,10 +135,10 @@ static void qk_backward(const mhe_kind_call *k, const float *u, const float *d_o
                 *att = rk + (size_t)rows * n, *P = att + (size_t)rows * HD;
     float *dO = k->scratch, *dqkv = dO + (size_t)rows * HD, *dP = dqkv + (size_t)rows * 3 * HD, g0 = qk_g0(c);
     memset(dO, 0, (size_t)rows * 4 * HD * sizeof(float));
-    mhe_linear_bwd(dO, k->w[QK_WO]->grad, NULL, d_out, att, k->w[QK_WO]->data, rows, HD, C);
+    mhe_linear_bwd(dO, k->w[QK_WO].grad, NULL, d_out, att, k->w[QK_WO].data, rows, HD, C);
     for (b = 0; b < k->B; b++)
         for (h = 0; h < n; h++) {
-            float g = g0 * expf(k->w[QK_TAU]->data[h]);
+            float g = g0 * expf(k->w[QK_TAU].data[h]);
             double dg = 0;
             for (i = 0; i < T; i++) {
                 const float *p = P + (((size_t)b * n + h) * T + i) * T, *go = dO + ((size_t)b * T + i) * HD + (size_t)h * dh;
@@ -161,7 +161,7 @@ static void qk_backward(const mhe_kind_call *k, const float *u, const float *d_o
                     for (e = 0; e < dh; e++) dqi[e] += g * ds * kj[e], dkj[e] += g * ds * qi[e];
                 }
             }
-            k->w[QK_TAU]->grad[h] += (float)(dg * g); /* dg / dtau = g */
+            k->w[QK_TAU].grad[h] += (float)(dg * g); /* dg / dtau = g */
         }
     for (i = 0; i < rows; i++) /* through x / |x|: dx = (dxhat - xhat (xhat . dxhat)) / |x| */
         for (h = 0; h < n; h++)
@@ -173,7 +173,7 @@ static void qk_backward(const mhe_kind_call *k, const float *u, const float *d_o
             }
     for (i = 0; i < 3; i++) { /* dQ|dK|dV rows into packed [rows, HD] (dO's room), then the projections */
         for (b = 0; b < rows; b++) memcpy(dO + (size_t)b * HD, dqkv + ((size_t)b * 3 + i) * HD, (size_t)HD * sizeof(float));
-        mhe_linear_bwd(du, k->w[QK_WQ + i]->grad, NULL, dO, u, k->w[QK_WQ + i]->data, rows, C, HD);
+        mhe_linear_bwd(du, k->w[QK_WQ + i].grad, NULL, dO, u, k->w[QK_WQ + i].data, rows, C, HD);
     }
 }
 
@@ -192,7 +192,7 @@ static void qk_decode(const mhe_kind_call *k, float *cache, int pos, const float
     const mhe_config *c = k->cfg;
     int n, dh, HD = qk_dims(c, &n, &dh), C = c->d_model, h, i;
     float *qkv = k->acts, *att = qkv + 3 * HD, *p = att + HD, *row = cache + (size_t)pos * 2 * HD, g0 = qk_g0(c);
-    for (i = 0; i < 3; i++) mhe_linear_fwd(qkv + (size_t)i * HD, u, k->w[QK_WQ + i]->data, NULL, 1, C, HD);
+    for (i = 0; i < 3; i++) mhe_linear_fwd(qkv + (size_t)i * HD, u, k->w[QK_WQ + i].data, NULL, 1, C, HD);
     for (h = 0; h < n; h++) {
         qk_unit(qkv + (size_t)h * dh, dh);
         qk_unit(qkv + HD + (size_t)h * dh, dh);
@@ -200,8 +200,8 @@ static void qk_decode(const mhe_kind_call *k, float *cache, int pos, const float
     memcpy(row, qkv + HD, 2 * (size_t)HD * sizeof(float));
     for (h = 0; h < n; h++)
         qk_attend(qkv + (size_t)h * dh, cache + (size_t)h * dh, cache + HD + (size_t)h * dh, 2 * (size_t)HD, pos + 1,
-                  g0 * expf(k->w[QK_TAU]->data[h]), dh, p, att + (size_t)h * dh);
-    mhe_linear_fwd(out, att, k->w[QK_WO]->data, NULL, 1, HD, C);
+                  g0 * expf(k->w[QK_TAU].data[h]), dh, p, att + (size_t)h * dh);
+    mhe_linear_fwd(out, att, k->w[QK_WO].data, NULL, 1, HD, C);
 }
 
 static const mhe_attn_kind_ops qknorm_ops = {

@@ -58,7 +58,8 @@ heap=$(echo "$decode" | sed 's/.*heap (newlib stdio): \([0-9]*\) bytes.*/\1/')
 [ -n "$decode" ]; check "the run reports its clock, stack and heap" $?
 # a high-water mark at the reservation means the stack ran into .bss (the SysTick count, the arena)
 [ -n "$used" ] && [ "$used" -lt "$stack" ] 2>/dev/null; check "the stack stays inside its reservation ($used of $stack bytes)" $?
-echo "flash: $flash bytes (.text+.rodata with the 165,880-byte q8 model, .data image $data)"
+model=$(wc -c < "$B/q8/tiny_lm_q8.safetensors")   # the bytes mhe export puts in the image's array
+echo "flash: $flash bytes (.text+.rodata with the $model-byte q8 model, .data image $data)"
 echo "RAM:   $((data + bss + stack)) bytes (.data $data + .bss $bss, of which the arena $arena, + stack $stack reserved; $used used; newlib's stdio took $heap bytes of its 2 KB heap pool)"
 if [ -n "$ticks" ] && [ "$tokens" -gt 0 ] 2>/dev/null; then
     # SysTick runs at the 25 MHz core clock; -icount shift=0 makes a virtual ns one instruction

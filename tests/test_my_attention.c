@@ -105,7 +105,7 @@ static void checkpoint_and_training(void) {
         if (s >= tc.steps - 3) last += t.last_loss / 3;
     }
     CHECK(last < first - 1.0f, "training a qknorm model lowers the loss: %.3f -> %.3f", first, last);
-    CHECK(m.layers[0].attn.user[QK_TAU]->data[0] != 0, "the learned gain moved");
+    CHECK(m.layers[0].attn.user[QK_TAU].data[0] != 0, "the learned gain moved");
     OK(mhe_checkpoint_save(&m, &t, path));
     make_batch(&tb, &c, 1, 12, 0, 8);
     OK(mhe_model_forward_batch(&m, &tb.b, &l1));
