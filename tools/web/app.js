@@ -81,7 +81,7 @@ function sizeConfig() {
   return ["d_model=" + $("d_model").value, "n_heads=" + heads, "n_layers=" + $("n_layers").value,
           "kv_groups=" + (heads >= 2 ? 2 : 1), "max_seq_len=" + seq, "seq_len=" + seq, "batch=" + $("batch").value,
           "steps=" + steps, "lr=" + (lr > 0 ? lr : 3e-3), "min_lr=" + (lr > 0 ? lr / 10 : 3e-4),
-          "warmup=" + Math.min(30, Math.floor(steps / 10))].join("\n");
+          "warmup=" + Math.min(30, Math.ceil(steps / 4))].join("\n");
 }
 const kindConfig = (kind) => "attn=" + kind + "\n" + sizeConfig();
 
@@ -132,15 +132,20 @@ class Panel {
   showStatus() {
     const last = this.losses.length ? this.losses[this.losses.length - 1].toFixed(3) : "-";
     const run = this.training ? "training" : this.step ? "trained" : "not trained";
+    const left = this.training && this.stepsPerSec > 0 ? ", about " + Math.ceil((this.steps - this.step) / this.stepsPerSec) + " s left" : "";
     this.q(".status").textContent = this.countLine + "\n" +
-      run + ": step " + this.step + ", loss " + last + ", " + this.stepsPerSec.toFixed(1) + " steps/s";
+      run + ": step " + this.step + ", loss " + last + ", " + this.stepsPerSec.toFixed(1) + " steps/s" + left;
     this.q(".status").style.whiteSpace = "pre-wrap";
   }
-  train(text, config, seed, steps) {
+  train(text, config, seed, steps) {   // a run in progress is replaced
+    clearTimeout(this.stopTimer);
+    this.stopReason = "";
+    this.config = config; this.seed = seed; this.steps = steps;
     this.losses = []; this.step = 0; this.stepsPerSec = 0; this.maps = null; this.generated = "";
     this.q(".maps").innerHTML = ""; this.q(".next").textContent = ""; this.q(".gen").textContent = "";
     this.training = true;
-    this.post({ type: "train", text, config, seed, steps });
+    this.runSeq = (this.runSeq || 0) + 1;
+    this.post({ type: "train", text, config, seed, steps, run: this.runSeq });
     this.showStatus();
   }
   stop(reason) {
@@ -157,6 +162,7 @@ class Panel {
     }, STOP_GRACE_MS);
   }
   receive(m) {
+    if (m.run !== (this.runSeq || 0) && ["setup", "progress", "maps", "done", "error"].includes(m.type)) return;   // a replaced run
     if (m.type === "ready") {
       this.ready = true;
       if (this.onReady) this.onReady(m);
@@ -207,6 +213,7 @@ function updateButtons() {
 }
 
 panelA.onReady = (m) => {
+  if (state.kinds.length) return;   // a replaced worker: the page is set up already
   state.kinds = m.kinds;
   state.maxText = m.maxText;
   for (const k of m.kinds) {
@@ -261,7 +268,6 @@ $("train").addEventListener("click", () => {
     say("Text: the chosen file is too long (over 1 MiB): choose a shorter one, or paste text", "err");
     return;
   }
-  panels.forEach((p) => p.training && p.stop(""));
   say("", "");
   state.maxGapMs = 0;
   const text = chosenText(), seed = Math.max(0, +$("seed").value | 0), steps = Math.max(1, +$("steps").value | 0);

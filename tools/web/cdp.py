@@ -115,6 +115,11 @@ class Browser:
                 raise CdpError("timed out waiting for: " + expr)
             time.sleep(every)
 
+    def set_files(self, selector, paths):
+        """choose files in an <input type=file>, as a user would"""
+        obj = self.call("Runtime.evaluate", {"expression": "document.querySelector(%s)" % json.dumps(selector)})
+        self.call("DOM.setFileInputFiles", {"files": paths, "objectId": obj["result"]["objectId"]})
+
     def console_errors(self):
         out = []
         for e in self.events:
@@ -125,7 +130,11 @@ class Browser:
         return out
 
     def screenshot(self, path):
-        r = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False})
+        """the page down to the end of its content, as PNG"""
+        h = self.eval("Math.ceil(document.body.getBoundingClientRect().bottom) + 8")
+        w = self.eval("document.documentElement.clientWidth")
+        r = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                  "clip": {"x": 0, "y": 0, "width": w, "height": h, "scale": 1}})
         with open(path, "wb") as f:
             f.write(base64.b64decode(r["data"]))
 

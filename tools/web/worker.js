@@ -8,6 +8,10 @@
 function mheWorkerMain(self) {
   let ex = null, mem = null;       // the instance's exports and memory
   let run = null;                  // the training run in progress
+  let runs = 0;                    // runs started: a chunk of an older run finds its number outdated
+  let tag = 0;                     // the page's number of the model here, on every message, so the
+                                   // page can drop what an earlier run said after it was replaced
+  const post = (m, transfer) => self.postMessage(Object.assign(m, { run: tag }), transfer || []);
   let prompt = null;               // bytes of the prompt the maps show
   let lastMaps = 0;
   const MAPS_EVERY_MS = 400;       // refresh of the maps while training
@@ -92,13 +96,13 @@ function mheWorkerMain(self) {
     const m = analyze();
     lastMaps = performance.now();
     const transfer = m.error ? [] : [m.logits.buffer, m.next.buffer, m.maps.buffer];
-    self.postMessage(m, transfer);
+    post(m, transfer);
   }
 
-  function trainChunk() {
-    if (!run) return;
+  function trainChunk(e) {
+    if (!run || e.data !== run.id) return;
     if (run.stop) {
-      self.postMessage({ type: "done", reason: "stopped", step: ex.web_step_count() });
+      post({ type: "done", reason: "stopped", step: ex.web_step_count() });
       run = null;
       return;
     }
@@ -106,7 +110,7 @@ function mheWorkerMain(self) {
     while (performance.now() - t0 < CHUNK_MS && ex.web_step_count() < run.steps) {
       const loss = ex.web_step();
       if (Number.isNaN(loss)) {
-        self.postMessage({ type: "error", msg: err() });
+        post({ type: "error", msg: err() });
         run = null;
         return;
       }
@@ -114,16 +118,16 @@ function mheWorkerMain(self) {
     }
     run.busy += performance.now() - t0;
     run.done += losses.length;
-    self.postMessage({ type: "progress", step: ex.web_step_count(), losses,
+    post({ type: "progress", step: ex.web_step_count(), losses,
                        stepsPerSec: run.done / (run.busy / 1000) });
     const finished = ex.web_step_count() >= run.steps;
     if (finished || performance.now() - lastMaps > MAPS_EVERY_MS) sendMaps();
     if (finished) {
-      self.postMessage({ type: "done", reason: "finished", step: ex.web_step_count() });
+      post({ type: "done", reason: "finished", step: ex.web_step_count() });
       run = null;
       return;
     }
-    tick.port2.postMessage(0);
+    tick.port2.postMessage(run.id);
   }
   tick.port1.onmessage = trainChunk;
 
@@ -135,33 +139,34 @@ function mheWorkerMain(self) {
         ex = inst.exports;
         mem = ex.memory;
         ex._initialize();
-        self.postMessage({ type: "ready", kinds: kinds(), maxText: ex.web_max_text() });
+        post({ type: "ready", kinds: kinds(), maxText: ex.web_max_text() });
       } else if (m.type === "counts") {
-        self.postMessage({ type: "counts", rows: counts(m.config), config: m.config });
+        post({ type: "counts", rows: counts(m.config), config: m.config });
       } else if (m.type === "train") {
         run = null;
-        if (ex.web_set_text(put(m.text)) !== 0) { self.postMessage({ type: "error", msg: err(), bad_text: true }); return; }
-        if (ex.web_setup(put(enc(m.config)), m.seed) !== 0) { self.postMessage({ type: "error", msg: err() }); return; }
-        run = { steps: m.steps, stop: false, busy: 0, done: 0 };
-        self.postMessage({ type: "setup", params: ex.web_n_params(), arch: ex.web_arch(), layers: ex.web_n_layers() });
+        tag = m.run;
+        if (ex.web_set_text(put(m.text)) !== 0) { post({ type: "error", msg: err(), bad_text: true }); return; }
+        if (ex.web_setup(put(enc(m.config)), m.seed) !== 0) { post({ type: "error", msg: err() }); return; }
+        run = { id: ++runs, steps: m.steps, stop: false, busy: 0, done: 0 };
+        post({ type: "setup", params: ex.web_n_params(), arch: ex.web_arch(), layers: ex.web_n_layers() });
         lastMaps = 0;
-        tick.port2.postMessage(0);
+        tick.port2.postMessage(run.id);
       } else if (m.type === "stop") {
         if (run) run.stop = true;
-        else self.postMessage({ type: "done", reason: "idle", step: ex ? ex.web_step_count() : 0 });
+        else post({ type: "done", reason: "idle", step: ex ? ex.web_step_count() : 0 });
       } else if (m.type === "prompt") {
         prompt = enc(m.prompt);
         if (run) lastMaps = 0;             // the next chunk sends them
         else if (ex.web_arch() >= 0) sendMaps(true);
       } else if (m.type === "generate") {
         const n = ex.web_generate(put(enc(m.prompt)), m.n, m.temperature, m.topK, m.seed);
-        if (n < 0) self.postMessage({ type: "generated", error: err() });
-        else self.postMessage({ type: "generated", bytes: u8().slice(ex.web_buffer(0), ex.web_buffer(0) + n),
+        if (n < 0) post({ type: "generated", error: err() });
+        else post({ type: "generated", bytes: u8().slice(ex.web_buffer(0), ex.web_buffer(0) + n),
                                 encoder: ex.web_arch() === 1 });
       }
     } catch (x) {
       run = null;
-      self.postMessage({ type: "error", msg: "the worker failed: " + (x && x.message ? x.message : x) });
+      post({ type: "error", msg: "the worker failed: " + (x && x.message ? x.message : x) });
     }
   };
 }
