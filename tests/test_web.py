@@ -182,6 +182,18 @@ def every_kind(b):
                   "%s: %d maps whose rows sum to 1 (max |sum - 1| %g)" % (kind, L * H, worst))
         eq = b.eval("document.querySelector('#panelA .eq').textContent + '|' + document.querySelector('#panelA .status').textContent")
         check(len(eq.split("|")[0]) > 20 and "attention parameters per layer: " in eq, "%s: equation and parameter count shown" % kind)
+        # text from it: a decoder continues the prompt, an encoder fills in its gaps
+        encoder = kind in ("fnet", "linear")
+        prompt = PROMPT.replace("created", "cr__ted") if encoder else PROMPT
+        set_value(b, "prompt", prompt)
+        b.eval("mhe.panels.A.generated = '', 1")
+        click(b, "generate")
+        g = b.wait("mhe.panels.A.generated", 20)
+        if encoder:
+            check(len(g) == len(prompt) and "_" not in g and g[:20] == prompt[:20], "%s: fills in the gaps: %r" % (kind, g))
+        else:
+            check(len(g.encode("utf-8", "surrogateescape")) >= 1, "%s: generates text: %r" % (kind, g))
+        set_value(b, "prompt", PROMPT)
 
 
 def bad_input(b, tmp):

@@ -310,9 +310,15 @@ $("show").addEventListener("click", sendPrompt);
 $("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter") sendPrompt(); });
 $("generate").addEventListener("click", () => {
   if (!$("prompt").value) { say("Type a sentence first.", "info"); return; }
-  for (const p of active())
+  for (const p of active()) {
+    if (p.arch === 1 && !$("prompt").value.includes("_")) {   // a masked-LM encoder only fills gaps
+      p.generated = "";
+      p.q(".gen").textContent = p.kind + " trains as an encoder: it does not continue text. Put _ where bytes are missing and it fills them in.";
+      continue;
+    }
     p.post({ type: "generate", prompt: $("prompt").value, n: Math.max(1, +$("genN").value | 0),
              temperature: +$("temp").value, topK: 40, seed: Math.max(0, +$("seed").value | 0) });
+  }
 });
 
 // ---- drawing -----------------------------------------------------------
