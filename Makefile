@@ -14,6 +14,7 @@
 #   make gpu-check OUT=DIR  on a machine with an NVIDIA GPU: the CUDA companion built, tested, sanitized,
 #                     trained against the CPU and benchmarked there; a report in DIR (docs/cuda.md)
 #   make gpu-check-build  on any machine with nvcc: gpu-check's binaries, for make gpu-check PREBUILT=1
+#   make web          the browser page (docs/web.md) in build/web/: the library as WebAssembly (clang, wasi-libc)
 #   make docs         regenerate every generated table of README.md and docs/ (tests/test_guide.py checks them)
 CC      ?= cc
 OPT     ?= -O2 -march=native
@@ -135,7 +136,7 @@ tool-tests: $(B)/mhe$(EXE) $(TESTS)
 # (-Werror in CI): clang's warnings all come from its front end, so
 # -fsyntax-only reports what a full clang build would, at a fraction of its
 # time. The mhe tool is built for real (it writes the embedded example's model).
-SYNTAX_SRCS = $(wildcard tools/cli/*.c tools/bench/*.c examples/*.c tests/test_*.c) tests/numerics_kernels.c
+SYNTAX_SRCS = $(wildcard tools/cli/*.c tools/bench/*.c tools/web/*.c examples/*.c tests/test_*.c) tests/numerics_kernels.c
 check-syntax: $(SYNTAX_SRCS:%.c=$(B)/syntax/%.ok)
 	@echo "check-syntax: $(words $(SYNTAX_SRCS)) files, no warnings"
 
@@ -346,8 +347,65 @@ gpu-check-build:
 	$(MAKE) --no-print-directory B=$(PREBUILT_B) OPT="-O2 -march=x86-64-v3" cuda $(PREBUILT_B)/mhe
 	python3 tools/scripts/gpu_check.py --stamp $(PREBUILT_B)
 
+# ---- the browser page (docs/web.md) -----------------------------------------
+# make web: build/web/ is a static page (index.html, app.js, worker.js, text.js,
+# mhe_wasm.js) that runs opened from disk or from any static server, with no
+# network. The library is tools/web/mhe_web.c built by clang for wasm32-wasi
+# over Debian's wasi-libc (apt-get install clang lld wasi-libc
+# libclang-rt-14-dev-wasm32), no OpenMP, with the 128-bit SIMD of the browsers
+# (-msimd128 and mhe.h's SIMD128 GEMM kernel: 3 times the steps per second of WEB_SIMD=0, same bits). The
+# module and the bundled text travel as base64 in scripts: Chromium fetches
+# nothing by URL from file:// pages, scripts excepted.
+WEB_CC      ?= clang
+WEB_SYSROOT ?= /usr
+WEB_SIMD    ?= 1
+WEB_OUT     ?= $(B)/web
+WEB_TEXT    ?= examples/data/train.txt
+WEB_TEXT_KIB = 64
+WEB_CFLAGS   = --target=wasm32-wasi --sysroot=$(WEB_SYSROOT) -O2 $(if $(filter 1,$(WEB_SIMD)),-msimd128) \
+               -mexec-model=reactor $(WARN) -Werror -Wl,--strip-all
+WEB_PAGE     = $(WEB_OUT)/index.html $(WEB_OUT)/app.js $(WEB_OUT)/worker.js $(WEB_OUT)/text.js $(WEB_OUT)/mhe_wasm.js
+
+web: $(WEB_PAGE)
+	@echo "make web: $(WEB_OUT)/index.html ($$(cat $(WEB_PAGE) | wc -c) bytes)"
+
+# every make web asks the compiler first (a tenth of a second), so a missing
+# toolchain is one line that says what to install, also when the page is built
+web-toolchain:
+	@mkdir -p $(WEB_OUT)-obj
+	@printf 'int main(void){return 0;}\n' > $(WEB_OUT)-obj/probe.c
+	@$(WEB_CC) --target=wasm32-wasi --sysroot=$(WEB_SYSROOT) -o $(WEB_OUT)-obj/probe.wasm $(WEB_OUT)-obj/probe.c 2>/dev/null || \
+	    { echo "make web: $(WEB_CC) cannot build for wasm32-wasi here (Debian: apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32)"; exit 2; }
+
+$(WEB_OUT)-obj/mhe.wasm: tools/web/mhe_web.c mhe.h | web-toolchain
+	$(WEB_CC) $(WEB_CFLAGS) -o $@ $<
+
+$(WEB_OUT)/mhe_wasm.js: $(WEB_OUT)-obj/mhe.wasm | web-toolchain
+	@mkdir -p $(dir $@)
+	{ printf 'var MHE_WASM_B64 = "'; base64 -w0 $<; printf '";\n'; } > $@
+
+$(WEB_OUT)/text.js: $(WEB_TEXT)
+	@mkdir -p $(dir $@)
+	{ printf 'var MHE_TEXT_NAME = "King James Bible, from Genesis 1";\nvar MHE_TEXT_B64 = "'; \
+	  head -c $$(($(WEB_TEXT_KIB) * 1024)) $< | base64 -w0; printf '";\n'; } > $@
+
+$(WEB_OUT)/%: tools/web/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+# tests/test_gemm.c as a WASI program with the page's flags: tests/test_web.py
+# runs it in the browser (the SIMD128 micro-kernel against double precision)
+$(WEB_OUT)-obj/test_gemm.wasm: tests/test_gemm.c tests/test.h mhe.h | web-toolchain
+	$(WEB_CC) $(filter-out -mexec-model=reactor,$(WEB_CFLAGS)) -D_WASI_EMULATED_SIGNAL -o $@ $< -lwasi-emulated-signal
+
+# the page's C side built natively with the scalar kernel and no contraction
+# into FMA (wasm has none): tests/test_web.py holds the page's numbers against it
+$(B)/web-native/web_native: tools/web/web_native.c tools/web/mhe_web.c mhe.h
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -ffp-contract=off -DMHE_NO_SIMD $(WARN) -o $@ tools/web/web_native.c -lm
+
 clean:
 	rm -rf build
 
 .PHONY: all run reproduce reproduce-downstream test test-sanitize test-fastmath all-tests tool-examples-tests tool-tests check-syntax check-build clean fuzz fuzz-build fuzz-seeds test-m32 test-aarch64 test-windows build-cortex-m4 test-cortex-m4 \
-        cuda cuda-budget-table test-cuda gpu-check gpu-check-build docs
+        cuda cuda-budget-table test-cuda gpu-check gpu-check-build docs web web-toolchain

@@ -254,8 +254,9 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape);
    op(X) = X when trans_x == 0, X^T otherwise; lda/ldb/ldc are row strides of
    the matrices as stored. beta == 0 overwrites C without reading it.
    Cache-blocked with packed panels and a register-tiled micro-kernel;
-   AVX2/FMA or AVX-512 intrinsics when the compiler targets them (scalar
-   fallback otherwise, or with MHE_NO_SIMD); OpenMP over column/row blocks. */
+   AVX2/FMA, AVX-512, NEON or WebAssembly SIMD128 intrinsics when the
+   compiler targets them (scalar fallback otherwise, or with MHE_NO_SIMD);
+   OpenMP over column/row blocks. */
 MHEDEF void mhe_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb,
                      float beta, float *C, int ldc);
@@ -2276,6 +2277,8 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 #define MHE__GEMM_AVX2 1
 #elif !defined(MHE_NO_SIMD) && defined(__aarch64__) && defined(__ARM_NEON)
 #define MHE__GEMM_NEON 1
+#elif !defined(MHE_NO_SIMD) && defined(__wasm_simd128__)
+#define MHE__GEMM_WASM 1
 #endif
 #if defined(MHE__GEMM_AVX512) || defined(MHE__GEMM_AVX2)
 #include <immintrin.h>
@@ -2283,10 +2286,15 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 #if defined(MHE__GEMM_NEON)
 #include <arm_neon.h>
 #endif
+#if defined(MHE__GEMM_WASM)
+#include <wasm_simd128.h>
+#endif
 
 /* MR x NR register tile: AVX-512 12 rows x 2 zmm = 24 accumulators (of 32
    registers); AVX2 6 x 2 ymm = 12 (of 16); NEON (AArch64) 8 rows x 3 q =
-   24 (of 32); scalar 4 x 16 floats. */
+   24 (of 32); WebAssembly SIMD128 4 rows x 2 v128 = 8 (engines map v128
+   to 16 SSE registers on x86-64: wider tiles spilled, measured); scalar 4 x
+   16 floats. */
 #if defined(MHE__GEMM_AVX512)
 #define MHE__GEMM_MR 12
 #define MHE__GEMM_NR 32
@@ -2296,6 +2304,9 @@ MHEDEF int64_t mhe_shape_size(int ndim, const int64_t *shape) {
 #elif defined(MHE__GEMM_NEON)
 #define MHE__GEMM_MR 8
 #define MHE__GEMM_NR 12
+#elif defined(MHE__GEMM_WASM)
+#define MHE__GEMM_MR 4
+#define MHE__GEMM_NR 8
 #else
 #define MHE__GEMM_MR 4
 #define MHE__GEMM_NR 16
@@ -2484,6 +2495,50 @@ static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
     MHE__GEMM_ROWS_##n(MHE__KNEON_STORE) \
 }
 #define MHE__KDEF(n) MHE__KNEON_DEF(n)
+
+#elif defined(MHE__GEMM_WASM)
+/* one row of the tile: 2 v128 = 8 columns; an edge tile goes through a
+   buffer. SIMD128 has no fused multiply-add (relaxed SIMD is not in every
+   browser), so each step is a multiply, then an add: the portable kernel's
+   bits (the browser page's test compares them with a MHE_NO_SIMD build) */
+MHE__FORCE_INLINE void mhe__gemm_store_wasm(float *c, v128_t x0, v128_t x1, int nr, float alpha, float beta) {
+    v128_t va = wasm_f32x4_splat(alpha);
+    float t[8];
+    int j;
+    if (nr == 8) {
+        if (beta == 0.0f) {
+            wasm_v128_store(c, wasm_f32x4_mul(va, x0));
+            wasm_v128_store(c + 4, wasm_f32x4_mul(va, x1));
+        } else {
+            v128_t vb = wasm_f32x4_splat(beta);
+            wasm_v128_store(c, wasm_f32x4_add(wasm_f32x4_mul(va, x0), wasm_f32x4_mul(vb, wasm_v128_load(c))));
+            wasm_v128_store(c + 4, wasm_f32x4_add(wasm_f32x4_mul(va, x1), wasm_f32x4_mul(vb, wasm_v128_load(c + 4))));
+        }
+        return;
+    }
+    wasm_v128_store(t, x0);
+    wasm_v128_store(t + 4, x1);
+    for (j = 0; j < nr; j++) c[j] = beta == 0.0f ? alpha * t[j] : alpha * t[j] + beta * c[j];
+}
+#define MHE__KWASM_ZERO(i) v128_t x##i##a = wasm_f32x4_splat(0.0f), x##i##b = x##i##a;
+#define MHE__KWASM_MAC(i) { v128_t ai = wasm_f32x4_splat(a[i]); \
+    x##i##a = wasm_f32x4_add(x##i##a, wasm_f32x4_mul(ai, b0)); \
+    x##i##b = wasm_f32x4_add(x##i##b, wasm_f32x4_mul(ai, b1)); }
+#define MHE__KWASM_STORE(i) mhe__gemm_store_wasm(c + (size_t)(i) * ldc, x##i##a, x##i##b, nr, alpha, beta);
+#define MHE__KWASM_DEF(n) \
+static void mhe__gemm_k##n(int nr, int kc, const float *a, const float *b, \
+                           float *c, int ldc, float alpha, float beta) { \
+    MHE__GEMM_ROWS_##n(MHE__KWASM_ZERO) \
+    int k; \
+    for (k = 0; k < kc; k++) { \
+        v128_t b0 = wasm_v128_load(b), b1 = wasm_v128_load(b + 4); \
+        MHE__GEMM_ROWS_##n(MHE__KWASM_MAC) \
+        a += MHE__GEMM_MR; \
+        b += MHE__GEMM_NR; \
+    } \
+    MHE__GEMM_ROWS_##n(MHE__KWASM_STORE) \
+}
+#define MHE__KDEF(n) MHE__KWASM_DEF(n)
 
 #else
 /* portable: the j loops have a constant trip count and independent lanes,
