@@ -8,6 +8,7 @@
 #define MY_ATTENTION_NO_MAIN
 #include "../examples/my_attention.c"
 #include "test.h"
+#include <time.h>
 
 static mhe_config tiny(const char *extra) {
     mhe_config c = mhe_config_default();
@@ -84,12 +85,19 @@ static void checkpoint_and_training(void) {
     mhe_model m, back;
     mhe_trainer t;
     tbatch tb;
-    const char *path = "build/tests/test_my_attention.safetensors";
+    char path[600], other[640];
+    const char *tmp = getenv("TMPDIR");
     int *data, s;
     size_t n, i, size;
     float first = 0, last = 0, l1, l2;
     unsigned char *bytes;
     char err[MHE_ERR_LEN];
+#ifdef _WIN32
+    if (!tmp || !*tmp) tmp = getenv("TEMP"); /* /tmp is no directory there */
+#endif
+    snprintf(path, sizeof path, "%s/mhe_test_my_attention_%lx.safetensors", tmp && *tmp ? tmp : "/tmp",
+             (unsigned long)time(NULL));
+    snprintf(other, sizeof other, "%s.other", path);
     data = (int *)malloc(4000 * sizeof(int));
     for (i = 0; i < 4000; i++) data[i] = "the cat sat on the mat. "[i % 24];
     n = 4000;
@@ -126,14 +134,16 @@ static void checkpoint_and_training(void) {
         int swapped = 0;
         for (i = 0; i + 15 < size; i++) /* the config's "attn":"qknorm" (the 8-byte length before it holds zeros) */
             if (memcmp(bytes + i, "\"attn\":\"qknorm\"", 15) == 0) memcpy(bytes + i + 8, "qkcos0", 6), swapped++;
-        f = fopen("build/tests/test_my_attention_other.safetensors", "wb");
+        f = fopen(other, "wb");
         if (f) { fwrite(bytes, 1, size, f); fclose(f); }
         memset(&back, 0, sizeof back);
-        CHECK(swapped > 0 && mhe_model_load(&back, "build/tests/test_my_attention_other.safetensors", NULL) != MHE_OK &&
+        CHECK(swapped > 0 && mhe_model_load(&back, other, NULL) != MHE_OK &&
                   strstr(back.err, "'qkcos0'") && strstr(back.err, "registered") && back.n_tensors == 0,
               "a checkpoint of an unregistered kind is refused naming it (%d): %s", swapped, back.err);
         free(bytes);
+        remove(other);
     }
+    remove(path);
     (void)err;
 }
 
