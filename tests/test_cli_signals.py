@@ -35,8 +35,19 @@ EARLY = {sig: -sig for sig in SIGS}
 QUICK = bool(os.environ.get("MHE_TEST_RUNNER")) or os.environ.get("MHE_TEST_PYTHON") == "sanitize"
 
 def start(args):
-    return subprocess.Popen([MHE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors="replace")
+    """mhe running args, returned once the child has exec'd the tool: a signal sent between fork and exec
+    would reach Python's own handler in the child and be lost (then a run 'after 0 s' simply finished)"""
+    p = subprocess.Popen([MHE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace")
+    exe, want = "/proc/%d/exe" % p.pid, os.path.realpath(MHE)
+    for _ in range(2000):   # at most 2 s; where /proc is absent (or the tool runs under an emulator) it returns at once
+        try:
+            if os.path.realpath(exe) != os.path.realpath(sys.executable) or os.readlink(exe) == want:
+                break
+        except OSError:
+            break
+        time.sleep(0.001)
+    return p
 
 
 def wait_step(p, k):
