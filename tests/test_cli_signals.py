@@ -34,11 +34,18 @@ EARLY = {sig: -sig for sig in SIGS}
 # per task, half the moments (the same handlers and write paths; make test runs every signal at every moment)
 QUICK = bool(os.environ.get("MHE_TEST_RUNNER")) or os.environ.get("MHE_TEST_PYTHON") == "sanitize"
 
+def default_sigint():
+    """in the child before exec: a test run as a background job of sh (tests/run.sh's parallel jobs)
+    inherits SIGINT ignored, and so would mhe until it installs its handler"""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args):
-    """mhe running args, returned once the child has exec'd the tool: a signal sent between fork and exec
-    would reach Python's own handler in the child and be lost (then a run 'after 0 s' simply finished)"""
+    """mhe running args with SIGINT at its default, returned once the child has exec'd the tool: a
+    signal sent between fork and exec would reach Python's own handler in the child, or an ignored
+    SIGINT, and be lost (then a train 'interrupted after 0 s' simply finished)"""
     p = subprocess.Popen([MHE] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         errors="replace")
+                         errors="replace", preexec_fn=default_sigint)
     exe, want = "/proc/%d/exe" % p.pid, os.path.realpath(MHE)
     for _ in range(2000):   # at most 2 s; where /proc is absent (or the tool runs under an emulator) it returns at once
         try:
