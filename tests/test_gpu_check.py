@@ -315,11 +315,13 @@ def prebuilt():
 
     # dry runs: a passing probe hands its folder to every later step; a failing one, the build
     out = os.path.join(TMP, "dry_pre")
-    rc, so, se = run(["--dry-run", "--prebuilt=" + os.path.relpath(d, REPO), "--only",
+    rel = os.path.relpath(d, REPO)   # --prebuilt takes the folder relative to the repository, as make passes it
+    rc, so, se = run(["--dry-run", "--prebuilt=" + rel, "--only",
                       "environment,prebuilt,build,test_cuda-bf16,train-gpu", out])
     st = steps(load(out))
     check(rc == 0 and st["prebuilt"]["status"] == "pass" and st["build"]["status"] == "not needed" and
-          d + "/cuda/test_cuda bf16" in st["test_cuda-bf16"]["command"] and d + "/cuda/mhe train" in st["train-gpu"]["command"],
+          rel + "/cuda/test_cuda bf16" in st["test_cuda-bf16"]["command"] and
+          rel + "/cuda/mhe train" in st["train-gpu"]["command"],
           "dry run --prebuilt: the probe passes, no build, the steps run its binaries: %s" %
           {k: (v["status"], v["command"][-60:]) for k, v in st.items()})
     rc, so, se = run(["--dry-run", "--prebuilt=" + os.path.relpath(d, REPO), "--only",
