@@ -15,14 +15,23 @@
    data-dependent scatter to global memory without atomics is reported).
    Warp collectives use full masks only: the emulation cannot check others.
 
-   Contents
-     C1. the device toolbox: errors, launches, warp reductions
-     C2. GEMM: float32 SIMT tiles, TF32 and bf16 mma.sync tiles
-     C3. elementwise: norms, activations, embeddings, cross-entropy, AdamW
-     C4. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD shared scores,
-         Taylor, Non-approximate
-     C5. the device model: forward, backward, training step, KV-cache decoding
-         (prompt prefill, decode steps), evaluation
+   Contents (one op per section, its kernels beside their launchers; the
+   model, decoding and the trainer only call them)
+     C1. the device runtime: errors, launches and their recording, memory,
+         warp and block reductions, the dropout hash
+     C2. GEMM: float32 SIMT tiles, TF32 and bf16 mma.sync tiles, the
+         pipelined cp.async tile, split-K; linear layers and column sums
+     C3. attention cores: online softmax, MHE-MUL / collab stacked, MHE-ADD
+         shared scores, Taylor, Non-approximate; the kinds' cores and decoding
+         cores; the mixing kinds (mlp, fnet, linear)
+     C4. norms and elementwise: norms, activations, residuals, dropout,
+         cross-entropy, sums, the classification head's pooling
+     C5. embeddings: tokens, positions, token types, hash embeddings
+     C6. the optimizer: AdamW, clipping
+     C7. the device model: which kinds run, the memory layout, sublayers,
+         forward, backward, evaluation
+     C8. decoding: the KV cache, prompt prefill, decode steps
+     C9. the trainer: steps, deferred statistics, CUDA graphs
 */
 #ifndef MHE_CUDA_CUH
 #define MHE_CUDA_CUH
@@ -299,7 +308,7 @@ MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s
 #define MHE_CUDA_IMPLEMENTATION_DONE
 
 /* ======================================================================== */
-/* C1. the device toolbox                                                   */
+/* C1. the device runtime: errors, launches, memory, reductions             */
 /* ======================================================================== */
 
 /* Test-only fault injection: tests/cuda builds the kernels once with each
@@ -529,8 +538,55 @@ static mhe_status mhe__cu_status(cudaError_t e, char *err, const char *what) {
 
 static int mhe__cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }
 
+#define MHE__CU_EW 256 /* threads of the elementwise and row kernels */
+
+/* sum over the block (MHE__CU_EW threads); every thread gets it. red is
+   shared scratch of one float per warp, reused only after a barrier. */
+static __device__ float mhe__cu_block_sum(float v, float *red) {
+    int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, nw = (int)blockDim.x / 32;
+    v = mhe__cu_warp_sum(v);
+    __syncthreads(); /* red may still be read by a previous call */
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = lane < nw ? red[lane] : 0.0f;
+    return mhe__cu_warp_sum(v);
+}
+
+/* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
+   2014) of seed ^ index * const, its top 24 bits over 2^24. The dropout
+   masks (embedding, residual, attention weights) are the CPU's. */
+static __device__ __forceinline__ float mhe__cu_hash_uniform(uint64_t seed, uint64_t index) {
+    uint64_t z = (seed ^ (index * 0xd1b54a32d192ed03ULL)) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return (float)((z ^ (z >> 31)) >> 40) * (1.0f / 16777216.0f);
+}
+
+#define MHE__CU_TRY(call, what)                                                                          \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess)                                                                           \
+            return mhe__cu_status(e_, g->err, what);                                                     \
+    } while (0)
+#define MHE__CU_MHE(call)                                                                                \
+    do {                                                                                                 \
+        mhe_status s_ = (call);                                                                          \
+        if (s_ != MHE_OK)                                                                                \
+            return s_;                                                                                   \
+    } while (0)
+
+/* a tensor's device copy and its gradient: same offset as in the host block */
+#define MHE__CU_P(g, t) ((t) ? (g)->params + ((t)->data - (g)->host->param_data) : (float *)NULL)
+#define MHE__CU_G(g, t) ((t) ? (g)->grads + ((t)->data - (g)->host->param_data) : (float *)NULL)
+
+static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
+    MHE__CU_TRY(mhe__cu_memset0(p, n * sizeof(float)), "cudaMemset");
+    return MHE_OK;
+}
+
 /* ======================================================================== */
-/* C2. GEMM                                                                 */
+/* C2. GEMM: float32 SIMT, TF32 and bf16 mma.sync, pipelined; linear layers */
 /* ======================================================================== */
 /* C = alpha op(A) op(B) + beta C, row-major as mhe_gemm: op(A) is [M, K]
    (A itself [K, M] when transposed), op(B) is [K, N]. beta = 0 never reads
@@ -561,6 +617,19 @@ static __device__ __forceinline__ float mhe__cu_act(int act, float x) {
     if (act == MHE_ACT_RELU)
         return x > 0.0f ? x : 0.0f;
     return x / (1.0f + expf(-x));
+}
+
+static __device__ __forceinline__ float mhe__cu_act_grad(int act, float x) {
+    if (act == MHE_ACT_GELU) {
+        float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+    }
+    if (act == MHE_ACT_RELU)
+        return x > 0.0f ? 1.0f : 0.0f;
+    if (act == MHE_ACT_GELU_ERF)
+        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    float sg = 1.0f / (1.0f + expf(-x));
+    return sg * (1.0f + x * (1.0f - sg));
 }
 
 /* What a GEMM adds on the way out (a linear layer's epilogue, fused so that no other launch
@@ -1388,74 +1457,28 @@ static cudaError_t mhe__cu_gemm(int precision, int ta, int tb, int M, int N, int
                           (const float *)ws, M, N, S, alpha, beta, ep);
 }
 
-/* ======================================================================== */
-/* C3. norms, activations, embeddings, cross-entropy, AdamW                 */
-/* ======================================================================== */
-#define MHE__CU_EW 256 /* threads of the elementwise and row kernels */
-
-/* sum over the block (MHE__CU_EW threads); every thread gets it. red is
-   shared scratch of one float per warp, reused only after a barrier. */
-static __device__ float mhe__cu_block_sum(float v, float *red) {
-    int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, nw = (int)blockDim.x / 32;
-    v = mhe__cu_warp_sum(v);
-    __syncthreads(); /* red may still be read by a previous call */
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    return mhe__cu_warp_sum(v);
+static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N, int K, float alpha,
+                                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    MHE__CU_TRY(mhe__cu_gemm(g->precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
+                             MHE__CU_SPLITK_WS, mhe__cu_no_epi),
+                "GEMM");
+    return MHE_OK;
 }
 
-/* LayerNorm (Ba et al. 2016) or RMSNorm (Zhang and Sennrich 2019) of one
-   row per block, as mhe_layernorm_fwd / mhe_rmsnorm_fwd: two passes over
-   the row, kept in dynamic shared memory (C floats), mean first then the
-   centred variance. rms: mean is not written (NULL). */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_fwd(float *out, float *mean, float *rstd,
-                                                               const float *inp, const float *w, const float *b,
-                                                               int C, float eps, int rms) {
-    __shared__ float red[32];
-    MHE__CU_DYN_SHARED(float, row);
-    const float *x = inp + (size_t)blockIdx.x * C;
-    float s = 0.0f, mu = 0.0f, q = 0.0f, r;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        row[c] = x[c];
-        s += row[c];
-    }
-    if (!rms)
-        mu = mhe__cu_block_sum(s, red) / (float)C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        q += (row[c] - mu) * (row[c] - mu);
-    r = 1.0f / sqrtf(mhe__cu_block_sum(q, red) / (float)C + eps);
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float y = (row[c] - mu) * r * w[c];
-        out[(size_t)blockIdx.x * C + c] = rms || !b ? y : y + b[c];
-    }
-    if (threadIdx.x == 0) {
-        if (!rms)
-            mean[blockIdx.x] = mu;
-        rstd[blockIdx.x] = r;
-    }
+/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd /
+   mhe__lin_rows, the bias added by the GEMM's epilogue; act_out (NULL: none): act(out), stride ldo */
+static mhe_status mhe__cu_linear_fwd_act(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
+                                         const float *b, int N, int IC, int OC, float *act_out, int act) {
+    mhe__cu_epi ep = {b, act_out, act};
+    MHE__CU_TRY(mhe__cu_gemm(g->precision, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo, g->gemm_ws,
+                             MHE__CU_SPLITK_WS, ep),
+                "GEMM");
+    return MHE_OK;
 }
 
-/* d inp += the norm's input gradient, one row per block:
-   dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dout * w (rms: no mean(g) term) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_bwd_x(float *dinp, const float *dout, const float *inp,
-                                                                 const float *w, const float *mean,
-                                                                 const float *rstd, int C, int rms) {
-    __shared__ float red[32];
-    MHE__CU_DYN_SHARED(float, row); /* xhat */
-    size_t r0 = (size_t)blockIdx.x * C;
-    float mu = rms ? 0.0f : mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float g = dout[r0 + c] * w[c];
-        row[c] = (inp[r0 + c] - mu) * rs;
-        sg += g;
-        sgx += g * row[c];
-    }
-    sg = rms ? 0.0f : mhe__cu_block_sum(sg, red) / (float)C;
-    sgx = mhe__cu_block_sum(sgx, red) / (float)C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        dinp[r0 + c] += rs * (dout[r0 + c] * w[c] - sg - row[c] * sgx);
+static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
+                                     const float *b, int N, int IC, int OC) {
+    return mhe__cu_linear_fwd_act(g, out, ldo, inp, w, b, N, IC, OC, NULL, 0);
 }
 
 /* Column sums over rows, in two passes that add in a fixed order (the same sums every
@@ -1508,411 +1531,45 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_colsum_add(float *dw, floa
         db[j] += sb;
 }
 
-/* y[r][off + j] += b[j] for j < nb (a bias on a column slice: collab's b^V,
-   the strided projections of the ch. 4 kinds) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
-                                                               int rows) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (int64_t)rows * nb)
-        y[(i / nb) * ld + off + i % nb] += b[i % nb];
+/* dw[j] += column sums of x [N][OC] (row stride ld) (mode 0), or a norm's weight and bias
+   gradients (modes 1, 2; inp, mean, rstd its saved input and statistics): see mhe__cu_colsum_part */
+static mhe_status mhe__cu_colsums(mhe_cuda_model *g, float *dw, float *db, const float *x, int ld, int N, int OC,
+                                  const float *inp, const float *mean, const float *rstd, int mode) {
+    int per = mode ? 2 : 1;
+    int64_t R = N / 32; /* chunks of at least 32 rows, at most 64 chunks, within the buffer */
+    if (R > 64)
+        R = 64;
+    if (R * per * OC > MHE__CU_COLPART)
+        R = MHE__CU_COLPART / ((int64_t)per * OC);
+    if (R < 1)
+        R = 1;
+    if (N < 1 || OC < 1)
+        return MHE_OK;
+    if ((int64_t)per * OC > MHE__CU_COLPART)
+        return mhe__fail(g->err, MHE_ERR_DEVICE, "column sums over %d columns: past the %d-float buffer", OC,
+                         MHE__CU_COLPART);
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_part, dim3(mhe__cu_blocks(OC, MHE__CU_EW), (unsigned)R),
+                               dim3(MHE__CU_EW), 0, g->colpart, x, ld, inp, mean, rstd, N, OC, (int)R, mode),
+                "column sums");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_add, dim3(mhe__cu_blocks(OC, MHE__CU_EW)), dim3(MHE__CU_EW), 0, dw, db,
+                               (const float *)g->colpart, OC, (int)R, mode),
+                "column sums");
+    return MHE_OK;
 }
 
-static __device__ __forceinline__ float mhe__cu_act_grad(int act, float x) {
-    if (act == MHE_ACT_GELU) {
-        float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
-    }
-    if (act == MHE_ACT_RELU)
-        return x > 0.0f ? 1.0f : 0.0f;
-    if (act == MHE_ACT_GELU_ERF)
-        return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
-    float sg = 1.0f / (1.0f + expf(-x));
-    return sg * (1.0f + x * (1.0f - sg));
-}
-
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_act_bwd(int act, float *dinp, const float *inp,
-                                                              const float *dout, int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        dinp[i] += dout[i] * mhe__cu_act_grad(act, inp[i]);
-}
-
-/* y = a + s * b (residual sums: s = 1; plain copies: b NULL) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_axpby(float *y, const float *a, const float *b, float s,
-                                                            int64_t n) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = b ? a[i] + s * b[i] : a[i];
-}
-
-/* token rows plus learned positions: out[b, t] = tok[tokens[b, t]] + pos[t0 + t] */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_fwd(float *out, const float *tok, const float *pos,
-                                                                const int *tokens, int T, int t0, int C) {
-    int r = (int)blockIdx.x;
-    const float *e = tok + (size_t)tokens[r] * C, *p = pos + (size_t)(t0 + r % T) * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        out[(size_t)r * C + c] = e[c] + p[c];
-}
-
-/* d tok[tokens[r]] += d[r]: rows repeat within a batch, so atomics */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_tok(float *dtok, const float *d, const int *tokens,
-                                                                    int C) {
-    int r = (int)blockIdx.x;
-    float *e = dtok + (size_t)tokens[r] * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        if (MHE__CU_FAULT(4)) /* the test's broken variant: a race between blocks */
-            e[c] += d[(size_t)r * C + c];
-        else
-            atomicAdd(e + c, d[(size_t)r * C + c]);
-}
-
-/* a word batch of a hash-emb model (HashFormers eq. 2.12): position r embeds
-   its word's bucket row of tok (code >= 0) or a special token's row of
-   special (code -1 - s), plus its position. The bucket ids are made on the
-   host, once per batch, from the features' per-type buckets (mhe__emb_prepare:
-   the CPU's own gather, each word type hashed once by mhe_word_feats_update) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_fwd(float *out, const float *special, const float *tok,
-                                                                   const float *pos, const int *codes, int T, int C) {
-    int r = (int)blockIdx.x, code = codes[r];
-    const float *e = code >= 0 ? tok + (size_t)code * C : special + (size_t)(-1 - code) * C;
-    const float *p = pos + (size_t)(r % T) * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        out[(size_t)r * C + c] = e[c] + p[c];
-}
-
-/* its backward: words share buckets and special rows repeat, so atomics */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_bwd(float *dspecial, float *dtok, const float *d,
-                                                                   const int *codes, int C) {
-    int r = (int)blockIdx.x, code = codes[r];
-    float *e = code >= 0 ? dtok + (size_t)code * C : dspecial + (size_t)(-1 - code) * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
-            e[c] += d[(size_t)r * C + c];
-        else
-            atomicAdd(e + c, d[(size_t)r * C + c]);
-}
-
-/* hash-pool, hash-add and hash-proj (HashFormers eq. 2.1, 2.2, 2.3) on a word
-   batch: codes[r] is -1 - s for a special token, else the index j of the
-   batch's j-th word, whose inputs the host gathered as the CPU does
-   (mhe__emb_prepare: pool's chunk indices [nw, n_ch], add's and proj's bits
-   [nw, MHE_BITS_BYTES(n_bits)]). A word embeds as mhe__words_fwd: its hash
-   embedding plus the regular row, then its position. */
-__device__ static inline int mhe__cu_bit(const unsigned char *b, int t) { return (b[t >> 3] >> (7 - (t & 7))) & 1; }
-
-/* a scatter into rows that other blocks share */
-__device__ static inline void mhe__cu_scatter(float *p, float v) {
-    if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
-        *p += v;
-    else
-        atomicAdd(p, v);
-}
-
-/* eq. 2.1: e_c = sum_k softmax_k(w[., c]) codebook[idx_k][c] (the softmax over
-   chunks per dimension, as mhe__pool_softmax) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_fwd(float *out, const float *special, const float *book,
-                                                                    const float *w, const float *regular,
-                                                                    const float *pos, const int *codes, const int *idx,
-                                                                    int T, int n_ch, int C) {
-    int r = (int)blockIdx.x, code = codes[r];
-    const float *p = pos + (size_t)(r % T) * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float mx = w[c], s = 0, o = 0;
-        if (code < 0) {
-            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
-            continue;
-        }
-        for (int k = 1; k < n_ch; k++)
-            mx = fmaxf(mx, w[(size_t)k * C + c]);
-        for (int k = 0; k < n_ch; k++)
-            s += expf(w[(size_t)k * C + c] - mx);
-        for (int k = 0; k < n_ch; k++)
-            o += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)idx[(size_t)code * n_ch + k] * C + c];
-        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
-    }
-}
-
-/* its backward (mhe_hash_pool_bwd): dbook[idx_k][c] += s_kc g_c (row 0 is
-   reserved), dw[k][c] += s_kc g_c (E_kc - e_c); rows share both: atomics */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_bwd(float *dbook, float *dw, const float *d,
-                                                                    const float *book, const float *w,
-                                                                    const int *codes, const int *idx, int n_ch, int C) {
-    int r = (int)blockIdx.x, code = codes[r];
-    const int *ix = idx + (size_t)(code < 0 ? 0 : code) * n_ch;
-    if (code < 0)
-        return;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float gv = d[(size_t)r * C + c], mx = w[c], s = 0, e = 0;
-        if (gv == 0)
-            continue;
-        for (int k = 1; k < n_ch; k++)
-            mx = fmaxf(mx, w[(size_t)k * C + c]);
-        for (int k = 0; k < n_ch; k++)
-            s += expf(w[(size_t)k * C + c] - mx);
-        for (int k = 0; k < n_ch; k++)
-            e += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)ix[k] * C + c];
-        for (int k = 0; k < n_ch; k++) {
-            float sk = expf(w[(size_t)k * C + c] - mx) / s, ek = book[(size_t)ix[k] * C + c];
-            mhe__cu_scatter(dw + (size_t)k * C + c, sk * gv * (ek - e));
-            if (ix[k] != 0)
-                mhe__cu_scatter(dbook + (size_t)ix[k] * C + c, sk * gv);
-        }
-    }
-}
-
-/* eq. 2.2: e = sum_t books[t][bit_t] / gamma (gamma = sqrt(n_bits): inv) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_fwd(float *out, const float *special, const float *books,
-                                                                   const float *regular, const float *pos,
-                                                                   const int *codes, const unsigned char *bits, int T,
-                                                                   int n_bits, int C, float inv) {
-    int r = (int)blockIdx.x, code = codes[r];
-    const float *p = pos + (size_t)(r % T) * C;
-    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float o = 0;
-        if (code < 0) {
-            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
-            continue;
-        }
-        for (int t = 0; t < n_bits; t++)
-            o += books[((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c];
-        o *= inv;
-        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
-    }
-}
-
-/* its backward: dbooks[t][bit_t] += g / gamma; words share codebook rows */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_bwd(float *dbooks, const float *d, const int *codes,
-                                                                   const unsigned char *bits, int n_bits, int C,
-                                                                   float inv) {
-    int r = (int)blockIdx.x, code = codes[r];
-    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
-    if (code < 0)
-        return;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        for (int t = 0; t < n_bits; t++)
-            mhe__cu_scatter(dbooks + ((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c, d[(size_t)r * C + c] * inv);
-}
-
-/* eq. 2.3's weights, as mhe__proj_weights: wn_j = c_j / max(|c_j|, eps) with
-   c_j = w_j - mean(w_j), and |c_j|; one thread per axis j, in double */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_weights(float *wn, float *wnorm, const float *w,
-                                                                        int n_bits, int C) {
-    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    double mean = 0, ss = 0, den;
-    if (j >= C)
-        return;
-    for (int t = 0; t < n_bits; t++)
-        mean += w[(size_t)j * n_bits + t];
-    mean /= n_bits;
-    for (int t = 0; t < n_bits; t++)
-        ss += (w[(size_t)j * n_bits + t] - mean) * (w[(size_t)j * n_bits + t] - mean);
-    wnorm[j] = (float)sqrt(ss);
-    den = sqrt(ss) > 1e-8 ? sqrt(ss) : 1e-8; /* MHE__PROJ_EPS */
-    for (int t = 0; t < n_bits; t++)
-        wn[(size_t)j * n_bits + t] = (float)((w[(size_t)j * n_bits + t] - mean) / den);
-}
-
-/* eq. 2.3 (Pearson correlation of the bits and w_j): e_j = u . wn_j, u the
-   centred bits over their clamped norm: u1 for a 1, u0 for a 0 (mhe__proj_bits).
-   Keeps e (wout) and u0, u1 (uu) per word for the backward. */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_fwd(float *out, float *wout, float *uu,
-                                                                    const float *special, const float *wn,
-                                                                    const float *regular, const float *pos,
-                                                                    const int *codes, const unsigned char *bits, int T,
-                                                                    int n_bits, int C) {
-    int r = (int)blockIdx.x, code = codes[r], ones = 0;
-    const float *p = pos + (size_t)(r % T) * C;
-    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
-    double mean, nrm;
-    float u0, u1;
-    if (code < 0) {
-        for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
-        return;
-    }
-    for (int t = 0; t < n_bits; t++)
-        ones += mhe__cu_bit(b, t);
-    mean = (double)ones / n_bits;
-    nrm = sqrt((double)ones * (double)(n_bits - ones) / n_bits);
-    nrm = nrm < 1e-8 ? 1e-8 : nrm;
-    u0 = (float)(-mean / nrm);
-    u1 = (float)((1.0 - mean) / nrm);
-    if (threadIdx.x == 0) {
-        uu[(size_t)code * 2] = u0;
-        uu[(size_t)code * 2 + 1] = u1;
-    }
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float e = 0;
-        for (int t = 0; t < n_bits; t++)
-            e += (mhe__cu_bit(b, t) ? u1 : u0) * wn[(size_t)c * n_bits + t];
-        wout[(size_t)code * C + c] = e;
-        out[(size_t)r * C + c] = (e + (regular ? regular[c] : 0.0f)) + p[c];
-    }
-}
-
-/* its backward (mhe_hash_proj_bwd): dw_jt += g_j (u_t - wn_jt e_j) / |c_j|, or
-   g_j u_t / eps where |c_j| is clamped; one thread per weight, the batch's
-   rows in order, so no two threads share an output */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_bwd(float *dw, const float *d, const float *wn,
-                                                                    const float *wnorm, const float *wout,
-                                                                    const float *uu, const int *codes,
-                                                                    const unsigned char *bits, int rows, int n_bits,
-                                                                    int C) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int j, t, clamped;
-    float acc = 0, den;
-    if (i >= (int64_t)C * n_bits)
-        return;
-    j = (int)(i / n_bits);
-    t = (int)(i % n_bits);
-    clamped = !(wnorm[j] > 1e-8f);
-    den = clamped ? 1e-8f : wnorm[j];
-    for (int r = 0; r < rows; r++) {
-        int code = codes[r];
-        float gv, u;
-        if (code < 0)
-            continue;
-        gv = d[(size_t)r * C + j] / den;
-        u = uu[(size_t)code * 2 + mhe__cu_bit(bits + (size_t)code * ((n_bits + 7) / 8), t)];
-        acc += gv * u;
-        if (!clamped)
-            acc -= gv * wout[(size_t)code * C + j] * wn[i];
-    }
-    dw[i] += acc;
-}
-
-/* the special rows' and the regular row's gradients of a hash-pool, -add or
-   -proj batch: specials repeat and every word adds to the regular row */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_words_bwd(float *dspecial, float *dregular, const float *d,
-                                                                     const int *codes, int C) {
-    int r = (int)blockIdx.x, code = codes[r];
-    float *e = code >= 0 ? dregular : dspecial + (size_t)(-1 - code) * C;
-    if (!e)
-        return;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        mhe__cu_scatter(e + c, d[(size_t)r * C + c]);
-}
-
-/* d pos[t] += sum_b d[b, t]: one thread per (t, c), sequences in order */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_pos(float *dpos, const float *d, int B, int T, int C) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    float s = 0.0f;
-    if (i >= (int64_t)T * C)
-        return;
-    for (int b = 0; b < B; b++)
-        s += d[(size_t)b * T * C + i];
-    dpos[i] += s;
-}
-
-/* Softmax cross-entropy of one row per block (as mhe_xent_fwd/_bwd):
-   loss[r] = logsumexp(z) - z[target] (0 for target < 0); with dz, also
-   dz = (softmax(z) - onehot) * scale on counted rows, 0 on the others. */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_xent(float *loss, float *dz, const float *z,
-                                                           const int *targets, int V, float scale) {
-    __shared__ float red[32];
-    const float *x = z + (size_t)blockIdx.x * V;
-    int tg = targets[blockIdx.x];
-    float mx = -INFINITY, s = 0.0f, lse;
-    for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
-        mx = fmaxf(mx, x[j]);
-    /* block max through the same scratch: max = -sum trick does not hold, so a second reduction */
-    mx = mhe__cu_warp_max(mx);
-    __syncthreads();
-    if (threadIdx.x % 32 == 0)
-        red[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = (int)threadIdx.x % 32 < (int)blockDim.x / 32 ? red[threadIdx.x % 32] : -INFINITY;
-    mx = mhe__cu_warp_max(mx);
-    for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
-        s += expf(x[j] - mx);
-    lse = mx + logf(mhe__cu_block_sum(s, red));
-    if (threadIdx.x == 0)
-        loss[blockIdx.x] = tg >= 0 ? lse - x[tg] : 0.0f;
-    if (dz)
-        for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
-            dz[(size_t)blockIdx.x * V + j] = tg >= 0 ? (expf(x[j] - lse) - (j == tg ? 1.0f : 0.0f)) * scale : 0.0f;
-}
-
-/* partial[block] = sum of x[i]^2 (or of x[i]) over the block's slice; a
-   second launch with one block sums the partials in a fixed order */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum(float *partial, const float *x, int64_t n, int square) {
-    __shared__ float red[32];
-    float s = 0.0f;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        s += square ? x[i] * x[i] : x[i];
-    s = mhe__cu_block_sum(s, red);
-    if (threadIdx.x == 0)
-        partial[blockIdx.x] = s;
-}
-
-/* AdamW (Loshchilov and Hutter 2019, Algorithm 2) in PyTorch's order with
-   the CPU's arithmetic (mhe_adamw_update): step = lr / bc1, decay = 1 - lr wd;
-   gs scales the gradient first (clipping), as mhe_clip_grad_norm does. One
-   launch for every tensor (PyTorch's fused/multi-tensor AdamW does the
-   same): block b updates chunk b, a slice of one tensor, with decay only
-   where the tensor decays (a chunk without it multiplies by 1: the same
-   bits as no decay). */
-#define MHE__CU_ADAM_CHUNK (MHE__CU_EW * 16) /* elements per block */
-
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, float *m, float *v,
-                                                            const mhe_cuda_adam_chunk *chunks, float gs,
-                                                            const float *gs_dev, float step, float decay, float b1,
-                                                            float b2, float eps, float bc2_sqrt) {
-    mhe_cuda_adam_chunk c = chunks[blockIdx.x];
-    float d = c.decay ? decay : 1.0f;
-    for (int j = (int)threadIdx.x; j < c.n; j += (int)blockDim.x) {
-        int64_t i = c.off + j;
-        /* a deferred step: the scale from mhe__cu_clip_scale, 0 for no update (read in the loop: kept
-           across the division's slow-path call, it would take a register that sm_90 spills) */
-        float s = gs_dev ? __ldg(gs_dev) : gs;
-        if (!(s > 0.0f))
-            break;
-        float gi = s == 1.0f ? g[i] : g[i] * s;
-        g[i] = gi;
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        p[i] = p[i] * d - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
-    }
-}
-
-/* a deferred step's clipping on the device, as mhe__cu_update does it on the host (the same float
-   operations): stats[1] the gradients' sum of squares, norm = sqrt of it; stats[2] = AdamW's
-   scale, clip / (norm + 1e-6) past clip, or 0 (no update) once a norm was not finite, that
-   step + 1 in stats[3] and its norm in stats[4] (steps below 2^24 are exact as floats) */
-__global__ __launch_bounds__(32) void mhe__cu_clip_scale(float *stats, float clip, int step) {
-    if (threadIdx.x != 0)
-        return;
-    float norm = sqrtf(stats[1]);
-    if (stats[3] == 0.0f && !isfinite(norm)) {
-        stats[3] = (float)step + 1.0f;
-        stats[4] = norm;
-    }
-    stats[2] = stats[3] != 0.0f ? 0.0f : clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
-}
-
-/* mhe_hash_uniform on the device, bit for bit: splitmix64 (Steele et al.
-   2014) of seed ^ index * const, its top 24 bits over 2^24. The dropout
-   masks (embedding, residual, attention weights) are the CPU's. */
-static __device__ __forceinline__ float mhe__cu_hash_uniform(uint64_t seed, uint64_t index) {
-    uint64_t z = (seed ^ (index * 0xd1b54a32d192ed03ULL)) + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return (float)((z ^ (z >> 31)) >> 40) * (1.0f / 16777216.0f);
-}
-
-/* inverted dropout as mhe_dropout_fwd (y may be x): element i kept when
-   hash(seed, i) >= p, scaled by 1 / (1 - p); the backward is the same map
-   on the gradient (mhe_dropout_bwd into zeros) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dropout(float *y, const float *x, int64_t n, float p,
-                                                              uint64_t seed) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        y[i] = mhe__cu_hash_uniform(seed, (uint64_t)i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
+/* din += dout W, dW += dout^T inp, db += column sums, as mhe_linear_bwd (din may be NULL) */
+static mhe_status mhe__cu_linear_bwd(mhe_cuda_model *g, float *din, float *dw, float *db, const float *dout,
+                                     int ldd, const float *inp, const float *w, int N, int IC, int OC) {
+    if (din)
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, 1.0f, din, IC));
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC));
+    if (db)
+        MHE__CU_MHE(mhe__cu_colsums(g, db, NULL, dout, ldd, N, OC, NULL, NULL, NULL, 0));
+    return MHE_OK;
 }
 
 /* ======================================================================== */
-/* C4. attention cores                                                      */
+/* C3. attention cores                                                      */
 /* ======================================================================== */
 /* Fused attention with online softmax (Milakov and Gimelshein 2018; Dao et
    et al. 2022) for the meaning of mhe_attn_dims (mhe.h section 4), device
@@ -3391,31 +3048,1168 @@ __global__ __launch_bounds__(256) void mhe__cu_taylor_step(float *out, const flo
 }
 
 
+/* ---- chain 2 on the device: the core of a kind ------------------------------- */
+
+/* MHE-MUL maps (mhe__mul_maps): w_i = (1+e_i^Q)(1+e_i^K), v_i = 1+e_i^V */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_mul_maps(float *hmap, const float *eq, const float *ek,
+                                                               const float *ev, int nd) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < nd) {
+        hmap[i] = (1.0f + eq[i]) * (1.0f + ek[i]);
+        hmap[nd + i] = 1.0f + ev[i];
+    }
+}
+
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_mul_maps_bwd(float *geq, float *gek, float *gev,
+                                                                   const float *dmap, const float *eq,
+                                                                   const float *ek, int nd) {
+    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < nd) {
+        geq[i] += dmap[i] * (1.0f + ek[i]);
+        gek[i] += dmap[i] * (1.0f + eq[i]);
+        gev[i] += dmap[nd + i];
+    }
+}
+
+/* sha: the one head copied to all n (forward), their gradients summed into head 0 (backward) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sha_heads(float *att, int rows, int n, int dh, int bwd) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * dh)
+        return;
+    float *row = att + (i / dh) * (int64_t)n * dh;
+    int c = (int)(i % dh);
+    if (bwd) {
+        float s = row[c];
+        for (int h = 1; h < n; h++)
+            s += row[h * dh + c];
+        row[c] = s;
+    } else {
+        for (int h = 1; h < n; h++)
+            row[h * dh + c] = row[c];
+    }
+}
+
+/* dst[r][c] = src[r % period][c] for c < cols (row strides ldd, lds): the fixed
+   stream's Q|K, the same for every sequence of the batch; with period = rows,
+   a plain copy (new positions' K|V into the decoding cache) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds,
+                                                                int rows, int cols, int period) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * cols)
+        dst[(i / cols) * ldd + i % cols] = src[(i / cols % period) * lds + i % cols];
+}
+
+/* dst[t][c] += sum_b src[b T + t][c], b in order (one thread per (t, c), no
+   atomics): the batch's d Q|K onto the fixed stream's rows, and back */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int ldd, const float *src, int lds, int B,
+                                                               int T, int cols) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    if (i >= (int64_t)T * cols)
+        return;
+    for (int b = 0; b < B; b++)
+        s += src[((int64_t)b * T + i / cols) * lds + i % cols];
+    dst[(i / cols) * ldd + i % cols] += s;
+}
+
+/* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
+   the fixed stream of rndemb-qk / fixedseq-qk (one sequence, fixed = 1, its
+   activations in g->fixed_layer). emb is the stream's block-0 input, which
+   staticemb-qk reads. */
+typedef struct mhe__cu_ctx {
+    int B, T, fixed;
+    int l0;                                 /* the stream's first layer (encdec's decoder: enc_layers) */
+    mhe_cuda_layer_acts *la;
+    const float *emb;
+    float *d_emb;                           /* staticemb-qk: the gradient of emb (accumulated) */
+    /* encdec's decoder: the encoder output [B Ts, C] and its gradient (accumulated); the
+       source's embeddings and their gradient (a staticemb-qk cross-attention reads them) */
+    const float *mem, *mem_emb;
+    float *d_mem, *d_mem_emb;
+    int Ts;
+    /* the padding, as the CPU's mhe__ctx: the stream's lengths on the device
+       (its cores' kv_len) and on the host (fnet's and linear's sequences),
+       and the source's (the cross-attention's kv_len); NULL: none */
+    const int *len, *hlen, *mem_len;
+} mhe__cu_ctx;
+
+/* causal: self-attention of a decoder (the decoder of encdec too); not an
+   encoder's, nor cross-attention (every query sees the whole source) */
+static int mhe__cu_causal(const mhe_cuda_model *g, int l, int cross) {
+    return !cross && g->host->cfg.arch != MHE_ARCH_ENCODER && !g->host->layers[l].encoder;
+}
+
+/* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
+static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
+                         const float *k, int ks, float *dk, float *hmap, float *dmap) {
+    const mhe_config *c = &g->host->cfg;
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int HD = c->n_heads * mhe_config_d_head(c);
+    if (w->kind == MHE_ATTN_COLLAB) {
+        mhe__collab_dims(d, w, geo.q_w, k, ks);
+        d->q_mul = MHE__CU_P(g, w->mix);
+        if (gr) {
+            gr->dq_mul = MHE__CU_G(g, w->mix);
+            gr->dk_bias = dk + geo.q_w;
+        }
+    } else if (w->kind == MHE_ATTN_MHE_MUL) {
+        d->q_shared = 1;
+        d->q_mul = hmap;
+        d->v_mul = hmap + HD;
+        if (gr) {
+            gr->dq_mul = dmap;
+            gr->dv_mul = dmap + HD;
+        }
+    } else if (w->kind == MHE_ATTN_MHE_ADD) {
+        /* one QK^T for every head plus the key bias table kb = K E^Q^T (hmap holds it, dmap its
+           gradient); e^K only shifts whole rows: no effect, no gradient */
+        d->q_shared = 1;
+        d->k_bias = hmap;
+        d->k_bias_stride = c->n_heads;
+        d->v_add = MHE__CU_P(g, w->ev);
+        if (gr) {
+            gr->dk_bias = dmap;
+            gr->dv_add = MHE__CU_G(g, w->ev);
+        }
+    }
+}
+
+/* the Non-approximate core's shape from the CPU's dims (Tq = Tk: self-attention) */
+static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
+    mhe__cu_na a;
+    a.B = d->B;
+    a.n = d->n_heads;
+    a.T = d->Tq;
+    a.dh = d->d_head;
+    a.qs = d->q_stride;
+    a.ks = d->k_stride;
+    a.vs = d->v_stride;
+    a.os = d->o_stride;
+    a.causal = d->causal;
+    a.scale = d->scale;
+    a.len = d->kv_len;
+    return a;
+}
+
+/* what the CPU's dims of this core hold beyond the shape: attention dropout
+   on the main stream of a training forward, self- or cross-attention (the
+   fixed stream and decoding run without, as mhe__fixed_fwd and
+   mhe_decode_step), and the padding of the keys' stream there (kv_len: the
+   stream's lengths, or the source's for cross-attention) */
+static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, const int *kv_len,
+                              mhe_attn_dims *d) {
+    int main_stream = !g->cache && (a == &g->layer[l] || a == &g->cross[l]);
+    d->dropout = g->drop && main_stream ? g->host->cfg.attn_dropout : 0.0f;
+    d->kv_len = main_stream ? kv_len : NULL;
+}
+
+static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
+                                        int Tk, int q_offset, const int *kv_len, const float *q, int qs,
+                                        const float *k, int ks, const float *v, int vs) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
+    mhe__cu_core_dims(g, a, l, kv_len, &d);
+    d.q_offset = q_offset;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), a->att, a->lse, q, k, v, (float *)NULL, 1),
+                    "Non-approximate attention");
+        return MHE_OK;
+    }
+    float *kb = g->cache && !cross ? g->cache->kb : a->kb; /* cross: the source's keys, in its acts */
+    if (w->kind == MHE_ATTN_MHE_MUL)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                   a->hmap, (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
+                                   (const float *)MHE__CU_P(g, w->ev), HD), "MHE-MUL maps");
+    if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
+    mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
+    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, a->att, a->lse, q, k, v, g->err));
+    if (w->kind == MHE_ATTN_SHA)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int T,
+                                        int Tk, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                        const float *v, float *dq, float *dk, float *dv) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
+    mhe_attn_grads gr;
+    mhe__cu_core_dims(g, a, l, kv_len, &d);
+    memset(&gr, 0, sizeof gr);
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = ks;
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
+                                   mhe__cu_na_from(&d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
+                                   (const float *)a->lse, q, k, v),
+                    "Non-approximate attention backward");
+        return MHE_OK;
+    }
+    if (w->kind == MHE_ATTN_MHE_MUL)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
+    if (w->kind == MHE_ATTN_MHE_ADD)
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * Tk * n));
+    if (w->kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * T * dh, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_att, B * T, n, dh, 1), "sha heads backward");
+    if (w->kind == MHE_ATTN_MHE_ADD)
+        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
+    else
+        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
+    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
+                                 g->attn_scratch, g->err));
+    if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * Tk, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * Tk, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
+    }
+    if (w->kind == MHE_ATTN_MHE_MUL)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                   MHE__CU_G(g, w->eq), MHE__CU_G(g, w->ek), MHE__CU_G(g, w->ev),
+                                   (const float *)g->d_hmap, (const float *)MHE__CU_P(g, w->eq),
+                                   (const float *)MHE__CU_P(g, w->ek), HD), "MHE-MUL map gradients");
+    return MHE_OK;
+}
+
+/* decoding (B = 1): the T new positions' rows (a->proj) through the core of
+   their kind, with what the cache keeps: K|V rows (the softmax kinds,
+   staticemb-qk), the recurrent states (taylor, nonapprox, as
+   mhe__decon_decode: one position after another), or V rows and the fixed
+   stream's Q|K (rndemb-qk, fixedseq-qk: the softmax rows of the CPU's
+   precomputed maps, computed by the training core). Query t sees keys
+   0 .. pos + t. */
+static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_kv_cache *kc = g->cache;
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, pos = kc->len, kvw = kc->kv_w[l], ks, t;
+    const float *k, *v, *src;
+    if (w->kind == MHE_ATTN_TAYLOR) {
+        int th = (dh + 1 + 31) / 32 * 32;
+        for (t = 0; t < T; t++) {
+            const float *row = a->proj + (size_t)t * geo.proj_w;
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0,
+                                       a->att + (size_t)t * HD, row, row + HD, row + 2 * HD, kc->state[l], dh,
+                                       sqrtf(1.0f / sqrtf((float)dh))),
+                        "Taylor decoding step");
+        }
+        return MHE_OK;
+    }
+    if (w->kind == MHE_ATTN_NONAPPROX) {
+        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
+        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+        for (t = 0; t < T; t++) {
+            const float *row = a->proj + (size_t)t * geo.proj_w;
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
+                                       a->att + (size_t)t * HD, a->lse + (size_t)t * n, row, row + HD, row + 2 * HD,
+                                       kc->state[l], pos + t == 0),
+                        "Non-approximate decoding step");
+        }
+        return MHE_OK;
+    }
+    if (mhe__kind_fixed(w->kind)) {
+        const float *qk = kc->state[l];
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
+                                   (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
+                    "V cache append");
+        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, qk + (size_t)pos * 2 * HD, 2 * HD,
+                                     qk + HD, 2 * HD, kc->kv[l], HD);
+    }
+    /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
+    src = geo.k_w ? a->proj + geo.q_w : u;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
+                               geo.k_w ? geo.proj_w : c->d_model, T, kvw, T),
+                "KV cache append");
+    k = kc->kv[l];
+    ks = kvw;
+    v = geo.v_w ? k + geo.k_w : k;
+    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, a->proj, geo.proj_w, k, ks, v, ks);
+}
+
+/* ---- the kinds without an attention core: mlp, fnet, linear ------------------ */
+
+/* the mlp kind (thesis eq. 4.5): att = SiLU(gate) * up over proj = [gate | up] [rows, 2F] */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_fwd(float *att, const float *proj, int rows, int F) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * F)
+        return;
+    const float *p = proj + (i / F) * 2 * F + i % F;
+    att[i] = mhe__cu_act(MHE_ACT_SILU, p[0]) * p[F];
+}
+
+/* d [gate | up] = [datt * up * SiLU'(gate) | datt * SiLU(gate)] (written, not added) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, const float *proj, const float *datt,
+                                                                int rows, int F) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * F)
+        return;
+    int64_t o = (i / F) * 2 * F + i % F;
+    float gate = proj[o], up = proj[o + F];
+    dproj[o] = datt[i] * up * mhe__cu_act_grad(MHE_ACT_SILU, gate);
+    dproj[o + F] = datt[i] * mhe__cu_act(MHE_ACT_SILU, gate);
+}
+
+/* the mlp kind (thesis eq. 4.4-4.5): down(SiLU(gate u) * up u); gate | up
+   adjacent, one GEMM into proj [rows, 2F], the product into att [rows, F]
+   (mhe__gated_fwd / _bwd) */
+static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, float *out) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 2 * F, u, MHE__CU_P(g, w->gate), MHE__CU_P(g, w->gate_b), rows, C,
+                                   2 * F));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_fwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, a->att, (const float *)a->proj, rows, F), "gated MLP");
+    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->down), MHE__CU_P(g, w->down_b), rows, F, C);
+}
+
+static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+                                      const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &g->host->cfg;
+    int C = c->d_model, F = mhe_config_mlp_width(c);
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * F));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->down), MHE__CU_G(g, w->down_b), d_out, C, a->att,
+                                   MHE__CU_P(g, w->down), rows, F, C));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_bwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, g->d_proj, (const float *)a->proj, (const float *)g->d_att, rows,
+                               F), "gated MLP backward");
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->gate), MHE__CU_G(g, w->gate_b), g->d_proj, 2 * F, u,
+                              MHE__CU_P(g, w->gate), rows, C, 2 * F);
+}
+
+/* the DFT of N points as two tables, c[i ld + j] = cos(2 pi (i j mod N) / N)
+   and s the sine, i, j < N: in double (the CPU's mhe_fft twiddles are),
+   then rounded to float; sincospi of 2 (i j mod N) / N, in [0, 2), needs
+   no large-argument reduction (cos of a double does, in local memory) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dft_table(float *c, float *s, int N, int ld) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    double sn, cs;
+    if (i >= (int64_t)N * N)
+        return;
+    int r = (int)(i / N), k = (int)(i % N);
+    sincospi((double)(2 * (((int64_t)r * k) % N)) / (double)N, &sn, &cs);
+    c[(size_t)r * ld + k] = (float)cs;
+    s[(size_t)r * ld + k] = (float)sn;
+}
+
+/* fnet's tables: [C_C | S_C] [C, 2C] once per activation block, then C_L
+   and S_L [L, L] for sequences of L real tokens, made on the device when L
+   changes (a padded batch's lengths one after another) */
+static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int L) {
+    int C = g->host->cfg.d_model;
+    float *ct = g->dft + 2 * (size_t)C * C;
+    if (g->dft_T == L)
+        return MHE_OK;
+    if (g->dft_T == 0) /* a new block: the features' tables too */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)C * C, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->dft, g->dft + C, C, 2 * C), "the features' DFT table");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)L * L, MHE__CU_EW)), dim3(MHE__CU_EW),
+                               0, ct, ct + (size_t)L * L, L, L), "the sequence's DFT table");
+    g->dft_T = L;
+    return MHE_OK;
+}
+
+/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_L X
+   F_C), the unnormalised 2-D DFT over each sequence's L real tokens (hlen:
+   the host's lengths; NULL: L = T) and the C features, = C_L X C_C - S_L X
+   S_C; padding rows are not mixed in and give 0. A direct real DFT as
+   GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole batch, then C_L and
+   -S_L on each sequence. The map is its own adjoint: the backward is the
+   same call on the gradient, added (acc) into du's real rows. */
+static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, const int *hlen, int acc) {
+    int C = g->host->cfg.d_model, b;
+    const float *ct, *st;
+    MHE__CU_MHE(mhe__cu_dft_tables(g, hlen ? hlen[0] : T)); /* C's tables before the first GEMM */
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
+    for (b = 0; b < B; b++) {
+        int L = hlen ? hlen[b] : T;
+        const float *mb = g->mix + (size_t)b * T * 2 * C;
+        float *yb = y + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_dft_tables(g, L));
+        ct = g->dft + 2 * (size_t)C * C;
+        st = ct + (size_t)L * L;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, ct, L, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, -1.0f, st, L, mb + C, 2 * C, 1.0f, yb, C));
+        if (!acc && L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, yb + (size_t)L * C, (size_t)(T - L) * C));
+    }
+    return MHE_OK;
+}
+
+/* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
+   W_seq[:L, :L] (X_b W_hidden^T) over each sequence's L real tokens
+   (padding rows 0), no bias; att keeps Z = X W_hidden^T
+   (mhe__linear_mix_fwd / _bwd) */
+static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, float *out) {
+    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
+    for (b = 0; b < x->B; b++) {
+        int L = x->hlen ? x->hlen[b] : T;
+        float *ob = out + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, a->att + (size_t)b * T * C, C,
+                                   0.0f, ob, C));
+        if (L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, ob + (size_t)L * C, (size_t)(T - L) * C));
+    }
+    return MHE_OK;
+}
+
+/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att; 0 on padding rows), then through W_hidden: du += */
+static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
+                                     const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
+    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
+    for (b = 0; b < x->B; b++) {
+        int L = x->hlen ? x->hlen[b] : T;
+        const float *db = d_out + (size_t)b * T * C;
+        float *dz = g->d_att + (size_t)b * T * C;
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, db, C, 0.0f, dz, C));
+        if (L < T)
+            MHE__CU_MHE(mhe__cu_zero(g, dz + (size_t)L * C, (size_t)(T - L) * C));
+        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, L, L, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
+                                   MHE__CU_G(g, w->seq), Lmax));
+    }
+    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->hidden), NULL, g->d_att, C, u, MHE__CU_P(g, w->hidden),
+                              x->B * T, C, C);
+}
+
 /* ======================================================================== */
-/* C5. the device model                                                     */
+/* C4. norms and elementwise: residuals, dropout, losses, pooling           */
+/* ======================================================================== */
+/* LayerNorm (Ba et al. 2016) or RMSNorm (Zhang and Sennrich 2019) of one
+   row per block, as mhe_layernorm_fwd / mhe_rmsnorm_fwd: two passes over
+   the row, kept in dynamic shared memory (C floats), mean first then the
+   centred variance. rms: mean is not written (NULL). */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_fwd(float *out, float *mean, float *rstd,
+                                                               const float *inp, const float *w, const float *b,
+                                                               int C, float eps, int rms) {
+    __shared__ float red[32];
+    MHE__CU_DYN_SHARED(float, row);
+    const float *x = inp + (size_t)blockIdx.x * C;
+    float s = 0.0f, mu = 0.0f, q = 0.0f, r;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        row[c] = x[c];
+        s += row[c];
+    }
+    if (!rms)
+        mu = mhe__cu_block_sum(s, red) / (float)C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        q += (row[c] - mu) * (row[c] - mu);
+    r = 1.0f / sqrtf(mhe__cu_block_sum(q, red) / (float)C + eps);
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float y = (row[c] - mu) * r * w[c];
+        out[(size_t)blockIdx.x * C + c] = rms || !b ? y : y + b[c];
+    }
+    if (threadIdx.x == 0) {
+        if (!rms)
+            mean[blockIdx.x] = mu;
+        rstd[blockIdx.x] = r;
+    }
+}
+
+/* d inp += the norm's input gradient, one row per block:
+   dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dout * w (rms: no mean(g) term) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_norm_bwd_x(float *dinp, const float *dout, const float *inp,
+                                                                 const float *w, const float *mean,
+                                                                 const float *rstd, int C, int rms) {
+    __shared__ float red[32];
+    MHE__CU_DYN_SHARED(float, row); /* xhat */
+    size_t r0 = (size_t)blockIdx.x * C;
+    float mu = rms ? 0.0f : mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgx = 0.0f;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float g = dout[r0 + c] * w[c];
+        row[c] = (inp[r0 + c] - mu) * rs;
+        sg += g;
+        sgx += g * row[c];
+    }
+    sg = rms ? 0.0f : mhe__cu_block_sum(sg, red) / (float)C;
+    sgx = mhe__cu_block_sum(sgx, red) / (float)C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        dinp[r0 + c] += rs * (dout[r0 + c] * w[c] - sg - row[c] * sgx);
+}
+
+/* the dynamic shared memory of the norm kernels: one row */
+static size_t mhe__cu_norm_smem(int C) { return (size_t)(MHE__CU_FAULT(2) ? C - 1 : C) * sizeof(float); }
+
+static mhe_status mhe__cu_norm_fwd(mhe_cuda_model *g, float *out, float *mean, float *rstd, const float *inp,
+                                   const mhe_tensor *w, const mhe_tensor *b, int N) {
+    const mhe_config *c = &g->host->cfg;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_fwd, dim3(N), dim3(MHE__CU_EW), mhe__cu_norm_smem(c->d_model), out,
+                               mean, rstd, inp, (const float *)MHE__CU_P(g, w), (const float *)MHE__CU_P(g, b),
+                               c->d_model, c->norm_eps, c->norm == MHE_NORM_RMSNORM ? 1 : 0), "norm");
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_norm_bwd(mhe_cuda_model *g, float *dinp, const float *dout, const float *inp,
+                                   const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd,
+                                   int N) {
+    const mhe_config *c = &g->host->cfg;
+    int rms = c->norm == MHE_NORM_RMSNORM, C = c->d_model;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_bwd_x, dim3(N), dim3(MHE__CU_EW), mhe__cu_norm_smem(C), dinp, dout,
+                               inp, (const float *)MHE__CU_P(g, w), mean, rstd, C, rms), "norm backward");
+    return mhe__cu_colsums(g, MHE__CU_G(g, w), rms ? (float *)NULL : MHE__CU_G(g, b), dout, C, N, C, inp, mean, rstd,
+                           rms ? 2 : 1);
+}
+
+/* y[r][off + j] += b[j] for j < nb (a bias on a column slice: collab's b^V,
+   the strided projections of the ch. 4 kinds) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_cols(float *y, int ld, int off, const float *b, int nb,
+                                                               int rows) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (int64_t)rows * nb)
+        y[(i / nb) * ld + off + i % nb] += b[i % nb];
+}
+
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_act_bwd(int act, float *dinp, const float *inp,
+                                                              const float *dout, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        dinp[i] += dout[i] * mhe__cu_act_grad(act, inp[i]);
+}
+
+/* y = a + s * b (residual sums: s = 1; plain copies: b NULL) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_axpby(float *y, const float *a, const float *b, float s,
+                                                            int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = b ? a[i] + s * b[i] : a[i];
+}
+
+static mhe_status mhe__cu_axpby_m(mhe_cuda_model *g, float *y, const float *a, const float *b, int64_t n) {
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_axpby, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, a, b,
+                               1.0f, n), "axpby");
+    return MHE_OK;
+}
+
+/* Admin's residual (Liu et al. 2020, eq. 5): sum = omega * h + branch, omega [C] per column */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_residual_scaled(float *sum, const float *h, const float *branch,
+                                                                      const float *omega, int64_t n, int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        sum[i] = omega[i % C] * h[i] + branch[i];
+}
+
+/* its backward: dh = omega * dsum; domega[c] += sum_r dsum[r][c] h[r][c]
+   (one thread per column, rows in order: no atomics) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_admin_bwd(float *dh, float *domega, const float *dsum,
+                                                                const float *h, const float *omega, int rows, int C) {
+    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    float s = 0.0f;
+    if (c >= C)
+        return;
+    for (int r = 0; r < rows; r++) {
+        size_t i = (size_t)r * C + c;
+        s += dsum[i] * h[i];
+        dh[i] = omega[c] * dsum[i];
+    }
+    domega[c] += s;
+}
+
+/* inverted dropout as mhe_dropout_fwd (y may be x): element i kept when
+   hash(seed, i) >= p, scaled by 1 / (1 - p); the backward is the same map
+   on the gradient (mhe_dropout_bwd into zeros) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dropout(float *y, const float *x, int64_t n, float p,
+                                                              uint64_t seed) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] = mhe__cu_hash_uniform(seed, (uint64_t)i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
+}
+
+static mhe_status mhe__cu_dropout_m(mhe_cuda_model *g, float *y, const float *in, int64_t n, float p, int site) {
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dropout, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, in, n, p,
+                               mhe__site_seed(g->host, site)), "dropout");
+    return MHE_OK;
+}
+
+/* Softmax cross-entropy of one row per block (as mhe_xent_fwd/_bwd):
+   loss[r] = logsumexp(z) - z[target] (0 for target < 0); with dz, also
+   dz = (softmax(z) - onehot) * scale on counted rows, 0 on the others. */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_xent(float *loss, float *dz, const float *z,
+                                                           const int *targets, int V, float scale) {
+    __shared__ float red[32];
+    const float *x = z + (size_t)blockIdx.x * V;
+    int tg = targets[blockIdx.x];
+    float mx = -INFINITY, s = 0.0f, lse;
+    for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
+        mx = fmaxf(mx, x[j]);
+    /* block max through the same scratch: max = -sum trick does not hold, so a second reduction */
+    mx = mhe__cu_warp_max(mx);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0)
+        red[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = (int)threadIdx.x % 32 < (int)blockDim.x / 32 ? red[threadIdx.x % 32] : -INFINITY;
+    mx = mhe__cu_warp_max(mx);
+    for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
+        s += expf(x[j] - mx);
+    lse = mx + logf(mhe__cu_block_sum(s, red));
+    if (threadIdx.x == 0)
+        loss[blockIdx.x] = tg >= 0 ? lse - x[tg] : 0.0f;
+    if (dz)
+        for (int j = (int)threadIdx.x; j < V; j += (int)blockDim.x)
+            dz[(size_t)blockIdx.x * V + j] = tg >= 0 ? (expf(x[j] - lse) - (j == tg ? 1.0f : 0.0f)) * scale : 0.0f;
+}
+
+/* partial[block] = sum of x[i]^2 (or of x[i]) over the block's slice; a
+   second launch with one block sums the partials in a fixed order */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum(float *partial, const float *x, int64_t n, int square) {
+    __shared__ float red[32];
+    float s = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += square ? x[i] * x[i] : x[i];
+    s = mhe__cu_block_sum(s, red);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = s;
+}
+
+/* sum of n floats (squares: square 1) on the device, two launches in a fixed order, into the
+   device float *dst */
+static mhe_status mhe__cu_reduce_dev(mhe_cuda_model *g, const float *x, int64_t n, int square, float *dst) {
+    int blocks = mhe__cu_blocks(n, MHE__CU_EW);
+    if (blocks > 1024)
+        blocks = 1024;
+    if (blocks < 1)
+        blocks = 1;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(blocks), dim3(MHE__CU_EW), 0, g->partial, x, n, square), "sum");
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(1), dim3(MHE__CU_EW), 0, dst, (const float *)g->partial,
+                               (int64_t)blocks, 0),
+                "sum of partials");
+    return MHE_OK;
+}
+
+/* the same sum into *out on the host (a blocking copy) */
+static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out) {
+    float s = 0.0f;
+    if (mhe__cu_recording) /* a step recorded for a graph reads nothing back (mhe_cuda_trainer.graph) */
+        return mhe__fail(g->err, MHE_ERR_DEVICE, "internal: a blocking read inside a recorded step");
+    MHE__CU_MHE(mhe__cu_reduce_dev(g, x, n, square, g->partial + 1024));
+    MHE__CU_TRY(cudaMemcpy(&s, g->partial + 1024, sizeof s, cudaMemcpyDeviceToHost), "download sum");
+    *out = s;
+    return MHE_OK;
+}
+
+/* a forward's mean loss over count scored tokens from the per-row losses x [n]: on the host at
+   once, or (g->loss_sink, a deferred step) summed into the device's loss_sink[0], *loss left alone */
+static mhe_status mhe__cu_mean_loss(mhe_cuda_model *g, const float *x, int64_t n, int count, float *loss) {
+    double total = 0;
+    if (g->loss_sink)
+        return mhe__cu_reduce_dev(g, x, n, 0, g->loss_sink);
+    MHE__CU_MHE(mhe__cu_reduce(g, x, n, 0, &total));
+    if (loss)
+        *loss = count ? (float)(total / count) : 0.0f;
+    return MHE_OK;
+}
+
+/* the classification head's input (mhe__forward_batch): pooled[b] = the
+   mean of h[b, t] over the real tokens t < len[b]; one block per sequence */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool(float *pooled, const float *h, const int *len, int T,
+                                                           int C) {
+    int b = (int)blockIdx.x, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float s = 0.0f;
+        for (int t = 0; t < L; t++)
+            s += w * h[((size_t)b * T + t) * C + c];
+        pooled[(size_t)b * C + c] = s;
+    }
+}
+
+/* BERT's pooler input and its gradient: first[b] = h[b, 0] (back 0), or dh[b, 0] += dfirst[b] (back 1) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_first_rows(float *out, const float *in, int T, int C, int back) {
+    int b = (int)blockIdx.x;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        if (back)
+            out[(size_t)b * T * C + c] += in[(size_t)b * C + c];
+        else
+            out[(size_t)b * C + c] = in[(size_t)b * T * C + c];
+    }
+}
+
+/* y = tanh(y) (back 0), or d *= 1 - y^2 with y the saved tanh (back 1): the pooler's activation */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_tanh(float *d, const float *y, int64_t n, int back) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        d[i] = back ? d[i] * (1.0f - y[i] * y[i]) : tanhf(d[i]);
+}
+
+/* its backward: dh[b, t] += dpooled[b] / len[b] for t < len[b]; one block per row */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool_bwd(float *dh, const float *dpooled, const int *len, int T,
+                                                               int C) {
+    int r = (int)blockIdx.x, b = r / T, L = len ? len[b] : T;
+    float w = 1.0f / (float)L;
+    if (r % T >= L)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        dh[(size_t)r * C + c] += w * dpooled[(size_t)b * C + c];
+}
+
+/* ======================================================================== */
+/* C5. embeddings: tokens, positions, types, hash embeddings                */
+/* ======================================================================== */
+/* token rows plus learned positions: out[b, t] = tok[tokens[b, t]] + pos[t0 + t] */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_fwd(float *out, const float *tok, const float *pos,
+                                                                const int *tokens, int T, int t0, int C) {
+    int r = (int)blockIdx.x;
+    const float *e = tok + (size_t)tokens[r] * C, *p = pos + (size_t)(t0 + r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] = e[c] + p[c];
+}
+
+/* d tok[tokens[r]] += d[r]: rows repeat within a batch, so atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_tok(float *dtok, const float *d, const int *tokens,
+                                                                    int C) {
+    int r = (int)blockIdx.x;
+    float *e = dtok + (size_t)tokens[r] * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        if (MHE__CU_FAULT(4)) /* the test's broken variant: a race between blocks */
+            e[c] += d[(size_t)r * C + c];
+        else
+            atomicAdd(e + c, d[(size_t)r * C + c]);
+}
+
+/* a word batch of a hash-emb model (HashFormers eq. 2.12): position r embeds
+   its word's bucket row of tok (code >= 0) or a special token's row of
+   special (code -1 - s), plus its position. The bucket ids are made on the
+   host, once per batch, from the features' per-type buckets (mhe__emb_prepare:
+   the CPU's own gather, each word type hashed once by mhe_word_feats_update) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_fwd(float *out, const float *special, const float *tok,
+                                                                   const float *pos, const int *codes, int T, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *e = code >= 0 ? tok + (size_t)code * C : special + (size_t)(-1 - code) * C;
+    const float *p = pos + (size_t)(r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] = e[c] + p[c];
+}
+
+/* its backward: words share buckets and special rows repeat, so atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_emb_bwd(float *dspecial, float *dtok, const float *d,
+                                                                   const int *codes, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    float *e = code >= 0 ? dtok + (size_t)code * C : dspecial + (size_t)(-1 - code) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
+            e[c] += d[(size_t)r * C + c];
+        else
+            atomicAdd(e + c, d[(size_t)r * C + c]);
+}
+
+/* hash-pool, hash-add and hash-proj (HashFormers eq. 2.1, 2.2, 2.3) on a word
+   batch: codes[r] is -1 - s for a special token, else the index j of the
+   batch's j-th word, whose inputs the host gathered as the CPU does
+   (mhe__emb_prepare: pool's chunk indices [nw, n_ch], add's and proj's bits
+   [nw, MHE_BITS_BYTES(n_bits)]). A word embeds as mhe__words_fwd: its hash
+   embedding plus the regular row, then its position. */
+__device__ static inline int mhe__cu_bit(const unsigned char *b, int t) { return (b[t >> 3] >> (7 - (t & 7))) & 1; }
+
+/* a scatter into rows that other blocks share */
+__device__ static inline void mhe__cu_scatter(float *p, float v) {
+    if (MHE__CU_FAULT(4)) /* the test's broken variant, as mhe__cu_embed_bwd_tok's */
+        *p += v;
+    else
+        atomicAdd(p, v);
+}
+
+/* eq. 2.1: e_c = sum_k softmax_k(w[., c]) codebook[idx_k][c] (the softmax over
+   chunks per dimension, as mhe__pool_softmax) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_fwd(float *out, const float *special, const float *book,
+                                                                    const float *w, const float *regular,
+                                                                    const float *pos, const int *codes, const int *idx,
+                                                                    int T, int n_ch, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *p = pos + (size_t)(r % T) * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float mx = w[c], s = 0, o = 0;
+        if (code < 0) {
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+            continue;
+        }
+        for (int k = 1; k < n_ch; k++)
+            mx = fmaxf(mx, w[(size_t)k * C + c]);
+        for (int k = 0; k < n_ch; k++)
+            s += expf(w[(size_t)k * C + c] - mx);
+        for (int k = 0; k < n_ch; k++)
+            o += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)idx[(size_t)code * n_ch + k] * C + c];
+        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward (mhe_hash_pool_bwd): dbook[idx_k][c] += s_kc g_c (row 0 is
+   reserved), dw[k][c] += s_kc g_c (E_kc - e_c); rows share both: atomics */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_pool_bwd(float *dbook, float *dw, const float *d,
+                                                                    const float *book, const float *w,
+                                                                    const int *codes, const int *idx, int n_ch, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const int *ix = idx + (size_t)(code < 0 ? 0 : code) * n_ch;
+    if (code < 0)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float gv = d[(size_t)r * C + c], mx = w[c], s = 0, e = 0;
+        if (gv == 0)
+            continue;
+        for (int k = 1; k < n_ch; k++)
+            mx = fmaxf(mx, w[(size_t)k * C + c]);
+        for (int k = 0; k < n_ch; k++)
+            s += expf(w[(size_t)k * C + c] - mx);
+        for (int k = 0; k < n_ch; k++)
+            e += expf(w[(size_t)k * C + c] - mx) / s * book[(size_t)ix[k] * C + c];
+        for (int k = 0; k < n_ch; k++) {
+            float sk = expf(w[(size_t)k * C + c] - mx) / s, ek = book[(size_t)ix[k] * C + c];
+            mhe__cu_scatter(dw + (size_t)k * C + c, sk * gv * (ek - e));
+            if (ix[k] != 0)
+                mhe__cu_scatter(dbook + (size_t)ix[k] * C + c, sk * gv);
+        }
+    }
+}
+
+/* eq. 2.2: e = sum_t books[t][bit_t] / gamma (gamma = sqrt(n_bits): inv) */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_fwd(float *out, const float *special, const float *books,
+                                                                   const float *regular, const float *pos,
+                                                                   const int *codes, const unsigned char *bits, int T,
+                                                                   int n_bits, int C, float inv) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const float *p = pos + (size_t)(r % T) * C;
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float o = 0;
+        if (code < 0) {
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+            continue;
+        }
+        for (int t = 0; t < n_bits; t++)
+            o += books[((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c];
+        o *= inv;
+        out[(size_t)r * C + c] = (o + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward: dbooks[t][bit_t] += g / gamma; words share codebook rows */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_add_bwd(float *dbooks, const float *d, const int *codes,
+                                                                   const unsigned char *bits, int n_bits, int C,
+                                                                   float inv) {
+    int r = (int)blockIdx.x, code = codes[r];
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    if (code < 0)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        for (int t = 0; t < n_bits; t++)
+            mhe__cu_scatter(dbooks + ((size_t)t * 2 + mhe__cu_bit(b, t)) * C + c, d[(size_t)r * C + c] * inv);
+}
+
+/* eq. 2.3's weights, as mhe__proj_weights: wn_j = c_j / max(|c_j|, eps) with
+   c_j = w_j - mean(w_j), and |c_j|; one thread per axis j, in double */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_weights(float *wn, float *wnorm, const float *w,
+                                                                        int n_bits, int C) {
+    int j = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    double mean = 0, ss = 0, den;
+    if (j >= C)
+        return;
+    for (int t = 0; t < n_bits; t++)
+        mean += w[(size_t)j * n_bits + t];
+    mean /= n_bits;
+    for (int t = 0; t < n_bits; t++)
+        ss += (w[(size_t)j * n_bits + t] - mean) * (w[(size_t)j * n_bits + t] - mean);
+    wnorm[j] = (float)sqrt(ss);
+    den = sqrt(ss) > 1e-8 ? sqrt(ss) : 1e-8; /* MHE__PROJ_EPS */
+    for (int t = 0; t < n_bits; t++)
+        wn[(size_t)j * n_bits + t] = (float)((w[(size_t)j * n_bits + t] - mean) / den);
+}
+
+/* eq. 2.3 (Pearson correlation of the bits and w_j): e_j = u . wn_j, u the
+   centred bits over their clamped norm: u1 for a 1, u0 for a 0 (mhe__proj_bits).
+   Keeps e (wout) and u0, u1 (uu) per word for the backward. */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_fwd(float *out, float *wout, float *uu,
+                                                                    const float *special, const float *wn,
+                                                                    const float *regular, const float *pos,
+                                                                    const int *codes, const unsigned char *bits, int T,
+                                                                    int n_bits, int C) {
+    int r = (int)blockIdx.x, code = codes[r], ones = 0;
+    const float *p = pos + (size_t)(r % T) * C;
+    const unsigned char *b = bits + (size_t)(code < 0 ? 0 : code) * ((n_bits + 7) / 8);
+    double mean, nrm;
+    float u0, u1;
+    if (code < 0) {
+        for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+            out[(size_t)r * C + c] = special[(size_t)(-1 - code) * C + c] + p[c];
+        return;
+    }
+    for (int t = 0; t < n_bits; t++)
+        ones += mhe__cu_bit(b, t);
+    mean = (double)ones / n_bits;
+    nrm = sqrt((double)ones * (double)(n_bits - ones) / n_bits);
+    nrm = nrm < 1e-8 ? 1e-8 : nrm;
+    u0 = (float)(-mean / nrm);
+    u1 = (float)((1.0 - mean) / nrm);
+    if (threadIdx.x == 0) {
+        uu[(size_t)code * 2] = u0;
+        uu[(size_t)code * 2 + 1] = u1;
+    }
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
+        float e = 0;
+        for (int t = 0; t < n_bits; t++)
+            e += (mhe__cu_bit(b, t) ? u1 : u0) * wn[(size_t)c * n_bits + t];
+        wout[(size_t)code * C + c] = e;
+        out[(size_t)r * C + c] = (e + (regular ? regular[c] : 0.0f)) + p[c];
+    }
+}
+
+/* its backward (mhe_hash_proj_bwd): dw_jt += g_j (u_t - wn_jt e_j) / |c_j|, or
+   g_j u_t / eps where |c_j| is clamped; one thread per weight, the batch's
+   rows in order, so no two threads share an output */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_proj_bwd(float *dw, const float *d, const float *wn,
+                                                                    const float *wnorm, const float *wout,
+                                                                    const float *uu, const int *codes,
+                                                                    const unsigned char *bits, int rows, int n_bits,
+                                                                    int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int j, t, clamped;
+    float acc = 0, den;
+    if (i >= (int64_t)C * n_bits)
+        return;
+    j = (int)(i / n_bits);
+    t = (int)(i % n_bits);
+    clamped = !(wnorm[j] > 1e-8f);
+    den = clamped ? 1e-8f : wnorm[j];
+    for (int r = 0; r < rows; r++) {
+        int code = codes[r];
+        float gv, u;
+        if (code < 0)
+            continue;
+        gv = d[(size_t)r * C + j] / den;
+        u = uu[(size_t)code * 2 + mhe__cu_bit(bits + (size_t)code * ((n_bits + 7) / 8), t)];
+        acc += gv * u;
+        if (!clamped)
+            acc -= gv * wout[(size_t)code * C + j] * wn[i];
+    }
+    dw[i] += acc;
+}
+
+/* the special rows' and the regular row's gradients of a hash-pool, -add or
+   -proj batch: specials repeat and every word adds to the regular row */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_hash_words_bwd(float *dspecial, float *dregular, const float *d,
+                                                                     const int *codes, int C) {
+    int r = (int)blockIdx.x, code = codes[r];
+    float *e = code >= 0 ? dregular : dspecial + (size_t)(-1 - code) * C;
+    if (!e)
+        return;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        mhe__cu_scatter(e + c, d[(size_t)r * C + c]);
+}
+
+/* d pos[t] += sum_b d[b, t]: one thread per (t, c), sequences in order */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_embed_bwd_pos(float *dpos, const float *d, int B, int T, int C) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    if (i >= (int64_t)T * C)
+        return;
+    for (int b = 0; b < B; b++)
+        s += d[(size_t)b * T * C + i];
+    dpos[i] += s;
+}
+
+/* out[r] += table[idx[r]]: BERT's token-type rows onto the embeddings */
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_rows(float *out, const float *table, const int *idx, int C) {
+    int r = (int)blockIdx.x;
+    const float *e = table + (size_t)idx[r] * C;
+    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
+        out[(size_t)r * C + c] += e[c];
+}
+
+/* a hashed word batch's embeddings into g->emb (g->tokens holds its codes),
+   as mhe__words_fwd plus the positions */
+static mhe_status mhe__cu_words_fwd(mhe_cuda_model *g, int rows, int T) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, nb = c->hash_bits;
+    const float *sp = MHE__CU_P(g, m->special_emb), *reg = MHE__CU_P(g, m->regular_emb), *pos = MHE__CU_P(g, m->pos_emb);
+    const int *codes = g->tokens;
+    switch (g->hashed) {
+    case MHE_EMB_HASH_EMB:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->tok_emb), pos, codes, T, C), "hash embedding");
+        break;
+    case MHE_EMB_HASH_POOL:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
+                                   reg, pos, codes, (const int *)g->hw_in, T, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
+                    "hash-pool embedding");
+        break;
+    case MHE_EMB_HASH_ADD:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
+                                   (const float *)MHE__CU_P(g, m->add_books), reg, pos, codes,
+                                   (const unsigned char *)g->hw_in, T, nb, C, 1.0f / sqrtf((float)nb)),
+                    "hash-add embedding");
+        break;
+    default:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_weights, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                                   g->hw_wn, g->hw_wnorm, (const float *)MHE__CU_P(g, m->proj_w), nb, C),
+                    "hash-proj weights");
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, g->hw_out, g->hw_uu,
+                                   sp, (const float *)g->hw_wn, reg, pos, codes, (const unsigned char *)g->hw_in, T, nb,
+                                   C),
+                    "hash-proj embedding");
+        break;
+    }
+    return MHE_OK;
+}
+
+/* its backward from g->d_h, as mhe__words_bwd (the positions' apart) */
+/* d: the gradient at the embeddings' output (after the embedding dropout's mask) */
+static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, const float *d, int rows) {
+    mhe_model *m = g->host;
+    const mhe_config *c = &m->cfg;
+    int C = c->d_model, nb = c->hash_bits;
+    const int *codes = g->tokens;
+    if (g->hashed == MHE_EMB_HASH_EMB) {
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                                   MHE__CU_G(g, m->tok_emb), d, codes, C), "hash embedding backward");
+        return MHE_OK;
+    }
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_words_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
+                               MHE__CU_G(g, m->regular_emb), d, codes, C), "special and regular rows backward");
+    switch (g->hashed) {
+    case MHE_EMB_HASH_POOL:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_bwd, dim3(rows), dim3(MHE__CU_EW), 0,
+                                   MHE__CU_G(g, m->pool_codebook), MHE__CU_G(g, m->pool_w), d,
+                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
+                                   codes, (const int *)g->hw_in, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
+                    "hash-pool backward");
+        break;
+    case MHE_EMB_HASH_ADD:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->add_books), d,
+                                   codes, (const unsigned char *)g->hw_in, nb, C, 1.0f / sqrtf((float)nb)),
+                    "hash-add backward");
+        break;
+    default:
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_bwd, dim3(mhe__cu_blocks((int64_t)C * nb, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->proj_w), d, (const float *)g->hw_wn,
+                                   (const float *)g->hw_wnorm, (const float *)g->hw_out, (const float *)g->hw_uu, codes,
+                                   (const unsigned char *)g->hw_in, rows, nb, C),
+                    "hash-proj backward");
+        break;
+    }
+    return MHE_OK;
+}
+
+/* ======================================================================== */
+/* C6. the optimizer: AdamW and clipping                                    */
+/* ======================================================================== */
+/* AdamW (Loshchilov and Hutter 2019, Algorithm 2) in PyTorch's order with
+   the CPU's arithmetic (mhe_adamw_update): step = lr / bc1, decay = 1 - lr wd;
+   gs scales the gradient first (clipping), as mhe_clip_grad_norm does. One
+   launch for every tensor (PyTorch's fused/multi-tensor AdamW does the
+   same): block b updates chunk b, a slice of one tensor, with decay only
+   where the tensor decays (a chunk without it multiplies by 1: the same
+   bits as no decay). */
+#define MHE__CU_ADAM_CHUNK (MHE__CU_EW * 16) /* elements per block */
+
+__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_adamw(float *p, float *g, float *m, float *v,
+                                                            const mhe_cuda_adam_chunk *chunks, float gs,
+                                                            const float *gs_dev, float step, float decay, float b1,
+                                                            float b2, float eps, float bc2_sqrt) {
+    mhe_cuda_adam_chunk c = chunks[blockIdx.x];
+    float d = c.decay ? decay : 1.0f;
+    for (int j = (int)threadIdx.x; j < c.n; j += (int)blockDim.x) {
+        int64_t i = c.off + j;
+        /* a deferred step: the scale from mhe__cu_clip_scale, 0 for no update (read in the loop: kept
+           across the division's slow-path call, it would take a register that sm_90 spills) */
+        float s = gs_dev ? __ldg(gs_dev) : gs;
+        if (!(s > 0.0f))
+            break;
+        float gi = s == 1.0f ? g[i] : g[i] * s;
+        g[i] = gi;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] = p[i] * d - step * m[i] / (sqrtf(v[i]) / bc2_sqrt + eps);
+    }
+}
+
+/* a deferred step's clipping on the device, as mhe__cu_update does it on the host (the same float
+   operations): stats[1] the gradients' sum of squares, norm = sqrt of it; stats[2] = AdamW's
+   scale, clip / (norm + 1e-6) past clip, or 0 (no update) once a norm was not finite, that
+   step + 1 in stats[3] and its norm in stats[4] (steps below 2^24 are exact as floats) */
+__global__ __launch_bounds__(32) void mhe__cu_clip_scale(float *stats, float clip, int step) {
+    if (threadIdx.x != 0)
+        return;
+    float norm = sqrtf(stats[1]);
+    if (stats[3] == 0.0f && !isfinite(norm)) {
+        stats[3] = (float)step + 1.0f;
+        stats[4] = norm;
+    }
+    stats[2] = stats[3] != 0.0f ? 0.0f : clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+}
+
+/* clipping and AdamW on the device, as mhe__trainer_update after the backward */
+static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
+    mhe_trainer *ht = &t->host;
+    mhe_model *m = g->host;
+    const mhe_train_config *tc = &ht->tc;
+    double sq = 0;
+    float norm, gs = 1.0f, lr, bc1, bc2;
+    if (t->deferred) { /* no copy: the norm, the clipping scale and the loss stay on the device */
+        MHE__CU_MHE(mhe__cu_reduce_dev(g, g->grads, m->n_params, 1, t->stats + 1));
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_clip_scale, dim3(1), dim3(32), 0, t->stats, tc->clip, ht->step),
+                    "clipping scale");
+        lr = mhe_lr_at(tc, ht->step);
+        ht->last_lr = lr;
+        bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
+        bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
+        if (t->n_adam_chunks > 0)
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0,
+                                       g->params, g->grads, t->adam_m, t->adam_v,
+                                       (const mhe_cuda_adam_chunk *)t->adam_chunks, 1.0f,
+                                       (const float *)(t->stats + 2), lr / bc1, 1.0f - lr * tc->weight_decay,
+                                       tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
+                        "AdamW");
+        MHE__CU_TRY(mhe__cu_copy(t->stats_host, t->stats, 5 * sizeof(float), cudaMemcpyDeviceToHost),
+                    "statistics to the host");
+        t->stats_count = g->last_count;
+        t->stats_pending = 1;
+        ht->step++;
+        return MHE_OK;
+    }
+    MHE__CU_MHE(mhe__cu_reduce(g, g->grads, m->n_params, 1, &sq));
+    norm = (float)sqrt(sq);
+    ht->last_grad_norm = norm;
+    if (!mhe__is_finite(norm))
+        return mhe__fail(g->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm,
+                         ht->step);
+    if (tc->clip > 0 && norm > tc->clip)
+        gs = tc->clip / (norm + 1e-6f);
+    lr = mhe_lr_at(tc, ht->step);
+    ht->last_lr = lr;
+    bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
+    bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
+    if (t->n_adam_chunks > 0)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0, g->params,
+                                   g->grads, t->adam_m, t->adam_v, (const mhe_cuda_adam_chunk *)t->adam_chunks, gs,
+                                   (const float *)NULL, lr / bc1, 1.0f - lr * tc->weight_decay, tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
+                    "AdamW");
+    ht->step++;
+    return MHE_OK;
+}
+
+/* ======================================================================== */
+/* C7. the device model: layout, forward, backward, evaluation              */
 /* ======================================================================== */
 /* The CPU driver's structure, call for call (mhe.h sections 5 and 7):
    sublayers enter and leave through the same norms and residuals, chain 1
    projects Q|K|V in one GEMM and runs the kind's core, and decoding is the
    forward pass of the new rows (a prompt, or one token) whose K and V join
    the cache the core reads. */
-
-#define MHE__CU_TRY(call, what)                                                                          \
-    do {                                                                                                 \
-        cudaError_t e_ = (call);                                                                         \
-        if (e_ != cudaSuccess)                                                                           \
-            return mhe__cu_status(e_, g->err, what);                                                     \
-    } while (0)
-#define MHE__CU_MHE(call)                                                                                \
-    do {                                                                                                 \
-        mhe_status s_ = (call);                                                                          \
-        if (s_ != MHE_OK)                                                                                \
-            return s_;                                                                                   \
-    } while (0)
-
-/* a tensor's device copy and its gradient: same offset as in the host block */
-#define MHE__CU_P(g, t) ((t) ? (g)->params + ((t)->data - (g)->host->param_data) : (float *)NULL)
-#define MHE__CU_G(g, t) ((t) ? (g)->grads + ((t)->data - (g)->host->param_data) : (float *)NULL)
 
 /* the kinds with a device path, named one by one: a kind added to mhe.h stays on the CPU until it has one */
 static int mhe__cu_kind_ok(int kind) {
@@ -3493,9 +4287,6 @@ static float *mhe__cu_take(size_t *off, char *base, size_t n) {
     *off += (n * sizeof(float) + 63) & ~(size_t)63;
     return base ? (float *)(base + at) : NULL;
 }
-
-static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
-                         const float *k, int ks, float *dk, float *hmap, float *dmap);
 
 /* 1 when a self-attention sublayer of the layers l0 .. l1-1 has this kind */
 static int mhe__cu_kind_in(const mhe_model *m, int l0, int l1, int kind) {
@@ -3852,560 +4643,6 @@ MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
     return MHE_OK;
 }
 
-/* ---- device building blocks: the CPU's linear, norm, residual -------------- */
-
-static mhe_status mhe__cu_zero(mhe_cuda_model *g, float *p, size_t n) {
-    MHE__CU_TRY(mhe__cu_memset0(p, n * sizeof(float)), "cudaMemset");
-    return MHE_OK;
-}
-
-static mhe_status mhe__cu_gemm_m(mhe_cuda_model *g, int ta, int tb, int M, int N, int K, float alpha,
-                                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    MHE__CU_TRY(mhe__cu_gemm(g->precision, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, g->gemm_ws,
-                             MHE__CU_SPLITK_WS, mhe__cu_no_epi),
-                "GEMM");
-    return MHE_OK;
-}
-
-/* out[N, OC] (row stride ldo: a column slice when wider) = inp[N, IC] W^T + b, as mhe_linear_fwd /
-   mhe__lin_rows, the bias added by the GEMM's epilogue; act_out (NULL: none): act(out), stride ldo */
-static mhe_status mhe__cu_linear_fwd_act(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
-                                         const float *b, int N, int IC, int OC, float *act_out, int act) {
-    mhe__cu_epi ep = {b, act_out, act};
-    MHE__CU_TRY(mhe__cu_gemm(g->precision, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, ldo, g->gemm_ws,
-                             MHE__CU_SPLITK_WS, ep),
-                "GEMM");
-    return MHE_OK;
-}
-
-static mhe_status mhe__cu_linear_fwd(mhe_cuda_model *g, float *out, int ldo, const float *inp, const float *w,
-                                     const float *b, int N, int IC, int OC) {
-    return mhe__cu_linear_fwd_act(g, out, ldo, inp, w, b, N, IC, OC, NULL, 0);
-}
-
-/* dw[j] += column sums of x [N][OC] (row stride ld) (mode 0), or a norm's weight and bias
-   gradients (modes 1, 2; inp, mean, rstd its saved input and statistics): see mhe__cu_colsum_part */
-static mhe_status mhe__cu_colsums(mhe_cuda_model *g, float *dw, float *db, const float *x, int ld, int N, int OC,
-                                  const float *inp, const float *mean, const float *rstd, int mode) {
-    int per = mode ? 2 : 1;
-    int64_t R = N / 32; /* chunks of at least 32 rows, at most 64 chunks, within the buffer */
-    if (R > 64)
-        R = 64;
-    if (R * per * OC > MHE__CU_COLPART)
-        R = MHE__CU_COLPART / ((int64_t)per * OC);
-    if (R < 1)
-        R = 1;
-    if (N < 1 || OC < 1)
-        return MHE_OK;
-    if ((int64_t)per * OC > MHE__CU_COLPART)
-        return mhe__fail(g->err, MHE_ERR_DEVICE, "column sums over %d columns: past the %d-float buffer", OC,
-                         MHE__CU_COLPART);
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_part, dim3(mhe__cu_blocks(OC, MHE__CU_EW), (unsigned)R),
-                               dim3(MHE__CU_EW), 0, g->colpart, x, ld, inp, mean, rstd, N, OC, (int)R, mode),
-                "column sums");
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_colsum_add, dim3(mhe__cu_blocks(OC, MHE__CU_EW)), dim3(MHE__CU_EW), 0, dw, db,
-                               (const float *)g->colpart, OC, (int)R, mode),
-                "column sums");
-    return MHE_OK;
-}
-
-/* din += dout W, dW += dout^T inp, db += column sums, as mhe_linear_bwd (din may be NULL) */
-static mhe_status mhe__cu_linear_bwd(mhe_cuda_model *g, float *din, float *dw, float *db, const float *dout,
-                                     int ldd, const float *inp, const float *w, int N, int IC, int OC) {
-    if (din)
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, 1.0f, din, IC));
-    MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC));
-    if (db)
-        MHE__CU_MHE(mhe__cu_colsums(g, db, NULL, dout, ldd, N, OC, NULL, NULL, NULL, 0));
-    return MHE_OK;
-}
-
-/* the dynamic shared memory of the norm kernels: one row */
-static size_t mhe__cu_norm_smem(int C) { return (size_t)(MHE__CU_FAULT(2) ? C - 1 : C) * sizeof(float); }
-
-static mhe_status mhe__cu_norm_fwd(mhe_cuda_model *g, float *out, float *mean, float *rstd, const float *inp,
-                                   const mhe_tensor *w, const mhe_tensor *b, int N) {
-    const mhe_config *c = &g->host->cfg;
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_fwd, dim3(N), dim3(MHE__CU_EW), mhe__cu_norm_smem(c->d_model), out,
-                               mean, rstd, inp, (const float *)MHE__CU_P(g, w), (const float *)MHE__CU_P(g, b),
-                               c->d_model, c->norm_eps, c->norm == MHE_NORM_RMSNORM ? 1 : 0), "norm");
-    return MHE_OK;
-}
-
-static mhe_status mhe__cu_norm_bwd(mhe_cuda_model *g, float *dinp, const float *dout, const float *inp,
-                                   const mhe_tensor *w, const mhe_tensor *b, const float *mean, const float *rstd,
-                                   int N) {
-    const mhe_config *c = &g->host->cfg;
-    int rms = c->norm == MHE_NORM_RMSNORM, C = c->d_model;
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_norm_bwd_x, dim3(N), dim3(MHE__CU_EW), mhe__cu_norm_smem(C), dinp, dout,
-                               inp, (const float *)MHE__CU_P(g, w), mean, rstd, C, rms), "norm backward");
-    return mhe__cu_colsums(g, MHE__CU_G(g, w), rms ? (float *)NULL : MHE__CU_G(g, b), dout, C, N, C, inp, mean, rstd,
-                           rms ? 2 : 1);
-}
-
-static mhe_status mhe__cu_axpby_m(mhe_cuda_model *g, float *y, const float *a, const float *b, int64_t n) {
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_axpby, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, a, b,
-                               1.0f, n), "axpby");
-    return MHE_OK;
-}
-
-/* ---- small kernels of the kinds ---------------------------------------------- */
-
-/* MHE-MUL maps (mhe__mul_maps): w_i = (1+e_i^Q)(1+e_i^K), v_i = 1+e_i^V */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_mul_maps(float *hmap, const float *eq, const float *ek,
-                                                               const float *ev, int nd) {
-    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i < nd) {
-        hmap[i] = (1.0f + eq[i]) * (1.0f + ek[i]);
-        hmap[nd + i] = 1.0f + ev[i];
-    }
-}
-
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_mul_maps_bwd(float *geq, float *gek, float *gev,
-                                                                   const float *dmap, const float *eq,
-                                                                   const float *ek, int nd) {
-    int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i < nd) {
-        geq[i] += dmap[i] * (1.0f + ek[i]);
-        gek[i] += dmap[i] * (1.0f + eq[i]);
-        gev[i] += dmap[nd + i];
-    }
-}
-
-/* sha: the one head copied to all n (forward), their gradients summed into head 0 (backward) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sha_heads(float *att, int rows, int n, int dh, int bwd) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)rows * dh)
-        return;
-    float *row = att + (i / dh) * (int64_t)n * dh;
-    int c = (int)(i % dh);
-    if (bwd) {
-        float s = row[c];
-        for (int h = 1; h < n; h++)
-            s += row[h * dh + c];
-        row[c] = s;
-    } else {
-        for (int h = 1; h < n; h++)
-            row[h * dh + c] = row[c];
-    }
-}
-
-/* the mlp kind (thesis eq. 4.5): att = SiLU(gate) * up over proj = [gate | up] [rows, 2F] */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_fwd(float *att, const float *proj, int rows, int F) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)rows * F)
-        return;
-    const float *p = proj + (i / F) * 2 * F + i % F;
-    att[i] = mhe__cu_act(MHE_ACT_SILU, p[0]) * p[F];
-}
-
-/* d [gate | up] = [datt * up * SiLU'(gate) | datt * SiLU(gate)] (written, not added) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, const float *proj, const float *datt,
-                                                                int rows, int F) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (int64_t)rows * F)
-        return;
-    int64_t o = (i / F) * 2 * F + i % F;
-    float gate = proj[o], up = proj[o + F];
-    dproj[o] = datt[i] * up * mhe__cu_act_grad(MHE_ACT_SILU, gate);
-    dproj[o + F] = datt[i] * mhe__cu_act(MHE_ACT_SILU, gate);
-}
-
-/* dst[r][c] = src[r % period][c] for c < cols (row strides ldd, lds): the fixed
-   stream's Q|K, the same for every sequence of the batch; with period = rows,
-   a plain copy (new positions' K|V into the decoding cache) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_copy_rows(float *dst, int ldd, const float *src, int lds,
-                                                                int rows, int cols, int period) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (int64_t)rows * cols)
-        dst[(i / cols) * ldd + i % cols] = src[(i / cols % period) * lds + i % cols];
-}
-
-/* dst[t][c] += sum_b src[b T + t][c], b in order (one thread per (t, c), no
-   atomics): the batch's d Q|K onto the fixed stream's rows, and back */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_sum_rows(float *dst, int ldd, const float *src, int lds, int B,
-                                                               int T, int cols) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    float s = 0.0f;
-    if (i >= (int64_t)T * cols)
-        return;
-    for (int b = 0; b < B; b++)
-        s += src[((int64_t)b * T + i / cols) * lds + i % cols];
-    dst[(i / cols) * ldd + i % cols] += s;
-}
-
-/* Admin's residual (Liu et al. 2020, eq. 5): sum = omega * h + branch, omega [C] per column */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_residual_scaled(float *sum, const float *h, const float *branch,
-                                                                      const float *omega, int64_t n, int C) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        sum[i] = omega[i % C] * h[i] + branch[i];
-}
-
-/* its backward: dh = omega * dsum; domega[c] += sum_r dsum[r][c] h[r][c]
-   (one thread per column, rows in order: no atomics) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_admin_bwd(float *dh, float *domega, const float *dsum,
-                                                                const float *h, const float *omega, int rows, int C) {
-    int c = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    float s = 0.0f;
-    if (c >= C)
-        return;
-    for (int r = 0; r < rows; r++) {
-        size_t i = (size_t)r * C + c;
-        s += dsum[i] * h[i];
-        dh[i] = omega[c] * dsum[i];
-    }
-    domega[c] += s;
-}
-
-/* the classification head's input (mhe__forward_batch): pooled[b] = the
-   mean of h[b, t] over the real tokens t < len[b]; one block per sequence */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool(float *pooled, const float *h, const int *len, int T,
-                                                           int C) {
-    int b = (int)blockIdx.x, L = len ? len[b] : T;
-    float w = 1.0f / (float)L;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        float s = 0.0f;
-        for (int t = 0; t < L; t++)
-            s += w * h[((size_t)b * T + t) * C + c];
-        pooled[(size_t)b * C + c] = s;
-    }
-}
-
-/* BERT's pooler input and its gradient: first[b] = h[b, 0] (back 0), or dh[b, 0] += dfirst[b] (back 1) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_first_rows(float *out, const float *in, int T, int C, int back) {
-    int b = (int)blockIdx.x;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x) {
-        if (back)
-            out[(size_t)b * T * C + c] += in[(size_t)b * C + c];
-        else
-            out[(size_t)b * C + c] = in[(size_t)b * T * C + c];
-    }
-}
-
-/* y = tanh(y) (back 0), or d *= 1 - y^2 with y the saved tanh (back 1): the pooler's activation */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_tanh(float *d, const float *y, int64_t n, int back) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        d[i] = back ? d[i] * (1.0f - y[i] * y[i]) : tanhf(d[i]);
-}
-
-/* out[r] += table[idx[r]]: BERT's token-type rows onto the embeddings */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_add_rows(float *out, const float *table, const int *idx, int C) {
-    int r = (int)blockIdx.x;
-    const float *e = table + (size_t)idx[r] * C;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        out[(size_t)r * C + c] += e[c];
-}
-
-/* its backward: dh[b, t] += dpooled[b] / len[b] for t < len[b]; one block per row */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_pool_bwd(float *dh, const float *dpooled, const int *len, int T,
-                                                               int C) {
-    int r = (int)blockIdx.x, b = r / T, L = len ? len[b] : T;
-    float w = 1.0f / (float)L;
-    if (r % T >= L)
-        return;
-    for (int c = (int)threadIdx.x; c < C; c += (int)blockDim.x)
-        dh[(size_t)r * C + c] += w * dpooled[(size_t)b * C + c];
-}
-
-/* ---- chain 2 on the device: the core of a kind ------------------------------- */
-
-/* What the blocks of one stream see, as the CPU's mhe__ctx: the batch, or
-   the fixed stream of rndemb-qk / fixedseq-qk (one sequence, fixed = 1, its
-   activations in g->fixed_layer). emb is the stream's block-0 input, which
-   staticemb-qk reads. */
-typedef struct mhe__cu_ctx {
-    int B, T, fixed;
-    int l0;                                 /* the stream's first layer (encdec's decoder: enc_layers) */
-    mhe_cuda_layer_acts *la;
-    const float *emb;
-    float *d_emb;                           /* staticemb-qk: the gradient of emb (accumulated) */
-    /* encdec's decoder: the encoder output [B Ts, C] and its gradient (accumulated); the
-       source's embeddings and their gradient (a staticemb-qk cross-attention reads them) */
-    const float *mem, *mem_emb;
-    float *d_mem, *d_mem_emb;
-    int Ts;
-    /* the padding, as the CPU's mhe__ctx: the stream's lengths on the device
-       (its cores' kv_len) and on the host (fnet's and linear's sequences),
-       and the source's (the cross-attention's kv_len); NULL: none */
-    const int *len, *hlen, *mem_len;
-} mhe__cu_ctx;
-
-/* causal: self-attention of a decoder (the decoder of encdec too); not an
-   encoder's, nor cross-attention (every query sees the whole source) */
-static int mhe__cu_causal(const mhe_cuda_model *g, int l, int cross) {
-    return !cross && g->host->cfg.arch != MHE_ARCH_ENCODER && !g->host->layers[l].encoder;
-}
-
-/* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
-static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
-                         const float *k, int ks, float *dk, float *hmap, float *dmap) {
-    const mhe_config *c = &g->host->cfg;
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int HD = c->n_heads * mhe_config_d_head(c);
-    if (w->kind == MHE_ATTN_COLLAB) {
-        mhe__collab_dims(d, w, geo.q_w, k, ks);
-        d->q_mul = MHE__CU_P(g, w->mix);
-        if (gr) {
-            gr->dq_mul = MHE__CU_G(g, w->mix);
-            gr->dk_bias = dk + geo.q_w;
-        }
-    } else if (w->kind == MHE_ATTN_MHE_MUL) {
-        d->q_shared = 1;
-        d->q_mul = hmap;
-        d->v_mul = hmap + HD;
-        if (gr) {
-            gr->dq_mul = dmap;
-            gr->dv_mul = dmap + HD;
-        }
-    } else if (w->kind == MHE_ATTN_MHE_ADD) {
-        /* one QK^T for every head plus the key bias table kb = K E^Q^T (hmap holds it, dmap its
-           gradient); e^K only shifts whole rows: no effect, no gradient */
-        d->q_shared = 1;
-        d->k_bias = hmap;
-        d->k_bias_stride = c->n_heads;
-        d->v_add = MHE__CU_P(g, w->ev);
-        if (gr) {
-            gr->dk_bias = dmap;
-            gr->dv_add = MHE__CU_G(g, w->ev);
-        }
-    }
-}
-
-/* the Non-approximate core's shape from the CPU's dims (Tq = Tk: self-attention) */
-static mhe__cu_na mhe__cu_na_from(const mhe_attn_dims *d) {
-    mhe__cu_na a;
-    a.B = d->B;
-    a.n = d->n_heads;
-    a.T = d->Tq;
-    a.dh = d->d_head;
-    a.qs = d->q_stride;
-    a.ks = d->k_stride;
-    a.vs = d->v_stride;
-    a.os = d->o_stride;
-    a.causal = d->causal;
-    a.scale = d->scale;
-    a.len = d->kv_len;
-    return a;
-}
-
-/* what the CPU's dims of this core hold beyond the shape: attention dropout
-   on the main stream of a training forward, self- or cross-attention (the
-   fixed stream and decoding run without, as mhe__fixed_fwd and
-   mhe_decode_step), and the padding of the keys' stream there (kv_len: the
-   stream's lengths, or the source's for cross-attention) */
-static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts *a, int l, const int *kv_len,
-                              mhe_attn_dims *d) {
-    int main_stream = !g->cache && (a == &g->layer[l] || a == &g->cross[l]);
-    d->dropout = g->drop && main_stream ? g->host->cfg.attn_dropout : 0.0f;
-    d->kv_len = main_stream ? kv_len : NULL;
-}
-
-static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
-                                        int Tk, int q_offset, const int *kv_len, const float *q, int qs,
-                                        const float *k, int ks, const float *v, int vs) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
-    mhe__cu_core_dims(g, a, l, kv_len, &d);
-    d.q_offset = q_offset;
-    d.q_stride = qs;
-    d.k_stride = ks;
-    d.v_stride = vs;
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
-                                   mhe__cu_na_from(&d), a->att, a->lse, q, k, v, (float *)NULL, 1),
-                    "Non-approximate attention");
-        return MHE_OK;
-    }
-    float *kb = g->cache && !cross ? g->cache->kb : a->kb; /* cross: the source's keys, in its acts */
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   a->hmap, (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
-                                   (const float *)MHE__CU_P(g, w->ev), HD), "MHE-MUL maps");
-    if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
-    mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
-    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, a->att, a->lse, q, k, v, g->err));
-    if (w->kind == MHE_ATTN_SHA)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");
-    return MHE_OK;
-}
-
-static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int T,
-                                        int Tk, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                                        const float *v, float *dq, float *dk, float *dv) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
-    mhe_attn_grads gr;
-    mhe__cu_core_dims(g, a, l, kv_len, &d);
-    memset(&gr, 0, sizeof gr);
-    d.q_stride = qs;
-    d.k_stride = ks;
-    d.v_stride = ks;
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
-                                   mhe__cu_na_from(&d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
-                                   (const float *)a->lse, q, k, v),
-                    "Non-approximate attention backward");
-        return MHE_OK;
-    }
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
-    if (w->kind == MHE_ATTN_MHE_ADD)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * Tk * n));
-    if (w->kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * T * dh, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, g->d_att, B * T, n, dh, 1), "sha heads backward");
-    if (w->kind == MHE_ATTN_MHE_ADD)
-        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
-    else
-        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
-    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
-                                 g->attn_scratch, g->err));
-    if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * Tk, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * Tk, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
-    }
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   MHE__CU_G(g, w->eq), MHE__CU_G(g, w->ek), MHE__CU_G(g, w->ev),
-                                   (const float *)g->d_hmap, (const float *)MHE__CU_P(g, w->eq),
-                                   (const float *)MHE__CU_P(g, w->ek), HD), "MHE-MUL map gradients");
-    return MHE_OK;
-}
-
-/* ---- the kinds without an attention core: mlp, fnet, linear ------------------ */
-
-/* the mlp kind (thesis eq. 4.4-4.5): down(SiLU(gate u) * up u); gate | up
-   adjacent, one GEMM into proj [rows, 2F], the product into att [rows, F]
-   (mhe__gated_fwd / _bwd) */
-static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
-                                      const float *u, float *out) {
-    const mhe_config *c = &g->host->cfg;
-    int C = c->d_model, F = mhe_config_mlp_width(c);
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 2 * F, u, MHE__CU_P(g, w->gate), MHE__CU_P(g, w->gate_b), rows, C,
-                                   2 * F));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_fwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, a->att, (const float *)a->proj, rows, F), "gated MLP");
-    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->down), MHE__CU_P(g, w->down_b), rows, F, C);
-}
-
-static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
-                                      const float *u, const float *d_out, float *du) {
-    const mhe_config *c = &g->host->cfg;
-    int C = c->d_model, F = mhe_config_mlp_width(c);
-    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * F));
-    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->down), MHE__CU_G(g, w->down_b), d_out, C, a->att,
-                                   MHE__CU_P(g, w->down), rows, F, C));
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_bwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, g->d_proj, (const float *)a->proj, (const float *)g->d_att, rows,
-                               F), "gated MLP backward");
-    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->gate), MHE__CU_G(g, w->gate_b), g->d_proj, 2 * F, u,
-                              MHE__CU_P(g, w->gate), rows, C, 2 * F);
-}
-
-/* the DFT of N points as two tables, c[i ld + j] = cos(2 pi (i j mod N) / N)
-   and s the sine, i, j < N: in double (the CPU's mhe_fft twiddles are),
-   then rounded to float; sincospi of 2 (i j mod N) / N, in [0, 2), needs
-   no large-argument reduction (cos of a double does, in local memory) */
-__global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_dft_table(float *c, float *s, int N, int ld) {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    double sn, cs;
-    if (i >= (int64_t)N * N)
-        return;
-    int r = (int)(i / N), k = (int)(i % N);
-    sincospi((double)(2 * (((int64_t)r * k) % N)) / (double)N, &sn, &cs);
-    c[(size_t)r * ld + k] = (float)cs;
-    s[(size_t)r * ld + k] = (float)sn;
-}
-
-/* fnet's tables: [C_C | S_C] [C, 2C] once per activation block, then C_L
-   and S_L [L, L] for sequences of L real tokens, made on the device when L
-   changes (a padded batch's lengths one after another) */
-static mhe_status mhe__cu_dft_tables(mhe_cuda_model *g, int L) {
-    int C = g->host->cfg.d_model;
-    float *ct = g->dft + 2 * (size_t)C * C;
-    if (g->dft_T == L)
-        return MHE_OK;
-    if (g->dft_T == 0) /* a new block: the features' tables too */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)C * C, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, g->dft, g->dft + C, C, 2 * C), "the features' DFT table");
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dft_table, dim3(mhe__cu_blocks((int64_t)L * L, MHE__CU_EW)), dim3(MHE__CU_EW),
-                               0, ct, ct + (size_t)L * L, L, L), "the sequence's DFT table");
-    g->dft_T = L;
-    return MHE_OK;
-}
-
-/* FNet mixing (Lee-Thorp et al. 2022), as mhe__fnet_apply: Y = Re(F_L X
-   F_C), the unnormalised 2-D DFT over each sequence's L real tokens (hlen:
-   the host's lengths; NULL: L = T) and the C features, = C_L X C_C - S_L X
-   S_C; padding rows are not mixed in and give 0. A direct real DFT as
-   GEMMs, O(T^2 C + T C^2): X [C_C | S_C] for the whole batch, then C_L and
-   -S_L on each sequence. The map is its own adjoint: the backward is the
-   same call on the gradient, added (acc) into du's real rows. */
-static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int B, int T, const int *hlen, int acc) {
-    int C = g->host->cfg.d_model, b;
-    const float *ct, *st;
-    MHE__CU_MHE(mhe__cu_dft_tables(g, hlen ? hlen[0] : T)); /* C's tables before the first GEMM */
-    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * T, 2 * C, C, 1.0f, x, C, g->dft, 2 * C, 0.0f, g->mix, 2 * C));
-    for (b = 0; b < B; b++) {
-        int L = hlen ? hlen[b] : T;
-        const float *mb = g->mix + (size_t)b * T * 2 * C;
-        float *yb = y + (size_t)b * T * C;
-        MHE__CU_MHE(mhe__cu_dft_tables(g, L));
-        ct = g->dft + 2 * (size_t)C * C;
-        st = ct + (size_t)L * L;
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, ct, L, mb, 2 * C, acc ? 1.0f : 0.0f, yb, C));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, -1.0f, st, L, mb + C, 2 * C, 1.0f, yb, C));
-        if (!acc && L < T)
-            MHE__CU_MHE(mhe__cu_zero(g, yb + (size_t)L * C, (size_t)(T - L) * C));
-    }
-    return MHE_OK;
-}
-
-/* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
-   W_seq[:L, :L] (X_b W_hidden^T) over each sequence's L real tokens
-   (padding rows 0), no bias; att keeps Z = X W_hidden^T
-   (mhe__linear_mix_fwd / _bwd) */
-static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
-                                     const mhe_attn_weights *w, const float *u, float *out) {
-    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
-    for (b = 0; b < x->B; b++) {
-        int L = x->hlen ? x->hlen[b] : T;
-        float *ob = out + (size_t)b * T * C;
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, a->att + (size_t)b * T * C, C,
-                                   0.0f, ob, C));
-        if (L < T)
-            MHE__CU_MHE(mhe__cu_zero(g, ob + (size_t)L * C, (size_t)(T - L) * C));
-    }
-    return MHE_OK;
-}
-
-/* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att; 0 on padding rows), then through W_hidden: du += */
-static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
-                                     const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
-    int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
-    for (b = 0; b < x->B; b++) {
-        int L = x->hlen ? x->hlen[b] : T;
-        const float *db = d_out + (size_t)b * T * C;
-        float *dz = g->d_att + (size_t)b * T * C;
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, L, C, L, 1.0f, MHE__CU_P(g, w->seq), Lmax, db, C, 0.0f, dz, C));
-        if (L < T)
-            MHE__CU_MHE(mhe__cu_zero(g, dz + (size_t)L * C, (size_t)(T - L) * C));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, L, L, C, 1.0f, db, C, a->att + (size_t)b * T * C, C, 1.0f,
-                                   MHE__CU_G(g, w->seq), Lmax));
-    }
-    return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->hidden), NULL, g->d_att, C, u, MHE__CU_P(g, w->hidden),
-                              x->B * T, C, C);
-}
-
 /* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
 
 /* Q|K|V of a sublayer into a->proj [rows, proj_w], by kind: one GEMM (the
@@ -4450,65 +4687,6 @@ static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
                                    dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
                                    (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
     return MHE_OK;
-}
-
-/* decoding (B = 1): the T new positions' rows (a->proj) through the core of
-   their kind, with what the cache keeps: K|V rows (the softmax kinds,
-   staticemb-qk), the recurrent states (taylor, nonapprox, as
-   mhe__decon_decode: one position after another), or V rows and the fixed
-   stream's Q|K (rndemb-qk, fixedseq-qk: the softmax rows of the CPU's
-   precomputed maps, computed by the training core). Query t sees keys
-   0 .. pos + t. */
-static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const float *u) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &g->layer[l];
-    mhe_cuda_kv_cache *kc = g->cache;
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, pos = kc->len, kvw = kc->kv_w[l], ks, t;
-    const float *k, *v, *src;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        int th = (dh + 1 + 31) / 32 * 32;
-        for (t = 0; t < T; t++) {
-            const float *row = a->proj + (size_t)t * geo.proj_w;
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0,
-                                       a->att + (size_t)t * HD, row, row + HD, row + 2 * HD, kc->state[l], dh,
-                                       sqrtf(1.0f / sqrtf((float)dh))),
-                        "Taylor decoding step");
-        }
-        return MHE_OK;
-    }
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
-        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
-        for (t = 0; t < T; t++) {
-            const float *row = a->proj + (size_t)t * geo.proj_w;
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
-                                       a->att + (size_t)t * HD, a->lse + (size_t)t * n, row, row + HD, row + 2 * HD,
-                                       kc->state[l], pos + t == 0),
-                        "Non-approximate decoding step");
-        }
-        return MHE_OK;
-    }
-    if (mhe__kind_fixed(w->kind)) {
-        const float *qk = kc->state[l];
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * HD, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
-                                   (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
-                    "V cache append");
-        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, qk + (size_t)pos * 2 * HD, 2 * HD,
-                                     qk + HD, 2 * HD, kc->kv[l], HD);
-    }
-    /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
-    src = geo.k_w ? a->proj + geo.q_w : u;
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
-                               dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
-                               geo.k_w ? geo.proj_w : c->d_model, T, kvw, T),
-                "KV cache append");
-    k = kc->kv[l];
-    ks = kvw;
-    v = geo.v_w ? k + geo.k_w : k;
-    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, a->proj, geo.proj_w, k, ks, v, ks);
 }
 
 static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
@@ -4746,17 +4924,9 @@ static const float *mhe__cu_sub_out(const mhe_cuda_model *g, const mhe__cu_ctx *
     return g->host->cfg.post_norm ? x->la[l].nrm[k] : x->la[l].sum[k];
 }
 
-static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out);
-
 /* the residual dropout's p of a stream: the main stream of a training forward only */
 static float mhe__cu_res_p(const mhe_cuda_model *g, const mhe__cu_ctx *x) {
     return g->drop && !x->fixed ? g->host->cfg.dropout : 0.0f;
-}
-
-static mhe_status mhe__cu_dropout_m(mhe_cuda_model *g, float *y, const float *in, int64_t n, float p, int site) {
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_dropout, dim3(mhe__cu_blocks(n, MHE__CU_EW)), dim3(MHE__CU_EW), 0, y, in, n, p,
-                               mhe__site_seed(g->host, site)), "dropout");
-    return MHE_OK;
 }
 
 /* sum = omega * h + dropout(branch) (omega = 1 without Admin), as
@@ -4958,44 +5128,6 @@ static mhe_status mhe__cu_fixed_bwd(mhe_cuda_model *g, int T) {
 
 /* ---- the whole model ----------------------------------------------------------- */
 
-/* sum of n floats (squares: square 1) on the device, two launches in a fixed order, into the
-   device float *dst */
-static mhe_status mhe__cu_reduce_dev(mhe_cuda_model *g, const float *x, int64_t n, int square, float *dst) {
-    int blocks = mhe__cu_blocks(n, MHE__CU_EW);
-    if (blocks > 1024)
-        blocks = 1024;
-    if (blocks < 1)
-        blocks = 1;
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(blocks), dim3(MHE__CU_EW), 0, g->partial, x, n, square), "sum");
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum, dim3(1), dim3(MHE__CU_EW), 0, dst, (const float *)g->partial,
-                               (int64_t)blocks, 0),
-                "sum of partials");
-    return MHE_OK;
-}
-
-/* the same sum into *out on the host (a blocking copy) */
-static mhe_status mhe__cu_reduce(mhe_cuda_model *g, const float *x, int64_t n, int square, double *out) {
-    float s = 0.0f;
-    if (mhe__cu_recording) /* a step recorded for a graph reads nothing back (mhe_cuda_trainer.graph) */
-        return mhe__fail(g->err, MHE_ERR_DEVICE, "internal: a blocking read inside a recorded step");
-    MHE__CU_MHE(mhe__cu_reduce_dev(g, x, n, square, g->partial + 1024));
-    MHE__CU_TRY(cudaMemcpy(&s, g->partial + 1024, sizeof s, cudaMemcpyDeviceToHost), "download sum");
-    *out = s;
-    return MHE_OK;
-}
-
-/* a forward's mean loss over count scored tokens from the per-row losses x [n]: on the host at
-   once, or (g->loss_sink, a deferred step) summed into the device's loss_sink[0], *loss left alone */
-static mhe_status mhe__cu_mean_loss(mhe_cuda_model *g, const float *x, int64_t n, int count, float *loss) {
-    double total = 0;
-    if (g->loss_sink)
-        return mhe__cu_reduce_dev(g, x, n, 0, g->loss_sink);
-    MHE__CU_MHE(mhe__cu_reduce(g, x, n, 0, &total));
-    if (loss)
-        *loss = count ? (float)(total / count) : 0.0f;
-    return MHE_OK;
-}
-
 /* the next forward's mode and batch extras onto the device, checked as
    mhe__forward_batch checks them: dropout while the host model trains
    (not decoding), the padding (g->in_lengths; encdec's source:
@@ -5150,84 +5282,6 @@ static mhe_status mhe__cu_encode(mhe_cuda_model *g, int B, int Ts) {
     return MHE_OK;
 }
 
-/* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
-   only the last position's logits) */
-/* a hashed word batch's embeddings into g->emb (g->tokens holds its codes),
-   as mhe__words_fwd plus the positions */
-static mhe_status mhe__cu_words_fwd(mhe_cuda_model *g, int rows, int T) {
-    mhe_model *m = g->host;
-    const mhe_config *c = &m->cfg;
-    int C = c->d_model, nb = c->hash_bits;
-    const float *sp = MHE__CU_P(g, m->special_emb), *reg = MHE__CU_P(g, m->regular_emb), *pos = MHE__CU_P(g, m->pos_emb);
-    const int *codes = g->tokens;
-    switch (g->hashed) {
-    case MHE_EMB_HASH_EMB:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
-                                   (const float *)MHE__CU_P(g, m->tok_emb), pos, codes, T, C), "hash embedding");
-        break;
-    case MHE_EMB_HASH_POOL:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
-                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
-                                   reg, pos, codes, (const int *)g->hw_in, T, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
-                    "hash-pool embedding");
-        break;
-    case MHE_EMB_HASH_ADD:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, sp,
-                                   (const float *)MHE__CU_P(g, m->add_books), reg, pos, codes,
-                                   (const unsigned char *)g->hw_in, T, nb, C, 1.0f / sqrtf((float)nb)),
-                    "hash-add embedding");
-        break;
-    default:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_weights, dim3(mhe__cu_blocks(C, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   g->hw_wn, g->hw_wnorm, (const float *)MHE__CU_P(g, m->proj_w), nb, C),
-                    "hash-proj weights");
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_fwd, dim3(rows), dim3(MHE__CU_EW), 0, g->emb, g->hw_out, g->hw_uu,
-                                   sp, (const float *)g->hw_wn, reg, pos, codes, (const unsigned char *)g->hw_in, T, nb,
-                                   C),
-                    "hash-proj embedding");
-        break;
-    }
-    return MHE_OK;
-}
-
-/* its backward from g->d_h, as mhe__words_bwd (the positions' apart) */
-/* d: the gradient at the embeddings' output (after the embedding dropout's mask) */
-static mhe_status mhe__cu_words_bwd(mhe_cuda_model *g, const float *d, int rows) {
-    mhe_model *m = g->host;
-    const mhe_config *c = &m->cfg;
-    int C = c->d_model, nb = c->hash_bits;
-    const int *codes = g->tokens;
-    if (g->hashed == MHE_EMB_HASH_EMB) {
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_emb_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
-                                   MHE__CU_G(g, m->tok_emb), d, codes, C), "hash embedding backward");
-        return MHE_OK;
-    }
-    MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_words_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->special_emb),
-                               MHE__CU_G(g, m->regular_emb), d, codes, C), "special and regular rows backward");
-    switch (g->hashed) {
-    case MHE_EMB_HASH_POOL:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_pool_bwd, dim3(rows), dim3(MHE__CU_EW), 0,
-                                   MHE__CU_G(g, m->pool_codebook), MHE__CU_G(g, m->pool_w), d,
-                                   (const float *)MHE__CU_P(g, m->pool_codebook), (const float *)MHE__CU_P(g, m->pool_w),
-                                   codes, (const int *)g->hw_in, mhe_hash_pool_chunks(nb, c->hash_chunk), C),
-                    "hash-pool backward");
-        break;
-    case MHE_EMB_HASH_ADD:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_add_bwd, dim3(rows), dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->add_books), d,
-                                   codes, (const unsigned char *)g->hw_in, nb, C, 1.0f / sqrtf((float)nb)),
-                    "hash-add backward");
-        break;
-    default:
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_hash_proj_bwd, dim3(mhe__cu_blocks((int64_t)C * nb, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, MHE__CU_G(g, m->proj_w), d, (const float *)g->hw_wn,
-                                   (const float *)g->hw_wnorm, (const float *)g->hw_out, (const float *)g->hw_uu, codes,
-                                   (const unsigned char *)g->hw_in, rows, nb, C),
-                    "hash-proj backward");
-        break;
-    }
-    return MHE_OK;
-}
-
 /* the LM head's input for rows of h: h itself, or BERT's MLM transform
    norm(act(W h + b)) (head_transform; mhe__forward_batch) */
 static mhe_status mhe__cu_head_in(mhe_cuda_model *g, const float *h, int rows, const float **x) {
@@ -5264,6 +5318,8 @@ static mhe_status mhe__cu_types_in(mhe_cuda_model *g, int rows) {
     return MHE_OK;
 }
 
+/* forward of B sequences of T tokens at positions pos0.. (decoding: B = 1 with g->cache, and
+   only the last position's logits) */
 static mhe_status mhe__cu_forward(mhe_cuda_model *g, const int *src, int Ts, const int *tokens, const int *targets,
                                   int B, int T, int pos0, float *loss) {
     mhe_model *m = g->host;
@@ -5583,6 +5639,349 @@ MHEDEF mhe_status mhe_cuda_model_backward(mhe_cuda_model *g) {
     return E ? mhe__cu_encode_bwd(g, &enc) : MHE_OK;
 }
 
+/* ---- evaluation ------------------------------------------------------------------ */
+
+/* the evaluation loops' forward (mhe__eval_fwd) on the device; its message goes to the host model's err */
+static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
+    mhe_cuda_model *g = (mhe_cuda_model *)ctx;
+    mhe_status st;
+    st = mhe_cuda_model_forward_batch(g, bt, loss);
+    if (st != MHE_OK)
+        memcpy(g->host->err, g->err, MHE_ERR_LEN);
+    *count = g->last_count;
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
+                                        int seq_len, int max_batches, float *mean_loss) {
+    mhe_status st;
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    st = mhe__evaluate_s2s(g->host, data, n, batch, src_len, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
+    if (st != MHE_OK)
+        memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                    int max_batches, float *mean_loss) {
+    return mhe_cuda_evaluate_s2s(g, data, n, batch, 0, seq_len, max_batches, mean_loss);
+}
+
+/* mhe_evaluate_sr with the forward passes on the device: the same windows
+   and corruption (a fixed seed), the logits downloaded for the confusion */
+MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
+                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out) {
+    int64_t conf[MHE_SR_CLASSES * MHE_SR_CLASSES], count = 0;
+    size_t windows, w = 0, i;
+    double total = 0;
+    int *buf, T = seq_len, b, nb = 0, c;
+    float *lg = NULL;
+    mhe_status st = MHE_OK;
+    mhe_rng rng;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    if (batch < 1 || seq_len < 1 || (int64_t)batch * seq_len > (1 << 24))
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch %d and seq_len %d must be >= 1 (and not too many tokens)",
+                         batch, seq_len);
+    if (g->host->cfg.token_head != MHE_HEAD_SR)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr)");
+    if (!data || n < (size_t)T)
+        return mhe__fail(g->err, MHE_ERR_DATA, "evaluation data has %zu tokens, a window needs %d", n, T);
+    windows = n / (size_t)T;
+    buf = (int *)malloc(3 * (size_t)batch * T * sizeof(int));
+    lg = (float *)malloc((size_t)batch * T * MHE_SR_CLASSES * sizeof(float));
+    if (!buf || !lg) {
+        free(buf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    memset(conf, 0, sizeof conf);
+    mhe_rng_seed(&rng, 0x53522b52ULL); /* mhe_evaluate_sr's corruption */
+    memset(&bt, 0, sizeof bt);
+    bt.T = T;
+    bt.tokens = buf + (size_t)batch * T;
+    bt.targets = buf + 2 * (size_t)batch * T;
+    bt.words = words;
+    g->cache = NULL;
+    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
+        float loss;
+        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
+        for (b = 0; b < bt.B; b++, w++)
+            memcpy(buf + (size_t)b * T, data + w * T, (size_t)T * sizeof(int));
+        mhe_sr_corrupt((int *)bt.tokens, (int *)bt.targets, buf, NULL, bt.B, T, prob, words ? MHE_N_SPECIAL : 0, NULL,
+                       words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &rng);
+        if ((st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        count += g->last_count;
+        for (i = 0; i < (size_t)bt.B * T; i++) {
+            const float *z = lg + i * MHE_SR_CLASSES;
+            int best = 0;
+            if (bt.targets[i] < 0)
+                continue;
+            for (c = 1; c < MHE_SR_CLASSES; c++)
+                if (z[c] > z[best])
+                    best = c;
+            conf[bt.targets[i] * MHE_SR_CLASSES + best]++;
+        }
+        nb++;
+    }
+    free(buf);
+    free(lg);
+    if (st != MHE_OK)
+        return st;
+    mhe_cls_metrics_from_confusion(conf, MHE_SR_CLASSES, out);
+    out->loss = count ? total / (double)count : 0;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
+                                            int stride, float *mean_loss, int64_t *n_scored) {
+    mhe_status st;
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    st = mhe__evaluate_strided(g->host, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__cu_eval_fwd, g);
+    if (st != MHE_OK)
+        memcpy(g->err, g->host->err, MHE_ERR_LEN);
+    return st;
+}
+
+MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
+                                        mhe_cls_metrics *out) {
+    int K, i, b, c, *buf, with_types;
+    int64_t *conf;
+    float *lg;
+    double total = 0;
+    mhe_status st = MHE_OK;
+    mhe_batch bt;
+    if (!g || !g->host || !out)
+        return MHE_ERR_ARG;
+    K = g->host->cfg.n_classes;
+    if (batch < 1 || seq_len < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
+    if (K < 1)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
+    if (!s || s->n < 1)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has no examples");
+    if (s->n_classes > K)
+        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
+                         s->n_classes - 1, K);
+    with_types = s->types && g->host->cfg.type_vocab >= 2;
+    buf = (int *)malloc(((size_t)(1 + with_types) * batch * seq_len + 3 * (size_t)batch) * sizeof(int));
+    conf = (int64_t *)calloc((size_t)K * K, sizeof(int64_t));
+    lg = (float *)malloc((size_t)batch * K * sizeof(float));
+    if (!buf || !conf || !lg) {
+        free(buf);
+        free(conf);
+        free(lg);
+        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
+    }
+    g->host->training = 0; /* as mhe_evaluate_cls: no dropout */
+    memset(&bt, 0, sizeof bt);
+    bt.T = seq_len;
+    bt.tokens = buf;
+    bt.lengths = buf + (size_t)batch * seq_len;
+    bt.labels = bt.lengths + batch;
+    for (i = 0; i < s->n && st == MHE_OK; i += batch) {
+        int *idx = buf + (size_t)batch * seq_len + 2 * (size_t)batch;
+        float loss = 0;
+        bt.B = s->n - i < batch ? s->n - i : batch;
+        for (b = 0; b < bt.B; b++)
+            idx[b] = i + b;
+        mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
+        if (with_types) { /* pairs: after the indices, as mhe_evaluate_cls */
+            mhe_text_set_batch_types(s, idx, bt.B, seq_len, idx + batch);
+            bt.types = idx + batch;
+        }
+        if ((st = mhe_cuda_model_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
+            break;
+        total += (double)loss * g->last_count;
+        for (b = 0; b < bt.B; b++) { /* the arg max, the first on ties, as the CPU */
+            int best = 0;
+            for (c = 1; c < K; c++)
+                if (lg[(size_t)b * K + c] > lg[(size_t)b * K + best])
+                    best = c;
+            if (bt.labels[b] >= 0)
+                conf[(size_t)bt.labels[b] * K + best]++;
+        }
+    }
+    if (st == MHE_OK) {
+        mhe_cls_metrics_from_confusion(conf, K, out);
+        out->loss = out->n ? total / (double)out->n : 0;
+    }
+    free(buf);
+    free(conf);
+    free(lg);
+    return st;
+}
+
+/* ======================================================================== */
+/* C8. decoding: the KV cache, prompt prefill, decode steps                 */
+/* ======================================================================== */
+MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g, int max_len) {
+    const mhe_config *cfg;
+    size_t total = 0, off = 0;
+    int l, has_add = 0, E, L;
+    void *block = NULL;
+    if (!c)
+        return MHE_ERR_ARG;
+    memset(c, 0, sizeof *c);
+    if (!g || !g->host)
+        return MHE_ERR_ARG;
+    cfg = &g->host->cfg;
+    E = mhe__n_enc(cfg);
+    L = g->host->n_total_layers;
+    if (cfg->arch == MHE_ARCH_ENCODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
+    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM) /* as mhe_decode_step */
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "nothing to generate: %s",
+                         cfg->embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax"
+                                                         : "the model has the S+R head, not an LM head");
+    if (max_len < 1 || max_len > cfg->max_seq_len)
+        return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
+                         cfg->max_seq_len);
+    for (l = E; l < L; l++) { /* encdec: the source's K|V per decoder layer, for a source up to max_seq_len */
+        const mhe_attn_weights *w = &g->host->layers[l].cross;
+        mhe__geom geo;
+        if (w->kind < 0)
+            continue;
+        geo = mhe__layer_geom(cfg, w->kind);
+        c->xkv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model;
+        total += (size_t)cfg->max_seq_len * c->xkv_w[l];
+    }
+    for (l = E; l < L; l++) {
+        int kind = g->host->layers[l].attn.kind;
+        size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
+        mhe__geom geo = mhe__layer_geom(cfg, kind);
+        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; the fixed kinds V only */
+        if (kind == MHE_ATTN_TAYLOR)
+            c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
+        else if (kind == MHE_ATTN_NONAPPROX)
+            c->state_floats[l] = n * (dh + 2);
+        else if (mhe__kind_fixed(kind))
+            c->state_floats[l] = (size_t)max_len * 2 * n * dh;
+        total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
+        has_add |= kind == MHE_ATTN_MHE_ADD;
+    }
+    if (has_add) /* the MHE-ADD key biases, recomputed each step */
+        total += (size_t)max_len * cfg->n_heads;
+    MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
+    c->block = block;
+    for (l = E; l < L; l++) {
+        c->xkv[l] = c->xkv_w[l] ? (float *)block + off : NULL;
+        off += (size_t)cfg->max_seq_len * c->xkv_w[l];
+    }
+    for (l = E; l < L; l++) {
+        c->kv[l] = (float *)block + off;
+        off += (size_t)max_len * c->kv_w[l];
+        c->state[l] = c->state_floats[l] ? (float *)block + off : NULL;
+        off += c->state_floats[l];
+    }
+    c->kb = has_add ? (float *)block + off : NULL;
+    c->cap = max_len;
+    return MHE_OK;
+}
+
+MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
+    if (c && c->block)
+        cudaFree(c->block);
+    if (c)
+        memset(c, 0, sizeof *c);
+}
+
+/* Position 0 of a sequence, as the CPU's mhe_decode_step: taylor's S|z
+   start at 0 (nonapprox's state is started by its kernel: fresh), and the
+   fixed stream runs once over the cache's length (causal: its first rows
+   are those of any shorter run), its Q|K kept for every fixed layer. */
+static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
+    const mhe_config *cfg = &g->host->cfg;
+    int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
+    for (l = mhe__n_enc(cfg); l < g->host->n_total_layers; l++)
+        if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
+            MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
+    if (g->host->fixed.kind < 0)
+        return MHE_OK;
+    g->cache = NULL;
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, c->cap));
+    MHE__CU_MHE(mhe__cu_fixed_fwd(g, c->cap));
+    for (l = 0; l < g->host->fixed.top; l++)
+        if (mhe__kind_fixed(g->host->layers[l].attn.kind))
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)c->cap * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, c->state[l], 2 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, c->cap, 2 * HD, c->cap),
+                        "the fixed stream's Q, K");
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits) {
+    mhe_status st;
+    if (!g || !g->host || !c || !c->block)
+        return MHE_ERR_ARG;
+    if (!tokens || n < 1)
+        return mhe__fail(g->err, MHE_ERR_ARG, "prefill: no tokens (n=%d)", n);
+    if (c->len >= c->cap)
+        return mhe__fail(g->err, MHE_ERR_SHAPE, "the KV cache is full (%d positions)", c->cap);
+    if (n > c->cap - c->len)
+        return mhe__fail(g->err, MHE_ERR_SHAPE, "%d tokens do not fit the KV cache (%d of %d positions used)", n,
+                         c->len, c->cap);
+    if (mhe__n_enc(&g->host->cfg) && c->src_len < 1) /* as mhe_decode_step */
+        return mhe__fail(g->err, MHE_ERR_ARG, "encode a source with mhe_cuda_kv_cache_encode before decoding");
+    if (c->len == 0) /* a new sequence: empty states, the fixed stream's Q|K of the current weights */
+        MHE__CU_MHE(mhe__cu_decode_start(g, c));
+    g->cache = c;
+    st = mhe__cu_forward(g, NULL, 0, tokens, NULL, 1, n, c->len, NULL);
+    g->cache = NULL;
+    if (st != MHE_OK)
+        return st;
+    c->len += n;
+    if (logits)
+        MHE__CU_TRY(cudaMemcpy(logits, g->logits, (size_t)g->host->cfg.vocab_size * sizeof(float),
+                               cudaMemcpyDeviceToHost), "download logits");
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *src, int Ts) {
+    const mhe_config *cfg;
+    int l, i, E;
+    if (!g || !g->host || !c || !c->block)
+        return MHE_ERR_ARG;
+    cfg = &g->host->cfg;
+    E = mhe__n_enc(cfg);
+    if (!E)
+        return mhe__fail(g->err, MHE_ERR_CONFIG, "only an encoder-decoder model (arch=encdec) encodes a source");
+    if (!src || Ts < 1 || Ts > cfg->max_seq_len)
+        return mhe__fail(g->err, MHE_ERR_ARG, "source length %d is outside [1, %d]", src ? Ts : 0, cfg->max_seq_len);
+    for (i = 0; i < Ts; i++)
+        if (src[i] < 0 || src[i] >= cfg->vocab_size)
+            return mhe__fail(g->err, MHE_ERR_DATA, "source: token %d at position %d is outside the vocabulary (%d)",
+                             src[i], i, cfg->vocab_size);
+    g->cache = NULL;
+    g->drop = g->has_len = g->has_src_len = 0; /* decoding: no dropout, one unpadded source */
+    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, Ts));
+    MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
+    MHE__CU_MHE(mhe__cu_encode(g, 1, Ts));
+    for (l = E; l < g->host->n_total_layers; l++) {
+        const mhe_attn_weights *w = &g->host->layers[l].cross;
+        if (mhe__layer_geom(cfg, w->kind).k_w)
+            MHE__CU_MHE(mhe__cu_cross_kv(g, l, Ts, g->mem, g->src_emb, c->xkv[l], g->cross[l].ext));
+        else /* el-att: K = V = the encoder output */
+            MHE__CU_TRY(cudaMemcpy(c->xkv[l], g->mem, (size_t)Ts * cfg->d_model * sizeof(float),
+                                   cudaMemcpyDeviceToDevice), "the encoder output");
+    }
+    c->src_len = Ts;
+    c->len = 0;
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits) {
+    return mhe_cuda_prefill(g, c, &token, 1, logits);
+}
+
+/* ======================================================================== */
+/* C9. the trainer: steps, deferred statistics, CUDA graphs                 */
+/* ======================================================================== */
 /* ---- a step as a CUDA graph (mhe_cuda_trainer.graph) ------------------------------ */
 
 struct mhe__cu_graph {
@@ -5785,56 +6184,6 @@ MHEDEF void mhe_cuda_trainer_free(mhe_cuda_trainer *t) {
     mhe_trainer_free(&t->host);
 }
 
-/* clipping and AdamW on the device, as mhe__trainer_update after the backward */
-static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
-    mhe_trainer *ht = &t->host;
-    mhe_model *m = g->host;
-    const mhe_train_config *tc = &ht->tc;
-    double sq = 0;
-    float norm, gs = 1.0f, lr, bc1, bc2;
-    if (t->deferred) { /* no copy: the norm, the clipping scale and the loss stay on the device */
-        MHE__CU_MHE(mhe__cu_reduce_dev(g, g->grads, m->n_params, 1, t->stats + 1));
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_clip_scale, dim3(1), dim3(32), 0, t->stats, tc->clip, ht->step),
-                    "clipping scale");
-        lr = mhe_lr_at(tc, ht->step);
-        ht->last_lr = lr;
-        bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
-        bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
-        if (t->n_adam_chunks > 0)
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0,
-                                       g->params, g->grads, t->adam_m, t->adam_v,
-                                       (const mhe_cuda_adam_chunk *)t->adam_chunks, 1.0f,
-                                       (const float *)(t->stats + 2), lr / bc1, 1.0f - lr * tc->weight_decay,
-                                       tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
-                        "AdamW");
-        MHE__CU_TRY(mhe__cu_copy(t->stats_host, t->stats, 5 * sizeof(float), cudaMemcpyDeviceToHost),
-                    "statistics to the host");
-        t->stats_count = g->last_count;
-        t->stats_pending = 1;
-        ht->step++;
-        return MHE_OK;
-    }
-    MHE__CU_MHE(mhe__cu_reduce(g, g->grads, m->n_params, 1, &sq));
-    norm = (float)sqrt(sq);
-    ht->last_grad_norm = norm;
-    if (!mhe__is_finite(norm))
-        return mhe__fail(g->err, MHE_ERR_NONFINITE, "gradient norm is %g at step %d; no update made", (double)norm,
-                         ht->step);
-    if (tc->clip > 0 && norm > tc->clip)
-        gs = tc->clip / (norm + 1e-6f);
-    lr = mhe_lr_at(tc, ht->step);
-    ht->last_lr = lr;
-    bc1 = 1.0f - powf(tc->beta1, (float)(ht->step + 1));
-    bc2 = 1.0f - powf(tc->beta2, (float)(ht->step + 1));
-    if (t->n_adam_chunks > 0)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_adamw, dim3((unsigned)t->n_adam_chunks), dim3(MHE__CU_EW), 0, g->params,
-                                   g->grads, t->adam_m, t->adam_v, (const mhe_cuda_adam_chunk *)t->adam_chunks, gs,
-                                   (const float *)NULL, lr / bc1, 1.0f - lr * tc->weight_decay, tc->beta1, tc->beta2, tc->eps, sqrtf(bc2)),
-                    "AdamW");
-    ht->step++;
-    return MHE_OK;
-}
-
 /* Admin's profiling pass (mhe_model_admin_init) on the device: one forward
    in training mode that sets each sublayer's omega in turn */
 static mhe_status mhe__cu_admin_init(mhe_cuda_model *g, const mhe_batch *bt) {
@@ -6015,345 +6364,6 @@ MHEDEF mhe_status mhe_cuda_trainer_upload(mhe_cuda_trainer *t) {
     MHE__CU_TRY(cudaMemcpy(t->adam_m, t->host.adam_m, bytes, cudaMemcpyHostToDevice), "upload AdamW m");
     MHE__CU_TRY(cudaMemcpy(t->adam_v, t->host.adam_v, bytes, cudaMemcpyHostToDevice), "upload AdamW v");
     return MHE_OK;
-}
-
-/* ---- decoding ------------------------------------------------------------------- */
-
-MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g, int max_len) {
-    const mhe_config *cfg;
-    size_t total = 0, off = 0;
-    int l, has_add = 0, E, L;
-    void *block = NULL;
-    if (!c)
-        return MHE_ERR_ARG;
-    memset(c, 0, sizeof *c);
-    if (!g || !g->host)
-        return MHE_ERR_ARG;
-    cfg = &g->host->cfg;
-    E = mhe__n_enc(cfg);
-    L = g->host->n_total_layers;
-    if (cfg->arch == MHE_ARCH_ENCODER) /* as mhe_decode_step says it (fnet and linear are encoder-only) */
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
-    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM) /* as mhe_decode_step */
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "nothing to generate: %s",
-                         cfg->embedding != MHE_EMB_VOCAB ? "a hash embedding has no vocabulary softmax"
-                                                         : "the model has the S+R head, not an LM head");
-    if (max_len < 1 || max_len > cfg->max_seq_len)
-        return mhe__fail(g->err, MHE_ERR_ARG, "cache length %d is outside 1..max_seq_len (%d)", max_len,
-                         cfg->max_seq_len);
-    for (l = E; l < L; l++) { /* encdec: the source's K|V per decoder layer, for a source up to max_seq_len */
-        const mhe_attn_weights *w = &g->host->layers[l].cross;
-        mhe__geom geo;
-        if (w->kind < 0)
-            continue;
-        geo = mhe__layer_geom(cfg, w->kind);
-        c->xkv_w[l] = geo.k_w ? geo.k_w + geo.v_w : cfg->d_model;
-        total += (size_t)cfg->max_seq_len * c->xkv_w[l];
-    }
-    for (l = E; l < L; l++) {
-        int kind = g->host->layers[l].attn.kind;
-        size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
-        mhe__geom geo = mhe__layer_geom(cfg, kind);
-        c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; the fixed kinds V only */
-        if (kind == MHE_ATTN_TAYLOR)
-            c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
-        else if (kind == MHE_ATTN_NONAPPROX)
-            c->state_floats[l] = n * (dh + 2);
-        else if (mhe__kind_fixed(kind))
-            c->state_floats[l] = (size_t)max_len * 2 * n * dh;
-        total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
-        has_add |= kind == MHE_ATTN_MHE_ADD;
-    }
-    if (has_add) /* the MHE-ADD key biases, recomputed each step */
-        total += (size_t)max_len * cfg->n_heads;
-    MHE__CU_TRY(cudaMalloc(&block, total * sizeof(float)), "KV cache");
-    c->block = block;
-    for (l = E; l < L; l++) {
-        c->xkv[l] = c->xkv_w[l] ? (float *)block + off : NULL;
-        off += (size_t)cfg->max_seq_len * c->xkv_w[l];
-    }
-    for (l = E; l < L; l++) {
-        c->kv[l] = (float *)block + off;
-        off += (size_t)max_len * c->kv_w[l];
-        c->state[l] = c->state_floats[l] ? (float *)block + off : NULL;
-        off += c->state_floats[l];
-    }
-    c->kb = has_add ? (float *)block + off : NULL;
-    c->cap = max_len;
-    return MHE_OK;
-}
-
-MHEDEF void mhe_cuda_kv_cache_free(mhe_cuda_kv_cache *c) {
-    if (c && c->block)
-        cudaFree(c->block);
-    if (c)
-        memset(c, 0, sizeof *c);
-}
-
-/* Position 0 of a sequence, as the CPU's mhe_decode_step: taylor's S|z
-   start at 0 (nonapprox's state is started by its kernel: fresh), and the
-   fixed stream runs once over the cache's length (causal: its first rows
-   are those of any shorter run), its Q|K kept for every fixed layer. */
-static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) {
-    const mhe_config *cfg = &g->host->cfg;
-    int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
-    for (l = mhe__n_enc(cfg); l < g->host->n_total_layers; l++)
-        if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
-            MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
-    if (g->host->fixed.kind < 0)
-        return MHE_OK;
-    g->cache = NULL;
-    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, c->cap));
-    MHE__CU_MHE(mhe__cu_fixed_fwd(g, c->cap));
-    for (l = 0; l < g->host->fixed.top; l++)
-        if (mhe__kind_fixed(g->host->layers[l].attn.kind))
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)c->cap * 2 * HD, MHE__CU_EW)),
-                                       dim3(MHE__CU_EW), 0, c->state[l], 2 * HD,
-                                       (const float *)g->fixed_layer[l].proj, 3 * HD, c->cap, 2 * HD, c->cap),
-                        "the fixed stream's Q, K");
-    return MHE_OK;
-}
-
-MHEDEF mhe_status mhe_cuda_prefill(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *tokens, int n, float *logits) {
-    mhe_status st;
-    if (!g || !g->host || !c || !c->block)
-        return MHE_ERR_ARG;
-    if (!tokens || n < 1)
-        return mhe__fail(g->err, MHE_ERR_ARG, "prefill: no tokens (n=%d)", n);
-    if (c->len >= c->cap)
-        return mhe__fail(g->err, MHE_ERR_SHAPE, "the KV cache is full (%d positions)", c->cap);
-    if (n > c->cap - c->len)
-        return mhe__fail(g->err, MHE_ERR_SHAPE, "%d tokens do not fit the KV cache (%d of %d positions used)", n,
-                         c->len, c->cap);
-    if (mhe__n_enc(&g->host->cfg) && c->src_len < 1) /* as mhe_decode_step */
-        return mhe__fail(g->err, MHE_ERR_ARG, "encode a source with mhe_cuda_kv_cache_encode before decoding");
-    if (c->len == 0) /* a new sequence: empty states, the fixed stream's Q|K of the current weights */
-        MHE__CU_MHE(mhe__cu_decode_start(g, c));
-    g->cache = c;
-    st = mhe__cu_forward(g, NULL, 0, tokens, NULL, 1, n, c->len, NULL);
-    g->cache = NULL;
-    if (st != MHE_OK)
-        return st;
-    c->len += n;
-    if (logits)
-        MHE__CU_TRY(cudaMemcpy(logits, g->logits, (size_t)g->host->cfg.vocab_size * sizeof(float),
-                               cudaMemcpyDeviceToHost), "download logits");
-    return MHE_OK;
-}
-
-MHEDEF mhe_status mhe_cuda_kv_cache_encode(mhe_cuda_model *g, mhe_cuda_kv_cache *c, const int *src, int Ts) {
-    const mhe_config *cfg;
-    int l, i, E;
-    if (!g || !g->host || !c || !c->block)
-        return MHE_ERR_ARG;
-    cfg = &g->host->cfg;
-    E = mhe__n_enc(cfg);
-    if (!E)
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "only an encoder-decoder model (arch=encdec) encodes a source");
-    if (!src || Ts < 1 || Ts > cfg->max_seq_len)
-        return mhe__fail(g->err, MHE_ERR_ARG, "source length %d is outside [1, %d]", src ? Ts : 0, cfg->max_seq_len);
-    for (i = 0; i < Ts; i++)
-        if (src[i] < 0 || src[i] >= cfg->vocab_size)
-            return mhe__fail(g->err, MHE_ERR_DATA, "source: token %d at position %d is outside the vocabulary (%d)",
-                             src[i], i, cfg->vocab_size);
-    g->cache = NULL;
-    g->drop = g->has_len = g->has_src_len = 0; /* decoding: no dropout, one unpadded source */
-    MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, Ts));
-    MHE__CU_TRY(cudaMemcpy(g->src, src, (size_t)Ts * sizeof(int), cudaMemcpyHostToDevice), "upload source");
-    MHE__CU_MHE(mhe__cu_encode(g, 1, Ts));
-    for (l = E; l < g->host->n_total_layers; l++) {
-        const mhe_attn_weights *w = &g->host->layers[l].cross;
-        if (mhe__layer_geom(cfg, w->kind).k_w)
-            MHE__CU_MHE(mhe__cu_cross_kv(g, l, Ts, g->mem, g->src_emb, c->xkv[l], g->cross[l].ext));
-        else /* el-att: K = V = the encoder output */
-            MHE__CU_TRY(cudaMemcpy(c->xkv[l], g->mem, (size_t)Ts * cfg->d_model * sizeof(float),
-                                   cudaMemcpyDeviceToDevice), "the encoder output");
-    }
-    c->src_len = Ts;
-    c->len = 0;
-    return MHE_OK;
-}
-
-MHEDEF mhe_status mhe_cuda_decode_step(mhe_cuda_model *g, mhe_cuda_kv_cache *c, int token, float *logits) {
-    return mhe_cuda_prefill(g, c, &token, 1, logits);
-}
-
-/* ---- evaluation ------------------------------------------------------------------ */
-
-/* the evaluation loops' forward (mhe__eval_fwd) on the device; its message goes to the host model's err */
-static mhe_status mhe__cu_eval_fwd(void *ctx, const mhe_batch *bt, float *loss, int64_t *count) {
-    mhe_cuda_model *g = (mhe_cuda_model *)ctx;
-    mhe_status st;
-    st = mhe_cuda_model_forward_batch(g, bt, loss);
-    if (st != MHE_OK)
-        memcpy(g->host->err, g->err, MHE_ERR_LEN);
-    *count = g->last_count;
-    return st;
-}
-
-MHEDEF mhe_status mhe_cuda_evaluate_s2s(mhe_cuda_model *g, const int *data, size_t n, int batch, int src_len,
-                                        int seq_len, int max_batches, float *mean_loss) {
-    mhe_status st;
-    if (!g || !g->host)
-        return MHE_ERR_ARG;
-    st = mhe__evaluate_s2s(g->host, data, n, batch, src_len, seq_len, max_batches, mean_loss, mhe__cu_eval_fwd, g);
-    if (st != MHE_OK)
-        memcpy(g->err, g->host->err, MHE_ERR_LEN);
-    return st;
-}
-
-MHEDEF mhe_status mhe_cuda_evaluate(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
-                                    int max_batches, float *mean_loss) {
-    return mhe_cuda_evaluate_s2s(g, data, n, batch, 0, seq_len, max_batches, mean_loss);
-}
-
-/* mhe_evaluate_sr with the forward passes on the device: the same windows
-   and corruption (a fixed seed), the logits downloaded for the confusion */
-MHEDEF mhe_status mhe_cuda_evaluate_sr(mhe_cuda_model *g, const int *data, size_t n, const mhe_word_feats *words,
-                                       int batch, int seq_len, int max_batches, float prob, mhe_cls_metrics *out) {
-    int64_t conf[MHE_SR_CLASSES * MHE_SR_CLASSES], count = 0;
-    size_t windows, w = 0, i;
-    double total = 0;
-    int *buf, T = seq_len, b, nb = 0, c;
-    float *lg = NULL;
-    mhe_status st = MHE_OK;
-    mhe_rng rng;
-    mhe_batch bt;
-    if (!g || !g->host || !out)
-        return MHE_ERR_ARG;
-    if (batch < 1 || seq_len < 1 || (int64_t)batch * seq_len > (1 << 24))
-        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch %d and seq_len %d must be >= 1 (and not too many tokens)",
-                         batch, seq_len);
-    if (g->host->cfg.token_head != MHE_HEAD_SR)
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "Shuffle+Random needs the S+R head (token_head=sr)");
-    if (!data || n < (size_t)T)
-        return mhe__fail(g->err, MHE_ERR_DATA, "evaluation data has %zu tokens, a window needs %d", n, T);
-    windows = n / (size_t)T;
-    buf = (int *)malloc(3 * (size_t)batch * T * sizeof(int));
-    lg = (float *)malloc((size_t)batch * T * MHE_SR_CLASSES * sizeof(float));
-    if (!buf || !lg) {
-        free(buf);
-        free(lg);
-        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
-    }
-    memset(conf, 0, sizeof conf);
-    mhe_rng_seed(&rng, 0x53522b52ULL); /* mhe_evaluate_sr's corruption */
-    memset(&bt, 0, sizeof bt);
-    bt.T = T;
-    bt.tokens = buf + (size_t)batch * T;
-    bt.targets = buf + 2 * (size_t)batch * T;
-    bt.words = words;
-    g->cache = NULL;
-    while (w < windows && (max_batches <= 0 || nb < max_batches)) {
-        float loss;
-        bt.B = (int)(windows - w < (size_t)batch ? windows - w : (size_t)batch);
-        for (b = 0; b < bt.B; b++, w++)
-            memcpy(buf + (size_t)b * T, data + w * T, (size_t)T * sizeof(int));
-        mhe_sr_corrupt((int *)bt.tokens, (int *)bt.targets, buf, NULL, bt.B, T, prob, words ? MHE_N_SPECIAL : 0, NULL,
-                       words ? (size_t)words->n : (size_t)g->host->cfg.vocab_size, &rng);
-        if ((st = mhe__cu_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
-            break;
-        total += (double)loss * g->last_count;
-        count += g->last_count;
-        for (i = 0; i < (size_t)bt.B * T; i++) {
-            const float *z = lg + i * MHE_SR_CLASSES;
-            int best = 0;
-            if (bt.targets[i] < 0)
-                continue;
-            for (c = 1; c < MHE_SR_CLASSES; c++)
-                if (z[c] > z[best])
-                    best = c;
-            conf[bt.targets[i] * MHE_SR_CLASSES + best]++;
-        }
-        nb++;
-    }
-    free(buf);
-    free(lg);
-    if (st != MHE_OK)
-        return st;
-    mhe_cls_metrics_from_confusion(conf, MHE_SR_CLASSES, out);
-    out->loss = count ? total / (double)count : 0;
-    return MHE_OK;
-}
-
-MHEDEF mhe_status mhe_cuda_evaluate_strided(mhe_cuda_model *g, const int *data, size_t n, int batch, int seq_len,
-                                            int stride, float *mean_loss, int64_t *n_scored) {
-    mhe_status st;
-    if (!g || !g->host)
-        return MHE_ERR_ARG;
-    st = mhe__evaluate_strided(g->host, data, n, batch, seq_len, stride, mean_loss, n_scored, mhe__cu_eval_fwd, g);
-    if (st != MHE_OK)
-        memcpy(g->err, g->host->err, MHE_ERR_LEN);
-    return st;
-}
-
-MHEDEF mhe_status mhe_cuda_evaluate_cls(mhe_cuda_model *g, const mhe_text_set *s, int batch, int seq_len,
-                                        mhe_cls_metrics *out) {
-    int K, i, b, c, *buf, with_types;
-    int64_t *conf;
-    float *lg;
-    double total = 0;
-    mhe_status st = MHE_OK;
-    mhe_batch bt;
-    if (!g || !g->host || !out)
-        return MHE_ERR_ARG;
-    K = g->host->cfg.n_classes;
-    if (batch < 1 || seq_len < 1)
-        return mhe__fail(g->err, MHE_ERR_ARG, "evaluate: batch and seq_len must be >= 1");
-    if (K < 1)
-        return mhe__fail(g->err, MHE_ERR_CONFIG, "the model has no classification head (n_classes=0)");
-    if (!s || s->n < 1)
-        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has no examples");
-    if (s->n_classes > K)
-        return mhe__fail(g->err, MHE_ERR_DATA, "classification data has labels up to %d, the model's head has %d classes",
-                         s->n_classes - 1, K);
-    with_types = s->types && g->host->cfg.type_vocab >= 2;
-    buf = (int *)malloc(((size_t)(1 + with_types) * batch * seq_len + 3 * (size_t)batch) * sizeof(int));
-    conf = (int64_t *)calloc((size_t)K * K, sizeof(int64_t));
-    lg = (float *)malloc((size_t)batch * K * sizeof(float));
-    if (!buf || !conf || !lg) {
-        free(buf);
-        free(conf);
-        free(lg);
-        return mhe__fail(g->err, MHE_ERR_NOMEM, "evaluate: out of memory");
-    }
-    g->host->training = 0; /* as mhe_evaluate_cls: no dropout */
-    memset(&bt, 0, sizeof bt);
-    bt.T = seq_len;
-    bt.tokens = buf;
-    bt.lengths = buf + (size_t)batch * seq_len;
-    bt.labels = bt.lengths + batch;
-    for (i = 0; i < s->n && st == MHE_OK; i += batch) {
-        int *idx = buf + (size_t)batch * seq_len + 2 * (size_t)batch;
-        float loss = 0;
-        bt.B = s->n - i < batch ? s->n - i : batch;
-        for (b = 0; b < bt.B; b++)
-            idx[b] = i + b;
-        mhe_text_set_batch(s, idx, bt.B, seq_len, buf, (int *)bt.lengths, (int *)bt.labels);
-        if (with_types) { /* pairs: after the indices, as mhe_evaluate_cls */
-            mhe_text_set_batch_types(s, idx, bt.B, seq_len, idx + batch);
-            bt.types = idx + batch;
-        }
-        if ((st = mhe_cuda_model_forward_batch(g, &bt, &loss)) != MHE_OK || (st = mhe_cuda_model_logits(g, lg)) != MHE_OK)
-            break;
-        total += (double)loss * g->last_count;
-        for (b = 0; b < bt.B; b++) { /* the arg max, the first on ties, as the CPU */
-            int best = 0;
-            for (c = 1; c < K; c++)
-                if (lg[(size_t)b * K + c] > lg[(size_t)b * K + best])
-                    best = c;
-            if (bt.labels[b] >= 0)
-                conf[(size_t)bt.labels[b] * K + best]++;
-        }
-    }
-    if (st == MHE_OK) {
-        mhe_cls_metrics_from_confusion(conf, K, out);
-        out->loss = out->n ? total / (double)out->n : 0;
-    }
-    free(buf);
-    free(conf);
-    free(lg);
-    return st;
 }
 
 #endif /* MHE_IMPLEMENTATION && !MHE_CUDA_IMPLEMENTATION_DONE */

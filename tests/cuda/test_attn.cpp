@@ -147,7 +147,7 @@ static void one(int B, int n, int n_kv, int Tq, int Tk, int dh, int causal, int 
         x += 1.0f;
     for (auto &x : vm)
         x += 1.0f;
-    /* MHE-ADD's key-bias table kb[key][h] = k . e_h^Q (qa plays e^Q), built as mhe_cuda.cuh C5 builds it */
+    /* MHE-ADD's key-bias table kb[key][h] = k . e_h^Q (qa plays e^Q), built as mhe_cuda.cuh C3 builds it */
     vec kb((size_t)B * Tk * n, 0.0f);
     for (int r = 0; r < B * Tk; r++)
         for (int h = 0; h < n; h++)
