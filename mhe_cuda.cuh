@@ -3133,44 +3133,89 @@ typedef struct mhe__cu_ctx {
     const int *len, *hlen, *mem_len;
 } mhe__cu_ctx;
 
+/* What the device runs for one attention kind: a row of mhe__cu_kinds (C7), one per MHE_ATTN_*
+   kind. The model calls a sublayer's kind through its row; a kind of an existing family needs
+   only its row. Each launcher takes its row, so the cores here need not see the table. */
+enum { MHE__CU_QK_U, MHE__CU_QK_FIXED, MHE__CU_QK_STATIC };          /* where Q|K come from */
+enum { MHE__CU_STATE_NONE, MHE__CU_STATE_TAYLOR, MHE__CU_STATE_SCAN, MHE__CU_STATE_FIXED };
+typedef struct mhe__cu_kind_ops mhe__cu_kind_ops;
+struct mhe__cu_kind_ops {
+    int kind;   /* its MHE_ATTN_*, the row's index (checked where the table is) */
+    int qk;     /* MHE__CU_QK_U: Q|K|V one GEMM of u; _FIXED: Q|K the fixed stream's (rndemb-qk,
+                   fixedseq-qk), V of u; _STATIC: Q|K of N(e), the stream's block-0 input (staticemb-qk) */
+    int v_bias; /* collab: b^V added to the V columns apart from the one GEMM */
+    int kb;     /* mhe-add: a [keys, n] key-bias table beside K (decoding caches it) */
+    int state;  /* MHE__CU_STATE_*: what decoding keeps beside the cache */
+    /* the core's maps and biases beyond Q, K, V (collab, mhe-mul, mhe-add; NULL: none) */
+    void (*dims)(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
+                 const float *k, int ks, float *dk, float *hmap, float *dmap);
+    /* chain 2: the core on projected Q, K, V (NULL: a mixing kind, which has none) */
+    mhe_status (*core_fwd)(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                           mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q, const float *k,
+                           const float *v);
+    mhe_status (*core_bwd)(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                           mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                           const float *v, float *dq, float *dk, float *dv);
+    /* chain 1: the self-attention sublayer from its input u, as mhe__attn_branch_fwd / _bwd */
+    mhe_status (*branch_fwd)(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                             const float *u, float *out);
+    mhe_status (*branch_bwd)(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                             const float *u, const float *d_out, float *du);
+    /* decoding: the new rows' core with the cache (NULL: encoder-only, or no core) */
+    mhe_status (*decode)(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, int l, int T, const float *u);
+};
+
 /* causal: self-attention of a decoder (the decoder of encdec too); not an
    encoder's, nor cross-attention (every query sees the whole source) */
 static int mhe__cu_causal(const mhe_cuda_model *g, int l, int cross) {
     return !cross && g->host->cfg.arch != MHE_ARCH_ENCODER && !g->host->layers[l].encoder;
 }
 
-/* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths only) */
-static void mhe__cu_dims(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
-                         const float *k, int ks, float *dk, float *hmap, float *dmap) {
-    const mhe_config *c = &g->host->cfg;
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int HD = c->n_heads * mhe_config_d_head(c);
-    if (w->kind == MHE_ATTN_COLLAB) {
-        mhe__collab_dims(d, w, geo.q_w, k, ks);
-        d->q_mul = MHE__CU_P(g, w->mix);
-        if (gr) {
-            gr->dq_mul = MHE__CU_G(g, w->mix);
-            gr->dk_bias = dk + geo.q_w;
-        }
-    } else if (w->kind == MHE_ATTN_MHE_MUL) {
-        d->q_shared = 1;
-        d->q_mul = hmap;
-        d->v_mul = hmap + HD;
-        if (gr) {
-            gr->dq_mul = dmap;
-            gr->dv_mul = dmap + HD;
-        }
-    } else if (w->kind == MHE_ATTN_MHE_ADD) {
-        /* one QK^T for every head plus the key bias table kb = K E^Q^T (hmap holds it, dmap its
-           gradient); e^K only shifts whole rows: no effect, no gradient */
-        d->q_shared = 1;
-        d->k_bias = hmap;
-        d->k_bias_stride = c->n_heads;
-        d->v_add = MHE__CU_P(g, w->ev);
-        if (gr) {
-            gr->dk_bias = dmap;
-            gr->dv_add = MHE__CU_G(g, w->ev);
-        }
+/* the CPU's mhe_attn_dims of a sublayer with device pointers (mhe__attn_fwd's choices, fused paths
+   only): collab's head maps and content bias, MHE-MUL's maps (hmap), MHE-ADD's key-bias table (hmap
+   holds it, dmap its gradient; e^K only shifts whole rows: no effect, no gradient) */
+static void mhe__cu_dims_collab(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
+                                const float *k, int ks, float *dk, float *hmap, float *dmap) {
+    mhe__geom geo = mhe__layer_geom(&g->host->cfg, w->kind);
+    (void)hmap;
+    (void)dmap;
+    mhe__collab_dims(d, w, geo.q_w, k, ks);
+    d->q_mul = MHE__CU_P(g, w->mix);
+    if (gr) {
+        gr->dq_mul = MHE__CU_G(g, w->mix);
+        gr->dk_bias = dk + geo.q_w;
+    }
+}
+
+static void mhe__cu_dims_mul(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
+                             const float *k, int ks, float *dk, float *hmap, float *dmap) {
+    int HD = g->host->cfg.n_heads * mhe_config_d_head(&g->host->cfg);
+    (void)w;
+    (void)k;
+    (void)ks;
+    (void)dk;
+    d->q_shared = 1;
+    d->q_mul = hmap;
+    d->v_mul = hmap + HD;
+    if (gr) {
+        gr->dq_mul = dmap;
+        gr->dv_mul = dmap + HD;
+    }
+}
+
+/* one QK^T for every head plus the key bias table kb = K E^Q^T */
+static void mhe__cu_dims_add(mhe_cuda_model *g, const mhe_attn_weights *w, mhe_attn_dims *d, mhe_attn_grads *gr,
+                             const float *k, int ks, float *dk, float *hmap, float *dmap) {
+    (void)k;
+    (void)ks;
+    (void)dk;
+    d->q_shared = 1;
+    d->k_bias = hmap;
+    d->k_bias_stride = g->host->cfg.n_heads;
+    d->v_add = MHE__CU_P(g, w->ev);
+    if (gr) {
+        gr->dk_bias = dmap;
+        gr->dv_add = MHE__CU_G(g, w->ev);
     }
 }
 
@@ -3203,133 +3248,186 @@ static void mhe__cu_core_dims(const mhe_cuda_model *g, const mhe_cuda_layer_acts
     d->kv_len = main_stream ? kv_len : NULL;
 }
 
-static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int Tq,
-                                        int Tk, int q_offset, const int *kv_len, const float *q, int qs,
-                                        const float *k, int ks, const float *v, int vs) {
-    const mhe_config *c = &g->host->cfg;
+/* the softmax cores (the tiles; taylor: its polynomial weight), on the maps map (the key biases
+   for mhe-add), their gradients into dmap */
+static mhe_status mhe__cu_tiles_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                    mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *map, int taylor, const float *q,
+                                    const float *k, const float *v) {
+    if (ops->dims)
+        ops->dims(g, w, d, NULL, k, d->k_stride, NULL, map, NULL);
+    return mhe__cu_attn_fwd(d, taylor, g->precision, a->att, a->lse, q, k, v, g->err);
+}
+
+static mhe_status mhe__cu_tiles_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                    mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *map, float *dmap, int taylor,
+                                    const float *q, const float *k, const float *v, float *dq, float *dk, float *dv) {
+    mhe_attn_grads gr;
+    memset(&gr, 0, sizeof gr);
+    if (ops->dims)
+        ops->dims(g, w, d, &gr, k, d->k_stride, dk, map, dmap);
+    return mhe__cu_attn_bwd(d, taylor, g->precision, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
+                            g->attn_scratch, g->err);
+}
+
+/* the kinds' cores (mhe__cu_kind_ops.core_fwd / _bwd): the plain softmax core */
+static mhe_status mhe__cu_core_softmax_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                           mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                           const float *k, const float *v) {
+    (void)kb;
+    return mhe__cu_tiles_fwd(g, ops, w, a, d, a->hmap, 0, q, k, v);
+}
+
+static mhe_status mhe__cu_core_softmax_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                           mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                           const float *v, float *dq, float *dk, float *dv) {
+    return mhe__cu_tiles_bwd(g, ops, w, a, d, a->hmap, g->d_hmap, 0, q, k, v, dq, dk, dv);
+}
+
+/* Taylor: the same tiles with w = 1 + s + s^2/2 */
+static mhe_status mhe__cu_core_taylor_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                          mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                          const float *k, const float *v) {
+    (void)kb;
+    return mhe__cu_tiles_fwd(g, ops, w, a, d, a->hmap, 1, q, k, v);
+}
+
+static mhe_status mhe__cu_core_taylor_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                          mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                          const float *v, float *dq, float *dk, float *dv) {
+    return mhe__cu_tiles_bwd(g, ops, w, a, d, a->hmap, g->d_hmap, 1, q, k, v, dq, dk, dv);
+}
+
+/* sha: one head's core, copied to all n; the n copies' gradients add up */
+static mhe_status mhe__cu_core_sha_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                       const float *k, const float *v) {
+    int n = g->host->cfg.n_heads, dh = mhe_config_d_head(&g->host->cfg), rows = d->B * d->Tq;
+    (void)kb;
+    MHE__CU_MHE(mhe__cu_tiles_fwd(g, ops, w, a, d, a->hmap, 0, q, k, v));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)rows * dh, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, a->att, rows, n, dh, 0), "sha heads");
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_core_sha_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                       const float *v, float *dq, float *dk, float *dv) {
+    int n = g->host->cfg.n_heads, dh = mhe_config_d_head(&g->host->cfg), rows = d->B * d->Tq;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)rows * dh, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, g->d_att, rows, n, dh, 1), "sha heads backward");
+    return mhe__cu_tiles_bwd(g, ops, w, a, d, a->hmap, g->d_hmap, 0, q, k, v, dq, dk, dv);
+}
+
+/* MHE-MUL: the maps first (mhe__mul_maps), their gradients after */
+static mhe_status mhe__cu_core_mul_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                       const float *k, const float *v) {
+    int HD = g->host->cfg.n_heads * mhe_config_d_head(&g->host->cfg);
+    (void)kb;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0, a->hmap,
+                               (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
+                               (const float *)MHE__CU_P(g, w->ev), HD), "MHE-MUL maps");
+    return mhe__cu_tiles_fwd(g, ops, w, a, d, a->hmap, 0, q, k, v);
+}
+
+static mhe_status mhe__cu_core_mul_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                       const float *v, float *dq, float *dk, float *dv) {
+    int HD = g->host->cfg.n_heads * mhe_config_d_head(&g->host->cfg);
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
+    MHE__CU_MHE(mhe__cu_tiles_bwd(g, ops, w, a, d, a->hmap, g->d_hmap, 0, q, k, v, dq, dk, dv));
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
+                               MHE__CU_G(g, w->eq), MHE__CU_G(g, w->ek), MHE__CU_G(g, w->ev),
+                               (const float *)g->d_hmap, (const float *)MHE__CU_P(g, w->eq),
+                               (const float *)MHE__CU_P(g, w->ek), HD), "MHE-MUL map gradients");
+    return MHE_OK;
+}
+
+/* MHE-ADD: kb[key][i] = k . e_i^Q ([keys, n], not [keys, n d_h]) first; back through it after:
+   dK += dkb E^Q, dE^Q += dkb^T K */
+static mhe_status mhe__cu_core_add_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                       const float *k, const float *v) {
+    int n = g->host->cfg.n_heads, dh = mhe_config_d_head(&g->host->cfg);
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, d->B * d->Tk, n, dh, 1.0f, k, d->k_stride, MHE__CU_P(g, w->eq), dh, 0.0f, kb,
+                               n));
+    return mhe__cu_tiles_fwd(g, ops, w, a, d, kb, 0, q, k, v);
+}
+
+static mhe_status mhe__cu_core_add_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                       mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                       const float *v, float *dq, float *dk, float *dv) {
+    int n = g->host->cfg.n_heads, dh = mhe_config_d_head(&g->host->cfg), ks = d->k_stride;
+    int keys = d->B * d->Tk;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)keys * n));
+    MHE__CU_MHE(mhe__cu_tiles_bwd(g, ops, w, a, d, a->kb, g->d_kb, 0, q, k, v, dq, dk, dv));
+    MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, keys, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
+    return mhe__cu_gemm_m(g, 1, 0, n, dh, keys, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh);
+}
+
+/* Non-approximate: the recurrent scan, one warp per (head, sequence) */
+static mhe_status mhe__cu_core_scan_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                        mhe_cuda_layer_acts *a, mhe_attn_dims *d, float *kb, const float *q,
+                                        const float *k, const float *v) {
+    (void)ops;
+    (void)w;
+    (void)kb;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)g->host->cfg.n_heads, (unsigned)d->B), dim3(32), 0,
+                               mhe__cu_na_from(d), a->att, a->lse, q, k, v, (float *)NULL, 1),
+                "Non-approximate attention");
+    return MHE_OK;
+}
+
+static mhe_status mhe__cu_core_scan_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe_attn_weights *w,
+                                        mhe_cuda_layer_acts *a, mhe_attn_dims *d, const float *q, const float *k,
+                                        const float *v, float *dq, float *dk, float *dv) {
+    (void)ops;
+    (void)w;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)g->host->cfg.n_heads, (unsigned)d->B), dim3(32), 0,
+                               mhe__cu_na_from(d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
+                               (const float *)a->lse, q, k, v),
+                "Non-approximate attention backward");
+    return MHE_OK;
+}
+
+/* a sublayer's core (chain 2) through its kind's row: self-attention (cross 0) or cross-attention */
+static mhe_status mhe__cu_attn_core_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, mhe_cuda_layer_acts *a, int l,
+                                        int cross, int B, int Tq, int Tk, int q_offset, const int *kv_len,
+                                        const float *q, int qs, const float *k, int ks, const float *v, int vs) {
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, Tq, Tk, mhe__cu_causal(g, l, cross), NULL);
+    float *kb = g->cache && !cross ? g->cache->kb : a->kb; /* cross: the source's keys, in its acts */
     mhe__cu_core_dims(g, a, l, kv_len, &d);
     d.q_offset = q_offset;
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
-                                   mhe__cu_na_from(&d), a->att, a->lse, q, k, v, (float *)NULL, 1),
-                    "Non-approximate attention");
-        return MHE_OK;
-    }
-    float *kb = g->cache && !cross ? g->cache->kb : a->kb; /* cross: the source's keys, in its acts */
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   a->hmap, (const float *)MHE__CU_P(g, w->eq), (const float *)MHE__CU_P(g, w->ek),
-                                   (const float *)MHE__CU_P(g, w->ev), HD), "MHE-MUL maps");
-    if (w->kind == MHE_ATTN_MHE_ADD) /* kb[key][i] = k . e_i^Q: [keys, n], not [keys, n d_h] */
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 1, B * Tk, n, dh, 1.0f, k, ks, MHE__CU_P(g, w->eq), dh, 0.0f, kb, n));
-    mhe__cu_dims(g, w, &d, NULL, k, ks, NULL, w->kind == MHE_ATTN_MHE_ADD ? kb : a->hmap, NULL);
-    MHE__CU_MHE(mhe__cu_attn_fwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, a->att, a->lse, q, k, v, g->err));
-    if (w->kind == MHE_ATTN_SHA)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * Tq * dh, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, a->att, B * Tq, n, dh, 0), "sha heads");
-    return MHE_OK;
+    return ops->core_fwd(g, ops, w, a, &d, kb, q, k, v);
 }
 
-static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, mhe_cuda_layer_acts *a, int l, int cross, int B, int T,
-                                        int Tk, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                                        const float *v, float *dq, float *dk, float *dv) {
-    const mhe_config *c = &g->host->cfg;
+static mhe_status mhe__cu_attn_core_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, mhe_cuda_layer_acts *a, int l,
+                                        int cross, int B, int T, int Tk, const int *kv_len, const float *q, int qs,
+                                        const float *k, int ks, const float *v, float *dq, float *dk, float *dv) {
     const mhe_attn_weights *w = cross ? &g->host->layers[l].cross : &g->host->layers[l].attn;
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
     mhe_attn_dims d = mhe__attn_dims(g->host, w, MHE__SITE_ATT(l, cross), B, T, Tk, mhe__cu_causal(g, l, cross), NULL);
-    mhe_attn_grads gr;
     mhe__cu_core_dims(g, a, l, kv_len, &d);
-    memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = ks;
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_bwd, dim3((unsigned)n, (unsigned)B), dim3(32), 0,
-                                   mhe__cu_na_from(&d), dq, dk, dv, (const float *)g->d_att, (const float *)a->att,
-                                   (const float *)a->lse, q, k, v),
-                    "Non-approximate attention backward");
-        return MHE_OK;
-    }
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_hmap, (size_t)2 * HD));
-    if (w->kind == MHE_ATTN_MHE_ADD)
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_kb, (size_t)B * Tk * n));
-    if (w->kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sha_heads, dim3(mhe__cu_blocks((int64_t)B * T * dh, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, g->d_att, B * T, n, dh, 1), "sha heads backward");
-    if (w->kind == MHE_ATTN_MHE_ADD)
-        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->kb, g->d_kb);
-    else
-        mhe__cu_dims(g, w, &d, &gr, k, ks, dk, a->hmap, g->d_hmap);
-    MHE__CU_MHE(mhe__cu_attn_bwd(&d, w->kind == MHE_ATTN_TAYLOR, g->precision, &gr, dq, dk, dv, g->d_att, a->att, a->lse, q, k, v,
-                                 g->attn_scratch, g->err));
-    if (w->kind == MHE_ATTN_MHE_ADD) { /* back through kb = K E^Q^T: dK += dkb E^Q, dE^Q += dkb^T K */
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 0, 0, B * Tk, dh, n, 1.0f, g->d_kb, n, MHE__CU_P(g, w->eq), dh, 1.0f, dk, ks));
-        MHE__CU_MHE(mhe__cu_gemm_m(g, 1, 0, n, dh, B * Tk, 1.0f, g->d_kb, n, k, ks, 1.0f, MHE__CU_G(g, w->eq), dh));
-    }
-    if (w->kind == MHE_ATTN_MHE_MUL)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_mul_maps_bwd, dim3(mhe__cu_blocks(HD, MHE__CU_EW)), dim3(MHE__CU_EW), 0,
-                                   MHE__CU_G(g, w->eq), MHE__CU_G(g, w->ek), MHE__CU_G(g, w->ev),
-                                   (const float *)g->d_hmap, (const float *)MHE__CU_P(g, w->eq),
-                                   (const float *)MHE__CU_P(g, w->ek), HD), "MHE-MUL map gradients");
-    return MHE_OK;
+    return ops->core_bwd(g, ops, w, a, &d, q, k, v, dq, dk, dv);
 }
 
-/* decoding (B = 1): the T new positions' rows (a->proj) through the core of
-   their kind, with what the cache keeps: K|V rows (the softmax kinds,
-   staticemb-qk), the recurrent states (taylor, nonapprox, as
-   mhe__decon_decode: one position after another), or V rows and the fixed
-   stream's Q|K (rndemb-qk, fixedseq-qk: the softmax rows of the CPU's
-   precomputed maps, computed by the training core). Query t sees keys
-   0 .. pos + t. */
-static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const float *u) {
+/* decoding (B = 1), the kinds' decode (mhe__cu_kind_ops.decode): the T new positions' rows
+   (a->proj) through the core of their kind, with what the cache keeps. Query t sees keys
+   0 .. pos + t. K|V rows (the softmax kinds, staticemb-qk): the new positions' K|V columns
+   (el-att: its input) join the cache; the core reads the cache. */
+static mhe_status mhe__cu_decode_kv(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, int l, int T, const float *u) {
     const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
     mhe_cuda_layer_acts *a = &g->layer[l];
     mhe_cuda_kv_cache *kc = g->cache;
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, pos = kc->len, kvw = kc->kv_w[l], ks, t;
-    const float *k, *v, *src;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        int th = (dh + 1 + 31) / 32 * 32;
-        for (t = 0; t < T; t++) {
-            const float *row = a->proj + (size_t)t * geo.proj_w;
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0,
-                                       a->att + (size_t)t * HD, row, row + HD, row + 2 * HD, kc->state[l], dh,
-                                       sqrtf(1.0f / sqrtf((float)dh))),
-                        "Taylor decoding step");
-        }
-        return MHE_OK;
-    }
-    if (w->kind == MHE_ATTN_NONAPPROX) {
-        mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
-        d.q_stride = d.k_stride = d.v_stride = 3 * HD;
-        for (t = 0; t < T; t++) {
-            const float *row = a->proj + (size_t)t * geo.proj_w;
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
-                                       a->att + (size_t)t * HD, a->lse + (size_t)t * n, row, row + HD, row + 2 * HD,
-                                       kc->state[l], pos + t == 0),
-                        "Non-approximate decoding step");
-        }
-        return MHE_OK;
-    }
-    if (mhe__kind_fixed(w->kind)) {
-        const float *qk = kc->state[l];
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * HD, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
-                                   (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
-                    "V cache append");
-        return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, qk + (size_t)pos * 2 * HD, 2 * HD,
-                                     qk + HD, 2 * HD, kc->kv[l], HD);
-    }
-    /* the new positions' K|V columns (el-att: its input) join the cache; the core reads the cache */
-    src = geo.k_w ? a->proj + geo.q_w : u;
+    mhe__geom geo = mhe__layer_geom(c, ops->kind);
+    int pos = kc->len, kvw = kc->kv_w[l], ks;
+    const float *k, *v, *src = geo.k_w ? a->proj + geo.q_w : u;
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * kvw, MHE__CU_EW)),
                                dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * kvw, kvw, src,
                                geo.k_w ? geo.proj_w : c->d_model, T, kvw, T),
@@ -3337,7 +3435,62 @@ static mhe_status mhe__cu_decode_core(mhe_cuda_model *g, int l, int T, const flo
     k = kc->kv[l];
     ks = kvw;
     v = geo.v_w ? k + geo.k_w : k;
-    return mhe__cu_attn_core_fwd(g, a, l, 0, 1, T, pos + T, pos, NULL, a->proj, geo.proj_w, k, ks, v, ks);
+    return mhe__cu_attn_core_fwd(g, ops, a, l, 0, 1, T, pos + T, pos, NULL, a->proj, geo.proj_w, k, ks, v, ks);
+}
+
+/* Taylor: its state S = sum phi(k) [v, 1]^T, one position after another (as mhe__decon_decode) */
+static mhe_status mhe__cu_decode_taylor(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, int l, int T, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe__geom geo = mhe__layer_geom(c, ops->kind);
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, th = (dh + 1 + 31) / 32 * 32, t;
+    (void)u;
+    for (t = 0; t < T; t++) {
+        const float *row = a->proj + (size_t)t * geo.proj_w;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_taylor_step, dim3((unsigned)n), dim3(th < 256 ? th : 256), 0,
+                                   a->att + (size_t)t * HD, row, row + HD, row + 2 * HD, g->cache->state[l], dh,
+                                   sqrtf(1.0f / sqrtf((float)dh))),
+                    "Taylor decoding step");
+    }
+    return MHE_OK;
+}
+
+/* Non-approximate: its running max, sum and numerator, one position after another */
+static mhe_status mhe__cu_decode_scan(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, int l, int T, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe__geom geo = mhe__layer_geom(c, ops->kind);
+    int n = c->n_heads, HD = n * mhe_config_d_head(c), pos = g->cache->len, t;
+    mhe_attn_dims d = mhe__attn_dims(g->host, w, 0, 1, 1, 1, 1, NULL);
+    (void)u;
+    d.q_stride = d.k_stride = d.v_stride = 3 * HD;
+    for (t = 0; t < T; t++) {
+        const float *row = a->proj + (size_t)t * geo.proj_w;
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_nonapprox_fwd, dim3((unsigned)n, 1u), dim3(32), 0, mhe__cu_na_from(&d),
+                                   a->att + (size_t)t * HD, a->lse + (size_t)t * n, row, row + HD, row + 2 * HD,
+                                   g->cache->state[l], pos + t == 0),
+                    "Non-approximate decoding step");
+    }
+    return MHE_OK;
+}
+
+/* rndemb-qk, fixedseq-qk: V rows join the cache, Q|K are the fixed stream's (made at position 0):
+   the softmax rows of the CPU's precomputed maps, computed by the training core */
+static mhe_status mhe__cu_decode_fixed(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, int l, int T, const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    mhe_cuda_layer_acts *a = &g->layer[l];
+    mhe_cuda_kv_cache *kc = g->cache;
+    mhe__geom geo = mhe__layer_geom(c, ops->kind);
+    int HD = c->n_heads * mhe_config_d_head(c), pos = kc->len;
+    const float *qk = kc->state[l];
+    (void)u;
+    MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)T * HD, MHE__CU_EW)),
+                               dim3(MHE__CU_EW), 0, kc->kv[l] + (size_t)pos * HD, HD,
+                               (const float *)(a->proj + 2 * HD), geo.proj_w, T, HD, T),
+                "V cache append");
+    return mhe__cu_attn_core_fwd(g, ops, a, l, 0, 1, T, pos + T, pos, NULL, qk + (size_t)pos * 2 * HD, 2 * HD,
+                                 qk + HD, 2 * HD, kc->kv[l], HD);
 }
 
 /* ---- the kinds without an attention core: mlp, fnet, linear ------------------ */
@@ -3366,10 +3519,13 @@ __global__ __launch_bounds__(MHE__CU_EW) void mhe__cu_gated_bwd(float *dproj, co
 /* the mlp kind (thesis eq. 4.4-4.5): down(SiLU(gate u) * up u); gate | up
    adjacent, one GEMM into proj [rows, 2F], the product into att [rows, F]
    (mhe__gated_fwd / _bwd) */
-static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
                                       const float *u, float *out) {
     const mhe_config *c = &g->host->cfg;
-    int C = c->d_model, F = mhe_config_mlp_width(c);
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_mlp_width(c), rows = x->B * x->T;
+    (void)ops;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 2 * F, u, MHE__CU_P(g, w->gate), MHE__CU_P(g, w->gate_b), rows, C,
                                    2 * F));
     MHE__CU_TRY(mhe__cu_launch(mhe__cu_gated_fwd, dim3(mhe__cu_blocks((int64_t)rows * F, MHE__CU_EW)),
@@ -3377,10 +3533,13 @@ static mhe_status mhe__cu_gated_fwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a,
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->down), MHE__CU_P(g, w->down_b), rows, F, C);
 }
 
-static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, mhe_cuda_layer_acts *a, const mhe_attn_weights *w, int rows,
+static mhe_status mhe__cu_gated_bwd_m(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
                                       const float *u, const float *d_out, float *du) {
     const mhe_config *c = &g->host->cfg;
-    int C = c->d_model, F = mhe_config_mlp_width(c);
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    int C = c->d_model, F = mhe_config_mlp_width(c), rows = x->B * x->T;
+    (void)ops;
     MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * F));
     MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->down), MHE__CU_G(g, w->down_b), d_out, C, a->att,
                                    MHE__CU_P(g, w->down), rows, F, C));
@@ -3450,13 +3609,31 @@ static mhe_status mhe__cu_fnet(mhe_cuda_model *g, float *y, const float *x, int 
     return MHE_OK;
 }
 
+static mhe_status mhe__cu_fnet_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                   const float *u, float *out) {
+    (void)ops;
+    (void)l;
+    return mhe__cu_fnet(g, out, u, x->B, x->T, x->hlen, 0);
+}
+
+static mhe_status mhe__cu_fnet_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                   const float *u, const float *d_out, float *du) {
+    (void)ops;
+    (void)l;
+    (void)u;
+    return mhe__cu_fnet(g, du, d_out, x->B, x->T, x->hlen, 1);
+}
+
 /* the linear kind (FNet's learned baseline, Lee-Thorp et al. 2022): Y_b =
    W_seq[:L, :L] (X_b W_hidden^T) over each sequence's L real tokens
    (padding rows 0), no bias; att keeps Z = X W_hidden^T
    (mhe__linear_mix_fwd / _bwd) */
-static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
-                                     const mhe_attn_weights *w, const float *u, float *out) {
+static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                     const float *u, float *out) {
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
     int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
+    (void)ops;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, a->att, C, u, MHE__CU_P(g, w->hidden), NULL, x->B * T, C, C));
     for (b = 0; b < x->B; b++) {
         int L = x->hlen ? x->hlen[b] : T;
@@ -3470,9 +3647,12 @@ static mhe_status mhe__cu_linmix_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mh
 }
 
 /* dW_seq += dY_b Z_b^T, dZ_b = W_seq^T dY_b (into d_att; 0 on padding rows), then through W_hidden: du += */
-static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, mhe_cuda_layer_acts *a,
-                                     const mhe_attn_weights *w, const float *u, const float *d_out, float *du) {
+static mhe_status mhe__cu_linmix_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                     const float *u, const float *d_out, float *du) {
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
     int C = g->host->cfg.d_model, Lmax = g->host->cfg.max_seq_len, T = x->T, b;
+    (void)ops;
     for (b = 0; b < x->B; b++) {
         int L = x->hlen ? x->hlen[b] : T;
         const float *db = d_out + (size_t)b * T * C;
@@ -4211,17 +4391,177 @@ static mhe_status mhe__cu_update(mhe_cuda_trainer *t, mhe_cuda_model *g) {
    forward pass of the new rows (a prompt, or one token) whose K and V join
    the cache the core reads. */
 
-/* the kinds with a device path, named one by one: a kind added to mhe.h stays on the CPU until it has one */
-static int mhe__cu_kind_ok(int kind) {
-    switch (kind) {
-    case MHE_ATTN_MHA: case MHE_ATTN_SHA: case MHE_ATTN_MQA: case MHE_ATTN_GQA: case MHE_ATTN_SKV:
-    case MHE_ATTN_EL_ATT: case MHE_ATTN_MHE_ADD: case MHE_ATTN_MHE_MUL: case MHE_ATTN_COLLAB:
-    case MHE_ATTN_MLP: case MHE_ATTN_TAYLOR: case MHE_ATTN_NONAPPROX: case MHE_ATTN_RNDEMB_QK:
-    case MHE_ATTN_FIXEDSEQ_QK: case MHE_ATTN_STATICEMB_QK: case MHE_ATTN_FNET: case MHE_ATTN_LINEAR:
-        return 1;
-    default:
-        return 0;
+/* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
+
+/* Q|K|V of a sublayer into a->proj [rows, proj_w], by kind: one GEMM (the
+   softmax kinds, taylor, nonapprox, and rndemb-qk / fixedseq-qk inside
+   their own stream); Q|K of the fixed stream at this layer, the same for
+   every sequence, and V from u (rndemb-qk, fixedseq-qk, eq. 4.10, 4.12;
+   decoding reads Q|K from the cache); or Q|K from N(e), the stream's block-0
+   input through this sublayer's norm (e itself post-norm), and V from u
+   (staticemb-qk, eq. 4.13). W^Q, W^K, W^V are adjacent, and their biases. */
+static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                  const float *u) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T;
+    if (ops->qk == MHE__CU_QK_FIXED && !x->fixed) {
+        if (!g->cache)
+            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)rows * 2 * HD, MHE__CU_EW)),
+                                       dim3(MHE__CU_EW), 0, a->proj, 3 * HD,
+                                       (const float *)g->fixed_layer[l].proj, 3 * HD, rows, 2 * HD, x->T),
+                        "the fixed stream's Q, K");
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
     }
+    if (ops->qk == MHE__CU_QK_STATIC) {
+        const float *ne = x->emb;
+        if (!c->post_norm) { /* N(e) [rows, C], mean, rstd in ext (mhe__static_in) */
+            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1),
+                                         x->emb, y->norm1_w, y->norm1_b, rows));
+            ne = a->ext;
+        }
+        MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 3 * HD, ne, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+                                       2 * HD));
+        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
+                                  C, HD);
+    }
+    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.proj_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
+                                   geo.proj_w));
+    if (ops->v_bias && w->bv)
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
+                                   (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
+    return MHE_OK;
+}
+
+/* the attention branch of the kinds with a core (mhe__cu_kind_ops.branch_fwd / _bwd): project,
+   the core (decoding: with the cache), W^O */
+static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                          const float *u, float *out) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_attn_weights *w = &g->host->layers[l].attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    MHE__CU_MHE(mhe__cu_project(g, ops, x, l, u));
+    if (g->cache) {
+        MHE__CU_MHE(ops->decode(g, ops, l, x->T, u));
+    } else {
+        mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
+        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, ops, a, l, 0, x->B, x->T, x->T, 0, x->len, a->proj, geo.proj_w, k, ks,
+                                          v, ks));
+    }
+    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
+}
+
+static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_kind_ops *ops, const mhe__cu_ctx *x, int l,
+                                          const float *u, const float *d_out, float *du) {
+    const mhe_config *c = &g->host->cfg;
+    const mhe_layer *y = &g->host->layers[l];
+    const mhe_attn_weights *w = &y->attn;
+    mhe_cuda_layer_acts *a = &x->la[l];
+    mhe__geom geo = mhe__layer_geom(c, w->kind);
+    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
+    const float *k, *v;
+    float *dk, *dv, *dqk = g->d_qk + (size_t)l * g->cap_T * 2 * HD;
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->wo), MHE__CU_G(g, w->bo), d_out, C, a->att,
+                                   MHE__CU_P(g, w->wo), rows, HD, C));
+    MHE__CU_MHE(mhe__cu_zero(g, g->d_proj, (size_t)rows * geo.proj_w));
+    mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
+    dk = geo.k_w ? g->d_proj + geo.q_w : du;
+    dv = geo.v_w ? dk + geo.k_w : dk;
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, ops, a, l, 0, x->B, x->T, x->T, x->len, a->proj, geo.proj_w, k, ks, v,
+                                      g->d_proj, dk, dv));
+    if (ops->qk == MHE__CU_QK_FIXED && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
+    if (ops->qk == MHE__CU_QK_FIXED) /* the fixed stream: its own attention plus what the batch asks of its Q|K */
+        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
+                                   dim3(MHE__CU_EW), 0, g->d_proj, 3 * HD, (const float *)dqk, 2 * HD, 1, x->T,
+                                   2 * HD), "fixed Q, K gradient");
+    if (ops->qk == MHE__CU_QK_STATIC) { /* d N(e) in d_tmp, then into d_emb through the norm */
+        const float *ne = c->post_norm ? x->emb : a->ext;
+        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
+        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, 3 * HD, ne,
+                                       MHE__CU_P(g, w->wq), rows, C, 2 * HD));
+        if (c->post_norm)
+            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_emb, x->d_emb, g->d_tmp, (int64_t)rows * C));
+        else
+            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
+                                         a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), rows));
+        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
+                                  MHE__CU_P(g, w->wv), rows, C, HD);
+    }
+    MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
+                                   MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
+    if (ops->v_bias && w->bv) /* b^V: the column sums of its V columns */
+        MHE__CU_MHE(mhe__cu_colsums(g, MHE__CU_G(g, w->bv), NULL, g->d_proj + geo.q_w + geo.k_w, geo.proj_w, rows,
+                                    (int)w->bv->size, NULL, NULL, NULL, 0));
+    return MHE_OK;
+}
+
+/* ---- a row per kind ------------------------------------------------------------ */
+
+/* The device's attention kinds, one row per MHE_ATTN_* kind in the enum's order: a kind of an
+   existing family is its row. A kind added to mhe.h without a row here stays on the CPU
+   (mhe_cuda_supports refuses it). */
+static constexpr mhe__cu_kind_ops mhe__cu_kinds[MHE_ATTN_KIND_COUNT] = {
+    {MHE_ATTN_MHA, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd, mhe__cu_core_softmax_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_SHA, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_sha_fwd, mhe__cu_core_sha_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_MQA, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd, mhe__cu_core_softmax_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_GQA, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd, mhe__cu_core_softmax_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_SKV, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd, mhe__cu_core_softmax_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_EL_ATT, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd,
+     mhe__cu_core_softmax_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_MHE_ADD, MHE__CU_QK_U, 0, 1, MHE__CU_STATE_NONE, mhe__cu_dims_add, mhe__cu_core_add_fwd,
+     mhe__cu_core_add_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_MHE_MUL, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, mhe__cu_dims_mul, mhe__cu_core_mul_fwd,
+     mhe__cu_core_mul_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_MLP, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, NULL, NULL, mhe__cu_gated_fwd_m, mhe__cu_gated_bwd_m,
+     NULL},
+    {MHE_ATTN_TAYLOR, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_TAYLOR, NULL, mhe__cu_core_taylor_fwd,
+     mhe__cu_core_taylor_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_taylor},
+    {MHE_ATTN_NONAPPROX, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_SCAN, NULL, mhe__cu_core_scan_fwd, mhe__cu_core_scan_bwd,
+     mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_scan},
+    {MHE_ATTN_RNDEMB_QK, MHE__CU_QK_FIXED, 0, 0, MHE__CU_STATE_FIXED, NULL, mhe__cu_core_softmax_fwd,
+     mhe__cu_core_softmax_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_fixed},
+    {MHE_ATTN_FIXEDSEQ_QK, MHE__CU_QK_FIXED, 0, 0, MHE__CU_STATE_FIXED, NULL, mhe__cu_core_softmax_fwd,
+     mhe__cu_core_softmax_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_fixed},
+    {MHE_ATTN_STATICEMB_QK, MHE__CU_QK_STATIC, 0, 0, MHE__CU_STATE_NONE, NULL, mhe__cu_core_softmax_fwd,
+     mhe__cu_core_softmax_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+    {MHE_ATTN_FNET, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, NULL, NULL, mhe__cu_fnet_fwd, mhe__cu_fnet_bwd,
+     NULL},
+    {MHE_ATTN_LINEAR, MHE__CU_QK_U, 0, 0, MHE__CU_STATE_NONE, NULL, NULL, NULL, mhe__cu_linmix_fwd,
+     mhe__cu_linmix_bwd, NULL},
+    {MHE_ATTN_COLLAB, MHE__CU_QK_U, 1, 0, MHE__CU_STATE_NONE, mhe__cu_dims_collab, mhe__cu_core_softmax_fwd,
+     mhe__cu_core_softmax_bwd, mhe__cu_attn_branch_fwd, mhe__cu_attn_branch_bwd, mhe__cu_decode_kv},
+};
+
+/* every row is its own kind's, or empty */
+static constexpr int mhe__cu_kinds_in_order(int i) {
+    return i == MHE_ATTN_KIND_COUNT ||
+           ((mhe__cu_kinds[i].kind == i || !mhe__cu_kinds[i].branch_fwd) && mhe__cu_kinds_in_order(i + 1));
+}
+static_assert(mhe__cu_kinds_in_order(0), "mhe__cu_kinds: one row per kind, in the order of mhe.h's enum");
+
+/* the row of a kind with a device path, else NULL */
+static const mhe__cu_kind_ops *mhe__cu_kind(int kind) {
+    return kind >= 0 && kind < MHE_ATTN_KIND_COUNT && mhe__cu_kinds[kind].branch_fwd ? &mhe__cu_kinds[kind] : NULL;
 }
 
 MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
@@ -4234,17 +4574,17 @@ MHEDEF mhe_status mhe_cuda_supports(const mhe_config *c, char *err) {
             return mhe__fail(err, MHE_ERR_CONFIG,
                              "layer %d: attn=%s is a kind registered by the program, which runs on the CPU only", l,
                              mhe_attn_kind_name(kind));
-        if (!mhe__cu_kind_ok(kind))
+        if (!mhe__cu_kind(kind))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: attn=%s has no device path; it runs on the CPU path", l,
                              mhe_attn_kind_name(kind));
     }
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->enc_layers; l++)
-        if (!mhe__cu_kind_ok(c->enc_attn[l]))
+        if (!mhe__cu_kind(c->enc_attn[l]))
             return mhe__fail(err, MHE_ERR_CONFIG, "encoder layer %d: enc_attn=%s has no device path; it runs on the CPU path%s",
                              l, mhe_attn_kind_name(c->enc_attn[l]),
                              c->enc_attn[l] >= MHE_ATTN_KIND_COUNT ? " (a kind registered by the program)" : "");
     for (l = 0; c->arch == MHE_ARCH_ENCDEC && l < c->n_layers; l++)
-        if (!mhe__cu_kind_ok(c->cross_attn[l]))
+        if (!mhe__cu_kind(c->cross_attn[l]))
             return mhe__fail(err, MHE_ERR_CONFIG, "layer %d: cross_attn=%s has no device path; it runs on the CPU path",
                              l, mhe_attn_kind_name(c->cross_attn[l]));
     for (l = 0; l < c->n_layers; l++)
@@ -4337,7 +4677,8 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         geo = mhe__layer_geom(c, w->kind);
         d = mhe__attn_dims(g->host, w, 0, B, T, T, 0, NULL);
         memset(&gr, 0, sizeof gr);
-        mhe__cu_dims(g, w, &d, &gr, g->params, geo.k_w + geo.v_w, g->params, g->params, g->params);
+        if (mhe__cu_kinds[w->kind].dims)
+            mhe__cu_kinds[w->kind].dims(g, w, &d, &gr, g->params, geo.k_w + geo.v_w, g->params, g->params, g->params);
         scr = mhe__cu_attn_bwd_floats(&d);
         la[l].nrm[1] = mhe__cu_take(cur, base, rows * C);
         la[l].sum[1] = mhe__cu_take(cur, base, rows * C);
@@ -4350,7 +4691,7 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         a->hmap = mhe__cu_take(cur, base, 2 * HD);
         a->kb = mhe__cu_take(cur, base, rows * n);
         /* staticemb-qk: N3(e) of the queries, then of the source, each with its mean and rstd */
-        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? 2 * rows * (C + 2) : 0);
+        a->ext = mhe__cu_take(cur, base, mhe__cu_kinds[w->kind].qk == MHE__CU_QK_STATIC ? 2 * rows * (C + 2) : 0);
         /* the backward's d_proj holds d Q [rows, q_w] and d K|V [rows, k_w + v_w] */
         if ((size_t)(geo.q_w + geo.k_w + geo.v_w) > *max_proj)
             *max_proj = (size_t)(geo.q_w + geo.k_w + geo.v_w);
@@ -4368,7 +4709,8 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         size_t scr;
         /* the backward's scratch depends on the maps the kind sets; any non-NULL pointer stands for them here */
         memset(&gr, 0, sizeof gr);
-        mhe__cu_dims(g, w, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
+        if (mhe__cu_kinds[w->kind].dims)
+            mhe__cu_kinds[w->kind].dims(g, w, &d, &gr, g->params, geo.proj_w, g->params, g->params, g->params);
         scr = mhe__cu_attn_bwd_floats(&d);
         for (k = 0; k < 3; k += 2) {
             a->nrm[k] = mhe__cu_take(cur, base, rows * C);
@@ -4381,7 +4723,7 @@ static void mhe__cu_layers_layout(mhe_cuda_model *g, mhe_cuda_layer_acts *la, in
         a->lse = mhe__cu_take(cur, base, rows * n);
         a->hmap = mhe__cu_take(cur, base, 2 * HD);
         a->kb = mhe__cu_take(cur, base, rows * n);
-        a->ext = mhe__cu_take(cur, base, w->kind == MHE_ATTN_STATICEMB_QK ? rows * (C + 2) : 0);
+        a->ext = mhe__cu_take(cur, base, mhe__cu_kinds[w->kind].qk == MHE__CU_QK_STATIC ? rows * (C + 2) : 0);
         a->fc1 = mhe__cu_take(cur, base, rows * F);
         a->act = mhe__cu_take(cur, base, rows * F);
         if ((size_t)geo.proj_w > *max_proj)
@@ -4643,134 +4985,6 @@ MHEDEF mhe_status mhe_cuda_model_logits(mhe_cuda_model *g, float *out) {
     return MHE_OK;
 }
 
-/* ---- chain 1 on the device: a self-attention sublayer ------------------------- */
-
-/* Q|K|V of a sublayer into a->proj [rows, proj_w], by kind: one GEMM (the
-   softmax kinds, taylor, nonapprox, and rndemb-qk / fixedseq-qk inside
-   their own stream); Q|K of the fixed stream at this layer, the same for
-   every sequence, and V from u (rndemb-qk, fixedseq-qk, eq. 4.10, 4.12;
-   decoding reads Q|K from the cache); or Q|K from N(e), the stream's block-0
-   input through this sublayer's norm (e itself post-norm), and V from u
-   (staticemb-qk, eq. 4.13). W^Q, W^K, W^V are adjacent, and their biases. */
-static mhe_status mhe__cu_project(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_layer *y = &g->host->layers[l];
-    const mhe_attn_weights *w = &y->attn;
-    mhe_cuda_layer_acts *a = &x->la[l];
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T;
-    if (mhe__kind_fixed(w->kind) && !x->fixed) {
-        if (!g->cache)
-            MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)rows * 2 * HD, MHE__CU_EW)),
-                                       dim3(MHE__CU_EW), 0, a->proj, 3 * HD,
-                                       (const float *)g->fixed_layer[l].proj, 3 * HD, rows, 2 * HD, x->T),
-                        "the fixed stream's Q, K");
-        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
-                                  C, HD);
-    }
-    if (w->kind == MHE_ATTN_STATICEMB_QK) {
-        const float *ne = x->emb;
-        if (!c->post_norm) { /* N(e) [rows, C], mean, rstd in ext (mhe__static_in) */
-            MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1),
-                                         x->emb, y->norm1_w, y->norm1_b, rows));
-            ne = a->ext;
-        }
-        MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, 3 * HD, ne, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
-                                       2 * HD));
-        return mhe__cu_linear_fwd(g, a->proj + 2 * HD, 3 * HD, u, MHE__CU_P(g, w->wv), MHE__CU_P(g, w->bv), rows,
-                                  C, HD);
-    }
-    MHE__CU_MHE(mhe__cu_linear_fwd(g, a->proj, geo.proj_w, u, MHE__CU_P(g, w->wq), MHE__CU_P(g, w->bq), rows, C,
-                                   geo.proj_w));
-    if (w->kind == MHE_ATTN_COLLAB && w->bv)
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, a->proj, geo.proj_w, geo.q_w + geo.k_w,
-                                   (const float *)MHE__CU_P(g, w->bv), (int)w->bv->size, rows), "collab value bias");
-    return MHE_OK;
-}
-
-static mhe_status mhe__cu_attn_branch_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
-                                          float *out) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_attn_weights *w = &g->host->layers[l].attn;
-    mhe_cuda_layer_acts *a = &x->la[l];
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
-    const float *k, *v;
-    if (w->kind == MHE_ATTN_MLP)
-        return mhe__cu_gated_fwd_m(g, a, w, rows, u, out);
-    if (w->kind == MHE_ATTN_FNET)
-        return mhe__cu_fnet(g, out, u, x->B, x->T, x->hlen, 0);
-    if (w->kind == MHE_ATTN_LINEAR)
-        return mhe__cu_linmix_fwd(g, x, a, w, u, out);
-    MHE__CU_MHE(mhe__cu_project(g, x, l, u));
-    if (g->cache) {
-        MHE__CU_MHE(mhe__cu_decode_core(g, l, x->T, u));
-    } else {
-        mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-        MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 0, x->B, x->T, x->T, 0, x->len, a->proj, geo.proj_w, k, ks, v,
-                                          ks));
-    }
-    return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
-}
-
-static mhe_status mhe__cu_attn_branch_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, const float *u,
-                                          const float *d_out, float *du) {
-    const mhe_config *c = &g->host->cfg;
-    const mhe_layer *y = &g->host->layers[l];
-    const mhe_attn_weights *w = &y->attn;
-    mhe_cuda_layer_acts *a = &x->la[l];
-    mhe__geom geo = mhe__layer_geom(c, w->kind);
-    int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
-    const float *k, *v;
-    float *dk, *dv, *dqk = g->d_qk + (size_t)l * g->cap_T * 2 * HD;
-    if (w->kind == MHE_ATTN_MLP)
-        return mhe__cu_gated_bwd_m(g, a, w, rows, u, d_out, du);
-    if (w->kind == MHE_ATTN_FNET)
-        return mhe__cu_fnet(g, du, d_out, x->B, x->T, x->hlen, 1);
-    if (w->kind == MHE_ATTN_LINEAR)
-        return mhe__cu_linmix_bwd(g, x, a, w, u, d_out, du);
-    MHE__CU_MHE(mhe__cu_zero(g, g->d_att, (size_t)rows * HD));
-    MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_att, MHE__CU_G(g, w->wo), MHE__CU_G(g, w->bo), d_out, C, a->att,
-                                   MHE__CU_P(g, w->wo), rows, HD, C));
-    MHE__CU_MHE(mhe__cu_zero(g, g->d_proj, (size_t)rows * geo.proj_w));
-    mhe__kv_ptrs(&geo, a->proj + geo.q_w, geo.proj_w, u, C, &k, &ks, &v);
-    dk = geo.k_w ? g->d_proj + geo.q_w : du;
-    dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 0, x->B, x->T, x->T, x->len, a->proj, geo.proj_w, k, ks, v,
-                                      g->d_proj, dk, dv));
-    if (mhe__kind_fixed(w->kind) && !x->fixed) { /* d Q|K to the fixed stream (summed over the batch), d V to u */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, dqk, 2 * HD, (const float *)g->d_proj, 3 * HD, x->B, x->T,
-                                   2 * HD), "fixed Q, K gradient");
-        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
-                                  MHE__CU_P(g, w->wv), rows, C, HD);
-    }
-    if (mhe__kind_fixed(w->kind)) /* the fixed stream: its own attention plus what the batch asks of its Q|K */
-        MHE__CU_TRY(mhe__cu_launch(mhe__cu_sum_rows, dim3(mhe__cu_blocks((int64_t)x->T * 2 * HD, MHE__CU_EW)),
-                                   dim3(MHE__CU_EW), 0, g->d_proj, 3 * HD, (const float *)dqk, 2 * HD, 1, x->T,
-                                   2 * HD), "fixed Q, K gradient");
-    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N(e) in d_tmp, then into d_emb through the norm */
-        const float *ne = c->post_norm ? x->emb : a->ext;
-        MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
-        MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, 3 * HD, ne,
-                                       MHE__CU_P(g, w->wq), rows, C, 2 * HD));
-        if (c->post_norm)
-            MHE__CU_MHE(mhe__cu_axpby_m(g, x->d_emb, x->d_emb, g->d_tmp, (int64_t)rows * C));
-        else
-            MHE__CU_MHE(mhe__cu_norm_bwd(g, x->d_emb, g->d_tmp, x->emb, y->norm1_w, y->norm1_b,
-                                         a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), rows));
-        return mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wv), MHE__CU_G(g, w->bv), g->d_proj + 2 * HD, 3 * HD, u,
-                                  MHE__CU_P(g, w->wv), rows, C, HD);
-    }
-    MHE__CU_MHE(mhe__cu_linear_bwd(g, du, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), g->d_proj, geo.proj_w, u,
-                                   MHE__CU_P(g, w->wq), rows, C, geo.proj_w));
-    if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
-        MHE__CU_MHE(mhe__cu_colsums(g, MHE__CU_G(g, w->bv), NULL, g->d_proj + geo.q_w + geo.k_w, geo.proj_w, rows,
-                                    (int)w->bv->size, NULL, NULL, NULL, 0));
-    return MHE_OK;
-}
-
 /* ---- cross-attention (encdec) ------------------------------------------------- */
 
 /* The decoder's cross-attention sublayer of block l, as the CPU's
@@ -4784,9 +4998,10 @@ static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, int l, int rows, const flo
     const mhe_config *c = &g->host->cfg;
     const mhe_layer *y = &g->host->layers[l];
     const mhe_attn_weights *w = &y->cross;
+    const mhe__cu_kind_ops *ops = &mhe__cu_kinds[w->kind];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int kvw = geo.k_w + geo.v_w, C = c->d_model;
-    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* K from N3(the source's embeddings), V from mem (eq. 4.13) */
+    if (ops->qk == MHE__CU_QK_STATIC) { /* K from N3(the source's embeddings), V from mem (eq. 4.13) */
         const float *ne = mem_emb;
         if (!c->post_norm) {
             MHE__CU_MHE(mhe__cu_norm_fwd(g, ext, ext + (size_t)rows * C, ext + (size_t)rows * (C + 1), mem_emb,
@@ -4800,7 +5015,7 @@ static mhe_status mhe__cu_cross_kv(mhe_cuda_model *g, int l, int rows, const flo
     if (!geo.k_w)
         return MHE_OK;
     MHE__CU_MHE(mhe__cu_linear_fwd(g, kv, kvw, mem, MHE__CU_P(g, w->wk), MHE__CU_P(g, w->bk), rows, c->d_model, kvw));
-    if (w->kind == MHE_ATTN_COLLAB && w->bv)
+    if (ops->v_bias && w->bv)
         MHE__CU_TRY(mhe__cu_launch(mhe__cu_add_cols, dim3(mhe__cu_blocks((int64_t)rows * w->bv->size, MHE__CU_EW)),
                                    dim3(MHE__CU_EW), 0, kv, kvw, geo.k_w, (const float *)MHE__CU_P(g, w->bv),
                                    (int)w->bv->size, rows), "collab value bias");
@@ -4812,10 +5027,11 @@ static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
     const mhe_layer *y = &g->host->layers[l];
     const mhe_attn_weights *w = &y->cross;
     mhe_cuda_layer_acts *a = &g->cross[l];
+    const mhe__cu_kind_ops *ops = &mhe__cu_kinds[w->kind];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v, *qin = u;
-    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), the decoder's embeddings (eq. 4.13), not from u */
+    if (ops->qk == MHE__CU_QK_STATIC) { /* Q from N3(e), the decoder's embeddings (eq. 4.13), not from u */
         qin = x->emb;
         if (!c->post_norm) {
             MHE__CU_MHE(mhe__cu_norm_fwd(g, a->ext, a->ext + (size_t)rows * C, a->ext + (size_t)rows * (C + 1), x->emb,
@@ -4833,7 +5049,8 @@ static mhe_status mhe__cu_cross_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
         MHE__CU_MHE(mhe__cu_cross_kv(g, l, x->B * x->Ts, x->mem, x->mem_emb, a->kv, a->ext + (size_t)rows * (C + 2)));
         mhe__kv_ptrs(&geo, a->kv, geo.k_w + geo.v_w, x->mem, C, &k, &ks, &v);
     }
-    MHE__CU_MHE(mhe__cu_attn_core_fwd(g, a, l, 1, x->B, x->T, x->Ts, 0, x->mem_len, a->proj, geo.q_w, k, ks, v, ks));
+    MHE__CU_MHE(mhe__cu_attn_core_fwd(g, ops, a, l, 1, x->B, x->T, x->Ts, 0, x->mem_len, a->proj, geo.q_w, k, ks, v,
+                                      ks));
     return mhe__cu_linear_fwd(g, out, C, a->att, MHE__CU_P(g, w->wo), MHE__CU_P(g, w->bo), rows, HD, C);
 }
 
@@ -4844,6 +5061,7 @@ static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
     const mhe_layer *y = &g->host->layers[l];
     const mhe_attn_weights *w = &y->cross;
     mhe_cuda_layer_acts *a = &g->cross[l];
+    const mhe__cu_kind_ops *ops = &mhe__cu_kinds[w->kind];
     mhe__geom geo = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, mrows = x->B * x->Ts,
         kvw = geo.k_w + geo.v_w, ks;
@@ -4856,12 +5074,12 @@ static mhe_status mhe__cu_cross_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int
     mhe__kv_ptrs(&geo, a->kv, kvw, x->mem, C, &k, &ks, &v);
     dk = geo.k_w ? dkv : x->d_mem;
     dv = geo.v_w ? dk + geo.k_w : dk;
-    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, a, l, 1, x->B, x->T, x->Ts, x->mem_len, a->proj, geo.q_w, k, ks, v, dq, dk,
-                                      dv));
-    if (w->kind == MHE_ATTN_COLLAB && w->bv) /* b^V: the column sums of its V columns */
+    MHE__CU_MHE(mhe__cu_attn_core_bwd(g, ops, a, l, 1, x->B, x->T, x->Ts, x->mem_len, a->proj, geo.q_w, k, ks, v, dq,
+                                      dk, dv));
+    if (ops->v_bias && w->bv) /* b^V: the column sums of its V columns */
         MHE__CU_MHE(mhe__cu_colsums(g, MHE__CU_G(g, w->bv), NULL, dkv + geo.k_w, kvw, mrows, (int)w->bv->size, NULL,
                                     NULL, NULL, 0));
-    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* d N3(e) and d N3(e_src) through d_tmp into the embeddings' gradients */
+    if (ops->qk == MHE__CU_QK_STATIC) { /* d N3(e) and d N3(e_src) through d_tmp into the embeddings' gradients */
         const float *bq = a->ext, *bk = a->ext + (size_t)rows * (C + 2);
         MHE__CU_MHE(mhe__cu_zero(g, g->d_tmp, (size_t)rows * C));
         MHE__CU_MHE(mhe__cu_linear_bwd(g, g->d_tmp, MHE__CU_G(g, w->wq), MHE__CU_G(g, w->bq), dq, geo.q_w,
@@ -4989,7 +5207,7 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
     else if (k == 1)
         MHE__CU_MHE(mhe__cu_cross_fwd(g, x, l, u, g->branch));
     else
-        MHE__CU_MHE(mhe__cu_attn_branch_fwd(g, x, l, u, g->branch));
+        MHE__CU_MHE(mhe__cu_kinds[y->attn.kind].branch_fwd(g, &mhe__cu_kinds[y->attn.kind], x, l, u, g->branch));
     MHE__CU_MHE(mhe__cu_residual(g, x, l, k, h, a->sum[k]));
     if (post)
         MHE__CU_MHE(mhe__cu_norm_fwd(g, a->nrm[k], a->mean[k], a->rstd[k], a->sum[k], nw, nb, rows));
@@ -5000,6 +5218,7 @@ static mhe_status mhe__cu_sub_fwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
    output and leaves with the gradient of its input */
 static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l, int k) {
     const mhe_layer *y = &g->host->layers[l];
+    const mhe__cu_kind_ops *ops = &mhe__cu_kinds[y->attn.kind];
     mhe_cuda_layer_acts *a = &x->la[l];
     const mhe_tensor *nw, *nb;
     const float *h = mhe__cu_sub_in(g, x, l, k);
@@ -5018,7 +5237,7 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
         else if (k == 1)
             MHE__CU_MHE(mhe__cu_cross_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
         else
-            MHE__CU_MHE(mhe__cu_attn_branch_bwd(g, x, l, a->nrm[k], dbr, g->d_u));
+            MHE__CU_MHE(ops->branch_bwd(g, ops, x, l, a->nrm[k], dbr, g->d_u));
         return mhe__cu_norm_bwd(g, g->d_h, g->d_u, h, nw, nb, a->mean[k], a->rstd[k], rows);
     }
     /* d sum = N'(d h'); d h = omega d sum + f'(dropout'(d sum)), d omega += sum_rows d sum * h */
@@ -5037,7 +5256,7 @@ static mhe_status mhe__cu_sub_bwd(mhe_cuda_model *g, const mhe__cu_ctx *x, int l
         return mhe__cu_mlp_bwd(g, x, l, h, dbr, g->d_h);
     if (k == 1)
         return mhe__cu_cross_bwd(g, x, l, h, dbr, g->d_h);
-    return mhe__cu_attn_branch_bwd(g, x, l, h, dbr, g->d_h);
+    return ops->branch_bwd(g, ops, x, l, h, dbr, g->d_h);
 }
 
 /* blocks x->l0 .. top-1 of a stream on its input x->emb; *out its output (mhe__stack_fwd) */
@@ -5852,18 +6071,18 @@ MHEDEF mhe_status mhe_cuda_kv_cache_init(mhe_cuda_kv_cache *c, mhe_cuda_model *g
         total += (size_t)cfg->max_seq_len * c->xkv_w[l];
     }
     for (l = E; l < L; l++) {
-        int kind = g->host->layers[l].attn.kind;
+        int kind = g->host->layers[l].attn.kind, state = mhe__cu_kinds[kind].state;
         size_t n = (size_t)cfg->n_heads, dh = (size_t)mhe_config_d_head(cfg);
         mhe__geom geo = mhe__layer_geom(cfg, kind);
         c->kv_w[l] = geo.cache_k + geo.cache_v; /* el-att caches its input; the fixed kinds V only */
-        if (kind == MHE_ATTN_TAYLOR)
+        if (state == MHE__CU_STATE_TAYLOR)
             c->state_floats[l] = n * (1 + dh + dh * (dh + 1) / 2) * (dh + 1);
-        else if (kind == MHE_ATTN_NONAPPROX)
+        else if (state == MHE__CU_STATE_SCAN)
             c->state_floats[l] = n * (dh + 2);
-        else if (mhe__kind_fixed(kind))
+        else if (state == MHE__CU_STATE_FIXED)
             c->state_floats[l] = (size_t)max_len * 2 * n * dh;
         total += (size_t)max_len * c->kv_w[l] + c->state_floats[l];
-        has_add |= kind == MHE_ATTN_MHE_ADD;
+        has_add |= mhe__cu_kinds[kind].kb;
     }
     if (has_add) /* the MHE-ADD key biases, recomputed each step */
         total += (size_t)max_len * cfg->n_heads;
@@ -5899,7 +6118,7 @@ static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) 
     const mhe_config *cfg = &g->host->cfg;
     int HD = cfg->n_heads * mhe_config_d_head(cfg), l;
     for (l = mhe__n_enc(cfg); l < g->host->n_total_layers; l++)
-        if (g->host->layers[l].attn.kind == MHE_ATTN_TAYLOR)
+        if (mhe__cu_kinds[g->host->layers[l].attn.kind].state == MHE__CU_STATE_TAYLOR)
             MHE__CU_MHE(mhe__cu_zero(g, c->state[l], c->state_floats[l]));
     if (g->host->fixed.kind < 0)
         return MHE_OK;
@@ -5907,7 +6126,7 @@ static mhe_status mhe__cu_decode_start(mhe_cuda_model *g, mhe_cuda_kv_cache *c) 
     MHE__CU_MHE(mhe_cuda_model_reserve(g, 1, c->cap));
     MHE__CU_MHE(mhe__cu_fixed_fwd(g, c->cap));
     for (l = 0; l < g->host->fixed.top; l++)
-        if (mhe__kind_fixed(g->host->layers[l].attn.kind))
+        if (mhe__kind_fixed(g->host->layers[l].attn.kind)) /* the layers the host's fixed stream serves */
             MHE__CU_TRY(mhe__cu_launch(mhe__cu_copy_rows, dim3(mhe__cu_blocks((int64_t)c->cap * 2 * HD, MHE__CU_EW)),
                                        dim3(MHE__CU_EW), 0, c->state[l], 2 * HD,
                                        (const float *)g->fixed_layer[l].proj, 3 * HD, c->cap, 2 * HD, c->cap),

@@ -2,7 +2,7 @@
 
 Reads the kinds from mhe.h (the enum and the kind table, which must agree
 name for name) and looks for each one in: the CUDA companion's
-mhe__cu_kind_ok, the PyTorch twin's ATTN_KINDS, test_cuda's two kind arrays,
+mhe__cu_kinds (a row per kind), the PyTorch twin's ATTN_KINDS, test_cuda's two kind arrays,
 the configurations of tests/torch_crosscheck.py and the KINDS of
 tests/test_lockstep.py. A kind missing from one of them fails unless the table
 "Kinds missing from an implementation" of docs/adding-a-kind.md has a row for
@@ -45,8 +45,9 @@ def header_kinds(header):
 def found(sources, kinds):
     """{place: set of kinds it has}"""
     cuda = sources["cuda"]
-    ok = cuda[cuda.index("static int mhe__cu_kind_ok"):]
-    ok = ok[:ok.index("\n}\n")]
+    table = cuda[cuda.index("mhe__cu_kinds[MHE_ATTN_KIND_COUNT] = {"):]
+    table = table[:table.index("\n};")]
+    rows = set(re.findall(r"^\s*\{(MHE_ATTN_\w+),", table, re.M))
     twin = re.search(r"^ATTN_KINDS = \(([^)]*)\)", sources["twin"], re.M)
     twin_kinds = set(re.findall(r"\"([a-z-]+)\"", twin.group(1))) if twin else set()
     arrays = re.findall(r"static const int (?:device|decon)_kinds\[\] = \{([^}]*)\}", sources["test_cuda"])
@@ -56,7 +57,7 @@ def found(sources, kinds):
     lock = re.search(r"^KINDS = \[(.*?)^\]", sources["lockstep"], re.M | re.S)
     lock_kinds = set(re.findall(r"\(\"([a-z-]+)\", \[", lock.group(1))) if lock else set()
     return {
-        "cuda": {k for k in kinds if re.search(r"\bcase %s:" % enum_name(k), ok)},
+        "cuda": {k for k in kinds if enum_name(k) in rows},
         "twin": twin_kinds,
         "test_cuda": {k for k in kinds if any(re.search(r"\b%s\b" % enum_name(k), a) for a in arrays)},
         "crosscheck": cross,
@@ -144,7 +145,7 @@ def main():
 
     # the checks can fail: drop one kind from each place in turn
     drops = {
-        "cuda": ("cuda", "case MHE_ATTN_TAYLOR:", ""),
+        "cuda": ("cuda", "{MHE_ATTN_TAYLOR,", "{/* no row */"),
         "twin": ("twin", "\"taylor\", \"nonapprox\",\n", "\"nonapprox\",\n"),
         "test_cuda": ("test_cuda", "MHE_ATTN_TAYLOR,", ""),
         "lockstep": ("lockstep", "(\"taylor\", []), ", ""),
