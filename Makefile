@@ -121,7 +121,7 @@ test-sanitize:
 
 test-fastmath:
 	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
-	MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour sh tests/run.sh
+	OMP_NUM_THREADS=1 MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour MHE_TEST_JOBS=2 sh tests/run.sh
 
 all-tests: $(TESTS) $(TOOLS)
 
@@ -170,7 +170,7 @@ check-build:
 # but test_train's three long training runs (make test and test-fastmath have them)
 test-m32:
 	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu -DMHE_TEST_SHORT_TRAIN" tool-examples-tests
-	MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour sh tests/run.sh
+	OMP_NUM_THREADS=1 MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour MHE_TEST_JOBS=2 sh tests/run.sh
 
 # 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
 # the quick suite (MHE_TEST_QUICK); the Python checks run the Arm mhe tool too
