@@ -48,7 +48,7 @@ $(B)/%$(EXE): tools/bench/%.c $(DEPS)
 # mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
 $(B)/mhe$(EXE): tools/cli/mhe.c tools/cli/mhe_params.c $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ tools/cli/mhe.c tools/cli/mhe_params.c $(LDLIBS)
+	$(CC) $(ALLFLAGS) -o $@ tools/cli/mhe.c tools/cli/mhe_params.c $(LDLIBS) -lpthread
 
 $(B)/examples/%$(EXE): examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
