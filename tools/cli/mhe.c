@@ -233,7 +233,7 @@ static const flag_spec compare_flags[] = {
     STR("train", "A.tsv", train_set, "cls, pairs: the fine-tuning set"),
     STR("test", "C.tsv", test, "cls, pairs: the test set (no text of it may occur in --pretrain or --train)"),
     STR("tokenizer", "TOK", tokenizer, "texts as BPE tokens of TOK, kept in every checkpoint"),
-    FLAG("subwords", "N", F_INT, 258, 1 << 20, NULL, subwords, "a byte-level BPE of N tokens trained on the training text (or --pretrain)"),
+    FLAG("subwords", "N", F_INT, 257, 1 << 20, NULL, subwords, "a byte-level BPE of N tokens trained on the training text (or --pretrain)"),
     STR("kinds", "K,K,...", kinds, "kinds or KIND@LAYOUT (default the MHE paper's: mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul)"),
     FLAG("seeds", "N", F_INT, 1, COMPARE_MAX_SEEDS, NULL, seeds, "runs per kind (default 3); run s draws batches from seed + s"),
     FLAG("init-seed", "S", F_U64, 0, 0, NULL, init_seed, "run s initialises its weights from S + s (default: --seed)"),
