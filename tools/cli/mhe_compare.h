@@ -598,11 +598,15 @@ static int cmp_run_cls(cmp_study *s, int run, int k, int seed, char *err) {
         rc = 0;
     }
     if (rc == 1) {
-        K->metric[seed] = r.accuracy;
-        K->f1[seed] = r.macro_f1;
+        /* as mhe eval prints them (4 decimals), so the report is what separate runs give */
+        char num[32];
+        snprintf(num, sizeof num, "%.4f", r.accuracy);
+        K->metric[seed] = strtod(num, NULL);
+        snprintf(num, sizeof num, "%.4f", r.macro_f1);
+        K->f1[seed] = strtod(num, NULL);
         K->seconds[seed] = pre_seconds + g.seconds;
         memset(&b, 0, sizeof b);
-        cmp_put(&b, "metric %.17g\nf1 %.17g\nseconds %.17g\nmcc %.17g\n", r.accuracy, r.macro_f1, K->seconds[seed], r.mcc);
+        cmp_put(&b, "metric %.17g\nf1 %.17g\nseconds %.17g\nmcc %.17g\n", K->metric[seed], K->f1[seed], K->seconds[seed], r.mcc);
         cmp_run_dir(s, k, seed, "result.txt", path);
         if (!cmp_buf_save(&b, path, err)) rc = 0;
     }
