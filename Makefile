@@ -96,7 +96,7 @@ REPRO_D_MODEL ?= 128
 REPRO_HEADS   ?= 8
 REPRO_LAYERS  ?= 4
 REPRO_THREADS ?= 2
-REPRO_JOBS    ?= 1
+REPRO_JOBS    ?= 2
 REPRO_KINDS   ?= mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul
 reproduce: $(B)/mhe$(EXE)
 	./$(B)/mhe$(EXE) compare --data examples/data/train.txt --valid examples/data/valid.txt --kinds $(REPRO_KINDS) \
@@ -119,7 +119,7 @@ DOWNSTREAM_SEEDS     ?= 3
 DOWNSTREAM_PRE_STEPS ?= 1500
 DOWNSTREAM_STEPS     ?= 600
 DOWNSTREAM_THREADS   ?= 2
-DOWNSTREAM_JOBS      ?= 1
+DOWNSTREAM_JOBS      ?= 2
 DOWNSTREAM_DIR        = build/downstream/task$(if $(filter pairs,$(DOWNSTREAM_TASK)),/pairs)
 reproduce-downstream: $(B)/mhe$(EXE)
 	@[ -f build/downstream/task/task.json ] || python3 tools/scripts/downstream_task.py build/downstream/task

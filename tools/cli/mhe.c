@@ -242,7 +242,7 @@ static const flag_spec compare_flags[] = {
     STR("baseline", "KIND", baseline, "PRR against this kind (default mha)"),
     STR("reference", "KIND", reference, "PEoP against this kind (default sha)"),
     STR("pairs", "A:B,...", pairs, "more claims to test: is kind A better than kind B?"),
-    FLAG("jobs", "N", F_INT, 1, 64, NULL, jobs, "runs at once, the threads split between them (default 1)"),
+    FLAG("jobs", "N", F_INT, 1, 64, NULL, jobs, "runs at once, the threads split between them (default: one run per thread)"),
     THREADS,
     FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
     FLAG("quiet", NULL, F_SWITCH, 0, 0, NULL, quiet, "no progress lines"),
@@ -2945,7 +2945,7 @@ static int cmd_compare(int argc, char **argv) {
     co.baseline = o.baseline ? o.baseline : "mha";
     co.reference = o.reference ? o.reference : "sha";
     co.pairs = o.pairs;
-    co.jobs = given(&o, "jobs") ? (int)o.jobs : 1;
+    co.jobs = given(&o, "jobs") ? (int)o.jobs : 0;
     co.threads = (int)o.threads;
     co.out = o.out;
     co.quiet = o.quiet;

@@ -45,7 +45,7 @@ typedef struct {
     int batches;                       /* lm: validation batches of the final metric (0: all of the text) */
     const char *baseline, *reference;  /* PRR against baseline, PEoP against reference */
     const char *pairs;                 /* "A:B,..." : is A better than B? */
-    int jobs, threads;                 /* runs at once; threads in all (0: OpenMP's default) */
+    int jobs, threads;                 /* runs at once (0: one per thread); threads in all (0: OpenMP's default) */
     const char *out;                   /* the study's folder */
     int (*stop)(void);                 /* nonzero: stop after the step in flight (a signal came) */
     int quiet;
@@ -1595,7 +1595,15 @@ static int compare_run(const compare_opts *o, char *err) {
     if (!cmp_check_settings(&s, err)) { cmp_free(&s); return COMPARE_FAILED; }
     s.n_runs = s.n_kinds * o->seeds;
     s.steps_total = (long long)s.n_runs * (o->tc.steps + (o->task == COMPARE_CLS ? o->pre.steps : 0));
-    jobs = o->jobs < 1 ? 1 : o->jobs > s.n_runs ? s.n_runs : o->jobs;
+    jobs = o->jobs;
+    if (jobs < 1) {   /* the default: a run per thread (faster than threads inside one run: tools/bench/bench_compare.sh) */
+        jobs = o->threads;
+#ifdef _OPENMP
+        if (jobs < 1) jobs = omp_get_max_threads();
+#endif
+        if (jobs < 1) jobs = 1;
+    }
+    if (jobs > s.n_runs) jobs = s.n_runs;
     if (!o->quiet)
         printf("%d kinds x %d seeds = %d runs in %s, %d at once%s\n", s.n_kinds, o->seeds, s.n_runs, o->out, jobs,
                o->threads > 0 ? "" : "");
