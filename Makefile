@@ -99,6 +99,7 @@ REPRO_THREADS ?= 2
 REPRO_JOBS    ?= 2
 REPRO_KINDS   ?= mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul
 reproduce: $(B)/mhe$(EXE)
+	@mkdir -p build/reproduce
 	./$(B)/mhe$(EXE) compare --data examples/data/train.txt --valid examples/data/valid.txt --kinds $(REPRO_KINDS) \
 	    --seeds $(REPRO_SEEDS) --seed 5 --init-seed 42 --d_model $(REPRO_D_MODEL) --n_heads $(REPRO_HEADS) \
 	    --n_layers $(REPRO_LAYERS) --kv_groups $$(( $(REPRO_HEADS) % 2 ? 1 : 2 )) --max_seq_len 128 --seq_len 128 --batch 16 \
@@ -122,6 +123,7 @@ DOWNSTREAM_THREADS   ?= 2
 DOWNSTREAM_JOBS      ?= 2
 DOWNSTREAM_DIR        = build/downstream/task$(if $(filter pairs,$(DOWNSTREAM_TASK)),/pairs)
 reproduce-downstream: $(B)/mhe$(EXE)
+	@mkdir -p build/downstream
 	@[ -f build/downstream/task/task.json ] || python3 tools/scripts/downstream_task.py build/downstream/task
 	@[ "$(DOWNSTREAM_TASK)" != pairs ] || [ -f build/downstream/task/pairs/task.json ] || \
 	    python3 tools/scripts/downstream_task.py --pairs build/downstream/task
