@@ -195,6 +195,8 @@ def refusals(d, out):
     check(rc == 1 and "--lr" in err and "refused" in err, "a rerun with another --lr: %d %s" % (rc, err.strip()))
     rc, _, err = run_mhe(*lm_args(d, out, seeds=3))
     check(rc == 1 and "--seeds" in err, "a rerun with more --seeds: %d %s" % (rc, err.strip()))
+    # the device path is build/cuda/mhe's (tests/cuda/cli.sh runs it on the emulation)
+    refused(with_flags(base, device="cuda"), ["--device cuda", "without CUDA"], "--device cuda in a tool built without CUDA")
 
 
 def cls_study(d):

@@ -370,7 +370,8 @@ static const command_spec commands[] = {
         "Every run keeps its checkpoints in DIR/runs: the same command again resumes a stopped study\n"
         "where it stopped (SIGINT, SIGTERM: the runs in flight save their step and exit 130 or 143);\n"
         "DIR/settings.txt refuses a rerun with other settings, naming the setting. Every input is\n"
-        "checked before the first step.\n"),
+        "checked before the first step. --device cuda trains each run on the GPU as mhe train\n"
+        "--device cuda does, one run at a time.\n"),
     CMD("logits", logits_flags, 0, NULL, NULL,
         "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
         "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
@@ -811,17 +812,25 @@ static int load_model(const char *path, mhe_model *m) {
 }
 
 #ifdef MHE_CUDA
-/* --device cuda: m's weights on the GPU. A config the device cannot run
-   fails here with mhe_cuda_supports's message; nothing then runs on the CPU. */
-static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
+/* m's weights on the GPU, or 0 and the reason in err. A config the device
+   cannot run fails here with mhe_cuda_supports's message. */
+static int device_model(mhe_cuda_model *g, mhe_model *m, int precision, FILE *say, char *err) {
     char name[256];
     int major = 0, minor = 0;
-    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, o->precision) != MHE_OK) {
-        fprintf(stderr, "mhe: --device cuda: %s\n", g->err);
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, precision) != MHE_OK) {
+        snprintf(err, MHE_ERR_LEN, "%s", g->err);
         return 0;
     }
-    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, o->precision == 1 ? ", TF32 GEMMs" : o->precision == 2 ? ", bf16 GEMMs" : "");
+    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, precision == 1 ? ", TF32 GEMMs" : precision == 2 ? ", bf16 GEMMs" : "");
     return 1;
+}
+
+/* --device cuda: m's weights on the GPU; nothing runs on the CPU when it fails */
+static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
+    char err[MHE_ERR_LEN];
+    if (device_model(g, m, o->precision, say, err)) return 1;
+    fprintf(stderr, "mhe: --device cuda: %s\n", err);
+    return 0;
 }
 #endif
 
@@ -1304,26 +1313,48 @@ static void print_end(const train_run *r) {
 #endif
 }
 
-/* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
-static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
-    if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
-    if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
-        fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
-        mhe_cuda_model_free(&r->dev);
+/* the model and trainer on the GPU, as mhe train and mhe compare --device cuda
+   run them (the host trainer keeps step, RNG and, when synced, moments);
+   resume: a checkpoint to continue. 0: *where (the flag or the file) and err say why */
+static int device_trainer(mhe_cuda_model *dev, mhe_cuda_trainer *gpu, mhe_model *m, const mhe_train_config *tc, int precision,
+                          const char *resume, FILE *say, const char **where, char *err) {
+    *where = "--device cuda";
+    if (!device_model(dev, m, precision, say, err)) return 0;
+    if (mhe_cuda_trainer_init(gpu, dev, tc) != MHE_OK) {
+        snprintf(err, MHE_ERR_LEN, "%s", gpu->host.err);
+        mhe_cuda_model_free(dev);
         return 0;
     }
-    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || !steps_left(r->o, &r->gpu.host) ||
-                         mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
-        if (r->gpu.host.step < r->o->tc.steps) fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
+    if (resume && (mhe_trainer_load(&gpu->host, resume) != MHE_OK || mhe_cuda_trainer_upload(gpu) != MHE_OK)) {
+        *where = resume;
+        snprintf(err, MHE_ERR_LEN, "%s%s", gpu->host.err, dev->err);
+        mhe_cuda_trainer_free(gpu);
+        mhe_cuda_model_free(dev);
+        return 0;
+    }
+    gpu->deferred = 1; /* no blocking copy in a step (a dump waits for each step's loss after it) */
+    gpu->graph = 1;    /* a step of fixed shapes as one CUDA graph launch */
+    return 1;
+}
+#endif
+
+/* --device cuda: the model and trainer on the GPU */
+static int start_device(train_run *r) {
+#ifdef MHE_CUDA
+    const char *where;
+    char err[MHE_ERR_LEN];
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
+    if (!device_trainer(&r->dev, &r->gpu, r->m, &r->o->tc, r->o->precision, r->o->resume, r->o->quiet ? NULL : stdout, &where, err)) {
+        fprintf(stderr, "mhe: %s: %s\n", where, err);
+        return 0;
+    }
+    r->t = &r->gpu.host;
+    if (!steps_left(r->o, r->t)) {
         mhe_cuda_trainer_free(&r->gpu);
         mhe_cuda_model_free(&r->dev);
         return 0;
     }
-    r->t = &r->gpu.host;
-    r->gpu.deferred = 1; /* no blocking copy in a step (a dump waits for each step's loss after it) */
-    r->gpu.graph = 1;    /* a step of fixed shapes as one CUDA graph launch */
     return 1;
 #else
     (void)r;
@@ -2892,6 +2923,60 @@ static int cmd_reparam(int argc, char **argv) {
 
 static int compare_stop(void) { return stop_signal != 0; }
 
+#ifdef MHE_CUDA
+/* mhe compare --device cuda: each run's trainer is mhe train --device cuda's (device_trainer) */
+typedef struct { mhe_cuda_model dev; mhe_cuda_trainer gpu; } compare_gpu;
+
+static int compare_gpu_check(const mhe_config *c, char *err) { return mhe_cuda_supports(c, err) == MHE_OK; }
+
+static void *compare_gpu_open(mhe_model *m, const mhe_train_config *tc, const char *resume, mhe_trainer **t, char *err) {
+    compare_gpu *g = (compare_gpu *)calloc(1, sizeof *g);
+    const char *where;
+    char e[MHE_ERR_LEN];
+    if (!g) { snprintf(err, MHE_ERR_LEN, "out of memory"); return NULL; }
+    if (!device_trainer(&g->dev, &g->gpu, m, tc, MHE_CUDA_FP32, resume, NULL, &where, e)) {
+        snprintf(err, MHE_ERR_LEN, "%s: %s", where, e);
+        free(g);
+        return NULL;
+    }
+    *t = &g->gpu.host;
+    return g;
+}
+
+/* a failed step's reason where the CPU trainer's would be */
+static mhe_status compare_gpu_said(compare_gpu *g, mhe_status st) {
+    if (st != MHE_OK && !g->gpu.host.err[0]) snprintf(g->gpu.host.err, sizeof g->gpu.host.err, "%s", g->dev.err);
+    return st;
+}
+
+static mhe_status compare_gpu_step(void *h, const int *data, size_t n) {
+    compare_gpu *g = (compare_gpu *)h;
+    return compare_gpu_said(g, mhe_cuda_trainer_step(&g->gpu, data, n));
+}
+
+static mhe_status compare_gpu_step_cls(void *h, const mhe_text_set *set) {
+    compare_gpu *g = (compare_gpu *)h;
+    return compare_gpu_said(g, mhe_cuda_trainer_step_cls(&g->gpu, set));
+}
+
+static int compare_gpu_sync(void *h, char *err) {
+    compare_gpu *g = (compare_gpu *)h;
+    if (mhe_cuda_trainer_sync(&g->gpu) == MHE_OK) return 1;
+    snprintf(err, MHE_ERR_LEN, "%s", g->dev.err);   /* where the device's calls leave their reason (as sync_device reads it) */
+    return 0;
+}
+
+static void compare_gpu_close(void *h) {
+    compare_gpu *g = (compare_gpu *)h;
+    mhe_cuda_trainer_free(&g->gpu);
+    mhe_cuda_model_free(&g->dev);
+    free(g);
+}
+
+static const compare_device compare_cuda = { "cuda", compare_gpu_check, compare_gpu_open, compare_gpu_step, compare_gpu_step_cls,
+                                             compare_gpu_sync, compare_gpu_close };
+#endif
+
 static int cmd_compare(int argc, char **argv) {
     opts o;
     compare_opts co;
@@ -2909,7 +2994,6 @@ static int cmd_compare(int argc, char **argv) {
             if (given(&o, cls_only[i])) { fprintf(stderr, "mhe: compare: --%s is a flag of --task cls and pairs\n", cls_only[i]); return 2; }
     }
     if (o.tokenizer && o.subwords) { fprintf(stderr, "mhe: compare: give --tokenizer or --subwords, not both\n"); return 2; }
-    if (o.cuda) { fprintf(stderr, "mhe: compare: --device cuda: the study trains on the CPU only in this version\n"); return 1; }
     if (model_given(&o, "attn") || model_given(&o, "layout")) { fprintf(stderr, "mhe: compare: the kinds come from --kinds, not --attn or --layout\n"); return 2; }
     co.data = o.data; co.valid = o.valid; co.pretrain = o.pretrain; co.train = o.train_set; co.test = o.test;
     co.tokenizer = o.tokenizer; co.subwords = (int)o.subwords; co.kinds = o.kinds;
@@ -2950,6 +3034,15 @@ static int cmd_compare(int argc, char **argv) {
     co.out = o.out;
     co.quiet = o.quiet;
     co.stop = compare_stop;
+#ifdef MHE_CUDA
+    if (o.cuda) {   /* no device is one line before anything is read or trained */
+        char name[256];
+        int major = 0, minor = 0;
+        if (mhe_cuda_device(name, sizeof name, &major, &minor, err) != MHE_OK) { fprintf(stderr, "mhe: compare: --device cuda: %s\n", err); return 1; }
+        if (!o.quiet) printf("device: %s (compute capability %d.%d)\n", name, major, minor);
+        co.device = &compare_cuda;
+    }
+#endif
     stop_asks = 1;   /* a first signal lets the runs in flight save their step */
     rc = compare_run(&co, err);
     stop_asks = 0;
@@ -3007,6 +3100,6 @@ int main(int argc, char **argv) {
            "  import     a Hugging Face GPT-2 or BERT directory to an mhe model\n"
            "  logits     the logits of one sequence of token ids\n"
            "  compare    the study of attention kinds on your data: runs per kind and seed, a report\n"
-           "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
+           "train, eval, generate and compare run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }

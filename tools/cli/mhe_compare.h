@@ -6,7 +6,8 @@
    mhe_plots.h and mhe_clock.h by tools/cli/mhe.c; a program that registers
    its own kinds (mhe_attn_kind_register) includes the same three and calls
    compare_run, so its kinds are compared the same way. Link with -lpthread
-   (--jobs runs several trainings at once on threads).
+   (--jobs runs several trainings at once on threads). compare_opts.device
+   trains on another device (mhe compare --device cuda: tools/cli/mhe.c).
 
    The runs call the library as `mhe train` and `mhe eval` do (the same
    init, trainer, checkpoints and evaluation), so a run's numbers equal those
@@ -30,6 +31,25 @@ enum { COMPARE_OK = 0, COMPARE_FAILED = 1, COMPARE_USAGE = 2, COMPARE_STOPPED = 
 #define COMPARE_MAX_KINDS 64
 #define COMPARE_MAX_SEEDS 100
 
+/* A trainer on a device other than the CPU (tools/cli/mhe.c gives the CUDA
+   companion's, set up as `mhe train --device cuda` does). open makes the
+   trainer of m, restored from the checkpoint `resume` when not NULL, and sets
+   *t to its host half (step, RNG, and after sync the moments); step and
+   step_cls are mhe_trainer_step and mhe_trainer_step_cls there; sync brings
+   the weights, moments and last loss back into m and *t (before a validation,
+   a checkpoint, a progress line and the final evaluation, which run on the
+   CPU); close frees it. check refuses a kind the device cannot train before
+   anything trains. Runs on a device go one at a time. */
+typedef struct {
+    const char *name;                  /* "cuda": for messages and settings.txt */
+    int (*check)(const mhe_config *c, char *err);
+    void *(*open)(mhe_model *m, const mhe_train_config *tc, const char *resume, mhe_trainer **t, char *err);
+    mhe_status (*step)(void *h, const int *data, size_t n);
+    mhe_status (*step_cls)(void *h, const mhe_text_set *set);
+    int (*sync)(void *h, char *err);
+    void (*close)(void *h);
+} compare_device;
+
 typedef struct {
     int task;                          /* COMPARE_LM or COMPARE_CLS */
     const char *data, *valid;          /* lm: the texts; cls: valid is the validation set */
@@ -49,6 +69,7 @@ typedef struct {
     const char *out;                   /* the study's folder */
     int (*stop)(void);                 /* nonzero: stop after the step in flight (a signal came) */
     int quiet;
+    const compare_device *device;      /* NULL: the runs train on the CPU */
 } compare_opts;
 
 /* ---- small helpers ---------------------------------------------------------- */
@@ -373,31 +394,68 @@ static void cmp_progress_line(cmp_stage *g, const mhe_trainer *t, double per_ste
     pthread_mutex_unlock(&s->lock);
 }
 
-static int cmp_save(cmp_stage *g, mhe_model *m, mhe_trainer *t, double seconds, char *err) {
+/* a run's trainer: the library's on the CPU, or o->device's (t: its host half) */
+typedef struct { mhe_trainer cpu, *t; void *dev; const compare_device *d; } cmp_trainer;
+
+static int cmp_trainer_open(const cmp_study *s, mhe_model *m, const mhe_train_config *tc, const char *resume, cmp_trainer *ct, char *err) {
+    memset(ct, 0, sizeof *ct);
+    ct->d = s->o->device;
+    if (ct->d) {
+        ct->dev = ct->d->open(m, tc, resume, &ct->t, err);
+        return ct->dev != NULL;
+    }
+    if (mhe_trainer_init(&ct->cpu, m, tc) != MHE_OK) { cmp_err(err, "%s", ct->cpu.err); return 0; }
+    if (resume && mhe_trainer_load(&ct->cpu, resume) != MHE_OK) {
+        cmp_err(err, "%s: %s", resume, ct->cpu.err);
+        mhe_trainer_free(&ct->cpu);
+        return 0;
+    }
+    ct->t = &ct->cpu;
+    return 1;
+}
+
+static mhe_status cmp_trainer_step(cmp_trainer *ct, cmp_study *s, int cls) {
+    if (ct->d) return cls ? ct->d->step_cls(ct->dev, &s->ftrain) : ct->d->step(ct->dev, s->train, s->n_train);
+    return cls ? mhe_trainer_step_cls(ct->t, &s->ftrain) : mhe_trainer_step(ct->t, s->train, s->n_train);
+}
+
+/* the device's state into the host model and trainer (nothing to do on the CPU) */
+static int cmp_trainer_sync(cmp_trainer *ct, char *err) { return !ct->d || ct->d->sync(ct->dev, err); }
+
+static void cmp_trainer_close(cmp_trainer *ct) {
+    if (ct->d && ct->dev) ct->d->close(ct->dev);
+    else if (!ct->d && ct->t) mhe_trainer_free(&ct->cpu);
+    ct->dev = NULL;
+    ct->t = NULL;
+}
+
+static int cmp_save(cmp_stage *g, mhe_model *m, cmp_trainer *ct, double seconds, char *err) {
     int ok;
+    if (!cmp_trainer_sync(ct, err)) return 0;
     /* the curve first: a checkpoint never has fewer points than its steps had */
     if (!cmp_write_progress(g->progress, g->pts, g->n_pts, seconds, err)) return 0;
     pthread_mutex_lock(&cmp_write_lock);
-    ok = mhe_checkpoint_save(m, t, g->ckpt) == MHE_OK;
+    ok = mhe_checkpoint_save(m, ct->t, g->ckpt) == MHE_OK;
     pthread_mutex_unlock(&cmp_write_lock);
-    if (!ok) cmp_err(err, "%s", t->err);
+    if (!ok) cmp_err(err, "%s", ct->t->err);
     return ok;
 }
 
 /* runs the stage's remaining steps on m (fresh or loaded by the caller) with
-   trainer t (restored from g->ckpt when resumed); 1 done, 0 failed, -1 stopped */
-static int cmp_train(cmp_stage *g, mhe_model *m, mhe_trainer *t, char *err) {
+   trainer ct (restored from g->ckpt when resumed); 1 done, 0 failed, -1 stopped */
+static int cmp_train(cmp_stage *g, mhe_model *m, cmp_trainer *ct, char *err) {
     const mhe_train_config *tc = g->tc;
+    mhe_trainer *t = ct->t;
     cmp_study *s = g->s;
     double t0 = now_s(), base = g->seconds, tlast = t0;
     int first = t->step, saved = t->step, every = tc->eval_every, save_every = tc->save_every > 0 ? tc->save_every : 100;
     while (t->step < tc->steps) {
         mhe_status st;
         if (cmp_should_stop(s)) {
-            if (saved != t->step && !cmp_save(g, m, t, base + now_s() - t0, err)) return 0;
+            if (saved != t->step && !cmp_save(g, m, ct, base + now_s() - t0, err)) return 0;
             return -1;
         }
-        st = g->cls ? mhe_trainer_step_cls(t, &s->ftrain) : mhe_trainer_step(t, s->train, s->n_train);
+        st = cmp_trainer_step(ct, s, g->cls);
         if (st != MHE_OK) { cmp_err(err, "step %d: %s", t->step, t->err); return 0; }
         pthread_mutex_lock(&s->lock);
         s->steps_done++;
@@ -405,7 +463,10 @@ static int cmp_train(cmp_stage *g, mhe_model *m, mhe_trainer *t, char *err) {
         {
             int has_valid = g->cls ? s->fvalid.n > 0 : g->vdata != NULL;
             int eval_now = has_valid && every > 0 && (t->step % every == 0 || t->step == tc->steps);
+            /* a line at each validation, or every 30 s, and at the end */
+            int line_now = eval_now || t->step == tc->steps || now_s() - tlast > 30;
             char val[64] = "";
+            if (line_now && !cmp_trainer_sync(ct, err)) return 0;   /* the weights to validate, the loss to print */
             if (eval_now) {
                 double v;
                 if (g->cls) {
@@ -428,14 +489,13 @@ static int cmp_train(cmp_stage *g, mhe_model *m, mhe_trainer *t, char *err) {
                     p[g->n_pts++].val = v;
                 }
             }
-            /* a line at each validation, or every 30 s, and at the end */
-            if (eval_now || t->step == tc->steps || now_s() - tlast > 30) {
+            if (line_now) {
                 cmp_progress_line(g, t, (now_s() - t0) / (t->step - first), val);
                 tlast = now_s();
             }
         }
         if ((t->step % save_every == 0 || t->step == tc->steps)) {
-            if (!cmp_save(g, m, t, base + now_s() - t0, err)) return 0;
+            if (!cmp_save(g, m, ct, base + now_s() - t0, err)) return 0;
             saved = t->step;
         }
     }
@@ -444,21 +504,15 @@ static int cmp_train(cmp_stage *g, mhe_model *m, mhe_trainer *t, char *err) {
 }
 
 /* a stage's model and trainer: resumed from its checkpoint when there is one, else made by make() */
-static int cmp_stage_begin(cmp_stage *g, mhe_model *m, mhe_trainer *t, int *fresh, char *err) {
+static int cmp_stage_begin(cmp_stage *g, mhe_model *m, cmp_trainer *ct, int *fresh, char *err) {
     *fresh = !cmp_exists(g->ckpt);
     if (*fresh) { g->n_pts = 0; g->seconds = 0; return 1; }
     if (mhe_model_load(m, g->ckpt, NULL) != MHE_OK) { cmp_err(err, "%s", m->err); return 0; }
-    if (mhe_trainer_init(t, m, g->tc) != MHE_OK) { cmp_err(err, "%s", t->err); mhe_model_free(m); return 0; }
-    if (mhe_trainer_load(t, g->ckpt) != MHE_OK) {
-        cmp_err(err, "%s: %s", g->ckpt, t->err);
-        mhe_trainer_free(t);
-        mhe_model_free(m);
-        return 0;
-    }
-    cmp_read_progress(g->progress, t->step, &g->pts, &g->n_pts, &g->seconds);
+    if (!cmp_trainer_open(g->s, m, g->tc, g->ckpt, ct, err)) { mhe_model_free(m); return 0; }
+    cmp_read_progress(g->progress, ct->t->step, &g->pts, &g->n_pts, &g->seconds);
     pthread_mutex_lock(&g->s->lock);
-    g->s->steps_done += t->step;
-    g->s->steps_at_start += t->step;
+    g->s->steps_done += ct->t->step;
+    g->s->steps_at_start += ct->t->step;
     pthread_mutex_unlock(&g->s->lock);
     return 1;
 }
@@ -502,7 +556,7 @@ static int cmp_run_lm(cmp_study *s, int run, int k, int seed, char *err) {
     cmp_kind *K = &s->kinds[k];
     cmp_stage g;
     mhe_model m;
-    mhe_trainer t;
+    cmp_trainer t;
     mhe_train_config tc = o->tc;
     int fresh, rc;
     float loss;
@@ -517,9 +571,10 @@ static int cmp_run_lm(cmp_study *s, int run, int k, int seed, char *err) {
     if (fresh) {
         if (mhe_model_init(&m, &K->cfg, o->init_seed + (uint64_t)seed, NULL) != MHE_OK) { cmp_err(err, "%s", m.err); return 0; }
         if (s->bpe && mhe_model_set_bpe(&m, s->bpe) != MHE_OK) { cmp_err(err, "%s", m.err); mhe_model_free(&m); return 0; }
-        if (mhe_trainer_init(&t, &m, &tc) != MHE_OK) { cmp_err(err, "%s", t.err); mhe_model_free(&m); return 0; }
+        if (!cmp_trainer_open(s, &m, &tc, NULL, &t, err)) { mhe_model_free(&m); return 0; }
     }
     rc = cmp_train(&g, &m, &t, err);
+    if (rc == 1 && !cmp_trainer_sync(&t, err)) rc = 0;
     if (rc == 1 && mhe_evaluate_s2s(&m, s->valid, s->n_valid, tc.batch, tc.src_len, tc.seq_len, o->batches, &loss) != MHE_OK) {
         cmp_err(err, "evaluation: %s", m.err);
         rc = 0;
@@ -535,7 +590,7 @@ static int cmp_run_lm(cmp_study *s, int run, int k, int seed, char *err) {
         if (!cmp_buf_save(&b, path, err)) rc = 0;
     }
     cmp_curve_keep(s, k, seed, &g);
-    mhe_trainer_free(&t);
+    cmp_trainer_close(&t);
     mhe_model_free(&m);
     return rc;
 }
@@ -546,7 +601,7 @@ static int cmp_run_cls(cmp_study *s, int run, int k, int seed, char *err) {
     cmp_kind *K = &s->kinds[k];
     cmp_stage g;
     mhe_model m, pre;
-    mhe_trainer t;
+    cmp_trainer t;
     mhe_train_config ptc = o->pre, ftc = o->tc;
     int fresh, rc;
     char pre_path[MHE_PATH_LEN], path[MHE_PATH_LEN];
@@ -565,12 +620,12 @@ static int cmp_run_cls(cmp_study *s, int run, int k, int seed, char *err) {
     if (fresh) {
         if (mhe_model_init(&m, &K->cfg, o->init_seed + (uint64_t)seed, NULL) != MHE_OK) { cmp_err(err, "%s", m.err); return 0; }
         if (s->bpe && mhe_model_set_bpe(&m, s->bpe) != MHE_OK) { cmp_err(err, "%s", m.err); mhe_model_free(&m); return 0; }
-        if (mhe_trainer_init(&t, &m, &ptc) != MHE_OK) { cmp_err(err, "%s", t.err); mhe_model_free(&m); return 0; }
+        if (!cmp_trainer_open(s, &m, &ptc, NULL, &t, err)) { mhe_model_free(&m); return 0; }
     }
     rc = cmp_train(&g, &m, &t, err);
     pre_seconds = g.seconds;
     free(g.pts);
-    mhe_trainer_free(&t);
+    cmp_trainer_close(&t);
     mhe_model_free(&m);
     if (rc != 1) return rc;
     /* fine-tuning: the pretrained weights and a new head, as `mhe train --task cls --model` */
@@ -590,9 +645,10 @@ static int cmp_run_cls(cmp_study *s, int run, int k, int seed, char *err) {
             return 0;
         }
         mhe_model_free(&pre);
-        if (mhe_trainer_init(&t, &m, &ftc) != MHE_OK) { cmp_err(err, "%s", t.err); mhe_model_free(&m); return 0; }
+        if (!cmp_trainer_open(s, &m, &ftc, NULL, &t, err)) { mhe_model_free(&m); return 0; }
     }
     rc = cmp_train(&g, &m, &t, err);
+    if (rc == 1 && !cmp_trainer_sync(&t, err)) rc = 0;
     if (rc == 1 && mhe_evaluate_cls(&m, &s->ftest, ftc.batch, ftc.seq_len, &r) != MHE_OK) {
         cmp_err(err, "test: %s", m.err);
         rc = 0;
@@ -611,7 +667,7 @@ static int cmp_run_cls(cmp_study *s, int run, int k, int seed, char *err) {
         if (!cmp_buf_save(&b, path, err)) rc = 0;
     }
     cmp_curve_keep(s, k, seed, &g);
-    mhe_trainer_free(&t);
+    cmp_trainer_close(&t);
     mhe_model_free(&m);
     return rc;
 }
@@ -715,6 +771,10 @@ static int cmp_parse_kinds(cmp_study *s, char *err) {
         if (mhe_config_set(&K->cfg, "attn", K->name, e) != MHE_OK) { cmp_err(err, "--kinds %s: %s", K->name, e); return 0; }
         if (o->task == COMPARE_CLS) K->cfg.n_classes = 0;   /* the pretrained encoder has no head yet */
         if (mhe_config_validate(&K->cfg, e) != MHE_OK) { cmp_err(err, "--kinds %s: %s", K->name, e); return 0; }
+        if (o->device && o->device->check && !o->device->check(&K->cfg, e)) {
+            cmp_err(err, "--kinds %s: --device %s: %s", K->name, o->device->name, e);
+            return 0;
+        }
         for (i = 0; K->name[i] && i < (int)sizeof K->dir - 1; i++) {
             char c = K->name[i];
             K->dir[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ? c : '_';
@@ -963,6 +1023,8 @@ static void cmp_settings(const cmp_study *s, cmp_buf *b) {
     cmp_put(b, "subwords %d\nkinds %s\nseeds %d\nseed %llu\ninit-seed %llu\n", o->subwords, o->kinds ? o->kinds : cmp_paper_kinds, o->seeds,
             o->seed, o->init_seed);
     if (o->task == COMPARE_LM) cmp_put(b, "batches %d\n", o->batches);
+    /* the device's sums round otherwise: a study's runs all train on one */
+    cmp_put(b, "device %s\n", o->device ? o->device->name : "cpu");
     for (i = 0; mhe_config_field(&o->cfg, i, &key, val, sizeof val); i++)
         if (strcmp(key, "attn") != 0 && strcmp(key, "layout") != 0) cmp_put(b, "model.%s %s\n", key, val);
     /* what changes no number (log_every, save_every) may differ */
@@ -1555,6 +1617,11 @@ static int compare_run(const compare_opts *o, char *err) {
         cmp_free(&s);
         return COMPARE_USAGE;
     }
+    if (o->device && o->jobs > 1) {
+        cmp_err(err, "--jobs %d: runs on --device %s go one at a time (they would share its default stream)", o->jobs, o->device->name);
+        cmp_free(&s);
+        return COMPARE_USAGE;
+    }
     if (!cmp_parse_kinds(&s, err)) { cmp_free(&s); return COMPARE_USAGE; }
     if (o->task == COMPARE_CLS && s.kinds[0].cfg.arch != MHE_ARCH_ENCODER) { cmp_err(err, "--task cls pretrains encoders: --arch encoder"); cmp_free(&s); return COMPARE_USAGE; }
     for (i = 0; o->pairs && i < 1; i++) {   /* every kind a pair names is in --kinds */
@@ -1595,7 +1662,7 @@ static int compare_run(const compare_opts *o, char *err) {
     if (!cmp_check_settings(&s, err)) { cmp_free(&s); return COMPARE_FAILED; }
     s.n_runs = s.n_kinds * o->seeds;
     s.steps_total = (long long)s.n_runs * (o->tc.steps + (o->task == COMPARE_CLS ? o->pre.steps : 0));
-    jobs = o->jobs;
+    jobs = o->device ? 1 : o->jobs;
     if (jobs < 1) {   /* the default: a run per thread (faster than threads inside one run: tools/bench/bench_compare.sh) */
         jobs = o->threads;
 #ifdef _OPENMP
