@@ -1328,7 +1328,7 @@ static int device_trainer(mhe_cuda_model *dev, mhe_cuda_trainer *gpu, mhe_model 
     }
     if (resume && (mhe_trainer_load(&gpu->host, resume) != MHE_OK || mhe_cuda_trainer_upload(gpu) != MHE_OK)) {
         *where = resume;
-        snprintf(err, MHE_ERR_LEN, "%s%s", gpu->host.err, dev->err);
+        cmp_err(err, "%s%s", gpu->host.err, dev->err);   /* vsnprintf inside: g++ -Werror (nvcc) refuses a snprintf that may cut the pair */
         mhe_cuda_trainer_free(gpu);
         mhe_cuda_model_free(dev);
         return 0;
@@ -2935,7 +2935,7 @@ static void *compare_gpu_open(mhe_model *m, const mhe_train_config *tc, const ch
     char e[MHE_ERR_LEN];
     if (!g) { snprintf(err, MHE_ERR_LEN, "out of memory"); return NULL; }
     if (!device_trainer(&g->dev, &g->gpu, m, tc, MHE_CUDA_FP32, resume, NULL, &where, e)) {
-        snprintf(err, MHE_ERR_LEN, "%s: %s", where, e);
+        cmp_err(err, "%s: %s", where, e);
         free(g);
         return NULL;
     }
