@@ -54,6 +54,11 @@ $(B)/examples/%$(EXE): examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
 
+# its main runs the study of mhe compare (tools/cli/mhe_compare.h), whose runs are threads
+$(B)/examples/my_attention$(EXE): examples/my_attention.c $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) -lpthread
+
 # the embedded example compiles its model in, as a C array `mhe export` writes
 $(B)/examples/embedded$(EXE): examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
 	@mkdir -p $(dir $@)

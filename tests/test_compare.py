@@ -8,7 +8,8 @@ kind, a kind listed twice, fnet in a decoder, data too short for one window, a
 label outside the classes, a test text in the pretraining corpus or the
 training set, an output that is an input) is refused before any run starts;
 the three SVG plots parse and their points, mapped back through their axes,
-equal report.json."""
+equal report.json; examples/my_attention.c runs the same study on its own
+kind and mha from the program, its report naming both with finite numbers."""
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import time
 import xml.dom.minidom
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from mhetest import MHE, REPO, check, finish, mhe_missing, run_mhe, skip, tmpdir  # noqa: E402
+from mhetest import MHE, REPO, build_dir, check, finish, mhe_missing, repo_path, run_mhe, skip, tmpdir  # noqa: E402
 
 NAME = "test_compare.py"
 KINDS = ["mha", "sha", "mhe-mul"]
@@ -199,6 +200,33 @@ def refusals(d, out):
     refused(with_flags(base, device="cuda"), ["--device cuda", "without CUDA"], "--device cuda in a tool built without CUDA")
 
 
+def my_attention_study(d):
+    """examples/my_attention.c compares its own kind with mha by calling the study itself"""
+    exe = repo_path(os.path.join(build_dir(), "examples", "my_attention"))
+    exe = exe if os.path.isfile(exe) else exe + ".exe"
+    if not os.path.isfile(exe):
+        print("note: no %s: the example's study is not run" % exe)
+        return
+    runner = os.environ.get("MHE_TEST_RUNNER", "").split()
+    out = os.path.join(d, "my_attention")
+    p = subprocess.run(runner + [exe, "--steps", "2", "--seeds", "2", "--out", out], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    check(p.returncode == 0, "my_attention --steps 2 --seeds 2: exit %d %s" % (p.returncode, p.stderr.strip()))
+    if p.returncode != 0:
+        return
+    rep = json.load(open(os.path.join(out, "report.json")))
+    by = {k["kind"]: k for k in rep["kinds"]}
+    finite = all(len(k["metric"]) == 2 and all(math.isfinite(x) and x > 1 for x in k["metric"] + k["metric_stats"]["ci95"])
+                 for k in by.values())
+    check(set(by) == {"qknorm", "mha"} and finite and all(math.isfinite(x) for x in by["qknorm"].get("prr", [math.nan])),
+          "my_attention's report: qknorm and mha with finite perplexities and PRR: %s" % {k: v["metric"] for k, v in by.items()})
+    claim = [c["verdict"] for c in rep["claims"] if c["claim"].startswith("qknorm is better than mha")]
+    check(len(claim) == 1 and claim[0].split(":")[0] in ("holds", "does not hold", "not separated"),
+          "my_attention's report tests qknorm against mha: %s" % claim)
+    p = subprocess.run(runner + [exe, "--steps", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "--steps 0" in p.stderr, "my_attention --steps 0: exit %d %s" % (p.returncode, p.stderr.strip()))
+
+
 def cls_study(d):
     """the downstream protocol on a synthetic task, against separate runs; its refusals"""
     words = ["apple", "river", "stone", "cloud", "green", "quiet", "north", "light"]
@@ -278,6 +306,7 @@ def main():
     refusals(d, out)
     resume(d)
     cls_study(d)
+    my_attention_study(d)
     print("(%.1f s)" % (time.time() - t0))
     return finish()
 
