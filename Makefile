@@ -1,8 +1,8 @@
 # mhe - build the examples, tools and tests. Everything generated goes to build/.
 #   make              examples and tools (build/)
 #   make run          train the main example on the bundled corpus, then generate text
-#   make reproduce    the separation study of the attention kinds, docs/kinds.md (hours; REPRO_* variables)
-#   make reproduce-downstream  pretrain -> fine-tune -> test per kind and seed, docs/downstream.md (hours)
+#   make reproduce    mhe compare on the bundled corpus: the separation study, docs/compare.md (hours; REPRO_* variables)
+#   make reproduce-downstream  mhe compare --task cls: pretrain -> fine-tune -> test per kind and seed, docs/downstream.md (hours)
 #   make test         every test; ends with "N passed, N failed" (T=test_q8: one test)
 #   make test-sanitize  the same tests under AddressSanitizer + UBSan
 #   make test-fastmath  the same tests built with -O3 -march=native -ffast-math
@@ -48,11 +48,16 @@ $(B)/%$(EXE): tools/bench/%.c $(DEPS)
 # mhe is two translation units: mhe.c (with the library implementation) and mhe_params.c
 $(B)/mhe$(EXE): tools/cli/mhe.c tools/cli/mhe_params.c $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ tools/cli/mhe.c tools/cli/mhe_params.c $(LDLIBS)
+	$(CC) $(ALLFLAGS) -o $@ tools/cli/mhe.c tools/cli/mhe_params.c $(LDLIBS) -lpthread
 
 $(B)/examples/%$(EXE): examples/%.c $(DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
+
+# its main runs the study of mhe compare (tools/cli/mhe_compare.h), whose runs are threads
+$(B)/examples/my_attention$(EXE): examples/my_attention.c $(DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS) -lpthread
 
 # the embedded example compiles its model in, as a C array `mhe export` writes
 $(B)/examples/embedded$(EXE): examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
@@ -81,13 +86,14 @@ DLFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c - -o /dev/null 
 run: all
 	./$(B)/examples/train_tiny_lm
 
-# make reproduce: the separation study of docs/kinds.md (examples/compare_attention):
-# every MHE-paper kind, REPRO_SEEDS seeds each, at a budget where mha and sha
-# separate beyond the seed spread. The defaults took 92 minutes on 2 cores
-# (24 runs of 4.1 M tokens; docs/kinds.md has the results); never part of make test. Writes
-# build/reproduce/compare_attention.md and .svg, e.g. make reproduce REPRO_STEPS=500.
+# make reproduce: the separation study of docs/kinds.md, `mhe compare` on the bundled
+# corpus: every MHE-paper kind, REPRO_SEEDS seeds each (weights from seed 42 + s,
+# batches from 5 + s), at a budget where mha and sha separate beyond the seed spread.
+# The defaults took 92 minutes on 2 cores (24 runs of 4.1 M tokens; docs/compare.md
+# has the results); never part of make test. Writes build/reproduce/compare/ (report.md,
+# report.json, curves.csv, SVG plots); a stopped study resumes where it stopped.
 # REPRO_BPE=N: the same study on a byte-level BPE of N tokens (the same steps of 16 x 128
-# tokens), written to build/reproduce/compare_attention_bpeN.md and .svg
+# tokens), in build/reproduce/compare_bpeN/. REPRO_JOBS: runs at once (threads split).
 REPRO_BPE     ?= 0
 REPRO_STEPS   ?= 2000
 REPRO_SEEDS   ?= 3
@@ -95,21 +101,45 @@ REPRO_D_MODEL ?= 128
 REPRO_HEADS   ?= 8
 REPRO_LAYERS  ?= 4
 REPRO_THREADS ?= 2
-reproduce: $(B)/examples/compare_attention
+REPRO_JOBS    ?= 2
+REPRO_KINDS   ?= mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul
+reproduce: $(B)/mhe$(EXE)
 	@mkdir -p build/reproduce
-	./$(B)/examples/compare_attention --steps $(REPRO_STEPS) --seeds $(REPRO_SEEDS) --d_model $(REPRO_D_MODEL) \
-	    --heads $(REPRO_HEADS) --layers $(REPRO_LAYERS) --threads $(REPRO_THREADS) \
-	    $(if $(filter-out 0,$(REPRO_BPE)),--bpe $(REPRO_BPE) --out build/reproduce/compare_attention_bpe$(REPRO_BPE),--out build/reproduce/compare_attention)
+	./$(B)/mhe$(EXE) compare --data examples/data/train.txt --valid examples/data/valid.txt --kinds $(REPRO_KINDS) \
+	    --seeds $(REPRO_SEEDS) --seed 5 --init-seed 42 --d_model $(REPRO_D_MODEL) --n_heads $(REPRO_HEADS) \
+	    --n_layers $(REPRO_LAYERS) --kv_groups $$(( $(REPRO_HEADS) % 2 ? 1 : 2 )) --max_seq_len 128 --seq_len 128 --batch 16 \
+	    --steps $(REPRO_STEPS) --lr 2e-3 --min_lr 2e-4 --warmup $$(( $(REPRO_STEPS) / 20 )) --threads $(REPRO_THREADS) --jobs $(REPRO_JOBS) \
+	    $(if $(filter-out 0,$(REPRO_BPE)),--subwords $(REPRO_BPE) --out build/reproduce/compare_bpe$(REPRO_BPE),--out build/reproduce/compare)
 
-# make reproduce-downstream: the papers' downstream protocol (tools/scripts/downstream_study.py, the
-# fortunes package's quotation task): the MHE paper's 8 kinds x 3 seeds, each a masked-LM encoder
-# pretrained, fine-tuned and tested; resumes where a stopped run left off. Writes
-# build/downstream/downstream.md, .json and .svg. DOWNSTREAM_FLAGS="--scale gpu" for the GPU size,
-# "--steps-scale 0.1" for a quick look, "--task pairs" the pair task (does B continue A?) on the same
-# pretrained encoders, "--subwords N" byte-level BPE tokens; never part of make test.
-DOWNSTREAM_FLAGS ?=
-reproduce-downstream: $(B)/mhe
-	python3 tools/scripts/downstream_study.py --out build/downstream $(DOWNSTREAM_FLAGS)
+# make reproduce-downstream: the papers' downstream protocol, `mhe compare --task cls|pairs` on
+# the task tools/scripts/downstream_task.py builds from Debian's fortunes package: the MHE
+# paper's 8 kinds x 3 seeds (seed s: 1 + s), each a masked-LM encoder pretrained (1500 steps),
+# fine-tuned (600) and tested; resumes where a stopped study left off. Writes
+# build/downstream/TASK[-bpeN]/ (docs/downstream.md). DOWNSTREAM_TASK=pairs the pair task (does B
+# continue A?), DOWNSTREAM_BPE=N byte-level BPE tokens, DOWNSTREAM_KINDS, DOWNSTREAM_SEEDS,
+# DOWNSTREAM_PRE_STEPS and DOWNSTREAM_STEPS for a quick look; never part of make test.
+DOWNSTREAM_TASK      ?= cls
+DOWNSTREAM_BPE       ?= 0
+DOWNSTREAM_KINDS     ?= mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul
+DOWNSTREAM_SEEDS     ?= 3
+DOWNSTREAM_PRE_STEPS ?= 1500
+DOWNSTREAM_STEPS     ?= 600
+DOWNSTREAM_THREADS   ?= 2
+DOWNSTREAM_JOBS      ?= 2
+DOWNSTREAM_DIR        = build/downstream/task$(if $(filter pairs,$(DOWNSTREAM_TASK)),/pairs)
+reproduce-downstream: $(B)/mhe$(EXE)
+	@mkdir -p build/downstream
+	@[ -f build/downstream/task/task.json ] || python3 tools/scripts/downstream_task.py build/downstream/task
+	@[ "$(DOWNSTREAM_TASK)" != pairs ] || [ -f build/downstream/task/pairs/task.json ] || \
+	    python3 tools/scripts/downstream_task.py --pairs build/downstream/task
+	python3 tools/scripts/downstream_task.py --check build/downstream/task
+	./$(B)/mhe$(EXE) compare --task $(DOWNSTREAM_TASK) --pretrain build/downstream/task/pretrain.txt \
+	    --train $(DOWNSTREAM_DIR)/train.tsv --valid $(DOWNSTREAM_DIR)/valid.tsv --test $(DOWNSTREAM_DIR)/test.tsv \
+	    --kinds $(DOWNSTREAM_KINDS) --seeds $(DOWNSTREAM_SEEDS) --seed 1 --d_model 128 --n_heads 4 --n_layers 4 --max_seq_len 128 \
+	    --kv_groups 2 --steps $(DOWNSTREAM_STEPS) --batch 16 --seq_len 128 --lr 3e-4 --warmup $$(( $(DOWNSTREAM_STEPS) / 10 )) \
+	    --min_lr 0 --eval_every 100 --pretrain-fields "steps=$(DOWNSTREAM_PRE_STEPS) lr=1e-3 warmup=$$(( $(DOWNSTREAM_PRE_STEPS) / 15 )) min_lr=1e-4" \
+	    --threads $(DOWNSTREAM_THREADS) --jobs $(DOWNSTREAM_JOBS) $(if $(filter-out 0,$(DOWNSTREAM_BPE)),--subwords $(DOWNSTREAM_BPE)) \
+	    --out build/downstream/$(DOWNSTREAM_TASK)$(if $(filter-out 0,$(DOWNSTREAM_BPE)),-bpe$(DOWNSTREAM_BPE))
 
 # make test T=test_q8 (or T='test_cli*', T=test_twin.py): only the tests that match
 test: all $(TESTS)
@@ -121,7 +151,7 @@ test-sanitize:
 
 test-fastmath:
 	$(MAKE) B=build/fast OPT="-O3 -march=native -ffast-math" tool-examples-tests
-	MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour sh tests/run.sh
+	OMP_NUM_THREADS=1 MHE_TEST_BUILD=build/fast MHE_TEST_PYTHON=flavour MHE_TEST_JOBS=2 sh tests/run.sh
 
 all-tests: $(TESTS) $(TOOLS)
 
@@ -170,7 +200,7 @@ check-build:
 # but test_train's three long training runs (make test and test-fastmath have them)
 test-m32:
 	$(MAKE) B=build/m32 CC="gcc -m32" CFLAGS="-idirafter /usr/include/x86_64-linux-gnu -DMHE_TEST_SHORT_TRAIN" tool-examples-tests
-	MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour sh tests/run.sh
+	OMP_NUM_THREADS=1 MHE_TEST_BUILD=build/m32 MHE_TEST_PYTHON=flavour MHE_TEST_JOBS=2 sh tests/run.sh
 
 # 64-bit Arm: static aarch64-linux-gnu-gcc binaries under qemu-aarch64-static,
 # the quick suite (MHE_TEST_QUICK); the Python checks run the Arm mhe tool too

@@ -74,11 +74,12 @@
    READING PATH (for the algorithms rather than the API)
      mhe_model_forward_batch -> mhe__forward_batch (7: check, embed, blocks,
      head) -> mhe__stack_fwd -> mhe__sub_fwd (norm, sublayer, residual) ->
-     mhe__attn_branch_fwd (5.9: projections, core, W^O) -> mhe__attn_fwd
-     (5.7: each kind's core) -> the cores of section 4. Backward: the same
-     names with _bwd, in reverse; decoding: mhe_decode_step ->
-     mhe__attn_branch_decode (5.10). What differs between kinds is one row
-     of mhe__kinds[] (5.1); docs/kinds.md#reading-guide maps every paper
+     mhe__attn_branch_fwd (5.9: the kind's sublayer, e.g. projections, core,
+     W^O) -> mhe__attn_fwd (5.7: the kind's core) -> the cores of section 4.
+     Backward: the same names with _bwd, in reverse; decoding:
+     mhe_decode_step -> mhe__attn_branch_decode (5.10). What differs between
+     kinds is one row of mhe__kinds[] (5.11): facts and the functions the
+     three chains call; docs/kinds.md#reading-guide maps every paper
      equation to the function and lines that compute it.
 
    CONTENTS (the same numbered sections in the API and the implementation)
@@ -5970,14 +5971,15 @@ MHEDEF const char *mhe_profile_op_name(int op) {
 }
 
 /* ---- 5. attention kinds -------------------------------------------------- */
-/* Everything about one kind is here, reached from the kind table (5.1):
-   its geometry (5.2), its maps (5.4, 5.5, 5.8), and three dispatch chains
-   that every caller goes through, so training, cross-attention and
-   decoding cannot drift apart:
+/* Everything about one kind is here, reached from its row of the kind table
+   (5.11; the row's type in 5.1): its geometry and checks (5.2), tensors
+   (5.2b), maps (5.4, 5.5, 5.8), and three dispatch chains that every caller
+   goes through, each calling the row's function, so training,
+   cross-attention and decoding cannot drift apart:
      chain 1  mhe__attn_branch_fwd / _bwd   the sublayer f(u) of a kind (5.9):
-              projections, then chain 2, then W^O; the ch. 4 and FNet kinds
-              branch to mhe__decon_branch_fwd / _bwd (5.8)
-     chain 2  mhe__attn_fwd / _bwd          the core of a kind (5.7): the
+              projections, then chain 2, then W^O (mhe__qkv_branch_fwd); the
+              ch. 4 and FNet kinds have their own (5.8)
+     chain 2  mhe__attn_fwd / _bwd          the core of a kind (5.7, 5.8): the
               reference path (eq. 1, probabilities kept), the fused tiles,
               MHE-MUL's and collab's stacked heads, MHE-ADD's shared scores,
               or one query at a time when decoding
@@ -5987,7 +5989,7 @@ MHEDEF const char *mhe_profile_op_name(int op) {
    mhe__sub_leave (section 7), shared by training and decoding. The reading
    guide of docs/kinds.md maps each paper equation to the function computing it. */
 
-/* ---- 5.1 the kind table ---------------------------------------------------- */
+/* ---- 5.1 a kind's row: facts and functions --------------------------------- */
 
 /* MHE__FAM_USER: a kind registered from outside (mhe_attn_kind_register), run through its ops */
 enum { MHE__FAM_SOFTMAX, MHE__FAM_MHE, MHE__FAM_COLLAB, MHE__FAM_DECON_QKV, MHE__FAM_GATED, MHE__FAM_MIXING,
@@ -6011,7 +6013,30 @@ enum {
     MHE__EXT_USER       /* a registered kind's saved activations (act_floats) */
 };
 
-/* The facts that differ between kinds; the code that differs is below, by family. */
+/* where a ch. 4 kind's Q and K come from (the thesis's question); V always from the input */
+enum {
+    MHE__QK_INPUT,      /* the sublayer's input, as every attention */
+    MHE__QK_RANDOM,     /* the fixed stream of random inputs (rndemb-qk, eq. 4.9) */
+    MHE__QK_SEQUENCE,   /* the fixed stream of a token sequence (fixedseq-qk, eq. 4.11) */
+    MHE__QK_STATIC      /* the static embeddings through the sublayer's norm (staticemb-qk, eq. 4.13) */
+};
+
+/* A kind is one row: the facts that differ between kinds, then the functions
+   the library calls for it, by chain (NULL where it has none). Most kinds
+   share their family's functions and differ in facts and geometry; the table
+   itself (mhe__kinds[], 5.11) comes after the functions it names. */
+struct mhe__geom;
+struct mhe__layout;
+struct mhe__ctx;
+struct mhe__decode_buf;
+typedef void mhe__core_fwd_fn(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                              int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                              const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                              int use_ref);
+typedef void mhe__core_bwd_fn(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                              int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                              const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                              const float *att, const float *stats, float *work, float *hmap, int use_ref);
 typedef struct mhe__kind_info {
     const char *name;       /* as in configs: attn=... */
     const char *source;     /* paper and equation */
@@ -6023,57 +6048,25 @@ typedef struct mhe__kind_info {
     const char *tensors;    /* what it owns under layers.N.attn. (or .cross.); [..] with bias=1 */
     int ext;                /* MHE__EXT_*: its own activation buffer */
     const char *q8;         /* the tensors a q8 checkpoint stores as int8 (the rest stay float32) */
+    int qk;                 /* MHE__QK_*: where Q and K come from */
+    /* 5.2: its projections and heads (mhe__layer_geom completes them), the configs it refuses */
+    void (*geom)(const mhe_config *c, int kind, struct mhe__geom *g);
+    mhe_status (*check)(const mhe_config *c, int kind, const char *where, int i, char *err);
+    /* 5.2b: its tensors, counted and laid out (named, initialised) */
+    int64_t (*count)(const mhe_config *c, int kind, const struct mhe__geom *g, int with_wo, int with_bias);
+    void (*layout)(struct mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind,
+                   const struct mhe__geom *g, float res_std);
+    /* chain 2 (5.7, 5.8): the core over given Q, K, V rows, and its backward */
+    mhe__core_fwd_fn *core_fwd;
+    mhe__core_bwd_fn *core_bwd;
+    /* chain 1 (5.9): the sublayer f(u) of block l (cross: over the encoder output), its backward */
+    void (*branch_fwd)(mhe_model *m, int l, int cross, const struct mhe__ctx *x, const float *u, float *out);
+    void (*branch_bwd)(mhe_model *m, int l, int cross, const struct mhe__ctx *x, const float *u,
+                       const float *d_out, float *du);
+    /* chain 3 (5.10): one token through sublayer `cross` of block l into d->branch */
+    void (*decode)(mhe_model *m, mhe_kv_cache *c, int l, int cross, int pos, const float *u,
+                   struct mhe__decode_buf *d);
 } mhe__kind_info;
-
-static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
-    { "mha", "Vaswani et al. 2017, eq. 1; MHE paper eq. 1-2", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "sha", "MHE paper Table 1: one head, repeated into W^O", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV,
-      1, 1, NULL, 1,
-      "wq wkv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wkv wo" },
-    { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq [n d_h, C] [bias] wo", MHE__EXT_NONE, "wq wo" },
-    { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "mhe-mul", "MHE paper eq. 5-6, psi(A, e) = A * (1 + e)", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
-      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "mlp", "thesis eq. 4.4-4.5: down(SiLU(gate x) * up x)", MHE__FAM_GATED, MHE__CACHE_NONE, 1, 1,
-      "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]", MHE__EXT_NONE,
-      "gate up down" },
-    { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV,
-      MHE__CACHE_TAYLOR, 1, 1,
-      NULL, 1, "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_TAYLOR, "wq wk wv wo" },
-    { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV,
-      MHE__CACHE_SCAN, 1, 1,
-      "it scores each position by its own query and key, which a decoder and a source do not share", 1,
-      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo" },
-    { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV,
-      MHE__CACHE_MAPS, 1, 0,
-      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
-      MHE__EXT_NONE, "wq wk wv wo" },
-    { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV,
-      MHE__CACHE_MAPS, 1, 0,
-      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
-      MHE__EXT_NONE, "wq wk wv wo" },
-    { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV,
-      1, 1, NULL, 1,
-      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_STATIC, "wq wk wv wo" },
-    { "fnet", "Lee-Thorp et al. 2022: Re(F_L X F_C)", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
-      "it mixes one sequence with itself", 0, "(none)", MHE__EXT_DFT, "(none)" },
-    { "linear", "Lee-Thorp et al. 2022: W_seq X W_hidden^T", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
-      "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]", MHE__EXT_MIX,
-      "hidden" },
-    { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB,
-      MHE__CACHE_KV, 1, 1,
-      NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo", MHE__EXT_NONE,
-      "wq wk content_bias wv wo" },
-};
 
 /* kinds registered from outside: their ops and the table row the library reads */
 typedef struct mhe__user_kind {
@@ -6087,11 +6080,8 @@ MHEDEF int mhe_attn_kind_count(void) { return MHE_ATTN_KIND_COUNT + mhe__n_user_
 
 static int mhe__kind_valid(int kind) { return kind >= 0 && kind < mhe_attn_kind_count(); }
 
-static const mhe__kind_info *mhe__kind(int kind) {
-    MHE_ASSERT(mhe__kind_valid(kind)); /* configs are validated first */
-    if (kind >= MHE_ATTN_KIND_COUNT) return &mhe__user_kinds[kind - MHE_ATTN_KIND_COUNT].info;
-    return mhe__kinds + (size_t)kind;   /* size_t: mingw gcc 12 warns (-Warray-bounds) on an int index */
-}
+/* the row of a kind (built in or registered); the table is in 5.11 */
+static const mhe__kind_info *mhe__kind(int kind);
 
 /* a registered kind's ops; NULL for a built-in kind */
 static const mhe_attn_kind_ops *mhe__user_ops(int kind) {
@@ -6117,7 +6107,12 @@ static int mhe__kind_has_map(int kind) {
     return f != MHE__FAM_MIXING && f != MHE__FAM_USER;
 }
 
-/* the kinds of thesis ch. 4 and FNet: their sublayers run mhe__decon_branch_* */
+/* mlp: each token sees only itself, so the identity is its map */
+static int mhe__kind_identity_map(int kind) {
+    return mhe__kind(kind)->family == MHE__FAM_GATED;
+}
+
+/* the kinds of thesis ch. 4 and FNet */
 MHEDEF int mhe_attn_kind_is_decon(int kind) {
     int f = mhe__kind_valid(kind) ? mhe__kind(kind)->family : -1;
     return f == MHE__FAM_DECON_QKV || f == MHE__FAM_GATED || f == MHE__FAM_MIXING;
@@ -6147,52 +6142,6 @@ MHEDEF const char *mhe_attn_kind_q8_tensors(int kind) {
     return mhe__kind_valid(kind) ? mhe__kind(kind)->q8 : "?";
 }
 
-MHEDEF int mhe_attn_kind_register(const mhe_attn_kind_ops *ops, char *err) {
-    mhe__user_kind *u;
-    const char *p;
-    if (!ops || !ops->name || !ops->forward || !ops->tensors) {
-        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: a kind needs a name, tensors and forward");
-        return -1;
-    }
-    for (p = ops->name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-              *p == '_'))
-            break;
-    if (*p || p == ops->name || p - ops->name > 24) {
-        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind name '%s' must be 1 to 24 letters, digits, '-' or '_'",
-                  ops->name);
-        return -1;
-    }
-    if (mhe_attn_kind_from_name(ops->name) >= 0) {
-        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s' exists already", ops->name);
-        return -1;
-    }
-    if ((ops->decode != NULL) != (ops->cache_floats != NULL)) {
-        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s': decode and cache_floats come together",
-                  ops->name);
-        return -1;
-    }
-    if (mhe__n_user_kinds == MHE_MAX_REGISTERED_KINDS) {
-        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: %d kinds registered already (MHE_MAX_REGISTERED_KINDS)",
-                  MHE_MAX_REGISTERED_KINDS);
-        return -1;
-    }
-    u = &mhe__user_kinds[mhe__n_user_kinds];
-    memset(u, 0, sizeof *u);
-    u->ops = *ops;
-    u->info.name = ops->name;
-    u->info.source = ops->source ? ops->source : "registered by the program";
-    u->info.family = MHE__FAM_USER;
-    u->info.cache = MHE__CACHE_USER;
-    u->info.causal = ops->causal != 0;
-    u->info.encdec = 1;
-    u->info.no_cross = "it is a registered kind, which runs as self-attention only";
-    u->info.tensors = "(its own, declared by its tensors function)";
-    u->info.ext = MHE__EXT_USER;
-    u->info.q8 = "(none)";
-    return MHE_ATTN_KIND_COUNT + mhe__n_user_kinds++;
-}
-
 /* ---- 5.2 geometry: what a layer of each kind projects ------------------- */
 
 /* What a layer of each attention kind projects: widths of its Q, K and V
@@ -6202,87 +6151,146 @@ typedef struct mhe__geom {
     int q_w, k_w, v_w, proj_w;      /* proj_w = q_w + k_w + v_w: one GEMM */
     int core_q_heads, kv_heads;     /* heads the attention core runs */
     int cache_k, cache_v;           /* floats per token in the KV cache (cache_v 0: V is K) */
-    int mhe;                        /* head embeddings e^{Q,K,V} */
+    int mhe, mul;                   /* head embeddings e^{Q,K,V}; mul: psi(A, e) = A (1 + e), else A + e */
+    int shared_q;                   /* one Q~ of width q_w for all heads, mapped per head by M (collab) */
     int att_w;                      /* width of the output before W^O: n d_h (mlp: F; fnet, linear: C) */
 } mhe__geom;
 
+/* Each kind's projections and heads, and the configs it refuses (self- or
+   cross-attention alike) with the reason. mhe__layer_geom starts from n query
+   heads of width d_h over one projection each, and completes proj_w and the
+   cache from the kind's row. */
+static void mhe__geom_mha(const mhe_config *c, int kind, mhe__geom *g) {   /* and the ch. 4 kinds with Q, K, V */
+    (void)kind;
+    g->k_w = g->v_w = c->n_heads * mhe_config_d_head(c);
+    g->kv_heads = c->n_heads;
+}
+static void mhe__geom_sha(const mhe_config *c, int kind, mhe__geom *g) {   /* one head, repeated into W^O */
+    (void)kind;
+    g->q_w = g->k_w = g->v_w = mhe_config_d_head(c);
+    g->core_q_heads = g->kv_heads = 1;
+}
+static void mhe__geom_mqa(const mhe_config *c, int kind, mhe__geom *g) {
+    (void)kind;
+    g->k_w = g->v_w = mhe_config_d_head(c);
+    g->kv_heads = 1;
+}
+static void mhe__geom_gqa(const mhe_config *c, int kind, mhe__geom *g) {
+    (void)kind;
+    g->k_w = g->v_w = c->kv_groups * mhe_config_d_head(c);
+    g->kv_heads = c->kv_groups;
+}
+static mhe_status mhe__check_gqa(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    (void)kind;
+    if (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i,
+                         c->kv_groups, c->n_heads);
+    return MHE_OK;
+}
+static void mhe__geom_skv(const mhe_config *c, int kind, mhe__geom *g) {   /* V is K */
+    (void)kind;
+    g->k_w = c->n_heads * mhe_config_d_head(c);
+    g->kv_heads = c->n_heads;
+}
+static void mhe__geom_el_att(const mhe_config *c, int kind, mhe__geom *g) {   /* K = V = the input */
+    (void)kind;
+    g->kv_heads = c->n_heads;
+}
+static mhe_status mhe__check_el_att(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    int dh = mhe_config_d_head(c);
+    (void)kind;
+    if (c->n_heads * dh != c->d_model)
+        return mhe__fail(err, MHE_ERR_CONFIG,
+                         "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model "
+                         "(%d * %d != %d)",
+                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads,
+                         dh, c->d_model);
+    return MHE_OK;
+}
+/* MHE: one seed head; the core runs n heads over it through e^{Q,K,V} */
+static void mhe__geom_mhe_add(const mhe_config *c, int kind, mhe__geom *g) {
+    (void)kind;
+    g->q_w = g->k_w = g->v_w = mhe_config_d_head(c);
+    g->kv_heads = 1;
+    g->mhe = 1;
+}
+static void mhe__geom_mhe_mul(const mhe_config *c, int kind, mhe__geom *g) {
+    mhe__geom_mhe_add(c, kind, g);
+    g->mul = 1;
+}
+static void mhe__geom_mlp(const mhe_config *c, int kind, mhe__geom *g) {   /* gate | up in one GEMM; "W^O" is down */
+    (void)kind;
+    g->q_w = g->k_w = g->att_w = mhe_config_mlp_width(c);
+    g->kv_heads = c->n_heads;
+}
+static void mhe__geom_mixing(const mhe_config *c, int kind, mhe__geom *g) {   /* fnet, linear: the mixed input */
+    (void)kind;
+    g->q_w = 0;
+    g->kv_heads = c->n_heads;
+    g->att_w = c->d_model;
+}
+/* collab: Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
+static void mhe__geom_collab(const mhe_config *c, int kind, mhe__geom *g) {
+    (void)kind;
+    g->q_w = mhe_config_collab_dim(c);
+    g->k_w = g->q_w + c->n_heads;
+    g->v_w = c->n_heads * mhe_config_d_head(c);
+    g->kv_heads = 1;
+    g->shared_q = 1;
+}
+static mhe_status mhe__check_collab(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    (void)kind;
+    (void)where;
+    (void)i;
+    if (((int64_t)mhe_config_collab_dim(c) + c->n_heads) * c->d_model > ((int64_t)1 << 31) - 1)
+        return mhe__fail(err, MHE_ERR_OVERFLOW, "model too large: a tensor would exceed 2^31 elements");
+    return MHE_OK;
+}
+/* a registered kind: no projections of the library's; its cache rows are its own */
+static void mhe__geom_user(const mhe_config *c, int kind, mhe__geom *g) {
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+    memset(g, 0, sizeof *g);
+    g->cache_k = ops->cache_floats ? (int)ops->cache_floats(c) : 0;
+}
+/* a registered kind: its own check, and tensors the library can lay out */
+static mhe_status mhe__check_user(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+    mhe_kind_tensor t[MHE_KIND_MAX_TENSORS + 1];
+    const char *why = ops->check ? ops->check(c) : NULL;
+    int nt, j;
+    if (why)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %s", where, i, ops->name, why);
+    memset(t, 0, sizeof t);
+    nt = ops->tensors(c, t);
+    if (nt < 0 || nt > MHE_KIND_MAX_TENSORS)
+        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %d tensors (0 to %d)", where, i, ops->name, nt,
+                         MHE_KIND_MAX_TENSORS);
+    for (j = 0; j < nt; j++)
+        if (!t[j].name[0] || memchr(t[j].name, 0, sizeof t[j].name) == NULL || (t[j].ndim != 1 && t[j].ndim != 2) ||
+            mhe_shape_size(t[j].ndim, t[j].shape) < 1 ||
+            (t[j].init != MHE_INIT_NORMAL && t[j].init != MHE_INIT_ZERO && t[j].init != MHE_INIT_ONE))
+            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its tensor %d ('%.24s') needs a name, 1 or 2 "
+                             "dimensions of at least 1 and an init of MHE_INIT_NORMAL, _ZERO or _ONE", where, i,
+                             ops->name, j, t[j].name);
+    return MHE_OK;
+}
+
 static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
     mhe__geom g;
-    int n = c->n_heads, dh = mhe_config_d_head(c);
-    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
+    const mhe__kind_info *r = mhe__kind(kind);
     memset(&g, 0, sizeof g);
-    if (ops) { /* a registered kind: no projections of the library's; its cache rows are its own */
-        g.cache_k = ops->cache_floats ? (int)ops->cache_floats(c) : 0;
+    g.q_w = g.att_w = c->n_heads * mhe_config_d_head(c);
+    g.core_q_heads = c->n_heads;
+    r->geom(c, kind, &g);
+    if (r->family == MHE__FAM_USER)
         return g;
-    }
-    g.q_w = n * dh;
-    g.core_q_heads = n;
-    switch (kind) {
-    case MHE_ATTN_MHA:
-        g.k_w = g.v_w = n * dh;
-        g.kv_heads = n;
-        break;
-    case MHE_ATTN_MQA:
-        g.k_w = g.v_w = dh;
-        g.kv_heads = 1;
-        break;
-    case MHE_ATTN_GQA:
-        g.k_w = g.v_w = c->kv_groups * dh;
-        g.kv_heads = c->kv_groups;
-        break;
-    case MHE_ATTN_SKV:
-        g.k_w = n * dh;
-        g.v_w = 0;
-        g.kv_heads = n;
-        break;
-    case MHE_ATTN_EL_ATT:
-        g.k_w = g.v_w = 0;
-        g.kv_heads = n;
-        break;
-    case MHE_ATTN_SHA:
-        g.q_w = g.k_w = g.v_w = dh;
-        g.core_q_heads = 1;
-        g.kv_heads = 1;
-        break;
-    case MHE_ATTN_MHE_ADD:
-    case MHE_ATTN_MHE_MUL: /* MHE: one seed head; the core runs n heads over it */
-        g.q_w = g.k_w = g.v_w = dh;
-        g.kv_heads = 1;
-        g.mhe = 1;
-        break;
-    case MHE_ATTN_MLP: /* gate | up in one GEMM; "W^O" is the down projection */
-        g.q_w = g.k_w = mhe_config_mlp_width(c);
-        g.v_w = 0;
-        g.kv_heads = n;
-        break;
-    case MHE_ATTN_FNET:
-    case MHE_ATTN_LINEAR:
-        g.q_w = 0;
-        g.kv_heads = n;
-        break;
-    case MHE_ATTN_COLLAB: /* Q~ [D~]; K~ [D~] then the n content-bias scores v_i . x; per-head V */
-        g.q_w = mhe_config_collab_dim(c);
-        g.k_w = g.q_w + n;
-        g.v_w = n * dh;
-        g.kv_heads = 1;
-        break;
-    default: /* taylor, nonapprox, rndemb-qk, fixedseq-qk, staticemb-qk: W^{Q,K,V} as mha */
-        g.k_w = g.v_w = n * dh;
-        g.kv_heads = n;
-        break;
-    }
     g.proj_w = g.q_w + g.k_w + g.v_w;
-    g.cache_k = kind == MHE_ATTN_EL_ATT ? c->d_model : g.k_w;
+    g.cache_k = g.k_w ? g.k_w : c->d_model; /* no W^K: the input rows (el-att) */
     g.cache_v = g.v_w;
-    g.att_w = n * dh;
-    if (kind == MHE_ATTN_MLP)
-        g.att_w = g.q_w; /* the gated product before down */
-    if (!mhe__kind_has_map(kind))
-        g.att_w = c->d_model; /* fnet, linear: the mixed input */
     /* no growing cache: a state (taylor, nonapprox), V rows only (fixed maps), nothing (mlp, fnet, linear) */
-    if (mhe__kind_recurrent(kind) || mhe__kind(kind)->cache == MHE__CACHE_NONE)
+    if (mhe__kind_recurrent(kind) || r->cache == MHE__CACHE_NONE)
         g.cache_k = g.cache_v = 0;
-    if (mhe__kind(kind)->cache == MHE__CACHE_MAPS)
+    if (r->cache == MHE__CACHE_MAPS)
         g.cache_k = 0;
     return g;
 }
@@ -6291,85 +6299,21 @@ static mhe__geom mhe__layer_geom(const mhe_config *c, int kind) {
    probabilities: fused_attention=0, or a collab layer whose n heads of width
    D~ do not fit the stacked core's tiles (n max(D~, d_h, 64) > 8192) */
 static int mhe__attn_uses_probs(const mhe_config *c, int kind) {
+    mhe__geom g;
     if (mhe__user_ops(kind))
         return 0; /* it keeps what it needs in its own activations */
     if (!c->fused_attention)
         return 1;
-    return kind == MHE_ATTN_COLLAB &&
-           !mhe__stacked_rows(c->n_heads, mhe_config_collab_dim(c), mhe_config_d_head(c));
+    g = mhe__layer_geom(c, kind);
+    return g.shared_q && !mhe__stacked_rows(c->n_heads, g.q_w, mhe_config_d_head(c));
 }
 
 /* ---- 5.2b the tensors a kind owns, their count, and its width rules ------- */
 
-/* checks that a layer of `kind` fits the geometry (self- or cross-attention alike) */
-static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
-    int dh = mhe_config_d_head(c);
-    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
-    if (ops) {
-        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS + 1];
-        const char *why = ops->check ? ops->check(c) : NULL;
-        int nt, j;
-        if (why)
-            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %s", where, i, ops->name, why);
-        memset(t, 0, sizeof t);
-        nt = ops->tensors(c, t);
-        if (nt < 0 || nt > MHE_KIND_MAX_TENSORS)
-            return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: %d tensors (0 to %d)", where, i, ops->name, nt,
-                             MHE_KIND_MAX_TENSORS);
-        for (j = 0; j < nt; j++)
-            if (!t[j].name[0] || memchr(t[j].name, 0, sizeof t[j].name) == NULL || (t[j].ndim != 1 && t[j].ndim != 2) ||
-                mhe_shape_size(t[j].ndim, t[j].shape) < 1 ||
-                (t[j].init != MHE_INIT_NORMAL && t[j].init != MHE_INIT_ZERO && t[j].init != MHE_INIT_ONE))
-                return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its tensor %d ('%.24s') needs a name, 1 or 2 "
-                                 "dimensions of at least 1 and an init of MHE_INIT_NORMAL, _ZERO or _ONE", where, i,
-                                 ops->name, j, t[j].name);
-        return MHE_OK;
-    }
-    if (kind == MHE_ATTN_GQA && (c->kv_groups > c->n_heads || c->n_heads % c->kv_groups != 0))
-        return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is gqa: kv_groups %d must divide n_heads %d", where, i,
-                         c->kv_groups, c->n_heads);
-    if (kind == MHE_ATTN_EL_ATT && c->n_heads * dh != c->d_model)
-        return mhe__fail(err, MHE_ERR_CONFIG,
-                         "%s %d is el-att: K = V = the %s split into heads needs n_heads * d_head = d_model "
-                         "(%d * %d != %d)",
-                         where, i, strncmp(where, "cross", 5) == 0 ? "encoder output" : "input", c->n_heads,
-                         dh, c->d_model);
-    return MHE_OK;
-}
 
-/* the attention tensors mhe__layout_walk creates for one layer, counted */
-static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
-    mhe__geom g = mhe__layer_geom(c, kind);
-    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
-    int64_t n = (int64_t)g.proj_w * C; /* W^Q, W^K, W^V as the kind has them */
-    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
-    if (ops) { /* every tensor it declares (its W^O and biases are its own) */
-        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
-        int nt, j;
-        memset(t, 0, sizeof t);
-        nt = ops->tensors(c, t);
-        for (j = n = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++)
-            n += mhe_shape_size(t[j].ndim, t[j].shape);
-        return n;
-    }
-    if (kind == MHE_ATTN_MLP) { /* gate and up count as the projections, down as W^O */
-        int64_t F = g.q_w;
-        return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
-    }
-    if (kind == MHE_ATTN_FNET)
-        return 0;
-    if (kind == MHE_ATTN_LINEAR)
-        return (int64_t)c->max_seq_len * c->max_seq_len + C * C; /* no W^O, no bias */
-    if (kind == MHE_ATTN_COLLAB) /* (2 C + n) D~ for W~^Q, W~^K, M, then content bias n C, W^V, b^V */
-        return n + (int64_t)c->n_heads * g.q_w + (with_bias ? g.v_w : 0) +
-               (with_wo ? C * HD + (with_bias ? C : 0) : 0);
-    if (g.mhe)
-        n += 3 * HD; /* e^Q, e^K, e^V */
-    if (with_bias)
-        n += g.proj_w;
-    if (with_wo)
-        n += C * HD + (with_bias ? C : 0);
-    return n;
+static mhe_status mhe__check_kind_geom(const mhe_config *c, int kind, const char *where, int i, char *err) {
+    const mhe__kind_info *r = mhe__kind(kind);
+    return r->check ? r->check(c, kind, where, i, err) : MHE_OK;
 }
 
 /* Walks the parameter list in memory order. With m->params == NULL it only
@@ -6419,85 +6363,52 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
 #define MHE__AP(field, suffix, nd, a, b, dec, init, sd)                                  \
     (snprintf(nm, sizeof nm, "%.24s.%.8s.%.24s", L->prefix, pre, suffix),                 \
      w->field = mhe__param(L, nm, nd, a, b, dec, init, sd))
-/* one attention sublayer (prefix "attn" or "cross") of a block */
-static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
-    const mhe_config *c = &L->m->cfg;
-    mhe__geom g = mhe__layer_geom(c, kind);
-    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
-    float std = c->init_std, hstd = c->head_init_std >= 0 ? c->head_init_std : std;
-    const char *kname = kind == MHE_ATTN_SKV ? "wkv" : "wk";
-    char nm[MHE_NAME_LEN];
-    const mhe_attn_kind_ops *ops = mhe__user_ops(kind);
-    w->kind = kind;
-    if (ops) { /* a registered kind: the tensors it declares, in its order */
-        mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
-        int j, nt;
-        memset(t, 0, sizeof t);
-        nt = ops->tensors(c, t);
-        mhe_tensor *first = NULL, *one;
-        for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++) { /* mhe__param lays them out one after another */
-            MHE__AP(user, t[j].name, t[j].ndim, t[j].shape[0], t[j].ndim > 1 ? t[j].shape[1] : 0, t[j].decay,
-                    t[j].init, t[j].init_std > 0 ? t[j].init_std : std);
-            one = w->user;
-            if (!j) first = one;
-        }
-        w->user = first;
-        w->n_user = j;
-        return;
-    }
-    if (kind ==
-        MHE_ATTN_MLP) { /* eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent: one GEMM */
-        MHE__AP(gate, "gate.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(up, "up.weight", 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias) {
-            MHE__AP(gate_b, "gate.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
-            MHE__AP(up_b, "up.bias", 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
-        }
-        MHE__AP(down, "down.weight", 2, C, g.q_w, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias)
-            MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-        return;
-    }
-    if (kind == MHE_ATTN_FNET)
-        return; /* no parameters */
-    if (kind == MHE_ATTN_LINEAR) { /* Y = W_seq (X W_hidden^T), no bias (as FNet's code), N(0, init_std) */
-        MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
-        return;
-    }
-    if (kind == MHE_ATTN_COLLAB) { /* W~^Q, W~^K, content bias, W^V adjacent: one GEMM; b^V the only bias */
-        int D = g.q_w;
-        MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
-        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
-        if (c->bias)
-            MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
-        /* no decay on M, as on the MHE head embeddings */
-        MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS,
-                c->collab_mix_std);
-        MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
-        if (c->bias)
-            MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
-        return;
-    }
-    MHE__AP(wq, "wq.weight", 2, g.q_w, C, 1, MHE_INIT_NORMAL, std);
-    if (g.k_w) {
+/* Each kind's tensors under layers.N.attn. (or .cross.), counted (what
+   mhe_attn_param_count reports, with or without W^O and biases) and laid out
+   (named, initialised): the pairs below must agree, which test_model checks. */
+#define MHE__AP_SETUP                                                                      \
+    const mhe_config *c = &L->m->cfg;                                                      \
+    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);                         \
+    float std = c->init_std;                                                               \
+    char nm[MHE_NAME_LEN];                                                                 \
+    (void)C, (void)n, (void)dh, (void)std, (void)res_std
+
+/* W^Q, W^K, W^V as the geometry has them (skv: one W^KV; el-att: no W^K, W^V), the head
+   embeddings of MHE, W^O; a bias each with bias=1. The softmax kinds, MHE and ch. 4's Q, K, V. */
+static int64_t mhe__count_qkv(const mhe_config *c, int kind, const mhe__geom *g, int with_wo, int with_bias) {
+    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c), n = (int64_t)g->proj_w * C;
+    (void)kind;
+    if (g->mhe)
+        n += 3 * HD; /* e^Q, e^K, e^V */
+    if (with_bias)
+        n += g->proj_w;
+    if (with_wo)
+        n += C * HD + (with_bias ? C : 0);
+    return n;
+}
+static void mhe__layout_qkv(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
+                            float res_std) {
+    MHE__AP_SETUP;
+    float hstd = c->head_init_std >= 0 ? c->head_init_std : std;
+    const char *kname = g->v_w ? "wk" : "wkv"; /* skv: V is K */
+    (void)kind;
+    MHE__AP(wq, "wq.weight", 2, g->q_w, C, 1, MHE_INIT_NORMAL, std);
+    if (g->k_w) {
         snprintf(L->tmp, sizeof L->tmp, "%s.weight", kname);
-        MHE__AP(wk, L->tmp, 2, g.k_w, C, 1, MHE_INIT_NORMAL, std);
+        MHE__AP(wk, L->tmp, 2, g->k_w, C, 1, MHE_INIT_NORMAL, std);
     }
-    if (g.v_w)
-        MHE__AP(wv, "wv.weight", 2, g.v_w, C, 1, MHE_INIT_NORMAL, std);
+    if (g->v_w)
+        MHE__AP(wv, "wv.weight", 2, g->v_w, C, 1, MHE_INIT_NORMAL, std);
     if (c->bias) {
-        MHE__AP(bq, "wq.bias", 1, g.q_w, 0, 0, MHE_INIT_ZERO, 0);
-        if (g.k_w) {
+        MHE__AP(bq, "wq.bias", 1, g->q_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (g->k_w) {
             snprintf(L->tmp, sizeof L->tmp, "%s.bias", kname);
-            MHE__AP(bk, L->tmp, 1, g.k_w, 0, 0, MHE_INIT_ZERO, 0);
+            MHE__AP(bk, L->tmp, 1, g->k_w, 0, 0, MHE_INIT_ZERO, 0);
         }
-        if (g.v_w)
-            MHE__AP(bv, "wv.bias", 1, g.v_w, 0, 0, MHE_INIT_ZERO, 0);
+        if (g->v_w)
+            MHE__AP(bv, "wv.bias", 1, g->v_w, 0, 0, MHE_INIT_ZERO, 0);
     }
-    if (g.mhe) { /* head embeddings: no weight decay, which would pull every head towards SHA */
+    if (g->mhe) { /* head embeddings: no weight decay, which would pull every head towards SHA */
         MHE__AP(eq, "eq", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
         MHE__AP(ek, "ek", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
         MHE__AP(ev, "ev", 2, n, dh, 0, MHE_INIT_NORMAL, hstd);
@@ -6506,7 +6417,116 @@ static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pr
     if (c->bias)
         MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
 }
+
+/* mlp, eq. 4.5: FC_Dn(SiLU(FC_Gt(H)) * FC_Up(H)); gate and up adjacent (one GEMM) count as the
+   projections, down as W^O */
+static int64_t mhe__count_gated(const mhe_config *c, int kind, const mhe__geom *g, int with_wo, int with_bias) {
+    int64_t C = c->d_model, F = g->q_w;
+    (void)kind;
+    return 2 * F * C + (with_bias ? 2 * F : 0) + (with_wo ? C * F + (with_bias ? C : 0) : 0);
+}
+static void mhe__layout_gated(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
+                              float res_std) {
+    MHE__AP_SETUP;
+    (void)kind;
+    MHE__AP(gate, "gate.weight", 2, g->q_w, C, 1, MHE_INIT_NORMAL, std);
+    MHE__AP(up, "up.weight", 2, g->k_w, C, 1, MHE_INIT_NORMAL, std);
+    if (c->bias) {
+        MHE__AP(gate_b, "gate.bias", 1, g->q_w, 0, 0, MHE_INIT_ZERO, 0);
+        MHE__AP(up_b, "up.bias", 1, g->k_w, 0, 0, MHE_INIT_ZERO, 0);
+    }
+    MHE__AP(down, "down.weight", 2, C, g->q_w, 1, MHE_INIT_NORMAL, res_std);
+    if (c->bias)
+        MHE__AP(down_b, "down.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+}
+
+/* linear: Y = W_seq (X W_hidden^T), no W^O, no bias (as FNet's code), N(0, init_std) */
+static int64_t mhe__count_linear(const mhe_config *c, int kind, const mhe__geom *g, int with_wo, int with_bias) {
+    (void)kind, (void)g, (void)with_wo, (void)with_bias;
+    return (int64_t)c->max_seq_len * c->max_seq_len + (int64_t)c->d_model * c->d_model;
+}
+static void mhe__layout_linear(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
+                               float res_std) {
+    MHE__AP_SETUP;
+    (void)kind, (void)g;
+    MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
+    MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
+}
+
+/* collab: W~^Q, W~^K [D~, C], content bias [n, C], W^V adjacent (one GEMM); b^V the only bias
+   before W^O; the mixing M [n, D~]: (2 C + n) D~ + n C + W^V (+ b^V) + W^O */
+static int64_t mhe__count_collab(const mhe_config *c, int kind, const mhe__geom *g, int with_wo, int with_bias) {
+    int64_t C = c->d_model, HD = (int64_t)c->n_heads * mhe_config_d_head(c);
+    (void)kind;
+    return (int64_t)g->proj_w * C + (int64_t)c->n_heads * g->q_w + (with_bias ? g->v_w : 0) +
+           (with_wo ? C * HD + (with_bias ? C : 0) : 0);
+}
+static void mhe__layout_collab(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
+                               float res_std) {
+    MHE__AP_SETUP;
+    int D = g->q_w;
+    (void)kind;
+    MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+    MHE__AP(wk, "wk.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
+    MHE__AP(wcb, "content_bias.weight", 2, n, C, 1, MHE_INIT_NORMAL, std);
+    MHE__AP(wv, "wv.weight", 2, g->v_w, C, 1, MHE_INIT_NORMAL, std);
+    if (c->bias)
+        MHE__AP(bv, "wv.bias", 1, g->v_w, 0, 0, MHE_INIT_ZERO, 0);
+    /* no decay on M, as on the MHE head embeddings */
+    MHE__AP(mix, "mixing", 2, n, D, 0, c->collab_mix_std > 0 ? MHE_INIT_NORMAL : MHE_INIT_BLOCKS,
+            c->collab_mix_std);
+    MHE__AP(wo, "wo.weight", 2, C, (int64_t)n * dh, 1, MHE_INIT_NORMAL, res_std);
+    if (c->bias)
+        MHE__AP(bo, "wo.bias", 1, C, 0, 0, MHE_INIT_ZERO, 0);
+}
+
+/* a registered kind: every tensor it declares, in its order (its W^O and biases are its own) */
+static int64_t mhe__count_user(const mhe_config *c, int kind, const mhe__geom *g, int with_wo, int with_bias) {
+    mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
+    int nt, j;
+    int64_t n = 0;
+    (void)g, (void)with_wo, (void)with_bias;
+    memset(t, 0, sizeof t);
+    nt = mhe__user_ops(kind)->tensors(c, t);
+    for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++)
+        n += mhe_shape_size(t[j].ndim, t[j].shape);
+    return n;
+}
+static void mhe__layout_user(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
+                             float res_std) {
+    MHE__AP_SETUP;
+    mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
+    mhe_tensor *first = NULL;
+    int j, nt;
+    (void)g;
+    memset(t, 0, sizeof t);
+    nt = mhe__user_ops(kind)->tensors(c, t);
+    for (j = 0; j < nt && j < MHE_KIND_MAX_TENSORS; j++) { /* mhe__param lays them out one after another */
+        MHE__AP(user, t[j].name, t[j].ndim, t[j].shape[0], t[j].ndim > 1 ? t[j].shape[1] : 0, t[j].decay,
+                t[j].init, t[j].init_std > 0 ? t[j].init_std : std);
+        if (!j) first = w->user;
+    }
+    w->user = first;
+    w->n_user = j;
+}
+#undef MHE__AP_SETUP
 #undef MHE__AP
+
+/* the attention tensors mhe__layout_walk creates for one layer, counted (fnet: none) */
+static int64_t mhe__attn_count(const mhe_config *c, int kind, int with_wo, int with_bias) {
+    mhe__geom g = mhe__layer_geom(c, kind);
+    const mhe__kind_info *r = mhe__kind(kind);
+    return r->count ? r->count(c, kind, &g, with_wo, with_bias) : 0;
+}
+
+/* one attention sublayer (prefix "attn" or "cross") of a block */
+static void mhe__layout_attn(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, float res_std) {
+    mhe__geom g = mhe__layer_geom(&L->m->cfg, kind);
+    const mhe__kind_info *r = mhe__kind(kind);
+    w->kind = kind;
+    if (r->layout)
+        r->layout(L, w, pre, kind, &g, res_std);
+}
 
 /* ---- 5.3 what a sublayer sees: dropout sites, norms, core dimensions ---- */
 
@@ -6717,9 +6737,9 @@ static void mhe__collab_expand_bwd(const float *gx, const float *q, float *dq, i
 /* collab's one bias, b^V, onto the value columns of projection rows (W~_Q,
    W~_K and the content bias have none: a query bias is what the content bias
    folds in, eq. 12, and a key bias adds a constant to each row of scores) */
-static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, int rows) {
+static void mhe__collab_vbias(const mhe_attn_weights *w, const mhe__geom *g, float *v, int stride, int rows) {
     int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv)
+    if (!g->shared_q || !w->bv)
         return;
     for (r = 0; r < rows; r++)
         for (j = 0; j < (int)w->bv->size; j++)
@@ -6727,9 +6747,10 @@ static void mhe__collab_vbias(const mhe_attn_weights *w, float *v, int stride, i
 }
 
 #ifndef MHE_NO_TRAIN
-static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const float *dv, int stride, int rows) {
+static void mhe__collab_vbias_bwd(const mhe_attn_weights *w, const mhe__geom *g, const float *dv, int stride,
+                                  int rows) {
     int r, j;
-    if (w->kind != MHE_ATTN_COLLAB || !w->bv)
+    if (!g->shared_q || !w->bv)
         return;
     for (r = 0; r < rows; r++)
         for (j = 0; j < (int)w->bv->size; j++)
@@ -6755,7 +6776,7 @@ static void mhe__kv_ptrs(const mhe__geom *g, const float *proj, int proj_stride,
 static void mhe__attn_project(const mhe_attn_weights *w, const mhe__geom *g, int C, int rows, const float *u,
                               float *proj) {
     mhe__linq(proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g->proj_w);
-    mhe__collab_vbias(w, proj + g->q_w + g->k_w, g->proj_w, rows);
+    mhe__collab_vbias(w, g, proj + g->q_w + g->k_w, g->proj_w, rows);
 }
 
 /* K, V of a cross-attention sublayer from the encoder output mem [rows, C]
@@ -6766,7 +6787,7 @@ static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, 
     if (!g->k_w)
         return;
     mhe__linq(kv, mem, w->wk, mhe__opt_data(w->bk), rows, C, g->k_w + g->v_w);
-    mhe__collab_vbias(w, kv + g->k_w, g->k_w + g->v_w, rows);
+    mhe__collab_vbias(w, g, kv + g->k_w, g->k_w + g->v_w, rows);
 }
 
 /* ---- 5.7 chain 2, the core of a kind: mhe__attn_fwd, mhe__attn_bwd ------ */
@@ -6775,39 +6796,78 @@ static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, 
    q rows (stride qs), K rows and V rows (strides ks, vs). Writes att
    [B*Tq, n d_h] and the core's statistics (lse, or probs for the reference
    core). Training, cross-attention and decoding all come here, so the
-   KV-cache path cannot drift from the trained one. */
-static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
-                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                          const float *v, int vs, float *att, float *stats, float *projx, float *hmap,
-                          int use_ref) {
+   KV-cache path cannot drift from the trained one. work: the expanded heads
+   of the reference path (MHE, collab) or the kind's own buffer (taylor);
+   hmap: MHE-MUL's per-head maps. Each kind's row names its core. */
+
+/* the softmax kinds (eq. 1): the reference core, one query at a time when
+   decoding, or the fused tiles; sha's one head is copied into the n slots of W^O */
+static void mhe__softmax_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                  int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                  const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                                  int use_ref) {
     const mhe_config *c = &m->cfg;
-    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh;
-    mhe__geom g = mhe__layer_geom(c, kind);
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h;
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)work, (void)hmap;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (use_ref)
+        mhe_attn_ref_fwd(&d, att, stats, q, k, v);
+    else if (Tq == 1 && !d.dropout)
+        mhe__attn_one(&d, att, stats, q, k, v);
+    else
+        mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
+    if (mhe__layer_geom(c, w->kind).core_q_heads < n) /* sha: n identical heads feed W^O */
+        for (r = 0; r < B * Tq; r++)
+            for (h = 1; h < n; h++)
+                memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD, (size_t)dh * sizeof(float));
+}
+
+#ifndef MHE_NO_TRAIN
+/* Backward of a core: adds into dq, dk, dv (same strides as q, k, v) and into
+   the kind's own gradients (head embeddings, M). d_att is used as scratch. */
+static void mhe__softmax_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                  int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                  const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                                  const float *att, const float *stats, float *work, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h;
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    mhe_attn_grads gr;
+    (void)work, (void)hmap;
+    memset(&gr, 0, sizeof gr);
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (mhe__layer_geom(c, w->kind).core_q_heads < n) /* sha: the n copies of the one head, their gradients add up */
+        for (r = 0; r < B * Tq; r++)
+            for (h = 1; h < n; h++)
+                mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
+    if (use_ref)
+        mhe_attn_ref_bwd(&d, &gr, dq, dk, dv, d_att, stats, q, k, v);
+    else
+        mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
+}
+#endif /* MHE_NO_TRAIN */
+
+/* MHE-ADD, MHE-MUL (MHE paper eq. 5-6): n heads over one seed head through
+   psi(A, e_i). The reference path expands the heads into work; the fast
+   paths keep the seed head and apply the maps inside the fused core: one
+   QK^T for all heads (ADD), the heads stacked (MUL), or one query at a time */
+static void mhe__mhe_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                              int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                              const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                              int use_ref) {
+    const mhe_config *c = &m->cfg;
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, mul = mhe__layer_geom(c, w->kind).mul;
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
-    if (kind == MHE_ATTN_COLLAB) {
-        mhe__collab_dims(&d, w, g.q_w, k, ks);
-        /* decoding: one query, M on the fly; else the heads stacked as MHE-MUL's, M in the query map */
-        if (!use_ref && Tq == 1 && !d.dropout) {
-            mhe__attn_one(&d, att, stats, q, k, v);
-            return;
-        }
-        if (!use_ref && mhe__attn_mul_rows(&d)) {
-            mhe__attn_mul_fwd(&d, att, stats, q, k, v);
-            return;
-        }
-        mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, g.q_w, projx);
-        d.q_shared = 0;
-        d.q_mul = NULL;
-        d.q_stride = n * g.q_w;
-        mhe_attn_ref_fwd(&d, att, stats, projx, k, v);
-        return;
-    }
-    if (g.mhe && use_ref) {
-        int mul = kind == MHE_ATTN_MHE_MUL;
-        float *qx = projx, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
+    if (use_ref) {
+        float *qx = work, *kx = qx + (size_t)B * Tq * HD, *vx = kx + (size_t)B * Tk * HD;
         mhe__mhe_expand(q, qs, B * Tq, w->eq, n, dh, mul, qx);
         mhe__mhe_expand(k, ks, B * Tk, w->ek, n, dh, mul, kx);
         mhe__mhe_expand(v, vs, B * Tk, w->ev, n, dh, mul, vx);
@@ -6816,95 +6876,57 @@ static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int sit
         mhe_attn_ref_fwd(&d, att, stats, qx, kx, vx);
         return;
     }
-    if (g.mhe) { /* fast path: one seed head, per-head maps inside the fused core */
-        d.q_shared = 1;
-        if (Tq == 1 && !d.dropout) { /* decoding: one query, the maps on the fly */
-            if (kind == MHE_ATTN_MHE_MUL) {
-                mhe__mul_maps(w, hmap, HD);
-                d.q_mul = hmap;
-                d.v_mul = hmap + HD;
-            } else {
-                d.q_add = w->eq->data;
-                d.k_add = w->ek->data;
-                d.v_add = w->ev->data;
-            }
-            mhe__attn_one(&d, att, stats, q, k, v);
-            return;
-        }
-        if (kind == MHE_ATTN_MHE_ADD && mhe__attn_add_fits(&d)) { /* one QK^T for all heads */
-            mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
-            return;
-        }
-        if (kind == MHE_ATTN_MHE_MUL) {
+    d.q_shared = 1;
+    if (Tq == 1 && !d.dropout) { /* decoding: one query, the maps on the fly */
+        if (mul) {
             mhe__mul_maps(w, hmap, HD);
             d.q_mul = hmap;
             d.v_mul = hmap + HD;
-            if (mhe__attn_mul_rows(&d)) {
-                mhe__attn_mul_fwd(&d, att, stats, q, k, v);
-                return;
-            } /* heads stacked */
         } else {
             d.q_add = w->eq->data;
             d.k_add = w->ek->data;
             d.v_add = w->ev->data;
         }
-        mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
+        mhe__attn_one(&d, att, stats, q, k, v);
         return;
     }
-    if (use_ref)
-        mhe_attn_ref_fwd(&d, att, stats, q, k, v);
-    else if (Tq == 1 && !d.dropout)
-        mhe__attn_one(&d, att, stats, q, k, v);
-    else
-        mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
-    if (kind == MHE_ATTN_SHA) { /* n identical heads feed W^O */
-        int r, h;
-        for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++)
-                memcpy(att + (size_t)r * HD + (size_t)h * dh, att + (size_t)r * HD,
-                       (size_t)dh * sizeof(float));
+    if (!mul && mhe__attn_add_fits(&d)) { /* one QK^T for all heads */
+        mhe__attn_add_fwd(&d, att, stats, q, k, v, w->eq->data, w->ev->data);
+        return;
     }
+    if (mul) {
+        mhe__mul_maps(w, hmap, HD);
+        d.q_mul = hmap;
+        d.v_mul = hmap + HD;
+        if (mhe__attn_mul_rows(&d)) {
+            mhe__attn_mul_fwd(&d, att, stats, q, k, v);
+            return;
+        } /* heads stacked */
+    } else {
+        d.q_add = w->eq->data;
+        d.k_add = w->ek->data;
+        d.v_add = w->ev->data;
+    }
+    mhe__must(mhe_attn_fused_fwd(&d, att, stats, q, k, v));
 }
 
 #ifndef MHE_NO_TRAIN
-/* Backward of mhe__attn_fwd: adds into dq, dk, dv (same strides as q, k, v)
-   and into the head-embedding gradients. d_att is used as scratch. */
-static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
-                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                          const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
-                          const float *att, const float *stats, const float *projx, float *hmap,
-                          int use_ref) {
+static void mhe__mhe_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                              int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                              const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                              const float *att, const float *stats, float *work, float *hmap, int use_ref) {
     const mhe_config *c = &m->cfg;
     mhe_acts *a = &m->acts;
-    int kind = w->kind, n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, r, h, i;
-    mhe__geom g = mhe__layer_geom(c, kind);
+    int n = c->n_heads, dh = mhe_config_d_head(c), HD = n * dh, mul = mhe__layer_geom(c, w->kind).mul, i;
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
     mhe_attn_grads gr;
     memset(&gr, 0, sizeof gr);
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
-    if (kind == MHE_ATTN_COLLAB) { /* the content-bias scores' gradient lands beside dK */
-        mhe__collab_dims(&d, w, g.q_w, k, ks);
-        gr.dk_bias = dk + g.q_w;
-        if (!use_ref && mhe__attn_mul_rows(&d)) {
-            gr.map_scratch = a->map_scratch;
-            gr.dq_mul = w->mix->grad;
-            mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
-            return;
-        }
-        memset(a->d_projx, 0, (size_t)B * Tq * n * g.q_w * sizeof(float));
-        d.q_shared = 0;
-        d.q_mul = NULL;
-        d.q_stride = n * g.q_w;
-        mhe_attn_ref_bwd(&d, &gr, a->d_projx, dk, dv, d_att, stats, projx, k, v);
-        mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, g.q_w);
-        return;
-    }
-    if (g.mhe && use_ref) {
-        int mul = kind == MHE_ATTN_MHE_MUL;
+    if (use_ref) {
         size_t nq = (size_t)B * Tq * HD, nk = (size_t)B * Tk * HD;
-        const float *qx = projx, *kx = qx + nq, *vx = kx + nk;
+        const float *qx = work, *kx = qx + nq, *vx = kx + nk;
         float *dqx = a->d_projx, *dkx = dqx + nq, *dvx = dkx + nk;
         memset(dqx, 0, (nq + 2 * nk) * sizeof(float));
         d.q_stride = d.k_stride = d.v_stride = HD;
@@ -6916,47 +6938,118 @@ static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int
         mhe__mhe_expand_bwd(dvx, v, dv, vs, B * Tk, w->ev, n, dh, mul);
         return;
     }
-    if (g.mhe) {
-        d.q_shared = 1;
-        gr.map_scratch = a->map_scratch;
-        if (kind == MHE_ATTN_MHE_MUL) {
-            float *dmap = a->d_hmap;
-            memset(dmap, 0, (size_t)2 * HD * sizeof(float));
-            d.q_mul = hmap;
-            d.v_mul = hmap + HD;
-            gr.dq_mul = dmap;
-            gr.dv_mul = dmap + HD;
-            if (mhe__attn_mul_rows(&d))
-                mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
-            else
-                mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
-            for (i = 0; i < HD; i++) { /* w = (1+e^Q)(1+e^K) */
-                w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
-                w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
-                w->ev->grad[i] += dmap[HD + i];
-            }
-        } else if (mhe__attn_add_fits(&d)) { /* e^K has no effect: its gradient stays 0 */
-            mhe__attn_add_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data,
-                              w->eq->grad, w->ev->grad);
-        } else {
-            d.q_add = w->eq->data;
-            d.k_add = w->ek->data;
-            d.v_add = w->ev->data;
-            gr.dq_add = w->eq->grad;
-            gr.dk_add = w->ek->grad;
-            gr.dv_add = w->ev->grad;
+    d.q_shared = 1;
+    gr.map_scratch = a->map_scratch;
+    if (mul) {
+        float *dmap = a->d_hmap;
+        memset(dmap, 0, (size_t)2 * HD * sizeof(float));
+        d.q_mul = hmap;
+        d.v_mul = hmap + HD;
+        gr.dq_mul = dmap;
+        gr.dv_mul = dmap + HD;
+        if (mhe__attn_mul_rows(&d))
+            mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
+        else
             mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
+        for (i = 0; i < HD; i++) { /* w = (1+e^Q)(1+e^K) */
+            w->eq->grad[i] += dmap[i] * (1.0f + w->ek->data[i]);
+            w->ek->grad[i] += dmap[i] * (1.0f + w->eq->data[i]);
+            w->ev->grad[i] += dmap[HD + i];
         }
+    } else if (mhe__attn_add_fits(&d)) { /* e^K has no effect: its gradient stays 0 */
+        mhe__attn_add_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v, w->eq->data, w->ev->data,
+                          w->eq->grad, w->ev->grad);
+    } else {
+        d.q_add = w->eq->data;
+        d.k_add = w->ek->data;
+        d.v_add = w->ev->data;
+        gr.dq_add = w->eq->grad;
+        gr.dk_add = w->ek->grad;
+        gr.dv_add = w->ev->grad;
+        mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
+    }
+}
+#endif /* MHE_NO_TRAIN */
+
+/* collab (Cordonnier et al. 2020, eq. 13): the heads' queries Q~ m_i from one
+   Q~; decoding one query with M on the fly, else the heads stacked as
+   MHE-MUL's (M in the query map), or the reference path over Q~ expanded */
+static void mhe__collab_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                 int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                 const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                                 int use_ref) {
+    const mhe_config *c = &m->cfg;
+    int n = c->n_heads, D = mhe__layer_geom(c, w->kind).q_w;
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)hmap;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    mhe__collab_dims(&d, w, D, k, ks);
+    if (!use_ref && Tq == 1 && !d.dropout) {
+        mhe__attn_one(&d, att, stats, q, k, v);
         return;
     }
-    if (kind == MHE_ATTN_SHA) /* the n copies of the one head: their gradients add up */
-        for (r = 0; r < B * Tq; r++)
-            for (h = 1; h < n; h++)
-                mhe__axpy(d_att + (size_t)r * HD, 1.0f, d_att + (size_t)r * HD + (size_t)h * dh, dh);
-    if (use_ref)
-        mhe_attn_ref_bwd(&d, &gr, dq, dk, dv, d_att, stats, q, k, v);
-    else
-        mhe__must(mhe_attn_fused_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v));
+    if (!use_ref && mhe__attn_mul_rows(&d)) {
+        mhe__attn_mul_fwd(&d, att, stats, q, k, v);
+        return;
+    }
+    mhe__collab_expand(q, qs, B * Tq, w->mix->data, n, D, work);
+    d.q_shared = 0;
+    d.q_mul = NULL;
+    d.q_stride = n * D;
+    mhe_attn_ref_fwd(&d, att, stats, work, k, v);
+}
+
+#ifndef MHE_NO_TRAIN
+/* the content-bias scores' gradient lands beside dK */
+static void mhe__collab_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                 int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                 const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                                 const float *att, const float *stats, float *work, float *hmap, int use_ref) {
+    const mhe_config *c = &m->cfg;
+    mhe_acts *a = &m->acts;
+    int n = c->n_heads, D = mhe__layer_geom(c, w->kind).q_w;
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    mhe_attn_grads gr;
+    (void)hmap;
+    memset(&gr, 0, sizeof gr);
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    mhe__collab_dims(&d, w, D, k, ks);
+    gr.dk_bias = dk + D;
+    if (!use_ref && mhe__attn_mul_rows(&d)) {
+        gr.map_scratch = a->map_scratch;
+        gr.dq_mul = w->mix->grad;
+        mhe__attn_mul_bwd(&d, &gr, dq, dk, dv, d_att, att, stats, q, k, v);
+        return;
+    }
+    memset(a->d_projx, 0, (size_t)B * Tq * n * D * sizeof(float));
+    d.q_shared = 0;
+    d.q_mul = NULL;
+    d.q_stride = n * D;
+    mhe_attn_ref_bwd(&d, &gr, a->d_projx, dk, dv, d_att, stats, work, k, v);
+    mhe__collab_expand_bwd(a->d_projx, q, dq, qs, B * Tq, w->mix->data, w->mix->grad, n, D);
+}
+#endif /* MHE_NO_TRAIN */
+
+/* chain 2: the core of the sublayer's kind, through its row */
+static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                          int use_ref) {
+    mhe__kind(w->kind)->core_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, work,
+                                 hmap, use_ref);
+}
+
+#ifndef MHE_NO_TRAIN
+static void mhe__attn_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                          int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                          const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                          const float *att, const float *stats, float *work, float *hmap, int use_ref) {
+    mhe__kind(w->kind)->core_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att,
+                                 att, stats, work, hmap, use_ref);
 }
 #endif /* MHE_NO_TRAIN */
 
@@ -7066,6 +7159,52 @@ static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const
     }
 }
 
+/* The sublayers of mlp, fnet and linear (chain 1): none mixes Q, K and V, none
+   can be cross-attention (their rows say why) */
+#define MHE__BRANCH_SETUP                                                                         \
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;                 \
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;                 \
+    int C = m->cfg.d_model, rows = x->B * x->T;                                                   \
+    (void)w, (void)C, (void)rows
+static void mhe__gated_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    MHE__BRANCH_SETUP;
+    MHE__TIMED(MHE_OP_ATTN, mhe__gated_fwd(w, C, mhe_config_mlp_width(&m->cfg), rows, u, aa->proj, aa->att, out));
+}
+#ifndef MHE_NO_TRAIN
+static void mhe__gated_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                  const float *d_out, float *du) {
+    MHE__BRANCH_SETUP;
+    MHE__TIMED(MHE_OP_ATTN, mhe__gated_bwd(w, C, mhe_config_mlp_width(&m->cfg), rows, u, aa->proj, aa->att, d_out,
+                                           m->acts.d_proj, m->acts.d_att, du));
+}
+#endif /* MHE_NO_TRAIN */
+
+static void mhe__fnet_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    MHE__BRANCH_SETUP;
+    MHE__TIMED(MHE_OP_ATTN, mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0));
+}
+#ifndef MHE_NO_TRAIN
+static void mhe__fnet_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 const float *d_out, float *du) {
+    MHE__BRANCH_SETUP;
+    (void)u;
+    MHE__TIMED(MHE_OP_ATTN, mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1));
+}
+#endif /* MHE_NO_TRAIN */
+
+static void mhe__linear_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    MHE__BRANCH_SETUP;
+    MHE__TIMED(MHE_OP_ATTN, mhe__linear_mix_fwd(m, w, x, u, aa->ext, out));
+}
+#ifndef MHE_NO_TRAIN
+static void mhe__linear_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                   const float *d_out, float *du) {
+    MHE__BRANCH_SETUP;
+    MHE__TIMED(MHE_OP_ATTN, mhe__linear_mix_bwd(m, w, x, u, aa->ext, d_out, m->acts.d_att, du));
+}
+#endif /* MHE_NO_TRAIN */
+#undef MHE__BRANCH_SETUP
+
 /* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
 static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {
     int dh = mhe_config_d_head(c);
@@ -7107,87 +7246,87 @@ static void mhe__static_in_bwd(mhe_model *m, const mhe_tensor *nw, const mhe_ten
 }
 #endif /* MHE_NO_TRAIN */
 
-/* the core of the kinds with Q, K and V: Taylor and Non-approximate on their
-   own reference (probabilities) or linear-time paths; the fixed-map and
-   static-embedding kinds on the usual softmax cores */
-static void mhe__decon_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq,
-                                int Tk, int causal, const int *kv_len, const float *q, int qs, const float *k,
-                                int ks, const float *v, int vs, float *att, float *stats, float *ext,
-                                int use_ref) {
+/* the cores of taylor (thesis eq. 4.6) and nonapprox (eq. 4.7-4.8): their own
+   reference paths (probabilities kept) or linear-time ones (taylor's per-block
+   states in work, the kind's ext buffer); the other ch. 4 kinds with Q, K, V
+   run the softmax core */
+static void mhe__taylor_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                 int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                 const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                                 int use_ref) {
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)hmap;
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref)
-            mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
-        else
-            mhe__taylor_lin_fwd(&d, att, stats, q, k, v, ext);
-    } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref)
-            mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
-        else
-            mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
-    } else {
-        mhe__attn_fwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, att, stats, NULL, NULL,
-                      use_ref);
-    }
+    if (use_ref)
+        mhe__taylor_ref_fwd(&d, att, stats, q, k, v);
+    else
+        mhe__taylor_lin_fwd(&d, att, stats, q, k, v, work);
 }
 
 #ifndef MHE_NO_TRAIN
-static void mhe__decon_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
-                                int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                                const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
-                                const float *att, const float *stats, float *ext, int use_ref) {
+static void mhe__taylor_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                 int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                 const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                                 const float *att, const float *stats, float *work, float *hmap, int use_ref) {
     mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)hmap;
     d.q_stride = qs;
     d.k_stride = ks;
     d.v_stride = vs;
-    if (w->kind == MHE_ATTN_TAYLOR) {
-        if (use_ref)
-            mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
-        else
-            mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, ext);
-    } else if (w->kind == MHE_ATTN_NONAPPROX) {
-        if (use_ref)
-            mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-        else
-            mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
-    } else {
-        mhe__attn_bwd(m, w, site, B, Tq, Tk, causal, kv_len, q, qs, k, ks, v, vs, dq, dk, dv, d_att, att,
-                      stats, NULL, NULL, use_ref);
-    }
+    if (use_ref)
+        mhe__taylor_ref_bwd(&d, dq, dk, dv, d_att, stats, q, k, v);
+    else
+        mhe__taylor_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v, work);
 }
 #endif /* MHE_NO_TRAIN */
 
-/* f of an attention sublayer whose kind is one of thesis ch. 4 or FNet:
-   mlp (eq. 4.5), fnet, linear, and the kinds with Q, K, V, whose Q and K come
-   from the input (taylor, nonapprox), the fixed stream (rndemb-qk,
-   fixedseq-qk, eq. 4.10 and 4.12) or the static embeddings (staticemb-qk,
-   eq. 4.13); V always from the input. */
-static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
-                                  float *out) {
+static void mhe__nonapprox_core_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                    int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                    const float *v, int vs, float *att, float *stats, float *work, float *hmap,
+                                    int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)work, (void)hmap;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (use_ref)
+        mhe__nonapprox_ref_fwd(&d, att, stats, q, k, v);
+    else
+        mhe__nonapprox_lin_fwd(&d, att, stats, q, k, v);
+}
+
+#ifndef MHE_NO_TRAIN
+static void mhe__nonapprox_core_bwd(mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
+                                    int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
+                                    const float *v, int vs, float *dq, float *dk, float *dv, float *d_att,
+                                    const float *att, const float *stats, float *work, float *hmap, int use_ref) {
+    mhe_attn_dims d = mhe__attn_dims(m, w, site, B, Tq, Tk, causal, kv_len);
+    (void)work, (void)hmap;
+    d.q_stride = qs;
+    d.k_stride = ks;
+    d.v_stride = vs;
+    if (use_ref)
+        mhe__nonapprox_ref_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+    else
+        mhe__nonapprox_lin_bwd(&d, dq, dk, dv, d_att, att, stats, q, k, v);
+}
+#endif /* MHE_NO_TRAIN */
+
+/* f of an attention sublayer whose kind is one of thesis ch. 4 with Q, K, V,
+   whose Q and K come (the row's qk) from the input (taylor, nonapprox), the
+   fixed stream (rndemb-qk, fixedseq-qk, eq. 4.10 and 4.12) or the static
+   embeddings (staticemb-qk, eq. 4.13); V always from the input. */
+static void mhe__decon_qkv_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
     const mhe_config *c = &m->cfg;
     const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
     mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind,
         site = MHE__SITE_ATT(l, cross);
-    int qs, ks, Tk, causal, b, t;
+    int qs, ks, Tk, causal, b, t, qk = mhe__kind(kind)->qk;
     const int *kv_len;
     const float *q, *k, *v;
-    if (kind == MHE_ATTN_MLP) {
-        mhe__gated_fwd(w, C, g.q_w, rows, u, aa->proj, aa->att, out);
-        return;
-    }
-    if (kind == MHE_ATTN_FNET) {
-        mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0);
-        return;
-    }
-    if (kind == MHE_ATTN_LINEAR) {
-        mhe__linear_mix_fwd(m, w, x, u, aa->ext, out);
-        return;
-    }
     if (!cross) {
         int fixed_qk = mhe__kind_fixed(kind) && !x->fixed;
         if (fixed_qk) { /* Q, K of the fixed stream at this layer, the same for every sequence */
@@ -7197,7 +7336,7 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
                     memcpy(aa->proj + ((size_t)b * x->T + t) * 3 * HD, fp + (size_t)t * 3 * HD,
                            2 * (size_t)HD * sizeof(float));
             mhe__lin_rowsq(aa->proj + 2 * HD, 3 * HD, u, C, w->wv, mhe__opt_data(w->bv), rows, C, HD);
-        } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
+        } else if (qk == MHE__QK_STATIC) { /* Q, K from N(e) (W^Q, W^K adjacent), V from h */
             const float *ne =
                 mhe__static_in(m, m->layers[l].norm1_w, m->layers[l].norm1_b, x->emb, rows, aa->ext);
             mhe__lin_rowsq(aa->proj, 3 * HD, ne, C, w->wq, mhe__opt_data(w->bq), rows, C, 2 * HD);
@@ -7214,7 +7353,7 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         kv_len = x->len;
     } else { /* taylor, staticemb-qk: Q from the decoder, K and V from the source */
         int mrows = x->B * x->Ts;
-        if (kind == MHE_ATTN_STATICEMB_QK) { /* both sides through norm3, the cross sublayer's input norm */
+        if (qk == MHE__QK_STATIC) { /* both sides through norm3, the cross sublayer's input norm */
             const mhe_layer *y = &m->layers[l];
             float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
             mhe__linq(aa->proj, mhe__static_in(m, y->norm3_w, y->norm3_b, x->emb, rows, bq), w->wq,
@@ -7235,43 +7374,30 @@ static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx
         causal = 0;
         kv_len = x->mem_len;
     }
-    mhe__decon_core_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats,
-                        aa->ext, !c->fused_attention);
+    mhe__attn_fwd(m, w, site, x->B, x->T, Tk, causal, kv_len, q, qs, k, ks, v, ks, aa->att, aa->stats, aa->ext, NULL,
+                  !c->fused_attention);
     mhe__linq(out, aa->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
 }
 
 #ifndef MHE_NO_TRAIN
-static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
-                                  const float *d_out, float *du) {
+static void mhe__decon_qkv_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                               const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
     const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
     mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     mhe_acts *a = &m->acts;
-    mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, kind = w->kind,
         site = MHE__SITE_ATT(l, cross);
-    int b, t;
-    if (kind == MHE_ATTN_MLP) {
-        mhe__gated_bwd(w, C, g.q_w, rows, u, aa->proj, aa->att, d_out, a->d_proj, a->d_att, du);
-        return;
-    }
-    if (kind == MHE_ATTN_FNET) {
-        mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1);
-        return;
-    }
-    if (kind == MHE_ATTN_LINEAR) {
-        mhe__linear_mix_bwd(m, w, x, u, aa->ext, d_out, a->d_att, du);
-        return;
-    }
+    int b, t, qk = mhe__kind(kind)->qk;
     memset(a->d_att, 0, (size_t)rows * HD * sizeof(float));
     mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att, w->wo->data, rows, HD, C);
     if (!cross) {
         int fixed_qk = mhe__kind_fixed(kind);
         float *dp = a->d_proj;
         memset(dp, 0, (size_t)rows * 3 * HD * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD,
-                            3 * HD, aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att,
-                            aa->stats, aa->ext, !c->fused_attention);
+        mhe__attn_bwd(m, w, site, x->B, x->T, x->T, x->causal, x->len, aa->proj, 3 * HD, aa->proj + HD, 3 * HD,
+                      aa->proj + 2 * HD, 3 * HD, dp, dp + HD, dp + 2 * HD, a->d_att, aa->att, aa->stats, aa->ext, NULL,
+                      !c->fused_attention);
         if (fixed_qk &&
             !x->fixed) { /* d Q, K go to the fixed stream (summed over the batch), d V to the input */
             float *dqk = m->fixed.d_qk + (size_t)l * m->fixed.T * 2 * HD;
@@ -7287,7 +7413,7 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
             for (t = 0; t < x->T; t++)
                 mhe__axpy(dp + (size_t)t * 3 * HD, 1.0f, dqk + (size_t)t * 2 * HD, 2 * HD);
         }
-        if (kind == MHE_ATTN_STATICEMB_QK) { /* a->scratch (the forward's branch buffer) holds d N(e) */
+        if (qk == MHE__QK_STATIC) { /* a->scratch (the forward's branch buffer) holds d N(e) */
             const mhe_layer *y = &m->layers[l];
             const float *ne = m->cfg.post_norm ? x->emb : aa->ext;
             memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
@@ -7303,10 +7429,9 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
         int mrows = x->B * x->Ts;
         float *dq = a->d_proj, *dkv = dq + (size_t)rows * HD;
         memset(dq, 0, ((size_t)rows * HD + (size_t)mrows * 2 * HD) * sizeof(float));
-        mhe__decon_core_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD,
-                            aa->kv + HD, 2 * HD, dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext,
-                            !c->fused_attention);
-        if (kind == MHE_ATTN_STATICEMB_QK) {
+        mhe__attn_bwd(m, w, site, x->B, x->T, x->Ts, 0, x->mem_len, aa->proj, HD, aa->kv, 2 * HD, aa->kv + HD,
+                      2 * HD, dq, dkv, dkv + HD, a->d_att, aa->att, aa->stats, aa->ext, NULL, !c->fused_attention);
+        if (qk == MHE__QK_STATIC) {
             const mhe_layer *y = &m->layers[l];
             const float *bq = aa->ext, *bk = bq + (size_t)rows * (C + 2);
             memset(a->scratch, 0, (size_t)rows * C * sizeof(float));
@@ -7325,6 +7450,17 @@ static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx
                            2 * HD);
         }
     }
+}
+#endif /* MHE_NO_TRAIN */
+
+/* chain 1 of the ch. 4 kinds with Q, K and V */
+static void mhe__decon_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    MHE__TIMED(MHE_OP_ATTN, mhe__decon_qkv_fwd(m, l, cross, x, u, out));
+}
+#ifndef MHE_NO_TRAIN
+static void mhe__decon_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                  const float *d_out, float *du) {
+    MHE__TIMED(MHE_OP_ATTN, mhe__decon_qkv_bwd(m, l, cross, x, u, d_out, du));
 }
 #endif /* MHE_NO_TRAIN */
 
@@ -7348,10 +7484,26 @@ static mhe_kind_call mhe__user_call(const mhe_model *m, int l, const mhe__ctx *x
     return k;
 }
 
-/* f of an attention sublayer: W^O Attention(u) (self) or W^O Attention(u, mem)
-   (cross: Q from u, K and V from the encoder output) into out [rows, C] */
-static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
-                                 float *out) {
+/* a registered kind's sublayer: its own forward and backward (validation keeps it out of
+   cross-attention; a trainer refuses it without backward) */
+static void mhe__user_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    mhe_kind_call kc = mhe__user_call(m, l, x, m->acts.layer[l].attn.ext);
+    (void)cross;
+    MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(m->layers[l].attn.kind)->forward(&kc, u, out));
+}
+#ifndef MHE_NO_TRAIN
+static void mhe__user_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 const float *d_out, float *du) {
+    mhe_kind_call kc = mhe__user_call(m, l, x, m->acts.layer[l].attn.ext);
+    (void)cross;
+    MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(m->layers[l].attn.kind)->backward(&kc, u, d_out, du));
+}
+#endif /* MHE_NO_TRAIN */
+
+/* f of an attention sublayer of the softmax kinds, MHE and collab: W^O
+   Attention(u) (self) or W^O Attention(u, mem) (cross: Q from u, K and V from
+   the encoder output) into out [rows, C] */
+static void mhe__qkv_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
     const mhe_config *c = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
@@ -7359,15 +7511,6 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
     mhe__geom g = mhe__layer_geom(c, w->kind);
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
-    if (mhe__user_ops(w->kind)) { /* validation keeps registered kinds out of cross-attention */
-        mhe_kind_call kc = mhe__user_call(m, l, x, aa->ext);
-        MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(w->kind)->forward(&kc, u, out));
-        return;
-    }
-    if (mhe_attn_kind_is_decon(w->kind)) {
-        MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_fwd(m, l, cross, x, u, out));
-        return;
-    }
     if (!cross) {
         MHE__TIMED(MHE_OP_QKV, mhe__attn_project(w, &g, C, rows, u, aa->proj));
         mhe__kv_ptrs(&g, aa->proj + g.q_w, g.proj_w, u, C, &k, &ks, &v);
@@ -7386,10 +7529,10 @@ static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx 
 }
 
 #ifndef MHE_NO_TRAIN
-/* backward of mhe__attn_branch_fwd: d_out is the gradient of its output;
+/* backward of mhe__qkv_branch_fwd: d_out is the gradient of its output;
    adds the gradient of u into du (and of the encoder output into d_mem) */
-static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
-                                 const float *d_out, float *du) {
+static void mhe__qkv_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                const float *d_out, float *du) {
     const mhe_config *c = &m->cfg;
     const mhe_layer *y = &m->layers[l];
     const mhe_attn_weights *w = cross ? &y->cross : &y->attn;
@@ -7399,15 +7542,6 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
     int C = c->d_model, HD = c->n_heads * mhe_config_d_head(c), rows = x->B * x->T, ks;
     const float *k, *v;
     float *dk, *dv;
-    if (mhe__user_ops(w->kind)) { /* a trainer refuses a kind without backward */
-        mhe_kind_call kc = mhe__user_call(m, l, x, aa->ext);
-        MHE__TIMED(MHE_OP_ATTN, mhe__user_ops(w->kind)->backward(&kc, u, d_out, du));
-        return;
-    }
-    if (mhe_attn_kind_is_decon(w->kind)) {
-        MHE__TIMED(MHE_OP_ATTN, mhe__decon_branch_bwd(m, l, cross, x, u, d_out, du));
-        return;
-    }
     MHE__TIMED(MHE_OP_ZERO, memset(a->d_att, 0, (size_t)rows * HD * sizeof(float)));
     MHE__TIMED(MHE_OP_WO, mhe_linear_bwd(a->d_att, w->wo->grad, mhe__opt_grad(w->bo), d_out, aa->att,
                                          w->wo->data, rows, HD, C));
@@ -7420,7 +7554,7 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
                                               aa->proj, g.proj_w, k, ks, v, ks, a->d_proj, dk, dv, a->d_att,
                                               aa->att, aa->stats, aa->projx, aa->hmap,
                                               mhe__attn_uses_probs(c, w->kind));
-                   mhe__collab_vbias_bwd(w, a->d_proj + g.q_w + g.k_w, g.proj_w, rows));
+                   mhe__collab_vbias_bwd(w, &g, a->d_proj + g.q_w + g.k_w, g.proj_w, rows));
         MHE__TIMED(MHE_OP_QKV, mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), a->d_proj, u, w->wq->data,
                                               rows, C, g.proj_w));
     } else {
@@ -7433,12 +7567,26 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
         MHE__TIMED(MHE_OP_ATTN, mhe__attn_bwd(m, w, MHE__SITE_ATT(l, 1), x->B, x->T, x->Ts, 0, x->mem_len,
                                               aa->proj, g.q_w, k, ks, v, ks, dq, dk, dv, a->d_att, aa->att,
                                               aa->stats, aa->projx, aa->hmap, mhe__attn_uses_probs(c, w->kind));
-                   mhe__collab_vbias_bwd(w, dkv + g.k_w, kvw, mrows));
+                   mhe__collab_vbias_bwd(w, &g, dkv + g.k_w, kvw, mrows));
         MHE__TIMED(MHE_OP_QKV, mhe_linear_bwd(du, w->wq->grad, mhe__opt_grad(w->bq), dq, u, w->wq->data, rows, C,
                                               g.q_w);
                    if (g.k_w) mhe_linear_bwd(x->d_mem, w->wk->grad, mhe__opt_grad(w->bk), dkv, x->mem,
                                              w->wk->data, mrows, C, kvw));
     }
+}
+#endif /* MHE_NO_TRAIN */
+
+/* chain 1: the sublayer f(u) of block l's self- (cross = 0) or cross-attention, through its kind's row */
+static void mhe__attn_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
+    const mhe_layer *y = &m->layers[l];
+    mhe__kind(cross ? y->cross.kind : y->attn.kind)->branch_fwd(m, l, cross, x, u, out);
+}
+
+#ifndef MHE_NO_TRAIN
+static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
+                                 const float *d_out, float *du) {
+    const mhe_layer *y = &m->layers[l];
+    mhe__kind(cross ? y->cross.kind : y->attn.kind)->branch_bwd(m, l, cross, x, u, d_out, du);
 }
 #endif /* MHE_NO_TRAIN */
 
@@ -7534,10 +7682,6 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
     const mhe_attn_weights *w = &y->attn;
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, kind = w->kind, h, i, f;
     float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att, *phi = d->phi;
-    if (kind == MHE_ATTN_MLP) {
-        mhe__gated_fwd(w, C, mhe_config_mlp_width(cfg), 1, u, proj, att, d->branch);
-        return;
-    }
     if (mhe__kind_fixed(kind)) {
         size_t tri = (size_t)c->max_len * (c->max_len + 1) / 2;
         float *vrow = c->v[l] + (size_t)pos * HD;
@@ -7548,7 +7692,7 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
             for (i = 0; i <= pos; i++)
                 mhe__axpy(att + (size_t)h * dh, row[i], c->v[l] + (size_t)i * HD + (size_t)h * dh, dh);
         }
-    } else if (kind == MHE_ATTN_STATICEMB_QK) { /* Q, K from N1(e), as in training */
+    } else if (mhe__kind(kind)->qk == MHE__QK_STATIC) { /* Q, K from N1(e), as in training */
         const float *ne = mhe__static_in(m, y->norm1_w, y->norm1_b, d->emb, 1, d->emb_norm);
         mhe__linq(proj, ne, w->wq, mhe__opt_data(w->bq), 1, C, 2 * HD);
         mhe__linq(proj + 2 * HD, u, w->wv, mhe__opt_data(w->bv), 1, C, HD);
@@ -7561,7 +7705,7 @@ static void mhe__decon_decode(mhe_model *m, mhe_kv_cache *c, int l, int pos, con
         for (h = 0; h < n; h++) {
             const float *q = proj + (size_t)h * dh, *k = q + HD, *v = q + 2 * HD;
             float *o = att + (size_t)h * dh;
-            if (kind == MHE_ATTN_TAYLOR) {
+            if (mhe__kind(kind)->cache == MHE__CACHE_TAYLOR) {
                 int F = mhe__taylor_features(dh);
                 float *S = c->state[l] + (size_t)h * ((size_t)F * dh + F), *z = S + (size_t)F * dh,
                       a = sqrtf(scale), den = 0;
@@ -7610,7 +7754,7 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
     int C = cfg->d_model, n = cfg->n_heads, dh = mhe_config_d_head(cfg), HD = n * dh, h, j,
         W = c->cross_width[l];
     float scale = 1.0f / sqrtf((float)dh), *proj = d->proj, *att = d->att;
-    if (w->kind == MHE_ATTN_STATICEMB_QK) { /* Q from N3(e), as in training */
+    if (mhe__kind(w->kind)->qk == MHE__QK_STATIC) { /* Q from N3(e), as in training */
         const float *ne = mhe__static_in(m, y->norm3_w, y->norm3_b, d->emb, 1, d->emb_norm);
         mhe__linq(proj, ne, w->wq, mhe__opt_data(w->bq), 1, C, HD);
         mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, proj, HD, c->cross[l], W,
@@ -7634,35 +7778,18 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
     mhe__linq(d->branch, att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
 
-/* One token through attention sublayer k (0 self, 1 cross) of block l into
-   d->branch: projections as in training (mhe__attn_project), this token's
-   K (or the input, for el-att) and V appended to the cache, then the same
-   core as training (mhe__attn_fwd) over the cached keys. */
-static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
-                                    mhe__decode_buf *d) {
+/* One token through sublayer k (0 self, 1 cross) of block l of a softmax
+   kind, MHE or collab, into d->branch: projections as in training
+   (mhe__attn_project), this token's K (or the input, for el-att) and V
+   appended to the cache, then the same core as training (mhe__attn_fwd)
+   over the cached keys. */
+static void mhe__qkv_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                   mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
     const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
     mhe__geom g = mhe__layer_geom(cfg, w->kind);
     int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
     const float *kp, *vp;
-    if (mhe__user_ops(w->kind)) { /* its rows in the K cache, its scratch in the state (kv_cache_init checked decode) */
-        mhe_kind_call kc;
-        mhe__ctx one;
-        memset(&one, 0, sizeof one);
-        one.B = one.T = 1;
-        one.causal = 1;
-        kc = mhe__user_call(m, l, &one, c->state[l]);
-        kc.scratch = NULL;
-        mhe__user_ops(w->kind)->decode(&kc, c->k[l], pos, u, d->branch);
-        return;
-    }
-    if (mhe_attn_kind_is_decon(w->kind)) {
-        if (k)
-            mhe__decon_decode_cross(m, c, l, u, d);
-        else
-            mhe__decon_decode(m, c, l, pos, u, d);
-        return;
-    }
     if (!k) {
         int kw = c->k_width[l], vw = c->v_width[l];
         mhe__attn_project(w, &g, C, 1, u, d->proj);
@@ -7679,6 +7806,198 @@ static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k,
     }
     mhe__linq(d->branch, d->att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
+
+/* one token through the other families' sublayers: the ch. 4 kinds with Q, K,
+   V (self or cross), mlp (no memory of earlier tokens), a registered kind (its
+   rows in the K cache, its scratch in the state; mhe_kv_cache_init checked it
+   has decode) */
+static void mhe__decon_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                     mhe__decode_buf *d) {
+    if (k)
+        mhe__decon_decode_cross(m, c, l, u, d);
+    else
+        mhe__decon_decode(m, c, l, pos, u, d);
+}
+
+static void mhe__gated_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                     mhe__decode_buf *d) {
+    (void)c, (void)k, (void)pos;
+    mhe__gated_fwd(&m->layers[l].attn, m->cfg.d_model, mhe_config_mlp_width(&m->cfg), 1, u, d->proj, d->att,
+                   d->branch);
+}
+
+static void mhe__user_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                    mhe__decode_buf *d) {
+    mhe_kind_call kc;
+    mhe__ctx one;
+    (void)k;
+    memset(&one, 0, sizeof one);
+    one.B = one.T = 1;
+    one.causal = 1;
+    kc = mhe__user_call(m, l, &one, c->state[l]);
+    kc.scratch = NULL;
+    mhe__user_ops(m->layers[l].attn.kind)->decode(&kc, c->k[l], pos, u, d->branch);
+}
+
+/* chain 3: one token through attention sublayer k (0 self, 1 cross) of block l, through its kind's row */
+static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+                                    mhe__decode_buf *d) {
+    const mhe_layer *y = &m->layers[l];
+    mhe__kind(k ? y->cross.kind : y->attn.kind)->decode(m, c, l, k, pos, u, d);
+}
+
+/* ---- 5.11 the kind table: one row per kind --------------------------------- */
+
+/* Each row: the facts (name, source, family, what decoding keeps, causal,
+   encoder-decoder, why not cross-attention, a fast path, tensors, own
+   buffer, q8 tensors, where Q and K come from), then its functions: geometry,
+   check, count, layout, core forward and backward (chain 2), sublayer forward
+   and backward (chain 1), decoding (chain 3). A new kind in an existing family
+   is a new enum value, a row, and its geometry function (a check if it refuses
+   configs). A row is also what mhe_attn_kind_register builds for a program's kind. */
+#ifdef MHE_NO_TRAIN
+#define MHE__TRAIN(f) NULL
+#else
+#define MHE__TRAIN(f) f
+#endif
+static const mhe__kind_info mhe__kinds[MHE_ATTN_KIND_COUNT] = {
+    { "mha", "Vaswani et al. 2017, eq. 1; MHE paper eq. 1-2", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "sha", "MHE paper Table 1: one head, repeated into W^O", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_sha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "mqa", "Shazeer 2019", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] wk wv [d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mqa, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "gqa", "Ainslie et al. 2023", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] wk wv [kv_groups d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_gqa, mhe__check_gqa, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "skv", "Kitaev et al. 2020: one projection per head as both K and V", MHE__FAM_SOFTMAX, MHE__CACHE_KV,
+      1, 1, NULL, 1,
+      "wq wkv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wkv wo",
+      MHE__QK_INPUT, mhe__geom_skv, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "el-att", "Yan et al. 2021: K = V = the input", MHE__FAM_SOFTMAX, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq [n d_h, C] [bias] wo", MHE__EXT_NONE, "wq wo",
+      MHE__QK_INPUT, mhe__geom_el_att, mhe__check_el_att, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "mhe-add", "MHE paper eq. 5-6, psi(A, e) = A + e", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mhe_add, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__mhe_core_fwd, MHE__TRAIN(mhe__mhe_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "mhe-mul", "MHE paper eq. 5-6, psi(A, e) = A * (1 + e)", MHE__FAM_MHE, MHE__CACHE_KV, 1, 1, NULL, 1,
+      "wq wk wv [d_h, C] [biases] eq ek ev [n, d_h] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mhe_mul, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__mhe_core_fwd, MHE__TRAIN(mhe__mhe_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+    { "mlp", "thesis eq. 4.4-4.5: down(SiLU(gate x) * up x)", MHE__FAM_GATED, MHE__CACHE_NONE, 1, 1,
+      "it mixes no tokens, so it would ignore the source", 0, "gate up [F, C] [biases] down [C, F]", MHE__EXT_NONE,
+      "gate up down",
+      MHE__QK_INPUT, mhe__geom_mlp, NULL, mhe__count_gated, mhe__layout_gated,
+      NULL, NULL, mhe__gated_branch_fwd, MHE__TRAIN(mhe__gated_branch_bwd), mhe__gated_branch_decode },
+    { "taylor", "thesis eq. 4.6; Arora et al. 2024: exp(s) ~ 1 + s + s^2/2", MHE__FAM_DECON_QKV,
+      MHE__CACHE_TAYLOR, 1, 1,
+      NULL, 1, "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_TAYLOR, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__taylor_core_fwd, MHE__TRAIN(mhe__taylor_core_bwd), mhe__decon_branch_fwd, MHE__TRAIN(mhe__decon_branch_bwd), mhe__decon_branch_decode },
+    { "nonapprox", "thesis eq. 4.7-4.8: softmax over time of SiLU(Q) * K", MHE__FAM_DECON_QKV,
+      MHE__CACHE_SCAN, 1, 1,
+      "it scores each position by its own query and key, which a decoder and a source do not share", 1,
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_INPUT, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__nonapprox_core_fwd, MHE__TRAIN(mhe__nonapprox_core_bwd), mhe__decon_branch_fwd, MHE__TRAIN(mhe__decon_branch_bwd), mhe__decon_branch_decode },
+    { "rndemb-qk", "thesis eq. 4.9-4.10: Q, K from fixed random inputs", MHE__FAM_DECON_QKV,
+      MHE__CACHE_MAPS, 1, 0,
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
+      MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_RANDOM, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__decon_branch_fwd, MHE__TRAIN(mhe__decon_branch_bwd), mhe__decon_branch_decode },
+    { "fixedseq-qk", "thesis eq. 4.11-4.12: Q, K from a fixed token sequence", MHE__FAM_DECON_QKV,
+      MHE__CACHE_MAPS, 1, 0,
+      "its fixed stream runs through decoder or encoder models only", 0, "wq wk wv [n d_h, C] [biases] wo",
+      MHE__EXT_NONE, "wq wk wv wo",
+      MHE__QK_SEQUENCE, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__decon_branch_fwd, MHE__TRAIN(mhe__decon_branch_bwd), mhe__decon_branch_decode },
+    { "staticemb-qk", "thesis eq. 4.13: Q, K from the static embeddings", MHE__FAM_DECON_QKV, MHE__CACHE_KV,
+      1, 1, NULL, 1,
+      "wq wk wv [n d_h, C] [biases] wo", MHE__EXT_STATIC, "wq wk wv wo",
+      MHE__QK_STATIC, mhe__geom_mha, NULL, mhe__count_qkv, mhe__layout_qkv,
+      mhe__softmax_core_fwd, MHE__TRAIN(mhe__softmax_core_bwd), mhe__decon_branch_fwd, MHE__TRAIN(mhe__decon_branch_bwd), mhe__decon_branch_decode },
+    { "fnet", "Lee-Thorp et al. 2022: Re(F_L X F_C)", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
+      "it mixes one sequence with itself", 0, "(none)", MHE__EXT_DFT, "(none)",
+      MHE__QK_INPUT, mhe__geom_mixing, NULL, NULL, NULL,
+      NULL, NULL, mhe__fnet_branch_fwd, MHE__TRAIN(mhe__fnet_branch_bwd), NULL },
+    { "linear", "Lee-Thorp et al. 2022: W_seq X W_hidden^T", MHE__FAM_MIXING, MHE__CACHE_NONE, 0, 1,
+      "it mixes one sequence with itself", 0, "hidden [C, C] seq [max_seq_len, max_seq_len]", MHE__EXT_MIX,
+      "hidden",
+      MHE__QK_INPUT, mhe__geom_mixing, NULL, mhe__count_linear, mhe__layout_linear,
+      NULL, NULL, mhe__linear_branch_fwd, MHE__TRAIN(mhe__linear_branch_bwd), NULL },
+    { "collab", "Cordonnier et al. 2020, eq. 13 (reparametrised from mha by eq. 12)", MHE__FAM_COLLAB,
+      MHE__CACHE_KV, 1, 1,
+      NULL, 1, "wq wk [D~, C] content_bias [n, C] wv [n d_h, C] [wv.bias] mixing [n, D~] wo", MHE__EXT_NONE,
+      "wq wk content_bias wv wo",
+      MHE__QK_INPUT, mhe__geom_collab, mhe__check_collab, mhe__count_collab, mhe__layout_collab,
+      mhe__collab_core_fwd, MHE__TRAIN(mhe__collab_core_bwd), mhe__qkv_branch_fwd, MHE__TRAIN(mhe__qkv_branch_bwd), mhe__qkv_branch_decode },
+};
+
+/* the row of a kind registered from outside: its ops run through these */
+static const mhe__kind_info mhe__user_row = {
+    NULL, NULL, MHE__FAM_USER, MHE__CACHE_USER, 0, 1, "it is a registered kind, which runs as self-attention only", 0,
+    "(its own, declared by its tensors function)", MHE__EXT_USER, "(none)",
+    MHE__QK_INPUT, mhe__geom_user, mhe__check_user, mhe__count_user, mhe__layout_user,
+    NULL, NULL, mhe__user_branch_fwd, MHE__TRAIN(mhe__user_branch_bwd), mhe__user_branch_decode };
+#undef MHE__TRAIN
+
+static const mhe__kind_info *mhe__kind(int kind) {
+    MHE_ASSERT(mhe__kind_valid(kind)); /* configs are validated first */
+    if (kind >= MHE_ATTN_KIND_COUNT) return &mhe__user_kinds[kind - MHE_ATTN_KIND_COUNT].info;
+    return mhe__kinds + (size_t)kind;   /* size_t: mingw gcc 12 warns (-Warray-bounds) on an int index */
+}
+
+MHEDEF int mhe_attn_kind_register(const mhe_attn_kind_ops *ops, char *err) {
+    mhe__user_kind *u;
+    const char *p;
+    if (!ops || !ops->name || !ops->forward || !ops->tensors) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: a kind needs a name, tensors and forward");
+        return -1;
+    }
+    for (p = ops->name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+              *p == '_'))
+            break;
+    if (*p || p == ops->name || p - ops->name > 24) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind name '%s' must be 1 to 24 letters, digits, '-' or '_'",
+                  ops->name);
+        return -1;
+    }
+    if (mhe_attn_kind_from_name(ops->name) >= 0) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s' exists already", ops->name);
+        return -1;
+    }
+    if ((ops->decode != NULL) != (ops->cache_floats != NULL)) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: kind '%s': decode and cache_floats come together",
+                  ops->name);
+        return -1;
+    }
+    if (mhe__n_user_kinds == MHE_MAX_REGISTERED_KINDS) {
+        mhe__fail(err, MHE_ERR_ARG, "mhe_attn_kind_register: %d kinds registered already (MHE_MAX_REGISTERED_KINDS)",
+                  MHE_MAX_REGISTERED_KINDS);
+        return -1;
+    }
+    u = &mhe__user_kinds[mhe__n_user_kinds];
+    memset(u, 0, sizeof *u);
+    u->ops = *ops;
+    u->info = mhe__user_row;
+    u->info.name = ops->name;
+    u->info.source = ops->source ? ops->source : "registered by the program";
+    u->info.causal = ops->causal != 0;
+    return MHE_ATTN_KIND_COUNT + mhe__n_user_kinds++;
+}
+
 
 /* ---- 6. embeddings: hashing ------------------------------------------------ */
 
@@ -9307,8 +9626,8 @@ static mhe_status mhe__check_decon(const mhe_config *c, char *err) {
         if (!mhe__kind(k)->encdec && c->arch == MHE_ARCH_ENCDEC)
             return mhe__fail(err, MHE_ERR_CONFIG, "%s %d is %s: its fixed stream runs through decoder or encoder models "
                              "(arch=decoder|encoder), not encdec", where, l, mhe_attn_kind_name(k));
-        rnd |= k == MHE_ATTN_RNDEMB_QK;
-        seq |= k == MHE_ATTN_FIXEDSEQ_QK;
+        rnd |= mhe__kind(k)->qk == MHE__QK_RANDOM;
+        seq |= mhe__kind(k)->qk == MHE__QK_SEQUENCE;
     }
     for (i = 0; E && i < c->n_layers; i++) {
         int k = c->cross_attn[i];
@@ -9335,6 +9654,14 @@ static int mhe__has_kind(const mhe_config *c, int kind) {
     for (l = 0; l < c->n_layers && l < MHE_MAX_LAYERS; l++)
         if (mhe_config_layer_kind(c, l) == kind || (E && c->cross_attn[l] == kind)) return 1;
     for (l = 0; l < E && l < MHE_MAX_LAYERS; l++) if (c->enc_attn[l] == kind) return 1;
+    return 0;
+}
+
+/* 1 when a layer's Q and K come from the fixed stream (rndemb-qk, fixedseq-qk) */
+static int mhe__has_fixed_stream(const mhe_config *c) {
+    int k;
+    for (k = 0; k < mhe_attn_kind_count(); k++)
+        if (mhe__kind_fixed(k) && mhe__has_kind(c, k)) return 1;
     return 0;
 }
 
@@ -9393,7 +9720,7 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     if ((c->emb_norm || c->type_vocab) && c->arch == MHE_ARCH_ENCDEC)
         return mhe__fail(err, MHE_ERR_CONFIG, "%s: the embedding norm and token types are for arch=decoder or encoder, not encdec",
                          c->emb_norm ? "emb_norm=1" : "type_vocab");
-    if ((c->emb_norm || c->type_vocab) && (mhe__has_kind(c, MHE_ATTN_RNDEMB_QK) || mhe__has_kind(c, MHE_ATTN_FIXEDSEQ_QK)))
+    if ((c->emb_norm || c->type_vocab) && mhe__has_fixed_stream(c))
         return mhe__fail(err, MHE_ERR_CONFIG, "%s: the fixed stream of rndemb-qk and fixedseq-qk layers embeds without them",
                          c->emb_norm ? "emb_norm=1" : "type_vocab");
     if ((c->head_transform || c->head_bias) && (c->token_head != MHE_HEAD_LM || c->arch == MHE_ARCH_ENCDEC))
@@ -9413,8 +9740,7 @@ MHEDEF mhe_status mhe_config_validate(const mhe_config *c, char *err) {
     if ((st = mhe__check_embedding(c, err)) != MHE_OK) return st;
     /* every GEMM dimension must fit an int and every tensor a size_t */
     if ((int64_t)c->n_heads * dh > 1048576 || (int64_t)c->vocab_size * c->d_model > ((int64_t)1 << 31) - 1 ||
-        (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1 ||
-        (mhe__has_kind(c, MHE_ATTN_COLLAB) && ((int64_t)mhe_config_collab_dim(c) + c->n_heads) * c->d_model > ((int64_t)1 << 31) - 1))
+        (int64_t)c->max_seq_len * c->d_model > ((int64_t)1 << 31) - 1 || (int64_t)mhe_config_d_ff(c) * c->d_model > ((int64_t)1 << 31) - 1)
         return mhe__fail(err, MHE_ERR_OVERFLOW, "model too large: a tensor would exceed 2^31 elements");
     return MHE_OK;
 }
@@ -9580,14 +9906,14 @@ static mhe_status mhe__fixed_init(mhe_model *m) {
     f->kind = -1; f->top = 0;
     for (l = 0; l < c->n_layers && c->arch != MHE_ARCH_ENCDEC; l++)
         if (mhe__kind_fixed(c->attn[l])) { f->kind = c->attn[l]; f->top = l + 1; }
-    if (f->kind == MHE_ATTN_RNDEMB_QK) {
+    if (f->kind >= 0 && mhe__kind(f->kind)->qk == MHE__QK_RANDOM) {
         mhe_rng r;
         float sd = c->fixed_std >= 0 ? c->fixed_std : c->init_std;
         f->eps = (float *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * C * sizeof(float));
         if (!f->eps) goto nomem;
         mhe_rng_seed(&r, c->fixed_seed);
         mhe__fill_normal(f->eps, (int64_t)c->max_seq_len * C, sd, &r);
-    } else if (f->kind == MHE_ATTN_FIXEDSEQ_QK) {   /* validated: 1 <= len <= max_seq_len */
+    } else if (f->kind >= 0 && mhe__kind(f->kind)->qk == MHE__QK_SEQUENCE) {   /* validated: 1 <= len <= max_seq_len */
         int tok[MHE_FIXED_SEQ_MAX], len = mhe__fixed_seq_tokens(c, tok, NULL), i;
         f->tokens = (int *)MHE_MALLOC(m->alloc_ctx, (size_t)c->max_seq_len * sizeof(int));
         if (!f->tokens) goto nomem;
@@ -10452,16 +10778,16 @@ static size_t mhe__acts_layout(mhe_model *m, int B, int T, int Ts, unsigned char
             if (w && g.k_w) MHE__A(aa->kv, kv_rows * (g.k_w + g.v_w));
             ref = mhe__attn_uses_probs(c, aw->kind);
             if (g.mhe && ref) { MHE__A(aa->projx, (rows + 2 * kv_rows) * HD); any_ref = 1; if (3 * HD > max_projx) max_projx = 3 * HD; }
-            if (aw->kind == MHE_ATTN_COLLAB) {   /* the reference path's Q_i = Q~ * m_i; the stacked backward's M gradients */
+            if (g.shared_q) {   /* collab: the reference path's Q_i = Q~ * m_i; the stacked backward's M gradients */
                 if (ref) { MHE__A(aa->projx, rows * n * g.q_w); any_ref = 1; if (n * g.q_w > max_projx) max_projx = n * g.q_w; }
                 if (n * ((double)g.q_w + dh) > max_scratch) max_scratch = n * ((double)g.q_w + dh);
             }
-            if (aw->kind == MHE_ATTN_MHE_MUL) MHE__A(aa->hmap, 2 * HD);
+            if (g.mul) MHE__A(aa->hmap, 2 * HD);
             if (g.att_w > max_att) max_att = g.att_w;
             MHE__A(aa->att, rows * g.att_w);
             MHE__A(aa->stats, ref ? B * n * Tq * Tk : B * n * Tq);
             if ((ext = mhe__ext_floats(c, aw->kind, B, (int)Tq, (int)Tk, w, c->fused_attention)) > 0) MHE__A(aa->ext, ext);
-            any_static |= aw->kind == MHE_ATTN_STATICEMB_QK;
+            any_static |= mhe__kind(aw->kind)->qk == MHE__QK_STATIC;
         }
         MHE__A(la->fc1, rows * F); MHE__A(la->act, rows * F);
     }
@@ -10820,7 +11146,7 @@ static mhe_status mhe__fixed_fwd(mhe_model *m, int T, int causal) {
     if ((st = mhe__fixed_reserve(m, T)) != MHE_OK) return st;
     keep = m->acts; m->acts = f->acts; m->training = 0;
     outer = mhe_scratch_bind(&m->acts.kernel);   /* now the fixed stream's */
-    if (f->kind == MHE_ATTN_RNDEMB_QK) memcpy(m->acts.emb, f->eps, (size_t)T * C * sizeof(float));
+    if (mhe__kind(f->kind)->qk == MHE__QK_RANDOM) memcpy(m->acts.emb, f->eps, (size_t)T * C * sizeof(float));
     else
         for (t = 0; t < T; t++) {
             mhe__q8_gather(m->acts.emb + (size_t)t * C, m->tok_emb, f->tokens + t, 1, C);
@@ -10853,7 +11179,7 @@ static void mhe__fixed_bwd(mhe_model *m) {
     mhe__fixed_ctx(m, T, m->cfg.arch != MHE_ARCH_ENCODER, &x);
     mhe__stack_bwd(m, 0, f->top, &x);
     if (m->acts.d_emb) mhe__axpy(m->acts.d_h, 1.0f, m->acts.d_emb, (int)n);
-    if (f->kind == MHE_ATTN_FIXEDSEQ_QK) {
+    if (mhe__kind(f->kind)->qk == MHE__QK_SEQUENCE) {
         mhe_embedding_bwd(m->tok_emb->grad, m->acts.d_h, f->tokens, T, C);
         for (t = 0; t < T; t++) mhe__axpy(m->pos_emb->grad + (size_t)t * C, 1.0f, m->acts.d_h + (size_t)t * C, C);
     }
@@ -17477,7 +17803,7 @@ MHEDEF void mhe_indicators_free(mhe_indicators *ind) {
 static const float *mhe__layer_map(const mhe_model *m, int l, int b, int h, const float *identity) {
     const mhe_layer *y = &m->layers[l];
     int T = m->last_T, nh;
-    if (y->attn.kind == MHE_ATTN_MLP) return identity;
+    if (mhe__kind_identity_map(y->attn.kind)) return identity;
     if (!mhe__kind_has_map(y->attn.kind) || m->cfg.fused_attention) return NULL;
     nh = mhe__layer_geom(&m->cfg, y->attn.kind).core_q_heads;
     if (h >= nh) h = nh - 1;
@@ -17504,7 +17830,7 @@ MHEDEF int mhe_attn_probs(mhe_model *m, int layer, int head, float *probs) {
     const float *A;
     if (!m || !probs || layer < 0 || layer >= m->cfg.n_layers || head < 0 || head >= m->cfg.n_heads || m->last_T < 1) return 0;
     E = mhe__n_enc(&m->cfg); T = m->last_T;
-    if (m->layers[E + layer].attn.kind == MHE_ATTN_MLP) {
+    if (mhe__kind_identity_map(m->layers[E + layer].attn.kind)) {
         memset(probs, 0, (size_t)T * T * sizeof(float));
         for (t = 0; t < T; t++) probs[(size_t)t * T + t] = 1.0f;
         return 1;
@@ -17576,7 +17902,7 @@ MHEDEF mhe_status mhe_indicators_eval(mhe_model *m, const int *data, size_t n, i
                     mhe_attn_map_indicators(mhe__layer_map(m, l, b, h, identity), T, T, causal, ind);
                     for (i = 0; i < MHE_IND_COUNT; i++) acc[i] += ind[i];
                 }
-                if (m->layers[l].attn.kind == MHE_ATTN_MLP || mhe__layer_geom(c, m->layers[l].attn.kind).core_q_heads == 1) hd = 0;
+                if (mhe__kind_identity_map(m->layers[l].attn.kind) || mhe__layer_geom(c, m->layers[l].attn.kind).core_q_heads == 1) hd = 0;
                 else hd = mhe_attn_headdiv(mhe__layer_map(m, l, b, 0, identity), nh, (size_t)T * T, T, T, causal);
                 out->v[((size_t)l * (nh + 1) + nh) * MHE_IND_COUNT + MHE_IND_HEADDIV] += hd;
             }
@@ -17791,7 +18117,7 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_attn_weights *w = &m->layers[l].cross;
         mhe__geom g = mhe__layer_geom(cfg, w->kind);
-        if (w->kind == MHE_ATTN_STATICEMB_QK) {   /* K from the source's static embeddings (through norm3), V from the encoder output */
+        if (mhe__kind(w->kind)->qk == MHE__QK_STATIC) {   /* K from the source's static embeddings (through norm3), V from the encoder output */
             const float *ne = m->cfg.post_norm ? m->acts.src_emb
                             : mhe__static_in(m, m->layers[l].norm3_w, m->layers[l].norm3_b, m->acts.src_emb, Ts, m->acts.layer[l].cross.ext);
             mhe__lin_rowsq(c->cross[l], g.k_w + g.v_w, ne, cfg->d_model, w->wk, mhe__opt_data(w->bk), Ts, cfg->d_model, g.k_w);
@@ -17955,7 +18281,7 @@ static void mhe__cross_kv(const mhe_attn_weights *w, const mhe__geom *g, int C, 
                           float *kv);
 static void mhe__attn_fwd(const mhe_model *m, const mhe_attn_weights *w, int site, int B, int Tq, int Tk,
                           int causal, const int *kv_len, const float *q, int qs, const float *k, int ks,
-                          const float *v, int vs, float *att, float *stats, float *projx, float *hmap,
+                          const float *v, int vs, float *att, float *stats, float *work, float *hmap,
                           int use_ref);
 static void mhe__gated_fwd(const mhe_attn_weights *w, int C, int F, int rows, const float *u, float *proj,
                            float *att, float *out);

@@ -8,14 +8,13 @@
    tau_h with g_h = g0 exp(tau_h), tau starting at 0 (g stays positive).
    The file defines its tensors, forward, backward and decoding step, and
    registers them (mhe_attn_kind_register); then attn=qknorm works as any
-   built-in kind. main() trains it and mha on the bundled corpus for the same
-   steps and compares validation losses:
-
-     make build/examples/my_attention && build/examples/my_attention [steps]
-
-   tests/test_my_attention.c includes this file (MY_ATTENTION_NO_MAIN) and
-   checks its gradients against finite differences and its decoding against
-   the forward pass. */
+   built-in kind. main() compares it with mha on the bundled corpus, 3 seeds
+   each, through the study of `mhe compare` (tools/cli/mhe_compare.h):
+     build/examples/my_attention [--steps N] [--seeds N] [--out DIR]
+   tests/test_my_attention.c checks the kind (MY_ATTENTION_NO_MAIN: no main). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, for the study's timings */
+#endif
 #define MHE_IMPLEMENTATION
 #include "../mhe.h"
 #include <math.h>
@@ -209,67 +208,39 @@ static const mhe_attn_kind_ops qknorm_ops = {
     qk_act_floats, qk_scratch_floats, qk_forward, qk_backward, qk_cache_floats, qk_decode_floats, qk_decode};
 
 #ifndef MY_ATTENTION_NO_MAIN
-/* the same model and steps with attn=KIND; its validation loss, or NAN */
-static float train_kind(const char *kind, int steps, const int *train, size_t nt, const int *valid, size_t nv,
-                        const char *save) {
-    const char *base = "vocab_size=256\nd_model=128\nn_heads=4\nn_layers=4\nmax_seq_len=128\n";
-    mhe_config c = mhe_config_default();
-    mhe_train_config tc = mhe_train_config_default();
-    mhe_model m;
-    mhe_trainer t;
-    char err[MHE_ERR_LEN];
-    float v = NAN;
-    int s;
-    if (mhe_config_parse(&c, base, strlen(base), err) != MHE_OK || mhe_config_set(&c, "attn", kind, err) != MHE_OK) {
-        fprintf(stderr, "%s\n", err);
-        return NAN;
-    }
-    tc.steps = steps, tc.batch = 16, tc.seq_len = 128, tc.lr = 1e-3f, tc.warmup = steps / 10, tc.seed = 3;
-    if (mhe_model_init(&m, &c, 7, NULL) != MHE_OK || mhe_trainer_init(&t, &m, &tc) != MHE_OK) {
-        fprintf(stderr, "%s: %s%s\n", kind, m.err, t.err);
-        return NAN;
-    }
-    for (s = 0; s < steps; s++)
-        if (mhe_trainer_step(&t, train, nt) != MHE_OK) {
-            fprintf(stderr, "%s: step %d: %s\n", kind, s, t.err);
-            break;
-        }
-    if (s == steps && mhe_evaluate(&m, valid, nv, 16, 128, 8, &v) != MHE_OK) v = NAN;
-    printf("| %s | %lld | %lld | %.4f | %.3f |\n", kind, (long long)m.n_params,
-           (long long)mhe_attn_param_count(&c, c.attn[0], 1, c.bias) * c.n_layers, t.last_loss, v);
-    if (save && mhe_checkpoint_save(&m, &t, save) != MHE_OK) fprintf(stderr, "%s: %s\n", save, m.err);
-    mhe_trainer_free(&t);
-    mhe_model_free(&m);
-    return v;
-}
+/* the kind against mha as `mhe compare` compares kinds: seeds, statistics, claims, plots */
+#include "../tools/cli/mhe_plots.h"
+#include "../tools/cli/mhe_clock.h"
+#include "../tools/cli/mhe_compare.h"
 
 int main(int argc, char **argv) {
-    int steps = argc > 1 ? atoi(argv[1]) : 300, kind;
-    int *train, *valid;
-    size_t nt, nv;
-    char err[MHE_ERR_LEN];
-    float vq, vm;
-    if (steps < 1) {
-        fprintf(stderr, "usage: my_attention [steps >= 1]\n");
+    const char *model = "vocab_size=256\nd_model=64\nn_heads=4\nn_layers=2\nmax_seq_len=64\n";
+    compare_opts o;
+    char err[MHE_ERR_LEN], *end;
+    int i;
+    memset(&o, 0, sizeof o);
+    o.cfg = mhe_config_default(), o.tc = mhe_train_config_default();
+    o.task = COMPARE_LM, o.data = "examples/data/train.txt", o.valid = "examples/data/valid.txt", o.out = "build/my_attention";
+    o.kinds = "qknorm,mha", o.pairs = "qknorm:mha", o.baseline = "mha", o.reference = "sha", o.seeds = 3, o.seed = 3, o.init_seed = 7;
+    o.batches = 8, o.tc.steps = 200, o.tc.batch = 16, o.tc.seq_len = 64, o.tc.lr = 2e-3f, o.tc.eval_every = 50;
+    for (i = 1; i + 1 < argc; i += 2) {
+        long v = strtol(argv[i + 1], &end, 10);
+        int *to = strcmp(argv[i], "--steps") == 0 ? &o.tc.steps : strcmp(argv[i], "--seeds") == 0 ? &o.seeds : NULL;
+        if (strcmp(argv[i], "--out") == 0) o.out = argv[i + 1];
+        else if (!to || end == argv[i + 1] || *end || v < 1 || v > 1000000) break;   /* a bad value names its flag below */
+        else *to = (int)v;
+    }
+    o.tc.warmup = o.tc.steps / 10;
+    if (i < argc) {
+        fprintf(stderr, "my_attention: %s%s%s: usage: my_attention [--steps N] [--seeds N] [--out DIR]\n", argv[i],
+                i + 1 < argc ? " " : " (no value)", i + 1 < argc ? argv[i + 1] : "");
         return 2;
     }
-    if ((kind = mhe_attn_kind_register(&qknorm_ops, err)) < 0) {
-        fprintf(stderr, "%s\n", err);
+    if (mhe_attn_kind_register(&qknorm_ops, err) < 0 || mhe_config_parse(&o.cfg, model, strlen(model), err) != MHE_OK) {
+        fprintf(stderr, "my_attention: %s\n", err);
         return 1;
     }
-    if (mhe_read_text_tokens("examples/data/train.txt", &train, &nt, NULL, err) != MHE_OK ||
-        mhe_read_text_tokens("examples/data/valid.txt", &valid, &nv, NULL, err) != MHE_OK) {
-        fprintf(stderr, "%s (run from the repository root)\n", err);
-        return 1;
-    }
-    printf("byte-level decoders, d_model 128, 4 heads, 4 layers, T 128, batch 16, %d steps, lr 1e-3\n\n", steps);
-    printf("| kind | parameters | in attention | last training loss | validation loss |\n|---|---:|---:|---:|---:|\n");
-    vq = train_kind(mhe_attn_kind_name(kind), steps, train, nt, valid, nv, "build/my_attention.safetensors");
-    vm = train_kind("mha", steps, train, nt, valid, nv, NULL);
-    printf("\nqknorm - mha: %+.3f nats of validation loss after %d steps (build/my_attention.safetensors: "
-           "the qknorm model)\n", vq - vm, steps);
-    free(train);
-    free(valid);
-    return vq == vq && vm == vm ? 0 : 1;
+    if ((i = compare_run(&o, err)) != COMPARE_OK) fprintf(stderr, "my_attention: %s\n", err);   /* run from the repository root */
+    return i == COMPARE_OK ? 0 : i == COMPARE_USAGE ? 2 : 1;
 }
 #endif

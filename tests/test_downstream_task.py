@@ -4,18 +4,12 @@ at least 400 examples, train / validation / test split by hash and disjoint,
 no validation or test text in the pretraining corpus, the same files on a
 second build, a bag-of-words baseline well above the majority class; and its
 --check refusing a leak into pretraining, a label outside the classes and a
-text in two splits, each by name. Then the study (tools/scripts/downstream_study.py)
-at its tiny scale: the table, PRR and the verdicts written; a second run reuses
-every finished run; a run stopped after pretraining resumes from its pretrained
-model; a run of other settings and a task with a leak are refused by name; the
-subword variant (--subwords) trains its tokenizer and reports apart; a run
-whose pretraining or fine-tuning was stopped is resumed (mhe train --resume)
-and a finished one kept. The pair
+text in two splits, each by name (the study itself is mhe compare --task cls:
+tests/test_compare.py). The pair
 task (does B continue A?) from the same splits: balanced labels, each half
 from an entry of its own split, the same files on a second build, the word
 overlap baseline above the majority; --check refusing a half from another
-split and a label outside 0/1; the study's --task pairs reusing the pretrained
-encoders, and refusing a pretrained model of other settings.""" 
+split and a label outside 0/1.""" 
 import json
 import os
 import shutil
@@ -23,10 +17,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from mhetest import MHE, REPO, check, finish, skip, tmpdir  # noqa: E402
+from mhetest import REPO, check, finish, skip, tmpdir  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "tools", "scripts", "downstream_task.py")
-STUDY = os.path.join(REPO, "tools", "scripts", "downstream_study.py")
 
 
 def run(*args):
@@ -89,7 +82,6 @@ def main():
         f.write("%s\t%s\n" % tuple(rows["test"][0]))
     rc, _, err = run("--check", c)
     check(rc == 1 and "in both" in err, "a test text in the train split: %s" % err.strip())
-    study(d, a)
     return finish()
 
 
@@ -129,86 +121,6 @@ def pairs(d, a, b, rows):
     check(rc == 1 and "label 0 or 1" in err and "valid.tsv line %d" % (n["valid"] + 1) in err,
           "pairs: a label outside 0/1 is refused by line: %s" % err.strip())
     shutil.rmtree(c)
-
-
-def study(d, task):
-    if not os.access(MHE, os.X_OK):
-        print("SKIP the study: no %s" % MHE)
-        return
-    out = os.path.join(d, "study")
-    os.makedirs(out)
-    shutil.copytree(task, os.path.join(out, "task"))
-    args = [sys.executable, STUDY, "--out", out, "--scale", "tiny", "--kinds", "mha,sha,mhe-mul", "--mhe", MHE,
-            "--seeds", "2", "--threads", "1"]
-    p = subprocess.run(args, capture_output=True, text=True)
-    md = os.path.join(out, "downstream.md")
-    body = open(md, encoding="utf-8").read() if os.path.exists(md) else ""
-    check(p.returncode == 0 and "| mhe-mul |" in body and "PRR vs MHA" in body and
-          body.count("\n- ") >= 4 and os.path.exists(os.path.join(out, "downstream.svg")),
-          "the study writes the table, the claims and the plot: rc %d %s" % (p.returncode, (p.stderr + p.stdout)[-400:]))
-    res = json.load(open(os.path.join(out, "downstream.json"))) if p.returncode == 0 else {"rows": []}
-    row = {r["kind"]: r for r in res["rows"]}
-    check(set(row) == {"mha", "sha", "mhe-mul"} and all(len(r["acc"]) == 2 and all(0 <= x <= 1 for x in r["acc"]) for r in row.values())
-          and row.get("mhe-mul", {}).get("attention_params", 1) < row.get("mha", {}).get("attention_params", 0),
-          "every kind with two seeds' accuracies, mhe-mul's attention smaller than mha's")
-    p = subprocess.run(args, capture_output=True, text=True)
-    check(p.returncode == 0 and p.stdout.count("(reused)") == 6, "a second study reuses the six finished runs: %s" % p.stdout[-300:])
-    run_dir = os.path.join(out, "runs", "sha-s2")
-    pre = os.path.join(run_dir, "pretrain.safetensors")
-    stamp = os.path.getmtime(pre)
-    os.remove(os.path.join(run_dir, "result.json"))
-    os.remove(os.path.join(run_dir, "finetune.safetensors"))
-    p = subprocess.run(args, capture_output=True, text=True)
-    check(p.returncode == 0 and p.stdout.count("(reused)") == 5 and os.path.getmtime(pre) == stamp and
-          os.path.exists(os.path.join(run_dir, "result.json")),
-          "a run stopped after pretraining resumes from its pretrained model: %s" % p.stdout[-300:])
-    # a run whose pretraining and fine-tuning may have been stopped (no pretrain.json, no result): both resumed,
-    # mhe says "nothing to train" of finished ones, and the run ends with the same result from the same files
-    stopped = os.path.join(out, "runs", "mha-s2")
-    before = json.load(open(os.path.join(stopped, "result.json")))
-    files = {n: os.path.getmtime(os.path.join(stopped, n)) for n in ("pretrain.safetensors", "finetune.safetensors")}
-    os.remove(os.path.join(stopped, "result.json"))
-    os.remove(os.path.join(stopped, "pretrain.json"))
-    p = subprocess.run(args, capture_output=True, text=True)
-    after = json.load(open(os.path.join(stopped, "result.json"))) if p.returncode == 0 else {}
-    check(p.returncode == 0 and after.get("accuracy") == before["accuracy"] and os.path.exists(os.path.join(stopped, "pretrain.json"))
-          and all(os.path.getmtime(os.path.join(stopped, n)) == t for n, t in files.items())
-          and sum(l.startswith("$ ") and " train --resume " in l for l in open(os.path.join(stopped, "log.txt"))) == 2,
-          "a run with no record of its pretraining resumes both steps and keeps the finished files: %s %s %s" % (
-              before["accuracy"], after.get("accuracy"), (p.stderr + p.stdout)[-300:]))
-    stamps = {r: os.path.getmtime(os.path.join(out, "runs", r, "pretrain.safetensors")) for r in os.listdir(os.path.join(out, "runs"))}
-    p = subprocess.run(args + ["--task", "pairs"], capture_output=True, text=True)
-    body = open(os.path.join(out, "downstream-pairs.md"), encoding="utf-8").read() if p.returncode == 0 else ""
-    check(p.returncode == 0 and "| mhe-mul |" in body and "does text B continue text A" in body and
-          all(os.path.getmtime(os.path.join(out, "runs", r, "pretrain.safetensors")) == t for r, t in stamps.items()) and
-          all(os.path.exists(os.path.join(out, "runs", r, "result-pairs.json")) for r in stamps),
-          "--task pairs fine-tunes the same pretrained encoders and reports apart: %s" % (p.stderr + p.stdout)[-300:])
-    pj = os.path.join(out, "runs", "mha-s1", "pretrain.json")
-    saved = open(pj).read()
-    with open(pj, "w") as f:
-        f.write(saved.replace('"steps": %d' % 6, '"steps": 7', 1))
-    os.remove(os.path.join(out, "runs", "mha-s1", "result-pairs.json"))
-    p = subprocess.run(args + ["--task", "pairs"], capture_output=True, text=True)
-    check(p.returncode == 1 and "pretrained with other settings" in p.stderr and "mha-s1" in p.stderr,
-          "a pretrained model of other settings is refused: %s" % p.stderr.strip())
-    with open(pj, "w") as f:
-        f.write(saved)
-    r = json.load(open(os.path.join(run_dir, "result.json")))
-    r["settings"]["pre"]["steps"] += 1
-    json.dump(r, open(os.path.join(run_dir, "result.json"), "w"))
-    p = subprocess.run(args, capture_output=True, text=True)
-    check(p.returncode == 1 and "other settings" in p.stderr and "sha-s2" in p.stderr, "a run of other settings is refused: %s" % p.stderr.strip())
-    p = subprocess.run(args[:-4] + ["--seeds", "1", "--threads", "1", "--subwords", "300"], capture_output=True, text=True)
-    sub = os.path.join(out, "downstream-bpe300.json")
-    rows = {r["kind"]: r for r in json.load(open(sub))["rows"]} if p.returncode == 0 and os.path.exists(sub) else {}
-    check(p.returncode == 0 and set(rows) == {"mha", "sha", "mhe-mul"} and os.path.exists(os.path.join(out, "task", "bpe-300.tok"))
-          and rows["mha"]["total_params"] == row["mha"]["total_params"] + 44 * 32,
-          "the subword study: its own tokenizer (300 tokens: 44 embedding rows more than bytes), runs and report: %s"
-          % (p.stderr + p.stdout)[-300:])
-    with open(os.path.join(out, "task", "pretrain.txt"), "a", encoding="utf-8") as f:
-        f.write(open(os.path.join(out, "task", "test.tsv"), encoding="utf-8").readline().split("\t", 1)[1])
-    p = subprocess.run(args, capture_output=True, text=True)
-    check(p.returncode == 1 and "leak into pretraining" in p.stderr, "a task whose pretraining holds a test text is refused: %s" % p.stderr.strip())
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Every attention kind is in every implementation, or the gap is explained.
+"""Every attention kind is in every implementation, or the gap is explained;
+a kind is written in few places of mhe.h.
 
 Reads the kinds from mhe.h (the enum and the kind table, which must agree
 name for name) and looks for each one in: the CUDA companion's
@@ -7,6 +8,9 @@ the configurations of tests/torch_crosscheck.py and the KINDS of
 tests/test_lockstep.py. A kind missing from one of them fails unless the table
 "Kinds missing from an implementation" of docs/adding-a-kind.md has a row for
 it with a reason; a row whose gap is closed fails too (the table stays true).
+A kind of a family with more than one member is written in at most 5 places
+of mhe.h (its enum value, its table row, each run of functions only its row
+names, each other declaration naming its MHE_ATTN_ constant).
 Every function docs/adding-a-kind.md names must exist where it says. The
 headers include one way: mhe.h never includes mhe_cuda.cuh, and every mhe.h
 internal (mhe__ function, type or MHE__ macro) the companion uses is listed
@@ -97,6 +101,82 @@ def problems(sources, doc):
     return out
 
 
+def units(header):
+    """[(name, text)] of mhe.h's top-level declarations and definitions in file order, comments removed"""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), header, flags=re.S)
+    out, cur, depth = [], None, 0
+    for line in text.split("\n"):
+        if cur is None:
+            if not line.strip() or line[0].isspace() or line.startswith("#"):
+                continue
+            cur, depth = [], 0
+        cur.append(line)
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and line.rstrip().endswith((";", "}")):
+            t = "\n".join(cur)
+            head = t.split("{")[0]
+            m = re.search(r"(\w+)\s*\(", head) or re.search(r"(\w+)\s*(?:\[[^]]*\])?\s*=", head) or \
+                re.search(r"\}\s*(\w+)\s*;\s*$", t)
+            out.append((m.group(1) if m else t[:30], t))
+            cur = None
+    return out
+
+def kind_rows(header):
+    """[(kind, family, set of mhe__ names in its row)] of mhe__kinds[]"""
+    body = header[header.index("static const mhe__kind_info mhe__kinds["):]
+    body = body[body.index("{") + 1:body.index("\n};")]
+    rows = re.split(r"\n(?=\s*\{ \")", body.strip("\n"))
+    out = []
+    for r in rows:
+        m = re.match(r'\s*\{ "([a-z-]+)", "(?:[^"\\]|\\.)*", (MHE__FAM_\w+)', r)
+        out.append((m.group(1), m.group(2), set(re.findall(r"\b(mhe__\w+)\b", r))))
+    return out
+
+def kind_places(header):
+    """{kind: (number of places, [what])}: where mhe.h writes a kind: its enum value, its row,
+    each run of adjacent functions only its row names (its own), each other declaration naming it"""
+    us = units(header)
+    rows = kind_rows(header)
+    named_by = {}
+    for k, fam, names in rows:
+        for n in names:
+            named_by.setdefault(n, set()).add(k)
+    out = {}
+    for k, fam, names in rows:
+        const = "MHE_ATTN_" + k.upper().replace("-", "_")
+        own = {n for n in names if named_by[n] == {k}}
+        what, run = ["enum", "row"], False
+        for name, text in us:
+            if name in own:
+                if not run:
+                    what.append("own: " + name)
+                else:
+                    what[-1] += "+" + name
+                run = True
+                continue
+            run = False
+            if name in ("mhe__kinds", "MHE_ATTN_MHA") or re.match(r"enum|typedef enum", text):
+                continue
+            if re.search(r"\b%s\b" % const, text) and not text.lstrip().startswith(("typedef enum", "enum")):
+                what.append(name)
+        out[k] = (len(what), what)
+    return out
+
+
+MAX_PLACES = 5   # a new kind in an existing family: docs/adding-a-kind.md
+
+
+def places_problems(header):
+    """kinds of a family with more than one member written in more than MAX_PLACES places of mhe.h"""
+    rows = kind_rows(header)
+    size = {}
+    for _, fam, _ in rows:
+        size[fam] = size.get(fam, 0) + 1
+    fam_of = {k: fam for k, fam, _ in rows}
+    return ["%s is written in %d places of mhe.h (at most %d): %s" % (k, n, MAX_PLACES, ", ".join(what))
+            for k, (n, what) in kind_places(header).items() if size[fam_of[k]] > 1 and n > MAX_PLACES]
+
+
 def companion_block(header):
     """(declared functions, names in the block's comment) of mhe.h's companion interface"""
     m = re.search(r"/\* companion interface +\*/\n(.*?)#endif /\* !MHE_NO_TRAIN \*/", header, re.S)
@@ -115,13 +195,16 @@ def interface_problems(header, cuda):
     if funcs is None:
         return out + ["mhe.h has no companion-interface block"]
     used = set(re.findall(r"\b(mhe__\w+|MHE__\w+)\b", cuda))
-    # an mhe.h internal: defined in mhe.h (a function, type or macro), not in the companion
+    # an mhe.h internal: defined in mhe.h (a function, type or macro), not in the companion;
+    # the names each kind of definition can give, found in one pass over the header
+    statics = {n for seg in re.findall(r"^static [^;{]*", header, re.M) for n in re.findall(r"\b(\w+)\(", seg)}
+    others_defined = set(re.findall(r"^#define (\w+)", header, re.M)) | set(re.findall(r"\}\s*(\w+);", header)) | \
+        set(re.findall(r"\(\*(\w+)\)", header)) | \
+        {n for seg in re.findall(r"^typedef [^;]*", header, re.M) for n in re.findall(r"\b(\w+)\b", seg)}
     for n in sorted(used):
-        in_header = re.search(r"(^static [^;{]*\b%s\(|^#define %s\b|\}\s*%s;|\(\*%s\)|^typedef [^;]*\b%s\b)" %
-                              ((re.escape(n),) * 5), header, re.M)
-        if not in_header:
+        if n not in statics and n not in others_defined:
             continue
-        is_func = re.search(r"^static [^;{]*\b%s\(" % re.escape(n), header, re.M)
+        is_func = n in statics
         if is_func and n not in funcs:
             out.append("mhe_cuda.cuh calls %s, not declared in mhe.h's companion interface" % n)
         elif not is_func and n not in others:
@@ -168,6 +251,20 @@ def main():
                                  lambda m: m.group(0).replace("nonapprox", "mha"), cross["crosscheck"])
     check(any("nonapprox is missing from crosscheck" in x for x in problems(cross, doc)),
           "a kind without a cross-check configuration is reported")
+
+    # a kind in an existing family: its enum value, its row, its own functions
+    places = kind_places(sources["header"])
+    check(not places_problems(sources["header"]), "every kind of a shared family is in at most %d places of mhe.h: %s"
+          % (MAX_PLACES, "; ".join(places_problems(sources["header"])) or
+             ", ".join("%s %d" % (k, n) for k, (n, _) in places.items())))
+    check(places["mqa"][0] == 3 and "own: mhe__geom_mqa" in places["mqa"][1],
+          "mqa is its enum value, its row and its geometry: %s" % (places["mqa"][1],))
+    switched = sources["header"]
+    for f in ("mhe__layer_geom", "mhe__attn_count", "mhe__layout_attn", "mhe__qkv_branch_fwd"):
+        at = switched.index("{\n", re.search(r"^static [^;{]*\b%s\(" % f, switched, re.M).start()) + 2
+        switched = switched[:at] + "    if (kind == MHE_ATTN_MQA) {}\n" + switched[at:]
+    p = places_problems(switched)
+    check(any(x.startswith("mqa is written in 7 places") for x in p), "a kind switched on in 4 functions is reported: %s" % p)
 
     # one-way headers: the companion calls only what the interface block declares
     p = interface_problems(sources["header"], sources["cuda"])

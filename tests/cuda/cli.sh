@@ -7,7 +7,9 @@
 # cuda` of S+R word models, classifiers (over every padding-reading kind) and
 # an encoder-decoder with dropout and Admin against the CPU's run; a model the
 # device cannot run (collab_dim past 256) is refused with mhe_cuda_supports's
-# message and nothing runs on the CPU. Ends with "RESULT: N passed, M failed".
+# message and nothing runs on the CPU; `mhe compare --device cuda` against the
+# CPU study and against mhe train --device cuda, and its refusals. Ends with
+# "RESULT: N passed, M failed".
 set -u
 MHE=$1
 D=$(mktemp -d)
@@ -241,6 +243,55 @@ check "eval --indicators --device cuda: refused" $((rc == 0)) $?
 rc=$?
 grep -q "room for 25 new tokens" "$D/err.txt"
 check "generate --device cuda past max_seq_len: refused as on the CPU" $((rc == 0)) $?
+
+# mhe compare --device cuda: a study of 2 kinds x 1 seed, each run on the device with mhe train's
+# trainer: every run's final loss and validation curve within rounding of the CPU study's; the
+# mhe-mul run's weights and moments byte for byte those of mhe init + mhe train --device cuda
+# (the emulation is deterministic); then what the device path refuses
+STUDY="compare --data $D/train.txt --valid $D/valid.txt --seeds 1 --seed 9 --init-seed 4 --d_model 32
+    --n_heads 4 --n_layers 1 --max_seq_len 40 --steps 6 --batch 2 --seq_len 16 --warmup 1 --lr 3e-3 --eval_every 3
+    --batches 4 --quiet"
+for dev in cpu cuda; do
+    # shellcheck disable=SC2086
+    "$MHE" $STUDY --kinds mha,mhe-mul --out "$D/study_$dev" --device $dev > "$D/study_$dev.txt" 2>&1
+done
+rc=$?
+for k in mha mhe-mul; do
+    a=$(sed -n 's/^loss //p' "$D/study_cpu/runs/$k-s0/result.txt")
+    b=$(sed -n 's/^loss //p' "$D/study_cuda/runs/$k-s0/result.txt")
+    close "$a" "$b"
+    check "compare --device cuda: $k's final validation loss $b, the CPU study's $a" $rc $?
+done
+# the curves: kind,seed,step,val_loss rows in the same order
+paste -d, "$D/study_cpu/curves.csv" "$D/study_cuda/curves.csv" | awk -F, 'NR > 1 { n++; d = $4 - $8; if ($1 != $5 || $3 != $7 || d > 1.5e-4 || d < -1.5e-4) bad = 1 }
+    END { exit !(n == 4 && !bad) }'
+check "compare --device cuda: the validation curves within rounding of the CPU study's ($(tr '\n' ' ' < "$D/study_cuda/curves.csv"))" $rc $?
+"$MHE" init --out "$D/sep_init.st" --attn mhe-mul --seed 4 --d_model 32 --n_heads 4 --n_layers 1 --max_seq_len 40 > /dev/null
+"$MHE" train --model "$D/sep_init.st" --data "$D/train.txt" --valid "$D/valid.txt" --seed 9 --out "$D/sep.st" --steps 6 --batch 2 \
+    --seq_len 16 --warmup 1 --lr 3e-3 --eval_every 3 --device cuda --quiet > /dev/null 2>&1
+rc=$?
+# the tensors after the header (its metadata differs: mhe train records the task)
+body() { n=$(od -An -t u8 -N8 "$1" | tr -d ' '); tail -c +$((n + 9)) "$1"; }
+body "$D/sep.st" > "$D/sep.body"
+body "$D/study_cuda/runs/mhe-mul-s0/checkpoint.safetensors" > "$D/study.body"
+[ -s "$D/sep.body" ] && cmp -s "$D/sep.body" "$D/study.body"
+check "compare --device cuda: mhe-mul seed 0 trains as mhe init --seed 4 + mhe train --seed 9 --device cuda (same bytes)" $rc $?
+# shellcheck disable=SC2086
+"$MHE" $STUDY --kinds mha,mhe-mul --out "$D/study_jobs" --device cuda --jobs 2 > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "^mhe: compare: --jobs 2: runs on --device cuda go one at a time" "$D/err.txt" && [ ! -e "$D/study_jobs" ]
+check "compare --device cuda --jobs 2: refused: $(cat "$D/err.txt")" $((rc != 2)) $?
+# shellcheck disable=SC2086
+"$MHE" $STUDY --kinds mha,collab --collab_dim 260 --out "$D/study_collab" --device cuda > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "^mhe: compare: --kinds collab: --device cuda: collab_dim 260 exceeds the device attention limit 256" "$D/err.txt" &&
+    [ ! -e "$D/study_collab" ]
+check "compare --device cuda of a kind the device cannot run: refused before anything trains: $(cat "$D/err.txt")" $((rc != 2)) $?
+# shellcheck disable=SC2086
+"$MHE" $STUDY --kinds mha,mhe-mul --out "$D/study_cpu" --device cuda > /dev/null 2> "$D/err.txt"
+rc=$?
+grep -q "device was 'cpu', now 'cuda'" "$D/err.txt"
+check "compare --device cuda over a CPU study's folder: refused naming --device" $((rc == 0)) $?
 
 echo "RESULT: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -2479,4 +2479,13 @@ inline void mhe_emu_set_no_kernel_image(int on) { mhe_emu_impl::g.no_kernel_imag
 // Kernel launches that passed the checks and ran, since the program started.
 inline long mhe_emu_launches(void) { return mhe_emu_impl::g.launches; }
 
+// The kernels' test-only broken variants (mhe_cuda.cuh's MHE_CUDA_FAULT, 0 in
+// every real build) chosen when the program starts, from the environment
+// (MHE_CUDA_FAULT=N), so each emulation binary runs them all: one build per
+// mode instead of one per variant. A -DMHE_CUDA_FAULT=N build still works.
+#ifndef MHE_CUDA_FAULT
+inline const int mhe_emu_fault = getenv("MHE_CUDA_FAULT") ? atoi(getenv("MHE_CUDA_FAULT")) : 0;
+#define MHE_CUDA_FAULT mhe_emu_fault
+#endif
+
 #endif  // MHE_CUDA_EMU_H

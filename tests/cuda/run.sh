@@ -20,10 +20,11 @@
 # (tests/cuda/cli.sh). Then the programs' own failure paths: without a device
 # one line and exit status 3 (MHE_EMU_DEVICES=0), out of device memory the
 # failed call named (MHE_EMU_MEM_LIMIT). Then the harness's own teeth: the
-# kernels rebuilt with MHE_CUDA_FAULT=1 (a missing barrier), 2 (a shared
-# buffer one float short), 3 (two mma fragment registers swapped) and 4 (a
-# plain += for an atomicAdd: a race between blocks that only the blocks mode
-# sees) must each be caught. Ends with "RESULT: N passed, M failed".
+# kernels' broken variants, chosen at start-up by MHE_CUDA_FAULT=1 (a missing
+# barrier), 2 (a shared buffer one float short), 3 (two mma fragment
+# registers swapped) and 4 (a plain += for an atomicAdd: a race between
+# blocks that only the blocks mode sees) must each be caught. The runs go
+# EMU_JOBS (default 2) at a time. Ends with "RESULT: N passed, M failed".
 # shellcheck disable=SC2086  # the flag lists are split into words on purpose
 set -u
 B=${B:-build/emu}
@@ -72,10 +73,25 @@ if [ "${1:-}" = --build ]; then
     build "$@"
     exit $?
 fi
+# sh tests/cuda/run.sh --run-one N CMD...: one queued run (run_queued below)
+run_one() {   # N CMD: out, status and seconds of queued run N into $B/run.N.*
+    n=$1
+    shift
+    start=$(date +%s)
+    "$@" > "$B/run.$n.out" 2>&1
+    echo $? > "$B/run.$n.rc"
+    echo $(($(date +%s) - start)) > "$B/run.$n.secs"
+}
+if [ "${1:-}" = --run-one ]; then
+    shift
+    run_one "$@"
+    exit 0
+fi
 
-# every program, in every mode, and the deliberately broken variants, built
-# first, EMU_JOBS at a time (default 2: most of the suite's time was these
-# compilations, one after another)
+# every program, in every mode, built first, EMU_JOBS at a time (default 2:
+# most of the suite's time was these compilations, one after another); the
+# deliberately broken variants are the same binaries run with MHE_CUDA_FAULT=N
+# (tests/cuda/emu.h reads it when the program starts)
 modes_of() {
     case $1 in
     test_attn) echo "fibers blocks asan" ;;
@@ -87,12 +103,6 @@ modes_of() {
         for mode in $(modes_of $prog); do echo "$prog $prog $mode"; done
     done
     echo "mhe mhe fibers"
-    echo "fault1 test_cuda fibers -DMHE_CUDA_FAULT=1"
-    echo "fault1 test_cuda tsan -DMHE_CUDA_FAULT=1"
-    echo "fault1 test_cuda blocks -DMHE_CUDA_FAULT=1"
-    echo "fault2 test_cuda asan -DMHE_CUDA_FAULT=2"
-    echo "fault3 test_cuda fibers -DMHE_CUDA_FAULT=3"
-    echo "fault4 test_cuda blocks -DMHE_CUDA_FAULT=4"
 } | B="$B" EMU_CXX="$EMU_CXX" EMU_FLAGS="$EMU_FLAGS" xargs -P "${EMU_JOBS:-2}" -L 1 sh "$0" --build
 
 # built NAME MODE: true if MODE is one of $modes and NAME was built in it
@@ -103,14 +113,29 @@ built() {
     esac
 }
 
-# run LABEL CMD...: the program's own RESULT line (if any) is added to the totals
+# run LABEL CMD...: queued (CMD's words have no spaces); run_queued runs the
+# queue EMU_JOBS at a time (each program is one thread, the blocks mode's
+# runners aside, and they are independent), then reports each in queue order:
+# the program's own RESULT line (if any) is added to the totals
+queue=$B/queue
+: > "$queue"
 run() {
     label=$1
     shift
-    start=$(date +%s)
-    out=$("$@" 2>&1)
-    rc=$?
-    secs=$(($(date +%s) - start))
+    n=$(($(wc -l < "$queue") + 1))
+    printf '%s\t%s\t%s\n' "$n" "$label" "$*" >> "$queue"
+}
+run_queued() {
+    rm -f "$B"/run.*.out "$B"/run.*.rc "$B"/run.*.secs
+    cut -f 1,3 "$queue" | tr '\t' ' ' | B="$B" xargs -P "${EMU_JOBS:-2}" -L 1 sh "$0" --run-one
+    while IFS="$(printf '\t')" read -r n label cmd; do
+        report "$label" "$(cat "$B/run.$n.out" 2>/dev/null)" "$(cat "$B/run.$n.rc" 2>/dev/null || echo 127)" \
+            "$(cat "$B/run.$n.secs" 2>/dev/null || echo 0)"
+    done < "$queue"
+    : > "$queue"
+}
+report() {   # LABEL OUTPUT STATUS SECONDS
+    label=$1 out=$2 rc=$3 secs=$4
     # the last "N passed, M failed" line (RESULT: of tests/test.h, or test_emu's "emu:")
     p=$(printf '%s\n' "$out" | sed -n 's/^[A-Za-z]*: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' | tail -n 1)
     f=$(printf '%s\n' "$out" | sed -n 's/^[A-Za-z]*: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' | tail -n 1)
@@ -140,7 +165,8 @@ caught() {
 }
 
 TSAN="env TSAN_OPTIONS=halt_on_error=1"
-for prog in test_emu test_attn test_cuda; do
+# the longest runs first (test_cuda's), so the last ones to finish are short
+for prog in test_cuda test_attn test_emu; do
     # The blocks mode replaces the threads mode under TSan where that was
     # slow (test_attn, test_cuda's model group: most of its time).
     modes=$(modes_of $prog)
@@ -189,6 +215,8 @@ if [ -x "$B/mhe.fibers" ]; then
 else
     bad "build tools/cli/mhe.c on the emulation"
 fi
+echo "== the runs above, ${EMU_JOBS:-2} at a time, reported in order"
+run_queued
 
 # the programs' own failures: no device is one line and status 3 (a GPU
 # machine's check tells it from a failure); a failed allocation names itself
@@ -216,21 +244,20 @@ done
 
 # the harness catches broken kernels
 echo "== broken variants (each must be caught)"
-# (a broken variant that did not build counts as not caught)
-[ -x "$B/fault1.fibers" ] || bad "build fault1.fibers"
-[ -x "$B/fault1.fibers" ] && caught "missing barrier, fibers in both orders" "FAIL" sh -c "MHE_EMU_ORDER=forward $B/fault1.fibers gemm && MHE_EMU_ORDER=reverse $B/fault1.fibers gemm"
-[ -x "$B/fault1.tsan" ] || bad "build fault1.tsan"
-[ -x "$B/fault1.tsan" ] && caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.tsan" gemm
-[ -x "$B/fault1.blocks" ] || bad "build fault1.blocks"
-[ -x "$B/fault1.blocks" ] && caught "missing barrier, blocks under ThreadSanitizer" "ThreadSanitizer: data race" $TSAN "$B/fault1.blocks" gemm
-[ -x "$B/fault2.asan" ] || bad "build fault2.asan"
-[ -x "$B/fault2.asan" ] && caught "shared buffer one float short, AddressSanitizer" "AddressSanitizer: heap-buffer-overflow" "$B/fault2.asan" norm
-[ -x "$B/fault3.fibers" ] || bad "build fault3.fibers"
-[ -x "$B/fault3.fibers" ] && caught "swapped mma fragment" "FAIL.*tf32 gemm" "$B/fault3.fibers" tf32
+# (the binaries the variants run are test_cuda's, built above; a missing one was reported there)
+F=$B/test_cuda
+[ -x "$F.fibers" ] && caught "missing barrier, fibers in both orders" "FAIL" \
+        sh -c "MHE_CUDA_FAULT=1 MHE_EMU_ORDER=forward $F.fibers gemm && MHE_CUDA_FAULT=1 MHE_EMU_ORDER=reverse $F.fibers gemm"
+[ -x "$F.tsan" ] && caught "missing barrier, ThreadSanitizer" "ThreadSanitizer: data race" \
+        env MHE_CUDA_FAULT=1 $TSAN "$F.tsan" gemm
+[ -x "$F.blocks" ] && caught "missing barrier, blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
+        env MHE_CUDA_FAULT=1 $TSAN "$F.blocks" gemm
+[ -x "$F.asan" ] && caught "shared buffer one float short, AddressSanitizer" "AddressSanitizer: heap-buffer-overflow" \
+        env MHE_CUDA_FAULT=2 "$F.asan" norm
+[ -x "$F.fibers" ] && caught "swapped mma fragment" "FAIL.*tf32 gemm" env MHE_CUDA_FAULT=3 "$F.fibers" tf32
 # The fiber and threads modes pass this one: they run one block at a time.
-[ -x "$B/fault4.blocks" ] || bad "build fault4.blocks"
-[ -x "$B/fault4.blocks" ] && caught "plain += for atomicAdd (embedding backward), blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
-        $TSAN "$B/fault4.blocks" elementwise
+[ -x "$F.blocks" ] && caught "plain += for atomicAdd (embedding backward), blocks under ThreadSanitizer" "ThreadSanitizer: data race" \
+        env MHE_CUDA_FAULT=4 $TSAN "$F.blocks" elementwise
 
 echo "RESULT: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -19,6 +19,7 @@
 #include "mhe_args.h"     /* the number parser of every flag */
 #include "mhe_clock.h"    /* now_s, peak_rss_mb */
 #include "mhe_import.h"   /* cmd_import: Hugging Face GPT-2 / BERT checkpoints */
+#include "mhe_compare.h"  /* cmd_compare: the study of attention kinds */
 #include <stddef.h>
 #include <sys/stat.h>
 #include <signal.h>
@@ -80,6 +81,9 @@ typedef struct {
     const char *in_files[3];           /* inputs that are no flag's (import's DIR/config.json ...): never an output */
     int cfg_vocab;                     /* the --config file sets vocab_size */
     const char *args[256];             /* positional arguments (mhe hash's texts) */
+    const char *pretrain, *train_set, *test, *kinds, *baseline, *reference, *pairs, *pre_fields;   /* compare */
+    long subwords, seeds, jobs;        /* compare */
+    unsigned long long init_seed;      /* compare --init-seed */
     int n_args;
     unsigned long long seed;
     long threads, n_tokens, top_k, batches, map_len, max_len, dim, max_iter, group;
@@ -220,6 +224,30 @@ static const flag_spec hash_flags[] = {
     NEED("model", "M.safetensors", model, "a word model"),
 };
 
+static const flag_spec compare_flags[] = {
+    NEED("out", "DIR", out, "the study's folder: checkpoints, settings, the report (a rerun resumes it)"),
+    FLAG("task", "lm|cls|pairs", F_CHOICE, 0, 0, "lm|cls|pairs", task, "language modelling (default), or the downstream protocol"),
+    STR("data", "TRAIN.txt", data, "lm: the training text"),
+    STR("valid", "VALID", valid, "lm: the validation text; cls, pairs: the validation set (label<TAB>text lines)"),
+    STR("pretrain", "CORPUS.txt", pretrain, "cls, pairs: the masked-LM pretraining corpus"),
+    STR("train", "A.tsv", train_set, "cls, pairs: the fine-tuning set"),
+    STR("test", "C.tsv", test, "cls, pairs: the test set (no text of it may occur in --pretrain or --train)"),
+    STR("tokenizer", "TOK", tokenizer, "texts as BPE tokens of TOK, kept in every checkpoint"),
+    FLAG("subwords", "N", F_INT, 257, 1 << 20, NULL, subwords, "a byte-level BPE of N tokens trained on the training text (or --pretrain)"),
+    STR("kinds", "K,K,...", kinds, "kinds or KIND@LAYOUT (default the MHE paper's: mha,sha,mqa,gqa,skv,el-att,mhe-add,mhe-mul)"),
+    FLAG("seeds", "N", F_INT, 1, COMPARE_MAX_SEEDS, NULL, seeds, "runs per kind (default 3); run s draws batches from seed + s"),
+    FLAG("init-seed", "S", F_U64, 0, 0, NULL, init_seed, "run s initialises its weights from S + s (default: --seed)"),
+    FLAG("batches", "N", F_INT, 0, 1e9, NULL, batches, "lm: validation batches of the final perplexity (default 0: all of the text)"),
+    STR("pretrain-fields", "\"K=V ...\"", pre_fields, "cls, pairs: train fields of the pretraining (the others are the fine-tuning's)"),
+    STR("baseline", "KIND", baseline, "PRR against this kind (default mha)"),
+    STR("reference", "KIND", reference, "PEoP against this kind (default sha)"),
+    STR("pairs", "A:B,...", pairs, "more claims to test: is kind A better than kind B?"),
+    FLAG("jobs", "N", F_INT, 1, 64, NULL, jobs, "runs at once, the threads split between them (default: one run per thread)"),
+    THREADS,
+    FLAG("device", "cpu|cuda", F_CHOICE, 0, 0, "cpu|cuda", device, "where to train (cuda: build/cuda/mhe)"),
+    FLAG("quiet", NULL, F_SWITCH, 0, 0, NULL, quiet, "no progress lines"),
+};
+
 #define CMD(name, flags, model_fields, train_fields, positional, about) { name, flags, (int)(sizeof flags / sizeof flags[0]), model_fields, train_fields, positional, about }
 
 static const command_spec commands[] = {
@@ -326,6 +354,24 @@ static const command_spec commands[] = {
         "refused by name and nothing is written. A tokenizer.json beside the weights, byte-level\n"
         "BPE (GPT-2's) or WordPiece (BERT's), is attached: eval, generate and train then read text\n"
         "(a classification example as [CLS] text [SEP]).\n"),
+    CMD("compare", compare_flags, 1, "*", NULL,
+        "The comparison study of attention kinds on your data: for every kind of --kinds and each of\n"
+        "--seeds seeds a training run (weights from --init-seed + s, batches from --seed + s), then\n"
+        "DIR/report.md and report.json (per kind: parameters, the metric's mean, std and 95 % interval\n"
+        "over seeds, PRR against --baseline, PEoP against --reference, time per run; the MHE paper's\n"
+        "claims and --pairs as holds / does not hold / not separated under Welch's t-test), curves.csv\n"
+        "and the plots final.svg, tradeoff.svg and curves.svg.\n"
+        "--task lm (default): a model per kind trained on --data, validation perplexity on --valid\n"
+        "(bytes, --tokenizer, or --subwords N). --task cls or pairs: the papers' downstream protocol:\n"
+        "a masked-LM encoder pretrained on --pretrain (train fields of --pretrain-fields over the\n"
+        "others), fine-tuned with a new head on --train, validated on --valid, tested on --test\n"
+        "(accuracy, macro-F1). Model and train fields are those of mhe train; a run's numbers equal\n"
+        "separate mhe init/train/eval runs of the same settings.\n"
+        "Every run keeps its checkpoints in DIR/runs: the same command again resumes a stopped study\n"
+        "where it stopped (SIGINT, SIGTERM: the runs in flight save their step and exit 130 or 143);\n"
+        "DIR/settings.txt refuses a rerun with other settings, naming the setting. Every input is\n"
+        "checked before the first step. --device cuda trains each run on the GPU as mhe train\n"
+        "--device cuda does, one run at a time.\n"),
     CMD("logits", logits_flags, 0, NULL, NULL,
         "Runs one forward pass (no dropout) over the token ids and prints the logits, one row\n"
         "per token (--task cls: one row, the classification head's), as %.9g numbers.\n"),
@@ -766,17 +812,25 @@ static int load_model(const char *path, mhe_model *m) {
 }
 
 #ifdef MHE_CUDA
-/* --device cuda: m's weights on the GPU. A config the device cannot run
-   fails here with mhe_cuda_supports's message; nothing then runs on the CPU. */
-static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
+/* m's weights on the GPU, or 0 and the reason in err. A config the device
+   cannot run fails here with mhe_cuda_supports's message. */
+static int device_model(mhe_cuda_model *g, mhe_model *m, int precision, FILE *say, char *err) {
     char name[256];
     int major = 0, minor = 0;
-    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, o->precision) != MHE_OK) {
-        fprintf(stderr, "mhe: --device cuda: %s\n", g->err);
+    if (mhe_cuda_device(name, sizeof name, &major, &minor, g->err) != MHE_OK || mhe_cuda_model_init(g, m, precision) != MHE_OK) {
+        snprintf(err, MHE_ERR_LEN, "%s", g->err);
         return 0;
     }
-    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, o->precision == 1 ? ", TF32 GEMMs" : o->precision == 2 ? ", bf16 GEMMs" : "");
+    if (say) fprintf(say, "device: %s (compute capability %d.%d)%s\n", name, major, minor, precision == 1 ? ", TF32 GEMMs" : precision == 2 ? ", bf16 GEMMs" : "");
     return 1;
+}
+
+/* --device cuda: m's weights on the GPU; nothing runs on the CPU when it fails */
+static int open_device(const opts *o, mhe_model *m, mhe_cuda_model *g, FILE *say) {
+    char err[MHE_ERR_LEN];
+    if (device_model(g, m, o->precision, say, err)) return 1;
+    fprintf(stderr, "mhe: --device cuda: %s\n", err);
+    return 0;
 }
 #endif
 
@@ -1259,26 +1313,48 @@ static void print_end(const train_run *r) {
 #endif
 }
 
-/* --device cuda: the model and trainer on the GPU (the host trainer keeps step, RNG and, when saved, moments) */
-static int start_device(train_run *r) {
 #ifdef MHE_CUDA
-    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
-    if (!open_device(r->o, r->m, &r->dev, r->o->quiet ? NULL : stdout)) return 0;
-    if (mhe_cuda_trainer_init(&r->gpu, &r->dev, &r->o->tc) != MHE_OK) {
-        fprintf(stderr, "mhe: --device cuda: %s\n", r->gpu.host.err);
-        mhe_cuda_model_free(&r->dev);
+/* the model and trainer on the GPU, as mhe train and mhe compare --device cuda
+   run them (the host trainer keeps step, RNG and, when synced, moments);
+   resume: a checkpoint to continue. 0: *where (the flag or the file) and err say why */
+static int device_trainer(mhe_cuda_model *dev, mhe_cuda_trainer *gpu, mhe_model *m, const mhe_train_config *tc, int precision,
+                          const char *resume, FILE *say, const char **where, char *err) {
+    *where = "--device cuda";
+    if (!device_model(dev, m, precision, say, err)) return 0;
+    if (mhe_cuda_trainer_init(gpu, dev, tc) != MHE_OK) {
+        snprintf(err, MHE_ERR_LEN, "%s", gpu->host.err);
+        mhe_cuda_model_free(dev);
         return 0;
     }
-    if (r->o->resume && (mhe_trainer_load(&r->gpu.host, r->o->resume) != MHE_OK || !steps_left(r->o, &r->gpu.host) ||
-                         mhe_cuda_trainer_upload(&r->gpu) != MHE_OK)) {
-        if (r->gpu.host.step < r->o->tc.steps) fprintf(stderr, "mhe: %s: %s%s\n", r->o->resume, r->gpu.host.err, r->dev.err);
+    if (resume && (mhe_trainer_load(&gpu->host, resume) != MHE_OK || mhe_cuda_trainer_upload(gpu) != MHE_OK)) {
+        *where = resume;
+        cmp_err(err, "%s%s", gpu->host.err, dev->err);   /* vsnprintf inside: g++ -Werror (nvcc) refuses a snprintf that may cut the pair */
+        mhe_cuda_trainer_free(gpu);
+        mhe_cuda_model_free(dev);
+        return 0;
+    }
+    gpu->deferred = 1; /* no blocking copy in a step (a dump waits for each step's loss after it) */
+    gpu->graph = 1;    /* a step of fixed shapes as one CUDA graph launch */
+    return 1;
+}
+#endif
+
+/* --device cuda: the model and trainer on the GPU */
+static int start_device(train_run *r) {
+#ifdef MHE_CUDA
+    const char *where;
+    char err[MHE_ERR_LEN];
+    if (!r->task->on_device) { fprintf(stderr, "mhe: --device cuda trains --task lm, cls and sr only\n"); return 0; }
+    if (!device_trainer(&r->dev, &r->gpu, r->m, &r->o->tc, r->o->precision, r->o->resume, r->o->quiet ? NULL : stdout, &where, err)) {
+        fprintf(stderr, "mhe: %s: %s\n", where, err);
+        return 0;
+    }
+    r->t = &r->gpu.host;
+    if (!steps_left(r->o, r->t)) {
         mhe_cuda_trainer_free(&r->gpu);
         mhe_cuda_model_free(&r->dev);
         return 0;
     }
-    r->t = &r->gpu.host;
-    r->gpu.deferred = 1; /* no blocking copy in a step (a dump waits for each step's loss after it) */
-    r->gpu.graph = 1;    /* a step of fixed shapes as one CUDA graph launch */
     return 1;
 #else
     (void)r;
@@ -2843,6 +2919,143 @@ static int cmd_reparam(int argc, char **argv) {
     return st == MHE_OK ? 0 : 1;
 }
 
+/* ---- compare ------------------------------------------------------------- */
+
+static int compare_stop(void) { return stop_signal != 0; }
+
+#ifdef MHE_CUDA
+/* mhe compare --device cuda: each run's trainer is mhe train --device cuda's (device_trainer) */
+typedef struct { mhe_cuda_model dev; mhe_cuda_trainer gpu; } compare_gpu;
+
+static int compare_gpu_check(const mhe_config *c, char *err) { return mhe_cuda_supports(c, err) == MHE_OK; }
+
+static void *compare_gpu_open(mhe_model *m, const mhe_train_config *tc, const char *resume, mhe_trainer **t, char *err) {
+    compare_gpu *g = (compare_gpu *)calloc(1, sizeof *g);
+    const char *where;
+    char e[MHE_ERR_LEN];
+    if (!g) { snprintf(err, MHE_ERR_LEN, "out of memory"); return NULL; }
+    if (!device_trainer(&g->dev, &g->gpu, m, tc, MHE_CUDA_FP32, resume, NULL, &where, e)) {
+        cmp_err(err, "%s: %s", where, e);
+        free(g);
+        return NULL;
+    }
+    *t = &g->gpu.host;
+    return g;
+}
+
+/* a failed step's reason where the CPU trainer's would be */
+static mhe_status compare_gpu_said(compare_gpu *g, mhe_status st) {
+    if (st != MHE_OK && !g->gpu.host.err[0]) snprintf(g->gpu.host.err, sizeof g->gpu.host.err, "%s", g->dev.err);
+    return st;
+}
+
+static mhe_status compare_gpu_step(void *h, const int *data, size_t n) {
+    compare_gpu *g = (compare_gpu *)h;
+    return compare_gpu_said(g, mhe_cuda_trainer_step(&g->gpu, data, n));
+}
+
+static mhe_status compare_gpu_step_cls(void *h, const mhe_text_set *set) {
+    compare_gpu *g = (compare_gpu *)h;
+    return compare_gpu_said(g, mhe_cuda_trainer_step_cls(&g->gpu, set));
+}
+
+static int compare_gpu_sync(void *h, char *err) {
+    compare_gpu *g = (compare_gpu *)h;
+    if (mhe_cuda_trainer_sync(&g->gpu) == MHE_OK) return 1;
+    snprintf(err, MHE_ERR_LEN, "%s", g->dev.err);   /* where the device's calls leave their reason (as sync_device reads it) */
+    return 0;
+}
+
+static void compare_gpu_close(void *h) {
+    compare_gpu *g = (compare_gpu *)h;
+    mhe_cuda_trainer_free(&g->gpu);
+    mhe_cuda_model_free(&g->dev);
+    free(g);
+}
+
+static const compare_device compare_cuda = { "cuda", compare_gpu_check, compare_gpu_open, compare_gpu_step, compare_gpu_step_cls,
+                                             compare_gpu_sync, compare_gpu_close };
+#endif
+
+static int cmd_compare(int argc, char **argv) {
+    opts o;
+    compare_opts co;
+    char err[MHE_ERR_LEN];
+    int rc;
+    if (!command_opts("compare", argc, argv, &o, &rc)) return rc;
+    memset(&co, 0, sizeof co);
+    co.task = !o.task || strcmp(o.task, "lm") == 0 ? COMPARE_LM : COMPARE_CLS;
+    {   /* flags of the other task would be ignored */
+        static const char *lm_only[] = { "data", "batches" }, *cls_only[] = { "pretrain", "train", "test", "pretrain-fields" };
+        size_t i;
+        for (i = 0; co.task == COMPARE_CLS && i < sizeof lm_only / sizeof *lm_only; i++)
+            if (given(&o, lm_only[i])) { fprintf(stderr, "mhe: compare: --%s is a flag of --task lm\n", lm_only[i]); return 2; }
+        for (i = 0; co.task == COMPARE_LM && i < sizeof cls_only / sizeof *cls_only; i++)
+            if (given(&o, cls_only[i])) { fprintf(stderr, "mhe: compare: --%s is a flag of --task cls and pairs\n", cls_only[i]); return 2; }
+    }
+    if (o.tokenizer && o.subwords) { fprintf(stderr, "mhe: compare: give --tokenizer or --subwords, not both\n"); return 2; }
+    if (model_given(&o, "attn") || model_given(&o, "layout")) { fprintf(stderr, "mhe: compare: the kinds come from --kinds, not --attn or --layout\n"); return 2; }
+    co.data = o.data; co.valid = o.valid; co.pretrain = o.pretrain; co.train = o.train_set; co.test = o.test;
+    co.tokenizer = o.tokenizer; co.subwords = (int)o.subwords; co.kinds = o.kinds;
+    co.seeds = given(&o, "seeds") ? (int)o.seeds : 3;
+    co.seed = o.tc.seed;
+    co.init_seed = given(&o, "init-seed") ? o.init_seed : o.tc.seed;
+    co.cfg = o.cfg;
+    if (co.task == COMPARE_CLS && !model_given(&o, "arch") && !o.config_path) co.cfg.arch = MHE_ARCH_ENCODER;
+    co.tc = o.tc;
+    co.pre = o.tc;
+    if (o.pre_fields) {   /* "key=value ..." over the common train fields */
+        char *copy = (char *)malloc(strlen(o.pre_fields) + 1), *p, *q;
+        int ok = copy != NULL;
+        if (copy) strcpy(copy, o.pre_fields);
+        for (p = copy; ok && p && *p; p = q) {
+            char *eq;
+            while (*p == ' ') p++;
+            if (!*p) break;
+            q = strchr(p, ' ');
+            if (q) *q++ = 0;
+            if (!(eq = strchr(p, '='))) { fprintf(stderr, "mhe: --pretrain-fields: '%s' is not KEY=VALUE\n", p); ok = 0; break; }
+            *eq = 0;
+            if (mhe_train_config_set(&co.pre, p, eq + 1, err) != MHE_OK) { fprintf(stderr, "mhe: --pretrain-fields %s: %s\n", p, err); ok = 0; }
+        }
+        free(copy);
+        if (!ok) return 2;
+    }
+    if (mhe_train_config_validate(&co.tc, err) != MHE_OK || (co.task == COMPARE_CLS && mhe_train_config_validate(&co.pre, err) != MHE_OK)) {
+        fprintf(stderr, "mhe: compare: train settings: %s\n", err);
+        return 1;
+    }
+    co.batches = given(&o, "batches") ? (int)o.batches : 0;
+    co.baseline = o.baseline ? o.baseline : "mha";
+    co.reference = o.reference ? o.reference : "sha";
+    co.pairs = o.pairs;
+    co.jobs = given(&o, "jobs") ? (int)o.jobs : 0;
+    co.threads = (int)o.threads;
+    co.out = o.out;
+    co.quiet = o.quiet;
+    co.stop = compare_stop;
+#ifdef MHE_CUDA
+    if (o.cuda) {   /* no device is one line before anything is read or trained */
+        char name[256];
+        int major = 0, minor = 0;
+        if (mhe_cuda_device(name, sizeof name, &major, &minor, err) != MHE_OK) { fprintf(stderr, "mhe: compare: --device cuda: %s\n", err); return 1; }
+        if (!o.quiet) printf("device: %s (compute capability %d.%d)\n", name, major, minor);
+        co.device = &compare_cuda;
+    }
+#endif
+    stop_asks = 1;   /* a first signal lets the runs in flight save their step */
+    rc = compare_run(&co, err);
+    stop_asks = 0;
+    if (rc == COMPARE_STOPPED) {
+        int sig = stop_signal ? stop_signal : SIGINT;
+        fprintf(stderr, "mhe: compare: stopped by %s; every run in flight saved its step: the same command resumes the study in %s\n",
+                signal_name(sig), o.out);
+        return exit_status_of(sig);
+    }
+    if (rc != COMPARE_OK) { fprintf(stderr, "mhe: compare: %s\n", err); return rc == COMPARE_USAGE ? 2 : 1; }
+    return 0;
+}
+
 /* stdout is an output too: a full disk or a size limit there is an error */
 static int finish_stdout(int rc) {
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -2856,7 +3069,7 @@ int main(int argc, char **argv) {
     static const struct { const char *name; int (*run)(int, char **); } cmds[] = {
         { "init", cmd_init }, { "train", cmd_train }, { "eval", cmd_eval }, { "generate", cmd_generate }, { "grad", cmd_grad },
         { "inspect", cmd_inspect }, { "params", cmd_params }, { "export", cmd_export }, { "hash", cmd_hash }, { "reparam", cmd_reparam },
-        { "tokenize", cmd_tokenize }, { "import", cmd_import }, { "logits", cmd_logits },
+        { "tokenize", cmd_tokenize }, { "import", cmd_import }, { "logits", cmd_logits }, { "compare", cmd_compare },
     };
     const char *cmd = argc > 1 ? argv[1] : "--help";
     size_t i;
@@ -2886,6 +3099,7 @@ int main(int argc, char **argv) {
            "  reparam    turn a trained model's mha layers into collaborative ones (CP decomposition)\n"
            "  import     a Hugging Face GPT-2 or BERT directory to an mhe model\n"
            "  logits     the logits of one sequence of token ids\n"
-           "train, eval and generate run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
+           "  compare    the study of attention kinds on your data: runs per kind and seed, a report\n"
+           "train, eval, generate and compare run on an NVIDIA GPU with --device cuda (build/cuda/mhe: make cuda).\n", MHE_VERSION);
     return strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ? 0 : 2;
 }

@@ -1,7 +1,7 @@
 /* mhe_import.h - part of tools/cli/mhe.c (included after mhe.h's implementation):
    `mhe import DIR`, a Hugging Face GPT-2 or BERT directory (config.json,
-   model.safetensors) to an mhe checkpoint. config.json is read by a small
-   strict JSON parser (RFC 8259); every key is either mapped, checked to have
+   model.safetensors) to an mhe checkpoint. config.json is read by mhe.h's
+   strict JSON reader (RFC 8259); every key is either mapped, checked to have
    the one value mhe can represent, or known to change nothing in the math
    (dropout, token ids, names): any other key is refused by name, as is a
    missing, extra or misshapen tensor. Nothing is written unless all of it
@@ -11,8 +11,11 @@
 
 #define IMP_NOTE_LEN (2 * MHE_ERR_LEN)   /* imp_run's note: the tokenizer's line and the generation settings' */
 
-/* ---- a strict JSON reader (RFC 8259) ------------------------------------ */
+/* ---- config.json as a tree, read by mhe.h's JSON reader ------------------ */
 
+/* mhe.h's strict reader (RFC 8259; the one that reads safetensors headers and
+   tokenizer.json) checks and decodes each value; this keeps what it read as a
+   tree, since config.json is read key by key in any order. */
 enum { IJ_NULL, IJ_BOOL, IJ_NUM, IJ_STR, IJ_ARR, IJ_OBJ };
 
 typedef struct ij_node {
@@ -24,19 +27,6 @@ typedef struct ij_node {
     struct ij_node *kids;        /* array elements or object members */
 } ij_node;
 
-typedef struct { const char *p, *end, *start; char err[MHE_ERR_LEN]; int depth; } ij_parser;
-
-static int ij_fail(ij_parser *P, const char *what) {
-    if (P->end - P->p >= 3 && memcmp(P->p, "\xEF\xBB\xBF", 3) == 0)   /* what a stray BOM is, whatever was expected */
-        what = "a UTF-8 byte-order mark (EF BB BF); only the file's first bytes may hold one,";
-    snprintf(P->err, sizeof P->err, "config.json: %.200s at byte %ld", what, (long)(P->p - P->start));
-    return 0;
-}
-
-static void ij_ws(ij_parser *P) {
-    while (P->p < P->end && (*P->p == ' ' || *P->p == '\t' || *P->p == '\n' || *P->p == '\r')) P->p++;
-}
-
 static void ij_free(ij_node *n) {
     int i;
     if (!n) return;
@@ -45,189 +35,121 @@ static void ij_free(ij_node *n) {
     n->kids = NULL; n->str = n->key = NULL; n->n_kids = 0;
 }
 
-static int ij_hex4(ij_parser *P, unsigned *u) {
-    int i;
-    *u = 0;
-    if (P->end - P->p < 4) return ij_fail(P, "truncated \\u escape");
-    for (i = 0; i < 4; i++) {
-        char c = *P->p++;
-        unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-                   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
-        if (d > 15) return ij_fail(P, "bad hex digit in a \\u escape");
-        *u = *u << 4 | d;
-    }
-    return 1;
+/* a failure of the tool's own (not the reader's): out of memory, a duplicate key, a number too large */
+static mhe_status ij_fail(mhe__json *j, size_t at, const char *what) {
+    snprintf(j->err, MHE_ERR_LEN, "config.json: %.200s at byte %lu", what, (unsigned long)at);
+    return MHE_ERR_FORMAT;
 }
 
-/* a string after its opening quote: escapes decoded, raw bytes checked as UTF-8 */
-static int ij_string(ij_parser *P, char **out) {
-    size_t cap = 16, n = 0;
-    char *s = (char *)malloc(cap);
-    if (!s) return ij_fail(P, "out of memory");
-    for (;;) {
-        unsigned char c;
-        unsigned u = 0;
-        int len = 0, k;
-        if (n + 8 > cap) { char *t = (char *)realloc(s, cap *= 2); if (!t) { free(s); return ij_fail(P, "out of memory"); } s = t; }
-        if (P->p >= P->end) { free(s); return ij_fail(P, "unterminated string"); }
-        c = (unsigned char)*P->p++;
-        if (c == '"') break;
-        if (c < 0x20) { free(s); return ij_fail(P, "control character in a string"); }
-        if (c == '\\') {
-            if (P->p >= P->end) { free(s); return ij_fail(P, "unterminated string"); }
-            c = (unsigned char)*P->p++;
-            switch (c) {
-            case '"': case '\\': case '/': s[n++] = (char)c; continue;
-            case 'b': s[n++] = '\b'; continue;
-            case 'f': s[n++] = '\f'; continue;
-            case 'n': s[n++] = '\n'; continue;
-            case 'r': s[n++] = '\r'; continue;
-            case 't': s[n++] = '\t'; continue;
-            case 'u': break;
-            default: free(s); return ij_fail(P, "bad escape in a string");
-            }
-            if (!ij_hex4(P, &u)) { free(s); return 0; }
-            if (u >= 0xD800 && u < 0xDC00) {   /* a high surrogate needs its low half */
-                unsigned lo;
-                if (P->end - P->p < 2 || P->p[0] != '\\' || P->p[1] != 'u') { free(s); return ij_fail(P, "lone surrogate in a \\u escape"); }
-                P->p += 2;
-                if (!ij_hex4(P, &lo)) { free(s); return 0; }
-                if (lo < 0xDC00 || lo > 0xDFFF) { free(s); return ij_fail(P, "lone surrogate in a \\u escape"); }
-                u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (u >= 0xDC00 && u < 0xE000) { free(s); return ij_fail(P, "lone surrogate in a \\u escape"); }
-            if (u == 0) { free(s); return ij_fail(P, "NUL in a string"); }
-            if (u < 0x80) s[n++] = (char)u;
-            else if (u < 0x800) { s[n++] = (char)(0xC0 | u >> 6); s[n++] = (char)(0x80 | (u & 63)); }
-            else if (u < 0x10000) { s[n++] = (char)(0xE0 | u >> 12); s[n++] = (char)(0x80 | (u >> 6 & 63)); s[n++] = (char)(0x80 | (u & 63)); }
-            else { s[n++] = (char)(0xF0 | u >> 18); s[n++] = (char)(0x80 | (u >> 12 & 63)); s[n++] = (char)(0x80 | (u >> 6 & 63)); s[n++] = (char)(0x80 | (u & 63)); }
-            continue;
-        }
-        if (c < 0x80) { s[n++] = (char)c; continue; }
-        /* UTF-8: the shortest form, no surrogates, at most U+10FFFF */
-        len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (!len || P->end - P->p < len - 1) { free(s); return ij_fail(P, "invalid UTF-8 in a string"); }
-        u = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
-        for (k = 1; k < len; k++) {
-            unsigned char d = (unsigned char)P->p[k - 1];
-            if ((d & 0xC0) != 0x80) { free(s); return ij_fail(P, "invalid UTF-8 in a string"); }
-            u = u << 6 | (d & 63);
-        }
-        if ((len == 3 && (u < 0x800 || (u >= 0xD800 && u < 0xE000))) || (len == 4 && (u < 0x10000 || u > 0x10FFFF))) {
-            free(s); return ij_fail(P, "invalid UTF-8 in a string");
-        }
-        s[n++] = (char)c;
-        for (k = 1; k < len; k++) s[n++] = *P->p++;
-    }
-    s[n] = 0;
-    *out = s;
-    return 1;
+/* the string at the cursor, decoded into a new C string */
+static mhe_status ij_string(mhe__json *j, char **out) {
+    size_t at = j->pos, len;
+    mhe_status st = mhe__json_string(j, NULL, 0, &len);
+    if (st != MHE_OK) return st;
+    if (!(*out = (char *)malloc(len + 1))) return ij_fail(j, at, "out of memory");
+    j->pos = at;
+    st = mhe__json_string(j, *out, len, &len);
+    (*out)[len] = 0;
+    return st;
 }
 
-static int ij_value(ij_parser *P, ij_node *v);
-
-static int ij_push(ij_parser *P, ij_node *v, int *cap) {
-    if (v->n_kids == *cap) {
-        int nc = *cap ? 2 * *cap : 8;
-        ij_node *k = (ij_node *)realloc(v->kids, (size_t)nc * sizeof *k);
-        if (!k) return ij_fail(P, "out of memory");
-        v->kids = k; *cap = nc;
-    }
-    memset(&v->kids[v->n_kids], 0, sizeof v->kids[0]);
-    v->n_kids++;
-    return 1;
-}
-
-static int ij_number(ij_parser *P, ij_node *v) {
-    const char *b = P->p;
-    char buf[64];
-    v->type = IJ_NUM; v->is_int = 1;
-    if (P->p < P->end && *P->p == '-') P->p++;
-    if (P->p >= P->end || *P->p < '0' || *P->p > '9') return ij_fail(P, "bad number");
-    if (*P->p == '0') P->p++;
-    else while (P->p < P->end && *P->p >= '0' && *P->p <= '9') P->p++;
-    if (P->p < P->end && *P->p == '.') {
-        v->is_int = 0; P->p++;
-        if (P->p >= P->end || *P->p < '0' || *P->p > '9') return ij_fail(P, "bad number");
-        while (P->p < P->end && *P->p >= '0' && *P->p <= '9') P->p++;
-    }
-    if (P->p < P->end && (*P->p == 'e' || *P->p == 'E')) {
-        v->is_int = 0; P->p++;
-        if (P->p < P->end && (*P->p == '+' || *P->p == '-')) P->p++;
-        if (P->p >= P->end || *P->p < '0' || *P->p > '9') return ij_fail(P, "bad number");
-        while (P->p < P->end && *P->p >= '0' && *P->p <= '9') P->p++;
-    }
-    if (P->p - b >= (long)sizeof buf) return ij_fail(P, "number too long");
-    memcpy(buf, b, (size_t)(P->p - b)); buf[P->p - b] = 0;
-    v->num = strtod(buf, NULL);
-    if (!arg_finite(v->num)) return ij_fail(P, "number out of range");
-    return 1;
-}
-
-static int ij_lit(ij_parser *P, const char *w) {
-    size_t n = strlen(w);
-    if ((size_t)(P->end - P->p) < n || memcmp(P->p, w, n) != 0) return ij_fail(P, "unexpected character");
-    P->p += n;
-    return 1;
-}
-
-static int ij_value(ij_parser *P, ij_node *v) {
-    int cap = 0, i;
-    ij_ws(P);
-    if (P->p >= P->end) return ij_fail(P, "unexpected end");
-    switch (*P->p) {
-    case '{': case '[': {
-        int obj = *P->p == '{';
-        if (++P->depth > 64) return ij_fail(P, "nesting deeper than 64");
-        v->type = obj ? IJ_OBJ : IJ_ARR;
-        P->p++; ij_ws(P);
-        if (P->p < P->end && *P->p == (obj ? '}' : ']')) { P->p++; P->depth--; return 1; }
+static mhe_status ij_value(mhe__json *j, ij_node *v, int depth) {
+    mhe_status st;
+    size_t at;
+    int c, cap = 0, i;
+    mhe__json_ws(j);
+    at = j->pos;
+    c = mhe__json_peek(j);
+    if (c == '{' || c == '[') {
+        int close = c == '{' ? '}' : ']';
+        if (depth >= MHE__JSON_MAX_DEPTH) return mhe__json_err(j, at, "arrays/objects nested more than 64 deep");
+        v->type = c == '{' ? IJ_OBJ : IJ_ARR;
+        j->pos++;
+        mhe__json_ws(j);
+        if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
         for (;;) {
             ij_node *k;
-            if (!ij_push(P, v, &cap)) return 0;
-            k = &v->kids[v->n_kids - 1];
-            if (obj) {
-                ij_ws(P);
-                if (P->p >= P->end || *P->p != '"') return ij_fail(P, "expected a member name");
-                P->p++;
-                if (!ij_string(P, &k->key)) return 0;
-                for (i = 0; i < v->n_kids - 1; i++)
-                    if (strcmp(v->kids[i].key, k->key) == 0) { char w[MHE_ERR_LEN]; snprintf(w, sizeof w, "duplicate key '%.60s'", k->key); return ij_fail(P, w); }
-                ij_ws(P);
-                if (P->p >= P->end || *P->p != ':') return ij_fail(P, "expected ':'");
-                P->p++;
+            if (v->n_kids == cap) {
+                ij_node *grown = (ij_node *)realloc(v->kids, (size_t)(cap = cap ? 2 * cap : 8) * sizeof *grown);
+                if (!grown) return ij_fail(j, j->pos, "out of memory");
+                v->kids = grown;
             }
-            if (!ij_value(P, k)) return 0;
-            ij_ws(P);
-            if (P->p < P->end && *P->p == ',') { P->p++; continue; }
-            if (P->p < P->end && *P->p == (obj ? '}' : ']')) { P->p++; P->depth--; return 1; }
-            return ij_fail(P, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+            k = &v->kids[v->n_kids++];
+            memset(k, 0, sizeof *k);
+            if (c == '{') {
+                mhe__json_ws(j);
+                at = j->pos;
+                if ((st = ij_string(j, &k->key)) != MHE_OK) return st;
+                for (i = 0; i < v->n_kids - 1; i++)
+                    if (strcmp(v->kids[i].key, k->key) == 0) {
+                        char w[MHE_ERR_LEN];
+                        snprintf(w, sizeof w, "duplicate key '%.60s'", k->key);
+                        return ij_fail(j, at, w);
+                    }
+                if ((st = mhe__json_expect(j, ':', "expected ':' after an object key")) != MHE_OK) return st;
+            }
+            if ((st = ij_value(j, k, depth + 1)) != MHE_OK) return st;
+            mhe__json_ws(j);
+            if (mhe__json_peek(j) == close) { j->pos++; return MHE_OK; }
+            if (mhe__json_peek(j) != ',')
+                return mhe__json_err(j, j->pos, c == '{' ? "expected ',' or '}' in an object" : "expected ',' or ']' in an array");
+            j->pos++;
         }
     }
-    case '"': v->type = IJ_STR; P->p++; return ij_string(P, &v->str);
-    case 't': v->type = IJ_BOOL; v->num = 1; return ij_lit(P, "true");
-    case 'f': v->type = IJ_BOOL; v->num = 0; return ij_lit(P, "false");
-    case 'n': v->type = IJ_NULL; return ij_lit(P, "null");
-    default: return ij_number(P, v);
+    if (c == '"') { v->type = IJ_STR; return ij_string(j, &v->str); }
+    if (c == 't' || c == 'f') { v->type = IJ_BOOL; v->num = c == 't'; return mhe__json_literal(j, c == 't' ? "true" : "false"); }
+    if (c == 'n') { v->type = IJ_NULL; return mhe__json_literal(j, "null"); }
+    {   /* a number: the reader checks the grammar, strtod reads the value */
+        mhe__json_num num;
+        char buf[64];
+        if ((st = mhe__json_number(j, &num)) != MHE_OK) return st;
+        if (j->pos - at >= sizeof buf) return ij_fail(j, at, "number of more than 63 characters");
+        memcpy(buf, j->s + at, j->pos - at);
+        buf[j->pos - at] = 0;
+        v->type = IJ_NUM;
+        v->is_int = !num.frac && !num.exp;
+        v->num = strtod(buf, NULL);
+        if (!arg_finite(v->num)) return ij_fail(j, at, "number out of range");
+        return MHE_OK;
     }
 }
 
-/* the whole text as one JSON value; a UTF-8 BOM at the start is skipped,
-   as in config files (RFC 8259 lets a parser ignore it), anywhere else it
-   is an unexpected character */
+/* the whole text as one JSON value; a UTF-8 BOM at the start is skipped, as
+   in config files (RFC 8259 lets a parser ignore it), anywhere else it is
+   named. The reader's messages ("header JSON: ... at byte N") become
+   config.json's, with the byte counted from the file's start. */
 static int ij_parse(const char *text, size_t len, ij_node *root, char *err) {
-    ij_parser P;
-    memset(&P, 0, sizeof P);
+    mhe__json j;
+    mhe_status st;
     memset(root, 0, sizeof *root);
-    P.p = P.start = text; P.end = text + len;
-    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) P.p += 3;
     if (len >= 2 && ((unsigned char)text[0] == 0xFF || (unsigned char)text[0] == 0xFE) && (unsigned char)text[1] == ((unsigned char)text[0] ^ 1)) {
         snprintf(err, MHE_ERR_LEN, "config.json: starts with a UTF-16 byte-order mark: JSON files are UTF-8");
         return 0;
     }
-    if (!ij_value(&P, root)) { ij_free(root); snprintf(err, MHE_ERR_LEN, "%s", P.err); return 0; }
-    ij_ws(&P);
-    if (P.p != P.end) { ij_fail(&P, "text after the JSON value"); ij_free(root); snprintf(err, MHE_ERR_LEN, "%s", P.err); return 0; }
-    return 1;
+    err[0] = 0;
+    j.s = (const unsigned char *)text;
+    j.n = len;
+    j.pos = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    j.err = err;
+    if ((st = ij_value(&j, root, 0)) == MHE_OK) {
+        mhe__json_ws(&j);
+        if (j.pos != j.n) st = mhe__json_err(&j, j.pos, "text after the JSON value");
+    }
+    if (st == MHE_OK) return 1;
+    ij_free(root);
+    if (j.n - j.pos >= 3 && memcmp(text + j.pos, "\xEF\xBB\xBF", 3) == 0)   /* what a stray BOM is, whatever was expected */
+        snprintf(err, MHE_ERR_LEN, "config.json: a UTF-8 byte-order mark (EF BB BF); only the file's first bytes may "
+                 "hold one, at byte %lu", (unsigned long)j.pos);
+    else if (strncmp(err, "header JSON: ", 13) == 0) {
+        char e[MHE_ERR_LEN], *p;
+        snprintf(e, sizeof e, "%s", err + 13);
+        if ((p = strstr(e, "end of header")) != NULL) {   /* "(end of header)": the file's end */
+            memcpy(p + 7, "file", 4);
+            memmove(p + 11, p + 13, strlen(p + 13) + 1);
+        }
+        snprintf(err, MHE_ERR_LEN, "config.json: %.230s", e);
+    }
+    return 0;
 }
 
 /* ---- config.json to mhe_config ------------------------------------------- */

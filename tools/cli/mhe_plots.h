@@ -15,7 +15,14 @@
 #define MHE_PLOTS_H
 #include <math.h>
 
-static void pl_xml(FILE *f, const char *s) {
+/* a program may use a few of these (mhe_compare.h: pl_xml and pl_color only) */
+#if defined(__GNUC__)
+#define PL_FN static __attribute__((unused))
+#else
+#define PL_FN static
+#endif
+
+PL_FN void pl_xml(FILE *f, const char *s) {
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '<') fputs("&lt;", f);
@@ -28,7 +35,7 @@ static void pl_xml(FILE *f, const char *s) {
 }
 
 /* one CSV: model,layer,kind,head,<indicators>; empty cells where a layer has no map */
-static void pl_ind_csv(FILE *f, const mhe_indicators *ind, const char *model, int header) {
+PL_FN void pl_ind_csv(FILE *f, const mhe_indicators *ind, const char *model, int header) {
     int l, h, i;
     if (header) {
         fprintf(f, "model,layer,kind,head");
@@ -47,7 +54,7 @@ static void pl_ind_csv(FILE *f, const mhe_indicators *ind, const char *model, in
         }
 }
 
-static const char *pl_color(int i) {
+PL_FN const char *pl_color(int i) {
     static const char *c[] = { "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
                                "#1f78b4", "#b2df8a", "#fb9a99", "#cab2d6", "#6a3d9a", "#b15928", "#ff7f00", "#000000" };
     return c[i % 16];
@@ -55,7 +62,7 @@ static const char *pl_color(int i) {
 
 /* Per-layer indicators (the mean over heads) of n models: one panel per
    indicator, x = layer, a line per model. */
-static void pl_ind_svg(FILE *f, const mhe_indicators *const *ind, const char *const *labels, int n, const char *title) {
+PL_FN void pl_ind_svg(FILE *f, const mhe_indicators *const *ind, const char *const *labels, int n, const char *title) {
     static const int which[8] = { MHE_IND_ENTROPY, MHE_IND_CONC, MHE_IND_HEADDIV, MHE_IND_SINK,
                                   MHE_IND_LOCFOC0, MHE_IND_LOCFOC1, MHE_IND_LOCFOC2, MHE_IND_LOCFOC3 };
     static const char *names[8] = { "Entropy (min-max)", "Conc (min-max)", "HeadDiv (min-max)", "Sink",
@@ -120,7 +127,7 @@ static void pl_ind_svg(FILE *f, const mhe_indicators *const *ind, const char *co
    its reference path (maps materialised) and is restored. tokens[T] (bytes
    are drawn as labels); darker = more weight. Layers without a map are
    left out. */
-static int pl_heatmap_svg(FILE *f, mhe_model *m, const int *tokens, int T, const char *title) {
+PL_FN int pl_heatmap_svg(FILE *f, mhe_model *m, const int *tokens, int T, const char *title) {
     int n = m->cfg.n_heads, NL = m->cfg.n_layers, l, h, t, j, fused = m->cfg.fused_attention, cell, W, H, rows = 0;
     float *A = (float *)malloc((size_t)T * T * sizeof(float));
     mhe_batch b;

@@ -29,10 +29,10 @@ EQUATIONS = [
     ("Vaswani et al. 2017, eq. 1", "scaled dot-product attention, literally (probabilities kept)",
      ["mhe_attn_ref_fwd", "mhe_attn_ref_bwd"]),
     ("MHE paper eq. 1-2", "multi-head attention: per-head Q, K, V in one GEMM, heads concatenated into W^O",
-     ["mhe__attn_project", "mhe__attn_branch_fwd"]),
+     ["mhe__attn_project", "mhe__qkv_branch_fwd"]),
     ("MHE paper eq. 5, psi = add / mul", "per-head Q_i, K_i, V_i from one seed head and head embeddings (reference path)",
      ["mhe__mhe_expand", "mhe__mhe_expand_bwd"]),
-    ("MHE paper eq. 6", "the n heads of MHE through W^O", ["mhe__attn_fwd", "mhe__attn_bwd"]),
+    ("MHE paper eq. 6", "the n heads of MHE through W^O", ["mhe__mhe_core_fwd", "mhe__mhe_core_bwd"]),
     ("Cordonnier et al. 2020, eq. 13", "collaborative heads: Q~ * m_i against K~, content bias v_i . x_k (reference)",
      ["mhe__collab_expand", "mhe__collab_dims", "mhe__collab_vbias"]),
     ("Cordonnier et al. 2020, eq. 12 and sec. 3.3", "reparametrisation of mha by a CP decomposition",
@@ -46,8 +46,8 @@ EQUATIONS = [
     ("thesis eq. 4.7-4.8", "nonapprox: softmax over time of SiLU(Q) * K / sqrt(d_h) (reference)",
      ["mhe__nonapprox_ref_fwd", "mhe__nonapprox_ref_bwd"]),
     ("thesis eq. 4.9-4.12", "rndemb-qk, fixedseq-qk: Q, K from the fixed stream through the same blocks",
-     ["mhe__fixed_fwd", "mhe__fixed_bwd", "mhe__decon_branch_fwd"]),
-    ("thesis eq. 4.13", "staticemb-qk: Q, K from the static embeddings", ["mhe__static_in", "mhe__decon_branch_fwd"]),
+     ["mhe__fixed_fwd", "mhe__fixed_bwd", "mhe__decon_qkv_fwd"]),
+    ("thesis eq. 4.13", "staticemb-qk: Q, K from the static embeddings", ["mhe__static_in", "mhe__decon_qkv_fwd"]),
     ("thesis sec. 4.15-4.16, eq. 4.18", "decoding: recurrent states and precomputed maps",
      ["mhe__decon_decode", "mhe__decode_state_reset", "mhe__decode_maps"]),
     ("Lee-Thorp et al. 2022 (FNet)", "Re(F_L X F_C) by FFT; linear mixing W_seq X W_hidden^T",
@@ -154,7 +154,8 @@ def table_rows(text):
     body = body[:body.index("\n};")]
     # any field may start a new line in mhe.h: whitespace after every comma
     rows = re.findall(r'\{ "([^"]+)",\s*"([^"]+)",\s*(MHE__FAM_\w+),\s*(MHE__CACHE_\w+),\s*(\d),\s*(\d),\s*'
-                      r'(NULL|"[^"]*"),\s*(\d),\s*"([^"]*)",\s*(MHE__EXT_\w+),\s*"([^"]*)"\s*\}', body, re.S)
+                      r'(NULL|"[^"]*"),\s*(\d),\s*"([^"]*)",\s*(MHE__EXT_\w+),\s*"([^"]*)",\s*MHE__QK_\w+,'
+                      r'[^}]*\}', body, re.S)
     if len(rows) != body.count('{ "'):
         sys.exit("reading_guide.py: read %d of the %d rows of mhe__kinds[]" % (len(rows), body.count('{ "')))
     return rows
