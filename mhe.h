@@ -6368,10 +6368,8 @@ static mhe_tensor *mhe__param(mhe__layout *L, const char *name, int ndim, int64_
    (named, initialised): the pairs below must agree, which test_model checks. */
 #define MHE__AP_SETUP                                                                      \
     const mhe_config *c = &L->m->cfg;                                                      \
-    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);                         \
     float std = c->init_std;                                                               \
-    char nm[MHE_NAME_LEN];                                                                 \
-    (void)C, (void)n, (void)dh, (void)std, (void)res_std
+    char nm[MHE_NAME_LEN]
 
 /* W^Q, W^K, W^V as the geometry has them (skv: one W^KV; el-att: no W^K, W^V), the head
    embeddings of MHE, W^O; a bias each with bias=1. The softmax kinds, MHE and ch. 4's Q, K, V. */
@@ -6389,6 +6387,7 @@ static int64_t mhe__count_qkv(const mhe_config *c, int kind, const mhe__geom *g,
 static void mhe__layout_qkv(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
                             float res_std) {
     MHE__AP_SETUP;
+    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
     float hstd = c->head_init_std >= 0 ? c->head_init_std : std;
     const char *kname = g->v_w ? "wk" : "wkv"; /* skv: V is K */
     (void)kind;
@@ -6428,6 +6427,7 @@ static int64_t mhe__count_gated(const mhe_config *c, int kind, const mhe__geom *
 static void mhe__layout_gated(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
                               float res_std) {
     MHE__AP_SETUP;
+    int C = c->d_model;
     (void)kind;
     MHE__AP(gate, "gate.weight", 2, g->q_w, C, 1, MHE_INIT_NORMAL, std);
     MHE__AP(up, "up.weight", 2, g->k_w, C, 1, MHE_INIT_NORMAL, std);
@@ -6448,6 +6448,8 @@ static int64_t mhe__count_linear(const mhe_config *c, int kind, const mhe__geom 
 static void mhe__layout_linear(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
                                float res_std) {
     MHE__AP_SETUP;
+    int C = c->d_model;
+    (void)res_std;
     (void)kind, (void)g;
     MHE__AP(hidden, "hidden.weight", 2, C, C, 1, MHE_INIT_NORMAL, std);
     MHE__AP(seq, "seq.weight", 2, c->max_seq_len, c->max_seq_len, 1, MHE_INIT_NORMAL, std);
@@ -6464,6 +6466,7 @@ static int64_t mhe__count_collab(const mhe_config *c, int kind, const mhe__geom 
 static void mhe__layout_collab(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
                                float res_std) {
     MHE__AP_SETUP;
+    int C = c->d_model, n = c->n_heads, dh = mhe_config_d_head(c);
     int D = g->q_w;
     (void)kind;
     MHE__AP(wq, "wq.weight", 2, D, C, 1, MHE_INIT_NORMAL, std);
@@ -6495,6 +6498,7 @@ static int64_t mhe__count_user(const mhe_config *c, int kind, const mhe__geom *g
 static void mhe__layout_user(mhe__layout *L, mhe_attn_weights *w, const char *pre, int kind, const mhe__geom *g,
                              float res_std) {
     MHE__AP_SETUP;
+    (void)res_std;
     mhe_kind_tensor t[MHE_KIND_MAX_TENSORS];
     mhe_tensor *first = NULL;
     int j, nt;
@@ -7161,49 +7165,50 @@ static void mhe__fnet_apply(const float *X, float *Y, int B, int T, int C, const
 
 /* The sublayers of mlp, fnet and linear (chain 1): none mixes Q, K and V, none
    can be cross-attention (their rows say why) */
-#define MHE__BRANCH_SETUP                                                                         \
-    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;                 \
-    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;                 \
-    int C = m->cfg.d_model, rows = x->B * x->T;                                                   \
-    (void)w, (void)C, (void)rows
 static void mhe__gated_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
-    MHE__BRANCH_SETUP;
-    MHE__TIMED(MHE_OP_ATTN, mhe__gated_fwd(w, C, mhe_config_mlp_width(&m->cfg), rows, u, aa->proj, aa->att, out));
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    MHE__TIMED(MHE_OP_ATTN, mhe__gated_fwd(w, m->cfg.d_model, mhe_config_mlp_width(&m->cfg), x->B * x->T, u, aa->proj,
+                                           aa->att, out));
 }
 #ifndef MHE_NO_TRAIN
 static void mhe__gated_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
                                   const float *d_out, float *du) {
-    MHE__BRANCH_SETUP;
-    MHE__TIMED(MHE_OP_ATTN, mhe__gated_bwd(w, C, mhe_config_mlp_width(&m->cfg), rows, u, aa->proj, aa->att, d_out,
-                                           m->acts.d_proj, m->acts.d_att, du));
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    MHE__TIMED(MHE_OP_ATTN, mhe__gated_bwd(w, m->cfg.d_model, mhe_config_mlp_width(&m->cfg), x->B * x->T, u, aa->proj,
+                                           aa->att, d_out, m->acts.d_proj, m->acts.d_att, du));
 }
 #endif /* MHE_NO_TRAIN */
 
 static void mhe__fnet_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
-    MHE__BRANCH_SETUP;
-    MHE__TIMED(MHE_OP_ATTN, mhe__fnet_apply(u, out, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 0));
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
+    MHE__TIMED(MHE_OP_ATTN,
+               mhe__fnet_apply(u, out, x->B, x->T, m->cfg.d_model, x->len, (double *)(void *)aa->ext, 0));
 }
 #ifndef MHE_NO_TRAIN
 static void mhe__fnet_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
                                  const float *d_out, float *du) {
-    MHE__BRANCH_SETUP;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     (void)u;
-    MHE__TIMED(MHE_OP_ATTN, mhe__fnet_apply(d_out, du, x->B, x->T, C, x->len, (double *)(void *)aa->ext, 1));
+    MHE__TIMED(MHE_OP_ATTN,
+               mhe__fnet_apply(d_out, du, x->B, x->T, m->cfg.d_model, x->len, (double *)(void *)aa->ext, 1));
 }
 #endif /* MHE_NO_TRAIN */
 
 static void mhe__linear_branch_fwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u, float *out) {
-    MHE__BRANCH_SETUP;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     MHE__TIMED(MHE_OP_ATTN, mhe__linear_mix_fwd(m, w, x, u, aa->ext, out));
 }
 #ifndef MHE_NO_TRAIN
 static void mhe__linear_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx *x, const float *u,
                                    const float *d_out, float *du) {
-    MHE__BRANCH_SETUP;
+    const mhe_attn_weights *w = cross ? &m->layers[l].cross : &m->layers[l].attn;
+    mhe_attn_acts *aa = cross ? &m->acts.layer[l].cross : &m->acts.layer[l].attn;
     MHE__TIMED(MHE_OP_ATTN, mhe__linear_mix_bwd(m, w, x, u, aa->ext, d_out, m->acts.d_att, du));
 }
 #endif /* MHE_NO_TRAIN */
-#undef MHE__BRANCH_SETUP
 
 /* floats of the kind-specific scratch (mhe_attn_acts.ext) for B x Tq queries over Tk keys */
 static size_t mhe__ext_floats(const mhe_config *c, int kind, int B, int Tq, int Tk, int cross, int fused) {

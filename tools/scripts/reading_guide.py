@@ -200,11 +200,10 @@ def kinds_table(text):
 
 
 def device_kinds(cuda):
-    """the kinds the CUDA companion runs: the cases of its mhe__cu_kind_ok"""
-    body = cuda[cuda.index("static int mhe__cu_kind_ok(int kind) {"):]
-    body = body[:body.index("\n}\n")]
-    ok = body[:body.index("return 1;")]
-    return set(re.findall(r"case (MHE_ATTN_\w+):", ok))
+    """the kinds the CUDA companion runs: the rows of its kind table mhe__cu_kinds[]"""
+    body = cuda[cuda.index("mhe__cu_kinds[MHE_ATTN_KIND_COUNT] = {"):]
+    body = body[:body.index("\n};")]
+    return set(re.findall(r"\{(MHE_ATTN_\w+),", body))
 
 
 def facts_table(text, cuda):
