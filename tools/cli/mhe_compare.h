@@ -75,7 +75,9 @@ typedef struct {
 /* ---- small helpers ---------------------------------------------------------- */
 
 static void cmp_err(char *err, const char *fmt, ...)
-#if defined(__GNUC__)
+#if defined(__MINGW_PRINTF_FORMAT)
+    __attribute__((format(__MINGW_PRINTF_FORMAT, 2, 3)))   /* mingw: gnu_printf when its C99 stdio is on */
+#elif defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
@@ -276,7 +278,9 @@ static int cmp_write_text(const char *path, const char *text, char *err) {
 typedef struct { char *p; size_t n, cap; int bad; } cmp_buf;
 
 static void cmp_put(cmp_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
+#if defined(__MINGW_PRINTF_FORMAT)
+    __attribute__((format(__MINGW_PRINTF_FORMAT, 2, 3)))   /* mingw: gnu_printf when its C99 stdio is on */
+#elif defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
