@@ -734,21 +734,22 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt(int M, int N, int K, fl
 
 static long mhe__cu_gemm_big_min = 128L * 128 * 64; /* M x N from which the 128 tile runs; tests set 0 */
 
-/* this thread's 4 elements of the next K step: A's (m, k) or B's (k, n) at tile offsets */
-template <int TRANS_MAJOR>
-static __device__ __forceinline__ void mhe__cu_gb2_fetch(float v[4], const float *X, int ld, int r0, int c0, int R,
+/* this thread's EPT elements of the next K step of a 128 tile: A's (m, k) or B's (k, n) at tile offsets
+   (the SIMT kernel's 4 of K; the tensor-core kernels' EPT of 2 EPT) */
+template <int TRANS_MAJOR, int EPT>
+static __device__ __forceinline__ void mhe__cu_gt2_fetch(float v[EPT], const float *X, int ld, int r0, int c0, int R,
                                                          int Cn, int tid) {
-    /* TRANS_MAJOR 0: the tile's 128 rows run along X's rows (4 consecutive columns each thread);
-       1: they run along X's columns (one row of X, 4 consecutive elements each thread) */
+    /* TRANS_MAJOR 0: the tile's 128 rows along X's rows (EPT consecutive columns each thread);
+       1: along X's columns (EPT / 4 consecutive rows per warp, 4 consecutive elements each) */
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
+    for (int e = 0; e < EPT; e++) {
         int r, c;
         if (TRANS_MAJOR) {
-            r = r0 + tid / 32;
-            c = c0 + (tid % 32) * 4 + e;
+            r = r0 + (EPT / 4) * (tid / 32) + e / 4;
+            c = c0 + (tid % 32) * 4 + e % 4;
         } else {
             r = r0 + tid / 2;
-            c = c0 + (tid % 2) * 4 + e;
+            c = c0 + (tid % 2) * EPT + e;
         }
         v[e] = r < R && c < Cn ? X[(size_t)r * ld + c] : 0.0f;
     }
@@ -775,13 +776,13 @@ __global__ __launch_bounds__(256) void mhe__cu_gemm_simt128(int M, int N, int K,
 #define MHE__CU_GB2_FETCH(k0)                                                                            \
     do {                                                                                                 \
         if (TA)                                                                                          \
-            mhe__cu_gb2_fetch<1>(va, A, lda, (k0), m0, K, M, tid);                                       \
+            mhe__cu_gt2_fetch<1, 4>(va, A, lda, (k0), m0, K, M, tid);                                    \
         else                                                                                             \
-            mhe__cu_gb2_fetch<0>(va, A, lda, m0, (k0), M, K, tid);                                       \
+            mhe__cu_gt2_fetch<0, 4>(va, A, lda, m0, (k0), M, K, tid);                                    \
         if (TB)                                                                                          \
-            mhe__cu_gb2_fetch<0>(vb, B, ldb, n0, (k0), N, K, tid);                                       \
+            mhe__cu_gt2_fetch<0, 4>(vb, B, ldb, n0, (k0), N, K, tid);                                    \
         else                                                                                             \
-            mhe__cu_gb2_fetch<1>(vb, B, ldb, (k0), n0, K, N, tid);                                       \
+            mhe__cu_gt2_fetch<1, 4>(vb, B, ldb, (k0), n0, K, N, tid);                                    \
     } while (0)
 #define MHE__CU_GB2_STORE(buf)                                                                           \
     do {                                                                                                 \
@@ -1004,25 +1005,6 @@ __global__ __launch_bounds__(128) void mhe__cu_gemm_mma(int M, int N, int K, flo
    8-row half, column g) and land on bank 8 t + g, all 32 distinct. */
 #define MHE__CU_GT2W (MHE__CU_GB2 + 8)
 
-/* this thread's EPT elements of the next K step (2 EPT of K) */
-template <int TRANS_MAJOR, int EPT>
-static __device__ __forceinline__ void mhe__cu_gt2_fetch(float v[EPT], const float *X, int ld, int r0, int c0, int R,
-                                                         int Cn, int tid) {
-    /* TRANS_MAJOR 0: the tile's 128 rows along X's rows (EPT consecutive columns each thread);
-       1: along X's columns (EPT / 4 consecutive rows per warp, 4 consecutive elements each) */
-#pragma unroll
-    for (int e = 0; e < EPT; e++) {
-        int r, c;
-        if (TRANS_MAJOR) {
-            r = r0 + (EPT / 4) * (tid / 32) + e / 4;
-            c = c0 + (tid % 32) * 4 + e % 4;
-        } else {
-            r = r0 + tid / 2;
-            c = c0 + (tid % 2) * EPT + e;
-        }
-        v[e] = r < R && c < Cn ? X[(size_t)r * ld + c] : 0.0f;
-    }
-}
 
 /* the fetched elements into tile[k][mn] (TF32) or tile[k / 2][mn] (bf16 pairs), rounded */
 template <int TRANS_MAJOR, int BF16>
@@ -1675,6 +1657,31 @@ static size_t mhe__cu_fwd_smem(const mhe__cu_att *a, int W) {
     return (size_t)MHE__CU_BK * (a->dk + 1) + (size_t)MHE__CU_BK * a->vw + (size_t)MHE__CU_BK * G + W * per_warp;
 }
 
+/* one key tile of the SIMT cores (forward, dq) into shared memory: K rows padded to
+   dk + 1 floats (no bank conflicts between lanes), V rows (per head or the group's),
+   the group's key biases; 0 past Tk. A macro: the same loads in the same order in
+   each kernel, so registers stay as the budget has them. */
+#define MHE__CU_SIMT_LOAD_KV(a, k, v, kt, vt, kbt, b, g, G, j0)                                          \
+    do {                                                                                               \
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * (a).dk; e += (int)blockDim.x) {                 \
+            int j = e / (a).dk, c = e % (a).dk;                                                        \
+            (kt)[j * ((a).dk + 1) + c] =                                                               \
+                (j0) + j < (a).Tk ? (k)[((size_t)(b) * (a).Tk + (j0) + j) * (a).ks + (size_t)(g) * (a).dk + c] \
+                                  : 0.0f;                                                              \
+        }                                                                                              \
+        for (int e = (int)threadIdx.x; e < MHE__CU_BK * (a).vw; e += (int)blockDim.x) {                 \
+            int j = e / (a).vw, c = e % (a).vw;                                                        \
+            size_t col = (a).v_per_head ? (size_t)(g) * (a).vw + c : (size_t)(g) * (a).dh + c;          \
+            (vt)[e] = (j0) + j < (a).Tk ? (v)[((size_t)(b) * (a).Tk + (j0) + j) * (a).vs + col] : 0.0f; \
+        }                                                                                              \
+        if ((a).k_bias)                                                                                \
+            for (int e = (int)threadIdx.x; e < MHE__CU_BK * (G); e += (int)blockDim.x) {               \
+                int j = e / (G), hh = e % (G);                                                         \
+                (kbt)[e] = (j0) + j < (a).Tk ? (a).k_bias[((size_t)(b) * (a).Tk + (j0) + j) * (a).kbs + (g) * (G) + hh] \
+                                             : 0.0f;                                                   \
+            }                                                                                          \
+    } while (0)
+
 /* Forward: block (query rows blockIdx.x*W .., K/V head blockIdx.y, sequence blockIdx.z) */
 template <int TAY>
 __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, float *out, float *lse, const float *q,
@@ -1710,20 +1717,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_fwd_k(mhe__cu_att a, floa
     __syncwarp();
     for (int j0 = 0; j0 < kend_blk; j0 += MHE__CU_BK) {
         __syncthreads(); /* the previous tile is read by every warp */
-        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.dk; e += (int)blockDim.x) {
-            int j = e / a.dk, c = e % a.dk;
-            kt[j * (a.dk + 1) + c] = j0 + j < a.Tk ? k[((size_t)b * a.Tk + j0 + j) * a.ks + (size_t)g * a.dk + c] : 0.0f;
-        }
-        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.vw; e += (int)blockDim.x) {
-            int j = e / a.vw, c = e % a.vw;
-            size_t col = a.v_per_head ? (size_t)g * a.vw + c : (size_t)g * a.dh + c;
-            vt[e] = j0 + j < a.Tk ? v[((size_t)b * a.Tk + j0 + j) * a.vs + col] : 0.0f;
-        }
-        if (a.k_bias)
-            for (int e = (int)threadIdx.x; e < MHE__CU_BK * G; e += (int)blockDim.x) {
-                int j = e / G, hh = e % G;
-                kbt[e] = j0 + j < a.Tk ? a.k_bias[((size_t)b * a.Tk + j0 + j) * a.kbs + g * G + hh] : 0.0f;
-            }
+        MHE__CU_SIMT_LOAD_KV(a, k, v, kt, vt, kbt, b, g, G, j0);
         __syncthreads();
         if (!live || j0 >= kend)
             continue;
@@ -1867,20 +1861,7 @@ __global__ __launch_bounds__(128, 1) void mhe__cu_attn_dq_k(mhe__cu_att a, float
     __syncwarp();
     for (int j0 = 0; j0 < kend_blk; j0 += MHE__CU_BK) {
         __syncthreads();
-        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.dk; e += (int)blockDim.x) {
-            int j = e / a.dk, c = e % a.dk;
-            kt[j * (a.dk + 1) + c] = j0 + j < a.Tk ? k[((size_t)b * a.Tk + j0 + j) * a.ks + (size_t)g * a.dk + c] : 0.0f;
-        }
-        for (int e = (int)threadIdx.x; e < MHE__CU_BK * a.vw; e += (int)blockDim.x) {
-            int j = e / a.vw, c = e % a.vw;
-            size_t col = a.v_per_head ? (size_t)g * a.vw + c : (size_t)g * a.dh + c;
-            vt[e] = j0 + j < a.Tk ? v[((size_t)b * a.Tk + j0 + j) * a.vs + col] : 0.0f;
-        }
-        if (a.k_bias)
-            for (int e = (int)threadIdx.x; e < MHE__CU_BK * G; e += (int)blockDim.x) {
-                int j = e / G, hh = e % G;
-                kbt[e] = j0 + j < a.Tk ? a.k_bias[((size_t)b * a.Tk + j0 + j) * a.kbs + g * G + hh] : 0.0f;
-            }
+        MHE__CU_SIMT_LOAD_KV(a, k, v, kt, vt, kbt, b, g, G, j0);
         __syncthreads();
         if (!live || j0 >= kend)
             continue;
@@ -2296,6 +2277,12 @@ static __device__ __forceinline__ void mhe__cu_fl_colsum(float *dst, const float
     }
 }
 
+/* the key-bias row of a key tile of the tiled cores (collab's content bias, MHE-ADD's
+   e^K term; 0 without one and past the tile's keys): a macro, as MHE__CU_SIMT_LOAD_KV */
+#define MHE__CU_FL_LOAD_KB(a, kbt, b, j0, keys, h)                                                       \
+    for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)                               \
+    (kbt)[e] = (a).k_bias && e < (keys) ? (a).k_bias[((size_t)(b) * (a).Tk + (j0) + e) * (a).kbs + (h)] : 0.0f
+
 /* Forward: block (64 query rows blockIdx.x, head blockIdx.y, sequence blockIdx.z) */
 __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *out, float *lse, const float *q,
                                                          const float *k, const float *v) {
@@ -2324,8 +2311,7 @@ __global__ __launch_bounds__(256) void mhe__cu_flash_fwd(mhe__cu_att a, float *o
         __syncthreads(); /* every thread is done with the previous K, V and P tiles */
         mhe__cu_fl_load(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)g * a.dk, a.dk);
         mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, (int64_t)g * a.dh, a.dh);
-        for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
-            kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
+        MHE__CU_FL_LOAD_KB(a, kbt, b, j0, keys, h);
         __syncthreads();
         float s[4][4] = {{0.0f}};
         mhe__cu_fl_mm(s, qt, MHE__CU_FLS, 1, kt, 1, MHE__CU_FLS, a.dk, tx, ty); /* S = Q K^T */
@@ -2419,8 +2405,7 @@ __global__ __launch_bounds__(128) void mhe__cu_flash_fwd_tc(mhe__cu_att a, float
         __syncthreads(); /* every warp is done with the previous K and V */
         mhe__cu_fl_load<MHE__CU_FLT, RND>(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)kvh * a.dk, a.dk);
         mhe__cu_fl_load<MHE__CU_FLT, RND>(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, mhe__cu_fl_vcol(a, h), a.dh);
-        for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
-            kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
+        MHE__CU_FL_LOAD_KB(a, kbt, b, j0, keys, h);
         __syncthreads();
         float s[8][4];
 #pragma unroll
@@ -2585,8 +2570,7 @@ __global__ __launch_bounds__(256, TC ? 1 : 0) void mhe__cu_flash_bwd(mhe__cu_att
     float dka[4][4] = {{0.0f}}, dva[4][4] = {{0.0f}}, kb_sum = 0.0f;
     mhe__cu_fl_load(kt, k, (int64_t)b * a.Tk + j0, keys, a.ks, (int64_t)g * a.dk, a.dk);
     mhe__cu_fl_load(vt, v, (int64_t)b * a.Tk + j0, keys, a.vs, TC ? mhe__cu_fl_vcol(a, h) : (int64_t)g * a.dh, a.dh);
-    for (int e = (int)threadIdx.x; e < MHE__CU_FL; e += (int)blockDim.x)
-        kbt[e] = a.k_bias && e < keys ? a.k_bias[((size_t)b * a.Tk + j0 + e) * a.kbs + h] : 0.0f;
+    MHE__CU_FL_LOAD_KB(a, kbt, b, j0, keys, h);
     int t_start = a.causal ? j0 - a.q_off : 0; /* the first query that sees key j0 */
     if (t_start < 0)
         t_start = 0;
