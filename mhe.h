@@ -77,7 +77,8 @@
      mhe__attn_branch_fwd (5.9: the kind's sublayer, e.g. projections, core,
      W^O) -> mhe__attn_fwd (5.7: the kind's core) -> the cores of section 4.
      Backward: the same names with _bwd, in reverse; decoding:
-     mhe_decode_step -> mhe__attn_branch_decode (5.10). What differs between
+     mhe_decode_step, mhe_prefill -> mhe__decode_rows (12) ->
+     mhe__attn_branch_decode (5.10). What differs between
      kinds is one row of mhe__kinds[] (5.11): facts and the functions the
      three chains call; docs/kinds.md#reading-guide maps every paper
      equation to the function and lines that compute it.
@@ -1898,8 +1899,9 @@ typedef struct mhe_kv_cache {
     int src_len;                    /* encdec: source tokens encoded (0: none yet) */
     int cross_width[MHE_MAX_LAYERS];                        /* encdec: floats per source token (K then V) */
     float *cross[MHE_MAX_LAYERS];   /* [max_seq_len, cross_width] per decoder layer */
-    float *scratch;                 /* per-token activations */
+    float *scratch;                 /* the activations of up to prefill_rows tokens */
     float *logits;                  /* [V] */
+    int prefill_rows;               /* tokens mhe_prefill runs at once (1 in an arena: a token at a time) */
     size_t bytes;                   /* of the self-attention K/V rows */
     size_t bytes_per_token;         /* self-attention K/V floats per token, all layers, in bytes */
     size_t cross_bytes;             /* of the cross-attention K/V of a full-length source */
@@ -1917,6 +1919,12 @@ typedef struct mhe_kv_cache {
     mhe_arena *arena;               /* mhe_kv_cache_init_arena: the block is in this arena */
 } mhe_kv_cache;
 
+/* The heap cache's scratch holds MHE_PREFILL_ROWS tokens (or max_len, if
+   fewer) so that mhe_prefill reads each weight once per that many prompt
+   tokens; an arena cache holds one. */
+#ifndef MHE_PREFILL_ROWS
+#define MHE_PREFILL_ROWS 64
+#endif
 MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx);
 /* bytes (float32) one sequence keeps for a self-attention layer of `kind`
    after len tokens: K/V rows and recurrent state; *shared (may be NULL) gets
@@ -1946,6 +1954,12 @@ MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_init_arena(mhe_kv_cache *c, const m
 MHEDEF MHE_NODISCARD mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *src, int Ts);
 /* run one token at position c->len; c->logits gets the next-token logits */
 MHEDEF MHE_NODISCARD mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token);
+/* run tokens[0..n) at positions c->len, ... (a prompt) in chunks of
+   c->prefill_rows, each weight read once per chunk; c->logits gets the
+   logits after the last. The same cache, logits within float rounding of n
+   decode steps (the GEMMs sum in another order); tokens and room are
+   checked before anything changes. */
+MHEDEF MHE_NODISCARD mhe_status mhe_prefill(mhe_model *m, mhe_kv_cache *c, const int *tokens, int n);
 /* sample from logits[V]: temperature <= 0 is greedy; top_k <= 0 keeps all */
 MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, mhe_rng *rng);
 
@@ -5983,7 +5997,7 @@ MHEDEF const char *mhe_profile_op_name(int op) {
               reference path (eq. 1, probabilities kept), the fused tiles,
               MHE-MUL's and collab's stacked heads, MHE-ADD's shared scores,
               or one query at a time when decoding
-     chain 3  mhe__attn_branch_decode       one token through a kind (5.10),
+     chain 3  mhe__attn_branch_decode       new tokens through a kind (5.10),
               with the K/V cache, recurrent states or precomputed maps
    The residual, norms and Admin's omega around f are mhe__sub_enter and
    mhe__sub_leave (section 7), shared by training and decoding. The reading
@@ -6063,8 +6077,9 @@ typedef struct mhe__kind_info {
     void (*branch_fwd)(mhe_model *m, int l, int cross, const struct mhe__ctx *x, const float *u, float *out);
     void (*branch_bwd)(mhe_model *m, int l, int cross, const struct mhe__ctx *x, const float *u,
                        const float *d_out, float *du);
-    /* chain 3 (5.10): one token through sublayer `cross` of block l into d->branch */
-    void (*decode)(mhe_model *m, mhe_kv_cache *c, int l, int cross, int pos, const float *u,
+    /* chain 3 (5.10): rows tokens (positions pos, pos + 1, ...) through sublayer `cross` of
+       block l into d->branch [rows, C] */
+    void (*decode)(mhe_model *m, mhe_kv_cache *c, int l, int cross, int pos, int rows, const float *u,
                    struct mhe__decode_buf *d);
 } mhe__kind_info;
 
@@ -7595,24 +7610,27 @@ static void mhe__attn_branch_bwd(mhe_model *m, int l, int cross, const mhe__ctx 
 }
 #endif /* MHE_NO_TRAIN */
 
-/* ---- 5.10 chain 3, one decoded token through a kind: mhe__attn_branch_decode */
+/* ---- 5.10 chain 3, decoded tokens through a kind: mhe__attn_branch_decode */
 
-/* Per-token decode scratch, carved from the cache block like the
-   activation layout: the residual stream (sum, nrm, with mean and rstd), a
-   sublayer's branch output, the final norm, projections, attention output
-   (an mlp layer's F), the MLP, per-head lse, MUL maps, the token's static
-   embedding and its norm, Taylor features, and the logits last. */
+/* Decode scratch for up to `rows` tokens at once (one per decode step, up
+   to the cache's prefill_rows for a prompt), carved from the cache block
+   like the activation layout: per row the residual stream (sum, nrm), a
+   sublayer's branch output, projections, attention output (an mlp layer's
+   F), the MLP and the token's static embedding; the rows' norm statistics
+   (mean [rows], rstd [rows], the head norm's 2); once the final norm,
+   per-head lse, MUL maps, a static embedding's norm, Taylor features, and
+   the logits last (the decoders write the cache's logits). */
 typedef struct mhe__decode_buf {
-    float *sum, *nrm, *stats, *branch, *fin;    /* [C], [C], [4], [C], [C] */
-    float *proj, *att, *fc1, *act, *lse, *hmap; /* [max proj], [max att], [F], [F], [n], [2 n d_h] */
-    float *emb, *emb_norm, *phi, *logits;       /* [C], [C + 2], [taylor features], [V] */
+    float *sum, *nrm, *stats, *branch, *fin;    /* [rows, C] x 2, [2 rows + 2], [rows, C], [C] */
+    float *proj, *att, *fc1, *act, *lse, *hmap; /* [rows, max proj], [rows, max att], [rows, F] x 2, [n], [2 n d_h] */
+    float *emb, *emb_norm, *phi, *logits;       /* [rows, C], [C + 2], [taylor features], [V] */
 } mhe__decode_buf;
 
-/* floats of the scratch; with base, also the pointers into it */
-static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_buf *d) {
+/* floats of the scratch for `rows` tokens at once; with base, also the pointers into it */
+static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_buf *d, int rows) {
     const mhe_config *cfg = &m->cfg;
     size_t C = (size_t)cfg->d_model, F = (size_t)mhe_config_d_ff(cfg), n = (size_t)cfg->n_heads;
-    size_t HD = n * (size_t)mhe_config_d_head(cfg), max_proj = 0, max_att = HD, used = 0;
+    size_t HD = n * (size_t)mhe_config_d_head(cfg), max_proj = 0, max_att = HD, used = 0, R = (size_t)rows;
     int l;
     mhe__decode_buf unused;
     for (l = 0; l < m->n_total_layers; l++) {
@@ -7626,18 +7644,18 @@ static size_t mhe__decode_layout(const mhe_model *m, float *base, mhe__decode_bu
     }
     if (!d) d = &unused;
 #define MHE__D(ptr, count) do { (ptr) = base ? base + used : NULL; used += (count); } while (0)
-    MHE__D(d->sum, C);
-    MHE__D(d->nrm, C);
-    MHE__D(d->stats, 4);
-    MHE__D(d->branch, C);
+    MHE__D(d->sum, R * C);
+    MHE__D(d->nrm, R * C);
+    MHE__D(d->stats, 2 * R + 2);
+    MHE__D(d->branch, R * C);
     MHE__D(d->fin, C);
-    MHE__D(d->proj, max_proj);
-    MHE__D(d->att, max_att);
-    MHE__D(d->fc1, F);
-    MHE__D(d->act, F);
+    MHE__D(d->proj, R * max_proj);
+    MHE__D(d->att, R * max_att);
+    MHE__D(d->fc1, R * F);
+    MHE__D(d->act, R * F);
     MHE__D(d->lse, n);
     MHE__D(d->hmap, 2 * HD);
-    MHE__D(d->emb, C);
+    MHE__D(d->emb, R * C);
     MHE__D(d->emb_norm, C + 2);
     MHE__D(d->phi, (size_t)mhe__taylor_features(mhe_config_d_head(cfg)));
     MHE__D(d->logits, (size_t)cfg->vocab_size);
@@ -7783,72 +7801,95 @@ static void mhe__decon_decode_cross(mhe_model *m, mhe_kv_cache *c, int l, const 
     mhe__linq(d->branch, att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
 }
 
-/* One token through sublayer k (0 self, 1 cross) of block l of a softmax
+/* rows tokens through sublayer k (0 self, 1 cross) of block l of a softmax
    kind, MHE or collab, into d->branch: projections as in training
-   (mhe__attn_project), this token's K (or the input, for el-att) and V
-   appended to the cache, then the same core as training (mhe__attn_fwd)
-   over the cached keys. */
-static void mhe__qkv_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+   (mhe__attn_project, one GEMM for all rows), their K (or the input, for
+   el-att) and V appended to the cache, then per token the same core as
+   training (mhe__attn_fwd) over the keys cached up to it, then W^O. */
+static void mhe__qkv_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, int rows, const float *u,
                                    mhe__decode_buf *d) {
     const mhe_config *cfg = &m->cfg;
     const mhe_attn_weights *w = k ? &m->layers[l].cross : &m->layers[l].attn;
     mhe__geom g = mhe__layer_geom(cfg, w->kind);
-    int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks;
+    int C = cfg->d_model, HD = cfg->n_heads * mhe_config_d_head(cfg), ks, r;
     const float *kp, *vp;
     if (!k) {
         int kw = c->k_width[l], vw = c->v_width[l];
-        mhe__attn_project(w, &g, C, 1, u, d->proj);
-        memcpy(c->k[l] + (size_t)pos * kw, g.k_w ? d->proj + g.q_w : u, (size_t)kw * sizeof(float));
-        if (vw)
-            memcpy(c->v[l] + (size_t)pos * vw, d->proj + g.q_w + g.k_w, (size_t)vw * sizeof(float));
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + 1, 0, NULL, d->proj, g.proj_w, c->k[l], kw,
-                      c->v[l], vw ? vw : kw, d->att, d->lse, NULL, d->hmap, 0);
+        mhe__attn_project(w, &g, C, rows, u, d->proj);
+        for (r = 0; r < rows; r++) {
+            const float *pr = d->proj + (size_t)r * g.proj_w;
+            memcpy(c->k[l] + (size_t)(pos + r) * kw, g.k_w ? pr + g.q_w : u + (size_t)r * C, (size_t)kw * sizeof(float));
+            if (vw)
+                memcpy(c->v[l] + (size_t)(pos + r) * vw, pr + g.q_w + g.k_w, (size_t)vw * sizeof(float));
+        }
+        for (r = 0; r < rows; r++)   /* one query at a time, over the keys up to it: the decode step's core */
+            mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 0), 1, 1, pos + r + 1, 0, NULL, d->proj + (size_t)r * g.proj_w,
+                          g.proj_w, c->k[l], kw, c->v[l], vw ? vw : kw, d->att + (size_t)r * HD, d->lse, NULL,
+                          d->hmap, 0);
     } else {
-        mhe__linq(d->proj, u, w->wq, mhe__opt_data(w->bq), 1, C, g.q_w);
+        mhe__linq(d->proj, u, w->wq, mhe__opt_data(w->bq), rows, C, g.q_w);
         mhe__kv_ptrs(&g, c->cross[l], c->cross_width[l], c->cross[l], c->cross_width[l], &kp, &ks, &vp);
-        mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj, g.q_w, kp, ks, vp, ks,
-                      d->att, d->lse, NULL, d->hmap, 0);
+        for (r = 0; r < rows; r++)
+            mhe__attn_fwd(m, w, MHE__SITE_ATT(l, 1), 1, 1, c->src_len, 0, NULL, d->proj + (size_t)r * g.q_w,
+                          g.q_w, kp, ks, vp, ks, d->att + (size_t)r * HD, d->lse, NULL, d->hmap, 0);
     }
-    mhe__linq(d->branch, d->att, w->wo, mhe__opt_data(w->bo), 1, HD, C);
+    mhe__linq(d->branch, d->att, w->wo, mhe__opt_data(w->bo), rows, HD, C);
 }
 
-/* one token through the other families' sublayers: the ch. 4 kinds with Q, K,
-   V (self or cross), mlp (no memory of earlier tokens), a registered kind (its
-   rows in the K cache, its scratch in the state; mhe_kv_cache_init checked it
-   has decode) */
-static void mhe__decon_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+/* the kinds that take one token at a time (recurrent states, precomputed
+   maps, a registered kind's decode): the scratch as token r sees it, its
+   branch and static embedding rows (the rest is per call) */
+static mhe__decode_buf mhe__decode_row(const mhe__decode_buf *d, int C, int r) {
+    mhe__decode_buf one = *d;
+    one.branch += (size_t)r * C;
+    one.emb += (size_t)r * C;
+    return one;
+}
+
+/* the other families' sublayers: the ch. 4 kinds with Q, K, V (self or
+   cross) token by token; mlp (no memory of earlier tokens) all rows at
+   once; a registered kind (its rows in the K cache, its scratch in the
+   state; mhe_kv_cache_init checked it has decode) token by token */
+static void mhe__decon_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, int rows, const float *u,
                                      mhe__decode_buf *d) {
-    if (k)
-        mhe__decon_decode_cross(m, c, l, u, d);
-    else
-        mhe__decon_decode(m, c, l, pos, u, d);
+    int C = m->cfg.d_model, r;
+    for (r = 0; r < rows; r++) {
+        mhe__decode_buf one = mhe__decode_row(d, C, r);
+        if (k)
+            mhe__decon_decode_cross(m, c, l, u + (size_t)r * C, &one);
+        else
+            mhe__decon_decode(m, c, l, pos + r, u + (size_t)r * C, &one);
+    }
 }
 
-static void mhe__gated_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+static void mhe__gated_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, int rows, const float *u,
                                      mhe__decode_buf *d) {
     (void)c, (void)k, (void)pos;
-    mhe__gated_fwd(&m->layers[l].attn, m->cfg.d_model, mhe_config_mlp_width(&m->cfg), 1, u, d->proj, d->att,
+    mhe__gated_fwd(&m->layers[l].attn, m->cfg.d_model, mhe_config_mlp_width(&m->cfg), rows, u, d->proj, d->att,
                    d->branch);
 }
 
-static void mhe__user_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+static void mhe__user_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, int rows, const float *u,
                                     mhe__decode_buf *d) {
     mhe_kind_call kc;
     mhe__ctx one;
+    int C = m->cfg.d_model, r;
     (void)k;
     memset(&one, 0, sizeof one);
     one.B = one.T = 1;
     one.causal = 1;
     kc = mhe__user_call(m, l, &one, c->state[l]);
     kc.scratch = NULL;
-    mhe__user_ops(m->layers[l].attn.kind)->decode(&kc, c->k[l], pos, u, d->branch);
+    for (r = 0; r < rows; r++)
+        mhe__user_ops(m->layers[l].attn.kind)->decode(&kc, c->k[l], pos + r, u + (size_t)r * C,
+                                                        d->branch + (size_t)r * C);
 }
 
-/* chain 3: one token through attention sublayer k (0 self, 1 cross) of block l, through its kind's row */
-static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, const float *u,
+/* chain 3: rows tokens through attention sublayer k (0 self, 1 cross) of block l, through its kind's row */
+static void mhe__attn_branch_decode(mhe_model *m, mhe_kv_cache *c, int l, int k, int pos, int rows, const float *u,
                                     mhe__decode_buf *d) {
     const mhe_layer *y = &m->layers[l];
-    mhe__kind(k ? y->cross.kind : y->attn.kind)->decode(m, c, l, k, pos, u, d);
+    mhe__kind(k ? y->cross.kind : y->attn.kind)->decode(m, c, l, k, pos, rows, u, d);
 }
 
 /* ---- 5.11 the kind table: one row per kind --------------------------------- */
@@ -17947,8 +17988,9 @@ MHEDEF size_t mhe_attn_cache_bytes(const mhe_config *c, int kind, int len, size_
     return ((size_t)(g.cache_k + g.cache_v) * (size_t)len + st) * sizeof(float);
 }
 
-/* with c->block NULL only sizes the cache (*bytes); else lays it out in c->block */
-static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int max_len, size_t *bytes) {
+/* with c->block NULL only sizes the cache (*bytes); else lays it out in
+   c->block; its scratch holds `rows` tokens (mhe_prefill's chunk) */
+static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int max_len, int rows, size_t *bytes) {
     const mhe_config *cfg;
     size_t per_tok = 0, per_src = 0, per_state = 0, total, scratch;
     float *p;
@@ -17975,7 +18017,8 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
             per_src += (size_t)c->cross_width[l];
         }
     }
-    scratch = mhe__decode_layout(m, NULL, NULL);
+    c->prefill_rows = rows < max_len ? rows : max_len;
+    scratch = mhe__decode_layout(m, NULL, NULL, c->prefill_rows);
     total = mhe__add_size(mhe__mul_size(per_tok, (size_t)max_len, &ok), scratch, &ok);
     total = mhe__add_size(total, per_state, &ok);
     total = mhe__add_size(total, mhe__mul_size(per_src, (size_t)cfg->max_seq_len, &ok), &ok);
@@ -18000,17 +18043,18 @@ static mhe_status mhe__kv_cache_layout(mhe_kv_cache *c, const mhe_model *m, int 
 }
 
 static mhe_status mhe__kv_cache_init(mhe_kv_cache *c, const mhe_model *m, int max_len, void *alloc_ctx, mhe_arena *arena) {
+    int rows = arena ? 1 : MHE_PREFILL_ROWS;
     size_t bytes;
     mhe_status s;
     void *block;
     if (!c) return MHE_ERR_ARG;
     memset(c, 0, sizeof *c);
     if (!m) return MHE_ERR_ARG;
-    if ((s = mhe__kv_cache_layout(c, m, max_len, &bytes)) != MHE_OK) return s;
+    if ((s = mhe__kv_cache_layout(c, m, max_len, rows, &bytes)) != MHE_OK) return s;
     block = mhe__malloc(alloc_ctx, arena, bytes);
     if (!block) return MHE_ERR_NOMEM;
     c->block = block;
-    mhe__kv_cache_layout(c, m, max_len, &bytes);
+    mhe__kv_cache_layout(c, m, max_len, rows, &bytes);
     c->alloc_ctx = alloc_ctx;
     c->arena = arena;
     return MHE_OK;
@@ -18047,7 +18091,7 @@ MHEDEF mhe_status mhe_inference_memory_needed(const void *ckpt, size_t size, int
     if (s == MHE_OK && (max_len < 1 || max_len > cfg.max_seq_len)) s = MHE_ERR_ARG;
     if (s == MHE_OK) {
         kv.block = NULL;
-        s = mhe__kv_cache_layout(&kv, m, max_len, &kvb);
+        s = mhe__kv_cache_layout(&kv, m, max_len, 1, &kvb);
     }
     if (s == MHE_OK) {
         /* what mhe_model_load_arena and mhe_kv_cache_init_arena take, each
@@ -18138,77 +18182,118 @@ MHEDEF mhe_status mhe_kv_cache_encode(mhe_model *m, mhe_kv_cache *c, const int *
     return MHE_OK;
 }
 
-/* The forward pass for one token, reading earlier keys and values (and the
-   encoded source) from the cache: every sublayer through the halves training
-   uses (mhe__sub_enter, mhe__sub_leave: norms, Admin's omega), every branch
-   through training's projections, MLP and attention cores, with T = 1. */
-MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
-    const mhe_config *cfg;
-    int C, l, k, i, pos, E;
-    mhe__decode_buf d;
-    float *x;
+/* The forward pass for rows new tokens at positions c->len, c->len + 1, ...,
+   reading earlier keys and values (and the encoded source) from the cache:
+   every sublayer through the halves training uses (mhe__sub_enter,
+   mhe__sub_leave: norms, Admin's omega) over all rows at once, each branch
+   through its kind's decode (chain 3), the final norm and head for the last
+   token only (into c->logits). The caller checked the tokens and the room. */
+static mhe_status mhe__decode_rows(mhe_model *m, mhe_kv_cache *c, const int *tokens, int rows, mhe__decode_buf *d) {
+    const mhe_config *cfg = &m->cfg;
+    int C = cfg->d_model, pos = c->len, E = mhe__n_enc(cfg), l, k, r, i;
+    float *x = d->sum, *mean = d->stats, *rstd = d->stats + rows;
     const float *out;
-    if (!m || !c) return MHE_ERR_ARG;
-    cfg = &m->cfg;
-    C = cfg->d_model; pos = c->len; E = mhe__n_enc(cfg);
-    if (cfg->arch == MHE_ARCH_ENCODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
-    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM)
-        return mhe__fail(m->err, MHE_ERR_CONFIG, "nothing to generate: %s", cfg->embedding != MHE_EMB_VOCAB
-                         ? "hash embeddings have no vocabulary softmax" : "the model has a Shuffle+Random head, not an LM head");
-    if (!c->block || c->n_layers != m->n_total_layers) return mhe__fail(m->err, MHE_ERR_ARG, "the KV cache was not made for this model");
-    if (token < 0 || token >= cfg->vocab_size) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", token, cfg->vocab_size);
-    if (pos >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
-    if (E && c->src_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "encode a source with mhe_kv_cache_encode before decoding");
-    mhe__decode_layout(m, c->scratch, &d);
     m->training = 0;
     if (pos == 0) {   /* a new sequence: fresh recurrent states, maps of the current weights */
         mhe_status st;
         for (l = E; l < m->n_total_layers; l++) mhe__decode_state_reset(m, c, l);
         if ((st = mhe__decode_maps(m, c)) != MHE_OK) return st;
     }
-    x = d.sum;
-    mhe__q8_gather(x, m->tok_emb, &token, 1, C);   /* int8 rows in a q8 model */
-    for (i = 0; i < C; i++) x[i] += m->pos_emb->data[(size_t)pos * C + i];
-    if (m->type_emb) mhe__axpy(x, 1.0f, m->type_emb->data, C);   /* type 0, as a batch without types */
-    if (m->emb_norm_w) {
-        mhe__norm_fwd(m, d.nrm, d.stats, d.stats + 1, x, m->emb_norm_w, m->emb_norm_b, 1);
-        memcpy(x, d.nrm, (size_t)C * sizeof(float));
+    mhe__q8_gather(x, m->tok_emb, tokens, rows, C);   /* int8 rows in a q8 model */
+    for (r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * C;
+        const float *pe = m->pos_emb->data + (size_t)(pos + r) * C;
+        for (i = 0; i < C; i++) xr[i] += pe[i];
+        if (m->type_emb) mhe__axpy(xr, 1.0f, m->type_emb->data, C);   /* type 0, as a batch without types */
     }
-    memcpy(d.emb, x, (size_t)C * sizeof(float));   /* staticemb-qk reads the token's static embedding */
+    if (m->emb_norm_w) {
+        mhe__norm_fwd(m, d->nrm, mean, rstd, x, m->emb_norm_w, m->emb_norm_b, rows);
+        memcpy(x, d->nrm, (size_t)rows * C * sizeof(float));
+    }
+    memcpy(d->emb, x, (size_t)rows * C * sizeof(float));   /* staticemb-qk reads the tokens' static embeddings */
     for (l = E; l < m->n_total_layers; l++) {
         const mhe_layer *y = &m->layers[l];
         for (k = 0; k < 3; k++) {
             const float *u;
             if (k == 1 && y->cross.kind < 0) continue;
             if (k == 0 && (m->skip_attn >> y->index & 1)) continue;   /* skipped: the identity */
-            u = mhe__sub_enter(m, y, k, x, d.nrm, d.stats, d.stats + 1, 1);
-            if (k == 2) mhe__mlp_fwd(m, y, 1, u, d.fc1, d.act, d.branch);
-            else mhe__attn_branch_decode(m, c, l, k, pos, u, &d);
-            mhe__sub_leave(m, y, l, k, x, d.branch, d.sum, d.nrm, d.stats, d.stats + 1, 1);
-            x = cfg->post_norm ? d.nrm : d.sum;
+            u = mhe__sub_enter(m, y, k, x, d->nrm, mean, rstd, rows);
+            if (k == 2) mhe__mlp_fwd(m, y, rows, u, d->fc1, d->act, d->branch);
+            else mhe__attn_branch_decode(m, c, l, k, pos, rows, u, d);
+            mhe__sub_leave(m, y, l, k, x, d->branch, d->sum, d->nrm, mean, rstd, rows);
+            x = cfg->post_norm ? d->nrm : d->sum;
         }
     }
-    out = x;
+    out = x + (size_t)(rows - 1) * C;   /* the next token's logits: the last row's */
     if (!cfg->post_norm) {
-        mhe__norm_fwd(m, d.fin, d.stats, d.stats + 1, x, m->lnf_w, m->lnf_b, 1);
-        out = d.fin;
+        mhe__norm_fwd(m, d->fin, mean, rstd, out, m->lnf_w, m->lnf_b, 1);
+        out = d->fin;
     }
-    if (m->head_w) {   /* the head's transform, as the batched forward: d.branch and (whichever is free) sum or fin */
-        float *dst = out == d.fin ? d.sum : d.fin;
-        mhe__linq(d.branch, out, m->head_w, mhe__opt_data(m->head_b), 1, C, C);
-        mhe_act_fwd(cfg->activation, d.branch, d.branch, C);
-        mhe__norm_fwd(m, dst, d.stats + 2, d.stats + 3, d.branch, m->head_norm_w, m->head_norm_b, 1);
+    if (m->head_w) {   /* the head's transform, as the batched forward: branch's first row, then fin or sum's */
+        float *dst = out == d->fin ? d->sum : d->fin;
+        mhe__linq(d->branch, out, m->head_w, mhe__opt_data(m->head_b), 1, C, C);
+        mhe_act_fwd(cfg->activation, d->branch, d->branch, C);
+        mhe__norm_fwd(m, dst, d->stats + 2 * rows, d->stats + 2 * rows + 1, d->branch, m->head_norm_w, m->head_norm_b, 1);
         out = dst;
     }
-    mhe__linq(d.logits, out, (m->lm_head ? m->lm_head : m->tok_emb), mhe__opt_data(m->lm_b), 1, C, cfg->vocab_size);
-    c->len++;
+    mhe__linq(c->logits, out, (m->lm_head ? m->lm_head : m->tok_emb), mhe__opt_data(m->lm_b), 1, C, cfg->vocab_size);
+    c->len += rows;
     {   /* V values beside the head's V x C products: sampling from NaN would give token 0 */
-        int64_t bad = mhe__nonfinite_index(d.logits, cfg->vocab_size);
+        int64_t bad = mhe__nonfinite_index(c->logits, cfg->vocab_size);
         if (bad >= 0)
             return mhe__fail(m->err, MHE_ERR_NONFINITE, "decoding position %d: logit %lld is %g (a forward pass over the tokens so far "
-                             "finds the layer: mhe_model_find_nonfinite)", pos, (long long)bad, (double)d.logits[bad]);
+                             "finds the layer: mhe_model_find_nonfinite)", c->len - 1, (long long)bad, (double)c->logits[bad]);
     }
     return MHE_OK;
+}
+
+/* the checks of mhe_decode_step and mhe_prefill, before anything changes */
+static mhe_status mhe__decode_check(mhe_model *m, mhe_kv_cache *c, const int *tokens, int n) {
+    const mhe_config *cfg = &m->cfg;
+    int i;
+    if (cfg->arch == MHE_ARCH_ENCODER) return mhe__fail(m->err, MHE_ERR_CONFIG, "token-by-token decoding needs a decoder (arch=decoder or encdec)");
+    if (cfg->embedding != MHE_EMB_VOCAB || cfg->token_head != MHE_HEAD_LM)
+        return mhe__fail(m->err, MHE_ERR_CONFIG, "nothing to generate: %s", cfg->embedding != MHE_EMB_VOCAB
+                         ? "hash embeddings have no vocabulary softmax" : "the model has a Shuffle+Random head, not an LM head");
+    if (!c->block || c->n_layers != m->n_total_layers) return mhe__fail(m->err, MHE_ERR_ARG, "the KV cache was not made for this model");
+    if (!tokens || n < 1) return mhe__fail(m->err, MHE_ERR_ARG, "no tokens to decode (n=%d)", n);
+    for (i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size) {
+            if (n == 1) return mhe__fail(m->err, MHE_ERR_DATA, "token %d is outside the vocabulary [0, %d)", tokens[i], cfg->vocab_size);
+            return mhe__fail(m->err, MHE_ERR_DATA, "token %d (prompt position %d) is outside the vocabulary [0, %d)", tokens[i], i,
+                             cfg->vocab_size);
+        }
+    if (c->len >= c->max_len) return mhe__fail(m->err, MHE_ERR_ARG, "KV cache is full (%d tokens)", c->max_len);
+    if (n > c->max_len - c->len)
+        return mhe__fail(m->err, MHE_ERR_ARG, "%d tokens do not fit the KV cache (%d of %d positions used)", n, c->len, c->max_len);
+    if (mhe__n_enc(cfg) && c->src_len < 1) return mhe__fail(m->err, MHE_ERR_ARG, "encode a source with mhe_kv_cache_encode before decoding");
+    return MHE_OK;
+}
+
+MHEDEF mhe_status mhe_decode_step(mhe_model *m, mhe_kv_cache *c, int token) {
+    mhe__decode_buf d;
+    mhe_status st;
+    if (!m || !c) return MHE_ERR_ARG;
+    if ((st = mhe__decode_check(m, c, &token, 1)) != MHE_OK) return st;
+    mhe__decode_layout(m, c->scratch, &d, 1);
+    return mhe__decode_rows(m, c, &token, 1, &d);
+}
+
+/* A prompt in chunks of the cache's prefill_rows: each chunk's projections
+   and MLPs are GEMMs over its rows, so the weights are read once per chunk
+   rather than once per token; a token's attention is the decode step's. */
+MHEDEF mhe_status mhe_prefill(mhe_model *m, mhe_kv_cache *c, const int *tokens, int n) {
+    mhe__decode_buf d;
+    mhe_status st;
+    int done, rows;
+    if (!m || !c) return MHE_ERR_ARG;
+    if ((st = mhe__decode_check(m, c, tokens, n)) != MHE_OK) return st;
+    for (done = 0; done < n && st == MHE_OK; done += rows) {
+        rows = n - done < c->prefill_rows ? n - done : c->prefill_rows;
+        mhe__decode_layout(m, c->scratch, &d, rows);
+        st = mhe__decode_rows(m, c, tokens + done, rows, &d);
+    }
+    return st;
 }
 
 MHEDEF int mhe_sample(const float *logits, int V, float temperature, int top_k, mhe_rng *rng) {

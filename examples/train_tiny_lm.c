@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
     mhe_kv_cache cache;
     mhe_rng rng;
     const char *prompt = "And God said, ";
+    int ids[16];                              /* the prompt as token ids */
     float val_loss;
     double t0;
     int i;
@@ -59,8 +60,8 @@ int main(int argc, char **argv) {
     if (mhe_kv_cache_init(&cache, &model, cfg.max_seq_len, NULL) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
     mhe_rng_seed(&rng, 1);
     printf("\n%s", prompt);
-    for (i = 0; prompt[i]; i++)
-        if (mhe_decode_step(&model, &cache, (unsigned char)prompt[i]) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
+    for (i = 0; prompt[i]; i++) ids[i] = (unsigned char)prompt[i];   /* bytes are the token ids */
+    if (mhe_prefill(&model, &cache, ids, i) != MHE_OK) { fprintf(stderr, "%s\n", model.err); return 1; }
     while (cache.len < cfg.max_seq_len) {
         int tok = mhe_sample(cache.logits, cfg.vocab_size, 0.8f, 40, &rng);
         putchar(tok);

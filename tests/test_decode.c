@@ -26,6 +26,41 @@ static int make_config(mhe_config *c, const char *text) {
     return 1;
 }
 
+/* mhe_prefill of the same tokens, as a prompt of 3 in chunks of 2 and 1,
+   then 4 after them in one chunk: the logits after each prompt equal the
+   forward's rows 2 and 6, and the cache (K/V rows, states) equals that of
+   the decode steps in `steps`, within float rounding */
+static void prefill_equals_steps(mhe_model *m, const mhe_kv_cache *steps, const int *tok, const int *src, const char *text) {
+    mhe_kv_cache kv;
+    int V = m->cfg.vocab_size, l, bad[2] = { 1, 99 };
+    double e0, e1, worst = 0;
+    if (mhe_kv_cache_init(&kv, m, T_LEN, NULL) != MHE_OK) { CHECK(0, "prefill cache [%s]", text); return; }
+    CHECK(kv.prefill_rows == T_LEN, "a heap cache prefills up to max_len tokens at once [%s]: %d", text, kv.prefill_rows);
+    if (m->cfg.arch == MHE_ARCH_ENCDEC) CHECK(mhe_kv_cache_encode(m, &kv, src, S_LEN) == MHE_OK, "encode [%s]: %s", text, m->err);
+    kv.prefill_rows = 2;
+    CHECK(mhe_prefill(m, &kv, tok, 3) == MHE_OK && kv.len == 3, "prefill 3 [%s]: %s", text, m->err);
+    e0 = test_max_rel_err(kv.logits, m->acts.logits + (size_t)2 * V, V, 1.0);
+    kv.prefill_rows = T_LEN;
+    CHECK(mhe_prefill(m, &kv, tok + 3, T_LEN - 3) == MHE_OK && kv.len == T_LEN, "prefill 4 more [%s]: %s", text, m->err);
+    e1 = test_max_rel_err(kv.logits, m->acts.logits + (size_t)(T_LEN - 1) * V, V, 1.0);
+    CHECK(e0 < 2e-5 && e1 < 2e-5, "prefill's logits equal the forward's [%s]: %.3g, %.3g", text, e0, e1);
+    for (l = 0; l < m->n_total_layers; l++) {
+        if (!steps->k[l]) continue;
+        worst = fmax(worst, test_max_rel_err(kv.k[l], steps->k[l], (int)((size_t)T_LEN * kv.k_width[l]), 1.0));
+        if (kv.v_width[l]) worst = fmax(worst, test_max_rel_err(kv.v[l], steps->v[l], (int)((size_t)T_LEN * kv.v_width[l]), 1.0));
+        if (kv.state_floats[l]) worst = fmax(worst, test_max_rel_err(kv.state[l], steps->state[l], (int)kv.state_floats[l], 1.0));
+    }
+    CHECK(worst < 2e-5, "prefill's cache equals the decode steps' [%s]: %.3g", text, worst);
+    /* refused before anything changes: a bad token inside the prompt, a prompt past the room, none */
+    kv.len = 2;
+    CHECK(mhe_prefill(m, &kv, bad, 2) == MHE_ERR_DATA && strstr(m->err, "prompt position 1") && kv.len == 2,
+          "a bad prompt token is refused [%s]: %s", text, m->err);
+    CHECK(mhe_prefill(m, &kv, tok, T_LEN - 1) == MHE_ERR_ARG && strstr(m->err, "do not fit") && kv.len == 2,
+          "a prompt past the cache is refused [%s]: %s", text, m->err);
+    CHECK(mhe_prefill(m, &kv, tok, 0) == MHE_ERR_ARG && kv.len == 2, "an empty prompt is refused [%s]", text);
+    mhe_kv_cache_free(&kv);
+}
+
 /* the logits of mhe_decode_step, token by token, against the forward's */
 static void decode_equals_forward(const char *text) {
     mhe_config c;
@@ -57,6 +92,7 @@ static void decode_equals_forward(const char *text) {
     worst = test_decode_vs_forward(&m, &kv, tok, T_LEN);
     CHECK(worst >= 0, "decode [%s]: %s", text, m.err);
     CHECK(worst >= 0 && worst < 2e-5, "decoding equals the forward [%s]: %.3g", text, worst);
+    prefill_equals_steps(&m, &kv, tok, src, text);
     mhe_kv_cache_free(&kv);
     mhe_model_free(&m);
 }

@@ -1,7 +1,7 @@
 /* mhe_decode - mhe's side of tools/bench/bench_llama.py, the same steps and
    JSON line as llama_decode.c: mhe_model_load and the finiteness check that
    the mhe tool makes, a KV cache for prompt + new tokens, the prompt's ids
-   through mhe_decode_step, then greedy decoding (mhe_sample at temperature
+   through mhe_prefill (as `mhe generate`), then greedy decoding (mhe_sample at temperature
    0, as `mhe generate --temperature 0`).
      mhe_decode MODEL.safetensors THREADS N_NEW ID ID ... */
 #define _POSIX_C_SOURCE 200809L
@@ -35,8 +35,7 @@ int main(int argc, char **argv) {
     if (mhe_model_load(&m, argv[1], NULL) != MHE_OK || mhe_model_check_finite(&m) != MHE_OK) { fprintf(stderr, "mhe_decode: %s\n", m.err); return 1; }
     if (mhe_kv_cache_init(&kv, &m, n_prompt + n_new, NULL) != MHE_OK) { fprintf(stderr, "mhe_decode: no KV cache\n"); return 1; }
     t_load = now_s() - t0;
-    for (i = 0; i < n_prompt; i++)
-        if (mhe_decode_step(&m, &kv, ids[i]) != MHE_OK) { fprintf(stderr, "mhe_decode: %s\n", m.err); return 1; }
+    if (mhe_prefill(&m, &kv, ids, n_prompt) != MHE_OK) { fprintf(stderr, "mhe_decode: %s\n", m.err); return 1; }
     ids[n_prompt] = mhe_sample(kv.logits, m.cfg.vocab_size, 0, 0, NULL);
     t_first = now_s() - t0;
     t_gen = now_s();

@@ -2006,12 +2006,9 @@ typedef struct { mhe_model *m; mhe_kv_cache *kv; } cpu_feed;
 
 static const float *feed_cpu(void *ctx, const int *tokens, int n) {
     cpu_feed *f = (cpu_feed *)ctx;
-    int i;
-    for (i = 0; i < n; i++) {
-        mhe_status s = mhe_decode_step(f->m, f->kv, tokens[i]);
-        if (s == MHE_ERR_NONFINITE) return f->kv->logits;   /* sample_text names the layer */
-        if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
-    }
+    mhe_status s = mhe_prefill(f->m, f->kv, tokens, n);   /* the prompt in chunks, each weight read once per chunk */
+    if (s == MHE_ERR_NONFINITE) return f->kv->logits;   /* sample_text names the layer */
+    if (s != MHE_OK) { fprintf(stderr, "mhe: %s\n", f->m->err); return NULL; }
     return f->kv->logits;
 }
 

@@ -326,8 +326,7 @@ WEB_API(web_generate) int web_generate(int len, int n, float temperature, int to
         if (!(gen = (unsigned char *)malloc((size_t)n + 1))) return web_fail("out of memory");
         if (mhe_kv_cache_init(&kv, &W.m, max, NULL) != MHE_OK) { free(gen); return web_fail(W.m.err); }
         mhe_rng_seed(&rng, seed);
-        for (i = 0; i < T; i++)
-            if (mhe_decode_step(&W.m, &kv, tok[i]) != MHE_OK) goto fail;
+        if (T > 0 && mhe_prefill(&W.m, &kv, tok, T) != MHE_OK) goto fail;   /* the prompt in chunks */
         for (out = 0; out < n; out++) {
             next = mhe_sample(kv.logits, V, temperature, top_k, &rng);
             gen[out] = (unsigned char)next;
