@@ -67,16 +67,21 @@ $(B)/examples/embedded$(EXE): examples/embedded.c $(B)/tiny_lm_model.h $(DEPS)
 $(B)/tiny_lm_model.h: examples/data/tiny_lm.safetensors $(B)/mhe$(EXE)
 	$(RUN) $(B)/mhe$(EXE) export --model $< --out $@ --name tiny_lm --n 64
 
+# each test is one file: with MHE_STATIC (every function static) the compiler
+# drops the library functions a test does not call before optimising them,
+# which halves the build of every flavour's tests (the tool, the examples and
+# the benchmarks keep the extern functions users link)
+TESTFLAGS = -DMHE_STATIC
 $(B)/tests/%$(EXE): tests/%.c tests/test.h $(wildcard tests/fuzz/*.h) $(DEPS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(ALLFLAGS) $(TESTFLAGS) -o $@ $< $(LDLIBS)
 
 # test_numerics links the same kernels built twice: -fno-fast-math and -ffast-math
 $(B)/tests/test_numerics$(EXE): tests/test_numerics.c tests/numerics_kernels.c tests/numerics_kernels.h tests/test.h $(DEPS)
 	@mkdir -p $(B)/tests $(B)/obj
 	$(CC) $(ALLFLAGS) -fno-fast-math -DNUM_SUFFIX=_std -c -o $(B)/obj/numerics_std.o tests/numerics_kernels.c
 	$(CC) $(ALLFLAGS) -ffast-math -DNUM_SUFFIX=_fast -c -o $(B)/obj/numerics_fast.o tests/numerics_kernels.c
-	$(CC) $(ALLFLAGS) -o $@ $< $(B)/obj/numerics_std.o $(B)/obj/numerics_fast.o $(LDLIBS)
+	$(CC) $(ALLFLAGS) $(TESTFLAGS) -o $@ $< $(B)/obj/numerics_std.o $(B)/obj/numerics_fast.o $(LDLIBS)
 
 # bench_gemm links OpenBLAS when its header is installed (apt-get install libopenblas-dev)
 BLASFLAGS := $(shell echo 'int main(void){return 0;}' | $(CC) -x c -include cblas.h - -o /dev/null -lopenblas >/dev/null 2>&1 && echo "-DMHE_BENCH_OPENBLAS -lopenblas")
@@ -235,7 +240,7 @@ test-windows:
 	$(WINE_ENV) MHE_TEST_BUILD=build/win MHE_TEST_RUNNER=$(WINE) MHE_TEST_PYTHON=0 sh tests/run.sh
 
 build/win/tests/test_%_openmp.exe: tests/test_%.c tests/test.h $(DEPS)
-	$(MINGW_CC) $(WIN_FLAGS) -fopenmp -o $@ $< -lm
+	$(MINGW_CC) $(WIN_FLAGS) $(TESTFLAGS) -fopenmp -o $@ $< -lm
 
 # Cortex-M4 bare metal (arm-none-eabi-gcc, newlib, nosys): compile and link
 # examples/embedded.c (inference from a static buffer, so MHE_NO_TRAIN); prints

@@ -4550,12 +4550,14 @@ MHEDEF MHE__VECTORISE mhe_status mhe_attn_fused_bwd(const mhe_attn_dims *d, cons
     const mhe_scratch *sc = mhe__scratch_for(dh, mhe__max_threads(), &own);
     if (!gr)
         gr = &mhe__no_grads;
-    if ((qmap || kmap || vmap) && !gr->map_scratch) { /* maps need room for their per-head sums */
-        mhe__scratch_done(&own);
-        return MHE_ERR_ARG;
+    if (qmap || kmap || vmap) { /* maps need room for their per-head sums */
+        float *ms = gr->map_scratch;
+        if (!ms) {
+            mhe__scratch_done(&own);
+            return MHE_ERR_ARG;
+        }
+        memset(ms, 0, (size_t)d->B * n * per_bh * sizeof(float));
     }
-    if (qmap || kmap || vmap)
-        memset(gr->map_scratch, 0, (size_t)d->B * n * per_bh * sizeof(float));
     if (!sc)
         return MHE_ERR_NOMEM;
     MHE__OMP(omp parallel for schedule(dynamic) num_threads(mhe__team(sc)) if (mhe__att_parallel(d)))
