@@ -63,8 +63,8 @@ build() {
     rm -f "$B/$out.$mode"  # no stale binary if the build fails
     if [ "$src" = mhe ]; then
         $EMU_CXX $EMU_FLAGS $flags "$@" -DMHE_CUDA -x c++ -o "$B/$out.$mode" tools/cli/mhe.c tools/cli/mhe_params.c $LIBS
-    else
-        $EMU_CXX $EMU_FLAGS $flags "$@" -o "$B/$out.$mode" "tests/cuda/$src.cpp" $LIBS
+    else  # one file each: MHE_STATIC drops the library functions it does not call (as the C tests)
+        $EMU_CXX $EMU_FLAGS $flags -DMHE_STATIC "$@" -o "$B/$out.$mode" "tests/cuda/$src.cpp" $LIBS
     fi
 }
 # sh tests/cuda/run.sh --build OUT SRC MODE [flags]: one build (the parallel builds below)
